@@ -1,0 +1,91 @@
+#include "common/json.h"
+
+#include <fmt/format.h>
+
+#include "common/utf8.h"
+
+namespace deepbox {
+
+Result<json::value> ParseJson(std::string_view text) {
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  if (ec) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("invalid JSON: {}", ec.message()));
+  }
+  return v;
+}
+
+Result<json::object> ParseJsonObject(std::string_view text) {
+  auto v = ParseJson(text);
+  if (!v) return tl::unexpected(v.error());
+  if (!v->is_object()) return MakeError(ErrorCode::kInvalidArgument, "JSON body must be an object");
+  return std::move(v->as_object());
+}
+
+std::string ToJson(const json::value& value) { return json::serialize(value); }
+
+json::string JsonString(std::string_view text) {
+  if (IsValidUtf8(text)) return json::string(text);
+  return json::string(SanitizeUtf8(text));
+}
+
+Result<std::string> GetString(const json::object& obj, std::string_view key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->value().is_null()) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("field '{}' is required", key));
+  }
+  if (!it->value().is_string()) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("field '{}' must be a string", key));
+  }
+  return std::string(it->value().as_string());
+}
+
+std::optional<std::string> GetOptString(const json::object& obj, std::string_view key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->value().is_string()) return std::nullopt;
+  return std::string(it->value().as_string());
+}
+
+Result<std::optional<std::string>> GetOptStringChecked(const json::object& obj,
+                                                       std::string_view key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->value().is_null()) return std::optional<std::string>();
+  if (!it->value().is_string()) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("field '{}' must be a string", key));
+  }
+  return std::optional<std::string>(std::string(it->value().as_string()));
+}
+
+Result<std::optional<int64_t>> GetOptInt(const json::object& obj, std::string_view key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->value().is_null()) return std::optional<int64_t>();
+  const auto& v = it->value();
+  if (v.is_int64()) return std::optional<int64_t>(v.as_int64());
+  if (v.is_uint64() && v.as_uint64() <= static_cast<uint64_t>(INT64_MAX)) {
+    return std::optional<int64_t>(static_cast<int64_t>(v.as_uint64()));
+  }
+  if (v.is_double() && v.as_double() == static_cast<double>(static_cast<int64_t>(v.as_double()))) {
+    return std::optional<int64_t>(static_cast<int64_t>(v.as_double()));
+  }
+  return MakeError(ErrorCode::kInvalidArgument, fmt::format("field '{}' must be an integer", key));
+}
+
+Result<std::optional<bool>> GetOptBool(const json::object& obj, std::string_view key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->value().is_null()) return std::optional<bool>();
+  if (!it->value().is_bool()) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("field '{}' must be a boolean", key));
+  }
+  return std::optional<bool>(it->value().as_bool());
+}
+
+json::object ErrorToJson(const Error& error) {
+  json::object inner;
+  inner["code"] = ErrorCodeName(error.code);
+  inner["message"] = JsonString(error.message);
+  json::object out;
+  out["error"] = std::move(inner);
+  return out;
+}
+
+}  // namespace deepbox

@@ -1,0 +1,35 @@
+// Thin helpers over Boost.JSON, the project's one JSON library.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <boost/json.hpp>
+
+#include "common/error.h"
+
+namespace deepbox {
+
+namespace json = boost::json;
+
+// Parses text; a syntax error becomes INVALID_ARGUMENT naming the position.
+Result<json::value> ParseJson(std::string_view text);
+Result<json::object> ParseJsonObject(std::string_view text);
+// Serializes; strings inside are assumed valid UTF-8 (use JsonString to ensure).
+std::string ToJson(const json::value& value);
+// A json::string holding `text` made valid UTF-8.
+json::string JsonString(std::string_view text);
+
+// Typed field access with clear INVALID_ARGUMENT errors ("field 'path' must be a string").
+Result<std::string> GetString(const json::object& obj, std::string_view key);
+std::optional<std::string> GetOptString(const json::object& obj, std::string_view key);
+Result<std::optional<std::string>> GetOptStringChecked(const json::object& obj,
+                                                       std::string_view key);
+Result<std::optional<int64_t>> GetOptInt(const json::object& obj, std::string_view key);
+Result<std::optional<bool>> GetOptBool(const json::object& obj, std::string_view key);
+
+// {"error": {"code": "NOT_FOUND", "message": "..."}}
+json::object ErrorToJson(const Error& error);
+
+}  // namespace deepbox
