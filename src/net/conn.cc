@@ -1,0 +1,506 @@
+#include "net/conn.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace deepbox::net {
+namespace {
+
+std::string OpenSslErrors() {
+  std::string out;
+  unsigned long e;
+  while ((e = ERR_get_error()) != 0) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out.empty() ? "unknown TLS error" : out;
+}
+
+int PollTimeoutMs(Deadline deadline) {
+  if (deadline == Deadline::max()) return -1;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (left.count() < 0) return 0;
+  return static_cast<int>(std::min<int64_t>(left.count() + 1, 1 << 30));
+}
+
+Status SetNonBlocking(int fd) {
+  int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return MakeSyscallError("fcntl(O_NONBLOCK)", errno);
+  }
+  return {};
+}
+
+// Loads a PEM bundle (one or more certificates) into an X509 store.
+Status AddPemToStore(X509_STORE* store, const std::string& pem, std::string_view what) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  int added = 0;
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(store, cert);
+    X509_free(cert);
+    ++added;
+  }
+  BIO_free(bio);
+  ERR_clear_error();
+  if (added == 0) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("{}: no PEM certificate found", what));
+  }
+  return {};
+}
+
+Status UseCertAndKey(SSL_CTX* ctx, const std::string& cert_pem, const std::string& key_pem) {
+  BIO* cbio = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* cert = PEM_read_bio_X509(cbio, nullptr, nullptr, nullptr);
+  if (cert == nullptr) {
+    BIO_free(cbio);
+    return MakeError(ErrorCode::kInvalidArgument, "certificate: not a PEM certificate");
+  }
+  int ok = SSL_CTX_use_certificate(ctx, cert);
+  X509_free(cert);
+  // Remaining certificates in the PEM form the chain.
+  while (X509* extra = PEM_read_bio_X509(cbio, nullptr, nullptr, nullptr)) {
+    SSL_CTX_add_extra_chain_cert(ctx, extra);
+  }
+  BIO_free(cbio);
+  ERR_clear_error();
+  if (ok != 1) return MakeError(ErrorCode::kInvalidArgument, "certificate: " + OpenSslErrors());
+  BIO* kbio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(kbio, nullptr, nullptr, nullptr);
+  BIO_free(kbio);
+  if (key == nullptr) return MakeError(ErrorCode::kInvalidArgument, "private key: not a PEM key");
+  ok = SSL_CTX_use_PrivateKey(ctx, key);
+  EVP_PKEY_free(key);
+  if (ok != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "private key does not match certificate: " + OpenSslErrors());
+  }
+  return {};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Endpoint
+
+Result<Endpoint> Endpoint::Parse(std::string_view spec) {
+  Endpoint ep;
+  if (spec.starts_with("unix:")) {
+    ep.is_unix = true;
+    ep.path = std::string(spec.substr(5));
+    if (ep.path.empty()) return MakeError(ErrorCode::kInvalidArgument, "unix: endpoint needs a path");
+    if (ep.path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("unix socket path too long ({} bytes): {}", ep.path.size(), ep.path));
+    }
+    return ep;
+  }
+  std::string_view port_text;
+  if (spec.starts_with("[")) {
+    auto close = spec.find(']');
+    if (close == std::string_view::npos || close + 1 >= spec.size() || spec[close + 1] != ':') {
+      return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad address '{}'", spec));
+    }
+    ep.host = std::string(spec.substr(1, close - 1));
+    port_text = spec.substr(close + 2);
+  } else {
+    auto colon = spec.rfind(':');
+    if (colon == std::string_view::npos) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("bad address '{}': expected HOST:PORT or unix:/path", spec));
+    }
+    ep.host = std::string(spec.substr(0, colon));
+    port_text = spec.substr(colon + 1);
+  }
+  if (ep.host.empty()) ep.host = "0.0.0.0";
+  int port = -1;
+  auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || p != port_text.data() + port_text.size() || port < 0 || port > 65535) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad port in '{}'", spec));
+  }
+  ep.port = port;
+  return ep;
+}
+
+std::string Endpoint::ToString() const {
+  if (is_unix) return "unix:" + path;
+  if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
+  return fmt::format("{}:{}", host, port);
+}
+
+// ---------------------------------------------------------------- TlsContext
+
+TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
+
+Result<std::shared_ptr<TlsContext>> TlsContext::ForServer(const TlsServerConfig& config) {
+  SSL_CTX* raw = SSL_CTX_new(TLS_server_method());
+  if (raw == nullptr) return MakeError(ErrorCode::kInternal, "SSL_CTX_new: " + OpenSslErrors());
+  std::shared_ptr<TlsContext> ctx(new TlsContext(raw));
+  SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
+  if (auto s = UseCertAndKey(raw, config.cert_pem, config.key_pem); !s) return tl::unexpected(s.error());
+  if (!config.client_ca_pem.empty()) {
+    if (auto s = AddPemToStore(SSL_CTX_get_cert_store(raw), config.client_ca_pem, "client CA"); !s) {
+      return tl::unexpected(s.error());
+    }
+    int mode = SSL_VERIFY_PEER;
+    if (config.require_client_cert) mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
+    SSL_CTX_set_verify(raw, mode, nullptr);
+  }
+  return ctx;
+}
+
+Result<std::shared_ptr<TlsContext>> TlsContext::ForClient(const TlsClientConfig& config) {
+  SSL_CTX* raw = SSL_CTX_new(TLS_client_method());
+  if (raw == nullptr) return MakeError(ErrorCode::kInternal, "SSL_CTX_new: " + OpenSslErrors());
+  std::shared_ptr<TlsContext> ctx(new TlsContext(raw));
+  SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
+  if (config.insecure_skip_verify) {
+    ctx->verify_peer_ = false;
+    SSL_CTX_set_verify(raw, SSL_VERIFY_NONE, nullptr);
+  } else {
+    SSL_CTX_set_verify(raw, SSL_VERIFY_PEER, nullptr);
+    if (!config.ca_pem.empty()) {
+      if (auto s = AddPemToStore(SSL_CTX_get_cert_store(raw), config.ca_pem, "CA certificate"); !s) {
+        return tl::unexpected(s.error());
+      }
+    } else if (!config.ca_file.empty()) {
+      if (SSL_CTX_load_verify_locations(raw, config.ca_file.c_str(), nullptr) != 1) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("CA file '{}': {}", config.ca_file, OpenSslErrors()));
+      }
+    } else if (SSL_CTX_set_default_verify_paths(raw) != 1) {
+      return MakeError(ErrorCode::kInternal, "loading system CAs: " + OpenSslErrors());
+    }
+  }
+  if (!config.client_cert_pem.empty()) {
+    if (auto s = UseCertAndKey(raw, config.client_cert_pem, config.client_key_pem); !s) {
+      return tl::unexpected(s.error());
+    }
+  }
+  return ctx;
+}
+
+// ---------------------------------------------------------------- Conn
+
+Conn::Conn(UniqueFd fd) : fd_(std::move(fd)) {}
+Conn::Conn(Conn&& o) noexcept
+    : fd_(std::move(o.fd_)), ssl_(std::exchange(o.ssl_, nullptr)), cancel_fd_(o.cancel_fd_) {}
+Conn& Conn::operator=(Conn&& o) noexcept {
+  if (this != &o) {
+    if (ssl_ != nullptr) SSL_free(ssl_);
+    fd_ = std::move(o.fd_);
+    ssl_ = std::exchange(o.ssl_, nullptr);
+    cancel_fd_ = o.cancel_fd_;
+  }
+  return *this;
+}
+Conn::~Conn() {
+  if (ssl_ != nullptr) SSL_free(ssl_);
+}
+
+Status Conn::WaitFor(short events, Deadline deadline) {
+  for (;;) {
+    // Only reads are cancellable: a shutdown interrupts idle keep-alive waits
+    // but lets in-flight responses finish writing.
+    bool cancellable = cancel_fd_ >= 0 && (events & POLLIN);
+    pollfd fds[2] = {{fd_.get(), events, 0}, {cancel_fd_, POLLIN, 0}};
+    int n = ::poll(fds, cancellable ? 2 : 1, PollTimeoutMs(deadline));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return MakeSyscallError("poll", errno);
+    }
+    if (n == 0) return MakeError(ErrorCode::kTimeout, "connection timed out");
+    if (cancellable && (fds[1].revents & POLLIN)) {
+      return MakeError(ErrorCode::kCancelled, "connection cancelled (server shutting down)");
+    }
+    return {};  // readable/writable or error: the next syscall reports which
+  }
+}
+
+Result<Conn> Conn::Connect(const Endpoint& endpoint, Deadline deadline) {
+  if (endpoint.is_unix) {
+    // Blocking connect: a unix connect completes at once or fails (EAGAIN when
+    // the backlog is full, which we retry until the deadline).
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd) return MakeSyscallError("socket(AF_UNIX)", errno);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, endpoint.path.c_str(), endpoint.path.size() + 1);
+    while (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN && Clock::now() < deadline) {
+        ::usleep(1000);
+        continue;
+      }
+      return MakeSyscallError("connect", errno, endpoint.path);
+    }
+    if (auto s = SetNonBlocking(fd.get()); !s) return tl::unexpected(s.error());
+    return Conn(std::move(fd));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(endpoint.port);
+  int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("cannot resolve '{}': {}", endpoint.host, gai_strerror(rc)));
+  }
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(res, freeaddrinfo);
+  Error last(ErrorCode::kUnavailable, "no address");
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd) {
+      last = SyscallError("socket", errno);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        last = SyscallError("connect", errno, endpoint.ToString());
+        continue;
+      }
+      Conn probe{UniqueFd(fd.release())};
+      if (auto w = probe.WaitFor(POLLOUT, deadline); !w) {
+        last = w.error();
+        last.message = fmt::format("connect({}): {}", endpoint.ToString(), last.message);
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(probe.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last = SyscallError("connect", err, endpoint.ToString());
+        continue;
+      }
+      return probe;
+    }
+    return Conn(std::move(fd));
+  }
+  return tl::unexpected(last);
+}
+
+Status Conn::StartTlsClient(const TlsContext& ctx, const std::string& server_name,
+                            Deadline deadline) {
+  ssl_ = SSL_new(ctx.get());
+  if (ssl_ == nullptr) return MakeError(ErrorCode::kInternal, "SSL_new: " + OpenSslErrors());
+  SSL_set_fd(ssl_, fd_.get());
+  in6_addr v6;
+  in_addr v4;
+  bool is_ip = inet_pton(AF_INET, server_name.c_str(), &v4) == 1 ||
+               inet_pton(AF_INET6, server_name.c_str(), &v6) == 1;
+  if (!is_ip && !server_name.empty()) SSL_set_tlsext_host_name(ssl_, server_name.c_str());
+  if (ctx.verify_peer() && !server_name.empty()) {
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl_);
+    if (is_ip) {
+      X509_VERIFY_PARAM_set1_ip_asc(param, server_name.c_str());
+    } else {
+      X509_VERIFY_PARAM_set1_host(param, server_name.c_str(), 0);
+    }
+  }
+  for (;;) {
+    int r = SSL_connect(ssl_);
+    if (r == 1) return {};
+    int err = SSL_get_error(ssl_, r);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+      if (auto w = WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline); !w) return w;
+      continue;
+    }
+    long verify = SSL_get_verify_result(ssl_);
+    std::string detail = verify != X509_V_OK ? X509_verify_cert_error_string(verify) : OpenSslErrors();
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("TLS handshake with '{}' failed: {}", server_name, detail));
+  }
+}
+
+Status Conn::StartTlsServer(const TlsContext& ctx, Deadline deadline) {
+  ssl_ = SSL_new(ctx.get());
+  if (ssl_ == nullptr) return MakeError(ErrorCode::kInternal, "SSL_new: " + OpenSslErrors());
+  SSL_set_fd(ssl_, fd_.get());
+  for (;;) {
+    int r = SSL_accept(ssl_);
+    if (r == 1) return {};
+    int err = SSL_get_error(ssl_, r);
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+      if (auto w = WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline); !w) return w;
+      continue;
+    }
+    return MakeError(ErrorCode::kUnauthenticated, "TLS accept failed: " + OpenSslErrors());
+  }
+}
+
+Result<size_t> Conn::ReadSome(char* data, size_t size, Deadline deadline) {
+  for (;;) {
+    if (ssl_ != nullptr) {
+      ERR_clear_error();
+      int r = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+      if (r > 0) return static_cast<size_t>(r);
+      int err = SSL_get_error(ssl_, r);
+      if (err == SSL_ERROR_ZERO_RETURN) return 0;
+      if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        if (auto w = WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline); !w) {
+          return tl::unexpected(w.error());
+        }
+        continue;
+      }
+      if (err == SSL_ERROR_SYSCALL && errno == 0) return 0;  // peer closed without close_notify
+      if (err == SSL_ERROR_SYSCALL) return MakeSyscallError("SSL_read", errno);
+      return MakeError(ErrorCode::kUnavailable, "TLS read failed: " + OpenSslErrors());
+    }
+    ssize_t n = ::recv(fd_.get(), data, size, 0);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) {
+      if (auto w = WaitFor(POLLIN, deadline); !w) return tl::unexpected(w.error());
+      continue;
+    }
+    return MakeSyscallError("recv", errno);
+  }
+}
+
+Status Conn::WriteAll(std::string_view data, Deadline deadline) {
+  while (!data.empty()) {
+    if (ssl_ != nullptr) {
+      ERR_clear_error();
+      int r = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
+      if (r > 0) {
+        data.remove_prefix(static_cast<size_t>(r));
+        continue;
+      }
+      int err = SSL_get_error(ssl_, r);
+      if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+        if (auto w = WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline); !w) return w;
+        continue;
+      }
+      if (err == SSL_ERROR_SYSCALL) return MakeSyscallError("SSL_write", errno ? errno : EPIPE);
+      return MakeError(ErrorCode::kUnavailable, "TLS write failed: " + OpenSslErrors());
+    }
+    ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
+    if (n >= 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) {
+      if (auto w = WaitFor(POLLOUT, deadline); !w) return w;
+      continue;
+    }
+    return MakeSyscallError("send", errno);
+  }
+  return {};
+}
+
+bool Conn::PeerClosed() const {
+  pollfd p{fd_.get(), POLLRDHUP, 0};
+  int n = ::poll(&p, 1, 0);
+  return n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+void Conn::ShutdownWrite() {
+  if (ssl_ != nullptr) SSL_shutdown(ssl_);
+  ::shutdown(fd_.get(), SHUT_WR);
+}
+
+// ---------------------------------------------------------------- Listener
+
+Result<Listener> Listener::Bind(const Endpoint& endpoint, int unix_mode, int backlog) {
+  Listener l;
+  l.endpoint_ = endpoint;
+  if (endpoint.is_unix) {
+    l.fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!l.fd_) return MakeSyscallError("socket(AF_UNIX)", errno);
+    struct stat st {};
+    if (::lstat(endpoint.path.c_str(), &st) == 0) {
+      if (!S_ISSOCK(st.st_mode)) {
+        return MakeError(ErrorCode::kConflict,
+                         fmt::format("'{}' exists and is not a socket; refusing to replace it",
+                                     endpoint.path));
+      }
+      ::unlink(endpoint.path.c_str());
+    }
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, endpoint.path.c_str(), endpoint.path.size() + 1);
+    // Create the socket with the final mode directly (no window where it is wider).
+    mode_t old = ::umask(static_cast<mode_t>(~unix_mode & 0777));
+    int rc = ::bind(l.fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    int saved = errno;
+    ::umask(old);
+    if (rc != 0) return MakeSyscallError("bind", saved, endpoint.path);
+  } else {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    addrinfo* res = nullptr;
+    std::string port = std::to_string(endpoint.port);
+    int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &res);
+    if (rc != 0) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("cannot resolve listen host '{}': {}", endpoint.host, gai_strerror(rc)));
+    }
+    std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(res, freeaddrinfo);
+    l.fd_.reset(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!l.fd_) return MakeSyscallError("socket", errno);
+    int one = 1;
+    ::setsockopt(l.fd_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(l.fd_.get(), res->ai_addr, res->ai_addrlen) != 0) {
+      return MakeSyscallError("bind", errno, endpoint.ToString());
+    }
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    ::getsockname(l.fd_.get(), reinterpret_cast<sockaddr*>(&ss), &len);
+    l.port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                       : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    l.endpoint_.port = l.port_;
+  }
+  if (::listen(l.fd_.get(), backlog) != 0) return MakeSyscallError("listen", errno);
+  return l;
+}
+
+Result<UniqueFd> Listener::Accept(int cancel_fd) {
+  for (;;) {
+    int fd = ::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      if (!endpoint_.is_unix) {
+        int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      }
+      return UniqueFd(fd);
+    }
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if (errno != EAGAIN) return MakeSyscallError("accept4", errno);
+    pollfd fds[2] = {{fd_.get(), POLLIN, 0}, {cancel_fd, POLLIN, 0}};
+    int n = ::poll(fds, cancel_fd >= 0 ? 2 : 1, -1);
+    if (n < 0 && errno != EINTR) return MakeSyscallError("poll", errno);
+    if (cancel_fd >= 0 && (fds[1].revents & POLLIN)) {
+      return MakeError(ErrorCode::kCancelled, "listener closed");
+    }
+  }
+}
+
+void Listener::Close() {
+  if (fd_ && endpoint_.is_unix) ::unlink(endpoint_.path.c_str());
+  fd_.reset();
+}
+
+}  // namespace deepbox::net

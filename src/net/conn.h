@@ -1,0 +1,121 @@
+// A byte stream over a socket (TCP or unix), optionally wrapped in TLS, with
+// deadlines on every read and write. The fd is non-blocking and every wait is a
+// poll(), so a stuck peer can never hang a thread past its deadline, and a
+// shutdown can interrupt idle waits through a cancel fd.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+
+typedef struct ssl_st SSL;
+typedef struct ssl_ctx_st SSL_CTX;
+
+namespace deepbox::net {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+inline Deadline DeadlineAfter(std::chrono::milliseconds d) {
+  if (d.count() <= 0) return Deadline::max();
+  return Clock::now() + d;
+}
+
+// Where to connect or listen: "unix:/path", "HOST:PORT", "[v6]:PORT", ":PORT".
+struct Endpoint {
+  bool is_unix = false;
+  std::string path;  // unix
+  std::string host;  // tcp
+  int port = 0;      // tcp
+
+  static Result<Endpoint> Parse(std::string_view spec);
+  std::string ToString() const;
+};
+
+struct TlsServerConfig {
+  std::string cert_pem;
+  std::string key_pem;
+  std::string client_ca_pem;  // non-empty: client certificates verified against it
+  bool require_client_cert = false;
+};
+
+struct TlsClientConfig {
+  std::string ca_pem;          // PEM bundle; empty = system CAs
+  std::string ca_file;         // path alternative to ca_pem
+  std::string client_cert_pem;  // mTLS
+  std::string client_key_pem;
+  bool insecure_skip_verify = false;
+  std::string server_name;  // SNI / verification name override; default = URL host
+};
+
+class TlsContext {
+ public:
+  static Result<std::shared_ptr<TlsContext>> ForServer(const TlsServerConfig& config);
+  static Result<std::shared_ptr<TlsContext>> ForClient(const TlsClientConfig& config);
+  ~TlsContext();
+  SSL_CTX* get() const { return ctx_; }
+  bool verify_peer() const { return verify_peer_; }
+
+ private:
+  explicit TlsContext(SSL_CTX* ctx) : ctx_(ctx) {}
+  SSL_CTX* ctx_;
+  bool verify_peer_ = true;
+};
+
+// Why an operation stopped, for callers that must tell a timeout from a reset.
+class Conn {
+ public:
+  Conn() = default;
+  explicit Conn(UniqueFd fd);
+  Conn(Conn&&) noexcept;
+  Conn& operator=(Conn&&) noexcept;
+  ~Conn();
+
+  static Result<Conn> Connect(const Endpoint& endpoint, Deadline deadline);
+
+  Status StartTlsClient(const TlsContext& ctx, const std::string& server_name, Deadline deadline);
+  Status StartTlsServer(const TlsContext& ctx, Deadline deadline);
+
+  // Returns 0 at end of stream. TIMEOUT when the deadline passes, CANCELLED when
+  // the cancel fd becomes readable.
+  Result<size_t> ReadSome(char* data, size_t size, Deadline deadline);
+  Status WriteAll(std::string_view data, Deadline deadline);
+
+  // An eventfd/pipe whose readability interrupts waits (server shutdown).
+  void set_cancel_fd(int fd) { cancel_fd_ = fd; }
+  // True if the peer has closed or reset the connection (non-blocking check).
+  bool PeerClosed() const;
+  void ShutdownWrite();
+  int fd() const { return fd_.get(); }
+  bool valid() const { return fd_.valid(); }
+  bool is_tls() const { return ssl_ != nullptr; }
+
+ private:
+  Status WaitFor(short events, Deadline deadline);
+  UniqueFd fd_;
+  SSL* ssl_ = nullptr;
+  int cancel_fd_ = -1;
+};
+
+// A listening socket. For unix sockets a stale socket file is replaced and the
+// new one gets `unix_mode` (default owner-only).
+class Listener {
+ public:
+  static Result<Listener> Bind(const Endpoint& endpoint, int unix_mode = 0600, int backlog = 512);
+  // Blocks until a connection arrives, the deadline passes, or cancel_fd fires.
+  Result<UniqueFd> Accept(int cancel_fd);
+  int port() const { return port_; }  // actual TCP port (useful with port 0)
+  const Endpoint& endpoint() const { return endpoint_; }
+  int fd() const { return fd_.get(); }
+  void Close();
+
+ private:
+  UniqueFd fd_;
+  Endpoint endpoint_;
+  int port_ = 0;
+};
+
+}  // namespace deepbox::net

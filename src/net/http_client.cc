@@ -1,0 +1,238 @@
+#include "net/http_client.h"
+
+#include <deque>
+#include <mutex>
+#include <optional>
+
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include "net/beast_stream.h"
+#include "net/url.h"
+
+namespace deepbox::net {
+
+namespace http = boost::beast::http;
+using internal::BeastStream;
+
+namespace {
+
+struct PooledConn {
+  Conn conn;
+  boost::beast::flat_buffer buffer;
+};
+
+}  // namespace
+
+struct HttpClient::Impl {
+  std::string base_url;
+  Url url;
+  Endpoint endpoint;
+  std::string host_header;
+  std::string path_prefix;
+  ClientOptions options;
+  std::shared_ptr<TlsContext> tls;
+
+  std::mutex mu;
+  std::deque<std::unique_ptr<PooledConn>> idle;
+
+  Result<std::unique_ptr<PooledConn>> Checkout(bool& reused) {
+    {
+      std::lock_guard lock(mu);
+      while (!idle.empty()) {
+        auto pc = std::move(idle.back());
+        idle.pop_back();
+        if (pc->conn.PeerClosed()) continue;  // server closed it while idle
+        reused = true;
+        return pc;
+      }
+    }
+    reused = false;
+    auto deadline = DeadlineAfter(options.connect_timeout);
+    auto conn = Conn::Connect(endpoint, deadline);
+    if (!conn) {
+      Error e = conn.error();
+      e.message = fmt::format("cannot connect to {}: {}", base_url, e.message);
+      if (e.code != ErrorCode::kTimeout) e.code = ErrorCode::kUnavailable;
+      return tl::unexpected(e);
+    }
+    if (tls) {
+      std::string name = options.tls.server_name.empty() ? url.host : options.tls.server_name;
+      if (auto s = conn->StartTlsClient(*tls, name, deadline); !s) return tl::unexpected(s.error());
+    }
+    auto pc = std::make_unique<PooledConn>();
+    pc->conn = std::move(*conn);
+    return pc;
+  }
+
+  void Return(std::unique_ptr<PooledConn> pc) {
+    std::lock_guard lock(mu);
+    if (idle.size() < options.max_idle_connections) idle.push_back(std::move(pc));
+  }
+
+  // One attempt. `retryable` is set when the failure happened on a reused
+  // connection before any response byte arrived (a stale keep-alive socket).
+  Result<Response> Attempt(const ClientRequest& req,
+                           const std::function<bool(const Response&)>* on_head,
+                           const std::function<bool(std::string_view)>* on_data,
+                           bool& retryable);
+};
+
+Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
+                                           const std::function<bool(const Response&)>* on_head,
+                                           const std::function<bool(std::string_view)>* on_data,
+                                           bool& retryable) {
+  retryable = false;
+  bool reused = false;
+  auto pc_or = Checkout(reused);
+  if (!pc_or) return tl::unexpected(pc_or.error());
+  std::unique_ptr<PooledConn> pc = std::move(*pc_or);
+  BeastStream stream(pc->conn);
+  Deadline overall = req.timeout.count() > 0 ? DeadlineAfter(req.timeout) : Deadline::max();
+  auto step_deadline = [&] {
+    Deadline idle = options.read_idle_timeout.count() > 0 ? DeadlineAfter(options.read_idle_timeout)
+                                                          : Deadline::max();
+    return std::min(idle, overall);
+  };
+  auto fail = [&](std::string_view what) {
+    Error e = stream.last_error();
+    if (e.code == ErrorCode::kTimeout) {
+      e.message = fmt::format("{} {}{}: timed out {}", req.method, base_url, req.target, what);
+    } else {
+      e.code = ErrorCode::kUnavailable;
+      e.message = fmt::format("{} {}{}: {} ({})", req.method, base_url, req.target, what,
+                              e.message);
+    }
+    return tl::unexpected(e);
+  };
+
+  http::request<http::string_body> msg{http::string_to_verb(req.method), path_prefix + req.target,
+                                       11};
+  if (msg.method() == http::verb::unknown) msg.method_string(req.method);
+  msg.set(http::field::host, host_header);
+  msg.set(http::field::user_agent, options.user_agent);
+  for (const auto& [k, v] : options.default_headers.entries()) msg.set(k, v);
+  for (const auto& [k, v] : req.headers.entries()) msg.set(k, v);
+  msg.body() = req.body;
+  msg.prepare_payload();
+  msg.keep_alive(true);
+  boost::system::error_code ec;
+  stream.set_deadline(std::min(overall, DeadlineAfter(options.connect_timeout + std::chrono::milliseconds(60000))));
+  http::write(stream, msg, ec);
+  if (ec) {
+    retryable = reused;
+    return fail("sending the request");
+  }
+
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(boost::none);
+  if (req.method == "HEAD") parser.skip(true);
+  stream.set_deadline(step_deadline());
+  http::read_header(stream, pc->buffer, parser, ec);
+  if (ec) {
+    retryable = reused && stream.eof();
+    return fail("waiting for the response");
+  }
+  Response out;
+  out.status = static_cast<int>(parser.get().result_int());
+  for (const auto& field : parser.get()) {
+    out.headers.Add(std::string(field.name_string()), std::string(field.value()));
+  }
+  bool keep_alive = parser.get().keep_alive();
+  if (on_head != nullptr && !(*on_head)(out)) return out;  // caller stopped; drop connection
+
+  std::string body;
+  std::vector<char> chunk(64 * 1024);
+  while (!parser.is_done()) {
+    parser.get().body().data = chunk.data();
+    parser.get().body().size = chunk.size();
+    stream.set_deadline(step_deadline());
+    http::read_some(stream, pc->buffer, parser, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec && !(ec == http::error::end_of_stream && parser.is_done())) {
+      if (ec == http::error::partial_message || ec == boost::asio::error::eof) {
+        return tl::unexpected(Error(ErrorCode::kUnavailable,
+                                    fmt::format("{} {}{}: connection closed mid-response",
+                                                req.method, base_url, req.target)));
+      }
+      return fail("reading the response body");
+    }
+    size_t n = chunk.size() - parser.get().body().size;
+    if (n == 0) continue;
+    std::string_view piece(chunk.data(), n);
+    if (on_data != nullptr) {
+      if (!(*on_data)(piece)) return out;  // caller stopped; drop connection
+    } else {
+      if (body.size() + n > options.max_response_bytes) {
+        return MakeError(ErrorCode::kResourceExhausted,
+                         fmt::format("{} {}{}: response exceeds {} bytes", req.method, base_url,
+                                     req.target, options.max_response_bytes));
+      }
+      body.append(piece);
+    }
+  }
+  out.body = std::move(body);
+  if (keep_alive) Return(std::move(pc));
+  return out;
+}
+
+HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+HttpClient::~HttpClient() = default;
+
+Result<std::unique_ptr<HttpClient>> HttpClient::Create(std::string_view base_url,
+                                                      ClientOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->base_url = std::string(base_url);
+  auto url = ParseUrl(base_url);
+  if (!url) return tl::unexpected(url.error());
+  impl->url = *url;
+  if (url->scheme == "unix") {
+    impl->endpoint.is_unix = true;
+    impl->endpoint.path = url->path;
+    impl->host_header = "localhost";
+  } else {
+    impl->endpoint.host = url->host;
+    impl->endpoint.port = url->port;
+    bool default_port = (url->scheme == "http" && url->port == 80) ||
+                        (url->scheme == "https" && url->port == 443);
+    std::string host = url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host;
+    impl->host_header = default_port ? host : fmt::format("{}:{}", host, url->port);
+    if (url->path != "/") {
+      impl->path_prefix = url->path;
+      while (impl->path_prefix.ends_with('/')) impl->path_prefix.pop_back();
+    }
+  }
+  impl->options = std::move(options);
+  if (url->scheme == "https") {
+    auto ctx = TlsContext::ForClient(impl->options.tls);
+    if (!ctx) return tl::unexpected(ctx.error());
+    impl->tls = *ctx;
+  }
+  return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
+}
+
+Result<Response> HttpClient::Send(const ClientRequest& request) {
+  bool retryable = false;
+  auto r = impl_->Attempt(request, nullptr, nullptr, retryable);
+  if (!r && retryable) r = impl_->Attempt(request, nullptr, nullptr, retryable);
+  return r;
+}
+
+Result<Response> HttpClient::SendStreaming(const ClientRequest& request,
+                                           const std::function<bool(const Response&)>& on_head,
+                                           const std::function<bool(std::string_view)>& on_data) {
+  bool retryable = false;
+  auto r = impl_->Attempt(request, &on_head, &on_data, retryable);
+  if (!r && retryable) r = impl_->Attempt(request, &on_head, &on_data, retryable);
+  return r;
+}
+
+void HttpClient::CloseIdle() {
+  std::lock_guard lock(impl_->mu);
+  impl_->idle.clear();
+}
+
+const std::string& HttpClient::base_url() const { return impl_->base_url; }
+
+}  // namespace deepbox::net

@@ -1,0 +1,353 @@
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "net/http_client.h"
+#include "net/http_server.h"
+#include "net/testing/test_certs.h"
+
+namespace deepbox::net {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A handler exercising the features the daemon and fakes rely on.
+void TestHandler(Request& req, ResponseWriter& w) {
+  if (req.path == "/echo") {
+    Response r = Response::Text(200, req.method + " " + req.body);
+    r.headers.Set("X-Query-A", req.Query("a").value_or(""));
+    r.headers.Set("X-Got-Header", req.Header("x-test").value_or(""));
+    (void)w.Send(r);
+  } else if (req.path == "/stream") {
+    Headers h;
+    h.Set("Content-Type", "application/x-ndjson");
+    (void)w.BeginStream(200, h);
+    for (int i = 0; i < 5; ++i) (void)w.WriteChunk("{\"n\":" + std::to_string(i) + "}\n");
+    (void)w.EndStream();
+  } else if (req.path == "/big") {
+    (void)w.Send(Response::Text(200, std::string(size_t{5} << 20, 'z')));
+  } else if (req.path == "/a b") {
+    (void)w.Send(Response::Text(200, "decoded"));
+  } else if (req.path == "/nothing") {
+    // Sends no response: the server must answer 500 on its own.
+  } else {
+    (void)w.Send(Response::Json(404, R"({"error":"nope"})"));
+  }
+}
+
+class HttpTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("deepbox-net-" + std::to_string(::getpid()) + "-" +
+            std::to_string(counter_++));
+    std::filesystem::create_directories(dir_);
+    std::string spec = GetParam() == "unix" ? "unix:" + (dir_ / "s.sock").string() : "127.0.0.1:0";
+    auto ep = Endpoint::Parse(spec);
+    ASSERT_TRUE(ep);
+    auto server = HttpServer::Create(*ep, TestHandler);
+    ASSERT_TRUE(server) << server.error().ToString();
+    server_ = std::move(*server);
+    server_->Start();
+    base_ = GetParam() == "unix" ? spec : "http://127.0.0.1:" + std::to_string(server_->port());
+    auto client = HttpClient::Create(base_);
+    ASSERT_TRUE(client);
+    client_ = std::move(*client);
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  static inline std::atomic<int> counter_{0};
+  std::filesystem::path dir_;
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<HttpClient> client_;
+  std::string base_;
+};
+
+TEST_P(HttpTest, RoundTripWithQueryHeadersAndKeepAlive) {
+  for (int i = 0; i < 20; ++i) {
+    ClientRequest req;
+    req.method = "POST";
+    req.target = "/echo?a=x%20y";
+    req.headers.Set("X-Test", "yes");
+    req.body = "hello" + std::to_string(i);
+    auto r = client_->Send(req);
+    ASSERT_TRUE(r) << r.error().ToString();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "POST hello" + std::to_string(i));
+    EXPECT_EQ(r->headers.Get("x-query-a"), "x y");
+    EXPECT_EQ(r->headers.Get("X-Got-Header"), "yes");
+  }
+  // Keep-alive: all requests shared one connection.
+  EXPECT_EQ(server_->active_connections(), 1u);
+}
+
+TEST_P(HttpTest, PercentDecodedPath) {
+  ClientRequest req;
+  req.target = "/a%20b";
+  auto r = client_->Send(req);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, "decoded");
+}
+
+TEST_P(HttpTest, StreamingChunksArriveInOrder) {
+  ClientRequest req;
+  req.target = "/stream";
+  std::string got;
+  int heads = 0;
+  auto r = client_->SendStreaming(
+      req,
+      [&](const Response& head) {
+        ++heads;
+        EXPECT_EQ(head.status, 200);
+        return true;
+      },
+      [&](std::string_view d) {
+        got.append(d);
+        return true;
+      });
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(heads, 1);
+  EXPECT_EQ(got, "{\"n\":0}\n{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n{\"n\":4}\n");
+}
+
+TEST_P(HttpTest, LargeBodiesBothWays) {
+  ClientRequest req;
+  req.method = "POST";
+  req.target = "/echo";
+  req.body = std::string(size_t{10} << 20, 'q');
+  auto r = client_->Send(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->body.size(), req.body.size() + 5);
+  ClientRequest big;
+  big.target = "/big";
+  auto b = client_->Send(big);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->body.size(), size_t{5} << 20);
+}
+
+TEST_P(HttpTest, HandlerWithoutResponseGets500) {
+  ClientRequest req;
+  req.target = "/nothing";
+  auto r = client_->Send(req);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500);
+}
+
+TEST_P(HttpTest, HeadHasNoBody) {
+  ClientRequest req;
+  req.method = "HEAD";
+  req.target = "/big";
+  auto r = client_->Send(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_TRUE(r->body.empty());
+  EXPECT_EQ(r->headers.Get("Content-Length"), std::to_string(size_t{5} << 20));
+  // The connection is still usable afterwards.
+  ClientRequest again;
+  again.target = "/a%20b";
+  EXPECT_TRUE(client_->Send(again));
+}
+
+TEST_P(HttpTest, ManyConcurrentRequests) {
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 50; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 4; ++i) {
+        ClientRequest req;
+        req.method = "POST";
+        req.target = "/echo";
+        req.body = std::to_string(t * 100 + i);
+        auto r = client_->Send(req);
+        if (r && r->body == "POST " + req.body) ++ok;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok.load(), 200);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, HttpTest, ::testing::Values("tcp", "unix"));
+
+// Raw-socket helper: send bytes, read the whole reply until close.
+std::string RawExchange(int port, const std::string& bytes) {
+  auto ep = Endpoint::Parse("127.0.0.1:" + std::to_string(port));
+  auto conn = Conn::Connect(*ep, DeadlineAfter(5000ms));
+  EXPECT_TRUE(conn);
+  EXPECT_TRUE(conn->WriteAll(bytes, DeadlineAfter(5000ms)));
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    auto n = conn->ReadSome(buf, sizeof buf, DeadlineAfter(5000ms));
+    if (!n || *n == 0) break;
+    out.append(buf, *n);
+  }
+  return out;
+}
+
+TEST(HttpServerTest, MalformedRequestsGet400AndServerSurvives) {
+  auto server = HttpServer::Create(*Endpoint::Parse("127.0.0.1:0"), TestHandler);
+  ASSERT_TRUE(server);
+  (*server)->Start();
+  int port = (*server)->port();
+  EXPECT_NE(RawExchange(port, "GARBAGE\r\n\r\n").find("400"), std::string::npos);
+  EXPECT_NE(RawExchange(port, "GET / HTTP/1.1\r\nContent-Length: zz\r\n\r\n").find("400"),
+            std::string::npos);
+  std::string huge_header = "GET / HTTP/1.1\r\nX: " + std::string(100000, 'a') + "\r\n\r\n";
+  EXPECT_NE(RawExchange(port, huge_header).find("431"), std::string::npos);
+  // Still serving.
+  auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string(port));
+  ClientRequest req;
+  req.target = "/echo";
+  EXPECT_TRUE((*client)->Send(req));
+}
+
+TEST(HttpServerTest, OversizedBodyGets413) {
+  ServerOptions opts;
+  opts.max_body_bytes = 1024;
+  auto server = HttpServer::Create(*Endpoint::Parse("127.0.0.1:0"), TestHandler, opts);
+  ASSERT_TRUE(server);
+  (*server)->Start();
+  auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string((*server)->port()));
+  ClientRequest req;
+  req.method = "POST";
+  req.target = "/echo";
+  req.body = std::string(4096, 'x');
+  auto r = (*client)->Send(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->status, 413);
+}
+
+TEST(HttpServerTest, StopInterruptsIdleKeepAlive) {
+  auto server = HttpServer::Create(*Endpoint::Parse("127.0.0.1:0"), TestHandler);
+  ASSERT_TRUE(server);
+  (*server)->Start();
+  auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string((*server)->port()));
+  ClientRequest req;
+  req.target = "/echo";
+  ASSERT_TRUE((*client)->Send(req));
+  EXPECT_EQ((*server)->active_connections(), 1u);
+  (*server)->Stop(10000ms);
+  EXPECT_EQ((*server)->active_connections(), 0u);
+  // New connections are refused once stopped.
+  (*client)->CloseIdle();
+  EXPECT_FALSE((*client)->Send(req));
+}
+
+TEST(HttpClientTest, ConnectionRefusedIsUnavailable) {
+  // Grab a free port, then close it.
+  int port;
+  {
+    auto l = Listener::Bind(*Endpoint::Parse("127.0.0.1:0"));
+    port = l->port();
+  }
+  auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string(port));
+  ClientRequest req;
+  auto r = (*client)->Send(req);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+}
+
+TEST(HttpClientTest, SilentServerTimesOut) {
+  auto l = Listener::Bind(*Endpoint::Parse("127.0.0.1:0"));
+  ASSERT_TRUE(l);
+  ClientOptions opts;
+  opts.read_idle_timeout = 300ms;
+  auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string(l->port()), opts);
+  ClientRequest req;
+  auto r = (*client)->Send(req);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kTimeout);
+}
+
+TEST(HttpClientTest, DroppedConnectionMidBodyIsAnError) {
+  auto l = Listener::Bind(*Endpoint::Parse("127.0.0.1:0"));
+  ASSERT_TRUE(l);
+  std::thread srv([&] {
+    auto fd = l->Accept(-1);
+    Conn c(std::move(*fd));
+    char buf[4096];
+    (void)c.ReadSome(buf, sizeof buf, DeadlineAfter(5000ms));
+    (void)c.WriteAll("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial", DeadlineAfter(5000ms));
+  });
+  auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string(l->port()));
+  ClientRequest req;
+  auto r = (*client)->Send(req);
+  srv.join();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+}
+
+TEST(HttpTlsTest, MutualTlsRoundTripAndVerificationFailures) {
+  auto pki = testing::GenerateTestPki();
+  TlsServerConfig scfg{pki.server_cert_pem, pki.server_key_pem, pki.ca_cert_pem, true};
+  ServerOptions opts;
+  auto tls = TlsContext::ForServer(scfg);
+  ASSERT_TRUE(tls) << tls.error().ToString();
+  opts.tls = *tls;
+  auto server = HttpServer::Create(*Endpoint::Parse("127.0.0.1:0"), TestHandler, opts);
+  ASSERT_TRUE(server);
+  (*server)->Start();
+  std::string url = "https://localhost:" + std::to_string((*server)->port());
+
+  ClientOptions good;
+  good.tls.ca_pem = pki.ca_cert_pem;
+  good.tls.client_cert_pem = pki.client_cert_pem;
+  good.tls.client_key_pem = pki.client_key_pem;
+  auto client = HttpClient::Create(url, good);
+  ASSERT_TRUE(client);
+  ClientRequest req;
+  req.method = "POST";
+  req.target = "/echo";
+  req.body = "over tls";
+  auto r = (*client)->Send(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->body, "POST over tls");
+  ClientRequest stream_req;
+  stream_req.target = "/stream";
+  std::string got;
+  auto s = (*client)->SendStreaming(
+      stream_req, [](const Response&) { return true; },
+      [&](std::string_view d) {
+        got.append(d);
+        return true;
+      });
+  ASSERT_TRUE(s) << s.error().ToString();
+  EXPECT_NE(got.find("{\"n\":4}"), std::string::npos);
+
+  // By IP address: the certificate's IP SAN must verify.
+  auto by_ip = HttpClient::Create("https://127.0.0.1:" + std::to_string((*server)->port()), good);
+  EXPECT_TRUE((*by_ip)->Send(req));
+
+  // Unknown CA: handshake fails with a clear message.
+  ClientOptions no_ca = good;
+  no_ca.tls.ca_pem = testing::GenerateTestPki().ca_cert_pem;
+  auto bad = HttpClient::Create(url, no_ca);
+  auto br = (*bad)->Send(req);
+  ASSERT_FALSE(br);
+  EXPECT_NE(br.error().message.find("TLS handshake"), std::string::npos) << br.error().message;
+
+  // insecure_skip_verify accepts the unknown CA.
+  ClientOptions insecure = no_ca;
+  insecure.tls.insecure_skip_verify = true;
+  auto ic = HttpClient::Create(url, insecure);
+  EXPECT_TRUE((*ic)->Send(req));
+
+  // No client certificate: the server refuses.
+  ClientOptions no_cert;
+  no_cert.tls.ca_pem = pki.ca_cert_pem;
+  auto nc = HttpClient::Create(url, no_cert);
+  EXPECT_FALSE((*nc)->Send(req));
+}
+
+}  // namespace
+}  // namespace deepbox::net
