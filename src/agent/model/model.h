@@ -1,0 +1,107 @@
+// Model-neutral conversation types and the chat model interface. The harness
+// (src/agent) speaks only these; src/agent/model has the Anthropic, OpenAI-
+// compatible and replay implementations.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/json.h"
+
+namespace deepbox::agent {
+
+struct ToolCall {
+  std::string id;     // provider's id (Anthropic "toolu_…", OpenAI "call_…")
+  std::string name;
+  json::object input;
+};
+
+struct ImageBlock {
+  std::string media_type;  // "image/png"
+  std::string base64_data;
+};
+
+enum class Role { kUser, kAssistant, kTool };
+
+// One conversation message. Tool results are separate messages (role kTool,
+// one per tool call), as in LangChain; clients group them as their API needs.
+struct Message {
+  Role role = Role::kUser;
+  std::string text;                  // user / assistant text, or tool result text
+  std::vector<ToolCall> tool_calls;  // assistant only
+  std::vector<ImageBlock> images;    // user or tool result attachments
+  std::string tool_call_id;          // tool only
+  std::string tool_name;             // tool only
+  bool is_error = false;             // tool only
+  std::string id;                    // stable message id (assigned by the harness)
+
+  static Message User(std::string text);
+  static Message Assistant(std::string text, std::vector<ToolCall> calls = {});
+  static Message Tool(std::string tool_call_id, std::string tool_name, std::string text,
+                      bool is_error = false);
+};
+
+struct ToolSpec {
+  std::string name;
+  std::string description;
+  json::object input_schema;  // JSON Schema of the arguments
+};
+
+struct Usage {
+  int64_t input_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t cache_read_tokens = 0;
+  int64_t cache_write_tokens = 0;
+  Usage& operator+=(const Usage& o);
+};
+
+// Per-model facts the harness needs (summarization threshold, cost).
+struct ModelProfile {
+  int64_t max_input_tokens = 0;  // 0 = unknown
+  double usd_per_mtok_input = 0;
+  double usd_per_mtok_output = 0;
+  double usd_per_mtok_cache_read = 0;
+  double usd_per_mtok_cache_write = 0;
+  double CostUsd(const Usage& u) const;
+};
+
+struct ModelRequest {
+  std::string system;
+  std::vector<Message> messages;
+  std::vector<ToolSpec> tools;
+  int max_tokens = 0;         // 0 = client default
+  bool prompt_caching = true;  // where the provider supports it
+  // Set to true from another thread (Ctrl-C) to abort the call promptly.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+// Streaming observers; all optional. Called on the calling thread.
+struct StreamCallbacks {
+  std::function<void(std::string_view)> on_text_delta;
+  std::function<void(const std::string& id, const std::string& name)> on_tool_call_start;
+  std::function<void()> on_retry;  // a retryable failure; the client is backing off
+};
+
+struct ModelResponse {
+  Message message;          // role kAssistant
+  Usage usage;
+  std::string stop_reason;  // "end_turn", "tool_use", "max_tokens", ...
+  std::string model;        // model id the server reported
+};
+
+class ChatModel {
+ public:
+  virtual ~ChatModel() = default;
+  virtual std::string name() const = 0;  // "anthropic:claude-sonnet-4-6"
+  virtual ModelProfile profile() const = 0;
+  virtual Result<ModelResponse> Generate(const ModelRequest& request,
+                                         const StreamCallbacks& callbacks) = 0;
+};
+
+}  // namespace deepbox::agent

@@ -1,0 +1,193 @@
+// The provider-neutral sandbox interface. The agent's tools call only this;
+// the local and Kubernetes providers hand out objects implementing it (both
+// backed by a deepbox-sandboxd daemon inside the sandbox).
+//
+// Paths: absolute paths are real paths inside the sandbox (e.g.
+// "/workspace/fib.py"); relative paths are relative to the sandbox's
+// workspace root. Paths outside the daemon's root are refused with
+// PERMISSION_DENIED.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace deepbox {
+
+// ------------------------------------------------------------------ processes
+
+struct ExecRequest {
+  std::vector<std::string> argv;  // either argv...
+  std::string shell;              // ...or a shell string run via /bin/sh -c
+  std::string cwd;                // empty = the workspace root
+  std::map<std::string, std::string> env;  // added to the daemon's base environment
+  std::string stdin_data;
+  std::chrono::milliseconds timeout{0};  // 0 = the daemon's default
+  size_t max_output_bytes = 0;           // 0 = the daemon's default cap
+};
+
+enum class ExitKind { kExited, kSignaled, kTimedOut, kKilled, kSpawnFailed };
+std::string_view ExitKindName(ExitKind kind);  // "exited", "signaled", ...
+
+struct ExecResult {
+  ExitKind kind = ExitKind::kExited;
+  int exit_code = 0;   // kExited
+  int signal = 0;      // kSignaled / kTimedOut (the signal that ended it)
+  std::string stdout_data;
+  std::string stderr_data;
+  std::string combined;  // stdout and stderr interleaved as produced
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  bool truncated() const { return stdout_truncated || stderr_truncated; }
+  std::chrono::milliseconds duration{0};
+  std::string error;  // kSpawnFailed: why
+};
+
+enum class OutputStream { kStdout, kStderr };
+// Return false to cancel the command (its process group is killed).
+using OutputCallback = std::function<bool(OutputStream stream, std::string_view data)>;
+
+// ------------------------------------------------------------------ files
+
+enum class FileType { kFile, kDirectory, kSymlink, kOther };
+std::string_view FileTypeName(FileType type);  // "file", "directory", "symlink", "other"
+
+struct FileInfo {
+  std::string path;  // absolute
+  std::string name;
+  FileType type = FileType::kFile;
+  int64_t size = 0;
+  uint32_t mode = 0;         // permission bits
+  std::string modified_at;   // RFC 3339
+  std::string link_target;   // kSymlink
+  bool is_dir() const { return type == FileType::kDirectory; }
+};
+
+struct ReadOptions {
+  // Line window (deepagents read): 0-based first line and line count.
+  std::optional<int64_t> line_offset;
+  std::optional<int64_t> line_limit;
+  // Byte range (used when no line window is given).
+  std::optional<int64_t> byte_offset;
+  std::optional<int64_t> byte_length;
+  size_t max_bytes = 0;  // 0 = daemon default
+};
+
+struct ReadResult {
+  std::string content;       // raw bytes (may be binary)
+  bool binary = false;       // NUL or invalid UTF-8 in the first 8 KiB
+  bool truncated = false;    // cut at max_bytes
+  int64_t size = 0;          // file size in bytes
+  int64_t total_lines = -1;  // line window reads: lines in the file (-1 unknown)
+  int64_t start_line = 0;    // line window reads: 0-based first line returned
+  int64_t lines_returned = 0;
+  bool more_lines = false;
+};
+
+struct EditResult {
+  int occurrences = 0;
+};
+
+struct GlobResult {
+  std::vector<std::string> paths;  // absolute, sorted, files only
+  bool truncated = false;
+};
+
+enum class GrepOutputMode { kContent, kFilesWithMatches, kCount };
+
+struct GrepRequest {
+  std::string pattern;
+  bool regex = false;  // default literal
+  bool case_insensitive = false;
+  std::string path;  // file or directory; empty = root
+  std::string glob;  // optional file filter
+  GrepOutputMode output_mode = GrepOutputMode::kContent;
+  size_t max_count = 0;  // 0 = daemon default
+};
+
+struct GrepMatch {
+  std::string path;
+  int64_t line = 0;  // 1-based
+  std::string text;
+};
+
+struct GrepResult {
+  std::vector<GrepMatch> matches;                          // kContent
+  std::vector<std::string> files;                          // kFilesWithMatches
+  std::vector<std::pair<std::string, int64_t>> counts;     // kCount
+  bool truncated = false;
+};
+
+// ------------------------------------------------------------------ the interface
+
+class Sandbox {
+ public:
+  virtual ~Sandbox() = default;
+
+  // Stable identifier ("sb-1a2b3c" locally, "<namespace>/<claim>" on k8s).
+  virtual std::string id() const = 0;
+  // The workspace root inside the sandbox (e.g. "/workspace").
+  virtual std::string root() const = 0;
+
+  virtual Result<ExecResult> Exec(const ExecRequest& request) = 0;
+  // Same, delivering output as it is produced. The result's output fields
+  // are empty; the callback saw everything.
+  virtual Result<ExecResult> ExecStream(const ExecRequest& request,
+                                        const OutputCallback& on_output) = 0;
+
+  virtual Result<FileInfo> Stat(const std::string& path) = 0;
+  virtual Result<std::vector<FileInfo>> List(const std::string& path) = 0;
+  virtual Result<ReadResult> Read(const std::string& path, const ReadOptions& options) = 0;
+  // Atomic create-or-overwrite; parent directories are created.
+  virtual Status Write(const std::string& path, std::string_view content, uint32_t mode = 0644) = 0;
+  virtual Result<EditResult> Edit(const std::string& path, const std::string& old_string,
+                                  const std::string& new_string, bool replace_all) = 0;
+  virtual Status Mkdir(const std::string& path, bool parents = true) = 0;
+  virtual Status Move(const std::string& from, const std::string& to, bool overwrite = false) = 0;
+  virtual Status Delete(const std::string& path, bool recursive = false) = 0;
+  virtual Result<GlobResult> Glob(const std::string& pattern, const std::string& path,
+                                  size_t max_results = 0) = 0;
+  virtual Result<GrepResult> Grep(const GrepRequest& request) = 0;
+
+  // Whole-file transfer of raw bytes.
+  virtual Result<std::string> Download(const std::string& path) = 0;
+  virtual Status Upload(const std::string& path, std::string_view content, uint32_t mode = 0644) = 0;
+};
+
+// ------------------------------------------------------------------ providers
+
+struct ClaimOptions {
+  std::map<std::string, std::string> labels;
+  std::chrono::seconds ttl{0};  // 0 = no expiry
+  std::string network;          // "" = provider default; "none" | "public"
+  std::string rootfs;           // local: an unpacked root filesystem directory
+};
+
+// A claimed sandbox. Destroying the lease releases (deletes) the sandbox
+// unless Keep() was called.
+class SandboxLease {
+ public:
+  virtual ~SandboxLease() = default;
+  virtual Sandbox& sandbox() = 0;
+  virtual Status Release() = 0;  // idempotent
+  virtual void Keep() = 0;       // do not delete on destruction
+  // Human-readable: how to reach and delete a kept sandbox.
+  virtual std::string Describe() const = 0;
+};
+
+class SandboxProvider {
+ public:
+  virtual ~SandboxProvider() = default;
+  virtual std::string name() const = 0;  // "local" | "k8s"
+  virtual Result<std::unique_ptr<SandboxLease>> Claim(const ClaimOptions& options) = 0;
+};
+
+}  // namespace deepbox
