@@ -27,16 +27,13 @@ CapDropPlan PlanCapDrop(uid_t uid, gid_t gid, bool clear_groups) {
   return plan;
 }
 
-int DropPrivilegesRaw(const CapDropPlan& plan, ChildCall* failed) {
+int SwitchToSandboxIdsRaw(const CapDropPlan& plan, ChildCall* failed) {
+  // NO_SETUID_FIXUP: capabilities survive the uid change; they are dropped explicitly later.
   const unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
                              SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
                              SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
   *failed = ChildCall::kPrctl;
   if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) != 0) return errno;
-  for (int cap = 0; cap <= plan.last_cap; ++cap) {
-    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return errno;
-  }
-  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) return errno;
   if (plan.clear_groups) {
     *failed = ChildCall::kSetgroups;
     if (syscall(SYS_setgroups, 0, nullptr) != 0) return errno;
@@ -45,12 +42,28 @@ int DropPrivilegesRaw(const CapDropPlan& plan, ChildCall* failed) {
   if (syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0) return errno;
   *failed = ChildCall::kSetresuid;
   if (syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) return errno;
+  *failed = ChildCall::kNone;
+  return 0;
+}
+
+int DropCapabilitiesRaw(const CapDropPlan& plan, ChildCall* failed) {
+  *failed = ChildCall::kPrctl;
+  for (int cap = 0; cap <= plan.last_cap; ++cap) {
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return errno;
+  }
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) return errno;
   *failed = ChildCall::kCapset;
   struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
   if (syscall(SYS_capset, &header, data) != 0) return errno;
   *failed = ChildCall::kNone;
   return 0;
+}
+
+int DropPrivilegesRaw(const CapDropPlan& plan, ChildCall* failed) {
+  int err = SwitchToSandboxIdsRaw(plan, failed);
+  if (err != 0) return err;
+  return DropCapabilitiesRaw(plan, failed);
 }
 
 namespace {

@@ -186,13 +186,13 @@ Result<Ctx> BuildCtx(const SeccompOptions& options) {
       for (int a : kAllowedFamilies) allowed |= (a == family);
       if (allowed) continue;
       if (auto st = Check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EAFNOSUPPORT), __NR_socket,
-                                           1, SCMP_A0(SCMP_CMP_EQ, family)),
+                                           1, SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(family))),
                           "socket");
           !st)
         return tl::unexpected(st.error());
     }
     if (auto st = Check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EAFNOSUPPORT), __NR_socket, 1,
-                                         SCMP_A0(SCMP_CMP_GE, kMaxFamily)),
+                                         SCMP_A0(SCMP_CMP_GE, static_cast<scmp_datum_t>(kMaxFamily))),
                         "socket");
         !st)
       return tl::unexpected(st.error());

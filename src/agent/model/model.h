@@ -20,6 +20,10 @@ struct ToolCall {
   std::string id;     // provider's id (Anthropic "toolu_…", OpenAI "call_…")
   std::string name;
   json::object input;
+  // Non-empty when the model's arguments were not a JSON object (input is then
+  // empty): the harness should answer the call with an error tool result
+  // quoting this text instead of running the tool.
+  std::string input_error;
 };
 
 struct ImageBlock {
@@ -53,6 +57,9 @@ struct ToolSpec {
   json::object input_schema;  // JSON Schema of the arguments
 };
 
+// Token counts of one call (or, summed, of a run). input_tokens counts only the
+// uncached input, as Anthropic reports it; OpenAI-compatible clients subtract
+// cached tokens from prompt_tokens so that cost accounting is uniform.
 struct Usage {
   int64_t input_tokens = 0;
   int64_t output_tokens = 0;
@@ -91,10 +98,20 @@ struct StreamCallbacks {
 struct ModelResponse {
   Message message;          // role kAssistant
   Usage usage;
-  std::string stop_reason;  // "end_turn", "tool_use", "max_tokens", ...
+  // Anthropic's vocabulary for every client: "end_turn", "tool_use",
+  // "max_tokens", "stop_sequence", "refusal", ... (OpenAI's "stop" ->
+  // "end_turn", "tool_calls" -> "tool_use", "length" -> "max_tokens").
+  std::string stop_reason;
   std::string model;        // model id the server reported
 };
 
+// Implementations: AnthropicModel (anthropic.h), OpenAiModel (openai.h),
+// ReplayModel / RecordingModel (replay.h); build one with CreateChatModel
+// (factory.h). Generate may be called from several threads at once.
+// Errors: UNAUTHENTICATED (bad or missing key), INVALID_ARGUMENT (400),
+// PERMISSION_DENIED (403), NOT_FOUND (404), RESOURCE_EXHAUSTED (429 after
+// retries), UNAVAILABLE (5xx/overload/connection after retries), TIMEOUT,
+// CANCELLED (request.cancel was set).
 class ChatModel {
  public:
   virtual ~ChatModel() = default;

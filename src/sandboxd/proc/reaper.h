@@ -90,9 +90,9 @@ Status BecomeSubreaper();
 // True when the daemon is PID 1 of its namespace or a child subreaper.
 bool IsReaperOfOrphans();
 
-// Pids of this process's children that have exited and are not owned by the
-// ChildRegistry... and reaps them; returns how many it reaped. Synchronous; the
-// Reaper thread calls it, tests may too.
+// Reaps every exited child of this process that the ChildRegistry does not own;
+// returns how many. Synchronous (the Reaper thread's pass; tests call it too).
+// Without allow_full_scan it stops at the first owned zombie.
 size_t ReapOrphansOnce(bool allow_full_scan = true);
 
 class Reaper {

@@ -56,11 +56,11 @@ struct SpawnRequest {
   // argv[0] containing a '/' is executed as is (relative to cwd); otherwise it
   // is searched in the PATH of the child's environment (like execvpe), or in
   // "/usr/local/bin:/usr/bin:/bin" when that environment has no PATH.
-  std::vector<std::string> argv;
+  std::vector<std::string> argv = {};
   // The child's complete environment as "KEY=VALUE" strings; nullopt inherits
   // the daemon's environ.
-  std::optional<std::vector<std::string>> env;
-  std::string cwd;  // empty: the daemon's cwd
+  std::optional<std::vector<std::string>> env = std::nullopt;
+  std::string cwd = {};  // empty: the daemon's cwd
   // Descriptors to install as the child's 0/1/2; -1 means /dev/null. They stay
   // owned by the caller. Nothing else is inherited by the child.
   int stdin_fd = -1;
@@ -134,6 +134,6 @@ struct Pipe {
 Result<Pipe> MakePipe(bool nonblocking_read, bool nonblocking_write);
 
 // Decodes a siginfo_t filled by waitid(WEXITED).
-ExitStatus ExitStatusFromSiginfo(int si_code, int si_status);
+ExitStatus ExitStatusFromSiginfo(int code, int status);  // (si_code, si_status)
 
 }  // namespace deepbox::sandboxd::proc

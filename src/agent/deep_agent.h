@@ -1,0 +1,134 @@
+// deepbox's Deep Agent: the public C++ API for embedding the agent.
+//
+//   auto agent = deepbox::agent::DeepAgent::Create({
+//       .model = model,                 // a ChatModel (Anthropic, OpenAI, replay, ...)
+//       .sandbox = &lease->sandbox(),   // every tool call runs in here
+//       .system_prompt = "You are a coding assistant.",
+//       .thread_store = std::make_shared<ThreadStore>(ThreadStore::DefaultDir()),
+//   });
+//   RunResult r = (*agent)->Run("Write fib.py, run it, report", {.on_event = print});
+//
+// A DeepAgent is one conversation (thread). Run() adds a user message and
+// drives the loop (agent.h) until the model answers without tool calls, the
+// step limit, cancellation, an interrupt, or an error; call Run() again to
+// continue the conversation, Resume() to answer a pending interrupt. With a
+// thread store every change is appended to <dir>/<thread_id>.jsonl as it
+// happens, and Create() with an existing thread_id resumes that thread.
+//
+// Tools, in order: ls, read_file, write_file, edit_file, delete, glob, grep,
+// execute, write_todos, task, then the caller's tools. Middleware:
+// skills, memory, summarization (model calls) and large-result eviction (tool
+// results); dangling tool calls are patched when a new message arrives;
+// interrupt_on / "ask" permissions pause for human decisions.
+//
+// Paths: tools see real sandbox paths; the workspace root (Sandbox::root(),
+// e.g. /workspace) is the working directory, relative paths resolve against
+// it. Evicted tool results and summarized history go to
+// <root>/large_tool_results/ and <root>/conversation_history/ (deepagents
+// uses /large_tool_results and /conversation_history at its virtual root; the
+// rest of a deepbox sandbox's filesystem is read-only).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/agent.h"
+#include "agent/middleware_subagents.h"
+#include "agent/middleware_summarization.h"
+#include "agent/permissions.h"
+#include "agent/state.h"
+#include "agent/thread_store.h"
+#include "agent/tool.h"
+#include "agent/tools_execute.h"
+#include "agent/tools_fs.h"
+#include "sandbox/sandbox.h"
+
+namespace deepbox::agent {
+
+struct DeepAgentOptions {
+  std::shared_ptr<ChatModel> model;  // required
+  Sandbox* sandbox = nullptr;        // required; must outlive the agent
+  // Prepended to deepbox's environment/tool sections; "" = deepbox's default
+  // base prompt.
+  std::string system_prompt;
+  std::vector<ToolPtr> tools;  // extra tools (after the built-in ones)
+  std::vector<SubAgentSpec> subagents;
+  bool general_purpose_subagent = true;
+  bool enable_todos = true;    // write_todos
+  bool enable_execute = true;  // execute
+  std::map<std::string, InterruptConfig> interrupt_on;  // tool name -> config
+  std::vector<PermissionRule> permissions;              // first match wins
+  std::vector<std::string> skills_dirs;                 // sandbox directories
+  std::vector<std::string> memory_paths;                // sandbox AGENTS.md paths
+  int max_steps = 1000;         // model turns per Run/Resume (the recursion limit)
+  int max_parallel_tools = 16;
+  int max_tokens = 0;           // per model call; 0 = the client's default
+  std::string thread_id;        // "" = a new thread; an existing id resumes it
+  std::shared_ptr<ThreadStore> thread_store;  // null = nothing persisted
+  FsToolOptions fs;
+  ExecuteToolOptions execute;
+  bool summarization = true;
+  SummarizationOptions summarization_options;
+  size_t eviction_char_limit = 80000;  // 0 disables large-result eviction
+};
+
+struct RunCallbacks {
+  EventCallback on_event;          // called serialized, possibly from worker threads
+  InterruptHandler on_interrupt;   // unset: the run pauses (StopReason::kInterrupted)
+  const std::atomic<bool>* cancel = nullptr;  // set to true to stop (Ctrl-C)
+};
+
+struct RunResult {
+  std::string final_text;
+  StopReason stop_reason = StopReason::kCompleted;
+  std::optional<Error> error;      // kError / kStepLimit
+  Usage usage;                     // this run
+  Usage total_usage;               // the whole thread
+  double cost_usd = 0;             // this run, from the model's profile
+  std::vector<Message> messages;   // the whole thread
+  std::optional<InterruptRequest> interrupt;  // kInterrupted: what to decide
+  std::string thread_id;
+  int steps = 0;                   // model turns in this run
+  bool ok() const { return stop_reason == StopReason::kCompleted; }
+};
+
+class DeepAgent {
+ public:
+  static Result<std::unique_ptr<DeepAgent>> Create(DeepAgentOptions options);
+  ~DeepAgent();
+  DeepAgent(const DeepAgent&) = delete;
+  DeepAgent& operator=(const DeepAgent&) = delete;
+
+  // Adds `task` as a user message and runs. If the thread was paused on an
+  // interrupt, the pending tool calls are answered as cancelled first.
+  RunResult Run(std::string_view task, const RunCallbacks& callbacks = {});
+  // Answers the pending interrupt (one decision per action request) and
+  // continues the run.
+  RunResult Resume(std::vector<Decision> decisions, const RunCallbacks& callbacks = {});
+
+  const std::string& thread_id() const;
+  // A snapshot of the conversation state.
+  AgentState state() const;
+  std::optional<InterruptRequest> pending_interrupt() const;
+  // The tools the model is offered, in order.
+  std::vector<ToolSpec> tool_specs() const;
+  // The base system prompt (skills and memory sections are added per call).
+  const std::string& system_prompt() const;
+
+ private:
+  struct Impl;
+  explicit DeepAgent(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// deepbox's default base prompt and the environment section for a root.
+extern const char kDefaultBasePrompt[];
+std::string EnvironmentPrompt(std::string_view root);
+
+}  // namespace deepbox::agent

@@ -1,0 +1,124 @@
+// Output formats and exact message strings of the deepagents 0.7 tools and
+// middleware. Everything here is pure (no sandbox, no model) so every notice
+// and error string is unit-tested in isolation. Lengths are in code points,
+// as in Python.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deepbox::agent {
+
+// ------------------------------------------------------------------ limits
+
+inline constexpr size_t kMaxLineLength = 5000;           // read_file row split
+inline constexpr int64_t kToolTokenLimit = 20000;        // tool_token_limit_before_evict
+inline constexpr size_t kCharsPerToken = 4;
+inline constexpr size_t kToolResultCharLimit = 80000;    // 4 x 20 000
+inline constexpr int64_t kDefaultReadLimit = 100;
+inline constexpr int64_t kMaxBinaryBytes = 500 * 1024;   // 512 000
+inline constexpr int64_t kMaxReadPageBytes = 500 * 1024;
+inline constexpr int64_t kDefaultGrepMaxCount = 1000;
+inline constexpr int64_t kMaxExecuteTimeoutSeconds = 3600;
+inline constexpr double kGlobTimeoutSeconds = 10.0;
+
+// ------------------------------------------------------------------ messages
+
+extern const char kEmptyContentWarning[];   // "System reminder: File exists but has empty contents"
+extern const char kTruncationGuidance[];    // "... [results truncated, try being more specific ...]"
+extern const char kGrepTruncationNote[];
+extern const char kGlobTruncationNote[];
+extern const char kRegexLiteralHint[];
+extern const char kSandboxReadTruncationMsg[];
+
+std::string NoLinesRequestedWarning(int64_t limit);
+std::string ReadFileTruncationMessage(std::string_view file_path);
+std::string GlobTimeoutMessage();  // "Error: glob timed out after 10.0s. ..."
+std::string TooLargeToolMessage(std::string_view tool_call_id, std::string_view file_path,
+                                std::string_view content_sample);
+// PatchToolCalls: "Tool call {name} with id {id} was cancelled - ..."
+std::string DanglingToolCallMessage(std::string_view name, std::string_view id);
+// task with an unknown subagent_type.
+std::string UnknownSubagentMessage(std::string_view subagent_type,
+                                   const std::vector<std::string>& allowed);
+// HITL reject without a message.
+std::string DefaultRejectMessage(std::string_view name, std::string_view id);
+// Summarization: the HumanMessage replacing the summarized prefix.
+std::string SummaryMessageText(std::string_view summary,
+                               const std::optional<std::string>& history_path);
+// LangChain ToolNode messages.
+std::string InvalidToolMessage(std::string_view name, const std::vector<std::string>& tools);
+
+// ------------------------------------------------------------------ read_file
+
+// One rendered row per line, lines over 5 000 chars split into N, N.1, N.2
+// rows; markers right-aligned to the widest marker, then two spaces.
+std::string FormatLinesWithNumbers(const std::vector<std::string_view>& lines,
+                                   int64_t start_line);
+// String form: split on "\n", a trailing empty line dropped.
+std::string FormatContentWithLineNumbers(std::string_view content, int64_t start_line = 1);
+
+// The window a backend read returned (1-based lines; next_offset 0-based).
+struct ReadWindow {
+  std::optional<int64_t> start_line;
+  std::optional<int64_t> end_line;
+  std::optional<int64_t> next_offset;  // nullopt at EOF
+  std::optional<int64_t> total_lines;  // nullopt when unknown
+};
+
+// "\n\n[Read 2 lines (lines 1-2 of 5 total). 3 lines remaining from offset 2.]",
+// the unknown-total variant, or "" when nothing remains.
+std::string RemainingLinesNotice(const ReadWindow& window);
+// "\n\n[Requested offset -1 is before the start of the file; ...]" or "".
+std::string ClampedOffsetNotice(int64_t offset);
+// Applies the 80 000-char budget: cut at the last whole source line that fits
+// with the truncation message and a recomputed notice.
+std::string TruncatePaginatedRead(std::string_view content, std::string_view file_path,
+                                  const ReadWindow& window,
+                                  size_t char_limit = kToolResultCharLimit);
+
+// ------------------------------------------------------------------ ls / glob
+
+// truncate_if_too_long for strings: > 80 000 chars -> prefix + "\n" + guidance.
+std::string TruncateIfTooLong(std::string_view text);
+// truncate_if_too_long for lists (keeps a proportional prefix + guidance).
+std::vector<std::string> TruncateIfTooLong(const std::vector<std::string>& items);
+// "No files found" or the Python repr of the (truncated) list.
+std::string FormatFilePaths(const std::vector<std::string>& paths);
+std::string FormatGlobResult(const std::vector<std::string>& paths, bool truncated);
+
+// ------------------------------------------------------------------ grep
+
+enum class GrepMode { kFilesWithMatches, kContent, kCount };
+
+struct GrepLine {
+  std::string path;
+  int64_t line = 0;
+  std::string text;
+};
+
+// format_grep_matches: files / content / count, or "No matches found".
+std::string FormatGrepMatches(const std::vector<GrepLine>& matches, GrepMode mode);
+bool LooksLikeRegex(std::string_view pattern);
+// The tool text: body (size-capped) + truncation note or regex hint.
+std::string FormatGrepToolResult(const std::vector<GrepLine>& matches, GrepMode mode,
+                                 std::string_view pattern, bool truncated,
+                                 bool backend_had_matches);
+
+// ------------------------------------------------------------------ eviction
+
+// Head 5 / tail 5 numbered preview (lines cut at 1 000 chars).
+std::string CreateContentPreview(std::string_view content, size_t head_lines = 5,
+                                 size_t tail_lines = 5);
+
+// ------------------------------------------------------------------ execute
+
+// output + "\n[Command succeeded|failed with exit code N]" (when known) +
+// "\n[Output was truncated due to size limits]".
+std::string FormatExecuteOutput(std::string_view output, std::optional<int> exit_code,
+                                bool truncated);
+
+}  // namespace deepbox::agent

@@ -1,0 +1,30 @@
+#include "agent/middleware_eviction.h"
+
+#include "agent/format.h"
+#include "agent/paths.h"
+#include "agent/text.h"
+#include "agent/tools_fs.h"
+
+namespace deepbox::agent {
+
+
+std::string EvictionMiddleware::EvictionPath(const std::string& root,
+                                             const std::string& tool_call_id) {
+  std::string id = tool_call_id.empty() ? "unknown" : SanitizeToolCallId(tool_call_id);
+  return JoinPath(JoinPath(root, "large_tool_results"), id);
+}
+
+void EvictionMiddleware::AfterToolCall(const ToolCall& call, const Tool* tool,
+                                       ToolResult& result, RunEnv& env) {
+  if (char_limit_ == 0) return;
+  if (IsFilesystemToolName(call.name)) return;
+  if (tool && !tool->Evictable()) return;
+  if (result.text.size() <= char_limit_) return;  // bytes >= code points
+  if (CodePointCount(result.text) <= char_limit_) return;
+  Sandbox* sb = env.config.sandbox;
+  std::string path = EvictionPath(sb->root(), call.id);
+  if (!sb->Write(path, result.text)) return;
+  result.text = TooLargeToolMessage(call.id, path, CreateContentPreview(result.text));
+}
+
+}  // namespace deepbox::agent

@@ -1,0 +1,58 @@
+// Sub-agents via the `task` tool (deepagents SubAgentMiddleware). The tool
+// runs an ephemeral agent of the requested type on the description, in its
+// own context (a fresh conversation: [user(description)], its own todo list,
+// its own summarization history file), sharing the sandbox. Only the
+// sub-agent's final message comes back — the last assistant message with
+// non-empty text, right-trimmed. An unknown type answers
+// "We cannot invoke subagent X because it does not exist, the only allowed
+// types are `a`, `b`". A `general-purpose` sub-agent (same model and tools as
+// the main agent, minus `task` and `write_todos`) is added unless disabled or
+// redefined.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/permissions.h"
+#include "agent/state.h"
+#include "agent/tool.h"
+
+namespace deepbox::agent {
+
+struct SubAgentSpec {
+  std::string name;
+  std::string description;
+  std::string system_prompt;
+  // Tool names taken from the main agent's tools; nullopt = all of them
+  // except `task` and `write_todos`.
+  std::optional<std::vector<std::string>> tools;
+  std::vector<ToolPtr> extra_tools;  // tools only this sub-agent has
+  std::shared_ptr<ChatModel> model;  // null = the main agent's model
+  // nullopt = inherit the main agent's interrupt_on.
+  std::optional<std::map<std::string, InterruptConfig>> interrupt_on;
+  // nullopt = inherit the main agent's rules; a value replaces them.
+  std::optional<std::vector<PermissionRule>> permissions;
+  std::vector<std::string> skills_dirs;
+};
+
+extern const char kGeneralPurposeName[];         // "general-purpose"
+extern const char kGeneralPurposeDescription[];
+extern const char kDefaultSubagentPrompt[];
+extern const char kTaskSystemPrompt[];
+
+// Runs one sub-agent to completion and returns its final text.
+using SubagentRunner = std::function<Result<std::string>(
+    const std::string& type, const std::string& description, ToolContext& ctx)>;
+
+// `agents`: (name, description) in listing order.
+ToolPtr MakeTaskTool(std::vector<std::pair<std::string, std::string>> agents,
+                     SubagentRunner runner);
+
+// The text a finished sub-agent returns: its last non-empty assistant text.
+std::string SubagentFinalText(const std::vector<Message>& messages);
+
+}  // namespace deepbox::agent

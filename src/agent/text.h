@@ -1,0 +1,43 @@
+// Text helpers for the agent harness. deepagents measures and cuts text in
+// Python characters (code points); these helpers do the same on UTF-8 strings
+// so budgets like "80 000 chars" and "5 000-char lines" match exactly.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deepbox::agent {
+
+// Number of code points (invalid bytes count one each).
+size_t CodePointCount(std::string_view text);
+// Byte offset of the first `n` code points (text.size() if shorter).
+size_t CodePointPrefixBytes(std::string_view text, size_t n);
+// The first `n` code points.
+std::string_view CodePointPrefix(std::string_view text, size_t n);
+// Splits into chunks of at most `n` code points each; "" yields one empty chunk.
+std::vector<std::string_view> ChunkByCodePoints(std::string_view text, size_t n);
+
+// str.split("\n") semantics.
+std::vector<std::string_view> SplitOn(std::string_view text, char sep);
+// str.splitlines(): \n, \r\n and \r end lines; no trailing empty line.
+std::vector<std::string_view> SplitLines(std::string_view text);
+// True when text is empty or only ASCII whitespace (Python str.strip() == "").
+bool IsBlank(std::string_view text);
+std::string_view TrimRight(std::string_view text);
+std::string_view Trim(std::string_view text);
+bool StartsWith(std::string_view text, std::string_view prefix);
+bool EndsWith(std::string_view text, std::string_view suffix);
+std::string ReplaceAll(std::string_view text, std::string_view from, std::string_view to);
+std::string Join(const std::vector<std::string>& parts, std::string_view sep);
+// Lowercased ASCII.
+std::string AsciiLower(std::string_view text);
+
+// Random lowercase hex string of `n` characters.
+std::string RandomHex(size_t n);
+// Current UTC time as ISO 8601 with microseconds and "+00:00", like Python's
+// datetime.now(UTC).isoformat().
+std::string IsoNowUtc();
+
+}  // namespace deepbox::agent

@@ -1,0 +1,220 @@
+#include "agent/thread_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "agent/codec.h"
+#include "agent/text.h"
+
+namespace deepbox::agent {
+namespace {
+
+Status MkdirP(const std::string& dir) {
+  std::string cur;
+  for (std::string_view part : SplitOn(dir, '/')) {
+    if (part.empty()) {
+      if (cur.empty()) cur = "/";
+      continue;
+    }
+    if (!cur.empty() && cur.back() != '/') cur += "/";
+    cur.append(part);
+    if (::mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) {
+      return MakeSyscallError("mkdir", errno, cur);
+    }
+  }
+  return {};
+}
+
+bool ValidId(const std::string& id) {
+  if (id.empty() || id.size() > 200 || id[0] == '.') return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ThreadWriter::~ThreadWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status ThreadWriter::Append(std::string_view type, json::object record) {
+  json::object line;
+  line["type"] = type;
+  for (auto& kv : record) line[kv.key()] = std::move(kv.value());
+  std::string text = ToJson(line);
+  text.push_back('\n');
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = ::write(fd_, text.data() + off, text.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return MakeSyscallError("write", errno, path_);
+    }
+    off += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+Status ThreadWriter::Message(const agent::Message& m) {
+  json::object r;
+  r["message"] = MessageToJson(m);
+  return Append("message", std::move(r));
+}
+
+Status ThreadWriter::MessageReplace(const agent::Message& m) {
+  json::object r;
+  r["message"] = MessageToJson(m);
+  return Append("message_replace", std::move(r));
+}
+
+ThreadStore::ThreadStore(std::string dir) : dir_(std::move(dir)) {}
+
+std::string ThreadStore::DefaultDir() {
+  const char* xdg = std::getenv("XDG_STATE_HOME");
+  if (xdg && *xdg == '/') return std::string(xdg) + "/deepbox/threads";
+  const char* home = std::getenv("HOME");
+  std::string h = home && *home ? home : "/tmp";
+  return h + "/.local/state/deepbox/threads";
+}
+
+std::string ThreadStore::NewThreadId() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
+  return std::string("th-") + buf + "-" + RandomHex(8);
+}
+
+std::string ThreadStore::PathFor(const std::string& id) const {
+  return dir_ + "/" + id + ".jsonl";
+}
+
+bool ThreadStore::Exists(const std::string& id) const {
+  if (!ValidId(id)) return false;
+  struct stat st {};
+  return ::stat(PathFor(id).c_str(), &st) == 0;
+}
+
+Result<std::unique_ptr<ThreadWriter>> ThreadStore::OpenWriter(const std::string& id) const {
+  if (!ValidId(id)) {
+    return MakeError(ErrorCode::kInvalidArgument, "invalid thread id '" + id + "'");
+  }
+  if (auto st = MkdirP(dir_); !st) return tl::unexpected(st.error());
+  std::string path = PathFor(id);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return MakeSyscallError("open", errno, path);
+  auto w = std::unique_ptr<ThreadWriter>(new ThreadWriter(path, fd));
+  return w;
+}
+
+Result<LoadedThread> ThreadStore::Load(const std::string& id) const {
+  if (!ValidId(id)) {
+    return MakeError(ErrorCode::kInvalidArgument, "invalid thread id '" + id + "'");
+  }
+  std::string path = PathFor(id);
+  std::ifstream in(path);
+  if (!in) return MakeError(ErrorCode::kNotFound, "no such thread: " + id + " (" + path + ")");
+  LoadedThread t;
+  t.id = id;
+  AgentState& s = t.state;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (Trim(line).empty()) continue;
+    auto parsed = ParseJsonObject(line);
+    if (!parsed) continue;  // a torn last line after a crash
+    json::object& r = *parsed;
+    std::string type = GetOptString(r, "type").value_or("");
+    auto obj = [&](const char* key) -> const json::object* {
+      const json::value* v = r.if_contains(key);
+      return v && v->is_object() ? &v->get_object() : nullptr;
+    };
+    if (type == "thread") {
+      t.header = r;
+    } else if (type == "run_start") {
+      ++t.runs;
+      if (auto task = GetOptString(r, "task")) t.last_task = *task;
+    } else if (type == "message") {
+      if (const json::object* m = obj("message")) {
+        if (auto msg = MessageFromJson(*m)) s.messages.push_back(std::move(*msg));
+      }
+    } else if (type == "message_replace") {
+      if (const json::object* m = obj("message")) {
+        if (auto msg = MessageFromJson(*m)) {
+          for (auto& existing : s.messages) {
+            if (existing.id == msg->id) existing = *msg;
+          }
+        }
+      }
+    } else if (type == "usage") {
+      if (const json::object* u = obj("usage")) s.usage += UsageFromJson(*u);
+    } else if (type == "summarization") {
+      if (const json::object* e = obj("event")) {
+        if (auto ev = SummarizationFromJson(*e)) s.summarization = std::move(*ev);
+      }
+    } else if (type == "interrupt") {
+      if (const json::object* q = obj("request")) {
+        if (auto req = InterruptFromJson(*q)) s.pending_interrupt = std::move(*req);
+      }
+    } else if (type == "interrupt_cleared") {
+      s.pending_interrupt.reset();
+    } else if (type == "todos") {
+      if (const json::value* v = r.if_contains("todos"); v && v->is_array()) s.todos = v->get_array();
+    }
+  }
+  if (t.header.empty() && s.messages.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "not a thread transcript: " + path);
+  }
+  return t;
+}
+
+Result<std::vector<ThreadInfo>> ThreadStore::List() const {
+  std::vector<ThreadInfo> out;
+  DIR* d = ::opendir(dir_.c_str());
+  if (!d) {
+    if (errno == ENOENT) return out;
+    return MakeSyscallError("opendir", errno, dir_);
+  }
+  std::vector<std::pair<int64_t, ThreadInfo>> items;
+  while (dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (!EndsWith(name, ".jsonl")) continue;
+    ThreadInfo info;
+    info.id = name.substr(0, name.size() - 6);
+    info.path = dir_ + "/" + name;
+    struct stat st {};
+    if (::stat(info.path.c_str(), &st) != 0) continue;
+    info.size = st.st_size;
+    std::tm tm{};
+    gmtime_r(&st.st_mtime, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    info.modified_at = buf;
+    items.emplace_back(static_cast<int64_t>(st.st_mtime), std::move(info));
+  }
+  ::closedir(d);
+  std::sort(items.begin(), items.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (auto& [t, info] : items) out.push_back(std::move(info));
+  return out;
+}
+
+}  // namespace deepbox::agent

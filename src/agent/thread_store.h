@@ -1,0 +1,89 @@
+// Threads: every run is persisted as a JSONL transcript,
+// <dir>/<thread id>.jsonl, one record per line, appended while the run
+// progresses. Each record is written with a single write(2) on an O_APPEND
+// descriptor, so a crash loses at most the line being written (the loader
+// ignores a torn last line). The default directory is
+// $XDG_STATE_HOME/deepbox/threads, else ~/.local/state/deepbox/threads.
+//
+// Records ("type"):
+//   thread           {id, created_at, version, model?, sandbox?}  (first line)
+//   run_start        {ts, task | resume}
+//   message          {message}          appended conversation message
+//   message_replace  {message}          same id, new content (HITL edit)
+//   usage            {usage, model, stop_reason}  one model call
+//   summarization    {event}
+//   interrupt        {request} / interrupt_cleared {}
+//   decisions        {decisions}        audit of human decisions
+//   todos            {todos}
+//   run_end          {ts, stop_reason, error?, usage, cost_usd, final_text}
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "agent/state.h"
+#include "common/json.h"
+
+namespace deepbox::agent {
+
+struct LoadedThread {
+  std::string id;
+  json::object header;  // the "thread" record
+  AgentState state;
+  size_t runs = 0;
+  std::string last_task;
+};
+
+struct ThreadInfo {
+  std::string id;
+  std::string path;
+  int64_t size = 0;
+  std::string modified_at;
+};
+
+class ThreadWriter {
+ public:
+  ~ThreadWriter();
+  ThreadWriter(const ThreadWriter&) = delete;
+  ThreadWriter& operator=(const ThreadWriter&) = delete;
+
+  const std::string& path() const { return path_; }
+  // Appends one record (adds "type"). Thread-safe.
+  Status Append(std::string_view type, json::object record);
+
+  Status Message(const agent::Message& m);
+  Status MessageReplace(const agent::Message& m);
+
+ private:
+  friend class ThreadStore;
+  ThreadWriter(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  std::string path_;
+  int fd_ = -1;
+  std::mutex mu_;
+};
+
+class ThreadStore {
+ public:
+  explicit ThreadStore(std::string dir);
+  // $XDG_STATE_HOME/deepbox/threads or ~/.local/state/deepbox/threads.
+  static std::string DefaultDir();
+  static std::string NewThreadId();  // "th-YYYYMMDD-HHMMSS-<hex>"
+
+  const std::string& dir() const { return dir_; }
+  std::string PathFor(const std::string& id) const;
+  bool Exists(const std::string& id) const;
+
+  // Opens (creating the directory and file as needed) for appending.
+  Result<std::unique_ptr<ThreadWriter>> OpenWriter(const std::string& id) const;
+  // Replays a transcript into a state.
+  Result<LoadedThread> Load(const std::string& id) const;
+  // Newest first.
+  Result<std::vector<ThreadInfo>> List() const;
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace deepbox::agent

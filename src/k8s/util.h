@@ -1,0 +1,42 @@
+// Small helpers shared by the Kubernetes provider: RFC 3339 times, the
+// controller's name hash, label validation and random claim names.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/json.h"
+
+namespace deepbox::k8s {
+
+using SystemTime = std::chrono::system_clock::time_point;
+
+// "2026-08-22T00:27:14Z", "2026-08-22T00:27:14.5+02:00".
+Result<SystemTime> ParseRfc3339(std::string_view text);
+// "%Y-%m-%dT%H:%M:%SZ" (whole seconds, UTC): the SDK's shutdownTime format.
+std::string FormatRfc3339(SystemTime t);
+// Python's datetime.now(UTC).isoformat(): "2026-08-22T00:27:14.123456+00:00".
+std::string FormatIsoMicros(SystemTime t);
+
+// FNV-1a 32-bit of `name` as 8 lowercase hex digits (agents.x-k8s.io NameHash).
+std::string NameHash(std::string_view name);
+
+// n random lowercase hex digits.
+std::string RandomHex(size_t n);
+
+// Label keys and values as the upstream SDK checks them client-side
+// (RFC 1123 prefix, name segment <= 63 chars of [-A-Za-z0-9_.]).
+Status ValidateLabels(const std::map<std::string, std::string>& labels);
+
+// Nested lookups in JSON objects; nullptr / "" when a step is missing.
+const json::value* Find(const json::value& v, std::initializer_list<std::string_view> path);
+std::string FindString(const json::value& v, std::initializer_list<std::string_view> path);
+
+// IPv4 preferred, IPv4-mapped IPv6 normalised, invalid entries skipped; "" if none.
+std::string SelectPodIp(const std::vector<std::string>& ips);
+
+}  // namespace deepbox::k8s

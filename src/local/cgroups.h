@@ -1,0 +1,84 @@
+// Per-sandbox cgroups: detection of the host's layout, limits, kill-all, removal.
+//
+// Placement: <hierarchy>/<the launcher's own cgroup>/deepbox/<id>, in every
+// hierarchy used, so a sandbox stays accounted to whoever runs the launcher.
+//
+// Per controller the mechanism is chosen independently:
+//   memory, pids, cpu: cgroup v2 if the controller can be enabled there, else
+//   the v1 hierarchy of that controller, else not enforced (rlimits are the
+//   launcher's per-process fallback).
+//   kill-all: a v2 cgroup (even one with no controllers, as on hybrid hosts)
+//   gives CLONE_INTO_CGROUP and cgroup.kill; else the v1 freezer (freeze,
+//   SIGKILL every pid, thaw, until empty); else SIGKILL of each listed pid.
+// A limit is reported as enforced only after its file was written successfully.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+#include "local/limits.h"
+
+namespace deepbox::local {
+
+struct CgroupHostInfo {
+  CgroupLayout layout = CgroupLayout::kNone;
+  std::string v2_mount;                          // "" if no cgroup2 mount
+  std::string v2_self;                           // this process's v2 path, e.g. "/"
+  std::set<std::string> v2_controllers;          // cgroup.controllers of v2_self
+  std::map<std::string, std::string> v1_mounts;  // controller -> mount dir
+  std::map<std::string, std::string> v1_self;    // controller -> this process's path
+};
+Result<CgroupHostInfo> DetectCgroups();
+// For tests: parse the given files' contents.
+CgroupHostInfo ParseCgroupHostInfo(std::string_view mountinfo, std::string_view proc_self_cgroup);
+
+class SandboxCgroup {
+ public:
+  // `id`: [A-Za-z0-9_.-]{1,64}. Creates the cgroups and writes the limits.
+  static Result<SandboxCgroup> Create(const CgroupHostInfo& host, std::string_view id,
+                                      const Limits& limits);
+
+  SandboxCgroup() = default;
+  SandboxCgroup(SandboxCgroup&&) noexcept = default;
+  SandboxCgroup& operator=(SandboxCgroup&& other) noexcept;
+  SandboxCgroup(const SandboxCgroup&) = delete;
+  SandboxCgroup& operator=(const SandboxCgroup&) = delete;
+  ~SandboxCgroup();  // KillAll() + Remove()
+
+  // fd of the v2 cgroup dir for CLONE_INTO_CGROUP, or -1.
+  int v2_fd() const { return v2_fd_.get(); }
+  // Moves `pid` into the v1 cgroups (the v2 one is joined by CLONE_INTO_CGROUP).
+  Status AttachV1(pid_t pid) const;
+  // Moves `pid` into every cgroup including v2 (for a process not cloned into it).
+  Status AttachAll(pid_t pid) const;
+  // Kills every process in the sandbox's cgroups and waits until they are empty.
+  Status KillAll() const;
+  // Removes the directories (after KillAll). Idempotent.
+  Status Remove();
+  // Pids in the cgroups (host PID namespace), from the first hierarchy.
+  Result<std::vector<pid_t>> Pids() const;
+
+  // memory, processes, cpu_rate, kill_all filled in; the rest left kNone.
+  const LimitSupport& support() const { return support_; }
+  const std::vector<std::string>& dirs() const { return dirs_; }
+  bool empty() const { return dirs_.empty(); }
+
+ private:
+  std::vector<std::string> dirs_;          // every created dir (deepest first on removal)
+  std::string v2_dir_;
+  std::map<std::string, std::string> v1_;  // controller -> dir
+  UniqueFd v2_fd_;
+  LimitSupport support_;
+};
+
+// Creates and removes a probe cgroup to find what this host really enforces.
+LimitSupport ProbeCgroupSupport(const CgroupHostInfo& host);
+
+}  // namespace deepbox::local

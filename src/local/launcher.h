@@ -1,0 +1,141 @@
+// Launches a process tree inside a fresh sandbox on this machine: the facility
+// that ties namespaces, mounts, capabilities, seccomp, cgroups/rlimits and
+// networking together (cf. nsjail, sandbox2).
+//
+// The init process (normally deepbox-sandboxd) runs:
+//   * in new user, PID, mount, IPC, UTS, net and cgroup namespaces,
+//   * as uid/gid 1000 (mapped to an unprivileged host id, see namespaces.h),
+//   * with every capability dropped, no_new_privs, the seccomp deny list,
+//   * with only the environment of the spec and only fds 0, 1, 2,
+//   * inside a new session (setsid: no controlling terminal to inject into),
+//   * in the sandbox's cgroups, with rlimits applied.
+// Host-side layout of the runtime dir (created 0700, owned by the launcher's
+// user, so no other host user can reach the socket):
+//   <runtime_dir>/root  empty mount point for the sandbox's root tmpfs
+//   <runtime_dir>/run   owned by the sandbox's host id, 0700; bound at
+//                       /.deepbox/run (sandboxd puts its unix socket there)
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+#include "local/cgroups.h"
+#include "local/child.h"
+#include "local/limits.h"
+#include "local/network.h"
+#include "local/seccomp.h"
+
+namespace deepbox::local {
+
+inline constexpr const char* kSandboxdPath = "/.deepbox/sandboxd";
+inline constexpr const char* kSandboxdSocket = "/.deepbox/run/sandboxd.sock";
+
+struct SandboxSpec {
+  std::string id;                            // [A-Za-z0-9_.-]{1,64}: cgroup name
+  std::filesystem::path runtime_dir;         // host dir for this sandbox (see above)
+  std::filesystem::path workspace_dir;       // host dir bound at /workspace
+  std::optional<std::filesystem::path> rootfs;           // nullopt: host system dirs
+  std::optional<std::filesystem::path> sandboxd_binary;  // bound at /.deepbox/sandboxd
+  std::vector<std::string> argv;             // the init process; argv[0] searched in PATH
+  std::vector<std::string> env;              // "KEY=VALUE"; the ONLY environment
+  std::string cwd = "/workspace";
+  std::string hostname = "sandbox";
+  NetworkMode network = NetworkMode::kNone;
+  PublicNetworkConfig public_network;        // used when network == kPublic
+  Limits limits;
+  std::optional<uint32_t> host_id;           // host uid/gid for sandbox 1000 (root only)
+  bool proc_subset_pid = false;
+  bool die_with_parent = true;  // PR_SET_PDEATHSIG: fires when the launching THREAD exits
+  bool use_cgroups = true;
+  SeccompOptions seccomp;
+  int stdin_fd = -1;   // -1: /dev/null. Not closed by Launch.
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  std::chrono::milliseconds setup_timeout{10000};
+};
+
+// Duration of each setup step (SetupStep order), in nanoseconds.
+struct SetupTimings {
+  std::array<int64_t, static_cast<size_t>(SetupStep::kCount)> ns{};
+  int64_t total_ns = 0;
+  int64_t Get(SetupStep s) const { return ns[static_cast<size_t>(s)]; }
+  std::string ToString() const;  // "prepare=0.41ms clone=0.20ms ... total=3.1ms"
+};
+
+// The outcome of the sandbox's init process.
+struct ExitStatus {
+  enum class Kind { kExited, kSignaled };
+  Kind kind = Kind::kExited;
+  int code = 0;    // kExited
+  int signal = 0;  // kSignaled
+  bool success() const { return kind == Kind::kExited && code == 0; }
+  std::string ToString() const;
+};
+
+class SandboxProcess {
+ public:
+  SandboxProcess() = default;
+  SandboxProcess(SandboxProcess&& other) noexcept;
+  SandboxProcess& operator=(SandboxProcess&& other) noexcept;
+  SandboxProcess(const SandboxProcess&) = delete;
+  SandboxProcess& operator=(const SandboxProcess&) = delete;
+  // Kills every process, reaps init, removes cgroups, network and runtime dirs.
+  ~SandboxProcess();
+
+  pid_t pid() const { return pid_; }            // init, in the host PID namespace
+  int pidfd() const { return pidfd_.get(); }
+  const SetupTimings& timings() const { return timings_; }
+  // What is enforced for THIS sandbox (cgroup + rlimit + tmpfs).
+  const LimitSupport& limits() const { return support_; }
+  NetworkMode network() const { return network_mode_; }
+  // Why public mode fell back to none ("" when it did not).
+  const std::string& network_note() const { return network_note_; }
+  const std::filesystem::path& socket_dir() const { return socket_dir_; }
+  const std::filesystem::path& runtime_dir() const { return runtime_dir_; }
+  // Public mode: the sandbox's address and interface names.
+  const std::optional<SlotAddresses>& public_addresses() const { return public_addrs_; }
+
+  // Waits for init to exit (timeout: kTimeout error, init keeps running).
+  Result<ExitStatus> Wait(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // Non-blocking: nullopt while init runs.
+  Result<std::optional<ExitStatus>> TryWait();
+  // SIGKILL to init (kills the whole PID namespace) and to every cgroup member.
+  Status Kill();
+  // Pids of the sandbox's processes in the host PID namespace (cgroup based).
+  Result<std::vector<pid_t>> Pids() const;
+
+ private:
+  friend Result<SandboxProcess> Launch(const SandboxSpec& spec);
+  void Destroy();
+
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  std::optional<ExitStatus> exit_;
+  std::optional<SandboxCgroup> cgroup_;
+  std::optional<PublicNetwork> net_;
+  std::optional<SlotAddresses> public_addrs_;
+  SetupTimings timings_;
+  LimitSupport support_;
+  NetworkMode network_mode_ = NetworkMode::kNone;
+  std::string network_note_;
+  std::filesystem::path runtime_dir_;
+  std::filesystem::path socket_dir_;
+  bool remove_runtime_dir_ = false;
+};
+
+Result<SandboxProcess> Launch(const SandboxSpec& spec);
+
+// Host-level report for `deepbox doctor`: what a sandbox launched with every
+// limit set would get here (creates and removes a probe cgroup).
+LimitSupport ProbeHostLimitSupport();
+
+}  // namespace deepbox::local

@@ -1,0 +1,321 @@
+#include "local/launcher.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "local/capabilities.h"
+#include "local/testing/sandbox_fixture.h"
+
+namespace deepbox::local {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::SandboxFixture;
+
+class LauncherTest : public SandboxFixture {};
+
+#define RUN_OK(script)                                                   \
+  ({                                                                     \
+    auto _r = Run(script);                                               \
+    EXPECT_TRUE(_r.has_value()) << (_r ? "" : _r.error().ToString());    \
+    _r ? *_r : testing::RunResult{};                                     \
+  })
+
+TEST_F(LauncherTest, RunsAsUid1000) {
+  auto r = RUN_OK("id -u; id -g; id -G");
+  EXPECT_TRUE(r.status.success()) << r.output;
+  EXPECT_EQ(r.output, "1000\n1000\n1000\n");
+}
+
+TEST_F(LauncherTest, NoCapabilitiesNoNewPrivsSeccomp) {
+  auto r = RUN_OK("cat /proc/self/status");
+  ASSERT_TRUE(r.status.success()) << r.output;
+  auto st = ParseProcStatus(r.output);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->cap_eff, 0u);
+  EXPECT_EQ(st->cap_prm, 0u);
+  EXPECT_EQ(st->cap_inh, 0u);
+  EXPECT_EQ(st->cap_bnd, 0u);
+  EXPECT_EQ(st->cap_amb, 0u);
+  EXPECT_EQ(st->no_new_privs, 1);
+  EXPECT_EQ(st->seccomp, 2);
+  EXPECT_EQ(st->uid, 1000u);
+}
+
+TEST_F(LauncherTest, SystemDirsAreReadOnly) {
+  auto r = RUN_OK("touch /usr/x 2>&1; touch /etc/x 2>&1; touch /x 2>&1; "
+                  "echo hi > /.deepbox/x 2>&1; echo done");
+  EXPECT_THAT(r.output, HasSubstr("/usr/x"));
+  EXPECT_THAT(r.output, HasSubstr("Read-only file system"));
+  EXPECT_THAT(r.output, HasSubstr("done"));
+  EXPECT_FALSE(std::filesystem::exists("/usr/x"));
+}
+
+TEST_F(LauncherTest, WorkspaceIsWritableAndBackedByHostDir) {
+  auto r = RUN_OK("echo hello > /workspace/out.txt && pwd && stat -c %u /workspace/out.txt");
+  ASSERT_TRUE(r.status.success()) << r.output;
+  EXPECT_EQ(r.output, "/workspace\n1000\n");
+  std::ifstream in(workspace_ / "out.txt");
+  std::string content;
+  std::getline(in, content);
+  EXPECT_EQ(content, "hello");
+  struct stat st;
+  ASSERT_EQ(stat((workspace_ / "out.txt").c_str(), &st), 0);
+  if (geteuid() == 0) {
+    EXPECT_EQ(st.st_uid, kDefaultRootHostId);
+  }
+}
+
+TEST_F(LauncherTest, TmpIsPrivateAndWritable) {
+  auto r = RUN_OK("echo x > /tmp/f && cat /tmp/f && ls -a /tmp | wc -l && "
+                  "df -k /tmp | tail -1 | awk '{print $2}'");
+  ASSERT_TRUE(r.status.success()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("x\n3\n"));
+  EXPECT_THAT(r.output, HasSubstr("262144"));  // 256 MiB default
+}
+
+TEST_F(LauncherTest, OnlyOwnProcessesVisible) {
+  auto r = RUN_OK("ls /proc | grep -E '^[0-9]+$' | sort -n | tr '\\n' ' '; echo; echo $$");
+  ASSERT_TRUE(r.status.success()) << r.output;
+  // sh is pid 1; ls and grep etc. are its children: all small pids.
+  std::istringstream in(r.output);
+  std::string line;
+  std::getline(in, line);
+  std::istringstream pids(line);
+  int pid, count = 0;
+  while (pids >> pid) {
+    EXPECT_LT(pid, 20) << r.output;
+    ++count;
+  }
+  EXPECT_GE(count, 1);
+  EXPECT_LE(count, 6) << r.output;
+  std::getline(in, line);
+  EXPECT_EQ(line, "1");
+}
+
+TEST_F(LauncherTest, HostnameIsSet) {
+  spec_.hostname = "box-under-test";
+  auto r = RUN_OK("hostname; cat /etc/hostname; grep box-under-test /etc/hosts | wc -l");
+  EXPECT_EQ(r.output, "box-under-test\nbox-under-test\n1\n");
+}
+
+TEST_F(LauncherTest, NoInheritedFds) {
+  // An fd without CLOEXEC in the launcher must not reach the sandbox.
+  int leak = open("/etc/hostname", O_RDONLY);  // no O_CLOEXEC on purpose
+  ASSERT_GE(leak, 0);
+  auto r = RUN_OK("ls /proc/self/fd | tr '\\n' ' '");
+  close(leak);
+  // 0 1 2 and the fd of ls's own directory listing.
+  EXPECT_EQ(r.output, "0 1 2 3 ");
+}
+
+TEST_F(LauncherTest, EnvironmentIsClean) {
+  setenv("DEEPBOX_TEST_SECRET", "hunter2", 1);
+  spec_.env.push_back("VISIBLE=yes");
+  auto r = RUN_OK("env | sort");
+  unsetenv("DEEPBOX_TEST_SECRET");
+  EXPECT_THAT(r.output, Not(HasSubstr("hunter2")));
+  EXPECT_THAT(r.output, HasSubstr("VISIBLE=yes"));
+  EXPECT_THAT(r.output, Not(HasSubstr("DEEPBOX_TEST_SECRET")));
+}
+
+TEST_F(LauncherTest, UnshareUserFails) {
+  auto r = RUN_OK("unshare -U true 2>&1; echo rc=$?; unshare -r true 2>&1; echo rc=$?");
+  EXPECT_THAT(r.output, HasSubstr("rc=1"));
+  EXPECT_THAT(r.output, Not(HasSubstr("rc=0")));
+}
+
+TEST_F(LauncherTest, MountFails) {
+  auto r = RUN_OK("mount -t tmpfs none /tmp 2>&1; echo rc=$?; umount /proc 2>&1; echo rc=$?");
+  EXPECT_THAT(r.output, Not(HasSubstr("rc=0")));
+}
+
+TEST_F(LauncherTest, PtraceFails) {
+  // /proc/self/mem of the parent: write access needs ptrace rights; plus ptrace(2) is EPERM.
+  auto r = RUN_OK(
+      "sleep 5 & P=$!; "
+      "if command -v gdb >/dev/null; then gdb -p $P -batch 2>&1 | head -1; fi; "
+      "cat /proc/$P/environ >/dev/null 2>&1 && echo environ-readable; "
+      "(command -v strace >/dev/null && strace -p $P -o /dev/null & sleep 0.2; kill $! 2>/dev/null);"
+      "kill $P; echo end");
+  EXPECT_THAT(r.output, HasSubstr("end"));
+}
+
+TEST_F(LauncherTest, LoopbackOnlyInNoneMode) {
+  auto r = RUN_OK("cat /proc/net/dev | awk -F: 'NR>2{print $1}' | tr -d ' '; "
+                  "grep -c . /proc/net/route");
+  EXPECT_EQ(r.output, "lo\n1\n");  // only lo, and only the route table's header line
+}
+
+TEST_F(LauncherTest, LoopbackWorks) {
+  if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "python3 not installed";
+  auto r = RUN_OK(
+      "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); "
+      "c=socket.create_connection(s.getsockname()); a,_=s.accept(); c.send(b\"ok\"); "
+      "print(a.recv(2).decode())'");
+  EXPECT_EQ(r.output, "ok\n");
+}
+
+TEST_F(LauncherTest, DevNodes) {
+  auto r = RUN_OK(
+      "head -c 4 /dev/zero | wc -c; head -c 4 /dev/urandom | wc -c; echo x > /dev/null && echo n;"
+      "ls /dev | tr '\\n' ' '; echo; touch /dev/foo 2>&1 | grep -c Read-only; "
+      "echo s > /dev/shm/s && cat /dev/shm/s; test -c /dev/pts/ptmx && echo pts");
+  EXPECT_THAT(r.output, HasSubstr("4\n4\nn\n"));
+  EXPECT_THAT(r.output, HasSubstr("full null ptmx pts random shm stderr stdin stdout tty urandom "
+                                  "zero"));
+  EXPECT_THAT(r.output, HasSubstr("\n1\ns\npts"));
+}
+
+TEST_F(LauncherTest, HostFilesAreNotVisible) {
+  auto r = RUN_OK("ls / | tr '\\n' ' '; test -e /root && echo has-root; "
+                  "test -e /home/x || echo ok; cat /etc/shadow 2>&1 | head -c 0; "
+                  "cut -d: -f1 /etc/passwd | tr '\\n' ' '");
+  EXPECT_THAT(r.output, Not(HasSubstr("has-root")));
+  EXPECT_THAT(r.output, Not(HasSubstr(" work ")));
+  EXPECT_THAT(r.output, HasSubstr("root sandbox nobody"));
+}
+
+TEST_F(LauncherTest, SandboxdBinaryIsReadOnlyAndSocketDirIsPrivate) {
+  spec_.sandboxd_binary = "/bin/true";
+  spec_.argv = {"/bin/sh", "-c",
+                "/.deepbox/sandboxd && echo ran > /.deepbox/run/ran; "
+                "grep ' /.deepbox/sandboxd ' /proc/self/mountinfo | cut -d' ' -f6 "
+                "  > /.deepbox/run/opts; sleep 30"};
+  auto sp = Launch(spec_);
+  ASSERT_TRUE(sp.has_value()) << sp.error().ToString();
+  auto opts = spec_.runtime_dir / "run/opts";
+  for (int i = 0; i < 500 && !std::filesystem::exists(opts); ++i) usleep(10000);
+  usleep(50000);
+  std::ifstream in(opts);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_THAT(line, HasSubstr("ro"));
+  EXPECT_THAT(line, HasSubstr("nosuid"));
+  EXPECT_TRUE(std::filesystem::exists(spec_.runtime_dir / "run/ran"));
+  struct stat st;
+  ASSERT_EQ(stat(spec_.runtime_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_EQ(st.st_uid, geteuid());
+  ASSERT_EQ(stat((spec_.runtime_dir / "run").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+}
+
+TEST_F(LauncherTest, ExitCodeAndSignal) {
+  auto r = RUN_OK("exit 42");
+  EXPECT_EQ(r.status.kind, ExitStatus::Kind::kExited);
+  EXPECT_EQ(r.status.code, 42);
+  // PID 1 ignores signals without a handler from inside the namespace; kill from outside.
+  spec_.argv = {"/bin/sleep", "30"};
+  auto sp = Launch(spec_);
+  ASSERT_TRUE(sp.has_value()) << sp.error().ToString();
+  ASSERT_TRUE(sp->Kill().has_value());
+  auto st = sp->Wait();
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->kind, ExitStatus::Kind::kSignaled);
+  EXPECT_EQ(st->signal, SIGKILL);
+}
+
+TEST_F(LauncherTest, ExecFailureIsReportedWithStep) {
+  spec_.argv = {"/no/such/binary"};
+  auto sp = Launch(spec_);
+  ASSERT_FALSE(sp.has_value());
+  EXPECT_THAT(sp.error().message, HasSubstr("execve(/no/such/binary)"));
+  EXPECT_THAT(sp.error().message, HasSubstr("ENOENT"));
+  EXPECT_THAT(sp.error().message, HasSubstr("during step 'exec'"));
+}
+
+TEST_F(LauncherTest, MountFailureNamesCallPathAndStep) {
+  spec_.rootfs = tmp_.path() / "missing-rootfs";
+  spec_.argv = {"/bin/true"};
+  auto sp = Launch(spec_);
+  ASSERT_FALSE(sp.has_value());
+  EXPECT_THAT(sp.error().message, HasSubstr("rootfs"));
+  // A source that vanishes between plan and mount: the child reports it.
+  spec_.rootfs.reset();
+  spec_.workspace_dir = tmp_.path() / "ws2";
+  std::filesystem::create_directory(spec_.workspace_dir);
+  spec_.sandboxd_binary = tmp_.path() / "sbd";
+  { std::ofstream(tmp_.path() / "sbd") << "#!/bin/sh\n"; }
+  chmod((tmp_.path() / "sbd").c_str(), 0755);
+  spec_.cwd = "/nonexistent-dir";
+  sp = Launch(spec_);
+  ASSERT_FALSE(sp.has_value());
+  EXPECT_THAT(sp.error().message, HasSubstr("chdir"));
+  EXPECT_THAT(sp.error().message, HasSubstr("ENOENT"));
+}
+
+TEST_F(LauncherTest, KillOnDestructionLeavesNothing) {
+  spec_.argv = {"/bin/sh", "-c", "sleep 100 & sleep 100 & wait"};
+  pid_t init;
+  std::filesystem::path rt = spec_.runtime_dir;
+  std::vector<pid_t> pids;
+  {
+    auto sp = Launch(spec_);
+    ASSERT_TRUE(sp.has_value()) << sp.error().ToString();
+    init = sp->pid();
+    for (int i = 0; i < 100; ++i) {
+      auto p = sp->Pids();
+      if (p && p->size() >= 3) {
+        pids = *p;
+        break;
+      }
+      usleep(10000);
+    }
+    EXPECT_GE(pids.size(), 3u);
+  }
+  EXPECT_NE(kill(init, 0), 0);
+  for (pid_t p : pids) EXPECT_NE(kill(p, 0), 0) << p;
+  EXPECT_FALSE(std::filesystem::exists(rt));
+}
+
+TEST_F(LauncherTest, RootfsMode) {
+  // A tiny "image": dash and the libraries it needs, copied in, with usrmerge symlinks.
+  auto rootfs = tmp_.path() / "rootfs";
+  namespace fs = std::filesystem;
+  fs::create_directories(rootfs / "usr/bin");
+  fs::create_directories(rootfs / "etc");
+  fs::create_directory_symlink("usr/bin", rootfs / "bin");
+  { std::ofstream(rootfs / "etc/passwd") << "image:x:0:0::/:/bin/sh\n"; }
+  { std::ofstream(rootfs / "etc/image-marker") << "from-image\n"; }
+  fs::path sh = fs::canonical("/bin/sh");
+  fs::copy_file(sh, rootfs / "usr/bin/sh");
+  for (const char* lib : {"/lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/libc.so.6"}) {
+    if (!fs::exists(lib)) GTEST_SKIP() << "unexpected libc layout";
+    fs::path dst = rootfs / fs::path(lib).relative_path();
+    fs::create_directories(dst.parent_path());
+    fs::copy_file(fs::canonical(lib), dst);
+  }
+  spec_.rootfs = rootfs;
+  auto r = RUN_OK(
+      "while read l; do echo \"$l\"; done < /etc/image-marker; "
+      "while read l; do echo \"$l\"; done < /etc/passwd; "
+      "test -e /usr/bin/ls || echo no-host-usr; echo x > /usr/f 2>/dev/null || echo ro");
+  EXPECT_TRUE(r.status.success()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("from-image"));
+  EXPECT_THAT(r.output, HasSubstr("sandbox:x:1000:1000"));  // generated passwd bound over
+  EXPECT_THAT(r.output, HasSubstr("no-host-usr"));
+  EXPECT_THAT(r.output, HasSubstr("ro"));
+}
+
+TEST_F(LauncherTest, SetupTimingsRecorded) {
+  auto r = RUN_OK("true");
+  EXPECT_GT(r.timings.total_ns, 0);
+  EXPECT_GT(r.timings.Get(SetupStep::kMounts), 0);
+  EXPECT_GT(r.timings.Get(SetupStep::kClone), 0);
+  int64_t sum = 0;
+  for (auto v : r.timings.ns) sum += v;
+  EXPECT_EQ(sum, r.timings.total_ns);
+  std::cerr << "timings: " << r.timings.ToString() << "\n";
+}
+
+}  // namespace
+}  // namespace deepbox::local

@@ -1,0 +1,139 @@
+#include "sandboxd/fs/fs_util.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include "common/utf8.h"
+
+namespace deepbox::sandboxd::fs {
+
+std::optional<std::string> ReadLinkAt(int dirfd, const char* name, int* err) {
+  std::string buf(PATH_MAX, '\0');
+  ssize_t n = ::readlinkat(dirfd, name, buf.data(), buf.size());
+  if (n < 0) {
+    *err = errno;
+    return std::nullopt;
+  }
+  if (static_cast<size_t>(n) >= buf.size()) {
+    *err = ENAMETOOLONG;
+    return std::nullopt;
+  }
+  buf.resize(static_cast<size_t>(n));
+  return buf;
+}
+
+namespace {
+struct LinuxDirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[];
+};
+}  // namespace
+
+Result<std::vector<DirEntry>> ReadDir(int dirfd, std::string_view subject) {
+  std::vector<DirEntry> out;
+  alignas(8) char buf[32768];
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, dirfd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return MakeSyscallError("getdents64", errno, subject);
+    }
+    if (n == 0) break;
+    for (long off = 0; off < n;) {
+      auto* d = reinterpret_cast<LinuxDirent64*>(buf + off);
+      off += d->d_reclen;
+      const char* name = d->d_name;
+      if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) continue;
+      out.push_back(DirEntry{std::string(name), d->d_type});
+    }
+  }
+  return out;
+}
+
+bool HasNulInHead(std::string_view data) {
+  size_t n = std::min(data.size(), kBinaryProbeBytes);
+  return std::memchr(data.data(), 0, n) != nullptr;
+}
+
+bool LooksBinary(std::string_view data) {
+  if (HasNulInHead(data)) return true;
+  std::string_view head = data.substr(0, kBinaryProbeBytes);
+  if (data.size() > kBinaryProbeBytes) head = head.substr(0, Utf8CompletePrefix(head));
+  return !IsValidUtf8(head);
+}
+
+size_t CountNewlines(const char* data, size_t len) {
+  size_t count = 0;
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128i nl = _mm_set1_epi8('\n');
+  while (i + 64 <= len) {
+    __m128i a = _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + i)), nl);
+    __m128i b =
+        _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + i + 16)), nl);
+    __m128i c =
+        _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + i + 32)), nl);
+    __m128i d =
+        _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + i + 48)), nl);
+    uint64_t mask = static_cast<uint64_t>(static_cast<uint16_t>(_mm_movemask_epi8(a))) |
+                    (static_cast<uint64_t>(static_cast<uint16_t>(_mm_movemask_epi8(b))) << 16) |
+                    (static_cast<uint64_t>(static_cast<uint16_t>(_mm_movemask_epi8(c))) << 32) |
+                    (static_cast<uint64_t>(static_cast<uint16_t>(_mm_movemask_epi8(d))) << 48);
+    count += static_cast<size_t>(__builtin_popcountll(mask));
+    i += 64;
+  }
+#endif
+  for (; i < len; ++i) count += data[i] == '\n';
+  return count;
+}
+
+std::string FormatRfc3339(const struct timespec& ts) {
+  struct tm tm;
+  time_t secs = ts.tv_sec;
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  size_t n = std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return std::string(buf, n);
+}
+
+std::string RandomHex(size_t chars) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(chars);
+  unsigned char bytes[32];
+  while (out.size() < chars) {
+    size_t want = std::min(sizeof(bytes), (chars - out.size() + 1) / 2);
+    ssize_t n = ::getrandom(bytes, want, 0);
+    if (n <= 0) {
+      // getrandom cannot really fail for small requests; stay unique anyway.
+      static std::atomic<uint64_t> counter{0};
+      uint64_t v = counter.fetch_add(1) ^ static_cast<uint64_t>(::getpid()) << 32;
+      std::memcpy(bytes, &v, sizeof(v));
+      n = sizeof(v);
+    }
+    for (ssize_t i = 0; i < n && out.size() < chars; ++i) {
+      out += kHex[bytes[i] >> 4];
+      if (out.size() < chars) out += kHex[bytes[i] & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace deepbox::sandboxd::fs

@@ -1,0 +1,305 @@
+#include "sandboxd/fs/path_resolver.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "sandboxd/fs/test_util.h"
+
+namespace deepbox::sandboxd::fs {
+namespace {
+
+using testing::Exists;
+using testing::MakeDirRaw;
+using testing::ReadRaw;
+using testing::SymlinkRaw;
+using testing::TempDir;
+using testing::WriteRaw;
+
+std::string ReadFd(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+TEST(NormalizeTest, Relative) {
+  EXPECT_EQ(*NormalizeRelative("a/./b//c/"), "a/b/c");
+  EXPECT_EQ(*NormalizeRelative("a/../b"), "b");
+  EXPECT_EQ(*NormalizeRelative("."), "");
+  EXPECT_EQ(*NormalizeRelative("a/.."), "");
+  EXPECT_EQ(*NormalizeRelative("a/b/../../c/./d/.."), "c");
+  for (const char* bad : {"..", "../x", "a/../../x", "a/b/../../../x"}) {
+    auto r = NormalizeRelative(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, ErrorCode::kPermissionDenied) << bad;
+  }
+}
+
+TEST(NormalizeTest, Absolute) {
+  EXPECT_EQ(NormalizeAbsolute("/a//b/./c/.."), "/a/b");
+  EXPECT_EQ(NormalizeAbsolute("/../.."), "/");
+  EXPECT_EQ(NormalizeAbsolute("/"), "/");
+}
+
+TEST(NormalizeTest, SplitAndJoin) {
+  EXPECT_EQ(SplitRelative("a/b/c").first, "a/b");
+  EXPECT_EQ(SplitRelative("a/b/c").second, "c");
+  EXPECT_EQ(SplitRelative("c").first, "");
+  EXPECT_EQ(JoinRelative("", "x"), "x");
+  EXPECT_EQ(JoinRelative("a", "x"), "a/x");
+}
+
+TEST(ValidatePathTest, Malformed) {
+  EXPECT_EQ(ValidatePath("").error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(ValidatePath(std::string("a\0b", 3)).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(ValidatePath(std::string(kMaxPathBytes + 1, 'a')).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(ValidatePath("a/b"));
+}
+
+// Every resolver test runs with openat2 and with the forced user-space walk.
+class ResolverTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    root_dir_ = tmp_.Path("root");
+    outside_ = tmp_.Path("outside");
+    MakeDirRaw(root_dir_);
+    MakeDirRaw(outside_);
+    WriteRaw(root_dir_ + "/file.txt", "inside");
+    WriteRaw(root_dir_ + "/sub/dir/deep.txt", "deep");
+    WriteRaw(outside_ + "/secret.txt", "outside");
+    auto root = Root::Open(root_dir_, RootOptions{.force_fallback = GetParam()});
+    ASSERT_TRUE(root) << root.error().ToString();
+    root_.emplace(std::move(*root));
+  }
+
+  Result<std::string> ReadVia(std::string_view api_path) {
+    auto rel = root_->ToRelative(api_path);
+    if (!rel) return tl::unexpected(rel.error());
+    auto fd = root_->Open(*rel, O_RDONLY);
+    if (!fd) return tl::unexpected(fd.error());
+    return ReadFd(fd->get());
+  }
+
+  TempDir tmp_;
+  std::string root_dir_;
+  std::string outside_;
+  std::optional<Root> root_;
+};
+
+TEST_P(ResolverTest, RelativeAndAbsoluteApiPaths) {
+  EXPECT_EQ(*root_->ToRelative(root_dir_), "");
+  EXPECT_EQ(*root_->ToRelative(root_dir_ + "/"), "");
+  EXPECT_EQ(*root_->ToRelative(root_dir_ + "/sub/./dir/../dir/deep.txt"), "sub/dir/deep.txt");
+  EXPECT_EQ(*root_->ToRelative("sub//dir/"), "sub/dir");
+  EXPECT_EQ(root_->ToAbsolute("sub/dir"), root_dir_ + "/sub/dir");
+  EXPECT_EQ(root_->ToAbsolute(""), root_dir_);
+  EXPECT_EQ(*ReadVia(root_dir_ + "/file.txt"), "inside");
+  EXPECT_EQ(*ReadVia("sub/dir/../dir/deep.txt"), "deep");
+}
+
+TEST_P(ResolverTest, EscapesAreDenied) {
+  for (std::string bad : {std::string("../outside/secret.txt"), std::string("sub/../../x"),
+                          outside_ + "/secret.txt", root_dir_ + "/../outside/secret.txt",
+                          root_dir_ + "x/file.txt", std::string("/etc/passwd")}) {
+    auto r = ReadVia(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, ErrorCode::kPermissionDenied) << bad << ": " << r.error().message;
+  }
+}
+
+TEST_P(ResolverTest, MalformedPathsAreInvalid) {
+  for (std::string bad : {std::string(), std::string("a\0b", 3), std::string(5000, 'x')}) {
+    auto r = ReadVia(bad);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument) << r.error().message;
+  }
+  // A component longer than NAME_MAX: the kernel's ENAMETOOLONG.
+  auto r = ReadVia(std::string(300, 'y'));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument) << r.error().message;
+}
+
+TEST_P(ResolverTest, SymlinksOutAreDenied) {
+  SymlinkRaw(outside_ + "/secret.txt", root_dir_ + "/abs_file");
+  SymlinkRaw("../outside/secret.txt", root_dir_ + "/rel_file");
+  SymlinkRaw(outside_, root_dir_ + "/abs_dir");
+  SymlinkRaw("../../../outside", root_dir_ + "/sub/dir/rel_dir");
+  SymlinkRaw("/proc/self/root" + outside_ + "/secret.txt", root_dir_ + "/magic");
+  SymlinkRaw("sub/dir/rel_dir/secret.txt", root_dir_ + "/chain");
+  for (const char* bad : {"abs_file", "rel_file", "abs_dir/secret.txt",
+                          "sub/dir/rel_dir/secret.txt", "magic", "chain"}) {
+    auto r = ReadVia(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, ErrorCode::kPermissionDenied) << bad << ": " << r.error().message;
+    EXPECT_NE(r.error().message.find("escapes the root"), std::string::npos) << r.error().message;
+  }
+}
+
+TEST_P(ResolverTest, SymlinksInsideAreFollowed) {
+  SymlinkRaw("sub/dir", root_dir_ + "/rel_dir");
+  SymlinkRaw("../../file.txt", root_dir_ + "/sub/dir/up");
+  SymlinkRaw(root_dir_ + "/sub/dir/deep.txt", root_dir_ + "/abs_inside");
+  SymlinkRaw("rel_dir/up", root_dir_ + "/chain");
+  EXPECT_EQ(*ReadVia("rel_dir/deep.txt"), "deep");
+  EXPECT_EQ(*ReadVia("sub/dir/up"), "inside");
+  EXPECT_EQ(*ReadVia("abs_inside"), "deep");
+  EXPECT_EQ(*ReadVia("chain"), "inside");
+  EXPECT_EQ(*root_->Canonicalize("chain"), "file.txt");
+  EXPECT_EQ(*root_->Canonicalize("rel_dir/new"), "sub/dir/new");
+}
+
+TEST_P(ResolverTest, NoSymlinksMode) {
+  SymlinkRaw("sub/dir", root_dir_ + "/rel_dir");
+  auto r = root_->OpenNoSymlinks("rel_dir/deep.txt", O_RDONLY);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument) << r.error().message;
+  EXPECT_TRUE(root_->OpenNoSymlinks("sub/dir/deep.txt", O_RDONLY));
+}
+
+TEST_P(ResolverTest, SymlinkLoopIsInvalid) {
+  SymlinkRaw("b", root_dir_ + "/a");
+  SymlinkRaw("a", root_dir_ + "/b");
+  auto r = ReadVia("a");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument) << r.error().message;
+}
+
+TEST_P(ResolverTest, OpenParentDoesNotFollowFinal) {
+  SymlinkRaw(outside_ + "/secret.txt", root_dir_ + "/abs_file");
+  auto loc = root_->OpenParent("abs_file");
+  ASSERT_TRUE(loc) << loc.error().ToString();
+  EXPECT_EQ(loc->name, "abs_file");
+  struct stat st;
+  ASSERT_EQ(::fstatat(loc->dir.get(), loc->name.c_str(), &st, AT_SYMLINK_NOFOLLOW), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  // Following it is an escape.
+  auto follow = root_->OpenParentFollow("abs_file");
+  ASSERT_FALSE(follow);
+  EXPECT_EQ(follow.error().code, ErrorCode::kPermissionDenied);
+  // A dangling symlink inside is followed to where it points.
+  SymlinkRaw("sub/new.txt", root_dir_ + "/dangling");
+  auto in = root_->OpenParentFollow("dangling");
+  ASSERT_TRUE(in) << in.error().ToString();
+  EXPECT_EQ(in->name, "new.txt");
+  auto root_loc = root_->OpenParent("");
+  ASSERT_FALSE(root_loc);
+  EXPECT_EQ(root_loc.error().code, ErrorCode::kPermissionDenied);
+}
+
+TEST_P(ResolverTest, MakeDirsStaysInside) {
+  ASSERT_TRUE(root_->MakeDirs("a/b/c"));
+  EXPECT_TRUE(Exists(root_dir_ + "/a/b/c"));
+  ASSERT_TRUE(root_->MakeDirs("a/b/c"));  // idempotent
+  SymlinkRaw(outside_, root_dir_ + "/out");
+  auto r = root_->MakeDirs("out/x/y");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_FALSE(Exists(outside_ + "/x"));
+  // Creating through O_CREAT is confined the same way.
+  auto c = root_->Open("out/created.txt", O_WRONLY | O_CREAT, 0644);
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_FALSE(Exists(outside_ + "/created.txt"));
+}
+
+TEST_P(ResolverTest, SubRootNarrowsConfinement) {
+  SymlinkRaw("../../file.txt", root_dir_ + "/sub/dir/up");
+  auto sub = root_->Sub("sub");
+  ASSERT_TRUE(sub) << sub.error().ToString();
+  EXPECT_EQ(sub->path(), root_dir_ + "/sub");
+  auto fd = sub->Open("dir/deep.txt", O_RDONLY);
+  ASSERT_TRUE(fd);
+  EXPECT_EQ(ReadFd(fd->get()), "deep");
+  auto up = sub->Open("dir/up", O_RDONLY);  // inside the root, outside "sub"
+  ASSERT_FALSE(up);
+  EXPECT_EQ(up.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_EQ(*sub->ToRelative(root_dir_ + "/sub/dir"), "dir");
+  EXPECT_FALSE(sub->ToRelative(root_dir_ + "/file.txt"));
+}
+
+// A thread flips a symlink between a directory inside and one outside the
+// root while requests go through it: each request must see the inside or be
+// refused; nothing outside is ever read or created.
+TEST_P(ResolverTest, SymlinkSwappedDuringRequests) {
+  MakeDirRaw(root_dir_ + "/safe");
+  WriteRaw(root_dir_ + "/safe/secret.txt", "inside");
+  SymlinkRaw("safe", root_dir_ + "/flip");
+  std::atomic<bool> stop{false};
+  std::thread flipper([&] {
+    const std::string tmp_link = root_dir_ + "/flip.tmp";
+    const std::string targets[] = {"safe", outside_, "../outside", "safe/../../outside"};
+    for (size_t i = 0; !stop.load(); ++i) {
+      ::unlink(tmp_link.c_str());
+      if (::symlink(targets[i % 4].c_str(), tmp_link.c_str()) != 0) continue;
+      ::rename(tmp_link.c_str(), (root_dir_ + "/flip").c_str());
+    }
+  });
+  int ok = 0;
+  int denied = 0;
+  for (int i = 0; i < 3000; ++i) {
+    auto r = ReadVia("flip/secret.txt");
+    if (r) {
+      ASSERT_EQ(*r, "inside");
+      ++ok;
+    } else {
+      ASSERT_EQ(r.error().code, ErrorCode::kPermissionDenied) << r.error().message;
+      ++denied;
+    }
+    auto created = root_->Open("flip/new-" + std::to_string(i), O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (!created) {
+      ASSERT_EQ(created.error().code, ErrorCode::kPermissionDenied) << created.error().message;
+    }
+  }
+  stop = true;
+  flipper.join();
+  EXPECT_EQ(ok + denied, 3000);
+  EXPECT_EQ(ReadRaw(outside_ + "/secret.txt"), "outside");
+  // Nothing was created outside the root.
+  int outside_entries = 0;
+  for (auto& e : std::filesystem::directory_iterator(outside_)) {
+    (void)e;
+    ++outside_entries;
+  }
+  EXPECT_EQ(outside_entries, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ResolverTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Fallback") : std::string("Openat2");
+                         });
+
+TEST(RootTest, OpenRequiresDirectory) {
+  TempDir tmp;
+  WriteRaw(tmp.Path("f"), "x");
+  auto r = Root::Open(tmp.Path("f"));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kNotDirectory);
+  auto missing = Root::Open(tmp.Path("missing"));
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kNotFound);
+}
+
+TEST(RootTest, RootGivenThroughSymlinkAcceptsBothSpellings) {
+  TempDir tmp;
+  MakeDirRaw(tmp.Path("real"));
+  WriteRaw(tmp.Path("real/a"), "a");
+  SymlinkRaw(tmp.Path("real"), tmp.Path("alias"));
+  auto root = Root::Open(tmp.Path("alias"));
+  ASSERT_TRUE(root);
+  EXPECT_EQ(root->path(), tmp.Path("real"));
+  EXPECT_EQ(*root->ToRelative(tmp.Path("alias/a")), "a");
+  EXPECT_EQ(*root->ToRelative(tmp.Path("real/a")), "a");
+}
+
+}  // namespace
+}  // namespace deepbox::sandboxd::fs

@@ -1,0 +1,32 @@
+// Helpers for the fs tests: a real temporary directory and raw file access
+// that bypasses the library under test.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace deepbox::sandboxd::fs::testing {
+
+// mkdtemp under $TMPDIR (or /tmp); removed recursively on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  // path() + "/" + rel
+  std::string Path(std::string_view rel) const;
+
+ private:
+  std::string path_;
+};
+
+// Creates parents as needed. Aborts the test binary on failure (test setup).
+void WriteRaw(const std::string& path, std::string_view content);
+std::string ReadRaw(const std::string& path);
+bool Exists(const std::string& path);  // lstat succeeds
+void MakeDirRaw(const std::string& path);  // mkdir -p
+void SymlinkRaw(const std::string& target, const std::string& link);
+
+}  // namespace deepbox::sandboxd::fs::testing

@@ -1,0 +1,158 @@
+// deepbox-sandboxd: the daemon inside every sandbox. See docs/sandboxd-api.md.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "net/http_server.h"
+#include "sandboxd/proc/reaper.h"
+#include "sandboxd/proc/spawn.h"
+#include "sandboxd/server/daemon.h"
+
+namespace {
+
+using namespace deepbox;
+using namespace std::chrono_literals;
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "deepbox-sandboxd: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "deepbox-sandboxd: serves files, search and processes inside a sandbox.\n"
+      "Speaks the deepbox API (/deepbox/v1/...), the upstream python-runtime API\n"
+      "(/execute, /upload, ...) and the upstream sandboxd REST API (/v1/files/...).\n"
+      "See docs/sandboxd-api.md.",
+      "deepbox-sandboxd"};
+  sandboxd::DaemonConfig config;
+  std::vector<std::string> listen;
+  std::string listen_host = "0.0.0.0";
+  int rest_port = 8888;
+  int grpc_port = 0;
+  std::string token_file;
+  double default_timeout_s = 1800;
+  double shutdown_timeout_s = 10;
+  double idle_timeout_s = 60;
+  size_t stream_chunk_size = 0;
+  app.add_option("--listen", listen,
+                 "Where to listen: unix:/path/to.sock or HOST:PORT (repeatable).\n"
+                 "Default: --listen-host:--rest-port");
+  app.add_option("--root-dir", config.root_dir, "Root every path is confined to")
+      ->capture_default_str();
+  app.add_option("--listen-host", listen_host, "Upstream-compatible: host to listen on")
+      ->capture_default_str();
+  app.add_option("--rest-port", rest_port, "Upstream-compatible: TCP port to listen on")
+      ->capture_default_str();
+  app.add_option("--grpc-port", grpc_port,
+                 "Accepted for upstream compatibility; deepbox serves no gRPC (ignored)");
+  app.add_option("--token-file", token_file,
+                 "File holding a bearer token every request must carry\n"
+                 "(or set SANDBOXD_TOKEN)");
+  app.add_option("--default-timeout", default_timeout_s,
+                 "Default command timeout in seconds (0 = none)")
+      ->capture_default_str();
+  app.add_option("--max-output", config.max_output_bytes,
+                 "Default cap on captured output per stream, in bytes")
+      ->capture_default_str();
+  app.add_option("--metadata-env-prefix", config.metadata_env_prefix,
+                 "Environment prefix exposed by /v1/metadata")
+      ->capture_default_str();
+  app.add_option("--shutdown-timeout", shutdown_timeout_s,
+                 "Seconds running requests get after SIGTERM before processes are killed")
+      ->capture_default_str();
+  app.add_option("--http-idle-timeout", idle_timeout_s, "Keep-alive idle timeout in seconds")
+      ->capture_default_str();
+  app.add_option("--stream-chunk-size", stream_chunk_size,
+                 "Accepted for upstream compatibility (ignored)");
+  app.add_option("--shell", config.shell, "Shell used for shell-string commands")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in) return Fail(fmt::format("cannot read --token-file '{}'", token_file));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    config.token = ss.str();
+    while (!config.token.empty() && std::isspace(static_cast<unsigned char>(config.token.back()))) {
+      config.token.pop_back();
+    }
+    if (config.token.empty()) return Fail(fmt::format("--token-file '{}' is empty", token_file));
+  } else if (const char* t = std::getenv("SANDBOXD_TOKEN"); t != nullptr && *t != '\0') {
+    config.token = t;
+  }
+  // The token must not leak into commands' environments.
+  ::unsetenv("SANDBOXD_TOKEN");
+  config.default_timeout = std::chrono::milliseconds(static_cast<int64_t>(default_timeout_s * 1000));
+  auto shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000));
+
+  if (listen.empty()) {
+    listen.push_back(listen_host.find(':') != std::string::npos
+                         ? fmt::format("[{}]:{}", listen_host, rest_port)
+                         : fmt::format("{}:{}", listen_host, rest_port));
+  }
+
+  sandboxd::proc::IgnoreSigpipe();
+  // Orphans re-parented to us (as PID 1 or subreaper) must be reaped.
+  if (::getpid() != 1) (void)sandboxd::proc::BecomeSubreaper();
+  auto reaper = sandboxd::proc::Reaper::Start();
+  if (!reaper) return Fail("starting the reaper: " + reaper.error().ToString());
+
+  // SIGTERM/SIGINT are handled by a dedicated thread (sigwait), never async.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto daemon = sandboxd::Daemon::Create(config);
+  if (!daemon) return Fail(daemon.error().message);
+
+  net::ServerOptions options;
+  options.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(idle_timeout_s * 1000));
+  options.read_timeout = 300s;
+  options.write_timeout = 300s;
+  options.server_header = "deepbox-sandboxd/" + std::string(sandboxd::kVersion);
+  std::vector<std::unique_ptr<net::HttpServer>> servers;
+  sandboxd::Daemon* d = daemon->get();
+  for (const auto& spec : listen) {
+    auto ep = net::Endpoint::Parse(spec);
+    if (!ep) return Fail(fmt::format("--listen '{}': {}", spec, ep.error().message));
+    auto server = net::HttpServer::Create(
+        *ep, [d](net::Request& req, net::ResponseWriter& w) { d->Handle(req, w); }, options);
+    if (!server) return Fail(fmt::format("cannot listen on {}: {}", spec, server.error().message));
+    std::string where = ep->is_unix ? ep->ToString() : fmt::format("{}:{}", ep->host, (*server)->port());
+    std::fprintf(stderr, "deepbox-sandboxd %s: listening on %s, root %s%s\n",
+                 std::string(sandboxd::kVersion).c_str(), where.c_str(), config.root_dir.c_str(),
+                 config.token.empty() ? "" : ", token required");
+    servers.push_back(std::move(*server));
+  }
+  for (auto& s : servers) s->Start();
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "deepbox-sandboxd: %s received, shutting down\n",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  // Stop accepting; running requests get the grace period; then processes die.
+  std::thread stopper([&] {
+    for (auto& s : servers) s->Stop(shutdown_grace);
+  });
+  stopper.join();
+  (*daemon)->BeginShutdown(2s);
+  servers.clear();
+  daemon->reset();
+  return 0;
+}

@@ -1,0 +1,96 @@
+// deepbox-sandboxd's request handling: one Daemon object owns the confinement
+// root, the background process table and the configuration, and answers HTTP
+// requests for the deepbox API and the two upstream APIs.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "net/http.h"
+#include "net/http_server.h"
+#include "sandboxd/fs/path_resolver.h"
+
+namespace deepbox::sandboxd::proc {
+class ProcessTable;
+}
+
+namespace deepbox::sandboxd {
+
+inline constexpr std::string_view kVersion = "0.1.0";
+
+struct DaemonConfig {
+  std::string root_dir = "/workspace";
+  std::string token;  // empty: no authentication
+  std::chrono::milliseconds default_timeout{1800 * 1000};
+  std::chrono::milliseconds kill_grace{2000};
+  size_t max_output_bytes = 1 << 20;
+  std::chrono::milliseconds keepalive_interval{10000};
+  std::string metadata_env_prefix = "SANDBOX_";
+  std::string shell = "/bin/sh";
+  // Upstream python-runtime /execute timeout (SANDBOX_EXEC_TIMEOUT_SECONDS).
+  std::chrono::milliseconds legacy_exec_timeout{300 * 1000};
+  size_t max_log_bytes = 8 << 20;  // per background process
+};
+
+class Daemon {
+ public:
+  static Result<std::unique_ptr<Daemon>> Create(DaemonConfig config);
+  ~Daemon();
+
+  void Handle(net::Request& request, net::ResponseWriter& writer);
+
+  // Health turns 503; running background processes are terminated.
+  void BeginShutdown(std::chrono::milliseconds grace);
+  const DaemonConfig& config() const { return config_; }
+  const fs::Root& root() const { return root_; }
+
+ private:
+  Daemon(DaemonConfig config, fs::Root root);
+
+  bool Authorized(const net::Request& request) const;
+  void HandleDeepbox(net::Request& request, net::ResponseWriter& writer);
+  bool HandleUpstream(net::Request& request, net::ResponseWriter& writer);
+
+  // deepbox API pieces (deepbox_api.cc).
+  net::Response Health() const;
+  net::Response Info() const;
+  net::Response Exec(const net::Request& request);
+  void ExecStream(const net::Request& request, net::ResponseWriter& writer);
+  net::Response Processes(const net::Request& request, std::string_view rest);
+  net::Response Files(const net::Request& request, std::string_view op);
+  net::Response Glob(const json::object& body);
+  net::Response Grep(const json::object& body);
+  void RawDownload(const net::Request& request, net::ResponseWriter& writer);
+  // Streams a file's bytes from its fd (no whole-file buffering).
+  void RawDownloadPath(const std::string& path, net::ResponseWriter& writer, bool v1_errors);
+  net::Response RawUpload(const net::Request& request);
+  void TarDownload(const net::Request& request, net::ResponseWriter& writer);
+  net::Response TarUpload(const net::Request& request);
+
+  // Upstream APIs (upstream_api.cc).
+  net::Response LegacyExecute(const net::Request& request);
+  net::Response LegacyUpload(const net::Request& request);
+  void LegacyDownload(const net::Request& request, std::string_view path,
+                      net::ResponseWriter& writer);
+  net::Response LegacyList(std::string_view path);
+  net::Response LegacyExists(std::string_view path);
+  void V1Files(net::Request& request, std::string_view path, net::ResponseWriter& writer);
+  net::Response V1Health() const;
+  net::Response V1Metadata() const;
+
+  DaemonConfig config_;
+  fs::Root root_;
+  std::unique_ptr<proc::ProcessTable> processes_;
+  std::chrono::steady_clock::time_point started_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+// {"error":{"code","message"}} with the code's HTTP status.
+net::Response ErrorResponse(const Error& error);
+net::Response JsonResponse(int status, const std::string& body);
+
+}  // namespace deepbox::sandboxd

@@ -1,0 +1,324 @@
+// The deepbox API (/deepbox/v1/...), documented in docs/sandboxd-api.md.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
+
+#include <fmt/format.h>
+
+#include "common/base64.h"
+#include "common/json.h"
+#include "sandboxd/fs/workspace.h"
+#include "sandboxd/proc/runner.h"
+#include "sandboxd/server/daemon.h"
+#include "sandboxd/server/exec_json.h"
+
+namespace deepbox::sandboxd {
+namespace {
+
+net::Response Ok(const json::object& o) { return JsonResponse(200, ToJson(o)); }
+
+json::object FileInfoJson(const fs::FileInfo& f) {
+  json::object o;
+  o["path"] = JsonString(f.path);
+  o["name"] = JsonString(f.name);
+  o["type"] = std::string(fs::FileTypeName(f.type));
+  o["size"] = f.size;
+  o["mode"] = fmt::format("{:04o}", f.mode);
+  o["modified_at"] = f.mtime;
+  if (f.type == fs::FileType::kSymlink) o["link_target"] = JsonString(f.symlink_target);
+  return o;
+}
+
+Result<uint32_t> ParseMode(const std::optional<std::string>& text, uint32_t dflt) {
+  if (!text) return dflt;
+  if (text->empty() || text->size() > 5 || text->find_first_not_of("01234567") != std::string::npos) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("mode '{}' must be octal like \"0644\"", *text));
+  }
+  return static_cast<uint32_t>(std::stoul(*text, nullptr, 8)) & 07777;
+}
+
+// Content from "content" (text) or "content_base64".
+Result<std::string> ContentField(const json::object& body, std::string_view text_key,
+                                 std::string_view b64_key) {
+  auto b64 = GetOptStringChecked(body, b64_key);
+  if (!b64) return tl::unexpected(b64.error());
+  if (*b64) {
+    auto decoded = Base64Decode(**b64);
+    if (!decoded) {
+      return MakeError(ErrorCode::kInvalidArgument, fmt::format("field '{}' is not valid base64", b64_key));
+    }
+    return std::move(*decoded);
+  }
+  auto text = GetOptStringChecked(body, text_key);
+  if (!text) return tl::unexpected(text.error());
+  return text->value_or("");
+}
+
+template <typename T>
+Result<T> NonNegative(const json::object& o, std::string_view key, T dflt) {
+  auto v = GetOptInt(o, key);
+  if (!v) return tl::unexpected(v.error());
+  if (!*v) return dflt;
+  if (**v < 0) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("field '{}' must not be negative", key));
+  }
+  return static_cast<T>(**v);
+}
+
+}  // namespace
+
+void Daemon::HandleDeepbox(net::Request& request, net::ResponseWriter& writer) {
+  std::string_view path = request.path;
+  if (path == "/healthz" || path == "/deepbox/v1/health") {
+    (void)writer.Send(Health());
+    return;
+  }
+  constexpr std::string_view kPrefix = "/deepbox/v1/";
+  std::string_view rest = path.substr(kPrefix.size());
+  const std::string& m = request.method;
+  if (rest == "info" && m == "GET") {
+    (void)writer.Send(Info());
+  } else if (rest == "exec" && m == "POST") {
+    (void)writer.Send(Exec(request));
+  } else if (rest == "exec/stream" && m == "POST") {
+    ExecStream(request, writer);
+  } else if (rest == "processes" || rest.starts_with("processes/")) {
+    (void)writer.Send(Processes(request, rest.substr(std::min<size_t>(rest.size(), 10))));
+  } else if (rest == "fs/raw" && (m == "GET" || m == "HEAD")) {
+    RawDownload(request, writer);
+  } else if (rest == "fs/raw" && m == "PUT") {
+    (void)writer.Send(RawUpload(request));
+  } else if (rest == "fs/tar/download" && m == "POST") {
+    TarDownload(request, writer);
+  } else if (rest == "fs/tar/upload" && m == "PUT") {
+    (void)writer.Send(TarUpload(request));
+  } else if (rest.starts_with("fs/") && m == "POST") {
+    (void)writer.Send(Files(request, rest.substr(3)));
+  } else {
+    (void)writer.Send(ErrorResponse(Error(
+        ErrorCode::kNotFound, fmt::format("no such endpoint: {} {}", request.method, request.path))));
+  }
+}
+
+net::Response Daemon::Info() const {
+  json::object o;
+  o["version"] = std::string(kVersion);
+  o["root"] = root_.path();
+  o["pid"] = ::getpid();
+  o["uid"] = ::getuid();
+  o["gid"] = ::getgid();
+  char host[HOST_NAME_MAX + 1] = {};
+  ::gethostname(host, sizeof host);
+  o["hostname"] = JsonString(host);
+  json::object limits;
+  limits["default_timeout_ms"] = config_.default_timeout.count();
+  limits["max_output_bytes"] = config_.max_output_bytes;
+  o["limits"] = std::move(limits);
+  return Ok(o);
+}
+
+net::Response Daemon::Exec(const net::Request& request) {
+  auto body = ParseJsonObject(request.body);
+  if (!body) return ErrorResponse(body.error());
+  auto spec = ParseCommandSpec(*body, *this);
+  if (!spec) return ErrorResponse(spec.error());
+  proc::RunResult r = proc::Run(*spec);
+  return Ok(RunResultJson(r));
+}
+
+void Daemon::ExecStream(const net::Request& request, net::ResponseWriter& writer) {
+  auto body = ParseJsonObject(request.body);
+  if (!body) {
+    (void)writer.Send(ErrorResponse(body.error()));
+    return;
+  }
+  auto spec = ParseCommandSpec(*body, *this);
+  if (!spec) {
+    (void)writer.Send(ErrorResponse(spec.error()));
+    return;
+  }
+  net::Headers headers;
+  headers.Set("Content-Type", "application/x-ndjson");
+  headers.Set("Cache-Control", "no-store");
+  if (!writer.BeginStream(200, headers)) return;
+  proc::StreamCallbacks cb;
+  cb.utf8_align = true;
+  cb.idle_interval = config_.keepalive_interval;
+  cb.on_output = [&](proc::StreamKind kind, std::string_view data) {
+    json::object ev;
+    ev["type"] = std::string(proc::StreamKindName(kind));
+    ev["data"] = JsonString(data);
+    return writer.WriteChunk(ToJson(ev) + "\n").has_value();
+  };
+  cb.on_idle = [&] {
+    if (writer.ClientGone()) return false;
+    return writer.WriteChunk("{\"type\":\"keepalive\"}\n").has_value();
+  };
+  proc::StreamResult r = proc::RunStreaming(*spec, cb);
+  json::object ev = OutcomeJson(r.outcome);
+  ev["type"] = "exit";
+  ev["stdout_bytes"] = r.stdout_total;
+  ev["stderr_bytes"] = r.stderr_total;
+  ev["duration_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(r.duration).count();
+  if (writer.WriteChunk(ToJson(ev) + "\n")) (void)writer.EndStream();
+}
+
+net::Response Daemon::Files(const net::Request& request, std::string_view op) {
+  auto parsed = ParseJsonObject(request.body);
+  if (!parsed) return ErrorResponse(parsed.error());
+  const json::object& body = *parsed;
+
+  if (op == "stat") {
+    auto path = GetString(body, "path");
+    if (!path) return ErrorResponse(path.error());
+    auto info = fs::Stat(root_, *path);
+    if (!info) return ErrorResponse(info.error());
+    return Ok(FileInfoJson(*info));
+  }
+  if (op == "list") {
+    auto path = GetString(body, "path");
+    if (!path) return ErrorResponse(path.error());
+    auto list = fs::List(root_, *path);
+    if (!list) return ErrorResponse(list.error());
+    json::array entries;
+    for (const auto& e : list->entries) entries.emplace_back(FileInfoJson(e));
+    json::object o;
+    o["path"] = JsonString(list->path);
+    o["entries"] = std::move(entries);
+    o["truncated"] = list->truncated;
+    return Ok(o);
+  }
+  if (op == "read") {
+    auto path = GetString(body, "path");
+    if (!path) return ErrorResponse(path.error());
+    fs::ReadOptions ro;
+    ro.max_bytes = 16 << 20;
+    for (auto [key, field] : {std::pair{"line_offset", &ro.line_offset}, {"line_limit", &ro.line_limit},
+                              {"byte_offset", &ro.offset}, {"byte_length", &ro.length}}) {
+      auto v = GetOptInt(body, key);
+      if (!v) return ErrorResponse(v.error());
+      if (*v) {
+        if (**v < 0) {
+          return ErrorResponse(Error(ErrorCode::kInvalidArgument,
+                                     fmt::format("field '{}' must not be negative", key)));
+        }
+        *field = static_cast<uint64_t>(**v);
+      }
+    }
+    auto max = NonNegative<uint64_t>(body, "max_bytes", ro.max_bytes);
+    if (!max) return ErrorResponse(max.error());
+    ro.max_bytes = std::min<uint64_t>(*max, 256u << 20);
+    auto encoding = GetOptString(body, "encoding").value_or("utf-8");
+    if (encoding != "utf-8" && encoding != "base64") {
+      return ErrorResponse(Error(ErrorCode::kInvalidArgument, "encoding must be \"utf-8\" or \"base64\""));
+    }
+    auto r = fs::Read(root_, *path, ro);
+    if (!r) return ErrorResponse(r.error());
+    std::string content;
+    if (r->line_mode) {
+      for (size_t i = 0; i < r->lines.size(); ++i) {
+        if (i > 0) content.push_back('\n');
+        content += r->lines[i];
+      }
+    } else {
+      content = std::move(r->content);
+    }
+    json::object o;
+    o["path"] = JsonString(r->path);
+    if (encoding == "base64") {
+      o["content_base64"] = Base64Encode(content);
+    } else {
+      o["content"] = JsonString(content);
+    }
+    o["binary"] = r->binary;
+    o["truncated"] = r->truncated;
+    o["size"] = r->size;
+    if (r->line_mode) {
+      o["total_lines"] = r->total_lines;
+      o["start_line"] = r->line_offset;
+      o["lines_returned"] = r->lines.size();
+      o["more_lines"] = r->more_lines;
+    }
+    return Ok(o);
+  }
+  if (op == "write") {
+    auto path = GetString(body, "path");
+    if (!path) return ErrorResponse(path.error());
+    auto content = ContentField(body, "content", "content_base64");
+    if (!content) return ErrorResponse(content.error());
+    auto mode = ParseMode(GetOptString(body, "mode"), 0644);
+    if (!mode) return ErrorResponse(mode.error());
+    auto parents = GetOptBool(body, "create_parents");
+    if (!parents) return ErrorResponse(parents.error());
+    fs::WriteOptions wo;
+    wo.create_parents = parents->value_or(true);
+    if (body.contains("mode")) wo.mode = *mode;
+    auto r = fs::Write(root_, *path, *content, wo);
+    if (!r) return ErrorResponse(r.error());
+    json::object o;
+    o["path"] = JsonString(r->path);
+    o["size"] = r->bytes;
+    o["created"] = r->created;
+    return Ok(o);
+  }
+  if (op == "edit") {
+    auto path = GetString(body, "path");
+    auto old_s = GetString(body, "old_string");
+    auto new_s = GetString(body, "new_string");
+    auto all = GetOptBool(body, "replace_all");
+    for (const auto* e : {&path, &old_s, &new_s}) {
+      if (!*e) return ErrorResponse(e->error());
+    }
+    if (!all) return ErrorResponse(all.error());
+    auto r = fs::Edit(root_, *path, *old_s, *new_s, all->value_or(false));
+    if (!r) return ErrorResponse(r.error());
+    json::object o;
+    o["path"] = JsonString(r->path);
+    o["occurrences"] = r->replacements;
+    return Ok(o);
+  }
+  if (op == "mkdir") {
+    auto path = GetString(body, "path");
+    if (!path) return ErrorResponse(path.error());
+    auto parents = GetOptBool(body, "parents");
+    if (!parents) return ErrorResponse(parents.error());
+    auto mode = ParseMode(GetOptString(body, "mode"), 0755);
+    if (!mode) return ErrorResponse(mode.error());
+    auto r = fs::Mkdir(root_, *path, parents->value_or(true), *mode);
+    if (!r) return ErrorResponse(r.error());
+    json::object o;
+    o["path"] = JsonString(*r);
+    return Ok(o);
+  }
+  if (op == "move") {
+    auto from = GetString(body, "from");
+    auto to = GetString(body, "to");
+    if (!from) return ErrorResponse(from.error());
+    if (!to) return ErrorResponse(to.error());
+    auto overwrite = GetOptBool(body, "overwrite");
+    if (!overwrite) return ErrorResponse(overwrite.error());
+    auto r = fs::Move(root_, *from, *to, overwrite->value_or(false));
+    if (!r) return ErrorResponse(r.error());
+    json::object o;
+    o["path"] = JsonString(*r);
+    return Ok(o);
+  }
+  if (op == "delete") {
+    auto path = GetString(body, "path");
+    if (!path) return ErrorResponse(path.error());
+    auto recursive = GetOptBool(body, "recursive");
+    if (!recursive) return ErrorResponse(recursive.error());
+    auto r = fs::Delete(root_, *path, recursive->value_or(false));
+    if (!r) return ErrorResponse(r.error());
+    json::object o;
+    o["path"] = JsonString(root_.ToAbsolute(root_.ToRelative(*path).value_or("")));
+    return Ok(o);
+  }
+  if (op == "glob") return Glob(body);
+  if (op == "grep") return Grep(body);
+  return ErrorResponse(Error(ErrorCode::kNotFound, fmt::format("no such file operation: {}", op)));
+}
+
+}  // namespace deepbox::sandboxd
