@@ -19,6 +19,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+Limits LimitsWith(std::optional<uint64_t> Limits::*field, uint64_t value) {
+  Limits l;
+  l.*field = value;
+  return l;
+}
+
 constexpr char kHybridMountinfo[] =
     "25 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
     "30 29 0:26 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
@@ -83,8 +89,12 @@ TEST_F(CgroupLiveTest, CreatesWritesAndRemoves) {
     EXPECT_FALSE(dirs.empty());
     const LimitSupport& s = cg->support();
     std::cerr << s.Describe();
-    if (s.memory.enforced) EXPECT_NE(s.memory.mechanism, Mechanism::kNone);
-    if (s.processes.enforced) EXPECT_NE(s.processes.mechanism, Mechanism::kNone);
+    if (s.memory.enforced) {
+      EXPECT_NE(s.memory.mechanism, Mechanism::kNone);
+    }
+    if (s.processes.enforced) {
+      EXPECT_NE(s.processes.mechanism, Mechanism::kNone);
+    }
     EXPECT_TRUE(s.kill_all.enforced);
     for (const auto& d : dirs) EXPECT_TRUE(std::filesystem::is_directory(d)) << d;
     if (s.memory.mechanism == Mechanism::kCgroupV1) {
@@ -104,7 +114,7 @@ TEST_F(CgroupLiveTest, CreatesWritesAndRemoves) {
 }
 
 TEST_F(CgroupLiveTest, KillAllAndPids) {
-  auto cg = SandboxCgroup::Create(host_, testing::UniqueId("cg"), Limits{.max_processes = 50});
+  auto cg = SandboxCgroup::Create(host_, testing::UniqueId("cg"), LimitsWith(&Limits::max_processes, 50));
   ASSERT_TRUE(cg.has_value()) << cg.error().ToString();
   pid_t a = Sleeper(), b = Sleeper();
   ASSERT_TRUE(cg->AttachAll(a).has_value());
@@ -122,7 +132,7 @@ TEST_F(CgroupLiveTest, KillAllAndPids) {
 }
 
 TEST_F(CgroupLiveTest, PidsLimitIsEnforced) {
-  auto cg = SandboxCgroup::Create(host_, testing::UniqueId("cg"), Limits{.max_processes = 4});
+  auto cg = SandboxCgroup::Create(host_, testing::UniqueId("cg"), LimitsWith(&Limits::max_processes, 4));
   ASSERT_TRUE(cg.has_value());
   if (!cg->support().processes.enforced) GTEST_SKIP() << "no pids controller";
   int go[2];
@@ -153,7 +163,7 @@ TEST_F(CgroupLiveTest, PidsLimitIsEnforced) {
 
 TEST_F(CgroupLiveTest, MemoryLimitIsEnforced) {
   auto cg = SandboxCgroup::Create(host_, testing::UniqueId("cg"),
-                                  Limits{.memory_bytes = 32ULL << 20});
+                                  LimitsWith(&Limits::memory_bytes, 32ULL << 20));
   ASSERT_TRUE(cg.has_value());
   if (!cg->support().memory.enforced) GTEST_SKIP() << "no memory controller";
   int go[2];

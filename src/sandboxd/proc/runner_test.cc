@@ -66,7 +66,7 @@ void Release(const std::string& fifo) {
 }
 
 TEST_F(RunnerTest, CapturesStdoutAndExitCode) {
-  RunResult r = Run(CommandSpec::Argv({"/bin/echo", "hello", "world"}));
+  RunResult r = proc::Run(CommandSpec::Argv({"/bin/echo", "hello", "world"}));
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kExited) << DescribeOutcome(r.outcome);
   EXPECT_EQ(std::get<Exited>(r.outcome).code, 0);
   EXPECT_EQ(r.stdout_data, "hello world\n");
@@ -79,7 +79,7 @@ TEST_F(RunnerTest, CapturesStdoutAndExitCode) {
 }
 
 TEST_F(RunnerTest, ShellCommandsAndExitCodes) {
-  RunResult r = Run(CommandSpec::Shell("echo $((6*7)); exit 3"));
+  RunResult r = proc::Run(CommandSpec::Shell("echo $((6*7)); exit 3"));
   EXPECT_EQ(std::get<Exited>(r.outcome).code, 3);
   EXPECT_EQ(r.stdout_data, "42\n");
 }
@@ -87,7 +87,7 @@ TEST_F(RunnerTest, ShellCommandsAndExitCodes) {
 TEST_F(RunnerTest, StderrIsSeparateAndCombinedKeepsEachStreamsOrder) {
   // Interleaving between the streams depends on when the daemon reads; the order
   // within each stream must be kept in `combined`.
-  RunResult r = Run(CommandSpec::Shell(
+  RunResult r = proc::Run(CommandSpec::Shell(
       "i=1; while [ $i -le 300 ]; do echo o$i; echo e$i >&2; i=$((i+1)); done"));
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kExited);
   std::string want_out, want_err;
@@ -135,16 +135,16 @@ TEST_F(RunnerTest, CombinedFollowsTheReadOrder) {
 TEST_F(RunnerTest, StdinBytesAreDelivered) {
   CommandSpec spec = CommandSpec::Argv({"cat"});
   spec.stdin_data = "line 1\nline 2\n";
-  RunResult r = Run(spec);
+  RunResult r = proc::Run(spec);
   EXPECT_EQ(r.stdout_data, "line 1\nline 2\n");
   spec.stdin_data = "";
-  EXPECT_EQ(Run(spec).stdout_data, "");  // empty stdin: EOF at once
+  EXPECT_EQ(proc::Run(spec).stdout_data, "");  // empty stdin: EOF at once
 }
 
 TEST_F(RunnerTest, WithoutStdinDataStdinIsDevNull) {
-  RunResult r = Run(CommandSpec::Argv({"readlink", "/proc/self/fd/0"}));
+  RunResult r = proc::Run(CommandSpec::Argv({"readlink", "/proc/self/fd/0"}));
   EXPECT_EQ(r.stdout_data, "/dev/null\n");
-  EXPECT_EQ(Run(CommandSpec::Argv({"cat"})).stdout_data, "");
+  EXPECT_EQ(proc::Run(CommandSpec::Argv({"cat"})).stdout_data, "");
 }
 
 TEST_F(RunnerTest, HugeStdinIsWrittenWhileOutputIsRead) {
@@ -156,7 +156,7 @@ TEST_F(RunnerTest, HugeStdinIsWrittenWhileOutputIsRead) {
   spec.stdin_data = input;
   spec.max_stdout_bytes = 16 << 20;
   spec.max_combined_bytes = 0;
-  RunResult r = Run(spec);
+  RunResult r = proc::Run(spec);
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kExited);
   EXPECT_EQ(r.stdout_data.size(), input.size());
   EXPECT_TRUE(r.stdout_data == input);
@@ -172,7 +172,7 @@ TEST_F(RunnerTest, UnreadStdinDoesNotRaiseSigpipe) {
   sigaction(SIGPIPE, &dfl, &old);  // SIGPIPE would kill the test process
   CommandSpec spec = CommandSpec::Argv({"true"});
   spec.stdin_data = std::string(4 << 20, 'x');
-  RunResult r = Run(spec);
+  RunResult r = proc::Run(spec);
   sigaction(SIGPIPE, &old, nullptr);
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kExited);
   EXPECT_EQ(std::get<Exited>(r.outcome).code, 0);
@@ -181,7 +181,7 @@ TEST_F(RunnerTest, UnreadStdinDoesNotRaiseSigpipe) {
 TEST_F(RunnerTest, ChildrenGetDefaultSigpipeEvenIfTheDaemonIgnoresIt) {
   IgnoreSigpipe();
   // With SIGPIPE ignored `yes` would loop on EPIPE and print an error.
-  RunResult r = Run(CommandSpec::Shell("yes | head -n 2"));
+  RunResult r = proc::Run(CommandSpec::Shell("yes | head -n 2"));
   signal(SIGPIPE, SIG_DFL);
   EXPECT_EQ(std::get<Exited>(r.outcome).code, 0);
   EXPECT_EQ(r.stdout_data, "y\ny\n");
@@ -192,7 +192,7 @@ TEST_F(RunnerTest, OutputCapKeepsTheHeadAndCountsTheRest) {
   CommandSpec spec = CommandSpec::Argv({"seq", "1", "100000"});
   spec.max_stdout_bytes = 100;
   spec.max_combined_bytes = 50;
-  RunResult r = Run(spec);
+  RunResult r = proc::Run(spec);
   const std::string all = Seq(1, 100000);
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kExited);
   EXPECT_EQ(r.stdout_data, all.substr(0, 100));
@@ -215,7 +215,7 @@ TEST_F(RunnerTest, HugeOutputKeepsRunningWithBoundedMemory) {
   CommandSpec spec = CommandSpec::Shell("head -c " + std::to_string(kTotal) +
                                         " /dev/zero; echo done >&2");
   const long before = MaxRssKb();
-  RunResult r = Run(spec);
+  RunResult r = proc::Run(spec);
   const long growth_kb = MaxRssKb() - before;
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kExited) << DescribeOutcome(r.outcome);
   EXPECT_EQ(std::get<Exited>(r.outcome).code, 0);
@@ -230,7 +230,7 @@ TEST_F(RunnerTest, TimeoutTerminatesTheWholeGroup) {
   CommandSpec spec = CommandSpec::Shell("sleep 1000 & sleep 1000");
   spec.timeout = 200ms;
   spec.kill_grace = 20s;  // sleep dies of SIGTERM: the grace is not used up
-  RunResult r = Run(spec);
+  RunResult r = proc::Run(spec);
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kTimedOut) << DescribeOutcome(r.outcome);
   const auto& t = std::get<TimedOut>(r.outcome);
   EXPECT_EQ(t.timeout, 200ms);
@@ -245,7 +245,7 @@ TEST_F(RunnerTest, TimeoutEscalatesToSigkillAfterTheGrace) {
   CommandSpec spec = CommandSpec::Shell("trap '' TERM; sleep 1000 & sleep 1000");
   spec.timeout = 100ms;
   spec.kill_grace = 200ms;
-  RunResult r = Run(spec);
+  RunResult r = proc::Run(spec);
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kTimedOut) << DescribeOutcome(r.outcome);
   EXPECT_TRUE(std::get<TimedOut>(r.outcome).sigkilled);
   EXPECT_EQ(std::get<TimedOut>(r.outcome).status.signal, SIGKILL);
@@ -259,7 +259,7 @@ TEST_F(RunnerTest, TimeoutKillsStragglersThatOutliveTheLeader) {
       CommandSpec::Shell("(trap '' TERM; exec sleep 1000) >/dev/null 2>&1 & sleep 1000");
   spec.timeout = 200ms;
   spec.kill_grace = 20s;
-  RunResult r = Run(spec);
+  RunResult r = proc::Run(spec);
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kTimedOut);
   EXPECT_TRUE(GroupGone(r.pid));
 }
@@ -267,7 +267,7 @@ TEST_F(RunnerTest, TimeoutKillsStragglersThatOutliveTheLeader) {
 TEST_F(RunnerTest, OutputBeforeTheTimeoutIsKept) {
   CommandSpec spec = CommandSpec::Shell("echo started; exec sleep 1000");
   spec.timeout = 300ms;
-  RunResult r = Run(spec);
+  RunResult r = proc::Run(spec);
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kTimedOut);
   EXPECT_EQ(r.stdout_data, "started\n");
 }
@@ -275,7 +275,7 @@ TEST_F(RunnerTest, OutputBeforeTheTimeoutIsKept) {
 TEST_F(RunnerTest, GrandchildHoldingThePipesDoesNotHangTheRun) {
   CommandSpec spec = CommandSpec::Shell("sleep 1000 & echo done");
   spec.drain_timeout = 200ms;
-  RunResult r = Run(spec);
+  RunResult r = proc::Run(spec);
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kExited) << DescribeOutcome(r.outcome);
   EXPECT_EQ(std::get<Exited>(r.outcome).code, 0);
   EXPECT_EQ(r.stdout_data, "done\n");
@@ -305,7 +305,7 @@ TEST_F(RunnerTest, OutputAfterTheLeaderExitsIsDrained) {
 
 TEST_F(RunnerTest, BackgroundJobsWithoutThePipesSurviveANormalExit) {
   // Documented behaviour: `cmd >log 2>&1 &` outlives the command.
-  RunResult r = Run(CommandSpec::Shell("sleep 1000 >/dev/null 2>&1 & echo $!"));
+  RunResult r = proc::Run(CommandSpec::Shell("sleep 1000 >/dev/null 2>&1 & echo $!"));
   ASSERT_EQ(std::get<Exited>(r.outcome).code, 0);
   EXPECT_FALSE(r.drain_killed);
   const pid_t bg = std::stoi(r.stdout_data);
@@ -315,7 +315,7 @@ TEST_F(RunnerTest, BackgroundJobsWithoutThePipesSurviveANormalExit) {
 }
 
 TEST_F(RunnerTest, SpawnFailuresAreOutcomes) {
-  RunResult missing = Run(CommandSpec::Argv({"/nonexistent/deepbox-bin"}));
+  RunResult missing = proc::Run(CommandSpec::Argv({"/nonexistent/deepbox-bin"}));
   ASSERT_EQ(KindOf(missing.outcome), OutcomeKind::kSpawnFailed);
   const Error& e = std::get<SpawnFailed>(missing.outcome).error;
   EXPECT_EQ(e.code, ErrorCode::kNotFound);
@@ -325,17 +325,17 @@ TEST_F(RunnerTest, SpawnFailuresAreOutcomes) {
 
   CommandSpec bad_cwd = CommandSpec::Argv({"true"});
   bad_cwd.cwd = "/nonexistent/dir";
-  RunResult cwd = Run(bad_cwd);
+  RunResult cwd = proc::Run(bad_cwd);
   ASSERT_EQ(KindOf(cwd.outcome), OutcomeKind::kSpawnFailed);
   EXPECT_THAT(std::get<SpawnFailed>(cwd.outcome).error.message, HasSubstr("chdir"));
 
-  RunResult invalid = Run(CommandSpec{});
+  RunResult invalid = proc::Run(CommandSpec{});
   ASSERT_EQ(KindOf(invalid.outcome), OutcomeKind::kSpawnFailed);
   EXPECT_EQ(std::get<SpawnFailed>(invalid.outcome).error.code, ErrorCode::kInvalidArgument);
 }
 
 TEST_F(RunnerTest, SignaledOutcome) {
-  RunResult r = Run(CommandSpec::Shell("kill -KILL $$"));
+  RunResult r = proc::Run(CommandSpec::Shell("kill -KILL $$"));
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kSignaled);
   EXPECT_EQ(std::get<Signaled>(r.outcome).signal, SIGKILL);
   EXPECT_EQ(ShellExitCode(r.outcome), 137);
@@ -346,16 +346,16 @@ TEST_F(RunnerTest, EnvironmentAndCwd) {
   CommandSpec spec = CommandSpec::Shell("echo \"$FOO|$HOME|$(pwd)\"");
   spec.env = {{"FOO", "bar"}};
   spec.cwd = dir.path();
-  RunResult r = Run(spec);
+  RunResult r = proc::Run(spec);
   EXPECT_EQ(r.stdout_data, "bar||" + dir.path() + "\n");
 
   ASSERT_EQ(setenv("DEEPBOX_RUNNER_TEST", "inherited", 1), 0);
   spec = CommandSpec::Shell("echo \"$DEEPBOX_RUNNER_TEST|$FOO\"");
   spec.inherit_env = true;
   spec.env = {{"FOO", "overlay"}};
-  EXPECT_EQ(Run(spec).stdout_data, "inherited|overlay\n");
+  EXPECT_EQ(proc::Run(spec).stdout_data, "inherited|overlay\n");
   spec.inherit_env = false;
-  EXPECT_EQ(Run(spec).stdout_data, "|overlay\n");
+  EXPECT_EQ(proc::Run(spec).stdout_data, "|overlay\n");
   unsetenv("DEEPBOX_RUNNER_TEST");
 }
 
@@ -363,7 +363,7 @@ TEST_F(RunnerTest, CancelFdKillsTheGroup) {
   int efd = eventfd(1, EFD_CLOEXEC);  // already readable
   ASSERT_GE(efd, 0);
   CommandSpec spec = CommandSpec::Shell("sleep 1000 & sleep 1000");
-  RunResult r = Run(spec, efd);
+  RunResult r = proc::Run(spec, efd);
   close(efd);
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kKilled) << DescribeOutcome(r.outcome);
   EXPECT_EQ(std::get<Killed>(r.outcome).status.signal, SIGTERM);
@@ -478,7 +478,7 @@ TEST_F(RunnerTest, OwnedStatusesSurviveAConcurrentReaper) {
     threads.emplace_back([t, &wrong] {
       for (int i = 0; i < 60; ++i) {
         const int code = (t * 60 + i) % 120;
-        RunResult r = Run(CommandSpec::Shell("(true &); exit " + std::to_string(code)));
+        RunResult r = proc::Run(CommandSpec::Shell("(true &); exit " + std::to_string(code)));
         if (KindOf(r.outcome) != OutcomeKind::kExited ||
             std::get<Exited>(r.outcome).code != code) {
           ++wrong;

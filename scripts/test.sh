@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds deepbox with the `dev` preset (Debug + ASan/UBSan, -Werror) and runs
+# every test with CTest. This is the README's test command and what CI runs.
+#   scripts/test.sh            install deps (if root), configure, build, test
+#   SKIP_DEPS=1 scripts/test.sh   skip the apt step
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ "${SKIP_DEPS:-0}" != 1 ]]; then
+  ./scripts/install-deps.sh
+fi
+cmake --preset dev
+cmake --build --preset dev
+# The suite runs two tests at a time; sandbox tests need root (CI is root).
+ctest --preset dev "$@"

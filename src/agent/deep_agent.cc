@@ -1,0 +1,430 @@
+#include "agent/deep_agent.h"
+
+#include "agent/background.h"
+#include "agent/codec.h"
+#include "agent/middleware_eviction.h"
+#include "agent/middleware_memory.h"
+#include "agent/middleware_patch.h"
+#include "agent/middleware_skills.h"
+#include "agent/text.h"
+#include "agent/tools_todos.h"
+
+namespace deepbox::agent {
+
+const char kDefaultBasePrompt[] =
+    "You are a deep agent: an AI assistant that completes tasks for the user by planning, "
+    "using tools and checking its own work.\n\n"
+    "- Be concise and direct. Skip preambles and filler; answer in as few words as the task "
+    "allows, and say when you are unsure.\n"
+    "- Work in three steps: understand the task and the relevant files, act, then verify the "
+    "result (run it, test it, re-read it) before you report.\n"
+    "- Keep going until the task is fully done; do not stop halfway to ask for permission you "
+    "do not need.\n"
+    "- When something fails repeatedly, stop and analyze why instead of retrying the same "
+    "thing.\n"
+    "- Ask clarifying questions only when the task is genuinely ambiguous.\n"
+    "- For longer work, give short progress updates.";
+
+std::string EnvironmentPrompt(std::string_view root_sv) {
+  std::string root(root_sv);
+  return "## Environment\n\n"
+         "You work inside an isolated sandbox. Your working directory is " +
+         root +
+         ".\n"
+         "- The file tools (ls, read_file, write_file, edit_file, delete, glob, grep) take "
+         "absolute paths: use paths under " +
+         root + " (for example " + root +
+         "/main.py). Relative paths are resolved against " + root +
+         ". Paths outside it are not accessible.\n"
+         "- `execute` runs shell commands with " +
+         root +
+         " as the current directory.\n"
+         "- Large tool results are saved under " +
+         root + "/large_tool_results/ and summarized conversation history under " + root +
+         "/conversation_history/; read them with read_file when you need the details.";
+}
+
+namespace {
+
+// Interrupts inside a sub-agent when nobody can answer them.
+std::optional<std::vector<Decision>> RejectAll(const InterruptRequest& req) {
+  std::vector<Decision> out;
+  for (const auto& a : req.action_requests) {
+    (void)a;
+    out.push_back(Decision::Reject(
+        "Error: this tool call needs human approval, but no approver is available inside a "
+        "sub-agent run. The tool was not executed."));
+  }
+  return out;
+}
+
+}  // namespace
+
+struct DeepAgent::Impl {
+  DeepAgentOptions opts;
+  std::string thread_id;
+  std::string root;
+  std::shared_ptr<const PermissionSet> permissions;
+  std::vector<ToolPtr> shared_tools;  // fs + execute + user tools (sub-agents draw from these)
+  std::vector<ToolPtr> all_tools;     // shared + write_todos (for named sub-agent tool lists)
+  std::string system_prompt;
+  std::unique_ptr<AgentLoop> loop;
+  std::map<std::string, LoopConfig> subagent_configs;
+
+  std::mutex run_mu;
+  AgentState state;
+  std::unique_ptr<ThreadWriter> writer;
+
+  std::mutex sub_usage_mu;
+  Usage sub_usage;
+
+  void Persist(std::string_view type, json::object record) {
+    if (writer) (void)writer->Append(type, std::move(record));
+  }
+
+  std::vector<std::shared_ptr<Middleware>> MakeMiddleware(
+      const std::vector<std::string>& skills_dirs, const std::vector<std::string>& memory_paths) {
+    std::vector<std::shared_ptr<Middleware>> mws;
+    if (!skills_dirs.empty()) mws.push_back(std::make_shared<SkillsMiddleware>(skills_dirs));
+    if (!memory_paths.empty()) mws.push_back(std::make_shared<MemoryMiddleware>(memory_paths));
+    if (opts.summarization) {
+      mws.push_back(std::make_shared<SummarizationMiddleware>(opts.summarization_options));
+    }
+    if (opts.eviction_char_limit > 0) {
+      mws.push_back(std::make_shared<EvictionMiddleware>(opts.eviction_char_limit));
+    }
+    return mws;
+  }
+
+  Result<std::string> RunSubagent(const std::string& type, const std::string& description,
+                                  ToolContext& ctx) {
+    auto it = subagent_configs.find(type);
+    if (it == subagent_configs.end()) {
+      return MakeError(ErrorCode::kNotFound, "unknown sub-agent " + type);
+    }
+    LoopConfig config = it->second;
+    config.depth = ctx.depth + 1;
+    config.session_id = thread_id + "_" + type + "_" + RandomHex(8);
+    AgentLoop sub(config);
+    AgentState st;
+    Message first = Message::User(description);
+    first.id = AgentLoop::NewMessageId();
+    st.messages.push_back(std::move(first));
+    LoopHooks hooks;
+    hooks.on_event = ctx.on_event;
+    hooks.cancel = ctx.cancel;
+    hooks.on_interrupt = ctx.on_interrupt ? ctx.on_interrupt : InterruptHandler(RejectAll);
+    hooks.on_model_response = [this, type](const ModelResponse& r) {
+      json::object rec;
+      rec["usage"] = UsageToJson(r.usage);
+      rec["model"] = r.model;
+      rec["stop_reason"] = r.stop_reason;
+      rec["agent"] = type;
+      Persist("usage", std::move(rec));
+    };
+    LoopOutcome out = sub.Run(st, hooks);
+    {
+      std::lock_guard<std::mutex> lock(sub_usage_mu);
+      sub_usage += out.usage;
+    }
+    std::string text = SubagentFinalText(st.messages);
+    switch (out.reason) {
+      case StopReason::kCompleted:
+        return text;
+      case StopReason::kCancelled:
+        return MakeError(ErrorCode::kCancelled, "cancelled");
+      case StopReason::kStepLimit:
+        if (!text.empty()) return text;
+        [[fallthrough]];
+      default:
+        return MakeError(out.error ? out.error->code : ErrorCode::kInternal,
+                         out.error ? out.error->message : "sub-agent stopped");
+    }
+  }
+
+  LoopHooks MakeHooks(const RunCallbacks& cb) {
+    LoopHooks h;
+    h.on_event = cb.on_event;
+    h.on_interrupt = cb.on_interrupt;
+    h.cancel = cb.cancel;
+    h.on_message = [this](const Message& m) {
+      if (writer) (void)writer->Message(m);
+    };
+    h.on_message_replaced = [this](const Message& m) {
+      if (writer) (void)writer->MessageReplace(m);
+    };
+    h.on_summarization = [this](const SummarizationEvent& e) {
+      json::object r;
+      r["event"] = SummarizationToJson(e);
+      Persist("summarization", std::move(r));
+    };
+    h.on_interrupt_state = [this](const std::optional<InterruptRequest>& req) {
+      if (req) {
+        json::object r;
+        r["request"] = InterruptToJson(*req);
+        Persist("interrupt", std::move(r));
+      } else {
+        Persist("interrupt_cleared", {});
+      }
+    };
+    h.on_todos = [this](const json::array& todos) {
+      json::object r;
+      r["todos"] = todos;
+      Persist("todos", std::move(r));
+    };
+    h.on_model_response = [this](const ModelResponse& resp) {
+      json::object r;
+      r["usage"] = UsageToJson(resp.usage);
+      r["model"] = resp.model;
+      r["stop_reason"] = resp.stop_reason;
+      Persist("usage", std::move(r));
+    };
+    return h;
+  }
+
+  RunResult Finish(const LoopOutcome& out) {
+    RunResult r;
+    r.final_text = out.final_text;
+    r.stop_reason = out.reason;
+    r.error = out.error;
+    r.usage = out.usage;
+    {
+      std::lock_guard<std::mutex> lock(sub_usage_mu);
+      r.usage += sub_usage;
+      state.usage += sub_usage;
+      sub_usage = Usage{};
+    }
+    r.total_usage = state.usage;
+    r.cost_usd = opts.model->profile().CostUsd(r.usage);
+    r.messages = state.messages;
+    r.interrupt = state.pending_interrupt;
+    r.thread_id = thread_id;
+    r.steps = out.steps;
+    json::object rec;
+    rec["ts"] = IsoNowUtc();
+    rec["stop_reason"] = StopReasonName(out.reason);
+    if (out.error) rec["error"] = JsonString(out.error->message);
+    rec["usage"] = UsageToJson(r.usage);
+    rec["cost_usd"] = r.cost_usd;
+    rec["final_text"] = JsonString(r.final_text);
+    Persist("run_end", std::move(rec));
+    return r;
+  }
+};
+
+DeepAgent::DeepAgent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+DeepAgent::~DeepAgent() {
+  // Abandoned background work (a timed-out glob) may still use the sandbox.
+  WaitForDetached(std::chrono::seconds(30));
+}
+
+Result<std::unique_ptr<DeepAgent>> DeepAgent::Create(DeepAgentOptions options) {
+  if (!options.model) return MakeError(ErrorCode::kInvalidArgument, "DeepAgent needs a model");
+  if (!options.sandbox) return MakeError(ErrorCode::kInvalidArgument, "DeepAgent needs a sandbox");
+  auto impl = std::make_unique<Impl>();
+  Impl& I = *impl;
+  I.opts = std::move(options);
+  DeepAgentOptions& o = I.opts;
+  I.root = o.sandbox->root();
+
+  auto perms = PermissionSet::Create(o.permissions);
+  if (!perms) return tl::unexpected(perms.error());
+  I.permissions = std::make_shared<const PermissionSet>(std::move(*perms));
+
+  // Tools.
+  std::vector<ToolPtr> builtins = MakeFilesystemTools(o.fs);
+  if (o.enable_execute) builtins.push_back(MakeExecuteTool(o.execute));
+  auto add_user_tools = [&](std::vector<ToolPtr>& list) {
+    for (const auto& t : o.tools) {
+      bool replaced = false;
+      for (auto& existing : list) {
+        if (existing->name() == t->name()) {
+          existing = t;
+          replaced = true;
+        }
+      }
+      if (!replaced) list.push_back(t);
+    }
+  };
+  I.shared_tools = builtins;
+  add_user_tools(I.shared_tools);
+  I.all_tools = I.shared_tools;
+  ToolPtr todos = MakeWriteTodosTool();
+  if (o.enable_todos) I.all_tools.push_back(todos);
+
+  // Sub-agents.
+  std::vector<SubAgentSpec> specs = o.subagents;
+  bool has_gp = false;
+  for (const auto& s : specs) has_gp = has_gp || s.name == kGeneralPurposeName;
+  if (o.general_purpose_subagent && !has_gp) {
+    SubAgentSpec gp;
+    gp.name = kGeneralPurposeName;
+    gp.description = kGeneralPurposeDescription;
+    gp.system_prompt = kDefaultSubagentPrompt;
+    specs.insert(specs.begin(), gp);
+  }
+  std::vector<std::pair<std::string, std::string>> listing;
+  for (const auto& s : specs) {
+    if (s.name.empty()) return MakeError(ErrorCode::kInvalidArgument, "sub-agent without a name");
+    LoopConfig c;
+    c.model = s.model ? s.model : o.model;
+    c.sandbox = o.sandbox;
+    c.system_prompt = (s.system_prompt.empty() ? std::string(kDefaultSubagentPrompt)
+                                               : s.system_prompt) +
+                      "\n\n" + EnvironmentPrompt(I.root);
+    if (s.tools) {
+      for (const auto& name : *s.tools) {
+        bool found = false;
+        for (const auto& t : I.all_tools) {
+          if (t->name() == name) {
+            c.tools.push_back(t);
+            found = true;
+          }
+        }
+        if (!found) {
+          return MakeError(ErrorCode::kInvalidArgument,
+                           "sub-agent '" + s.name + "' names unknown tool '" + name + "'");
+        }
+      }
+    } else {
+      c.tools = I.shared_tools;
+    }
+    for (const auto& t : s.extra_tools) c.tools.push_back(t);
+    c.middleware = I.MakeMiddleware(s.skills_dirs, {});
+    c.interrupt_on = s.interrupt_on ? *s.interrupt_on : o.interrupt_on;
+    if (s.permissions) {
+      auto sp = PermissionSet::Create(*s.permissions);
+      if (!sp) return tl::unexpected(sp.error());
+      c.permissions = std::make_shared<const PermissionSet>(std::move(*sp));
+    } else {
+      c.permissions = I.permissions;
+    }
+    c.max_steps = o.max_steps;
+    c.max_parallel_tools = o.max_parallel_tools;
+    c.max_tokens = o.max_tokens;
+    c.agent_name = s.name;
+    I.subagent_configs[s.name] = std::move(c);
+    bool dup = false;
+    for (const auto& [n, d] : listing) dup = dup || n == s.name;
+    if (dup) return MakeError(ErrorCode::kInvalidArgument, "duplicate sub-agent " + s.name);
+    listing.emplace_back(s.name, s.description);
+  }
+
+  // Main agent.
+  LoopConfig main;
+  main.model = o.model;
+  main.sandbox = o.sandbox;
+  main.tools = builtins;
+  if (o.enable_todos) main.tools.push_back(todos);
+  Impl* raw = impl.get();
+  if (!listing.empty()) {
+    main.tools.push_back(MakeTaskTool(
+        listing, [raw](const std::string& type, const std::string& desc, ToolContext& ctx) {
+          return raw->RunSubagent(type, desc, ctx);
+        }));
+  }
+  add_user_tools(main.tools);
+  std::string prompt = o.system_prompt.empty() ? kDefaultBasePrompt : o.system_prompt;
+  prompt += "\n\n" + EnvironmentPrompt(I.root);
+  if (o.enable_todos) prompt += std::string("\n\n") + kTodoSystemPrompt;
+  if (!listing.empty()) prompt += std::string("\n\n") + kTaskSystemPrompt;
+  I.system_prompt = prompt;
+  main.system_prompt = prompt;
+  main.middleware = I.MakeMiddleware(o.skills_dirs, o.memory_paths);
+  main.interrupt_on = o.interrupt_on;
+  main.permissions = I.permissions;
+  main.max_steps = o.max_steps;
+  main.max_parallel_tools = o.max_parallel_tools;
+  main.max_tokens = o.max_tokens;
+
+  // Thread.
+  bool resumed = false;
+  if (!o.thread_id.empty() && o.thread_store && o.thread_store->Exists(o.thread_id)) {
+    auto loaded = o.thread_store->Load(o.thread_id);
+    if (!loaded) return tl::unexpected(loaded.error());
+    I.state = std::move(loaded->state);
+    resumed = true;
+  }
+  I.thread_id = o.thread_id.empty() ? ThreadStore::NewThreadId() : o.thread_id;
+  main.session_id = I.thread_id;
+  if (o.thread_store) {
+    auto w = o.thread_store->OpenWriter(I.thread_id);
+    if (!w) return tl::unexpected(w.error());
+    I.writer = std::move(*w);
+    if (!resumed) {
+      json::object header;
+      header["id"] = I.thread_id;
+      header["version"] = 1;
+      header["created_at"] = IsoNowUtc();
+      header["model"] = o.model->name();
+      header["sandbox"] = o.sandbox->id();
+      header["root"] = I.root;
+      I.Persist("thread", std::move(header));
+    }
+  }
+  I.loop = std::make_unique<AgentLoop>(std::move(main));
+  return std::unique_ptr<DeepAgent>(new DeepAgent(std::move(impl)));
+}
+
+RunResult DeepAgent::Run(std::string_view task, const RunCallbacks& callbacks) {
+  Impl& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.run_mu);
+  LoopHooks hooks = I.MakeHooks(callbacks);
+  json::object start;
+  start["ts"] = IsoNowUtc();
+  start["task"] = JsonString(task);
+  I.Persist("run_start", std::move(start));
+  if (I.state.pending_interrupt) {
+    I.state.pending_interrupt.reset();
+    hooks.on_interrupt_state(std::nullopt);
+  }
+  auto append = [&](Message m) {
+    if (m.id.empty()) m.id = AgentLoop::NewMessageId();
+    I.state.messages.push_back(std::move(m));
+    hooks.on_message(I.state.messages.back());
+  };
+  PatchTrailingDanglingCalls(I.state, append);
+  append(Message::User(std::string(task)));
+  LoopOutcome out = I.loop->Run(I.state, hooks);
+  return I.Finish(out);
+}
+
+RunResult DeepAgent::Resume(std::vector<Decision> decisions, const RunCallbacks& callbacks) {
+  Impl& I = *impl_;
+  std::lock_guard<std::mutex> lock(I.run_mu);
+  LoopHooks hooks = I.MakeHooks(callbacks);
+  json::object start;
+  start["ts"] = IsoNowUtc();
+  start["resume"] = true;
+  I.Persist("run_start", std::move(start));
+  json::object rec;
+  json::array ds;
+  for (const auto& d : decisions) ds.push_back(DecisionToJson(d));
+  rec["decisions"] = std::move(ds);
+  I.Persist("decisions", std::move(rec));
+  LoopOutcome out = I.loop->Resume(I.state, std::move(decisions), hooks);
+  return I.Finish(out);
+}
+
+const std::string& DeepAgent::thread_id() const { return impl_->thread_id; }
+
+AgentState DeepAgent::state() const {
+  std::lock_guard<std::mutex> lock(impl_->run_mu);
+  return impl_->state;
+}
+
+std::optional<InterruptRequest> DeepAgent::pending_interrupt() const {
+  std::lock_guard<std::mutex> lock(impl_->run_mu);
+  return impl_->state.pending_interrupt;
+}
+
+std::vector<ToolSpec> DeepAgent::tool_specs() const {
+  std::vector<ToolSpec> out;
+  for (const auto& t : impl_->loop->config().tools) out.push_back(t->spec());
+  return out;
+}
+
+const std::string& DeepAgent::system_prompt() const { return impl_->system_prompt; }
+
+}  // namespace deepbox::agent
