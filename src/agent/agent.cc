@@ -123,6 +123,12 @@ struct AgentLoop::Impl {
         results[i] = std::move(it->second);
         continue;
       }
+      if (!c.input_error.empty()) {
+        results[i] = ToolResult::Err("Tool call " + c.name + " with id " + c.id +
+                                     " could not be executed - arguments were malformed or "
+                                     "truncated. " + c.input_error);
+        continue;
+      }
       auto tool_it = by_name.find(c.name);
       if (tool_it == by_name.end()) {
         results[i] = ToolResult::Err(InvalidToolMessage(c.name, names));

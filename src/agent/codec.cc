@@ -92,6 +92,7 @@ json::object MessageToJson(const Message& m) {
       jc["id"] = c.id;
       jc["name"] = c.name;
       jc["input"] = c.input;
+      if (!c.input_error.empty()) jc["input_error"] = JsonString(c.input_error);
       calls.push_back(std::move(jc));
     }
     o["tool_calls"] = std::move(calls);
@@ -138,6 +139,7 @@ Result<Message> MessageFromJson(const json::object& o) {
       if (const json::value* in = jc.get_object().if_contains("input"); in && in->is_object()) {
         c.input = in->get_object();
       }
+      c.input_error = GetOptString(jc.get_object(), "input_error").value_or("");
       m.tool_calls.push_back(std::move(c));
     }
   }

@@ -351,14 +351,7 @@ class EditFileTool : public BaseFsTool {
     std::string new_s = ArgString(args, "new_string");
     bool replace_all = ArgBool(args, "replace_all", false);
     Sandbox& sb = *ctx.sandbox;
-    auto r = sb.Edit(*path, old_s, new_s, replace_all);
-    if (!r && r.error().code == ErrorCode::kNotFound && old_s.find('\n') != std::string::npos &&
-        old_s.find("\r\n") == std::string::npos) {
-      // read_file shows CRLF files with LF endings: retry in the file's style.
-      auto crlf = [](const std::string& s) { return ReplaceAll(s, "\n", "\r\n"); };
-      auto retry = sb.Edit(*path, crlf(old_s), crlf(new_s), replace_all);
-      if (retry || retry.error().code != ErrorCode::kNotFound) r = std::move(retry);
-    }
+    auto r = sb.Edit(*path, old_s, new_s, replace_all);  // the daemon retries CRLF/LF
     if (!r) return ToolResult::Err(EditError(sb, *path, old_s, r.error()));
     return ToolResult::Ok("Successfully replaced " + std::to_string(r->occurrences) +
                           " instance(s) of the string in '" + *path + "'");

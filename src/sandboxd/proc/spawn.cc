@@ -4,7 +4,6 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/pidfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -325,7 +324,8 @@ Status Child::Signal(int sig) {
     return MakeError(ErrorCode::kConflict,
                      "process " + std::to_string(pid_) + " has already been reaped");
   }
-  if (pidfd_send_signal(pidfd_.get(), sig, nullptr, 0) != 0 && errno != ESRCH) {
+  // Raw syscall: glibc 2.36's <sys/pidfd.h> lacks extern "C" for C++.
+  if (syscall(SYS_pidfd_send_signal, pidfd_.get(), sig, nullptr, 0) != 0 && errno != ESRCH) {
     return MakeSyscallError("pidfd_send_signal", errno, std::to_string(pid_));
   }
   return {};

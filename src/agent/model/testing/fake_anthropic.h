@@ -25,6 +25,10 @@
 
 #include "agent/model/testing/scripted_turn.h"
 
+namespace deepbox::net {
+class ResponseWriter;
+}
+
 namespace deepbox::agent::testing {
 
 namespace internal {

@@ -17,6 +17,10 @@
 
 #include "agent/model/testing/scripted_turn.h"
 
+namespace deepbox::net {
+class ResponseWriter;
+}
+
 namespace deepbox::agent::testing {
 
 namespace internal {
