@@ -19,7 +19,8 @@ Result<PermissionSet> PermissionSet::Create(std::vector<PermissionRule> rules) {
         return MakeError(ErrorCode::kInvalidArgument,
                          "Permission path must start with '/': '" + path + "'");
       }
-      for (std::string_view part : SplitOn(ReplaceAll(path, "\\", "/"), '/')) {
+      std::string posix = ReplaceAll(path, "\\", "/");
+      for (std::string_view part : SplitOn(posix, '/')) {
         if (part == "..") {
           return MakeError(ErrorCode::kInvalidArgument,
                            "Permission path must not contain '..': '" + path + "'");

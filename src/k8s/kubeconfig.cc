@@ -456,7 +456,9 @@ Result<RestConfig> LoadKubeconfig(const KubeconfigOptions& options) {
   }
   auto merged = LoadFiles(files);
   if (!merged) return tl::unexpected(merged.error());
-  return Build(*merged, options);
+  auto cfg = Build(*merged, options);
+  if (cfg && options.kubeconfig) cfg->kubeconfig_path = *options.kubeconfig;
+  return cfg;
 }
 
 bool InClusterAvailable(const InClusterOptions& options) {

@@ -38,6 +38,7 @@ struct RestConfig {
   std::string namespace_name = "default";  // the context's namespace (or the pod's)
   std::string context;                   // the context used ("" in-cluster)
   std::string source;                    // "kubeconfig /x/config" or "in-cluster config"
+  std::string kubeconfig_path;           // the explicit --kubeconfig file, if one was given
   net::TlsClientConfig tls;              // CA, static client cert/key, insecure, server name
   std::string token;                     // static bearer token
   std::string token_file;                // re-read at least every minute

@@ -32,9 +32,13 @@ std::string RandomHex(size_t n);
 // (RFC 1123 prefix, name segment <= 63 chars of [-A-Za-z0-9_.]).
 Status ValidateLabels(const std::map<std::string, std::string>& labels);
 
-// Nested lookups in JSON objects; nullptr / "" when a step is missing.
+// Nested lookups in JSON objects; nullptr / "" when a step is missing. (The
+// json::object overloads matter: binding an object to `const json::value&`
+// would copy it into a temporary and return a dangling pointer.)
 const json::value* Find(const json::value& v, std::initializer_list<std::string_view> path);
+const json::value* Find(const json::object& o, std::initializer_list<std::string_view> path);
 std::string FindString(const json::value& v, std::initializer_list<std::string_view> path);
+std::string FindString(const json::object& o, std::initializer_list<std::string_view> path);
 
 // IPv4 preferred, IPv4-mapped IPv6 normalised, invalid entries skipped; "" if none.
 std::string SelectPodIp(const std::vector<std::string>& ips);

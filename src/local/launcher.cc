@@ -188,8 +188,12 @@ LimitSupport RlimitSupport(const Limits& limits, LimitSupport base) {
   }
   base.tmp_size = {true, Mechanism::kTmpfsSize, "tmpfs size= on /tmp and /dev/shm"};
   if (limits.workspace_bytes) {
-    base.workspace_disk = {false, Mechanism::kNone,
-                           "workspace is a plain host dir; see workspace_disk.h"};
+    std::string why;
+    if (WorkspaceDiskSupported(&why)) {
+      base.workspace_disk = {true, Mechanism::kLoopImage, "ext4 image, ENOSPC when full"};
+    } else {
+      base.workspace_disk = {false, Mechanism::kNone, "workspace is a plain host dir: " + why};
+    }
   }
   return base;
 }
@@ -219,6 +223,7 @@ SandboxProcess& SandboxProcess::operator=(SandboxProcess&& other) noexcept {
     exit_ = std::exchange(other.exit_, std::nullopt);
     cgroup_ = std::exchange(other.cgroup_, std::nullopt);
     net_ = std::exchange(other.net_, std::nullopt);
+    disk_ = std::exchange(other.disk_, std::nullopt);
     public_addrs_ = std::exchange(other.public_addrs_, std::nullopt);
     timings_ = other.timings_;
     support_ = other.support_;
@@ -250,6 +255,7 @@ void SandboxProcess::Destroy() {
     cgroup_.reset();
   }
   net_.reset();
+  disk_.reset();  // after every process is gone: the unmount is then not lazy
   if (!runtime_dir_.empty()) {
     std::error_code ec;
     fs::remove_all(socket_dir_, ec);
@@ -363,6 +369,20 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   if (auto st = MakeDir(sp.socket_dir_, 0700); !st) return tl::unexpected(st.error());
   if (chown(sp.socket_dir_.c_str(), ids.host_uid, ids.host_gid) != 0) {
     return MakeSyscallError("chown", errno, sp.socket_dir_.string());
+  }
+  if (spec.limits.workspace_bytes) {
+    if (WorkspaceDiskSupported()) {
+      std::error_code ec;
+      if (!fs::is_empty(spec.workspace_dir, ec)) {
+        return MakeError(ErrorCode::kConflict,
+                         fmt::format("workspace {} must be empty to hold a size-limited disk",
+                                     spec.workspace_dir.string()));
+      }
+      auto disk = WorkspaceDisk::Create(spec.runtime_dir / "workspace.img", spec.workspace_dir,
+                                        *spec.limits.workspace_bytes, ids.host_uid, ids.host_gid);
+      if (!disk) return tl::unexpected(disk.error());
+      sp.disk_ = std::move(*disk);
+    }
   }
   if (geteuid() == 0 && chown(spec.workspace_dir.c_str(), ids.host_uid, ids.host_gid) != 0) {
     return MakeSyscallError("chown", errno, spec.workspace_dir.string());

@@ -33,6 +33,7 @@
 #include "local/limits.h"
 #include "local/network.h"
 #include "local/seccomp.h"
+#include "local/workspace_disk.h"
 
 namespace deepbox::local {
 
@@ -51,6 +52,8 @@ struct SandboxSpec {
   std::string hostname = "sandbox";
   NetworkMode network = NetworkMode::kNone;
   PublicNetworkConfig public_network;        // used when network == kPublic
+  // limits.workspace_bytes: an ext4 image <runtime_dir>/workspace.img is mounted on
+  // workspace_dir (which must then be empty); its content is deleted with the sandbox.
   Limits limits;
   std::optional<uint32_t> host_id;           // host uid/gid for sandbox 1000 (root only)
   bool proc_subset_pid = false;
@@ -122,6 +125,7 @@ class SandboxProcess {
   std::optional<ExitStatus> exit_;
   std::optional<SandboxCgroup> cgroup_;
   std::optional<PublicNetwork> net_;
+  std::optional<WorkspaceDisk> disk_;
   std::optional<SlotAddresses> public_addrs_;
   SetupTimings timings_;
   LimitSupport support_;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -314,7 +315,119 @@ TEST_F(LauncherTest, SetupTimingsRecorded) {
   int64_t sum = 0;
   for (auto v : r.timings.ns) sum += v;
   EXPECT_EQ(sum, r.timings.total_ns);
-  std::cerr << "timings: " << r.timings.ToString() << "\n";
+}
+
+// Cold launches of /bin/true until exit; prints the median of each step.
+TEST_F(LauncherTest, ColdLaunchTimingReport) {
+  constexpr int kRuns = 21;
+  std::vector<SetupTimings> all;
+  std::vector<int64_t> to_exit;
+  spec_.argv = {"/bin/true"};
+  for (int i = 0; i < kRuns; ++i) {
+    spec_.id = testing::UniqueId("timing");
+    int64_t t0 = MonotonicNs();
+    auto sp = Launch(spec_);
+    ASSERT_TRUE(sp.has_value()) << sp.error().ToString();
+    auto st = sp->Wait();
+    ASSERT_TRUE(st.has_value() && st->success());
+    to_exit.push_back(MonotonicNs() - t0);
+    all.push_back(sp->timings());
+  }
+  auto median = [](std::vector<int64_t> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2] / 1e6;
+  };
+  std::string report = "median of " + std::to_string(kRuns) + " cold launches of /bin/true:";
+  for (size_t s = 0; s < static_cast<size_t>(SetupStep::kCount); ++s) {
+    std::vector<int64_t> v;
+    for (const auto& t : all) v.push_back(t.ns[s]);
+    report += " " + std::string(SetupStepName(static_cast<SetupStep>(s))) + "=" +
+              std::to_string(median(v)).substr(0, 5) + "ms";
+  }
+  std::vector<int64_t> totals;
+  for (const auto& t : all) totals.push_back(t.total_ns);
+  report += " | setup total=" + std::to_string(median(totals)).substr(0, 5) +
+            "ms, launch->exit=" + std::to_string(median(to_exit)).substr(0, 5) + "ms";
+  std::cerr << report << "\n";
+  RecordProperty("timings", report);
+}
+
+}  // namespace
+}  // namespace deepbox::local
+
+namespace deepbox::local {
+namespace {
+
+TEST_F(LauncherTest, WorkspaceDiskLimit) {
+  std::string why;
+  if (!WorkspaceDiskSupported(&why)) GTEST_SKIP() << why;
+  spec_.limits.workspace_bytes = 16ULL << 20;
+  std::string image = (spec_.runtime_dir / "workspace.img").string();
+  spec_.argv = {"/bin/sh", "-c",
+                "dd if=/dev/zero of=/workspace/big bs=1M count=64 2>/dev/null; echo rc=$?; "
+                "df -k /workspace | tail -1 | awk '{print $2}'; echo ok > /workspace/small; "
+                "touch /workspace/flag; sleep 30"};
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  spec_.stdout_fd = fds[1];
+  {
+    auto sp = Launch(spec_);
+    close(fds[1]);
+    ASSERT_TRUE(sp.has_value()) << sp.error().ToString();
+    EXPECT_TRUE(sp->limits().workspace_disk.enforced);
+    for (int i = 0; i < 500 && !std::filesystem::exists(workspace_ / "flag"); ++i) usleep(10000);
+    ASSERT_TRUE(std::filesystem::exists(workspace_ / "flag"));
+    EXPECT_TRUE(std::filesystem::exists(image));
+    std::ifstream mi("/proc/self/mountinfo");
+    std::stringstream ss;
+    ss << mi.rdbuf();
+    EXPECT_THAT(ss.str(), HasSubstr(workspace_.string()));
+  }
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  EXPECT_THAT(out, HasSubstr("rc=1\n"));  // ENOSPC
+  // After destruction: unmounted, image gone, loop device detached.
+  std::ifstream mi("/proc/self/mountinfo");
+  std::stringstream ss;
+  ss << mi.rdbuf();
+  EXPECT_THAT(ss.str(), Not(HasSubstr(workspace_.string())));
+  EXPECT_FALSE(std::filesystem::exists(image));
+}
+
+TEST_F(LauncherTest, ReportsLimitEnforcement) {
+  spec_.limits.memory_bytes = 256ULL << 20;
+  spec_.limits.max_processes = 64;
+  spec_.limits.cpu_time_seconds = 60;
+  spec_.limits.file_size_bytes = 1 << 20;
+  auto r = RUN_OK("ulimit -f; ulimit -t; ulimit -c; "
+                  "(dd if=/dev/zero of=/workspace/f bs=1M count=2 2>/dev/null); "
+                  "stat -c %s /workspace/f");
+  EXPECT_THAT(r.output, HasSubstr("2048\n60\n0\n"));
+  EXPECT_THAT(r.output, HasSubstr("\n1048576\n"));
+  EXPECT_TRUE(r.limits.cpu_time.enforced);
+  EXPECT_EQ(r.limits.cpu_time.mechanism, Mechanism::kRlimitPerProcess);
+  EXPECT_TRUE(r.limits.file_size.enforced);
+  EXPECT_TRUE(r.limits.processes.enforced);
+  std::cerr << r.limits.Describe();
+}
+
+TEST_F(LauncherTest, ForkBombIsContained) {
+  spec_.limits.max_processes = 32;
+  // dash aborts when fork fails, so keep forking from a loop of subshells.
+  spec_.argv = {"/bin/sh", "-c", "while true; do (sleep 5 &) 2>/dev/null; done"};
+  auto sp = Launch(spec_);
+  ASSERT_TRUE(sp.has_value()) << sp.error().ToString();
+  size_t peak = 0;
+  for (int i = 0; i < 50; ++i) {
+    auto pids = sp->Pids();
+    if (pids) peak = std::max(peak, pids->size());
+    usleep(20000);
+  }
+  EXPECT_GT(peak, 10u);
+  EXPECT_LE(peak, 32u);
 }
 
 }  // namespace

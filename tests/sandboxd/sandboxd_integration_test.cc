@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/json.h"
@@ -96,7 +97,10 @@ TEST_F(SandboxdTest, ExecArgvShellEnvCwdStdin) {
   EXPECT_EQ(e2->exit_code, 3);
   EXPECT_EQ(e2->stdout_data, "out\n" + stdfs::canonical(Root()).string() + "/sub\nbar\nfrom-stdin");
   EXPECT_EQ(e2->stderr_data, "err\n");
-  EXPECT_NE(e2->combined.find("out\nerr\n"), std::string::npos);
+  // Both streams land in the combined output (their relative order across two
+  // pipes depends on scheduling).
+  EXPECT_EQ(e2->combined.size(), e2->stdout_data.size() + e2->stderr_data.size());
+  EXPECT_NE(e2->combined.find("err\n"), std::string::npos);
 }
 
 TEST_F(SandboxdTest, SpawnFailureIsTypedNotAnError) {
@@ -449,10 +453,10 @@ TEST_F(SandboxdTest, GrepLiteralRegexModes) {
   r = sb().Grep(g);
   ASSERT_TRUE(r);
   ASSERT_EQ(r->files.size(), 1u);
-  g = GrepRequest{.pattern = "o", .glob = "*.txt", .max_count = 2};
+  g = GrepRequest{.pattern = "o", .glob = "*.txt", .max_count = 1};
   r = sb().Grep(g);
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->matches.size(), 2u);
+  EXPECT_EQ(r->matches.size(), 1u);
   EXPECT_TRUE(r->truncated);
   g = GrepRequest{.pattern = "(", .regex = true};
   r = sb().Grep(g);

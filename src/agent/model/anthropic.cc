@@ -1,9 +1,9 @@
 #include "agent/model/anthropic.h"
 
+#include <fmt/format.h>
+
 #include <map>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "agent/model/http_stream.h"
 #include "agent/model/profiles.h"
@@ -112,8 +112,9 @@ ApiError ParseApiError(std::string_view body) {
 AttemptError StatusError(int status, const net::Headers& headers, std::string_view body,
                          const AnthropicOptions& options) {
   ApiError api = ParseApiError(body);
-  std::string what = api.type.empty() ? fmt::format("{}", status)
-                                      : fmt::format("{} {}", status, api.type);
+  while (api.message.ends_with('.') || api.message.ends_with(' ')) api.message.pop_back();
+  std::string what =
+      api.type.empty() ? fmt::format("{}", status) : fmt::format("{} {}", status, api.type);
   AttemptError e;
   e.retryable = IsRetryableStatus(status, headers);
   e.retry_after = ParseRetryAfter(headers);
@@ -144,9 +145,9 @@ AttemptError StatusError(int status, const net::Headers& headers, std::string_vi
         e.error = Error(ErrorCode::kUnavailable,
                         fmt::format("Anthropic API unavailable ({}): {}", what, api.message));
       } else if (status >= 400) {
-        e.error = Error(ErrorCode::kInvalidArgument,
-                        fmt::format("Anthropic API rejected the request ({}): {}", what,
-                                    api.message));
+        e.error =
+            Error(ErrorCode::kInvalidArgument,
+                  fmt::format("Anthropic API rejected the request ({}): {}", what, api.message));
       } else {
         e.error = Error(ErrorCode::kInternal,
                         fmt::format("Anthropic API: unexpected HTTP {} response: {}", status,
@@ -184,8 +185,7 @@ void ReadUsage(const json::object& u, Usage& usage) {
   usage.input_tokens = IntField(u, "input_tokens", usage.input_tokens);
   usage.output_tokens = IntField(u, "output_tokens", usage.output_tokens);
   usage.cache_read_tokens = IntField(u, "cache_read_input_tokens", usage.cache_read_tokens);
-  usage.cache_write_tokens =
-      IntField(u, "cache_creation_input_tokens", usage.cache_write_tokens);
+  usage.cache_write_tokens = IntField(u, "cache_creation_input_tokens", usage.cache_write_tokens);
 }
 
 // Parses a tool's streamed input; failures land in call.input_error.
@@ -260,7 +260,8 @@ class StreamState {
       }
     } else if (type == "content_block_stop") {
       int index = static_cast<int>(IntField(data, "index", -1));
-      if (auto it = blocks_.find(index); it != blocks_.end() && it->second.kind == Block::kToolUse) {
+      if (auto it = blocks_.find(index);
+          it != blocks_.end() && it->second.kind == Block::kToolUse) {
         FinishToolInput(it->second.json, it->second.call);
         it->second.json.clear();
       }
@@ -314,7 +315,8 @@ class StreamState {
 
   // A transport failure (connection dropped, timeout) during the stream.
   AttemptResult TransportFailure(const Error& error) {
-    Fail(error.code, "Anthropic API: " + error.message, true);
+    Fail(error.code, "Anthropic API: " + internal::DescribeTransportError(error),
+         internal::IsRetryableTransportError(error));
     return tl::unexpected(*failure_);
   }
 
@@ -373,9 +375,8 @@ Result<std::unique_ptr<AnthropicModel>> AnthropicModel::Create(AnthropicOptions 
   while (options.base_url.ends_with('/')) options.base_url.pop_back();
   auto client = internal::MakeHttpClient(options.base_url, options.http);
   if (!client) {
-    return MakeError(client.error().code,
-                     fmt::format("Anthropic API client for '{}': {}", options.base_url,
-                                 client.error().message));
+    return MakeError(client.error().code, fmt::format("Anthropic API client for '{}': {}",
+                                                      options.base_url, client.error().message));
   }
   return std::unique_ptr<AnthropicModel>(
       new AnthropicModel(std::move(options), std::move(*client)));
@@ -390,7 +391,7 @@ ModelProfile AnthropicModel::profile() const {
 }
 
 json::object AnthropicModel::BuildRequestBody(const ModelRequest& request) const {
-  int max_tokens = request.max_tokens > 0   ? request.max_tokens
+  int max_tokens = request.max_tokens > 0    ? request.max_tokens
                    : options_.max_tokens > 0 ? options_.max_tokens
                                              : AnthropicDefaultMaxTokens(options_.model);
   json::object body{{"model", JsonString(options_.model)}, {"max_tokens", max_tokens}};

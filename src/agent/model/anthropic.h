@@ -36,11 +36,11 @@ inline constexpr char kAnthropicVersion[] = "2023-06-01";
 
 struct AnthropicOptions {
   std::string model = kDefaultAnthropicModel;
-  std::string api_key;  // required
+  std::string api_key{};  // required
   std::string base_url = kDefaultAnthropicBaseUrl;
   int max_tokens = 0;            // 0 = AnthropicDefaultMaxTokens(model)
   int64_t max_input_tokens = 0;  // 0 = the profile table's value
-  HttpOptions http;
+  HttpOptions http{};
 };
 
 class AnthropicModel : public ChatModel {

@@ -1,9 +1,9 @@
 #include "agent/model/factory.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "agent/model/anthropic.h"
 #include "agent/model/openai.h"
@@ -83,8 +83,8 @@ Result<std::unique_ptr<ChatModel>> CreateChatModel(std::string_view spec,
       AnthropicOptions o;
       o.model = parsed->model;
       o.api_key = Resolve(config.anthropic_api_key, "ANTHROPIC_API_KEY");
-      o.base_url = Resolve(config.anthropic_base_url, "ANTHROPIC_BASE_URL",
-                           kDefaultAnthropicBaseUrl);
+      o.base_url =
+          Resolve(config.anthropic_base_url, "ANTHROPIC_BASE_URL", kDefaultAnthropicBaseUrl);
       o.max_tokens = config.max_tokens;
       o.max_input_tokens = config.max_input_tokens;
       o.http = MakeHttpOptions(config);
@@ -114,8 +114,8 @@ Result<std::unique_ptr<ChatModel>> CreateChatModel(std::string_view spec,
     }
   }
   if (!config.record_path.empty()) {
-    auto rec = RecordingModel::Create(std::move(model), config.record_path,
-                                      config.record_description);
+    auto rec =
+        RecordingModel::Create(std::move(model), config.record_path, config.record_description);
     if (!rec) return tl::unexpected(rec.error());
     model = std::move(*rec);
   }

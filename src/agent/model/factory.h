@@ -22,30 +22,30 @@ namespace deepbox::agent {
 struct ModelConfig {
   // nullopt = read the environment variable named in the comment at call
   // time; a value (even "") overrides it.
-  std::optional<std::string> anthropic_api_key;   // ANTHROPIC_API_KEY
-  std::optional<std::string> anthropic_base_url;  // ANTHROPIC_BASE_URL, default api.anthropic.com
-  std::optional<std::string> openai_api_key;      // OPENAI_API_KEY
-  std::optional<std::string> openai_base_url;     // OPENAI_BASE_URL, default api.openai.com/v1
+  std::optional<std::string> anthropic_api_key{};   // ANTHROPIC_API_KEY
+  std::optional<std::string> anthropic_base_url{};  // ANTHROPIC_BASE_URL, default api.anthropic.com
+  std::optional<std::string> openai_api_key{};      // OPENAI_API_KEY
+  std::optional<std::string> openai_base_url{};     // OPENAI_BASE_URL, default api.openai.com/v1
   // CA bundle (PEM file) trusted for HTTPS instead of the system CAs.
-  std::optional<std::string> ca_file;  // SSL_CERT_FILE; unset = system CAs
-  std::string ca_pem;                  // PEM text alternative (wins over ca_file)
+  std::optional<std::string> ca_file{};  // SSL_CERT_FILE; unset = system CAs
+  std::string ca_pem;                    // PEM text alternative (wins over ca_file)
 
   std::chrono::milliseconds connect_timeout{10000};
   std::chrono::milliseconds request_timeout{600000};  // one attempt, streaming included
-  RetryPolicy retry;
+  RetryPolicy retry{};
   int max_tokens = 0;            // 0 = per-model default (Anthropic requires one)
   int64_t max_input_tokens = 0;  // 0 = the model's profile (set it for local servers)
 
-  std::string record_path;  // non-empty: record every call to this JSONL file
-  std::string record_description;
-  ReplayOptions replay;
+  std::string record_path{};  // non-empty: record every call to this JSONL file
+  std::string record_description{};
+  ReplayOptions replay{};
 };
 
 enum class ModelProvider { kAnthropic, kOpenAi, kReplay };
 
 struct ModelSpec {
   ModelProvider provider = ModelProvider::kAnthropic;
-  std::string model;  // model id, or the file for kReplay
+  std::string model{};  // model id, or the file for kReplay
 };
 
 // INVALID_ARGUMENT for an unknown form, naming the accepted ones.

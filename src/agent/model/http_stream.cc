@@ -6,7 +6,7 @@
 namespace deepbox::agent::internal {
 
 Result<std::unique_ptr<net::HttpClient>> MakeHttpClient(const std::string& base_url,
-                                                       const HttpOptions& options) {
+                                                        const HttpOptions& options) {
   net::ClientOptions co;
   co.connect_timeout = options.connect_timeout;
   co.read_idle_timeout = options.read_idle_timeout;
@@ -58,6 +58,26 @@ Result<PostOutcome> StreamingPost(net::HttpClient& client, const std::string& ta
   if (out.status == 0) out.status = r->status;
   if (out.event_stream && !out.stopped && !parser.Finish()) out.stopped = true;
   return out;
+}
+
+namespace {
+bool IsCertificateFailure(const Error& error) {
+  const std::string& m = error.message;
+  return m.find("TLS handshake") != std::string::npos &&
+         (m.find("certificate") != std::string::npos || m.find("mismatch") != std::string::npos);
+}
+}  // namespace
+
+bool IsRetryableTransportError(const Error& error) {
+  if (IsCertificateFailure(error)) return false;
+  return error.code == ErrorCode::kUnavailable || error.code == ErrorCode::kTimeout;
+}
+
+std::string DescribeTransportError(const Error& error) {
+  if (!IsCertificateFailure(error)) return error.message;
+  return error.message +
+         " (to trust a private or test CA, point SSL_CERT_FILE or ModelConfig::ca_file at its "
+         "PEM bundle)";
 }
 
 std::string BodySnippet(std::string_view body, size_t max) {

@@ -16,7 +16,7 @@
 namespace deepbox::agent::internal {
 
 Result<std::unique_ptr<net::HttpClient>> MakeHttpClient(const std::string& base_url,
-                                                       const HttpOptions& options);
+                                                        const HttpOptions& options);
 
 struct PostOutcome {
   int status = 0;
@@ -33,6 +33,13 @@ Result<PostOutcome> StreamingPost(net::HttpClient& client, const std::string& ta
                                   const net::Headers& headers, const std::string& body,
                                   const HttpOptions& options, const std::atomic<bool>* cancel,
                                   const std::function<bool(const net::SseEvent&)>& on_event);
+
+// Whether a transport failure (from StreamingPost) is worth retrying:
+// connection refused/reset/dropped and timeouts are; a TLS certificate the
+// client does not trust is not.
+bool IsRetryableTransportError(const Error& error);
+// The failure's message, with a hint for certificate problems.
+std::string DescribeTransportError(const Error& error);
 
 // First `max` bytes of a body, valid UTF-8, for error messages.
 std::string BodySnippet(std::string_view body, size_t max = 300);

@@ -17,13 +17,13 @@
 namespace deepbox::agent {
 
 struct ToolCall {
-  std::string id;     // provider's id (Anthropic "toolu_…", OpenAI "call_…")
+  std::string id;  // provider's id (Anthropic "toolu_…", OpenAI "call_…")
   std::string name;
   json::object input;
   // Non-empty when the model's arguments were not a JSON object (input is then
   // empty): the harness should answer the call with an error tool result
   // quoting this text instead of running the tool.
-  std::string input_error;
+  std::string input_error{};
 };
 
 struct ImageBlock {
@@ -82,7 +82,7 @@ struct ModelRequest {
   std::string system;
   std::vector<Message> messages;
   std::vector<ToolSpec> tools;
-  int max_tokens = 0;         // 0 = client default
+  int max_tokens = 0;          // 0 = client default
   bool prompt_caching = true;  // where the provider supports it
   // Set to true from another thread (Ctrl-C) to abort the call promptly.
   const std::atomic<bool>* cancel = nullptr;
@@ -96,13 +96,13 @@ struct StreamCallbacks {
 };
 
 struct ModelResponse {
-  Message message;          // role kAssistant
+  Message message;  // role kAssistant
   Usage usage;
   // Anthropic's vocabulary for every client: "end_turn", "tool_use",
   // "max_tokens", "stop_sequence", "refusal", ... (OpenAI's "stop" ->
   // "end_turn", "tool_calls" -> "tool_use", "length" -> "max_tokens").
   std::string stop_reason;
-  std::string model;        // model id the server reported
+  std::string model;  // model id the server reported
 };
 
 // Implementations: AnthropicModel (anthropic.h), OpenAiModel (openai.h),

@@ -1,9 +1,9 @@
 #include "agent/model/openai.h"
 
+#include <fmt/format.h>
+
 #include <map>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "agent/model/http_stream.h"
 #include "agent/model/profiles.h"
@@ -18,21 +18,23 @@ using internal::BodySnippet;
 json::object ImagePart(const agent::ImageBlock& image) {
   return json::object{
       {"type", "image_url"},
-      {"image_url",
-       json::object{{"url", JsonString("data:" + image.media_type + ";base64," + image.base64_data)}}}};
+      {"image_url", json::object{{"url", JsonString("data:" + image.media_type + ";base64," +
+                                                    image.base64_data)}}}};
 }
 
 json::value UserContent(const Message& m) {
   if (m.images.empty()) return JsonString(m.text);
   json::array parts;
-  if (!m.text.empty()) parts.push_back(json::object{{"type", "text"}, {"text", JsonString(m.text)}});
+  if (!m.text.empty())
+    parts.push_back(json::object{{"type", "text"}, {"text", JsonString(m.text)}});
   for (const auto& image : m.images) parts.push_back(ImagePart(image));
   return parts;
 }
 
 json::array BuildMessages(const std::string& system, const std::vector<Message>& messages) {
   json::array out;
-  if (!system.empty()) out.push_back(json::object{{"role", "system"}, {"content", JsonString(system)}});
+  if (!system.empty())
+    out.push_back(json::object{{"role", "system"}, {"content", JsonString(system)}});
   size_t i = 0;
   while (i < messages.size()) {
     const Message& m = messages[i];
@@ -52,8 +54,8 @@ json::array BuildMessages(const std::string& system, const std::vector<Message>&
           calls.push_back(json::object{
               {"id", JsonString(call.id)},
               {"type", "function"},
-              {"function", json::object{{"name", JsonString(call.name)},
-                                        {"arguments", ToJson(call.input)}}}});
+              {"function",
+               json::object{{"name", JsonString(call.name)}, {"arguments", ToJson(call.input)}}}});
         }
         msg["tool_calls"] = std::move(calls);
       }
@@ -77,7 +79,8 @@ json::array BuildMessages(const std::string& system, const std::vector<Message>&
           for (const auto& image : t.images) images.push_back(ImagePart(image));
         }
       }
-      if (!images.empty()) out.push_back(json::object{{"role", "user"}, {"content", std::move(images)}});
+      if (!images.empty())
+        out.push_back(json::object{{"role", "user"}, {"content", std::move(images)}});
     }
   }
   return out;
@@ -122,8 +125,9 @@ ApiError ParseApiError(std::string_view body) {
 AttemptError StatusError(int status, const net::Headers& headers, std::string_view body,
                          const OpenAiOptions& options) {
   ApiError api = ParseApiError(body);
-  std::string what = api.type.empty() ? fmt::format("{}", status)
-                                      : fmt::format("{} {}", status, api.type);
+  while (api.message.ends_with('.') || api.message.ends_with(' ')) api.message.pop_back();
+  std::string what =
+      api.type.empty() ? fmt::format("{}", status) : fmt::format("{} {}", status, api.type);
   AttemptError e;
   e.retryable = IsRetryableStatus(status, headers);
   e.retry_after = ParseRetryAfter(headers);
@@ -135,9 +139,9 @@ AttemptError StatusError(int status, const net::Headers& headers, std::string_vi
                                   what, api.message, options.base_url));
       break;
     case 403:
-      e.error = Error(ErrorCode::kPermissionDenied,
-                      fmt::format("OpenAI-compatible server refused the request ({}): {}", what,
-                                  api.message));
+      e.error = Error(
+          ErrorCode::kPermissionDenied,
+          fmt::format("OpenAI-compatible server refused the request ({}): {}", what, api.message));
       break;
     case 404:
       e.error = Error(ErrorCode::kNotFound,
@@ -146,19 +150,19 @@ AttemptError StatusError(int status, const net::Headers& headers, std::string_vi
                                   what, api.message, options.model, options.base_url));
       break;
     case 429:
-      e.error = Error(ErrorCode::kResourceExhausted,
-                      fmt::format("OpenAI-compatible server rate limit ({}): {}", what,
-                                  api.message));
+      e.error =
+          Error(ErrorCode::kResourceExhausted,
+                fmt::format("OpenAI-compatible server rate limit ({}): {}", what, api.message));
       break;
     default:
       if (status >= 500) {
-        e.error = Error(ErrorCode::kUnavailable,
-                        fmt::format("OpenAI-compatible server unavailable ({}): {}", what,
-                                    api.message));
+        e.error =
+            Error(ErrorCode::kUnavailable,
+                  fmt::format("OpenAI-compatible server unavailable ({}): {}", what, api.message));
       } else if (status >= 400) {
         e.error = Error(ErrorCode::kInvalidArgument,
-                        fmt::format("OpenAI-compatible server rejected the request ({}): {}",
-                                    what, api.message));
+                        fmt::format("OpenAI-compatible server rejected the request ({}): {}", what,
+                                    api.message));
       } else {
         e.error = Error(ErrorCode::kInternal,
                         fmt::format("OpenAI-compatible server: unexpected HTTP {} response: {}",
@@ -247,8 +251,8 @@ class StreamState {
       for (const auto& tc : calls->as_array()) {
         if (!tc.is_object()) continue;
         const json::object& frag = tc.as_object();
-        int64_t index = frag.contains("index") ? IntField(frag, "index")
-                                               : static_cast<int64_t>(calls_.size());
+        int64_t index =
+            frag.contains("index") ? IntField(frag, "index") : static_cast<int64_t>(calls_.size());
         Partial& p = calls_[index];
         if (auto id = GetOptString(frag, "id"); id && !id->empty()) p.id = *id;
         if (const auto* fn = frag.if_contains("function"); fn && fn->is_object()) {
@@ -304,7 +308,8 @@ class StreamState {
   }
 
   AttemptResult TransportFailure(const Error& error) {
-    Fail(error.code, "OpenAI-compatible server: " + error.message, true);
+    Fail(error.code, "OpenAI-compatible server: " + internal::DescribeTransportError(error),
+         internal::IsRetryableTransportError(error));
     return tl::unexpected(*failure_);
   }
 
@@ -356,9 +361,8 @@ Result<std::unique_ptr<OpenAiModel>> OpenAiModel::Create(OpenAiOptions options) 
   }
   auto client = internal::MakeHttpClient(options.base_url, options.http);
   if (!client) {
-    return MakeError(client.error().code,
-                     fmt::format("OpenAI-compatible client for '{}': {}", options.base_url,
-                                 client.error().message));
+    return MakeError(client.error().code, fmt::format("OpenAI-compatible client for '{}': {}",
+                                                      options.base_url, client.error().message));
   }
   return std::unique_ptr<OpenAiModel>(new OpenAiModel(std::move(options), std::move(*client)));
 }
@@ -404,8 +408,8 @@ Result<ModelResponse> OpenAiModel::Generate(const ModelRequest& request,
   headers.Set("accept", "text/event-stream");
   auto attempt = [&]() -> AttemptResult {
     StreamState state(callbacks);
-    auto post = internal::StreamingPost(*client_, "/chat/completions", headers, body,
-                                        options_.http, request.cancel,
+    auto post = internal::StreamingPost(*client_, "/chat/completions", headers, body, options_.http,
+                                        request.cancel,
                                         [&](const net::SseEvent& ev) { return state.OnEvent(ev); });
     if (!post) {
       if (post.error().code == ErrorCode::kCancelled) {

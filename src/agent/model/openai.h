@@ -33,12 +33,12 @@ namespace deepbox::agent {
 inline constexpr char kDefaultOpenAiBaseUrl[] = "https://api.openai.com/v1";
 
 struct OpenAiOptions {
-  std::string model;    // required
-  std::string api_key;  // optional for local servers; required for api.openai.com
+  std::string model{};    // required
+  std::string api_key{};  // optional for local servers; required for api.openai.com
   std::string base_url = kDefaultOpenAiBaseUrl;
   int max_tokens = 0;            // 0 = not sent (the server's default)
   int64_t max_input_tokens = 0;  // 0 = the profile table's value
-  HttpOptions http;
+  HttpOptions http{};
 };
 
 class OpenAiModel : public ChatModel {

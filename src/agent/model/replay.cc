@@ -1,12 +1,12 @@
 #include "agent/model/replay.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
 #include <sstream>
 #include <utility>
-
-#include <fmt/format.h>
 
 #include "agent/model/profiles.h"
 #include "agent/model/retry.h"
@@ -176,8 +176,9 @@ Result<ReplayFile> ParseReplay(std::string_view text, std::string_view name) {
     if (!have_header) {
       auto version = GetOptInt(*obj, "deepbox_replay");
       if (!version || !version->has_value()) {
-        return fail("not a deepbox replay file (the first line must be a header like "
-                    "{\"deepbox_replay\": 1, ...})");
+        return fail(
+            "not a deepbox replay file (the first line must be a header like "
+            "{\"deepbox_replay\": 1, ...})");
       }
       if (**version != kReplayFormatVersion) {
         return fail(fmt::format("unsupported replay format version {} (this deepbox reads {})",
@@ -336,8 +337,7 @@ Result<ModelResponse> ReplayModel::Generate(const ModelRequest& request,
 
 // ---------------------------------------------------------------- RecordingModel
 
-RecordingModel::RecordingModel(std::unique_ptr<ChatModel> inner, std::string path,
-                               std::FILE* file)
+RecordingModel::RecordingModel(std::unique_ptr<ChatModel> inner, std::string path, std::FILE* file)
     : inner_(std::move(inner)), path_(std::move(path)), file_(file) {}
 
 RecordingModel::~RecordingModel() {

@@ -59,21 +59,21 @@ namespace deepbox::agent {
 inline constexpr int kReplayFormatVersion = 1;
 
 struct ReplayHeader {
-  std::string description;
+  std::string description{};
   bool scripted = false;
-  std::string model;             // "anthropic:claude-sonnet-4-6", "openai:gpt-4o", ...
+  std::string model{};           // "anthropic:claude-sonnet-4-6", "openai:gpt-4o", ...
   int64_t max_input_tokens = 0;  // 0 = the model's profile
 };
 
 struct ReplayTurn {
-  ModelResponse response;
+  ModelResponse response{};
   // request.tool_results ids, when the file states them.
-  std::optional<std::vector<std::string>> expected_tool_results;
+  std::optional<std::vector<std::string>> expected_tool_results{};
 };
 
 struct ReplayFile {
-  ReplayHeader header;
-  std::vector<ReplayTurn> turns;
+  ReplayHeader header{};
+  std::vector<ReplayTurn> turns{};
 };
 
 // Parses a replay file; errors name the file and line.

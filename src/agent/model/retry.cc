@@ -1,5 +1,6 @@
 #include "agent/model/retry.h"
 
+#include <fmt/format.h>
 #include <time.h>
 
 #include <algorithm>
@@ -8,8 +9,6 @@
 #include <random>
 #include <string>
 #include <thread>
-
-#include <fmt/format.h>
 
 namespace deepbox::agent {
 
@@ -21,14 +20,14 @@ bool SleepUnlessCancelled(milliseconds delay, const std::atomic<bool>* cancel) {
     if (IsCancelled(cancel)) return false;
     auto now = std::chrono::steady_clock::now();
     if (now >= end) return true;
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
-        end - now, milliseconds(20)));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(end - now, milliseconds(20)));
   }
 }
 
 milliseconds BackoffDelay(const RetryPolicy& policy, int retry, double unit) {
-  double ceiling = static_cast<double>(policy.base_delay.count()) *
-                   std::ldexp(1.0, std::clamp(retry, 0, 60));
+  double ceiling =
+      static_cast<double>(policy.base_delay.count()) * std::ldexp(1.0, std::clamp(retry, 0, 60));
   ceiling = std::min(ceiling, static_cast<double>(policy.max_delay.count()));
   unit = std::clamp(unit, 0.0, 1.0);
   return milliseconds(static_cast<int64_t>(ceiling * unit));

@@ -23,7 +23,7 @@ struct RetryPolicy {
   // Waits `delay` unless *cancel becomes true; returns false when cancelled.
   // Empty = SleepUnlessCancelled. Tests install a recorder to observe the
   // delays without sleeping.
-  std::function<bool(std::chrono::milliseconds delay, const std::atomic<bool>* cancel)> sleep;
+  std::function<bool(std::chrono::milliseconds delay, const std::atomic<bool>* cancel)> sleep{};
 };
 
 // Sleeps in short slices, returning false as soon as *cancel is true.
@@ -41,9 +41,9 @@ bool IsRetryableStatus(int status, const net::Headers& headers);
 
 // How one attempt failed.
 struct AttemptError {
-  Error error;
+  Error error{};
   bool retryable = false;
-  std::optional<std::chrono::milliseconds> retry_after;  // the server's hint
+  std::optional<std::chrono::milliseconds> retry_after{};  // the server's hint
 };
 using AttemptResult = tl::expected<ModelResponse, AttemptError>;
 

@@ -18,7 +18,7 @@ TEST(BackoffTest, FullJitterStaysUnderTheExponentialCeiling) {
   EXPECT_EQ(BackoffDelay(p, 0, 0.5), milliseconds(250));
   EXPECT_EQ(BackoffDelay(p, 1, 0.5), milliseconds(500));
   EXPECT_EQ(BackoffDelay(p, 3, 1.0), milliseconds(4000));
-  EXPECT_EQ(BackoffDelay(p, 6, 1.0), milliseconds(30000));   // 32 s capped at 30 s
+  EXPECT_EQ(BackoffDelay(p, 6, 1.0), milliseconds(30000));    // 32 s capped at 30 s
   EXPECT_EQ(BackoffDelay(p, 100, 0.5), milliseconds(15000));  // no overflow
 }
 
@@ -42,7 +42,8 @@ TEST(RetryAfterTest, ParsesSecondsMillisecondsAndDates) {
 
 TEST(RetryableStatusTest, FollowsThePolicyAndTheServerHint) {
   net::Headers none;
-  for (int s : {408, 409, 429, 500, 502, 503, 504, 529}) EXPECT_TRUE(IsRetryableStatus(s, none)) << s;
+  for (int s : {408, 409, 429, 500, 502, 503, 504, 529})
+    EXPECT_TRUE(IsRetryableStatus(s, none)) << s;
   for (int s : {400, 401, 403, 404, 413, 422}) EXPECT_FALSE(IsRetryableStatus(s, none)) << s;
   net::Headers no;
   no.Set("x-should-retry", "false");
@@ -63,13 +64,15 @@ TEST(RetryLoopTest, UsesTheServerHintThenBackoffAndCountsAttempts) {
     return true;
   };
   int calls = 0, retries = 0;
-  auto r = RunWithRetries(p, nullptr, [&] { ++retries; }, [&]() -> AttemptResult {
-    ++calls;
-    AttemptError e{Error(ErrorCode::kUnavailable, "busy"), true, std::nullopt};
-    if (calls == 1) e.retry_after = milliseconds(4321);
-    if (calls == 2) e.retry_after = milliseconds(999999);  // beyond max_retry_after: ignored
-    return tl::unexpected(e);
-  });
+  auto r = RunWithRetries(
+      p, nullptr, [&] { ++retries; },
+      [&]() -> AttemptResult {
+        ++calls;
+        AttemptError e{Error(ErrorCode::kUnavailable, "busy"), true, std::nullopt};
+        if (calls == 1) e.retry_after = milliseconds(4321);
+        if (calls == 2) e.retry_after = milliseconds(999999);  // beyond max_retry_after: ignored
+        return tl::unexpected(e);
+      });
   ASSERT_FALSE(r);
   EXPECT_EQ(calls, 4);
   EXPECT_EQ(retries, 3);
@@ -97,11 +100,13 @@ TEST(RetryLoopTest, CancellationDuringTheWaitEndsTheCall) {
   std::atomic<bool> cancel{false};
   RetryPolicy p;  // the real sleeper; a 1-hour hint
   int calls = 0;
-  auto r = RunWithRetries(p, &cancel, [&] { cancel = true; }, [&]() -> AttemptResult {
-    ++calls;
-    return tl::unexpected(AttemptError{Error(ErrorCode::kUnavailable, "busy"), true,
-                                       milliseconds(3600 * 1000)});
-  });
+  auto r = RunWithRetries(
+      p, &cancel, [&] { cancel = true; },
+      [&]() -> AttemptResult {
+        ++calls;
+        return tl::unexpected(
+            AttemptError{Error(ErrorCode::kUnavailable, "busy"), true, milliseconds(3600 * 1000)});
+      });
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kCancelled);
   EXPECT_EQ(calls, 1);

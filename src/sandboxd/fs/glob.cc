@@ -2,12 +2,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
-
-#include <fmt/format.h>
 
 #include "sandboxd/fs/fs_util.h"
 
@@ -133,12 +132,15 @@ struct Segment {
     if (name[0] == '.' && !explicit_dot) return false;
     if (kind == kLiteral) return name == literal;
     switch (shape) {
-      case kAnyName: return true;
+      case kAnyName:
+        return true;
       case kSuffix:
         return name.size() >= affix.size() &&
                name.compare(name.size() - affix.size(), affix.size(), affix) == 0;
-      case kPrefix: return name.compare(0, affix.size(), affix) == 0;
-      case kGeneral: break;
+      case kPrefix:
+        return name.compare(0, affix.size(), affix) == 0;
+      case kGeneral:
+        break;
     }
     return MatchTokens(tokens, name);
   }
@@ -292,9 +294,9 @@ Status ExpandBraces(const std::string& pat, std::vector<std::string>* out) {
     return {};
   }
   if (out->size() >= kMaxExpansions) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("glob pattern too broad: more than {} brace expansions",
-                                 kMaxExpansions));
+    return MakeError(
+        ErrorCode::kInvalidArgument,
+        fmt::format("glob pattern too broad: more than {} brace expansions", kMaxExpansions));
   }
   out->push_back(pat);
   return {};
@@ -310,9 +312,7 @@ struct GlobMatcher::Impl {
   std::vector<Alternative> alts;
   bool any_basename = false;
 
-  static uint32_t Code(size_t alt, size_t idx) {
-    return static_cast<uint32_t>(alt << 16 | idx);
-  }
+  static uint32_t Code(size_t alt, size_t idx) { return static_cast<uint32_t>(alt << 16 | idx); }
   // Adds (alt, idx) and, through "**" matching nothing, the positions after it.
   void AddClosed(State* s, size_t alt, size_t idx) const {
     const auto& segs = alts[alt].segs;
@@ -411,9 +411,7 @@ GlobMatcher::State GlobMatcher::Descend(const State& state, std::string_view dir
   return next;
 }
 
-bool GlobMatcher::Alive(const State& state) const {
-  return impl_->any_basename || !state.empty();
-}
+bool GlobMatcher::Alive(const State& state) const { return impl_->any_basename || !state.empty(); }
 
 bool GlobMatcher::MatchesFile(const State& state, std::string_view file_name) const {
   if (file_name.empty()) return false;
@@ -489,9 +487,10 @@ Result<GlobResult> Glob(const Root& root, std::string_view pattern, const GlobOp
       if (type == DT_UNKNOWN) {
         struct stat st;
         if (::fstatat(fd->get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG
-                                          : S_ISLNK(st.st_mode)   ? DT_LNK
-                                                                  : DT_UNKNOWN;
+        type = S_ISDIR(st.st_mode)   ? DT_DIR
+               : S_ISREG(st.st_mode) ? DT_REG
+               : S_ISLNK(st.st_mode) ? DT_LNK
+                                     : DT_UNKNOWN;
       }
       if (type == DT_DIR) {
         GlobMatcher::State child = matcher->Descend(dir.state, e.name);

@@ -1,9 +1,9 @@
 #include "sandboxd/fs/glob.h"
 
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "sandboxd/fs/test_util.h"
 
@@ -79,8 +79,8 @@ TEST_F(GlobTest, PathPatterns) {
 }
 
 TEST_F(GlobTest, BracesClassesEscapes) {
-  EXPECT_EQ(G("*.{py,md}"), (Paths{".hidden/x.py", "a.py", "readme.md", "sub/b.py",
-                                   "sub/nested/c.py"}));
+  EXPECT_EQ(G("*.{py,md}"),
+            (Paths{".hidden/x.py", "a.py", "readme.md", "sub/b.py", "sub/nested/c.py"}));
   EXPECT_EQ(G("{sub/nested,sub}/*.py"), (Paths{"sub/b.py", "sub/nested/c.py"}));
   EXPECT_EQ(G("{a,{b,c}}.py"), (Paths{"a.py", "sub/b.py", "sub/nested/c.py"}));
   EXPECT_EQ(G("[a-b].py"), (Paths{"a.py", "sub/b.py"}));
@@ -154,10 +154,10 @@ TEST_F(GlobTest, BaseAndLimits) {
 TEST_F(GlobTest, Symlinks) {
   TempDir other;
   WriteRaw(other.Path("out.py"), "x");
-  SymlinkRaw("a.py", dir_ + "/link.py");             // file inside: reported
+  SymlinkRaw("a.py", dir_ + "/link.py");                  // file inside: reported
   SymlinkRaw(other.Path("out.py"), dir_ + "/escape.py");  // outside: not reported
-  SymlinkRaw("missing.py", dir_ + "/dangling.py");   // dangling: not reported
-  SymlinkRaw("sub", dir_ + "/subdir_link");          // directory: not entered
+  SymlinkRaw("missing.py", dir_ + "/dangling.py");        // dangling: not reported
+  SymlinkRaw("sub", dir_ + "/subdir_link");               // directory: not entered
   SymlinkRaw(other.path(), dir_ + "/outdir");
   EXPECT_EQ(G("*.py"), (Paths{".hidden/x.py", "a.py", "link.py", "sub/b.py", "sub/nested/c.py"}));
   EXPECT_EQ(G("subdir_link/*.py"), Paths{});
@@ -185,7 +185,9 @@ TEST(GlobMatcherTest, MatchesPaths) {
   auto r = GlobMatcher::Compile("[a-c-]?[!0-9]");
   ASSERT_TRUE(r);
   EXPECT_TRUE(r->Matches("-zz"));
-  EXPECT_TRUE(r->Matches("b\xE2\x82\xAC" "x"));  // € is one character
+  EXPECT_TRUE(
+      r->Matches("b\xE2\x82\xAC"
+                 "x"));  // € is one character
   EXPECT_FALSE(r->Matches("d1x"));
   EXPECT_FALSE(r->Matches("a19"));
 }

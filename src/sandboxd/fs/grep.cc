@@ -2,19 +2,24 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <re2/re2.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <thread>
-
-#include <fmt/format.h>
-#include <re2/re2.h>
 
 #include "common/utf8.h"
 #include "sandboxd/fs/fs_util.h"
@@ -32,22 +37,20 @@ constexpr size_t kMaxPatternBytes = 64 << 10;
 // common), measured on /usr/include and Python/Perl sources. A literal is
 // found by memchr on its rarest byte, then verified.
 constexpr uint8_t kByteRank[256] = {
-    0,   1,   2,   3,   4,   5,   6,  51,   7, 186, 245,   8,  73,   9,  10,  11,
-    12,  13,  14,  15,  16,  17,  18,  19,  20,  21,  22,  23,  24,  25,  26,  27,
-    255, 169, 182, 201, 171, 161, 187, 189, 229, 230, 221, 172, 240, 209, 213, 228,
-    223, 225, 215, 204, 198, 200, 196, 190, 193, 195, 236, 212, 208, 203, 211, 160,
-    167, 226, 205, 219, 202, 233, 197, 191, 181, 224, 165, 180, 216, 199, 220, 232,
-    222, 168, 217, 235, 238, 192, 183, 173, 188, 178, 164, 176, 177, 174, 159, 252,
-    163, 249, 214, 244, 241, 254, 237, 218, 227, 248, 170, 206, 242, 239, 251, 247,
-    243, 175, 246, 250, 253, 234, 210, 194, 207, 231, 179, 185, 166, 184, 162,  28,
-    145, 146, 138, 134, 119,  97, 115, 144, 142, 120,  88,  80, 113,  94,  84, 148,
-    125, 140, 122, 123, 139, 128, 151,  96, 106, 141, 126,  91, 127, 105,  90, 156,
-    130, 103,  92, 100, 132,  99, 111, 131, 108, 137,  89,  79,  81,  85, 104,  82,
-    101, 124, 102, 116, 110,  98, 117, 109, 154, 143,  83, 118, 136, 133, 114, 121,
-    29,  30, 129, 149,  77,  78,  58,  57,  60,  66,  64,  53,  63,  52, 152, 135,
-    158, 150,  61,  59,  55,  62, 107, 147,  95,  93,  56,  54,  50,  31,  32,  33,
-    153,  86, 157,  87,  69,  76,  75,  74,  72,  71,  70,  68,  67,  65,  34, 112,
-    155,  35,  36,  37,  38,  39,  40,  41,  42,  43,  44,  45,  46,  47,  48,  49,
+    0,   1,   2,   3,   4,   5,   6,   51,  7,   186, 245, 8,   73,  9,   10,  11,  12,  13,  14,
+    15,  16,  17,  18,  19,  20,  21,  22,  23,  24,  25,  26,  27,  255, 169, 182, 201, 171, 161,
+    187, 189, 229, 230, 221, 172, 240, 209, 213, 228, 223, 225, 215, 204, 198, 200, 196, 190, 193,
+    195, 236, 212, 208, 203, 211, 160, 167, 226, 205, 219, 202, 233, 197, 191, 181, 224, 165, 180,
+    216, 199, 220, 232, 222, 168, 217, 235, 238, 192, 183, 173, 188, 178, 164, 176, 177, 174, 159,
+    252, 163, 249, 214, 244, 241, 254, 237, 218, 227, 248, 170, 206, 242, 239, 251, 247, 243, 175,
+    246, 250, 253, 234, 210, 194, 207, 231, 179, 185, 166, 184, 162, 28,  145, 146, 138, 134, 119,
+    97,  115, 144, 142, 120, 88,  80,  113, 94,  84,  148, 125, 140, 122, 123, 139, 128, 151, 96,
+    106, 141, 126, 91,  127, 105, 90,  156, 130, 103, 92,  100, 132, 99,  111, 131, 108, 137, 89,
+    79,  81,  85,  104, 82,  101, 124, 102, 116, 110, 98,  117, 109, 154, 143, 83,  118, 136, 133,
+    114, 121, 29,  30,  129, 149, 77,  78,  58,  57,  60,  66,  64,  53,  63,  52,  152, 135, 158,
+    150, 61,  59,  55,  62,  107, 147, 95,  93,  56,  54,  50,  31,  32,  33,  153, 86,  157, 87,
+    69,  76,  75,  74,  72,  71,  70,  68,  67,  65,  34,  112, 155, 35,  36,  37,  38,  39,  40,
+    41,  42,  43,  44,  45,  46,  47,  48,  49,
 };
 
 // Finds the first match in a buffer of whole lines; a match never spans a
@@ -66,11 +69,14 @@ class Finder {
 class LiteralFinder final : public Finder {
  public:
   explicit LiteralFinder(std::string needle) : needle_(std::move(needle)) {
+    auto rank = [this](size_t i) { return kByteRank[static_cast<unsigned char>(needle_[i])]; };
     for (size_t i = 0; i < needle_.size(); ++i) {
-      if (kByteRank[static_cast<unsigned char>(needle_[i])] <
-          kByteRank[static_cast<unsigned char>(needle_[rare_off_])]) {
-        rare_off_ = i;
-      }
+      if (rank(i) < rank(rare_off_)) rare_off_ = i;
+    }
+    // A second rare byte, checked before memcmp, weeds out most false hits.
+    rare2_off_ = rare_off_ == 0 ? std::min<size_t>(1, needle_.size() - 1) : 0;
+    for (size_t i = 0; i < needle_.size(); ++i) {
+      if (i != rare_off_ && rank(i) < rank(rare2_off_)) rare2_off_ = i;
     }
   }
 
@@ -90,13 +96,49 @@ class LiteralFinder final : public Finder {
       p = static_cast<const char*>(std::memchr(p, rare, static_cast<size_t>(last - p) + 1));
       if (p == nullptr) return kNpos;
       const char* start = p - rare_off_;
-      if (std::memcmp(start, needle_.data(), m) == 0) return static_cast<size_t>(start - data);
+      if (start[rare2_off_] == needle_[rare2_off_] && std::memcmp(start, needle_.data(), m) == 0) {
+        return static_cast<size_t>(start - data);
+      }
       ++p;
-      // The "rare" byte is common here: memmem (two-way) is steadier.
+      // The "rare" byte is common here: look for both rare bytes at once.
       if (++misses > 64 && static_cast<size_t>(p - data) < misses * 128) {
-        const void* q = ::memmem(start + 1, static_cast<size_t>(data + len - (start + 1)),
-                                 needle_.data(), m);
-        return q ? static_cast<size_t>(static_cast<const char*>(q) - data) : kNpos;
+        const size_t from = static_cast<size_t>(start - data) + 1;
+        const size_t q = FindPair(data + from, len - from);
+        return q == kNpos ? kNpos : from + q;
+      }
+    }
+    return kNpos;
+  }
+
+  // Candidates where both rare bytes sit at their offsets, 16 positions per
+  // step (SSE2), each verified with memcmp: fast even for common bytes,
+  // because two bytes at a fixed distance rarely coincide by chance.
+  size_t FindPair(const char* data, size_t len) const {
+    const size_t m = needle_.size();
+    if (len < m) return kNpos;
+    const size_t last = len - m;  // last candidate start
+    const char c1 = needle_[rare_off_];
+    const char c2 = needle_[rare2_off_];
+    size_t i = 0;
+#if defined(__SSE2__)
+    const __m128i v1 = _mm_set1_epi8(c1);
+    const __m128i v2 = _mm_set1_epi8(c2);
+    for (; i + 15 <= last; i += 16) {
+      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + i + rare_off_));
+      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + i + rare2_off_));
+      unsigned mask = static_cast<unsigned>(
+          _mm_movemask_epi8(_mm_and_si128(_mm_cmpeq_epi8(a, v1), _mm_cmpeq_epi8(b, v2))));
+      while (mask != 0) {
+        const size_t s = i + static_cast<size_t>(__builtin_ctz(mask));
+        if (std::memcmp(data + s, needle_.data(), m) == 0) return s;
+        mask &= mask - 1;
+      }
+    }
+#endif
+    for (; i <= last; ++i) {
+      if (data[i + rare_off_] == c1 && data[i + rare2_off_] == c2 &&
+          std::memcmp(data + i, needle_.data(), m) == 0) {
+        return i;
       }
     }
     return kNpos;
@@ -107,34 +149,59 @@ class LiteralFinder final : public Finder {
  private:
   std::string needle_;
   size_t rare_off_ = 0;
+  size_t rare2_off_ = 0;
 };
 
 class RegexFinder final : public Finder {
  public:
-  RegexFinder(const std::string& pattern, const RE2::Options& options) : re_(pattern, options) {}
-  const RE2& re() const { return re_; }
+  // `required`: a literal every match contains (RequiredLiteral), or "".
+  RegexFinder(const std::string& pattern, const RE2::Options& options, std::string required)
+      : re_(pattern, options), required_(std::move(required)), prefilter_(required_) {}
 
   size_t Find(const char* data, size_t len) const override {
+    if (required_.empty()) return Match(data, len);
+    // Only lines holding the required literal can match: find those with the
+    // literal search and run the regex on them alone.
+    size_t p = 0;  // always a line start
+    while (p < len) {
+      size_t hit = prefilter_.Find(data + p, len - p);
+      if (hit == kNpos) return kNpos;
+      const size_t at = p + hit;
+      const void* lsp = at > p ? ::memrchr(data + p, '\n', at - p) : nullptr;
+      const size_t ls = lsp ? static_cast<size_t>(static_cast<const char*>(lsp) - data) + 1 : p;
+      const void* lep = std::memchr(data + at, '\n', len - at);
+      const size_t le = lep ? static_cast<size_t>(static_cast<const char*>(lep) - data) : len;
+      size_t m = Match(data + ls, le - ls);
+      if (m != kNpos) return ls + m;
+      p = le + 1;
+    }
+    return kNpos;
+  }
+
+  size_t Overlap() const override { return kRegexWindowOverlap; }
+
+ private:
+  size_t Match(const char* data, size_t len) const {
     re2::StringPiece text(data, len);
     re2::StringPiece match;
     if (!re_.Match(text, 0, len, RE2::UNANCHORED, &match, 1)) return kNpos;
     return static_cast<size_t>(match.data() - data);
   }
 
-  size_t Overlap() const override { return kRegexWindowOverlap; }
-
- private:
   RE2 re_;
+  std::string required_;
+  LiteralFinder prefilter_;
 };
 
 struct FinderSpec {
   bool use_regex = false;
   std::string pattern;  // literal needle, or the RE2 pattern
   RE2::Options options;
+  std::string required;  // regex prefilter literal, or ""
 
   std::unique_ptr<Finder> Make() const {
     if (!use_regex) return std::make_unique<LiteralFinder>(pattern);
-    return std::make_unique<RegexFinder>(pattern, options);
+    return std::make_unique<RegexFinder>(pattern, options, required);
   }
 };
 
@@ -190,13 +257,13 @@ bool Searcher::ProcessRegion(const char* b, size_t start, size_t end, bool eof, 
     // An empty regex match at the very end belongs to no line, unless the
     // file ends without a newline.
     if (m >= end && !(eof && b[end - 1] != '\n')) break;
-    const void* lsp = m > pos ? ::memrchr(b + pos, '\n', m - pos) : nullptr;
-    const size_t ls = lsp ? static_cast<size_t>(static_cast<const char*>(lsp) - b) + 1 : pos;
     const void* lep = m < end ? std::memchr(b + m, '\n', end - m) : nullptr;
     const size_t le = lep ? static_cast<size_t>(static_cast<const char*>(lep) - b) : end;
     ++out->count;
     if (options_.output_mode == GrepOutputMode::kFilesWithMatches) return true;
     if (content) {
+      const void* lsp = m > pos ? ::memrchr(b + pos, '\n', m - pos) : nullptr;
+      const size_t ls = lsp ? static_cast<size_t>(static_cast<const char*>(lsp) - b) + 1 : pos;
       *line_no += CountNewlines(b + counted, ls - counted);
       counted = ls;
       Record(*line_no, std::string_view(b + ls, le - ls), false, out);
@@ -210,8 +277,8 @@ bool Searcher::ProcessRegion(const char* b, size_t start, size_t end, bool eof, 
 
 void Searcher::Search(int fd, uint64_t size, uint64_t limit, FileHits* out) {
   out->searched = true;
-  if (buf_.size() < kInitialBuffer) buf_.resize(kInitialBuffer);
   const size_t max_buffer = std::max(options_.max_buffer_bytes, size_t{4096});
+  if (buf_.empty()) buf_.resize(std::min(kInitialBuffer, max_buffer));
   const bool content = options_.output_mode == GrepOutputMode::kContent;
   size_t len = 0;
   uint64_t total = 0;
@@ -320,7 +387,8 @@ Result<FinderSpec> MakeSpec(std::string_view pattern, const GrepOptions& options
   spec.options.set_case_sensitive(!options.case_insensitive);
   spec.options.set_max_mem(64 << 20);
   if (options.regex) {
-    spec.pattern = "(?m)" + spec.pattern;  // ^ and $ at line boundaries
+    if (!options.case_insensitive) spec.required = RequiredLiteral(pattern);
+    spec.pattern = fmt::format("(?m){}", spec.pattern);  // ^ and $ at line boundaries
   } else {
     spec.options.set_literal(true);
   }
@@ -374,6 +442,111 @@ std::vector<std::string> WalkFiles(const Root& root, int base_fd, const GlobMatc
 }
 
 }  // namespace
+
+std::string RequiredLiteral(std::string_view re) {
+  // Conservative: anything not understood gives up (an empty result only
+  // costs speed; a wrong literal would lose matches).
+  if (re.find("\\Q") != std::string_view::npos) return "";
+  for (size_t i = re.find("(?"); i != std::string_view::npos; i = re.find("(?", i + 1)) {
+    if (i + 2 >= re.size() || re[i + 2] != ':') return "";  // flags like (?i)
+  }
+  std::string best;
+  std::string run;
+  auto end_run = [&]() {
+    if (run.size() > best.size()) best = run;
+    run.clear();
+  };
+  auto is_quantifier = [&](size_t i) {
+    return i < re.size() && (re[i] == '*' || re[i] == '?' || re[i] == '{' || re[i] == '+');
+  };
+  int depth = 0;
+  size_t i = 0;
+  while (i < re.size()) {
+    const char c = re[i];
+    if (c == '[') {  // a class: skip it, handling "[]...]", "[^]...]", "[:alpha:]", escapes
+      size_t j = i + 1;
+      if (j < re.size() && re[j] == '^') ++j;
+      if (j < re.size() && re[j] == ']') ++j;
+      while (j < re.size() && re[j] != ']') {
+        if (re[j] == '\\') {
+          j += 2;
+        } else if (re[j] == '[' && j + 1 < re.size() && re[j + 1] == ':') {
+          size_t close = re.find(":]", j + 2);
+          if (close == std::string_view::npos) return "";
+          j = close + 2;
+        } else {
+          ++j;
+        }
+      }
+      if (j >= re.size()) return "";
+      if (depth == 0) end_run();
+      i = j + 1;
+      continue;
+    }
+    if (c == '(') {
+      ++depth;
+      if (depth == 1) end_run();
+      ++i;
+      continue;
+    }
+    if (c == ')') {
+      if (--depth < 0) return "";
+      ++i;
+      continue;
+    }
+    if (c == '{') {  // a repetition count: skip "{n}", "{n,}", "{n,m}"
+      size_t close = re.find('}', i);
+      if (close == std::string_view::npos) return "";
+      for (size_t k = i + 1; k < close; ++k) {
+        if (!(re[k] >= '0' && re[k] <= '9') && re[k] != ',') return "";
+      }
+      if (depth == 0) end_run();
+      i = close + 1;
+      continue;
+    }
+    if (depth > 0) {  // inside a group: only track nesting
+      if (c == '\\') ++i;
+      ++i;
+      continue;
+    }
+    if (c == '|') return "";  // a top-level alternative: nothing is required
+    char lit = 0;
+    size_t next = i + 1;
+    if (c == '\\') {
+      if (i + 1 >= re.size()) return "";
+      const char e = re[i + 1];
+      next = i + 2;
+      // Escaped punctuation is itself; \d \s \b... are classes or
+      // assertions; anything with arguments (\x41, \pL, \C, digits) gives up.
+      if (std::ispunct(static_cast<unsigned char>(e))) {
+        lit = e;
+      } else if (std::strchr("dDsSwWbBAz", e) == nullptr) {
+        return "";
+      }
+    } else if (std::strchr(".^$*+?", c) == nullptr && static_cast<unsigned char>(c) < 0x80) {
+      lit = c;
+    }
+    if (lit == 0) {
+      end_run();
+      i = next;
+      continue;
+    }
+    if (is_quantifier(next)) {
+      if (re[next] == '+') {  // at least once: required, but ends the run
+        run += lit;
+      }
+      end_run();
+      i = next;  // the quantifier itself is skipped below
+      while (i < re.size() && (re[i] == '*' || re[i] == '?' || re[i] == '+')) ++i;
+      continue;
+    }
+    run += lit;
+    i = next;
+  }
+  if (depth != 0) return "";
+  end_run();
+  return best.size() >= 2 ? best : "";
+}
 
 Result<GrepResult> Grep(const Root& root, std::string_view pattern, const GrepOptions& options) {
   auto spec = MakeSpec(pattern, options);
@@ -439,8 +612,12 @@ Result<GrepResult> Grep(const Root& root, std::string_view pattern, const GrepOp
       if (fst.st_size == 0) continue;
       FileHits& h = hits[i];
       searcher.Search(fd->get(), static_cast<uint64_t>(fst.st_size), per_file_limit, &h);
-      uint64_t n = options.output_mode == GrepOutputMode::kContent ? h.lines.size()
-                                                                    : (h.count > 0 ? 1 : 0);
+      if (!h.lines.empty()) {  // paths filled here: in parallel, not in the final merge
+        const std::string path = root.ToAbsolute(JoinRelative(base_rel, files[i]));
+        for (auto& m : h.lines) m.path = path;
+      }
+      uint64_t n =
+          options.output_mode == GrepOutputMode::kContent ? h.lines.size() : (h.count > 0 ? 1 : 0);
       // Files are handed out in path order, so once more than `cap` entries
       // are found, every file before the last one handed out is searched and
       // the first `cap` entries are final.
@@ -461,6 +638,9 @@ Result<GrepResult> Grep(const Root& root, std::string_view pattern, const GrepOp
 
   GrepResult out;
   out.files_searched = searched.load();
+  if (options.output_mode == GrepOutputMode::kContent) {
+    out.matches.reserve(static_cast<size_t>(std::min<uint64_t>(entries.load(), cap)));
+  }
   uint64_t taken = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     FileHits& h = hits[i];
@@ -478,7 +658,6 @@ Result<GrepResult> Grep(const Root& root, std::string_view pattern, const GrepOp
             out.truncated = true;
             break;
           }
-          m.path = path;
           out.matches.push_back(std::move(m));
           ++taken;
         }

@@ -44,9 +44,9 @@ struct GrepOptions {
 };
 
 struct GrepMatch {
-  std::string path;  // absolute
+  std::string path;          // absolute
   uint64_t line_number = 0;  // 1-based
-  std::string line;  // without its terminator; raw bytes (may be invalid UTF-8)
+  std::string line;          // without its terminator; raw bytes (may be invalid UTF-8)
   bool line_truncated = false;
 };
 struct GrepFileCount {
@@ -54,13 +54,18 @@ struct GrepFileCount {
   uint64_t count = 0;  // matching lines
 };
 struct GrepResult {
-  std::vector<GrepMatch> matches;      // kContent: sorted by path, then line
-  std::vector<std::string> files;      // kFilesWithMatches: sorted
-  std::vector<GrepFileCount> counts;   // kCount: sorted by path
-  bool truncated = false;              // max_count cut the result
+  std::vector<GrepMatch> matches;     // kContent: sorted by path, then line
+  std::vector<std::string> files;     // kFilesWithMatches: sorted
+  std::vector<GrepFileCount> counts;  // kCount: sorted by path
+  bool truncated = false;             // max_count cut the result
   uint64_t files_searched = 0;
   uint64_t binary_files_skipped = 0;
 };
+
+// A literal string that every match of the RE2 regex `re` contains (the
+// longest such run found by a conservative scan), or "" if none is certain.
+// Grep searches for it first and runs the regex only on lines holding it.
+std::string RequiredLiteral(std::string_view re);
 
 // INVALID_ARGUMENT for a bad regex, a literal containing a newline, or a bad
 // glob; NOT_FOUND / PERMISSION_DENIED for the base path. Unreadable files met

@@ -1,6 +1,7 @@
 #include "sandboxd/fs/path_resolver.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <limits.h>
 #include <linux/openat2.h>
 #include <stdlib.h>
@@ -12,8 +13,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <optional>
-
-#include <fmt/format.h>
 
 #include "sandboxd/fs/fs_util.h"
 
@@ -67,8 +66,9 @@ Status ValidatePath(std::string_view path) {
     return MakeError(ErrorCode::kInvalidArgument, "path contains a NUL byte");
   }
   if (path.size() > kMaxPathBytes) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("path too long ({} bytes, at most {})", path.size(), kMaxPathBytes));
+    return MakeError(
+        ErrorCode::kInvalidArgument,
+        fmt::format("path too long ({} bytes, at most {})", path.size(), kMaxPathBytes));
   }
   return {};
 }
@@ -98,7 +98,9 @@ std::string NormalizeAbsolute(std::string_view abs) {
       out.push_back(c);
     }
   }
-  return "/" + Join(out);
+  std::string result = "/";
+  result += Join(out);
+  return result;
 }
 
 std::string JoinRelative(std::string_view a, std::string_view b) {
@@ -144,7 +146,11 @@ Result<Root> Root::Sub(std::string_view rel) const {
   std::string path = ToAbsolute(rel);
   std::vector<std::string> aliases{path};
   for (const auto& alias : aliases_) {
-    std::string a = canon->empty() ? alias : (alias == "/" ? "" : alias) + "/" + *canon;
+    std::string a = alias;
+    if (!canon->empty()) {
+      if (a != "/") a += '/';
+      a += *canon;
+    }
     if (a != path) aliases.push_back(a);
   }
   return Root(std::move(*fd), std::move(path), std::move(aliases), options_);
@@ -168,7 +174,7 @@ Result<std::string> Root::ToRelative(std::string_view api_path) const {
 
 std::string Root::ToAbsolute(std::string_view rel) const {
   if (rel.empty()) return path_;
-  if (path_ == "/") return "/" + std::string(rel);
+  if (path_ == "/") return std::string("/").append(rel);
   std::string out = path_;
   out += '/';
   out += rel;

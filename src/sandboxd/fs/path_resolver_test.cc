@@ -1,6 +1,7 @@
 #include "sandboxd/fs/path_resolver.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,8 +9,6 @@
 #include <filesystem>
 #include <string>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "sandboxd/fs/test_util.h"
 
@@ -255,7 +254,8 @@ TEST_P(ResolverTest, SymlinkSwappedDuringRequests) {
       ASSERT_EQ(r.error().code, ErrorCode::kPermissionDenied) << r.error().message;
       ++denied;
     }
-    auto created = root_->Open("flip/new-" + std::to_string(i), O_WRONLY | O_CREAT | O_EXCL, 0644);
+    auto created = root_->Open(testing::Cat("flip/new-", std::to_string(i)),
+                               O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (!created) {
       ASSERT_EQ(created.error().code, ErrorCode::kPermissionDenied) << created.error().message;
     }

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,8 +11,6 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "common/utf8.h"
 #include "sandboxd/fs/fs_util.h"
@@ -89,8 +88,8 @@ Result<ReadResult> ReadLines(ReadStream& stream, const ReadOptions& opts, ReadRe
                            ? std::numeric_limits<uint64_t>::max()
                            : first + limit;
   out.line_offset = first;
-  std::string head;  // first bytes of the file, for binary detection
-  std::string cur;   // the line being collected
+  std::string head;      // first bytes of the file, for binary detection
+  std::string cur;       // the line being collected
   bool in_line = false;  // bytes seen after the last '\n'
   bool cap_hit = false;
   uint64_t used = 0;  // bytes returned so far
@@ -133,8 +132,8 @@ Result<ReadResult> ReadLines(ReadStream& stream, const ReadOptions& opts, ReadRe
       const char* nl = static_cast<const char*>(std::memchr(data + p, '\n', n - p));
       const size_t e = nl ? static_cast<size_t>(nl - data) : n;
       const size_t take = e - p;
-      const uint64_t room = opts.max_bytes > used + cur.size() ? opts.max_bytes - used - cur.size()
-                                                               : 0;
+      const uint64_t room =
+          opts.max_bytes > used + cur.size() ? opts.max_bytes - used - cur.size() : 0;
       if (take > room) {
         // The cap cuts this line: return its head, skip the rest of the file
         // (still counting lines).
@@ -173,10 +172,14 @@ Result<ReadResult> ReadLines(ReadStream& stream, const ReadOptions& opts, ReadRe
 
 std::string_view FileTypeName(FileType type) {
   switch (type) {
-    case FileType::kFile: return "file";
-    case FileType::kDirectory: return "directory";
-    case FileType::kSymlink: return "symlink";
-    case FileType::kOther: return "other";
+    case FileType::kFile:
+      return "file";
+    case FileType::kDirectory:
+      return "directory";
+    case FileType::kSymlink:
+      return "symlink";
+    case FileType::kOther:
+      return "other";
   }
   return "other";
 }
@@ -253,8 +256,7 @@ Result<ReadStream> OpenForRead(const Root& root, std::string_view path) {
   if (::fstat(fd->get(), &st) != 0) return MakeSyscallError("fstat", errno, out.path);
   if (S_ISDIR(st.st_mode)) return MakeSyscallError("read", EISDIR, out.path);
   if (!S_ISREG(st.st_mode)) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("not a regular file: {}", out.path));
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("not a regular file: {}", out.path));
   }
   int fl = ::fcntl(fd->get(), F_GETFL);
   if (fl >= 0) ::fcntl(fd->get(), F_SETFL, fl & ~O_NONBLOCK);
@@ -358,7 +360,7 @@ Result<AtomicFileWriter> AtomicFileWriter::CreateAt(Root::Location location, std
   // Hidden temporary name in the same directory (rename needs one filesystem).
   std::string stem = w.name_.substr(0, 200);
   for (int attempt = 0; attempt < 16; ++attempt) {
-    std::string tmp = "." + stem + ".deepbox-tmp-" + RandomHex(12);
+    std::string tmp = fmt::format(".{}.deepbox-tmp-{}", stem, RandomHex(12));
     int fd = ::openat(w.dir_.get(), tmp.c_str(),
                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd >= 0) {
@@ -499,13 +501,11 @@ std::string CrlfToLf(std::string_view s) {
   return out;
 }
 
-std::string ReplaceAll(std::string_view hay, std::string_view from, std::string_view to,
-                       bool all) {
+std::string ReplaceAll(std::string_view hay, std::string_view from, std::string_view to, bool all) {
   std::string out;
   out.reserve(hay.size());
   size_t start = 0;
-  for (size_t pos = hay.find(from); pos != std::string_view::npos;
-       pos = hay.find(from, start)) {
+  for (size_t pos = hay.find(from); pos != std::string_view::npos; pos = hay.find(from, start)) {
     out.append(hay.substr(start, pos - start));
     out.append(to);
     start = pos + from.size();
@@ -676,8 +676,8 @@ Status RemoveTree(int parent, const std::string& name, const std::string& abs, i
                      fmt::format("directory tree too deep to delete: {}", abs));
   }
   for (int round = 0; round < 4; ++round) {
-    int fd = ::openat(parent, name.c_str(),
-                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+    int fd =
+        ::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
       if (errno == ENOTDIR || errno == ELOOP) {  // replaced by a non-directory meanwhile
         if (::unlinkat(parent, name.c_str(), 0) != 0 && errno != ENOENT) {

@@ -28,10 +28,10 @@ struct FileInfo {
   std::string name;  // final component
   FileType type = FileType::kOther;
   uint64_t size = 0;
-  uint32_t mode = 0;  // permission bits (st_mode & 07777)
-  int64_t mtime_epoch = 0;  // seconds since the epoch
-  int64_t mtime_nsec = 0;   // sub-second part
-  std::string mtime;        // RFC 3339, UTC
+  uint32_t mode = 0;           // permission bits (st_mode & 07777)
+  int64_t mtime_epoch = 0;     // seconds since the epoch
+  int64_t mtime_nsec = 0;      // sub-second part
+  std::string mtime;           // RFC 3339, UTC
   std::string symlink_target;  // symlinks only, verbatim (not resolved)
 };
 
@@ -65,8 +65,8 @@ struct ReadOptions {
 };
 struct ReadResult {
   std::string path;
-  uint64_t size = 0;      // file size (fstat)
-  bool binary = false;    // NUL or invalid UTF-8 in the first 8 KiB of the file
+  uint64_t size = 0;       // file size (fstat)
+  bool binary = false;     // NUL or invalid UTF-8 in the first 8 KiB of the file
   bool truncated = false;  // max_bytes cut the result
   // Whole-file and byte-range modes.
   uint64_t offset = 0;

@@ -1,18 +1,18 @@
 #include "sandboxd/fs/workspace.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <string>
 
-#include <gtest/gtest.h>
-
 #include "sandboxd/fs/test_util.h"
 
 namespace deepbox::sandboxd::fs {
 namespace {
 
+using testing::Cat;
 using testing::Exists;
 using testing::MakeDirRaw;
 using testing::ReadRaw;
@@ -249,14 +249,15 @@ TEST_P(WorkspaceTest, ReadLineWindow) {
 // Lines crossing the 64 KiB read chunks, counted over a file of several MiB.
 TEST_P(WorkspaceTest, ReadLineWindowInBigFile) {
   std::string big;
-  for (int i = 0; i < 200000; ++i) big += "line " + std::to_string(i) + " " + std::string(i % 37, 'x') + "\n";
+  for (int i = 0; i < 200000; ++i)
+    big += Cat("line ", std::to_string(i), " ", std::string(i % 37, 'x'), "\n");
   WriteRaw(P("big.txt"), big);
   auto r = Read(*root_, "big.txt", Lines(123456, 3));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->total_lines, 200000u);
   ASSERT_EQ(r->lines.size(), 3u);
-  EXPECT_EQ(r->lines[0], "line 123456 " + std::string(123456 % 37, 'x'));
-  EXPECT_EQ(r->lines[2], "line 123458 " + std::string(123458 % 37, 'x'));
+  EXPECT_EQ(r->lines[0], Cat("line 123456 ", std::string(123456 % 37, 'x')));
+  EXPECT_EQ(r->lines[2], Cat("line 123458 ", std::string(123458 % 37, 'x')));
   EXPECT_TRUE(r->more_lines);
   // The byte cap cuts the window and says so.
   auto capped = Read(*root_, "big.txt", Lines(0, std::nullopt, 100000));
@@ -268,7 +269,7 @@ TEST_P(WorkspaceTest, ReadLineWindowInBigFile) {
   for (const auto& l : capped->lines) bytes += l.size();
   EXPECT_LE(bytes, 100000u);
   EXPECT_GT(capped->lines.size(), 100u);
-  EXPECT_EQ(capped->lines[10], "line 10 " + std::string(10, 'x'));
+  EXPECT_EQ(capped->lines[10], Cat("line 10 ", std::string(10, 'x')));
 }
 
 TEST_P(WorkspaceTest, ReadRejectsDirectoriesAndEscapes) {
@@ -320,12 +321,14 @@ TEST_P(WorkspaceTest, WriteCreatesAtomically) {
   ASSERT_TRUE(mode);
   EXPECT_EQ(ModeOf(P("x.sh")), 0755u);
 
-  auto no_over = Write(*root_, "x.sh", "other", WriteOpts([](WriteOptions& o) { o.overwrite = false; }));
+  auto no_over =
+      Write(*root_, "x.sh", "other", WriteOpts([](WriteOptions& o) { o.overwrite = false; }));
   ASSERT_FALSE(no_over);
   EXPECT_EQ(no_over.error().code, ErrorCode::kConflict);
   EXPECT_EQ(ReadRaw(P("x.sh")), "#!/bin/sh\n");
 
-  auto no_parents = Write(*root_, "missing/f", "x", WriteOpts([](WriteOptions& o) { o.create_parents = false; }));
+  auto no_parents =
+      Write(*root_, "missing/f", "x", WriteOpts([](WriteOptions& o) { o.create_parents = false; }));
   ASSERT_FALSE(no_parents);
   EXPECT_EQ(no_parents.error().code, ErrorCode::kNotFound);
   EXPECT_FALSE(Exists(P("missing")));
@@ -359,7 +362,8 @@ TEST_P(WorkspaceTest, WriteThroughSymlinks) {
   EXPECT_EQ(CountEntries(outside_), 1);
 
   // Without following, the link itself is replaced by a file.
-  ASSERT_TRUE(Write(*root_, "out", "replaced", WriteOpts([](WriteOptions& o) { o.follow_symlinks = false; })));
+  ASSERT_TRUE(Write(*root_, "out", "replaced",
+                    WriteOpts([](WriteOptions& o) { o.follow_symlinks = false; })));
   ASSERT_EQ(::lstat(P("out").c_str(), &st), 0);
   EXPECT_TRUE(S_ISREG(st.st_mode));
   EXPECT_EQ(ReadRaw(outside_ + "/secret.txt"), "outside");
@@ -373,8 +377,8 @@ TEST_P(WorkspaceTest, AtomicFileWriterStreamsAndAborts) {
     ASSERT_TRUE(w->Append("part1-"));
     ASSERT_TRUE(w->Append("part2"));
     EXPECT_EQ(ReadRaw(P("up.bin")), "old");  // invisible until Commit
-    EXPECT_EQ(CountEntries(dir_), 2);         // the file and its temporary
-  }  // destroyed without Commit: aborted
+    EXPECT_EQ(CountEntries(dir_), 2);        // the file and its temporary
+  }                                          // destroyed without Commit: aborted
   EXPECT_EQ(ReadRaw(P("up.bin")), "old");
   EXPECT_EQ(CountEntries(dir_), 1);
 
@@ -493,8 +497,7 @@ TEST_P(WorkspaceTest, Move) {
   EXPECT_EQ(std::string(buf, static_cast<size_t>(n)), outside_ + "/secret.txt");
   EXPECT_EQ(Move(*root_, "d/c.txt", outside_ + "/c.txt", true).error().code,
             ErrorCode::kPermissionDenied);
-  EXPECT_EQ(Move(*root_, "d/c.txt", "../c.txt", true).error().code,
-            ErrorCode::kPermissionDenied);
+  EXPECT_EQ(Move(*root_, "d/c.txt", "../c.txt", true).error().code, ErrorCode::kPermissionDenied);
   EXPECT_EQ(Move(*root_, dir_, "elsewhere", true).error().code, ErrorCode::kPermissionDenied);
   EXPECT_EQ(Move(*root_, "missing", "m2", true).error().code, ErrorCode::kNotFound);
   EXPECT_EQ(CountEntries(outside_), 1);

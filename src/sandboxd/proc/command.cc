@@ -1,12 +1,11 @@
 #include "sandboxd/proc/command.h"
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <string.h>
 
 #include <cerrno>
 #include <utility>
-
-#include <fmt/format.h>
 
 extern char** environ;
 
@@ -50,8 +49,7 @@ Status ValidateSpec(const CommandSpec& spec) {
   const bool has_argv = !spec.argv.empty();
   const bool has_shell = spec.shell.has_value();
   if (has_argv == has_shell) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "a command needs exactly one of argv and shell");
+    return MakeError(ErrorCode::kInvalidArgument, "a command needs exactly one of argv and shell");
   }
   if (has_argv && spec.argv[0].empty()) {
     return MakeError(ErrorCode::kInvalidArgument, "argv[0] is empty");
@@ -72,8 +70,7 @@ Status ValidateSpec(const CommandSpec& spec) {
                        fmt::format("invalid environment variable name '{}'", key));
     }
   }
-  if (spec.timeout.count() < 0 || spec.kill_grace.count() < 0 ||
-      spec.drain_timeout.count() < 0) {
+  if (spec.timeout.count() < 0 || spec.kill_grace.count() < 0 || spec.drain_timeout.count() < 0) {
     return MakeError(ErrorCode::kInvalidArgument, "durations must not be negative");
   }
   return {};
@@ -116,17 +113,20 @@ std::vector<std::string> EffectiveEnv(const CommandSpec& spec) {
   return out;
 }
 
-OutcomeKind KindOf(const Outcome& outcome) {
-  return static_cast<OutcomeKind>(outcome.index());
-}
+OutcomeKind KindOf(const Outcome& outcome) { return static_cast<OutcomeKind>(outcome.index()); }
 
 std::string_view OutcomeKindName(OutcomeKind kind) {
   switch (kind) {
-    case OutcomeKind::kExited: return "exited";
-    case OutcomeKind::kSignaled: return "signaled";
-    case OutcomeKind::kTimedOut: return "timed_out";
-    case OutcomeKind::kKilled: return "killed";
-    case OutcomeKind::kSpawnFailed: return "spawn_failed";
+    case OutcomeKind::kExited:
+      return "exited";
+    case OutcomeKind::kSignaled:
+      return "signaled";
+    case OutcomeKind::kTimedOut:
+      return "timed_out";
+    case OutcomeKind::kKilled:
+      return "killed";
+    case OutcomeKind::kSpawnFailed:
+      return "spawn_failed";
   }
   return "unknown";
 }
@@ -147,17 +147,13 @@ std::string DescribeOutcome(const Outcome& outcome) {
           [](const Killed& k) {
             return fmt::format("killed on request ({})", DescribeStatus(k.status));
           },
-          [](const SpawnFailed& f) {
-            return fmt::format("failed to start: {}", f.error.message);
-          },
+          [](const SpawnFailed& f) { return fmt::format("failed to start: {}", f.error.message); },
       },
       outcome);
 }
 
 int ShellExitCode(const Outcome& outcome) {
-  auto from_status = [](const ExitStatus& s) {
-    return s.exited() ? s.exit_code : 128 + s.signal;
-  };
+  auto from_status = [](const ExitStatus& s) { return s.exited() ? s.exit_code : 128 + s.signal; };
   return std::visit(Overloaded{
                         [](const Exited& e) { return e.code; },
                         [](const Signaled& s) { return 128 + s.signal; },

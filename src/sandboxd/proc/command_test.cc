@@ -1,14 +1,13 @@
 #include "sandboxd/proc/command.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace deepbox::sandboxd::proc {
 namespace {
@@ -61,11 +60,10 @@ TEST(CommandSpecTest, EffectiveEnvIsExactOrInheritedPlusOverlay) {
   auto env = EffectiveEnv(spec);
   EXPECT_THAT(env, Contains("A=1"));
   EXPECT_THAT(env, Contains("DEEPBOX_PROC_TEST_VAR=overridden"));
-  EXPECT_EQ(std::count_if(env.begin(), env.end(),
-                          [](const std::string& kv) {
-                            return kv.starts_with("DEEPBOX_PROC_TEST_VAR=");
-                          }),
-            1);
+  EXPECT_EQ(
+      std::count_if(env.begin(), env.end(),
+                    [](const std::string& kv) { return kv.starts_with("DEEPBOX_PROC_TEST_VAR="); }),
+      1);
   EXPECT_TRUE(std::is_sorted(env.begin(), env.end()));
   unsetenv("DEEPBOX_PROC_TEST_VAR");
 }

@@ -1,9 +1,9 @@
 #include "sandboxd/proc/output_buffer.h"
 
+#include <gtest/gtest.h>
+
 #include <random>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "common/utf8.h"
 
@@ -113,7 +113,9 @@ TEST(Utf8AlignerTest, HoldsBackAnIncompleteSequence) {
   const std::string e_acute = "\xc3\xa9";
   const std::string euro = "\xe2\x82\xac";
   EXPECT_EQ(a.Push("ab\xc3"), "ab");
-  EXPECT_EQ(a.Push("\xa9" "c\xe2\x82"), e_acute + "c");
+  EXPECT_EQ(a.Push("\xa9"
+                   "c\xe2\x82"),
+            e_acute + "c");
   EXPECT_EQ(a.Push("\xac"), euro);
   EXPECT_EQ(a.Flush(), "");
   EXPECT_EQ(a.Push("x\xf0\x9f"), "x");

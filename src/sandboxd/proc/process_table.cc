@@ -1,5 +1,6 @@
 #include "sandboxd/proc/process_table.h"
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -9,8 +10,7 @@
 #include <cerrno>
 #include <charconv>
 #include <limits>
-
-#include <fmt/format.h>
+#include <utility>
 
 #include "sandboxd/proc/output_buffer.h"
 
@@ -23,6 +23,18 @@ constexpr size_t kReadChunk = 64 * 1024;
 // epoll data: serial << 3 | tag.
 enum Tag : uint64_t { kTagStdout = 0, kTagStderr = 1, kTagStdin = 2, kTagPidfd = 3 };
 constexpr uint64_t kWakeData = std::numeric_limits<uint64_t>::max();
+
+// Library threads must not take the daemon's process-directed signals (SIGTERM,
+// SIGINT, ...): they start with every signal blocked.
+template <typename F>
+std::thread StartQuietThread(F&& fn) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  std::thread thread(std::forward<F>(fn));
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return thread;
+}
 
 uint64_t EventData(uint64_t serial, Tag tag) { return (serial << 3) | tag; }
 
@@ -39,7 +51,7 @@ struct ProcessTable::Entry {
   LogRing log;
   uint64_t stdout_bytes = 0;
   uint64_t stderr_bytes = 0;
-  std::string pending_stdin;  // queued, not yet written
+  std::string pending_stdin;   // queued, not yet written
   bool stdin_watched = false;  // in epoll for EPOLLOUT
   bool close_stdin_when_flushed = false;
   std::optional<ExitStatus> status;  // direct child exited
@@ -76,7 +88,7 @@ Result<std::unique_ptr<ProcessTable>> ProcessTable::Create(Options options) {
     return MakeSyscallError("epoll_ctl", errno);
   }
   table->read_buf_.resize(kReadChunk);
-  table->thread_ = std::thread([t = table.get()] { t->Loop(); });
+  table->thread_ = StartQuietThread([t = table.get()] { t->Loop(); });
   return table;
 }
 
@@ -406,7 +418,8 @@ void ProcessTable::Loop() {
         HandleEvent(events[i].data.u64, events[i].events);
       }
       RunDeadlines();
-      std::erase_if(entries_, [](const auto& kv) { return kv.second->removed && kv.second->reaped; });
+      std::erase_if(entries_,
+                    [](const auto& kv) { return kv.second->removed && kv.second->reaped; });
     }
     cv_.notify_all();
   }

@@ -45,7 +45,7 @@ std::string_view ProcessStateName(ProcessState state);  // "running" / "exited"
 
 struct ProcessInfo {
   std::string id;
-  pid_t pid = 0;  // also the process-group id
+  pid_t pid = 0;                  // also the process-group id
   std::string command;            // CommandDisplay(spec)
   std::vector<std::string> argv;  // EffectiveArgv(spec)
   std::string cwd;
@@ -72,8 +72,8 @@ struct LogChunk {
 class ProcessTable {
  public:
   struct Options {
-    size_t log_capacity = 4 << 20;  // per process
-    size_t max_processes = 256;     // entries kept, running or exited
+    size_t log_capacity = 4 << 20;       // per process
+    size_t max_processes = 256;          // entries kept, running or exited
     size_t max_pending_stdin = 4 << 20;  // per process, queued but not yet written
   };
   struct StartOptions {
@@ -132,17 +132,17 @@ class ProcessTable {
   explicit ProcessTable(Options options);
 
   void Loop();
-  std::shared_ptr<Entry> Find(std::string_view id) const;  // visible entries; mu_ held
-  ProcessInfo InfoOf(const Entry& e) const;                // mu_ held
-  void HandleEvent(uint64_t data, uint32_t events);        // mu_ held
-  void OnExit(Entry& e);                                   // mu_ held
-  void ReadOutput(Entry& e, bool is_stdout);               // mu_ held
-  void FlushStdin(Entry& e);                               // mu_ held
-  void CloseStdinLocked(Entry& e);                         // mu_ held
-  void CloseOutput(Entry& e, bool is_stdout);              // mu_ held
-  void MaybeReap(Entry& e);                                // mu_ held
-  void RunDeadlines();                                     // mu_ held
-  int NextTimeoutMs() const;                               // mu_ held
+  std::shared_ptr<Entry> Find(std::string_view id) const;          // visible entries; mu_ held
+  ProcessInfo InfoOf(const Entry& e) const;                        // mu_ held
+  void HandleEvent(uint64_t data, uint32_t events);                // mu_ held
+  void OnExit(Entry& e);                                           // mu_ held
+  void ReadOutput(Entry& e, bool is_stdout);                       // mu_ held
+  void FlushStdin(Entry& e);                                       // mu_ held
+  void CloseStdinLocked(Entry& e);                                 // mu_ held
+  void CloseOutput(Entry& e, bool is_stdout);                      // mu_ held
+  void MaybeReap(Entry& e);                                        // mu_ held
+  void RunDeadlines();                                             // mu_ held
+  int NextTimeoutMs() const;                                       // mu_ held
   void TerminateGroup(Entry& e, std::chrono::milliseconds grace);  // mu_ held
   void Wake();
 
@@ -150,7 +150,7 @@ class ProcessTable {
   UniqueFd epoll_fd_;
   UniqueFd wake_fd_;  // eventfd: recompute deadlines / stop
   mutable std::mutex mu_;
-  mutable std::condition_variable cv_;  // any change: output, exit, stdin, reap
+  mutable std::condition_variable cv_;                  // any change: output, exit, stdin, reap
   std::map<uint64_t, std::shared_ptr<Entry>> entries_;  // by serial, incl. removed
   uint64_t next_serial_ = 1;
   bool shutting_down_ = false;

@@ -1,14 +1,13 @@
 #include "sandboxd/proc/process_table.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "sandboxd/proc/reaper.h"
 #include "sandboxd/proc/test_util.h"
@@ -198,7 +197,8 @@ TEST_F(ProcessTableTest, PendingStdinIsBounded) {
   // sleep never reads its stdin: bytes beyond the pipe buffer stay queued.
   ProcessInfo p = StartOk(CommandSpec::Argv({"sleep", "1000"}));
   Status last;
-  for (int i = 0; i < 1000 && last.has_value(); ++i) last = table_->WriteStdin(p.id, std::string(900, 'x'));
+  for (int i = 0; i < 1000 && last.has_value(); ++i)
+    last = table_->WriteStdin(p.id, std::string(900, 'x'));
   ASSERT_FALSE(last.has_value());
   EXPECT_EQ(last.error().code, ErrorCode::kResourceExhausted);
 }
@@ -365,8 +365,8 @@ TEST_F(ProcessTableTest, ConcurrentClients) {
           ++failures;
           continue;
         }
-        bool ok = table_->WriteStdin(p->id, word).has_value() &&
-                  table_->CloseStdin(p->id).has_value();
+        bool ok =
+            table_->WriteStdin(p->id, word).has_value() && table_->CloseStdin(p->id).has_value();
         auto done = table_->Wait(p->id, kBound);
         ok = ok && done && done->state == ProcessState::kExited;
         ok = ok && WaitFor([&] { return !table_->Get(p->id)->output_open; });

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace deepbox::sandboxd::proc {
 namespace {
@@ -28,6 +29,18 @@ std::atomic<int> g_wake_fd{-1};
 struct sigaction g_previous_sigchld;
 std::mutex g_reaper_mu;
 bool g_reaper_running = false;
+
+// Library threads must not take the daemon's process-directed signals (SIGTERM,
+// SIGINT, ...): they start with every signal blocked.
+template <typename F>
+std::thread StartQuietThread(F&& fn) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  std::thread thread(std::forward<F>(fn));
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return thread;
+}
 
 void Poke(int fd) {
   if (fd < 0) return;
@@ -276,7 +289,7 @@ Result<std::unique_ptr<Reaper>> Reaper::Start(Options options) {
   reaper->previous_ = previous;
   if (sigaction(SIGCHLD, &action, nullptr) != 0) return MakeSyscallError("sigaction", errno);
   g_reaper_running = true;
-  reaper->thread_ = std::thread([r = reaper.get()] { r->Loop(); });
+  reaper->thread_ = StartQuietThread([r = reaper.get()] { r->Loop(); });
   reaper->Nudge();  // reap what is already there
   return reaper;
 }
@@ -295,15 +308,15 @@ Reaper::~Reaper() {
 void Reaper::Nudge() { Poke(wake_fd_.get()); }
 
 void Reaper::Loop() {
+  constexpr Clock::time_point kNever = Clock::time_point::max();
   Clock::time_point next_rescan = Clock::now() + options_.rescan_interval;
-  std::optional<Clock::time_point> full_scan_at;
+  Clock::time_point full_scan_at = kNever;  // a deferred full children scan
   for (;;) {
     Clock::time_point now = Clock::now();
-    Clock::time_point until = next_rescan;
-    if (full_scan_at) until = std::min(until, *full_scan_at);
+    const Clock::time_point until = std::min(next_rescan, full_scan_at);
     auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
     pollfd fds[2] = {{wake_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
-    int rc = ::poll(fds, 2, static_cast<int>(std::max<int64_t>(0, wait_ms)));
+    int rc = ::poll(fds, 2, static_cast<int>(std::clamp<int64_t>(wait_ms, 0, 3600 * 1000)));
     if (rc < 0 && errno != EINTR) break;
     if (rc > 0 && (fds[1].revents & POLLIN) != 0) break;
     if (rc > 0 && (fds[0].revents & POLLIN) != 0) {
@@ -312,12 +325,12 @@ void Reaper::Loop() {
       }
     }
     now = Clock::now();
-    const bool full = full_scan_at && now >= *full_scan_at;
+    const bool full = now >= full_scan_at;
     bool blocked = false;
     reaped_ += ReapPass(full, &blocked);
     if (!blocked) {
-      full_scan_at.reset();
-    } else if (!full_scan_at) {
+      full_scan_at = kNever;
+    } else if (full_scan_at == kNever) {
       full_scan_at = now + options_.full_scan_delay;
     }
     if (now >= next_rescan) next_rescan = now + options_.rescan_interval;

@@ -44,8 +44,7 @@ class Execution {
 
   CoreResult Run() {
     start_ = Clock::now();
-    auto started =
-        StartCommand(spec_, spec_.stdin_data ? StdinMode::kPipe : StdinMode::kNull);
+    auto started = StartCommand(spec_, spec_.stdin_data ? StdinMode::kPipe : StdinMode::kNull);
     if (!started) {
       result_.outcome = SpawnFailed{started.error()};
       result_.duration = Clock::now() - start_;
@@ -104,10 +103,22 @@ class Execution {
       pollfd fds[5];
       int n = 0;
       int i_out = -1, i_err = -1, i_in = -1, i_pid = -1, i_cancel = -1;
-      if (out_) { i_out = n; fds[n++] = {out_.get(), POLLIN, 0}; }
-      if (err_) { i_err = n; fds[n++] = {err_.get(), POLLIN, 0}; }
-      if (in_) { i_in = n; fds[n++] = {in_.get(), POLLOUT, 0}; }
-      if (!status_) { i_pid = n; fds[n++] = {child_.pidfd(), POLLIN, 0}; }
+      if (out_) {
+        i_out = n;
+        fds[n++] = {out_.get(), POLLIN, 0};
+      }
+      if (err_) {
+        i_err = n;
+        fds[n++] = {err_.get(), POLLIN, 0};
+      }
+      if (in_) {
+        i_in = n;
+        fds[n++] = {in_.get(), POLLOUT, 0};
+      }
+      if (!status_) {
+        i_pid = n;
+        fds[n++] = {child_.pidfd(), POLLIN, 0};
+      }
       if (hooks_.cancel_fd >= 0 && delivering_ && stop_ == Stop::kNone) {
         i_cancel = n;
         fds[n++] = {hooks_.cancel_fd, POLLIN, 0};
@@ -214,8 +225,7 @@ class Execution {
   }
 
   void Deliver(StreamKind kind, std::string_view bytes, Clock::time_point now) {
-    (kind == StreamKind::kStdout ? result_.stdout_total : result_.stderr_total) +=
-        bytes.size();
+    (kind == StreamKind::kStdout ? result_.stdout_total : result_.stderr_total) += bytes.size();
     last_activity_ = now;
     if (delivering_ && !hooks_.output(kind, bytes)) Cancel(now);
   }

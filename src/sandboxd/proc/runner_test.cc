@@ -1,6 +1,8 @@
 #include "sandboxd/proc/runner.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -11,9 +13,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "common/utf8.h"
 #include "sandboxd/proc/reaper.h"
@@ -87,8 +86,8 @@ TEST_F(RunnerTest, ShellCommandsAndExitCodes) {
 TEST_F(RunnerTest, StderrIsSeparateAndCombinedKeepsEachStreamsOrder) {
   // Interleaving between the streams depends on when the daemon reads; the order
   // within each stream must be kept in `combined`.
-  RunResult r = proc::Run(CommandSpec::Shell(
-      "i=1; while [ $i -le 300 ]; do echo o$i; echo e$i >&2; i=$((i+1)); done"));
+  RunResult r = proc::Run(
+      CommandSpec::Shell("i=1; while [ $i -le 300 ]; do echo o$i; echo e$i >&2; i=$((i+1)); done"));
   ASSERT_EQ(KindOf(r.outcome), OutcomeKind::kExited);
   std::string want_out, want_err;
   for (int i = 1; i <= 300; ++i) {
@@ -212,8 +211,8 @@ long MaxRssKb() {
 TEST_F(RunnerTest, HugeOutputKeepsRunningWithBoundedMemory) {
   // 1 GiB of output with 1 MiB caps: drained to the end, memory does not grow.
   constexpr uint64_t kTotal = 1ull << 30;
-  CommandSpec spec = CommandSpec::Shell("head -c " + std::to_string(kTotal) +
-                                        " /dev/zero; echo done >&2");
+  CommandSpec spec =
+      CommandSpec::Shell("head -c " + std::to_string(kTotal) + " /dev/zero; echo done >&2");
   const long before = MaxRssKb();
   RunResult r = proc::Run(spec);
   const long growth_kb = MaxRssKb() - before;
@@ -450,7 +449,9 @@ TEST_F(RunnerTest, StreamingUtf8AlignmentKeepsCharactersWhole) {
   EXPECT_EQ(chunks[0], "a");
   std::string all;
   for (const auto& c : chunks) all += c;
-  EXPECT_EQ(all, "a\xc3\xa9" "b\xe2");  // the dangling lead byte comes at EOF
+  EXPECT_EQ(all,
+            "a\xc3\xa9"
+            "b\xe2");  // the dangling lead byte comes at EOF
   for (size_t i = 0; i + 1 < chunks.size(); ++i) EXPECT_TRUE(IsValidUtf8(chunks[i]));
 }
 
@@ -479,8 +480,7 @@ TEST_F(RunnerTest, OwnedStatusesSurviveAConcurrentReaper) {
       for (int i = 0; i < 60; ++i) {
         const int code = (t * 60 + i) % 120;
         RunResult r = proc::Run(CommandSpec::Shell("(true &); exit " + std::to_string(code)));
-        if (KindOf(r.outcome) != OutcomeKind::kExited ||
-            std::get<Exited>(r.outcome).code != code) {
+        if (KindOf(r.outcome) != OutcomeKind::kExited || std::get<Exited>(r.outcome).code != code) {
           ++wrong;
         }
       }

@@ -1,6 +1,7 @@
 #include "sandboxd/proc/spawn.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -26,6 +27,7 @@ namespace {
 
 constexpr std::string_view kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
 constexpr size_t kChildStackSize = 64 * 1024;
+constexpr const char* kScriptShell = "/bin/sh";
 
 // Steps of the child, reported back on failure.
 enum ChildStep : int {
@@ -40,13 +42,20 @@ enum ChildStep : int {
 
 const char* StepCall(int step) {
   switch (step) {
-    case kStepSetpgid: return "setpgid";
-    case kStepDup: return "dup3";
-    case kStepCloseRange: return "close_range";
-    case kStepChdir: return "chdir";
-    case kStepSigmask: return "rt_sigprocmask";
-    case kStepExecve: return "execve";
-    default: return "spawn";
+    case kStepSetpgid:
+      return "setpgid";
+    case kStepDup:
+      return "dup3";
+    case kStepCloseRange:
+      return "close_range";
+    case kStepChdir:
+      return "chdir";
+    case kStepSigmask:
+      return "rt_sigprocmask";
+    case kStepExecve:
+      return "execve";
+    default:
+      return "spawn";
   }
 }
 
@@ -57,6 +66,10 @@ struct ChildArgs {
   char* const* envp = nullptr;
   const char* const* exec_paths = nullptr;  // candidates for execve, in order
   size_t exec_path_count = 0;
+  // {"/bin/sh", <slot for the path>, argv[1], ..., nullptr}: a file execve
+  // rejects with ENOEXEC (an executable script without "#!") is run by the
+  // shell, as execvp does. The child fills the slot.
+  char** script_argv = nullptr;
   const char* cwd = nullptr;  // nullptr: no chdir
   int fds[3] = {-1, -1, -1};  // all >= 3, installed as 0, 1, 2
   bool setpgid = true;
@@ -97,8 +110,8 @@ __attribute__((no_sanitize("address", "undefined"))) int ChildMain(void* arg) {
       return 127;
     }
   }
-  // Everything above 2 is closed by execve. (Marking instead of closing keeps
-  // nothing open on failure paths that matter: the parent's table is separate.)
+  // Every descriptor above 2 gets FD_CLOEXEC, so execve closes them all (only the
+  // copy of the table in this child is touched).
   if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     a->err = errno;
     a->step = kStepCloseRange;
@@ -122,12 +135,17 @@ __attribute__((no_sanitize("address", "undefined"))) int ChildMain(void* arg) {
   for (size_t i = 0; i < a->exec_path_count; ++i) {
     syscall(SYS_execve, a->exec_paths[i], a->argv, a->envp);
     err = errno;
+    if (err == ENOEXEC) {
+      a->script_argv[1] = const_cast<char*>(a->exec_paths[i]);
+      syscall(SYS_execve, a->script_argv[0], a->script_argv, a->envp);
+      err = ENOEXEC;  // report the program's problem, not the shell's
+      break;
+    }
     if (err == EACCES) {
       saw_eacces = true;
       continue;
     }
-    if (err == ENOENT || err == ENOTDIR || err == ESTALE || err == ENODEV ||
-        err == ETIMEDOUT) {
+    if (err == ENOENT || err == ENOTDIR || err == ESTALE || err == ENODEV || err == ETIMEDOUT) {
       continue;
     }
     break;
@@ -313,7 +331,7 @@ Status Child::SignalGroup(int sig) {
   if (!own_group_) return Signal(sig);
   // The group id is pinned: its leader is our unreaped child.
   if (::kill(-pid_, sig) != 0 && errno != ESRCH) {
-    return MakeSyscallError("kill", errno, "-" + std::to_string(pid_));
+    return MakeSyscallError("kill", errno, fmt::format("-{}", pid_));
   }
   return {};
 }
@@ -395,6 +413,12 @@ Result<Child> Spawn(const SpawnRequest& request) {
   args.envp = envp_ptr;
   args.exec_paths = candidate_ptrs.data();
   args.exec_path_count = candidate_ptrs.size();
+  std::vector<char*> script_argv;
+  script_argv.reserve(argv.size() + 1);
+  script_argv.push_back(const_cast<char*>(kScriptShell));
+  script_argv.push_back(nullptr);  // the path, set by the child
+  script_argv.insert(script_argv.end(), argv.begin() + 1, argv.end());  // incl. nullptr
+  args.script_argv = script_argv.data();
   args.cwd = request.cwd.empty() ? nullptr : request.cwd.c_str();
   args.setpgid = request.new_process_group;
 
@@ -409,8 +433,7 @@ Result<Child> Spawn(const SpawnRequest& request) {
     ChildRegistry& registry = ChildRegistry::Instance();
     auto spawn_lock = registry.LockForSpawn();
     const uint64_t old_mask = RawSigmask(SIG_SETMASK, ~uint64_t{0});
-    pid = clone(ChildMain, *top, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &args,
-                &pidfd);
+    pid = clone(ChildMain, *top, CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &args, &pidfd);
     clone_errno = errno;
     if (pid > 0) registry.Register(pid);
     RawSigmask(SIG_SETMASK, old_mask);

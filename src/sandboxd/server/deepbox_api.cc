@@ -85,7 +85,7 @@ void Daemon::HandleDeepbox(net::Request& request, net::ResponseWriter& writer) {
   } else if (rest == "exec/stream" && m == "POST") {
     ExecStream(request, writer);
   } else if (rest == "processes" || rest.starts_with("processes/")) {
-    (void)writer.Send(Processes(request, rest.substr(std::min<size_t>(rest.size(), 10))));
+    (void)writer.Send(Processes(request, rest.substr(9)));
   } else if (rest == "fs/raw" && (m == "GET" || m == "HEAD")) {
     RawDownload(request, writer);
   } else if (rest == "fs/raw" && m == "PUT") {

@@ -101,7 +101,10 @@ net::Response Daemon::Processes(const net::Request& request, std::string_view re
       return ok(InfoJson(*info));
     }
     if (m == "DELETE") {
-      auto info = processes_->Kill(id, config_.kill_grace);
+      auto killed = processes_->Kill(id, config_.kill_grace);
+      if (!killed) return ErrorResponse(killed.error());
+      // Let SIGTERM work within the grace period before Remove() SIGKILLs.
+      auto info = processes_->Wait(id, config_.kill_grace + std::chrono::milliseconds(500));
       if (!info) return ErrorResponse(info.error());
       (void)processes_->Remove(id);
       return ok(InfoJson(*info));

@@ -1,10 +1,10 @@
 #include "agent/model/testing/fake_anthropic.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <set>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "agent/model/testing/fake_server_core.h"
 
@@ -64,7 +64,8 @@ std::string ValidateAnthropicRequest(const json::object& body) {
     size_t i = 0;
     for (const auto& t : tools->as_array()) {
       const json::object* tool = t.if_object();
-      if (tool == nullptr || !tool->contains("name")) return fmt::format("tools.{}.name: Field required", i);
+      if (tool == nullptr || !tool->contains("name"))
+        return fmt::format("tools.{}.name: Field required", i);
       const auto* schema = tool->if_contains("input_schema");
       if (schema == nullptr || !schema->is_object()) {
         return fmt::format("tools.{}.input_schema: Field required", i);
@@ -104,21 +105,26 @@ std::string ValidateAnthropicRequest(const json::object& body) {
           if (!text || text->empty()) return "messages: text content blocks must be non-empty";
         } else if (type == "tool_use") {
           if (*role != "assistant") {
-            return fmt::format("messages.{}.content.{}: tool_use blocks are only allowed in "
-                               "assistant messages", i, j);
+            return fmt::format(
+                "messages.{}.content.{}: tool_use blocks are only allowed in "
+                "assistant messages",
+                i, j);
           }
           tool_uses.insert(GetOptString(*block, "id").value_or(""));
         } else if (type == "tool_result") {
           std::string id = GetOptString(*block, "tool_use_id").value_or("");
           if (!open_tool_uses.contains(id)) {
-            return fmt::format("messages.{}.content.{}: unexpected `tool_use_id` found in "
-                               "`tool_result` blocks: {}. Each `tool_result` block must have a "
-                               "corresponding `tool_use` block in the previous message.",
-                               i, j, id);
+            return fmt::format(
+                "messages.{}.content.{}: unexpected `tool_use_id` found in "
+                "`tool_result` blocks: {}. Each `tool_result` block must have a "
+                "corresponding `tool_use` block in the previous message.",
+                i, j, id);
           }
           if (j != tool_results.size()) {
-            return fmt::format("messages.{}.content.{}: tool_result blocks must come first in "
-                               "the content", i, j);
+            return fmt::format(
+                "messages.{}.content.{}: tool_result blocks must come first in "
+                "the content",
+                i, j);
           }
           tool_results.insert(id);
         }
@@ -133,10 +139,11 @@ std::string ValidateAnthropicRequest(const json::object& body) {
         if (!tool_results.contains(id)) missing.insert(id);
       }
       if (!missing.empty()) {
-        return fmt::format("messages.{}: `tool_use` ids were found without `tool_result` blocks "
-                           "immediately after: {}. Each `tool_use` block must have a "
-                           "corresponding `tool_result` block in the next message.",
-                           i, JoinSet(missing));
+        return fmt::format(
+            "messages.{}: `tool_use` ids were found without `tool_result` blocks "
+            "immediately after: {}. Each `tool_use` block must have a "
+            "corresponding `tool_result` block in the next message.",
+            i, JoinSet(missing));
       }
     }
     open_tool_uses = std::move(tool_uses);
@@ -148,13 +155,13 @@ std::string ValidateAnthropicRequest(const json::object& body) {
   return "";
 }
 
-FakeAnthropicServer::FakeAnthropicServer(FakeServerOptions options)
-    : options_(std::move(options)) {
+FakeAnthropicServer::FakeAnthropicServer(FakeServerOptions options) : options_(std::move(options)) {
   core_ = std::make_unique<FakeServerCore>(
-      options_.tls, "", [this](net::Request& req, net::ResponseWriter& w) { Handle(req, w); });
+      options_.tls, options_.port, "",
+      [this](net::Request& req, net::ResponseWriter& w) { Handle(req, w); });
 }
 
-FakeAnthropicServer::~FakeAnthropicServer() { core_.reset(); }
+FakeAnthropicServer::~FakeAnthropicServer() { core_->Shutdown(); }
 
 void FakeAnthropicServer::Enqueue(ScriptedTurn turn) { core_->Enqueue(std::move(turn)); }
 void FakeAnthropicServer::Enqueue(std::vector<ScriptedTurn> turns) {
@@ -269,7 +276,8 @@ void FakeAnthropicServer::Handle(net::Request& request, net::ResponseWriter& w) 
       }
     }
     if (turn->kind == ScriptedTurn::Kind::kResponse &&
-        !send("content_block_stop", json::object{{"type", "content_block_stop"}, {"index", index}})) {
+        !send("content_block_stop",
+              json::object{{"type", "content_block_stop"}, {"index", index}})) {
       return;
     }
     ++index;
@@ -278,10 +286,11 @@ void FakeAnthropicServer::Handle(net::Request& request, net::ResponseWriter& w) 
     case ScriptedTurn::Kind::kDropMidStream:
       return;  // no terminating chunk: the server closes the connection
     case ScriptedTurn::Kind::kStreamError:
-      (void)send("error", json::object{{"type", "error"},
-                                       {"error", json::object{
-                                                     {"type", JsonString(turn->error_type)},
-                                                     {"message", JsonString(turn->error_message)}}}});
+      (void)send(
+          "error",
+          json::object{{"type", "error"},
+                       {"error", json::object{{"type", JsonString(turn->error_type)},
+                                              {"message", JsonString(turn->error_message)}}}});
       (void)w.EndStream();
       return;
     case ScriptedTurn::Kind::kStall: {
@@ -309,7 +318,9 @@ void FakeAnthropicServer::Handle(net::Request& request, net::ResponseWriter& w) 
       return;
     }
     std::vector<std::string> pieces{""};  // the API starts with an empty fragment
-    for (auto& p : SplitUtf8(call.raw_arguments.value_or(ToJson(call.input)), options_.json_delta_bytes)) pieces.push_back(p);
+    for (auto& p :
+         SplitUtf8(call.raw_arguments.value_or(ToJson(call.input)), options_.json_delta_bytes))
+      pieces.push_back(p);
     for (const auto& piece : pieces) {
       if (!send("content_block_delta",
                 json::object{{"type", "content_block_delta"},
@@ -319,7 +330,8 @@ void FakeAnthropicServer::Handle(net::Request& request, net::ResponseWriter& w) 
         return;
       }
     }
-    if (!send("content_block_stop", json::object{{"type", "content_block_stop"}, {"index", index}})) {
+    if (!send("content_block_stop",
+              json::object{{"type", "content_block_stop"}, {"index", index}})) {
       return;
     }
     ++index;

@@ -45,8 +45,9 @@ class FakeAnthropicServer {
   void Enqueue(ScriptedTurn turn);
   void Enqueue(std::vector<ScriptedTurn> turns);
 
-  std::string url() const;      // the ANTHROPIC_BASE_URL: "http(s)://127.0.0.1:PORT"
-  std::string ca_file() const;  // TLS: PEM file of the test CA (ModelConfig::ca_file, SSL_CERT_FILE)
+  std::string url() const;  // the ANTHROPIC_BASE_URL: "http(s)://127.0.0.1:PORT"
+  std::string ca_file()
+      const;  // TLS: PEM file of the test CA (ModelConfig::ca_file, SSL_CERT_FILE)
   std::string ca_pem() const;
   std::vector<RecordedRequest> requests() const;  // every request, rejected ones included
   size_t request_count() const;

@@ -1,10 +1,10 @@
 #include "agent/model/testing/fake_openai.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <set>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "agent/model/testing/fake_server_core.h"
 
@@ -15,7 +15,8 @@ using internal::FakeServerCore;
 namespace {
 
 std::string ErrorBody(std::string_view message, std::string_view type, std::string_view code) {
-  json::object err{{"message", JsonString(message)}, {"type", JsonString(type)}, {"param", nullptr}};
+  json::object err{
+      {"message", JsonString(message)}, {"type", JsonString(type)}, {"param", nullptr}};
   err["code"] = code.empty() ? json::value(nullptr) : json::value(JsonString(code));
   return ToJson(json::object{{"error", std::move(err)}});
 }
@@ -53,7 +54,8 @@ std::string Validate(const json::object& body) {
     if (!open.empty()) {
       return "An assistant message with 'tool_calls' must be followed by tool messages "
              "responding to each 'tool_call_id'. The following tool_call_ids did not have "
-             "response messages: " + *open.begin();
+             "response messages: " +
+             *open.begin();
     }
     if (role == "assistant") {
       if (const auto* calls = msg->if_contains("tool_calls"); calls && calls->is_array()) {
@@ -62,8 +64,10 @@ std::string Validate(const json::object& body) {
         }
       }
     } else if (role != "system" && role != "user" && role != "developer") {
-      return fmt::format("Invalid value: '{}'. Supported values are: 'system', 'assistant', "
-                         "'user', 'tool', and 'developer'.", role);
+      return fmt::format(
+          "Invalid value: '{}'. Supported values are: 'system', 'assistant', "
+          "'user', 'tool', and 'developer'.",
+          role);
     }
   }
   return "";
@@ -73,10 +77,11 @@ std::string Validate(const json::object& body) {
 
 FakeOpenAiServer::FakeOpenAiServer(FakeServerOptions options) : options_(std::move(options)) {
   core_ = std::make_unique<FakeServerCore>(
-      options_.tls, "/v1", [this](net::Request& req, net::ResponseWriter& w) { Handle(req, w); });
+      options_.tls, options_.port, "/v1",
+      [this](net::Request& req, net::ResponseWriter& w) { Handle(req, w); });
 }
 
-FakeOpenAiServer::~FakeOpenAiServer() { core_.reset(); }
+FakeOpenAiServer::~FakeOpenAiServer() { core_->Shutdown(); }
 
 void FakeOpenAiServer::Enqueue(ScriptedTurn turn) { core_->Enqueue(std::move(turn)); }
 void FakeOpenAiServer::Enqueue(std::vector<ScriptedTurn> turns) {
@@ -130,7 +135,8 @@ void FakeOpenAiServer::Handle(net::Request& request, net::ResponseWriter& w) {
   if (!turn) {
     return reply_error(400,
                        fmt::format("fake OpenAI server: no scripted turn left ({} requests so "
-                                   "far)", core_->request_count()),
+                                   "far)",
+                                   core_->request_count()),
                        "invalid_request_error", "");
   }
   if (turn->kind == ScriptedTurn::Kind::kHttpError) {
@@ -153,12 +159,9 @@ void FakeOpenAiServer::Handle(net::Request& request, net::ResponseWriter& w) {
   if (!w.BeginStream(200, headers)) return;
   std::string chunk_id = fmt::format("chatcmpl-fake{}", id);
   auto chunk = [&](json::array choices, json::value usage_value = nullptr) {
-    json::object c{{"id", JsonString(chunk_id)},
-                   {"object", "chat.completion.chunk"},
-                   {"created", 1700000000},
-                   {"model", JsonString(model)},
-                   {"system_fingerprint", "fp_fake"},
-                   {"choices", std::move(choices)},
+    json::object c{{"id", JsonString(chunk_id)},      {"object", "chat.completion.chunk"},
+                   {"created", 1700000000},           {"model", JsonString(model)},
+                   {"system_fingerprint", "fp_fake"}, {"choices", std::move(choices)},
                    {"usage", std::move(usage_value)}};
     return FakeServerCore::Write(w, "data: " + ToJson(c) + "\n\n", options_.write_bytes);
   };
@@ -179,10 +182,11 @@ void FakeOpenAiServer::Handle(net::Request& request, net::ResponseWriter& w) {
       (void)FakeServerCore::Write(
           w,
           "data: " +
-              ToJson(json::object{{"error", json::object{{"message", JsonString(turn->error_message)},
-                                                         {"type", JsonString(turn->error_type)},
-                                                         {"param", nullptr},
-                                                         {"code", nullptr}}}}) +
+              ToJson(
+                  json::object{{"error", json::object{{"message", JsonString(turn->error_message)},
+                                                      {"type", JsonString(turn->error_type)},
+                                                      {"param", nullptr},
+                                                      {"code", nullptr}}}}) +
               "\n\n",
           options_.write_bytes);
       (void)w.EndStream();
@@ -202,12 +206,14 @@ void FakeOpenAiServer::Handle(net::Request& request, net::ResponseWriter& w) {
   int index = 0;
   for (const auto& call : turn->tool_calls) {
     std::string call_id = call.id.empty() ? fmt::format("call_fake_{}_{}", id, index) : call.id;
-    json::object first{{"index", index},
-                       {"id", JsonString(call_id)},
-                       {"type", "function"},
-                       {"function", json::object{{"name", JsonString(call.name)}, {"arguments", ""}}}};
+    json::object first{
+        {"index", index},
+        {"id", JsonString(call_id)},
+        {"type", "function"},
+        {"function", json::object{{"name", JsonString(call.name)}, {"arguments", ""}}}};
     if (!delta(json::object{{"tool_calls", json::array{std::move(first)}}})) return;
-    for (const auto& piece : SplitUtf8(call.raw_arguments.value_or(ToJson(call.input)), options_.json_delta_bytes)) {
+    for (const auto& piece :
+         SplitUtf8(call.raw_arguments.value_or(ToJson(call.input)), options_.json_delta_bytes)) {
       json::object frag{{"index", index},
                         {"function", json::object{{"arguments", JsonString(piece)}}}};
       if (!delta(json::object{{"tool_calls", json::array{std::move(frag)}}})) return;
@@ -218,10 +224,11 @@ void FakeOpenAiServer::Handle(net::Request& request, net::ResponseWriter& w) {
                          ? (turn->tool_calls.empty() ? "end_turn" : "tool_use")
                          : turn->stop_reason;
   if (!delta(json::object{}, JsonString(OpenAiFinishReason(stop)))) return;
-  json::object u{{"prompt_tokens", usage.input_tokens + usage.cache_read_tokens},
-                 {"completion_tokens", usage.output_tokens},
-                 {"total_tokens", usage.input_tokens + usage.cache_read_tokens + usage.output_tokens},
-                 {"prompt_tokens_details", json::object{{"cached_tokens", usage.cache_read_tokens}}}};
+  json::object u{
+      {"prompt_tokens", usage.input_tokens + usage.cache_read_tokens},
+      {"completion_tokens", usage.output_tokens},
+      {"total_tokens", usage.input_tokens + usage.cache_read_tokens + usage.output_tokens},
+      {"prompt_tokens_details", json::object{{"cached_tokens", usage.cache_read_tokens}}}};
   if (!chunk(json::array{}, std::move(u))) return;
   if (!FakeServerCore::Write(w, "data: [DONE]\n\n", options_.write_bytes)) return;
   (void)w.EndStream();

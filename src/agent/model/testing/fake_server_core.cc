@@ -1,12 +1,11 @@
 #include "agent/model/testing/fake_server_core.h"
 
+#include <fmt/format.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "net/testing/test_certs.h"
 
@@ -19,7 +18,7 @@ namespace {
 }
 }  // namespace
 
-FakeServerCore::FakeServerCore(bool tls, std::string url_path, net::Handler handler)
+FakeServerCore::FakeServerCore(bool tls, int port, std::string url_path, net::Handler handler)
     : url_path_(std::move(url_path)) {
   net::ServerOptions options;
   if (tls) {
@@ -38,7 +37,7 @@ FakeServerCore::FakeServerCore(bool tls, std::string url_path, net::Handler hand
     ::close(fd);
     ca_file_ = tmpl;
   }
-  auto ep = net::Endpoint::Parse("127.0.0.1:0");
+  auto ep = net::Endpoint::Parse(fmt::format("127.0.0.1:{}", port));
   if (!ep) Die(ep.error().ToString());
   auto server = net::HttpServer::Create(*ep, std::move(handler), std::move(options));
   if (!server) Die(server.error().ToString());
@@ -46,9 +45,13 @@ FakeServerCore::FakeServerCore(bool tls, std::string url_path, net::Handler hand
   server_->Start();
 }
 
-FakeServerCore::~FakeServerCore() {
+void FakeServerCore::Shutdown() {
   stopping_ = true;
   server_.reset();
+}
+
+FakeServerCore::~FakeServerCore() {
+  Shutdown();
   if (!ca_file_.empty()) ::unlink(ca_file_.c_str());
 }
 

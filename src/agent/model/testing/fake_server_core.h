@@ -19,8 +19,11 @@ class FakeServerCore {
  public:
   // Starts serving on 127.0.0.1 (an ephemeral port) at once; aborts the test
   // program if the loopback listener cannot be created.
-  FakeServerCore(bool tls, std::string url_path, net::Handler handler);
+  FakeServerCore(bool tls, int port, std::string url_path, net::Handler handler);
   ~FakeServerCore();
+  // Stops serving and waits for in-flight handlers (idempotent). Owners call
+  // it before destroying what their handlers use.
+  void Shutdown();
 
   void Enqueue(ScriptedTurn turn);
   std::optional<ScriptedTurn> Pop();

@@ -24,10 +24,10 @@ struct ScriptedToolCall {
   }
 
   std::string id;  // empty = generated ("toolu_fake_<n>" / "call_fake_<n>")
-  std::string name;
-  json::object input;
+  std::string name{};
+  json::object input{};
   // Streamed verbatim instead of `input` (to imitate malformed model output).
-  std::optional<std::string> raw_arguments;
+  std::optional<std::string> raw_arguments{};
 };
 
 struct ScriptedTurn {
@@ -39,14 +39,14 @@ struct ScriptedTurn {
     kStall,          // streams `text`, then only pings until the client goes away
   };
   Kind kind = Kind::kResponse;
-  std::string text;
-  std::vector<ScriptedToolCall> tool_calls;
-  std::string stop_reason;     // Anthropic vocabulary; default tool_use / end_turn
-  std::optional<Usage> usage;  // default: derived from the request and response sizes
-  int status = 0;              // kHttpError
-  std::string error_type;      // kHttpError / kStreamError: "rate_limit_error", ...
-  std::string error_message;
-  net::Headers headers;        // extra response headers (retry-after, ...)
+  std::string text{};
+  std::vector<ScriptedToolCall> tool_calls{};
+  std::string stop_reason{};     // Anthropic vocabulary; default tool_use / end_turn
+  std::optional<Usage> usage{};  // default: derived from the request and response sizes
+  int status = 0;                // kHttpError
+  std::string error_type{};      // kHttpError / kStreamError: "rate_limit_error", ...
+  std::string error_message{};
+  net::Headers headers{};  // extra response headers (retry-after, ...)
 
   static ScriptedTurn Text(std::string text);
   static ScriptedTurn ToolCalls(std::vector<ScriptedToolCall> calls, std::string text = "");
@@ -57,8 +57,7 @@ struct ScriptedTurn {
   static ScriptedTurn ServerError();  // 500 api_error
   static ScriptedTurn DropMidStream(std::string text_before = "");
   static ScriptedTurn StreamError(std::string type = "overloaded_error",
-                                  std::string message = "Overloaded",
-                                  std::string text_before = "");
+                                  std::string message = "Overloaded", std::string text_before = "");
   static ScriptedTurn Stall(std::string text_before);
   static ScriptedTurn FromResponse(const ModelResponse& response);
 
@@ -86,20 +85,21 @@ std::vector<std::string> SplitUtf8(std::string_view text, size_t max_bytes);
 
 // One request a fake server received.
 struct RecordedRequest {
-  std::string method;
-  std::string path;
-  net::Headers headers;
-  std::string body;
-  json::object json;  // the body parsed (empty if it was not a JSON object)
+  std::string method{};
+  std::string path{};
+  net::Headers headers{};
+  std::string body{};
+  json::object json{};  // the body parsed (empty if it was not a JSON object)
 };
 
 struct FakeServerOptions {
   bool tls = false;             // HTTPS with a fresh test CA (see ca_file())
-  std::string api_key;          // non-empty: requests must carry exactly this key (else 401)
+  std::string api_key{};        // non-empty: requests must carry exactly this key (else 401)
   size_t text_delta_bytes = 5;  // text streamed in deltas of at most this many bytes
   size_t json_delta_bytes = 7;  // tool arguments streamed in fragments of this size
   size_t write_bytes = 0;       // 0 = one socket write per event; N = N-byte writes
   bool pings = true;            // Anthropic: a ping after message_start
+  int port = 0;                 // 0 = an ephemeral port
 };
 
 }  // namespace deepbox::agent::testing

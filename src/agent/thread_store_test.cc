@@ -1,0 +1,233 @@
+// Threads: JSONL persistence as the run progresses, crash tolerance,
+// resuming a thread (and a paused interrupt) from a fresh DeepAgent.
+#include "agent/thread_store.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "agent/codec.h"
+#include "agent/testing/agent_fixture.h"
+#include "agent/text.h"
+
+namespace deepbox::agent {
+namespace {
+
+using testing::Args;
+using testing::Call;
+using testing::MakeAgent;
+using testing::ScriptedModel;
+using testing::ToolMessages;
+
+class ThreadTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testing::MakeTempDir("deepbox-threads"); }
+  void TearDown() override { testing::RemoveTree(dir_); }
+  std::vector<json::object> Records(const std::string& id) {
+    std::ifstream in(dir_ + "/" + id + ".jsonl");
+    std::vector<json::object> out;
+    std::string line;
+    while (std::getline(in, line)) {
+      auto o = ParseJsonObject(line);
+      EXPECT_TRUE(o) << line;
+      if (o) out.push_back(*o);
+    }
+    return out;
+  }
+  std::string dir_;
+};
+
+TEST_F(ThreadTest, RunIsPersistedLineByLineAndReloads) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  auto store = std::make_shared<ThreadStore>(dir_);
+  auto model = std::make_shared<ScriptedModel>();
+  std::vector<size_t> lines_seen;
+  model->Tools({Call("c1", "write_file", Args({{"file_path", "a.txt"}, {"content", "A"}}))}, "",
+               Usage{10, 5, 1, 2});
+  model->Respond([&](const ModelRequest&) -> Result<ModelResponse> {
+    // Mid-run, the transcript already holds the first turn and its result.
+    lines_seen.push_back(Records("t1").size());
+    ModelResponse r;
+    r.message = Message::Assistant("done");
+    r.usage = Usage{20, 5, 0, 0};
+    return r;
+  });
+  DeepAgentOptions o;
+  o.model = model;
+  o.sandbox = &sbd->client();
+  o.thread_store = store;
+  o.thread_id = "t1";
+  auto agent = MakeAgent(o);
+  RunResult r = agent->Run("make a.txt");
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(lines_seen.size(), 1u);
+  EXPECT_GE(lines_seen[0], 6u);  // thread, run_start, user, usage, assistant, tool
+
+  auto recs = Records("t1");
+  std::vector<std::string> types;
+  for (const auto& rec : recs) types.push_back(std::string(rec.at("type").as_string()));
+  EXPECT_EQ(types, (std::vector<std::string>{"thread", "run_start", "message", "usage", "message",
+                                             "message", "usage", "message", "run_end"}));
+  EXPECT_EQ(recs[0].at("id").as_string(), "t1");
+  EXPECT_EQ(recs.back().at("stop_reason").as_string(), "completed");
+  EXPECT_EQ(recs.back().at("final_text").as_string(), "done");
+
+  auto loaded = store->Load("t1");
+  ASSERT_TRUE(loaded) << loaded.error().ToString();
+  ASSERT_EQ(loaded->state.messages.size(), r.messages.size());
+  for (size_t i = 0; i < r.messages.size(); ++i) {
+    EXPECT_EQ(loaded->state.messages[i].id, r.messages[i].id);
+    EXPECT_EQ(loaded->state.messages[i].text, r.messages[i].text);
+  }
+  EXPECT_EQ(loaded->state.messages[1].tool_calls[0].input.at("content").as_string(), "A");
+  EXPECT_EQ(loaded->state.usage.input_tokens, 30);
+  EXPECT_EQ(loaded->state.usage.cache_write_tokens, 2);
+  EXPECT_EQ(loaded->runs, 1u);
+  EXPECT_EQ(loaded->last_task, "make a.txt");
+}
+
+TEST_F(ThreadTest, TornLastLineIsIgnored) {
+  ThreadStore store(dir_);
+  auto w = store.OpenWriter("t2");
+  ASSERT_TRUE(w);
+  json::object header;
+  header["id"] = "t2";
+  ASSERT_TRUE((*w)->Append("thread", header));
+  Message m = Message::User("hello");
+  m.id = "m1";
+  ASSERT_TRUE((*w)->Message(m));
+  w->reset();
+  {
+    std::ofstream out(dir_ + "/t2.jsonl", std::ios::app);
+    out << "{\"type\":\"message\",\"message\":{\"role\":\"assis";  // crash mid-write
+  }
+  auto loaded = store.Load("t2");
+  ASSERT_TRUE(loaded);
+  ASSERT_EQ(loaded->state.messages.size(), 1u);
+  EXPECT_EQ(loaded->state.messages[0].text, "hello");
+  EXPECT_FALSE(store.Load("missing"));
+  EXPECT_FALSE(store.OpenWriter("../escape"));
+}
+
+TEST_F(ThreadTest, ResumeThreadById) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  auto store = std::make_shared<ThreadStore>(dir_);
+  std::string id;
+  {
+    auto model = std::make_shared<ScriptedModel>();
+    model->Text("My name is Deepbox.");
+    DeepAgentOptions o;
+    o.model = model;
+    o.sandbox = &sbd->client();
+    o.thread_store = store;
+    auto agent = MakeAgent(o);
+    id = agent->thread_id();
+    EXPECT_TRUE(StartsWith(id, "th-"));
+    ASSERT_TRUE(agent->Run("what is your name?").ok());
+  }
+  auto model = std::make_shared<ScriptedModel>();
+  model->Text("You asked for my name.");
+  DeepAgentOptions o;
+  o.model = model;
+  o.sandbox = &sbd->client();
+  o.thread_store = store;
+  o.thread_id = id;
+  auto agent = MakeAgent(o);
+  EXPECT_EQ(agent->state().messages.size(), 2u);
+  RunResult r = agent->Run("what did I ask?");
+  ASSERT_TRUE(r.ok());
+  auto req = model->requests().at(0);
+  ASSERT_EQ(req.messages.size(), 3u);
+  EXPECT_EQ(req.messages[0].text, "what is your name?");
+  EXPECT_EQ(req.messages[1].text, "My name is Deepbox.");
+  EXPECT_EQ(req.messages[2].text, "what did I ask?");
+  // One header only; two runs.
+  auto loaded = store->Load(id);
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->runs, 2u);
+  EXPECT_EQ(loaded->state.messages.size(), 4u);
+  auto list = store->List();
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].id, id);
+}
+
+TEST_F(ThreadTest, PausedInterruptSurvivesARestart) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  Sandbox& sb = sbd->client();
+  auto store = std::make_shared<ThreadStore>(dir_);
+  auto make = [&](std::shared_ptr<ScriptedModel> model) {
+    DeepAgentOptions o;
+    o.model = model;
+    o.sandbox = &sb;
+    o.thread_store = store;
+    o.thread_id = "hitl";
+    o.interrupt_on["execute"] = InterruptConfig{{DecisionType::kApprove, DecisionType::kEdit,
+                                                 DecisionType::kReject},
+                                                "Run a shell command?"};
+    return MakeAgent(o);
+  };
+  {
+    auto model = std::make_shared<ScriptedModel>();
+    model->Tools({Call("x", "execute", Args({{"command", "echo one > out.txt"}}))});
+    auto agent = make(model);
+    RunResult r = agent->Run("run it");
+    ASSERT_EQ(r.stop_reason, StopReason::kInterrupted);
+    EXPECT_TRUE(StartsWith(r.interrupt->action_requests[0].description,
+                           "Run a shell command?\n\nTool: execute\nArgs: "));
+  }
+  auto model = std::make_shared<ScriptedModel>();
+  model->Text("ran it");
+  auto agent = make(model);
+  auto pending = agent->pending_interrupt();
+  ASSERT_TRUE(pending);
+  EXPECT_EQ(pending->review_configs[0].allowed_decisions.size(), 3u);
+  RunResult r = agent->Resume({Decision::Edit(Args({{"command", "echo two > out.txt"}}))});
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->message : "");
+  EXPECT_EQ(*sb.Download(sb.root() + "/out.txt"), "two\n");
+  // The edit is in the transcript.
+  auto loaded = store->Load("hitl");
+  ASSERT_TRUE(loaded);
+  EXPECT_FALSE(loaded->state.pending_interrupt);
+  EXPECT_EQ(loaded->state.messages[1].tool_calls[0].input.at("command").as_string(),
+            "echo two > out.txt");
+  EXPECT_EQ(ToolMessages(loaded->state.messages)[0].text, "\n[Command succeeded with exit code 0]");
+}
+
+TEST(ThreadStoreDirs, XdgStateHome) {
+  const char* old = std::getenv("XDG_STATE_HOME");
+  std::string saved = old ? old : "";
+  ::setenv("XDG_STATE_HOME", "/tmp/xdg-test", 1);
+  EXPECT_EQ(ThreadStore::DefaultDir(), "/tmp/xdg-test/deepbox/threads");
+  ::unsetenv("XDG_STATE_HOME");
+  const char* home = std::getenv("HOME");
+  if (home) EXPECT_EQ(ThreadStore::DefaultDir(), std::string(home) + "/.local/state/deepbox/threads");
+  if (old) ::setenv("XDG_STATE_HOME", saved.c_str(), 1);
+}
+
+TEST(Codec, MessageRoundTrip) {
+  Message m = Message::Assistant("hi", {Call("c", "ls", Args({{"path", "/w"}}))});
+  m.id = "x";
+  m.tool_calls[0].input_error = "bad";
+  auto back = MessageFromJson(MessageToJson(m));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->text, "hi");
+  EXPECT_EQ(back->tool_calls[0].input.at("path").as_string(), "/w");
+  EXPECT_EQ(back->tool_calls[0].input_error, "bad");
+  Message t = Message::Tool("c", "read_file", "", true);
+  t.images.push_back({"image/png", "AAAA"});
+  auto tb = MessageFromJson(MessageToJson(t));
+  ASSERT_TRUE(tb);
+  EXPECT_TRUE(tb->is_error);
+  EXPECT_EQ(tb->images.at(0).base64_data, "AAAA");
+  Decision d = Decision::Edit(Args({{"a", 1}}));
+  d.edited_name = "execute";
+  auto db = DecisionFromJson(DecisionToJson(d));
+  ASSERT_TRUE(db);
+  EXPECT_EQ(db->type, DecisionType::kEdit);
+  EXPECT_EQ(*db->edited_name, "execute");
+}
+
+}  // namespace
+}  // namespace deepbox::agent

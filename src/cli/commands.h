@@ -1,0 +1,81 @@
+// The implementations behind `deepbox sandbox|pool|doctor`, free of CLI11:
+// main.cc fills these structs from the command line and calls Run*, which
+// returns the process exit code.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace deepbox::cli {
+
+struct ProviderFlags {
+  std::string pool = "default";  // warm pool claims are taken from
+  std::optional<uint64_t> memory_bytes;
+  std::optional<uint64_t> max_processes;
+  std::optional<double> cpus;
+};
+
+struct SandboxCreateArgs {
+  std::vector<std::string> labels;  // K=V
+  int64_t ttl_seconds = 0;
+  std::string network;  // "" = host default
+  std::string rootfs;
+  bool json = false;
+  bool cold = false;  // never take a warm sandbox
+  ProviderFlags provider;
+};
+int RunSandboxCreate(const SandboxCreateArgs& args);
+
+// `deepbox sandbox exec` exit status:
+inline constexpr int kExecTimedOut = 124;   // --timeout (or the daemon's default) hit
+inline constexpr int kExecDeepboxFailed = 125;  // deepbox itself failed (no sandbox, ...)
+inline constexpr int kExecCannotRun = 126;  // the command exists but could not be started
+inline constexpr int kExecNotFound = 127;   // the command was not found
+// 128+N: killed by signal N (137 also when the sandbox killed it).
+
+struct SandboxExecArgs {
+  std::string id;
+  std::vector<std::string> command;
+  double timeout_seconds = 0;  // 0 = the daemon's default
+  std::string cwd;
+  std::vector<std::string> env;  // K=V
+  bool forward_stdin = false;
+};
+int RunSandboxExec(const SandboxExecArgs& args);
+
+struct SandboxLsArgs {
+  std::string selector;
+  bool json = false;
+  bool quiet = false;  // ids only
+};
+int RunSandboxLs(const SandboxLsArgs& args);
+
+struct SandboxRmArgs {
+  std::vector<std::string> ids;
+  std::string selector;
+};
+int RunSandboxRm(const SandboxRmArgs& args);
+
+struct SandboxCpArgs {
+  std::string src;
+  std::string dst;
+};
+int RunSandboxCp(const SandboxCpArgs& args);
+
+struct PoolServeArgs {
+  std::string name = "default";
+  int replicas = 1;
+  std::string network;
+  std::string rootfs;
+  int parallel = 2;
+};
+int RunPoolServe(const PoolServeArgs& args);
+
+struct DoctorArgs {
+  bool json = false;
+};
+int RunDoctor(const DoctorArgs& args);
+
+}  // namespace deepbox::cli

@@ -1,0 +1,161 @@
+// deepbox doctor: what this host supports, and what deepbox falls back to.
+#include <sys/prctl.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "common/json.h"
+#include "local/launcher.h"
+#include "local/lifecycle/provider.h"
+#include "local/namespaces.h"
+#include "local/network.h"
+
+namespace deepbox::cli {
+namespace {
+
+std::string ReadTrimmed(const char* path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+json::object EnforcementJson(const local::LimitEnforcement& e) {
+  json::object o;
+  o["enforced"] = e.enforced;
+  o["mechanism"] = std::string(local::MechanismName(e.mechanism));
+  o["detail"] = JsonString(e.detail);
+  return o;
+}
+
+}  // namespace
+
+int RunDoctor(const DoctorArgs& args) {
+  json::object report;
+  std::string text;
+  auto line = [&](const std::string& s) { text += s + "\n"; };
+  bool can_run = true;
+
+  struct utsname u;
+  uname(&u);
+  report["kernel"] = std::string(u.release);
+  report["euid"] = geteuid();
+  line(fmt::format("kernel:           {} ({})", u.release, u.machine));
+  line(fmt::format("running as:       uid {}{}", geteuid(),
+                   geteuid() == 0 ? " (root: cgroups and a dedicated host id per sandbox)"
+                                  : " (unprivileged: no cgroups; sandbox uid maps to yours)"));
+
+  // User namespaces: every sandbox needs one.
+  bool userns = local::UserNamespacesAvailable();
+  report["user_namespaces"] = userns;
+  std::string hints;
+  for (const char* knob : {"/proc/sys/user/max_user_namespaces",
+                           "/proc/sys/kernel/unprivileged_userns_clone",
+                           "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"}) {
+    std::string v = ReadTrimmed(knob);
+    if (!v.empty()) hints += fmt::format(" {}={}", knob + 10, v);
+  }
+  line(fmt::format("user namespaces:  {}{}", userns ? "yes" : "NO - sandboxes cannot run here;",
+                   userns ? "" : hints));
+  if (!userns) can_run = false;
+
+  // seccomp
+  bool seccomp = prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0;
+  std::string actions = ReadTrimmed("/proc/sys/kernel/seccomp/actions_avail");
+  report["seccomp"] = seccomp;
+  report["seccomp_actions"] = actions;
+  line(fmt::format("seccomp filters:  {}{}", seccomp ? "yes" : "NO - sandboxes cannot run here",
+                   actions.empty() ? "" : " (actions: " + actions + ")"));
+  if (!seccomp) can_run = false;
+
+  // Limits: probed by creating a cgroup with every limit set.
+  local::LimitSupport limits = local::ProbeHostLimitSupport();
+  if (geteuid() != 0) {
+    // The lifecycle does not use cgroups when unprivileged: say so, never over-claim.
+    limits.memory = {false, local::Mechanism::kNone, "cgroups are only used as root"};
+    limits.cpu_rate = {false, local::Mechanism::kNone, "cgroups are only used as root"};
+  }
+  json::object lj;
+  lj["cgroup_layout"] = std::string(local::CgroupLayoutName(limits.layout));
+  lj["memory"] = EnforcementJson(limits.memory);
+  lj["processes"] = EnforcementJson(limits.processes);
+  lj["cpu_rate"] = EnforcementJson(limits.cpu_rate);
+  lj["cpu_time"] = EnforcementJson(limits.cpu_time);
+  lj["file_size"] = EnforcementJson(limits.file_size);
+  lj["open_files"] = EnforcementJson(limits.open_files);
+  lj["address_space"] = EnforcementJson(limits.address_space);
+  lj["workspace_disk"] = EnforcementJson(limits.workspace_disk);
+  lj["tmp_size"] = EnforcementJson(limits.tmp_size);
+  lj["kill_all"] = EnforcementJson(limits.kill_all);
+  report["limits"] = std::move(lj);
+  line("limits (what a sandbox asking for each one gets here):");
+  std::istringstream desc(limits.Describe());
+  for (std::string l; std::getline(desc, l);) line("  " + l);
+  line("  wall-clock TTL: enforced by the sandbox's supervisor (deepbox sandbox create --ttl)");
+
+  // Network
+  local::NetworkProbe probe = local::ProbePublicNetwork(local::PublicNetworkConfig{});
+  report["public_network"] = probe.public_possible;
+  report["public_network_reason"] = JsonString(probe.reason);
+  report["default_network"] = probe.public_possible ? "public" : "none";
+  line(fmt::format("network none:     yes (loopback only)"));
+  line(fmt::format("network public:   {}", probe.public_possible
+                                               ? "yes (egress to the internet; private ranges refused)"
+                                               : "NO - " + probe.reason));
+  line(fmt::format("default network:  {}", probe.public_possible
+                                               ? "public"
+                                               : "none (public is not possible here: fail closed)"));
+
+  // Binaries and state
+  auto deepbox_bin = local::lifecycle::LocateDeepbox();
+  std::string sandboxd;
+  if (deepbox_bin) {
+    auto s = local::lifecycle::LocateSandboxd(*deepbox_bin);
+    sandboxd = s ? *s : "NOT FOUND - " + s.error().message;
+    if (!s) can_run = false;
+  } else {
+    sandboxd = "NOT FOUND - " + deepbox_bin.error().message;
+    can_run = false;
+  }
+  report["deepbox_binary"] = JsonString(deepbox_bin ? *deepbox_bin : "");
+  report["sandboxd_binary"] = JsonString(sandboxd);
+  line(fmt::format("deepbox-sandboxd: {}", sandboxd));
+  auto state = local::lifecycle::DefaultStateDir();
+  std::string state_text;
+  if (state) {
+    local::lifecycle::Store store(*state);
+    auto init = store.Init();
+    auto ids = store.Ids();
+    state_text = init ? fmt::format("{} ({} sandbox dirs)", state->string(), ids ? ids->size() : 0)
+                      : fmt::format("{} - NOT usable: {}", state->string(), init.error().message);
+    if (!init) can_run = false;
+    report["state_dir"] = JsonString(state->string());
+  } else {
+    state_text = "NONE - " + state.error().message;
+    can_run = false;
+  }
+  line(fmt::format("state directory:  {}", state_text));
+  report["sandboxes_can_run"] = can_run;
+  line(can_run ? "=> local sandboxes can run on this host"
+               : "=> local sandboxes can NOT run on this host (see above)");
+
+  if (args.json) {
+    std::cout << ToJson(report) << std::endl;
+  } else {
+    std::cout << text << std::flush;
+  }
+  return can_run ? kExitOk : kExitUnsupported;
+}
+
+}  // namespace deepbox::cli

@@ -1,0 +1,196 @@
+// deepbox: the command-line entry point. Command families register
+// themselves here (see cli.h); the implementations live in *_command.cc.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "local/lifecycle/supervisor.h"
+
+namespace deepbox::cli {
+namespace {
+
+int g_exit_code = kExitOk;
+
+constexpr const char* kExitCodesHelp =
+    "Exit codes: 0 success, 1 the operation failed, 2 usage error (bad flag, label or\n"
+    "selector), 3 no such sandbox (or it expired), 4 this host cannot run sandboxes\n"
+    "(see `deepbox doctor`). `deepbox sandbox exec` exits with the command's status\n"
+    "instead: 124 timed out, 125 deepbox failed, 126 cannot run, 127 not found,\n"
+    "128+N killed by signal N.\n"
+    "Environment: DEEPBOX_STATE_DIR (state directory; default /run/deepbox as root,\n"
+    "else $XDG_RUNTIME_DIR/deepbox), DEEPBOX_SANDBOXD (the deepbox-sandboxd binary;\n"
+    "default: next to deepbox).";
+
+void AddProviderFlags(CLI::App* cmd, ProviderFlags& f) {
+  cmd->add_option("--pool", f.pool,
+                  "Warm pool to take a ready sandbox from when one matches\n"
+                  "(see `deepbox pool serve`); without one, the sandbox is created cold")
+      ->capture_default_str();
+  cmd->add_option("--memory", f.memory_bytes,
+                  "Memory limit of the whole sandbox in bytes (cgroup; see `deepbox doctor`)");
+  cmd->add_option("--max-processes", f.max_processes,
+                  "Process limit of the whole sandbox (cgroup pids, else RLIMIT_NPROC)");
+  cmd->add_option("--cpus", f.cpus, "CPU bandwidth limit in cores, e.g. 0.5 (cgroup)");
+}
+
+}  // namespace
+
+void SetExitCode(int code) { g_exit_code = code; }
+int ExitCode() { return g_exit_code; }
+
+void RegisterSandboxCommands(CLI::App& app) {
+  CLI::App* sandbox = app.add_subcommand("sandbox", "Create, use and delete local sandboxes");
+  sandbox->require_subcommand(1);
+  sandbox->footer(kExitCodesHelp);
+
+  auto create_args = std::make_shared<SandboxCreateArgs>();
+  CLI::App* create = sandbox->add_subcommand(
+      "create",
+      "Create a sandbox (or claim a warm one from the pool) and print its id.\n"
+      "It lives until `deepbox sandbox rm` or its TTL, whatever happens to this command.");
+  create->add_option("--label,-l", create_args->labels,
+                     "Label K=V (repeatable); select with `ls/rm --selector`");
+  create->add_option("--ttl", create_args->ttl_seconds,
+                     "Delete the sandbox SECONDS after creation (0 = never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  create->add_option("--network", create_args->network,
+                     "none: loopback only; public: internet egress, private ranges and\n"
+                     "host services refused, no ingress. Default: public where this host\n"
+                     "supports it, else none (with a warning)")
+      ->check(CLI::IsMember({"none", "public"}));
+  create->add_option("--rootfs", create_args->rootfs,
+                     "Root filesystem directory (e.g. an unpacked OCI image) instead of the\n"
+                     "host's system directories");
+  create->add_flag("--json", create_args->json, "Print the sandbox's record as JSON");
+  create->add_flag("--cold", create_args->cold, "Always create a new sandbox (skip the pool)");
+  AddProviderFlags(create, create_args->provider);
+  create->callback([create_args] { SetExitCode(RunSandboxCreate(*create_args)); });
+
+  auto exec_args = std::make_shared<SandboxExecArgs>();
+  CLI::App* exec = sandbox->add_subcommand(
+      "exec",
+      "Run a command in a sandbox: deepbox sandbox exec ID -- COMMAND [ARG...]\n"
+      "Output is streamed; the exit status is the command's (see below).");
+  exec->add_option("--timeout,-t", exec_args->timeout_seconds,
+                   "Kill the command after S seconds (exit 124); 0 = the daemon's default (30 min)")
+      ->check(CLI::NonNegativeNumber);
+  exec->add_option("--cwd,-w", exec_args->cwd,
+                   "Working directory inside the sandbox (default /workspace)");
+  exec->add_option("--env,-e", exec_args->env, "Environment variable K=V (repeatable)");
+  exec->add_flag("--stdin,-i", exec_args->forward_stdin,
+                 "Read this command's stdin to its end and feed it to the command");
+  exec->add_option("id", exec_args->id, "Sandbox id")->required();
+  exec->add_option("command", exec_args->command, "The command and its arguments (after --)")
+      ->required();
+  exec->footer(kExitCodesHelp);
+  exec->callback([exec_args] { SetExitCode(RunSandboxExec(*exec_args)); });
+
+  auto ls_args = std::make_shared<SandboxLsArgs>();
+  CLI::App* ls = sandbox->add_subcommand(
+      "ls", "List sandboxes (also cleans up those whose supervisor died)");
+  ls->alias("list");
+  ls->add_option("--selector,-s", ls_args->selector,
+                 "Only sandboxes whose labels match: K=V, K!=V, K, !K (comma = and)");
+  ls->add_flag("--json", ls_args->json, "Print the records as a JSON array");
+  ls->add_flag("--quiet,-q", ls_args->quiet, "Print ids only");
+  ls->callback([ls_args] { SetExitCode(RunSandboxLs(*ls_args)); });
+
+  auto rm_args = std::make_shared<SandboxRmArgs>();
+  CLI::App* rm = sandbox->add_subcommand(
+      "rm",
+      "Delete sandboxes by id or label selector: kills every process, removes the\n"
+      "workspace, cgroups, socket and state; returns when nothing is left");
+  rm->alias("delete");
+  rm->add_option("ids", rm_args->ids, "Sandbox ids");
+  rm->add_option("--selector,-s", rm_args->selector,
+                 "Delete every sandbox whose labels match: K=V, K!=V, K, !K (comma = and)");
+  rm->callback([rm_args] { SetExitCode(RunSandboxRm(*rm_args)); });
+
+  auto cp_args = std::make_shared<SandboxCpArgs>();
+  CLI::App* cp = sandbox->add_subcommand(
+      "cp",
+      "Copy a file or directory between the host and a sandbox:\n"
+      "  deepbox sandbox cp ./src ID:/workspace/src    (host -> sandbox)\n"
+      "  deepbox sandbox cp ID:out.txt ./out.txt       (sandbox -> host)\n"
+      "A sandbox path is absolute or relative to /workspace. If DST is an existing\n"
+      "directory, SRC is copied into it.");
+  cp->add_option("src", cp_args->src, "SRC: host path or ID:PATH")->required();
+  cp->add_option("dst", cp_args->dst, "DST: host path or ID:PATH")->required();
+  cp->callback([cp_args] { SetExitCode(RunSandboxCp(*cp_args)); });
+}
+
+void RegisterPoolCommands(CLI::App& app) {
+  CLI::App* pool = app.add_subcommand("pool", "Warm pools of ready sandboxes");
+  pool->require_subcommand(1);
+  auto args = std::make_shared<PoolServeArgs>();
+  CLI::App* serve = pool->add_subcommand(
+      "serve",
+      "Keep N sandboxes warm, refilling as they are claimed (by `deepbox sandbox\n"
+      "create`, or any local provider with the same pool). Runs until SIGTERM/Ctrl-C;\n"
+      "the warm sandboxes outlive it and a restarted pool adopts them. Drain with\n"
+      "`deepbox sandbox rm --selector deepbox.dev/pool=NAME`.");
+  serve->add_option("--replicas,-n", args->replicas, "Number of warm sandboxes to keep")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  serve->add_option("--name", args->name, "Pool name")->capture_default_str();
+  serve->add_option("--network", args->network,
+                    "Network of the warm sandboxes (none|public; default: host default)")
+      ->check(CLI::IsMember({"none", "public"}));
+  serve->add_option("--rootfs", args->rootfs, "Root filesystem directory of the warm sandboxes");
+  serve->add_option("--parallel", args->parallel, "Sandboxes created at once")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  serve->callback([args] { SetExitCode(RunPoolServe(*args)); });
+}
+
+void RegisterDoctorCommand(CLI::App& app) {
+  auto args = std::make_shared<DoctorArgs>();
+  CLI::App* doctor = app.add_subcommand(
+      "doctor",
+      "Report what this host supports: user namespaces, seccomp, cgroups and which\n"
+      "limits are enforced by what, the public network mode, the state directory.\n"
+      "Exits 0 if sandboxes can run here, 4 if not.");
+  doctor->add_flag("--json", args->json, "Print the report as JSON");
+  doctor->callback([args] { SetExitCode(RunDoctor(*args)); });
+}
+
+}  // namespace deepbox::cli
+
+int main(int argc, char** argv) {
+  using namespace deepbox::cli;
+  // The hidden supervisor of one sandbox (see local/lifecycle/supervisor.h).
+  if (argc >= 2 && std::strcmp(argv[1], "__supervise") == 0) {
+    return deepbox::local::lifecycle::SuperviseMain(argc, argv);
+  }
+  signal(SIGPIPE, SIG_IGN);  // a closed stdout is a write error, not a crash
+  CLI::App app{"deepbox: run AI agents whose tools execute in isolated sandboxes.", "deepbox"};
+  app.require_subcommand(1);
+  app.footer(kExitCodesHelp);
+  app.set_version_flag("--version", "deepbox 0.1.0");
+  RegisterSandboxCommands(app);
+  RegisterPoolCommands(app);
+  RegisterDoctorCommand(app);
+  RegisterRunCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  return ExitCode();
+}

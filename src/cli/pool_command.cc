@@ -1,0 +1,49 @@
+// deepbox pool serve
+#include <signal.h>
+#include <sys/signalfd.h>
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/provider_util.h"
+#include "common/unique_fd.h"
+#include "local/lifecycle/pool.h"
+
+namespace deepbox::cli {
+
+int RunPoolServe(const PoolServeArgs& args) {
+  if (auto st = local::lifecycle::ValidatePoolName(args.name); !st) return ReportError(st.error());
+  ProviderFlags flags;
+  flags.pool = "";  // the pool daemon only creates
+  auto provider = MakeProvider(flags);
+  if (!provider) return ReportError(provider.error());
+  // SIGINT/SIGTERM stop the loop (through a signalfd); supervisors are
+  // spawned with a clean signal mask, so they do not inherit this.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  UniqueFd stop(signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!stop) return ReportError(SyscallError("signalfd", errno));
+  local::lifecycle::PoolOptions o;
+  o.name = args.name;
+  o.replicas = args.replicas;
+  o.network = args.network;
+  o.rootfs = args.rootfs;
+  o.parallel = args.parallel;
+  o.log = [](const std::string& line) {
+    std::string out = fmt::format("{} {}\n", local::lifecycle::FormatTime(local::lifecycle::NowMs()),
+                                  line);
+    std::fputs(out.c_str(), stderr);
+    std::fflush(stderr);
+  };
+  auto st = local::lifecycle::ServePool(**provider, o, stop.get());
+  if (!st) return ReportError(st.error());
+  return kExitOk;
+}
+
+}  // namespace deepbox::cli

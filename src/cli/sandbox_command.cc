@@ -1,0 +1,223 @@
+// deepbox sandbox create | exec | ls | rm
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/provider_util.h"
+#include "common/json.h"
+#include "local/lifecycle/provider.h"
+
+namespace deepbox::cli {
+namespace {
+
+using local::lifecycle::FormatTime;
+using local::lifecycle::NowMs;
+using local::lifecycle::SandboxMeta;
+using local::lifecycle::Selector;
+
+bool WriteFd(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+std::string Duration(int64_t ms) {
+  int64_t s = ms / 1000;
+  if (s < 0) return "-";
+  if (s < 120) return fmt::format("{}s", s);
+  if (s < 7200) return fmt::format("{}m", s / 60);
+  if (s < 172800) return fmt::format("{}h", s / 3600);
+  return fmt::format("{}d", s / 86400);
+}
+
+std::string LabelsText(const local::lifecycle::Labels& labels) {
+  std::string out;
+  for (const auto& [k, v] : labels) {
+    if (!out.empty()) out += ',';
+    out += k + "=" + v;
+  }
+  return out.empty() ? "-" : out;
+}
+
+}  // namespace
+
+int ExitCodeFor(const Error& error) {
+  switch (error.code) {
+    case ErrorCode::kInvalidArgument: return kExitUsage;
+    case ErrorCode::kNotFound: return kExitNotFound;
+    default: return kExitError;
+  }
+}
+
+int ReportError(const Error& error) {
+  std::fprintf(stderr, "deepbox: %s\n", error.message.c_str());
+  return ExitCodeFor(error);
+}
+
+Result<std::unique_ptr<local::lifecycle::LocalSandboxProvider>> MakeProvider(
+    const ProviderFlags& flags) {
+  local::lifecycle::LocalProviderOptions o;
+  o.pool = flags.pool;
+  o.memory_bytes = flags.memory_bytes;
+  o.max_processes = flags.max_processes;
+  o.cpu_cores = flags.cpus;
+  return local::lifecycle::LocalSandboxProvider::Create(std::move(o));
+}
+
+int RunSandboxCreate(const SandboxCreateArgs& args) {
+  ClaimOptions claim;
+  for (const auto& l : args.labels) {
+    auto kv = local::lifecycle::ParseLabel(l);
+    if (!kv) return ReportError(kv.error());
+    claim.labels[kv->first] = kv->second;
+  }
+  claim.ttl = std::chrono::seconds(args.ttl_seconds);
+  claim.network = args.network;
+  claim.rootfs = args.rootfs;
+  auto provider = MakeProvider(args.provider);
+  if (!provider) return ReportError(provider.error());
+  auto meta = (*provider)->CreateSandbox(claim, !args.cold);
+  if (!meta) {
+    int code = ReportError(meta.error());
+    return meta.error().code == ErrorCode::kUnavailable &&
+                   meta.error().message.find("user namespaces") != std::string::npos
+               ? kExitUnsupported
+               : code;
+  }
+  if (!meta->network_note.empty()) std::fprintf(stderr, "deepbox: warning: %s\n",
+                                                meta->network_note.c_str());
+  if (args.json) {
+    std::cout << ToJson(meta->ToJson()) << std::endl;
+  } else {
+    std::cout << meta->id << std::endl;
+  }
+  return kExitOk;
+}
+
+int RunSandboxExec(const SandboxExecArgs& args) {
+  auto fail = [](const Error& e) {
+    std::fprintf(stderr, "deepbox: %s\n", e.message.c_str());
+    return kExecDeepboxFailed;
+  };
+  if (args.command.empty()) {
+    return fail(Error(ErrorCode::kInvalidArgument,
+                      "no command given: deepbox sandbox exec ID -- COMMAND [ARG...]"));
+  }
+  ExecRequest req;
+  req.argv = args.command;
+  req.cwd = args.cwd;
+  req.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_seconds * 1000));
+  for (const auto& e : args.env) {
+    size_t eq = e.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return fail(Error(ErrorCode::kInvalidArgument, fmt::format("bad --env '{}': use K=V", e)));
+    }
+    req.env[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  if (args.forward_stdin) {
+    char buf[65536];
+    for (;;) {
+      ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      req.stdin_data.append(buf, static_cast<size_t>(n));
+    }
+  }
+  auto provider = MakeProvider(ProviderFlags{});
+  if (!provider) return fail(provider.error());
+  auto client = (*provider)->Connect(args.id);
+  if (!client) return fail(client.error());
+  auto result = (*client)->ExecStream(req, [](OutputStream s, std::string_view data) {
+    return WriteFd(s == OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO, data);
+  });
+  if (!result) {
+    // The sandbox may have expired or been deleted while the command ran.
+    auto meta = (*provider)->Get(args.id);
+    return fail(meta ? result.error() : meta.error());
+  }
+  switch (result->kind) {
+    case ExitKind::kExited: return result->exit_code;
+    case ExitKind::kSignaled: return 128 + result->signal;
+    case ExitKind::kTimedOut:
+      std::fprintf(stderr, "deepbox: the command timed out (after %.0f ms) and was killed\n",
+                   static_cast<double>(result->duration.count()));
+      return kExecTimedOut;
+    case ExitKind::kKilled: return 128 + 9;
+    case ExitKind::kSpawnFailed:
+      std::fprintf(stderr, "deepbox: %s\n", result->error.c_str());
+      return result->error.find("ENOENT") != std::string::npos ? kExecNotFound : kExecCannotRun;
+  }
+  return kExecDeepboxFailed;
+}
+
+int RunSandboxLs(const SandboxLsArgs& args) {
+  auto selector = Selector::Parse(args.selector);
+  if (!selector) return ReportError(selector.error());
+  auto provider = MakeProvider(ProviderFlags{});
+  if (!provider) return ReportError(provider.error());
+  auto list = (*provider)->List(*selector);
+  if (!list) return ReportError(list.error());
+  int64_t now = NowMs();
+  if (args.json) {
+    json::array arr;
+    for (const auto& m : *list) arr.emplace_back(m.ToJson());
+    std::cout << ToJson(arr) << std::endl;
+    return kExitOk;
+  }
+  if (args.quiet) {
+    for (const auto& m : *list) std::cout << m.id << "\n";
+    return kExitOk;
+  }
+  std::string out = fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {}\n", "ID", "STATE", "AGE",
+                                "EXPIRES", "NETWORK", "LABELS");
+  for (const auto& m : *list) {
+    std::string state = m.ready ? m.state : "starting";
+    if (m.expired(now)) state = "expiring";
+    std::string expires = m.expires_at_ms ? "in " + Duration(*m.expires_at_ms - now) : "never";
+    out += fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {}\n", m.id, state,
+                       Duration(now - m.created_at_ms), expires, m.network, LabelsText(m.labels));
+  }
+  std::cout << out << std::flush;
+  return kExitOk;
+}
+
+int RunSandboxRm(const SandboxRmArgs& args) {
+  if (args.ids.empty() == args.selector.empty()) {
+    return ReportError(Error(ErrorCode::kInvalidArgument,
+                             "give sandbox ids or --selector K=V (not both)"));
+  }
+  auto provider = MakeProvider(ProviderFlags{});
+  if (!provider) return ReportError(provider.error());
+  if (!args.selector.empty()) {
+    auto selector = Selector::Parse(args.selector);
+    if (!selector) return ReportError(selector.error());
+    auto ids = (*provider)->DeleteMatching(*selector);
+    if (!ids) return ReportError(ids.error());
+    for (const auto& id : *ids) std::cout << id << "\n";
+    std::cout << std::flush;
+    return kExitOk;
+  }
+  int code = kExitOk;
+  for (const auto& id : args.ids) {
+    auto st = (*provider)->Delete(id);
+    if (!st) {
+      int c = ReportError(st.error());
+      if (code == kExitOk || c == kExitError) code = c;
+      continue;
+    }
+    std::cout << id << std::endl;
+  }
+  return code;
+}
+
+}  // namespace deepbox::cli

@@ -1,0 +1,274 @@
+#include "k8s/claim.h"
+
+#include <fmt/format.h>
+
+namespace deepbox::k8s {
+
+namespace {
+
+json::object ToJsonMap(const std::map<std::string, std::string>& m) {
+  json::object o;
+  for (const auto& [k, v] : m) o[k] = v;
+  return o;
+}
+
+struct ReadyState {
+  bool seen = false;
+  std::string status;
+  std::string reason;
+  std::string message;
+  std::string Describe() const {
+    if (!seen) return "no Ready condition yet";
+    std::string s = fmt::format("Ready={}", status);
+    if (!reason.empty()) s += " " + reason;
+    if (!message.empty()) s += ": " + message;
+    return s;
+  }
+};
+
+}  // namespace
+
+bool IsTerminalClaimReason(std::string_view reason) {
+  return reason == "InvalidMetadata" || reason == "EnvVarsInjectionRejected" ||
+         reason == "VolumeClaimTemplatesError" || reason == "ClaimExpired" ||
+         reason == "SandboxExpired";
+}
+
+json::object BuildClaimObject(const ClaimRequest& request, const std::string& name,
+                              const std::string& api_version,
+                              const std::string& v1alpha1_template, SystemTime now) {
+  json::object obj;
+  obj["apiVersion"] = api_version;
+  obj["kind"] = "SandboxClaim";
+  json::object meta;
+  meta["name"] = name;
+  meta["namespace"] = request.namespace_name;
+  json::object labels = ToJsonMap(request.labels);
+  labels[kCreatedByLabel] = request.created_by;
+  meta["labels"] = std::move(labels);
+  json::object annotations;
+  annotations[kRequestTimeAnnotation] = FormatIsoMicros(now);
+  meta["annotations"] = std::move(annotations);
+  obj["metadata"] = std::move(meta);
+  json::object spec;
+  json::object ref;
+  if (api_version.ends_with("/v1alpha1")) {
+    ref["name"] = v1alpha1_template;
+    spec["sandboxTemplateRef"] = std::move(ref);
+    spec["warmpool"] = request.warm_pool;
+  } else {
+    ref["name"] = request.warm_pool;
+    spec["warmPoolRef"] = std::move(ref);
+  }
+  if (request.shutdown_after.count() > 0) {
+    json::object lifecycle;
+    lifecycle["shutdownTime"] = FormatRfc3339(now + request.shutdown_after);
+    lifecycle["shutdownPolicy"] = "Delete";
+    spec["lifecycle"] = std::move(lifecycle);
+  }
+  if (!request.pod_labels.empty() || !request.pod_annotations.empty()) {
+    json::object pm;
+    if (!request.pod_labels.empty()) pm["labels"] = ToJsonMap(request.pod_labels);
+    if (!request.pod_annotations.empty()) pm["annotations"] = ToJsonMap(request.pod_annotations);
+    spec["additionalPodMetadata"] = std::move(pm);
+  }
+  obj["spec"] = std::move(spec);
+  return obj;
+}
+
+Result<ClaimedSandbox> Claimer::Claim(const ClaimRequest& request) {
+  if (request.warm_pool.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "a SandboxWarmPool name is required");
+  }
+  if (request.shutdown_after.count() < 0) {
+    return MakeError(ErrorCode::kInvalidArgument, "the sandbox TTL must be positive");
+  }
+  if (auto s = ValidateLabels(request.labels); !s) return tl::unexpected(s.error());
+  if (auto s = ValidateLabels(request.pod_labels); !s) return tl::unexpected(s.error());
+  const std::string& ns = request.namespace_name;
+  std::string name = std::string(kClaimNamePrefix) + RandomHex(8);
+  auto now = clock_ ? clock_() : std::chrono::system_clock::now();
+  auto start = std::chrono::steady_clock::now();
+
+  Result<json::object> created = MakeError(ErrorCode::kInternal, "not attempted");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto type = api_.ClaimType();
+    if (!type) return tl::unexpected(type.error());
+    std::string tmpl;
+    if (type->version == "v1alpha1") {
+      // v1alpha1 claims name the template; the pool tells us which.
+      auto pool = api_.GetWarmPool(ns, request.warm_pool);
+      if (!pool) {
+        Error e = pool.error();
+        if (e.code == ErrorCode::kNotFound) {
+          e.message = fmt::format("SandboxWarmPool '{}' not found in namespace '{}' ({})",
+                                  request.warm_pool, ns, e.message);
+        }
+        return tl::unexpected(e);
+      }
+      tmpl = FindString(*pool, {"spec", "sandboxTemplateRef", "name"});
+    }
+    json::object obj = BuildClaimObject(request, name, type->ApiVersion(), tmpl, now);
+    created = api_.CreateClaim(ns, obj);
+    // A 404 on create means the resource type is not served at this version.
+    if (!created && created.error().code == ErrorCode::kNotFound && attempt == 0 &&
+        type->version == "v1beta1") {
+      api_.FallBackToV1alpha1();
+      continue;
+    }
+    break;
+  }
+  if (!created) {
+    (void)Release(ns, name);  // a create whose answer was lost may still have happened
+    Error e = created.error();
+    e.message = fmt::format("creating SandboxClaim '{}' in namespace '{}': {}", name, ns,
+                            e.message);
+    return tl::unexpected(e);
+  }
+  std::string rv = FindString(*created, {"metadata", "resourceVersion"});
+  auto result = Wait(request, name, rv.empty() ? "0" : rv);
+  if (!result) {
+    if (auto s = Release(ns, name); !s) {
+      Error e = result.error();
+      e.message += fmt::format(" (and deleting the claim failed: {})", s.error().message);
+      return tl::unexpected(e);
+    }
+    return result;
+  }
+  result->api_version = FindString(*created, {"apiVersion"});
+  result->requested_at = FormatIsoMicros(now);
+  result->wait_time = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  if (result->pod_ips.empty()) {
+    // The claim did not carry pod IPs: read them from the Sandbox (best effort;
+    // without one the router resolves the sandbox by name).
+    if (auto sb = api_.GetSandbox(ns, result->sandbox_name); sb) {
+      if (const auto* ips = Find(*sb, {"status", "podIPs"}); ips != nullptr && ips->is_array()) {
+        for (const auto& ip : ips->get_array()) {
+          if (ip.is_string()) result->pod_ips.emplace_back(ip.get_string());
+        }
+      }
+    }
+  }
+  result->pod_ip = SelectPodIp(result->pod_ips);
+  return result;
+}
+
+Result<ClaimedSandbox> Claimer::Wait(const ClaimRequest& request, const std::string& name,
+                                     const std::string& resource_version) {
+  const std::string& ns = request.namespace_name;
+  WatchOptions wo;
+  wo.field_selector = "metadata.name=" + name;
+  wo.resource_version = resource_version;
+  wo.deadline = std::chrono::steady_clock::now() + request.ready_timeout;
+  ReadyState last;
+  std::optional<Error> failure;
+  std::optional<ClaimedSandbox> done;
+  auto what = fmt::format("SandboxClaim '{}' in namespace '{}'", name, ns);
+
+  auto watched = api_.WatchClaims(ns, wo, [&](const WatchEvent& ev) {
+    if (ev.type == WatchEventType::kBookmark) return true;
+    if (FindString(ev.object, {"metadata", "name"}) != name) return true;
+    if (ev.type == WatchEventType::kDeleted) {
+      failure = Error(ErrorCode::kUnavailable,
+                      fmt::format("{} was deleted while waiting for it to become ready (TTL "
+                                  "expiry or someone deleted it)",
+                                  what));
+      return false;
+    }
+    bool ready = false;
+    if (const auto* conds = Find(ev.object, {"status", "conditions"});
+        conds != nullptr && conds->is_array()) {
+      for (const auto& c : conds->get_array()) {
+        std::string type = FindString(c, {"type"});
+        std::string status = FindString(c, {"status"});
+        std::string reason = FindString(c, {"reason"});
+        std::string message = FindString(c, {"message"});
+        if (type == "Ready") last = ReadyState{true, status, reason, message};
+        if (type == "Ready" && status == "False" && reason == "TemplateNotFound") {
+          failure = Error(ErrorCode::kNotFound,
+                          fmt::format("{}: the SandboxTemplate of warm pool '{}' does not exist "
+                                      "(TemplateNotFound: {})",
+                                      what, request.warm_pool, message));
+          return false;
+        }
+        if (reason == "WarmPoolNotFound") {
+          failure = Error(ErrorCode::kNotFound,
+                          fmt::format("{}: SandboxWarmPool '{}' does not exist in namespace "
+                                      "'{}' (WarmPoolNotFound: {})",
+                                      what, request.warm_pool, ns, message));
+          return false;
+        }
+        if (type == "Ready" && status == "False" && IsTerminalClaimReason(reason)) {
+          ErrorCode code = reason == "ClaimExpired" || reason == "SandboxExpired"
+                               ? ErrorCode::kUnavailable
+                               : ErrorCode::kInvalidArgument;
+          failure = Error(code, fmt::format("{} failed with terminal reason {}: {}", what,
+                                            reason, message));
+          return false;
+        }
+        if (type == "Ready" && status == "True") ready = true;
+      }
+    }
+    std::string sandbox = FindString(ev.object, {"status", "sandbox", "name"});
+    if (sandbox.empty()) sandbox = FindString(ev.object, {"status", "sandbox", "Name"});
+    if (!sandbox.empty() && ready) {
+      ClaimedSandbox c;
+      c.namespace_name = ns;
+      c.claim_name = name;
+      c.sandbox_name = sandbox;
+      if (const auto* ips = Find(ev.object, {"status", "sandbox", "podIPs"});
+          ips != nullptr && ips->is_array()) {
+        for (const auto& ip : ips->get_array()) {
+          if (ip.is_string()) c.pod_ips.emplace_back(ip.get_string());
+        }
+      }
+      done = std::move(c);
+      return false;
+    }
+    return true;
+  });
+  if (failure) return tl::unexpected(*failure);
+  if (done) return *done;
+  if (!watched) {
+    if (watched.error().code == ErrorCode::kTimeout) {
+      return MakeError(ErrorCode::kTimeout,
+                       fmt::format("{} did not become ready within {} s ({}); a cold start may "
+                                   "need longer (raise the ready timeout) or the warm pool may "
+                                   "be empty",
+                                   what, request.ready_timeout.count() / 1000.0, last.Describe()));
+    }
+    Error e = watched.error();
+    e.message = fmt::format("waiting for {}: {}", what, e.message);
+    return tl::unexpected(e);
+  }
+  return MakeError(ErrorCode::kInternal, fmt::format("watching {} ended early", what));
+}
+
+Status Claimer::Release(std::string_view ns, std::string_view claim_name) {
+  auto s = api_.DeleteClaim(ns, claim_name);
+  if (!s && s.error().code == ErrorCode::kNotFound) return {};
+  return s;
+}
+
+Result<std::vector<std::string>> Claimer::DeleteBySelector(std::string_view ns,
+                                                           std::string_view label_selector) {
+  if (label_selector.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "a label selector is required (refusing to delete every claim)");
+  }
+  ListOptions lo;
+  lo.label_selector = std::string(label_selector);
+  auto list = api_.ListClaims(ns, lo);
+  if (!list) return tl::unexpected(list.error());
+  std::vector<std::string> deleted;
+  for (const auto& item : list->items) {
+    std::string name = FindString(item, {"metadata", "name"});
+    if (name.empty()) continue;
+    if (auto s = Release(ns, name); !s) return tl::unexpected(s.error());
+    deleted.push_back(name);
+  }
+  return deleted;
+}
+
+}  // namespace deepbox::k8s

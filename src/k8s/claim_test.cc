@@ -1,0 +1,378 @@
+#include "k8s/claim.h"
+
+#include <future>
+#include <thread>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "k8s/testing/fake_api_server.h"
+#include "k8s/testing/fake_controller.h"
+#include "k8s/testing/fixtures.h"
+
+namespace deepbox::k8s {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ClaimNames;
+using testing::FakeApiServer;
+using testing::FakeApiServerOptions;
+using testing::FakeController;
+using testing::FakeControllerOptions;
+using testing::PoolReadyReplicas;
+using testing::SeedPool;
+using testing::WaitUntil;
+
+const testing::ResourceKey kClaimKey{"extensions.agents.x-k8s.io", "sandboxclaims", "default"};
+const testing::ResourceKey kSandboxKey{"agents.x-k8s.io", "sandboxes", "default"};
+
+class ClaimTest : public ::testing::Test {
+ protected:
+  void Init(FakeApiServerOptions server_opts = {}, FakeControllerOptions ctl_opts = {}) {
+    auto server = FakeApiServer::Start(server_opts);
+    ASSERT_TRUE(server) << server.error().ToString();
+    server_ = std::move(*server);
+    controller_ = std::make_unique<FakeController>(server_->shared_store(), ctl_opts);
+    controller_->Start();
+    ClientOptions co;
+    co.initial_backoff = 5ms;
+    co.max_backoff = 50ms;
+    auto client = KubeClient::Create(server_->ClientConfig(), co);
+    ASSERT_TRUE(client) << client.error().ToString();
+    client_ = std::move(*client);
+    api_ = std::make_unique<SandboxApi>(*client_);
+    claimer_ = std::make_unique<Claimer>(*api_);
+  }
+  void TearDown() override {
+    if (controller_) controller_->Stop();
+  }
+  ClaimRequest Request(std::chrono::milliseconds timeout = 30s) {
+    ClaimRequest r;
+    r.warm_pool = "deepagents-warmpool";
+    r.labels = {{"deepagents.example/claim", "true"}};
+    r.ready_timeout = timeout;
+    return r;
+  }
+  // Runs Claim() on a thread; returns once the claim object exists.
+  std::future<Result<ClaimedSandbox>> ClaimAsync(ClaimRequest r, std::string* name) {
+    auto f = std::async(std::launch::async, [this, r] { return claimer_->Claim(r); });
+    EXPECT_TRUE(WaitUntil([&] { return !ClaimNames(server_->store(), "default").empty(); }));
+    auto names = ClaimNames(server_->store(), "default");
+    if (!names.empty()) *name = names.front();
+    return f;
+  }
+
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<FakeController> controller_;
+  std::unique_ptr<KubeClient> client_;
+  std::unique_ptr<SandboxApi> api_;
+  std::unique_ptr<Claimer> claimer_;
+};
+
+TEST(ClaimObjectTest, MatchesTheSdkShape) {
+  ClaimRequest r;
+  r.warm_pool = "deepagents-warmpool";
+  r.labels = {{"deepagents.example/claim", "true"}};
+  r.pod_labels = {{"team", "a"}};
+  r.pod_annotations = {{"note", "x"}};
+  r.shutdown_after = 3600s;
+  auto now = std::chrono::system_clock::from_time_t(1787000000) + 123456us;
+  auto obj = BuildClaimObject(r, "sandbox-claim-0123abcd", "extensions.agents.x-k8s.io/v1beta1",
+                              "", now);
+  EXPECT_EQ(ToJson(obj),
+            R"({"apiVersion":"extensions.agents.x-k8s.io/v1beta1","kind":"SandboxClaim",)"
+            R"("metadata":{"name":"sandbox-claim-0123abcd","namespace":"default",)"
+            R"("labels":{"deepagents.example/claim":"true","agents.x-k8s.io/created-by":)"
+            R"("deepbox"},"annotations":{"agents.x-k8s.io/client-first-requested-at":)"
+            R"("2026-08-17T20:53:20.123456+00:00"}},"spec":{"warmPoolRef":{"name":)"
+            R"("deepagents-warmpool"},"lifecycle":{"shutdownTime":"2026-08-17T21:53:20Z",)"
+            R"("shutdownPolicy":"Delete"},"additionalPodMetadata":{"labels":{"team":"a"},)"
+            R"("annotations":{"note":"x"}}}})");
+  auto old = BuildClaimObject(r, "n", "extensions.agents.x-k8s.io/v1alpha1", "tmpl", now);
+  EXPECT_EQ(ToJson(old.at("spec").at("sandboxTemplateRef")), R"({"name":"tmpl"})");
+  EXPECT_EQ(old.at("spec").at("warmpool"), json::value("deepagents-warmpool"));
+  EXPECT_FALSE(old.at("spec").as_object().contains("warmPoolRef"));
+}
+
+TEST_F(ClaimTest, AdoptsAWarmMemberOverOneWatch) {
+  Init();
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 1);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1; }));
+  ClaimRequest r = Request();
+  r.shutdown_after = 600s;
+  auto c = claimer_->Claim(r);
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_TRUE(c->claim_name.starts_with("sandbox-claim-"));
+  EXPECT_EQ(c->claim_name.size(), std::string("sandbox-claim-").size() + 8);
+  EXPECT_TRUE(c->sandbox_name.starts_with("deepagents-warmpool-")) << c->sandbox_name;
+  EXPECT_EQ(c->pod_ip, "10.244.0.10");
+  EXPECT_EQ(c->api_version, "extensions.agents.x-k8s.io/v1beta1");
+  EXPECT_EQ(controller_->adoptions(), 1);
+  EXPECT_EQ(controller_->cold_starts(), 0);
+
+  auto claim = server_->store().Get(kClaimKey, c->claim_name);
+  ASSERT_TRUE(claim);
+  EXPECT_EQ(FindString(*claim, {"metadata", "labels", "deepagents.example/claim"}), "true");
+  EXPECT_EQ(FindString(*claim, {"metadata", "labels", "agents.x-k8s.io/created-by"}), "deepbox");
+  std::string requested =
+      FindString(*claim, {"metadata", "annotations", "agents.x-k8s.io/client-first-requested-at"});
+  EXPECT_TRUE(ParseRfc3339(requested)) << requested;
+  EXPECT_TRUE(requested.ends_with("+00:00"));
+  EXPECT_EQ(FindString(*claim, {"spec", "lifecycle", "shutdownPolicy"}), "Delete");
+  std::string shutdown = FindString(*claim, {"spec", "lifecycle", "shutdownTime"});
+  ASSERT_EQ(shutdown.size(), 20u);
+  EXPECT_EQ(shutdown.back(), 'Z');
+
+  // One watch, on this claim only, from the create's resourceVersion.
+  int watches = 0;
+  for (const auto& req : server_->requests()) {
+    if (req.Query("watch").empty()) continue;
+    ++watches;
+    EXPECT_EQ(req.Query("fieldSelector"), "metadata.name=" + c->claim_name);
+    EXPECT_FALSE(req.Query("resourceVersion").empty());
+    EXPECT_EQ(req.Query("allowWatchBookmarks"), "true");
+  }
+  EXPECT_EQ(watches, 1);
+
+  ASSERT_TRUE(claimer_->Release("default", c->claim_name));
+  EXPECT_FALSE(server_->store().Get(kClaimKey, c->claim_name));
+  ASSERT_TRUE(claimer_->Release("default", c->claim_name));  // 404 counts as deleted
+  // The adopted Sandbox is garbage-collected and the pool refills.
+  EXPECT_TRUE(WaitUntil([&] { return !server_->store().Get(kSandboxKey, c->sandbox_name); }));
+  EXPECT_TRUE(WaitUntil(
+      [&] { return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1; }));
+}
+
+TEST_F(ClaimTest, ColdStartsWhenThePoolIsEmpty) {
+  FakeControllerOptions co;
+  co.adoption_delay = 20ms;
+  co.pod_start_delay = 30ms;
+  co.dual_stack = true;
+  Init({}, co);
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 0);
+  auto c = claimer_->Claim(Request());
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->sandbox_name, c->claim_name);  // cold: named after the claim
+  EXPECT_EQ(c->pod_ips.size(), 2u);
+  EXPECT_EQ(c->pod_ip, "10.244.0.10");  // IPv4 preferred over the first (IPv6) entry
+  EXPECT_EQ(controller_->cold_starts(), 1);
+}
+
+TEST_F(ClaimTest, NeverReadyTimesOutAndDeletesTheClaim) {
+  FakeControllerOptions co;
+  co.pods_become_ready = false;
+  Init({}, co);
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 1);
+  auto c = claimer_->Claim(Request(400ms));
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, ErrorCode::kTimeout);
+  EXPECT_NE(c.error().message.find("did not become ready within 0.4 s"), std::string::npos)
+      << c.error().message;
+  EXPECT_NE(c.error().message.find("Ready=False SandboxNotReady"), std::string::npos)
+      << c.error().message;
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+}
+
+struct TerminalCase {
+  std::string reason;
+  ErrorCode code;
+};
+
+class TerminalReasonTest : public ClaimTest,
+                           public ::testing::WithParamInterface<TerminalCase> {};
+
+TEST_P(TerminalReasonTest, FailsFastAndDeletesTheClaim) {
+  const auto& tc = GetParam();
+  FakeControllerOptions co;
+  if (tc.reason == "SandboxExpired") co.pods_become_ready = false;
+  Init({}, co);
+  ClaimRequest r = Request(60s);  // far beyond: the failure must come first
+  if (tc.reason == "TemplateNotFound") {
+    (void)server_->store().Create({"extensions.agents.x-k8s.io", "sandboxwarmpools", "default"},
+                                  testing::MakeWarmPool(r.warm_pool, "missing-template", 1));
+  } else if (tc.reason != "WarmPoolNotFound") {
+    SeedPool(server_->store(), "default", r.warm_pool, "deepbox-sandbox-template", 0);
+  }
+  if (tc.reason == "InvalidMetadata") r.pod_labels = {{"agents.x-k8s.io/sneaky", "x"}};
+  if (tc.reason == "EnvVarsInjectionRejected" || tc.reason == "VolumeClaimTemplatesError" ||
+      tc.reason == "ClaimExpired") {
+    controller_->FailClaimsWith(tc.reason, "as the controller reports it");
+  }
+  Result<ClaimedSandbox> c = MakeError(ErrorCode::kInternal, "unset");
+  if (tc.reason == "SandboxExpired") {
+    std::string name;
+    auto f = ClaimAsync(r, &name);
+    ASSERT_TRUE(WaitUntil([&] { return server_->store().Get(kSandboxKey, name).has_value(); }));
+    controller_->ExpireSandbox("default", name);
+    c = f.get();
+  } else {
+    c = claimer_->Claim(r);
+  }
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, tc.code) << c.error().ToString();
+  EXPECT_NE(c.error().message.find(tc.reason), std::string::npos) << c.error().message;
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Reasons, TerminalReasonTest,
+    ::testing::Values(TerminalCase{"TemplateNotFound", ErrorCode::kNotFound},
+                      TerminalCase{"WarmPoolNotFound", ErrorCode::kNotFound},
+                      TerminalCase{"InvalidMetadata", ErrorCode::kInvalidArgument},
+                      TerminalCase{"EnvVarsInjectionRejected", ErrorCode::kInvalidArgument},
+                      TerminalCase{"VolumeClaimTemplatesError", ErrorCode::kInvalidArgument},
+                      TerminalCase{"ClaimExpired", ErrorCode::kUnavailable},
+                      TerminalCase{"SandboxExpired", ErrorCode::kUnavailable}),
+    [](const auto& info) { return info.param.reason; });
+
+TEST_F(ClaimTest, ClaimDeletedWhileWaiting) {
+  FakeControllerOptions co;
+  co.pods_become_ready = false;
+  Init({}, co);
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 0);
+  std::string name;
+  auto f = ClaimAsync(Request(), &name);
+  ASSERT_TRUE(server_->store().Delete(kClaimKey, name));
+  auto c = f.get();
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("was deleted while waiting"), std::string::npos)
+      << c.error().message;
+}
+
+TEST_F(ClaimTest, TtlExpiryDeletesTheClaimServerSide) {
+  auto now = std::make_shared<std::atomic<int64_t>>(1787000000);
+  FakeControllerOptions co;
+  co.pods_become_ready = false;
+  co.clock = [now] { return std::chrono::system_clock::from_time_t(now->load()); };
+  Init({}, co);
+  claimer_->set_clock(co.clock);
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 0);
+  ClaimRequest r = Request();
+  r.shutdown_after = 60s;
+  std::string name;
+  auto f = ClaimAsync(r, &name);
+  *now += 61;
+  controller_->Kick();
+  auto c = f.get();
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("was deleted while waiting"), std::string::npos);
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+}
+
+TEST_F(ClaimTest, SurvivesA410DuringTheWait) {
+  FakeControllerOptions co;
+  co.pods_become_ready = false;
+  Init({}, co);
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 0);
+  std::string name;
+  auto f = ClaimAsync(Request(), &name);
+  ASSERT_TRUE(server_->WaitForWatches(1));
+  server_->ExpireWatches();
+  ASSERT_TRUE(server_->WaitForWatchesOpened(2));
+  controller_->SetPodsBecomeReady(true);
+  auto c = f.get();
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->claim_name, name);
+  // The re-list was scoped to this claim.
+  bool relisted = false;
+  for (const auto& req : server_->requests()) {
+    if (req.method == "GET" && req.path.ends_with("/sandboxclaims") && req.Query("watch").empty()) {
+      relisted = true;
+      EXPECT_EQ(req.Query("fieldSelector"), "metadata.name=" + name);
+    }
+  }
+  EXPECT_TRUE(relisted);
+}
+
+TEST_F(ClaimTest, SurvivesAnApiserverRestartMidWatch) {
+  FakeControllerOptions co;
+  co.pods_become_ready = false;
+  Init({}, co);
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 0);
+  std::string name;
+  auto f = ClaimAsync(Request(), &name);
+  ASSERT_TRUE(server_->WaitForWatches(1));
+  server_->Stop();
+  controller_->SetPodsBecomeReady(true);  // it becomes Ready while the apiserver is down
+  ASSERT_TRUE(WaitUntil([&] {
+    auto cl = server_->store().Get(kClaimKey, name);
+    return cl && Find(*cl, {"status", "sandbox", "podIPs"}) != nullptr;
+  }));
+  ASSERT_TRUE(server_->Resume());
+  auto c = f.get();
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->pod_ip, "10.244.0.10");
+}
+
+TEST_F(ClaimTest, FallsBackToV1alpha1) {
+  FakeApiServerOptions so;
+  so.extension_versions = {"v1alpha1"};
+  Init(so);
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 1);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1; }));
+  auto c = claimer_->Claim(Request());
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->api_version, "extensions.agents.x-k8s.io/v1alpha1");
+  auto claim = server_->store().Get(kClaimKey, c->claim_name);
+  ASSERT_TRUE(claim);
+  EXPECT_EQ(FindString(*claim, {"spec", "sandboxTemplateRef", "name"}), "deepbox-sandbox-template");
+  EXPECT_EQ(FindString(*claim, {"spec", "warmpool"}), "deepagents-warmpool");
+  EXPECT_EQ(controller_->adoptions(), 1);
+}
+
+TEST_F(ClaimTest, FallsBackToV1alpha1WhenDiscoveryIsHiddenAndCreate404s) {
+  FakeApiServerOptions so;
+  so.extension_versions = {"v1alpha1"};
+  so.discovery_forbidden = true;
+  Init(so);
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 0);
+  auto c = claimer_->Claim(Request());
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->api_version, "extensions.agents.x-k8s.io/v1alpha1");
+  EXPECT_EQ(server_->CountRequests("POST", "/v1beta1/"), 1);
+  EXPECT_EQ(server_->CountRequests("POST", "/v1alpha1/"), 1);
+}
+
+TEST_F(ClaimTest, DeleteBySelectorLeavesOtherClaimsAlone) {
+  Init();
+  auto make = [&](const std::string& ns, const std::string& name,
+                  std::map<std::string, std::string> labels) {
+    ClaimRequest r = Request();
+    r.namespace_name = ns;
+    r.labels = std::move(labels);
+    auto obj = BuildClaimObject(r, name, "extensions.agents.x-k8s.io/v1beta1", "",
+                                std::chrono::system_clock::now());
+    ASSERT_TRUE(server_->store().Create({"extensions.agents.x-k8s.io", "sandboxclaims", ns}, obj));
+  };
+  make("default", "sandbox-claim-aaaaaaaa", {{"deepagents.example/claim", "true"}});
+  make("default", "sandbox-claim-bbbbbbbb", {{"deepagents.example/claim", "true"}});
+  make("default", "sandbox-claim-cccccccc", {{"deepagents.example/claim", "false"}});
+  make("default", "someone-else", {});
+  make("other", "sandbox-claim-dddddddd", {{"deepagents.example/claim", "true"}});
+  auto deleted = claimer_->DeleteBySelector("default", "deepagents.example/claim=true");
+  ASSERT_TRUE(deleted) << deleted.error().ToString();
+  EXPECT_EQ(*deleted, (std::vector<std::string>{"sandbox-claim-aaaaaaaa", "sandbox-claim-bbbbbbbb"}));
+  auto left = ClaimNames(server_->store(), "default");
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"sandbox-claim-cccccccc", "someone-else"}));
+  EXPECT_EQ(ClaimNames(server_->store(), "other").size(), 1u);
+  EXPECT_FALSE(claimer_->DeleteBySelector("default", ""));
+}
+
+TEST_F(ClaimTest, RejectsBadInput) {
+  Init();
+  ClaimRequest r = Request();
+  r.warm_pool.clear();
+  EXPECT_EQ(claimer_->Claim(r).error().code, ErrorCode::kInvalidArgument);
+  r = Request();
+  r.labels = {{"bad key!", "x"}};
+  auto c = claimer_->Claim(r);
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message.find("bad key!"), std::string::npos);
+  EXPECT_EQ(server_->CountRequests("POST", ""), 0);
+}
+
+}  // namespace
+}  // namespace deepbox::k8s

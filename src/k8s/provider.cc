@@ -1,0 +1,241 @@
+#include "k8s/provider.h"
+
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "sandbox/sandboxd_client.h"
+
+namespace deepbox::k8s {
+
+namespace {
+
+// Delegates to the daemon client, refusing (clearly) once the tunnel is gone.
+class GuardedSandbox : public Sandbox {
+ public:
+  GuardedSandbox(std::unique_ptr<Sandbox> inner, SandboxConnection* conn, std::string id)
+      : inner_(std::move(inner)), conn_(conn), id_(std::move(id)) {}
+
+  std::string id() const override { return id_; }
+  std::string root() const override { return inner_->root(); }
+
+  Result<ExecResult> Exec(const ExecRequest& r) override {
+    return Guard([&] { return inner_->Exec(r); });
+  }
+  Result<ExecResult> ExecStream(const ExecRequest& r, const OutputCallback& cb) override {
+    return Guard([&] { return inner_->ExecStream(r, cb); });
+  }
+  Result<FileInfo> Stat(const std::string& p) override {
+    return Guard([&] { return inner_->Stat(p); });
+  }
+  Result<std::vector<FileInfo>> List(const std::string& p) override {
+    return Guard([&] { return inner_->List(p); });
+  }
+  Result<ReadResult> Read(const std::string& p, const ReadOptions& o) override {
+    return Guard([&] { return inner_->Read(p, o); });
+  }
+  Status Write(const std::string& p, std::string_view c, uint32_t mode) override {
+    return Guard([&] { return inner_->Write(p, c, mode); });
+  }
+  Result<EditResult> Edit(const std::string& p, const std::string& o, const std::string& n,
+                          bool all) override {
+    return Guard([&] { return inner_->Edit(p, o, n, all); });
+  }
+  Status Mkdir(const std::string& p, bool parents) override {
+    return Guard([&] { return inner_->Mkdir(p, parents); });
+  }
+  Status Move(const std::string& f, const std::string& t, bool overwrite) override {
+    return Guard([&] { return inner_->Move(f, t, overwrite); });
+  }
+  Status Delete(const std::string& p, bool recursive) override {
+    return Guard([&] { return inner_->Delete(p, recursive); });
+  }
+  Result<GlobResult> Glob(const std::string& pattern, const std::string& p,
+                          size_t max) override {
+    return Guard([&] { return inner_->Glob(pattern, p, max); });
+  }
+  Result<GrepResult> Grep(const GrepRequest& r) override {
+    return Guard([&] { return inner_->Grep(r); });
+  }
+  Result<std::string> Download(const std::string& p) override {
+    return Guard([&] { return inner_->Download(p); });
+  }
+  Status Upload(const std::string& p, std::string_view c, uint32_t mode) override {
+    return Guard([&] { return inner_->Upload(p, c, mode); });
+  }
+
+ private:
+  template <typename F>
+  auto Guard(F&& f) -> decltype(f()) {
+    if (auto h = conn_->Health(); !h) return tl::unexpected(h.error());
+    auto r = f();
+    if (!r && r.error().code == ErrorCode::kUnavailable) {
+      if (auto h = conn_->Health(); !h) return tl::unexpected(h.error());
+    }
+    return r;
+  }
+
+  std::unique_ptr<Sandbox> inner_;
+  SandboxConnection* conn_;
+  std::string id_;
+};
+
+class K8sLease : public SandboxLease {
+ public:
+  K8sLease(Claimer& claimer, ClaimedSandbox claimed, std::unique_ptr<SandboxConnection> conn,
+           std::unique_ptr<Sandbox> sandbox)
+      : claimer_(claimer),
+        claimed_(std::move(claimed)),
+        conn_(std::move(conn)),
+        sandbox_(std::move(sandbox)) {}
+
+  ~K8sLease() override {
+    if (kept_) {
+      sandbox_.reset();
+      conn_->Close();  // our tunnel is local; the claim stays
+    } else {
+      (void)Release();
+    }
+  }
+
+  Sandbox& sandbox() override { return *sandbox_; }
+
+  Status Release() override {
+    if (released_) return {};
+    released_ = true;
+    sandbox_.reset();
+    conn_->Close();
+    auto s = claimer_.Release(claimed_.namespace_name, claimed_.claim_name);
+    if (!s) {
+      released_ = false;
+      Error e = s.error();
+      e.message = fmt::format("deleting SandboxClaim {}/{}: {}", claimed_.namespace_name,
+                              claimed_.claim_name, e.message);
+      return tl::unexpected(e);
+    }
+    return {};
+  }
+
+  void Keep() override { kept_ = true; }
+
+  std::string Describe() const override {
+    std::string where = claimed_.pod_ip.empty() ? "" : ", pod IP " + claimed_.pod_ip;
+    return fmt::format(
+        "Kubernetes sandbox {ns}/{claim} (SandboxClaim {claim} bound to Sandbox {sb}{where}). "
+        "Reach it through the sandbox router with X-Sandbox-ID: {sb}, X-Sandbox-Namespace: {ns}. "
+        "Delete it with: kubectl delete sandboxclaim {claim} -n {ns}",
+        fmt::arg("ns", claimed_.namespace_name), fmt::arg("claim", claimed_.claim_name),
+        fmt::arg("sb", claimed_.sandbox_name), fmt::arg("where", where));
+  }
+
+ private:
+  Claimer& claimer_;
+  ClaimedSandbox claimed_;
+  std::unique_ptr<SandboxConnection> conn_;
+  std::unique_ptr<Sandbox> sandbox_;
+  bool kept_ = false;
+  bool released_ = false;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Sandbox>> ConnectSandboxd(const DaemonEndpoint& endpoint,
+                                                 const std::string& id) {
+  SandboxdClientOptions opts;
+  opts.id = id;
+  opts.default_headers = endpoint.headers;
+  auto c = SandboxdClient::Connect(endpoint.base_url, opts);
+  if (!c) return tl::unexpected(c.error());
+  return std::unique_ptr<Sandbox>(std::move(*c));
+}
+
+Result<std::unique_ptr<K8sSandboxProvider>> K8sSandboxProvider::Create(
+    K8sProviderOptions options) {
+  std::unique_ptr<K8sSandboxProvider> p(new K8sSandboxProvider());
+  p->namespace_ = options.namespace_name.empty() ? options.rest.namespace_name
+                                                 : options.namespace_name;
+  if (p->namespace_.empty()) p->namespace_ = "default";
+  auto client = KubeClient::Create(options.rest, options.client);
+  if (!client) return tl::unexpected(client.error());
+  p->client_ = std::move(*client);
+  p->api_ = std::make_unique<SandboxApi>(*p->client_);
+  p->claimer_ = std::make_unique<Claimer>(*p->api_);
+  if (!options.sandbox_factory) options.sandbox_factory = ConnectSandboxd;
+  // kubectl must talk to the same cluster as we do (KUBECONFIG is inherited).
+  auto& kubectl_args = options.connection.port_forward.kubectl_args;
+  if (kubectl_args.empty()) {
+    if (!options.rest.kubeconfig_path.empty()) {
+      kubectl_args.insert(kubectl_args.end(), {"--kubeconfig", options.rest.kubeconfig_path});
+    }
+    if (!options.rest.context.empty()) {
+      kubectl_args.insert(kubectl_args.end(), {"--context", options.rest.context});
+    }
+  }
+  p->options_ = std::move(options);
+  return p;
+}
+
+K8sSandboxProvider::~K8sSandboxProvider() = default;
+
+Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Claim(const ClaimOptions& options) {
+  if (!options.rootfs.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "a root filesystem cannot be chosen on Kubernetes: the image comes from "
+                     "the SandboxTemplate");
+  }
+  if (options.network == "none") {
+    return MakeError(ErrorCode::kUnimplemented,
+                     "network 'none' is not available per claim on Kubernetes: the "
+                     "SandboxTemplate's networkPolicy decides (its secure default allows public "
+                     "egress only)");
+  }
+  ClaimRequest req;
+  req.warm_pool = options_.warm_pool;
+  req.namespace_name = namespace_;
+  req.labels = options_.labels;
+  for (const auto& [k, v] : options.labels) req.labels[k] = v;
+  req.pod_labels = options_.pod_labels;
+  req.pod_annotations = options_.pod_annotations;
+  req.shutdown_after = options.ttl;
+  req.ready_timeout = options_.ready_timeout;
+  req.created_by = options_.created_by;
+  auto claimed = claimer_->Claim(req);
+  if (!claimed) return tl::unexpected(claimed.error());
+
+  auto fail = [&](Error e) -> Result<std::unique_ptr<SandboxLease>> {
+    if (auto s = claimer_->Release(claimed->namespace_name, claimed->claim_name); !s) {
+      e.message += fmt::format(" (and deleting SandboxClaim {} failed: {})", claimed->claim_name,
+                               s.error().message);
+    }
+    return tl::unexpected(e);
+  };
+  auto conn = SandboxConnection::Open(options_.connection, *claimed);
+  if (!conn) return fail(conn.error());
+  std::string id = fmt::format("{}/{}", claimed->namespace_name, claimed->claim_name);
+  // The pod is Ready, but the router may need a moment for a fresh pod IP.
+  Result<std::unique_ptr<Sandbox>> sandbox = MakeError(ErrorCode::kInternal, "not attempted");
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
+    sandbox = options_.sandbox_factory((*conn)->endpoint(), id);
+    if (sandbox || sandbox.error().code != ErrorCode::kUnavailable) break;
+  }
+  if (!sandbox) {
+    Error e = sandbox.error();
+    e.message = fmt::format("sandbox {} (Sandbox {}) is Ready but its daemon did not answer "
+                            "through {}: {}",
+                            id, claimed->sandbox_name, (*conn)->endpoint().base_url, e.message);
+    (*conn)->Close();
+    return fail(e);
+  }
+  auto* conn_ptr = conn->get();
+  auto guarded = std::make_unique<GuardedSandbox>(std::move(*sandbox), conn_ptr, id);
+  return std::unique_ptr<SandboxLease>(
+      new K8sLease(*claimer_, std::move(*claimed), std::move(*conn), std::move(guarded)));
+}
+
+Result<std::vector<std::string>> K8sSandboxProvider::RemoveBySelector(
+    std::string_view label_selector, std::string_view ns) {
+  return claimer_->DeleteBySelector(ns.empty() ? namespace_ : ns, label_selector);
+}
+
+}  // namespace deepbox::k8s

@@ -1,0 +1,219 @@
+// The Kubernetes provider end to end, without a cluster: the production
+// client against the fake API server (HTTPS, token auth), the fake controller
+// adopting warm members, the fake kubectl port-forward (real TCP), the test
+// router honouring the X-Sandbox headers, and the real deepbox-sandboxd
+// standing in for the pod.
+#include "k8s/provider.h"
+
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "k8s/testing/fake_api_server.h"
+#include "k8s/testing/fake_controller.h"
+#include "k8s/testing/fixtures.h"
+#include "k8s/testing/test_router.h"
+#include "sandbox/testing/scoped_sandboxd.h"
+
+namespace deepbox::k8s {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::ClaimNames;
+using testing::FakeApiServer;
+using testing::FakeController;
+using testing::PoolReadyReplicas;
+using testing::SeedPool;
+using testing::TestRouter;
+using testing::WaitUntil;
+
+class ProviderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = FakeApiServer::Start();
+    ASSERT_TRUE(server) << server.error().ToString();
+    server_ = std::move(*server);
+    controller_ = std::make_unique<FakeController>(server_->shared_store());
+    controller_->Start();
+    auto daemon = deepbox::testing::ScopedSandboxd::Start();
+    ASSERT_TRUE(daemon) << daemon.error().ToString();
+    daemon_ = std::move(*daemon);
+    auto router = TestRouter::Start("router-secret");
+    ASSERT_TRUE(router);
+    router_ = std::move(*router);
+    // Every pod IP the fake controller hands out is this one daemon.
+    router_->SetDefaultBackend(daemon_->unix_url());
+    SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 1);
+    ASSERT_TRUE(WaitUntil(
+        [&] { return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1; }));
+  }
+  void TearDown() override {
+    if (controller_) controller_->Stop();
+  }
+
+  K8sProviderOptions Options() {
+    K8sProviderOptions o;
+    o.rest = server_->ClientConfig();
+    o.labels = {{"deepagents.example/claim", "true"}};
+    o.ready_timeout = 30s;
+    o.connection.router_token = "router-secret";
+    auto& pf = o.connection.port_forward;
+    pf.kubectl = std::string(DEEPBOX_BIN_DIR) + "/deepbox-fake-kubectl";
+    pf.env = {{"DEEPBOX_FAKE_KUBECTL_TARGET", fmt::format("127.0.0.1:{}", router_->port())}};
+    return o;
+  }
+
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<FakeController> controller_;
+  std::unique_ptr<deepbox::testing::ScopedSandboxd> daemon_;
+  std::unique_ptr<TestRouter> router_;
+};
+
+TEST_F(ProviderTest, ClaimRunCommandsAndRelease) {
+  auto provider = K8sSandboxProvider::Create(Options());
+  ASSERT_TRUE(provider) << provider.error().ToString();
+  EXPECT_EQ((*provider)->name(), "k8s");
+  ClaimOptions co;
+  co.ttl = 3600s;
+  auto lease = (*provider)->Claim(co);
+  ASSERT_TRUE(lease) << lease.error().ToString();
+  Sandbox& sb = (*lease)->sandbox();
+  auto claims = ClaimNames(server_->store(), "default");
+  ASSERT_EQ(claims.size(), 1u);
+  EXPECT_EQ(sb.id(), "default/" + claims[0]);
+
+  ASSERT_TRUE(sb.Write("fib.py", "a, b = 0, 1\nfor _ in range(10):\n    print(a)\n    a, b = b, a + b\n"));
+  ExecRequest req;
+  req.shell = "cat fib.py | head -1 && echo hello from the pod";
+  auto r = sb.Exec(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->exit_code, 0);
+  EXPECT_EQ(r->stdout_data, "a, b = 0, 1\nhello from the pod\n");
+  auto read = sb.Read("fib.py", {});
+  ASSERT_TRUE(read);
+  EXPECT_NE(read->content.find("range(10)"), std::string::npos);
+  EXPECT_TRUE(std::filesystem::exists(daemon_->root() + "/fib.py"));
+
+  // Every request went through the router with the sandbox's coordinates.
+  auto routed = router_->requests();
+  ASSERT_FALSE(routed.empty());
+  for (const auto& rr : routed) {
+    EXPECT_TRUE(rr.sandbox_id.starts_with("deepagents-warmpool-")) << rr.sandbox_id;
+    EXPECT_EQ(rr.namespace_name, "default");
+    EXPECT_EQ(rr.port, "8888");
+    EXPECT_EQ(rr.pod_ip, "10.244.0.10");
+  }
+  std::string description = (*lease)->Describe();
+  EXPECT_NE(description.find("kubectl delete sandboxclaim " + claims[0] + " -n default"),
+            std::string::npos)
+      << description;
+
+  ASSERT_TRUE((*lease)->Release());
+  ASSERT_TRUE((*lease)->Release());  // idempotent
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+}
+
+TEST_F(ProviderTest, DestroyingTheLeaseReleasesUnlessKept) {
+  auto provider = K8sSandboxProvider::Create(Options());
+  ASSERT_TRUE(provider);
+  {
+    auto lease = (*provider)->Claim({});
+    ASSERT_TRUE(lease) << lease.error().ToString();
+  }
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+  ASSERT_TRUE(WaitUntil(
+      [&] { return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1; }));
+  {
+    auto lease = (*provider)->Claim({});
+    ASSERT_TRUE(lease) << lease.error().ToString();
+    (*lease)->Keep();
+  }
+  EXPECT_EQ(ClaimNames(server_->store(), "default").size(), 1u);
+  auto removed = (*provider)->RemoveBySelector("deepagents.example/claim=true");
+  ASSERT_TRUE(removed);
+  EXPECT_EQ(removed->size(), 1u);
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+}
+
+TEST_F(ProviderTest, SurvivesOnePortForwardDeathAndReportsTheSecond) {
+  auto provider = K8sSandboxProvider::Create(Options());
+  ASSERT_TRUE(provider);
+  // Find the port-forward child through the fake kubectl's process: the lease
+  // hides it, so kill every child of ours named deepbox-fake-kubectl.
+  auto lease = (*provider)->Claim({});
+  ASSERT_TRUE(lease) << lease.error().ToString();
+  auto kill_forwarder = [&] {
+    int killed = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      std::string pid = e.path().filename();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(e.path() / "stat");
+      std::string s((std::istreambuf_iterator<char>(stat)), {});
+      auto close = s.rfind(')');
+      if (s.find("(deepbox-fake-ku") == std::string::npos || close == std::string::npos) continue;
+      int ppid = std::atoi(s.c_str() + close + 4);  // ") S <ppid>"
+      if (ppid != ::getpid()) continue;
+      ::kill(std::atoi(pid.c_str()), SIGKILL);
+      ++killed;
+    }
+    return killed;
+  };
+  ExecRequest req;
+  req.argv = {"echo", "alive"};
+  ASSERT_TRUE((*lease)->sandbox().Exec(req));
+  ASSERT_EQ(kill_forwarder(), 1);
+  // Restarted on the same port: commands keep working.
+  ASSERT_TRUE(WaitUntil([&] {
+    auto r = (*lease)->sandbox().Exec(req);
+    return r.has_value() && r->stdout_data == "alive\n";
+  }));
+  ASSERT_EQ(kill_forwarder(), 1);
+  Result<ExecResult> r = MakeError(ErrorCode::kInternal, "unset");
+  ASSERT_TRUE(WaitUntil([&] {
+    r = (*lease)->sandbox().Exec(req);
+    return !r && r.error().message.find("port-forward") != std::string::npos;
+  }));
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(r.error().message.find("after 1 restart"), std::string::npos) << r.error().message;
+  ASSERT_TRUE((*lease)->Release());
+}
+
+TEST_F(ProviderTest, AFailedConnectionDeletesTheClaim) {
+  K8sProviderOptions o = Options();
+  o.connection.router_token = "wrong";  // the router answers 401
+  auto provider = K8sSandboxProvider::Create(o);
+  ASSERT_TRUE(provider);
+  auto lease = (*provider)->Claim({});
+  ASSERT_FALSE(lease);
+  EXPECT_NE(lease.error().message.find("did not answer"), std::string::npos)
+      << lease.error().message;
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+}
+
+TEST_F(ProviderTest, DirectConnectionAndRejectedOptions) {
+  K8sProviderOptions o = Options();
+  o.connection.mode = ConnectionMode::kDirect;
+  o.connection.direct_url = router_->url();
+  auto provider = K8sSandboxProvider::Create(o);
+  ASSERT_TRUE(provider);
+  auto lease = (*provider)->Claim({});
+  ASSERT_TRUE(lease) << lease.error().ToString();
+  ExecRequest req;
+  req.argv = {"true"};
+  ASSERT_TRUE((*lease)->sandbox().Exec(req));
+  ASSERT_TRUE((*lease)->Release());
+  ClaimOptions none;
+  none.network = "none";
+  EXPECT_EQ((*provider)->Claim(none).error().code, ErrorCode::kUnimplemented);
+  ClaimOptions rootfs;
+  rootfs.rootfs = "/tmp/x";
+  EXPECT_EQ((*provider)->Claim(rootfs).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+}
+
+}  // namespace
+}  // namespace deepbox::k8s

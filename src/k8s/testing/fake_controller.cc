@@ -1,0 +1,547 @@
+#include "k8s/testing/fake_controller.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace deepbox::k8s::testing {
+
+namespace {
+
+constexpr std::string_view kExt = "extensions.agents.x-k8s.io";
+constexpr std::string_view kCore = "agents.x-k8s.io";
+constexpr std::string_view kPoolLabel = "agents.x-k8s.io/warm-pool-sandbox";
+constexpr std::string_view kTemplateHashLabel = "agents.x-k8s.io/sandbox-template-ref-hash";
+constexpr std::string_view kLaunchTypeLabel = "agents.x-k8s.io/launch-type";
+constexpr std::string_view kClaimUidLabel = "agents.x-k8s.io/claim-uid";
+constexpr std::string_view kCreatedByLabel = "agents.x-k8s.io/created-by";
+constexpr std::string_view kSandboxNameAnnotation = "agents.x-k8s.io/sandbox-name";
+
+ResourceKey Claims(const std::string& ns) { return {std::string(kExt), "sandboxclaims", ns}; }
+ResourceKey Pools(const std::string& ns) { return {std::string(kExt), "sandboxwarmpools", ns}; }
+ResourceKey Templates(const std::string& ns) {
+  return {std::string(kExt), "sandboxtemplates", ns};
+}
+ResourceKey Sandboxes(const std::string& ns) { return {std::string(kCore), "sandboxes", ns}; }
+
+std::string Name(const json::object& o) { return FindString(o, {"metadata", "name"}); }
+std::string Uid(const json::object& o) { return FindString(o, {"metadata", "uid"}); }
+
+json::object& Obj(json::object& parent, std::string_view key) {
+  auto& v = parent[key];
+  if (!v.is_object()) v = json::object();
+  return v.as_object();
+}
+
+std::string Label(const json::object& o, std::string_view key) {
+  return FindString(o, {"metadata", "labels", key});
+}
+
+// The controller owner (kind, uid) of an object.
+std::pair<std::string, std::string> Owner(const json::object& o) {
+  const json::value* refs = Find(o, {"metadata", "ownerReferences"});
+  if (refs == nullptr || !refs->is_array()) return {};
+  for (const auto& r : refs->get_array()) {
+    if (const auto* c = Find(r, {"controller"}); c != nullptr && c->is_bool() && c->get_bool()) {
+      return {FindString(r, {"kind"}), FindString(r, {"uid"})};
+    }
+  }
+  return {};
+}
+
+json::array OwnerRef(const json::object& owner, std::string_view kind) {
+  json::object ref;
+  ref["apiVersion"] = FindString(owner, {"apiVersion"});
+  ref["kind"] = kind;
+  ref["name"] = Name(owner);
+  ref["uid"] = Uid(owner);
+  ref["controller"] = true;
+  ref["blockOwnerDeletion"] = true;
+  return json::array{ref};
+}
+
+const json::object* ReadyCondition(const json::object& o) {
+  const json::value* conds = Find(o, {"status", "conditions"});
+  if (conds == nullptr || !conds->is_array()) return nullptr;
+  for (const auto& c : conds->get_array()) {
+    if (FindString(c, {"type"}) == "Ready" && c.is_object()) return &c.get_object();
+  }
+  return nullptr;
+}
+
+bool IsReady(const json::object& o) {
+  const auto* c = ReadyCondition(o);
+  return c != nullptr && FindString(*c, {"status"}) == "True";
+}
+
+// Sets the Ready condition, keeping lastTransitionTime when nothing changed.
+void SetReady(json::object& o, bool ready, std::string_view reason, std::string_view message,
+              const std::string& now) {
+  auto& status = Obj(o, "status");
+  auto& conds = status["conditions"];
+  if (!conds.is_array()) conds = json::array();
+  json::object cond;
+  cond["type"] = "Ready";
+  cond["status"] = ready ? "True" : "False";
+  cond["reason"] = reason;
+  cond["message"] = message;
+  cond["lastTransitionTime"] = now;
+  cond["observedGeneration"] = 1;
+  for (auto& c : conds.as_array()) {
+    if (FindString(c, {"type"}) == "Ready") {
+      if (FindString(c, {"status"}) == (ready ? "True" : "False")) {
+        cond["lastTransitionTime"] = FindString(c, {"lastTransitionTime"});
+      }
+      c = std::move(cond);
+      return;
+    }
+  }
+  conds.as_array().push_back(std::move(cond));
+}
+
+json::array PodIps(const json::object& sandbox) {
+  const json::value* ips = Find(sandbox, {"status", "podIPs"});
+  if (ips == nullptr || !ips->is_array()) return {};
+  return ips->get_array();
+}
+
+bool ForbiddenKey(std::string_view key) {
+  if (key == "cluster-autoscaler.kubernetes.io/safe-to-evict") return false;
+  auto slash = key.find('/');
+  if (slash == std::string_view::npos) return false;
+  std::string_view prefix = key.substr(0, slash);
+  for (std::string_view d : {"kubernetes.io", "k8s.io", "agents.x-k8s.io"}) {
+    if (prefix == d || (prefix.size() > d.size() && prefix.ends_with(d) &&
+                        prefix[prefix.size() - d.size() - 1] == '.')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// "" when the claim's additionalPodMetadata is acceptable, else why not.
+std::string CheckPodMetadata(const json::object& claim) {
+  for (std::string_view section : {"labels", "annotations"}) {
+    const json::value* m = Find(claim, {"spec", "additionalPodMetadata", section});
+    if (m == nullptr || !m->is_object()) continue;
+    for (const auto& kv : m->get_object()) {
+      std::string key(kv.key());
+      if (ForbiddenKey(key)) {
+        return fmt::format("{} key '{}' uses a reserved domain", section, key);
+      }
+      std::string value = kv.value().is_string() ? std::string(kv.value().get_string()) : "";
+      if (section == "labels" && value.size() > 63) {
+        return fmt::format("label '{}' value is longer than 63 characters", key);
+      }
+      if (section == "labels" && key == "app" && value == "sandbox-router") {
+        return "label app=sandbox-router is reserved";
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+FakeController::FakeController(std::shared_ptr<ObjectStore> store, FakeControllerOptions options)
+    : store_(std::move(store)), options_(std::move(options)) {
+  if (!options_.clock) options_.clock = [] { return std::chrono::system_clock::now(); };
+}
+
+FakeController::~FakeController() { Stop(); }
+
+void FakeController::Start() {
+  store_->AddListener([this](const StoreEvent&) {
+    std::lock_guard lock(mu_);
+    dirty_ = true;
+    cv_.notify_all();
+  });
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void FakeController::Stop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void FakeController::Kick() { ReconcileAll(); }
+
+void FakeController::FailClaimsWith(std::string reason, std::string message) {
+  {
+    std::lock_guard lock(mu_);
+    fail_reason_ = std::move(reason);
+    fail_message_ = std::move(message);
+    dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
+void FakeController::ExpireSandbox(const std::string& ns, const std::string& name) {
+  {
+    std::lock_guard lock(mu_);
+    expired_[ns + "/" + name] = true;
+    dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
+void FakeController::SetPodsBecomeReady(bool ready) {
+  {
+    std::lock_guard lock(mu_);
+    options_.pods_become_ready = ready;
+    dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
+int FakeController::adoptions() const {
+  std::lock_guard lock(mu_);
+  return adoptions_;
+}
+
+int FakeController::cold_starts() const {
+  std::lock_guard lock(mu_);
+  return cold_starts_;
+}
+
+std::string FakeController::NextPodIp() {
+  std::lock_guard lock(mu_);
+  return options_.pod_ip_prefix + std::to_string(next_ip_++);
+}
+
+void FakeController::Loop() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      // Ticks drive delays and expiry; store events wake it at once.
+      cv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return stop_ || dirty_; });
+      if (stop_) return;
+      dirty_ = false;
+    }
+    ReconcileAll();
+  }
+}
+
+void FakeController::ReconcileAll() {
+  static std::mutex reconcile_mu;  // Kick() and the loop never interleave
+  std::lock_guard lock(reconcile_mu);
+  for (const auto& ns : store_->Namespaces()) {
+    ReconcilePools(ns);
+    ReconcileSandboxes(ns);
+    ReconcileClaims(ns);
+  }
+}
+
+void FakeController::ReconcilePools(const std::string& ns) {
+  auto sandboxes = store_->List(Sandboxes(ns));
+  for (const auto& pool : store_->List(Pools(ns))) {
+    std::string name = Name(pool);
+    std::string uid = Uid(pool);
+    std::string tmpl_name = FindString(pool, {"spec", "sandboxTemplateRef", "name"});
+    int64_t replicas = 1;
+    if (const auto* r = Find(pool, {"spec", "replicas"}); r != nullptr && r->is_int64()) {
+      replicas = r->as_int64();
+    }
+    std::vector<json::object> members;
+    for (const auto& sb : sandboxes) {
+      if (Label(sb, kPoolLabel) == NameHash(name) && Owner(sb).second == uid) {
+        members.push_back(sb);
+      }
+    }
+    auto tmpl = store_->Get(Templates(ns), tmpl_name);
+    while (tmpl && static_cast<int64_t>(members.size()) < replicas) {
+      json::object sb;
+      sb["apiVersion"] = "agents.x-k8s.io/v1beta1";
+      sb["kind"] = "Sandbox";
+      auto& meta = Obj(sb, "metadata");
+      meta["generateName"] = name + "-";
+      auto& labels = Obj(meta, "labels");
+      labels[kPoolLabel] = NameHash(name);
+      labels[kTemplateHashLabel] = NameHash(tmpl_name);
+      labels[kCreatedByLabel] = "controller";
+      meta["ownerReferences"] = OwnerRef(pool, "SandboxWarmPool");
+      auto& spec = Obj(sb, "spec");
+      if (const auto* pt = Find(*tmpl, {"spec", "podTemplate"})) spec["podTemplate"] = *pt;
+      auto created = store_->Create(Sandboxes(ns), std::move(sb));
+      if (!created) break;
+      members.push_back(*created);
+    }
+    while (static_cast<int64_t>(members.size()) > replicas) {
+      (void)store_->Delete(Sandboxes(ns), Name(members.back()));
+      members.pop_back();
+    }
+    int64_t ready = 0;
+    for (const auto& m : members) ready += IsReady(m) ? 1 : 0;
+    (void)store_->Update(Pools(ns), name, [&](json::object& o) {
+      auto& status = Obj(o, "status");
+      status["replicas"] = static_cast<int64_t>(members.size());
+      status["readyReplicas"] = ready;
+      status["selector"] = fmt::format("{}={}", kPoolLabel, NameHash(name));
+    });
+  }
+}
+
+void FakeController::ReconcileSandboxes(const std::string& ns) {
+  auto now = std::chrono::steady_clock::now();
+  std::string wall = FormatRfc3339(options_.clock());
+  auto claims = store_->List(Claims(ns));
+  auto pools = store_->List(Pools(ns));
+  auto owner_exists = [&](const std::pair<std::string, std::string>& owner) {
+    const auto& list = owner.first == "SandboxClaim" ? claims : pools;
+    return std::any_of(list.begin(), list.end(),
+                       [&](const json::object& o) { return Uid(o) == owner.second; });
+  };
+  for (const auto& sb : store_->List(Sandboxes(ns))) {
+    std::string name = Name(sb);
+    std::string uid = Uid(sb);
+    auto owner = Owner(sb);
+    if (!owner.first.empty() && !owner_exists(owner)) {
+      (void)store_->Delete(Sandboxes(ns), name);  // garbage collection
+      continue;
+    }
+    bool expired = false;
+    bool ready_allowed;
+    std::chrono::steady_clock::time_point created;
+    {
+      std::lock_guard lock(mu_);
+      expired = expired_.contains(ns + "/" + name);
+      ready_allowed = options_.pods_become_ready;
+      created = created_at_.try_emplace(uid, now).first->second;
+    }
+    std::string shutdown = FindString(sb, {"spec", "shutdownTime"});
+    if (!shutdown.empty()) {
+      auto t = ParseRfc3339(shutdown);
+      if (t && *t <= options_.clock()) expired = true;
+    }
+    bool ready = !expired && ready_allowed && now - created >= options_.pod_start_delay;
+    json::array ips = PodIps(sb);
+    if (ready && ips.empty()) {
+      std::string ip = NextPodIp();
+      if (options_.dual_stack) ips.push_back(json::value("fd00::" + ip.substr(ip.rfind('.') + 1)));
+      ips.push_back(json::value(ip));
+    }
+    (void)store_->Update(Sandboxes(ns), name, [&](json::object& o) {
+      auto& status = Obj(o, "status");
+      if (expired) {
+        status.erase("podIPs");
+        SetReady(o, false, "SandboxExpired", "Sandbox has expired", wall);
+      } else if (ready) {
+        status["podIPs"] = ips;
+        status["serviceFQDN"] = fmt::format("{}.{}.svc.cluster.local", name, ns);
+        SetReady(o, true, "DependenciesReady", "Pod is Ready; Service Exists", wall);
+      } else {
+        SetReady(o, false, "DependenciesNotReady", "Pod exists with phase: Pending", wall);
+      }
+    });
+  }
+}
+
+void FakeController::ReconcileClaims(const std::string& ns) {
+  auto now = std::chrono::steady_clock::now();
+  SystemTime wall_now = options_.clock();
+  std::string wall = FormatRfc3339(wall_now);
+  std::string fail_reason, fail_message;
+  {
+    std::lock_guard lock(mu_);
+    fail_reason = fail_reason_;
+    fail_message = fail_message_;
+  }
+  auto set_status = [&](const std::string& name, const std::function<void(json::object&)>& fn) {
+    (void)store_->Update(Claims(ns), name, fn);
+  };
+  auto not_ready = [&](const std::string& name, std::string_view reason, std::string message) {
+    set_status(name, [&](json::object& o) { SetReady(o, false, reason, message, wall); });
+  };
+
+  for (const auto& claim : store_->List(Claims(ns))) {
+    std::string name = Name(claim);
+    std::string uid = Uid(claim);
+    std::chrono::steady_clock::time_point seen;
+    {
+      std::lock_guard lock(mu_);
+      seen = first_seen_.try_emplace(uid, now).first->second;
+    }
+    std::string bound = FindString(claim, {"status", "sandbox", "name"});
+    if (bound.empty()) bound = FindString(claim, {"metadata", "annotations", kSandboxNameAnnotation});
+
+    // Expiry.
+    std::string shutdown = FindString(claim, {"spec", "lifecycle", "shutdownTime"});
+    if (!shutdown.empty()) {
+      auto t = ParseRfc3339(shutdown);
+      if (t && *t <= wall_now) {
+        std::string policy = FindString(claim, {"spec", "lifecycle", "shutdownPolicy"});
+        if (policy == "Delete" || policy == "DeleteForeground") {
+          (void)store_->Delete(Claims(ns), name);
+        } else {
+          if (!bound.empty()) (void)store_->Delete(Sandboxes(ns), bound);
+          not_ready(name, "ClaimExpired", "SandboxClaim has expired");
+        }
+        continue;
+      }
+    }
+
+    if (!bound.empty()) {
+      auto sb = store_->Get(Sandboxes(ns), bound);
+      if (!sb) {
+        not_ready(name, "SandboxMissing", fmt::format("Sandbox {} is missing", bound));
+        continue;
+      }
+      const json::object* cond = ReadyCondition(*sb);
+      set_status(name, [&](json::object& o) {
+        auto& status = Obj(o, "status");
+        auto& sbs = Obj(status, "sandbox");
+        sbs["name"] = bound;
+        json::array ips = PodIps(*sb);
+        if (!ips.empty()) {
+          sbs["podIPs"] = ips;
+        } else {
+          sbs.erase("podIPs");
+        }
+        if (cond != nullptr && FindString(*cond, {"status"}) == "True") {
+          SetReady(o, true, FindString(*cond, {"reason"}), FindString(*cond, {"message"}), wall);
+        } else if (cond != nullptr && FindString(*cond, {"reason"}) == "SandboxExpired") {
+          SetReady(o, false, "SandboxExpired", FindString(*cond, {"message"}), wall);
+        } else {
+          SetReady(o, false, "SandboxNotReady",
+                   cond ? FindString(*cond, {"message"}) : "Sandbox is not ready", wall);
+        }
+      });
+      continue;
+    }
+
+    if (!fail_reason.empty()) {
+      not_ready(name, fail_reason, fail_message);
+      continue;
+    }
+
+    // Resolve pool and template (v1beta1: warmPoolRef; v1alpha1: template + warmpool).
+    std::string api = FindString(claim, {"apiVersion"});
+    std::string pool_name, tmpl_name;
+    std::optional<json::object> pool;
+    if (api.ends_with("/v1alpha1")) {
+      tmpl_name = FindString(claim, {"spec", "sandboxTemplateRef", "name"});
+      std::string wp = FindString(claim, {"spec", "warmpool"});
+      if (wp.empty()) wp = "default";
+      if (wp != "none") {
+        for (const auto& p : store_->List(Pools(ns))) {
+          bool match = wp == "default"
+                           ? FindString(p, {"spec", "sandboxTemplateRef", "name"}) == tmpl_name
+                           : Name(p) == wp;
+          if (match) pool = p;
+        }
+        if (!pool && wp != "default") {
+          not_ready(name, "WarmPoolNotFound",
+                    fmt::format("SandboxWarmPool.extensions.agents.x-k8s.io \"{}\" not found", wp));
+          continue;
+        }
+      }
+    } else {
+      pool_name = FindString(claim, {"spec", "warmPoolRef", "name"});
+      auto p = store_->Get(Pools(ns), pool_name);
+      if (!p) {
+        not_ready(name, "WarmPoolNotFound",
+                  fmt::format("SandboxWarmPool.extensions.agents.x-k8s.io \"{}\" not found",
+                              pool_name));
+        continue;
+      }
+      pool = *p;
+      tmpl_name = FindString(*p, {"spec", "sandboxTemplateRef", "name"});
+    }
+    if (pool) pool_name = Name(*pool);
+    auto tmpl = store_->Get(Templates(ns), tmpl_name);
+    if (!tmpl) {
+      not_ready(name, "TemplateNotFound",
+                fmt::format("SandboxTemplate.extensions.agents.x-k8s.io \"{}\" not found",
+                            tmpl_name));
+      continue;
+    }
+    if (std::string bad = CheckPodMetadata(claim); !bad.empty()) {
+      not_ready(name, "InvalidMetadata", bad);
+      continue;
+    }
+    bool has_env = Find(claim, {"spec", "env"}) != nullptr;
+    bool has_vct = Find(claim, {"spec", "volumeClaimTemplates"}) != nullptr;
+    std::string env_policy = FindString(*tmpl, {"spec", "envVarsInjectionPolicy"});
+    std::string vct_policy = FindString(*tmpl, {"spec", "volumeClaimTemplatesPolicy"});
+    if (has_env && env_policy != "Allowed" && env_policy != "Overrides") {
+      not_ready(name, "EnvVarsInjectionRejected",
+                "the template does not allow environment variable injection");
+      continue;
+    }
+    if (has_vct && vct_policy != "Allowed" && vct_policy != "Overrides") {
+      not_ready(name, "VolumeClaimTemplatesError",
+                "the template does not allow volume claim templates");
+      continue;
+    }
+    if (now - seen < options_.adoption_delay) continue;  // the controller is "busy"
+
+    // A Ready warm member with a pod IP, unless env/VCTs force a cold start.
+    std::optional<json::object> candidate;
+    if (pool && !has_env && !has_vct) {
+      for (const auto& sb : store_->List(Sandboxes(ns))) {
+        if (Label(sb, kPoolLabel) == NameHash(pool_name) && Owner(sb).second == Uid(*pool) &&
+            IsReady(sb) && !PodIps(sb).empty()) {
+          candidate = sb;
+          break;
+        }
+      }
+    }
+    const json::value* pod_meta = Find(claim, {"spec", "additionalPodMetadata"});
+    if (candidate) {
+      std::string sb_name = Name(*candidate);
+      auto adopted = store_->Update(Sandboxes(ns), sb_name, [&](json::object& o) {
+        auto& meta = Obj(o, "metadata");
+        auto& labels = Obj(meta, "labels");
+        labels.erase(kPoolLabel);
+        labels.erase(kTemplateHashLabel);
+        labels[kLaunchTypeLabel] = "warm";
+        labels[kClaimUidLabel] = uid;
+        meta["ownerReferences"] = OwnerRef(claim, "SandboxClaim");
+        if (pod_meta != nullptr) {
+          Obj(Obj(Obj(o, "spec"), "podTemplate"), "metadata")["additionalPodMetadata"] =
+              *pod_meta;
+        }
+      });
+      if (!adopted) continue;
+      set_status(name, [&](json::object& o) {
+        Obj(Obj(o, "metadata"), "annotations")[kSandboxNameAnnotation] = sb_name;
+        auto& sbs = Obj(Obj(o, "status"), "sandbox");
+        sbs["name"] = sb_name;
+        sbs["podIPs"] = PodIps(*adopted);
+        const json::object* cond = ReadyCondition(*adopted);
+        SetReady(o, true, cond ? FindString(*cond, {"reason"}) : "DependenciesReady",
+                 cond ? FindString(*cond, {"message"}) : "", wall);
+      });
+      std::lock_guard lock(mu_);
+      ++adoptions_;
+      continue;
+    }
+    // Cold start: a Sandbox named after the claim.
+    json::object sb;
+    sb["apiVersion"] = "agents.x-k8s.io/v1beta1";
+    sb["kind"] = "Sandbox";
+    auto& meta = Obj(sb, "metadata");
+    meta["name"] = name;
+    auto& labels = Obj(meta, "labels");
+    labels[kLaunchTypeLabel] = "cold";
+    labels[kClaimUidLabel] = uid;
+    labels[kCreatedByLabel] = "controller";
+    meta["ownerReferences"] = OwnerRef(claim, "SandboxClaim");
+    auto& spec = Obj(sb, "spec");
+    if (const auto* pt = Find(*tmpl, {"spec", "podTemplate"})) spec["podTemplate"] = *pt;
+    if (!store_->Create(Sandboxes(ns), std::move(sb))) continue;
+    set_status(name, [&](json::object& o) {
+      Obj(Obj(o, "metadata"), "annotations")[kSandboxNameAnnotation] = name;
+      Obj(Obj(o, "status"), "sandbox")["name"] = name;
+      SetReady(o, false, "SandboxNotReady", "Sandbox is not ready", wall);
+    });
+    std::lock_guard lock(mu_);
+    ++cold_starts_;
+  }
+}
+
+}  // namespace deepbox::k8s::testing

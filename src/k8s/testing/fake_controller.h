@@ -1,0 +1,88 @@
+// Test-only: a fake agent-sandbox controller acting on the fake API server's
+// store with the semantics of the real one (reference §2): warm pools keep
+// `replicas` Ready member Sandboxes; a claim adopts a Ready warm member (the
+// Sandbox keeps its own name) or, without one, a Sandbox named after the claim
+// is cold-created; status.sandbox.{name,podIPs} and the forwarded Ready
+// condition are written in one status update; terminal reasons for a missing
+// pool or template and bad pod metadata; expiry at lifecycle.shutdownTime
+// (Delete: the claim goes; Retain: the Sandbox goes, Ready=False ClaimExpired);
+// deleting a claim garbage-collects its Sandbox.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/json.h"
+#include "k8s/testing/object_store.h"
+#include "k8s/util.h"
+
+namespace deepbox::k8s::testing {
+
+struct FakeControllerOptions {
+  // Time from first seeing a claim to binding it (0 = at once).
+  std::chrono::milliseconds adoption_delay{0};
+  // Time from creating a Sandbox to its pod being Ready.
+  std::chrono::milliseconds pod_start_delay{0};
+  // false: pods never become Ready (claims stay Ready=False SandboxNotReady).
+  bool pods_become_ready = true;
+  // Pod IPs are handed out as <prefix><n>, n = 10, 11, ...
+  std::string pod_ip_prefix = "10.244.0.";
+  // Also report an IPv6 address (listed first) to exercise IPv4 preference.
+  bool dual_stack = false;
+  // The controller's wall clock (expiry); tests move it forward.
+  std::function<SystemTime()> clock;
+};
+
+class FakeController {
+ public:
+  FakeController(std::shared_ptr<ObjectStore> store, FakeControllerOptions options = {});
+  ~FakeController();
+
+  void Start();
+  void Stop();
+  // Runs a reconcile pass now (e.g. after moving the clock).
+  void Kick();
+
+  // Every claim not yet bound gets Ready=False with this reason (e.g.
+  // "EnvVarsInjectionRejected"); "" clears it.
+  void FailClaimsWith(std::string reason, std::string message = "injected");
+  // Marks a Sandbox expired (Ready=False SandboxExpired, pod gone); the claim
+  // forwards it.
+  void ExpireSandbox(const std::string& ns, const std::string& name);
+  void SetPodsBecomeReady(bool ready);
+
+  int adoptions() const;
+  int cold_starts() const;
+
+ private:
+  void Loop();
+  void ReconcileAll();
+  void ReconcilePools(const std::string& ns);
+  void ReconcileSandboxes(const std::string& ns);
+  void ReconcileClaims(const std::string& ns);
+  std::string NextPodIp();
+
+  std::shared_ptr<ObjectStore> store_;
+  FakeControllerOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool dirty_ = true;
+  std::thread thread_;
+  int next_ip_ = 10;
+  int adoptions_ = 0;
+  int cold_starts_ = 0;
+  std::string fail_reason_;
+  std::string fail_message_;
+  std::map<std::string, std::chrono::steady_clock::time_point> first_seen_;  // claim uid
+  std::map<std::string, std::chrono::steady_clock::time_point> created_at_;  // sandbox uid
+  std::map<std::string, bool> expired_;  // "ns/name" of expired sandboxes
+};
+
+}  // namespace deepbox::k8s::testing

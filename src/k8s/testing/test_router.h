@@ -1,0 +1,64 @@
+// Test-only: a sandbox router like upstream's (reference §3): requires
+// X-Sandbox-ID (a DNS label), takes X-Sandbox-Namespace (default "default"),
+// X-Sandbox-Port (default 8888) and X-Sandbox-Pod-IP, optionally a bearer
+// token, and proxies the request -- streaming the answer -- to the daemon that
+// stands in for that pod: a real address looked up by "<pod ip>:<port>" (or
+// "<id>.<ns>.svc.cluster.local:<port>" without a pod IP).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "net/http.h"
+#include "net/http_server.h"
+
+namespace deepbox::net {
+class HttpClient;
+}
+
+namespace deepbox::k8s::testing {
+
+struct RoutedRequest {
+  std::string method;
+  std::string target;
+  std::string sandbox_id;
+  std::string namespace_name;
+  std::string port;
+  std::string pod_ip;
+  int status = 0;
+};
+
+class TestRouter {
+ public:
+  // token: "" = unauthenticated access allowed (ALLOW_UNAUTHENTICATED_ROUTER).
+  static Result<std::unique_ptr<TestRouter>> Start(std::string token = "");
+  ~TestRouter();
+
+  int port() const;
+  std::string url() const;
+  // "<pod ip>:<port>" or "<id>.<ns>.svc.cluster.local:<port>" -> "host:port"
+  // (or "unix:/path") of the process standing in for the pod.
+  void SetBackend(const std::string& key, const std::string& address);
+  // Used when no backend matches (e.g. every pod is the same test daemon).
+  void SetDefaultBackend(const std::string& address);
+  std::vector<RoutedRequest> requests() const;
+
+ private:
+  TestRouter() = default;
+  void Handle(net::Request& req, net::ResponseWriter& w);
+  net::HttpClient* ClientFor(const std::string& address);
+
+  std::string token_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::string> backends_;
+  std::string default_backend_;
+  std::map<std::string, std::unique_ptr<net::HttpClient>> clients_;
+  std::vector<RoutedRequest> log_;
+  std::unique_ptr<net::HttpServer> server_;
+};
+
+}  // namespace deepbox::k8s::testing

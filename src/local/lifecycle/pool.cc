@@ -1,0 +1,162 @@
+#include "local/lifecycle/pool.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/unique_fd.h"
+
+namespace deepbox::local::lifecycle {
+namespace {
+
+void Drain(int fd) {
+  char buf[4096];
+  while (read(fd, buf, sizeof(buf)) > 0) {
+  }
+}
+
+}  // namespace
+
+Status ValidatePoolName(std::string_view name) {
+  return ValidateLabelValue(kPoolLabel, name).and_then([&]() -> Status {
+    if (name.empty()) return MakeError(ErrorCode::kInvalidArgument, "the pool name is empty");
+    return {};
+  });
+}
+
+Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int stop_fd) {
+  if (auto st = ValidatePoolName(options.name); !st) return st;
+  if (options.replicas < 0) {
+    return MakeError(ErrorCode::kInvalidArgument, "--replicas must be >= 0");
+  }
+  auto log = [&](const std::string& line) {
+    if (options.log) options.log(line);
+  };
+  std::string rootfs;
+  if (!options.rootfs.empty()) {
+    char buf[PATH_MAX];
+    if (realpath(options.rootfs.c_str(), buf) == nullptr) {
+      return MakeSyscallError("realpath", errno, options.rootfs);
+    }
+    rootfs = buf;
+  }
+  const Store& store = provider.store();
+  fs::path dir = store.pool_dir(options.name);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return MakeSyscallError("mkdir", errno, dir.string());
+  }
+  fs::path lock_path = dir / "lock";
+  UniqueFd lock(open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock) return MakeSyscallError("open", errno, lock_path.string());
+  if (flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      std::ifstream in(dir / "pid");
+      std::string pid;
+      in >> pid;
+      return MakeError(ErrorCode::kConflict,
+                       fmt::format("pool '{}' is already served by another `deepbox pool serve`{}",
+                                   options.name, pid.empty() ? "" : " (pid " + pid + ")"));
+    }
+    return MakeSyscallError("flock", errno, lock_path.string());
+  }
+  {
+    std::ofstream out(dir / "pid", std::ios::trunc);
+    out << getpid() << "\n";
+  }
+  UniqueFd ino(inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  if (!ino) return MakeSyscallError("inotify_init1", errno);
+  if (inotify_add_watch(ino.get(), dir.c_str(), IN_CLOSE_WRITE | IN_CREATE | IN_ATTRIB) < 0) {
+    return MakeSyscallError("inotify_add_watch", errno, dir.string());
+  }
+
+  std::string last_status;
+  int failures = 0;
+  for (;;) {
+    auto all = provider.List();
+    if (!all) return tl::unexpected(all.error());
+    std::vector<SandboxMeta> members, misfits;
+    int ready = 0;
+    for (auto& m : *all) {
+      if (m.pool != options.name || m.state != "warm") continue;
+      if (access(store.Paths(m.id).claimed.c_str(), F_OK) == 0) continue;  // being claimed
+      if (m.network_requested != options.network || m.rootfs != rootfs) {
+        misfits.push_back(m);
+      } else {
+        if (m.ready) ++ready;
+        members.push_back(m);
+      }
+    }
+    // Trim: misfits (a restart with another config) and extras, newest first.
+    // Taking the marker first keeps claimers away from what we delete.
+    std::vector<SandboxMeta> trim = misfits;
+    std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) {
+      return a.created_at_ms > b.created_at_ms;
+    });
+    int extra = static_cast<int>(members.size()) - options.replicas;
+    for (int i = 0; i < extra; ++i) {
+      if (members[static_cast<size_t>(i)].ready) trim.push_back(members[static_cast<size_t>(i)]);
+    }
+    for (const auto& m : trim) {
+      SandboxPaths p = store.Paths(m.id);
+      if (rename(p.warm.c_str(), p.claimed.c_str()) != 0) continue;  // claimed meanwhile
+      auto st = provider.Delete(m.id);
+      log(st ? fmt::format("removed {} (more than {} warm)", m.id, options.replicas)
+             : fmt::format("removing {}: {}", m.id, st.error().message));
+    }
+    int missing = options.replicas - static_cast<int>(members.size());
+    std::string status = fmt::format("pool '{}': {}/{} warm{}", options.name, ready,
+                                     options.replicas,
+                                     missing > 0 ? fmt::format(", creating {}", missing) : "");
+    if (status != last_status) {
+      log(status);
+      last_status = status;
+    }
+    if (missing > 0) {
+      int batch = std::min(missing, std::max(1, options.parallel));
+      std::vector<std::thread> threads;
+      std::mutex mu;
+      int failed = 0;
+      for (int i = 0; i < batch; ++i) {
+        threads.emplace_back([&] {
+          auto m = provider.CreateWarm(options.name, options.network, options.rootfs);
+          std::lock_guard<std::mutex> g(mu);
+          if (!m) {
+            ++failed;
+            log("creating a warm sandbox failed: " + m.error().ToString());
+          } else if (!m->network_note.empty() && failures == 0) {
+            log(m->network_note);
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      failures = failed > 0 ? failures + 1 : 0;
+    }
+    // Wait for a claim (the wake file), a stop, or a periodic re-check. After
+    // failures, back off (up to 30 s) instead of spinning.
+    int timeout_ms = failures > 0 ? std::min(30000, 500 << std::min(failures, 6))
+                     : missing > 0 ? 0
+                                   : 1000;
+    struct pollfd pfds[2] = {{stop_fd, POLLIN, 0}, {ino.get(), POLLIN, 0}};
+    int rc = poll(pfds, 2, timeout_ms);
+    if (rc < 0 && errno != EINTR) return MakeSyscallError("poll", errno);
+    if (rc > 0 && pfds[0].revents) break;
+    if (rc > 0 && pfds[1].revents) Drain(ino.get());
+  }
+  log(fmt::format("pool '{}' stopped; its warm sandboxes keep running", options.name));
+  return {};
+}
+
+}  // namespace deepbox::local::lifecycle

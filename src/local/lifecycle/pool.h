@@ -1,0 +1,34 @@
+// The warm pool daemon (`deepbox pool serve`): keeps N sandboxes of a pool
+// warm. It only creates and trims; claims never talk to it (a claimer renames
+// a sandbox's `warm` marker, see provider.h) and merely wake it up through an
+// inotify'd file. Its sandboxes belong to their supervisors, so killing or
+// restarting the daemon loses nothing: on start it adopts the warm sandboxes
+// of its pool that exist and creates only the missing ones. Stopping it
+// leaves the warm sandboxes running (drain with
+// `deepbox sandbox rm --selector deepbox.dev/pool=NAME`).
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "common/error.h"
+#include "local/lifecycle/provider.h"
+
+namespace deepbox::local::lifecycle {
+
+struct PoolOptions {
+  std::string name = "default";
+  int replicas = 1;
+  std::string network;  // "" = host default
+  std::string rootfs;   // "" = host system dirs
+  int parallel = 2;     // sandboxes created at once
+  std::function<void(const std::string&)> log;  // progress lines
+};
+
+Status ValidatePoolName(std::string_view name);
+
+// Runs until `stop_fd` becomes readable (e.g. an eventfd or a signalfd).
+// Fails at once if another daemon serves the same pool.
+Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int stop_fd);
+
+}  // namespace deepbox::local::lifecycle

@@ -1,0 +1,466 @@
+#include "local/lifecycle/provider.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include <fmt/format.h>
+
+#include "common/unique_fd.h"
+#include "local/lifecycle/supervisor.h"
+
+namespace deepbox::local::lifecycle {
+namespace {
+
+using namespace std::chrono_literals;
+
+int64_t MonoNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+bool IsExecutable(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+}
+
+std::string SelfExe() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return {};
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+// Age of a path's mtime in seconds (large if it cannot be read).
+int64_t AgeSeconds(const fs::path& p) {
+  struct stat st;
+  if (lstat(p.c_str(), &st) != 0) return INT64_MAX / 2;
+  return static_cast<int64_t>(time(nullptr) - st.st_mtime);
+}
+
+// Sends `sig` to a process identified by pid + start time; returns its pidfd
+// (to wait on) or an invalid fd if it is gone.
+UniqueFd SignalRef(const ProcessRef& ref, int sig) {
+  if (!ref.valid()) return UniqueFd();
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, ref.pid, 0)));
+  if (!pidfd) return UniqueFd();
+  if (!ProcessAlive(ref)) return UniqueFd();
+  if (syscall(SYS_pidfd_send_signal, pidfd.get(), sig, nullptr, 0) != 0) return UniqueFd();
+  return pidfd;
+}
+
+void WaitExit(int pidfd, std::chrono::milliseconds timeout) {
+  struct pollfd pfd = {pidfd, POLLIN, 0};
+  int64_t deadline = MonoNs() + timeout.count() * 1000000LL;
+  for (;;) {
+    int left = static_cast<int>((deadline - MonoNs()) / 1000000);
+    if (left <= 0) return;
+    int rc = poll(&pfd, 1, left);
+    if (rc < 0 && errno == EINTR) continue;
+    return;
+  }
+}
+
+class LocalLease : public SandboxLease {
+ public:
+  LocalLease(std::unique_ptr<LocalSandboxProvider> provider, SandboxMeta meta,
+             std::unique_ptr<SandboxdClient> client)
+      : provider_(std::move(provider)), meta_(std::move(meta)), client_(std::move(client)) {}
+  ~LocalLease() override {
+    if (!kept_) (void)Release();
+  }
+
+  Sandbox& sandbox() override { return *client_; }
+  Status Release() override {
+    if (released_) return {};
+    released_ = true;
+    auto st = provider_->Delete(meta_.id);
+    if (!st && st.error().code == ErrorCode::kNotFound) return {};
+    return st;
+  }
+  void Keep() override { kept_ = true; }
+  std::string Describe() const override {
+    std::string env;
+    if (provider_->store().root() != "/run/deepbox") {
+      env = fmt::format("DEEPBOX_STATE_DIR={} ", provider_->store().root().string());
+    }
+    return fmt::format(
+        "local sandbox {}{}\n  run a command: {}deepbox sandbox exec {} -- COMMAND\n"
+        "  delete it:     {}deepbox sandbox rm {}",
+        meta_.id,
+        meta_.expires_at_ms ? " (deleted automatically at " + FormatTime(*meta_.expires_at_ms) + ")"
+                            : "",
+        env, meta_.id, env, meta_.id);
+  }
+
+ private:
+  std::unique_ptr<LocalSandboxProvider> provider_;
+  SandboxMeta meta_;
+  std::unique_ptr<SandboxdClient> client_;
+  bool kept_ = false;
+  bool released_ = false;
+};
+
+}  // namespace
+
+Result<std::string> LocateDeepbox() {
+  if (const char* env = std::getenv("DEEPBOX_BINARY"); env != nullptr && *env != '\0') {
+    if (!IsExecutable(env)) {
+      return MakeError(ErrorCode::kNotFound,
+                       fmt::format("DEEPBOX_BINARY={} is not an executable file", env));
+    }
+    return std::string(env);
+  }
+  std::string self = SelfExe();
+  if (!self.empty()) {
+    fs::path p(self);
+    if (p.filename() == "deepbox") return self;
+    std::string sibling = (p.parent_path() / "deepbox").string();
+    if (IsExecutable(sibling)) return sibling;
+  }
+  return MakeError(ErrorCode::kNotFound,
+                   "cannot find the `deepbox` binary (it supervises local sandboxes): put it next "
+                   "to this program or set DEEPBOX_BINARY");
+}
+
+Result<std::string> LocateSandboxd(const std::string& deepbox_binary) {
+  if (const char* env = std::getenv("DEEPBOX_SANDBOXD"); env != nullptr && *env != '\0') {
+    if (!IsExecutable(env)) {
+      return MakeError(ErrorCode::kNotFound,
+                       fmt::format("DEEPBOX_SANDBOXD={} is not an executable file", env));
+    }
+    return std::string(env);
+  }
+  std::string p = (fs::path(deepbox_binary).parent_path() / "deepbox-sandboxd").string();
+  if (!IsExecutable(p)) {
+    return MakeError(ErrorCode::kNotFound,
+                     fmt::format("cannot find deepbox-sandboxd: expected it at {} (next to the "
+                                 "deepbox binary) or set DEEPBOX_SANDBOXD",
+                                 p));
+  }
+  return p;
+}
+
+Result<std::unique_ptr<LocalSandboxProvider>> LocalSandboxProvider::Create(
+    LocalProviderOptions options) {
+  if (options.state_dir.empty()) {
+    auto dir = DefaultStateDir();
+    if (!dir) return tl::unexpected(dir.error());
+    options.state_dir = dir->string();
+  }
+  if (options.deepbox_binary.empty()) {
+    auto bin = LocateDeepbox();
+    if (!bin) return tl::unexpected(bin.error());
+    options.deepbox_binary = *bin;
+  }
+  if (options.sandboxd_binary.empty()) {
+    auto bin = LocateSandboxd(options.deepbox_binary);
+    if (!bin) return tl::unexpected(bin.error());
+    options.sandboxd_binary = *bin;
+  }
+  Store store{fs::path(options.state_dir)};
+  if (auto st = store.Init(); !st) return tl::unexpected(st.error());
+  return std::unique_ptr<LocalSandboxProvider>(
+      new LocalSandboxProvider(std::move(options), std::move(store)));
+}
+
+Status LocalSandboxProvider::ValidateClaim(const ClaimOptions& options, std::string* rootfs) const {
+  for (const auto& [k, v] : options.labels) {
+    if (auto st = ValidateLabelKey(k); !st) return st;
+    if (auto st = ValidateLabelValue(k, v); !st) return st;
+  }
+  if (!options.network.empty() && options.network != "none" && options.network != "public") {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("bad network '{}': use none or public", options.network));
+  }
+  if (options.ttl.count() < 0) return MakeError(ErrorCode::kInvalidArgument, "TTL must be >= 0");
+  rootfs->clear();
+  if (!options.rootfs.empty()) {
+    char buf[PATH_MAX];
+    if (realpath(options.rootfs.c_str(), buf) == nullptr) {
+      return MakeSyscallError("realpath", errno, options.rootfs);
+    }
+    struct stat st;
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return MakeError(ErrorCode::kNotDirectory,
+                       fmt::format("rootfs {} is not a directory (an unpacked image is)",
+                                   options.rootfs));
+    }
+    *rootfs = buf;
+  }
+  return {};
+}
+
+Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options,
+                                                     const std::string& pool) {
+  std::string rootfs;
+  if (auto st = ValidateClaim(options, &rootfs); !st) return tl::unexpected(st.error());
+  SupervisorRequest req;
+  req.requested_at_ns = MonoNs();
+  req.state_dir = store_.root().string();
+  req.id = Store::NewId();
+  req.labels = options.labels;
+  req.ttl_seconds = options.ttl.count();
+  req.network = options.network;
+  req.rootfs = rootfs;
+  req.pool = pool;
+  req.sandboxd_binary = options_.sandboxd_binary;
+  req.memory_bytes = options_.memory_bytes;
+  req.max_processes = options_.max_processes;
+  req.cpu_cores = options_.cpu_cores;
+  return StartSupervisor(options_.deepbox_binary, req, options_.create_timeout);
+}
+
+Result<SandboxMeta> LocalSandboxProvider::CreateWarm(const std::string& pool,
+                                                     const std::string& network,
+                                                     const std::string& rootfs) {
+  ClaimOptions o;
+  o.labels[kPoolLabel] = pool;
+  o.network = network;
+  o.rootfs = rootfs;
+  return CreateCold(o, pool);
+}
+
+Result<std::optional<SandboxMeta>> LocalSandboxProvider::ClaimWarm(const std::string& pool,
+                                                                   const ClaimOptions& options) {
+  std::string rootfs;
+  if (auto st = ValidateClaim(options, &rootfs); !st) return tl::unexpected(st.error());
+  auto ids = store_.Ids();
+  if (!ids) return tl::unexpected(ids.error());
+  if (ids->empty()) return std::optional<SandboxMeta>();
+  // Start at a random place so concurrent claimers rarely contend for the same one.
+  uint32_t r = 0;
+  (void)getrandom(&r, sizeof(r), 0);
+  size_t start = r % ids->size();
+  for (size_t i = 0; i < ids->size(); ++i) {
+    const std::string& id = (*ids)[(start + i) % ids->size()];
+    SandboxPaths paths = store_.Paths(id);
+    if (access(paths.warm.c_str(), F_OK) != 0) continue;
+    auto meta = store_.Read(id);
+    if (!meta || meta->pool != pool || meta->state != "warm" || !meta->ready) continue;
+    if (!options.network.empty() && meta->network != options.network) continue;
+    if (meta->rootfs != rootfs) continue;
+    if (!ProcessAlive(meta->supervisor)) continue;
+    // The claim itself: exactly one rename(2) of the marker can succeed.
+    if (rename(paths.warm.c_str(), paths.claimed.c_str()) != 0) continue;
+    int64_t now = NowMs();
+    auto updated = store_.Update(id, [&](SandboxMeta& m) {
+      m.state = "claimed";
+      m.labels = options.labels;
+      m.claimed_at_ms = now;
+      if (options.ttl.count() > 0) {
+        m.expires_at_ms = now + options.ttl.count() * 1000;
+      } else {
+        m.expires_at_ms.reset();
+      }
+      return Status{};
+    });
+    if (!updated) continue;  // deleted under us
+    (void)SignalRef(updated->supervisor, SIGHUP);  // re-read labels + TTL
+    store_.NotifyPool(pool);
+    return std::optional<SandboxMeta>(*updated);
+  }
+  return std::optional<SandboxMeta>();
+}
+
+Result<SandboxMeta> LocalSandboxProvider::CreateSandbox(const ClaimOptions& options,
+                                                        bool allow_warm) {
+  if (allow_warm && !options_.pool.empty()) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      auto warm = ClaimWarm(options_.pool, options);
+      if (!warm) return tl::unexpected(warm.error());
+      if (!*warm) break;
+      if (ProcessAlive((*warm)->supervisor)) return **warm;
+      (void)Delete((*warm)->id);  // its supervisor died right after the claim
+    }
+  }
+  return CreateCold(options, "");
+}
+
+Result<std::unique_ptr<SandboxLease>> LocalSandboxProvider::Claim(const ClaimOptions& options) {
+  auto meta = CreateSandbox(options);
+  if (!meta) return tl::unexpected(meta.error());
+  auto client = Connect(*meta);
+  if (!client) {
+    (void)Delete(meta->id);
+    return tl::unexpected(client.error());
+  }
+  // The lease owns its own provider handle (it may outlive this one).
+  auto self = Create(options_);
+  if (!self) {
+    (void)Delete(meta->id);
+    return tl::unexpected(self.error());
+  }
+  return std::unique_ptr<SandboxLease>(
+      new LocalLease(std::move(*self), std::move(*meta), std::move(*client)));
+}
+
+void LocalSandboxProvider::CleanTrash() const {
+  fs::path dir = store_.root() / "trash";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> names;
+  while (dirent* ent = readdir(d)) {
+    if (ent->d_name[0] != '.') names.emplace_back(ent->d_name);
+  }
+  closedir(d);
+  for (const auto& n : names) {
+    fs::path p = dir / n;
+    if (AgeSeconds(p) < 10) continue;  // somebody is removing it right now
+    (void)RemoveTree(p);
+  }
+}
+
+Error LocalSandboxProvider::GoneError(const std::string& id) const {
+  if (auto t = store_.ReadTombstone(id)) {
+    if (t->reason == "expired") {
+      return Error(ErrorCode::kNotFound,
+                   fmt::format("sandbox '{}' expired: {}; it was deleted", id, t->detail));
+    }
+    return Error(ErrorCode::kNotFound,
+                 fmt::format("sandbox '{}' is gone: {} (at {})", id, t->detail,
+                             FormatTime(t->at_ms)));
+  }
+  return Error(ErrorCode::kNotFound,
+               fmt::format("no sandbox '{}' (see: deepbox sandbox ls)", id));
+}
+
+Result<std::vector<SandboxMeta>> LocalSandboxProvider::List(const Selector& selector) {
+  CleanTrash();
+  store_.PruneTombstones(24h);
+  auto ids = store_.Ids();
+  if (!ids) return tl::unexpected(ids.error());
+  std::vector<SandboxMeta> out;
+  for (const auto& id : *ids) {
+    auto meta = store_.Read(id);
+    if (!meta) {
+      // No (valid) record: a supervisor that died before writing one, or one
+      // that is writing it right now.
+      if (AgeSeconds(store_.Paths(id).dir) > 60) (void)store_.Reap(id, std::nullopt);
+      continue;
+    }
+    if (!ProcessAlive(meta->supervisor)) {
+      (void)store_.WriteTombstone(Tombstone{id, "supervisor-died",
+                                            "its supervisor process died; it was cleaned up",
+                                            NowMs()});
+      (void)store_.Reap(id, *meta);
+      continue;
+    }
+    if (selector.Matches(meta->labels)) out.push_back(std::move(*meta));
+  }
+  std::sort(out.begin(), out.end(), [](const SandboxMeta& a, const SandboxMeta& b) {
+    return a.created_at_ms != b.created_at_ms ? a.created_at_ms < b.created_at_ms : a.id < b.id;
+  });
+  return out;
+}
+
+Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id) {
+  auto meta = store_.Read(id);
+  if (!meta) {
+    if (meta.error().code == ErrorCode::kNotFound) return tl::unexpected(GoneError(id));
+    return meta;
+  }
+  if (!ProcessAlive(meta->supervisor)) {
+    (void)store_.WriteTombstone(Tombstone{
+        id, "supervisor-died", "its supervisor process died; it was cleaned up", NowMs()});
+    (void)store_.Reap(id, *meta);
+    return tl::unexpected(GoneError(id));
+  }
+  if (meta->expired(NowMs())) {
+    return MakeError(ErrorCode::kNotFound,
+                     fmt::format("sandbox '{}' expired at {} (its TTL ran out); it is being deleted",
+                                 id, FormatTime(*meta->expires_at_ms)));
+  }
+  if (!meta->ready) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("sandbox '{}' is still starting; try again in a moment", id));
+  }
+  return meta;
+}
+
+Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const SandboxMeta& meta) {
+  SandboxdClientOptions o;
+  o.id = meta.id;
+  o.connect_timeout = 5000ms;
+  auto client = SandboxdClient::Connect("unix:" + meta.socket, o);
+  if (!client) {
+    return MakeError(client.error().code,
+                     fmt::format("sandbox '{}': {}", meta.id, client.error().message));
+  }
+  return client;
+}
+
+Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const std::string& id) {
+  auto meta = Get(id);
+  if (!meta) return tl::unexpected(meta.error());
+  return Connect(*meta);
+}
+
+Status LocalSandboxProvider::Delete(const std::string& id) {
+  auto meta = store_.Read(id);
+  if (!meta) {
+    if (meta.error().code != ErrorCode::kNotFound) return tl::unexpected(meta.error());
+    // A dir without a record yet: its supervisor is writing it; wait briefly.
+    SandboxPaths paths = store_.Paths(id);
+    for (int i = 0; i < 100 && !meta && fs::exists(paths.dir); ++i) {
+      usleep(10000);
+      meta = store_.Read(id);
+    }
+    if (!meta) {
+      if (fs::exists(paths.dir)) {
+        auto reaped = store_.Reap(id, std::nullopt);
+        if (!reaped) return tl::unexpected(reaped.error());
+        return {};
+      }
+      return tl::unexpected(GoneError(id));
+    }
+  }
+  UniqueFd pidfd = SignalRef(meta->supervisor, SIGTERM);
+  if (pidfd) WaitExit(pidfd.get(), 30s);
+  if (fs::exists(store_.Paths(id).dir)) {
+    auto reaped = store_.Reap(id, *meta);
+    if (!reaped) return tl::unexpected(reaped.error());
+  }
+  return {};
+}
+
+Result<std::vector<std::string>> LocalSandboxProvider::DeleteMatching(const Selector& selector) {
+  if (selector.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "refusing to delete every sandbox: give a non-empty selector");
+  }
+  auto list = List(selector);
+  if (!list) return tl::unexpected(list.error());
+  // Signal every supervisor first, then wait: they clean up in parallel.
+  std::vector<UniqueFd> pidfds;
+  for (const auto& m : *list) {
+    (void)rename(store_.Paths(m.id).warm.c_str(), store_.Paths(m.id).claimed.c_str());
+    pidfds.push_back(SignalRef(m.supervisor, SIGTERM));
+  }
+  std::vector<std::string> ids;
+  Status result;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const auto& m = (*list)[i];
+    if (pidfds[i]) WaitExit(pidfds[i].get(), 30s);
+    if (fs::exists(store_.Paths(m.id).dir)) {
+      auto reaped = store_.Reap(m.id, m);
+      if (!reaped && result) result = tl::unexpected(reaped.error());
+    }
+    ids.push_back(m.id);
+  }
+  if (!result) return tl::unexpected(result.error());
+  return ids;
+}
+
+}  // namespace deepbox::local::lifecycle

@@ -1,0 +1,89 @@
+// The local sandbox provider: sandboxes on this machine, each owned by its
+// supervisor process (supervisor.h), recorded under the state dir (state.h).
+//
+//   Claim   a warm sandbox from the pool if one matches (rename of its `warm`
+//           marker: two claimers never win the same one), else a cold create.
+//           Labels and TTL are set either way; the lease's Release deletes.
+//   List    with a label selector; every call also reaps the sandboxes whose
+//           supervisor is gone (pid + start time), so state survives restarts
+//           and crashes of anything but the kernel.
+//   Delete  SIGTERM to the supervisor, which cleans up and exits; if it is
+//           gone, the caller reaps.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "local/lifecycle/selector.h"
+#include "local/lifecycle/state.h"
+#include "sandbox/sandbox.h"
+#include "sandbox/sandboxd_client.h"
+
+namespace deepbox::local::lifecycle {
+
+struct LocalProviderOptions {
+  std::string state_dir;       // "" = DefaultStateDir()
+  std::string deepbox_binary;  // "" = $DEEPBOX_BINARY, else `deepbox` next to this program
+  std::string sandboxd_binary; // "" = $DEEPBOX_SANDBOXD, else next to the deepbox binary
+  std::string pool = "default";  // warm pool to claim from ("" = always create cold)
+  std::chrono::milliseconds create_timeout{30000};
+  // Optional limits for sandboxes this provider creates cold.
+  std::optional<uint64_t> memory_bytes;
+  std::optional<uint64_t> max_processes;
+  std::optional<double> cpu_cores;
+};
+
+// Where `deepbox-sandboxd` is found: $DEEPBOX_SANDBOXD, else next to `deepbox_binary`.
+Result<std::string> LocateSandboxd(const std::string& deepbox_binary);
+// $DEEPBOX_BINARY, else this program if it is `deepbox`, else `deepbox` next to it.
+Result<std::string> LocateDeepbox();
+
+class LocalSandboxProvider : public SandboxProvider {
+ public:
+  static Result<std::unique_ptr<LocalSandboxProvider>> Create(LocalProviderOptions options = {});
+
+  std::string name() const override { return "local"; }
+  Result<std::unique_ptr<SandboxLease>> Claim(const ClaimOptions& options) override;
+
+  // Creates (or takes from the pool) without a lease: the sandbox lives until
+  // deleted or its TTL. `allow_warm` false forces a cold create.
+  Result<SandboxMeta> CreateSandbox(const ClaimOptions& options, bool allow_warm = true);
+  // A cold create of a warm sandbox for `pool` (what the pool daemon does).
+  Result<SandboxMeta> CreateWarm(const std::string& pool, const std::string& network,
+                                 const std::string& rootfs);
+  // Takes a warm sandbox of `pool` matching network/rootfs, applying labels + TTL.
+  Result<std::optional<SandboxMeta>> ClaimWarm(const std::string& pool,
+                                               const ClaimOptions& options);
+
+  // Sandboxes matching `selector`, sorted by creation time. Reaps dead ones.
+  Result<std::vector<SandboxMeta>> List(const Selector& selector = {});
+  // One sandbox, with clear errors: unknown, expired, gone, still starting.
+  Result<SandboxMeta> Get(const std::string& id);
+  // A client connected to the sandbox's daemon.
+  Result<std::unique_ptr<SandboxdClient>> Connect(const std::string& id);
+  Result<std::unique_ptr<SandboxdClient>> Connect(const SandboxMeta& meta);
+  // Deletes and waits until nothing is left. NOT_FOUND if there is no such sandbox.
+  Status Delete(const std::string& id);
+  // Deletes every sandbox matching (an empty selector is refused). Returns their ids.
+  Result<std::vector<std::string>> DeleteMatching(const Selector& selector);
+
+  const Store& store() const { return store_; }
+  const LocalProviderOptions& options() const { return options_; }
+
+ private:
+  explicit LocalSandboxProvider(LocalProviderOptions options, Store store)
+      : options_(std::move(options)), store_(std::move(store)) {}
+  Result<SandboxMeta> CreateCold(const ClaimOptions& options, const std::string& pool);
+  Status ValidateClaim(const ClaimOptions& options, std::string* rootfs) const;
+  Error GoneError(const std::string& id) const;
+  void CleanTrash() const;
+
+  LocalProviderOptions options_;
+  Store store_;
+};
+
+}  // namespace deepbox::local::lifecycle

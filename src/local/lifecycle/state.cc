@@ -1,0 +1,630 @@
+#include "local/lifecycle/state.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/unique_fd.h"
+#include "local/network.h"
+
+namespace deepbox::local::lifecycle {
+namespace {
+
+using namespace std::chrono_literals;
+
+Result<std::string> ReadWholeFile(const fs::path& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return MakeSyscallError("open", errno, path.string());
+  std::string out;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return MakeSyscallError("read", errno, path.string());
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+Status WriteAll(int fd, std::string_view data, const fs::path& what) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return MakeSyscallError("write", errno, what.string());
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+// Atomic: temp file in the same dir, then rename over `path`.
+Status WriteFileAtomic(const fs::path& path, std::string_view data) {
+  uint64_t r = 0;
+  (void)getrandom(&r, sizeof(r), 0);
+  fs::path tmp = path.parent_path() / fmt::format(".{}.{:x}.tmp", path.filename().string(), r);
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd) return MakeSyscallError("open", errno, tmp.string());
+  if (auto st = WriteAll(fd.get(), data, tmp); !st) {
+    unlink(tmp.c_str());
+    return st;
+  }
+  fd.reset();
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    unlink(tmp.c_str());
+    return MakeSyscallError("rename", e, fmt::format("{} -> {}", tmp.string(), path.string()));
+  }
+  return {};
+}
+
+Status WriteSmallFile(const std::string& path, std::string_view content) {
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return MakeSyscallError("open", errno, path);
+  if (write(fd.get(), content.data(), content.size()) < 0) {
+    return MakeSyscallError("write", errno, path);
+  }
+  return {};
+}
+
+std::vector<pid_t> CgroupPids(const std::string& dir) {
+  std::vector<pid_t> pids;
+  auto text = ReadWholeFile(dir + "/cgroup.procs");
+  if (!text) return pids;
+  std::istringstream in(*text);
+  long v;
+  while (in >> v) pids.push_back(static_cast<pid_t>(v));
+  return pids;
+}
+
+int64_t IntOr(const json::object& o, std::string_view key, int64_t dflt) {
+  auto it = o.find(key);
+  if (it == o.end()) return dflt;
+  if (it->value().is_int64()) return it->value().as_int64();
+  if (it->value().is_uint64()) return static_cast<int64_t>(it->value().as_uint64());
+  return dflt;
+}
+
+json::object RefToJson(const ProcessRef& r) {
+  json::object o;
+  o["pid"] = r.pid;
+  o["start_time"] = r.start_time;
+  return o;
+}
+
+ProcessRef RefFromJson(const json::object& o, std::string_view key) {
+  ProcessRef r;
+  auto it = o.find(key);
+  if (it == o.end() || !it->value().is_object()) return r;
+  const auto& obj = it->value().as_object();
+  r.pid = static_cast<pid_t>(IntOr(obj, "pid", 0));
+  r.start_time = static_cast<uint64_t>(IntOr(obj, "start_time", 0));
+  return r;
+}
+
+// Kills a process identified by pid + start time, race-free through a pidfd.
+void KillRef(const ProcessRef& ref) {
+  if (!ref.valid()) return;
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, ref.pid, 0)));
+  if (!pidfd) return;
+  if (!ProcessAlive(ref)) return;  // checked after the pidfd pins the process
+  (void)syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+}
+
+// Detaches any mount left beneath `dir` in our mount namespace (defensive: the
+// sandbox's own mounts live in its namespace and vanish with it).
+void UnmountBeneath(const fs::path& dir) {
+  auto text = ReadWholeFile("/proc/self/mountinfo");
+  if (!text) return;
+  std::string prefix = dir.string() + "/";
+  std::vector<std::string> targets;
+  std::istringstream in(*text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mountpoint;
+    fields >> id >> parent >> dev >> root >> mountpoint;
+    if (mountpoint == dir.string() || mountpoint.rfind(prefix, 0) == 0) {
+      targets.push_back(mountpoint);
+    }
+  }
+  std::sort(targets.rbegin(), targets.rend());  // deepest first
+  for (const auto& t : targets) (void)umount2(t.c_str(), MNT_DETACH);
+}
+
+Status RemoveTreeAt(int parent_fd, const char* name, const std::string& display, int depth) {
+  if (unlinkat(parent_fd, name, 0) == 0 || errno == ENOENT) return {};
+  if (errno != EISDIR && errno != EPERM) return MakeSyscallError("unlinkat", errno, display);
+  if (depth > 256) return MakeError(ErrorCode::kResourceExhausted, "tree too deep: " + display);
+  int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == EACCES) {
+    (void)fchmodat(parent_fd, name, 0700, AT_SYMLINK_NOFOLLOW);
+    fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  }
+  if (fd < 0) {
+    if (errno == ENOENT) return {};
+    return MakeSyscallError("openat", errno, display);
+  }
+  (void)fchmod(fd, 0700);  // entries of a 0500 dir cannot be removed otherwise
+  DIR* d = fdopendir(fd);
+  if (d == nullptr) {
+    int e = errno;
+    close(fd);
+    return MakeSyscallError("fdopendir", e, display);
+  }
+  Status result;
+  std::vector<std::string> names;
+  while (dirent* ent = readdir(d)) {
+    std::string_view n = ent->d_name;
+    if (n == "." || n == "..") continue;
+    names.emplace_back(n);
+  }
+  for (const auto& n : names) {
+    auto st = RemoveTreeAt(dirfd(d), n.c_str(), display + "/" + n, depth + 1);
+    if (!st && result) result = st;
+  }
+  closedir(d);
+  if (unlinkat(parent_fd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && result) {
+    result = MakeSyscallError("rmdir", errno, display);
+  }
+  return result;
+}
+
+}  // namespace
+
+Result<fs::path> DefaultStateDir() {
+  if (const char* env = std::getenv("DEEPBOX_STATE_DIR"); env != nullptr && *env != '\0') {
+    fs::path p(env);
+    if (!p.is_absolute()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("DEEPBOX_STATE_DIR must be an absolute path, not '{}'", env));
+    }
+    return p;
+  }
+  if (geteuid() == 0) return fs::path("/run/deepbox");
+  if (const char* xdg = std::getenv("XDG_RUNTIME_DIR"); xdg != nullptr && *xdg == '/') {
+    return fs::path(xdg) / "deepbox";
+  }
+  return MakeError(ErrorCode::kUnavailable,
+                   "no state directory: set DEEPBOX_STATE_DIR (or XDG_RUNTIME_DIR) to a directory "
+                   "only you can write");
+}
+
+Result<uint64_t> ProcessStartTime(pid_t pid) {
+  auto text = ReadWholeFile(fmt::format("/proc/{}/stat", pid));
+  if (!text) return tl::unexpected(text.error());
+  size_t paren = text->rfind(')');
+  if (paren == std::string::npos) {
+    return MakeError(ErrorCode::kInternal, fmt::format("malformed /proc/{}/stat", pid));
+  }
+  std::istringstream in(text->substr(paren + 1));
+  std::string field;
+  // Fields after the command: 3 = state ... 22 = starttime.
+  std::string state;
+  in >> state;
+  if (state == "Z" || state == "X") {
+    return MakeError(ErrorCode::kNotFound, fmt::format("process {} is a zombie", pid));
+  }
+  for (int i = 4; i < 22; ++i) in >> field;
+  uint64_t start = 0;
+  if (!(in >> start)) {
+    return MakeError(ErrorCode::kInternal, fmt::format("malformed /proc/{}/stat", pid));
+  }
+  return start;
+}
+
+Result<ProcessRef> SelfRef() {
+  ProcessRef r;
+  r.pid = getpid();
+  auto st = ProcessStartTime(r.pid);
+  if (!st) return tl::unexpected(st.error());
+  r.start_time = *st;
+  return r;
+}
+
+bool ProcessAlive(const ProcessRef& ref) {
+  if (!ref.valid()) return false;
+  auto st = ProcessStartTime(ref.pid);
+  return st && *st == ref.start_time;
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string FormatTime(int64_t unix_ms) {
+  time_t secs = static_cast<time_t>(unix_ms / 1000);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, unix_ms % 1000);
+}
+
+Result<int64_t> ParseTime(std::string_view text) {
+  struct tm tm {};
+  int ms = 0;
+  std::string s(text);
+  int consumed = 0;
+  if (sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+             &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad timestamp '{}'", text));
+  }
+  std::string_view rest = std::string_view(s).substr(static_cast<size_t>(consumed));
+  if (!rest.empty() && rest.front() == '.') {
+    rest.remove_prefix(1);
+    int digits = 0;
+    while (!rest.empty() && std::isdigit(static_cast<unsigned char>(rest.front()))) {
+      if (digits < 3) ms = ms * 10 + (rest.front() - '0');
+      ++digits;
+      rest.remove_prefix(1);
+    }
+    for (; digits < 3; ++digits) ms *= 10;
+  }
+  if (rest != "Z") {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad timestamp '{}' (UTC only)", text));
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<int64_t>(timegm(&tm)) * 1000 + ms;
+}
+
+json::object SandboxMeta::ToJson() const {
+  json::object o;
+  o["id"] = id;
+  json::object l;
+  for (const auto& [k, v] : labels) l[k] = v;
+  o["labels"] = std::move(l);
+  o["created_at"] = FormatTime(created_at_ms);
+  if (expires_at_ms) {
+    o["expires_at"] = FormatTime(*expires_at_ms);
+  } else {
+    o["expires_at"] = nullptr;
+  }
+  o["state"] = state;
+  o["pool"] = pool;
+  o["network_requested"] = network_requested;
+  o["network"] = network;
+  if (!network_note.empty()) o["network_note"] = network_note;
+  if (net_slot) o["net_slot"] = *net_slot;
+  o["rootfs"] = rootfs;
+  o["ready"] = ready;
+  o["supervisor"] = RefToJson(supervisor);
+  o["init"] = RefToJson(init);
+  json::array cg;
+  for (const auto& c : cgroups) cg.emplace_back(JsonString(c));
+  o["cgroups"] = std::move(cg);
+  o["socket"] = JsonString(socket);
+  o["timings_ms"] = timings;
+  if (claimed_at_ms) o["claimed_at"] = FormatTime(*claimed_at_ms);
+  return o;
+}
+
+Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
+  SandboxMeta m;
+  auto id = GetString(o, "id");
+  if (!id) return tl::unexpected(id.error());
+  m.id = *id;
+  if (auto it = o.find("labels"); it != o.end() && it->value().is_object()) {
+    for (const auto& [k, v] : it->value().as_object()) {
+      if (v.is_string()) m.labels[std::string(k)] = std::string(v.as_string());
+    }
+  }
+  auto created = ParseTime(GetOptString(o, "created_at").value_or(""));
+  if (!created) return tl::unexpected(created.error());
+  m.created_at_ms = *created;
+  if (auto e = GetOptString(o, "expires_at")) {
+    auto t = ParseTime(*e);
+    if (!t) return tl::unexpected(t.error());
+    m.expires_at_ms = *t;
+  }
+  if (auto c = GetOptString(o, "claimed_at")) {
+    auto t = ParseTime(*c);
+    if (t) m.claimed_at_ms = *t;
+  }
+  m.state = GetOptString(o, "state").value_or("claimed");
+  m.pool = GetOptString(o, "pool").value_or("");
+  m.network_requested = GetOptString(o, "network_requested").value_or("");
+  m.network = GetOptString(o, "network").value_or("none");
+  m.network_note = GetOptString(o, "network_note").value_or("");
+  if (auto it = o.find("net_slot"); it != o.end() && (it->value().is_int64() ||
+                                                       it->value().is_uint64())) {
+    m.net_slot = static_cast<uint32_t>(IntOr(o, "net_slot", 0));
+  }
+  m.rootfs = GetOptString(o, "rootfs").value_or("");
+  if (auto it = o.find("ready"); it != o.end() && it->value().is_bool()) {
+    m.ready = it->value().as_bool();
+  }
+  m.supervisor = RefFromJson(o, "supervisor");
+  m.init = RefFromJson(o, "init");
+  if (auto it = o.find("cgroups"); it != o.end() && it->value().is_array()) {
+    for (const auto& c : it->value().as_array()) {
+      if (c.is_string()) m.cgroups.emplace_back(c.as_string());
+    }
+  }
+  m.socket = GetOptString(o, "socket").value_or("");
+  if (auto it = o.find("timings_ms"); it != o.end() && it->value().is_object()) {
+    m.timings = it->value().as_object();
+  }
+  return m;
+}
+
+Status Store::Init() const {
+  for (const fs::path& p : {root_, root_ / "sandboxes", root_ / "trash", root_ / "tombstones",
+                            root_ / "pools", root_ / "net"}) {
+    if (mkdir(p.c_str(), 0700) == 0) continue;
+    if (errno == ENOENT && p == root_) {
+      std::error_code ec;
+      fs::create_directories(p, ec);
+      if (ec) return MakeError(ErrorCode::kInternal, "mkdir -p " + p.string() + ": " + ec.message());
+      if (chmod(p.c_str(), 0700) != 0) return MakeSyscallError("chmod", errno, p.string());
+      continue;
+    }
+    if (errno != EEXIST) return MakeSyscallError("mkdir", errno, p.string());
+  }
+  return {};
+}
+
+SandboxPaths Store::Paths(const std::string& id) const {
+  SandboxPaths p;
+  p.dir = root_ / "sandboxes" / id;
+  p.meta = p.dir / "meta.json";
+  p.lock = p.dir / "lock";
+  p.warm = p.dir / "warm";
+  p.claimed = p.dir / "claimed";
+  p.log = p.dir / "supervisor.log";
+  p.runtime = p.dir / "rt";
+  p.workspace = p.dir / "workspace";
+  p.socket = p.runtime / "run" / "sandboxd.sock";
+  return p;
+}
+
+std::string Store::NewId() {
+  unsigned char b[6];
+  size_t got = 0;
+  while (got < sizeof(b)) {
+    ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  return fmt::format("sb-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}", b[0], b[1], b[2], b[3], b[4], b[5]);
+}
+
+bool Store::ValidId(std::string_view id) {
+  if (id.size() != 15 || id.substr(0, 3) != "sb-") return false;
+  return std::all_of(id.begin() + 3, id.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
+  });
+}
+
+Result<SandboxMeta> Store::Read(const std::string& id) const {
+  if (!ValidId(id)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("'{}' is not a sandbox id (they look like sb-0123456789ab)", id));
+  }
+  auto text = ReadWholeFile(Paths(id).meta);
+  if (!text) return tl::unexpected(text.error());
+  auto obj = ParseJsonObject(*text);
+  if (!obj) return tl::unexpected(obj.error());
+  return SandboxMeta::FromJson(*obj);
+}
+
+Status Store::Write(const SandboxMeta& meta) const {
+  return WriteFileAtomic(Paths(meta.id).meta, ToJson(meta.ToJson()));
+}
+
+Result<SandboxMeta> Store::Update(const std::string& id,
+                                  const std::function<Status(SandboxMeta&)>& change) const {
+  auto paths = Paths(id);
+  UniqueFd lock(open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock) return MakeSyscallError("open", errno, paths.lock.string());
+  while (flock(lock.get(), LOCK_EX) != 0) {
+    if (errno != EINTR) return MakeSyscallError("flock", errno, paths.lock.string());
+  }
+  auto meta = Read(id);
+  if (!meta) return meta;
+  if (auto st = change(*meta); !st) return tl::unexpected(st.error());
+  if (auto st = Write(*meta); !st) return tl::unexpected(st.error());
+  return meta;
+}
+
+Result<std::vector<std::string>> Store::Ids() const {
+  std::vector<std::string> ids;
+  fs::path dir = sandboxes_dir();
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return ids;
+    return MakeSyscallError("opendir", errno, dir.string());
+  }
+  while (dirent* ent = readdir(d)) {
+    if (ValidId(ent->d_name)) ids.emplace_back(ent->d_name);
+  }
+  closedir(d);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+Status Store::WriteTombstone(const Tombstone& t) const {
+  json::object o;
+  o["id"] = t.id;
+  o["reason"] = t.reason;
+  o["detail"] = JsonString(t.detail);
+  o["at"] = FormatTime(t.at_ms);
+  return WriteFileAtomic(root_ / "tombstones" / t.id, ToJson(o));
+}
+
+std::optional<Tombstone> Store::ReadTombstone(const std::string& id) const {
+  if (!ValidId(id)) return std::nullopt;
+  auto text = ReadWholeFile(root_ / "tombstones" / id);
+  if (!text) return std::nullopt;
+  auto obj = ParseJsonObject(*text);
+  if (!obj) return std::nullopt;
+  Tombstone t;
+  t.id = id;
+  t.reason = GetOptString(*obj, "reason").value_or("");
+  t.detail = GetOptString(*obj, "detail").value_or("");
+  t.at_ms = ParseTime(GetOptString(*obj, "at").value_or("")).value_or(0);
+  return t;
+}
+
+void Store::PruneTombstones(std::chrono::seconds max_age) const {
+  fs::path dir = root_ / "tombstones";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  time_t cutoff = time(nullptr) - static_cast<time_t>(max_age.count());
+  while (dirent* ent = readdir(d)) {
+    if (ent->d_name[0] == '.') continue;
+    struct stat st;
+    if (fstatat(dirfd(d), ent->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mtime < cutoff) {
+      (void)unlinkat(dirfd(d), ent->d_name, 0);
+    }
+  }
+  closedir(d);
+}
+
+Result<uint32_t> Store::ReserveNetSlot(const std::string& id) const {
+  for (uint32_t slot = 0; slot < kMaxPublicSlots; ++slot) {
+    fs::path p = root_ / "net" / fmt::format("slot-{}", slot);
+    UniqueFd fd(open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (fd) {
+      (void)WriteAll(fd.get(), id, p);
+      return slot;
+    }
+    if (errno != EEXIST) return MakeSyscallError("open", errno, p.string());
+    // A reservation whose sandbox no longer exists is stale (its supervisor died early).
+    auto owner = ReadWholeFile(p);
+    struct stat st;
+    if (owner && ValidId(*owner) && !fs::exists(Paths(*owner).dir) && stat(p.c_str(), &st) == 0 &&
+        st.st_mtime < time(nullptr) - 60) {
+      unlink(p.c_str());
+      --slot;  // retry this one
+    }
+  }
+  return MakeError(ErrorCode::kResourceExhausted, "every public-network slot is in use");
+}
+
+void Store::ReleaseNetSlot(uint32_t slot) const {
+  (void)unlink((root_ / "net" / fmt::format("slot-{}", slot)).c_str());
+}
+
+void Store::NotifyPool(const std::string& pool) const {
+  fs::path p = pool_dir(pool) / "wake";
+  UniqueFd fd(open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+}
+
+Result<bool> Store::Reap(const std::string& id, const std::optional<SandboxMeta>& given) const {
+  if (!ValidId(id)) return MakeError(ErrorCode::kInvalidArgument, "bad sandbox id " + id);
+  uint64_t r = 0;
+  (void)getrandom(&r, sizeof(r), 0);
+  fs::path src = Paths(id).dir;
+  fs::path dst = root_ / "trash" / fmt::format("{}-{:x}", id, r);
+  if (rename(src.c_str(), dst.c_str()) != 0) {
+    if (errno == ENOENT) return false;
+    return MakeSyscallError("rename", errno, fmt::format("{} -> {}", src.string(), dst.string()));
+  }
+  std::optional<SandboxMeta> meta = given;
+  if (!meta) {
+    auto text = ReadWholeFile(dst / "meta.json");
+    if (text) {
+      auto obj = ParseJsonObject(*text);
+      if (obj) {
+        auto m = SandboxMeta::FromJson(*obj);
+        if (m) meta = *m;
+      }
+    }
+  }
+  Status result;
+  if (meta) {
+    KillRef(meta->init);  // SIGKILL to a PID namespace's init kills all of it
+    if (auto st = KillAndRemoveCgroups(meta->cgroups); !st) result = st;
+    if (meta->net_slot) {
+      PublicNetworkConfig cfg;
+      (void)RunInNetns(-1, {cfg.nft_path, "delete", "table", "inet",
+                            fmt::format("deepbox_s{}", *meta->net_slot)});
+      (void)RunInNetns(-1, {cfg.ip_path, "link", "del", AddressesForSlot(*meta->net_slot).host_if});
+      ReleaseNetSlot(*meta->net_slot);
+    }
+  }
+  UnmountBeneath(dst);
+  if (auto st = RemoveTree(dst); !st && result) result = st;
+  if (!result) return tl::unexpected(result.error());
+  return true;
+}
+
+Status RemoveTree(const fs::path& path) {
+  fs::path parent = path.parent_path();
+  UniqueFd pfd(open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!pfd) {
+    if (errno == ENOENT) return {};
+    return MakeSyscallError("open", errno, parent.string());
+  }
+  return RemoveTreeAt(pfd.get(), path.filename().c_str(), path.string(), 0);
+}
+
+Status KillAndRemoveCgroups(const std::vector<std::string>& dirs) {
+  Status result;
+  std::vector<std::string> present;
+  for (const auto& d : dirs) {
+    struct stat st;
+    if (stat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) present.push_back(d);
+  }
+  if (present.empty()) return {};
+  for (const auto& d : present) {
+    struct stat st;
+    if (stat((d + "/cgroup.kill").c_str(), &st) == 0) (void)WriteSmallFile(d + "/cgroup.kill", "1");
+  }
+  std::string freezer;
+  for (const auto& d : present) {
+    if (d.find("/freezer/") != std::string::npos) freezer = d;
+  }
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (;;) {
+    bool any = false;
+    if (!freezer.empty()) (void)WriteSmallFile(freezer + "/freezer.state", "FROZEN");
+    for (const auto& d : present) {
+      for (pid_t p : CgroupPids(d)) {
+        any = true;
+        kill(p, SIGKILL);
+      }
+    }
+    if (!freezer.empty()) (void)WriteSmallFile(freezer + "/freezer.state", "THAWED");
+    if (!any) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      result = MakeError(ErrorCode::kTimeout,
+                         fmt::format("processes remain in cgroup {} after SIGKILL", present[0]));
+      break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  for (const auto& d : present) {
+    auto deadline2 = std::chrono::steady_clock::now() + 2s;
+    while (rmdir(d.c_str()) != 0) {
+      if (errno == ENOENT) break;
+      if (errno != EBUSY || std::chrono::steady_clock::now() > deadline2) {
+        if (result) result = MakeSyscallError("rmdir", errno, d);
+        break;
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+    // The shared "deepbox" parent goes when empty (a concurrent launch re-creates it).
+    (void)rmdir(fs::path(d).parent_path().c_str());
+  }
+  return result;
+}
+
+}  // namespace deepbox::local::lifecycle

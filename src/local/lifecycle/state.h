@@ -1,0 +1,149 @@
+// On-disk state of local sandboxes: the record every command reads, and the
+// only thing shared between the CLI, the pool daemon and the supervisors.
+//
+// <state>/                      0700; $DEEPBOX_STATE_DIR, /run/deepbox (root),
+//                               or $XDG_RUNTIME_DIR/deepbox
+//   sandboxes/<id>/             one per sandbox (id "sb-" + 12 hex digits)
+//     meta.json                 SandboxMeta; replaced atomically (temp + rename)
+//     lock                      flock'ed around read-modify-write of meta.json
+//     warm                      present while a pool sandbox waits for a claim;
+//                               claiming is rename(warm, claimed): one winner
+//     claimed
+//     supervisor.log            the supervisor's own messages
+//     rt/                       the launcher's runtime dir (rt/run/sandboxd.sock)
+//     workspace/                bound at /workspace
+//   trash/                      sandbox dirs being removed (rename = ownership)
+//   tombstones/<id>             why a sandbox went away by itself (TTL, crash)
+//   pools/<name>/               a pool's wake-up file (claims touch it)
+//   net/slot-<n>                public-network slot reservations
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/json.h"
+#include "local/lifecycle/selector.h"
+
+namespace deepbox::local::lifecycle {
+
+namespace fs = std::filesystem;
+
+// The label a pool puts on its warm sandboxes (removed when claimed).
+inline constexpr const char* kPoolLabel = "deepbox.dev/pool";
+
+// $DEEPBOX_STATE_DIR, else /run/deepbox as root, else $XDG_RUNTIME_DIR/deepbox.
+Result<fs::path> DefaultStateDir();
+
+// A process identified by pid AND start time (so a reused pid is not mistaken).
+struct ProcessRef {
+  pid_t pid = 0;
+  uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (clock ticks since boot)
+  bool valid() const { return pid > 0; }
+};
+Result<uint64_t> ProcessStartTime(pid_t pid);
+Result<ProcessRef> SelfRef();
+// True if that very process still exists (zombies count as gone).
+bool ProcessAlive(const ProcessRef& ref);
+
+int64_t NowMs();  // wall clock, ms since the epoch
+std::string FormatTime(int64_t unix_ms);                 // RFC 3339 UTC, ms precision
+Result<int64_t> ParseTime(std::string_view rfc3339);     // the inverse (UTC 'Z' only)
+
+struct SandboxMeta {
+  std::string id;
+  Labels labels;
+  int64_t created_at_ms = 0;
+  std::optional<int64_t> expires_at_ms;  // nullopt: no TTL
+  std::string state = "claimed";         // "warm" | "claimed"
+  std::string pool;                      // the pool that made it ("" = created cold)
+  std::string network_requested;         // "" (host default) | "none" | "public"
+  std::string network;                   // effective: "none" | "public"
+  std::string network_note;              // why public fell back to none
+  std::optional<uint32_t> net_slot;      // public mode
+  std::string rootfs;                    // "" = host system dirs
+  bool ready = false;                    // the daemon answered its health check
+  ProcessRef supervisor;
+  ProcessRef init;                       // the sandbox's init (deepbox-sandboxd), host pid
+  std::vector<std::string> cgroups;      // host cgroup dirs of the sandbox
+  std::string socket;                    // host path of the daemon's unix socket
+  json::object timings;                  // setup steps in ms
+  std::optional<int64_t> claimed_at_ms;
+
+  json::object ToJson() const;
+  static Result<SandboxMeta> FromJson(const json::object& o);
+  bool expired(int64_t now_ms) const { return expires_at_ms && now_ms >= *expires_at_ms; }
+};
+
+struct Tombstone {
+  std::string id;
+  std::string reason;  // "expired" | "daemon-exited" | "supervisor-died"
+  std::string detail;
+  int64_t at_ms = 0;
+};
+
+// Paths of one sandbox.
+struct SandboxPaths {
+  fs::path dir, meta, lock, warm, claimed, log, runtime, workspace, socket;
+};
+
+class Store {
+ public:
+  explicit Store(fs::path root) : root_(std::move(root)) {}
+  // Creates the directory tree (0700).
+  Status Init() const;
+
+  const fs::path& root() const { return root_; }
+  fs::path sandboxes_dir() const { return root_ / "sandboxes"; }
+  SandboxPaths Paths(const std::string& id) const;
+
+  static std::string NewId();
+  static bool ValidId(std::string_view id);
+
+  Result<SandboxMeta> Read(const std::string& id) const;
+  // Atomic replace of meta.json (the sandbox dir must exist).
+  Status Write(const SandboxMeta& meta) const;
+  // Read-modify-write under the sandbox's lock.
+  Result<SandboxMeta> Update(const std::string& id,
+                             const std::function<Status(SandboxMeta&)>& change) const;
+  // Ids of the sandbox dirs present (with or without meta.json).
+  Result<std::vector<std::string>> Ids() const;
+
+  Status WriteTombstone(const Tombstone& t) const;
+  std::optional<Tombstone> ReadTombstone(const std::string& id) const;
+  void PruneTombstones(std::chrono::seconds max_age) const;
+
+  // Public-network slots: O_EXCL files, so two sandboxes never share one.
+  Result<uint32_t> ReserveNetSlot(const std::string& id) const;
+  void ReleaseNetSlot(uint32_t slot) const;
+
+  fs::path pool_dir(const std::string& pool) const { return root_ / "pools" / pool; }
+  // Wakes a pool daemon (it watches its dir with inotify).
+  void NotifyPool(const std::string& pool) const;
+
+  // Removes a sandbox whose supervisor is gone: kills whatever is left of it
+  // (its cgroups, its init), removes its network, cgroup and state dirs. The
+  // dir is first renamed into trash/, so concurrent reapers never collide.
+  // Returns false if somebody else got there first.
+  Result<bool> Reap(const std::string& id, const std::optional<SandboxMeta>& meta) const;
+
+ private:
+  fs::path root_;
+};
+
+// Removes a directory tree without following symlinks, fixing permissions a
+// sandbox may have taken away (chmod 000 dirs).
+Status RemoveTree(const fs::path& path);
+
+// Kills every process in the given cgroup dirs (cgroup.kill, freezer or a
+// SIGKILL loop) and removes the dirs. Best effort; the first error is returned.
+Status KillAndRemoveCgroups(const std::vector<std::string>& dirs);
+
+}  // namespace deepbox::local::lifecycle

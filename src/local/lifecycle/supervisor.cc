@@ -1,0 +1,676 @@
+#include "local/lifecycle/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/signalfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common/unique_fd.h"
+#include "local/cgroups.h"
+#include "local/launcher.h"
+#include "local/namespaces.h"
+#include "local/network.h"
+#include "net/http_client.h"
+
+extern char** environ;
+
+namespace deepbox::local::lifecycle {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr size_t kStderrTail = 8192;
+
+int64_t MonoNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+std::string ErrorLine(const Error& e) {
+  json::object o;
+  o["ok"] = false;
+  o["error"] = ErrorToJson(e)["error"];
+  return ToJson(o) + "\n";
+}
+
+// Writes without SIGPIPE (the creator may be gone).
+void SendAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+void Log(const std::string& msg) {
+  std::string line = fmt::format("{} deepbox supervisor[{}]: {}\n", FormatTime(NowMs()), getpid(),
+                                 msg);
+  (void)!write(STDERR_FILENO, line.data(), line.size());
+}
+
+// Expected cgroup dirs of sandbox `id` when launched by this process (see
+// cgroups.h: <hierarchy>/<our cgroup>/deepbox/<id>); recorded before the
+// launch so a reaper finds them even if we die half-way.
+std::vector<std::string> CgroupCandidates(const std::string& id) {
+  std::vector<std::string> out;
+  auto host = DetectCgroups();
+  if (!host) return out;
+  auto join = [](std::string a, const std::string& b) {
+    while (!a.empty() && a.back() == '/') a.pop_back();
+    if (!b.empty() && b != "/") a += (b.front() == '/' ? "" : "/") + b;
+    return a;
+  };
+  if (!host->v2_mount.empty()) out.push_back(join(join(host->v2_mount, host->v2_self), "deepbox/" + id));
+  std::set<std::string> seen;
+  for (const auto& [controller, mount] : host->v1_mounts) {
+    if (!seen.insert(mount).second) continue;
+    auto self = host->v1_self.find(controller);
+    std::string base = join(mount, self == host->v1_self.end() ? "/" : self->second);
+    out.push_back(join(base, "deepbox/" + id));
+  }
+  return out;
+}
+
+// Whether `public` can work here, cheaply (the launcher probes fully and fails
+// closed to `none` too). Returns "" if it may, else the reason it cannot.
+std::string PublicNetworkObstacle() {
+  PublicNetworkConfig cfg;
+  for (const auto& bin : {cfg.ip_path, cfg.nft_path}) {
+    if (access(bin.c_str(), X_OK) != 0) {
+      return fmt::format("{} is missing (install iproute2 and nftables)", bin);
+    }
+  }
+  std::ifstream in("/proc/sys/net/ipv4/ip_forward");
+  char c = '0';
+  in >> c;
+  if (c != '1') {
+    return "net.ipv4.ip_forward is 0 on this host, so sandbox traffic cannot be routed out "
+           "(enable it, or use network none)";
+  }
+  return {};
+}
+
+bool SocketAccepts(const std::string& path) {
+  UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) return false;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+}
+
+class Supervisor {
+ public:
+  Supervisor(SupervisorRequest req, UniqueFd ready)
+      : req_(std::move(req)), store_(req_.state_dir), paths_(store_.Paths(req_.id)),
+        ready_(std::move(ready)) {}
+
+  int Run();
+
+ private:
+  Status Prepare();
+  Status LaunchSandbox();
+  Status WaitHealthy();
+  void Serve();
+  void Delete(const std::optional<Tombstone>& why);
+  void Fail(const Error& e);
+  void ArmTimer();
+  void DrainStderr();
+  bool HandleSignals();  // true: delete requested
+
+  SupervisorRequest req_;
+  Store store_;
+  SandboxPaths paths_;
+  UniqueFd ready_;
+  SandboxMeta meta_;
+  SandboxProcess sp_;
+  UniqueFd stderr_r_;
+  std::string stderr_tail_;
+  UniqueFd sigfd_;
+  UniqueFd timerfd_;
+  int64_t start_ns_ = 0;
+  int64_t launched_ns_ = 0;
+  bool dir_created_ = false;
+};
+
+Status Supervisor::Prepare() {
+  if (auto st = store_.Init(); !st) return st;
+  if (mkdir(paths_.dir.c_str(), 0700) != 0) {
+    return MakeSyscallError("mkdir", errno, paths_.dir.string());
+  }
+  dir_created_ = true;
+  // Our own messages go to the sandbox's log.
+  UniqueFd log(open(paths_.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (log) dup2(log.get(), STDERR_FILENO);
+
+  auto self = SelfRef();
+  if (!self) return tl::unexpected(self.error());
+  meta_.id = req_.id;
+  meta_.labels = req_.labels;
+  meta_.created_at_ms = NowMs();
+  if (req_.ttl_seconds > 0) meta_.expires_at_ms = meta_.created_at_ms + req_.ttl_seconds * 1000;
+  meta_.pool = req_.pool;
+  meta_.state = req_.pool.empty() ? "claimed" : "warm";
+  meta_.network_requested = req_.network;
+  meta_.rootfs = req_.rootfs;
+  meta_.supervisor = *self;
+  meta_.socket = paths_.socket.string();
+  meta_.cgroups = CgroupCandidates(req_.id);
+  if (req_.requested_at_ns > 0) meta_.timings["spawn"] = Ms(start_ns_ - req_.requested_at_ns);
+  if (meta_.socket.size() >= sizeof(sockaddr_un::sun_path)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("the state directory {} is too deep: the socket path {} is longer "
+                                 "than a unix socket allows (107 bytes); set DEEPBOX_STATE_DIR to "
+                                 "a shorter path",
+                                 req_.state_dir, meta_.socket));
+  }
+  // The first record names us, before anything that could leak is created.
+  if (auto st = store_.Write(meta_); !st) return st;
+
+  // Network: public where the host can do it, else fail closed to none.
+  std::string want = req_.network.empty() ? "public" : req_.network;
+  meta_.network = "none";
+  if (want == "public") {
+    std::string obstacle = PublicNetworkObstacle();
+    if (obstacle.empty()) {
+      auto slot = store_.ReserveNetSlot(req_.id);
+      if (!slot) return tl::unexpected(slot.error());
+      meta_.net_slot = *slot;
+      meta_.network = "public";
+    } else {
+      meta_.network_note = "network 'public' is not available on this host, using 'none': " +
+                           obstacle;
+    }
+  }
+  if (auto st = store_.Write(meta_); !st) return st;
+  if (mkdir(paths_.workspace.c_str(), 0700) != 0) {
+    return MakeSyscallError("mkdir", errno, paths_.workspace.string());
+  }
+  return {};
+}
+
+Status Supervisor::LaunchSandbox() {
+  SandboxSpec spec;
+  spec.id = req_.id;
+  spec.runtime_dir = paths_.runtime;
+  spec.workspace_dir = paths_.workspace;
+  if (!req_.rootfs.empty()) spec.rootfs = req_.rootfs;
+  spec.sandboxd_binary = req_.sandboxd_binary;
+  spec.argv = {kSandboxdPath, "--listen", std::string("unix:") + kSandboxdSocket, "--root-dir",
+               "/workspace"};
+  spec.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+              "HOME=/workspace", "LANG=C.UTF-8", "USER=sandbox", "TERM=xterm-256color"};
+  spec.hostname = req_.id;
+  spec.network = meta_.network == "public" ? NetworkMode::kPublic : NetworkMode::kNone;
+  if (meta_.net_slot) spec.public_network.slot = *meta_.net_slot;
+  spec.limits.memory_bytes = req_.memory_bytes;
+  spec.limits.max_processes = req_.max_processes;
+  spec.limits.cpu_cores = req_.cpu_cores;
+  spec.die_with_parent = true;  // we are the launching (main) thread: our death kills it
+  spec.use_cgroups = geteuid() == 0;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return MakeSyscallError("pipe2", errno);
+  stderr_r_.reset(fds[0]);
+  UniqueFd stderr_w(fds[1]);
+  spec.stderr_fd = stderr_w.get();
+
+  auto sp = Launch(spec);
+  if (!sp) {
+    Error e = sp.error();
+    if (!UserNamespacesAvailable()) {
+      e = Error(ErrorCode::kUnavailable,
+                "this host does not let deepbox create user namespaces (needed for every "
+                "sandbox): " + e.message +
+                    ". Enable them (sysctl kernel.unprivileged_userns_clone=1 or "
+                    "user.max_user_namespaces > 0); run `deepbox doctor` for details");
+    }
+    return tl::unexpected(e);
+  }
+  sp_ = std::move(*sp);
+  launched_ns_ = MonoNs();
+  meta_.init.pid = sp_.pid();
+  meta_.init.start_time = ProcessStartTime(sp_.pid()).value_or(0);
+  meta_.network = std::string(NetworkModeName(sp_.network()));
+  if (!sp_.network_note().empty()) meta_.network_note = sp_.network_note();
+  const auto& t = sp_.timings();
+  for (size_t i = 0; i < t.ns.size(); ++i) {
+    meta_.timings[SetupStepName(static_cast<SetupStep>(i))] = Ms(t.ns[i]);
+  }
+  meta_.timings["launch"] = Ms(t.total_ns);
+  return store_.Write(meta_);
+}
+
+void Supervisor::DrainStderr() {
+  if (!stderr_r_) return;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(stderr_r_.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return;  // EAGAIN
+    if (n == 0) {
+      stderr_r_.reset();
+      return;
+    }
+    stderr_tail_.append(buf, static_cast<size_t>(n));
+    if (stderr_tail_.size() > kStderrTail) {
+      stderr_tail_.erase(0, stderr_tail_.size() - kStderrTail);
+    }
+  }
+}
+
+bool Supervisor::HandleSignals() {
+  bool del = false;
+  signalfd_siginfo si;
+  while (read(sigfd_.get(), &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
+    if (si.ssi_signo == SIGHUP) {
+      auto m = store_.Read(req_.id);
+      if (m) {
+        meta_ = *m;
+        Log(fmt::format("meta.json re-read: state {}, expires {}", meta_.state,
+                        meta_.expires_at_ms ? FormatTime(*meta_.expires_at_ms) : "never"));
+        ArmTimer();
+      } else {
+        Log("re-reading meta.json failed: " + m.error().ToString());
+      }
+    } else {
+      Log(fmt::format("signal {} from pid {}: deleting", strsignal(static_cast<int>(si.ssi_signo)),
+                      si.ssi_pid));
+      del = true;
+    }
+  }
+  return del;
+}
+
+Status Supervisor::WaitHealthy() {
+  auto http = net::HttpClient::Create("unix:" + meta_.socket);
+  if (!http) return tl::unexpected(http.error());
+  const int64_t deadline = MonoNs() + 30'000'000'000LL;
+  int64_t delay_ns = 100'000;
+  for (;;) {
+    if (SocketAccepts(meta_.socket)) {
+      net::ClientRequest req;
+      req.target = "/deepbox/v1/health";
+      req.timeout = 5000ms;
+      auto r = (*http)->Send(req);
+      if (r && r->status == 200) return {};
+      (*http)->CloseIdle();
+    }
+    if (MonoNs() > deadline) {
+      return MakeError(ErrorCode::kTimeout,
+                       "the sandbox daemon did not answer its health check within 30 s" +
+                           (stderr_tail_.empty() ? "" : "; its stderr: " + stderr_tail_));
+    }
+    struct pollfd pfds[3] = {{sp_.pidfd(), POLLIN, 0}, {sigfd_.get(), POLLIN, 0},
+                             {stderr_r_ ? stderr_r_.get() : -1, POLLIN, 0}};
+    struct timespec ts = {0, delay_ns};
+    int rc = ppoll(pfds, 3, &ts, nullptr);
+    if (rc < 0 && errno != EINTR) return MakeSyscallError("ppoll", errno);
+    if (pfds[2].revents) DrainStderr();
+    if (pfds[1].revents && HandleSignals()) {
+      return MakeError(ErrorCode::kCancelled, "sandbox deleted while starting");
+    }
+    if (pfds[0].revents) {
+      DrainStderr();
+      auto st = sp_.TryWait();
+      std::string how = st && *st ? (*st)->ToString() : "ended";
+      return MakeError(ErrorCode::kInternal,
+                       fmt::format("the sandbox daemon {} before it was ready{}", how,
+                                   stderr_tail_.empty() ? "" : "; its stderr: " + stderr_tail_));
+    }
+    delay_ns = std::min<int64_t>(delay_ns * 2, 5'000'000);
+  }
+}
+
+void Supervisor::ArmTimer() {
+  struct itimerspec its {};
+  if (meta_.expires_at_ms) {
+    int64_t at = std::max<int64_t>(*meta_.expires_at_ms, 1);
+    its.it_value.tv_sec = at / 1000;
+    its.it_value.tv_nsec = (at % 1000) * 1000000;
+  }
+  if (timerfd_settime(timerfd_.get(), TFD_TIMER_ABSTIME, &its, nullptr) != 0) {
+    Log("timerfd_settime: " + SyscallError("timerfd_settime", errno).message);
+  }
+}
+
+void Supervisor::Serve() {
+  for (;;) {
+    struct pollfd pfds[4] = {{sp_.pidfd(), POLLIN, 0}, {sigfd_.get(), POLLIN, 0},
+                             {timerfd_.get(), POLLIN, 0},
+                             {stderr_r_ ? stderr_r_.get() : -1, POLLIN, 0}};
+    int rc = poll(pfds, 4, -1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      Log(SyscallError("poll", errno).message);
+      Delete(std::nullopt);
+      return;
+    }
+    if (pfds[3].revents) DrainStderr();
+    if (pfds[1].revents && HandleSignals()) {
+      Delete(std::nullopt);
+      return;
+    }
+    if (pfds[2].revents) {
+      uint64_t ticks;
+      (void)!read(timerfd_.get(), &ticks, sizeof(ticks));
+      if (auto m = store_.Read(req_.id)) meta_ = *m;  // a claim may have changed the TTL
+      if (meta_.expired(NowMs())) {
+        Log("TTL reached: deleting");
+        Delete(Tombstone{req_.id, "expired",
+                         "its TTL ran out at " + FormatTime(*meta_.expires_at_ms), NowMs()});
+        return;
+      }
+      ArmTimer();
+    }
+    if (pfds[0].revents) {
+      DrainStderr();
+      auto st = sp_.TryWait();
+      std::string how = st && *st ? (*st)->ToString() : "ended";
+      Log("the sandbox daemon " + how + ": deleting");
+      Delete(Tombstone{req_.id, "daemon-exited",
+                       "its daemon (deepbox-sandboxd) " + how +
+                           (stderr_tail_.empty() ? "" : "; last stderr: " + stderr_tail_),
+                       NowMs()});
+      return;
+    }
+  }
+}
+
+void Supervisor::Delete(const std::optional<Tombstone>& why) {
+  // Take it away from claimers first (a warm sandbox being deleted is not claimable).
+  (void)rename(paths_.warm.c_str(), paths_.claimed.c_str());
+  if (why) (void)store_.WriteTombstone(*why);
+  (void)sp_.Kill();
+  sp_ = SandboxProcess();  // reaps init; removes cgroups, network, runtime dirs
+  if (meta_.net_slot) store_.ReleaseNetSlot(*meta_.net_slot);
+  if (!dir_created_) return;
+  uint64_t r = 0;
+  (void)getrandom(&r, sizeof(r), 0);
+  fs::path trash = store_.root() / "trash" / fmt::format("{}-{:x}", req_.id, r);
+  if (rename(paths_.dir.c_str(), trash.c_str()) == 0) {
+    if (auto st = RemoveTree(trash); !st) Log("removing " + trash.string() + ": " + st.error().message);
+  } else if (errno != ENOENT) {
+    (void)RemoveTree(paths_.dir);
+  }
+}
+
+void Supervisor::Fail(const Error& e) {
+  Log("setup failed: " + e.ToString());
+  if (ready_) SendAll(ready_.get(), ErrorLine(e));
+  ready_.reset();
+  Delete(std::nullopt);
+}
+
+int Supervisor::Run() {
+  start_ns_ = MonoNs();
+  if (auto st = Prepare(); !st) {
+    Fail(st.error());
+    return 1;
+  }
+  if (auto st = LaunchSandbox(); !st) {
+    Fail(st.error());
+    return 1;
+  }
+  // Only now: the sandbox's init must not inherit a blocked mask or ignored signals.
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) sigaddset(&set, s);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  sigfd_.reset(signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  timerfd_.reset(timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK));
+  if (!sigfd_ || !timerfd_) {
+    Fail(SyscallError(!sigfd_ ? "signalfd" : "timerfd_create", errno));
+    return 1;
+  }
+  if (auto st = WaitHealthy(); !st) {
+    Fail(st.error());
+    return 1;
+  }
+  int64_t ready_ns = MonoNs();
+  auto updated = store_.Update(req_.id, [&](SandboxMeta& m) {
+    m.ready = true;
+    m.init = meta_.init;
+    m.timings = meta_.timings;
+    m.timings["daemon ready"] = Ms(ready_ns - launched_ns_);
+    m.timings["supervisor total"] = Ms(ready_ns - start_ns_);
+    if (req_.requested_at_ns > 0) m.timings["total"] = Ms(ready_ns - req_.requested_at_ns);
+    return Status{};
+  });
+  if (!updated) {
+    Fail(updated.error());
+    return 1;
+  }
+  meta_ = *updated;
+  if (meta_.state == "warm") {
+    UniqueFd marker(open(paths_.warm.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!marker) {
+      Fail(SyscallError("open", errno, paths_.warm.string()));
+      return 1;
+    }
+    marker.reset();
+    store_.NotifyPool(meta_.pool);
+  }
+  ArmTimer();
+  json::object msg;
+  msg["ok"] = true;
+  msg["meta"] = meta_.ToJson();
+  SendAll(ready_.get(), ToJson(msg) + "\n");
+  ready_.reset();
+  Log(fmt::format("ready: {}", ToJson(meta_.timings)));
+  Serve();
+  return 0;
+}
+
+}  // namespace
+
+json::object SupervisorRequest::ToJson() const {
+  json::object o;
+  o["state_dir"] = JsonString(state_dir);
+  o["id"] = id;
+  json::object l;
+  for (const auto& [k, v] : labels) l[k] = v;
+  o["labels"] = std::move(l);
+  o["ttl_seconds"] = ttl_seconds;
+  o["network"] = network;
+  o["rootfs"] = JsonString(rootfs);
+  o["pool"] = pool;
+  o["sandboxd_binary"] = JsonString(sandboxd_binary);
+  if (memory_bytes) o["memory_bytes"] = *memory_bytes;
+  if (max_processes) o["max_processes"] = *max_processes;
+  if (cpu_cores) o["cpu_cores"] = *cpu_cores;
+  o["requested_at_ns"] = requested_at_ns;
+  return o;
+}
+
+Result<SupervisorRequest> SupervisorRequest::FromJson(const json::object& o) {
+  SupervisorRequest r;
+  auto state_dir = GetString(o, "state_dir");
+  if (!state_dir) return tl::unexpected(state_dir.error());
+  r.state_dir = *state_dir;
+  auto id = GetString(o, "id");
+  if (!id) return tl::unexpected(id.error());
+  r.id = *id;
+  if (!Store::ValidId(r.id)) return MakeError(ErrorCode::kInvalidArgument, "bad id " + r.id);
+  if (auto it = o.find("labels"); it != o.end() && it->value().is_object()) {
+    for (const auto& [k, v] : it->value().as_object()) {
+      if (v.is_string()) r.labels[std::string(k)] = std::string(v.as_string());
+    }
+  }
+  r.ttl_seconds = GetOptInt(o, "ttl_seconds").value_or(std::nullopt).value_or(0);
+  r.network = GetOptString(o, "network").value_or("");
+  r.rootfs = GetOptString(o, "rootfs").value_or("");
+  r.pool = GetOptString(o, "pool").value_or("");
+  auto sbd = GetString(o, "sandboxd_binary");
+  if (!sbd) return tl::unexpected(sbd.error());
+  r.sandboxd_binary = *sbd;
+  if (auto v = GetOptInt(o, "memory_bytes"); v && *v) r.memory_bytes = static_cast<uint64_t>(**v);
+  if (auto v = GetOptInt(o, "max_processes"); v && *v) {
+    r.max_processes = static_cast<uint64_t>(**v);
+  }
+  if (auto it = o.find("cpu_cores"); it != o.end() && it->value().is_number()) {
+    r.cpu_cores = it->value().to_number<double>();
+  }
+  r.requested_at_ns = GetOptInt(o, "requested_at_ns").value_or(std::nullopt).value_or(0);
+  return r;
+}
+
+Result<SandboxMeta> StartSupervisor(const std::string& deepbox_binary,
+                                    const SupervisorRequest& request,
+                                    std::chrono::milliseconds timeout) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return MakeSyscallError("socketpair", errno);
+  }
+  UniqueFd mine(sv[0]), theirs(sv[1]);
+  if (theirs.get() <= 3) {  // dup2(x, 3) with x == 3 would keep CLOEXEC
+    UniqueFd high(fcntl(theirs.get(), F_DUPFD_CLOEXEC, 10));
+    if (!high) return MakeSyscallError("fcntl(F_DUPFD_CLOEXEC)", errno);
+    theirs = std::move(high);
+  }
+  std::string request_json = ToJson(request.ToJson());
+  std::vector<std::string> args = {deepbox_binary, "__supervise", "--ready-fd", "3", "--request",
+                                   request_json};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, theirs.get(), 3);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 4);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  sigdelset(&all, SIGKILL);
+  sigdelset(&all, SIGSTOP);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, deepbox_binary.c_str(), &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return MakeSyscallError("posix_spawn", rc, deepbox_binary);
+  theirs.reset();
+  // The first process forks the real supervisor and exits at once.
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+
+  std::string line;
+  const int64_t deadline = MonoNs() + timeout.count() * 1000000LL;
+  for (;;) {
+    int64_t left_ms = (deadline - MonoNs()) / 1000000;
+    if (left_ms <= 0) {
+      return MakeError(ErrorCode::kTimeout,
+                       fmt::format("sandbox {} was not ready within {} ms (it keeps starting; "
+                                   "see `deepbox sandbox ls`)",
+                                   request.id, timeout.count()));
+    }
+    struct pollfd pfd = {mine.get(), POLLIN, 0};
+    int prc = poll(&pfd, 1, static_cast<int>(left_ms));
+    if (prc < 0 && errno == EINTR) continue;
+    if (prc < 0) return MakeSyscallError("poll", errno, "supervisor pipe");
+    if (prc == 0) continue;
+    char buf[8192];
+    ssize_t n = read(mine.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return MakeSyscallError("read", errno, "supervisor pipe");
+    if (n == 0) break;
+    line.append(buf, static_cast<size_t>(n));
+    if (line.find('\n') != std::string::npos) break;
+  }
+  if (line.empty()) {
+    return MakeError(ErrorCode::kInternal,
+                     fmt::format("the supervisor of sandbox {} exited during setup ({} {}); "
+                                 "is {} a deepbox binary?",
+                                 request.id, deepbox_binary,
+                                 WIFEXITED(status) ? fmt::format("exited {}", WEXITSTATUS(status))
+                                                   : "was killed",
+                                 deepbox_binary));
+  }
+  auto msg = ParseJsonObject(line.substr(0, line.find('\n')));
+  if (!msg) return tl::unexpected(msg.error());
+  auto ok = msg->find("ok");
+  if (ok == msg->end() || !ok->value().is_bool() || !ok->value().as_bool()) {
+    auto err = msg->find("error");
+    if (err != msg->end() && err->value().is_object()) {
+      const auto& e = err->value().as_object();
+      return MakeError(ErrorCodeFromName(GetOptString(e, "code").value_or("INTERNAL")),
+                       GetOptString(e, "message").value_or("sandbox setup failed"));
+    }
+    return MakeError(ErrorCode::kInternal, "sandbox setup failed: " + line);
+  }
+  auto meta = msg->find("meta");
+  if (meta == msg->end() || !meta->value().is_object()) {
+    return MakeError(ErrorCode::kInternal, "malformed supervisor answer: " + line);
+  }
+  return SandboxMeta::FromJson(meta->value().as_object());
+}
+
+int SuperviseMain(int argc, char** argv) {
+  int ready_fd = -1;
+  std::string request_json;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    std::string_view flag = argv[i];
+    if (flag == "--ready-fd") {
+      ready_fd = std::atoi(argv[i + 1]);
+    } else if (flag == "--request") {
+      request_json = argv[i + 1];
+    }
+  }
+  auto obj = ParseJsonObject(request_json);
+  if (!obj) {
+    std::fprintf(stderr, "deepbox __supervise: bad --request: %s\n", obj.error().message.c_str());
+    return 2;
+  }
+  auto req = SupervisorRequest::FromJson(*obj);
+  if (!req) {
+    std::fprintf(stderr, "deepbox __supervise: %s\n", req.error().message.c_str());
+    return 2;
+  }
+  // Second fork: the supervisor is not the creator's child (nobody must reap it,
+  // and the creator's death means nothing to it).
+  pid_t pid = fork();
+  if (pid < 0) {
+    if (ready_fd >= 0) SendAll(ready_fd, ErrorLine(SyscallError("fork", errno)));
+    return 1;
+  }
+  if (pid > 0) _exit(0);
+  UniqueFd ready(ready_fd);
+  if (ready) (void)fcntl(ready.get(), F_SETFD, FD_CLOEXEC);
+  umask(077);
+  Supervisor sup(std::move(*req), std::move(ready));
+  return sup.Run();
+}
+
+}  // namespace deepbox::local::lifecycle

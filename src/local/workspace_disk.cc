@@ -1,0 +1,156 @@
+#include "local/workspace_disk.h"
+
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/unique_fd.h"
+
+namespace deepbox::local {
+namespace {
+
+constexpr const char* kMkfs = "/usr/sbin/mkfs.ext4";
+
+Status RunMkfs(const std::filesystem::path& image, uid_t uid, gid_t gid) {
+  std::string owner = fmt::format("root_owner={}:{}", uid, gid);
+  std::vector<std::string> args = {kMkfs, "-q", "-F", "-m", "0", "-O", "^has_journal",
+                                   "-E", owner, image.string()};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  char path_env[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+  char* envp[] = {path_env, nullptr};
+  pid_t pid = fork();
+  if (pid < 0) return MakeSyscallError("fork", errno);
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      dup2(devnull, 0);
+      dup2(devnull, 1);
+    }
+    execve(argv[0], argv.data(), envp);
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return MakeError(ErrorCode::kInternal,
+                     fmt::format("mkfs.ext4 {} failed (status {})", image.string(), status));
+  }
+  return {};
+}
+
+// Attaches `image_fd` to a free loop device with autoclear; returns its path and an open fd.
+// The fd must stay open until the mount holds the device: autoclear detaches on last close.
+Result<std::pair<std::string, UniqueFd>> AttachLoop(int image_fd) {
+  UniqueFd control(open("/dev/loop-control", O_RDWR | O_CLOEXEC));
+  if (!control) return MakeSyscallError("open", errno, "/dev/loop-control");
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    int n = ioctl(control.get(), LOOP_CTL_GET_FREE);
+    if (n < 0) return MakeSyscallError("ioctl(LOOP_CTL_GET_FREE)", errno);
+    std::string dev = fmt::format("/dev/loop{}", n);
+    UniqueFd loop(open(dev.c_str(), O_RDWR | O_CLOEXEC));
+    if (!loop) return MakeSyscallError("open", errno, dev);
+    struct loop_config config;
+    memset(&config, 0, sizeof(config));
+    config.fd = static_cast<uint32_t>(image_fd);
+    config.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+    if (ioctl(loop.get(), LOOP_CONFIGURE, &config) == 0) {
+      return std::make_pair(dev, std::move(loop));
+    }
+    if (errno == EBUSY) continue;  // raced with another user of GET_FREE
+    return MakeSyscallError("ioctl(LOOP_CONFIGURE)", errno, dev);
+  }
+  return MakeError(ErrorCode::kUnavailable, "no free loop device after 16 attempts");
+}
+
+}  // namespace
+
+bool WorkspaceDiskSupported(std::string* reason) {
+  auto fail = [&](const char* why) {
+    if (reason) *reason = why;
+    return false;
+  };
+  if (geteuid() != 0) return fail("needs root (mount and loop devices)");
+  if (access("/dev/loop-control", R_OK | W_OK) != 0) return fail("/dev/loop-control missing");
+  if (access(kMkfs, X_OK) != 0) return fail("mkfs.ext4 missing (install e2fsprogs)");
+  if (reason) *reason = "ok";
+  return true;
+}
+
+Result<WorkspaceDisk> WorkspaceDisk::Create(const std::filesystem::path& image,
+                                            const std::filesystem::path& mount_dir,
+                                            uint64_t bytes, uid_t owner_uid, gid_t owner_gid) {
+  if (bytes < (4ULL << 20)) {
+    return MakeError(ErrorCode::kInvalidArgument, "workspace disk must be at least 4 MiB");
+  }
+  WorkspaceDisk disk;
+  {
+    UniqueFd fd(open(image.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd) return MakeSyscallError("open", errno, image.string());
+    disk.image_ = image;  // from here on, Release() deletes it
+    if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+      return MakeSyscallError("ftruncate", errno, image.string());
+    }
+  }
+  if (auto st = RunMkfs(image, owner_uid, owner_gid); !st) return tl::unexpected(st.error());
+  UniqueFd fd(open(image.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd) return MakeSyscallError("open", errno, image.string());
+  auto attached = AttachLoop(fd.get());
+  if (!attached) return tl::unexpected(attached.error());
+  auto& [dev, loop_fd] = *attached;
+  disk.loop_device_ = dev;
+  if (mount(dev.c_str(), mount_dir.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
+            nullptr) != 0) {
+    // Closing loop_fd (the last reference) detaches the device (autoclear).
+    return MakeSyscallError("mount", errno, mount_dir.string());
+  }
+  disk.mount_dir_ = mount_dir;
+  disk.mounted_ = true;
+  return disk;
+}
+
+WorkspaceDisk& WorkspaceDisk::operator=(WorkspaceDisk&& other) noexcept {
+  if (this != &other) {
+    (void)Release();
+    image_ = std::exchange(other.image_, {});
+    mount_dir_ = std::exchange(other.mount_dir_, {});
+    loop_device_ = std::exchange(other.loop_device_, {});
+    mounted_ = std::exchange(other.mounted_, false);
+  }
+  return *this;
+}
+
+WorkspaceDisk::~WorkspaceDisk() { (void)Release(); }
+
+Status WorkspaceDisk::Release() {
+  Status result;
+  if (mounted_) {
+    if (umount2(mount_dir_.c_str(), 0) != 0) {
+      // Still in use (a process holds a file): detach now, freed when the last user goes.
+      if (umount2(mount_dir_.c_str(), MNT_DETACH) != 0) {
+        result = MakeSyscallError("umount2", errno, mount_dir_.string());
+      }
+    }
+    mounted_ = false;
+  }
+  if (!image_.empty()) {
+    if (unlink(image_.c_str()) != 0 && errno != ENOENT && result) {
+      result = MakeSyscallError("unlink", errno, image_.string());
+    }
+    image_.clear();
+  }
+  return result;
+}
+
+}  // namespace deepbox::local

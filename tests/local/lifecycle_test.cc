@@ -1,0 +1,640 @@
+// Lifecycle integration tests of local sandboxes: the real `deepbox` binary,
+// real supervisors, namespaces and deepbox-sandboxd. Each test has its own
+// state directory, so tests (and other users of this machine) do not meet.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/json.h"
+#include "local/lifecycle/provider.h"
+#include "local/namespaces.h"
+
+extern char** environ;
+
+namespace deepbox::local::lifecycle {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+const std::string kBinDir = DEEPBOX_BIN_DIR;
+const std::string kDeepbox = kBinDir + "/deepbox";
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Polls `done` until it holds or `limit` passes (a safety net, not an assertion on time).
+bool Eventually(const std::function<bool()>& done, std::chrono::seconds limit = 60s) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return done();
+}
+
+class LifecycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!UserNamespacesAvailable()) GTEST_SKIP() << "user namespaces are not available here";
+    if (access(kDeepbox.c_str(), X_OK) != 0) GTEST_SKIP() << kDeepbox << " is not built";
+    std::string tmpl = "/tmp/dbx-XXXXXX";  // short: socket paths must fit 107 bytes
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    state_ = tmpl;
+    setenv("DEEPBOX_STATE_DIR", state_.c_str(), 1);
+    LocalProviderOptions o;
+    o.state_dir = state_;
+    o.deepbox_binary = kDeepbox;
+    o.sandboxd_binary = kBinDir + "/deepbox-sandboxd";
+    o.pool = "";
+    auto p = LocalSandboxProvider::Create(o);
+    ASSERT_TRUE(p.has_value()) << p.error().ToString();
+    provider_ = std::move(*p);
+  }
+
+  void TearDown() override {
+    for (pid_t pid : daemons_) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    if (provider_) {
+      auto list = provider_->List();
+      if (list) {
+        for (const auto& m : *list) (void)provider_->Delete(m.id);
+      }
+    }
+    if (!state_.empty()) (void)RemoveTree(state_);
+    unsetenv("DEEPBOX_STATE_DIR");
+  }
+
+  std::unique_ptr<LocalSandboxProvider> Provider(const std::string& pool) {
+    LocalProviderOptions o = provider_->options();
+    o.pool = pool;
+    auto p = LocalSandboxProvider::Create(o);
+    EXPECT_TRUE(p.has_value());
+    return std::move(*p);
+  }
+
+  pid_t Spawn(const std::vector<std::string>& args, const fs::path& out, const fs::path& err,
+              const std::string& stdin_data = "") {
+    std::vector<std::string> full = {kDeepbox};
+    full.insert(full.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : full) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    fs::path in = state_ / fmt::format("stdin-{}", counter_++);
+    std::ofstream(in) << stdin_data;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    EXPECT_EQ(rc, 0);
+    return pid;
+  }
+
+  CliResult Cli(const std::vector<std::string>& args, const std::string& stdin_data = "") {
+    int n = counter_++;
+    fs::path out = state_ / fmt::format("out-{}", n), err = state_ / fmt::format("err-{}", n);
+    pid_t pid = Spawn(args, out, err, stdin_data);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CliResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = ReadFile(out);
+    r.err = ReadFile(err);
+    return r;
+  }
+
+  std::string CreateCli(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"sandbox", "create", "--cold"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = Cli(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    std::string id = r.out;
+    while (!id.empty() && id.back() == '\n') id.pop_back();
+    EXPECT_TRUE(Store::ValidId(id)) << "'" << id << "' " << r.err;
+    return id;
+  }
+
+  // Everything a sandbox could leave behind; empty when it left nothing.
+  std::string Leftovers(const SandboxMeta& m) {
+    std::string out;
+    if (ProcessAlive(m.supervisor)) out += fmt::format("supervisor {} alive; ", m.supervisor.pid);
+    if (ProcessAlive(m.init)) out += fmt::format("init {} alive; ", m.init.pid);
+    for (const auto& cg : m.cgroups) {
+      if (fs::exists(cg)) out += "cgroup " + cg + "; ";
+    }
+    if (!m.socket.empty() && fs::exists(m.socket)) out += "socket " + m.socket + "; ";
+    fs::path dir = state_ / "sandboxes" / m.id;
+    if (fs::exists(dir)) out += "state dir " + dir.string() + "; ";
+    std::string mounts = ReadFile("/proc/self/mountinfo");
+    if (mounts.find(m.id) != std::string::npos) out += "a mount naming " + m.id + "; ";
+    // Any process in the sandbox's cgroup or naming it on its command line.
+    DIR* d = opendir("/proc");
+    while (dirent* ent = d ? readdir(d) : nullptr) {
+      if (!std::isdigit(static_cast<unsigned char>(ent->d_name[0]))) continue;
+      std::string cg = ReadFile(fmt::format("/proc/{}/cgroup", ent->d_name));
+      std::string cmd = ReadFile(fmt::format("/proc/{}/cmdline", ent->d_name));
+      std::string stat = ReadFile(fmt::format("/proc/{}/stat", ent->d_name));
+      bool zombie = stat.find(") Z") != std::string::npos;
+      if (!zombie && (cg.find("/deepbox/" + m.id) != std::string::npos ||
+                      cmd.find(m.id) != std::string::npos)) {
+        out += fmt::format("process {} ({}); ", ent->d_name, cmd.substr(0, 60));
+      }
+    }
+    if (d) closedir(d);
+    return out;
+  }
+
+  std::string TrashLeft() {
+    std::string out;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(state_ / "trash", ec)) {
+      out += e.path().filename().string() + " ";
+    }
+    return out;
+  }
+
+  std::vector<SandboxMeta> WarmOf(const std::string& pool) {
+    std::vector<SandboxMeta> out;
+    auto list = provider_->List();
+    if (!list) return out;
+    for (auto& m : *list) {
+      if (m.pool == pool && m.state == "warm" && m.ready &&
+          fs::exists(state_ / "sandboxes" / m.id / "warm")) {
+        out.push_back(m);
+      }
+    }
+    return out;
+  }
+
+  pid_t StartPool(const std::string& name, int replicas) {
+    int n = counter_++;
+    pid_t pid = Spawn({"pool", "serve", "--name", name, "--replicas", std::to_string(replicas),
+                       "--network", "none"},
+                      state_ / fmt::format("pool-out-{}", n), state_ / fmt::format("pool-err-{}", n));
+    daemons_.push_back(pid);
+    return pid;
+  }
+
+  void StopDaemon(pid_t pid, int sig) {
+    kill(pid, sig);
+    waitpid(pid, nullptr, 0);
+    daemons_.erase(std::remove(daemons_.begin(), daemons_.end(), pid), daemons_.end());
+  }
+
+  fs::path state_;
+  std::unique_ptr<LocalSandboxProvider> provider_;
+  std::vector<pid_t> daemons_;
+  int counter_ = 0;
+};
+
+TEST_F(LifecycleTest, CreateExecRmLeavesNothing) {
+  std::string id = CreateCli({"--label", "app=test", "--network", "none"});
+  auto meta = provider_->Get(id);
+  ASSERT_TRUE(meta.has_value()) << meta.error().ToString();
+  EXPECT_TRUE(meta->ready);
+  EXPECT_EQ(meta->labels.at("app"), "test");
+  EXPECT_TRUE(ProcessAlive(meta->supervisor));
+  EXPECT_TRUE(ProcessAlive(meta->init));
+  EXPECT_TRUE(fs::exists(meta->socket));
+  EXPECT_TRUE(meta->timings.contains("daemon ready")) << ToJson(meta->timings);
+
+  auto r = Cli({"sandbox", "exec", id, "--", "sh", "-c", "echo out; echo err >&2; id -u; hostname"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "out\n1000\n" + id + "\n");
+  EXPECT_EQ(r.err, "err\n");
+
+  r = Cli({"sandbox", "rm", id});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, id + "\n");
+  EXPECT_THAT(Leftovers(*meta), IsEmpty());
+  EXPECT_THAT(TrashLeft(), IsEmpty());
+  r = Cli({"sandbox", "rm", id});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_THAT(r.err, HasSubstr("no sandbox '" + id + "' (see: deepbox sandbox ls)"));
+}
+
+TEST_F(LifecycleTest, ExecPropagatesStatus) {
+  std::string id = CreateCli({"--network", "none"});
+  EXPECT_EQ(Cli({"sandbox", "exec", id, "--", "sh", "-c", "exit 7"}).code, 7);
+  EXPECT_EQ(Cli({"sandbox", "exec", id, "--", "sh", "-c", "kill -TERM $$"}).code, 128 + 15);
+  auto r = Cli({"sandbox", "exec", "--timeout", "1", id, "--", "sleep", "30"});
+  EXPECT_EQ(r.code, 124) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("timed out"));
+  r = Cli({"sandbox", "exec", id, "--", "/no/such/command"});
+  EXPECT_EQ(r.code, 127) << r.err;
+  r = Cli({"sandbox", "exec", "--cwd", "/tmp", "-e", "X=42", id, "--", "sh", "-c", "pwd; echo $X"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "/tmp\n42\n");
+  r = Cli({"sandbox", "exec", "-i", id, "--", "wc", "-c"}, "12345");
+  EXPECT_EQ(r.out, "5\n");
+  r = Cli({"sandbox", "exec", "sb-000000000000", "--", "true"});
+  EXPECT_EQ(r.code, 125);
+  EXPECT_THAT(r.err, HasSubstr("no sandbox 'sb-000000000000' (see: deepbox sandbox ls)"));
+  r = Cli({"sandbox", "exec", "not-an-id", "--", "true"});
+  EXPECT_EQ(r.code, 125);
+  EXPECT_THAT(r.err, HasSubstr("is not a sandbox id"));
+}
+
+TEST_F(LifecycleTest, TtlExpiryDeletes) {
+  ClaimOptions o;
+  o.ttl = 1s;
+  o.network = "none";
+  auto meta = provider_->CreateSandbox(o, false);
+  ASSERT_TRUE(meta.has_value()) << meta.error().ToString();
+  ASSERT_TRUE(meta->expires_at_ms.has_value());
+  EXPECT_TRUE(Eventually([&] { return !fs::exists(state_ / "sandboxes" / meta->id); }));
+  EXPECT_TRUE(Eventually([&] { return Leftovers(*meta).empty(); })) << Leftovers(*meta);
+  auto got = provider_->Get(meta->id);
+  ASSERT_FALSE(got.has_value());
+  EXPECT_EQ(got.error().code, ErrorCode::kNotFound);
+  EXPECT_THAT(got.error().message, HasSubstr("expired"));
+  auto r = Cli({"sandbox", "exec", meta->id, "--", "true"});
+  EXPECT_EQ(r.code, 125);
+  EXPECT_THAT(r.err, HasSubstr("expired"));
+}
+
+TEST_F(LifecycleTest, SigkilledCreatorStillGetsTtlReaped) {
+  int n = counter_++;
+  pid_t creator = Spawn({"sandbox", "create", "--cold", "--ttl", "2", "--network", "none"},
+                        state_ / fmt::format("o{}", n), state_ / fmt::format("e{}", n));
+  // Kill the creator as soon as its sandbox exists (mid-creation).
+  std::string id;
+  ASSERT_TRUE(Eventually([&] {
+    auto ids = provider_->store().Ids();
+    if (ids && !ids->empty()) id = ids->front();
+    return !id.empty();
+  }));
+  kill(creator, SIGKILL);
+  int status = 0;
+  waitpid(creator, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  // The supervisor finishes the creation on its own...
+  SandboxMeta meta;
+  ASSERT_TRUE(Eventually([&] {
+    auto m = provider_->store().Read(id);
+    if (m && m->ready) meta = *m;
+    return meta.ready || !fs::exists(state_ / "sandboxes" / id);
+  }));
+  ASSERT_TRUE(meta.ready) << "the sandbox never became ready without its creator";
+  EXPECT_TRUE(ProcessAlive(meta.supervisor));
+  // ...and deletes it when the TTL runs out.
+  EXPECT_TRUE(Eventually([&] { return !fs::exists(state_ / "sandboxes" / id); }));
+  EXPECT_TRUE(Eventually([&] { return Leftovers(meta).empty(); })) << Leftovers(meta);
+  EXPECT_EQ(provider_->store().ReadTombstone(id)->reason, "expired");
+}
+
+TEST_F(LifecycleTest, LabelsAndSelectors) {
+  std::string a = CreateCli({"-l", "app=x", "-l", "tier=dev", "--network", "none"});
+  std::string b = CreateCli({"-l", "app=x", "-l", "tier=prod", "--network", "none"});
+  std::string c = CreateCli({"-l", "app=y", "--network", "none"});
+  auto ids = [&](const std::string& selector) {
+    auto r = Cli({"sandbox", "ls", "-q", "--selector", selector});
+    EXPECT_EQ(r.code, 0) << r.err;
+    std::set<std::string> out;
+    std::istringstream in(r.out);
+    for (std::string l; std::getline(in, l);) out.insert(l);
+    return out;
+  };
+  EXPECT_EQ(ids("app=x"), (std::set<std::string>{a, b}));
+  EXPECT_EQ(ids("app=x,tier!=prod"), (std::set<std::string>{a}));
+  EXPECT_EQ(ids("tier"), (std::set<std::string>{a, b}));
+  EXPECT_EQ(ids("!tier"), (std::set<std::string>{c}));
+  EXPECT_EQ(ids("app=z"), (std::set<std::string>{}));
+
+  auto r = Cli({"sandbox", "ls", "--json", "--selector", "app=y"});
+  auto arr = ParseJson(r.out);
+  ASSERT_TRUE(arr && arr->is_array()) << r.out;
+  ASSERT_EQ(arr->as_array().size(), 1u);
+  EXPECT_EQ(arr->as_array()[0].as_object().at("id").as_string(), c);
+  r = Cli({"sandbox", "ls"});
+  EXPECT_THAT(r.out, HasSubstr("app=x,tier=dev"));
+
+  r = Cli({"sandbox", "ls", "--selector", "a=b=c"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("bad selector"));
+  r = Cli({"sandbox", "create", "--label", "bad label=1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("bad label key"));
+  r = Cli({"sandbox", "rm", "--selector", "tier=prod"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, b + "\n");
+  EXPECT_EQ(ids("app"), (std::set<std::string>{a, c}));
+  r = Cli({"sandbox", "rm", "--selector", "app"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ids(""), (std::set<std::string>{}));
+}
+
+TEST_F(LifecycleTest, WarmPoolClaimRefillAndTtl) {
+  StartPool("p", 2);
+  ASSERT_TRUE(Eventually([&] { return WarmOf("p").size() == 2; }));
+  auto claimer = Provider("p");
+  ClaimOptions o;
+  o.labels = {{"deepagents.example/claim", "true"}};
+  o.ttl = 2s;
+  auto lease = claimer->Claim(o);
+  ASSERT_TRUE(lease.has_value()) << lease.error().ToString();
+  std::string id = (*lease)->sandbox().id();
+  auto meta = provider_->store().Read(id);
+  ASSERT_TRUE(meta.has_value());
+  EXPECT_EQ(meta->pool, "p") << "the claim did not come from the pool";
+  EXPECT_EQ(meta->state, "claimed");
+  EXPECT_EQ(meta->labels, (Labels{{"deepagents.example/claim", "true"}}));
+  ASSERT_TRUE(meta->expires_at_ms.has_value());
+  auto r = (*lease)->sandbox().Exec(ExecRequest{.argv = {"echo", "warm"}});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->stdout_data, "warm\n");
+  (*lease)->Keep();
+  lease->reset();
+  // The pool refills, and the claimed one is deleted by its TTL, like a cold one.
+  EXPECT_TRUE(Eventually([&] { return WarmOf("p").size() == 2; }));
+  EXPECT_TRUE(Eventually([&] { return !fs::exists(state_ / "sandboxes" / id); }));
+  EXPECT_TRUE(Eventually([&] { return Leftovers(*meta).empty(); })) << Leftovers(*meta);
+  EXPECT_EQ(provider_->store().ReadTombstone(id)->reason, "expired");
+}
+
+TEST_F(LifecycleTest, ConcurrentClaimersNeverShareASandbox) {
+  constexpr int kWarm = 6;
+  pid_t pool = StartPool("race", kWarm);
+  ASSERT_TRUE(Eventually([&] { return WarmOf("race").size() == kWarm; }, 120s));
+  StopDaemon(pool, SIGTERM);  // no refills: exactly kWarm can be won
+  std::set<std::string> warm_ids;
+  for (const auto& m : WarmOf("race")) warm_ids.insert(m.id);
+
+  // Threads (in-process claimers)...
+  std::mutex mu;
+  std::vector<std::string> won;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto p = Provider("race");
+      ClaimOptions o;
+      o.labels = {{"claimer", std::to_string(i)}};
+      auto m = p->ClaimWarm("race", o);
+      ASSERT_TRUE(m.has_value()) << m.error().ToString();
+      if (*m) {
+        std::lock_guard<std::mutex> g(mu);
+        won.push_back((*m)->id);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::string> unique(won.begin(), won.end());
+  EXPECT_EQ(unique.size(), won.size()) << "two claimers got the same sandbox";
+  EXPECT_EQ(won.size(), static_cast<size_t>(kWarm));
+  for (const auto& id : won) EXPECT_TRUE(warm_ids.count(id));
+  for (const auto& id : won) {
+    auto m = provider_->store().Read(id);
+    ASSERT_TRUE(m.has_value());
+    EXPECT_EQ(m->state, "claimed");
+    EXPECT_EQ(m->labels.size(), 1u);
+  }
+  EXPECT_THAT(WarmOf("race"), IsEmpty());
+
+  // ...and processes (the CLI) racing for a fresh batch of 3.
+  pool = StartPool("race", 3);
+  ASSERT_TRUE(Eventually([&] { return WarmOf("race").size() == 3; }, 120s));
+  StopDaemon(pool, SIGTERM);
+  std::vector<pid_t> pids;
+  std::vector<fs::path> outs;
+  for (int i = 0; i < 5; ++i) {
+    outs.push_back(state_ / fmt::format("race-{}", i));
+    pids.push_back(Spawn({"sandbox", "create", "--json", "--pool", "race", "--network", "none"},
+                         outs.back(), state_ / fmt::format("race-err-{}", i)));
+  }
+  std::vector<std::string> from_pool;
+  std::set<std::string> all;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    auto obj = ParseJsonObject(ReadFile(outs[i]));
+    ASSERT_TRUE(obj.has_value());
+    std::string id(obj->at("id").as_string());
+    all.insert(id);
+    if (obj->at("pool").as_string() == "race") from_pool.push_back(id);
+  }
+  EXPECT_EQ(all.size(), 5u);
+  EXPECT_EQ(from_pool.size(), 3u);  // the other two were created cold
+}
+
+TEST_F(LifecycleTest, PoolDaemonKilledMidClaimThenRestartedAdopts) {
+  pid_t pool = StartPool("k", 3);
+  ASSERT_TRUE(Eventually([&] { return WarmOf("k").size() == 3; }, 120s));
+  std::set<std::string> before;
+  for (const auto& m : WarmOf("k")) before.insert(m.id);
+  // Claim (which wakes the daemon to refill) and SIGKILL the daemon right away.
+  auto claimer = Provider("k");
+  auto claimed = claimer->ClaimWarm("k", ClaimOptions{});
+  ASSERT_TRUE(claimed.has_value() && claimed->has_value());
+  StopDaemon(pool, SIGKILL);
+  // Nothing was lost: the claim holds, warm ones keep running, and a refill
+  // that was under way finishes under its own supervisor.
+  auto client = provider_->Connect((*claimed)->id);
+  ASSERT_TRUE(client.has_value()) << client.error().ToString();
+  auto remaining = WarmOf("k");
+  EXPECT_GE(remaining.size(), 2u);
+  for (const auto& m : remaining) {
+    if (before.count(m.id)) EXPECT_TRUE(ProcessAlive(m.supervisor));
+  }
+  // A restarted daemon adopts them and tops up to exactly 3.
+  StartPool("k", 3);
+  ASSERT_TRUE(Eventually([&] { return WarmOf("k").size() == 3; }, 120s));
+  auto after = WarmOf("k");
+  int adopted = 0;
+  for (const auto& m : after) adopted += before.count(m.id);
+  EXPECT_EQ(adopted, 2) << "the warm sandboxes of the killed daemon were not adopted";
+  std::this_thread::sleep_for(300ms);  // a wrong refill would show up as a 4th one
+  int members = 0;
+  for (const auto& m : *provider_->List()) members += m.pool == "k" && m.state == "warm";
+  EXPECT_EQ(members, 3);
+  auto r = Cli({"sandbox", "rm", "--selector", "deepbox.dev/pool=k"});
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST_F(LifecycleTest, HundredCreateDeleteCyclesLeaveNothing) {
+  int fds_before = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) (void)e, ++fds_before;
+  std::vector<SandboxMeta> metas;
+  ClaimOptions o;
+  o.network = "none";
+  for (int i = 0; i < 100; ++i) {
+    auto m = provider_->CreateSandbox(o, false);
+    ASSERT_TRUE(m.has_value()) << "cycle " << i << ": " << m.error().ToString();
+    if (i % 10 == 0) {
+      auto c = provider_->Connect(*m);
+      ASSERT_TRUE(c.has_value()) << c.error().ToString();
+      auto r = (*c)->Exec(ExecRequest{.argv = {"true"}});
+      ASSERT_TRUE(r.has_value());
+      EXPECT_EQ(r->exit_code, 0);
+    }
+    auto st = provider_->Delete(m->id);
+    ASSERT_TRUE(st.has_value()) << "cycle " << i << ": " << st.error().ToString();
+    metas.push_back(*m);
+  }
+  for (const auto& m : metas) EXPECT_THAT(Leftovers(m), IsEmpty()) << m.id;
+  EXPECT_THAT(provider_->store().Ids().value(), IsEmpty());
+  EXPECT_THAT(TrashLeft(), IsEmpty());
+  int fds_after = 0;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd")) (void)e, ++fds_after;
+  EXPECT_EQ(fds_after, fds_before) << "file descriptors leaked";
+}
+
+TEST_F(LifecycleTest, DeadSupervisorIsReapedByNextLs) {
+  std::string id = CreateCli({"--network", "none"});
+  auto meta = provider_->store().Read(id);
+  ASSERT_TRUE(meta.has_value());
+  ASSERT_EQ(kill(meta->supervisor.pid, SIGKILL), 0);
+  ASSERT_TRUE(Eventually([&] { return !ProcessAlive(meta->supervisor); }));
+  auto r = Cli({"sandbox", "ls", "-q"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr(id)));
+  EXPECT_TRUE(Eventually([&] { return Leftovers(*meta).empty(); })) << Leftovers(*meta);
+  EXPECT_THAT(TrashLeft(), IsEmpty());
+  r = Cli({"sandbox", "exec", id, "--", "true"});
+  EXPECT_EQ(r.code, 125);
+  EXPECT_THAT(r.err, HasSubstr("supervisor process died"));
+}
+
+TEST_F(LifecycleTest, DaemonDeathDeletesTheSandbox) {
+  std::string id = CreateCli({"--network", "none"});
+  auto meta = provider_->store().Read(id);
+  ASSERT_TRUE(meta.has_value());
+  ASSERT_EQ(kill(meta->init.pid, SIGKILL), 0);
+  EXPECT_TRUE(Eventually([&] { return Leftovers(*meta).empty(); })) << Leftovers(*meta);
+  auto got = provider_->Get(id);
+  ASSERT_FALSE(got.has_value());
+  EXPECT_THAT(got.error().message, HasSubstr("its daemon"));
+}
+
+TEST_F(LifecycleTest, CopyFilesAndDirectoriesBothWays) {
+  std::string id = CreateCli({"--network", "none"});
+  fs::path host = state_ / "host";
+  fs::create_directories(host / "tree" / "sub" / "deeper");
+  std::ofstream(host / "file.txt") << "hello file\n";
+  std::ofstream(host / "tree" / "a.txt") << "A";
+  std::ofstream(host / "tree" / "sub" / "b.txt") << "B";
+  std::ofstream(host / "tree" / "sub" / "deeper" / "c.sh") << "#!/bin/sh\necho C\n";
+  fs::permissions(host / "tree" / "sub" / "deeper" / "c.sh", fs::perms::owner_all);
+
+  auto r = Cli({"sandbox", "cp", (host / "file.txt").string(), id + ":/workspace/in.txt"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Cli({"sandbox", "cp", (host / "tree").string(), id + ":/workspace/"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Cli({"sandbox", "exec", id, "--", "sh", "-c",
+           "cat in.txt tree/a.txt tree/sub/b.txt; echo; tree/sub/deeper/c.sh"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "hello file\nAB\nC\n");
+
+  r = Cli({"sandbox", "exec", id, "--", "sh", "-c",
+           "mkdir -p out/x && echo one > out/1.txt && echo two > out/x/2.txt"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Cli({"sandbox", "cp", id + ":in.txt", (host / "back.txt").string()});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadFile(host / "back.txt"), "hello file\n");
+  r = Cli({"sandbox", "cp", id + ":/workspace/out", (host / "outdir").string()});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadFile(host / "outdir" / "1.txt"), "one\n");
+  EXPECT_EQ(ReadFile(host / "outdir" / "x" / "2.txt"), "two\n");
+  // Into an existing directory: copied beneath it.
+  r = Cli({"sandbox", "cp", id + ":/workspace/out", (host / "outdir").string()});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadFile(host / "outdir" / "out" / "x" / "2.txt"), "two\n");
+
+  r = Cli({"sandbox", "cp", "a", "b"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("ID:PATH"));
+  r = Cli({"sandbox", "cp", id + ":/workspace/missing", (host / "m").string()});
+  EXPECT_EQ(r.code, 3) << r.err;
+}
+
+TEST_F(LifecycleTest, LeaseReleaseAndKeep) {
+  ClaimOptions o;
+  o.network = "none";
+  o.labels = {{"lease", "yes"}};
+  std::string released_id, kept_id;
+  {
+    auto lease = provider_->Claim(o);
+    ASSERT_TRUE(lease.has_value()) << lease.error().ToString();
+    released_id = (*lease)->sandbox().id();
+    auto w = (*lease)->sandbox().Write("f.txt", "x");
+    EXPECT_TRUE(w.has_value());
+  }
+  EXPECT_FALSE(fs::exists(state_ / "sandboxes" / released_id));
+  {
+    auto lease = provider_->Claim(o);
+    ASSERT_TRUE(lease.has_value());
+    kept_id = (*lease)->sandbox().id();
+    (*lease)->Keep();
+    EXPECT_THAT((*lease)->Describe(), HasSubstr("deepbox sandbox rm " + kept_id));
+  }
+  EXPECT_TRUE(provider_->Get(kept_id).has_value());
+  EXPECT_TRUE(provider_->Delete(kept_id).has_value());
+  EXPECT_EQ(provider_->Delete(kept_id).error().code, ErrorCode::kNotFound);
+}
+
+TEST_F(LifecycleTest, DoctorReportsHonestly) {
+  auto r = Cli({"doctor"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("user namespaces:  yes"));
+  EXPECT_THAT(r.out, HasSubstr("memory:"));
+  EXPECT_THAT(r.out, HasSubstr("network public:"));
+  r = Cli({"doctor", "--json"});
+  auto obj = ParseJsonObject(r.out);
+  ASSERT_TRUE(obj.has_value()) << r.out;
+  EXPECT_TRUE(obj->at("sandboxes_can_run").as_bool());
+  // Never claims public networking where the probe says it is impossible.
+  if (!obj->at("public_network").as_bool()) {
+    EXPECT_EQ(obj->at("default_network").as_string(), "none");
+    std::string id = CreateCli({});
+    EXPECT_EQ(provider_->store().Read(id)->network, "none");
+  }
+}
+
+TEST_F(LifecycleTest, HelpDocumentsFlagsAndExitCodes) {
+  auto r = Cli({"sandbox", "create", "--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* flag : {"--label", "--ttl", "--network", "--rootfs", "--json"}) {
+    EXPECT_THAT(r.out, HasSubstr(flag));
+  }
+  r = Cli({"sandbox", "exec", "--help"});
+  EXPECT_THAT(r.out, HasSubstr("124"));
+  r = Cli({"sandbox", "bogus"});
+  EXPECT_EQ(r.code, 2);
+}
+
+}  // namespace
+}  // namespace deepbox::local::lifecycle
