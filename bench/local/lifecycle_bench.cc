@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
       if (i >= 2) {  // warm-up: page cache, binaries
         s.ms.push_back(ms);
         for (const auto& [k, v] : m->timings) {
-          if (v.is_number()) steps[std::string(k)].push_back(v.to_number<double>());
+          if (v.is_number()) steps[std::string(k)].push_back(v.to_number<double>() / 1000.0);
         }
       }
       c->reset();

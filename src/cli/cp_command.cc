@@ -193,9 +193,10 @@ Status ExtractUntrusted(const std::string& tar, const fs::path& target,
     return tl::unexpected(e);
   }
   archive* out = archive_write_disk_new();
+  // Destinations are `target` (canonical, so no symlink in it) + sanitized
+  // member components; nothing may be written through a symlink the archive made.
   archive_write_disk_set_options(out, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-                                          ARCHIVE_EXTRACT_SECURE_NODOTDOT |
-                                          ARCHIVE_EXTRACT_SECURE_NOABSOLUTEPATHS);
+                                          ARCHIVE_EXTRACT_SECURE_NODOTDOT);
   Status result;
   const std::vector<std::string>* strip = nullptr;
   archive_entry* e = nullptr;
@@ -339,7 +340,10 @@ class Copier {
       prefixes.push_back(*Components(info->path.substr(root.size() + 1)));
     }
     prefixes.push_back(*Components(Basename(info->path)));
-    return ExtractUntrusted(r->body, dst, prefixes);
+    std::error_code ec;
+    fs::path canonical = fs::canonical(dst, ec);
+    if (ec) return MakeError(ErrorCode::kInternal, dst.string() + ": " + ec.message());
+    return ExtractUntrusted(r->body, canonical, prefixes);
   }
 
  private:

@@ -7,6 +7,7 @@
 // Network: probes only contact loopback or test hosts in network namespaces this
 // test creates (an uplink netns standing in for the host, a testhost netns with
 // 10.123.0.2, 169.254.169.254 and 198.18.0.2), as in src/local/network_test.cc.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -21,6 +22,7 @@
 #include <sys/un.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <chrono>

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -468,7 +469,9 @@ TEST_F(LifecycleTest, PoolDaemonKilledMidClaimThenRestartedAdopts) {
   auto remaining = WarmOf("k");
   EXPECT_GE(remaining.size(), 2u);
   for (const auto& m : remaining) {
-    if (before.count(m.id)) EXPECT_TRUE(ProcessAlive(m.supervisor));
+    if (before.count(m.id)) {
+      EXPECT_TRUE(ProcessAlive(m.supervisor));
+    }
   }
   // A restarted daemon adopts them and tops up to exactly 3.
   StartPool("k", 3);

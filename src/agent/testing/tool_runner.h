@@ -61,10 +61,23 @@ class ToolRunner {
   std::string streamed_;
 };
 
+// A JSON argument value from the usual C++ types.
+struct ArgValue {
+  json::value v;
+  ArgValue(const std::string& s) : v(json::string(s)) {}  // NOLINT
+  ArgValue(const char* s) : v(s) {}                       // NOLINT
+  ArgValue(int x) : v(x) {}                               // NOLINT
+  ArgValue(int64_t x) : v(x) {}                           // NOLINT
+  ArgValue(bool b) : v(b) {}                              // NOLINT
+  ArgValue(json::value x) : v(std::move(x)) {}            // NOLINT
+  ArgValue(json::array x) : v(std::move(x)) {}            // NOLINT
+  ArgValue(json::object x) : v(std::move(x)) {}           // NOLINT
+};
+
 // json::object from key/value pairs.
-inline json::object Args(std::initializer_list<std::pair<std::string, json::value>> kv) {
+inline json::object Args(std::initializer_list<std::pair<std::string, ArgValue>> kv) {
   json::object o;
-  for (const auto& [k, v] : kv) o[k] = v;
+  for (const auto& [k, a] : kv) o[k] = a.v;
   return o;
 }
 

@@ -311,7 +311,7 @@ json::object SandboxMeta::ToJson() const {
   for (const auto& c : cgroups) cg.emplace_back(JsonString(c));
   o["cgroups"] = std::move(cg);
   o["socket"] = JsonString(socket);
-  o["timings_ms"] = timings;
+  o["timings_us"] = timings;
   if (claimed_at_ms) o["claimed_at"] = FormatTime(*claimed_at_ms);
   return o;
 }
@@ -359,7 +359,7 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
     }
   }
   m.socket = GetOptString(o, "socket").value_or("");
-  if (auto it = o.find("timings_ms"); it != o.end() && it->value().is_object()) {
+  if (auto it = o.find("timings_us"); it != o.end() && it->value().is_object()) {
     m.timings = it->value().as_object();
   }
   return m;

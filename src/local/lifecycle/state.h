@@ -74,7 +74,7 @@ struct SandboxMeta {
   ProcessRef init;                       // the sandbox's init (deepbox-sandboxd), host pid
   std::vector<std::string> cgroups;      // host cgroup dirs of the sandbox
   std::string socket;                    // host path of the daemon's unix socket
-  json::object timings;                  // setup steps in ms
+  json::object timings;                  // setup steps in microseconds
   std::optional<int64_t> claimed_at_ms;
 
   json::object ToJson() const;

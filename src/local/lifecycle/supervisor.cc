@@ -44,7 +44,7 @@ int64_t MonoNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
-double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+int64_t Us(int64_t ns) { return ns / 1000; }
 
 std::string ErrorLine(const Error& e) {
   json::object o;
@@ -178,7 +178,7 @@ Status Supervisor::Prepare() {
   meta_.supervisor = *self;
   meta_.socket = paths_.socket.string();
   meta_.cgroups = CgroupCandidates(req_.id);
-  if (req_.requested_at_ns > 0) meta_.timings["spawn"] = Ms(start_ns_ - req_.requested_at_ns);
+  if (req_.requested_at_ns > 0) meta_.timings["spawn"] = Us(start_ns_ - req_.requested_at_ns);
   if (meta_.socket.size() >= sizeof(sockaddr_un::sun_path)) {
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("the state directory {} is too deep: the socket path {} is longer "
@@ -256,9 +256,9 @@ Status Supervisor::LaunchSandbox() {
   if (!sp_.network_note().empty()) meta_.network_note = sp_.network_note();
   const auto& t = sp_.timings();
   for (size_t i = 0; i < t.ns.size(); ++i) {
-    meta_.timings[SetupStepName(static_cast<SetupStep>(i))] = Ms(t.ns[i]);
+    meta_.timings[SetupStepName(static_cast<SetupStep>(i))] = Us(t.ns[i]);
   }
-  meta_.timings["launch"] = Ms(t.total_ns);
+  meta_.timings["launch"] = Us(t.total_ns);
   return store_.Write(meta_);
 }
 
@@ -454,9 +454,9 @@ int Supervisor::Run() {
     m.ready = true;
     m.init = meta_.init;
     m.timings = meta_.timings;
-    m.timings["daemon ready"] = Ms(ready_ns - launched_ns_);
-    m.timings["supervisor total"] = Ms(ready_ns - start_ns_);
-    if (req_.requested_at_ns > 0) m.timings["total"] = Ms(ready_ns - req_.requested_at_ns);
+    m.timings["daemon ready"] = Us(ready_ns - launched_ns_);
+    m.timings["supervisor total"] = Us(ready_ns - start_ns_);
+    if (req_.requested_at_ns > 0) m.timings["total"] = Us(ready_ns - req_.requested_at_ns);
     return Status{};
   });
   if (!updated) {

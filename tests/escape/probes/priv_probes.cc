@@ -20,6 +20,7 @@
 #include <linux/seccomp.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <string>

@@ -1,0 +1,148 @@
+// Measures deepbox-sandboxd round trips over its unix socket, side by side
+// with a baseline in the same run (this machine is noisy: compare ratios):
+//   * native file ops (stat, read 4 KiB, write 4 KiB, ls of 100 entries) and
+//     a `true` exec, p50/p99;
+//   * the same file ops done the way Python deepagents' BaseSandbox does them:
+//     one `python3 -c <script>` per operation, through the daemon's exec;
+//   * idle daemon RSS.
+// Usage: sandboxd_bench [iterations]   (release build recommended)
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/base64.h"
+#include "sandbox/testing/scoped_sandboxd.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Stats {
+  double p50_us = 0, p99_us = 0;
+};
+
+Stats Measure(int n, const std::function<bool()>& op) {
+  for (int i = 0; i < std::min(n / 10 + 1, 20); ++i) op();  // warm-up
+  std::vector<double> us;
+  us.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    auto t0 = Clock::now();
+    if (!op()) {
+      std::fprintf(stderr, "operation failed\n");
+      std::exit(1);
+    }
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us[std::min(us.size() - 1, us.size() * 99 / 100)]};
+}
+
+// "Rss:" or "Pss:" from smaps_rollup: RSS counts shared library pages in full;
+// PSS divides them among the processes sharing them (what an extra sandbox costs).
+long SmapsKb(pid_t pid, const std::string& key) {
+  std::ifstream in(fmt::format("/proc/{}/smaps_rollup", pid));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with(key)) return std::stol(line.substr(key.size()));
+  }
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n = argc > 1 ? std::atoi(argv[1]) : 2000;
+  auto daemon = deepbox::testing::ScopedSandboxd::Start();
+  if (!daemon) {
+    std::fprintf(stderr, "cannot start deepbox-sandboxd: %s\n", daemon.error().ToString().c_str());
+    return 1;
+  }
+  auto& sb = (*daemon)->client();
+  std::string root = sb.root();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  long idle_rss = SmapsKb((*daemon)->pid(), "Rss:");
+  long idle_pss = SmapsKb((*daemon)->pid(), "Pss:");
+  long idle_anon = SmapsKb((*daemon)->pid(), "Pss_Anon:");
+
+  std::string page(4096, 'a');
+  (void)sb.Write("bench/file.txt", page, 0644);
+  for (int i = 0; i < 100; ++i) (void)sb.Write(fmt::format("bench/dir/f{:03}", i), "x", 0644);
+
+  struct Row {
+    std::string name;
+    Stats native;
+    std::optional<Stats> python;
+  };
+  std::vector<Row> rows;
+  bool have_python = ::access("/usr/bin/python3", X_OK) == 0;
+  int py_n = std::max(20, n / 20);
+  auto py = [&](const std::string& script) {
+    return [&, script] {
+      deepbox::ExecRequest r;
+      r.shell = "/usr/bin/python3 -c \"" + script + "\" 2>&1";
+      auto e = sb.Exec(r);
+      return e && e->exit_code == 0;
+    };
+  };
+  std::string file = root + "/bench/file.txt";
+  std::string dir = root + "/bench/dir";
+
+  Row stat{"stat"};
+  stat.native = Measure(n, [&] { return sb.Stat("bench/file.txt").has_value(); });
+  if (have_python) stat.python = Measure(py_n, py("import os,json; s=os.stat('" + file + "'); print(json.dumps({'size': s.st_size}))"));
+  rows.push_back(stat);
+
+  Row read{"read 4 KiB"};
+  read.native = Measure(n, [&] { return sb.Read("bench/file.txt", {}).has_value(); });
+  if (have_python) read.python = Measure(py_n, py("import json; print(json.dumps({'content': open('" + file + "').read()}))"));
+  rows.push_back(read);
+
+  Row write{"write 4 KiB"};
+  write.native = Measure(n, [&] { return sb.Write("bench/out.txt", page, 0644).has_value(); });
+  if (have_python) {
+    write.python = Measure(py_n, py("import base64,os; os.makedirs('" + root + "/bench', exist_ok=True); open('" +
+                                    root + "/bench/out2.txt','wb').write(base64.b64decode('" +
+                                    deepbox::Base64Encode(page) + "'))"));
+  }
+  rows.push_back(write);
+
+  Row ls{"ls 100 entries"};
+  ls.native = Measure(n, [&] { return sb.List("bench/dir").has_value(); });
+  if (have_python) ls.python = Measure(py_n, py("import os,json; print(json.dumps([{'path': e.path, 'is_dir': e.is_dir(follow_symlinks=False)} for e in os.scandir('" + dir + "')]))"));
+  rows.push_back(ls);
+
+  Row exec{"exec true"};
+  exec.native = Measure(n / 2, [&] {
+    deepbox::ExecRequest r;
+    r.argv = {"/bin/true"};
+    auto e = sb.Exec(r);
+    return e && e->exit_code == 0;
+  });
+  rows.push_back(exec);
+
+  std::printf("deepbox-sandboxd round trips over a unix socket (%d iterations; python baseline %d)\n", n, py_n);
+  std::printf("%-16s %12s %12s %16s %16s %10s\n", "operation", "p50 (us)", "p99 (us)", "python3-c p50", "python3-c p99",
+              "speedup");
+  for (const auto& r : rows) {
+    if (r.python) {
+      std::printf("%-16s %12.1f %12.1f %16.1f %16.1f %9.1fx\n", r.name.c_str(), r.native.p50_us, r.native.p99_us,
+                  r.python->p50_us, r.python->p99_us, r.python->p50_us / r.native.p50_us);
+    } else {
+      std::printf("%-16s %12.1f %12.1f %16s %16s %10s\n", r.name.c_str(), r.native.p50_us, r.native.p99_us, "-", "-", "-");
+    }
+  }
+  std::printf("goals: file-op p50 < 150 us; exec true p50 < 2000 us; >= 50x vs python3 -c per op\n");
+  std::printf("idle daemon: RSS %ld KiB, PSS %ld KiB, private anonymous %ld KiB (goal < 4096 KiB)\n",
+              idle_rss, idle_pss, idle_anon);
+  return 0;
+}
