@@ -35,8 +35,8 @@ bool IsTerminalClaimReason(std::string_view reason) {
 }
 
 json::object BuildClaimObject(const ClaimRequest& request, const std::string& name,
-                              const std::string& api_version,
-                              const std::string& v1alpha1_template, SystemTime now) {
+                              const std::string& api_version, const std::string& v1alpha1_template,
+                              SystemTime now) {
   json::object obj;
   obj["apiVersion"] = api_version;
   obj["kind"] = "SandboxClaim";
@@ -121,8 +121,8 @@ Result<ClaimedSandbox> Claimer::Claim(const ClaimRequest& request) {
   if (!created) {
     (void)Release(ns, name);  // a create whose answer was lost may still have happened
     Error e = created.error();
-    e.message = fmt::format("creating SandboxClaim '{}' in namespace '{}': {}", name, ns,
-                            e.message);
+    e.message =
+        fmt::format("creating SandboxClaim '{}' in namespace '{}': {}", name, ns, e.message);
     return tl::unexpected(e);
   }
   std::string rv = FindString(*created, {"metadata", "resourceVersion"});
@@ -203,8 +203,8 @@ Result<ClaimedSandbox> Claimer::Wait(const ClaimRequest& request, const std::str
           ErrorCode code = reason == "ClaimExpired" || reason == "SandboxExpired"
                                ? ErrorCode::kUnavailable
                                : ErrorCode::kInvalidArgument;
-          failure = Error(code, fmt::format("{} failed with terminal reason {}: {}", what,
-                                            reason, message));
+          failure = Error(
+              code, fmt::format("{} failed with terminal reason {}: {}", what, reason, message));
           return false;
         }
         if (type == "Ready" && status == "True") ready = true;

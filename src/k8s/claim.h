@@ -31,7 +31,7 @@ inline constexpr std::string_view kClaimNamePrefix = "sandbox-claim-";
 bool IsTerminalClaimReason(std::string_view reason);
 
 struct ClaimRequest {
-  std::string warm_pool;                // SandboxWarmPool name (required)
+  std::string warm_pool;  // SandboxWarmPool name (required)
   std::string namespace_name = "default";
   std::map<std::string, std::string> labels;           // on the claim
   std::map<std::string, std::string> pod_labels;       // spec.additionalPodMetadata
@@ -48,17 +48,17 @@ struct ClaimedSandbox {
   std::string claim_name;
   std::string sandbox_name;  // differs from the claim name after warm adoption
   std::vector<std::string> pod_ips;
-  std::string pod_ip;        // IPv4 preferred; "" if unknown
-  std::string api_version;   // of the claim
-  std::string requested_at;  // the annotation's value
+  std::string pod_ip;                      // IPv4 preferred; "" if unknown
+  std::string api_version;                 // of the claim
+  std::string requested_at;                // the annotation's value
   std::chrono::milliseconds wait_time{0};  // create -> Ready
 };
 
 // The claim object (pure; for tests). `v1alpha1_template` is the pool's
 // template, used only when api_version ends in v1alpha1.
 json::object BuildClaimObject(const ClaimRequest& request, const std::string& name,
-                              const std::string& api_version,
-                              const std::string& v1alpha1_template, SystemTime now);
+                              const std::string& api_version, const std::string& v1alpha1_template,
+                              SystemTime now);
 
 class Claimer {
  public:

@@ -1,10 +1,10 @@
 #include "k8s/claim.h"
 
-#include <future>
-#include <thread>
-
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
 
 #include "k8s/testing/fake_api_server.h"
 #include "k8s/testing/fake_controller.h"
@@ -77,8 +77,8 @@ TEST(ClaimObjectTest, MatchesTheSdkShape) {
   r.pod_annotations = {{"note", "x"}};
   r.shutdown_after = 3600s;
   auto now = std::chrono::system_clock::from_time_t(1787000000) + 123456us;
-  auto obj = BuildClaimObject(r, "sandbox-claim-0123abcd", "extensions.agents.x-k8s.io/v1beta1",
-                              "", now);
+  auto obj =
+      BuildClaimObject(r, "sandbox-claim-0123abcd", "extensions.agents.x-k8s.io/v1beta1", "", now);
   EXPECT_EQ(ToJson(obj),
             R"({"apiVersion":"extensions.agents.x-k8s.io/v1beta1","kind":"SandboxClaim",)"
             R"("metadata":{"name":"sandbox-claim-0123abcd","namespace":"default",)"
@@ -179,8 +179,7 @@ struct TerminalCase {
   ErrorCode code;
 };
 
-class TerminalReasonTest : public ClaimTest,
-                           public ::testing::WithParamInterface<TerminalCase> {};
+class TerminalReasonTest : public ClaimTest, public ::testing::WithParamInterface<TerminalCase> {};
 
 TEST_P(TerminalReasonTest, FailsFastAndDeletesTheClaim) {
   const auto& tc = GetParam();
@@ -353,7 +352,8 @@ TEST_F(ClaimTest, DeleteBySelectorLeavesOtherClaimsAlone) {
   make("other", "sandbox-claim-dddddddd", {{"deepagents.example/claim", "true"}});
   auto deleted = claimer_->DeleteBySelector("default", "deepagents.example/claim=true");
   ASSERT_TRUE(deleted) << deleted.error().ToString();
-  EXPECT_EQ(*deleted, (std::vector<std::string>{"sandbox-claim-aaaaaaaa", "sandbox-claim-bbbbbbbb"}));
+  EXPECT_EQ(*deleted,
+            (std::vector<std::string>{"sandbox-claim-aaaaaaaa", "sandbox-claim-bbbbbbbb"}));
   auto left = ClaimNames(server_->store(), "default");
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"sandbox-claim-cccccccc", "someone-else"}));

@@ -1,11 +1,11 @@
 #include "k8s/client.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "common/base64.h"
 #include "k8s/util.h"
@@ -21,37 +21,60 @@ constexpr size_t kMaxErrorBody = 64u << 10;
 
 std::string_view ReasonForStatus(int code) {
   switch (code) {
-    case 400: return "BadRequest";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "NotFound";
-    case 405: return "MethodNotAllowed";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 422: return "Invalid";
-    case 429: return "TooManyRequests";
-    case 500: return "InternalError";
-    case 503: return "ServiceUnavailable";
-    case 504: return "Timeout";
-    default: return "Unknown";
+    case 400:
+      return "BadRequest";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "NotFound";
+    case 405:
+      return "MethodNotAllowed";
+    case 409:
+      return "Conflict";
+    case 410:
+      return "Gone";
+    case 422:
+      return "Invalid";
+    case 429:
+      return "TooManyRequests";
+    case 500:
+      return "InternalError";
+    case 503:
+      return "ServiceUnavailable";
+    case 504:
+      return "Timeout";
+    default:
+      return "Unknown";
   }
 }
 
 ErrorCode CodeForStatus(int code) {
   switch (code) {
     case 400:
-    case 422: return ErrorCode::kInvalidArgument;
-    case 401: return ErrorCode::kUnauthenticated;
-    case 403: return ErrorCode::kPermissionDenied;
-    case 404: return ErrorCode::kNotFound;
+    case 422:
+      return ErrorCode::kInvalidArgument;
+    case 401:
+      return ErrorCode::kUnauthenticated;
+    case 403:
+      return ErrorCode::kPermissionDenied;
+    case 404:
+      return ErrorCode::kNotFound;
     case 405:
-    case 501: return ErrorCode::kUnimplemented;
+    case 501:
+      return ErrorCode::kUnimplemented;
     case 409:
-    case 410: return ErrorCode::kConflict;
-    case 429: return ErrorCode::kResourceExhausted;
-    case 500: return ErrorCode::kInternal;
-    case 504: return ErrorCode::kTimeout;
-    default: return code >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInternal;
+    case 410:
+      return ErrorCode::kConflict;
+    case 429:
+      return ErrorCode::kResourceExhausted;
+    case 500:
+      return ErrorCode::kInternal;
+    case 504:
+      return ErrorCode::kTimeout;
+    default:
+      return code >= 500 ? ErrorCode::kUnavailable : ErrorCode::kInternal;
   }
 }
 
@@ -76,8 +99,8 @@ std::string ObjectVersion(const json::object& obj) {
 }  // namespace
 
 std::string ResourceType::Path(std::string_view ns, std::string_view name) const {
-  std::string out = group.empty() ? fmt::format("/api/{}", version)
-                                  : fmt::format("/apis/{}/{}", group, version);
+  std::string out =
+      group.empty() ? fmt::format("/api/{}", version) : fmt::format("/apis/{}/{}", group, version);
   if (!ns.empty()) out += fmt::format("/namespaces/{}", net::PercentEncode(ns));
   out += "/" + plural;
   if (!name.empty()) out += "/" + net::PercentEncode(name);
@@ -86,10 +109,14 @@ std::string ResourceType::Path(std::string_view ns, std::string_view name) const
 
 std::string_view WatchEventTypeName(WatchEventType type) {
   switch (type) {
-    case WatchEventType::kAdded: return "ADDED";
-    case WatchEventType::kModified: return "MODIFIED";
-    case WatchEventType::kDeleted: return "DELETED";
-    case WatchEventType::kBookmark: return "BOOKMARK";
+    case WatchEventType::kAdded:
+      return "ADDED";
+    case WatchEventType::kModified:
+      return "MODIFIED";
+    case WatchEventType::kDeleted:
+      return "DELETED";
+    case WatchEventType::kBookmark:
+      return "BOOKMARK";
   }
   return "?";
 }
@@ -138,9 +165,9 @@ KubeClient::~KubeClient() = default;
 Result<std::unique_ptr<KubeClient>> KubeClient::Create(RestConfig config, ClientOptions options) {
   auto url = net::ParseUrl(config.server);
   if (!url || (url->scheme != "https" && url->scheme != "http")) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("{}: server '{}' is not an http(s) URL", config.source,
-                                 config.server));
+    return MakeError(
+        ErrorCode::kInvalidArgument,
+        fmt::format("{}: server '{}' is not an http(s) URL", config.source, config.server));
   }
   std::unique_ptr<KubeClient> client(new KubeClient(std::move(config), std::move(options)));
   auto t = client->CurrentTransport();
@@ -192,8 +219,7 @@ Status KubeClient::PrepareHeaders(net::Headers& headers) {
   if (!creds->token.empty()) {
     headers.Set("Authorization", "Bearer " + creds->token);
   } else if (!creds->username.empty()) {
-    headers.Set("Authorization",
-                "Basic " + Base64Encode(creds->username + ":" + creds->password));
+    headers.Set("Authorization", "Basic " + Base64Encode(creds->username + ":" + creds->password));
   }
   return {};
 }
@@ -322,8 +348,8 @@ Result<json::object> KubeClient::Create(const ResourceType& type, std::string_vi
   }
   auto obj = ParseJsonObject(r->response.body);
   if (!obj) {
-    return MakeError(ErrorCode::kInternal, fmt::format("kubernetes API POST {}: bad JSON: {}",
-                                                       path, obj.error().message));
+    return MakeError(ErrorCode::kInternal, fmt::format("kubernetes API POST {}: bad JSON: {}", path,
+                                                       obj.error().message));
   }
   return obj;
 }
@@ -422,7 +448,7 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
   };
   auto sleep_bounded = [&](std::chrono::milliseconds d) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline -
-                                                                       SteadyClock::now());
+                                                                      SteadyClock::now());
     d = std::min(d, left);
     if (d.count() > 0) {
       {
@@ -456,8 +482,8 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
         std::string name = ObjectName(item);
         auto it = known.find(name);
         bool changed = it == known.end() || ObjectVersion(it->second) != ObjectVersion(item);
-        WatchEvent ev{it == known.end() ? WatchEventType::kAdded : WatchEventType::kModified,
-                      item, true};
+        WatchEvent ev{it == known.end() ? WatchEventType::kAdded : WatchEventType::kModified, item,
+                      true};
         now_known.emplace(name, std::move(item));
         if (changed && !on_event(ev)) return stats;
       }
@@ -469,8 +495,8 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
       known = std::move(now_known);
     }
 
-    auto remaining = std::chrono::duration_cast<std::chrono::seconds>(options.deadline -
-                                                                      SteadyClock::now());
+    auto remaining =
+        std::chrono::duration_cast<std::chrono::seconds>(options.deadline - SteadyClock::now());
     int64_t timeout_s = options_.watch_timeout.count();
     if (options.deadline != SteadyClock::time_point::max()) {
       timeout_s = std::clamp<int64_t>(remaining.count() + 1, 1, timeout_s);
@@ -493,9 +519,8 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
       req.timeout = std::chrono::seconds(timeout_s + 30);
     } else {
       req.timeout = std::max<std::chrono::milliseconds>(
-          std::chrono::milliseconds(1),
-          std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline -
-                                                                SteadyClock::now()));
+          std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                            options.deadline - SteadyClock::now()));
     }
     if (auto s = PrepareHeaders(req.headers); !s) return tl::unexpected(s.error());
     {
@@ -517,9 +542,8 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
       if (line.empty()) return true;
       auto doc = ParseJsonObject(line);
       if (!doc) {
-        fatal = Error(ErrorCode::kInternal,
-                      fmt::format("kubernetes API watch {}: bad event: {}", path,
-                                  doc.error().message));
+        fatal = Error(ErrorCode::kInternal, fmt::format("kubernetes API watch {}: bad event: {}",
+                                                        path, doc.error().message));
         return false;
       }
       std::string type_name = FindString(*doc, {"type"});
@@ -561,9 +585,9 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
       } else if (type_name == "DELETED") {
         t = WatchEventType::kDeleted;
       } else {
-        fatal = Error(ErrorCode::kInternal,
-                      fmt::format("kubernetes API watch {}: unknown event type '{}'", path,
-                                  type_name));
+        fatal =
+            Error(ErrorCode::kInternal,
+                  fmt::format("kubernetes API watch {}: unknown event type '{}'", path, type_name));
         return false;
       }
       std::string name = ObjectName(o);
@@ -579,34 +603,37 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
       return true;
     };
 
-    auto r = (*transport)->http->SendStreaming(
-        req,
-        [&](const net::Response& head) {
-          status = head.status;
-          return true;
-        },
-        [&](std::string_view data) {
-          if (status != 200) {
-            if (error_body.size() < kMaxErrorBody) error_body.append(data);
-            return true;
-          }
-          buffer.append(data);
-          size_t start = 0;
-          for (;;) {
-            auto nl = buffer.find('\n', start);
-            if (nl == std::string::npos) break;
-            if (!handle_line(std::string_view(buffer).substr(start, nl - start))) return false;
-            start = nl + 1;
-          }
-          buffer.erase(0, start);
-          if (buffer.size() > kMaxWatchLine) {
-            fatal = Error(ErrorCode::kResourceExhausted,
-                          fmt::format("kubernetes API watch {}: event larger than {} bytes", path,
-                                      kMaxWatchLine));
-            return false;
-          }
-          return true;
-        });
+    auto r =
+        (*transport)
+            ->http->SendStreaming(
+                req,
+                [&](const net::Response& head) {
+                  status = head.status;
+                  return true;
+                },
+                [&](std::string_view data) {
+                  if (status != 200) {
+                    if (error_body.size() < kMaxErrorBody) error_body.append(data);
+                    return true;
+                  }
+                  buffer.append(data);
+                  size_t start = 0;
+                  for (;;) {
+                    auto nl = buffer.find('\n', start);
+                    if (nl == std::string::npos) break;
+                    if (!handle_line(std::string_view(buffer).substr(start, nl - start)))
+                      return false;
+                    start = nl + 1;
+                  }
+                  buffer.erase(0, start);
+                  if (buffer.size() > kMaxWatchLine) {
+                    fatal = Error(ErrorCode::kResourceExhausted,
+                                  fmt::format("kubernetes API watch {}: event larger than {} bytes",
+                                              path, kMaxWatchLine));
+                    return false;
+                  }
+                  return true;
+                });
 
     if (stopped_by_caller) return stats;
     if (fatal) return tl::unexpected(*fatal);
@@ -665,10 +692,10 @@ Result<std::string> SandboxApi::Version(std::string_view group) {
   std::string chosen;
   if (!served) {
     if (served.error().code == ErrorCode::kNotFound) {
-      return MakeError(ErrorCode::kNotFound,
-                       fmt::format("{} (is the agent-sandbox controller installed{}?)",
-                                   served.error().message,
-                                   group == kExtensionsGroup ? " with its extensions" : ""));
+      return MakeError(
+          ErrorCode::kNotFound,
+          fmt::format("{} (is the agent-sandbox controller installed{}?)", served.error().message,
+                      group == kExtensionsGroup ? " with its extensions" : ""));
     }
     // Discovery is not readable (e.g. RBAC): assume the storage version; a
     // 404 on create falls back later.

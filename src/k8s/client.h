@@ -50,8 +50,8 @@ ApiStatus ParseApiStatus(int http_status, std::string_view body);
 Error ApiStatusError(const ApiStatus& status, std::string_view what);
 
 struct ClientOptions {
-  double qps = 20;  // token bucket: sustained rate
-  int burst = 40;   // token bucket: capacity
+  double qps = 20;      // token bucket: sustained rate
+  int burst = 40;       // token bucket: capacity
   int max_retries = 5;  // on 429, 5xx and connection failures
   std::chrono::milliseconds initial_backoff{200};
   std::chrono::milliseconds max_backoff{10000};
@@ -97,9 +97,9 @@ struct WatchOptions {
 
 struct WatchStats {
   int watch_requests = 0;
-  int relists = 0;    // after 410 Gone (or the initial list)
+  int relists = 0;  // after 410 Gone (or the initial list)
   int bookmarks = 0;
-  int reconnects = 0;  // dropped connections, refused connections, server timeouts
+  int reconnects = 0;            // dropped connections, refused connections, server timeouts
   std::string resource_version;  // last seen
 };
 
@@ -107,14 +107,13 @@ struct WatchStats {
 struct ClientMetrics {
   int requests = 0;  // HTTP requests sent (including retries and watches)
   int retries = 0;
-  int throttled_waits = 0;  // times the token bucket made a request wait
+  int throttled_waits = 0;                        // times the token bucket made a request wait
   std::vector<std::chrono::milliseconds> sleeps;  // backoff and Retry-After waits
 };
 
 class KubeClient {
  public:
-  static Result<std::unique_ptr<KubeClient>> Create(RestConfig config,
-                                                   ClientOptions options = {});
+  static Result<std::unique_ptr<KubeClient>> Create(RestConfig config, ClientOptions options = {});
   ~KubeClient();
 
   const RestConfig& config() const { return config_; }

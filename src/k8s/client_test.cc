@@ -1,14 +1,13 @@
 #include "k8s/client.h"
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <thread>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "k8s/testing/fake_api_server.h"
 #include "k8s/util.h"
@@ -66,8 +65,7 @@ class WatchRecorder {
         events_.push_back(e);
         cv_.notify_all();
         return !(e.type != WatchEventType::kBookmark &&
-                 FindString(e.object, {"metadata", "name"}) == stop_on_ &&
-                 e.type == stop_type_);
+                 FindString(e.object, {"metadata", "name"}) == stop_on_ && e.type == stop_type_);
       });
       std::lock_guard lock(mu_);
       done_ = true;
@@ -196,12 +194,13 @@ TEST(KubeClientTest, ListWithLabelAndFieldSelectorsAndPages) {
   auto server = FakeApiServer::Start();
   ASSERT_TRUE(server);
   auto client = MakeClient(**server);
-  ASSERT_TRUE(client->Create(kClaims, "default", Claim("a", {{"deepagents.example/claim", "true"}})));
-  ASSERT_TRUE(client->Create(kClaims, "default", Claim("b", {{"deepagents.example/claim", "true"},
-                                                             {"tier", "x"}})));
+  ASSERT_TRUE(
+      client->Create(kClaims, "default", Claim("a", {{"deepagents.example/claim", "true"}})));
+  ASSERT_TRUE(client->Create(kClaims, "default",
+                             Claim("b", {{"deepagents.example/claim", "true"}, {"tier", "x"}})));
   ASSERT_TRUE(client->Create(kClaims, "default", Claim("c", {{"other", "1"}})));
-  ASSERT_TRUE(client->Create(kClaims, "elsewhere", Claim("d", {{"deepagents.example/claim",
-                                                                 "true"}})));
+  ASSERT_TRUE(
+      client->Create(kClaims, "elsewhere", Claim("d", {{"deepagents.example/claim", "true"}})));
   auto names = [](const ObjectList& l) {
     std::vector<std::string> out;
     for (const auto& i : l.items) out.push_back(FindString(i, {"metadata", "name"}));
@@ -379,8 +378,8 @@ TEST(KubeClientTest, WatchRelistsAfterHttp410AndReportsDeletionsMissedMeanwhile)
   // The apiserver goes away; while it is down "a" is deleted and history is
   // compacted, so the resumed watch gets 410 and must re-list.
   (*server)->Stop();
-  ASSERT_TRUE((*server)->store().Delete({"extensions.agents.x-k8s.io", "sandboxclaims", "default"},
-                                        "a"));
+  ASSERT_TRUE(
+      (*server)->store().Delete({"extensions.agents.x-k8s.io", "sandboxclaims", "default"}, "a"));
   (*server)->Compact();
   ASSERT_TRUE((*server)->Resume());
   auto stats = rec.Join();

@@ -1,11 +1,10 @@
 #include "k8s/connection.h"
 
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include "net/conn.h"
 
@@ -243,8 +242,8 @@ void PortForward::Stop() {
 
 // ------------------------------------------------------------------ SandboxConnection
 
-Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(
-    const ConnectionOptions& options, const ClaimedSandbox& sandbox) {
+Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const ConnectionOptions& options,
+                                                                   const ClaimedSandbox& sandbox) {
   std::unique_ptr<SandboxConnection> c(new SandboxConnection());
   RouterTarget target{sandbox.sandbox_name, sandbox.namespace_name, options.daemon_port,
                       options.send_pod_ip ? sandbox.pod_ip : "", options.router_token};
@@ -271,8 +270,7 @@ Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(
     case ConnectionMode::kInCluster: {
       std::string host = sandbox.pod_ip;
       if (host.empty()) {
-        host = fmt::format("{}.{}.svc.cluster.local", sandbox.sandbox_name,
-                           sandbox.namespace_name);
+        host = fmt::format("{}.{}.svc.cluster.local", sandbox.sandbox_name, sandbox.namespace_name);
       } else if (host.find(':') != std::string::npos) {
         host = "[" + host + "]";
       }

@@ -85,7 +85,7 @@ class PortForward {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Child child_;
-  UniqueFd output_;  // the child's stdout+stderr
+  UniqueFd output_;   // the child's stdout+stderr
   std::string tail_;  // last few KiB of its output
   std::optional<Error> dead_;
   int restarts_ = 0;

@@ -1,13 +1,12 @@
 #include "k8s/connection.h"
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "k8s/testing/test_router.h"
 #include "net/http_client.h"
@@ -23,17 +22,17 @@ std::string FakeKubectl() { return std::string(DEEPBOX_BIN_DIR) + "/deepbox-fake
 
 // Stands in for the daemon in a pod: echoes what reached it.
 std::unique_ptr<net::HttpServer> EchoDaemon() {
-  auto s = net::HttpServer::Create(
-      *net::Endpoint::Parse("127.0.0.1:0"), [](net::Request& req, net::ResponseWriter& w) {
-        json::object o;
-        o["path"] = req.path;
-        o["method"] = req.method;
-        o["body"] = req.body;
-        json::object h;
-        for (const auto& [k, v] : req.headers.entries()) h[k] = v;
-        o["headers"] = std::move(h);
-        (void)w.Send(net::Response::Json(200, ToJson(o)));
-      });
+  auto s = net::HttpServer::Create(*net::Endpoint::Parse("127.0.0.1:0"),
+                                   [](net::Request& req, net::ResponseWriter& w) {
+                                     json::object o;
+                                     o["path"] = req.path;
+                                     o["method"] = req.method;
+                                     o["body"] = req.body;
+                                     json::object h;
+                                     for (const auto& [k, v] : req.headers.entries()) h[k] = v;
+                                     o["headers"] = std::move(h);
+                                     (void)w.Send(net::Response::Json(200, ToJson(o)));
+                                   });
   EXPECT_TRUE(s);
   (*s)->Start();
   return std::move(*s);
@@ -141,8 +140,8 @@ TEST_F(ConnectionTest, PortForwardReachesTheDaemonThroughTheRouter) {
 TEST_F(ConnectionTest, ADeadPortForwardIsRestartedOnceThenReported) {
   auto pf = PortForward::Start(Options());
   ASSERT_TRUE(pf) << pf.error().ToString();
-  DaemonEndpoint ep{(*pf)->base_url(),
-                    RouterHeaders({"deepagents-warmpool-abcde", "default", 8888, "10.244.0.10", ""})};
+  DaemonEndpoint ep{(*pf)->base_url(), RouterHeaders({"deepagents-warmpool-abcde", "default", 8888,
+                                                      "10.244.0.10", ""})};
   ASSERT_TRUE(Get(ep, "/x"));
   pid_t first = (*pf)->pid();
   ASSERT_EQ(::kill(first, SIGKILL), 0);
@@ -200,8 +199,7 @@ TEST_F(ConnectionTest, StartFailuresCarryKubectlsMessage) {
   pf = PortForward::Start(slow);
   ASSERT_FALSE(pf);
   EXPECT_EQ(pf.error().code, ErrorCode::kTimeout);
-  EXPECT_NE(pf.error().message.find("waiting for pod..."), std::string::npos)
-      << pf.error().message;
+  EXPECT_NE(pf.error().message.find("waiting for pod..."), std::string::npos) << pf.error().message;
 }
 
 TEST_F(ConnectionTest, DirectAndInClusterEndpoints) {

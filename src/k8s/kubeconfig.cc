@@ -1,5 +1,6 @@
 #include "k8s/kubeconfig.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,8 +9,6 @@
 #include <fstream>
 #include <map>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "common/base64.h"
 #include "k8s/subprocess.h"
@@ -39,7 +38,7 @@ Result<std::string> ReadWholeFile(const std::string& path) {
 }
 
 bool FileExists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
 }
 
@@ -150,16 +149,16 @@ Status MergeList(const json::object& doc, const std::string& file, std::string_v
   for (const auto& item : it->value().get_array()) {
     const auto* obj = item.if_object();
     if (obj == nullptr) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       fmt::format("kubeconfig {}: {}[{}]: must be a mapping", file, list_key,
-                                   index));
+      return MakeError(
+          ErrorCode::kInvalidArgument,
+          fmt::format("kubeconfig {}: {}[{}]: must be a mapping", file, list_key, index));
     }
     auto name_it = obj->find("name");
     if (name_it == obj->end() || !name_it->value().is_string() ||
         name_it->value().get_string().empty()) {
       return MakeError(ErrorCode::kInvalidArgument,
-                       fmt::format("kubeconfig {}: {}[{}].name: must be a non-empty string",
-                                   file, list_key, index));
+                       fmt::format("kubeconfig {}: {}[{}].name: must be a non-empty string", file,
+                                   list_key, index));
     }
     std::string name(name_it->value().get_string());
     Entry e{file, std::string(kind), name, {}};
@@ -233,8 +232,7 @@ Result<ExecConfig> ParseExec(const Entry& user) {
   out.origin = user.Where("exec");
   auto api = e.Str("apiVersion");
   if (!api) return user.Fail(field("apiVersion"), "must be a string");
-  if (*api != "client.authentication.k8s.io/v1" &&
-      *api != "client.authentication.k8s.io/v1beta1") {
+  if (*api != "client.authentication.k8s.io/v1" && *api != "client.authentication.k8s.io/v1beta1") {
     return user.Fail(field("apiVersion"),
                      api->empty() ? "is required"
                                   : fmt::format("'{}' is not supported (use "
@@ -289,9 +287,9 @@ Result<RestConfig> Build(const Merged& m, const KubeconfigOptions& options) {
   RestConfig cfg;
   std::string context_name = options.context.empty() ? m.current_context : options.context;
   if (context_name.empty()) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("kubeconfig {}: no current-context is set (pass a context)",
-                                 m.Files()));
+    return MakeError(
+        ErrorCode::kInvalidArgument,
+        fmt::format("kubeconfig {}: no current-context is set (pass a context)", m.Files()));
   }
   auto ctx_it = m.contexts.find(context_name);
   if (ctx_it == m.contexts.end()) {
@@ -347,8 +345,8 @@ Result<RestConfig> Build(const Merged& m, const KubeconfigOptions& options) {
   if (!sni->empty()) cfg.exec_cluster_info["tls-server-name"] = *sni;
   if (*insecure) cfg.exec_cluster_info["insecure-skip-tls-verify"] = true;
   if (!ca->empty()) cfg.exec_cluster_info["certificate-authority-data"] = Base64Encode(*ca);
-  if (auto ext = cluster.body.find("extensions"); ext != cluster.body.end() &&
-                                                  ext->value().is_array()) {
+  if (auto ext = cluster.body.find("extensions");
+      ext != cluster.body.end() && ext->value().is_array()) {
     for (const auto& item : ext->value().get_array()) {
       if (FindString(item, {"name"}) == "client.authentication.k8s.io/exec") {
         if (const auto* c = Find(item, {"extension"})) cfg.exec_cluster_info["config"] = *c;
@@ -391,8 +389,8 @@ Result<RestConfig> Build(const Merged& m, const KubeconfigOptions& options) {
     if (cfg.token.empty()) {
       auto t = ReadWholeFile(cfg.token_file);
       if (!t) return user.Fail("tokenFile", t.error().message);
-      if (Trim(*t).empty()) return user.Fail("tokenFile", fmt::format("'{}' is empty",
-                                                                      cfg.token_file));
+      if (Trim(*t).empty())
+        return user.Fail("tokenFile", fmt::format("'{}' is empty", cfg.token_file));
     }
   }
   auto username = user.Str("username");
@@ -424,8 +422,8 @@ Result<RestConfig> LoadKubeconfig(const KubeconfigOptions& options) {
     }
     files.push_back(*options.kubeconfig);
   } else {
-    std::string list = options.kubeconfig_env ? *options.kubeconfig_env
-                                              : Env("KUBECONFIG").value_or("");
+    std::string list =
+        options.kubeconfig_env ? *options.kubeconfig_env : Env("KUBECONFIG").value_or("");
     if (!list.empty()) {
       std::vector<std::string> missing;
       for (auto& f : Split(list, ':')) {
@@ -438,9 +436,9 @@ Result<RestConfig> LoadKubeconfig(const KubeconfigOptions& options) {
         }
       }
       if (files.empty()) {
-        return MakeError(ErrorCode::kNotFound,
-                         fmt::format("kubeconfig: none of the files in KUBECONFIG exist ({})",
-                                     list));
+        return MakeError(
+            ErrorCode::kNotFound,
+            fmt::format("kubeconfig: none of the files in KUBECONFIG exist ({})", list));
       }
     } else {
       std::string home = options.home.empty() ? Env("HOME").value_or("") : options.home;
@@ -495,9 +493,9 @@ Result<RestConfig> LoadInClusterConfig(const InClusterOptions& options) {
                      fmt::format("in-cluster config: ca.crt: {}", ca.error().message));
   }
   if (!LooksLikePem(*ca, "CERTIFICATE")) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("in-cluster config: ca.crt: {}/ca.crt is not a PEM certificate",
-                                 dir));
+    return MakeError(
+        ErrorCode::kInvalidArgument,
+        fmt::format("in-cluster config: ca.crt: {}/ca.crt is not a PEM certificate", dir));
   }
   cfg.tls.ca_pem = *ca;
   if (auto ns = ReadWholeFile(dir + "/namespace"); ns && !Trim(*ns).empty()) {
@@ -508,13 +506,13 @@ Result<RestConfig> LoadInClusterConfig(const InClusterOptions& options) {
 
 Result<RestConfig> LoadDefaultConfig(const KubeconfigOptions& options,
                                      const InClusterOptions& in_cluster) {
-  bool explicit_config = (options.kubeconfig && !options.kubeconfig->empty()) ||
-                         !(options.kubeconfig_env ? *options.kubeconfig_env
-                                                  : Env("KUBECONFIG").value_or(""))
-                              .empty();
+  bool explicit_config =
+      (options.kubeconfig && !options.kubeconfig->empty()) ||
+      !(options.kubeconfig_env ? *options.kubeconfig_env : Env("KUBECONFIG").value_or("")).empty();
   if (!explicit_config && options.context.empty() && InClusterAvailable(in_cluster)) {
     auto cfg = LoadInClusterConfig(in_cluster);
-    if (cfg && !options.namespace_override.empty()) cfg->namespace_name = options.namespace_override;
+    if (cfg && !options.namespace_override.empty())
+      cfg->namespace_name = options.namespace_override;
     return cfg;
   }
   return LoadKubeconfig(options);
@@ -615,12 +613,11 @@ Result<Credentials> CredentialSource::RunExec() {
                             err.empty() ? "" : ": ", err));
   }
   auto doc = ParseJsonObject(run->out);
-  if (!doc) return fail("plugin output is not an ExecCredential JSON object: " +
-                        doc.error().message);
+  if (!doc)
+    return fail("plugin output is not an ExecCredential JSON object: " + doc.error().message);
   std::string api = FindString(*doc, {"apiVersion"});
   if (api != ex.api_version) {
-    return fail(fmt::format("plugin returned apiVersion '{}', expected '{}'", api,
-                            ex.api_version));
+    return fail(fmt::format("plugin returned apiVersion '{}', expected '{}'", api, ex.api_version));
   }
   if (FindString(*doc, {"kind"}) != "ExecCredential") {
     return fail("plugin output kind must be 'ExecCredential'");

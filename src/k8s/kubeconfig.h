@@ -34,14 +34,14 @@ struct ExecConfig {
 
 // Everything needed to talk to one API server.
 struct RestConfig {
-  std::string server;                    // "https://127.0.0.1:6443"
+  std::string server;                      // "https://127.0.0.1:6443"
   std::string namespace_name = "default";  // the context's namespace (or the pod's)
-  std::string context;                   // the context used ("" in-cluster)
-  std::string source;                    // "kubeconfig /x/config" or "in-cluster config"
-  std::string kubeconfig_path;           // the explicit --kubeconfig file, if one was given
-  net::TlsClientConfig tls;              // CA, static client cert/key, insecure, server name
-  std::string token;                     // static bearer token
-  std::string token_file;                // re-read at least every minute
+  std::string context;                     // the context used ("" in-cluster)
+  std::string source;                      // "kubeconfig /x/config" or "in-cluster config"
+  std::string kubeconfig_path;             // the explicit --kubeconfig file, if one was given
+  net::TlsClientConfig tls;                // CA, static client cert/key, insecure, server name
+  std::string token;                       // static bearer token
+  std::string token_file;                  // re-read at least every minute
   std::optional<ExecConfig> exec;
   std::string username;  // basic auth (legacy)
   std::string password;

@@ -1,14 +1,13 @@
 #include "k8s/kubeconfig.h"
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "common/base64.h"
 #include "net/testing/test_certs.h"
@@ -96,7 +95,7 @@ TEST_F(KubeconfigTest, MergesFilesFirstWinsPerName) {
   opts.kubeconfig_env = a + ":" + dir_ + "/missing:" + b;
   auto cfg = LoadKubeconfig(opts);
   ASSERT_TRUE(cfg) << cfg.error().ToString();
-  EXPECT_EQ(cfg->context, "ctx-a");  // the first file's current-context wins
+  EXPECT_EQ(cfg->context, "ctx-a");                      // the first file's current-context wins
   EXPECT_EQ(cfg->server, "https://first.example:6443");  // ...and its cluster 'shared'
   EXPECT_EQ(cfg->namespace_name, "team-a");
   EXPECT_TRUE(cfg->tls.insecure_skip_verify);
@@ -194,7 +193,8 @@ users:
   EXPECT_EQ(cfg->tls.client_key_pem, pki.client_key_pem);
   EXPECT_EQ(cfg->tls.server_name, "kubernetes");
 
-  auto inline_cfg = Write("inline/config", fmt::format(R"(current-context: c
+  auto inline_cfg = Write(
+      "inline/config", fmt::format(R"(current-context: c
 clusters:
 - name: k
   cluster:
@@ -209,9 +209,8 @@ users:
     client-certificate-data: {}
     client-key-data: {}
 )",
-                                                       Base64Encode(pki.ca_cert_pem),
-                                                       Base64Encode(pki.client_cert_pem),
-                                                       Base64Encode(pki.client_key_pem)));
+                                   Base64Encode(pki.ca_cert_pem), Base64Encode(pki.client_cert_pem),
+                                   Base64Encode(pki.client_key_pem)));
   opts.kubeconfig = inline_cfg;
   cfg = LoadKubeconfig(opts);
   ASSERT_TRUE(cfg) << cfg.error().ToString();
@@ -251,10 +250,10 @@ contexts:
   opts.kubeconfig = missing;
   cfg = LoadKubeconfig(opts);
   ASSERT_FALSE(cfg);
-  EXPECT_NE(cfg.error().message.find(fmt::format(
-                "kubeconfig {}: cluster 'k' certificate-authority: open({}/nope/ca.crt)", missing,
-                dir_)),
-            std::string::npos)
+  EXPECT_NE(
+      cfg.error().message.find(fmt::format(
+          "kubeconfig {}: cluster 'k' certificate-authority: open({}/nope/ca.crt)", missing, dir_)),
+      std::string::npos)
       << cfg.error().message;
 
   auto wrong_type = Write("wrongtype", R"(current-context: c
@@ -311,7 +310,8 @@ class ExecPluginTest : public KubeconfigTest {
   // A credential plugin: logs its environment, prints an ExecCredential.
   std::string Plugin(const std::string& status_json, const std::string& api = "v1",
                      int exit_code = 0) {
-    return Write("bin/plugin.sh", fmt::format(R"(#!/bin/sh
+    return Write("bin/plugin.sh",
+                 fmt::format(R"(#!/bin/sh
 echo "run" >> "{dir}/runs"
 printf '%s' "$KUBERNETES_EXEC_INFO" > "{dir}/exec_info"
 printf '%s %s' "$1" "$PLUGIN_ENV" > "{dir}/args"
@@ -320,9 +320,8 @@ cat <<'JSON'
 {{"apiVersion":"client.authentication.k8s.io/{api}","kind":"ExecCredential","status":{status}}}
 JSON
 )",
-                                              fmt::arg("dir", dir_), fmt::arg("code", exit_code),
-                                              fmt::arg("api", api),
-                                              fmt::arg("status", status_json)),
+                             fmt::arg("dir", dir_), fmt::arg("code", exit_code),
+                             fmt::arg("api", api), fmt::arg("status", status_json)),
                  0755);
   }
   std::string Config(const std::string& api = "v1", const std::string& command = "bin/plugin.sh",

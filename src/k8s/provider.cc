@@ -1,8 +1,8 @@
 #include "k8s/provider.h"
 
-#include <thread>
-
 #include <fmt/format.h>
+
+#include <thread>
 
 #include "sandbox/sandboxd_client.h"
 
@@ -50,8 +50,7 @@ class GuardedSandbox : public Sandbox {
   Status Delete(const std::string& p, bool recursive) override {
     return Guard([&] { return inner_->Delete(p, recursive); });
   }
-  Result<GlobResult> Glob(const std::string& pattern, const std::string& p,
-                          size_t max) override {
+  Result<GlobResult> Glob(const std::string& pattern, const std::string& p, size_t max) override {
     return Guard([&] { return inner_->Glob(pattern, p, max); });
   }
   Result<GrepResult> Grep(const GrepRequest& r) override {
@@ -149,11 +148,10 @@ Result<std::unique_ptr<Sandbox>> ConnectSandboxd(const DaemonEndpoint& endpoint,
   return std::unique_ptr<Sandbox>(std::move(*c));
 }
 
-Result<std::unique_ptr<K8sSandboxProvider>> K8sSandboxProvider::Create(
-    K8sProviderOptions options) {
+Result<std::unique_ptr<K8sSandboxProvider>> K8sSandboxProvider::Create(K8sProviderOptions options) {
   std::unique_ptr<K8sSandboxProvider> p(new K8sSandboxProvider());
-  p->namespace_ = options.namespace_name.empty() ? options.rest.namespace_name
-                                                 : options.namespace_name;
+  p->namespace_ =
+      options.namespace_name.empty() ? options.rest.namespace_name : options.namespace_name;
   if (p->namespace_.empty()) p->namespace_ = "default";
   auto client = KubeClient::Create(options.rest, options.client);
   if (!client) return tl::unexpected(client.error());
@@ -221,9 +219,10 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Claim(const ClaimOptio
   }
   if (!sandbox) {
     Error e = sandbox.error();
-    e.message = fmt::format("sandbox {} (Sandbox {}) is Ready but its daemon did not answer "
-                            "through {}: {}",
-                            id, claimed->sandbox_name, (*conn)->endpoint().base_url, e.message);
+    e.message = fmt::format(
+        "sandbox {} (Sandbox {}) is Ready but its daemon did not answer "
+        "through {}: {}",
+        id, claimed->sandbox_name, (*conn)->endpoint().base_url, e.message);
     (*conn)->Close();
     return fail(e);
   }

@@ -28,8 +28,8 @@ using SandboxFactory = std::function<Result<std::unique_ptr<Sandbox>>(
     const DaemonEndpoint& endpoint, const std::string& id)>;
 
 struct K8sProviderOptions {
-  RestConfig rest;            // from LoadDefaultConfig / LoadKubeconfig / LoadInClusterConfig
-  ClientOptions client;       // rate limit, retries
+  RestConfig rest;             // from LoadDefaultConfig / LoadKubeconfig / LoadInClusterConfig
+  ClientOptions client;        // rate limit, retries
   std::string namespace_name;  // "" = the kubeconfig context's namespace
   std::string warm_pool = "deepagents-warmpool";
   std::chrono::milliseconds ready_timeout{180000};

@@ -5,13 +5,12 @@
 // standing in for the pod.
 #include "k8s/provider.h"
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "k8s/testing/fake_api_server.h"
 #include "k8s/testing/fake_controller.h"
@@ -48,8 +47,9 @@ class ProviderTest : public ::testing::Test {
     // Every pod IP the fake controller hands out is this one daemon.
     router_->SetDefaultBackend(daemon_->unix_url());
     SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 1);
-    ASSERT_TRUE(WaitUntil(
-        [&] { return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1; }));
+    ASSERT_TRUE(WaitUntil([&] {
+      return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1;
+    }));
   }
   void TearDown() override {
     if (controller_) controller_->Stop();
@@ -86,7 +86,8 @@ TEST_F(ProviderTest, ClaimRunCommandsAndRelease) {
   ASSERT_EQ(claims.size(), 1u);
   EXPECT_EQ(sb.id(), "default/" + claims[0]);
 
-  ASSERT_TRUE(sb.Write("fib.py", "a, b = 0, 1\nfor _ in range(10):\n    print(a)\n    a, b = b, a + b\n"));
+  ASSERT_TRUE(
+      sb.Write("fib.py", "a, b = 0, 1\nfor _ in range(10):\n    print(a)\n    a, b = b, a + b\n"));
   ExecRequest req;
   req.shell = "cat fib.py | head -1 && echo hello from the pod";
   auto r = sb.Exec(req);
@@ -178,7 +179,12 @@ TEST_F(ProviderTest, SurvivesOnePortForwardDeathAndReportsTheSecond) {
     return !r && r.error().message.find("port-forward") != std::string::npos;
   }));
   EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
-  EXPECT_NE(r.error().message.find("after 1 restart"), std::string::npos) << r.error().message;
+  // Depending on whether the second kill hit the restarted child while it was
+  // still starting: either way the error says what happened.
+  EXPECT_TRUE(r.error().message.find("after 1 restart") != std::string::npos ||
+              r.error().message.find("restarting it failed") != std::string::npos)
+      << r.error().message;
+  EXPECT_NE(r.error().message.find("killed by signal 9"), std::string::npos);
   ASSERT_TRUE((*lease)->Release());
 }
 
@@ -213,6 +219,40 @@ TEST_F(ProviderTest, DirectConnectionAndRejectedOptions) {
   rootfs.rootfs = "/tmp/x";
   EXPECT_EQ((*provider)->Claim(rootfs).error().code, ErrorCode::kInvalidArgument);
   EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+}
+
+// Claim -> Ready -> first command against the fake API server with adoption
+// delay zero and a direct router connection (no process spawn per claim).
+// Reported, not asserted: timings are not test outcomes here.
+TEST_F(ProviderTest, ReportsClaimToFirstCommandLatency) {
+  K8sProviderOptions o = Options();
+  o.connection.mode = ConnectionMode::kDirect;
+  o.connection.direct_url = router_->url();
+  auto provider = K8sSandboxProvider::Create(o);
+  ASSERT_TRUE(provider);
+  std::vector<double> claim_ms, first_ms;
+  ExecRequest req;
+  req.argv = {"true"};
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(WaitUntil([&] {
+      return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1;
+    }));
+    auto t0 = std::chrono::steady_clock::now();
+    auto lease = (*provider)->Claim({});
+    auto t1 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(lease) << lease.error().ToString();
+    ASSERT_TRUE((*lease)->sandbox().Exec(req));
+    auto t2 = std::chrono::steady_clock::now();
+    claim_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    first_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    ASSERT_TRUE((*lease)->Release());
+  }
+  std::sort(claim_ms.begin(), claim_ms.end());
+  std::sort(first_ms.begin(), first_ms.end());
+  std::printf("claim->ready p50 %.2f ms (min %.2f), first command p50 %.2f ms (ASan build)\n",
+              claim_ms[claim_ms.size() / 2], claim_ms.front(), first_ms[first_ms.size() / 2]);
+  RecordProperty("claim_p50_us", static_cast<int>(claim_ms[claim_ms.size() / 2] * 1000));
+  RecordProperty("first_command_p50_us", static_cast<int>(first_ms[first_ms.size() / 2] * 1000));
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 #include "k8s/schema.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "k8s/util.h"
 #include "k8s/yaml_json.h"
@@ -18,14 +18,21 @@ std::string Join(const std::string& path, std::string_view key) {
 
 std::string_view TypeOf(const json::value& v) {
   switch (v.kind()) {
-    case json::kind::object: return "object";
-    case json::kind::array: return "array";
-    case json::kind::string: return "string";
-    case json::kind::bool_: return "boolean";
+    case json::kind::object:
+      return "object";
+    case json::kind::array:
+      return "array";
+    case json::kind::string:
+      return "string";
+    case json::kind::bool_:
+      return "boolean";
     case json::kind::int64:
-    case json::kind::uint64: return "integer";
-    case json::kind::double_: return "number";
-    case json::kind::null: return "null";
+    case json::kind::uint64:
+      return "integer";
+    case json::kind::double_:
+      return "number";
+    case json::kind::null:
+      return "null";
   }
   return "?";
 }
@@ -79,10 +86,8 @@ class Validator {
     }
     std::string type = FindString(schema, {"type"});
     if (!type.empty() && !TypeMatches(type, v)) {
-      Fail(path, fmt::format("must be {} {}, not {}", type == "integer" || type == "object" ||
-                                                          type == "array"
-                                                      ? "an"
-                                                      : "a",
+      Fail(path, fmt::format("must be {} {}, not {}",
+                             type == "integer" || type == "object" || type == "array" ? "an" : "a",
                              type, TypeOf(v)));
       return;
     }
@@ -106,8 +111,8 @@ class Validator {
         }
         ++i;
       }
-      if (const auto* max = Find(schema, {"maxItems"}); max && IsInteger(*max) &&
-                                                        v.get_array().size() > AsNumber(*max)) {
+      if (const auto* max = Find(schema, {"maxItems"});
+          max && IsInteger(*max) && v.get_array().size() > AsNumber(*max)) {
         Fail(path, fmt::format("has more than {} items", ToJson(*max)));
       }
     }
@@ -115,11 +120,21 @@ class Validator {
   }
 
   void CheckObjectMeta(const json::value& v, const std::string& path) {
-    static const std::vector<std::string_view> kKnown = {
-        "name", "generateName", "namespace", "labels", "annotations", "uid",
-        "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
-        "deletionGracePeriodSeconds", "ownerReferences", "finalizers", "managedFields",
-        "selfLink"};
+    static const std::vector<std::string_view> kKnown = {"name",
+                                                         "generateName",
+                                                         "namespace",
+                                                         "labels",
+                                                         "annotations",
+                                                         "uid",
+                                                         "resourceVersion",
+                                                         "generation",
+                                                         "creationTimestamp",
+                                                         "deletionTimestamp",
+                                                         "deletionGracePeriodSeconds",
+                                                         "ownerReferences",
+                                                         "finalizers",
+                                                         "managedFields",
+                                                         "selfLink"};
     if (!v.is_object()) {
       Fail(path, fmt::format("must be an object, not {}", TypeOf(v)));
       return;
@@ -159,12 +174,12 @@ class Validator {
   }
 
   void CheckString(const json::object& schema, json::string_view s, const std::string& path) {
-    if (const auto* max = Find(schema, {"maxLength"}); max && IsInteger(*max) &&
-                                                       s.size() > AsNumber(*max)) {
+    if (const auto* max = Find(schema, {"maxLength"});
+        max && IsInteger(*max) && s.size() > AsNumber(*max)) {
       Fail(path, fmt::format("longer than {} characters", ToJson(*max)));
     }
-    if (const auto* min = Find(schema, {"minLength"}); min && IsInteger(*min) &&
-                                                       s.size() < AsNumber(*min)) {
+    if (const auto* min = Find(schema, {"minLength"});
+        min && IsInteger(*min) && s.size() < AsNumber(*min)) {
       Fail(path, fmt::format("shorter than {} characters", ToJson(*min)));
     }
     if (FindString(schema, {"format"}) == "date-time" && !ParseRfc3339(std::string(s))) {
@@ -175,14 +190,16 @@ class Validator {
   void CheckNumber(const json::object& schema, const json::value& v, const std::string& path) {
     double d = AsNumber(v);
     std::string format = FindString(schema, {"format"});
-    if (format == "int32" && (d < std::numeric_limits<int32_t>::min() ||
-                              d > std::numeric_limits<int32_t>::max())) {
+    if (format == "int32" &&
+        (d < std::numeric_limits<int32_t>::min() || d > std::numeric_limits<int32_t>::max())) {
       Fail(path, "out of the int32 range");
     }
-    if (const auto* min = Find(schema, {"minimum"}); min && min->is_number() && d < AsNumber(*min)) {
+    if (const auto* min = Find(schema, {"minimum"});
+        min && min->is_number() && d < AsNumber(*min)) {
       Fail(path, fmt::format("must be at least {}", ToJson(*min)));
     }
-    if (const auto* max = Find(schema, {"maximum"}); max && max->is_number() && d > AsNumber(*max)) {
+    if (const auto* max = Find(schema, {"maximum"});
+        max && max->is_number() && d > AsNumber(*max)) {
       Fail(path, fmt::format("must be at most {}", ToJson(*max)));
     }
   }
@@ -201,8 +218,8 @@ class Validator {
       }
       if (sub == nullptr && additional != nullptr && additional->is_object()) sub = additional;
       if (sub == nullptr) {
-        if (!preserve && !(additional != nullptr && additional->is_bool() &&
-                           additional->get_bool())) {
+        if (!preserve &&
+            !(additional != nullptr && additional->is_bool() && additional->get_bool())) {
           Fail(child, "unknown field");
         }
         continue;
@@ -242,8 +259,8 @@ Status CrdSchemas::AddCrdYaml(std::string_view yaml, std::string_view source) {
       const json::value* served = Find(v, {"served"});
       if (served != nullptr && served->is_bool() && !served->get_bool()) continue;
       const json::value* deprecated = Find(v, {"deprecated"});
-      versions_[{group + "/" + FindString(v, {"name"}), kind}] =
-          Version{*schema, deprecated != nullptr && deprecated->is_bool() && deprecated->get_bool()};
+      versions_[{group + "/" + FindString(v, {"name"}), kind}] = Version{
+          *schema, deprecated != nullptr && deprecated->is_bool() && deprecated->get_bool()};
       ++added;
     }
   }
@@ -268,8 +285,8 @@ std::vector<std::string> CrdSchemas::Validate(const json::value& object) const {
   std::string api = FindString(object, {"apiVersion"});
   std::string kind = FindString(object, {"kind"});
   std::string name = FindString(object, {"metadata", "name"});
-  std::string who = fmt::format("{} {}", kind.empty() ? "(no kind)" : kind,
-                                name.empty() ? "(no name)" : name);
+  std::string who =
+      fmt::format("{} {}", kind.empty() ? "(no kind)" : kind, name.empty() ? "(no name)" : name);
   if (api.empty() || kind.empty()) return {who + ": apiVersion and kind are required"};
   auto it = versions_.find({api, kind});
   if (it == versions_.end()) {
@@ -295,8 +312,7 @@ std::vector<std::string> CrdSchemas::Validate(const json::value& object) const {
   return v.problems;
 }
 
-Result<std::vector<std::string>> ValidateManifest(const CrdSchemas& schemas,
-                                                  std::string_view yaml,
+Result<std::vector<std::string>> ValidateManifest(const CrdSchemas& schemas, std::string_view yaml,
                                                   std::string_view source) {
   auto docs = YamlToJsonDocuments(yaml, source);
   if (!docs) return tl::unexpected(docs.error());

@@ -2,7 +2,8 @@
 // (structural) schemas: unknown fields, types, required fields, enums,
 // int-or-string, integer formats and bounds, string lengths; metadata against
 // ObjectMeta. (Regex `pattern`s are not checked.) Every problem names its path:
-//   SandboxTemplate deepbox-sandbox-template: spec.podTemplate.spec.containers[0].imag: unknown field
+//   SandboxTemplate deepbox-sandbox-template: spec.podTemplate.spec.containers[0].imag: unknown
+//   field
 #pragma once
 
 #include <map>
@@ -35,7 +36,7 @@ class CrdSchemas {
 
 // Validates every document of a manifest; the problems are prefixed with
 // `source`. INVALID_ARGUMENT if the YAML itself does not parse.
-Result<std::vector<std::string>> ValidateManifest(const CrdSchemas& schemas,
-                                                  std::string_view yaml, std::string_view source);
+Result<std::vector<std::string>> ValidateManifest(const CrdSchemas& schemas, std::string_view yaml,
+                                                  std::string_view source);
 
 }  // namespace deepbox::k8s

@@ -115,9 +115,9 @@ TEST(SchemaTest, UnknownKindsAndMissingPieces) {
   ASSERT_EQ(p.size(), 1u);
   EXPECT_NE(p[0].find("no schema for apiVersion example.com/v2"), std::string::npos);
   p = Problems(s, "apiVersion: example.com/v1\nkind: Widget\n");
-  EXPECT_EQ(p, (std::vector<std::string>{
-                   "w.yaml: Widget (no name): spec: missing required field",
-                   "w.yaml: Widget (no name): metadata: missing required field"}));
+  EXPECT_EQ(
+      p, (std::vector<std::string>{"w.yaml: Widget (no name): spec: missing required field",
+                                   "w.yaml: Widget (no name): metadata: missing required field"}));
   EXPECT_FALSE(ValidateManifest(s, "a: [", "bad.yaml"));
   CrdSchemas empty;
   EXPECT_FALSE(empty.AddCrdYaml("kind: ConfigMap\n", "cm.yaml"));

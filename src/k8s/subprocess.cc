@@ -1,6 +1,7 @@
 #include "k8s/subprocess.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -11,8 +12,6 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
-
-#include <fmt/format.h>
 
 extern char** environ;
 
@@ -245,7 +244,9 @@ int Child::Terminate(std::chrono::milliseconds grace) {
   return *status_;
 }
 
-bool RunResult::exited_ok() const { return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0; }
+bool RunResult::exited_ok() const {
+  return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+}
 
 Result<RunResult> RunCommand(const SpawnOptions& options, std::chrono::milliseconds timeout,
                              size_t max_output) {
@@ -265,9 +266,8 @@ Result<RunResult> RunCommand(const SpawnOptions& options, std::chrono::milliseco
     if (left.count() <= 0) {
       child->Signal(SIGKILL);
       child->Wait();
-      return MakeError(ErrorCode::kTimeout,
-                       fmt::format("'{}' did not finish within {} ms", opts.argv[0],
-                                   timeout.count()));
+      return MakeError(ErrorCode::kTimeout, fmt::format("'{}' did not finish within {} ms",
+                                                        opts.argv[0], timeout.count()));
     }
     pollfd fds[2];
     int n = 0;

@@ -1,12 +1,11 @@
 #include "k8s/util.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 
 #include <charconv>
 #include <ctime>
 #include <random>
-
-#include <fmt/format.h>
 
 namespace deepbox::k8s {
 
@@ -85,8 +84,8 @@ Result<SystemTime> ParseRfc3339(std::string_view text) {
 }
 
 std::string FormatRfc3339(SystemTime t) {
-  time_t tt = std::chrono::system_clock::to_time_t(
-      std::chrono::time_point_cast<std::chrono::seconds>(t));
+  time_t tt =
+      std::chrono::system_clock::to_time_t(std::chrono::time_point_cast<std::chrono::seconds>(t));
   std::tm tm{};
   ::gmtime_r(&tt, &tm);
   char buf[32];
@@ -120,7 +119,8 @@ std::string RandomHex(size_t n) {
   out.reserve(n);
   while (out.size() < n) {
     uint64_t v = rng();
-    for (int i = 0; i < 16 && out.size() < n; ++i, v >>= 4) out.push_back("0123456789abcdef"[v & 15]);
+    for (int i = 0; i < 16 && out.size() < n; ++i, v >>= 4)
+      out.push_back("0123456789abcdef"[v & 15]);
   }
   return out;
 }

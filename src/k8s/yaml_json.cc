@@ -1,12 +1,12 @@
 #include "k8s/yaml_json.h"
 
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <charconv>
 #include <cmath>
 #include <limits>
 #include <string>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 namespace deepbox::k8s {
 
@@ -46,8 +46,7 @@ std::optional<json::value> ParseInteger(std::string_view s) {
     // Too large for 64 bits: keep the value as a double, as a JSON decoder would.
     double d = 0;
     for (char c : digits) {
-      int v = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
-                                                          : std::tolower(c) - 'a' + 10;
+      int v = std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : std::tolower(c) - 'a' + 10;
       d = d * base + v;
     }
     return json::value(negative ? -d : d);
@@ -97,9 +96,8 @@ struct Converter {
   Error Fail(const YAML::Node& node, std::string_view what) const {
     const auto mark = node.Mark();
     if (mark.line >= 0) {
-      return Error(ErrorCode::kInvalidArgument,
-                   fmt::format("{}: line {}, column {}: {}", source, mark.line + 1,
-                               mark.column + 1, what));
+      return Error(ErrorCode::kInvalidArgument, fmt::format("{}: line {}, column {}: {}", source,
+                                                            mark.line + 1, mark.column + 1, what));
     }
     return Error(ErrorCode::kInvalidArgument, fmt::format("{}: {}", source, what));
   }
@@ -110,8 +108,8 @@ struct Converter {
           Fail(node, fmt::format("nesting deeper than {} levels", limits.max_depth)));
     }
     if (++nodes > limits.max_nodes) {
-      return tl::unexpected(Fail(node, fmt::format("more than {} nodes (alias expansion?)",
-                                                   limits.max_nodes)));
+      return tl::unexpected(
+          Fail(node, fmt::format("more than {} nodes (alias expansion?)", limits.max_nodes)));
     }
     switch (node.Type()) {
       case YAML::NodeType::Undefined:
@@ -185,7 +183,8 @@ json::value ResolvePlainScalar(std::string_view s) {
     }
   }
   std::string_view lower_inf = s;
-  if (!lower_inf.empty() && (lower_inf[0] == '+' || lower_inf[0] == '-')) lower_inf.remove_prefix(1);
+  if (!lower_inf.empty() && (lower_inf[0] == '+' || lower_inf[0] == '-'))
+    lower_inf.remove_prefix(1);
   if (lower_inf == ".inf" || lower_inf == ".Inf" || lower_inf == ".INF") {
     return json::value(s[0] == '-' ? -HUGE_VAL : HUGE_VAL);
   }
@@ -193,9 +192,8 @@ json::value ResolvePlainScalar(std::string_view s) {
   return json::value(JsonString(s));
 }
 
-Result<std::vector<json::value>> YamlToJsonDocuments(std::string_view text,
-                                                    std::string_view source,
-                                                    const YamlLimits& limits) {
+Result<std::vector<json::value>> YamlToJsonDocuments(std::string_view text, std::string_view source,
+                                                     const YamlLimits& limits) {
   if (text.size() > limits.max_bytes) {
     return MakeError(ErrorCode::kResourceExhausted,
                      fmt::format("{}: larger than {} bytes", source, limits.max_bytes));

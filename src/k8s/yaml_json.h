@@ -21,9 +21,8 @@ struct YamlLimits {
 
 // Every document of a YAML stream ("---" separated). `source` names the input
 // in errors: "kubeconfig /x/config: line 3, column 5: ...".
-Result<std::vector<json::value>> YamlToJsonDocuments(std::string_view text,
-                                                    std::string_view source,
-                                                    const YamlLimits& limits = {});
+Result<std::vector<json::value>> YamlToJsonDocuments(std::string_view text, std::string_view source,
+                                                     const YamlLimits& limits = {});
 
 // Exactly one document (an empty stream gives null).
 Result<json::value> YamlToJson(std::string_view text, std::string_view source,

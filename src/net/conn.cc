@@ -9,6 +9,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -381,7 +383,22 @@ Status Conn::WriteAll(std::string_view data, Deadline deadline) {
   while (!data.empty()) {
     if (ssl_ != nullptr) {
       ERR_clear_error();
+      // SSL_write uses write(2), which raises SIGPIPE on a closed peer; block
+      // it on this thread and consume any it generated, so no process using
+      // this library can die of it (plain sockets use MSG_NOSIGNAL instead).
+      sigset_t pipe_set, old_set;
+      sigemptyset(&pipe_set);
+      sigaddset(&pipe_set, SIGPIPE);
+      pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
       int r = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
+      int saved_errno = errno;
+      if (r <= 0 && !sigismember(&old_set, SIGPIPE)) {
+        timespec zero{0, 0};
+        while (sigtimedwait(&pipe_set, nullptr, &zero) > 0) {
+        }
+      }
+      pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+      errno = saved_errno;
       if (r > 0) {
         data.remove_prefix(static_cast<size_t>(r));
         continue;

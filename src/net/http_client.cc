@@ -88,6 +88,7 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
   auto pc_or = Checkout(reused);
   if (!pc_or) return tl::unexpected(pc_or.error());
   std::unique_ptr<PooledConn> pc = std::move(*pc_or);
+  pc->conn.set_cancel_fd(req.cancel_fd);
   BeastStream stream(pc->conn);
   Deadline overall = req.timeout.count() > 0 ? DeadlineAfter(req.timeout) : Deadline::max();
   auto step_deadline = [&] {
@@ -97,7 +98,9 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
   };
   auto fail = [&](std::string_view what) {
     Error e = stream.last_error();
-    if (e.code == ErrorCode::kTimeout) {
+    if (e.code == ErrorCode::kCancelled) {
+      e.message = fmt::format("{} {}{}: cancelled {}", req.method, base_url, req.target, what);
+    } else if (e.code == ErrorCode::kTimeout) {
       e.message = fmt::format("{} {}{}: timed out {}", req.method, base_url, req.target, what);
     } else {
       e.code = ErrorCode::kUnavailable;
@@ -173,6 +176,7 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
     }
   }
   out.body = std::move(body);
+  pc->conn.set_cancel_fd(-1);
   if (keep_alive) Return(std::move(pc));
   return out;
 }

@@ -33,6 +33,9 @@ struct ClientRequest {
   std::string body;
   // Whole-request deadline (0 = none beyond read_idle_timeout).
   std::chrono::milliseconds timeout{0};
+  // Optional fd (eventfd/pipe): once readable, waits for response bytes end at
+  // once with CANCELLED (e.g. Ctrl-C during a silent model call).
+  int cancel_fd = -1;
 };
 
 class HttpClient {

@@ -1,3 +1,4 @@
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -267,6 +268,24 @@ TEST(HttpClientTest, SilentServerTimesOut) {
   auto r = (*client)->Send(req);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kTimeout);
+}
+
+TEST(HttpClientTest, CancelFdInterruptsASilentServer) {
+  auto l = Listener::Bind(*Endpoint::Parse("127.0.0.1:0"));
+  ASSERT_TRUE(l);
+  auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string(l->port()));
+  UniqueFd cancel(::eventfd(0, EFD_CLOEXEC));
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(200ms);
+    uint64_t one = 1;
+    (void)::write(cancel.get(), &one, sizeof one);
+  });
+  ClientRequest req;
+  req.cancel_fd = cancel.get();
+  auto r = (*client)->Send(req);
+  canceller.join();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kCancelled) << r.error().ToString();
 }
 
 TEST(HttpClientTest, DroppedConnectionMidBodyIsAnError) {

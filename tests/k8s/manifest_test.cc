@@ -1,12 +1,12 @@
 // Every manifest under deploy/k8s/ is validated against the upstream
 // agent-sandbox CRD schemas recorded in tests/k8s/crds/ (field names, types,
 // required fields, enums), plus the hardening the README promises.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "k8s/schema.h"
 #include "k8s/util.h"
@@ -85,8 +85,8 @@ TEST(ManifestTest, EveryDeployManifestMatchesTheUpstreamSchemas) {
 }
 
 TEST(ManifestTest, ATypoFailsValidationNamingThePath) {
-  auto problems = ValidateManifest(Schemas(), ReadFile(kSource / "tests/k8s/testdata/typo-template.yaml"),
-                                   "typo-template.yaml");
+  auto problems = ValidateManifest(
+      Schemas(), ReadFile(kSource / "tests/k8s/testdata/typo-template.yaml"), "typo-template.yaml");
   ASSERT_TRUE(problems);
   std::string all = fmt::format("{}", fmt::join(*problems, "\n"));
   const std::string prefix = "typo-template.yaml: SandboxTemplate typo-template: ";
@@ -104,14 +104,15 @@ TEST(ManifestTest, ATypoFailsValidationNamingThePath) {
   }
   EXPECT_EQ(problems->size(), 5u) << all;
 
-  problems = ValidateManifest(Schemas(), ReadFile(kSource / "tests/k8s/testdata/typo-warmpool.yaml"),
-                              "typo-warmpool.yaml");
+  problems = ValidateManifest(
+      Schemas(), ReadFile(kSource / "tests/k8s/testdata/typo-warmpool.yaml"), "typo-warmpool.yaml");
   ASSERT_TRUE(problems);
   all = fmt::format("{}", fmt::join(*problems, "\n"));
   EXPECT_NE(all.find("spec.replica: unknown field"), std::string::npos) << all;
   EXPECT_NE(all.find("spec.sandboxTemplateRef: missing required field"), std::string::npos) << all;
-  EXPECT_NE(all.find(R"(spec.updateStrategy.type: "Sometimes" is not one of "Recreate", "OnReplenish")"),
-            std::string::npos)
+  EXPECT_NE(
+      all.find(R"(spec.updateStrategy.type: "Sometimes" is not one of "Recreate", "OnReplenish")"),
+      std::string::npos)
       << all;
 }
 

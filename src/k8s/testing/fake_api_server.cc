@@ -1,5 +1,6 @@
 #include "k8s/testing/fake_api_server.h"
 
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -7,8 +8,6 @@
 #include <condition_variable>
 #include <deque>
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "common/base64.h"
 #include "k8s/util.h"
@@ -245,7 +244,7 @@ struct FakeApiServer::Impl {
 };
 
 Result<std::unique_ptr<FakeApiServer>> FakeApiServer::Start(FakeApiServerOptions options,
-                                                           std::shared_ptr<ObjectStore> store) {
+                                                            std::shared_ptr<ObjectStore> store) {
   // net::Conn writes TLS records with SSL_write, which can raise SIGPIPE when
   // a watch client has gone; a real apiserver ignores SIGPIPE too.
   ::signal(SIGPIPE, SIG_IGN);
@@ -359,8 +358,8 @@ void FakeApiServer::SetTokens(std::set<std::string> tokens) {
 void FakeApiServer::FailNext(int count, int status, std::string retry_after, std::string method,
                              std::string path_contains) {
   std::lock_guard lock(impl_->mu);
-  impl_->failures.push_back({count, status, std::move(retry_after), std::move(method),
-                             std::move(path_contains)});
+  impl_->failures.push_back(
+      {count, status, std::move(retry_after), std::move(method), std::move(path_contains)});
 }
 
 void FakeApiServer::ExpireWatches() {
@@ -409,8 +408,7 @@ int FakeApiServer::CountRequests(std::string_view method, std::string_view path_
   std::lock_guard lock(impl_->mu);
   int n = 0;
   for (const auto& r : impl_->log) {
-    if ((method.empty() || r.method == method) &&
-        r.path.find(path_contains) != std::string::npos) {
+    if ((method.empty() || r.method == method) && r.path.find(path_contains) != std::string::npos) {
       ++n;
     }
   }
@@ -444,9 +442,9 @@ void FakeApiServer::Handle(net::Request& req, net::ResponseWriter& w) {
           req.path.find(it->path_contains) == std::string::npos) {
         continue;
       }
-      net::Response r = StatusResponse(it->status, it->status == 429 ? "TooManyRequests"
-                                                                     : "InternalError",
-                                       fmt::format("injected failure {}", it->status));
+      net::Response r =
+          StatusResponse(it->status, it->status == 429 ? "TooManyRequests" : "InternalError",
+                         fmt::format("injected failure {}", it->status));
       if (!it->retry_after.empty()) r.headers.Set("Retry-After", it->retry_after);
       if (--it->count <= 0) impl.failures.erase(it);
       (void)w.Send(r);
@@ -553,9 +551,9 @@ void FakeApiServer::Handle(net::Request& req, net::ResponseWriter& w) {
       case ErrorCode::kConflict:
         return StatusResponse(409, "AlreadyExists", e.message);
       default:
-        return StatusResponse(422, "Invalid",
-                              fmt::format("{}.{} \"{}\" is invalid: {}", kind->kind, group, name,
-                                          e.message));
+        return StatusResponse(
+            422, "Invalid",
+            fmt::format("{}.{} \"{}\" is invalid: {}", kind->kind, group, name, e.message));
     }
   };
 
@@ -608,13 +606,12 @@ void FakeApiServer::Handle(net::Request& req, net::ResponseWriter& w) {
       return;
     }
     if (kind->kind == "SandboxClaim") {
-      std::string_view required =
-          version == "v1alpha1" ? "sandboxTemplateRef" : "warmPoolRef";
+      std::string_view required = version == "v1alpha1" ? "sandboxTemplateRef" : "warmPoolRef";
       if (FindString(*body, {"spec", std::string(required), "name"}).empty()) {
-        (void)w.Send(StatusResponse(
-            422, "Invalid",
-            fmt::format("SandboxClaim.{} \"{}\" is invalid: spec.{}: Required value", group, name,
-                        required)));
+        (void)w.Send(
+            StatusResponse(422, "Invalid",
+                           fmt::format("SandboxClaim.{} \"{}\" is invalid: spec.{}: Required value",
+                                       group, name, required)));
         return;
       }
     }
@@ -668,8 +665,8 @@ void FakeApiServer::Handle(net::Request& req, net::ResponseWriter& w) {
   int64_t timeout_s = std::atoll(req.Query("timeoutSeconds").value_or("0").c_str());
   std::vector<StoreEvent> initial;
   auto sub = store_->OpenWatch(key, rv, &initial);
-  std::string gone_message = fmt::format("too old resource version: {} ({})", rv,
-                                         store_->resource_version());
+  std::string gone_message =
+      fmt::format("too old resource version: {} ({})", rv, store_->resource_version());
   if (!sub && options_.gone_as_http_status) {
     (void)w.Send(StatusResponse(410, "Expired", gone_message));
     return;

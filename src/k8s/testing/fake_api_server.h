@@ -43,8 +43,8 @@ struct RecordedRequest {
 
 class FakeApiServer {
  public:
-  static Result<std::unique_ptr<FakeApiServer>> Start(
-      FakeApiServerOptions options = {}, std::shared_ptr<ObjectStore> store = nullptr);
+  static Result<std::unique_ptr<FakeApiServer>> Start(FakeApiServerOptions options = {},
+                                                      std::shared_ptr<ObjectStore> store = nullptr);
   ~FakeApiServer();
 
   std::string url() const;

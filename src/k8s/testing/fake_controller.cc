@@ -1,8 +1,8 @@
 #include "k8s/testing/fake_controller.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace deepbox::k8s::testing {
 
@@ -19,9 +19,7 @@ constexpr std::string_view kSandboxNameAnnotation = "agents.x-k8s.io/sandbox-nam
 
 ResourceKey Claims(const std::string& ns) { return {std::string(kExt), "sandboxclaims", ns}; }
 ResourceKey Pools(const std::string& ns) { return {std::string(kExt), "sandboxwarmpools", ns}; }
-ResourceKey Templates(const std::string& ns) {
-  return {std::string(kExt), "sandboxtemplates", ns};
-}
+ResourceKey Templates(const std::string& ns) { return {std::string(kExt), "sandboxtemplates", ns}; }
 ResourceKey Sandboxes(const std::string& ns) { return {std::string(kCore), "sandboxes", ns}; }
 
 std::string Name(const json::object& o) { return FindString(o, {"metadata", "name"}); }
@@ -366,7 +364,8 @@ void FakeController::ReconcileClaims(const std::string& ns) {
       seen = first_seen_.try_emplace(uid, now).first->second;
     }
     std::string bound = FindString(claim, {"status", "sandbox", "name"});
-    if (bound.empty()) bound = FindString(claim, {"metadata", "annotations", kSandboxNameAnnotation});
+    if (bound.empty())
+      bound = FindString(claim, {"metadata", "annotations", kSandboxNameAnnotation});
 
     // Expiry.
     std::string shutdown = FindString(claim, {"spec", "lifecycle", "shutdownTime"});
@@ -443,9 +442,9 @@ void FakeController::ReconcileClaims(const std::string& ns) {
       pool_name = FindString(claim, {"spec", "warmPoolRef", "name"});
       auto p = store_->Get(Pools(ns), pool_name);
       if (!p) {
-        not_ready(name, "WarmPoolNotFound",
-                  fmt::format("SandboxWarmPool.extensions.agents.x-k8s.io \"{}\" not found",
-                              pool_name));
+        not_ready(
+            name, "WarmPoolNotFound",
+            fmt::format("SandboxWarmPool.extensions.agents.x-k8s.io \"{}\" not found", pool_name));
         continue;
       }
       pool = *p;
@@ -454,9 +453,9 @@ void FakeController::ReconcileClaims(const std::string& ns) {
     if (pool) pool_name = Name(*pool);
     auto tmpl = store_->Get(Templates(ns), tmpl_name);
     if (!tmpl) {
-      not_ready(name, "TemplateNotFound",
-                fmt::format("SandboxTemplate.extensions.agents.x-k8s.io \"{}\" not found",
-                            tmpl_name));
+      not_ready(
+          name, "TemplateNotFound",
+          fmt::format("SandboxTemplate.extensions.agents.x-k8s.io \"{}\" not found", tmpl_name));
       continue;
     }
     if (std::string bad = CheckPodMetadata(claim); !bad.empty()) {
@@ -502,8 +501,7 @@ void FakeController::ReconcileClaims(const std::string& ns) {
         labels[kClaimUidLabel] = uid;
         meta["ownerReferences"] = OwnerRef(claim, "SandboxClaim");
         if (pod_meta != nullptr) {
-          Obj(Obj(Obj(o, "spec"), "podTemplate"), "metadata")["additionalPodMetadata"] =
-              *pod_meta;
+          Obj(Obj(Obj(o, "spec"), "podTemplate"), "metadata")["additionalPodMetadata"] = *pod_meta;
         }
       });
       if (!adopted) continue;

@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: unable to listen on port %d: %s\n", local, std::strerror(errno));
     return 1;
   }
-  std::printf("Forwarding from 127.0.0.1:%d -> %s\n", local, ports.substr(ports.find(':') + 1).c_str());
+  std::printf("Forwarding from 127.0.0.1:%d -> %s\n", local,
+              ports.substr(ports.find(':') + 1).c_str());
   std::fflush(stdout);
   for (;;) {
     int c = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);

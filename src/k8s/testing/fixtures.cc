@@ -29,8 +29,8 @@ json::object MakeTemplate(const std::string& name, const std::string& api_versio
   return o;
 }
 
-json::object MakeWarmPool(const std::string& name, const std::string& template_name,
-                          int replicas, const std::string& api_version) {
+json::object MakeWarmPool(const std::string& name, const std::string& template_name, int replicas,
+                          const std::string& api_version) {
   json::object o;
   o["apiVersion"] = api_version;
   o["kind"] = "SandboxWarmPool";

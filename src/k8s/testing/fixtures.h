@@ -16,10 +16,9 @@ bool WaitUntil(const std::function<bool()>& pred,
                std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
 // A SandboxTemplate (optionally with env / volume-claim-template policies).
-json::object MakeTemplate(const std::string& name, const std::string& api_version =
-                                                       "extensions.agents.x-k8s.io/v1beta1");
-json::object MakeWarmPool(const std::string& name, const std::string& template_name,
-                          int replicas,
+json::object MakeTemplate(const std::string& name,
+                          const std::string& api_version = "extensions.agents.x-k8s.io/v1beta1");
+json::object MakeWarmPool(const std::string& name, const std::string& template_name, int replicas,
                           const std::string& api_version = "extensions.agents.x-k8s.io/v1beta1");
 
 // Creates both in `ns` of the store.

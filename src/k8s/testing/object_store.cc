@@ -1,8 +1,8 @@
 #include "k8s/testing/object_store.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "k8s/util.h"
 

@@ -1,7 +1,6 @@
 #include "k8s/testing/test_router.h"
 
 #include <arpa/inet.h>
-
 #include <fmt/format.h>
 
 #include "net/http_client.h"
@@ -40,9 +39,9 @@ net::Response Detail(int status, std::string_view detail) {
 }
 
 bool HopByHop(std::string_view name) {
-  for (std::string_view h : {"Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length",
-                             "Upgrade", "TE", "Trailer", "Proxy-Connection", "Host",
-                             "Authorization"}) {
+  for (std::string_view h :
+       {"Connection", "Keep-Alive", "Transfer-Encoding", "Content-Length", "Upgrade", "TE",
+        "Trailer", "Proxy-Connection", "Host", "Authorization"}) {
     if (net::EqualsIgnoreCase(name, h)) return true;
   }
   return false;
@@ -103,10 +102,13 @@ net::HttpClient* TestRouter::ClientFor(const std::string& address) {
 }
 
 void TestRouter::Handle(net::Request& req, net::ResponseWriter& w) {
-  RoutedRequest rec{req.method, req.target, req.Header("X-Sandbox-ID").value_or(""),
+  RoutedRequest rec{req.method,
+                    req.target,
+                    req.Header("X-Sandbox-ID").value_or(""),
                     req.Header("X-Sandbox-Namespace").value_or("default"),
                     req.Header("X-Sandbox-Port").value_or("8888"),
-                    req.Header("X-Sandbox-Pod-IP").value_or(""), 0};
+                    req.Header("X-Sandbox-Pod-IP").value_or(""),
+                    0};
   auto finish = [&](const net::Response& r) {
     rec.status = r.status;
     {
@@ -133,10 +135,9 @@ void TestRouter::Handle(net::Request& req, net::ResponseWriter& w) {
   if (!rec.pod_ip.empty() && !ValidTargetIp(rec.pod_ip)) {
     return finish(Detail(400, "Invalid target IP address."));
   }
-  std::string key = !rec.pod_ip.empty()
-                        ? fmt::format("{}:{}", rec.pod_ip, port)
-                        : fmt::format("{}.{}.svc.cluster.local:{}", rec.sandbox_id,
-                                      rec.namespace_name, port);
+  std::string key = !rec.pod_ip.empty() ? fmt::format("{}:{}", rec.pod_ip, port)
+                                        : fmt::format("{}.{}.svc.cluster.local:{}", rec.sandbox_id,
+                                                      rec.namespace_name, port);
   std::string address;
   {
     std::lock_guard lock(mu_);
