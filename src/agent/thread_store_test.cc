@@ -202,7 +202,9 @@ TEST(ThreadStoreDirs, XdgStateHome) {
   EXPECT_EQ(ThreadStore::DefaultDir(), "/tmp/xdg-test/deepbox/threads");
   ::unsetenv("XDG_STATE_HOME");
   const char* home = std::getenv("HOME");
-  if (home) EXPECT_EQ(ThreadStore::DefaultDir(), std::string(home) + "/.local/state/deepbox/threads");
+  if (home) {
+    EXPECT_EQ(ThreadStore::DefaultDir(), std::string(home) + "/.local/state/deepbox/threads");
+  }
   if (old) ::setenv("XDG_STATE_HOME", saved.c_str(), 1);
 }
 

@@ -86,6 +86,10 @@ class ExecuteTool : public Tool {
       return !ctx.cancelled();
     };
     auto r = ctx.sandbox->ExecStream(req, on_output);
+    if (!r && (r.error().code == ErrorCode::kCancelled || ctx.cancelled())) {
+      return ToolResult::Err(FormatExecuteOutput(SanitizeUtf8(output), std::nullopt, truncated) +
+                             "\n[Command cancelled]");
+    }
     if (!r) {
       return ToolResult::Err("Error: Execution failed: " + r.error().message);
     }
@@ -118,7 +122,7 @@ class ExecuteTool : public Tool {
     }
     if (ctx.cancelled()) {
       return ToolResult::Err(FormatExecuteOutput(SanitizeUtf8(output), exit_code, truncated) +
-                             "\n[Cancelled]");
+                             "\n[Command cancelled]");
     }
     return ToolResult::Ok(FormatExecuteOutput(SanitizeUtf8(output), exit_code, truncated));
   }

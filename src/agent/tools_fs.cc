@@ -200,11 +200,13 @@ class ReadFileTool : public BaseFsTool {
     if (r->binary) return ReadBinary(sb, *path, r->size, "file");
     if (lim == 0) return ToolResult::Ok(NoLinesRequestedWarning(limit));
 
-    // The window's lines; a cut-off last line (page byte cap) is not counted.
+    // The window's lines (joined with "\n", "\r" already stripped); a line cut
+    // by the page byte cap is the last one and is not counted as read.
     std::string_view content = r->content;
-    bool partial_tail = r->truncated && !content.empty() && content.back() != '\n';
+    bool partial_tail = r->truncated;
     std::vector<std::string_view> lines = SplitOn(content, '\n');
-    if (!lines.empty() && lines.back().empty()) lines.pop_back();
+    size_t got = static_cast<size_t>(std::max<int64_t>(r->lines_returned, 0));
+    if (lines.size() > got) lines.resize(got);
     for (auto& l : lines) {
       if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
     }

@@ -57,7 +57,8 @@ void RegisterSandboxCommands(CLI::App& app) {
       "Create a sandbox (or claim a warm one from the pool) and print its id.\n"
       "It lives until `deepbox sandbox rm` or its TTL, whatever happens to this command.");
   create->add_option("--label,-l", create_args->labels,
-                     "Label K=V (repeatable); select with `ls/rm --selector`");
+                     "Label K=V (repeatable); select with `ls/rm --selector`")
+      ->allow_extra_args(false);
   create->add_option("--ttl", create_args->ttl_seconds,
                      "Delete the sandbox SECONDS after creation (0 = never)")
       ->check(CLI::NonNegativeNumber)
@@ -85,12 +86,14 @@ void RegisterSandboxCommands(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   exec->add_option("--cwd,-w", exec_args->cwd,
                    "Working directory inside the sandbox (default /workspace)");
-  exec->add_option("--env,-e", exec_args->env, "Environment variable K=V (repeatable)");
+  exec->add_option("--env,-e", exec_args->env, "Environment variable K=V (repeatable)")
+      ->allow_extra_args(false);
   exec->add_flag("--stdin,-i", exec_args->forward_stdin,
                  "Read this command's stdin to its end and feed it to the command");
   exec->add_option("id", exec_args->id, "Sandbox id")->required();
   exec->add_option("command", exec_args->command, "The command and its arguments (after --)")
       ->required();
+  exec->positionals_at_end();  // everything after ID belongs to the command
   exec->footer(kExitCodesHelp);
   exec->callback([exec_args] { SetExitCode(RunSandboxExec(*exec_args)); });
 

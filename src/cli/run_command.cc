@@ -1,20 +1,118 @@
-// Placeholder for `deepbox run` (issue 5): replace this file with the real
-// command. It only has to define RegisterRunCommand (see cli.h).
+// `deepbox run`: the command line of the agent (CLI11 lives here only; the
+// work is in run_session.cc).
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/cli.h"
+#include "cli/run_exit_codes.h"
+
+#ifdef DEEPBOX_HAVE_AGENT
+#include "cli/run_config.h"
+#include "cli/run_session.h"
+#endif
 
 namespace deepbox::cli {
 
+#ifdef DEEPBOX_HAVE_AGENT
+
 void RegisterRunCommand(CLI::App& app) {
-  CLI::App* run = app.add_subcommand("run", "Run the deep agent on a task (not yet available)");
-  run->allow_extras();
-  run->callback([] {
-    std::fprintf(stderr, "deepbox: `deepbox run` is not yet available in this build\n");
-    SetExitCode(kExitError);
+  using run::RunFlags;
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "run",
+      "Run the deep agent on TASK in a fresh sandbox: every tool call (files, shell) runs\n"
+      "inside it. The sandbox is claimed first (local by default, or from a Kubernetes\n"
+      "SandboxWarmPool with --sandbox k8s) and released when the run ends: on success,\n"
+      "error, Ctrl-C and SIGTERM alike (unless --keep-sandbox).\n"
+      "Without TASK: an interactive prompt if stdin is a terminal (each line is a task for\n"
+      "the same agent and sandbox; an empty line or Ctrl-D ends), else the task is read\n"
+      "from stdin.\n"
+      "Examples:\n"
+      "  deepbox run \"Write fib.py that prints the first 10 Fibonacci numbers and run it\"\n"
+      "  deepbox run --model replay:examples/fib/fib.replay.jsonl \"...\"   # offline\n"
+      "  deepbox run --approve manual --keep-sandbox\n"
+      "  deepbox run --sandbox k8s --namespace agents --label team=ml --json \"...\"");
+  cmd->add_option("task", flags->task, "The task for the agent (see above when absent)");
+  cmd->add_option("--sandbox", flags->sandbox,
+                  "Where tools run: local (this machine, default) or k8s (a SandboxClaim from a\n"
+                  "SandboxWarmPool). Env DEEPBOX_SANDBOX")
+      ->check(CLI::IsMember({"local", "k8s"}));
+  cmd->add_option("--model,-m", flags->model,
+                  "claude-sonnet-4-6 (default), anthropic:MODEL, openai:MODEL or replay:FILE (a\n"
+                  "recorded or scripted conversation, no API key needed). Env DEEPBOX_MODEL");
+  cmd->add_option("--approve", flags->approve,
+                  "auto (default): tools run without asking. manual: execute, write_file,\n"
+                  "edit_file and delete wait for you to approve, reject, edit the arguments\n"
+                  "(JSON) or respond instead (asked on the terminal)")
+      ->check(CLI::IsMember({"auto", "manual"}));
+  cmd->add_option("--label,-l", flags->labels,
+                  "Label K=V on the sandbox (repeatable); find it with `deepbox sandbox ls\n"
+                  "--selector K=V` or `kubectl get sandboxclaim -l K=V`");
+  cmd->add_option("--ttl", flags->ttl_seconds,
+                  "Delete the sandbox SECONDS after the claim even if deepbox dies (k8s:\n"
+                  "shutdown_after_seconds); 0 = no TTL. Default 3600");
+  cmd->add_flag("--keep-sandbox", flags->keep_sandbox,
+                "Do not delete the sandbox at the end; print how to reach and delete it\n"
+                "(the TTL still applies). Ctrl-C still deletes it");
+  cmd->add_option("--thread", flags->thread_id,
+                  "Continue the conversation thread ID (printed at the end of every run);\n"
+                  "a new ID starts a thread with that name. The sandbox is new either way");
+  cmd->add_flag("--json", flags->json,
+                "One JSON object per line on stdout for every event, ending with\n"
+                "{\"type\":\"result\",...} (stop reason, usage, cost, exit code); no spinner\n"
+                "and no colours");
+  cmd->add_option("--max-steps", flags->max_steps,
+                  "Stop after N model turns (exit 6). Default 1000");
+  cmd->add_flag("--no-color", flags->no_color, "No colours (also NO_COLOR=1)");
+  cmd->add_option("--config", flags->config_file,
+                  "Settings file (YAML or JSON, see below); flags > environment > file >\n"
+                  "defaults. Env DEEPBOX_CONFIG");
+  cmd->add_option("--record", flags->record_path,
+                  "Record the model conversation to FILE (replay it with --model replay:FILE)");
+  cmd->add_option("--system-prompt", flags->system_prompt,
+                  "Instructions placed before deepbox's own (default: deepbox's base prompt)");
+  cmd->add_option("--threads-dir", flags->threads_dir,
+                  "Where threads are saved. Env DEEPBOX_THREADS_DIR; default\n"
+                  "$XDG_STATE_HOME/deepbox/threads or ~/.local/state/deepbox/threads");
+  cmd->add_option("--pool", flags->pool,
+                  "local: warm pool to take a ready sandbox from (`deepbox pool serve`).\n"
+                  "Default: default");
+  cmd->add_option("--network", flags->network,
+                  "local: none (loopback only) or public (internet egress, private ranges\n"
+                  "refused). Default: public where the host supports it, else none")
+      ->check(CLI::IsMember({"none", "public"}));
+  cmd->add_option("--namespace,-n", flags->namespace_name,
+                  "k8s: namespace of the warm pool and claims. Env AGENT_SANDBOX_NAMESPACE;\n"
+                  "default: the kubeconfig context's namespace, else default");
+  cmd->add_option("--warm-pool", flags->warm_pool,
+                  "k8s: the SandboxWarmPool to claim from. Env AGENT_SANDBOX_WARMPOOL;\n"
+                  "default deepagents-warmpool");
+  cmd->add_option("--context", flags->context,
+                  "k8s: kubeconfig context. Default: the current context");
+  cmd->add_option("--kubeconfig", flags->kubeconfig,
+                  "k8s: kubeconfig file. Default: $KUBECONFIG, the in-cluster config in a\n"
+                  "pod, else ~/.kube/config");
+  cmd->add_option("--router-url", flags->router_url,
+                  "k8s: URL of the sandbox router (or a Gateway in front of it). Env\n"
+                  "AGENT_SANDBOX_ROUTER_URL; default: kubectl port-forward to\n"
+                  "svc/sandbox-router-svc in agent-sandbox-system (in a pod: the pod IP)");
+  cmd->footer(std::string(run::kRunEnvironmentHelp) + "\n" + run::kRunConfigFileHelp + "\n" +
+              run::kRunExitCodesHelp);
+  cmd->callback([flags] { SetExitCode(run::RunAgentCommand(*flags)); });
+}
+
+#else  // built without src/agent
+
+void RegisterRunCommand(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("run", "Run the deep agent (not in this build)");
+  cmd->allow_extras();
+  cmd->callback([] {
+    std::fprintf(stderr, "deepbox: this deepbox was built without the agent (src/agent)\n");
+    SetExitCode(run::kRunExitUsage);
   });
 }
+
+#endif
 
 }  // namespace deepbox::cli

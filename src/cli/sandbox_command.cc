@@ -109,12 +109,14 @@ int RunSandboxExec(const SandboxExecArgs& args) {
     std::fprintf(stderr, "deepbox: %s\n", e.message.c_str());
     return kExecDeepboxFailed;
   };
-  if (args.command.empty()) {
+  std::vector<std::string> command = args.command;
+  if (!command.empty() && command.front() == "--") command.erase(command.begin());
+  if (command.empty()) {
     return fail(Error(ErrorCode::kInvalidArgument,
                       "no command given: deepbox sandbox exec ID -- COMMAND [ARG...]"));
   }
   ExecRequest req;
-  req.argv = args.command;
+  req.argv = command;
   req.cwd = args.cwd;
   req.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_seconds * 1000));
   for (const auto& e : args.env) {

@@ -238,13 +238,28 @@ Status Conn::WaitFor(short events, Deadline deadline) {
 
 Result<Conn> Conn::Connect(const Endpoint& endpoint, Deadline deadline) {
   if (endpoint.is_unix) {
+    // The socket file may live in a directory the peer controls (a sandbox's
+    // run dir): never follow a symlink planted in its place. Open the final
+    // component without following it, check it is a socket, and connect to
+    // that very inode through /proc/self/fd (no race between check and use).
+    UniqueFd target(::open(endpoint.path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!target) return MakeSyscallError("open(O_PATH|O_NOFOLLOW)", errno, endpoint.path);
+    struct stat st {};
+    if (::fstat(target.get(), &st) != 0) return MakeSyscallError("fstat", errno, endpoint.path);
+    if (!S_ISSOCK(st.st_mode)) {
+      return MakeError(ErrorCode::kPermissionDenied,
+                       fmt::format("'{}' is not a unix socket (a symlink or other file was "
+                                   "found in its place); refusing to connect",
+                                   endpoint.path));
+    }
+    std::string via = fmt::format("/proc/self/fd/{}", target.get());
     // Blocking connect: a unix connect completes at once or fails (EAGAIN when
     // the backlog is full, which we retry until the deadline).
     UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd) return MakeSyscallError("socket(AF_UNIX)", errno);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
-    std::memcpy(addr.sun_path, endpoint.path.c_str(), endpoint.path.size() + 1);
+    std::memcpy(addr.sun_path, via.c_str(), via.size() + 1);
     while (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN && Clock::now() < deadline) {

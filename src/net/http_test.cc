@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -268,6 +269,25 @@ TEST(HttpClientTest, SilentServerTimesOut) {
   auto r = (*client)->Send(req);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kTimeout);
+}
+
+TEST(ConnTest, UnixConnectRefusesASymlinkedSocketPath) {
+  auto dir = std::filesystem::temp_directory_path() / ("deepbox-net-link-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto real = Endpoint::Parse("unix:" + (dir / "real.sock").string());
+  auto l = Listener::Bind(*real);
+  ASSERT_TRUE(l);
+  std::filesystem::create_symlink(dir / "real.sock", dir / "link.sock");
+  auto via_link = Conn::Connect(*Endpoint::Parse("unix:" + (dir / "link.sock").string()),
+                                DeadlineAfter(1000ms));
+  ASSERT_FALSE(via_link);
+  EXPECT_EQ(via_link.error().code, ErrorCode::kPermissionDenied) << via_link.error().message;
+  EXPECT_TRUE(Conn::Connect(*real, DeadlineAfter(1000ms)));
+  std::ofstream(dir / "plain.file") << "x";
+  EXPECT_FALSE(Conn::Connect(*Endpoint::Parse("unix:" + (dir / "plain.file").string()),
+                             DeadlineAfter(1000ms)));
+  l->Close();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(HttpClientTest, CancelFdInterruptsASilentServer) {

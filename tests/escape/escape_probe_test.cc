@@ -9,6 +9,8 @@
 // 10.123.0.2, 169.254.169.254 and 198.18.0.2), as in src/local/network_test.cc.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -37,9 +39,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "common/unique_fd.h"
 #include "local/launcher.h"
@@ -245,8 +244,8 @@ struct Box {
 };
 
 struct ProbeRun {
-  bool ran = false;       // the daemon answered
-  std::string error;      // why not
+  bool ran = false;   // the daemon answered
+  std::string error;  // why not
   ExecResult result;
 };
 
@@ -294,8 +293,8 @@ class EscapeTest : public ::testing::Test {
   // Launches spec_, copies the probes in, connects to the daemon.
   Result<std::unique_ptr<Box>> Start() {
     auto box = std::make_unique<Box>();
-    UniqueFd log(open((tmp_ / "sandboxd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                      0644));
+    UniqueFd log(
+        open((tmp_ / "sandboxd.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
     local::SandboxSpec spec = spec_;
     spec.stderr_fd = log.get();
     spec.stdout_fd = log.get();
@@ -303,8 +302,7 @@ class EscapeTest : public ::testing::Test {
     if (!sp) return tl::unexpected(sp.error());
     box->sp = std::move(*sp);
     const uint32_t owner = Root() ? local::kDefaultRootHostId : geteuid();
-    for (const auto& [src, name] :
-         std::vector<std::pair<fs::path, std::string>>{
+    for (const auto& [src, name] : std::vector<std::pair<fs::path, std::string>>{
              {ESCAPE_PROBE_BIN, "escape_probe"},
              {fs::path(ESCAPE_SCRIPTS_DIR) / "sh_host_tools.sh", "sh_host_tools.sh"},
              {fs::path(ESCAPE_SCRIPTS_DIR) / "sh_token_search.sh", "sh_token_search.sh"}}) {
@@ -324,15 +322,21 @@ class EscapeTest : public ::testing::Test {
                                                    "; log: " + ReadAll(tmp_ / "sandboxd.log"));
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        return MakeError(ErrorCode::kTimeout, "no daemon socket; log: " +
-                                                  ReadAll(tmp_ / "sandboxd.log"));
+        return MakeError(ErrorCode::kTimeout,
+                         "no daemon socket; log: " + ReadAll(tmp_ / "sandboxd.log"));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    auto client = SandboxdClient::Connect("unix:" + sock.string());
-    if (!client) return tl::unexpected(client.error());
-    box->client = std::move(*client);
-    return box;
+    // The socket file appears at bind(), slightly before listen(): retry until it answers.
+    for (;;) {
+      auto client = SandboxdClient::Connect("unix:" + sock.string());
+      if (client) {
+        box->client = std::move(*client);
+        return box;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return tl::unexpected(client.error());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
   }
 
   // Runs `escape_probe NAME ARGS...` (or a shell probe: NAME ends in .sh) via the daemon.
@@ -361,7 +365,7 @@ class EscapeTest : public ::testing::Test {
     ASSERT_TRUE(run.ran) << name << ": the daemon did not answer: " << run.error;
     const ExecResult& r = run.result;
     std::string out = r.combined.empty() ? r.stdout_data + r.stderr_data : r.combined;
-    std::cout << "[probe] " << out << (out.empty() || out.back() != '\n' ? "\n" : "");
+    if (!out.empty()) std::cout << "[probe] " << out << (out.back() != '\n' ? "\n" : "");
     RecordProperty("probe_" + name, out);
     if (r.kind == ExitKind::kExited && r.exit_code == 0) {
       ADD_FAILURE() << "BREACH by probe " << name << ": " << out;
@@ -370,9 +374,9 @@ class EscapeTest : public ::testing::Test {
     } else if (may_be_killed && r.kind == ExitKind::kSignaled) {
       std::cout << "[probe] " << name << ": HELD: killed by signal " << r.signal << "\n";
     } else {
-      ADD_FAILURE() << "probe " << name << " did not run as designed: "
-                    << ExitKindName(r.kind) << " code " << r.exit_code << " signal " << r.signal
-                    << " " << r.error << ": " << out;
+      ADD_FAILURE() << "probe " << name << " did not run as designed: " << ExitKindName(r.kind)
+                    << " code " << r.exit_code << " signal " << r.signal << " " << r.error << ": "
+                    << out;
     }
   }
 
@@ -399,6 +403,8 @@ struct SimpleCase {
   const char* name;
   std::function<std::vector<std::string>(EscapeTest*)> args;
 };
+
+void PrintTo(const SimpleCase& c, std::ostream* os) { *os << c.name; }
 
 class SimpleProbe : public EscapeTest, public ::testing::WithParamInterface<SimpleCase> {
  public:
@@ -484,6 +490,37 @@ INSTANTIATE_TEST_SUITE_P(Escape, SimpleProbe, ::testing::ValuesIn(kSimple),
                            return n;
                          });
 
+// Positive control: outside any sandbox, probes must see the breach (so "held"
+// inside means something). Only probes that are harmless on a bare host.
+TEST_F(EscapeTest, ProbesDetectBreachesOutsideASandbox) {
+  std::vector<std::string> probes = {"personality", "unshare_userns", "ptrace"};
+  if (Root()) {
+    probes.push_back("capabilities");
+    probes.push_back("setuid_root");
+  }
+  for (const auto& name : probes) {
+    int out[2];
+    ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(out[1], 1);
+      execl(ESCAPE_PROBE_BIN, "escape_probe", name.c_str(), nullptr);
+      _exit(127);
+    }
+    close(out[1]);
+    std::string text;
+    char buf[512];
+    for (ssize_t n; (n = read(out[0], buf, sizeof(buf))) > 0;) {
+      text.append(buf, static_cast<size_t>(n));
+    }
+    close(out[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << name << " did not detect the (intended) breach outside a sandbox: " << text;
+  }
+}
+
 // ------------------------------------------------------- host-side checks
 
 TEST_F(EscapeTest, HostWrite) {
@@ -524,7 +561,9 @@ TEST_F(EscapeTest, SymlinksResolveInsideTheSandbox) {
   // The daemon's own file API (what the agent's tools use) must not follow them out either.
   for (const char* p : {"/workspace/escape-link-marker", "/workspace/escape-link-dir/marker"}) {
     auto read = (*box)->client->Read(p, {});
-    if (read) EXPECT_THAT(read->content, Not(HasSubstr(token_))) << p;
+    if (read) {
+      EXPECT_THAT(read->content, Not(HasSubstr(token_))) << p;
+    }
   }
   EXPECT_THAT(ReadAll(hostdir_ / "marker"), HasSubstr(token_));
 }
@@ -632,12 +671,12 @@ TEST_F(EscapeTest, DaemonSocketSymlinkNotFollowedByHost) {
   // What the host does next (provider/supervisor): connect to the socket path.
   SandboxdClientOptions o;
   o.connect_timeout = std::chrono::milliseconds(2000);
-  auto again = SandboxdClient::Connect("unix:" + ((*box)->sp.socket_dir() / "sandboxd.sock").string(),
-                                       o);
+  const fs::path sock = (*box)->sp.socket_dir() / "sandboxd.sock";
+  auto again = SandboxdClient::Connect("unix:" + sock.string(), o);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ(host->Accepted(), 0)
-      << "BREACH: the host followed the sandbox's symlink " << (*box)->sp.socket_dir().string()
-      << "/sandboxd.sock -> " << trap.string() << " and connected to a host socket";
+  EXPECT_EQ(host->Accepted(), 0) << "BREACH: the host followed the sandbox's symlink "
+                                 << (*box)->sp.socket_dir().string() << "/sandboxd.sock -> "
+                                 << trap.string() << " and connected to a host socket";
 }
 
 // -------------------------------------------------------------- resources
@@ -657,7 +696,9 @@ TEST_F(EscapeTest, ForkBombContained) {
   ASSERT_TRUE(box.has_value()) << box.error().ToString();
   ASSERT_TRUE((*box)->sp.limits().processes.enforced) << (*box)->sp.limits().Describe();
   ExpectHeld(Run(**box, "fork_bomb", {std::to_string(kLimit)}), "fork_bomb");
-  if (auto pids = (*box)->sp.Pids(); pids) EXPECT_LE(pids->size(), static_cast<size_t>(kLimit));
+  if (auto pids = (*box)->sp.Pids(); pids) {
+    EXPECT_LE(pids->size(), static_cast<size_t>(kLimit));
+  }
 }
 
 TEST_F(EscapeTest, MemoryBombContained) {
@@ -693,8 +734,8 @@ TEST_F(EscapeTest, TmpfsMemoryBombContained) {
   if (run.ran) {
     ExpectHeld(run, "tmpfs_memory_bomb", /*may_be_killed=*/true);
   } else {
-    std::cout << "[probe] tmpfs_memory_bomb: HELD: the sandbox's init was OOM-killed ("
-              << run.error << ")\n";
+    std::cout << "[probe] tmpfs_memory_bomb: HELD: the sandbox's init was OOM-killed (" << run.error
+              << ")\n";
   }
 }
 
@@ -752,8 +793,8 @@ void ExpectNothingOutlives(EscapeTest* t, std::unique_ptr<Box> box, const std::s
       left = HostProcessesWith(token);
     }
   } else {
-    std::cout << "[probe] " << probe << ": HELD: nothing left after destruction ("
-              << before.size() << " sandbox pids before)\n";
+    std::cout << "[probe] " << probe << ": HELD: nothing left after destruction (" << before.size()
+              << " sandbox pids before)\n";
   }
   (void)t;
 }
@@ -845,14 +886,14 @@ TEST_F(PublicNetworkEscape, PrivateRangeMetadataAndUplinkRefused) {
   ASSERT_TRUE(box.has_value()) << box.error().ToString();
   const int sanity = Accepted();  // the 198.18.0.2 check above
   const std::string gw = local::AddressesForSlot(151).gateway;
-  ExpectHeld(Run(**box, "private_range",
-                 {token_, "10.123.0.2:8080", "10.123.0.2:80", "10.123.0.2:53"}),
-             "private_range");
+  ExpectHeld(
+      Run(**box, "private_range", {token_, "10.123.0.2:8080", "10.123.0.2:80", "10.123.0.2:53"}),
+      "private_range");
   ExpectHeld(Run(**box, "metadata", {token_, "169.254.169.254:80", "169.254.169.254:8080"}),
              "metadata");
-  ExpectHeld(Run(**box, "uplink_services",
-                 {token_, gw + ":8081", "10.123.0.1:8081", "127.0.0.1:8081"}),
-             "uplink_services");
+  ExpectHeld(
+      Run(**box, "uplink_services", {token_, gw + ":8081", "10.123.0.1:8081", "127.0.0.1:8081"}),
+      "uplink_services");
   EXPECT_EQ(Accepted(), sanity) << "a refused test host saw a connection";
   EXPECT_EQ(uplink_service_->Accepted(), 0);
 }

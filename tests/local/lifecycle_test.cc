@@ -260,6 +260,9 @@ TEST_F(LifecycleTest, ExecPropagatesStatus) {
   r = Cli({"sandbox", "exec", "--cwd", "/tmp", "-e", "X=42", id, "--", "sh", "-c", "pwd; echo $X"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "/tmp\n42\n");
+  r = Cli({"sandbox", "exec", id, "sh", "-c", "echo no dashes needed --x; exit 5"});
+  EXPECT_EQ(r.code, 5) << r.err;
+  EXPECT_EQ(r.out, "no dashes needed --x\n");
   r = Cli({"sandbox", "exec", "-i", id, "--", "wc", "-c"}, "12345");
   EXPECT_EQ(r.out, "5\n");
   r = Cli({"sandbox", "exec", "sb-000000000000", "--", "true"});
@@ -482,7 +485,9 @@ TEST_F(LifecycleTest, PoolDaemonKilledMidClaimThenRestartedAdopts) {
   EXPECT_EQ(adopted, 2) << "the warm sandboxes of the killed daemon were not adopted";
   std::this_thread::sleep_for(300ms);  // a wrong refill would show up as a 4th one
   int members = 0;
-  for (const auto& m : *provider_->List()) members += m.pool == "k" && m.state == "warm";
+  auto list = provider_->List();
+  ASSERT_TRUE(list.has_value());
+  for (const auto& m : *list) members += m.pool == "k" && m.state == "warm";
   EXPECT_EQ(members, 3);
   auto r = Cli({"sandbox", "rm", "--selector", "deepbox.dev/pool=k"});
   EXPECT_EQ(r.code, 0) << r.err;

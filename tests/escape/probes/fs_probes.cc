@@ -338,8 +338,9 @@ ESCAPE_PROBE(proc_sys_write,
 ESCAPE_PROBE(core_pattern,
              "take over kernel.core_pattern (a host-wide helper run as root on a crash): open it "
              "for writing through /proc/sys and /proc/1/root/proc/sys; check RLIMIT_CORE") {
-  for (const char* p : {"/proc/sys/kernel/core_pattern", "/proc/1/root/proc/sys/kernel/core_pattern",
-                        "/proc/sys/kernel/core_uses_pid"}) {
+  for (const char* p :
+       {"/proc/sys/kernel/core_pattern", "/proc/1/root/proc/sys/kernel/core_pattern",
+        "/proc/sys/kernel/core_uses_pid"}) {
     int fd = open(p, O_WRONLY | O_CLOEXEC);
     if (fd >= 0) {
       r.Breach(std::string("opened ") + p + " for writing");
@@ -392,8 +393,8 @@ ESCAPE_PROBE(sys_write,
 ESCAPE_PROBE(proc_masks,
              "read what /proc must mask: kcore, keys, timer_list, sched_debug, latency_stats "
              "(bound to /dev/null) and kmsg (needs CAP_SYSLOG)") {
-  for (const char* p : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
-                        "/proc/kmsg"}) {
+  for (const char* p :
+       {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/kmsg"}) {
     std::string s;
     if (!ReadFile(p, &s, 4096)) {
       r.Held(std::string(p) + " " + ErrnoName(errno));

@@ -9,7 +9,6 @@
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
-#include <sys/wait.h>
 #include <sys/stat.h>
 #include <sys/swap.h>
 #include <sys/syscall.h>
@@ -17,6 +16,7 @@
 #include <sys/time.h>
 #include <sys/timex.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,8 +63,7 @@ ESCAPE_PROBE(mount,
   MustBePerm(r, "bind /proc/1/root",
              mount("/proc/1/root", "/tmp/escape-mnt", nullptr, MS_BIND, nullptr));
   MustBePerm(r, "remount / rw", mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND, nullptr));
-  MustBePerm(r, "remount /usr rw",
-             mount(nullptr, "/usr", nullptr, MS_REMOUNT | MS_BIND, nullptr));
+  MustBePerm(r, "remount /usr rw", mount(nullptr, "/usr", nullptr, MS_REMOUNT | MS_BIND, nullptr));
   MustBePerm(r, "mount proc", mount("proc", "/tmp/escape-mnt", "proc", 0, nullptr));
   MustBePerm(r, "mount cgroup", mount("cgroup", "/tmp/escape-mnt", "cgroup", 0, "memory"));
   MustBePerm(r, "umount /proc/kcore mask", umount2("/proc/kcore", MNT_DETACH));
@@ -86,13 +85,13 @@ ESCAPE_PROBE(unshare_userns,
     int flag;
     const char* name;
   };
-  for (const Flag& f : {Flag{CLONE_NEWUSER, "user"}, Flag{CLONE_NEWNS, "mnt"},
-                        Flag{CLONE_NEWPID, "pid"}, Flag{CLONE_NEWNET, "net"},
-                        Flag{CLONE_NEWUTS, "uts"}, Flag{CLONE_NEWIPC, "ipc"},
-                        Flag{CLONE_NEWCGROUP, "cgroup"}, Flag{0x80 /*NEWTIME*/, "time"}}) {
-    int status = InChild(
-        [](void* a) -> int { return unshare(*static_cast<int*>(a)) == 0 ? 0 : errno; },
-        const_cast<int*>(&f.flag));
+  for (const Flag& f :
+       {Flag{CLONE_NEWUSER, "user"}, Flag{CLONE_NEWNS, "mnt"}, Flag{CLONE_NEWPID, "pid"},
+        Flag{CLONE_NEWNET, "net"}, Flag{CLONE_NEWUTS, "uts"}, Flag{CLONE_NEWIPC, "ipc"},
+        Flag{CLONE_NEWCGROUP, "cgroup"}, Flag{0x80 /*NEWTIME*/, "time"}}) {
+    int status =
+        InChild([](void* a) -> int { return unshare(*static_cast<int*>(a)) == 0 ? 0 : errno; },
+                const_cast<int*>(&f.flag));
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
       r.Breach(std::string("unshare(") + f.name + ")");
     } else {
@@ -192,7 +191,7 @@ ESCAPE_PROBE(open_by_handle,
     unsigned char bytes[MAX_HANDLE_SZ];
   } h{};
   h.fh.handle_bytes = 8;
-  h.fh.handle_type = 1;  // FILEID_INO32_GEN
+  h.fh.handle_type = 1;          // FILEID_INO32_GEN
   uint32_t ino_gen[2] = {2, 0};  // inode 2: the root of an ext4 filesystem
   std::memcpy(h.fh.f_handle, ino_gen, sizeof(ino_gen));
   int mount_fd = open("/workspace", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -205,8 +204,9 @@ ESCAPE_PROBE(open_by_handle,
   close(mount_fd);
 }
 
-ESCAPE_PROBE(kexec, "load a new kernel: kexec_load, kexec_file_load (invalid args after the cap "
-                    "check)") {
+ESCAPE_PROBE(kexec,
+             "load a new kernel: kexec_load, kexec_file_load (invalid args after the cap "
+             "check)") {
   MustBePerm(r, "kexec_load", syscall(SYS_kexec_load, 0, 0, nullptr, 0xdead0000UL));
   MustBePerm(r, "kexec_file_load", syscall(SYS_kexec_file_load, -1, -1, 0, "", 0));
 }
@@ -240,8 +240,9 @@ ESCAPE_PROBE(bpf, "load eBPF: BPF_PROG_LOAD of a 2-insn socket filter, BPF_MAP_C
   MustNotGiveFd(r, "BPF_MAP_CREATE", syscall(SYS_bpf, BPF_MAP_CREATE, &map, sizeof(map)));
 }
 
-ESCAPE_PROBE(perf_event_open, "perf_event_open: a software cpu-clock counter on itself, and a "
-                              "system-wide one") {
+ESCAPE_PROBE(perf_event_open,
+             "perf_event_open: a software cpu-clock counter on itself, and a "
+             "system-wide one") {
   perf_event_attr attr{};
   attr.type = PERF_TYPE_SOFTWARE;
   attr.size = sizeof(attr);
@@ -263,26 +264,29 @@ ESCAPE_PROBE(io_uring, "io_uring_setup() (io_uring operations bypass seccomp)") 
   MustNotGiveFd(r, "io_uring_setup", syscall(SYS_io_uring_setup, 4, &p));
 }
 
-ESCAPE_PROBE(keyctl, "the kernel keyring (not namespaced): add_key, request_key, keyctl on the "
-                     "user and session keyrings") {
-  MustBePerm(r, "add_key", syscall(SYS_add_key, "user", "deepbox-escape", "x", 1,
-                                   -2 /*KEY_SPEC_PROCESS_KEYRING*/));
+ESCAPE_PROBE(keyctl,
+             "the kernel keyring (not namespaced): add_key, request_key, keyctl on the "
+             "user and session keyrings") {
+  MustBePerm(
+      r, "add_key",
+      syscall(SYS_add_key, "user", "deepbox-escape", "x", 1, -2 /*KEY_SPEC_PROCESS_KEYRING*/));
   MustBePerm(r, "request_key", syscall(SYS_request_key, "user", "deepbox-escape", nullptr, 0));
   MustBePerm(r, "keyctl(GET_KEYRING_ID user)",
              syscall(SYS_keyctl, 0 /*GET_KEYRING_ID*/, -4 /*USER_KEYRING*/, 0));
   MustBePerm(r, "keyctl(JOIN_SESSION)", syscall(SYS_keyctl, 1 /*JOIN_SESSION_KEYRING*/, nullptr));
 }
 
-ESCAPE_PROBE(mknod, "create device nodes: block 8:0 (sda), char 1:1 (/dev/mem), 1:2 (kmem) in "
-                    "/tmp and /workspace") {
+ESCAPE_PROBE(mknod,
+             "create device nodes: block 8:0 (sda), char 1:1 (/dev/mem), 1:2 (kmem) in "
+             "/tmp and /workspace") {
   struct Node {
     const char* path;
     mode_t type;
     unsigned maj, min;
   };
-  for (const Node& n : {Node{"/tmp/escape-sda", S_IFBLK, 8, 0},
-                        Node{"/tmp/escape-mem", S_IFCHR, 1, 1},
-                        Node{"/workspace/escape-kmem", S_IFCHR, 1, 2}}) {
+  for (const Node& n :
+       {Node{"/tmp/escape-sda", S_IFBLK, 8, 0}, Node{"/tmp/escape-mem", S_IFCHR, 1, 1},
+        Node{"/workspace/escape-kmem", S_IFCHR, 1, 2}}) {
     if (mknod(n.path, n.type | 0666, makedev(n.maj, n.min)) == 0) {
       r.Breach(std::string("mknod ") + n.path);
       int fd = open(n.path, O_RDONLY | O_CLOEXEC);
@@ -301,12 +305,33 @@ ESCAPE_PROBE(dev_access,
              "open host devices: disks, /dev/mem, kmem, port, kmsg, loop, fuse, kvm, net/tun, "
              "console, tty0, mapper, vhost, hpet, watchdog") {
   int found = 0;
-  for (const char* p :
-       {"/dev/sda", "/dev/vda", "/dev/xvda", "/dev/nvme0n1", "/dev/mem", "/dev/kmem", "/dev/port",
-        "/dev/kmsg", "/dev/loop0", "/dev/loop-control", "/dev/fuse", "/dev/kvm", "/dev/net/tun",
-        "/dev/console", "/dev/tty0", "/dev/tty1", "/dev/mapper/control", "/dev/vhost-net",
-        "/dev/vhost-vsock", "/dev/hpet", "/dev/watchdog", "/dev/cpu/0/msr", "/dev/dri/card0",
-        "/dev/vsock", "/dev/btrfs-control", "/dev/uinput", "/dev/rtc0"}) {
+  for (const char* p : {"/dev/sda",
+                        "/dev/vda",
+                        "/dev/xvda",
+                        "/dev/nvme0n1",
+                        "/dev/mem",
+                        "/dev/kmem",
+                        "/dev/port",
+                        "/dev/kmsg",
+                        "/dev/loop0",
+                        "/dev/loop-control",
+                        "/dev/fuse",
+                        "/dev/kvm",
+                        "/dev/net/tun",
+                        "/dev/console",
+                        "/dev/tty0",
+                        "/dev/tty1",
+                        "/dev/mapper/control",
+                        "/dev/vhost-net",
+                        "/dev/vhost-vsock",
+                        "/dev/hpet",
+                        "/dev/watchdog",
+                        "/dev/cpu/0/msr",
+                        "/dev/dri/card0",
+                        "/dev/vsock",
+                        "/dev/btrfs-control",
+                        "/dev/uinput",
+                        "/dev/rtc0"}) {
     int fd = open(p, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd >= 0) {
       r.Breach(std::string("opened ") + p);
@@ -377,14 +402,16 @@ ESCAPE_PROBE(clock_settime,
   MustBePerm(r, "clock_adjtime(ADJ_TICK)", syscall(SYS_clock_adjtime, CLOCK_REALTIME, &tx));
 }
 
-ESCAPE_PROBE(reboot, "reboot(2) with an invalid command (EINVAL would mean the CAP_SYS_BOOT check "
-                     "passed)") {
+ESCAPE_PROBE(reboot,
+             "reboot(2) with an invalid command (EINVAL would mean the CAP_SYS_BOOT check "
+             "passed)") {
   MustBePerm(r, "reboot",
              syscall(SYS_reboot, LINUX_REBOOT_MAGIC1, LINUX_REBOOT_MAGIC2, 0xdeadbeef, nullptr));
 }
 
-ESCAPE_PROBE(swapon, "swapon/swapoff on a nonexistent file (ENOENT would mean the cap check "
-                     "passed)") {
+ESCAPE_PROBE(swapon,
+             "swapon/swapoff on a nonexistent file (ENOENT would mean the cap check "
+             "passed)") {
   MustBePerm(r, "swapon", swapon("/workspace/escape-no-such-swap", 0));
   MustBePerm(r, "swapoff", swapoff("/workspace/escape-no-such-swap"));
 }
@@ -393,10 +420,12 @@ ESCAPE_PROBE(acct, "enable host-wide process accounting: acct(nonexistent path)"
   MustBePerm(r, "acct", acct("/workspace/escape-no-such-dir/acct"));
 }
 
-ESCAPE_PROBE(quotactl_ioperm, "host quotas and raw I/O ports: quotactl, iopl(3), ioperm, "
-                              "modify_ldt, lookup_dcookie, fanotify_init, syslog") {
+ESCAPE_PROBE(quotactl_ioperm,
+             "host quotas and raw I/O ports: quotactl, iopl(3), ioperm, "
+             "modify_ldt, lookup_dcookie, fanotify_init, syslog") {
   // quotactl resolves its device before checking rights: ENOENT/ENOTBLK also hold.
-  long q = syscall(SYS_quotactl, 0x80000700L /*QCMD(Q_GETQUOTA, USRQUOTA)*/, "/workspace", 0, nullptr);
+  constexpr long kGetUserQuota = 0x80000700L;  // QCMD(Q_GETQUOTA, USRQUOTA)
+  long q = syscall(SYS_quotactl, kGetUserQuota, "/workspace", 0, nullptr);
   if (q >= 0 || (errno != EPERM && errno != ENOENT && errno != ENOTBLK && errno != ENODEV)) {
     r.Breach("quotactl " + Outcome(q));
   } else {

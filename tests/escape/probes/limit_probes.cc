@@ -117,9 +117,8 @@ ESCAPE_PROBE(fork_bomb,
   long total = static_cast<long>(kids.size()) + 1;
   for (pid_t k : kids) kill(k, SIGKILL);
   for (pid_t k : kids) waitpid(k, nullptr, 0);
-  std::string line = std::to_string(total) + " processes at once (limit " +
-                     std::to_string(limit) + "), then fork " +
-                     (last_errno ? ErrnoName(last_errno) : "never failed");
+  std::string line = std::to_string(total) + " processes at once (limit " + std::to_string(limit) +
+                     "), then fork " + (last_errno ? ErrnoName(last_errno) : "never failed");
   if (total > limit) {
     r.Breach(line);
   } else {

@@ -4,8 +4,8 @@
 #include <fcntl.h>
 #include <linux/audit.h>
 #include <linux/if_ether.h>
-#include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
@@ -159,7 +159,7 @@ ESCAPE_PROBE(uplink_services,
 
 ESCAPE_PROBE(socket_families,
              "open sockets of refused families: AF_PACKET, AF_VSOCK, AF_ALG, AF_KEY, AF_XDP, "
-             "AF_BLUETOOTH, AF_CAN, AF_TIPC, AF_RDS, AF_LLC, AF_NFC, AF_PPPOX, AF_INET SOCK_PACKET") {
+             "AF_BLUETOOTH, AF_CAN, AF_TIPC, AF_RDS, AF_LLC, AF_NFC, AF_PPPOX, SOCK_PACKET") {
   struct Fam {
     int family, type, proto;
     const char* name;
@@ -186,15 +186,16 @@ ESCAPE_PROBE(socket_families,
   }
 }
 
-ESCAPE_PROBE(raw_socket, "raw IP sockets (CAP_NET_RAW): AF_INET SOCK_RAW icmp/tcp/raw, AF_INET6 "
-                         "SOCK_RAW, IP_HDRINCL") {
+ESCAPE_PROBE(raw_socket,
+             "raw IP sockets (CAP_NET_RAW): AF_INET SOCK_RAW icmp/tcp/raw, AF_INET6 "
+             "SOCK_RAW, IP_HDRINCL") {
   struct Raw {
     int family, proto;
     const char* name;
   };
-  for (const Raw& x : {Raw{AF_INET, IPPROTO_ICMP, "inet icmp"}, Raw{AF_INET, IPPROTO_TCP, "inet tcp"},
-                       Raw{AF_INET, IPPROTO_RAW, "inet raw"},
-                       Raw{AF_INET6, IPPROTO_ICMPV6, "inet6 icmp"}}) {
+  for (const Raw& x :
+       {Raw{AF_INET, IPPROTO_ICMP, "inet icmp"}, Raw{AF_INET, IPPROTO_TCP, "inet tcp"},
+        Raw{AF_INET, IPPROTO_RAW, "inet raw"}, Raw{AF_INET6, IPPROTO_ICMPV6, "inet6 icmp"}}) {
     int s = socket(x.family, SOCK_RAW | SOCK_CLOEXEC, x.proto);
     if (s >= 0) {
       r.Breach(std::string("raw socket ") + x.name);
@@ -329,10 +330,10 @@ ESCAPE_PROBE(host_unix_sockets,
     }
     close(s);
   }
-  for (const char* p : {"/run/docker.sock", "/var/run/docker.sock", "/run/containerd/containerd.sock",
-                        "/run/dbus/system_bus_socket", "/run/systemd/private",
-                        "/run/systemd/journal/socket", "/dev/log", "/run/user/0/bus",
-                        "/run/podman/podman.sock", "/var/run/nscd/socket"}) {
+  for (const char* p :
+       {"/run/docker.sock", "/var/run/docker.sock", "/run/containerd/containerd.sock",
+        "/run/dbus/system_bus_socket", "/run/systemd/private", "/run/systemd/journal/socket",
+        "/dev/log", "/run/user/0/bus", "/run/podman/podman.sock", "/var/run/nscd/socket"}) {
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
     std::strncpy(a.sun_path, p, sizeof(a.sun_path) - 1);

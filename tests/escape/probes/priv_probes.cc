@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/fsuid.h>
@@ -16,12 +18,10 @@
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -130,8 +130,8 @@ ESCAPE_PROBE(setuid_root,
                     std::to_string(su) + "/fs" + std::to_string(fsuid) + " gid " +
                     std::to_string(rg) + "/" + std::to_string(eg) + "/" + std::to_string(sg) +
                     "/fs" + std::to_string(fsgid);
-  bool changed = ru != 1000 || eu != 1000 || su != 1000 || rg != 1000 || eg != 1000 ||
-                 sg != 1000 || fsuid != 1000 || fsgid != 1000;
+  bool changed = ru != 1000 || eu != 1000 || su != 1000 || rg != 1000 || eg != 1000 || sg != 1000 ||
+                 fsuid != 1000 || fsgid != 1000;
   gid_t groups[64];
   int n = getgroups(64, groups);
   for (int i = 0; i < n; ++i) changed |= groups[i] == 0;
@@ -159,16 +159,18 @@ ESCAPE_PROBE(ptrace,
   } else {
     r.Held("SEIZE " + ErrnoName(errno));
   }
-  rc = ptrace(PTRACE_ATTACH, 1, nullptr, nullptr);
-  if (rc == 0) {
-    r.Breach("PTRACE_ATTACH on the daemon (pid 1)");
-    ptrace(PTRACE_DETACH, 1, nullptr, nullptr);
-  } else {
-    r.Held("ATTACH pid 1 " + ErrnoName(errno));
+  if (InsideSandbox()) {  // never attach to a real init
+    rc = ptrace(PTRACE_ATTACH, 1, nullptr, nullptr);
+    if (rc == 0) {
+      r.Breach("PTRACE_ATTACH on the daemon (pid 1)");
+      ptrace(PTRACE_DETACH, 1, nullptr, nullptr);
+    } else {
+      r.Held("ATTACH pid 1 " + ErrnoName(errno));
+    }
   }
-  int status = InChild(
-      [](void*) -> int { return ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) == 0 ? 0 : 1; },
-      nullptr);
+  int status =
+      InChild([](void*) -> int { return ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) == 0 ? 0 : 1; },
+              nullptr);
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
     r.Breach("PTRACE_TRACEME in a child");
   } else {
@@ -272,8 +274,9 @@ ESCAPE_PROBE(setuid_binaries,
     if (!worst.empty()) r.Breach(bin + " ran with " + worst);
   }
   if (!r.breached()) {
-    r.Held(std::to_string(checked) + " privileged binaries ran as uid 1000 without caps (nosuid + "
-                                     "no_new_privs)");
+    r.Held(std::to_string(checked) +
+           " privileged binaries ran as uid 1000 without caps (nosuid + "
+           "no_new_privs)");
   }
 }
 
@@ -306,11 +309,13 @@ ESCAPE_PROBE(personality,
       r.Breach("personality flag " + std::to_string(flag) + " set");
       personality(PER_LINUX);
     } else {
-      r.Held("flag 0x" + [&] {
-        char b[16];
-        std::snprintf(b, sizeof(b), "%lx", flag);
-        return std::string(b);
-      }() + " " + (rc == -1 ? ErrnoName(errno) : "ignored"));
+      r.Held("flag 0x" +
+             [&] {
+               char b[16];
+               std::snprintf(b, sizeof(b), "%lx", flag);
+               return std::string(b);
+             }() +
+             " " + (rc == -1 ? ErrnoName(errno) : "ignored"));
     }
   }
 }
@@ -357,10 +362,10 @@ ESCAPE_PROBE(rlimit_raise,
     int res;
     const char* name;
   };
-  for (const Res& x : {Res{RLIMIT_NOFILE, "NOFILE"}, Res{RLIMIT_NPROC, "NPROC"},
-                       Res{RLIMIT_CORE, "CORE"}, Res{RLIMIT_AS, "AS"}, Res{RLIMIT_CPU, "CPU"},
-                       Res{RLIMIT_FSIZE, "FSIZE"}, Res{RLIMIT_MEMLOCK, "MEMLOCK"},
-                       Res{RLIMIT_RTPRIO, "RTPRIO"}, Res{RLIMIT_NICE, "NICE"}}) {
+  for (const Res& x :
+       {Res{RLIMIT_NOFILE, "NOFILE"}, Res{RLIMIT_NPROC, "NPROC"}, Res{RLIMIT_CORE, "CORE"},
+        Res{RLIMIT_AS, "AS"}, Res{RLIMIT_CPU, "CPU"}, Res{RLIMIT_FSIZE, "FSIZE"},
+        Res{RLIMIT_MEMLOCK, "MEMLOCK"}, Res{RLIMIT_RTPRIO, "RTPRIO"}, Res{RLIMIT_NICE, "NICE"}}) {
     rlimit lim;
     if (getrlimit(x.res, &lim) != 0) continue;
     if (lim.rlim_max == RLIM_INFINITY) continue;

@@ -58,11 +58,10 @@ struct Registrar {
 };
 const std::vector<ProbeInfo>& AllProbes();
 
-#define ESCAPE_PROBE(name, tries)                                                  \
-  static void Probe_##name(::deepbox::escape::Report& r,                           \
-                           const ::deepbox::escape::Args& args);                   \
-  static ::deepbox::escape::Registrar registrar_##name(#name, tries, &Probe_##name); \
-  static void Probe_##name([[maybe_unused]] ::deepbox::escape::Report& r,          \
+#define ESCAPE_PROBE(name, tries)                                                              \
+  static void Probe_##name(::deepbox::escape::Report& r, const ::deepbox::escape::Args& args); \
+  static ::deepbox::escape::Registrar registrar_##name(#name, tries, &Probe_##name);           \
+  static void Probe_##name([[maybe_unused]] ::deepbox::escape::Report& r,                      \
                            [[maybe_unused]] const ::deepbox::escape::Args& args)
 
 // ---------------------------------------------------------------- helpers
@@ -80,5 +79,8 @@ std::string StatusField(const std::string& status_path, const std::string& key);
 int InChild(int (*fn)(void*), void* arg);
 // Numeric entries of /proc.
 std::vector<int> ProcPids();
+// True when pid 1 is the sandbox's daemon. Probes that would be dangerous on a
+// bare host (attach to pid 1, kill(-1)) only do that part inside a sandbox.
+bool InsideSandbox();
 
 }  // namespace deepbox::escape

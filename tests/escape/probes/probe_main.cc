@@ -107,6 +107,11 @@ std::vector<int> ProcPids() {
   return pids;
 }
 
+bool InsideSandbox() {
+  std::string comm;
+  return ReadFile("/proc/1/comm", &comm) && Contains(comm, "sandboxd");
+}
+
 }  // namespace deepbox::escape
 
 int main(int argc, char** argv) {

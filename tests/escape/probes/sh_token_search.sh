@@ -8,7 +8,8 @@ if [ -z "$token" ]; then
   exit 2
 fi
 dirs=""
-for d in /etc /tmp /dev /.deepbox /run /var /home /root /opt /srv /mnt /media /boot /sys /lib /lib64 /bin /sbin; do
+for d in /etc /tmp /dev /.deepbox /run /var /home /root /opt /srv /mnt /media /boot /sys \
+  /lib /lib64 /bin /sbin; do
   [ -e "$d" ] && dirs="$dirs $d"
 done
 found=$(grep -rsl -D skip --no-messages -F -- "$token" $dirs 2>/dev/null | head -5)

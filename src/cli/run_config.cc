@@ -1,0 +1,252 @@
+#include "cli/run_config.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "local/lifecycle/selector.h"
+
+namespace deepbox::run {
+
+const char kRunEnvironmentHelp[] =
+    "Environment (a flag wins over its variable, a variable over the config file):\n"
+    "  ANTHROPIC_API_KEY        key for anthropic models (required for them; none = use\n"
+    "                           --model replay:FILE)\n"
+    "  ANTHROPIC_BASE_URL       Anthropic API URL (default https://api.anthropic.com)\n"
+    "  OPENAI_API_KEY           key for openai:MODEL (required only for api.openai.com)\n"
+    "  OPENAI_BASE_URL          OpenAI-compatible API URL (default https://api.openai.com/v1)\n"
+    "  SSL_CERT_FILE            CA bundle (PEM) for HTTPS to the model (default: system CAs)\n"
+    "  DEEPBOX_MODEL            --model (default claude-sonnet-4-6)\n"
+    "  DEEPBOX_SANDBOX          --sandbox (default local)\n"
+    "  DEEPBOX_CONFIG           --config (default: none)\n"
+    "  DEEPBOX_STATE_DIR        local sandboxes' state directory (default /run/deepbox as\n"
+    "                           root, else $XDG_RUNTIME_DIR/deepbox)\n"
+    "  DEEPBOX_THREADS_DIR      --threads-dir (default $XDG_STATE_HOME/deepbox/threads,\n"
+    "                           else ~/.local/state/deepbox/threads)\n"
+    "  DEEPBOX_SANDBOXD         the deepbox-sandboxd binary (default: next to deepbox)\n"
+    "  KUBECONFIG               k8s: kubeconfig files, ':'-separated (default: in-cluster\n"
+    "                           config in a pod, else ~/.kube/config); --kubeconfig wins\n"
+    "  AGENT_SANDBOX_NAMESPACE  --namespace (default: the kubeconfig context's, else\n"
+    "                           default)\n"
+    "  AGENT_SANDBOX_WARMPOOL   --warm-pool (default deepagents-warmpool)\n"
+    "  AGENT_SANDBOX_ROUTER_URL --router-url (default: kubectl port-forward to\n"
+    "                           svc/sandbox-router-svc in agent-sandbox-system)\n"
+    "  NO_COLOR                 non-empty: no colours (like --no-color)\n";
+
+const char kRunConfigFileHelp[] =
+    "Config file (--config FILE, YAML or JSON; every key optional): sandbox, model,\n"
+    "approve, labels (a map), ttl, keep_sandbox, max_steps, color, pool, network,\n"
+    "namespace, warm_pool, context, kubeconfig, router_url, record, threads_dir,\n"
+    "system_prompt, anthropic_base_url, openai_base_url. Example:\n"
+    "  model: claude-sonnet-4-6\n"
+    "  labels: {team: ml}\n"
+    "  ttl: 1800\n";
+
+EnvLookup ProcessEnv() {
+  return [](const char* name) -> const char* { return std::getenv(name); };
+}
+
+Result<std::pair<std::string, std::string>> ParseLabelFlag(std::string_view label) {
+  auto kv = local::lifecycle::ParseLabel(label);
+  if (!kv) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--label {}: {}", label, kv.error().message));
+  }
+  return *kv;
+}
+
+namespace {
+
+Error KeyError(std::string_view file, std::string_view key, std::string_view what) {
+  return Error(ErrorCode::kInvalidArgument, fmt::format("config {}: {}: {}", file, key, what));
+}
+
+template <typename T>
+Result<T> Scalar(const YAML::Node& node, std::string_view file, std::string_view key,
+                 std::string_view expected) {
+  if (!node.IsScalar()) return tl::unexpected(KeyError(file, key, fmt::format("expected {}", expected)));
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    return tl::unexpected(
+        KeyError(file, key, fmt::format("expected {}, got '{}'", expected, node.Scalar())));
+  }
+}
+
+Status OneOf(std::string_view where, std::string_view value,
+             std::initializer_list<std::string_view> allowed) {
+  for (auto a : allowed) {
+    if (value == a) return {};
+  }
+  std::string list;
+  for (auto a : allowed) list += (list.empty() ? "" : " or ") + std::string(a);
+  return MakeError(ErrorCode::kInvalidArgument,
+                   fmt::format("{}: '{}' is not valid (use {})", where, value, list));
+}
+
+}  // namespace
+
+Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& c) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("config {}: not valid YAML or JSON: {}", name, e.what()));
+  }
+  if (root.IsNull()) return {};
+  if (!root.IsMap()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("config {}: expected a mapping of settings", name));
+  }
+  std::map<std::string, std::string*> strings = {
+      {"sandbox", &c.sandbox},       {"model", &c.model},
+      {"approve", &c.approve},       {"pool", &c.pool},
+      {"network", &c.network},       {"namespace", &c.namespace_name},
+      {"warm_pool", &c.warm_pool},   {"context", &c.context},
+      {"kubeconfig", &c.kubeconfig}, {"router_url", &c.router_url},
+      {"record", &c.record_path},    {"threads_dir", &c.threads_dir},
+      {"system_prompt", &c.system_prompt}};
+  for (const auto& kv : root) {
+    std::string key;
+    try {
+      key = kv.first.as<std::string>();
+    } catch (const YAML::Exception&) {
+      return MakeError(ErrorCode::kInvalidArgument, fmt::format("config {}: bad key", name));
+    }
+    const YAML::Node& v = kv.second;
+    if (auto it = strings.find(key); it != strings.end()) {
+      auto s = Scalar<std::string>(v, name, key, "a string");
+      if (!s) return tl::unexpected(s.error());
+      *it->second = *s;
+    } else if (key == "anthropic_base_url" || key == "openai_base_url") {
+      auto s = Scalar<std::string>(v, name, key, "a string");
+      if (!s) return tl::unexpected(s.error());
+      (key == "anthropic_base_url" ? c.anthropic_base_url : c.openai_base_url) = *s;
+    } else if (key == "ttl") {
+      auto n = Scalar<int64_t>(v, name, key, "a number of seconds");
+      if (!n) return tl::unexpected(n.error());
+      if (*n < 0) return tl::unexpected(KeyError(name, key, "must be >= 0"));
+      c.ttl_seconds = *n;
+    } else if (key == "max_steps") {
+      auto n = Scalar<int>(v, name, key, "a number");
+      if (!n) return tl::unexpected(n.error());
+      if (*n <= 0) return tl::unexpected(KeyError(name, key, "must be > 0"));
+      c.max_steps = *n;
+    } else if (key == "keep_sandbox" || key == "color") {
+      auto b = Scalar<bool>(v, name, key, "true or false");
+      if (!b) return tl::unexpected(b.error());
+      (key == "color" ? c.color : c.keep_sandbox) = *b;
+    } else if (key == "labels") {
+      if (!v.IsMap()) return tl::unexpected(KeyError(name, key, "expected a mapping K: V"));
+      for (const auto& l : v) {
+        std::string lk = l.first.as<std::string>("");
+        auto lv = Scalar<std::string>(l.second, name, "labels." + lk, "a string");
+        if (!lv) return tl::unexpected(lv.error());
+        auto parsed = ParseLabelFlag(lk + "=" + *lv);
+        if (!parsed) {
+          return tl::unexpected(KeyError(name, "labels." + lk, parsed.error().message));
+        }
+        c.labels[parsed->first] = parsed->second;
+      }
+    } else {
+      return tl::unexpected(KeyError(
+          name, key,
+          "unknown setting (known: sandbox, model, approve, labels, ttl, keep_sandbox, "
+          "max_steps, color, pool, network, namespace, warm_pool, context, kubeconfig, "
+          "router_url, record, threads_dir, system_prompt, anthropic_base_url, "
+          "openai_base_url)"));
+    }
+  }
+  return {};
+}
+
+Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) {
+  auto get = [&](const char* name) -> std::optional<std::string> {
+    const char* v = env(name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+  };
+  RunConfig c;
+  // 1. The config file.
+  std::optional<std::string> file = flags.config_file ? flags.config_file : get("DEEPBOX_CONFIG");
+  if (file) {
+    std::ifstream in(*file);
+    if (!in) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("config {}: cannot read the file", *file));
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    if (auto st = ApplyConfigFile(ss.str(), *file, c); !st) return tl::unexpected(st.error());
+    c.config_file = *file;
+  }
+  // 2. The environment.
+  if (auto v = get("DEEPBOX_SANDBOX")) c.sandbox = *v;
+  if (auto v = get("DEEPBOX_MODEL")) c.model = *v;
+  if (auto v = get("AGENT_SANDBOX_NAMESPACE")) c.namespace_name = *v;
+  if (auto v = get("AGENT_SANDBOX_WARMPOOL")) c.warm_pool = *v;
+  if (auto v = get("AGENT_SANDBOX_ROUTER_URL")) c.router_url = *v;
+  if (auto v = get("DEEPBOX_THREADS_DIR")) c.threads_dir = *v;
+  if (get("KUBECONFIG")) c.kubeconfig.clear();  // the variable wins over the file
+  if (get("NO_COLOR")) c.color = false;
+  if (get("ANTHROPIC_BASE_URL")) c.anthropic_base_url.reset();
+  if (get("OPENAI_BASE_URL")) c.openai_base_url.reset();
+  // 3. The flags.
+  auto set = [](std::string& dst, const std::optional<std::string>& v) {
+    if (v) dst = *v;
+  };
+  set(c.sandbox, flags.sandbox);
+  set(c.model, flags.model);
+  set(c.approve, flags.approve);
+  set(c.pool, flags.pool);
+  set(c.network, flags.network);
+  set(c.namespace_name, flags.namespace_name);
+  set(c.warm_pool, flags.warm_pool);
+  set(c.context, flags.context);
+  set(c.kubeconfig, flags.kubeconfig);
+  set(c.router_url, flags.router_url);
+  set(c.record_path, flags.record_path);
+  set(c.threads_dir, flags.threads_dir);
+  set(c.system_prompt, flags.system_prompt);
+  set(c.thread_id, flags.thread_id);
+  for (const auto& l : flags.labels) {
+    auto kv = ParseLabelFlag(l);
+    if (!kv) return tl::unexpected(kv.error());
+    c.labels[kv->first] = kv->second;
+  }
+  if (flags.ttl_seconds) {
+    if (*flags.ttl_seconds < 0) {
+      return MakeError(ErrorCode::kInvalidArgument, "--ttl: must be >= 0 (0 = no TTL)");
+    }
+    c.ttl_seconds = *flags.ttl_seconds;
+  }
+  if (flags.max_steps) {
+    if (*flags.max_steps <= 0) {
+      return MakeError(ErrorCode::kInvalidArgument, "--max-steps: must be > 0");
+    }
+    c.max_steps = *flags.max_steps;
+  }
+  if (flags.keep_sandbox) c.keep_sandbox = true;
+  if (flags.json) c.json = true;
+  if (flags.no_color) c.color = false;
+  c.task = flags.task;
+  // Validation.
+  if (auto st = OneOf("--sandbox", c.sandbox, {"local", "k8s"}); !st) return tl::unexpected(st.error());
+  if (auto st = OneOf("--approve", c.approve, {"auto", "manual"}); !st) {
+    return tl::unexpected(st.error());
+  }
+  if (!c.network.empty()) {
+    if (auto st = OneOf("--network", c.network, {"none", "public"}); !st) {
+      return tl::unexpected(st.error());
+    }
+  }
+  if (c.model.empty()) return MakeError(ErrorCode::kInvalidArgument, "--model: empty model spec");
+  return c;
+}
+
+}  // namespace deepbox::run

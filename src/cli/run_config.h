@@ -1,0 +1,94 @@
+// `deepbox run` configuration: command-line flags over environment variables
+// over a config file (YAML or JSON) over defaults. Free of CLI11 so it can be
+// tested; run_command.cc fills RunFlags.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace deepbox::run {
+
+// What the command line said; nullopt / empty = not given.
+struct RunFlags {
+  std::optional<std::string> config_file;
+  std::optional<std::string> sandbox;  // local | k8s
+  std::optional<std::string> model;
+  std::optional<std::string> approve;  // auto | manual
+  std::vector<std::string> labels;     // K=V
+  std::optional<int64_t> ttl_seconds;
+  bool keep_sandbox = false;
+  std::optional<std::string> thread_id;
+  bool json = false;
+  bool no_color = false;
+  std::optional<int> max_steps;
+  std::optional<std::string> pool;     // local warm pool
+  std::optional<std::string> network;  // local: none | public
+  std::optional<std::string> namespace_name;
+  std::optional<std::string> warm_pool;
+  std::optional<std::string> context;
+  std::optional<std::string> kubeconfig;
+  std::optional<std::string> router_url;
+  std::optional<std::string> record_path;
+  std::optional<std::string> threads_dir;
+  std::optional<std::string> system_prompt;
+  std::optional<std::string> task;
+};
+
+inline constexpr const char* kDefaultModel = "claude-sonnet-4-6";
+inline constexpr const char* kDefaultWarmPool = "deepagents-warmpool";
+inline constexpr int64_t kDefaultTtlSeconds = 3600;
+inline constexpr int kDefaultMaxSteps = 1000;
+
+// The effective settings.
+struct RunConfig {
+  std::string sandbox = "local";
+  std::string model = kDefaultModel;
+  std::string approve = "auto";
+  std::map<std::string, std::string> labels;
+  int64_t ttl_seconds = kDefaultTtlSeconds;
+  bool keep_sandbox = false;
+  std::string thread_id;  // "" = a new thread
+  bool json = false;
+  bool color = true;  // allowed (NO_COLOR / --no-color / config); a TTY is still required
+  int max_steps = kDefaultMaxSteps;
+  std::string pool = "default";
+  std::string network;         // "" = the host's default
+  std::string namespace_name;  // "" = the kubeconfig context's namespace
+  std::string warm_pool = kDefaultWarmPool;
+  std::string context;
+  std::string kubeconfig;  // "" = $KUBECONFIG, in-cluster, ~/.kube/config
+  std::string router_url;  // "" = kubectl port-forward to the sandbox router
+  std::string record_path;
+  std::string threads_dir;  // "" = the thread store's default
+  std::string system_prompt;
+  // Model endpoints from the config file, used when the environment has none.
+  std::optional<std::string> anthropic_base_url;
+  std::optional<std::string> openai_base_url;
+  std::optional<std::string> task;
+  std::string config_file;  // the file read, if any
+};
+
+// Reads an environment variable (nullptr = unset); tests pass their own.
+using EnvLookup = std::function<const char*(const char*)>;
+EnvLookup ProcessEnv();
+
+// INVALID_ARGUMENT naming the flag, variable or file key at fault.
+Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env = ProcessEnv());
+
+// Parses a config file's text (YAML; JSON is accepted as YAML) into `config`.
+Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& config);
+
+// K=V -> (K, V), with the local provider's label rules.
+Result<std::pair<std::string, std::string>> ParseLabelFlag(std::string_view label);
+
+// The --help footer: every environment variable with its default.
+extern const char kRunEnvironmentHelp[];
+extern const char kRunConfigFileHelp[];
+
+}  // namespace deepbox::run

@@ -1,0 +1,140 @@
+#include "cli/run_config.h"
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace deepbox::run {
+namespace {
+
+using ::testing::HasSubstr;
+
+EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
+  auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [shared](const char* name) -> const char* {
+    auto it = shared->find(name);
+    return it == shared->end() ? nullptr : it->second.c_str();
+  };
+}
+
+std::string WriteTemp(const std::string& text) {
+  char path[] = "/tmp/deepbox-run-config-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(fd);
+  return path;
+}
+
+TEST(RunConfigTest, Defaults) {
+  auto c = ResolveRunConfig({}, FakeEnv({}));
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->sandbox, "local");
+  EXPECT_EQ(c->model, "claude-sonnet-4-6");
+  EXPECT_EQ(c->approve, "auto");
+  EXPECT_EQ(c->ttl_seconds, kDefaultTtlSeconds);
+  EXPECT_EQ(c->max_steps, kDefaultMaxSteps);
+  EXPECT_EQ(c->warm_pool, "deepagents-warmpool");
+  EXPECT_TRUE(c->color);
+  EXPECT_FALSE(c->task.has_value());
+}
+
+TEST(RunConfigTest, FlagsBeatEnvironmentBeatsFileBeatsDefaults) {
+  std::string file = WriteTemp(
+      "model: anthropic:from-file\nnamespace: file-ns\nwarm_pool: file-pool\nttl: 42\n"
+      "labels: {team: ml}\nmax_steps: 7\ncolor: false\n");
+  RunFlags flags;
+  flags.config_file = file;
+  auto env = FakeEnv({{"DEEPBOX_MODEL", "anthropic:from-env"},
+                      {"AGENT_SANDBOX_NAMESPACE", "env-ns"}});
+  auto c = ResolveRunConfig(flags, env);
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->model, "anthropic:from-env");   // env over file
+  EXPECT_EQ(c->namespace_name, "env-ns");      // env over file
+  EXPECT_EQ(c->warm_pool, "file-pool");        // file over default
+  EXPECT_EQ(c->ttl_seconds, 42);
+  EXPECT_EQ(c->max_steps, 7);
+  EXPECT_FALSE(c->color);
+  EXPECT_EQ(c->labels.at("team"), "ml");
+
+  flags.model = "replay:x.jsonl";
+  flags.namespace_name = "flag-ns";
+  flags.ttl_seconds = 5;
+  flags.labels = {"team=infra", "a=b"};
+  c = ResolveRunConfig(flags, env);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->model, "replay:x.jsonl");
+  EXPECT_EQ(c->namespace_name, "flag-ns");
+  EXPECT_EQ(c->ttl_seconds, 5);
+  EXPECT_EQ(c->labels.at("team"), "infra");
+  EXPECT_EQ(c->labels.at("a"), "b");
+  std::remove(file.c_str());
+}
+
+TEST(RunConfigTest, JsonConfigAndConfigFromEnvironment) {
+  std::string file = WriteTemp(R"({"sandbox": "k8s", "keep_sandbox": true, "router_url": "http://r"})");
+  auto c = ResolveRunConfig({}, FakeEnv({{"DEEPBOX_CONFIG", file}}));
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->sandbox, "k8s");
+  EXPECT_TRUE(c->keep_sandbox);
+  EXPECT_EQ(c->router_url, "http://r");
+  EXPECT_EQ(c->config_file, file);
+  std::remove(file.c_str());
+}
+
+TEST(RunConfigTest, NoColorAndBaseUrls) {
+  std::string file = WriteTemp("anthropic_base_url: http://file\nopenai_base_url: http://o\n");
+  RunFlags flags;
+  flags.config_file = file;
+  auto c = ResolveRunConfig(flags, FakeEnv({{"NO_COLOR", "1"}, {"ANTHROPIC_BASE_URL", "http://e"}}));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_FALSE(c->color);
+  EXPECT_FALSE(c->anthropic_base_url.has_value());  // the environment's wins (read by the client)
+  EXPECT_EQ(c->openai_base_url.value_or(""), "http://o");
+  // An empty NO_COLOR does not count.
+  c = ResolveRunConfig({}, FakeEnv({{"NO_COLOR", ""}}));
+  EXPECT_TRUE(c->color);
+  std::remove(file.c_str());
+}
+
+TEST(RunConfigTest, Errors) {
+  RunFlags flags;
+  flags.sandbox = "docker";
+  auto c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_THAT(c.error().message, HasSubstr("--sandbox"));
+
+  flags = {};
+  flags.labels = {"novalue"};
+  EXPECT_FALSE(ResolveRunConfig(flags, FakeEnv({})).has_value());
+
+  flags = {};
+  flags.ttl_seconds = -1;
+  EXPECT_THAT(ResolveRunConfig(flags, FakeEnv({})).error().message, HasSubstr("--ttl"));
+
+  flags = {};
+  flags.config_file = "/nonexistent/deepbox.yaml";
+  EXPECT_THAT(ResolveRunConfig(flags, FakeEnv({})).error().message, HasSubstr("cannot read"));
+
+  RunConfig rc;
+  auto st = ApplyConfigFile("modle: x\n", "f.yaml", rc);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_THAT(st.error().message, HasSubstr("modle"));
+  EXPECT_THAT(st.error().message, HasSubstr("unknown setting"));
+  st = ApplyConfigFile("ttl: soon\n", "f.yaml", rc);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_THAT(st.error().message, HasSubstr("ttl"));
+  st = ApplyConfigFile("[1, 2]", "f.yaml", rc);
+  EXPECT_FALSE(st.has_value());
+  st = ApplyConfigFile("a: [", "f.yaml", rc);
+  EXPECT_FALSE(st.has_value());
+  EXPECT_TRUE(ApplyConfigFile("", "empty.yaml", rc).has_value());
+}
+
+}  // namespace
+}  // namespace deepbox::run

@@ -1,0 +1,651 @@
+#include "cli/run_ui.h"
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "agent/codec.h"
+#include "agent/text.h"
+#include "cli/run_signals.h"
+
+namespace deepbox::run {
+
+namespace {
+
+using namespace std::chrono_literals;
+using agent::AgentEvent;
+using agent::Decision;
+using agent::DecisionType;
+using agent::EventType;
+
+constexpr const char* kFrames[] = {"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"};
+constexpr const char* kBold = "1";
+constexpr const char* kDim = "2";
+constexpr const char* kRed = "31";
+constexpr const char* kGreen = "32";
+constexpr const char* kYellow = "33";
+constexpr const char* kCyan = "36";
+
+void WriteFd(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // a closed terminal or pipe: nothing more to do
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+size_t TerminalWidth(int fd) {
+  struct winsize ws {};
+  if (ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  return 80;
+}
+
+std::string Truncate(std::string_view text, size_t max_chars) {
+  if (agent::CodePointCount(text) <= max_chars) return std::string(text);
+  return std::string(agent::CodePointPrefix(text, max_chars > 1 ? max_chars - 1 : 0)) + "…";
+}
+
+std::string FirstLine(std::string_view text) {
+  auto lines = agent::SplitLines(text);
+  for (auto l : lines) {
+    if (!agent::IsBlank(l)) {
+      std::string s(agent::Trim(l));
+      return lines.size() > 1 ? s + " …" : s;
+    }
+  }
+  return "";
+}
+
+std::string ToolLabel(const AgentEvent& e) {
+  std::string label = e.tool_name;
+  if (e.depth > 0 && !e.agent.empty()) label = e.agent + " › " + label;
+  std::string arg = FirstLine(e.main_argument);
+  if (!arg.empty()) label += " " + arg;
+  return label;
+}
+
+// "[Command failed with exit code 2]" in an execute result -> 2.
+std::optional<int> FailedExitCode(std::string_view preview) {
+  constexpr std::string_view kMarker = "[Command failed with exit code ";
+  size_t pos = preview.rfind(kMarker);
+  if (pos == std::string_view::npos) return std::nullopt;
+  return std::atoi(std::string(preview.substr(pos + kMarker.size())).c_str());
+}
+
+std::string_view DecisionVerb(DecisionType t) {
+  switch (t) {
+    case DecisionType::kApprove: return "approved";
+    case DecisionType::kEdit: return "edited";
+    case DecisionType::kReject: return "rejected";
+    case DecisionType::kRespond: return "answered";
+  }
+  return "";
+}
+
+}  // namespace
+
+bool ColorWanted(bool allowed, int fd) { return allowed && isatty(fd) == 1; }
+
+RunUi::RunUi(UiOptions options) : options_(options) {}
+
+void RunUi::Start() {
+  if (options_.spinner && !options_.json && !spinner_thread_.joinable()) {
+    spinner_thread_ = std::thread([this] { SpinnerLoop(); });
+  }
+}
+
+RunUi::~RunUi() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    ClearSpinnerLocked();
+  }
+  cv_.notify_all();
+  if (spinner_thread_.joinable()) spinner_thread_.join();
+}
+
+// ------------------------------------------------------------------ helpers
+
+std::string RunUi::FormatDuration(std::chrono::milliseconds d) {
+  int64_t ms = d.count();
+  if (ms < 1000) return fmt::format("{}ms", ms);
+  if (ms < 60000) return fmt::format("{:.1f}s", static_cast<double>(ms) / 1000.0);
+  int64_t s = ms / 1000;
+  return fmt::format("{}m{:02d}s", s / 60, s % 60);
+}
+
+std::string RunUi::FormatTokens(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string RunUi::FoldOutput(std::string_view preview, size_t max_chars) {
+  std::vector<std::string_view> lines;
+  for (auto l : agent::SplitLines(preview)) {
+    if (agent::IsBlank(l)) continue;
+    if (agent::StartsWith(l, "[Command succeeded with exit code")) continue;
+    lines.push_back(agent::TrimRight(l));
+  }
+  if (lines.empty()) return "";
+  std::string out = Truncate(agent::Trim(lines[0]), max_chars);
+  if (lines.size() > 1) out += fmt::format("  (+{} more line{})", lines.size() - 1,
+                                           lines.size() == 2 ? "" : "s");
+  return out;
+}
+
+std::string RunUi::Sgr(std::string_view code, std::string_view text) const {
+  if (!options_.color) return std::string(text);
+  return fmt::format("\x1b[{}m{}\x1b[0m", code, text);
+}
+
+json::object RunUi::EventToJson(const AgentEvent& e) {
+  json::object o;
+  o["type"] = agent::EventTypeName(e.type);
+  if (!e.agent.empty()) o["agent"] = e.agent;
+  if (e.depth > 0) o["depth"] = e.depth;
+  switch (e.type) {
+    case EventType::kTextDelta:
+    case EventType::kSummarized:
+    case EventType::kFinalMessage:
+    case EventType::kError:
+      o["text"] = JsonString(e.text);
+      break;
+    case EventType::kToolCallStart:
+      o["tool_call_id"] = e.tool_call_id;
+      o["tool"] = e.tool_name;
+      o["main_argument"] = JsonString(e.main_argument);
+      o["args"] = e.tool_args;
+      break;
+    case EventType::kToolCallEnd:
+      o["tool_call_id"] = e.tool_call_id;
+      o["tool"] = e.tool_name;
+      o["main_argument"] = JsonString(e.main_argument);
+      o["ok"] = e.ok;
+      o["duration_ms"] = e.duration.count();
+      o["output_preview"] = JsonString(e.output_preview);
+      break;
+    case EventType::kToolOutput:
+      o["tool_call_id"] = e.tool_call_id;
+      o["tool"] = e.tool_name;
+      o["text"] = JsonString(e.text);
+      break;
+    case EventType::kTodoUpdate:
+      o["todos"] = e.todos;
+      break;
+    case EventType::kInterrupt:
+      if (e.interrupt != nullptr) o["interrupt"] = agent::InterruptToJson(*e.interrupt);
+      break;
+    case EventType::kUsage:
+      o["usage"] = agent::UsageToJson(e.usage);
+      o["total_usage"] = agent::UsageToJson(e.total_usage);
+      break;
+    case EventType::kRetry:
+      break;
+  }
+  return o;
+}
+
+void RunUi::EmitJson(json::object obj) {
+  std::string line = ToJson(obj) + "\n";
+  std::lock_guard<std::mutex> lock(mu_);
+  WriteFd(options_.out_fd, line);
+}
+
+// ------------------------------------------------------------------ spinner
+
+void RunUi::ClearSpinnerLocked() {
+  if (!spinner_drawn_) return;
+  WriteFd(options_.err_fd, "\r\x1b[K");
+  spinner_drawn_ = false;
+}
+
+void RunUi::SetSpinnerLocked(std::string label) {
+  if (label != spinner_label_) {
+    spinner_label_ = std::move(label);
+    spinner_start_ = std::chrono::steady_clock::now();
+  }
+  if (spinner_label_.empty()) ClearSpinnerLocked();
+}
+
+void RunUi::StartSpinner(std::string label) {
+  if (options_.json) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  spinner_label_.clear();
+  SetSpinnerLocked(std::move(label));
+  DrawSpinnerLocked();
+}
+
+void RunUi::StopSpinner() {
+  std::lock_guard<std::mutex> lock(mu_);
+  SetSpinnerLocked("");
+}
+
+void RunUi::SpinnerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, 80ms);
+    if (stop_) break;
+    DrawSpinnerLocked();
+  }
+}
+
+void RunUi::DrawSpinnerLocked() {
+  if (!options_.spinner || options_.json || prompting_ || stop_) return;
+  // Never draw over a partial line of the transcript on the same terminal.
+  if (!at_line_start_ && isatty(options_.out_fd) == 1) return;
+  std::string label;
+  std::chrono::steady_clock::time_point start;
+  if (!running_.empty()) {
+    auto first = running_.begin();
+    for (auto it = running_.begin(); it != running_.end(); ++it) {
+      if (it->second.start < first->second.start) first = it;
+    }
+    label = first->second.label;
+    if (running_.size() > 1) label += fmt::format(" (+{} more)", running_.size() - 1);
+    start = first->second.start;
+  } else if (!spinner_label_.empty()) {
+    label = spinner_label_;
+    start = spinner_start_;
+  } else {
+    return;
+  }
+  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  std::string time = fmt::format("{:.1f}s", static_cast<double>(elapsed.count()) / 1000.0);
+  size_t width = TerminalWidth(options_.err_fd);
+  size_t room = width > time.size() + 6 ? width - time.size() - 6 : 10;
+  const bool color = options_.color && isatty(options_.err_fd) == 1;
+  std::string frame = kFrames[frame_++ % std::size(kFrames)];
+  if (color) frame = fmt::format("\x1b[{}m{}\x1b[0m", kCyan, frame);
+  std::string t = color ? fmt::format("\x1b[{}m{}\x1b[0m", kDim, time) : time;
+  WriteFd(options_.err_fd, fmt::format("\r{} {} {}\x1b[K", frame, Truncate(label, room), t));
+  spinner_drawn_ = true;
+}
+
+// ------------------------------------------------------------------ output
+
+void RunUi::WriteOut(std::string_view text) {
+  ClearSpinnerLocked();
+  WriteFd(options_.out_fd, text);
+  if (!text.empty()) at_line_start_ = text.back() == '\n';
+}
+
+void RunUi::WriteErr(std::string_view text) {
+  ClearSpinnerLocked();
+  if (!at_line_start_ && isatty(options_.out_fd) == 1 && isatty(options_.err_fd) == 1) {
+    WriteFd(options_.out_fd, "\n");
+    at_line_start_ = true;
+  }
+  WriteFd(options_.err_fd, text);
+}
+
+void RunUi::EndTextLineLocked() {
+  if (!at_line_start_) WriteOut("\n");
+}
+
+void RunUi::Notice(std::string_view text) {
+  if (options_.json) {
+    json::object o;
+    o["type"] = "notice";
+    o["text"] = JsonString(text);
+    EmitJson(std::move(o));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool color = options_.color && isatty(options_.err_fd) == 1;
+  std::string line = fmt::format("deepbox: {}\n", text);
+  WriteErr(color ? fmt::format("\x1b[{}m{}\x1b[0m", kDim, line) : line);
+}
+
+void RunUi::ErrorLine(std::string_view text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool color = options_.color && isatty(options_.err_fd) == 1;
+  std::string msg = fmt::format("deepbox: {}", text);
+  WriteErr((color ? fmt::format("\x1b[{}m{}\x1b[0m", kRed, msg) : msg) + "\n");
+}
+
+void RunUi::SandboxReady(const std::string& id, const std::string& provider,
+                         std::chrono::milliseconds claim_time) {
+  if (options_.json) {
+    json::object o;
+    o["type"] = "sandbox";
+    o["id"] = id;
+    o["provider"] = provider;
+    o["claim_ms"] = claim_time.count();
+    EmitJson(std::move(o));
+    return;
+  }
+  StopSpinner();
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool color = options_.color && isatty(options_.err_fd) == 1;
+  std::string mark = color ? fmt::format("\x1b[{}m●\x1b[0m", kGreen) : "●";
+  WriteErr(fmt::format("{} sandbox {} ready ({}, {})\n", mark, id, provider,
+                       FormatDuration(claim_time)));
+}
+
+void RunUi::RunStarted(std::string_view task, const std::string& thread_id,
+                       const std::string& model) {
+  run_start_ = std::chrono::steady_clock::now();
+  if (options_.json) {
+    json::object o;
+    o["type"] = "run_start";
+    o["task"] = JsonString(task);
+    o["thread_id"] = thread_id;
+    o["model"] = model;
+    EmitJson(std::move(o));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  streamed_text_ = false;
+  spinner_label_.clear();
+  SetSpinnerLocked("Thinking");
+  DrawSpinnerLocked();
+}
+
+void RunUi::ToolEndLocked(const AgentEvent& e) {
+  bool ok = e.ok;
+  std::string outcome;
+  if (e.tool_name == "execute") {
+    if (auto code = FailedExitCode(e.output_preview)) {
+      ok = false;
+      outcome = fmt::format("exit {}", *code);
+    }
+  }
+  if (e.tool_name == "write_todos" && ok) return;  // the todo list shows instead
+  std::string indent(2 + 2 * static_cast<size_t>(e.depth), ' ');
+  std::string name = e.tool_name;
+  if (e.depth > 0 && !e.agent.empty()) name = e.agent + " › " + name;
+  std::string arg = FirstLine(e.main_argument);
+  size_t width = isatty(options_.out_fd) == 1 ? TerminalWidth(options_.out_fd) : 120;
+  size_t room = width > indent.size() + name.size() + 24 ? width - indent.size() - name.size() - 24
+                                                          : 20;
+  std::string line = indent + (ok ? Sgr(kGreen, "✓") : Sgr(kRed, "✗")) + " " + Sgr(kBold, name);
+  if (!arg.empty()) line += "  " + Truncate(arg, room);
+  std::string tail = FormatDuration(e.duration);
+  if (!outcome.empty()) tail = outcome + ", " + tail;
+  line += "  " + Sgr(kDim, "· " + tail) + "\n";
+  bool show_output = !ok || (e.tool_name != "write_file" && e.tool_name != "edit_file" &&
+                             e.tool_name != "delete" && e.tool_name != "write_todos");
+  if (show_output) {
+    size_t out_room = width > indent.size() + 30 ? width - indent.size() - 30 : 40;
+    std::string fold = FoldOutput(e.output_preview, std::min<size_t>(out_room, 100));
+    if (!fold.empty()) {
+      line += indent + "  " + (ok ? Sgr(kDim, "⎿ " + fold) : Sgr(kRed, "⎿ " + fold)) + "\n";
+    }
+  }
+  WriteOut(line);
+}
+
+void RunUi::TodosLocked(const json::array& todos) {
+  std::string key = ToJson(todos);
+  if (key == last_todos_) return;
+  last_todos_ = key;
+  EndTextLineLocked();
+  std::string out = "  " + Sgr(kBold, "☰ Todos") + "\n";
+  for (const auto& t : todos) {
+    if (!t.is_object()) continue;
+    const auto& o = t.as_object();
+    std::string content = GetOptString(o, "content").value_or("");
+    std::string status = GetOptString(o, "status").value_or("pending");
+    if (status == "completed") {
+      out += "    " + Sgr(kGreen, "✔") + " " + Sgr(kDim, content) + "\n";
+    } else if (status == "in_progress") {
+      out += "    " + Sgr(kYellow, "▸") + " " + Sgr(kBold, content) + "\n";
+    } else {
+      out += "    ○ " + content + "\n";
+    }
+  }
+  WriteOut(out);
+}
+
+void RunUi::OnEvent(const AgentEvent& e) {
+  if (options_.json) {
+    EmitJson(EventToJson(e));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool main = e.depth == 0;
+  switch (e.type) {
+    case EventType::kTextDelta:
+      if (!main) break;  // sub-agents' prose reaches the main agent as the task result
+      SetSpinnerLocked("");
+      WriteOut(e.text);
+      streamed_text_ = true;
+      break;
+    case EventType::kUsage:
+      if (main) {
+        EndTextLineLocked();
+        SetSpinnerLocked("");
+      }
+      break;
+    case EventType::kToolCallStart:
+      EndTextLineLocked();
+      if (main) streamed_text_ = false;
+      running_[e.tool_call_id] = Running{ToolLabel(e), std::chrono::steady_clock::now()};
+      DrawSpinnerLocked();
+      break;
+    case EventType::kToolCallEnd:
+      running_.erase(e.tool_call_id);
+      ToolEndLocked(e);
+      if (running_.empty()) SetSpinnerLocked("Thinking");
+      break;
+    case EventType::kToolOutput:
+      if (auto it = running_.find(e.tool_call_id); it != running_.end()) {
+        std::string last;
+        for (auto l : agent::SplitLines(e.text)) {
+          if (!agent::IsBlank(l)) last = std::string(agent::Trim(l));
+        }
+        if (!last.empty()) {
+          std::string base = it->second.label.substr(0, it->second.label.find(" ⎿ "));
+          it->second.label = base + " ⎿ " + last;
+        }
+      }
+      break;
+    case EventType::kTodoUpdate:
+      TodosLocked(e.todos);
+      break;
+    case EventType::kInterrupt:
+      EndTextLineLocked();
+      SetSpinnerLocked("");
+      break;
+    case EventType::kSummarized:
+      EndTextLineLocked();
+      WriteOut("  " + Sgr(kDim, "⋯ older messages summarized" +
+                                    (e.text.empty() ? "" : " (history: " + e.text + ")")) +
+               "\n");
+      break;
+    case EventType::kFinalMessage:
+      if (main) {
+        if (!streamed_text_ && !e.text.empty()) WriteOut(e.text);
+        EndTextLineLocked();
+        SetSpinnerLocked("");
+      }
+      break;
+    case EventType::kError: {
+      // The run's own failure is reported once by the caller; sub-agents'
+      // and middleware errors show here.
+      if (main) break;
+      EndTextLineLocked();
+      WriteOut(std::string(2 + 2 * static_cast<size_t>(e.depth), ' ') +
+               Sgr(kRed, "! " + e.agent + ": " + e.text) + "\n");
+      break;
+    }
+    case EventType::kRetry:
+      if (main) SetSpinnerLocked("The model API is busy: retrying");
+      break;
+  }
+}
+
+void RunUi::RunFinished(const agent::RunResult& r, std::chrono::milliseconds wall) {
+  if (options_.json) {
+    json::object o;
+    o["type"] = "run_end";
+    o["stop_reason"] = agent::StopReasonName(r.stop_reason);
+    o["thread_id"] = r.thread_id;
+    o["steps"] = r.steps;
+    o["usage"] = agent::UsageToJson(r.usage);
+    o["cost_usd"] = r.cost_usd;
+    o["wall_ms"] = wall.count();
+    o["final_text"] = JsonString(r.final_text);
+    if (r.error) o["error"] = ErrorToJson(*r.error).at("error");
+    EmitJson(std::move(o));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  SetSpinnerLocked("");
+  running_.clear();
+  EndTextLineLocked();
+  const auto& u = r.usage;
+  std::string line = fmt::format(
+      "─ {} step{} · tokens {} in, {} out, cache {} read / {} write · ${:.4f} · {}", r.steps,
+      r.steps == 1 ? "" : "s", FormatTokens(u.input_tokens), FormatTokens(u.output_tokens),
+      FormatTokens(u.cache_read_tokens), FormatTokens(u.cache_write_tokens), r.cost_usd,
+      FormatDuration(wall));
+  const bool color = options_.color && isatty(options_.err_fd) == 1;
+  WriteErr((color ? fmt::format("\x1b[{}m{}\x1b[0m", kDim, line) : line) + "\n");
+}
+
+void RunUi::SandboxReleased(const std::string& id, bool kept, const std::string& describe) {
+  if (options_.json) {
+    json::object o;
+    o["type"] = kept ? "sandbox_kept" : "sandbox_released";
+    o["id"] = id;
+    if (kept) o["describe"] = JsonString(describe);
+    EmitJson(std::move(o));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  SetSpinnerLocked("");
+  if (kept) WriteErr(fmt::format("deepbox: kept the sandbox: {}\n", describe));
+}
+
+void RunUi::Result(const RunSummary& s) {
+  if (!options_.json) return;
+  json::object o;
+  o["type"] = "result";
+  o["exit_code"] = s.exit_code;
+  o["stop_reason"] = s.stop_reason;
+  if (s.error) o["error"] = ErrorToJson(*s.error).at("error");
+  o["final_text"] = JsonString(s.final_text);
+  o["usage"] = agent::UsageToJson(s.usage);
+  o["cost_usd"] = s.cost_usd;
+  o["wall_ms"] = s.wall.count();
+  o["steps"] = s.steps;
+  o["runs"] = s.runs;
+  o["thread_id"] = s.thread_id;
+  o["model"] = s.model;
+  o["provider"] = s.provider;
+  o["sandbox_id"] = s.sandbox_id;
+  o["sandbox_kept"] = s.sandbox_kept;
+  EmitJson(std::move(o));
+}
+
+void RunUi::Prompt(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ClearSpinnerLocked();
+  WriteFd(fd, options_.color ? fmt::format("\x1b[{};{}m›\x1b[0m ", kBold, kCyan) : "› ");
+}
+
+std::optional<std::vector<Decision>> RunUi::Approve(const agent::InterruptRequest& request,
+                                                    LineReader& tty, int tty_fd) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    prompting_ = true;
+    ClearSpinnerLocked();
+    EndTextLineLocked();
+  }
+  struct Done {
+    RunUi* ui;
+    ~Done() {
+      std::lock_guard<std::mutex> lock(ui->mu_);
+      ui->prompting_ = false;
+    }
+  } done{this};
+  const bool color = options_.color && isatty(tty_fd) == 1;
+  auto sgr = [&](std::string_view code, std::string_view text) {
+    return color ? fmt::format("\x1b[{}m{}\x1b[0m", code, text) : std::string(text);
+  };
+  auto ask = [&](std::string_view prompt) -> std::optional<std::string> {
+    WriteFd(tty_fd, prompt);
+    return tty.ReadLine();
+  };
+  std::vector<Decision> decisions;
+  for (size_t i = 0; i < request.action_requests.size(); ++i) {
+    const auto& a = request.action_requests[i];
+    std::vector<DecisionType> allowed = {DecisionType::kApprove, DecisionType::kEdit,
+                                         DecisionType::kReject, DecisionType::kRespond};
+    if (i < request.review_configs.size() && !request.review_configs[i].allowed_decisions.empty()) {
+      allowed = request.review_configs[i].allowed_decisions;
+    }
+    auto is_allowed = [&](DecisionType t) {
+      return std::find(allowed.begin(), allowed.end(), t) != allowed.end();
+    };
+    std::string args = ToJson(a.args);
+    WriteFd(tty_fd, fmt::format("{} {}\n  {}\n", sgr(kYellow, "⏸ approval needed:"),
+                                sgr(kBold, a.name), sgr(kDim, Truncate(args, 600))));
+    std::string choices;
+    if (is_allowed(DecisionType::kApprove)) choices += "[a]pprove ";
+    if (is_allowed(DecisionType::kReject)) choices += "[r]eject ";
+    if (is_allowed(DecisionType::kEdit)) choices += "[e]dit args ";
+    if (is_allowed(DecisionType::kRespond)) choices += "re[s]pond ";
+    std::optional<Decision> decision;
+    while (!decision) {
+      auto answer = ask(fmt::format("  {}> ", choices));
+      if (!answer) return std::nullopt;
+      std::string s = agent::AsciiLower(agent::Trim(*answer));
+      if ((s == "a" || s == "approve" || s == "y" || s == "yes") &&
+          is_allowed(DecisionType::kApprove)) {
+        decision = Decision::Approve();
+      } else if ((s == "r" || s == "reject" || s == "n" || s == "no") &&
+                 is_allowed(DecisionType::kReject)) {
+        auto why = ask("  reason (optional): ");
+        if (!why) return std::nullopt;
+        decision = Decision::Reject(std::string(agent::Trim(*why)));
+      } else if ((s == "e" || s == "edit") && is_allowed(DecisionType::kEdit)) {
+        auto text = ask("  new arguments (one JSON object): ");
+        if (!text) return std::nullopt;
+        auto obj = ParseJsonObject(*text);
+        if (!obj) {
+          WriteFd(tty_fd, fmt::format("  {}\n", sgr(kRed, "not a JSON object: " +
+                                                              obj.error().message)));
+          continue;
+        }
+        decision = Decision::Edit(std::move(*obj));
+      } else if ((s == "s" || s == "respond") && is_allowed(DecisionType::kRespond)) {
+        auto text = ask("  response (returned to the model as the tool result): ");
+        if (!text) return std::nullopt;
+        decision = Decision::Respond(*text);
+      } else {
+        WriteFd(tty_fd, "  please answer with one of: " + choices + "\n");
+      }
+    }
+    if (options_.json) {
+      json::object o;
+      o["type"] = "decision";
+      o["tool_call_id"] = a.tool_call_id;
+      o["tool"] = a.name;
+      o["decision"] = agent::DecisionToJson(*decision);
+      EmitJson(std::move(o));
+    } else {
+      WriteFd(tty_fd, "  " + sgr(kDim, std::string(DecisionVerb(decision->type))) + "\n");
+    }
+    decisions.push_back(std::move(*decision));
+  }
+  return decisions;
+}
+
+}  // namespace deepbox::run

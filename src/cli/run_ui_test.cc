@@ -1,0 +1,183 @@
+// The terminal UI's formatting and the --json event encoding, written to a
+// pipe (the terminal behaviour is tested end to end in tests/e2e).
+#include "cli/run_ui.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "cli/run_signals.h"
+
+namespace deepbox::run {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using namespace std::chrono_literals;
+
+std::string Drain(int fd) {
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+struct Pipes {
+  int out[2];
+  int err[2];
+  Pipes() {
+    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
+  }
+  ~Pipes() {
+    for (int fd : {out[0], err[0]}) close(fd);
+  }
+  std::pair<std::string, std::string> Finish() {
+    close(out[1]);
+    close(err[1]);
+    return {Drain(out[0]), Drain(err[0])};
+  }
+};
+
+agent::AgentEvent ToolEnd(std::string name, std::string arg, bool ok, std::string preview) {
+  agent::AgentEvent e;
+  e.type = agent::EventType::kToolCallEnd;
+  e.tool_call_id = "toolu_1";
+  e.tool_name = std::move(name);
+  e.main_argument = std::move(arg);
+  e.ok = ok;
+  e.duration = 1234ms;
+  e.output_preview = std::move(preview);
+  return e;
+}
+
+TEST(RunUiTest, Formatting) {
+  EXPECT_EQ(RunUi::FormatDuration(12ms), "12ms");
+  EXPECT_EQ(RunUi::FormatDuration(1234ms), "1.2s");
+  EXPECT_EQ(RunUi::FormatDuration(125000ms), "2m05s");
+  EXPECT_EQ(RunUi::FormatTokens(0), "0");
+  EXPECT_EQ(RunUi::FormatTokens(1234567), "1,234,567");
+  EXPECT_EQ(RunUi::FormatTokens(999), "999");
+  EXPECT_EQ(RunUi::FoldOutput("0\n1\n1\n2\n[Command succeeded with exit code 0]", 80),
+            "0  (+3 more lines)");
+  EXPECT_EQ(RunUi::FoldOutput("\n\n  only  \n", 80), "only");
+  EXPECT_EQ(RunUi::FoldOutput("abcdefghij", 5), "abcd…");
+  EXPECT_EQ(RunUi::FoldOutput("", 5), "");
+}
+
+TEST(RunUiTest, TranscriptWithoutColours) {
+  Pipes p;
+  {
+    RunUi ui({.json = false, .color = false, .spinner = false, .out_fd = p.out[1],
+              .err_fd = p.err[1]});
+    ui.RunStarted("task", "th-1", "replay:x");
+    agent::AgentEvent t;
+    t.type = agent::EventType::kTextDelta;
+    t.text = "I'll write ";
+    ui.OnEvent(t);
+    t.text = "it.";
+    ui.OnEvent(t);
+    agent::AgentEvent u;
+    u.type = agent::EventType::kUsage;
+    ui.OnEvent(u);
+    ui.OnEvent(ToolEnd("write_file", "/workspace/fib.py", true, "Updated file /workspace/fib.py"));
+    ui.OnEvent(ToolEnd("execute", "python3 fib.py", true,
+                       "Traceback\nboom\n[Command failed with exit code 1]"));
+    agent::AgentEvent todos;
+    todos.type = agent::EventType::kTodoUpdate;
+    todos.todos = json::array{json::object{{"content", "Write fib.py"}, {"status", "completed"}},
+                              json::object{{"content", "Run it"}, {"status", "in_progress"}}};
+    ui.OnEvent(todos);
+    ui.OnEvent(todos);  // unchanged: not shown again
+    agent::RunResult r;
+    r.steps = 3;
+    r.usage.input_tokens = 1500;
+    r.usage.output_tokens = 20;
+    r.cost_usd = 0.0123;
+    ui.RunFinished(r, 2500ms);
+  }
+  auto [out, err] = p.Finish();
+  EXPECT_THAT(out, HasSubstr("I'll write it.\n"));
+  EXPECT_THAT(out, HasSubstr("✓ write_file  /workspace/fib.py  · 1.2s\n"));
+  EXPECT_THAT(out, HasSubstr("✗ execute  python3 fib.py  · exit 1, 1.2s\n"));
+  EXPECT_THAT(out, HasSubstr("⎿ Traceback  (+2 more lines)"));
+  EXPECT_THAT(out, HasSubstr("✔ Write fib.py"));
+  EXPECT_THAT(out, HasSubstr("▸ Run it"));
+  EXPECT_EQ(out.find("☰ Todos"), out.rfind("☰ Todos"));
+  EXPECT_THAT(err, HasSubstr("3 steps · tokens 1,500 in, 20 out, cache 0 read / 0 write"));
+  EXPECT_THAT(err, HasSubstr("$0.0123"));
+  EXPECT_THAT(out + err, Not(HasSubstr("\x1b[")));
+}
+
+TEST(RunUiTest, ColoursWhenAsked) {
+  Pipes p;
+  {
+    RunUi ui({.json = false, .color = true, .spinner = false, .out_fd = p.out[1],
+              .err_fd = p.err[1]});
+    ui.OnEvent(ToolEnd("ls", "/workspace", true, "fib.py"));
+  }
+  auto [out, err] = p.Finish();
+  EXPECT_THAT(out, HasSubstr("\x1b[32m✓\x1b[0m"));
+}
+
+TEST(RunUiTest, JsonEventsOnePerLine) {
+  Pipes p;
+  {
+    RunUi ui({.json = true, .color = true, .spinner = true, .out_fd = p.out[1],
+              .err_fd = p.err[1]});
+    ui.Start();
+    ui.StartSpinner("ignored in json mode");
+    ui.SandboxReady("sb-1", "local", 10ms);
+    agent::AgentEvent t;
+    t.type = agent::EventType::kTextDelta;
+    t.text = "héllo \"quoted\"\n";
+    ui.OnEvent(t);
+    ui.OnEvent(ToolEnd("execute", "echo hi", true, "hi"));
+    RunSummary s;
+    s.exit_code = 0;
+    s.stop_reason = "completed";
+    s.sandbox_id = "sb-1";
+    ui.Result(s);
+  }
+  auto [out, err] = p.Finish();
+  EXPECT_EQ(err, "");
+  std::vector<json::object> events;
+  size_t start = 0;
+  for (size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1) {
+    auto o = ParseJsonObject(std::string_view(out).substr(start, nl - start));
+    ASSERT_TRUE(o.has_value()) << out;
+    events.push_back(*o);
+  }
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].at("type").as_string(), "sandbox");
+  EXPECT_EQ(events[1].at("type").as_string(), "text_delta");
+  EXPECT_EQ(events[1].at("text").as_string(), "héllo \"quoted\"\n");
+  EXPECT_EQ(events[2].at("type").as_string(), "tool_call_end");
+  EXPECT_EQ(events[2].at("duration_ms").as_int64(), 1234);
+  EXPECT_EQ(events[3].at("type").as_string(), "result");
+  EXPECT_EQ(events[3].at("exit_code").as_int64(), 0);
+}
+
+TEST(LineReaderTest, LinesAndInterrupt) {
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  int ev[2];
+  ASSERT_EQ(pipe2(ev, O_CLOEXEC), 0);
+  std::string data = "one\r\ntwo\nlast";
+  ASSERT_EQ(write(fds[1], data.data(), data.size()), static_cast<ssize_t>(data.size()));
+  LineReader r(fds[0], ev[0]);
+  EXPECT_EQ(r.ReadLine().value_or("?"), "one");
+  EXPECT_EQ(r.ReadLine().value_or("?"), "two");
+  ASSERT_EQ(write(ev[1], "x", 1), 1);  // interrupt while waiting for more
+  EXPECT_FALSE(r.ReadLine().has_value());
+  EXPECT_TRUE(r.interrupted());
+  for (int fd : {fds[0], fds[1], ev[0], ev[1]}) close(fd);
+}
+
+}  // namespace
+}  // namespace deepbox::run

@@ -1,0 +1,275 @@
+#include "e2e_util.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "local/lifecycle/provider.h"
+#include "local/namespaces.h"
+
+extern char** environ;
+
+namespace deepbox::e2e {
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+bool Eventually(const std::function<bool()>& done, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return done();
+}
+
+std::vector<std::string> MakeEnv(const std::map<std::string, std::string>& set) {
+  static const char* kDropped[] = {
+      "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+      "NO_COLOR", "DEEPBOX_MODEL", "DEEPBOX_SANDBOX", "DEEPBOX_CONFIG", "DEEPBOX_FIB_REPLAY",
+      "DEEPBOX_THREADS_DIR", "DEEPBOX_STATE_DIR", "XDG_STATE_HOME", "AGENT_SANDBOX_NAMESPACE",
+      "SSL_CERT_FILE", "TERM"};
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv = *e;
+    std::string name = kv.substr(0, kv.find('='));
+    bool drop = set.count(name) > 0;
+    for (const char* d : kDropped) drop = drop || name == d;
+    if (!drop) env.push_back(kv);
+  }
+  for (const auto& [k, v] : set) env.push_back(k + "=" + v);
+  return env;
+}
+
+namespace {
+
+std::vector<char*> CStrings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (auto& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+int DecodeStatus(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+Process::Process(const std::vector<std::string>& argv_in, const std::vector<std::string>& env_in,
+                 const fs::path& dir, const std::string& stdin_data) {
+  static int counter = 0;
+  int n = counter++;
+  out_ = dir / ("out-" + std::to_string(n));
+  err_ = dir / ("err-" + std::to_string(n));
+  fs::path in = dir / ("in-" + std::to_string(n));
+  WriteFile(in, stdin_data);
+  std::vector<std::string> argv = argv_in, env = env_in;
+  auto cargv = CStrings(argv);
+  auto cenv = CStrings(env);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  // Its own process group, as a shell would start a job.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+  int rc = posix_spawn(&pid_, argv[0].c_str(), &fa, &attr, cargv.data(), cenv.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  EXPECT_EQ(rc, 0) << "spawning " << argv[0] << ": " << std::strerror(rc);
+  if (rc != 0) pid_ = -1;
+}
+
+Process::~Process() {
+  if (pid_ > 0 && !code_) {
+    kill(pid_, SIGKILL);
+    Wait();
+  }
+}
+
+int Process::Wait() {
+  if (code_) return *code_;
+  if (pid_ <= 0) return -1;
+  int status = 0;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  code_ = DecodeStatus(status);
+  return *code_;
+}
+
+PtyProcess::PtyProcess(const std::vector<std::string>& argv_in,
+                       const std::vector<std::string>& env_in) {
+  std::vector<std::string> argv = argv_in, env = env_in;
+  auto cargv = CStrings(argv);
+  auto cenv = CStrings(env);
+  struct winsize ws {};
+  ws.ws_col = 120;
+  ws.ws_row = 40;
+  pid_ = forkpty(&master_, nullptr, nullptr, &ws);
+  if (pid_ == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execve(cargv[0], cargv.data(), cenv.data());
+    _exit(127);
+  }
+  EXPECT_GT(pid_, 0) << "forkpty: " << std::strerror(errno);
+}
+
+PtyProcess::~PtyProcess() {
+  if (pid_ > 0 && !code_) {
+    kill(pid_, SIGKILL);
+    Wait();
+  }
+  if (master_ >= 0) close(master_);
+}
+
+bool PtyProcess::ReadSome(int timeout_ms) {
+  if (eof_) return false;
+  struct pollfd pfd = {master_, POLLIN, 0};
+  int rc = poll(&pfd, 1, timeout_ms);
+  if (rc <= 0) return true;
+  char buf[4096];
+  ssize_t n = read(master_, buf, sizeof buf);
+  if (n <= 0) {
+    if (n < 0 && errno == EINTR) return true;
+    eof_ = true;  // EIO: the child side closed
+    return false;
+  }
+  output_.append(buf, static_cast<size_t>(n));
+  return true;
+}
+
+bool PtyProcess::WaitFor(const std::string& text, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (output_.find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (!ReadSome(50)) return output_.find(text) != std::string::npos;
+  }
+  return true;
+}
+
+void PtyProcess::Write(const std::string& text) {
+  ASSERT_EQ(write(master_, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+}
+
+int PtyProcess::Wait() {
+  if (code_) return *code_;
+  if (pid_ <= 0) return -1;
+  auto deadline = std::chrono::steady_clock::now() + 300s;
+  while (ReadSome(50) && std::chrono::steady_clock::now() < deadline) {
+  }
+  int status = 0;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  code_ = DecodeStatus(status);
+  return *code_;
+}
+
+void E2eTest::SetUp() {
+  if (!local::UserNamespacesAvailable()) GTEST_SKIP() << "user namespaces are not available";
+  for (const auto& bin : {kDeepbox, kExample, kBinDir + "/deepbox-sandboxd"}) {
+    if (access(bin.c_str(), X_OK) != 0) GTEST_SKIP() << bin << " is not built";
+  }
+  std::string tmpl = "/tmp/dbx-e2e-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  dir_ = tmpl;
+  fs::create_directories(dir_ / "xdg");
+}
+
+void E2eTest::TearDown() {
+  if (dir_.empty()) return;
+  // Whatever a failed test left behind.
+  local::lifecycle::LocalProviderOptions o;
+  o.state_dir = (dir_ / "state").string();
+  o.deepbox_binary = kDeepbox;
+  o.sandboxd_binary = kBinDir + "/deepbox-sandboxd";
+  if (fs::exists(o.state_dir)) {
+    if (auto p = local::lifecycle::LocalSandboxProvider::Create(o)) {
+      if (auto list = (*p)->List()) {
+        for (const auto& m : *list) (void)(*p)->Delete(m.id);
+      }
+    }
+  }
+  (void)local::lifecycle::RemoveTree(dir_);
+}
+
+std::vector<std::string> E2eTest::Env(std::map<std::string, std::string> extra) const {
+  extra.emplace("DEEPBOX_STATE_DIR", (dir_ / "state").string());
+  extra.emplace("XDG_STATE_HOME", (dir_ / "xdg").string());
+  return MakeEnv(extra);
+}
+
+E2eTest::Outcome E2eTest::Run(const std::vector<std::string>& argv,
+                              std::map<std::string, std::string> env,
+                              const std::string& stdin_data) {
+  Process p(argv, Env(std::move(env)), dir_, stdin_data);
+  Outcome o;
+  o.code = p.Wait();
+  o.out = p.out();
+  o.err = p.err();
+  return o;
+}
+
+json::array E2eTest::Sandboxes(const std::string& selector) {
+  auto o = Run({kDeepbox, "sandbox", "ls", "--json", "--selector", selector});
+  EXPECT_EQ(o.code, 0) << o.err;
+  auto v = ParseJson(o.out);
+  EXPECT_TRUE(v.has_value() && v->is_array()) << o.out;
+  if (!v || !v->is_array()) return {};
+  return v->as_array();
+}
+
+std::string E2eTest::WaitForSandbox(const std::string& selector) {
+  std::string id;
+  EXPECT_TRUE(Eventually([&] {
+    auto list = Sandboxes(selector);
+    if (list.size() != 1 || !list[0].is_object()) return false;
+    id = GetOptString(list[0].as_object(), "id").value_or("");
+    return !id.empty();
+  }));
+  return id;
+}
+
+std::vector<json::object> JsonLines(const std::string& text) {
+  std::vector<json::object> out;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    auto o = ParseJsonObject(line);
+    EXPECT_TRUE(o.has_value()) << "not a JSON object: " << line;
+    if (o) out.push_back(std::move(*o));
+  }
+  return out;
+}
+
+}  // namespace deepbox::e2e

@@ -1,0 +1,169 @@
+// `deepbox run` on a real pseudo-terminal (forkpty): what a person sees.
+#include <regex>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/model/testing/fake_anthropic.h"
+#include "cli/run_exit_codes.h"
+#include "e2e_util.h"
+
+namespace deepbox::e2e {
+namespace {
+
+using agent::testing::FakeAnthropicServer;
+using agent::testing::ScriptedToolCall;
+using agent::testing::ScriptedTurn;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+constexpr const char* kTask = "Write fib.py that prints the first 10 Fibonacci numbers and run it";
+const std::string kLabel = "e2e.deepbox.dev/test=terminal";
+
+bool HasSgr(const std::string& s) {
+  static const std::regex kSgr("\x1b\\[[0-9;]*m");
+  return std::regex_search(s, kSgr);
+}
+
+class TerminalTest : public E2eTest {
+ protected:
+  std::vector<std::string> Args(std::vector<std::string> extra) {
+    std::vector<std::string> argv = {kDeepbox, "run", "--label", kLabel};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+  std::vector<std::string> TermEnv(std::map<std::string, std::string> extra = {}) {
+    extra.emplace("TERM", "xterm-256color");
+    return Env(std::move(extra));
+  }
+};
+
+TEST_F(TerminalTest, SpinnerStreamedTextToolLinesAndColours) {
+  PtyProcess p(Args({"--model", "replay:" + kFibReplay, kTask}), TermEnv());
+  int code = p.Wait();
+  const std::string& out = p.output();
+  EXPECT_EQ(code, 0) << out;
+  // The spinner, redrawn in place with elapsed time, while the sandbox is claimed.
+  EXPECT_THAT(out, HasSubstr("Claiming a local sandbox"));
+  EXPECT_TRUE(std::regex_search(out, std::regex("\r.*Claiming a local sandbox.*[0-9]\\.[0-9]s")))
+      << out;
+  EXPECT_THAT(out, HasSubstr("\r\x1b[K"));  // cleared before other output
+  EXPECT_THAT(out, HasSubstr("Thinking"));
+  // The model's text, tool lines, todos, the answer and the totals.
+  EXPECT_THAT(out, HasSubstr("I'll plan this first"));
+  EXPECT_THAT(out, HasSubstr("write_file"));
+  EXPECT_THAT(out, HasSubstr("/workspace/fib.py"));
+  EXPECT_THAT(out, HasSubstr("python3 /workspace/fib.py"));
+  EXPECT_THAT(out, HasSubstr("✓"));
+  EXPECT_THAT(out, HasSubstr("Todos"));
+  EXPECT_THAT(out, HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
+  EXPECT_THAT(out, HasSubstr("tokens"));
+  EXPECT_TRUE(HasSgr(out)) << "no colours on a terminal";
+  EXPECT_THAT(out, HasSubstr("\x1b[32m✓\x1b[0m"));
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+TEST_F(TerminalTest, NoColorMeansNoColours) {
+  PtyProcess p(Args({"--model", "replay:" + kFibReplay, kTask}), TermEnv({{"NO_COLOR", "1"}}));
+  EXPECT_EQ(p.Wait(), 0) << p.output();
+  EXPECT_THAT(p.output(), HasSubstr("Claiming a local sandbox"));  // the spinner stays
+  EXPECT_THAT(p.output(), HasSubstr("✓"));
+  EXPECT_FALSE(HasSgr(p.output())) << p.output();
+}
+
+TEST_F(TerminalTest, NoColorFlag) {
+  PtyProcess p(Args({"--no-color", "--model", "replay:" + kFibReplay, kTask}), TermEnv());
+  EXPECT_EQ(p.Wait(), 0) << p.output();
+  EXPECT_FALSE(HasSgr(p.output())) << p.output();
+}
+
+TEST_F(TerminalTest, JsonOnATerminalIsPlainJsonLines) {
+  PtyProcess p(Args({"--json", "--model", "replay:" + kFibReplay, kTask}), TermEnv());
+  EXPECT_EQ(p.Wait(), 0) << p.output();
+  EXPECT_FALSE(HasSgr(p.output()));
+  EXPECT_THAT(p.output(), Not(HasSubstr("Claiming")));  // no spinner
+  // Every line is a JSON object (the notice about the replay included).
+  auto events = JsonLines(p.output());
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().at("type").as_string(), "notice");
+  EXPECT_EQ(events.back().at("type").as_string(), "result");
+  EXPECT_EQ(events.back().at("exit_code").as_int64(), 0);
+}
+
+TEST_F(TerminalTest, InteractivePromptRunsEachLineOnTheSameSandbox) {
+  WriteFile(dir_ / "two.jsonl",
+            R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+            "\n"
+            R"({"response": {"tool_calls": [{"id": "t1", "name": "write_file", "input": {"file_path": "/workspace/a.txt", "content": "kept between tasks"}}]}})"
+            "\n"
+            R"({"response": {"text": "wrote a.txt"}})"
+            "\n"
+            R"({"response": {"tool_calls": [{"id": "t2", "name": "execute", "input": {"command": "cat /workspace/a.txt"}}]}})"
+            "\n"
+            R"({"response": {"text": "read it back"}})"
+            "\n");
+  PtyProcess p(Args({"--model", "replay:" + (dir_ / "two.jsonl").string()}), TermEnv());
+  ASSERT_TRUE(p.WaitFor("› ")) << p.output();
+  p.Write("write a file\r");
+  ASSERT_TRUE(p.WaitFor("wrote a.txt")) << p.output();
+  ASSERT_TRUE(p.WaitFor("› ", 120s));
+  p.Write("read it\r");
+  ASSERT_TRUE(p.WaitFor("read it back")) << p.output();
+  p.Write("\r");  // an empty line ends the session
+  EXPECT_EQ(p.Wait(), 0) << p.output();
+  EXPECT_THAT(p.output(), HasSubstr("kept between tasks"));  // the folded execute output
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+TEST_F(TerminalTest, ManualApprovalAsksOnTheTerminal) {
+  WriteFile(dir_ / "approve.jsonl",
+            R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+            "\n"
+            R"({"response": {"tool_calls": [{"id": "t1", "name": "execute", "input": {"command": "echo approved-run"}}]}})"
+            "\n"
+            R"({"request": {"tool_results": ["t1"]}, "response": {"tool_calls": [{"id": "t2", "name": "execute", "input": {"command": "echo never-run"}}]}})"
+            "\n"
+            R"({"request": {"tool_results": ["t2"]}, "response": {"tool_calls": [{"id": "t3", "name": "execute", "input": {"command": "echo original"}}]}})"
+            "\n"
+            R"({"request": {"tool_results": ["t3"]}, "response": {"text": "all done"}})"
+            "\n");
+  PtyProcess p(Args({"--approve", "manual", "--model", "replay:" + (dir_ / "approve.jsonl").string(),
+                     kTask}),
+               TermEnv());
+  ASSERT_TRUE(p.WaitFor("approval needed")) << p.output();
+  ASSERT_TRUE(p.WaitFor("> "));
+  p.Write("a\r");
+  ASSERT_TRUE(p.WaitFor("approved-run")) << p.output();
+  ASSERT_TRUE(p.WaitFor("echo never-run"));
+  p.Write("r\r");
+  ASSERT_TRUE(p.WaitFor("reason (optional)"));
+  p.Write("not this one\r");
+  ASSERT_TRUE(p.WaitFor("echo original")) << p.output();
+  p.Write("e\r");
+  ASSERT_TRUE(p.WaitFor("new arguments"));
+  p.Write(R"({"command": "echo edited-run"})" "\r");
+  ASSERT_TRUE(p.WaitFor("all done")) << p.output();
+  EXPECT_EQ(p.Wait(), 0) << p.output();
+  EXPECT_THAT(p.output(), HasSubstr("edited-run"));
+  // The rejected command never ran: its output never appears (only its command line).
+  EXPECT_THAT(p.output(), Not(HasSubstr("⎿ never-run")));
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+TEST_F(TerminalTest, CtrlCOnTheTerminalDuringAToolCall) {
+  FakeAnthropicServer server({.api_key = "sk-ant-e2e"});
+  server.Enqueue(ScriptedTurn::ToolCalls(
+      {ScriptedToolCall("toolu_sleep", "execute", {{"command", "sleep 1000"}})}));
+  PtyProcess p(Args({kTask}), TermEnv({{"ANTHROPIC_API_KEY", "sk-ant-e2e"},
+                                        {"ANTHROPIC_BASE_URL", server.url()}}));
+  ASSERT_TRUE(p.WaitFor("execute sleep 1000")) << p.output();  // the running tool's spinner
+  WaitForSandbox(kLabel);
+  p.Write("\x03");  // Ctrl-C: SIGINT to the terminal's foreground process group
+  EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.output();
+  EXPECT_THAT(p.output(), HasSubstr("interrupted (Ctrl-C)"));
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+}  // namespace
+}  // namespace deepbox::e2e
