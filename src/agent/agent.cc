@@ -126,7 +126,8 @@ struct AgentLoop::Impl {
       if (!c.input_error.empty()) {
         results[i] = ToolResult::Err("Tool call " + c.name + " with id " + c.id +
                                      " could not be executed - arguments were malformed or "
-                                     "truncated. " + c.input_error);
+                                     "truncated. " +
+                                     c.input_error);
         continue;
       }
       auto tool_it = by_name.find(c.name);
@@ -247,8 +248,8 @@ struct AgentLoop::Impl {
     if (run.state.pending_interrupt) {
       request = run.state.pending_interrupt;
     } else {
-      request = BuildInterruptRequest(ai.tool_calls, config.interrupt_on,
-                                      config.permissions.get(), config.sandbox->root());
+      request = BuildInterruptRequest(ai.tool_calls, config.interrupt_on, config.permissions.get(),
+                                      config.sandbox->root());
     }
     if (!request) return true;
     if (!decisions) {
@@ -409,9 +410,9 @@ std::vector<Message> AgentLoop::PatchDanglingToolCalls(std::vector<Message> mess
       out.push_back(std::move(messages[++i]));
     }
     for (const auto& c : dangling) {
-      out.push_back(Message::Tool(c.id, c.name.empty() ? "unknown" : c.name,
-                                  DanglingToolCallMessage(c.name.empty() ? "unknown" : c.name,
-                                                          c.id)));
+      out.push_back(
+          Message::Tool(c.id, c.name.empty() ? "unknown" : c.name,
+                        DanglingToolCallMessage(c.name.empty() ? "unknown" : c.name, c.id)));
     }
   }
   return out;

@@ -41,12 +41,12 @@ struct LoopConfig {
   std::vector<std::shared_ptr<Middleware>> middleware;  // outermost first
   std::map<std::string, InterruptConfig> interrupt_on;
   std::shared_ptr<const PermissionSet> permissions;  // may be null
-  int max_steps = 1000;          // model turns per Run/Resume
-  int max_parallel_tools = 16;   // worker threads per turn
-  int max_tokens = 0;            // per model call; 0 = client default
-  std::string agent_name;        // "" = main agent
+  int max_steps = 1000;                              // model turns per Run/Resume
+  int max_parallel_tools = 16;                       // worker threads per turn
+  int max_tokens = 0;                                // per model call; 0 = client default
+  std::string agent_name;                            // "" = main agent
   int depth = 0;
-  std::string session_id;        // names the conversation-history file
+  std::string session_id;  // names the conversation-history file
 };
 
 // The caller's side of a run. Every member is optional.
@@ -76,8 +76,8 @@ struct RunEnv {
   const LoopConfig& config;
   AgentState& state;
   LoopHooks& hooks;
-  std::function<void(AgentEvent)> emit;        // thread-safe, tags agent/depth
-  std::function<void(Message)> append;         // appends to state + persists
+  std::function<void(AgentEvent)> emit;  // thread-safe, tags agent/depth
+  std::function<void(Message)> append;   // appends to state + persists
 };
 
 class AgentLoop {

@@ -198,8 +198,8 @@ TEST(AgentLoop, CancelDuringModelCall) {
 TEST(AgentLoop, CancelDuringToolCallStopsCommandAndLeavesThreadResumable) {
   DEEPBOX_AGENT_SANDBOX(sbd);
   auto model = std::make_shared<ScriptedModel>();
-  model->Tools({Call("x1", "execute",
-                     Args({{"command", "while true; do echo tick; sleep 0.05; done"}}))});
+  model->Tools(
+      {Call("x1", "execute", Args({{"command", "while true; do echo tick; sleep 0.05; done"}}))});
   model->Text("after cancel");
   auto agent = MakeAgent(Options(model, sbd->client()));
   std::atomic<bool> cancel{false};
@@ -227,8 +227,8 @@ TEST(AgentLoop, InvalidCallsGetErrorResults) {
   auto model = std::make_shared<ScriptedModel>();
   ToolCall malformed = Call("m", "write_file", {});
   malformed.input_error = "Expecting ',' delimiter";
-  model->Tools({Call("u", "no_such_tool", {}), Call("v", "read_file", Args({{"limit", 5}})),
-                malformed});
+  model->Tools(
+      {Call("u", "no_such_tool", {}), Call("v", "read_file", Args({{"limit", 5}})), malformed});
   model->Text("ok");
   auto agent = MakeAgent(Options(model, sbd->client()));
   RunResult r = agent->Run("go");
@@ -287,8 +287,8 @@ TEST(AgentLoop, ModelErrorStopsWithError) {
 TEST(AgentLoop, DanglingToolCallsArePatchedOnNextMessage) {
   DEEPBOX_AGENT_SANDBOX(sbd);
   auto model = std::make_shared<ScriptedModel>();
-  model->Tools({Call("w1", "write_file",
-                     Args({{"file_path", "a.txt"}, {"content", "x"}}))});  // will pause
+  model->Tools(
+      {Call("w1", "write_file", Args({{"file_path", "a.txt"}, {"content", "x"}}))});  // will pause
   model->Text("ok, moving on");
   auto o = Options(model, sbd->client());
   o.interrupt_on["write_file"] = InterruptConfig{};
@@ -328,9 +328,8 @@ TEST(DeepAgentApi, ToolsPromptAndValidation) {
   auto agent = MakeAgent(Options(model, sbd->client()));
   std::vector<std::string> names;
   for (const auto& s : agent->tool_specs()) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"ls", "read_file", "write_file", "edit_file",
-                                             "delete", "glob", "grep", "execute", "write_todos",
-                                             "task"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"ls", "read_file", "write_file", "edit_file", "delete",
+                                             "glob", "grep", "execute", "write_todos", "task"}));
   for (const auto& s : agent->tool_specs()) {
     EXPECT_FALSE(s.description.empty()) << s.name;
     EXPECT_EQ(s.input_schema.at("type").as_string(), "object") << s.name;

@@ -152,7 +152,8 @@ Result<Message> MessageFromJson(const json::object& o) {
   }
   m.tool_call_id = GetOptString(o, "tool_call_id").value_or("");
   m.tool_name = GetOptString(o, "tool_name").value_or("");
-  if (const json::value* e = o.if_contains("is_error"); e && e->is_bool()) m.is_error = e->get_bool();
+  if (const json::value* e = o.if_contains("is_error"); e && e->is_bool())
+    m.is_error = e->get_bool();
   return m;
 }
 
@@ -241,7 +242,8 @@ Result<InterruptRequest> InterruptFromJson(const json::object& o) {
       if (!jr.is_object()) continue;
       ReviewConfig rc;
       rc.action_name = GetOptString(jr.get_object(), "action_name").value_or("");
-      rc.allowed_decisions = DecisionTypesFromJson(jr.get_object().if_contains("allowed_decisions"));
+      rc.allowed_decisions =
+          DecisionTypesFromJson(jr.get_object().if_contains("allowed_decisions"));
       r.review_configs.push_back(std::move(rc));
     }
   }

@@ -23,9 +23,7 @@ using testing::ToolRunner;
 
 class Conformance : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    daemon_ = testing::StartSandbox(&why_).release();
-  }
+  static void SetUpTestSuite() { daemon_ = testing::StartSandbox(&why_).release(); }
   static void TearDownTestSuite() {
     delete daemon_;
     daemon_ = nullptr;
@@ -33,8 +31,7 @@ class Conformance : public ::testing::Test {
   void SetUp() override {
     if (!daemon_) GTEST_SKIP() << "real sandbox daemon unavailable: " << why_;
     sb_ = &daemon_->client();
-    base_ = sb_->root() + "/" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    base_ = sb_->root() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     ASSERT_TRUE(sb_->Mkdir(base_, true));
     auto tools = MakeFilesystemTools();
     tools.push_back(MakeExecuteTool());
@@ -264,14 +261,14 @@ TEST_F(Conformance, read_very_large_file_in_chunks) {
     std::string out = Read(P("big.txt"), page * 100, 100);
     auto rows = SplitOn(out, '\n');
     int first = page * 100 + 1;
-    EXPECT_EQ(std::string(Trim(rows[0])), std::to_string(first) + "  line " + std::to_string(first));
+    EXPECT_EQ(std::string(Trim(rows[0])),
+              std::to_string(first) + "  line " + std::to_string(first));
     int last = first + 99;
     std::string notice =
         page == 24 ? ""
                    : "\n\n[Read 100 lines (lines " + std::to_string(first) + "-" +
-                         std::to_string(last) + " of 2500 total). " +
-                         std::to_string(2500 - last) + " lines remaining from offset " +
-                         std::to_string(last) + ".]";
+                         std::to_string(last) + " of 2500 total). " + std::to_string(2500 - last) +
+                         " lines remaining from offset " + std::to_string(last) + ".]";
     EXPECT_TRUE(EndsWith(out, std::to_string(last) + "  line " + std::to_string(last) + notice))
         << "page " << page;
   }
@@ -304,18 +301,17 @@ TEST_F(Conformance, read_path_is_sanitized) {
 
 TEST_F(Conformance, edit_single_occurrence) {
   Put("e.txt", "hello world\n");
-  EXPECT_EQ(run_->Ok("edit_file", Args({{"file_path", P("e.txt")},
-                                        {"old_string", "world"},
-                                        {"new_string", "there"}})),
-            "Successfully replaced 1 instance(s) of the string in '" + P("e.txt") + "'");
+  EXPECT_EQ(
+      run_->Ok("edit_file",
+               Args({{"file_path", P("e.txt")}, {"old_string", "world"}, {"new_string", "there"}})),
+      "Successfully replaced 1 instance(s) of the string in '" + P("e.txt") + "'");
   EXPECT_EQ(Get("e.txt"), "hello there\n");
 }
 
 TEST_F(Conformance, edit_multiple_occurrences_without_replace_all) {
   Put("m.txt", "x x x");
-  EXPECT_EQ(run_->Err("edit_file", Args({{"file_path", P("m.txt")},
-                                         {"old_string", "x"},
-                                         {"new_string", "y"}})),
+  EXPECT_EQ(run_->Err("edit_file",
+                      Args({{"file_path", P("m.txt")}, {"old_string", "x"}, {"new_string", "y"}})),
             "Error: String 'x' appears multiple times. Use replace_all=True to replace all "
             "occurrences.");
   EXPECT_EQ(Get("m.txt"), "x x x");
@@ -333,17 +329,17 @@ TEST_F(Conformance, edit_multiple_occurrences_with_replace_all) {
 
 TEST_F(Conformance, edit_string_not_found) {
   Put("n.txt", "abc");
-  EXPECT_EQ(run_->Err("edit_file", Args({{"file_path", P("n.txt")},
-                                         {"old_string", "zzz"},
-                                         {"new_string", "y"}})),
-            "Error: String not found in file: 'zzz'");
+  EXPECT_EQ(
+      run_->Err("edit_file",
+                Args({{"file_path", P("n.txt")}, {"old_string", "zzz"}, {"new_string", "y"}})),
+      "Error: String not found in file: 'zzz'");
 }
 
 TEST_F(Conformance, edit_nonexistent_file) {
-  EXPECT_EQ(run_->Err("edit_file", Args({{"file_path", P("missing.txt")},
-                                         {"old_string", "a"},
-                                         {"new_string", "b"}})),
-            "Error: File '" + P("missing.txt") + "' not found");
+  EXPECT_EQ(
+      run_->Err("edit_file",
+                Args({{"file_path", P("missing.txt")}, {"old_string", "a"}, {"new_string", "b"}})),
+      "Error: File '" + P("missing.txt") + "' not found");
 }
 
 TEST_F(Conformance, edit_special_characters) {
@@ -450,8 +446,7 @@ std::string GrepContent(ToolRunner& r, const std::string& pattern, const std::st
 
 TEST_F(Conformance, grep_literal) {
   Put("t.py", "def f(x: str | int):\n    pass\nstr or int\n");
-  EXPECT_EQ(GrepContent(*run_, "str | int", base_),
-            P("t.py") + ":\n  1: def f(x: str | int):");
+  EXPECT_EQ(GrepContent(*run_, "str | int", base_), P("t.py") + ":\n  1: def f(x: str | int):");
 }
 
 TEST_F(Conformance, grep_basic_search) {
@@ -533,17 +528,17 @@ TEST_F(Conformance, grep_reports_correct_line_numbers) {
 
 TEST_F(Conformance, grep_max_count_truncates) {
   Put("many.txt", "x\nx\nx\nx\nx\n");
-  EXPECT_EQ(run_->Ok("grep", Args({{"pattern", "x"},
-                                   {"path", base_},
-                                   {"output_mode", "content"},
-                                   {"max_count", 2}})),
-            P("many.txt") + ":\n  1: x\n  2: x\n\n" + std::string(kGrepTruncationNote));
+  EXPECT_EQ(
+      run_->Ok(
+          "grep",
+          Args({{"pattern", "x"}, {"path", base_}, {"output_mode", "content"}, {"max_count", 2}})),
+      P("many.txt") + ":\n  1: x\n  2: x\n\n" + std::string(kGrepTruncationNote));
   // Exactly at the cap is complete.
   EXPECT_EQ(run_->Ok("grep", Args({{"pattern", "x"}, {"path", base_}, {"max_count", 5}})),
             P("many.txt"));
-  EXPECT_TRUE(StartsWith(
-      run_->Err("grep", Args({{"pattern", "x"}, {"path", base_}, {"max_count", 0}})),
-      "Error invoking tool 'grep'"));
+  EXPECT_TRUE(
+      StartsWith(run_->Err("grep", Args({{"pattern", "x"}, {"path", base_}, {"max_count", 0}})),
+                 "Error invoking tool 'grep'"));
 }
 
 // ------------------------------------------------------------------ glob

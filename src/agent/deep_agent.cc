@@ -33,8 +33,7 @@ std::string EnvironmentPrompt(std::string_view root_sv) {
          ".\n"
          "- The file tools (ls, read_file, write_file, edit_file, delete, glob, grep) take "
          "absolute paths: use paths under " +
-         root + " (for example " + root +
-         "/main.py). Relative paths are resolved against " + root +
+         root + " (for example " + root + "/main.py). Relative paths are resolved against " + root +
          ". Paths outside it are not accessible.\n"
          "- `execute` runs shell commands with " +
          root +
@@ -182,18 +181,21 @@ struct DeepAgent::Impl {
     return h;
   }
 
-  RunResult Finish(const LoopOutcome& out) {
+  RunResult Finish(const LoopOutcome& out, const Usage& before) {
     RunResult r;
     r.final_text = out.final_text;
     r.stop_reason = out.reason;
     r.error = out.error;
-    r.usage = out.usage;
     {
       std::lock_guard<std::mutex> lock(sub_usage_mu);
-      r.usage += sub_usage;
       state.usage += sub_usage;
       sub_usage = Usage{};
     }
+    // Everything this run consumed: main turns, summaries, sub-agents.
+    r.usage.input_tokens = state.usage.input_tokens - before.input_tokens;
+    r.usage.output_tokens = state.usage.output_tokens - before.output_tokens;
+    r.usage.cache_read_tokens = state.usage.cache_read_tokens - before.cache_read_tokens;
+    r.usage.cache_write_tokens = state.usage.cache_write_tokens - before.cache_write_tokens;
     r.total_usage = state.usage;
     r.cost_usd = opts.model->profile().CostUsd(r.usage);
     r.messages = state.messages;
@@ -270,9 +272,9 @@ Result<std::unique_ptr<DeepAgent>> DeepAgent::Create(DeepAgentOptions options) {
     LoopConfig c;
     c.model = s.model ? s.model : o.model;
     c.sandbox = o.sandbox;
-    c.system_prompt = (s.system_prompt.empty() ? std::string(kDefaultSubagentPrompt)
-                                               : s.system_prompt) +
-                      "\n\n" + EnvironmentPrompt(I.root);
+    c.system_prompt =
+        (s.system_prompt.empty() ? std::string(kDefaultSubagentPrompt) : s.system_prompt) + "\n\n" +
+        EnvironmentPrompt(I.root);
     if (s.tools) {
       for (const auto& name : *s.tools) {
         bool found = false;
@@ -320,9 +322,11 @@ Result<std::unique_ptr<DeepAgent>> DeepAgent::Create(DeepAgentOptions options) {
   Impl* raw = impl.get();
   if (!listing.empty()) {
     main.tools.push_back(MakeTaskTool(
-        listing, [raw](const std::string& type, const std::string& desc, ToolContext& ctx) {
+        listing,
+        [raw](const std::string& type, const std::string& desc, ToolContext& ctx) {
           return raw->RunSubagent(type, desc, ctx);
-        }));
+        },
+        o.parallel_subagents));
   }
   add_user_tools(main.tools);
   std::string prompt = o.system_prompt.empty() ? kDefaultBasePrompt : o.system_prompt;
@@ -386,8 +390,9 @@ RunResult DeepAgent::Run(std::string_view task, const RunCallbacks& callbacks) {
   };
   PatchTrailingDanglingCalls(I.state, append);
   append(Message::User(std::string(task)));
+  Usage before = I.state.usage;
   LoopOutcome out = I.loop->Run(I.state, hooks);
-  return I.Finish(out);
+  return I.Finish(out, before);
 }
 
 RunResult DeepAgent::Resume(std::vector<Decision> decisions, const RunCallbacks& callbacks) {
@@ -403,8 +408,9 @@ RunResult DeepAgent::Resume(std::vector<Decision> decisions, const RunCallbacks&
   for (const auto& d : decisions) ds.push_back(DecisionToJson(d));
   rec["decisions"] = std::move(ds);
   I.Persist("decisions", std::move(rec));
+  Usage before = I.state.usage;
   LoopOutcome out = I.loop->Resume(I.state, std::move(decisions), hooks);
-  return I.Finish(out);
+  return I.Finish(out, before);
 }
 
 const std::string& DeepAgent::thread_id() const { return impl_->thread_id; }

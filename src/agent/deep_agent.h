@@ -60,16 +60,19 @@ struct DeepAgentOptions {
   std::vector<ToolPtr> tools;  // extra tools (after the built-in ones)
   std::vector<SubAgentSpec> subagents;
   bool general_purpose_subagent = true;
-  bool enable_todos = true;    // write_todos
-  bool enable_execute = true;  // execute
+  bool enable_todos = true;                             // write_todos
+  bool enable_execute = true;                           // execute
   std::map<std::string, InterruptConfig> interrupt_on;  // tool name -> config
   std::vector<PermissionRule> permissions;              // first match wins
   std::vector<std::string> skills_dirs;                 // sandbox directories
   std::vector<std::string> memory_paths;                // sandbox AGENTS.md paths
-  int max_steps = 1000;         // model turns per Run/Resume (the recursion limit)
+  int max_steps = 1000;  // model turns per Run/Resume (the recursion limit)
   int max_parallel_tools = 16;
-  int max_tokens = 0;           // per model call; 0 = the client's default
-  std::string thread_id;        // "" = a new thread; an existing id resumes it
+  // Sub-agents of one turn run concurrently; false runs them one after
+  // another (needed to replay a recorded conversation deterministically).
+  bool parallel_subagents = true;
+  int max_tokens = 0;                         // per model call; 0 = the client's default
+  std::string thread_id;                      // "" = a new thread; an existing id resumes it
   std::shared_ptr<ThreadStore> thread_store;  // null = nothing persisted
   FsToolOptions fs;
   ExecuteToolOptions execute;
@@ -79,22 +82,22 @@ struct DeepAgentOptions {
 };
 
 struct RunCallbacks {
-  EventCallback on_event;          // called serialized, possibly from worker threads
-  InterruptHandler on_interrupt;   // unset: the run pauses (StopReason::kInterrupted)
+  EventCallback on_event;                     // called serialized, possibly from worker threads
+  InterruptHandler on_interrupt;              // unset: the run pauses (StopReason::kInterrupted)
   const std::atomic<bool>* cancel = nullptr;  // set to true to stop (Ctrl-C)
 };
 
 struct RunResult {
   std::string final_text;
   StopReason stop_reason = StopReason::kCompleted;
-  std::optional<Error> error;      // kError / kStepLimit
-  Usage usage;                     // this run
-  Usage total_usage;               // the whole thread
-  double cost_usd = 0;             // this run, from the model's profile
-  std::vector<Message> messages;   // the whole thread
+  std::optional<Error> error;                 // kError / kStepLimit
+  Usage usage;                                // this run
+  Usage total_usage;                          // the whole thread
+  double cost_usd = 0;                        // this run, from the model's profile
+  std::vector<Message> messages;              // the whole thread
   std::optional<InterruptRequest> interrupt;  // kInterrupted: what to decide
   std::string thread_id;
-  int steps = 0;                   // model turns in this run
+  int steps = 0;  // model turns in this run
   bool ok() const { return stop_reason == StopReason::kCompleted; }
 };
 
@@ -113,7 +116,8 @@ class DeepAgent {
   RunResult Resume(std::vector<Decision> decisions, const RunCallbacks& callbacks = {});
 
   const std::string& thread_id() const;
-  // A snapshot of the conversation state.
+  // A snapshot of the conversation state. Blocks while a run is in
+  // progress: do not call it from a callback.
   AgentState state() const;
   std::optional<InterruptRequest> pending_interrupt() const;
   // The tools the model is offered, in order.

@@ -29,8 +29,8 @@ TEST(DeepAgentE2E, FibonacciTask) {
                           R"({"content":"Run it","status":"pending"}])");
   auto model = std::make_shared<ScriptedModel>();
   model->Tools({Call("t0", "write_todos", Args({{"todos", todos}}))}, "Planning.");
-  model->Tools({Call("t1", "write_file",
-                     Args({{"file_path", root + "/fib.sh"}, {"content", program}}))});
+  model->Tools(
+      {Call("t1", "write_file", Args({{"file_path", root + "/fib.sh"}, {"content", program}}))});
   model->Tools({Call("t2", "execute", Args({{"command", "sh " + root + "/fib.sh"}})),
                 Call("t3", "read_file", Args({{"file_path", root + "/fib.sh"}, {"limit", 1}}))});
   model->Text("The first 10 Fibonacci numbers are 0 1 1 2 3 5 8 13 21 34.");
@@ -53,7 +53,8 @@ TEST(DeepAgentE2E, FibonacciTask) {
   EXPECT_EQ(tools[3].text,
             "1  a=0; b=1; i=0\n\n[Read 1 line (lines 1-1 of 3 total). 2 lines remaining from "
             "offset 1.]");
-  EXPECT_TRUE(StartsWith(model->requests()[0].system, "You are a coding assistant.\n\n## Environment"));
+  EXPECT_TRUE(
+      StartsWith(model->requests()[0].system, "You are a coding assistant.\n\n## Environment"));
   EXPECT_EQ(log.of(EventType::kTodoUpdate).size(), 1u);
   EXPECT_EQ(log.of(EventType::kToolCallEnd).size(), 4u);
   EXPECT_EQ(r.final_text, "The first 10 Fibonacci numbers are 0 1 1 2 3 5 8 13 21 34.");

@@ -66,6 +66,14 @@ std::string TooLargeToolMessage(std::string_view tool_call_id, std::string_view 
   return out;
 }
 
+std::string TooLargeHumanMessage(std::string_view file_path, std::string_view content_sample) {
+  return "Message content too large and was saved to the filesystem at: " + std::string(file_path) +
+         "\n\nYou can read the full content using the read_file tool with pagination (offset "
+         "and limit parameters).\n\nHere is a preview showing the head and tail of the "
+         "content:\n\n" +
+         std::string(content_sample) + "\n";
+}
+
 std::string DanglingToolCallMessage(std::string_view name, std::string_view id) {
   return "Tool call " + std::string(name) + " with id " + std::string(id) +
          " was cancelled - another message came in before it could be completed.";
@@ -83,8 +91,7 @@ std::string UnknownSubagentMessage(std::string_view subagent_type,
 }
 
 std::string DefaultRejectMessage(std::string_view name, std::string_view id) {
-  return "User rejected the tool call for `" + std::string(name) + "` with id " +
-         std::string(id) +
+  return "User rejected the tool call for `" + std::string(name) + "` with id " + std::string(id) +
          ". The tool was not executed. Do not retry this tool call unless the user explicitly "
          "requests it.";
 }
@@ -103,14 +110,13 @@ std::string SummaryMessageText(std::string_view summary,
 }
 
 std::string InvalidToolMessage(std::string_view name, const std::vector<std::string>& tools) {
-  return "Error: " + std::string(name) + " is not a valid tool, try one of [" +
-         Join(tools, ", ") + "].";
+  return "Error: " + std::string(name) + " is not a valid tool, try one of [" + Join(tools, ", ") +
+         "].";
 }
 
 // ------------------------------------------------------------------ read_file
 
-std::string FormatLinesWithNumbers(const std::vector<std::string_view>& lines,
-                                   int64_t start_line) {
+std::string FormatLinesWithNumbers(const std::vector<std::string_view>& lines, int64_t start_line) {
   struct Row {
     std::string marker;
     std::string_view text;
@@ -325,8 +331,7 @@ std::string FormatGrepToolResult(const std::vector<GrepLine>& matches, GrepMode 
 
 // ------------------------------------------------------------------ eviction
 
-std::string CreateContentPreview(std::string_view content, size_t head_lines,
-                                 size_t tail_lines) {
+std::string CreateContentPreview(std::string_view content, size_t head_lines, size_t tail_lines) {
   auto lines = SplitLines(content);
   auto cut = [](std::string_view l) { return CodePointPrefix(l, 1000); };
   if (lines.size() <= head_lines + tail_lines) {

@@ -14,12 +14,12 @@ namespace deepbox::agent {
 
 // ------------------------------------------------------------------ limits
 
-inline constexpr size_t kMaxLineLength = 5000;           // read_file row split
-inline constexpr int64_t kToolTokenLimit = 20000;        // tool_token_limit_before_evict
+inline constexpr size_t kMaxLineLength = 5000;     // read_file row split
+inline constexpr int64_t kToolTokenLimit = 20000;  // tool_token_limit_before_evict
 inline constexpr size_t kCharsPerToken = 4;
-inline constexpr size_t kToolResultCharLimit = 80000;    // 4 x 20 000
+inline constexpr size_t kToolResultCharLimit = 80000;  // 4 x 20 000
 inline constexpr int64_t kDefaultReadLimit = 100;
-inline constexpr int64_t kMaxBinaryBytes = 500 * 1024;   // 512 000
+inline constexpr int64_t kMaxBinaryBytes = 500 * 1024;  // 512 000
 inline constexpr int64_t kMaxReadPageBytes = 500 * 1024;
 inline constexpr int64_t kDefaultGrepMaxCount = 1000;
 inline constexpr int64_t kMaxExecuteTimeoutSeconds = 3600;
@@ -27,8 +27,8 @@ inline constexpr double kGlobTimeoutSeconds = 10.0;
 
 // ------------------------------------------------------------------ messages
 
-extern const char kEmptyContentWarning[];   // "System reminder: File exists but has empty contents"
-extern const char kTruncationGuidance[];    // "... [results truncated, try being more specific ...]"
+extern const char kEmptyContentWarning[];  // "System reminder: File exists but has empty contents"
+extern const char kTruncationGuidance[];   // "... [results truncated, try being more specific ...]"
 extern const char kGrepTruncationNote[];
 extern const char kGlobTruncationNote[];
 extern const char kRegexLiteralHint[];
@@ -39,6 +39,8 @@ std::string ReadFileTruncationMessage(std::string_view file_path);
 std::string GlobTimeoutMessage();  // "Error: glob timed out after 10.0s. ..."
 std::string TooLargeToolMessage(std::string_view tool_call_id, std::string_view file_path,
                                 std::string_view content_sample);
+// A user message saved to the filesystem (deepagents TOO_LARGE_HUMAN_MSG).
+std::string TooLargeHumanMessage(std::string_view file_path, std::string_view content_sample);
 // PatchToolCalls: "Tool call {name} with id {id} was cancelled - ..."
 std::string DanglingToolCallMessage(std::string_view name, std::string_view id);
 // task with an unknown subagent_type.
@@ -56,8 +58,7 @@ std::string InvalidToolMessage(std::string_view name, const std::vector<std::str
 
 // One rendered row per line, lines over 5 000 chars split into N, N.1, N.2
 // rows; markers right-aligned to the widest marker, then two spaces.
-std::string FormatLinesWithNumbers(const std::vector<std::string_view>& lines,
-                                   int64_t start_line);
+std::string FormatLinesWithNumbers(const std::vector<std::string_view>& lines, int64_t start_line);
 // String form: split on "\n", a trailing empty line dropped.
 std::string FormatContentWithLineNumbers(std::string_view content, int64_t start_line = 1);
 

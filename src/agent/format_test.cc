@@ -101,8 +101,8 @@ TEST(ReadBudget, CutsAtLastWholeLineAndRecomputesNotice) {
   int shown = static_cast<int>(rows.size());
   EXPECT_EQ(out.substr(at + msg.size()),
             "\n\n[Read " + std::to_string(shown) + " lines (lines 1-" + std::to_string(shown) +
-                " of 100 total). " + std::to_string(100 - shown) +
-                " lines remaining from offset " + std::to_string(shown) + ".]");
+                " of 100 total). " + std::to_string(100 - shown) + " lines remaining from offset " +
+                std::to_string(shown) + ".]");
   EXPECT_NE(msg.find("execute(command='jq . /w/big.json')"), std::string::npos);
 }
 
@@ -133,8 +133,8 @@ TEST(FilePaths, LongListsAreTruncatedProportionally) {
 }
 
 TEST(Grep, OutputModes) {
-  std::vector<GrepLine> m = {{"/w/b.py", 3, "x = 1"}, {"/w/a.py", 1, "x = 2"},
-                             {"/w/b.py", 7, "y = x"}};
+  std::vector<GrepLine> m = {
+      {"/w/b.py", 3, "x = 1"}, {"/w/a.py", 1, "x = 2"}, {"/w/b.py", 7, "y = x"}};
   EXPECT_EQ(FormatGrepMatches(m, GrepMode::kFilesWithMatches), "/w/a.py\n/w/b.py");
   EXPECT_EQ(FormatGrepMatches(m, GrepMode::kContent),
             "/w/a.py:\n  1: x = 2\n/w/b.py:\n  3: x = 1\n  7: y = x");
@@ -176,8 +176,9 @@ TEST(Grep, BodyCappedAt80000Chars) {
 TEST(Truncate, StringOverLimit) {
   EXPECT_EQ(TruncateIfTooLong(std::string(80000, 'a')), std::string(80000, 'a'));
   EXPECT_EQ(TruncateIfTooLong(std::string(80001, 'a')),
-            std::string(80000, 'a') + "\n... [results truncated, try being more specific with "
-                                      "your parameters]");
+            std::string(80000, 'a') +
+                "\n... [results truncated, try being more specific with "
+                "your parameters]");
 }
 
 TEST(Eviction, PreviewHeadAndTail) {
@@ -192,11 +193,11 @@ TEST(Eviction, PreviewHeadAndTail) {
 }
 
 TEST(Eviction, TooLargeMessage) {
-  std::string msg = TooLargeToolMessage("toolu_1", "/workspace/large_tool_results/toolu_1",
-                                        "1  a");
-  EXPECT_TRUE(StartsWith(msg,
-            "Tool result too large, the result of this tool call toolu_1 was saved in the "
-            "filesystem at this path: /workspace/large_tool_results/toolu_1\n\n"));
+  std::string msg = TooLargeToolMessage("toolu_1", "/workspace/large_tool_results/toolu_1", "1  a");
+  EXPECT_TRUE(
+      StartsWith(msg,
+                 "Tool result too large, the result of this tool call toolu_1 was saved in the "
+                 "filesystem at this path: /workspace/large_tool_results/toolu_1\n\n"));
   EXPECT_NE(msg.find("read_file tool with offset=0 and limit=100."), std::string::npos);
   EXPECT_TRUE(EndsWith(msg, "indicate omitted lines in the middle of the content):\n\n1  a\n"));
 }
@@ -226,6 +227,11 @@ TEST(Messages, ExactStrings) {
             "<summary>\nS\n</summary>");
   EXPECT_EQ(SummaryMessageText("S", std::nullopt),
             "Here is a summary of the conversation to date:\n\nS");
+  EXPECT_EQ(TooLargeHumanMessage("/w/conversation_history/m.md", "1  a"),
+            "Message content too large and was saved to the filesystem at: "
+            "/w/conversation_history/m.md\n\nYou can read the full content using the read_file "
+            "tool with pagination (offset and limit parameters).\n\nHere is a preview showing "
+            "the head and tail of the content:\n\n1  a\n");
   EXPECT_EQ(InvalidToolMessage("nope", {"ls", "read_file"}),
             "Error: nope is not a valid tool, try one of [ls, read_file].");
 }

@@ -120,9 +120,8 @@ bool ApplyDecisions(const InterruptRequest& request, const std::vector<Decision>
         edited = true;
         break;
       case DecisionType::kReject:
-        preset[call->id] = ToolResult::Err(d.message.empty()
-                                               ? DefaultRejectMessage(call->name, call->id)
-                                               : d.message);
+        preset[call->id] = ToolResult::Err(
+            d.message.empty() ? DefaultRejectMessage(call->name, call->id) : d.message);
         break;
       case DecisionType::kRespond:
         preset[call->id] = ToolResult::Ok(d.message);

@@ -77,7 +77,7 @@ void MemoryMiddleware::BeforeAgent(RunEnv& env) {
 }
 
 Result<ModelResponse> MemoryMiddleware::WrapModelCall(ModelRequest& request, RunEnv& env,
-                                                     const ModelCallFn& next) {
+                                                      const ModelCallFn& next) {
   std::string section;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -157,7 +157,7 @@ SkillsLoad LoadSkills(Sandbox& sandbox, const std::vector<std::string>& dirs) {
   for (const auto& dir : dirs) {
     auto list = sandbox.List(dir);
     if (!list) {
-      std::string code = list.error().code == ErrorCode::kNotFound ? "path_not_found"
+      std::string code = list.error().code == ErrorCode::kNotFound       ? "path_not_found"
                          : list.error().code == ErrorCode::kNotDirectory ? "not_a_directory"
                                                                          : list.error().message;
       out.errors.push_back("Cannot load skills from '" + dir + "': Path '" + dir + "': " + code);
@@ -186,8 +186,9 @@ std::string FormatSkillsSection(const std::vector<std::string>& dirs,
                                 const std::vector<SkillMetadata>& skills,
                                 const std::vector<std::string>& errors) {
   std::string out = "## Skills\n\n";
-  out += "You have a library of skills: packaged instructions (and sometimes scripts) for "
-         "specific kinds of tasks.\n\n";
+  out +=
+      "You have a library of skills: packaged instructions (and sometimes scripts) for "
+      "specific kinds of tasks.\n\n";
   for (size_t i = 0; i < dirs.size(); ++i) {
     out += "**Skills directory**: `" + dirs[i] + "`";
     if (i + 1 == dirs.size() && dirs.size() > 1) out += " (higher priority)";
@@ -209,7 +210,8 @@ std::string FormatSkillsSection(const std::vector<std::string>& dirs,
     if (!s.compatibility.empty()) notes.push_back("Compatibility: " + s.compatibility);
     if (!notes.empty()) out += " (" + Join(notes, ", ") + ")";
     out += "\n";
-    if (!s.allowed_tools.empty()) out += "  -> Allowed tools: " + Join(s.allowed_tools, ", ") + "\n";
+    if (!s.allowed_tools.empty())
+      out += "  -> Allowed tools: " + Join(s.allowed_tools, ", ") + "\n";
     out += "  -> Read `" + s.path + "` for full instructions\n";
   }
   out +=
@@ -237,7 +239,7 @@ void SkillsMiddleware::BeforeAgent(RunEnv& env) {
 }
 
 Result<ModelResponse> SkillsMiddleware::WrapModelCall(ModelRequest& request, RunEnv& env,
-                                                     const ModelCallFn& next) {
+                                                      const ModelCallFn& next) {
   std::string section;
   {
     std::lock_guard<std::mutex> lock(mu_);

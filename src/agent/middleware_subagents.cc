@@ -29,8 +29,9 @@ namespace {
 
 class TaskTool : public Tool {
  public:
-  TaskTool(std::vector<std::pair<std::string, std::string>> agents, SubagentRunner runner)
-      : agents_(std::move(agents)), runner_(std::move(runner)) {
+  TaskTool(std::vector<std::pair<std::string, std::string>> agents, SubagentRunner runner,
+           bool parallel)
+      : agents_(std::move(agents)), runner_(std::move(runner)), parallel_(parallel) {
     std::string list;
     for (const auto& [name, desc] : agents_) {
       if (!list.empty()) list += "\n";
@@ -67,6 +68,9 @@ class TaskTool : public Tool {
   std::string MainArgument(const json::object& args) const override {
     return ArgString(args, "subagent_type") + ": " + ArgString(args, "description");
   }
+  ToolScheduling Scheduling(const json::object&, std::string_view) const override {
+    return {parallel_ ? "" : "\x01task"};
+  }
 
   ToolResult Invoke(ToolContext& ctx, const json::object& args) override {
     std::string type = ArgString(args, "subagent_type");
@@ -88,13 +92,14 @@ class TaskTool : public Tool {
   ToolSpec spec_;
   std::vector<std::pair<std::string, std::string>> agents_;
   SubagentRunner runner_;
+  bool parallel_;
 };
 
 }  // namespace
 
-ToolPtr MakeTaskTool(std::vector<std::pair<std::string, std::string>> agents,
-                     SubagentRunner runner) {
-  return std::make_shared<TaskTool>(std::move(agents), std::move(runner));
+ToolPtr MakeTaskTool(std::vector<std::pair<std::string, std::string>> agents, SubagentRunner runner,
+                     bool parallel) {
+  return std::make_shared<TaskTool>(std::move(agents), std::move(runner), parallel);
 }
 
 std::string SubagentFinalText(const std::vector<Message>& messages) {

@@ -39,7 +39,7 @@ struct SubAgentSpec {
   std::vector<std::string> skills_dirs;
 };
 
-extern const char kGeneralPurposeName[];         // "general-purpose"
+extern const char kGeneralPurposeName[];  // "general-purpose"
 extern const char kGeneralPurposeDescription[];
 extern const char kDefaultSubagentPrompt[];
 extern const char kTaskSystemPrompt[];
@@ -48,9 +48,11 @@ extern const char kTaskSystemPrompt[];
 using SubagentRunner = std::function<Result<std::string>(
     const std::string& type, const std::string& description, ToolContext& ctx)>;
 
-// `agents`: (name, description) in listing order.
-ToolPtr MakeTaskTool(std::vector<std::pair<std::string, std::string>> agents,
-                     SubagentRunner runner);
+// `agents`: (name, description) in listing order. With `parallel` false,
+// task calls of one turn run one after another (deterministic model-call
+// order, e.g. for replayed conversations).
+ToolPtr MakeTaskTool(std::vector<std::pair<std::string, std::string>> agents, SubagentRunner runner,
+                     bool parallel = true);
 
 // The text a finished sub-agent returns: its last non-empty assistant text.
 std::string SubagentFinalText(const std::vector<Message>& messages);

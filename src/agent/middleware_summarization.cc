@@ -91,7 +91,8 @@ std::string SummarizationMiddleware::RenderHistory(const std::vector<Message>& m
       case Role::kTool:
         out += "<tool id=\"" + Attr(m.tool_call_id) + "\" name=\"" + Attr(m.tool_name) +
                (m.is_error ? "\" status=\"error\">" : "\">") + m.text;
-        if (!m.images.empty()) out += "\n<image count=\"" + std::to_string(m.images.size()) + "\" />";
+        if (!m.images.empty())
+          out += "\n<image count=\"" + std::to_string(m.images.size()) + "\" />";
         out += "</tool>\n";
         break;
     }
@@ -101,7 +102,7 @@ std::string SummarizationMiddleware::RenderHistory(const std::vector<Message>& m
 }
 
 Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& request, RunEnv& env,
-                                                            const ModelCallFn& next) {
+                                                             const ModelCallFn& next) {
   ChatModel& model = *env.config.model;
   ModelProfile profile = model.profile();
   std::vector<Message> effective = AgentLoop::EffectiveMessages(env.state);
@@ -112,10 +113,10 @@ Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& reque
     size_t cutoff = st.summarization ? st.summarization->cutoff_index : 0;
     if (st.last_call_tokens > 0 && st.last_call_cutoff == cutoff &&
         st.last_call_message_count <= st.messages.size()) {
-      std::vector<Message> added(st.messages.begin() +
-                                     static_cast<ptrdiff_t>(st.last_call_message_count),
-                                 st.messages.end());
-      return std::max(st.last_call_tokens + ApproxTokens(added), ApproxTokens(msgs));
+      std::vector<Message> added(
+          st.messages.begin() + static_cast<ptrdiff_t>(st.last_call_message_count),
+          st.messages.end());
+      return st.last_call_tokens + ApproxTokens(added);
     }
     int64_t fixed = static_cast<int64_t>(CodePointCount(request.system) / 4);
     for (const auto& t : request.tools) {
@@ -127,9 +128,8 @@ Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& reque
 
   // Step 1: shorten old write_file / edit_file arguments (request only).
   bool truncate_trigger =
-      has_profile ? tokens >= std::max<int64_t>(
-                                  1, static_cast<int64_t>(profile.max_input_tokens *
-                                                          options_.trigger_fraction))
+      has_profile ? tokens >= std::max<int64_t>(1, static_cast<int64_t>(profile.max_input_tokens *
+                                                                        options_.trigger_fraction))
                   : effective.size() >= options_.truncate_keep_messages;
   if (truncate_trigger) {
     size_t cutoff = effective.size();
@@ -165,10 +165,10 @@ Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& reque
     }
   }
 
-  int64_t threshold =
-      has_profile ? std::max<int64_t>(1, static_cast<int64_t>(profile.max_input_tokens *
-                                                              options_.trigger_fraction))
-                  : options_.trigger_tokens;
+  int64_t threshold = has_profile
+                          ? std::max<int64_t>(1, static_cast<int64_t>(profile.max_input_tokens *
+                                                                      options_.trigger_fraction))
+                          : options_.trigger_tokens;
   if (tokens < threshold) {
     request.messages = effective;
     auto resp = next(request);
@@ -179,9 +179,9 @@ Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& reque
 }
 
 Result<ModelResponse> SummarizationMiddleware::Summarize(ModelRequest& request, RunEnv& env,
-                                                        const ModelCallFn& next,
-                                                        std::vector<Message> effective,
-                                                        const ModelProfile& profile) {
+                                                         const ModelCallFn& next,
+                                                         std::vector<Message> effective,
+                                                         const ModelProfile& profile) {
   // Where the kept tail starts in the effective list.
   size_t cutoff = 0;
   if (profile.max_input_tokens > 0) {
@@ -218,16 +218,16 @@ Result<ModelResponse> SummarizationMiddleware::Summarize(ModelRequest& request, 
     if (!StartsWith(m.id, kSummaryIdPrefix)) offload.push_back(m);
   }
   Sandbox* sb = env.config.sandbox;
-  std::string session = env.config.session_id.empty() ? "session_" + RandomHex(32)
-                                                      : env.config.session_id;
+  std::string session =
+      env.config.session_id.empty() ? "session_" + RandomHex(32) : env.config.session_id;
   std::string path = JoinPath(JoinPath(sb->root(), options_.history_dir_name),
                               SanitizeToolCallId(session) + ".md");
   std::optional<std::string> file_path;
   {
     std::string existing;
     if (auto d = sb->Download(path)) existing = std::move(*d);
-    std::string section = "## Summarized at " + IsoNowUtc() + "\n\n" + RenderHistory(offload) +
-                          "\n\n";
+    std::string section =
+        "## Summarized at " + IsoNowUtc() + "\n\n" + RenderHistory(offload) + "\n\n";
     if (sb->Write(path, existing + section)) {
       file_path = path;
     } else {
@@ -251,10 +251,10 @@ Result<ModelResponse> SummarizationMiddleware::Summarize(ModelRequest& request, 
   sreq.messages.push_back(Message::User(std::move(prompt)));
   auto sresp = summarizer.Generate(sreq, {});
   if (!sresp) {
-    return MakeError(sresp.error().code,
-                     "summarization failed: " + sresp.error().message);
+    return MakeError(sresp.error().code, "summarization failed: " + sresp.error().message);
   }
   env.state.usage += sresp->usage;
+  if (env.hooks.on_model_response) env.hooks.on_model_response(*sresp);
   std::string summary(Trim(sresp->message.text));
 
   // 3. Record the event (cutoff as an index into the full state).

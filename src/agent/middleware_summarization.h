@@ -31,8 +31,8 @@ struct SummarizationOptions {
   std::shared_ptr<ChatModel> model;  // for the summary call; null = the agent's model
   double trigger_fraction = 0.85;
   double keep_fraction = 0.10;
-  int64_t trigger_tokens = 170000;   // without a profile
-  size_t keep_messages = 6;          // without a profile
+  int64_t trigger_tokens = 170000;  // without a profile
+  size_t keep_messages = 6;         // without a profile
   size_t max_arg_length = 2000;
   size_t truncate_keep_messages = 20;  // without a profile
   std::string history_dir_name = "conversation_history";

@@ -61,7 +61,8 @@ TEST(Eviction, LargeResultsGoToTheFilesystem) {
   EXPECT_EQ(tools[0].text, TooLargeToolMessage("toolu.a/1", path, CreateContentPreview(full)));
   EXPECT_TRUE(StartsWith(tools[0].text,
                          "Tool result too large, the result of this tool call toolu.a/1 was "
-                         "saved in the filesystem at this path: " + path));
+                         "saved in the filesystem at this path: " +
+                             path));
   EXPECT_NE(tools[0].text.find("1  row 1\n2  row 2\n"), std::string::npos);
   EXPECT_NE(tools[0].text.find(" lines truncated] ...\n"), std::string::npos);
   // Exactly at the threshold: kept inline.
@@ -85,6 +86,26 @@ TEST(Eviction, FileToolsAreNeverEvicted) {
   EXPECT_TRUE(StartsWith(tools[0].text, " 1  aaa"));  // read_file: budget-cut, not evicted
   EXPECT_TRUE(StartsWith(tools[1].text, "Tool result too large"));  // execute: evicted
   EXPECT_TRUE(sb.Stat(sb.root() + "/large_tool_results/x"));
+}
+
+TEST(Eviction, LargeUserMessagesAreSavedAndPreviewed) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  Sandbox& sb = sbd->client();
+  std::string task;
+  for (int i = 1; task.size() <= 200000; ++i) task += "paragraph " + std::to_string(i) + "\n";
+  auto model = std::make_shared<ScriptedModel>();
+  model->Text("got it");
+  auto agent = MakeAgent(Options(model, sb));
+  RunResult r = agent->Run(task);
+  ASSERT_TRUE(r.ok());
+  std::string path = sb.root() + "/conversation_history/" + r.messages[0].id + ".md";
+  EXPECT_EQ(model->requests()[0].messages[0].text,
+            TooLargeHumanMessage(path, CreateContentPreview(task)));
+  EXPECT_TRUE(StartsWith(model->requests()[0].messages[0].text,
+                         "Message content too large and was saved to the filesystem at: " + path +
+                             "\n\nYou can read the full content using the read_file tool"));
+  EXPECT_EQ(*sb.Download(path), task);
+  EXPECT_EQ(r.messages[0].text, task);  // the thread keeps the full text
 }
 
 // ------------------------------------------------------------------ summarization
@@ -337,9 +358,9 @@ TEST(SubAgents, IsolatedContextAndOnlyTheFinalMessageReturns) {
   Sandbox& sb = sbd->client();
   auto main_model = std::make_shared<ScriptedModel>();
   auto sub_model = std::make_shared<ScriptedModel>();
-  main_model->Tools({Call("t1", "task", Args({{"description", "count the files"},
-                                              {"subagent_type", "counter"}})),
-                     Call("t2", "task", Args({{"description", "x"}, {"subagent_type", "nope"}}))});
+  main_model->Tools(
+      {Call("t1", "task", Args({{"description", "count the files"}, {"subagent_type", "counter"}})),
+       Call("t2", "task", Args({{"description", "x"}, {"subagent_type", "nope"}}))});
   main_model->Text("there are some files");
   sub_model->Tools({Call("s1", "ls", Args({{"path", sb.root()}}))}, "Let me look.");
   sub_model->Text("FOUND 0 FILES\n\n");
@@ -392,19 +413,23 @@ TEST(SubAgents, IsolatedContextAndOnlyTheFinalMessageReturns) {
 TEST(SubAgents, GeneralPurposeHasTheMainToolsButNoTask) {
   DEEPBOX_AGENT_SANDBOX(sbd);
   auto model = std::make_shared<ScriptedModel>();
-  model->Tools({Call("t", "task", Args({{"description", "research"},
-                                        {"subagent_type", "general-purpose"}}))});
-  model->Text("sub answer");  // the sub-agent's turn (same model)
-  model->Text("main answer");
+  model->Tools({Call("t", "task",
+                     Args({{"description", "research"}, {"subagent_type", "general-purpose"}}))},
+               "", Usage{1, 10, 0, 0});
+  model->Text("sub answer", Usage{2, 20, 0, 0});  // the sub-agent's turn (same model)
+  model->Text("main answer", Usage{4, 40, 0, 0});
   auto agent = MakeAgent(Options(model, sbd->client()));
   RunResult r = agent->Run("go");
   ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.usage.input_tokens, 7);  // sub-agent calls count too
+  EXPECT_EQ(r.usage.output_tokens, 70);
+  EXPECT_EQ(r.total_usage.output_tokens, 70);
   EXPECT_EQ(ToolMessages(r.messages)[0].text, "sub answer");
   auto reqs = model->requests();
   std::vector<std::string> names;
   for (const auto& t : reqs[1].tools) names.push_back(t.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"ls", "read_file", "write_file", "edit_file",
-                                             "delete", "glob", "grep", "execute"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"ls", "read_file", "write_file", "edit_file", "delete",
+                                             "glob", "grep", "execute"}));
   EXPECT_TRUE(StartsWith(reqs[1].system, kDefaultSubagentPrompt));
 }
 
@@ -476,8 +501,9 @@ TEST(Memory, AgentsMdInjected) {
   auto agent = MakeAgent(o);
   ASSERT_TRUE(agent->Run("hi").ok());
   std::string sys = model->requests()[0].system;
-  EXPECT_NE(sys.find("<agent_memory>\n" + path + "\n\nPrefer tabs.\nUser is Ada.\n\n</agent_memory>"),
-            std::string::npos);
+  EXPECT_NE(
+      sys.find("<agent_memory>\n" + path + "\n\nPrefer tabs.\nUser is Ada.\n\n</agent_memory>"),
+      std::string::npos);
   EXPECT_NE(sys.find("<memory_guidelines>"), std::string::npos);
   EXPECT_NE(sys.find("edit_file"), std::string::npos);
   EXPECT_TRUE(StartsWith(FormatMemorySection({"/a"}, {}),

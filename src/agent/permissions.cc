@@ -101,8 +101,8 @@ std::vector<std::string> PermissionSet::DeleteDenyPatterns(std::string_view targ
         } else if (PathIsWithin(target, anchor)) {
           std::string_view rest = std::string_view(pattern).substr(anchor.size());
           while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
-          bool single = rest.find('/') == std::string_view::npos &&
-                        rest.find("**") == std::string_view::npos;
+          bool single =
+              rest.find('/') == std::string_view::npos && rest.find("**") == std::string_view::npos;
           if (!single) {
             overlaps = true;
           } else {

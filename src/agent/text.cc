@@ -179,14 +179,13 @@ std::string RandomHex(size_t n) {
 std::string IsoNowUtc() {
   auto now = std::chrono::system_clock::now();
   auto secs = std::chrono::time_point_cast<std::chrono::seconds>(now);
-  auto micros =
-      std::chrono::duration_cast<std::chrono::microseconds>(now - secs).count();
+  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now - secs).count();
   std::time_t t = std::chrono::system_clock::to_time_t(secs);
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06lld+00:00",
-                tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06lld+00:00", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                 static_cast<long long>(micros));
   return buf;
 }

@@ -102,9 +102,7 @@ std::string ThreadStore::NewThreadId() {
   return std::string("th-") + buf + "-" + RandomHex(8);
 }
 
-std::string ThreadStore::PathFor(const std::string& id) const {
-  return dir_ + "/" + id + ".jsonl";
-}
+std::string ThreadStore::PathFor(const std::string& id) const { return dir_ + "/" + id + ".jsonl"; }
 
 bool ThreadStore::Exists(const std::string& id) const {
   if (!ValidId(id)) return false;
@@ -177,7 +175,8 @@ Result<LoadedThread> ThreadStore::Load(const std::string& id) const {
     } else if (type == "interrupt_cleared") {
       s.pending_interrupt.reset();
     } else if (type == "todos") {
-      if (const json::value* v = r.if_contains("todos"); v && v->is_array()) s.todos = v->get_array();
+      if (const json::value* v = r.if_contains("todos"); v && v->is_array())
+        s.todos = v->get_array();
     }
   }
   if (t.header.empty() && s.messages.empty()) {

@@ -163,9 +163,9 @@ TEST_F(ThreadTest, PausedInterruptSurvivesARestart) {
     o.sandbox = &sb;
     o.thread_store = store;
     o.thread_id = "hitl";
-    o.interrupt_on["execute"] = InterruptConfig{{DecisionType::kApprove, DecisionType::kEdit,
-                                                 DecisionType::kReject},
-                                                "Run a shell command?"};
+    o.interrupt_on["execute"] =
+        InterruptConfig{{DecisionType::kApprove, DecisionType::kEdit, DecisionType::kReject},
+                        "Run a shell command?"};
     return MakeAgent(o);
   };
   {

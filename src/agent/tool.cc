@@ -90,8 +90,7 @@ std::optional<std::string> ValidateToolArgs(const ToolSpec& spec, const json::ob
   std::vector<std::string> errors;
   const json::value* props_v = spec.input_schema.if_contains("properties");
   const json::object* props = props_v && props_v->is_object() ? &props_v->get_object() : nullptr;
-  if (const json::value* req = spec.input_schema.if_contains("required");
-      req && req->is_array()) {
+  if (const json::value* req = spec.input_schema.if_contains("required"); req && req->is_array()) {
     for (const auto& r : req->get_array()) {
       if (!r.is_string()) continue;
       if (!args.contains(r.get_string())) {

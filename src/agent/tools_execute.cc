@@ -107,9 +107,9 @@ class ExecuteTool : public Tool {
         break;
       case ExitKind::kTimedOut: {
         if (!output.empty() && output.back() != '\n') output += "\n";
-        int64_t secs = seconds > 0 ? seconds
-                                   : std::chrono::duration_cast<std::chrono::seconds>(
-                                         r->duration).count();
+        int64_t secs = seconds > 0
+                           ? seconds
+                           : std::chrono::duration_cast<std::chrono::seconds>(r->duration).count();
         output += "Command timed out after " + std::to_string(secs) + " seconds";
         exit_code = 124;
         break;

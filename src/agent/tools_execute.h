@@ -19,8 +19,8 @@ namespace deepbox::agent {
 struct ExecuteToolOptions {
   // Used when the model gives no timeout; 0 = the sandbox daemon's default.
   int64_t default_timeout_seconds = 0;
-  int64_t max_timeout_seconds = 3600;   // larger requests are refused
-  size_t max_output_bytes = 1 << 20;    // combined output kept (then truncated)
+  int64_t max_timeout_seconds = 3600;  // larger requests are refused
+  size_t max_output_bytes = 1 << 20;   // combined output kept (then truncated)
 };
 
 ToolPtr MakeExecuteTool(ExecuteToolOptions options = {});

@@ -250,8 +250,7 @@ class ReadFileTool : public BaseFsTool {
   }
 
  private:
-  ToolResult ReadBinary(Sandbox& sb, const std::string& path, int64_t size,
-                        std::string_view type) {
+  ToolResult ReadBinary(Sandbox& sb, const std::string& path, int64_t size, std::string_view type) {
     if (size > kMaxBinaryBytes) {
       return ToolResult::Err(FileError(path, "Binary file exceeds maximum preview size of " +
                                                  std::to_string(kMaxBinaryBytes) + " bytes"));
@@ -471,11 +470,11 @@ class GlobTool : public BaseFsTool {
         {{"pattern", SchemaString("Glob pattern, e.g. '*.py', '**/*.py', 'src/**/*.md'. "
                                   "Without '/' it matches file names at any depth; with '/' "
                                   "the path relative to the search root.")},
-         {"path", [] {
+         {"path",
+          [] {
             json::object o;
             o["type"] = json::array{"string", "null"};
-            o["description"] =
-                "Directory to search from. Defaults to the workspace root.";
+            o["description"] = "Directory to search from. Defaults to the workspace root.";
             o["default"] = nullptr;
             return o;
           }()}},
@@ -497,8 +496,8 @@ class GlobTool : public BaseFsTool {
     if (!result) return ToolResult::Err(GlobTimeoutMessage());
     if (!*result) {
       const Error& e = result->error();
-      std::string code = e.code == ErrorCode::kNotFound       ? "path_not_found"
-                         : e.code == ErrorCode::kNotDirectory ? "not_a_directory"
+      std::string code = e.code == ErrorCode::kNotFound           ? "path_not_found"
+                         : e.code == ErrorCode::kNotDirectory     ? "not_a_directory"
                          : e.code == ErrorCode::kPermissionDenied ? "permission_denied"
                                                                   : e.message;
       return ToolResult::Err("Error: Path '" + *path + "': " + code);
@@ -592,7 +591,7 @@ class GrepTool : public BaseFsTool {
     auto r = ctx.sandbox->Grep(req);
     if (!r) {
       const Error& e = r.error();
-      std::string code = e.code == ErrorCode::kNotFound ? "path_not_found"
+      std::string code = e.code == ErrorCode::kNotFound           ? "path_not_found"
                          : e.code == ErrorCode::kPermissionDenied ? "permission_denied"
                                                                   : e.message;
       return ToolResult::Err("Path '" + path + "': " + code);
@@ -651,13 +650,26 @@ std::string_view FileTypeForPath(std::string_view path) {
 
 std::string MimeTypeForPath(std::string_view path) {
   static const std::map<std::string, std::string> kMime = {
-      {".png", "image/png"},        {".jpg", "image/jpeg"},      {".jpeg", "image/jpeg"},
-      {".gif", "image/gif"},        {".webp", "image/webp"},     {".heic", "image/heic"},
-      {".heif", "image/heif"},      {".pdf", "application/pdf"}, {".mp4", "video/mp4"},
-      {".mpeg", "video/mpeg"},      {".mpg", "video/mpeg"},      {".mov", "video/quicktime"},
-      {".avi", "video/x-msvideo"},  {".webm", "video/webm"},     {".wav", "audio/x-wav"},
-      {".mp3", "audio/mpeg"},       {".ogg", "audio/ogg"},       {".flac", "audio/flac"},
-      {".aac", "audio/aac"},        {".mkv", "video/x-matroska"},
+      {".png", "image/png"},
+      {".jpg", "image/jpeg"},
+      {".jpeg", "image/jpeg"},
+      {".gif", "image/gif"},
+      {".webp", "image/webp"},
+      {".heic", "image/heic"},
+      {".heif", "image/heif"},
+      {".pdf", "application/pdf"},
+      {".mp4", "video/mp4"},
+      {".mpeg", "video/mpeg"},
+      {".mpg", "video/mpeg"},
+      {".mov", "video/quicktime"},
+      {".avi", "video/x-msvideo"},
+      {".webm", "video/webm"},
+      {".wav", "audio/x-wav"},
+      {".mp3", "audio/mpeg"},
+      {".ogg", "audio/ogg"},
+      {".flac", "audio/flac"},
+      {".aac", "audio/aac"},
+      {".mkv", "video/x-matroska"},
       {".ppt", "application/vnd.ms-powerpoint"},
       {".pptx", "application/vnd.openxmlformats-officedocument.presentationml.presentation"},
   };

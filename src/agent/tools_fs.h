@@ -13,7 +13,7 @@
 namespace deepbox::agent {
 
 struct FsToolOptions {
-  int64_t grep_max_count = 1000;  // default total cap on grep matches
+  int64_t grep_max_count = 1000;   // default total cap on grep matches
   size_t read_char_limit = 80000;  // read_file budget (4 x tool_token_limit)
   std::chrono::milliseconds glob_timeout{10000};
 };

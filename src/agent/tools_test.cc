@@ -170,8 +170,8 @@ TEST(Permissions, DenyAndFilter) {
             root + "/ok.txt\n" + root + "/ro/doc.txt");
   // Deleting an ancestor of a protected subtree is refused.
   EXPECT_EQ(run.Err("delete", Args({{"file_path", root + "/ro"}})),
-            "Error: permission denied for write on " + root + "/ro (matches deny rule(s): " +
-                root + "/ro/**)");
+            "Error: permission denied for write on " + root + "/ro (matches deny rule(s): " + root +
+                "/ro/**)");
 }
 
 // A Sandbox whose Glob is slow: forwards everything else to the daemon.

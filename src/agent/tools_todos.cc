@@ -71,8 +71,10 @@ class WriteTodosTool : public Tool {
       }
       std::string_view s = status->get_string();
       if (s != "pending" && s != "in_progress" && s != "completed") {
-        return ToolResult::Err("Error: todo status must be 'pending', 'in_progress' or "
-                               "'completed', got '" + std::string(s) + "'");
+        return ToolResult::Err(
+            "Error: todo status must be 'pending', 'in_progress' or "
+            "'completed', got '" +
+            std::string(s) + "'");
       }
       json::object item;
       item["content"] = *content;

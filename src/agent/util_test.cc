@@ -19,8 +19,8 @@ TEST(PyRepr, Strings) {
   EXPECT_EQ(PyRepr("a\\b\tc\nd\re"), "'a\\\\b\\tc\\nd\\re'");
   EXPECT_EQ(PyRepr(std::string("\x01\x7f", 2)), "'\\x01\\x7f'");
   EXPECT_EQ(PyRepr("café ☕ 日本"), "'café ☕ 日本'");
-  EXPECT_EQ(PyRepr("\xc2\xa0"), "'\\xa0'");          // NBSP is not printable
-  EXPECT_EQ(PyRepr("\xe2\x80\xa8"), "'\\u2028'");    // line separator
+  EXPECT_EQ(PyRepr("\xc2\xa0"), "'\\xa0'");        // NBSP is not printable
+  EXPECT_EQ(PyRepr("\xe2\x80\xa8"), "'\\u2028'");  // line separator
   EXPECT_EQ(PyRepr(""), "''");
 }
 
@@ -120,7 +120,8 @@ TEST(Permissions, RecursiveDelete) {
                                   {{FsOperation::kWrite}, {"/w/*.log"}, PermissionMode::kDeny}});
   ASSERT_TRUE(p);
   // Deleting an ancestor of a protected subtree is blocked.
-  EXPECT_EQ(p->DeleteDenyPatterns("/w", true), (std::vector<std::string>{"/w/keep/**", "/w/*.log"}));
+  EXPECT_EQ(p->DeleteDenyPatterns("/w", true),
+            (std::vector<std::string>{"/w/keep/**", "/w/*.log"}));
   // A sibling that cannot contain matches is fine.
   EXPECT_TRUE(p->DeleteDenyPatterns("/w/notes.txt", false).empty());
   EXPECT_EQ(p->DeleteDenyPatterns("/w/app.log", false), (std::vector<std::string>{"/w/*.log"}));
@@ -130,10 +131,10 @@ TEST(Permissions, RecursiveDelete) {
 TEST(ToolArgs, PydanticStyleValidation) {
   ToolSpec spec;
   spec.name = "read_file";
-  spec.input_schema = SchemaObject(
-      {{"file_path", SchemaString("p")}, {"offset", SchemaInteger("o", 0)},
-       {"flag", SchemaBoolean("f", false)}},
-      {"file_path"});
+  spec.input_schema = SchemaObject({{"file_path", SchemaString("p")},
+                                    {"offset", SchemaInteger("o", 0)},
+                                    {"flag", SchemaBoolean("f", false)}},
+                                   {"file_path"});
   json::object ok;
   ok["file_path"] = "/a";
   ok["offset"] = "5";  // lax: numeric strings are integers

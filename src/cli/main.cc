@@ -85,7 +85,8 @@ void RegisterSandboxCommands(CLI::App& app) {
                    "Kill the command after S seconds (exit 124); 0 = the daemon's default (30 min)")
       ->check(CLI::NonNegativeNumber);
   exec->add_option("--cwd,-w", exec_args->cwd,
-                   "Working directory inside the sandbox (default /workspace)");
+                   "Working directory: /workspace (the default) or a directory beneath it;\n"
+                   "relative paths are relative to /workspace");
   exec->add_option("--env,-e", exec_args->env, "Environment variable K=V (repeatable)")
       ->allow_extra_args(false);
   exec->add_flag("--stdin,-i", exec_args->forward_stdin,

@@ -52,7 +52,9 @@ struct ExecResult {
 };
 
 enum class OutputStream { kStdout, kStderr };
-// Return false to cancel the command (its process group is killed).
+// Return false to cancel the command (its process group is killed). During
+// silence the callback is also called with empty data every keepalive
+// interval (2 s), so a caller can cancel a command that prints nothing.
 using OutputCallback = std::function<bool(OutputStream stream, std::string_view data)>;
 
 // ------------------------------------------------------------------ files

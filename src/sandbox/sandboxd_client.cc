@@ -224,6 +224,12 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
               failure = Error(ErrorCode::kCancelled, "command cancelled by the caller");
               return false;
             }
+          } else if (type == "keepalive") {
+            // An empty delivery lets the caller cancel a silent command.
+            if (!on_output(OutputStream::kStdout, std::string_view())) {
+              failure = Error(ErrorCode::kCancelled, "command cancelled by the caller");
+              return false;
+            }
           } else if (type == "exit") {
             ExecResult out;
             FillExit(*ev, out);

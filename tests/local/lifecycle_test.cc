@@ -223,7 +223,9 @@ class LifecycleTest : public ::testing::Test {
 };
 
 TEST_F(LifecycleTest, CreateExecRmLeavesNothing) {
+  setenv("ANTHROPIC_API_KEY", "sk-test-secret", 1);  // must reach neither supervisor nor sandbox
   std::string id = CreateCli({"--label", "app=test", "--network", "none"});
+  unsetenv("ANTHROPIC_API_KEY");
   auto meta = provider_->Get(id);
   ASSERT_TRUE(meta.has_value()) << meta.error().ToString();
   EXPECT_TRUE(meta->ready);
@@ -232,8 +234,15 @@ TEST_F(LifecycleTest, CreateExecRmLeavesNothing) {
   EXPECT_TRUE(ProcessAlive(meta->init));
   EXPECT_TRUE(fs::exists(meta->socket));
   EXPECT_TRUE(meta->timings.contains("daemon ready")) << ToJson(meta->timings);
+  EXPECT_THAT(ReadFile(fmt::format("/proc/{}/environ", meta->supervisor.pid)),
+              Not(HasSubstr("sk-test-secret")));
 
-  auto r = Cli({"sandbox", "exec", id, "--", "sh", "-c", "echo out; echo err >&2; id -u; hostname"});
+  setenv("ANTHROPIC_API_KEY", "sk-test-secret", 1);
+  auto r = Cli({"sandbox", "exec", id, "--", "env"});
+  unsetenv("ANTHROPIC_API_KEY");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("sk-test-secret")));
+  r = Cli({"sandbox", "exec", id, "--", "sh", "-c", "echo out; echo err >&2; id -u; hostname"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "out\n1000\n" + id + "\n");
   EXPECT_EQ(r.err, "err\n");
@@ -257,9 +266,11 @@ TEST_F(LifecycleTest, ExecPropagatesStatus) {
   EXPECT_THAT(r.err, HasSubstr("timed out"));
   r = Cli({"sandbox", "exec", id, "--", "/no/such/command"});
   EXPECT_EQ(r.code, 127) << r.err;
-  r = Cli({"sandbox", "exec", "--cwd", "/tmp", "-e", "X=42", id, "--", "sh", "-c", "pwd; echo $X"});
+  ASSERT_EQ(Cli({"sandbox", "exec", id, "--", "mkdir", "d"}).code, 0);
+  r = Cli({"sandbox", "exec", "--cwd", "d", "-e", "X=42", "-e", "Y=7", id, "--", "sh", "-c",
+           "pwd; echo $X $Y"});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out, "/tmp\n42\n");
+  EXPECT_EQ(r.out, "/workspace/d\n42 7\n");
   r = Cli({"sandbox", "exec", id, "sh", "-c", "echo no dashes needed --x; exit 5"});
   EXPECT_EQ(r.code, 5) << r.err;
   EXPECT_EQ(r.out, "no dashes needed --x\n");

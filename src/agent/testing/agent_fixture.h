@@ -1,12 +1,12 @@
 // Test support: a DeepAgent over the real sandbox daemon and a scripted model.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "agent/deep_agent.h"
 #include "agent/testing/scripted_model.h"

@@ -36,9 +36,8 @@ ScriptedModel& ScriptedModel::Tools(std::vector<ToolCall> calls, std::string tex
 }
 
 ScriptedModel& ScriptedModel::Fail(Error error) {
-  return Respond([error](const ModelRequest&) -> Result<ModelResponse> {
-    return tl::unexpected(error);
-  });
+  return Respond(
+      [error](const ModelRequest&) -> Result<ModelResponse> { return tl::unexpected(error); });
 }
 
 ScriptedModel& ScriptedModel::Respond(Responder fn) {

@@ -3,10 +3,10 @@
 // reason when the daemon cannot run here.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "sandbox/testing/scoped_sandboxd.h"
 
@@ -21,7 +21,7 @@ void RemoveTree(const std::string& path);
 
 }  // namespace deepbox::agent::testing
 
-#define DEEPBOX_AGENT_SANDBOX(var)                                              \
-  std::string var##_why;                                                        \
-  auto var = ::deepbox::agent::testing::StartSandbox(&var##_why);               \
+#define DEEPBOX_AGENT_SANDBOX(var)                                \
+  std::string var##_why;                                          \
+  auto var = ::deepbox::agent::testing::StartSandbox(&var##_why); \
   if (!var) GTEST_SKIP() << "real sandbox daemon unavailable: " << var##_why

@@ -2,11 +2,11 @@
 // validation, then Invoke with a ToolContext over a sandbox).
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <map>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "agent/permissions.h"
 #include "agent/tool.h"

@@ -505,6 +505,10 @@ void FakeController::ReconcileClaims(const std::string& ns) {
         }
       });
       if (!adopted) continue;
+      {
+        std::lock_guard lock(mu_);
+        ++adoptions_;  // counted before the claim shows it (tests read it then)
+      }
       set_status(name, [&](json::object& o) {
         Obj(Obj(o, "metadata"), "annotations")[kSandboxNameAnnotation] = sb_name;
         auto& sbs = Obj(Obj(o, "status"), "sandbox");
@@ -514,8 +518,6 @@ void FakeController::ReconcileClaims(const std::string& ns) {
         SetReady(o, true, cond ? FindString(*cond, {"reason"}) : "DependenciesReady",
                  cond ? FindString(*cond, {"message"}) : "", wall);
       });
-      std::lock_guard lock(mu_);
-      ++adoptions_;
       continue;
     }
     // Cold start: a Sandbox named after the claim.
@@ -532,13 +534,15 @@ void FakeController::ReconcileClaims(const std::string& ns) {
     auto& spec = Obj(sb, "spec");
     if (const auto* pt = Find(*tmpl, {"spec", "podTemplate"})) spec["podTemplate"] = *pt;
     if (!store_->Create(Sandboxes(ns), std::move(sb))) continue;
+    {
+      std::lock_guard lock(mu_);
+      ++cold_starts_;
+    }
     set_status(name, [&](json::object& o) {
       Obj(Obj(o, "metadata"), "annotations")[kSandboxNameAnnotation] = name;
       Obj(Obj(o, "status"), "sandbox")["name"] = name;
       SetReady(o, false, "SandboxNotReady", "Sandbox is not ready", wall);
     });
-    std::lock_guard lock(mu_);
-    ++cold_starts_;
   }
 }
 

@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 
+#include <thread>
+
 #include "net/http_client.h"
 
 namespace deepbox::k8s::testing {
@@ -67,6 +69,8 @@ Result<std::unique_ptr<TestRouter>> TestRouter::Start(std::string token) {
 TestRouter::~TestRouter() {
   if (server_) server_->Stop();
   server_.reset();
+  // Let the detached connection threads exit (see FakeApiServer::Stop).
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 int TestRouter::port() const { return server_->port(); }

@@ -304,7 +304,10 @@ bool Supervisor::HandleSignals() {
 }
 
 Status Supervisor::WaitHealthy() {
-  auto http = net::HttpClient::Create("unix:" + meta_.socket);
+  net::ClientOptions options;
+  options.connect_timeout = 5000ms;
+  options.max_idle_connections = 1;
+  auto http = net::HttpClient::Create("unix:" + meta_.socket, std::move(options));
   if (!http) return tl::unexpected(http.error());
   const int64_t deadline = MonoNs() + 30'000'000'000LL;
   int64_t delay_ns = 100'000;
@@ -575,8 +578,20 @@ Result<SandboxMeta> StartSupervisor(const std::string& deepbox_binary,
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
                                       POSIX_SPAWN_SETSIGDEF);
+  // A minimal environment: the creator's (API keys, tokens...) stays with it.
+  std::vector<char*> envp;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string_view kv = *e;
+    for (std::string_view keep : {"PATH=", "TZ=", "LANG=", "DEEPBOX_", "ASAN_", "UBSAN_", "LSAN_"}) {
+      if (kv.substr(0, keep.size()) == keep) {
+        envp.push_back(*e);
+        break;
+      }
+    }
+  }
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, deepbox_binary.c_str(), &fa, &attr, argv.data(), environ);
+  int rc = posix_spawn(&pid, deepbox_binary.c_str(), &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return MakeSyscallError("posix_spawn", rc, deepbox_binary);

@@ -28,7 +28,7 @@ struct DaemonConfig {
   std::chrono::milliseconds default_timeout{1800 * 1000};
   std::chrono::milliseconds kill_grace{2000};
   size_t max_output_bytes = 1 << 20;
-  std::chrono::milliseconds keepalive_interval{10000};
+  std::chrono::milliseconds keepalive_interval{2000};
   std::string metadata_env_prefix = "SANDBOX_";
   std::string shell = "/bin/sh";
   // Upstream python-runtime /execute timeout (SANDBOX_EXEC_TIMEOUT_SECONDS).
