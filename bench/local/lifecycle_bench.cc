@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
 
   std::vector<Stats> rows;
   std::map<std::string, std::vector<double>> steps;
+  std::map<std::string, std::vector<double>> phases;
 
   // 1. Cold: create -> connect -> first command done.
   {
@@ -190,7 +191,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "create: %s\n", m.error().ToString().c_str());
         return 1;
       }
+      double t_create = Since(t0);
       auto c = (*provider)->Connect(*m);
+      double t_connect = Since(t0);
       if (!c) {
         std::fprintf(stderr, "connect: %s\n", c.error().ToString().c_str());
         return 1;
@@ -203,6 +206,9 @@ int main(int argc, char** argv) {
       }
       if (i >= 2) {  // warm-up: page cache, binaries
         s.ms.push_back(ms);
+        phases["cold: create (supervisor ready)"].push_back(t_create);
+        phases["cold: connect (GET /info)"].push_back(t_connect - t_create);
+        phases["cold: first command (exec true)"].push_back(ms - t_connect);
         for (const auto& [k, v] : m->timings) {
           if (v.is_number()) steps[std::string(k)].push_back(v.to_number<double>() / 1000.0);
         }
@@ -254,9 +260,16 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "claim: %s\n", m.error().ToString().c_str());
         break;
       }
+      double t_claim = Since(t0);
       auto c = (*claimer)->Connect(*m);
+      double t_connect = Since(t0);
       auto r = c ? (*c)->Exec(first_cmd) : Result<ExecResult>(tl::unexpected(c.error()));
       double ms = Since(t0);
+      if (i >= 2) {
+        phases["warm: claim"].push_back(t_claim);
+        phases["warm: connect (GET /info)"].push_back(t_connect - t_claim);
+        phases["warm: first command (exec true)"].push_back(ms - t_connect);
+      }
       if (!r) {
         std::fprintf(stderr, "warm exec: %s\n", r.error().ToString().c_str());
         break;
@@ -360,6 +373,11 @@ int main(int argc, char** argv) {
     double ours = p.row == 0 ? cold.Pct(50) : warm_p50;
     std::printf("  %-48s %7.1fx deepbox %s\n", p.what, p.ms / std::max(ours, 1e-9),
                 p.row == 0 ? "cold" : "warm");
+  }
+  std::printf("\nPhases seen by the client (p50, ms):\n");
+  for (auto& [k, v] : phases) {
+    Stats s{k, v, {}};
+    std::printf("  %-36s %8.3f\n", k.c_str(), s.Pct(50));
   }
   std::printf("\nCold start split (p50 of the supervisor's per-step timings, ms):\n");
   std::vector<std::pair<std::string, double>> split;

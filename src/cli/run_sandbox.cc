@@ -1,5 +1,8 @@
 #include "cli/run_sandbox.h"
 
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 
 #include "local/lifecycle/provider.h"
@@ -39,8 +42,13 @@ Result<RunProvider> MakeLocal(const RunConfig& config) {
         st.error().code == ErrorCode::kPermissionDenied) {
       return std::nullopt;
     }
-    // It stopped answering: say why if the provider knows by now.
-    if (auto meta = other->Get(id); !meta) return meta.error();
+    // It stopped answering: say why once the provider knows (a deletion in
+    // progress shows up as gone within moments).
+    for (int i = 0; i < 30; ++i) {
+      auto meta = other->Get(id);
+      if (!meta && meta.error().code == ErrorCode::kNotFound) return meta.error();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     return Error(ErrorCode::kUnavailable,
                  fmt::format("sandbox '{}' stopped answering: {}", id, st.error().message));
   };

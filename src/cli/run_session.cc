@@ -48,7 +48,6 @@ struct Shared {
   std::atomic<bool> cancel{false};
   std::mutex mu;
   std::function<Status()> force_delete;  // set while a sandbox is held
-  bool keep = false;
   std::string cleanup_hint;  // how to delete a sandbox left behind
 };
 
@@ -101,10 +100,12 @@ int Session::Run(RunSummary& summary) {
   if (spec->provider == agent::ModelProvider::kReplay) {
     auto file = agent::ReadReplayFile(spec->model);
     if (file) {
-      ui_.Notice(fmt::format("replaying {}{}: {}", spec->model,
+      ui_.Notice(fmt::format("replaying {}{}{}", spec->model,
                              file->header.scripted ? " (a scripted conversation, not a live model)"
                                                    : " (a recorded conversation)",
-                             file->header.description));
+                             file->header.description.empty()
+                                 ? ""
+                                 : ": " + file->header.description));
     }
   }
   if (!config_.record_path.empty()) {
@@ -164,7 +165,6 @@ int Session::Run(RunSummary& summary) {
   summary.sandbox_id = sandbox_id;
   {
     std::lock_guard<std::mutex> lock(shared_.mu);
-    shared_.keep = config_.keep_sandbox;
     shared_.force_delete = [fd = provider->force_delete, sandbox_id] { return fd(sandbox_id); };
     shared_.cleanup_hint =
         summary.provider == "local"
@@ -247,7 +247,7 @@ int Session::Run(RunSummary& summary) {
   }
   for (;;) {
     if (interactive) {
-      ui_.Prompt(STDOUT_FILENO);
+      ui_.Prompt(config_.json ? STDERR_FILENO : STDOUT_FILENO);
       task = stdin_reader.ReadLine();
       if (stdin_reader.interrupted()) {
         code = Interrupted(summary);
@@ -335,22 +335,21 @@ int RunAgentCommand(const RunFlags& flags) {
   auto watcher = SignalWatcher::Start([&](int sig, int count) {
     shared.cancel.store(true);
     std::function<Status()> force_delete;
-    bool keep = false;
     std::string hint;
     {
       std::lock_guard<std::mutex> lock(shared.mu);
       force_delete = shared.force_delete;
-      keep = shared.keep;
       hint = shared.cleanup_hint;
     }
     if (count > 1) {
       ui.ErrorLine(fmt::format("{} again: exiting now{}", SignalName(sig),
-                               hint.empty() || keep ? ""
-                                                    : "; if the sandbox is left, delete it with: " +
-                                                          hint));
+                               hint.empty() ? ""
+                                            : "; if the sandbox is left, delete it with: " + hint));
       _exit(kRunExitInterrupted);
     }
-    if (force_delete && !keep) {
+    // Deleting the sandbox (even with --keep-sandbox) also ends a command
+    // running in it, so the agent stops promptly.
+    if (force_delete) {
       ui.Notice(fmt::format("{}: stopping the agent and deleting the sandbox", SignalName(sig)));
       if (auto st = force_delete(); !st) {
         ui.ErrorLine(fmt::format("deleting the sandbox: {} (delete it with: {})",

@@ -307,8 +307,8 @@ void RunUi::Notice(std::string_view text) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   const bool color = options_.color && isatty(options_.err_fd) == 1;
-  std::string line = fmt::format("deepbox: {}\n", text);
-  WriteErr(color ? fmt::format("\x1b[{}m{}\x1b[0m", kDim, line) : line);
+  std::string line = fmt::format("deepbox: {}", text);
+  WriteErr((color ? fmt::format("\x1b[{}m{}\x1b[0m", kDim, line) : line) + "\n");
 }
 
 void RunUi::ErrorLine(std::string_view text) {

@@ -1,5 +1,5 @@
 // Every manifest under deploy/k8s/ is validated against the upstream
-// agent-sandbox CRD schemas recorded in tests/k8s/crds/ (field names, types,
+// agent-sandbox CRD structural schemas recorded in tests/k8s/crds/ (field names, types,
 // required fields, enums), plus the hardening the README promises.
 #include <fmt/format.h>
 #include <gtest/gtest.h>

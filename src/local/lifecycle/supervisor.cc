@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/signalfd.h>
+#include <sys/inotify.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -309,10 +310,18 @@ Status Supervisor::WaitHealthy() {
   options.max_idle_connections = 1;
   auto http = net::HttpClient::Create("unix:" + meta_.socket, std::move(options));
   if (!http) return tl::unexpected(http.error());
+  // Woken by inotify when the daemon creates its socket; between bind() and
+  // listen() a connect is refused, so then retry after 100 us.
+  UniqueFd ino(inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  if (!ino) return MakeSyscallError("inotify_init1", errno);
+  std::string socket_dir = fs::path(meta_.socket).parent_path().string();
+  if (inotify_add_watch(ino.get(), socket_dir.c_str(), IN_CREATE | IN_MOVED_TO) < 0) {
+    return MakeSyscallError("inotify_add_watch", errno, socket_dir);
+  }
   const int64_t deadline = MonoNs() + 30'000'000'000LL;
-  int64_t delay_ns = 100'000;
   for (;;) {
-    if (SocketAccepts(meta_.socket)) {
+    bool exists = access(meta_.socket.c_str(), F_OK) == 0;
+    if (exists && SocketAccepts(meta_.socket)) {
       net::ClientRequest req;
       req.target = "/deepbox/v1/health";
       req.timeout = 5000ms;
@@ -325,11 +334,17 @@ Status Supervisor::WaitHealthy() {
                        "the sandbox daemon did not answer its health check within 30 s" +
                            (stderr_tail_.empty() ? "" : "; its stderr: " + stderr_tail_));
     }
-    struct pollfd pfds[3] = {{sp_.pidfd(), POLLIN, 0}, {sigfd_.get(), POLLIN, 0},
-                             {stderr_r_ ? stderr_r_.get() : -1, POLLIN, 0}};
-    struct timespec ts = {0, delay_ns};
-    int rc = ppoll(pfds, 3, &ts, nullptr);
+    struct pollfd pfds[4] = {{sp_.pidfd(), POLLIN, 0}, {sigfd_.get(), POLLIN, 0},
+                             {stderr_r_ ? stderr_r_.get() : -1, POLLIN, 0},
+                             {ino.get(), POLLIN, 0}};
+    struct timespec ts = {0, exists ? 100'000 : 50'000'000};
+    int rc = ppoll(pfds, 4, &ts, nullptr);
     if (rc < 0 && errno != EINTR) return MakeSyscallError("ppoll", errno);
+    if (pfds[3].revents) {
+      char buf[4096];
+      while (read(ino.get(), buf, sizeof(buf)) > 0) {
+      }
+    }
     if (pfds[2].revents) DrainStderr();
     if (pfds[1].revents && HandleSignals()) {
       return MakeError(ErrorCode::kCancelled, "sandbox deleted while starting");
@@ -342,7 +357,6 @@ Status Supervisor::WaitHealthy() {
                        fmt::format("the sandbox daemon {} before it was ready{}", how,
                                    stderr_tail_.empty() ? "" : "; its stderr: " + stderr_tail_));
     }
-    delay_ns = std::min<int64_t>(delay_ns * 2, 5'000'000);
   }
 }
 
