@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -97,6 +98,35 @@ Status UseCertAndKey(SSL_CTX* ctx, const std::string& cert_pem, const std::strin
   }
   return {};
 }
+
+// OpenSSL writes with write(2), which raises SIGPIPE when the peer is gone.
+// While a guard lives, SIGPIPE is blocked on this thread; any SIGPIPE the
+// guarded calls generated is consumed before it is unblocked, so no process
+// using this library can die of it (plain sockets use MSG_NOSIGNAL instead).
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_set_);
+    sigaddset(&pipe_set_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set_, &old_set_);
+  }
+  ~SigpipeGuard() {
+    int saved = errno;
+    if (!sigismember(&old_set_, SIGPIPE)) {
+      timespec zero{0, 0};
+      while (sigtimedwait(&pipe_set_, nullptr, &zero) > 0) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_set_, nullptr);
+    errno = saved;
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_set_;
+  sigset_t old_set_;
+};
 
 }  // namespace
 
@@ -200,6 +230,8 @@ Result<std::shared_ptr<TlsContext>> TlsContext::ForClient(const TlsClientConfig&
 }
 
 // ---------------------------------------------------------------- Conn
+
+void ReleaseThreadTlsState() { OPENSSL_thread_stop(); }
 
 Conn::Conn(UniqueFd fd) : fd_(std::move(fd)) {}
 Conn::Conn(Conn&& o) noexcept
@@ -334,6 +366,7 @@ Status Conn::StartTlsClient(const TlsContext& ctx, const std::string& server_nam
       X509_VERIFY_PARAM_set1_host(param, server_name.c_str(), 0);
     }
   }
+  SigpipeGuard no_sigpipe;
   for (;;) {
     int r = SSL_connect(ssl_);
     if (r == 1) return {};
@@ -353,6 +386,7 @@ Status Conn::StartTlsServer(const TlsContext& ctx, Deadline deadline) {
   ssl_ = SSL_new(ctx.get());
   if (ssl_ == nullptr) return MakeError(ErrorCode::kInternal, "SSL_new: " + OpenSslErrors());
   SSL_set_fd(ssl_, fd_.get());
+  SigpipeGuard no_sigpipe;
   for (;;) {
     int r = SSL_accept(ssl_);
     if (r == 1) return {};
@@ -369,6 +403,7 @@ Result<size_t> Conn::ReadSome(char* data, size_t size, Deadline deadline) {
   for (;;) {
     if (ssl_ != nullptr) {
       ERR_clear_error();
+      SigpipeGuard no_sigpipe;
       int r = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, 1 << 30)));
       if (r > 0) return static_cast<size_t>(r);
       int err = SSL_get_error(ssl_, r);
@@ -398,22 +433,8 @@ Status Conn::WriteAll(std::string_view data, Deadline deadline) {
   while (!data.empty()) {
     if (ssl_ != nullptr) {
       ERR_clear_error();
-      // SSL_write uses write(2), which raises SIGPIPE on a closed peer; block
-      // it on this thread and consume any it generated, so no process using
-      // this library can die of it (plain sockets use MSG_NOSIGNAL instead).
-      sigset_t pipe_set, old_set;
-      sigemptyset(&pipe_set);
-      sigaddset(&pipe_set, SIGPIPE);
-      pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+      SigpipeGuard no_sigpipe;
       int r = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
-      int saved_errno = errno;
-      if (r <= 0 && !sigismember(&old_set, SIGPIPE)) {
-        timespec zero{0, 0};
-        while (sigtimedwait(&pipe_set, nullptr, &zero) > 0) {
-        }
-      }
-      pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
-      errno = saved_errno;
       if (r > 0) {
         data.remove_prefix(static_cast<size_t>(r));
         continue;
@@ -448,7 +469,10 @@ bool Conn::PeerClosed() const {
 }
 
 void Conn::ShutdownWrite() {
-  if (ssl_ != nullptr) SSL_shutdown(ssl_);
+  if (ssl_ != nullptr) {
+    SigpipeGuard no_sigpipe;
+    SSL_shutdown(ssl_);
+  }
   ::shutdown(fd_.get(), SHUT_WR);
 }
 

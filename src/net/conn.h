@@ -65,7 +65,10 @@ class TlsContext {
   bool verify_peer_ = true;
 };
 
-// Why an operation stopped, for callers that must tell a timeout from a reset.
+// Frees OpenSSL's per-thread state; threads that used TLS call it before they
+// end (detached threads would otherwise leave it to process exit).
+void ReleaseThreadTlsState();
+
 class Conn {
  public:
   Conn() = default;

@@ -164,6 +164,7 @@ void HttpServer::Impl::AcceptLoop() {
     }
     std::thread([this, c = std::move(conn)]() mutable {
       ServeConnection(std::move(c));
+      if (options.tls) ReleaseThreadTlsState();
       std::lock_guard lock(mu);
       --active;
       cv.notify_all();

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <memory>
 #include <sstream>
 #include <string>
@@ -58,8 +60,17 @@ void MakeFifo(const std::string& path) { ASSERT_EQ(mkfifo(path.c_str(), 0600), 0
 // Opens the FIFO for writing (blocks until the child opens it to read) and
 // writes a line: a deterministic "go on" for the child.
 void Release(const std::string& fifo) {
-  int fd = ::open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
+  // Non-blocking open fails with ENXIO until the child has opened the FIFO to
+  // read; poll for that (bounded) instead of blocking forever.
+  int fd = -1;
+  for (int i = 0; i < 60000 && fd < 0; ++i) {
+    fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+      ASSERT_EQ(errno, ENXIO);
+      ::usleep(1000);
+    }
+  }
+  ASSERT_GE(fd, 0) << "the child never opened " << fifo;
   ASSERT_EQ(::write(fd, "\n", 1), 1);
   ::close(fd);
 }
