@@ -190,6 +190,7 @@ int main(int argc, char** argv) {
     k8s::K8sProviderOptions o{.rest = *rest};
     o.namespace_name = Env("AGENT_SANDBOX_NAMESPACE", "default");
     o.warm_pool = Env("AGENT_SANDBOX_WARMPOOL", "deepagents-warmpool");
+    o.connection.router_token = Env("AGENT_SANDBOX_ROUTER_TOKEN");
     if (std::string router = Env("AGENT_SANDBOX_ROUTER_URL"); !router.empty()) {
       o.connection.mode = k8s::ConnectionMode::kDirect;
       o.connection.direct_url = router;
@@ -277,8 +278,7 @@ int main(int argc, char** argv) {
     return kRunExitSandbox;
   }
   if (run->kind != ExitKind::kExited || run->exit_code != 0) {
-    std::fprintf(stderr,
-                 "Sandbox verification failed: `python3 fib.py` %s %d in the sandbox.\n%s",
+    std::fprintf(stderr, "Sandbox verification failed: `python3 fib.py` %s %d in the sandbox.\n%s",
                  run->kind == ExitKind::kExited ? "exited with status" : "was killed by signal",
                  run->kind == ExitKind::kExited ? run->exit_code : run->signal,
                  run->stderr_data.c_str());

@@ -1,8 +1,7 @@
 // `deepbox run`: the command line of the agent (CLI11 lives here only; the
 // work is in run_session.cc).
-#include <cstdio>
-
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "cli/cli.h"
 #include "cli/run_exit_codes.h"
@@ -48,7 +47,8 @@ void RegisterRunCommand(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "manual"}));
   cmd->add_option("--label,-l", flags->labels,
                   "Label K=V on the sandbox (repeatable); find it with `deepbox sandbox ls\n"
-                  "--selector K=V` or `kubectl get sandboxclaim -l K=V`");
+                  "--selector K=V` or `kubectl get sandboxclaim -l K=V`")
+      ->allow_extra_args(false);  // one K=V per --label: `--label a=b TASK` leaves TASK
   cmd->add_option("--ttl", flags->ttl_seconds,
                   "Delete the sandbox SECONDS after the claim even if deepbox dies (k8s:\n"
                   "shutdown_after_seconds); 0 = no TTL. Default 3600");
@@ -97,6 +97,9 @@ void RegisterRunCommand(CLI::App& app) {
                   "k8s: URL of the sandbox router (or a Gateway in front of it). Env\n"
                   "AGENT_SANDBOX_ROUTER_URL; default: kubectl port-forward to\n"
                   "svc/sandbox-router-svc in agent-sandbox-system (in a pod: the pod IP)");
+  cmd->add_option("--router-token", flags->router_token,
+                  "k8s: bearer token for a sandbox router started with ROUTER_AUTH_TOKEN.\n"
+                  "Env AGENT_SANDBOX_ROUTER_TOKEN; default: none");
   cmd->footer(std::string(run::kRunEnvironmentHelp) + "\n" + run::kRunConfigFileHelp + "\n" +
               run::kRunExitCodesHelp);
   cmd->callback([flags] { SetExitCode(run::RunAgentCommand(*flags)); });

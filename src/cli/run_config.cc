@@ -1,12 +1,12 @@
 #include "cli/run_config.h"
 
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "local/lifecycle/selector.h"
 
@@ -35,13 +35,14 @@ const char kRunEnvironmentHelp[] =
     "  AGENT_SANDBOX_WARMPOOL   --warm-pool (default deepagents-warmpool)\n"
     "  AGENT_SANDBOX_ROUTER_URL --router-url (default: kubectl port-forward to\n"
     "                           svc/sandbox-router-svc in agent-sandbox-system)\n"
+    "  AGENT_SANDBOX_ROUTER_TOKEN --router-token (default: none)\n"
     "  NO_COLOR                 non-empty: no colours (like --no-color)\n";
 
 const char kRunConfigFileHelp[] =
     "Config file (--config FILE, YAML or JSON; every key optional): sandbox, model,\n"
     "approve, labels (a map), ttl, keep_sandbox, max_steps, color, pool, network,\n"
-    "namespace, warm_pool, context, kubeconfig, router_url, record, threads_dir,\n"
-    "system_prompt, anthropic_base_url, openai_base_url. Example:\n"
+    "namespace, warm_pool, context, kubeconfig, router_url, router_token, record,\n"
+    "threads_dir, system_prompt, anthropic_base_url, openai_base_url. Example:\n"
     "  model: claude-sonnet-4-6\n"
     "  labels: {team: ml}\n"
     "  ttl: 1800\n";
@@ -68,7 +69,8 @@ Error KeyError(std::string_view file, std::string_view key, std::string_view wha
 template <typename T>
 Result<T> Scalar(const YAML::Node& node, std::string_view file, std::string_view key,
                  std::string_view expected) {
-  if (!node.IsScalar()) return tl::unexpected(KeyError(file, key, fmt::format("expected {}", expected)));
+  if (!node.IsScalar())
+    return tl::unexpected(KeyError(file, key, fmt::format("expected {}", expected)));
   try {
     return node.as<T>();
   } catch (const YAML::Exception&) {
@@ -104,13 +106,13 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
                      fmt::format("config {}: expected a mapping of settings", name));
   }
   std::map<std::string, std::string*> strings = {
-      {"sandbox", &c.sandbox},       {"model", &c.model},
-      {"approve", &c.approve},       {"pool", &c.pool},
-      {"network", &c.network},       {"namespace", &c.namespace_name},
-      {"warm_pool", &c.warm_pool},   {"context", &c.context},
-      {"kubeconfig", &c.kubeconfig}, {"router_url", &c.router_url},
-      {"record", &c.record_path},    {"threads_dir", &c.threads_dir},
-      {"system_prompt", &c.system_prompt}};
+      {"sandbox", &c.sandbox},           {"model", &c.model},
+      {"approve", &c.approve},           {"pool", &c.pool},
+      {"network", &c.network},           {"namespace", &c.namespace_name},
+      {"warm_pool", &c.warm_pool},       {"context", &c.context},
+      {"kubeconfig", &c.kubeconfig},     {"router_url", &c.router_url},
+      {"router_token", &c.router_token}, {"record", &c.record_path},
+      {"threads_dir", &c.threads_dir},   {"system_prompt", &c.system_prompt}};
   for (const auto& kv : root) {
     std::string key;
     try {
@@ -158,7 +160,7 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
           name, key,
           "unknown setting (known: sandbox, model, approve, labels, ttl, keep_sandbox, "
           "max_steps, color, pool, network, namespace, warm_pool, context, kubeconfig, "
-          "router_url, record, threads_dir, system_prompt, anthropic_base_url, "
+          "router_url, router_token, record, threads_dir, system_prompt, anthropic_base_url, "
           "openai_base_url)"));
     }
   }
@@ -191,6 +193,7 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   if (auto v = get("AGENT_SANDBOX_NAMESPACE")) c.namespace_name = *v;
   if (auto v = get("AGENT_SANDBOX_WARMPOOL")) c.warm_pool = *v;
   if (auto v = get("AGENT_SANDBOX_ROUTER_URL")) c.router_url = *v;
+  if (auto v = get("AGENT_SANDBOX_ROUTER_TOKEN")) c.router_token = *v;
   if (auto v = get("DEEPBOX_THREADS_DIR")) c.threads_dir = *v;
   if (get("KUBECONFIG")) c.kubeconfig.clear();  // the variable wins over the file
   if (get("NO_COLOR")) c.color = false;
@@ -210,6 +213,7 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   set(c.context, flags.context);
   set(c.kubeconfig, flags.kubeconfig);
   set(c.router_url, flags.router_url);
+  set(c.router_token, flags.router_token);
   set(c.record_path, flags.record_path);
   set(c.threads_dir, flags.threads_dir);
   set(c.system_prompt, flags.system_prompt);
@@ -236,7 +240,8 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   if (flags.no_color) c.color = false;
   c.task = flags.task;
   // Validation.
-  if (auto st = OneOf("--sandbox", c.sandbox, {"local", "k8s"}); !st) return tl::unexpected(st.error());
+  if (auto st = OneOf("--sandbox", c.sandbox, {"local", "k8s"}); !st)
+    return tl::unexpected(st.error());
   if (auto st = OneOf("--approve", c.approve, {"auto", "manual"}); !st) {
     return tl::unexpected(st.error());
   }

@@ -34,6 +34,7 @@ struct RunFlags {
   std::optional<std::string> context;
   std::optional<std::string> kubeconfig;
   std::optional<std::string> router_url;
+  std::optional<std::string> router_token;
   std::optional<std::string> record_path;
   std::optional<std::string> threads_dir;
   std::optional<std::string> system_prompt;
@@ -62,8 +63,9 @@ struct RunConfig {
   std::string namespace_name;  // "" = the kubeconfig context's namespace
   std::string warm_pool = kDefaultWarmPool;
   std::string context;
-  std::string kubeconfig;  // "" = $KUBECONFIG, in-cluster, ~/.kube/config
-  std::string router_url;  // "" = kubectl port-forward to the sandbox router
+  std::string kubeconfig;    // "" = $KUBECONFIG, in-cluster, ~/.kube/config
+  std::string router_url;    // "" = kubectl port-forward to the sandbox router
+  std::string router_token;  // "" = no Authorization header to the router
   std::string record_path;
   std::string threads_dir;  // "" = the thread store's default
   std::string system_prompt;

@@ -1,12 +1,12 @@
 #include "cli/run_config.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace deepbox::run {
 namespace {
@@ -49,13 +49,13 @@ TEST(RunConfigTest, FlagsBeatEnvironmentBeatsFileBeatsDefaults) {
       "labels: {team: ml}\nmax_steps: 7\ncolor: false\n");
   RunFlags flags;
   flags.config_file = file;
-  auto env = FakeEnv({{"DEEPBOX_MODEL", "anthropic:from-env"},
-                      {"AGENT_SANDBOX_NAMESPACE", "env-ns"}});
+  auto env =
+      FakeEnv({{"DEEPBOX_MODEL", "anthropic:from-env"}, {"AGENT_SANDBOX_NAMESPACE", "env-ns"}});
   auto c = ResolveRunConfig(flags, env);
   ASSERT_TRUE(c.has_value()) << c.error().message;
-  EXPECT_EQ(c->model, "anthropic:from-env");   // env over file
-  EXPECT_EQ(c->namespace_name, "env-ns");      // env over file
-  EXPECT_EQ(c->warm_pool, "file-pool");        // file over default
+  EXPECT_EQ(c->model, "anthropic:from-env");  // env over file
+  EXPECT_EQ(c->namespace_name, "env-ns");     // env over file
+  EXPECT_EQ(c->warm_pool, "file-pool");       // file over default
   EXPECT_EQ(c->ttl_seconds, 42);
   EXPECT_EQ(c->max_steps, 7);
   EXPECT_FALSE(c->color);
@@ -76,7 +76,8 @@ TEST(RunConfigTest, FlagsBeatEnvironmentBeatsFileBeatsDefaults) {
 }
 
 TEST(RunConfigTest, JsonConfigAndConfigFromEnvironment) {
-  std::string file = WriteTemp(R"({"sandbox": "k8s", "keep_sandbox": true, "router_url": "http://r"})");
+  std::string file =
+      WriteTemp(R"({"sandbox": "k8s", "keep_sandbox": true, "router_url": "http://r"})");
   auto c = ResolveRunConfig({}, FakeEnv({{"DEEPBOX_CONFIG", file}}));
   ASSERT_TRUE(c.has_value()) << c.error().message;
   EXPECT_EQ(c->sandbox, "k8s");
@@ -90,7 +91,8 @@ TEST(RunConfigTest, NoColorAndBaseUrls) {
   std::string file = WriteTemp("anthropic_base_url: http://file\nopenai_base_url: http://o\n");
   RunFlags flags;
   flags.config_file = file;
-  auto c = ResolveRunConfig(flags, FakeEnv({{"NO_COLOR", "1"}, {"ANTHROPIC_BASE_URL", "http://e"}}));
+  auto c =
+      ResolveRunConfig(flags, FakeEnv({{"NO_COLOR", "1"}, {"ANTHROPIC_BASE_URL", "http://e"}}));
   ASSERT_TRUE(c.has_value());
   EXPECT_FALSE(c->color);
   EXPECT_FALSE(c->anthropic_base_url.has_value());  // the environment's wins (read by the client)

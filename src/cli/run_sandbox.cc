@@ -1,9 +1,9 @@
 #include "cli/run_sandbox.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "local/lifecycle/provider.h"
 #ifdef DEEPBOX_HAVE_K8S
@@ -67,6 +67,7 @@ Result<RunProvider> MakeK8s(const RunConfig& config, const std::string& run_id) 
   po.rest = *rest;
   po.namespace_name = config.namespace_name;
   po.warm_pool = config.warm_pool;
+  po.connection.router_token = config.router_token;
   if (!config.router_url.empty()) {
     po.connection.mode = k8s::ConnectionMode::kDirect;
     po.connection.direct_url = config.router_url;

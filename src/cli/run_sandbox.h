@@ -93,14 +93,11 @@ class WatchedSandbox : public Sandbox {
   Status Delete(const std::string& p, bool recursive) override {
     return Check(inner_.Delete(p, recursive));
   }
-  Result<GlobResult> Glob(const std::string& pattern, const std::string& p,
-                          size_t max) override {
+  Result<GlobResult> Glob(const std::string& pattern, const std::string& p, size_t max) override {
     return Check(inner_.Glob(pattern, p, max));
   }
   Result<GrepResult> Grep(const GrepRequest& r) override { return Check(inner_.Grep(r)); }
-  Result<std::string> Download(const std::string& p) override {
-    return Check(inner_.Download(p));
-  }
+  Result<std::string> Download(const std::string& p) override { return Check(inner_.Download(p)); }
   Status Upload(const std::string& p, std::string_view c, uint32_t mode) override {
     return Check(inner_.Upload(p, c, mode));
   }

@@ -1,6 +1,7 @@
 #include "cli/run_session.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,8 +11,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-
-#include <fmt/format.h>
 
 #include "agent/deep_agent.h"
 #include "agent/model/factory.h"
@@ -36,10 +35,14 @@ std::chrono::milliseconds Since(Clock::time_point t) {
 
 const char* SignalName(int sig) {
   switch (sig) {
-    case SIGINT: return "interrupted (Ctrl-C)";
-    case SIGTERM: return "terminated (SIGTERM)";
-    case SIGHUP: return "hung up (SIGHUP)";
-    default: return "signalled";
+    case SIGINT:
+      return "interrupted (Ctrl-C)";
+    case SIGTERM:
+      return "terminated (SIGTERM)";
+    case SIGHUP:
+      return "hung up (SIGHUP)";
+    default:
+      return "signalled";
   }
 }
 
@@ -48,7 +51,7 @@ struct Shared {
   std::atomic<bool> cancel{false};
   std::mutex mu;
   std::function<Status()> force_delete;  // set while a sandbox is held
-  std::string cleanup_hint;  // how to delete a sandbox left behind
+  std::string cleanup_hint;              // how to delete a sandbox left behind
 };
 
 // The main flow; `summary` is filled as it goes.
@@ -90,8 +93,7 @@ int Session::Run(RunSummary& summary) {
   if (config_.openai_base_url) mc.openai_base_url = config_.openai_base_url;
   mc.record_path = config_.record_path;
   if (!config_.record_path.empty()) {
-    mc.record_description =
-        fmt::format("Recorded by `deepbox run` from {}", config_.model);
+    mc.record_description = fmt::format("Recorded by `deepbox run` from {}", config_.model);
   }
   auto created = agent::CreateChatModel(config_.model, mc);
   if (!created) return Fail(summary, kRunExitModel, created.error());
@@ -100,12 +102,11 @@ int Session::Run(RunSummary& summary) {
   if (spec->provider == agent::ModelProvider::kReplay) {
     auto file = agent::ReadReplayFile(spec->model);
     if (file) {
-      ui_.Notice(fmt::format("replaying {}{}{}", spec->model,
-                             file->header.scripted ? " (a scripted conversation, not a live model)"
-                                                   : " (a recorded conversation)",
-                             file->header.description.empty()
-                                 ? ""
-                                 : ": " + file->header.description));
+      ui_.Notice(
+          fmt::format("replaying {}{}{}", spec->model,
+                      file->header.scripted ? " (a scripted conversation, not a live model)"
+                                            : " (a recorded conversation)",
+                      file->header.description.empty() ? "" : ": " + file->header.description));
     }
   }
   if (!config_.record_path.empty()) {
@@ -187,8 +188,8 @@ int Session::Run(RunSummary& summary) {
     auto st = guard.Release();
     ui_.StopSpinner();
     if (!st) {
-      ui_.ErrorLine(fmt::format("could not release sandbox {}: {} (delete it with: {})",
-                                sandbox_id, st.error().message, shared_.cleanup_hint));
+      ui_.ErrorLine(fmt::format("could not release sandbox {}: {} (delete it with: {})", sandbox_id,
+                                st.error().message, shared_.cleanup_hint));
       return kRunExitSandbox;
     }
     ui_.SandboxReleased(sandbox_id, false, "");
@@ -202,8 +203,7 @@ int Session::Run(RunSummary& summary) {
 
   // 4. The agent.
   WatchedSandbox watched(
-      guard.sandbox(),
-      [&, probe = provider->probe] { return probe(sandbox_id, guard.sandbox()); },
+      guard.sandbox(), [&, probe = provider->probe] { return probe(sandbox_id, guard.sandbox()); },
       &shared_.cancel);
   agent::DeepAgentOptions ao;
   ao.model = model;
@@ -272,7 +272,9 @@ int Session::Run(RunSummary& summary) {
       break;
     }
     if (auto fatal = watched.fatal()) {
-      code = Fail(summary, kRunExitSandbox, *fatal, "the sandbox went away during the run: ");
+      code = Fail(summary, kRunExitSandbox, *fatal,
+                  "the sandbox went away during the run (deleted from outside, expired or "
+                  "crashed): ");
       break;
     }
     switch (r.stop_reason) {
@@ -287,9 +289,9 @@ int Session::Run(RunSummary& summary) {
         code = Interrupted(summary);
         break;
       case agent::StopReason::kInterrupted:
-        code = Fail(summary, kRunExitInterrupted,
-                    Error(ErrorCode::kCancelled, "no answer to the approval prompt"),
-                    "run paused: ");
+        code =
+            Fail(summary, kRunExitInterrupted,
+                 Error(ErrorCode::kCancelled, "no answer to the approval prompt"), "run paused: ");
         break;
       case agent::StopReason::kError:
         code = Fail(summary, kRunExitModel,
@@ -342,9 +344,9 @@ int RunAgentCommand(const RunFlags& flags) {
       hint = shared.cleanup_hint;
     }
     if (count > 1) {
-      ui.ErrorLine(fmt::format("{} again: exiting now{}", SignalName(sig),
-                               hint.empty() ? ""
-                                            : "; if the sandbox is left, delete it with: " + hint));
+      ui.ErrorLine(
+          fmt::format("{} again: exiting now{}", SignalName(sig),
+                      hint.empty() ? "" : "; if the sandbox is left, delete it with: " + hint));
       _exit(kRunExitInterrupted);
     }
     // Deleting the sandbox (even with --keep-sandbox) also ends a command
@@ -352,8 +354,8 @@ int RunAgentCommand(const RunFlags& flags) {
     if (force_delete) {
       ui.Notice(fmt::format("{}: stopping the agent and deleting the sandbox", SignalName(sig)));
       if (auto st = force_delete(); !st) {
-        ui.ErrorLine(fmt::format("deleting the sandbox: {} (delete it with: {})",
-                                 st.error().message, hint));
+        ui.ErrorLine(
+            fmt::format("deleting the sandbox: {} (delete it with: {})", st.error().message, hint));
       }
     } else {
       ui.Notice(fmt::format("{}: stopping (press Ctrl-C again to exit at once)", SignalName(sig)));

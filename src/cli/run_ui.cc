@@ -1,5 +1,6 @@
 #include "cli/run_ui.h"
 
+#include <fmt/format.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -7,8 +8,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <iterator>
-
-#include <fmt/format.h>
 
 #include "agent/codec.h"
 #include "agent/text.h"
@@ -83,10 +82,14 @@ std::optional<int> FailedExitCode(std::string_view preview) {
 
 std::string_view DecisionVerb(DecisionType t) {
   switch (t) {
-    case DecisionType::kApprove: return "approved";
-    case DecisionType::kEdit: return "edited";
-    case DecisionType::kReject: return "rejected";
-    case DecisionType::kRespond: return "answered";
+    case DecisionType::kApprove:
+      return "approved";
+    case DecisionType::kEdit:
+      return "edited";
+    case DecisionType::kReject:
+      return "rejected";
+    case DecisionType::kRespond:
+      return "answered";
   }
   return "";
 }
@@ -142,8 +145,8 @@ std::string RunUi::FoldOutput(std::string_view preview, size_t max_chars) {
   }
   if (lines.empty()) return "";
   std::string out = Truncate(agent::Trim(lines[0]), max_chars);
-  if (lines.size() > 1) out += fmt::format("  (+{} more line{})", lines.size() - 1,
-                                           lines.size() == 2 ? "" : "s");
+  if (lines.size() > 1)
+    out += fmt::format("  (+{} more line{})", lines.size() - 1, lines.size() == 2 ? "" : "s");
   return out;
 }
 
@@ -371,8 +374,8 @@ void RunUi::ToolEndLocked(const AgentEvent& e) {
   if (e.depth > 0 && !e.agent.empty()) name = e.agent + " › " + name;
   std::string arg = FirstLine(e.main_argument);
   size_t width = isatty(options_.out_fd) == 1 ? TerminalWidth(options_.out_fd) : 120;
-  size_t room = width > indent.size() + name.size() + 24 ? width - indent.size() - name.size() - 24
-                                                          : 20;
+  size_t room =
+      width > indent.size() + name.size() + 24 ? width - indent.size() - name.size() - 24 : 20;
   std::string line = indent + (ok ? Sgr(kGreen, "✓") : Sgr(kRed, "✗")) + " " + Sgr(kBold, name);
   if (!arg.empty()) line += "  " + Truncate(arg, room);
   std::string tail = FormatDuration(e.duration);
@@ -464,8 +467,9 @@ void RunUi::OnEvent(const AgentEvent& e) {
       break;
     case EventType::kSummarized:
       EndTextLineLocked();
-      WriteOut("  " + Sgr(kDim, "⋯ older messages summarized" +
-                                    (e.text.empty() ? "" : " (history: " + e.text + ")")) +
+      WriteOut("  " +
+               Sgr(kDim, "⋯ older messages summarized" +
+                             (e.text.empty() ? "" : " (history: " + e.text + ")")) +
                "\n");
       break;
     case EventType::kFinalMessage:
@@ -510,11 +514,11 @@ void RunUi::RunFinished(const agent::RunResult& r, std::chrono::milliseconds wal
   running_.clear();
   EndTextLineLocked();
   const auto& u = r.usage;
-  std::string line = fmt::format(
-      "─ {} step{} · tokens {} in, {} out, cache {} read / {} write · ${:.4f} · {}", r.steps,
-      r.steps == 1 ? "" : "s", FormatTokens(u.input_tokens), FormatTokens(u.output_tokens),
-      FormatTokens(u.cache_read_tokens), FormatTokens(u.cache_write_tokens), r.cost_usd,
-      FormatDuration(wall));
+  std::string line =
+      fmt::format("─ {} step{} · tokens {} in, {} out, cache {} read / {} write · ${:.4f} · {}",
+                  r.steps, r.steps == 1 ? "" : "s", FormatTokens(u.input_tokens),
+                  FormatTokens(u.output_tokens), FormatTokens(u.cache_read_tokens),
+                  FormatTokens(u.cache_write_tokens), r.cost_usd, FormatDuration(wall));
   const bool color = options_.color && isatty(options_.err_fd) == 1;
   WriteErr((color ? fmt::format("\x1b[{}m{}\x1b[0m", kDim, line) : line) + "\n");
 }
@@ -620,8 +624,8 @@ std::optional<std::vector<Decision>> RunUi::Approve(const agent::InterruptReques
         if (!text) return std::nullopt;
         auto obj = ParseJsonObject(*text);
         if (!obj) {
-          WriteFd(tty_fd, fmt::format("  {}\n", sgr(kRed, "not a JSON object: " +
-                                                              obj.error().message)));
+          WriteFd(tty_fd,
+                  fmt::format("  {}\n", sgr(kRed, "not a JSON object: " + obj.error().message)));
           continue;
         }
         decision = Decision::Edit(std::move(*obj));

@@ -130,7 +130,7 @@ class RunUi {
   bool prompting_ = false;
   size_t frame_ = 0;
   bool at_line_start_ = true;
-  bool streamed_text_ = false;  // the main agent streamed text this model turn
+  bool streamed_text_ = false;              // the main agent streamed text this model turn
   std::map<std::string, Running> running_;  // tool_call_id -> running tool
   std::string last_todos_;
   std::chrono::steady_clock::time_point run_start_;

@@ -3,12 +3,11 @@
 #include "cli/run_ui.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "cli/run_signals.h"
 
@@ -73,8 +72,8 @@ TEST(RunUiTest, Formatting) {
 TEST(RunUiTest, TranscriptWithoutColours) {
   Pipes p;
   {
-    RunUi ui({.json = false, .color = false, .spinner = false, .out_fd = p.out[1],
-              .err_fd = p.err[1]});
+    RunUi ui(
+        {.json = false, .color = false, .spinner = false, .out_fd = p.out[1], .err_fd = p.err[1]});
     ui.RunStarted("task", "th-1", "replay:x");
     agent::AgentEvent t;
     t.type = agent::EventType::kTextDelta;
@@ -117,8 +116,8 @@ TEST(RunUiTest, TranscriptWithoutColours) {
 TEST(RunUiTest, ColoursWhenAsked) {
   Pipes p;
   {
-    RunUi ui({.json = false, .color = true, .spinner = false, .out_fd = p.out[1],
-              .err_fd = p.err[1]});
+    RunUi ui(
+        {.json = false, .color = true, .spinner = false, .out_fd = p.out[1], .err_fd = p.err[1]});
     ui.OnEvent(ToolEnd("ls", "/workspace", true, "fib.py"));
   }
   auto [out, err] = p.Finish();
@@ -128,8 +127,8 @@ TEST(RunUiTest, ColoursWhenAsked) {
 TEST(RunUiTest, JsonEventsOnePerLine) {
   Pipes p;
   {
-    RunUi ui({.json = true, .color = true, .spinner = true, .out_fd = p.out[1],
-              .err_fd = p.err[1]});
+    RunUi ui(
+        {.json = true, .color = true, .spinner = true, .out_fd = p.out[1], .err_fd = p.err[1]});
     ui.Start();
     ui.StartSpinner("ignored in json mode");
     ui.SandboxReady("sb-1", "local", 10ms);

@@ -1,9 +1,8 @@
 // The Fibonacci example (examples/fib/main.cc) end to end: the real binary,
 // a real local sandbox, the shipped recording or the fake Anthropic server.
-#include <signal.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include "agent/model/testing/fake_anthropic.h"
 #include "cli/run_exit_codes.h"
@@ -28,19 +27,20 @@ class ExampleTest : public E2eTest {
   }
   // The model writes `script` as fib.py, runs it, and claims success.
   static std::vector<ScriptedTurn> WritesAndRuns(const std::string& script) {
-    return {ScriptedTurn::ToolCalls({ScriptedToolCall(
-                "toolu_w", "write_file",
-                {{"file_path", "/workspace/fib.py"}, {"content", script}})}),
-            ScriptedTurn::ToolCalls(
-                {ScriptedToolCall("toolu_x", "execute", {{"command", "python3 /workspace/fib.py"}})}),
-            ScriptedTurn::Text("Done: fib.py prints the first 10 Fibonacci numbers.")};
+    return {
+        ScriptedTurn::ToolCalls({ScriptedToolCall(
+            "toolu_w", "write_file", {{"file_path", "/workspace/fib.py"}, {"content", script}})}),
+        ScriptedTurn::ToolCalls(
+            {ScriptedToolCall("toolu_x", "execute", {{"command", "python3 /workspace/fib.py"}})}),
+        ScriptedTurn::Text("Done: fib.py prints the first 10 Fibonacci numbers.")};
   }
 };
 
 TEST_F(ExampleTest, ReplaysTheRecordingWithoutAnApiKeyAndVerifies) {
   auto r = Run({kExample});
   EXPECT_EQ(r.code, run::kRunExitOk) << r.out << r.err;
-  EXPECT_THAT(r.err, HasSubstr("ANTHROPIC_API_KEY is not set: replaying the recorded conversation"));
+  EXPECT_THAT(r.err,
+              HasSubstr("ANTHROPIC_API_KEY is not set: replaying the recorded conversation"));
   EXPECT_THAT(r.err, HasSubstr("examples/fib/fib.replay.jsonl (a scripted conversation, not a "
                                "live model)"));
   EXPECT_THAT(r.err, HasSubstr("[tool] write_file /workspace/fib.py"));
@@ -102,8 +102,9 @@ TEST_P(ExampleSignalTest, SignalDuringAToolCallDeletesTheSandbox) {
   server.Enqueue(ScriptedTurn::ToolCalls(
       {ScriptedToolCall("toolu_sleep", "execute", {{"command", "sleep 1000"}})}));
   Process p({kExample}, Env(FakeEnv(server)), dir_);
-  ASSERT_TRUE(Eventually([&] { return p.err().find("[tool] execute sleep 1000") != std::string::npos; }))
-      << p.err();
+  ASSERT_TRUE(Eventually([&] {
+    return p.err().find("[tool] execute sleep 1000") != std::string::npos;
+  })) << p.err();
   WaitForSandbox(kExampleLabel);
   kill(p.pid(), GetParam());
   EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.out() << p.err();
@@ -112,7 +113,9 @@ TEST_P(ExampleSignalTest, SignalDuringAToolCallDeletesTheSandbox) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, ExampleSignalTest, ::testing::Values(SIGINT, SIGTERM),
-                         [](const auto& info) { return info.param == SIGINT ? "SIGINT" : "SIGTERM"; });
+                         [](const auto& info) {
+                           return info.param == SIGINT ? "SIGINT" : "SIGTERM";
+                         });
 
 TEST_F(ExampleTest, SandboxDeletedUnderTheAgentIsASandboxError) {
   FakeAnthropicServer server({.api_key = kKey});
@@ -120,7 +123,8 @@ TEST_F(ExampleTest, SandboxDeletedUnderTheAgentIsASandboxError) {
       {ScriptedToolCall("toolu_sleep", "execute", {{"command", "sleep 1000"}})}));
   server.Enqueue(ScriptedTurn::Text("The command failed."));
   Process p({kExample}, Env(FakeEnv(server)), dir_);
-  ASSERT_TRUE(Eventually([&] { return p.err().find("[tool] execute sleep 1000") != std::string::npos; }));
+  ASSERT_TRUE(
+      Eventually([&] { return p.err().find("[tool] execute sleep 1000") != std::string::npos; }));
   std::string id = WaitForSandbox(kExampleLabel);
   auto rm = Run({kDeepbox, "sandbox", "rm", id});
   EXPECT_EQ(rm.code, 0) << rm.err;

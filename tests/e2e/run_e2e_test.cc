@@ -1,9 +1,8 @@
 // `deepbox run` end to end: the real binary as a process, real local
 // sandboxes, the shipped recording (replay:) and the fake Anthropic server.
-#include <signal.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include "agent/model/testing/fake_anthropic.h"
 #include "cli/run_exit_codes.h"
@@ -110,8 +109,8 @@ TEST_F(RunTest, MissingApiKeySaysHowToProvideOne) {
 
 TEST_F(RunTest, RejectedApiKeyIsAModelError) {
   FakeAnthropicServer server({.api_key = kKey});
-  auto r = Run(RunArgs({kTask}), {{"ANTHROPIC_API_KEY", "sk-ant-wrong"},
-                                  {"ANTHROPIC_BASE_URL", server.url()}});
+  auto r = Run(RunArgs({kTask}),
+               {{"ANTHROPIC_API_KEY", "sk-ant-wrong"}, {"ANTHROPIC_BASE_URL", server.url()}});
   EXPECT_EQ(r.code, run::kRunExitModel) << r.err;
   EXPECT_THAT(r.err, HasSubstr("Check ANTHROPIC_API_KEY"));
   EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
@@ -126,7 +125,8 @@ TEST_P(RunSignalTest, SignalDuringAToolCallExits130AndDeletesTheSandbox) {
   Process p(RunArgs({"--json", kTask}), Env(FakeEnv(server)), dir_);
   ASSERT_TRUE(Eventually([&] {
     return p.out().find(R"("type":"tool_call_start")") != std::string::npos;
-  })) << p.out() << p.err();
+  })) << p.out()
+      << p.err();
   WaitForSandbox(kLabel);
   kill(p.pid(), GetParam());
   EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.err();
@@ -139,7 +139,9 @@ TEST_P(RunSignalTest, SignalDuringAToolCallExits130AndDeletesTheSandbox) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, RunSignalTest, ::testing::Values(SIGINT, SIGTERM),
-                         [](const auto& info) { return info.param == SIGINT ? "SIGINT" : "SIGTERM"; });
+                         [](const auto& info) {
+                           return info.param == SIGINT ? "SIGINT" : "SIGTERM";
+                         });
 
 TEST_F(RunTest, SandboxDeletedUnderTheAgentIsAClearSandboxError) {
   FakeAnthropicServer server({.api_key = kKey});
@@ -152,7 +154,7 @@ TEST_F(RunTest, SandboxDeletedUnderTheAgentIsAClearSandboxError) {
   auto rm = Run({kDeepbox, "sandbox", "rm", id});
   EXPECT_EQ(rm.code, 0) << rm.err;
   EXPECT_EQ(p.Wait(), run::kRunExitSandbox) << p.out() << p.err();
-  EXPECT_THAT(p.err(), HasSubstr("the sandbox went away during the run"));
+  EXPECT_THAT(p.err(), HasSubstr("the sandbox went away during the run (deleted from outside"));
   EXPECT_THAT(p.err(), HasSubstr(id));
   EXPECT_EQ(server.pending_turns(), 1u);  // the agent stopped instead of carrying on
   EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
@@ -169,13 +171,14 @@ TEST_F(RunTest, StepLimit) {
 TEST_F(RunTest, ReplayThatDivergesIsAModelError) {
   // The recording expects the write_file result; a different task still
   // replays (the task text is not checked), but a file with a wrong id breaks it.
-  WriteFile(dir_ / "bad.jsonl",
-            R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
-            "\n"
-            R"({"response": {"tool_calls": [{"id": "toolu_a", "name": "ls", "input": {"path": "/workspace"}}]}})"
-            "\n"
-            R"({"request": {"tool_results": ["toolu_other"]}, "response": {"text": "done"}})"
-            "\n");
+  WriteFile(
+      dir_ / "bad.jsonl",
+      R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+      "\n"
+      R"({"response": {"tool_calls": [{"id": "toolu_a", "name": "ls", "input": {"path": "/workspace"}}]}})"
+      "\n"
+      R"({"request": {"tool_results": ["toolu_other"]}, "response": {"text": "done"}})"
+      "\n");
   auto r = Run(RunArgs({"--model", "replay:" + (dir_ / "bad.jsonl").string(), kTask}));
   EXPECT_EQ(r.code, run::kRunExitModel) << r.err;
   EXPECT_THAT(r.err, HasSubstr("diverged from the recording"));
@@ -188,8 +191,8 @@ TEST_F(RunTest, TaskFromStdinAndThreadContinues) {
             "\n"
             R"({"response": {"text": "first answer"}})"
             "\n");
-  auto r = Run(RunArgs({"--json", "--model", "replay:" + (dir_ / "one.jsonl").string(),
-                        "--thread", "th-e2e"}),
+  auto r = Run(RunArgs({"--json", "--model", "replay:" + (dir_ / "one.jsonl").string(), "--thread",
+                        "th-e2e"}),
                {}, "say something\n");
   EXPECT_EQ(r.code, 0) << r.err;
   auto events = JsonLines(r.out);
@@ -223,8 +226,8 @@ TEST_F(RunTest, RecordThenReplay) {
 }
 
 TEST_F(RunTest, KeepSandboxLeavesItAndSaysHowToDeleteIt) {
-  auto r = Run(RunArgs({"--keep-sandbox", "--ttl", "300", "--model", "replay:" + kFibReplay,
-                        kTask}));
+  auto r =
+      Run(RunArgs({"--keep-sandbox", "--ttl", "300", "--model", "replay:" + kFibReplay, kTask}));
   EXPECT_EQ(r.code, 0) << r.err;
   auto list = Sandboxes(kLabel);
   ASSERT_THAT(list, SizeIs(1));
@@ -238,7 +241,8 @@ TEST_F(RunTest, KeepSandboxLeavesItAndSaysHowToDeleteIt) {
 }
 
 TEST_F(RunTest, ConfigFileAndUsageErrors) {
-  WriteFile(dir_ / "cfg.yaml", "model: replay:" + kFibReplay + "\nlabels: {" + "e2e.deepbox.dev/test: run}\nttl: 120\n");
+  WriteFile(dir_ / "cfg.yaml", "model: replay:" + kFibReplay + "\nlabels: {" +
+                                   "e2e.deepbox.dev/test: run}\nttl: 120\n");
   auto r = Run({kDeepbox, "run", "--config", (dir_ / "cfg.yaml").string(), kTask});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
@@ -262,14 +266,41 @@ TEST_F(RunTest, ConfigFileAndUsageErrors) {
 TEST_F(RunTest, HelpDocumentsEveryFlagAndVariable) {
   auto r = Run({kDeepbox, "run", "--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* s :
-       {"--sandbox", "--model", "--approve", "--label", "--ttl", "--keep-sandbox", "--thread",
-        "--json", "--max-steps", "--namespace", "--warm-pool", "--context", "--kubeconfig",
-        "--config", "--no-color", "--record", "--router-url", "ANTHROPIC_API_KEY",
-        "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "SSL_CERT_FILE", "KUBECONFIG",
-        "AGENT_SANDBOX_NAMESPACE", "AGENT_SANDBOX_WARMPOOL", "AGENT_SANDBOX_ROUTER_URL",
-        "DEEPBOX_STATE_DIR", "NO_COLOR", "DEEPBOX_MODEL", "Exit codes", "130 interrupted",
-        "default deepagents-warmpool", "Default 3600"}) {
+  for (const char* s : {"--sandbox",
+                        "--model",
+                        "--approve",
+                        "--label",
+                        "--ttl",
+                        "--keep-sandbox",
+                        "--thread",
+                        "--json",
+                        "--max-steps",
+                        "--namespace",
+                        "--warm-pool",
+                        "--context",
+                        "--kubeconfig",
+                        "--config",
+                        "--no-color",
+                        "--record",
+                        "--router-url",
+                        "--router-token",
+                        "AGENT_SANDBOX_ROUTER_TOKEN",
+                        "ANTHROPIC_API_KEY",
+                        "ANTHROPIC_BASE_URL",
+                        "OPENAI_API_KEY",
+                        "OPENAI_BASE_URL",
+                        "SSL_CERT_FILE",
+                        "KUBECONFIG",
+                        "AGENT_SANDBOX_NAMESPACE",
+                        "AGENT_SANDBOX_WARMPOOL",
+                        "AGENT_SANDBOX_ROUTER_URL",
+                        "DEEPBOX_STATE_DIR",
+                        "NO_COLOR",
+                        "DEEPBOX_MODEL",
+                        "Exit codes",
+                        "130 interrupted",
+                        "default deepagents-warmpool",
+                        "Default 3600"}) {
     EXPECT_THAT(r.out, HasSubstr(s));
   }
 }

@@ -1,8 +1,8 @@
 // `deepbox run` on a real pseudo-terminal (forkpty): what a person sees.
-#include <cctype>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cctype>
 
 #include "agent/model/testing/fake_anthropic.h"
 #include "cli/run_exit_codes.h"
@@ -114,23 +114,23 @@ TEST_F(TerminalTest, JsonOnATerminalIsPlainJsonLines) {
 }
 
 TEST_F(TerminalTest, InteractivePromptRunsEachLineOnTheSameSandbox) {
-  WriteFile(dir_ / "two.jsonl",
-            R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
-            "\n"
-            R"({"response": {"tool_calls": [{"id": "t1", "name": "write_file", "input": {"file_path": "/workspace/a.txt", "content": "kept between tasks"}}]}})"
-            "\n"
-            R"({"response": {"text": "wrote a.txt"}})"
-            "\n"
-            R"({"response": {"tool_calls": [{"id": "t2", "name": "execute", "input": {"command": "cat /workspace/a.txt"}}]}})"
-            "\n"
-            R"({"response": {"text": "read it back"}})"
-            "\n");
+  WriteFile(
+      dir_ / "two.jsonl",
+      R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+      "\n"
+      R"({"response": {"tool_calls": [{"id": "t1", "name": "write_file", "input": {"file_path": "/workspace/a.txt", "content": "kept between tasks"}}]}})"
+      "\n"
+      R"({"response": {"text": "wrote a.txt"}})"
+      "\n"
+      R"({"response": {"tool_calls": [{"id": "t2", "name": "execute", "input": {"command": "cat /workspace/a.txt"}}]}})"
+      "\n"
+      R"({"response": {"text": "read it back"}})"
+      "\n");
   PtyProcess p(Args({"--model", "replay:" + (dir_ / "two.jsonl").string()}), TermEnv());
-  ASSERT_TRUE(p.WaitFor("› ")) << p.output();
+  ASSERT_TRUE(p.WaitFor("›")) << p.output();  // the prompt
   p.Write("write a file\r");
   ASSERT_TRUE(p.WaitFor("wrote a.txt")) << p.output();
-  ASSERT_TRUE(p.WaitFor("› ", 120s));
-  p.Write("read it\r");
+  p.Write("read it\r");  // read at the next prompt
   ASSERT_TRUE(p.WaitFor("read it back")) << p.output();
   p.Write("\r");  // an empty line ends the session
   EXPECT_EQ(p.Wait(), 0) << p.output();
@@ -139,19 +139,20 @@ TEST_F(TerminalTest, InteractivePromptRunsEachLineOnTheSameSandbox) {
 }
 
 TEST_F(TerminalTest, ManualApprovalAsksOnTheTerminal) {
-  WriteFile(dir_ / "approve.jsonl",
-            R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
-            "\n"
-            R"({"response": {"tool_calls": [{"id": "t1", "name": "execute", "input": {"command": "echo approved-run"}}]}})"
-            "\n"
-            R"({"request": {"tool_results": ["t1"]}, "response": {"tool_calls": [{"id": "t2", "name": "execute", "input": {"command": "echo never-run"}}]}})"
-            "\n"
-            R"({"request": {"tool_results": ["t2"]}, "response": {"tool_calls": [{"id": "t3", "name": "execute", "input": {"command": "echo original"}}]}})"
-            "\n"
-            R"({"request": {"tool_results": ["t3"]}, "response": {"text": "all done"}})"
-            "\n");
-  PtyProcess p(Args({"--approve", "manual", "--model", "replay:" + (dir_ / "approve.jsonl").string(),
-                     kTask}),
+  WriteFile(
+      dir_ / "approve.jsonl",
+      R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+      "\n"
+      R"({"response": {"tool_calls": [{"id": "t1", "name": "execute", "input": {"command": "echo approved-run"}}]}})"
+      "\n"
+      R"({"request": {"tool_results": ["t1"]}, "response": {"tool_calls": [{"id": "t2", "name": "execute", "input": {"command": "echo never-run"}}]}})"
+      "\n"
+      R"({"request": {"tool_results": ["t2"]}, "response": {"tool_calls": [{"id": "t3", "name": "execute", "input": {"command": "echo original"}}]}})"
+      "\n"
+      R"({"request": {"tool_results": ["t3"]}, "response": {"text": "all done"}})"
+      "\n");
+  PtyProcess p(Args({"--approve", "manual", "--model",
+                     "replay:" + (dir_ / "approve.jsonl").string(), kTask}),
                TermEnv());
   ASSERT_TRUE(p.WaitFor("approval needed")) << p.output();
   ASSERT_TRUE(p.WaitFor("> "));
@@ -164,7 +165,8 @@ TEST_F(TerminalTest, ManualApprovalAsksOnTheTerminal) {
   ASSERT_TRUE(p.WaitFor("echo original")) << p.output();
   p.Write("e\r");
   ASSERT_TRUE(p.WaitFor("new arguments"));
-  p.Write(R"({"command": "echo edited-run"})" "\r");
+  p.Write(R"({"command": "echo edited-run"})"
+          "\r");
   ASSERT_TRUE(p.WaitFor("all done")) << p.output();
   EXPECT_EQ(p.Wait(), 0) << p.output();
   EXPECT_THAT(p.output(), HasSubstr("edited-run"));
@@ -178,7 +180,7 @@ TEST_F(TerminalTest, CtrlCOnTheTerminalDuringAToolCall) {
   server.Enqueue(ScriptedTurn::ToolCalls(
       {ScriptedToolCall("toolu_sleep", "execute", {{"command", "sleep 1000"}})}));
   PtyProcess p(Args({kTask}), TermEnv({{"ANTHROPIC_API_KEY", "sk-ant-e2e"},
-                                        {"ANTHROPIC_BASE_URL", server.url()}}));
+                                       {"ANTHROPIC_BASE_URL", server.url()}}));
   ASSERT_TRUE(p.WaitFor("execute sleep 1000")) << p.output();  // the running tool's spinner
   WaitForSandbox(kLabel);
   p.Write("\x03");  // Ctrl-C: SIGINT to the terminal's foreground process group

@@ -426,9 +426,11 @@ Status LocalSandboxProvider::Delete(const std::string& id) {
       return tl::unexpected(GoneError(id));
     }
   }
+  SandboxPaths paths = store_.Paths(id);
+  (void)rename(paths.warm.c_str(), paths.claimed.c_str());  // no claimer may take it now
   UniqueFd pidfd = SignalRef(meta->supervisor, SIGTERM);
   if (pidfd) WaitExit(pidfd.get(), 30s);
-  if (fs::exists(store_.Paths(id).dir)) {
+  if (fs::exists(paths.dir)) {
     auto reaped = store_.Reap(id, *meta);
     if (!reaped) return tl::unexpected(reaped.error());
   }

@@ -1,0 +1,173 @@
+// `deepbox run --sandbox k8s` and `deepbox-fib-example --sandbox k8s` end to
+// end without a cluster: the binaries' real Kubernetes client against the fake
+// API server (HTTPS, token auth, a kubeconfig file), the fake agent-sandbox
+// controller adopting warm pool members, the test sandbox router (bearer
+// token, X-Sandbox-* headers), and a real deepbox-sandboxd standing in for the
+// pod.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdlib>
+
+#include "cli/run_exit_codes.h"
+#include "e2e_util.h"
+#include "k8s/testing/fake_api_server.h"
+#include "k8s/testing/fake_controller.h"
+#include "k8s/testing/fixtures.h"
+#include "k8s/testing/test_router.h"
+#include "sandbox/testing/scoped_sandboxd.h"
+
+namespace deepbox::e2e {
+namespace {
+
+using k8s::testing::ClaimNames;
+using k8s::testing::FakeApiServer;
+using k8s::testing::FakeController;
+using k8s::testing::PoolReadyReplicas;
+using k8s::testing::SeedPool;
+using k8s::testing::TestRouter;
+using k8s::testing::WaitUntil;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr const char* kTask = "Write fib.py that prints the first 10 Fibonacci numbers and run it";
+
+class K8sTest : public E2eTest {
+ protected:
+  void SetUp() override {
+    E2eTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto server = FakeApiServer::Start();
+    ASSERT_TRUE(server) << server.error().ToString();
+    server_ = std::move(*server);
+    controller_ = std::make_unique<FakeController>(server_->shared_store());
+    controller_->Start();
+    auto daemon = deepbox::testing::ScopedSandboxd::Start();
+    ASSERT_TRUE(daemon) << daemon.error().ToString();
+    daemon_ = std::move(*daemon);
+    auto router = TestRouter::Start("router-secret");
+    ASSERT_TRUE(router);
+    router_ = std::move(*router);
+    router_->SetDefaultBackend(daemon_->unix_url());  // every pod is this daemon
+    SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 1);
+    ASSERT_TRUE(WaitUntil([&] {
+      return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1;
+    }));
+    kubeconfig_ = (dir_ / "kubeconfig").string();
+    ASSERT_TRUE(server_->WriteKubeconfig(kubeconfig_, "default"));
+  }
+  void TearDown() override {
+    if (controller_) controller_->Stop();
+    E2eTest::TearDown();
+  }
+  // The fake "pod" is a daemon whose root is a temporary directory, not
+  // /workspace: this conversation uses paths relative to the root.
+  std::string RelativeFibReplay() {
+    std::string file = (dir_ / "fib-relative.jsonl").string();
+    WriteFile(
+        file,
+        R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+        "\n"
+        R"({"response": {"tool_calls": [{"id": "t1", "name": "write_file", "input": {"file_path": "fib.py", "content": "a, b = 0, 1\nfor _ in range(10):\n    print(a)\n    a, b = b, a + b\n"}}]}})"
+        "\n"
+        R"({"request": {"tool_results": ["t1"]}, "response": {"tool_calls": [{"id": "t2", "name": "execute", "input": {"command": "python3 fib.py"}}]}})"
+        "\n"
+        R"({"request": {"tool_results": ["t2"]}, "response": {"text": "It prints 0, 1, 1, 2, 3, 5, 8, 13, 21, 34."}})"
+        "\n");
+    return file;
+  }
+  std::map<std::string, std::string> K8sEnv() {
+    return {{"KUBECONFIG", kubeconfig_},
+            {"AGENT_SANDBOX_ROUTER_URL", fmt::format("http://127.0.0.1:{}", router_->port())},
+            {"AGENT_SANDBOX_ROUTER_TOKEN", "router-secret"}};
+  }
+
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<FakeController> controller_;
+  std::unique_ptr<deepbox::testing::ScopedSandboxd> daemon_;
+  std::unique_ptr<TestRouter> router_;
+  std::string kubeconfig_;
+};
+
+TEST_F(K8sTest, RunClaimsFromTheWarmPoolAndDeletesTheClaim) {
+  auto r = Run({kDeepbox, "run", "--sandbox", "k8s", "--label", "team=ml", "--json", "--model",
+                "replay:" + RelativeFibReplay(), kTask},
+               K8sEnv());
+  EXPECT_EQ(r.code, 0) << r.err;
+  auto events = JsonLines(r.out);
+  ASSERT_FALSE(events.empty());
+  const json::object& result = events.back();
+  EXPECT_EQ(result.at("provider").as_string(), "k8s");
+  EXPECT_THAT(std::string(result.at("sandbox_id").as_string()), HasSubstr("default/"));
+  EXPECT_THAT(std::string(result.at("final_text").as_string()),
+              HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
+  // The tools ran in the "pod", through the router with the claim's coordinates.
+  EXPECT_TRUE(fs::exists(daemon_->root() + "/fib.py"));
+  ASSERT_FALSE(router_->requests().empty());
+  EXPECT_EQ(router_->requests()[0].namespace_name, "default");
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
+}
+
+TEST_F(K8sTest, DefaultConnectionIsAKubectlPortForward) {
+  // `kubectl` on PATH is the fake one: a real TCP proxy to the test router.
+  fs::create_directories(dir_ / "bin");
+  fs::create_symlink(kBinDir + "/deepbox-fake-kubectl", dir_ / "bin" / "kubectl");
+  std::string log = (dir_ / "kubectl.log").string();
+  const char* path = std::getenv("PATH");
+  auto r = Run({kDeepbox, "run", "--sandbox", "k8s", "--kubeconfig", kubeconfig_, "--model",
+                "replay:" + RelativeFibReplay(), kTask},
+               {{"PATH", (dir_ / "bin").string() + ":" + (path ? path : "/usr/bin:/bin")},
+                {"DEEPBOX_FAKE_KUBECTL_TARGET", fmt::format("127.0.0.1:{}", router_->port())},
+                {"DEEPBOX_FAKE_KUBECTL_LOG", log},
+                {"AGENT_SANDBOX_ROUTER_TOKEN", "router-secret"}});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
+  std::string args = ReadFile(log);
+  EXPECT_THAT(args, HasSubstr("--kubeconfig=" + kubeconfig_));
+  EXPECT_THAT(args, HasSubstr("port-forward"));
+  EXPECT_THAT(args, HasSubstr("svc/sandbox-router-svc"));
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
+}
+
+TEST_F(K8sTest, InterruptDeletesTheClaim) {
+  WriteFile(
+      dir_ / "chatty.jsonl",
+      R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+      "\n"
+      R"({"response": {"tool_calls": [{"id": "t1", "name": "execute", "input": {"command": "while true; do echo tick; sleep 0.2; done"}}]}})"
+      "\n");
+  Process p({kDeepbox, "run", "--sandbox", "k8s", "--json", "--model",
+             "replay:" + (dir_ / "chatty.jsonl").string(), kTask},
+            Env(K8sEnv()), dir_);
+  ASSERT_TRUE(Eventually([&] {
+    return p.out().find(R"("type":"tool_output")") != std::string::npos;
+  })) << p.out()
+      << p.err();
+  EXPECT_EQ(ClaimNames(server_->store(), "default").size(), 1u);
+  kill(p.pid(), SIGINT);
+  EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.err();
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
+}
+
+TEST_F(K8sTest, ExampleOnKubernetes) {
+  auto r =
+      Run({kExample, "--sandbox", "k8s", "--model", "replay:" + RelativeFibReplay()}, K8sEnv());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr(kVerified));
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
+}
+
+TEST_F(K8sTest, MissingWarmPoolIsASandboxError) {
+  auto env = K8sEnv();
+  env["AGENT_SANDBOX_WARMPOOL"] = "no-such-pool";
+  auto r =
+      Run({kDeepbox, "run", "--sandbox", "k8s", "--model", "replay:" + kFibReplay, kTask}, env);
+  EXPECT_EQ(r.code, run::kRunExitSandbox) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("cannot claim a sandbox"));
+  EXPECT_THAT(r.err, HasSubstr("no-such-pool"));
+}
+
+}  // namespace
+}  // namespace deepbox::e2e
