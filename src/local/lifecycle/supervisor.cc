@@ -153,6 +153,7 @@ class Supervisor {
   UniqueFd timerfd_;
   int64_t start_ns_ = 0;
   int64_t launched_ns_ = 0;
+  int64_t socket_ns_ = 0;  // when the daemon's socket first accepted a connection
   bool dir_created_ = false;
 };
 
@@ -232,8 +233,10 @@ Status Supervisor::LaunchSandbox() {
   spec.die_with_parent = true;  // we are the launching (main) thread: our death kills it
   spec.use_cgroups = geteuid() == 0;
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return MakeSyscallError("pipe2", errno);
+  if (pipe2(fds, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
   stderr_r_.reset(fds[0]);
+  // Only our end is non-blocking; we always drain it (the daemon's writes must not fail).
+  if (fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0) return MakeSyscallError("fcntl", errno, "O_NONBLOCK");
   UniqueFd stderr_w(fds[1]);
   spec.stderr_fd = stderr_w.get();
 
@@ -322,6 +325,7 @@ Status Supervisor::WaitHealthy() {
   for (;;) {
     bool exists = access(meta_.socket.c_str(), F_OK) == 0;
     if (exists && SocketAccepts(meta_.socket)) {
+      if (socket_ns_ == 0) socket_ns_ = MonoNs();
       net::ClientRequest req;
       req.target = "/deepbox/v1/health";
       req.timeout = 5000ms;
@@ -472,6 +476,8 @@ int Supervisor::Run() {
     m.init = meta_.init;
     m.timings = meta_.timings;
     m.timings["daemon ready"] = Us(ready_ns - launched_ns_);
+    m.timings["daemon listening"] = Us(socket_ns_ - launched_ns_);
+    m.timings["daemon health"] = Us(ready_ns - socket_ns_);
     m.timings["supervisor total"] = Us(ready_ns - start_ns_);
     if (req_.requested_at_ns > 0) m.timings["total"] = Us(ready_ns - req_.requested_at_ns);
     return Status{};

@@ -120,16 +120,21 @@ TEST_F(RunnerTest, StderrIsSeparateAndCombinedKeepsEachStreamsOrder) {
 TEST_F(RunnerTest, CombinedFollowsTheReadOrder) {
   // The child writes the next line only after the previous one was delivered,
   // so the read order is known.
+  // One FIFO per step: reusing one could let the second "go" land in the
+  // first reader's pipe just before it closes, and be lost.
   TempDir dir;
-  const std::string fifo = dir.File("go");
-  MakeFifo(fifo);
-  CommandSpec spec = CommandSpec::Shell("echo one; read x < " + fifo + "; echo two >&2; read x < " +
-                                        fifo + "; echo three");
+  const std::string go1 = dir.File("go1");
+  const std::string go2 = dir.File("go2");
+  MakeFifo(go1);
+  MakeFifo(go2);
+  CommandSpec spec = CommandSpec::Shell("echo one; read x < " + go1 + "; echo two >&2; read x < " +
+                                        go2 + "; echo three");
   std::vector<std::pair<StreamKind, std::string>> chunks;
   StreamCallbacks cb;
   cb.on_output = [&](StreamKind kind, std::string_view bytes) {
     chunks.emplace_back(kind, std::string(bytes));
-    if (chunks.size() <= 2) Release(fifo);
+    if (chunks.size() == 1) Release(go1);
+    if (chunks.size() == 2) Release(go2);
     return true;
   };
   StreamResult r = RunStreaming(spec, cb);
