@@ -377,6 +377,37 @@ TEST(SandboxdLifecycleTest, CrashedDaemonGivesClearClientError) {
   EXPECT_EQ(r.error().code, ErrorCode::kUnavailable) << r.error().ToString();
 }
 
+TEST_F(SandboxdTest, TarDownloadAndUploadRoundTrip) {
+  ASSERT_TRUE(sb().Write("tree/a.txt", "alpha", 0644));
+  ASSERT_TRUE(sb().Write("tree/sub/b.bin", std::string("\0\1\2", 3), 0600));
+  net::ClientRequest down;
+  down.method = "POST";
+  down.target = "/deepbox/v1/fs/tar/download";
+  down.body = R"({"paths":["tree"]})";
+  auto tar = Http()->Send(down);
+  ASSERT_TRUE(tar) << tar.error().ToString();
+  ASSERT_EQ(tar->status, 200) << tar->body;
+  EXPECT_GT(tar->body.size(), 1024u);
+  net::ClientRequest up;
+  up.method = "PUT";
+  up.target = "/deepbox/v1/fs/tar/upload?path=copy";
+  up.body = tar->body;
+  ASSERT_TRUE(sb().Mkdir("copy", true));
+  auto r = Http()->Send(up);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(ReadHostFile(Root() + "/copy/tree/a.txt"), "alpha");
+  EXPECT_EQ(ReadHostFile(Root() + "/copy/tree/sub/b.bin"), std::string("\0\1\2", 3));
+  // A missing path is a clean 404 before any archive bytes are sent.
+  down.body = R"({"paths":["nope"]})";
+  EXPECT_EQ(Http()->Send(down)->status, 404);
+  // An archive with an escaping entry is refused.
+  up.target = "/deepbox/v1/fs/tar/upload?path=..";
+  auto esc = Http()->Send(up);
+  ASSERT_TRUE(esc);
+  EXPECT_EQ(esc->status, 403) << esc->body;
+}
+
 // ---------------------------------------------------------------- background processes
 
 TEST_F(SandboxdTest, BackgroundProcessLifecycle) {
