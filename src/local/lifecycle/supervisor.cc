@@ -28,6 +28,7 @@
 #include "local/launcher.h"
 #include "local/namespaces.h"
 #include "local/network.h"
+#include "net/conn.h"
 #include "net/http_client.h"
 
 extern char** environ;
@@ -112,14 +113,11 @@ std::string PublicNetworkObstacle() {
   return {};
 }
 
+// The socket's directory is writable by the sandbox: net::Conn refuses a
+// symlink planted in the socket's place (never connect to a host socket).
 bool SocketAccepts(const std::string& path) {
-  UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!s) return false;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (path.size() >= sizeof(addr.sun_path)) return false;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  return connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  auto ep = net::Endpoint::Parse("unix:" + path);
+  return ep && net::Conn::Connect(*ep, net::DeadlineAfter(std::chrono::milliseconds(1000))).has_value();
 }
 
 class Supervisor {
