@@ -11,6 +11,7 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "common/json.h"
 #include "net/beast_stream.h"
 #include "net/url.h"
 
@@ -134,12 +135,10 @@ class ConnWriter : public ResponseWriter {
 
 void SendSimpleError(Conn& conn, int status, std::string_view message, const ServerOptions& opts) {
   ConnWriter w(conn, opts, false, false);
-  std::string body = fmt::format(R"({{"error":{{"code":"{}","message":"{}"}}}})",
-                                 status == 413   ? "RESOURCE_EXHAUSTED"
-                                 : status == 503 ? "UNAVAILABLE"
-                                                 : "INVALID_ARGUMENT",
-                                 message);
-  (void)w.Send(Response::Json(status, std::move(body)));
+  ErrorCode code = status == 413   ? ErrorCode::kResourceExhausted
+                   : status == 503 ? ErrorCode::kUnavailable
+                                   : ErrorCode::kInvalidArgument;
+  (void)w.Send(Response::Json(status, ToJson(ErrorToJson(Error(code, std::string(message))))));
 }
 
 }  // namespace
