@@ -3,6 +3,7 @@
 //
 //   bench_local_lifecycle [--iterations N] [--warm-replicas N] [--density N]
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -20,8 +21,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "local/lifecycle/provider.h"
 
@@ -154,9 +153,8 @@ int main(int argc, char** argv) {
 
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  std::string bin_dir = n > 0 ? fs::path(std::string(exe, static_cast<size_t>(n))).parent_path()
-                                    .string()
-                              : ".";
+  std::string bin_dir =
+      n > 0 ? fs::path(std::string(exe, static_cast<size_t>(n))).parent_path().string() : ".";
   std::string tmpl = "/tmp/dbx-bench-XXXXXX";
   if (mkdtemp(tmpl.data()) == nullptr) {
     std::perror("mkdtemp");
@@ -222,8 +220,9 @@ int main(int argc, char** argv) {
   // 2. Warm: claim from a pool -> connect -> first command done.
   {
     std::string out = tmpl + "/pool.log";
-    std::vector<std::string> args = {o.deepbox_binary, "pool", "serve", "--name", "bench",
-                                     "--replicas", std::to_string(replicas), "--network", "none"};
+    std::vector<std::string> args = {
+        o.deepbox_binary,         "pool",      "serve", "--name", "bench", "--replicas",
+        std::to_string(replicas), "--network", "none"};
     std::vector<char*> pargv;
     for (auto& a : args) pargv.push_back(a.data());
     pargv.push_back(nullptr);
@@ -292,10 +291,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> skipped;
   if (!bwrap.empty()) {
     auto s = TimeCommand("bwrap --unshare-all ... /bin/true",
-                         {bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
-                          "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
-                          "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev",
-                          "--tmpfs", "/tmp", "/bin/true"},
+                         {bwrap,       "--unshare-all", "--die-with-parent",
+                          "--ro-bind", "/usr",          "/usr",
+                          "--symlink", "usr/bin",       "/bin",
+                          "--symlink", "usr/lib",       "/lib",
+                          "--symlink", "usr/lib64",     "/lib64",
+                          "--proc",    "/proc",         "--dev",
+                          "/dev",      "--tmpfs",       "/tmp",
+                          "/bin/true"},
                          iterations);
     if (s) {
       rows.push_back(*s);
@@ -316,8 +319,8 @@ int main(int argc, char** argv) {
   } else {
     skipped.push_back("unshare (not installed)");
   }
-  if (auto s = TimeCommand("posix_spawn /bin/true (no isolation, floor)", {"/bin/true"},
-                           iterations)) {
+  if (auto s =
+          TimeCommand("posix_spawn /bin/true (no isolation, floor)", {"/bin/true"}, iterations)) {
     rows.push_back(*s);
   }
 
@@ -343,8 +346,9 @@ int main(int argc, char** argv) {
   }
   double count = std::max<double>(1, static_cast<double>(idle.size()));
   double rss_mib = rss_sum / count / 1024, pss_mib = pss_sum / count / 1024;
-  double avail_mib = static_cast<double>(avail_before > avail_after ? avail_before - avail_after : 0) /
-                     count / 1024;
+  double avail_mib =
+      static_cast<double>(avail_before > avail_after ? avail_before - avail_after : 0) / count /
+      1024;
   for (const auto& m : idle) (void)(*provider)->Delete(m.id);
   (void)RemoveTree(tmpl);
 
@@ -387,15 +391,18 @@ int main(int argc, char** argv) {
   }
   for (const auto& [k, v] : split) std::printf("  %-28s %8.3f\n", k.c_str(), v);
   std::printf("\nDensity: %zu idle sandboxes (network none)\n", idle.size());
-  std::printf("  memory per idle sandbox: RSS %.2f MiB, PSS %.2f MiB (supervisor + daemon), "
-              "MemAvailable drop %.2f MiB\n",
-              rss_mib, pss_mib, avail_mib);
+  std::printf(
+      "  memory per idle sandbox: RSS %.2f MiB, PSS %.2f MiB (supervisor + daemon), "
+      "MemAvailable drop %.2f MiB\n",
+      rss_mib, pss_mib, avail_mib);
   uint64_t total_avail = MemAvailableKb();
   double per = std::max(pss_mib, avail_mib);
-  std::printf("  fit in the %.0f MiB available now: ~%.0f idle sandboxes (by the larger of PSS and "
-              "MemAvailable drop)\n",
-              static_cast<double>(total_avail) / 1024,
-              per > 0 ? static_cast<double>(total_avail) / 1024 / per : 0);
-  std::printf("  goal: < 4 MiB per idle sandbox; agent-sandbox/gVisor: ~65 MB Sentry RAM per pod\n");
+  std::printf(
+      "  fit in the %.0f MiB available now: ~%.0f idle sandboxes (by the larger of PSS and "
+      "MemAvailable drop)\n",
+      static_cast<double>(total_avail) / 1024,
+      per > 0 ? static_cast<double>(total_avail) / 1024 / per : 0);
+  std::printf(
+      "  goal: < 4 MiB per idle sandbox; agent-sandbox/gVisor: ~65 MB Sentry RAM per pod\n");
   return 0;
 }

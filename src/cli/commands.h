@@ -29,10 +29,10 @@ struct SandboxCreateArgs {
 int RunSandboxCreate(const SandboxCreateArgs& args);
 
 // `deepbox sandbox exec` exit status:
-inline constexpr int kExecTimedOut = 124;   // --timeout (or the daemon's default) hit
+inline constexpr int kExecTimedOut = 124;       // --timeout (or the daemon's default) hit
 inline constexpr int kExecDeepboxFailed = 125;  // deepbox itself failed (no sandbox, ...)
-inline constexpr int kExecCannotRun = 126;  // the command exists but could not be started
-inline constexpr int kExecNotFound = 127;   // the command was not found
+inline constexpr int kExecCannotRun = 126;      // the command exists but could not be started
+inline constexpr int kExecNotFound = 127;       // the command was not found
 // 128+N: killed by signal N (137 also when the sandbox killed it).
 
 struct SandboxExecArgs {

@@ -8,7 +8,9 @@
 // nothing through a symlink), without owners, set-id bits, devices or hard links.
 #include <archive.h>
 #include <archive_entry.h>
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,8 +18,6 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-
-#include <fmt/format.h>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -94,11 +94,82 @@ Status WriteHostFile(const fs::path& p, std::string_view data, uint32_t mode) {
 
 // ------------------------------------------------------------ tar (host side)
 
+// libarchive is loaded only when a directory is copied: linked normally it
+// (with libxml2, ICU, nettle, lzma, zstd, ...) would be loaded by every
+// `deepbox` process, including each sandbox's supervisor (~1.5 ms and
+// hundreds of KiB per sandbox).
+#define DEEPBOX_ARCHIVE_FUNCS(X)        \
+  X(archive_entry_filetype)             \
+  X(archive_entry_free)                 \
+  X(archive_entry_hardlink)             \
+  X(archive_entry_new)                  \
+  X(archive_entry_pathname)             \
+  X(archive_entry_perm)                 \
+  X(archive_entry_set_filetype)         \
+  X(archive_entry_set_gid)              \
+  X(archive_entry_set_mtime)            \
+  X(archive_entry_set_pathname)         \
+  X(archive_entry_set_perm)             \
+  X(archive_entry_set_size)             \
+  X(archive_entry_set_symlink)          \
+  X(archive_entry_set_uid)              \
+  X(archive_error_string)               \
+  X(archive_read_data_block)            \
+  X(archive_read_free)                  \
+  X(archive_read_new)                   \
+  X(archive_read_next_header)           \
+  X(archive_read_open_memory)           \
+  X(archive_read_support_format_gnutar) \
+  X(archive_read_support_format_tar)    \
+  X(archive_write_close)                \
+  X(archive_write_data)                 \
+  X(archive_write_data_block)           \
+  X(archive_write_disk_new)             \
+  X(archive_write_disk_set_options)     \
+  X(archive_write_finish_entry)         \
+  X(archive_write_free)                 \
+  X(archive_write_header)               \
+  X(archive_write_new)                  \
+  X(archive_write_open2)                \
+  X(archive_write_set_format_pax_restricted)
+
+struct ArchiveApi {
+#define DEEPBOX_DECLARE(name) decltype(&::name) name = nullptr;
+  DEEPBOX_ARCHIVE_FUNCS(DEEPBOX_DECLARE)
+#undef DEEPBOX_DECLARE
+};
+
+Result<const ArchiveApi*> LoadArchive() {
+  static ArchiveApi api;
+  static std::string error;
+  static bool loaded = [] {
+    void* h = dlopen("libarchive.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      error = std::string("copying directories needs libarchive: ") + dlerror();
+      return false;
+    }
+#define DEEPBOX_LOAD(name)                                         \
+  api.name = reinterpret_cast<decltype(&::name)>(dlsym(h, #name)); \
+  if (api.name == nullptr) {                                       \
+    error = "libarchive.so.13 lacks " #name;                       \
+    return false;                                                  \
+  }
+    DEEPBOX_ARCHIVE_FUNCS(DEEPBOX_LOAD)
+#undef DEEPBOX_LOAD
+    return true;
+  }();
+  if (!loaded) return MakeError(ErrorCode::kUnavailable, error);
+  return &api;
+}
+
 Result<std::string> TarDirectory(const fs::path& root) {
+  auto api = LoadArchive();
+  if (!api) return tl::unexpected(api.error());
+  const ArchiveApi& A = **api;
   std::string out;
-  archive* a = archive_write_new();
-  archive_write_set_format_pax_restricted(a);
-  archive_write_open2(
+  archive* a = A.archive_write_new();
+  A.archive_write_set_format_pax_restricted(a);
+  A.archive_write_open2(
       a, &out, nullptr,
       [](archive*, void* ctx, const void* buf, size_t n) -> la_ssize_t {
         static_cast<std::string*>(ctx)->append(static_cast<const char*>(buf), n);
@@ -109,8 +180,9 @@ Result<std::string> TarDirectory(const fs::path& root) {
   std::error_code ec;
   fs::recursive_directory_iterator it(root, fs::directory_options::none, ec);
   if (ec) {
-    archive_write_free(a);
-    return MakeError(ErrorCode::kInternal, fmt::format("reading {}: {}", root.string(), ec.message()));
+    A.archive_write_free(a);
+    return MakeError(ErrorCode::kInternal,
+                     fmt::format("reading {}: {}", root.string(), ec.message()));
   }
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
@@ -121,45 +193,46 @@ Result<std::string> TarDirectory(const fs::path& root) {
       result = MakeSyscallError("lstat", errno, p.string());
       break;
     }
-    archive_entry* e = archive_entry_new();
-    archive_entry_set_pathname(e, rel.c_str());
-    archive_entry_set_perm(e, st.st_mode & 07777);
-    archive_entry_set_mtime(e, st.st_mtime, 0);
+    archive_entry* e = A.archive_entry_new();
+    A.archive_entry_set_pathname(e, rel.c_str());
+    A.archive_entry_set_perm(e, st.st_mode & 07777);
+    A.archive_entry_set_mtime(e, st.st_mtime, 0);
     std::string content;
     if (S_ISDIR(st.st_mode)) {
-      archive_entry_set_filetype(e, AE_IFDIR);
+      A.archive_entry_set_filetype(e, AE_IFDIR);
     } else if (S_ISLNK(st.st_mode)) {
       std::error_code lec;
-      archive_entry_set_filetype(e, AE_IFLNK);
-      archive_entry_set_symlink(e, fs::read_symlink(p, lec).c_str());
+      A.archive_entry_set_filetype(e, AE_IFLNK);
+      A.archive_entry_set_symlink(e, fs::read_symlink(p, lec).c_str());
     } else if (S_ISREG(st.st_mode)) {
       auto data = ReadHostFile(p);
       if (!data) {
-        archive_entry_free(e);
+        A.archive_entry_free(e);
         result = tl::unexpected(data.error());
         break;
       }
       content = std::move(*data);
-      archive_entry_set_filetype(e, AE_IFREG);
-      archive_entry_set_size(e, static_cast<la_int64_t>(content.size()));
+      A.archive_entry_set_filetype(e, AE_IFREG);
+      A.archive_entry_set_size(e, static_cast<la_int64_t>(content.size()));
     } else {
       std::fprintf(stderr, "deepbox: skipping %s (not a file, directory or symlink)\n", p.c_str());
-      archive_entry_free(e);
+      A.archive_entry_free(e);
       continue;
     }
-    if (archive_write_header(a, e) != ARCHIVE_OK ||
-        (!content.empty() && archive_write_data(a, content.data(), content.size()) < 0)) {
-      result = MakeError(ErrorCode::kInternal, fmt::format("tar: {}", archive_error_string(a)));
-      archive_entry_free(e);
+    if (A.archive_write_header(a, e) != ARCHIVE_OK ||
+        (!content.empty() && A.archive_write_data(a, content.data(), content.size()) < 0)) {
+      result = MakeError(ErrorCode::kInternal, fmt::format("tar: {}", A.archive_error_string(a)));
+      A.archive_entry_free(e);
       break;
     }
-    archive_entry_free(e);
+    A.archive_entry_free(e);
   }
   if (ec && result) {
-    result = MakeError(ErrorCode::kInternal, fmt::format("reading {}: {}", root.string(), ec.message()));
+    result =
+        MakeError(ErrorCode::kInternal, fmt::format("reading {}: {}", root.string(), ec.message()));
   }
-  archive_write_close(a);
-  archive_write_free(a);
+  A.archive_write_close(a);
+  A.archive_write_free(a);
   if (!result) return tl::unexpected(result.error());
   return out;
 }
@@ -184,35 +257,38 @@ std::optional<std::vector<std::string>> Components(std::string_view name) {
 // the downloaded directory by stripping the longest of `prefixes` they start with.
 Status ExtractUntrusted(const std::string& tar, const fs::path& target,
                         const std::vector<std::vector<std::string>>& prefixes) {
-  archive* in = archive_read_new();
-  archive_read_support_format_tar(in);
-  archive_read_support_format_gnutar(in);
-  if (archive_read_open_memory(in, tar.data(), tar.size()) != ARCHIVE_OK) {
-    Error e(ErrorCode::kInternal, fmt::format("tar: {}", archive_error_string(in)));
-    archive_read_free(in);
+  auto api = LoadArchive();
+  if (!api) return tl::unexpected(api.error());
+  const ArchiveApi& A = **api;
+  archive* in = A.archive_read_new();
+  A.archive_read_support_format_tar(in);
+  A.archive_read_support_format_gnutar(in);
+  if (A.archive_read_open_memory(in, tar.data(), tar.size()) != ARCHIVE_OK) {
+    Error e(ErrorCode::kInternal, fmt::format("tar: {}", A.archive_error_string(in)));
+    A.archive_read_free(in);
     return tl::unexpected(e);
   }
-  archive* out = archive_write_disk_new();
+  archive* out = A.archive_write_disk_new();
   // Destinations are `target` (canonical, so no symlink in it) + sanitized
   // member components; nothing may be written through a symlink the archive made.
-  archive_write_disk_set_options(out, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
-                                          ARCHIVE_EXTRACT_SECURE_NODOTDOT);
+  A.archive_write_disk_set_options(out, ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_SECURE_SYMLINKS |
+                                            ARCHIVE_EXTRACT_SECURE_NODOTDOT);
   Status result;
   const std::vector<std::string>* strip = nullptr;
   archive_entry* e = nullptr;
   for (;;) {
-    int rc = archive_read_next_header(in, &e);
+    int rc = A.archive_read_next_header(in, &e);
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN) {
-      result = MakeError(ErrorCode::kInternal, fmt::format("tar: {}", archive_error_string(in)));
+      result = MakeError(ErrorCode::kInternal, fmt::format("tar: {}", A.archive_error_string(in)));
       break;
     }
-    auto parts = Components(archive_entry_pathname(e));
-    auto type = archive_entry_filetype(e);
-    if (!parts || archive_entry_hardlink(e) != nullptr ||
+    auto parts = Components(A.archive_entry_pathname(e));
+    auto type = A.archive_entry_filetype(e);
+    if (!parts || A.archive_entry_hardlink(e) != nullptr ||
         (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK)) {
       std::fprintf(stderr, "deepbox: skipping unsafe or special tar member '%s'\n",
-                   archive_entry_pathname(e));
+                   A.archive_entry_pathname(e));
       continue;
     }
     if (strip == nullptr) {  // decided by the first member
@@ -231,31 +307,32 @@ Status ExtractUntrusted(const std::string& tar, const fs::path& target,
     }
     fs::path dest = target;
     for (size_t i = strip->size(); i < parts->size(); ++i) dest /= (*parts)[i];
-    archive_entry_set_pathname(e, dest.c_str());
-    archive_entry_set_uid(e, geteuid());
-    archive_entry_set_gid(e, getegid());
-    archive_entry_set_perm(e, archive_entry_perm(e) & 0777);
-    if (type == AE_IFDIR) archive_entry_set_perm(e, (archive_entry_perm(e) | 0700) & 0777);
-    if (archive_write_header(out, e) != ARCHIVE_OK) {
-      std::fprintf(stderr, "deepbox: skipping '%s': %s\n", dest.c_str(), archive_error_string(out));
+    A.archive_entry_set_pathname(e, dest.c_str());
+    A.archive_entry_set_uid(e, geteuid());
+    A.archive_entry_set_gid(e, getegid());
+    A.archive_entry_set_perm(e, A.archive_entry_perm(e) & 0777);
+    if (type == AE_IFDIR) A.archive_entry_set_perm(e, (A.archive_entry_perm(e) | 0700) & 0777);
+    if (A.archive_write_header(out, e) != ARCHIVE_OK) {
+      std::fprintf(stderr, "deepbox: skipping '%s': %s\n", dest.c_str(),
+                   A.archive_error_string(out));
       continue;
     }
     const void* buf;
     size_t size;
     la_int64_t offset;
-    while ((rc = archive_read_data_block(in, &buf, &size, &offset)) == ARCHIVE_OK) {
-      if (archive_write_data_block(out, buf, size, offset) < ARCHIVE_OK) {
-        result = MakeError(ErrorCode::kInternal,
-                           fmt::format("writing {}: {}", dest.string(), archive_error_string(out)));
+    while ((rc = A.archive_read_data_block(in, &buf, &size, &offset)) == ARCHIVE_OK) {
+      if (A.archive_write_data_block(out, buf, size, offset) < ARCHIVE_OK) {
+        result = MakeError(ErrorCode::kInternal, fmt::format("writing {}: {}", dest.string(),
+                                                             A.archive_error_string(out)));
         break;
       }
     }
     if (!result) break;
-    archive_write_finish_entry(out);
+    A.archive_write_finish_entry(out);
   }
-  archive_write_close(out);
-  archive_write_free(out);
-  archive_read_free(in);
+  A.archive_write_close(out);
+  A.archive_write_free(out);
+  A.archive_read_free(in);
   return result;
 }
 
@@ -366,7 +443,8 @@ class Copier {
     for (fs::recursive_directory_iterator it(src, ec), end; !ec && it != end; it.increment(ec)) {
       std::string target = JoinSandboxPath(dst, fs::relative(it->path(), src).generic_string());
       struct stat st;
-      if (lstat(it->path().c_str(), &st) != 0) return MakeSyscallError("lstat", errno, it->path().string());
+      if (lstat(it->path().c_str(), &st) != 0)
+        return MakeSyscallError("lstat", errno, it->path().string());
       if (S_ISDIR(st.st_mode)) {
         if (auto s = client_->Mkdir(target, true); !s) return s;
       } else if (S_ISREG(st.st_mode)) {
@@ -378,7 +456,9 @@ class Copier {
                      it->path().c_str());
       }
     }
-    if (ec) return MakeError(ErrorCode::kInternal, fmt::format("reading {}: {}", src.string(), ec.message()));
+    if (ec)
+      return MakeError(ErrorCode::kInternal,
+                       fmt::format("reading {}: {}", src.string(), ec.message()));
     return {};
   }
 
@@ -421,10 +501,11 @@ int RunSandboxCp(const SandboxCpArgs& args) {
   Ref src = ParseRef(args.src);
   Ref dst = ParseRef(args.dst);
   if (src.in_sandbox == dst.in_sandbox) {
-    return ReportError(Error(
-        ErrorCode::kInvalidArgument,
-        src.in_sandbox ? "both SRC and DST are in sandboxes: copy through the host"
-                       : "one of SRC and DST must be a sandbox path ID:PATH (e.g. sb-0123456789ab:/workspace/x)"));
+    return ReportError(Error(ErrorCode::kInvalidArgument,
+                             src.in_sandbox
+                                 ? "both SRC and DST are in sandboxes: copy through the host"
+                                 : "one of SRC and DST must be a sandbox path ID:PATH (e.g. "
+                                   "sb-0123456789ab:/workspace/x)"));
   }
   const Ref& remote = src.in_sandbox ? src : dst;
   auto provider = MakeProvider(ProviderFlags{});

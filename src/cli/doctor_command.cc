@@ -1,4 +1,5 @@
 // deepbox doctor: what this host supports, and what deepbox falls back to.
+#include <fmt/format.h>
 #include <sys/prctl.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -7,8 +8,6 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -60,9 +59,9 @@ int RunDoctor(const DoctorArgs& args) {
   bool userns = local::UserNamespacesAvailable();
   report["user_namespaces"] = userns;
   std::string hints;
-  for (const char* knob : {"/proc/sys/user/max_user_namespaces",
-                           "/proc/sys/kernel/unprivileged_userns_clone",
-                           "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"}) {
+  for (const char* knob :
+       {"/proc/sys/user/max_user_namespaces", "/proc/sys/kernel/unprivileged_userns_clone",
+        "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"}) {
     std::string v = ReadTrimmed(knob);
     if (!v.empty()) hints += fmt::format(" {}={}", knob + 10, v);
   }
@@ -110,12 +109,12 @@ int RunDoctor(const DoctorArgs& args) {
   report["public_network_reason"] = JsonString(probe.reason);
   report["default_network"] = probe.public_possible ? "public" : "none";
   line(fmt::format("network none:     yes (loopback only)"));
-  line(fmt::format("network public:   {}", probe.public_possible
-                                               ? "yes (egress to the internet; private ranges refused)"
-                                               : "NO - " + probe.reason));
-  line(fmt::format("default network:  {}", probe.public_possible
-                                               ? "public"
-                                               : "none (public is not possible here: fail closed)"));
+  line(fmt::format("network public:   {}",
+                   probe.public_possible ? "yes (egress to the internet; private ranges refused)"
+                                         : "NO - " + probe.reason));
+  line(fmt::format(
+      "default network:  {}",
+      probe.public_possible ? "public" : "none (public is not possible here: fail closed)"));
 
   // Binaries and state
   auto deepbox_bin = local::lifecycle::LocateDeepbox();

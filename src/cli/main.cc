@@ -3,12 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -56,17 +55,20 @@ void RegisterSandboxCommands(CLI::App& app) {
       "create",
       "Create a sandbox (or claim a warm one from the pool) and print its id.\n"
       "It lives until `deepbox sandbox rm` or its TTL, whatever happens to this command.");
-  create->add_option("--label,-l", create_args->labels,
-                     "Label K=V (repeatable); select with `ls/rm --selector`")
+  create
+      ->add_option("--label,-l", create_args->labels,
+                   "Label K=V (repeatable); select with `ls/rm --selector`")
       ->allow_extra_args(false);
-  create->add_option("--ttl", create_args->ttl_seconds,
-                     "Delete the sandbox SECONDS after creation (0 = never)")
+  create
+      ->add_option("--ttl", create_args->ttl_seconds,
+                   "Delete the sandbox SECONDS after creation (0 = never)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  create->add_option("--network", create_args->network,
-                     "none: loopback only; public: internet egress, private ranges and\n"
-                     "host services refused, no ingress. Default: public where this host\n"
-                     "supports it, else none (with a warning)")
+  create
+      ->add_option("--network", create_args->network,
+                   "none: loopback only; public: internet egress, private ranges and\n"
+                   "host services refused, no ingress. Default: public where this host\n"
+                   "supports it, else none (with a warning)")
       ->check(CLI::IsMember({"none", "public"}));
   create->add_option("--rootfs", create_args->rootfs,
                      "Root filesystem directory (e.g. an unpacked OCI image) instead of the\n"
@@ -99,8 +101,8 @@ void RegisterSandboxCommands(CLI::App& app) {
   exec->callback([exec_args] { SetExitCode(RunSandboxExec(*exec_args)); });
 
   auto ls_args = std::make_shared<SandboxLsArgs>();
-  CLI::App* ls = sandbox->add_subcommand(
-      "ls", "List sandboxes (also cleans up those whose supervisor died)");
+  CLI::App* ls =
+      sandbox->add_subcommand("ls", "List sandboxes (also cleans up those whose supervisor died)");
   ls->alias("list");
   ls->add_option("--selector,-s", ls_args->selector,
                  "Only sandboxes whose labels match: K=V, K!=V, K, !K (comma = and)");
@@ -146,8 +148,9 @@ void RegisterPoolCommands(CLI::App& app) {
       ->required()
       ->check(CLI::NonNegativeNumber);
   serve->add_option("--name", args->name, "Pool name")->capture_default_str();
-  serve->add_option("--network", args->network,
-                    "Network of the warm sandboxes (none|public; default: host default)")
+  serve
+      ->add_option("--network", args->network,
+                   "Network of the warm sandboxes (none|public; default: host default)")
       ->check(CLI::IsMember({"none", "public"}));
   serve->add_option("--rootfs", args->rootfs, "Root filesystem directory of the warm sandboxes");
   serve->add_option("--parallel", args->parallel, "Sandboxes created at once")

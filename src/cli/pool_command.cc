@@ -1,10 +1,9 @@
 // deepbox pool serve
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 
 #include <cstdio>
-
-#include <fmt/format.h>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -36,8 +35,8 @@ int RunPoolServe(const PoolServeArgs& args) {
   o.rootfs = args.rootfs;
   o.parallel = args.parallel;
   o.log = [](const std::string& line) {
-    std::string out = fmt::format("{} {}\n", local::lifecycle::FormatTime(local::lifecycle::NowMs()),
-                                  line);
+    std::string out =
+        fmt::format("{} {}\n", local::lifecycle::FormatTime(local::lifecycle::NowMs()), line);
     std::fputs(out.c_str(), stderr);
     std::fflush(stderr);
   };

@@ -1,11 +1,10 @@
 // deepbox sandbox create | exec | ls | rm
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <iostream>
-
-#include <fmt/format.h>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -53,9 +52,12 @@ std::string LabelsText(const local::lifecycle::Labels& labels) {
 
 int ExitCodeFor(const Error& error) {
   switch (error.code) {
-    case ErrorCode::kInvalidArgument: return kExitUsage;
-    case ErrorCode::kNotFound: return kExitNotFound;
-    default: return kExitError;
+    case ErrorCode::kInvalidArgument:
+      return kExitUsage;
+    case ErrorCode::kNotFound:
+      return kExitNotFound;
+    default:
+      return kExitError;
   }
 }
 
@@ -94,8 +96,8 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
                ? kExitUnsupported
                : code;
   }
-  if (!meta->network_note.empty()) std::fprintf(stderr, "deepbox: warning: %s\n",
-                                                meta->network_note.c_str());
+  if (!meta->network_note.empty())
+    std::fprintf(stderr, "deepbox: warning: %s\n", meta->network_note.c_str());
   if (args.json) {
     std::cout << ToJson(meta->ToJson()) << std::endl;
   } else {
@@ -148,13 +150,16 @@ int RunSandboxExec(const SandboxExecArgs& args) {
     return fail(meta ? result.error() : meta.error());
   }
   switch (result->kind) {
-    case ExitKind::kExited: return result->exit_code;
-    case ExitKind::kSignaled: return 128 + result->signal;
+    case ExitKind::kExited:
+      return result->exit_code;
+    case ExitKind::kSignaled:
+      return 128 + result->signal;
     case ExitKind::kTimedOut:
       std::fprintf(stderr, "deepbox: the command timed out (after %.0f ms) and was killed\n",
                    static_cast<double>(result->duration.count()));
       return kExecTimedOut;
-    case ExitKind::kKilled: return 128 + 9;
+    case ExitKind::kKilled:
+      return 128 + 9;
     case ExitKind::kSpawnFailed:
       std::fprintf(stderr, "deepbox: %s\n", result->error.c_str());
       return result->error.find("ENOENT") != std::string::npos ? kExecNotFound : kExecCannotRun;
@@ -195,8 +200,8 @@ int RunSandboxLs(const SandboxLsArgs& args) {
 
 int RunSandboxRm(const SandboxRmArgs& args) {
   if (args.ids.empty() == args.selector.empty()) {
-    return ReportError(Error(ErrorCode::kInvalidArgument,
-                             "give sandbox ids or --selector K=V (not both)"));
+    return ReportError(
+        Error(ErrorCode::kInvalidArgument, "give sandbox ids or --selector K=V (not both)"));
   }
   auto provider = MakeProvider(ProviderFlags{});
   if (!provider) return ReportError(provider.error());

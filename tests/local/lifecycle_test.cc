@@ -3,8 +3,12 @@
 // state directory, so tests (and other users of this machine) do not meet.
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,10 +21,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "common/json.h"
 #include "local/lifecycle/provider.h"
@@ -138,8 +138,9 @@ class LifecycleTest : public ::testing::Test {
     return r;
   }
 
+  // A TTL is the safety net should this test crash before its TearDown.
   std::string CreateCli(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {"sandbox", "create", "--cold"};
+    std::vector<std::string> args = {"sandbox", "create", "--cold", "--ttl", "900"};
     args.insert(args.end(), extra.begin(), extra.end());
     auto r = Cli(args);
     EXPECT_EQ(r.code, 0) << r.err;
@@ -201,11 +202,29 @@ class LifecycleTest : public ::testing::Test {
     return out;
   }
 
+  // The pool daemon dies with this test process (PR_SET_PDEATHSIG), even if it crashes.
   pid_t StartPool(const std::string& name, int replicas) {
     int n = counter_++;
-    pid_t pid = Spawn({"pool", "serve", "--name", name, "--replicas", std::to_string(replicas),
-                       "--network", "none"},
-                      state_ / fmt::format("pool-out-{}", n), state_ / fmt::format("pool-err-{}", n));
+    std::string out = (state_ / fmt::format("pool-out-{}", n)).string();
+    std::string err = (state_ / fmt::format("pool-err-{}", n)).string();
+    std::vector<std::string> args = {
+        kDeepbox,    "pool", "serve", "--name", name, "--replicas", std::to_string(replicas),
+        "--network", "none"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {  // async-signal-safe calls only
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+      int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(1);
+      execve(argv[0], argv.data(), environ);
+      _exit(127);
+    }
+    EXPECT_GT(pid, 0);
     daemons_.push_back(pid);
     return pid;
   }

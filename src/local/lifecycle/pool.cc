@@ -1,6 +1,7 @@
 #include "local/lifecycle/pool.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -14,8 +15,6 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "common/unique_fd.h"
 
@@ -102,9 +101,8 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
     // Trim: misfits (a restart with another config) and extras, newest first.
     // Taking the marker first keeps claimers away from what we delete.
     std::vector<SandboxMeta> trim = misfits;
-    std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) {
-      return a.created_at_ms > b.created_at_ms;
-    });
+    std::sort(members.begin(), members.end(),
+              [](const auto& a, const auto& b) { return a.created_at_ms > b.created_at_ms; });
     int extra = static_cast<int>(members.size()) - options.replicas;
     for (int i = 0; i < extra; ++i) {
       if (members[static_cast<size_t>(i)].ready) trim.push_back(members[static_cast<size_t>(i)]);
@@ -117,9 +115,9 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
              : fmt::format("removing {}: {}", m.id, st.error().message));
     }
     int missing = options.replicas - static_cast<int>(members.size());
-    std::string status = fmt::format("pool '{}': {}/{} warm{}", options.name, ready,
-                                     options.replicas,
-                                     missing > 0 ? fmt::format(", creating {}", missing) : "");
+    std::string status =
+        fmt::format("pool '{}': {}/{} warm{}", options.name, ready, options.replicas,
+                    missing > 0 ? fmt::format(", creating {}", missing) : "");
     if (status != last_status) {
       log(status);
       last_status = status;
@@ -146,7 +144,7 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
     }
     // Wait for a claim (the wake file), a stop, or a periodic re-check. After
     // failures, back off (up to 30 s) instead of spinning.
-    int timeout_ms = failures > 0 ? std::min(30000, 500 << std::min(failures, 6))
+    int timeout_ms = failures > 0  ? std::min(30000, 500 << std::min(failures, 6))
                      : missing > 0 ? 0
                                    : 1000;
     struct pollfd pfds[2] = {{stop_fd, POLLIN, 0}, {ino.get(), POLLIN, 0}};

@@ -19,9 +19,9 @@ namespace deepbox::local::lifecycle {
 struct PoolOptions {
   std::string name = "default";
   int replicas = 1;
-  std::string network;  // "" = host default
-  std::string rootfs;   // "" = host system dirs
-  int parallel = 2;     // sandboxes created at once
+  std::string network;                          // "" = host default
+  std::string rootfs;                           // "" = host system dirs
+  int parallel = 2;                             // sandboxes created at once
   std::function<void(const std::string&)> log;  // progress lines
 };
 

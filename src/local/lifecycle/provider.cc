@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,8 +14,6 @@
 
 #include <algorithm>
 #include <cerrno>
-
-#include <fmt/format.h>
 
 #include "common/unique_fd.h"
 #include "local/lifecycle/supervisor.h"
@@ -193,9 +192,9 @@ Status LocalSandboxProvider::ValidateClaim(const ClaimOptions& options, std::str
     }
     struct stat st;
     if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
-      return MakeError(ErrorCode::kNotDirectory,
-                       fmt::format("rootfs {} is not a directory (an unpacked image is)",
-                                   options.rootfs));
+      return MakeError(
+          ErrorCode::kNotDirectory,
+          fmt::format("rootfs {} is not a directory (an unpacked image is)", options.rootfs));
     }
     *rootfs = buf;
   }
@@ -266,7 +265,7 @@ Result<std::optional<SandboxMeta>> LocalSandboxProvider::ClaimWarm(const std::st
       }
       return Status{};
     });
-    if (!updated) continue;  // deleted under us
+    if (!updated) continue;                        // deleted under us
     (void)SignalRef(updated->supervisor, SIGHUP);  // re-read labels + TTL
     store_.NotifyPool(pool);
     return std::optional<SandboxMeta>(*updated);
@@ -328,12 +327,10 @@ Error LocalSandboxProvider::GoneError(const std::string& id) const {
       return Error(ErrorCode::kNotFound,
                    fmt::format("sandbox '{}' expired: {}; it was deleted", id, t->detail));
     }
-    return Error(ErrorCode::kNotFound,
-                 fmt::format("sandbox '{}' is gone: {} (at {})", id, t->detail,
-                             FormatTime(t->at_ms)));
+    return Error(ErrorCode::kNotFound, fmt::format("sandbox '{}' is gone: {} (at {})", id,
+                                                   t->detail, FormatTime(t->at_ms)));
   }
-  return Error(ErrorCode::kNotFound,
-               fmt::format("no sandbox '{}' (see: deepbox sandbox ls)", id));
+  return Error(ErrorCode::kNotFound, fmt::format("no sandbox '{}' (see: deepbox sandbox ls)", id));
 }
 
 Result<std::vector<SandboxMeta>> LocalSandboxProvider::List(const Selector& selector) {
@@ -351,9 +348,8 @@ Result<std::vector<SandboxMeta>> LocalSandboxProvider::List(const Selector& sele
       continue;
     }
     if (!ProcessAlive(meta->supervisor)) {
-      (void)store_.WriteTombstone(Tombstone{id, "supervisor-died",
-                                            "its supervisor process died; it was cleaned up",
-                                            NowMs()});
+      (void)store_.WriteTombstone(Tombstone{
+          id, "supervisor-died", "its supervisor process died; it was cleaned up", NowMs()});
       (void)store_.Reap(id, *meta);
       continue;
     }
@@ -378,9 +374,10 @@ Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id) {
     return tl::unexpected(GoneError(id));
   }
   if (meta->expired(NowMs())) {
-    return MakeError(ErrorCode::kNotFound,
-                     fmt::format("sandbox '{}' expired at {} (its TTL ran out); it is being deleted",
-                                 id, FormatTime(*meta->expires_at_ms)));
+    return MakeError(
+        ErrorCode::kNotFound,
+        fmt::format("sandbox '{}' expired at {} (its TTL ran out); it is being deleted", id,
+                    FormatTime(*meta->expires_at_ms)));
   }
   if (!meta->ready) {
     return MakeError(ErrorCode::kUnavailable,

@@ -26,9 +26,9 @@
 namespace deepbox::local::lifecycle {
 
 struct LocalProviderOptions {
-  std::string state_dir;       // "" = DefaultStateDir()
-  std::string deepbox_binary;  // "" = $DEEPBOX_BINARY, else `deepbox` next to this program
-  std::string sandboxd_binary; // "" = $DEEPBOX_SANDBOXD, else next to the deepbox binary
+  std::string state_dir;         // "" = DefaultStateDir()
+  std::string deepbox_binary;    // "" = $DEEPBOX_BINARY, else `deepbox` next to this program
+  std::string sandboxd_binary;   // "" = $DEEPBOX_SANDBOXD, else next to the deepbox binary
   std::string pool = "default";  // warm pool to claim from ("" = always create cold)
   std::chrono::milliseconds create_timeout{30000};
   // Optional limits for sandboxes this provider creates cold.

@@ -1,8 +1,8 @@
 #include "local/lifecycle/selector.h"
 
-#include <cctype>
-
 #include <fmt/format.h>
+
+#include <cctype>
 
 namespace deepbox::local::lifecycle {
 namespace {
@@ -130,7 +130,8 @@ Result<Selector> Selector::Parse(std::string_view text) {
       term.key = std::string(raw);
     }
     if (term.key.empty()) return bad("has no key");
-    if (term.value.find_first_of("=!") != std::string::npos) return bad("has more than one operator");
+    if (term.value.find_first_of("=!") != std::string::npos)
+      return bad("has more than one operator");
     if (auto st = ValidateLabelKey(term.key); !st) return bad("has a " + st.error().message);
     if (auto st = ValidateLabelValue(term.key, term.value); !st) {
       return bad("has a " + st.error().message);
@@ -172,10 +173,18 @@ std::string Selector::ToString() const {
   for (const auto& t : terms_) {
     if (!out.empty()) out += ',';
     switch (t.op) {
-      case Op::kEquals: out += t.key + "=" + t.value; break;
-      case Op::kNotEquals: out += t.key + "!=" + t.value; break;
-      case Op::kExists: out += t.key; break;
-      case Op::kNotExists: out += "!" + t.key; break;
+      case Op::kEquals:
+        out += t.key + "=" + t.value;
+        break;
+      case Op::kNotEquals:
+        out += t.key + "!=" + t.value;
+        break;
+      case Op::kExists:
+        out += t.key;
+        break;
+      case Op::kNotExists:
+        out += "!" + t.key;
+        break;
     }
   }
   return out;

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mount.h>
@@ -17,8 +18,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "common/unique_fd.h"
 #include "local/network.h"
@@ -278,7 +277,8 @@ Result<int64_t> ParseTime(std::string_view text) {
     for (; digits < 3; ++digits) ms *= 10;
   }
   if (rest != "Z") {
-    return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad timestamp '{}' (UTC only)", text));
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("bad timestamp '{}' (UTC only)", text));
   }
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
@@ -343,8 +343,8 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
   m.network_requested = GetOptString(o, "network_requested").value_or("");
   m.network = GetOptString(o, "network").value_or("none");
   m.network_note = GetOptString(o, "network_note").value_or("");
-  if (auto it = o.find("net_slot"); it != o.end() && (it->value().is_int64() ||
-                                                       it->value().is_uint64())) {
+  if (auto it = o.find("net_slot");
+      it != o.end() && (it->value().is_int64() || it->value().is_uint64())) {
     m.net_slot = static_cast<uint32_t>(IntOr(o, "net_slot", 0));
   }
   m.rootfs = GetOptString(o, "rootfs").value_or("");
@@ -372,7 +372,8 @@ Status Store::Init() const {
     if (errno == ENOENT && p == root_) {
       std::error_code ec;
       fs::create_directories(p, ec);
-      if (ec) return MakeError(ErrorCode::kInternal, "mkdir -p " + p.string() + ": " + ec.message());
+      if (ec)
+        return MakeError(ErrorCode::kInternal, "mkdir -p " + p.string() + ": " + ec.message());
       if (chmod(p.c_str(), 0700) != 0) return MakeSyscallError("chmod", errno, p.string());
       continue;
     }

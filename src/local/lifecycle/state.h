@@ -53,9 +53,9 @@ Result<ProcessRef> SelfRef();
 // True if that very process still exists (zombies count as gone).
 bool ProcessAlive(const ProcessRef& ref);
 
-int64_t NowMs();  // wall clock, ms since the epoch
-std::string FormatTime(int64_t unix_ms);                 // RFC 3339 UTC, ms precision
-Result<int64_t> ParseTime(std::string_view rfc3339);     // the inverse (UTC 'Z' only)
+int64_t NowMs();                                      // wall clock, ms since the epoch
+std::string FormatTime(int64_t unix_ms);              // RFC 3339 UTC, ms precision
+Result<int64_t> ParseTime(std::string_view rfc3339);  // the inverse (UTC 'Z' only)
 
 struct SandboxMeta {
   std::string id;
@@ -71,10 +71,10 @@ struct SandboxMeta {
   std::string rootfs;                    // "" = host system dirs
   bool ready = false;                    // the daemon answered its health check
   ProcessRef supervisor;
-  ProcessRef init;                       // the sandbox's init (deepbox-sandboxd), host pid
-  std::vector<std::string> cgroups;      // host cgroup dirs of the sandbox
-  std::string socket;                    // host path of the daemon's unix socket
-  json::object timings;                  // setup steps in microseconds
+  ProcessRef init;                   // the sandbox's init (deepbox-sandboxd), host pid
+  std::vector<std::string> cgroups;  // host cgroup dirs of the sandbox
+  std::string socket;                // host path of the daemon's unix socket
+  json::object timings;              // setup steps in microseconds
   std::optional<int64_t> claimed_at_ms;
 
   json::object ToJson() const;

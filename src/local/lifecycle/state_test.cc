@@ -1,12 +1,11 @@
 #include "local/lifecycle/state.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 namespace deepbox::local::lifecycle {
 namespace {

@@ -1,12 +1,13 @@
 #include "local/lifecycle/supervisor.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/signalfd.h>
 #include <sys/inotify.h>
 #include <sys/random.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -20,8 +21,6 @@
 #include <fstream>
 #include <set>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
@@ -66,8 +65,8 @@ void SendAll(int fd, std::string_view data) {
 }
 
 void Log(const std::string& msg) {
-  std::string line = fmt::format("{} deepbox supervisor[{}]: {}\n", FormatTime(NowMs()), getpid(),
-                                 msg);
+  std::string line =
+      fmt::format("{} deepbox supervisor[{}]: {}\n", FormatTime(NowMs()), getpid(), msg);
   (void)!write(STDERR_FILENO, line.data(), line.size());
 }
 
@@ -83,7 +82,8 @@ std::vector<std::string> CgroupCandidates(const std::string& id) {
     if (!b.empty() && b != "/") a += (b.front() == '/' ? "" : "/") + b;
     return a;
   };
-  if (!host->v2_mount.empty()) out.push_back(join(join(host->v2_mount, host->v2_self), "deepbox/" + id));
+  if (!host->v2_mount.empty())
+    out.push_back(join(join(host->v2_mount, host->v2_self), "deepbox/" + id));
   std::set<std::string> seen;
   for (const auto& [controller, mount] : host->v1_mounts) {
     if (!seen.insert(mount).second) continue;
@@ -117,13 +117,16 @@ std::string PublicNetworkObstacle() {
 // symlink planted in the socket's place (never connect to a host socket).
 bool SocketAccepts(const std::string& path) {
   auto ep = net::Endpoint::Parse("unix:" + path);
-  return ep && net::Conn::Connect(*ep, net::DeadlineAfter(std::chrono::milliseconds(1000))).has_value();
+  return ep &&
+         net::Conn::Connect(*ep, net::DeadlineAfter(std::chrono::milliseconds(1000))).has_value();
 }
 
 class Supervisor {
  public:
   Supervisor(SupervisorRequest req, UniqueFd ready)
-      : req_(std::move(req)), store_(req_.state_dir), paths_(store_.Paths(req_.id)),
+      : req_(std::move(req)),
+        store_(req_.state_dir),
+        paths_(store_.Paths(req_.id)),
         ready_(std::move(ready)) {}
 
   int Run();
@@ -149,6 +152,7 @@ class Supervisor {
   std::string stderr_tail_;
   UniqueFd sigfd_;
   UniqueFd timerfd_;
+  UniqueFd ino_;  // socket-dir watch while waiting for the daemon
   int64_t start_ns_ = 0;
   int64_t launched_ns_ = 0;
   int64_t socket_ns_ = 0;  // when the daemon's socket first accepted a connection
@@ -200,8 +204,8 @@ Status Supervisor::Prepare() {
       meta_.net_slot = *slot;
       meta_.network = "public";
     } else {
-      meta_.network_note = "network 'public' is not available on this host, using 'none': " +
-                           obstacle;
+      meta_.network_note =
+          "network 'public' is not available on this host, using 'none': " + obstacle;
     }
   }
   if (auto st = store_.Write(meta_); !st) return st;
@@ -234,7 +238,8 @@ Status Supervisor::LaunchSandbox() {
   if (pipe2(fds, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
   stderr_r_.reset(fds[0]);
   // Only our end is non-blocking; we always drain it (the daemon's writes must not fail).
-  if (fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0) return MakeSyscallError("fcntl", errno, "O_NONBLOCK");
+  if (fcntl(fds[0], F_SETFL, O_NONBLOCK) != 0)
+    return MakeSyscallError("fcntl", errno, "O_NONBLOCK");
   UniqueFd stderr_w(fds[1]);
   spec.stderr_fd = stderr_w.get();
 
@@ -244,7 +249,8 @@ Status Supervisor::LaunchSandbox() {
     if (!UserNamespacesAvailable()) {
       e = Error(ErrorCode::kUnavailable,
                 "this host does not let deepbox create user namespaces (needed for every "
-                "sandbox): " + e.message +
+                "sandbox): " +
+                    e.message +
                     ". Enable them (sysctl kernel.unprivileged_userns_clone=1 or "
                     "user.max_user_namespaces > 0); run `deepbox doctor` for details");
     }
@@ -313,7 +319,10 @@ Status Supervisor::WaitHealthy() {
   if (!http) return tl::unexpected(http.error());
   // Woken by inotify when the daemon creates its socket; between bind() and
   // listen() a connect is refused, so then retry after 100 us.
-  UniqueFd ino(inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  // Kept open until readiness is reported: closing an inotify instance waits
+  // for an SRCU grace period (~10-20 ms), which must stay off the critical path.
+  ino_.reset(inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  UniqueFd& ino = ino_;
   if (!ino) return MakeSyscallError("inotify_init1", errno);
   std::string socket_dir = fs::path(meta_.socket).parent_path().string();
   if (inotify_add_watch(ino.get(), socket_dir.c_str(), IN_CREATE | IN_MOVED_TO) < 0) {
@@ -336,7 +345,8 @@ Status Supervisor::WaitHealthy() {
                        "the sandbox daemon did not answer its health check within 30 s" +
                            (stderr_tail_.empty() ? "" : "; its stderr: " + stderr_tail_));
     }
-    struct pollfd pfds[4] = {{sp_.pidfd(), POLLIN, 0}, {sigfd_.get(), POLLIN, 0},
+    struct pollfd pfds[4] = {{sp_.pidfd(), POLLIN, 0},
+                             {sigfd_.get(), POLLIN, 0},
                              {stderr_r_ ? stderr_r_.get() : -1, POLLIN, 0},
                              {ino.get(), POLLIN, 0}};
     struct timespec ts = {0, exists ? 100'000 : 50'000'000};
@@ -376,7 +386,8 @@ void Supervisor::ArmTimer() {
 
 void Supervisor::Serve() {
   for (;;) {
-    struct pollfd pfds[4] = {{sp_.pidfd(), POLLIN, 0}, {sigfd_.get(), POLLIN, 0},
+    struct pollfd pfds[4] = {{sp_.pidfd(), POLLIN, 0},
+                             {sigfd_.get(), POLLIN, 0},
                              {timerfd_.get(), POLLIN, 0},
                              {stderr_r_ ? stderr_r_.get() : -1, POLLIN, 0}};
     int rc = poll(pfds, 4, -1);
@@ -429,7 +440,8 @@ void Supervisor::Delete(const std::optional<Tombstone>& why) {
   (void)getrandom(&r, sizeof(r), 0);
   fs::path trash = store_.root() / "trash" / fmt::format("{}-{:x}", req_.id, r);
   if (rename(paths_.dir.c_str(), trash.c_str()) == 0) {
-    if (auto st = RemoveTree(trash); !st) Log("removing " + trash.string() + ": " + st.error().message);
+    if (auto st = RemoveTree(trash); !st)
+      Log("removing " + trash.string() + ": " + st.error().message);
   } else if (errno != ENOENT) {
     (void)RemoveTree(paths_.dir);
   }
@@ -500,6 +512,7 @@ int Supervisor::Run() {
   msg["meta"] = meta_.ToJson();
   SendAll(ready_.get(), ToJson(msg) + "\n");
   ready_.reset();
+  ino_.reset();  // slow (see WaitHealthy), now harmless
   Log(fmt::format("ready: {}", ToJson(meta_.timings)));
   Serve();
   return 0;
@@ -572,8 +585,8 @@ Result<SandboxMeta> StartSupervisor(const std::string& deepbox_binary,
     theirs = std::move(high);
   }
   std::string request_json = ToJson(request.ToJson());
-  std::vector<std::string> args = {deepbox_binary, "__supervise", "--ready-fd", "3", "--request",
-                                   request_json};
+  std::vector<std::string> args = {deepbox_binary, "__supervise", "--ready-fd", "3",
+                                   "--request",    request_json};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -594,13 +607,14 @@ Result<SandboxMeta> StartSupervisor(const std::string& deepbox_binary,
   sigdelset(&all, SIGSTOP);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   // A minimal environment: the creator's (API keys, tokens...) stays with it.
   std::vector<char*> envp;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string_view kv = *e;
-    for (std::string_view keep : {"PATH=", "TZ=", "LANG=", "DEEPBOX_", "ASAN_", "UBSAN_", "LSAN_"}) {
+    for (std::string_view keep :
+         {"PATH=", "TZ=", "LANG=", "DEEPBOX_", "ASAN_", "UBSAN_", "LSAN_"}) {
       if (kv.substr(0, keep.size()) == keep) {
         envp.push_back(*e);
         break;
