@@ -191,6 +191,14 @@ int main(int argc, char** argv) {
     o.namespace_name = Env("AGENT_SANDBOX_NAMESPACE", "default");
     o.warm_pool = Env("AGENT_SANDBOX_WARMPOOL", "deepagents-warmpool");
     o.connection.router_token = Env("AGENT_SANDBOX_ROUTER_TOKEN");
+    if (std::string t = Env("AGENT_SANDBOX_READY_TIMEOUT"); !t.empty()) {
+      char* end = nullptr;
+      long seconds = std::strtol(t.c_str(), &end, 10);
+      if (*end != '\0' || seconds <= 0) {
+        return Usage("AGENT_SANDBOX_READY_TIMEOUT must be a number of seconds > 0");
+      }
+      o.ready_timeout = std::chrono::seconds(seconds);
+    }
     if (std::string router = Env("AGENT_SANDBOX_ROUTER_URL"); !router.empty()) {
       o.connection.mode = k8s::ConnectionMode::kDirect;
       o.connection.direct_url = router;

@@ -7,6 +7,8 @@
 // doctor_command.cc) take plain structs (commands.h).
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "common/error.h"
@@ -31,6 +33,8 @@ int ExitCode();
 // Prints "deepbox: <message>" on stderr and returns the exit code for `error`.
 int ReportError(const Error& error);
 int ExitCodeFor(const Error& error);
+// A duration for tables: "42s", "5m", "3h", "2d"; "-" when negative.
+std::string FormatAge(int64_t ms);
 
 void RegisterSandboxCommands(CLI::App& app);  // deepbox sandbox ...
 void RegisterPoolCommands(CLI::App& app);     // deepbox pool ...

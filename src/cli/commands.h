@@ -45,18 +45,34 @@ struct SandboxExecArgs {
 };
 int RunSandboxExec(const SandboxExecArgs& args);
 
+// Where `sandbox ls|rm` look: the local provider, or SandboxClaims in a
+// Kubernetes namespace (`--provider k8s`).
+struct ClusterFlags {
+  std::string provider = "local";  // local | k8s
+  std::string namespace_name;      // "" = $AGENT_SANDBOX_NAMESPACE, else the context's
+  std::string context;             // "" = the kubeconfig's current-context
+  std::string kubeconfig;          // "" = $KUBECONFIG, in-cluster, ~/.kube/config
+  bool k8s() const { return provider == "k8s"; }
+};
+
 struct SandboxLsArgs {
   std::string selector;
+  ClusterFlags cluster;
   bool json = false;
   bool quiet = false;  // ids only
 };
 int RunSandboxLs(const SandboxLsArgs& args);
 
 struct SandboxRmArgs {
-  std::vector<std::string> ids;
+  std::vector<std::string> ids;  // k8s: claim names, or NAMESPACE/NAME as `deepbox run` prints
   std::string selector;
+  ClusterFlags cluster;
 };
 int RunSandboxRm(const SandboxRmArgs& args);
+
+// The `--provider k8s` halves (sandbox_k8s_command.cc; only in builds with src/k8s).
+int RunK8sSandboxLs(const SandboxLsArgs& args);
+int RunK8sSandboxRm(const SandboxRmArgs& args);
 
 struct SandboxCpArgs {
   std::string src;

@@ -40,13 +40,28 @@ void AddProviderFlags(CLI::App* cmd, ProviderFlags& f) {
   cmd->add_option("--cpus", f.cpus, "CPU bandwidth limit in cores, e.g. 0.5 (cgroup)");
 }
 
+void AddClusterFlags(CLI::App* cmd, ClusterFlags& f) {
+  cmd->add_option("--provider", f.provider,
+                  "local: sandboxes on this machine; k8s: the SandboxClaims of a\n"
+                  "Kubernetes namespace (agent-sandbox; KUBECONFIG, in-cluster or\n"
+                  "~/.kube/config)")
+      ->check(CLI::IsMember({"local", "k8s"}))
+      ->capture_default_str();
+  cmd->add_option("--namespace,-n", f.namespace_name,
+                  "k8s: the namespace (default: $AGENT_SANDBOX_NAMESPACE, else the\n"
+                  "kubeconfig context's, else default)");
+  cmd->add_option("--context", f.context, "k8s: kubeconfig context (default: current-context)");
+  cmd->add_option("--kubeconfig", f.kubeconfig, "k8s: kubeconfig file (wins over $KUBECONFIG)");
+}
+
 }  // namespace
 
 void SetExitCode(int code) { g_exit_code = code; }
 int ExitCode() { return g_exit_code; }
 
 void RegisterSandboxCommands(CLI::App& app) {
-  CLI::App* sandbox = app.add_subcommand("sandbox", "Create, use and delete local sandboxes");
+  CLI::App* sandbox =
+      app.add_subcommand("sandbox", "Create, use and delete sandboxes (ls/rm also on Kubernetes)");
   sandbox->require_subcommand(1);
   sandbox->footer(kExitCodesHelp);
 
@@ -107,7 +122,8 @@ void RegisterSandboxCommands(CLI::App& app) {
   ls->add_option("--selector,-s", ls_args->selector,
                  "Only sandboxes whose labels match: K=V, K!=V, K, !K (comma = and)");
   ls->add_flag("--json", ls_args->json, "Print the records as a JSON array");
-  ls->add_flag("--quiet,-q", ls_args->quiet, "Print ids only");
+  ls->add_flag("--quiet,-q", ls_args->quiet, "Print ids only (k8s: NAMESPACE/NAME)");
+  AddClusterFlags(ls, ls_args->cluster);
   ls->callback([ls_args] { SetExitCode(RunSandboxLs(*ls_args)); });
 
   auto rm_args = std::make_shared<SandboxRmArgs>();
@@ -116,9 +132,12 @@ void RegisterSandboxCommands(CLI::App& app) {
       "Delete sandboxes by id or label selector: kills every process, removes the\n"
       "workspace, cgroups, socket and state; returns when nothing is left");
   rm->alias("delete");
-  rm->add_option("ids", rm_args->ids, "Sandbox ids");
+  rm->add_option("ids", rm_args->ids, "Sandbox ids (k8s: claim names or NAMESPACE/NAME)");
   rm->add_option("--selector,-s", rm_args->selector,
-                 "Delete every sandbox whose labels match: K=V, K!=V, K, !K (comma = and)");
+                 "Delete every sandbox whose labels match: K=V, K!=V, K, !K (comma = and);\n"
+                 "k8s: any Kubernetes label selector, applied to the SandboxClaims of\n"
+                 "one namespace only (the controller then deletes their pods)");
+  AddClusterFlags(rm, rm_args->cluster);
   rm->callback([rm_args] { SetExitCode(RunSandboxRm(*rm_args)); });
 
   auto cp_args = std::make_shared<SandboxCpArgs>();

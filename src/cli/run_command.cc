@@ -100,6 +100,10 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_option("--router-token", flags->router_token,
                   "k8s: bearer token for a sandbox router started with ROUTER_AUTH_TOKEN.\n"
                   "Env AGENT_SANDBOX_ROUTER_TOKEN; default: none");
+  cmd->add_option("--ready-timeout", flags->ready_timeout_seconds,
+                  "k8s: seconds a claim may take to become Ready (a cold start pulls the\n"
+                  "image); then the claim is deleted and the run fails (exit 3). Env\n"
+                  "AGENT_SANDBOX_READY_TIMEOUT; default 180");
   cmd->footer(std::string(run::kRunEnvironmentHelp) + "\n" + run::kRunConfigFileHelp + "\n" +
               run::kRunExitCodesHelp);
   cmd->callback([flags] { SetExitCode(run::RunAgentCommand(*flags)); });

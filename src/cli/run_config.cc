@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -36,13 +37,15 @@ const char kRunEnvironmentHelp[] =
     "  AGENT_SANDBOX_ROUTER_URL --router-url (default: kubectl port-forward to\n"
     "                           svc/sandbox-router-svc in agent-sandbox-system)\n"
     "  AGENT_SANDBOX_ROUTER_TOKEN --router-token (default: none)\n"
+    "  AGENT_SANDBOX_READY_TIMEOUT --ready-timeout in seconds (default 180)\n"
     "  NO_COLOR                 non-empty: no colours (like --no-color)\n";
 
 const char kRunConfigFileHelp[] =
     "Config file (--config FILE, YAML or JSON; every key optional): sandbox, model,\n"
     "approve, labels (a map), ttl, keep_sandbox, max_steps, color, pool, network,\n"
-    "namespace, warm_pool, context, kubeconfig, router_url, router_token, record,\n"
-    "threads_dir, system_prompt, anthropic_base_url, openai_base_url. Example:\n"
+    "namespace, warm_pool, context, kubeconfig, router_url, router_token,\n"
+    "ready_timeout, record, threads_dir, system_prompt, anthropic_base_url,\n"
+    "openai_base_url. Example:\n"
     "  model: claude-sonnet-4-6\n"
     "  labels: {team: ml}\n"
     "  ttl: 1800\n";
@@ -134,6 +137,11 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
       if (!n) return tl::unexpected(n.error());
       if (*n < 0) return tl::unexpected(KeyError(name, key, "must be >= 0"));
       c.ttl_seconds = *n;
+    } else if (key == "ready_timeout") {
+      auto n = Scalar<int64_t>(v, name, key, "a number of seconds");
+      if (!n) return tl::unexpected(n.error());
+      if (*n <= 0) return tl::unexpected(KeyError(name, key, "must be > 0"));
+      c.ready_timeout_seconds = *n;
     } else if (key == "max_steps") {
       auto n = Scalar<int>(v, name, key, "a number");
       if (!n) return tl::unexpected(n.error());
@@ -156,12 +164,12 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
         c.labels[parsed->first] = parsed->second;
       }
     } else {
-      return tl::unexpected(KeyError(
-          name, key,
-          "unknown setting (known: sandbox, model, approve, labels, ttl, keep_sandbox, "
-          "max_steps, color, pool, network, namespace, warm_pool, context, kubeconfig, "
-          "router_url, router_token, record, threads_dir, system_prompt, anthropic_base_url, "
-          "openai_base_url)"));
+      return tl::unexpected(
+          KeyError(name, key,
+                   "unknown setting (known: sandbox, model, approve, labels, ttl, keep_sandbox, "
+                   "max_steps, color, pool, network, namespace, warm_pool, context, kubeconfig, "
+                   "router_url, router_token, ready_timeout, record, threads_dir, system_prompt, "
+                   "anthropic_base_url, openai_base_url)"));
     }
   }
   return {};
@@ -194,6 +202,17 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   if (auto v = get("AGENT_SANDBOX_WARMPOOL")) c.warm_pool = *v;
   if (auto v = get("AGENT_SANDBOX_ROUTER_URL")) c.router_url = *v;
   if (auto v = get("AGENT_SANDBOX_ROUTER_TOKEN")) c.router_token = *v;
+  if (auto v = get("AGENT_SANDBOX_READY_TIMEOUT")) {
+    int64_t n = 0;
+    auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+    if (ec != std::errc() || end != v->data() + v->size() || n <= 0) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("AGENT_SANDBOX_READY_TIMEOUT={}: expected a number of "
+                                   "seconds > 0",
+                                   *v));
+    }
+    c.ready_timeout_seconds = n;
+  }
   if (auto v = get("DEEPBOX_THREADS_DIR")) c.threads_dir = *v;
   if (get("KUBECONFIG")) c.kubeconfig.clear();  // the variable wins over the file
   if (get("NO_COLOR")) c.color = false;
@@ -228,6 +247,12 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
       return MakeError(ErrorCode::kInvalidArgument, "--ttl: must be >= 0 (0 = no TTL)");
     }
     c.ttl_seconds = *flags.ttl_seconds;
+  }
+  if (flags.ready_timeout_seconds) {
+    if (*flags.ready_timeout_seconds <= 0) {
+      return MakeError(ErrorCode::kInvalidArgument, "--ready-timeout: must be > 0 seconds");
+    }
+    c.ready_timeout_seconds = *flags.ready_timeout_seconds;
   }
   if (flags.max_steps) {
     if (*flags.max_steps <= 0) {

@@ -35,6 +35,7 @@ struct RunFlags {
   std::optional<std::string> kubeconfig;
   std::optional<std::string> router_url;
   std::optional<std::string> router_token;
+  std::optional<int64_t> ready_timeout_seconds;
   std::optional<std::string> record_path;
   std::optional<std::string> threads_dir;
   std::optional<std::string> system_prompt;
@@ -45,6 +46,7 @@ inline constexpr const char* kDefaultModel = "claude-sonnet-4-6";
 inline constexpr const char* kDefaultWarmPool = "deepagents-warmpool";
 inline constexpr int64_t kDefaultTtlSeconds = 3600;
 inline constexpr int kDefaultMaxSteps = 1000;
+inline constexpr int64_t kDefaultReadyTimeoutSeconds = 180;  // the upstream SDK's
 
 // The effective settings.
 struct RunConfig {
@@ -66,6 +68,7 @@ struct RunConfig {
   std::string kubeconfig;    // "" = $KUBECONFIG, in-cluster, ~/.kube/config
   std::string router_url;    // "" = kubectl port-forward to the sandbox router
   std::string router_token;  // "" = no Authorization header to the router
+  int64_t ready_timeout_seconds = kDefaultReadyTimeoutSeconds;  // k8s: claim -> Ready bound
   std::string record_path;
   std::string threads_dir;  // "" = the thread store's default
   std::string system_prompt;

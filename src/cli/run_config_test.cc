@@ -75,6 +75,34 @@ TEST(RunConfigTest, FlagsBeatEnvironmentBeatsFileBeatsDefaults) {
   std::remove(file.c_str());
 }
 
+TEST(RunConfigTest, ReadyTimeoutFromFileEnvironmentAndFlag) {
+  EXPECT_EQ(ResolveRunConfig({}, FakeEnv({}))->ready_timeout_seconds, 180);
+  std::string file = WriteTemp("ready_timeout: 600\n");
+  RunFlags flags;
+  flags.config_file = file;
+  EXPECT_EQ(ResolveRunConfig(flags, FakeEnv({}))->ready_timeout_seconds, 600);
+  auto env = FakeEnv({{"AGENT_SANDBOX_READY_TIMEOUT", "30"}});
+  EXPECT_EQ(ResolveRunConfig(flags, env)->ready_timeout_seconds, 30);
+  flags.ready_timeout_seconds = 5;
+  EXPECT_EQ(ResolveRunConfig(flags, env)->ready_timeout_seconds, 5);
+
+  flags.ready_timeout_seconds = 0;
+  auto bad = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_THAT(bad.error().message, HasSubstr("--ready-timeout"));
+  bad = ResolveRunConfig({}, FakeEnv({{"AGENT_SANDBOX_READY_TIMEOUT", "3m"}}));
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_THAT(bad.error().message, HasSubstr("AGENT_SANDBOX_READY_TIMEOUT=3m"));
+  std::string negative = WriteTemp("ready_timeout: -1\n");
+  flags = {};
+  flags.config_file = negative;
+  bad = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_THAT(bad.error().message, HasSubstr("ready_timeout"));
+  std::remove(file.c_str());
+  std::remove(negative.c_str());
+}
+
 TEST(RunConfigTest, JsonConfigAndConfigFromEnvironment) {
   std::string file =
       WriteTemp(R"({"sandbox": "k8s", "keep_sandbox": true, "router_url": "http://r"})");

@@ -67,6 +67,7 @@ Result<RunProvider> MakeK8s(const RunConfig& config, const std::string& run_id) 
   po.rest = *rest;
   po.namespace_name = config.namespace_name;
   po.warm_pool = config.warm_pool;
+  po.ready_timeout = std::chrono::seconds(config.ready_timeout_seconds);
   po.connection.router_token = config.router_token;
   if (!config.router_url.empty()) {
     po.connection.mode = k8s::ConnectionMode::kDirect;

@@ -30,15 +30,6 @@ bool WriteFd(int fd, std::string_view data) {
   return true;
 }
 
-std::string Duration(int64_t ms) {
-  int64_t s = ms / 1000;
-  if (s < 0) return "-";
-  if (s < 120) return fmt::format("{}s", s);
-  if (s < 7200) return fmt::format("{}m", s / 60);
-  if (s < 172800) return fmt::format("{}h", s / 3600);
-  return fmt::format("{}d", s / 86400);
-}
-
 std::string LabelsText(const local::lifecycle::Labels& labels) {
   std::string out;
   for (const auto& [k, v] : labels) {
@@ -49,6 +40,15 @@ std::string LabelsText(const local::lifecycle::Labels& labels) {
 }
 
 }  // namespace
+
+std::string FormatAge(int64_t ms) {
+  int64_t s = ms / 1000;
+  if (s < 0) return "-";
+  if (s < 120) return fmt::format("{}s", s);
+  if (s < 7200) return fmt::format("{}m", s / 60);
+  if (s < 172800) return fmt::format("{}h", s / 3600);
+  return fmt::format("{}d", s / 86400);
+}
 
 int ExitCodeFor(const Error& error) {
   switch (error.code) {
@@ -168,6 +168,7 @@ int RunSandboxExec(const SandboxExecArgs& args) {
 }
 
 int RunSandboxLs(const SandboxLsArgs& args) {
+  if (args.cluster.k8s()) return RunK8sSandboxLs(args);
   auto selector = Selector::Parse(args.selector);
   if (!selector) return ReportError(selector.error());
   auto provider = MakeProvider(ProviderFlags{});
@@ -190,9 +191,9 @@ int RunSandboxLs(const SandboxLsArgs& args) {
   for (const auto& m : *list) {
     std::string state = m.ready ? m.state : "starting";
     if (m.expired(now)) state = "expiring";
-    std::string expires = m.expires_at_ms ? "in " + Duration(*m.expires_at_ms - now) : "never";
+    std::string expires = m.expires_at_ms ? "in " + FormatAge(*m.expires_at_ms - now) : "never";
     out += fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {}\n", m.id, state,
-                       Duration(now - m.created_at_ms), expires, m.network, LabelsText(m.labels));
+                       FormatAge(now - m.created_at_ms), expires, m.network, LabelsText(m.labels));
   }
   std::cout << out << std::flush;
   return kExitOk;
@@ -203,6 +204,7 @@ int RunSandboxRm(const SandboxRmArgs& args) {
     return ReportError(
         Error(ErrorCode::kInvalidArgument, "give sandbox ids or --selector K=V (not both)"));
   }
+  if (args.cluster.k8s()) return RunK8sSandboxRm(args);
   auto provider = MakeProvider(ProviderFlags{});
   if (!provider) return ReportError(provider.error());
   if (!args.selector.empty()) {

@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "cli/run_exit_codes.h"
 #include "e2e_util.h"
+#include "k8s/claim.h"
 #include "k8s/testing/fake_api_server.h"
 #include "k8s/testing/fake_controller.h"
 #include "k8s/testing/fixtures.h"
@@ -82,6 +84,23 @@ class K8sTest : public E2eTest {
     return {{"KUBECONFIG", kubeconfig_},
             {"AGENT_SANDBOX_ROUTER_URL", fmt::format("http://127.0.0.1:{}", router_->port())},
             {"AGENT_SANDBOX_ROUTER_TOKEN", "router-secret"}};
+  }
+
+  // A claim put straight into the API server's store (as another client would).
+  void AddClaim(const std::string& ns, const std::string& name,
+                std::map<std::string, std::string> labels) {
+    k8s::ClaimRequest r;
+    r.warm_pool = "deepagents-warmpool";
+    r.namespace_name = ns;
+    r.labels = std::move(labels);
+    auto obj = k8s::BuildClaimObject(r, name, "extensions.agents.x-k8s.io/v1beta1", "",
+                                     std::chrono::system_clock::now());
+    ASSERT_TRUE(server_->store().Create({"extensions.agents.x-k8s.io", "sandboxclaims", ns}, obj));
+  }
+  std::vector<std::string> SortedClaims(const std::string& ns) {
+    auto names = ClaimNames(server_->store(), ns);
+    std::sort(names.begin(), names.end());
+    return names;
   }
 
   std::unique_ptr<FakeApiServer> server_;
@@ -167,6 +186,109 @@ TEST_F(K8sTest, MissingWarmPoolIsASandboxError) {
   EXPECT_EQ(r.code, run::kRunExitSandbox) << r.err;
   EXPECT_THAT(r.err, HasSubstr("cannot claim a sandbox"));
   EXPECT_THAT(r.err, HasSubstr("no-such-pool"));
+}
+
+TEST_F(K8sTest, ReadyTimeoutDeletesTheClaimAndFails) {
+  controller_->SetPodsBecomeReady(false);  // every pod stays Pending
+  auto r = Run({kDeepbox, "run", "--sandbox", "k8s", "--ready-timeout", "1", "--model",
+                "replay:" + RelativeFibReplay(), kTask},
+               K8sEnv());
+  EXPECT_EQ(r.code, run::kRunExitSandbox) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("did not become ready within 1 s"));
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
+}
+
+TEST_F(K8sTest, SandboxRmBySelectorRemovesOnlyMatchingClaimsOfTheNamespace) {
+  AddClaim("default", "sandbox-claim-aaaaaaaa", {{"deepagents.example/claim", "true"}});
+  AddClaim("default", "sandbox-claim-bbbbbbbb", {{"deepagents.example/claim", "true"}});
+  AddClaim("default", "sandbox-claim-cccccccc", {{"deepagents.example/claim", "false"}});
+  AddClaim("default", "someone-else", {});
+  AddClaim("other", "sandbox-claim-dddddddd", {{"deepagents.example/claim", "true"}});
+  auto r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", "--selector",
+                "deepagents.example/claim=true"},
+               {{"KUBECONFIG", kubeconfig_}});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "default/sandbox-claim-aaaaaaaa\ndefault/sandbox-claim-bbbbbbbb\n");
+  EXPECT_EQ(SortedClaims("default"),
+            (std::vector<std::string>{"sandbox-claim-cccccccc", "someone-else"}));
+  EXPECT_EQ(SortedClaims("other"), (std::vector<std::string>{"sandbox-claim-dddddddd"}));
+
+  // --namespace (and the same variable `deepbox run` reads) pick the namespace.
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", "--kubeconfig", kubeconfig_, "-s",
+           "deepagents.example/claim"},
+          {{"AGENT_SANDBOX_NAMESPACE", "other"}});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "other/sandbox-claim-dddddddd\n");
+  EXPECT_THAT(ClaimNames(server_->store(), "other"), IsEmpty());
+  EXPECT_EQ(SortedClaims("default").size(), 2u);
+
+  // Nothing matches: success, and it says so.
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", "-n", "default", "--selector",
+           "deepagents.example/claim=true"},
+          {{"KUBECONFIG", kubeconfig_}});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, HasSubstr("no SandboxClaim in namespace default matches"));
+}
+
+TEST_F(K8sTest, SandboxRmByNameAndItsErrors) {
+  AddClaim("default", "sandbox-claim-aaaaaaaa", {});
+  AddClaim("other", "sandbox-claim-bbbbbbbb", {});
+  auto r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", "sandbox-claim-aaaaaaaa",
+                "other/sandbox-claim-bbbbbbbb"},
+               {{"KUBECONFIG", kubeconfig_}});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "default/sandbox-claim-aaaaaaaa\nother/sandbox-claim-bbbbbbbb\n");
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
+  EXPECT_THAT(ClaimNames(server_->store(), "other"), IsEmpty());
+
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", "sandbox-claim-aaaaaaaa"},
+          {{"KUBECONFIG", kubeconfig_}});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("no SandboxClaim sandbox-claim-aaaaaaaa in namespace default"));
+
+  // Neither names nor a selector: refused before anything is deleted.
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s"}, {{"KUBECONFIG", kubeconfig_}});
+  EXPECT_EQ(r.code, 2) << r.err;
+
+  // A broken kubeconfig names the file.
+  std::string bad = (dir_ / "bad-kubeconfig").string();
+  WriteFile(bad, "apiVersion: v1\nkind: Config\nclusters: 7\n");
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", "--kubeconfig", bad, "-s", "a=b"}, {});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("bad-kubeconfig"));
+}
+
+TEST_F(K8sTest, SandboxLsListsTheClaimsOfTheNamespace) {
+  AddClaim("default", "sandbox-claim-aaaaaaaa", {{"deepagents.example/claim", "true"}});
+  AddClaim("default", "sandbox-claim-cccccccc", {{"team", "ml"}});
+  AddClaim("other", "sandbox-claim-dddddddd", {{"deepagents.example/claim", "true"}});
+  // The fake controller adopts the warm pool's one ready sandbox for one of them.
+  ASSERT_TRUE(WaitUntil([&] {
+    auto r = Run({kDeepbox, "sandbox", "ls", "--provider", "k8s"}, {{"KUBECONFIG", kubeconfig_}});
+    return r.out.find(" Ready ") != std::string::npos;
+  }));
+  auto r = Run({kDeepbox, "sandbox", "ls", "--provider", "k8s"}, {{"KUBECONFIG", kubeconfig_}});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("NAME"));
+  EXPECT_THAT(r.out, HasSubstr("sandbox-claim-aaaaaaaa"));
+  EXPECT_THAT(r.out, HasSubstr("deepagents.example/claim=true"));
+  EXPECT_THAT(r.out, HasSubstr("sandbox-claim-cccccccc"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("dddddddd")));
+
+  r = Run(
+      {kDeepbox, "sandbox", "ls", "--provider", "k8s", "-q", "-s", "deepagents.example/claim=true"},
+      {{"KUBECONFIG", kubeconfig_}});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "default/sandbox-claim-aaaaaaaa\n");
+
+  r = Run({kDeepbox, "sandbox", "ls", "--provider", "k8s", "--json", "-n", "other"},
+          {{"KUBECONFIG", kubeconfig_}});
+  EXPECT_EQ(r.code, 0) << r.err;
+  auto parsed = json::parse(r.out);
+  ASSERT_TRUE(parsed.is_array());
+  ASSERT_EQ(parsed.as_array().size(), 1u);
+  EXPECT_EQ(k8s::FindString(parsed.as_array()[0], {"metadata", "name"}), "sandbox-claim-dddddddd");
 }
 
 }  // namespace

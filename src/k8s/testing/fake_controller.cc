@@ -208,7 +208,10 @@ int FakeController::cold_starts() const {
 
 std::string FakeController::NextPodIp() {
   std::lock_guard lock(mu_);
-  return options_.pod_ip_prefix + std::to_string(next_ip_++);
+  // The last octet cycles through 10..249 (long benchmark runs outlive 240 pods).
+  int octet = next_ip_++;
+  if (next_ip_ > 249) next_ip_ = 10;
+  return options_.pod_ip_prefix + std::to_string(octet);
 }
 
 void FakeController::Loop() {

@@ -7,6 +7,7 @@
 // stderr and exit 1 (as kubectl does when the service is missing).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -23,6 +24,13 @@
 
 namespace {
 
+// As kubectl (Go sets TCP_NODELAY on every TCP connection): without it a
+// request the client writes in two pieces waits out Nagle + delayed ACK.
+void NoDelay(int fd) {
+  int one = 1;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
 int Connect(const std::string& hostport) {
   auto colon = hostport.rfind(':');
   if (colon == std::string::npos) return -1;
@@ -36,6 +44,7 @@ int Connect(const std::string& hostport) {
     ::close(fd);
     return -1;
   }
+  NoDelay(fd);
   return fd;
 }
 
@@ -56,6 +65,7 @@ void Pipe(int client, std::string target) {
     ::close(client);
     return;
   }
+  NoDelay(client);
   pollfd fds[2] = {{client, POLLIN, 0}, {upstream, POLLIN, 0}};
   bool open[2] = {true, true};
   char buf[65536];

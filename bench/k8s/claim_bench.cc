@@ -1,0 +1,361 @@
+// Claim -> Ready -> first command on the Kubernetes provider, against the
+// fake API server (HTTPS, bearer token, real REST + watch protocol) and the
+// fake agent-sandbox controller with adoption delay zero, a real
+// deepbox-sandboxd behind the test sandbox router.
+//
+// What the issue asks: the client's own overhead above the watch latency.
+// So every iteration runs, in alternating order, on the same server:
+//   floor    the irreducible wire protocol with a bare HTTP client: POST the
+//            claim, one watch until Ready=True with status.sandbox.name,
+//            one POST /deepbox/v1/exec through the router;
+//   deepbox  K8sSandboxProvider::Claim() (direct router connection) and the
+//            lease's first Exec(), i.e. everything `deepbox run` does.
+// deepbox - floor is the overhead. A third row, the seed's default
+// connection (a `kubectl port-forward` child; here deepbox-fake-kubectl, a
+// real TCP proxy), shows what a process spawn per claim costs.
+//
+//   bench_k8s_claim [ITERATIONS=100]
+#include <dirent.h>
+#include <fmt/format.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "k8s/claim.h"
+#include "k8s/provider.h"
+#include "k8s/testing/fake_api_server.h"
+#include "k8s/testing/fake_controller.h"
+#include "k8s/testing/fixtures.h"
+#include "k8s/testing/test_router.h"
+#include "k8s/util.h"
+#include "net/http_client.h"
+#include "sandbox/testing/scoped_sandboxd.h"
+
+namespace deepbox::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using k8s::testing::FakeApiServer;
+using k8s::testing::FakeController;
+using k8s::testing::TestRouter;
+
+constexpr const char* kNamespace = "default";
+constexpr const char* kPool = "deepagents-warmpool";
+constexpr const char* kRouterToken = "router-secret";
+constexpr const char* kClaimsPath =
+    "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxclaims";
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Thrown (not exit()) so the daemon, servers and claims are cleaned up on the way out.
+struct BenchFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] void Die(const std::string& what) { throw BenchFailure(what); }
+
+template <typename T>
+T Must(Result<T> r, const char* what) {
+  if (!r) Die(fmt::format("{}: {}", what, r.error().ToString()));
+  return std::move(*r);
+}
+
+struct Samples {
+  std::vector<double> claim, first, total;
+  void Add(double c, double f) {
+    claim.push_back(c);
+    first.push_back(f);
+    total.push_back(c + f);
+  }
+};
+
+double Pct(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+// The processes whose parent is this one (every thread's children file).
+std::set<pid_t> Children() {
+  std::set<pid_t> out;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    FILE* f = std::fopen(fmt::format("/proc/self/task/{}/children", e->d_name).c_str(), "r");
+    if (f == nullptr) continue;
+    int pid = 0;
+    while (std::fscanf(f, "%d", &pid) == 1) out.insert(pid);
+    std::fclose(f);
+  }
+  closedir(d);
+  return out;
+}
+
+class Bench {
+ public:
+  void Setup() {
+    server_ = Must(FakeApiServer::Start(), "starting the fake API server");
+    k8s::testing::FakeControllerOptions co;
+    co.adoption_delay = std::chrono::milliseconds(0);
+    co.pod_start_delay = std::chrono::milliseconds(0);
+    controller_ = std::make_unique<FakeController>(server_->shared_store(), co);
+    controller_->Start();
+    daemon_ = Must(deepbox::testing::ScopedSandboxd::Start(), "starting deepbox-sandboxd");
+    router_ = Must(TestRouter::Start(kRouterToken), "starting the test router");
+    router_->SetDefaultBackend(daemon_->unix_url());
+    k8s::testing::SeedPool(server_->store(), kNamespace, kPool, "deepbox-sandbox-template", 1);
+    WaitPoolReady();
+
+    rest_ = server_->ClientConfig();
+    net::ClientOptions api_opts;
+    api_opts.tls = rest_.tls;
+    api_opts.default_headers.Set("Authorization", "Bearer " + rest_.token);
+    api_opts.default_headers.Set("Accept", "application/json");
+    api_ = Must(net::HttpClient::Create(rest_.server, api_opts), "raw API client");
+
+    direct_ = MakeProvider(k8s::ConnectionMode::kDirect);
+    port_forward_ = MakeProvider(k8s::ConnectionMode::kPortForward);
+  }
+
+  void WaitPoolReady() {
+    if (!k8s::testing::WaitUntil([&] {
+          return k8s::testing::PoolReadyReplicas(server_->store(), kNamespace, kPool) == 1;
+        })) {
+      Die("the warm pool did not refill");
+    }
+  }
+
+  std::unique_ptr<k8s::K8sSandboxProvider> MakeProvider(k8s::ConnectionMode mode) {
+    k8s::K8sProviderOptions o;
+    o.rest = rest_;
+    o.namespace_name = kNamespace;
+    o.warm_pool = kPool;
+    // The client-side rate limiter (20 qps, burst 40 by default) is a policy,
+    // not overhead: this loop claims far faster than any user does, so the
+    // limiter is opened wide and Report() shows it never made a request wait.
+    o.client.qps = 10000;
+    o.client.burst = 10000;
+    o.connection.mode = mode;
+    o.connection.router_token = kRouterToken;
+    if (mode == k8s::ConnectionMode::kDirect) {
+      o.connection.direct_url = router_->url();
+    } else {
+      // The seed's default: `kubectl port-forward svc/sandbox-router-svc`.
+      // deepbox-fake-kubectl proxies the forwarded port to the test router.
+      std::string kubectl =
+          (std::filesystem::path(deepbox::testing::ScopedSandboxd::DefaultBinary()).parent_path() /
+           "deepbox-fake-kubectl")
+              .string();
+      o.connection.port_forward.kubectl = kubectl;
+      o.connection.port_forward.poll_interval = std::chrono::milliseconds(2);
+      setenv("DEEPBOX_FAKE_KUBECTL_TARGET", fmt::format("127.0.0.1:{}", router_->port()).c_str(),
+             1);
+    }
+    return Must(k8s::K8sSandboxProvider::Create(std::move(o)), "creating the provider");
+  }
+
+  // The floor: the same protocol steps with a bare HTTP client and no
+  // Kubernetes client logic (no discovery, rate limiter, retries, typed
+  // errors, connection object or sandbox client).
+  void RunFloor(Samples& s) {
+    std::string name = "sandbox-claim-" + k8s::RandomHex(8);
+    k8s::ClaimRequest req;
+    req.warm_pool = kPool;
+    req.namespace_name = kNamespace;
+    json::object claim = k8s::BuildClaimObject(req, name, "extensions.agents.x-k8s.io/v1beta1", "",
+                                               std::chrono::system_clock::now());
+    auto t0 = Clock::now();
+    net::ClientRequest post;
+    post.method = "POST";
+    post.target = kClaimsPath;
+    post.headers.Set("Content-Type", "application/json");
+    post.body = json::serialize(claim);
+    auto created = Must(api_->Send(post), "POST claim");
+    if (created.status != 201 && created.status != 200) Die("POST claim: " + created.body);
+    std::string rv = k8s::FindString(json::parse(created.body), {"metadata", "resourceVersion"});
+
+    net::ClientRequest watch;
+    watch.target = fmt::format("{}?watch=true&fieldSelector=metadata.name%3D{}&resourceVersion={}",
+                               kClaimsPath, name, rv);
+    std::string buffer, sandbox, pod_ip;
+    auto watched = api_->SendStreaming(
+        watch, [](const net::Response& head) { return head.status == 200; },
+        [&](std::string_view data) {
+          buffer.append(data);
+          for (size_t nl; (nl = buffer.find('\n')) != std::string::npos;) {
+            json::value ev = json::parse(std::string_view(buffer).substr(0, nl));
+            buffer.erase(0, nl + 1);
+            const json::value* obj = k8s::Find(ev, {"object"});
+            if (obj == nullptr) continue;
+            const json::value* conds = k8s::Find(*obj, {"status", "conditions"});
+            bool ready = false;
+            if (conds != nullptr && conds->is_array()) {
+              for (const auto& c : conds->as_array()) {
+                ready |= k8s::FindString(c, {"type"}) == "Ready" &&
+                         k8s::FindString(c, {"status"}) == "True";
+              }
+            }
+            sandbox = k8s::FindString(*obj, {"status", "sandbox", "name"});
+            if (const auto* ips = k8s::Find(*obj, {"status", "sandbox", "podIPs"});
+                ips != nullptr && ips->is_array() && !ips->as_array().empty()) {
+              pod_ip = std::string(ips->as_array()[0].as_string());
+            }
+            if (ready && !sandbox.empty()) return false;
+          }
+          return true;
+        });
+    if (!watched || sandbox.empty()) Die("watch ended before the claim was ready");
+    auto t1 = Clock::now();
+
+    auto router = Must(net::HttpClient::Create(router_->url()), "router client");
+    net::ClientRequest exec;
+    exec.method = "POST";
+    exec.target = "/deepbox/v1/exec";
+    exec.headers = k8s::RouterHeaders({.sandbox_id = sandbox,
+                                       .namespace_name = kNamespace,
+                                       .port = 8888,
+                                       .pod_ip = pod_ip,
+                                       .router_token = kRouterToken});
+    exec.headers.Set("Content-Type", "application/json");
+    exec.body = R"({"argv":["true"]})";
+    auto ran = Must(router->Send(exec), "exec through the router");
+    if (ran.status != 200) Die("exec: " + ran.body);
+    auto t2 = Clock::now();
+    s.Add(Ms(t1 - t0), Ms(t2 - t1));
+
+    net::ClientRequest del;
+    del.method = "DELETE";
+    del.target = fmt::format("{}/{}", kClaimsPath, name);
+    (void)api_->Send(del);
+  }
+
+  void RunProvider(k8s::K8sSandboxProvider& provider, Samples& s, bool check_children) {
+    std::set<pid_t> before = check_children ? Children() : std::set<pid_t>{};
+    ExecRequest req;
+    req.argv = {"true"};
+    auto t0 = Clock::now();
+    auto lease = Must(provider.Claim({}), "Claim()");
+    auto t1 = Clock::now();
+    auto r = Must(lease->sandbox().Exec(req), "first command");
+    auto t2 = Clock::now();
+    if (r.kind != ExitKind::kExited || r.exit_code != 0) Die("`true` failed in the sandbox");
+    if (check_children && Children() != before) ++spawned_;
+    s.Add(Ms(t1 - t0), Ms(t2 - t1));
+    if (auto st = lease->Release(); !st) Die("Release(): " + st.error().ToString());
+  }
+
+  void Run(int iterations) {
+    // Warm-up: discovery, TLS sessions, page cache.
+    for (int i = 0; i < 5; ++i) {
+      Samples ignore;
+      RunFloor(ignore);
+      WaitPoolReady();
+      RunProvider(*direct_, ignore, false);
+      WaitPoolReady();
+    }
+    for (int i = 0; i < iterations; ++i) {
+      // Alternate the order so drift (load, caches) hits both alike.
+      if (i % 2 == 0) {
+        RunFloor(floor_);
+        WaitPoolReady();
+        RunProvider(*direct_, deepbox_, true);
+      } else {
+        RunProvider(*direct_, deepbox_, true);
+        WaitPoolReady();
+        RunFloor(floor_);
+      }
+      WaitPoolReady();
+      if (i % 5 == 0) {
+        RunProvider(*port_forward_, port_forward_samples_, false);
+        WaitPoolReady();
+      }
+    }
+  }
+
+  void Report(int iterations) const {
+    double load[3] = {0, 0, 0};
+    if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+      if (std::fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = -1;
+      std::fclose(f);
+    }
+    std::printf("claim -> Ready -> first command, %d iterations (fake API server over HTTPS,\n",
+                iterations);
+    std::printf("adoption delay 0, real deepbox-sandboxd behind the test router); load %.2f\n\n",
+                load[0]);
+    std::printf("%-34s %10s %10s %10s %10s\n", "", "claim p50", "cmd p50", "total p50",
+                "total p99");
+    auto row = [](const char* label, const Samples& s) {
+      std::printf("%-34s %8.2fms %8.2fms %8.2fms %8.2fms\n", label, Pct(s.claim, 0.5),
+                  Pct(s.first, 0.5), Pct(s.total, 0.5), Pct(s.total, 0.99));
+    };
+    row("floor (bare HTTP, same protocol)", floor_);
+    row("deepbox provider, direct router", deepbox_);
+    row("deepbox provider, port-forward", port_forward_samples_);
+    double overhead = Pct(deepbox_.total, 0.5) - Pct(floor_.total, 0.5);
+    std::printf(
+        "\ndeepbox overhead above the protocol floor: p50 %+.2f ms (%.2fx the floor); "
+        "goal < 5 ms: %s\n",
+        overhead, Pct(deepbox_.total, 0.5) / Pct(floor_.total, 0.5),
+        overhead < 5.0 ? "met" : "NOT met");
+    std::printf(
+        "direct-mode claims that left a new child process: %d of %zu; requests the "
+        "rate limiter delayed: %d\n",
+        spawned_, deepbox_.total.size(), direct_->client().metrics().throttled_waits);
+    std::printf(
+        "port-forward mode (one kubectl child per claim) costs %+.2f ms p50 more than "
+        "direct\n",
+        Pct(port_forward_samples_.total, 0.5) - Pct(deepbox_.total, 0.5));
+  }
+
+  void Teardown() {
+    direct_.reset();
+    port_forward_.reset();
+    if (controller_) controller_->Stop();
+  }
+
+ private:
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<FakeController> controller_;
+  std::unique_ptr<deepbox::testing::ScopedSandboxd> daemon_;
+  std::unique_ptr<TestRouter> router_;
+  k8s::RestConfig rest_;
+  std::unique_ptr<net::HttpClient> api_;
+  std::unique_ptr<k8s::K8sSandboxProvider> direct_, port_forward_;
+  Samples floor_, deepbox_, port_forward_samples_;
+  int spawned_ = 0;
+};
+
+}  // namespace
+}  // namespace deepbox::bench
+
+int main(int argc, char** argv) {
+  int iterations = argc > 1 ? std::atoi(argv[1]) : 100;
+  if (iterations <= 0) {
+    std::fprintf(stderr, "usage: bench_k8s_claim [ITERATIONS=100]\n");
+    return 2;
+  }
+  deepbox::bench::Bench b;
+  try {
+    b.Setup();
+    b.Run(iterations);
+    b.Report(iterations);
+  } catch (const deepbox::bench::BenchFailure& e) {
+    std::fprintf(stderr, "bench_k8s_claim: %s\n", e.what());
+    b.Teardown();
+    return 1;
+  }
+  b.Teardown();
+  return 0;
+}
