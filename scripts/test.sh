@@ -3,10 +3,14 @@
 # every test with CTest. This is the README's test command and what CI runs.
 #   scripts/test.sh            install deps (if root), configure, build, test
 #   SKIP_DEPS=1 scripts/test.sh   skip the apt step
+#   SKIP_FORMAT=1 scripts/test.sh skip the clang-format check (scripts/check-format.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${SKIP_DEPS:-0}" != 1 ]]; then
   ./scripts/install-deps.sh
+fi
+if [[ "${SKIP_FORMAT:-0}" != 1 ]]; then
+  ./scripts/check-format.sh
 fi
 cmake --preset dev
 cmake --build --preset dev

@@ -6,6 +6,7 @@
 //     one `python3 -c <script>` per operation, through the daemon's exec;
 //   * idle daemon RSS.
 // Usage: sandboxd_bench [iterations]   (release build recommended)
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,8 +18,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "common/base64.h"
 #include "sandbox/testing/scoped_sandboxd.h"
@@ -99,26 +98,34 @@ int main(int argc, char** argv) {
 
   Row stat{"stat"};
   stat.native = Measure(n, [&] { return sb.Stat("bench/file.txt").has_value(); });
-  if (have_python) stat.python = Measure(py_n, py("import os,json; s=os.stat('" + file + "'); print(json.dumps({'size': s.st_size}))"));
+  if (have_python)
+    stat.python = Measure(py_n, py("import os,json; s=os.stat('" + file +
+                                   "'); print(json.dumps({'size': s.st_size}))"));
   rows.push_back(stat);
 
   Row read{"read 4 KiB"};
   read.native = Measure(n, [&] { return sb.Read("bench/file.txt", {}).has_value(); });
-  if (have_python) read.python = Measure(py_n, py("import json; print(json.dumps({'content': open('" + file + "').read()}))"));
+  if (have_python)
+    read.python = Measure(
+        py_n, py("import json; print(json.dumps({'content': open('" + file + "').read()}))"));
   rows.push_back(read);
 
   Row write{"write 4 KiB"};
   write.native = Measure(n, [&] { return sb.Write("bench/out.txt", page, 0644).has_value(); });
   if (have_python) {
-    write.python = Measure(py_n, py("import base64,os; os.makedirs('" + root + "/bench', exist_ok=True); open('" +
-                                    root + "/bench/out2.txt','wb').write(base64.b64decode('" +
-                                    deepbox::Base64Encode(page) + "'))"));
+    write.python = Measure(
+        py_n, py("import base64,os; os.makedirs('" + root + "/bench', exist_ok=True); open('" +
+                 root + "/bench/out2.txt','wb').write(base64.b64decode('" +
+                 deepbox::Base64Encode(page) + "'))"));
   }
   rows.push_back(write);
 
   Row ls{"ls 100 entries"};
   ls.native = Measure(n, [&] { return sb.List("bench/dir").has_value(); });
-  if (have_python) ls.python = Measure(py_n, py("import os,json; print(json.dumps([{'path': e.path, 'is_dir': e.is_dir(follow_symlinks=False)} for e in os.scandir('" + dir + "')]))"));
+  if (have_python)
+    ls.python = Measure(py_n, py("import os,json; print(json.dumps([{'path': e.path, 'is_dir': "
+                                 "e.is_dir(follow_symlinks=False)} for e in os.scandir('" +
+                                 dir + "')]))"));
   rows.push_back(ls);
 
   Row exec{"exec true"};
@@ -130,19 +137,25 @@ int main(int argc, char** argv) {
   });
   rows.push_back(exec);
 
-  std::printf("deepbox-sandboxd round trips over a unix socket (%d iterations; python baseline %d)\n", n, py_n);
-  std::printf("%-16s %12s %12s %16s %16s %10s\n", "operation", "p50 (us)", "p99 (us)", "python3-c p50", "python3-c p99",
-              "speedup");
+  std::printf(
+      "deepbox-sandboxd round trips over a unix socket (%d iterations; python baseline %d)\n", n,
+      py_n);
+  std::printf("%-16s %12s %12s %16s %16s %10s\n", "operation", "p50 (us)", "p99 (us)",
+              "python3-c p50", "python3-c p99", "speedup");
   for (const auto& r : rows) {
     if (r.python) {
-      std::printf("%-16s %12.1f %12.1f %16.1f %16.1f %9.1fx\n", r.name.c_str(), r.native.p50_us, r.native.p99_us,
-                  r.python->p50_us, r.python->p99_us, r.python->p50_us / r.native.p50_us);
+      std::printf("%-16s %12.1f %12.1f %16.1f %16.1f %9.1fx\n", r.name.c_str(), r.native.p50_us,
+                  r.native.p99_us, r.python->p50_us, r.python->p99_us,
+                  r.python->p50_us / r.native.p50_us);
     } else {
-      std::printf("%-16s %12.1f %12.1f %16s %16s %10s\n", r.name.c_str(), r.native.p50_us, r.native.p99_us, "-", "-", "-");
+      std::printf("%-16s %12.1f %12.1f %16s %16s %10s\n", r.name.c_str(), r.native.p50_us,
+                  r.native.p99_us, "-", "-", "-");
     }
   }
-  std::printf("goals: file-op p50 < 150 us; exec true p50 < 2000 us; >= 50x vs python3 -c per op\n");
-  std::printf("idle daemon: RSS %ld KiB, PSS %ld KiB, private anonymous %ld KiB (goal < 4096 KiB)\n",
-              idle_rss, idle_pss, idle_anon);
+  std::printf(
+      "goals: file-op p50 < 150 us; exec true p50 < 2000 us; >= 50x vs python3 -c per op\n");
+  std::printf(
+      "idle daemon: RSS %ld KiB, PSS %ld KiB, private anonymous %ld KiB (goal < 4096 KiB)\n",
+      idle_rss, idle_pss, idle_anon);
   return 0;
 }

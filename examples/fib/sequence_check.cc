@@ -1,12 +1,12 @@
 #include "sequence_check.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <optional>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 namespace deepbox::examples {
 namespace {
@@ -19,9 +19,11 @@ std::vector<std::optional<long long>> NumbersOnLine(std::string_view line) {
   size_t i = 0;
   while (i < line.size()) {
     char c = line[i];
-    bool starts = std::isdigit(static_cast<unsigned char>(c)) ||
-                  (c == '-' && i + 1 < line.size() && std::isdigit(static_cast<unsigned char>(line[i + 1])));
-    bool glued = i > 0 && (std::isalpha(static_cast<unsigned char>(line[i - 1])) || line[i - 1] == '_');
+    bool starts =
+        std::isdigit(static_cast<unsigned char>(c)) ||
+        (c == '-' && i + 1 < line.size() && std::isdigit(static_cast<unsigned char>(line[i + 1])));
+    bool glued =
+        i > 0 && (std::isalpha(static_cast<unsigned char>(line[i - 1])) || line[i - 1] == '_');
     if (!starts) {
       ++i;
       continue;
@@ -30,7 +32,8 @@ std::vector<std::optional<long long>> NumbersOnLine(std::string_view line) {
     while (j < line.size() && std::isdigit(static_cast<unsigned char>(line[j]))) ++j;
     bool fractional_zero = true;
     size_t k = j;
-    if (k + 1 < line.size() && line[k] == '.' && std::isdigit(static_cast<unsigned char>(line[k + 1]))) {
+    if (k + 1 < line.size() && line[k] == '.' &&
+        std::isdigit(static_cast<unsigned char>(line[k + 1]))) {
       ++k;
       while (k < line.size() && std::isdigit(static_cast<unsigned char>(line[k]))) {
         if (line[k] != '0') fractional_zero = false;
@@ -68,7 +71,8 @@ SequenceCheck CheckFibonacciOutput(std::string_view output) {
   size_t pos = 0;
   while (pos <= output.size()) {
     size_t nl = output.find('\n', pos);
-    std::string_view line = output.substr(pos, nl == std::string_view::npos ? output.npos : nl - pos);
+    std::string_view line =
+        output.substr(pos, nl == std::string_view::npos ? output.npos : nl - pos);
     auto nums = NumbersOnLine(line);
     if (!nums.empty()) lines.push_back(std::move(nums));
     if (nl == std::string_view::npos) break;

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <mutex>
-#include <set>
+#include <string_view>
 #include <thread>
+#include <unordered_set>
 
 #include "agent/format.h"
 #include "agent/middleware.h"
@@ -46,6 +47,7 @@ struct AgentLoop::Impl {
     std::mutex emit_mu;
     LoopOutcome outcome;
     std::unique_ptr<RunEnv> env;
+    MessageView view;
   };
 
   bool Cancelled(const LoopHooks& h) const { return h.cancel && h.cancel->load(); }
@@ -68,6 +70,7 @@ struct AgentLoop::Impl {
     run.env = std::make_unique<RunEnv>(RunEnv{
         config, run.state, run.hooks, [this, &run](AgentEvent ev) { Emit(run, std::move(ev)); },
         [this, &run](Message m) { Append(run, std::move(m)); }});
+    run.env->view = &run.view;
   }
 
   LoopOutcome Finish(Run& run, StopReason reason, std::optional<Error> error = std::nullopt) {
@@ -87,7 +90,6 @@ struct AgentLoop::Impl {
       return config.middleware[i]->WrapModelCall(
           req, *run.env, [this, &run, i](ModelRequest& r) { return CallChain(run, r, i + 1); });
     }
-    req.messages = PatchDanglingToolCalls(std::move(req.messages));
     StreamCallbacks cb;
     cb.on_text_delta = [this, &run](std::string_view delta) {
       AgentEvent ev;
@@ -100,7 +102,16 @@ struct AgentLoop::Impl {
       ev.type = EventType::kRetry;
       Emit(run, std::move(ev));
     };
-    return config.model->Generate(req, cb);
+    // The safety net for tool calls without a result. The view knows when
+    // there are none (the usual case). The patched list is a copy, so that
+    // the loop gets its view back as it lent it.
+    bool answered = run.view.IsLent(req.messages) && !run.view.MayHaveDanglingCalls();
+    if (answered || !HasDanglingToolCalls(req.messages)) return config.model->Generate(req, cb);
+    std::vector<Message> messages = std::move(req.messages);
+    req.messages = PatchDanglingToolCalls(messages);
+    auto resp = config.model->Generate(req, cb);
+    req.messages = std::move(messages);
+    return resp;
   }
 
   // Runs the tool calls of the last assistant message; `preset` holds
@@ -292,8 +303,9 @@ struct AgentLoop::Impl {
       req.tools = specs;
       req.max_tokens = config.max_tokens;
       req.cancel = run.hooks.cancel;
-      req.messages = EffectiveMessages(run.state);
+      req.messages = run.view.Lend(run.state);
       auto resp = CallChain(run, req, 0);
+      run.view.Return(std::move(req.messages));
       ++run.outcome.steps;
       if (!resp) {
         if (Cancelled(run.hooks) || resp.error().code == ErrorCode::kCancelled) {
@@ -345,7 +357,7 @@ AgentLoop::AgentLoop(LoopConfig config)
 AgentLoop::~AgentLoop() = default;
 
 LoopOutcome AgentLoop::Run(AgentState& state, LoopHooks& hooks) {
-  Impl::Run run{state, hooks, {}, {}, {}};
+  Impl::Run run{state, hooks, {}, {}, {}, {}};
   impl_->InitEnv(run);
   if (!config_.model || !config_.sandbox) {
     return impl_->Finish(run, StopReason::kError,
@@ -357,7 +369,7 @@ LoopOutcome AgentLoop::Run(AgentState& state, LoopHooks& hooks) {
 
 LoopOutcome AgentLoop::Resume(AgentState& state, std::vector<Decision> decisions,
                               LoopHooks& hooks) {
-  Impl::Run run{state, hooks, {}, {}, {}};
+  Impl::Run run{state, hooks, {}, {}, {}, {}};
   impl_->InitEnv(run);
   if (!state.pending_interrupt || state.messages.empty() ||
       state.messages.back().role != Role::kAssistant) {
@@ -381,43 +393,147 @@ std::vector<Message> AgentLoop::EffectiveMessages(const AgentState& state) {
   return out;
 }
 
-std::vector<Message> AgentLoop::PatchDanglingToolCalls(std::vector<Message> messages) {
-  std::set<std::string> answered;
+namespace {
+
+std::unordered_set<std::string_view> AnsweredIds(const std::vector<Message>& messages) {
+  std::unordered_set<std::string_view> answered;
   for (const auto& m : messages) {
     if (m.role == Role::kTool) answered.insert(m.tool_call_id);
   }
-  bool any = false;
+  return answered;
+}
+
+}  // namespace
+
+bool AgentLoop::HasDanglingToolCalls(const std::vector<Message>& messages) {
+  std::unordered_set<std::string_view> answered = AnsweredIds(messages);
   for (const auto& m : messages) {
     if (m.role != Role::kAssistant) continue;
     for (const auto& c : m.tool_calls) {
-      if (!answered.count(c.id)) any = true;
+      if (!answered.count(c.id)) return true;
     }
   }
-  if (!any) return messages;
+  return false;
+}
+
+std::vector<Message> AgentLoop::PatchDanglingToolCalls(std::vector<Message> messages) {
+  // The patches per assistant message, made before anything is moved (the
+  // answered set points into the messages).
+  std::vector<std::pair<size_t, std::vector<Message>>> patches;
+  {
+    std::unordered_set<std::string_view> answered = AnsweredIds(messages);
+    for (size_t i = 0; i < messages.size(); ++i) {
+      if (messages[i].role != Role::kAssistant) continue;
+      std::vector<Message> added;
+      for (const auto& c : messages[i].tool_calls) {
+        if (answered.count(c.id)) continue;
+        std::string name = c.name.empty() ? "unknown" : c.name;
+        added.push_back(Message::Tool(c.id, name, DanglingToolCallMessage(name, c.id)));
+      }
+      if (!added.empty()) patches.emplace_back(i, std::move(added));
+    }
+  }
+  if (patches.empty()) return messages;
   std::vector<Message> out;
-  out.reserve(messages.size() + 4);
+  out.reserve(messages.size() + patches.size() + 4);
+  size_t next = 0;  // into patches
   for (size_t i = 0; i < messages.size(); ++i) {
     out.push_back(std::move(messages[i]));
-    const Message& m = out.back();
-    if (m.role != Role::kAssistant || m.tool_calls.empty()) continue;
-    std::vector<ToolCall> dangling;
-    for (const auto& c : m.tool_calls) {
-      if (!answered.count(c.id)) dangling.push_back(c);
-    }
-    if (dangling.empty()) continue;
+    if (next == patches.size() || patches[next].first != i) continue;
     // Keep the existing results of this turn together, then add the patches.
     while (i + 1 < messages.size() && messages[i + 1].role == Role::kTool) {
       out.push_back(std::move(messages[++i]));
     }
-    for (const auto& c : dangling) {
-      out.push_back(
-          Message::Tool(c.id, c.name.empty() ? "unknown" : c.name,
-                        DanglingToolCallMessage(c.name.empty() ? "unknown" : c.name, c.id)));
-    }
+    for (auto& p : patches[next].second) out.push_back(std::move(p));
+    ++next;
   }
   return out;
 }
 
 std::string AgentLoop::NewMessageId() { return "msg_" + RandomHex(20); }
+
+// ------------------------------------------------------------------ MessageView
+
+int64_t ApproxMessageTokens(const Message& m) {
+  size_t chars = CodePointCount(m.text);
+  for (const auto& c : m.tool_calls) chars += c.name.size() + ToJson(c.input).size();
+  chars += m.images.size() * 4 * 1600;  // ~1 600 tokens per image
+  return static_cast<int64_t>(chars / 4) + 3;
+}
+
+std::vector<Message> MessageView::Lend(const AgentState& state) {
+  const auto& s = state.summarization;
+  bool same = valid_ && !lent_ && synced_ <= state.messages.size() &&
+              summarized_ == s.has_value() &&
+              (!s || (s->summary_message.id == summary_id_ && s->cutoff_index == cutoff_));
+  if (!same) {
+    Rebuild(state);
+  } else {
+    // EffectiveMessages: the summary, then state.messages[min(cutoff, n):].
+    size_t n = state.messages.size();
+    size_t from = std::max(synced_, std::min(cutoff_, n));
+    for (size_t i = from; i < n; ++i) {
+      messages_.push_back(state.messages[i]);
+      Add(messages_.back(), messages_.size() - 1);
+    }
+    synced_ = n;
+  }
+  lent_ = true;
+  lent_data_ = messages_.data();
+  lent_size_ = messages_.size();
+  lent_front_id_ = messages_.empty() ? "" : messages_.front().id;
+  lent_back_id_ = messages_.empty() ? "" : messages_.back().id;
+  return std::move(messages_);
+}
+
+void MessageView::Return(std::vector<Message> messages) {
+  if (lent_ && IsLent(messages)) {
+    messages_ = std::move(messages);
+  } else {
+    valid_ = false;
+  }
+  lent_ = false;
+}
+
+bool MessageView::IsLent(const std::vector<Message>& messages) const {
+  return lent_ && messages.data() == lent_data_ && messages.size() == lent_size_ &&
+         (messages.empty() ||
+          (messages.front().id == lent_front_id_ && messages.back().id == lent_back_id_));
+}
+
+int64_t MessageView::ApproxTokens(const std::vector<Message>& lent) {
+  for (; tokens_counted_ < lent.size(); ++tokens_counted_) {
+    tokens_ += ApproxMessageTokens(lent[tokens_counted_]);
+  }
+  return tokens_;
+}
+
+void MessageView::Rebuild(const AgentState& state) {
+  messages_ = AgentLoop::EffectiveMessages(state);
+  valid_ = true;
+  synced_ = state.messages.size();
+  summarized_ = state.summarization.has_value();
+  summary_id_ = summarized_ ? state.summarization->summary_message.id : "";
+  cutoff_ = summarized_ ? state.summarization->cutoff_index : 0;
+  open_calls_.clear();
+  user_indexes_.clear();
+  tokens_ = 0;
+  tokens_counted_ = 0;
+  for (size_t i = 0; i < messages_.size(); ++i) Add(messages_[i], i);
+}
+
+void MessageView::Add(const Message& m, size_t index) {
+  switch (m.role) {
+    case Role::kUser:
+      user_indexes_.push_back(index);
+      break;
+    case Role::kAssistant:
+      for (const auto& c : m.tool_calls) open_calls_.insert(c.id);
+      break;
+    case Role::kTool:
+      open_calls_.erase(m.tool_call_id);
+      break;
+  }
+}
 
 }  // namespace deepbox::agent

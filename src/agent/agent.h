@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "agent/model/model.h"
@@ -71,6 +72,60 @@ struct LoopOutcome {
   int steps = 0;
 };
 
+// ~4 chars per token, +3 tokens per message (LangChain's approximation).
+int64_t ApproxMessageTokens(const Message& m);
+
+// The effective conversation (AgentLoop::EffectiveMessages) kept across the
+// turns of one run, so that a turn copies the messages added since the last
+// one instead of the whole thread. The loop lends the vector to the model
+// request (ModelRequest::messages) and takes it back after the call.
+// Middleware that change request messages for one call undo the change
+// before they return (large-message eviction, argument truncation); one that
+// replaces the list (a summarization) also records a new
+// AgentState::summarization, so the next Lend rebuilds. Return() keeps only
+// the lent vector (same buffer, length and end messages); anything else
+// makes the next Lend rebuild. A view lives for one Run/Resume, during which
+// state.messages only grows (a human edit changes the newest assistant
+// message before the next Lend copies it). Loop thread only.
+class MessageView {
+ public:
+  // Brings the view up to date with `state` (appends the messages added
+  // since the last Lend, rebuilds when the summarization changed) and moves
+  // it out.
+  std::vector<Message> Lend(const AgentState& state);
+  void Return(std::vector<Message> messages);
+  // Whether `messages` is the vector Lend returned, not replaced.
+  bool IsLent(const std::vector<Message>& messages) const;
+
+  // About the lent messages; valid while IsLent(them).
+  // False when every tool call has a result; true means maybe not.
+  bool MayHaveDanglingCalls() const { return !open_calls_.empty(); }
+  // Indexes of the user messages, ascending.
+  const std::vector<size_t>& user_indexes() const { return user_indexes_; }
+  // Sum of ApproxMessageTokens over `lent` (counted once per message).
+  int64_t ApproxTokens(const std::vector<Message>& lent);
+
+ private:
+  void Rebuild(const AgentState& state);
+  void Add(const Message& m, size_t index);
+
+  std::vector<Message> messages_;
+  bool valid_ = false;
+  bool lent_ = false;
+  size_t synced_ = 0;  // state.messages reflected
+  bool summarized_ = false;
+  std::string summary_id_;
+  size_t cutoff_ = 0;
+  std::unordered_set<std::string> open_calls_;  // call ids without a result (yet)
+  std::vector<size_t> user_indexes_;
+  int64_t tokens_ = 0;  // ApproxMessageTokens of the first tokens_counted_
+  size_t tokens_counted_ = 0;
+  // The lent vector.
+  const Message* lent_data_ = nullptr;
+  size_t lent_size_ = 0;
+  std::string lent_front_id_, lent_back_id_;
+};
+
 // What middleware sees of a running loop.
 struct RunEnv {
   const LoopConfig& config;
@@ -78,6 +133,9 @@ struct RunEnv {
   LoopHooks& hooks;
   std::function<void(AgentEvent)> emit;  // thread-safe, tags agent/depth
   std::function<void(Message)> append;   // appends to state + persists
+  // The loop's view; WrapModelCall gets request.messages lent from it
+  // (view->IsLent(request.messages) unless an outer middleware replaced them).
+  MessageView* view = nullptr;
 };
 
 class AgentLoop {
@@ -102,6 +160,8 @@ class AgentLoop {
   // tool calls have no result (a request-time safety net; the patch
   // middleware persists these for the trailing message).
   static std::vector<Message> PatchDanglingToolCalls(std::vector<Message> messages);
+  // Whether PatchDanglingToolCalls would add anything.
+  static bool HasDanglingToolCalls(const std::vector<Message>& messages);
   static std::string NewMessageId();
 
  private:

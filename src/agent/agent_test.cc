@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "agent/format.h"
+#include "agent/middleware_summarization.h"
 #include "agent/testing/agent_fixture.h"
 #include "agent/text.h"
 
@@ -320,6 +321,147 @@ TEST(AgentLoop, RequestTimePatchCoversOlderDanglingCalls) {
   EXPECT_EQ(patched[3].tool_call_id, "b");
   EXPECT_EQ(patched[3].text, DanglingToolCallMessage("glob", "b"));
   EXPECT_EQ(patched[4].text, "next");
+}
+
+Message WithId(Message m, std::string id) {
+  m.id = std::move(id);
+  return m;
+}
+
+std::vector<std::string> Ids(const std::vector<Message>& msgs) {
+  std::vector<std::string> out;
+  for (const auto& m : msgs) out.push_back(m.id);
+  return out;
+}
+
+// Lends the view, checks it against EffectiveMessages and gives it back.
+void ExpectViewMatches(MessageView& view, const AgentState& st) {
+  std::vector<Message> lent = view.Lend(st);
+  EXPECT_TRUE(view.IsLent(lent));
+  std::vector<Message> expected = AgentLoop::EffectiveMessages(st);
+  EXPECT_EQ(Ids(lent), Ids(expected));
+  for (size_t i = 0; i < lent.size() && i < expected.size(); ++i) {
+    EXPECT_EQ(lent[i].text, expected[i].text) << i;
+  }
+  int64_t tokens = 0;
+  std::vector<size_t> users;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    tokens += ApproxMessageTokens(expected[i]);
+    if (expected[i].role == Role::kUser) users.push_back(i);
+  }
+  EXPECT_EQ(view.ApproxTokens(lent), tokens);
+  EXPECT_EQ(view.user_indexes(), users);
+  EXPECT_EQ(view.MayHaveDanglingCalls(), AgentLoop::HasDanglingToolCalls(lent));
+  view.Return(std::move(lent));
+}
+
+TEST(MessageView, FollowsTheStateTurnByTurn) {
+  AgentState st;
+  st.messages.push_back(WithId(Message::User("u"), "m0"));
+  MessageView view;
+  ExpectViewMatches(view, st);
+  st.messages.push_back(
+      WithId(Message::Assistant("", {Call("a", "ls", {}), Call("b", "glob", {})}), "m1"));
+  ExpectViewMatches(view, st);  // both calls open
+  st.messages.push_back(WithId(Message::Tool("a", "ls", "[]"), "m2"));
+  ExpectViewMatches(view, st);  // b still open
+  st.messages.push_back(WithId(Message::Tool("b", "glob", "[]"), "m3"));
+  ExpectViewMatches(view, st);
+  EXPECT_FALSE(view.MayHaveDanglingCalls());
+  st.messages.push_back(WithId(Message::User("more"), "m4"));
+  st.messages.push_back(WithId(Message::Assistant("", {Call("c", "ls", {})}), "m5"));
+  st.messages.push_back(WithId(Message::Tool("c", "ls", "[]"), "m6"));
+  ExpectViewMatches(view, st);
+
+  // A summarization replaces the head: the view starts over from the summary.
+  SummarizationEvent ev;
+  ev.cutoff_index = 4;
+  ev.summary_message = WithId(Message::User("summary one"), "summary_1");
+  st.summarization = ev;
+  ExpectViewMatches(view, st);
+  st.messages.push_back(WithId(Message::Assistant("", {Call("d", "ls", {})}), "m7"));
+  st.messages.push_back(WithId(Message::Tool("d", "ls", "[]"), "m8"));
+  ExpectViewMatches(view, st);
+  // A later summary with the same cutoff is still a different view.
+  ev.summary_message = WithId(Message::User("summary two"), "summary_2");
+  st.summarization = ev;
+  ExpectViewMatches(view, st);
+  // A cutoff past the end: the summary alone until the thread reaches it.
+  ev.cutoff_index = 11;
+  ev.summary_message = WithId(Message::User("summary three"), "summary_3");
+  st.summarization = ev;
+  ExpectViewMatches(view, st);
+  st.messages.push_back(WithId(Message::User("m9"), "m9"));
+  st.messages.push_back(WithId(Message::Assistant("m10"), "m10"));
+  ExpectViewMatches(view, st);
+  st.messages.push_back(WithId(Message::User("m11"), "m11"));
+  st.messages.push_back(WithId(Message::Assistant("m12"), "m12"));
+  ExpectViewMatches(view, st);
+}
+
+TEST(MessageView, TakesBackOnlyTheLentVector) {
+  AgentState st;
+  st.messages.push_back(WithId(Message::User("u"), "m0"));
+  st.messages.push_back(WithId(Message::Assistant("a"), "m1"));
+  MessageView view;
+  std::vector<Message> lent = view.Lend(st);
+  std::vector<Message> copy = lent;
+  EXPECT_FALSE(view.IsLent(copy));
+  // A replaced list (same length, new first message) is not taken back.
+  lent.front() = WithId(Message::User("replaced"), "summary_x");
+  EXPECT_FALSE(view.IsLent(lent));
+  view.Return(std::move(lent));
+  ExpectViewMatches(view, st);  // rebuilt from the state
+  // Neither is a list that grew.
+  lent = view.Lend(st);
+  lent.push_back(WithId(Message::Tool("x", "ls", "patched"), "p"));
+  EXPECT_FALSE(view.IsLent(lent));
+  view.Return(std::move(lent));
+  ExpectViewMatches(view, st);
+  // Lending again without a Return starts over too.
+  lent = view.Lend(st);
+  ExpectViewMatches(view, st);
+}
+
+// A call without a result in the middle of the thread (e.g. a thread written
+// by an older deepbox) is patched in every request, and only there.
+TEST(AgentLoop, OlderDanglingCallsArePatchedInEveryRequest) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  auto model = std::make_shared<ScriptedModel>();
+  model->Tools({Call("c1", "noop", {})});
+  model->Tools({Call("c2", "noop", {})});
+  model->Text("done");
+  LoopConfig config;
+  config.model = model;
+  config.sandbox = &sbd->client();
+  config.tools = {std::make_shared<FunctionTool>(
+      ToolSpec{"noop", "does nothing", SchemaObject({}, {})},
+      [](ToolContext&, const json::object&) { return ToolResult::Ok("nothing"); })};
+  config.middleware = {std::make_shared<SummarizationMiddleware>()};
+  AgentLoop loop(config);
+  AgentState st;
+  st.messages = {WithId(Message::User("u"), "m0"),
+                 WithId(Message::Assistant("", {Call("a", "ls", {}), Call("b", "glob", {})}), "m1"),
+                 WithId(Message::Tool("a", "ls", "[]"), "m2"), WithId(Message::User("next"), "m3")};
+  LoopHooks hooks;
+  LoopOutcome out = loop.Run(st, hooks);
+  ASSERT_EQ(out.reason, StopReason::kCompleted) << (out.error ? out.error->message : "");
+  auto reqs = model->requests();
+  ASSERT_EQ(reqs.size(), 3u);
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    const auto& msgs = reqs[k].messages;
+    ASSERT_EQ(msgs.size(), 5 + 2 * k) << k;
+    EXPECT_EQ(msgs[2].tool_call_id, "a");
+    EXPECT_EQ(msgs[3].tool_call_id, "b");
+    EXPECT_EQ(msgs[3].text, DanglingToolCallMessage("glob", "b"));
+    EXPECT_EQ(msgs[4].text, "next");
+    if (k > 0) {
+      EXPECT_EQ(msgs.back().tool_call_id, "c" + std::to_string(k));
+    }
+  }
+  // The thread itself is not patched.
+  ASSERT_EQ(st.messages.size(), 9u);
+  EXPECT_EQ(ToolMessages(st.messages).size(), 3u);
 }
 
 TEST(DeepAgentApi, ToolsPromptAndValidation) {

@@ -1,7 +1,10 @@
 // Middleware hooks around the agent loop (deepagents/LangChain
 // AgentMiddleware, reduced to what deepbox uses):
 //   BeforeAgent    once at the start of Run() (not Resume)
-//   WrapModelCall  around every model call (outermost first)
+//   WrapModelCall  around every model call (outermost first). The request's
+//                  messages are the effective conversation, lent by the
+//                  loop's MessageView (agent.h): a change meant for this call
+//                  only must be undone before returning.
 //   AfterToolCall  on every tool result, on the worker thread that ran it
 #pragma once
 

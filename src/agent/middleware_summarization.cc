@@ -1,5 +1,8 @@
 #include "agent/middleware_summarization.h"
 
+#include <iterator>
+#include <utility>
+
 #include "agent/format.h"
 #include "agent/paths.h"
 #include "agent/text.h"
@@ -60,20 +63,15 @@ size_t SafeCutoff(const std::vector<Message>& msgs, size_t cutoff) {
 SummarizationMiddleware::SummarizationMiddleware(SummarizationOptions options)
     : options_(std::move(options)) {}
 
-int64_t SummarizationMiddleware::ApproxTokens(const Message& m) {
-  size_t chars = CodePointCount(m.text);
-  for (const auto& c : m.tool_calls) chars += c.name.size() + ToJson(c.input).size();
-  chars += m.images.size() * 4 * 1600;  // ~1 600 tokens per image
-  return static_cast<int64_t>(chars / 4) + 3;
-}
+int64_t SummarizationMiddleware::ApproxTokens(const Message& m) { return ApproxMessageTokens(m); }
 
-int64_t SummarizationMiddleware::ApproxTokens(const std::vector<Message>& messages) {
+int64_t SummarizationMiddleware::ApproxTokens(std::span<const Message> messages) {
   int64_t total = 0;
-  for (const auto& m : messages) total += ApproxTokens(m);
+  for (const auto& m : messages) total += ApproxMessageTokens(m);
   return total;
 }
 
-std::string SummarizationMiddleware::RenderHistory(const std::vector<Message>& messages) {
+std::string SummarizationMiddleware::RenderHistory(std::span<const Message> messages) {
   std::string out;
   for (const auto& m : messages) {
     switch (m.role) {
@@ -105,28 +103,41 @@ Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& reque
                                                              const ModelCallFn& next) {
   ChatModel& model = *env.config.model;
   ModelProfile profile = model.profile();
-  std::vector<Message> effective = AgentLoop::EffectiveMessages(env.state);
+  // The effective messages: the loop lends its view of the conversation (no
+  // copy). Changes for this call only are undone before returning, so the
+  // loop can keep the view for the next turn.
+  MessageView* view = env.view;
+  if (!view || !view->IsLent(request.messages)) {
+    view = nullptr;
+    request.messages = AgentLoop::EffectiveMessages(env.state);
+  }
+  std::vector<Message>& effective = request.messages;
   const bool has_profile = profile.max_input_tokens > 0;
 
-  auto count = [&](const std::vector<Message>& msgs) -> int64_t {
+  auto count = [&]() -> int64_t {
     const AgentState& st = env.state;
     size_t cutoff = st.summarization ? st.summarization->cutoff_index : 0;
     if (st.last_call_tokens > 0 && st.last_call_cutoff == cutoff &&
         st.last_call_message_count <= st.messages.size()) {
-      std::vector<Message> added(
-          st.messages.begin() + static_cast<ptrdiff_t>(st.last_call_message_count),
-          st.messages.end());
-      return st.last_call_tokens + ApproxTokens(added);
+      return st.last_call_tokens +
+             ApproxTokens(
+                 std::span<const Message>(st.messages).subspan(st.last_call_message_count));
     }
     int64_t fixed = static_cast<int64_t>(CodePointCount(request.system) / 4);
     for (const auto& t : request.tools) {
       fixed += static_cast<int64_t>((t.description.size() + ToJson(t.input_schema).size()) / 4);
     }
-    return fixed + ApproxTokens(msgs);
+    return fixed + (view ? view->ApproxTokens(effective) : ApproxTokens(effective));
   };
-  int64_t tokens = count(effective);
+  int64_t tokens = count();
 
-  // Step 1: shorten old write_file / edit_file arguments (request only).
+  // Step 1: shorten old write_file / edit_file arguments (this request only:
+  // the originals are put back before returning).
+  struct Saved {
+    size_t message, call, arg;
+    json::value value;
+  };
+  std::vector<Saved> saved;
   bool truncate_trigger =
       has_profile ? tokens >= std::max<int64_t>(1, static_cast<int64_t>(profile.max_input_tokens *
                                                                         options_.trigger_fraction))
@@ -152,36 +163,56 @@ Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& reque
     for (size_t i = 0; i < cutoff && i < effective.size(); ++i) {
       Message& m = effective[i];
       if (m.role != Role::kAssistant) continue;
-      for (auto& c : m.tool_calls) {
+      for (size_t ci = 0; ci < m.tool_calls.size(); ++ci) {
+        ToolCall& c = m.tool_calls[ci];
         if (c.name != "write_file" && c.name != "edit_file") continue;
+        size_t arg = 0;
         for (auto& kv : c.input) {
+          size_t this_arg = arg++;
           if (!kv.value().is_string()) continue;
           std::string_view s = kv.value().get_string();
-          if (CodePointCount(s) > options_.max_arg_length) {
-            kv.value() = std::string(CodePointPrefix(s, 20)) + kArgTruncation;
+          // Bytes >= code points: a short string needs no count.
+          if (s.size() <= options_.max_arg_length || CodePointCount(s) <= options_.max_arg_length) {
+            continue;
           }
+          json::value shortened(std::string(CodePointPrefix(s, 20)) + kArgTruncation);
+          saved.push_back({i, ci, this_arg, std::exchange(kv.value(), std::move(shortened))});
         }
       }
     }
   }
+  // Puts the truncated arguments back (unless the list was replaced).
+  auto restore = [&] {
+    for (auto& sv : saved) {
+      if (sv.message >= effective.size()) break;
+      json::object& input = effective[sv.message].tool_calls.at(sv.call).input;
+      (input.begin() + static_cast<ptrdiff_t>(sv.arg))->value() = std::move(sv.value);
+    }
+  };
 
   int64_t threshold = has_profile
                           ? std::max<int64_t>(1, static_cast<int64_t>(profile.max_input_tokens *
                                                                       options_.trigger_fraction))
                           : options_.trigger_tokens;
   if (tokens < threshold) {
-    request.messages = effective;
     auto resp = next(request);
-    if (resp || !IsContextOverflow(resp.error())) return resp;
+    if (resp || !IsContextOverflow(resp.error())) {
+      restore();
+      return resp;
+    }
     // Context overflow: summarize and retry once.
   }
-  return Summarize(request, env, next, std::move(effective), profile);
+  bool replaced = false;
+  auto resp = Summarize(request, env, next, profile, replaced);
+  if (!replaced) restore();
+  return resp;
 }
 
 Result<ModelResponse> SummarizationMiddleware::Summarize(ModelRequest& request, RunEnv& env,
                                                          const ModelCallFn& next,
-                                                         std::vector<Message> effective,
-                                                         const ModelProfile& profile) {
+                                                         const ModelProfile& profile,
+                                                         bool& replaced) {
+  const std::vector<Message>& effective = request.messages;
   // Where the kept tail starts in the effective list.
   size_t cutoff = 0;
   if (profile.max_input_tokens > 0) {
@@ -203,14 +234,8 @@ Result<ModelResponse> SummarizationMiddleware::Summarize(ModelRequest& request, 
   // Always keep the newest message (the request must end with it).
   if (cutoff >= effective.size()) cutoff = effective.size() - 1;
   cutoff = SafeCutoff(effective, cutoff);
-  if (cutoff == 0) {
-    request.messages = std::move(effective);
-    return next(request);
-  }
-  std::vector<Message> to_summarize(effective.begin(),
-                                    effective.begin() + static_cast<ptrdiff_t>(cutoff));
-  std::vector<Message> preserved(effective.begin() + static_cast<ptrdiff_t>(cutoff),
-                                 effective.end());
+  if (cutoff == 0) return next(request);
+  std::span<const Message> to_summarize(effective.data(), cutoff);
 
   // 1. Offload the summarized messages (previous summaries excluded).
   std::vector<Message> offload;
@@ -274,9 +299,16 @@ Result<ModelResponse> SummarizationMiddleware::Summarize(ModelRequest& request, 
     env.emit(std::move(ev));
   }
 
-  request.messages.clear();
-  request.messages.push_back(event.summary_message);
-  request.messages.insert(request.messages.end(), preserved.begin(), preserved.end());
+  // The summary, then the kept messages (as they were in the request).
+  std::vector<Message> messages;
+  messages.reserve(request.messages.size() - cutoff + 1);
+  messages.push_back(event.summary_message);
+  messages.insert(
+      messages.end(),
+      std::make_move_iterator(request.messages.begin() + static_cast<ptrdiff_t>(cutoff)),
+      std::make_move_iterator(request.messages.end()));
+  request.messages = std::move(messages);
+  replaced = true;
   return next(request);
 }
 

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "agent/middleware.h"
 
@@ -46,14 +47,17 @@ class SummarizationMiddleware : public Middleware {
                                       const ModelCallFn& next) override;
 
   // ~4 chars per token, +3 tokens per message (LangChain's approximation).
-  static int64_t ApproxTokens(const std::vector<Message>& messages);
+  static int64_t ApproxTokens(std::span<const Message> messages);
   static int64_t ApproxTokens(const Message& m);
   // The transcript format written to the history file.
-  static std::string RenderHistory(const std::vector<Message>& messages);
+  static std::string RenderHistory(std::span<const Message> messages);
 
  private:
+  // Summarizes request.messages (the effective conversation) and continues
+  // with the summary + the kept tail; `replaced` tells whether
+  // request.messages was replaced.
   Result<ModelResponse> Summarize(ModelRequest& request, RunEnv& env, const ModelCallFn& next,
-                                  std::vector<Message> effective, const ModelProfile& profile);
+                                  const ModelProfile& profile, bool& replaced);
   SummarizationOptions options_;
 };
 

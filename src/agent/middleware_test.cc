@@ -3,6 +3,7 @@
 // memory.
 #include <gtest/gtest.h>
 
+#include "agent/codec.h"
 #include "agent/format.h"
 #include "agent/middleware_eviction.h"
 #include "agent/middleware_memory.h"
@@ -195,6 +196,115 @@ TEST(Summarization, WithoutProfileKeepsSixMessagesAndTruncatesOldArgs) {
   EXPECT_TRUE(StartsWith(m15[0].text, "You are in the middle of a conversation"));
   EXPECT_EQ(m15[1].role, Role::kAssistant);
   EXPECT_EQ(m15[6].tool_call_id, "last");
+}
+
+// The loop keeps its view of the conversation across turns: after a
+// summarization it starts over from the summary and then grows again.
+TEST(Summarization, LaterRequestsCarryTheSummaryAndTheGrowingTail) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  Sandbox& sb = sbd->client();
+  ModelProfile profile;
+  profile.max_input_tokens = 2000;  // trigger at 1 700 tokens
+  auto model = std::make_shared<ScriptedModel>(profile);
+  model->Tools({Call("l1", "blob", {})}, "", Usage{100, 10, 0, 0});
+  model->Tools({Call("l2", "blob", {})}, "", Usage{1800, 10, 0, 0});
+  model->Text("SUMMARY OF WORK");  // the summary call
+  model->Tools({Call("l3", "blob", {})}, "", Usage{300, 10, 0, 0});
+  model->Tools({Call("l4", "blob", {})}, "", Usage{600, 10, 0, 0});
+  model->Text("final answer");
+  auto o = Options(model, sb);
+  o.tools = {BigTool(1000, "blob")};
+  auto agent = MakeAgent(o);
+  RunResult r = agent->Run("please list things");
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->message : "");
+  auto reqs = model->requests();
+  ASSERT_EQ(reqs.size(), 6u);
+  AgentState st = agent->state();
+  ASSERT_TRUE(st.summarization);
+  EXPECT_EQ(st.summarization->cutoff_index, 3u);
+  std::vector<Message> effective = AgentLoop::EffectiveMessages(st);
+  ASSERT_EQ(effective.size(), 8u);  // summary, l2..l4 calls and results, the answer
+  for (size_t k : {3u, 4u, 5u}) {
+    const auto& msgs = reqs[k].messages;
+    ASSERT_EQ(msgs.size(), 3 + 2 * (k - 3)) << k;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      EXPECT_EQ(msgs[i].id, effective[i].id) << k << " " << i;
+      EXPECT_EQ(msgs[i].text, effective[i].text) << k << " " << i;
+    }
+  }
+  EXPECT_EQ(reqs[5].messages.back().tool_call_id, "l4");
+}
+
+// Middleware change request messages for one call only (eviction of large
+// user messages, truncated write_file arguments) and undo that afterwards:
+// an outer middleware sees the lent view unchanged after the call, so the
+// loop can keep it for the next turn.
+class UndoChecker : public Middleware {
+ public:
+  std::string_view name() const override { return "undo_checker"; }
+  Result<ModelResponse> WrapModelCall(ModelRequest& request, RunEnv& env,
+                                      const ModelCallFn& next) override {
+    EXPECT_TRUE(env.view && env.view->IsLent(request.messages));
+    json::array before;
+    for (const auto& m : request.messages) before.push_back(MessageToJson(m));
+    auto resp = next(request);
+    EXPECT_TRUE(env.view->IsLent(request.messages));
+    json::array after;
+    for (const auto& m : request.messages) after.push_back(MessageToJson(m));
+    EXPECT_EQ(before, after);
+    ++calls;
+    return resp;
+  }
+  int calls = 0;
+};
+
+TEST(Summarization, RequestOnlyChangesAreUndoneAfterTheCall) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  Sandbox& sb = sbd->client();
+  auto model = std::make_shared<ScriptedModel>();  // no profile: truncation from 20 messages
+  std::string big(3000, 'B');
+  for (int i = 0; i < 12; ++i) {
+    model->Tools({Call("w" + std::to_string(i), "write_file",
+                       Args({{"file_path", "f" + std::to_string(i) + ".txt"}, {"content", big}}))});
+  }
+  model->Text("done");
+  auto checker = std::make_shared<UndoChecker>();
+  LoopConfig config;
+  config.model = model;
+  config.sandbox = &sb;
+  config.tools = MakeFilesystemTools();
+  config.middleware = {checker, std::make_shared<SummarizationMiddleware>(),
+                       std::make_shared<EvictionMiddleware>(80000, 1000)};
+  AgentLoop loop(config);
+  std::string task(5000, 'T');
+  AgentState st;
+  st.messages.push_back(Message::User(task));
+  st.messages.back().id = "msg_task";
+  LoopHooks hooks;
+  LoopOutcome out = loop.Run(st, hooks);
+  ASSERT_EQ(out.reason, StopReason::kCompleted) << (out.error ? out.error->message : "");
+  EXPECT_EQ(checker->calls, 13);
+  auto reqs = model->requests();
+  ASSERT_EQ(reqs.size(), 13u);
+  std::string history = sb.root() + "/conversation_history/msg_task.md";
+  std::string truncated = std::string(20, 'B') + "...(argument truncated)";
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    const auto& msgs = reqs[k].messages;
+    ASSERT_EQ(msgs.size(), 1 + 2 * k);
+    // Every request shows the large task as a preview.
+    EXPECT_EQ(msgs[0].text, TooLargeHumanMessage(history, CreateContentPreview(task))) << k;
+    // From 20 messages on, contents before the last 20 are shortened.
+    for (size_t i = 1; i < msgs.size(); i += 2) {
+      bool shortened = msgs.size() > 20 && i < msgs.size() - 20;
+      EXPECT_EQ(msgs[i].tool_calls.at(0).input.at("content").as_string(),
+                shortened ? truncated : big)
+          << k << " " << i;
+    }
+  }
+  // The thread keeps the originals.
+  EXPECT_EQ(st.messages[0].text, task);
+  EXPECT_EQ(st.messages[1].tool_calls[0].input.at("content").as_string(), big);
+  EXPECT_EQ(*sb.Download(history), task);
 }
 
 // ------------------------------------------------------------------ interrupts

@@ -1,8 +1,8 @@
 #include "common/error.h"
 
-#include <cerrno>
-
 #include <gtest/gtest.h>
+
+#include <cerrno>
 
 namespace deepbox {
 namespace {

@@ -1,11 +1,10 @@
 // Thin helpers over Boost.JSON, the project's one JSON library.
 #pragma once
 
+#include <boost/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <boost/json.hpp>
 
 #include "common/error.h"
 

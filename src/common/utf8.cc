@@ -23,9 +23,12 @@ size_t Utf8CompletePrefix(std::string_view text) {
     unsigned char c = static_cast<unsigned char>(text[i - 1]);
     if ((c & 0xC0) != 0x80) {
       size_t need = 1;
-      if ((c & 0xE0) == 0xC0) need = 2;
-      else if ((c & 0xF0) == 0xE0) need = 3;
-      else if ((c & 0xF8) == 0xF0) need = 4;
+      if ((c & 0xE0) == 0xC0)
+        need = 2;
+      else if ((c & 0xF0) == 0xE0)
+        need = 3;
+      else if ((c & 0xF8) == 0xF0)
+        need = 4;
       return (n - (i - 1) >= need) ? n : i - 1;
     }
     --i;

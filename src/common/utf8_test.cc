@@ -11,7 +11,9 @@ TEST(Utf8Test, ValidPassesThrough) {
 }
 
 TEST(Utf8Test, InvalidBytesReplaced) {
-  std::string bad = "a\xff" "b\xc3";
+  std::string bad =
+      "a\xff"
+      "b\xc3";
   EXPECT_FALSE(IsValidUtf8(bad));
   std::string fixed = SanitizeUtf8(bad);
   EXPECT_TRUE(IsValidUtf8(fixed));

@@ -1,5 +1,6 @@
 #include "local/capabilities.h"
 
+#include <fmt/format.h>
 #include <linux/capability.h>
 #include <linux/securebits.h>
 #include <sys/prctl.h>
@@ -10,8 +11,6 @@
 #include <charconv>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 namespace deepbox::local {
 
@@ -92,16 +91,26 @@ Result<ProcStatus> ParseProcStatus(std::string_view text) {
       return {};
     };
     Status s;
-    if (key == "CapInh") s = hex(&st.cap_inh);
-    else if (key == "CapPrm") s = hex(&st.cap_prm);
-    else if (key == "CapEff") s = hex(&st.cap_eff);
-    else if (key == "CapBnd") s = hex(&st.cap_bnd);
-    else if (key == "CapAmb") s = hex(&st.cap_amb);
-    else if (key == "NoNewPrivs") st.no_new_privs = std::stoi(value);
-    else if (key == "Seccomp") st.seccomp = std::stoi(value);
-    else if (key == "Uid") st.uid = static_cast<uint32_t>(std::stoul(value));
-    else if (key == "Gid") st.gid = static_cast<uint32_t>(std::stoul(value));
-    else if (key == "Groups") st.groups = value;
+    if (key == "CapInh")
+      s = hex(&st.cap_inh);
+    else if (key == "CapPrm")
+      s = hex(&st.cap_prm);
+    else if (key == "CapEff")
+      s = hex(&st.cap_eff);
+    else if (key == "CapBnd")
+      s = hex(&st.cap_bnd);
+    else if (key == "CapAmb")
+      s = hex(&st.cap_amb);
+    else if (key == "NoNewPrivs")
+      st.no_new_privs = std::stoi(value);
+    else if (key == "Seccomp")
+      st.seccomp = std::stoi(value);
+    else if (key == "Uid")
+      st.uid = static_cast<uint32_t>(std::stoul(value));
+    else if (key == "Gid")
+      st.gid = static_cast<uint32_t>(std::stoul(value));
+    else if (key == "Groups")
+      st.groups = value;
     if (!s) return tl::unexpected(s.error());
   }
   return st;

@@ -1,10 +1,9 @@
 #include "local/capabilities.h"
 
+#include <gtest/gtest.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include "local/testing/child_runner.h"
 

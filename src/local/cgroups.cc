@@ -1,6 +1,7 @@
 #include "local/cgroups.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,8 +13,6 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
-
-#include <fmt/format.h>
 
 namespace deepbox::local {
 namespace {
@@ -99,8 +98,8 @@ CgroupHostInfo ParseCgroupHostInfo(std::string_view mountinfo, std::string_view 
       if (info.v2_mount.empty() || mountpoint == "/sys/fs/cgroup") info.v2_mount = mountpoint;
     } else if (fstype == "cgroup") {
       for (const auto& opt : Split(superopts, ',')) {
-        if (opt == "rw" || opt == "ro" || opt.rfind("name=", 0) == 0 || opt.find('=') !=
-            std::string::npos) {
+        if (opt == "rw" || opt == "ro" || opt.rfind("name=", 0) == 0 ||
+            opt.find('=') != std::string::npos) {
           continue;
         }
         if (!info.v1_mounts.count(opt)) {

@@ -71,7 +71,7 @@ class SandboxCgroup {
   bool empty() const { return dirs_.empty(); }
 
  private:
-  std::vector<std::string> dirs_;          // every created dir (deepest first on removal)
+  std::vector<std::string> dirs_;  // every created dir (deepest first on removal)
   std::string v2_dir_;
   std::map<std::string, std::string> v1_;  // controller -> dir
   UniqueFd v2_fd_;

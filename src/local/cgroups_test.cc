@@ -1,5 +1,7 @@
 #include "local/cgroups.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -8,9 +10,6 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "local/testing/sandbox_fixture.h"
 
@@ -114,7 +113,8 @@ TEST_F(CgroupLiveTest, CreatesWritesAndRemoves) {
 }
 
 TEST_F(CgroupLiveTest, KillAllAndPids) {
-  auto cg = SandboxCgroup::Create(host_, testing::UniqueId("cg"), LimitsWith(&Limits::max_processes, 50));
+  auto cg =
+      SandboxCgroup::Create(host_, testing::UniqueId("cg"), LimitsWith(&Limits::max_processes, 50));
   ASSERT_TRUE(cg.has_value()) << cg.error().ToString();
   pid_t a = Sleeper(), b = Sleeper();
   ASSERT_TRUE(cg->AttachAll(a).has_value());
@@ -132,7 +132,8 @@ TEST_F(CgroupLiveTest, KillAllAndPids) {
 }
 
 TEST_F(CgroupLiveTest, PidsLimitIsEnforced) {
-  auto cg = SandboxCgroup::Create(host_, testing::UniqueId("cg"), LimitsWith(&Limits::max_processes, 4));
+  auto cg =
+      SandboxCgroup::Create(host_, testing::UniqueId("cg"), LimitsWith(&Limits::max_processes, 4));
   ASSERT_TRUE(cg.has_value());
   if (!cg->support().processes.enforced) GTEST_SKIP() << "no pids controller";
   int go[2];

@@ -10,22 +10,22 @@
 namespace deepbox::local {
 
 std::string_view SetupStepName(SetupStep step) {
-  static constexpr std::array<std::string_view, static_cast<size_t>(SetupStep::kCount)> kNames =
-      {"prepare",     "cgroup",       "clone",   "cgroup attach", "uid/gid maps",
-       "network",     "child start",  "hostname + loopback",      "mounts",
-       "pivot_root",  "rlimits",      "capabilities + uid",       "seccomp",
-       "exec"};
+  static constexpr std::array<std::string_view, static_cast<size_t>(SetupStep::kCount)> kNames = {
+      "prepare",      "cgroup",     "clone",       "cgroup attach",
+      "uid/gid maps", "network",    "child start", "hostname + loopback",
+      "mounts",       "pivot_root", "rlimits",     "capabilities + uid",
+      "seccomp",      "exec"};
   size_t i = static_cast<size_t>(step);
   return i < kNames.size() ? kNames[i] : "unknown step";
 }
 
 std::string_view ChildCallName(ChildCall call) {
-  static constexpr std::array<std::string_view, static_cast<size_t>(ChildCall::kCount)> kNames =
-      {"(none)",  "read",       "write",      "open",       "close",       "mount",
-       "umount2", "pivot_root", "mkdir",      "symlink",    "chdir",       "sethostname",
-       "socket",  "ioctl",      "setsid",     "prctl",      "capset",      "setresuid",
-       "setresgid", "setgroups", "prlimit64", "seccomp",    "execve",      "dup2",
-       "close_range", "mount_setattr", "statfs", "chmod",  "fchown"};
+  static constexpr std::array<std::string_view, static_cast<size_t>(ChildCall::kCount)> kNames = {
+      "(none)",      "read",          "write",     "open",    "close",  "mount",
+      "umount2",     "pivot_root",    "mkdir",     "symlink", "chdir",  "sethostname",
+      "socket",      "ioctl",         "setsid",    "prctl",   "capset", "setresuid",
+      "setresgid",   "setgroups",     "prlimit64", "seccomp", "execve", "dup2",
+      "close_range", "mount_setattr", "statfs",    "chmod",   "fchown"};
   size_t i = static_cast<size_t>(call);
   return i < kNames.size() ? kNames[i] : "unknown call";
 }
@@ -58,8 +58,8 @@ void ChildReporter::Done(SetupStep step) const {
 
 void ChildReporter::Fail(SetupStep step, ChildCall call, int err, int index) const {
   if (fd_ >= 0) {
-    ChildRecord rec{1, static_cast<uint16_t>(step), static_cast<uint16_t>(call), 0, err, index,
-                    MonotonicNs()};
+    ChildRecord rec{
+        1, static_cast<uint16_t>(step), static_cast<uint16_t>(call), 0, err, index, MonotonicNs()};
     WriteRecord(fd_, rec);
   }
   syscall(SYS_exit_group, 127);

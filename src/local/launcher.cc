@@ -1,6 +1,7 @@
 #include "local/launcher.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,10 +15,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <map>
-
-#include <fmt/format.h>
+#include <mutex>
 
 #include "local/capabilities.h"
 #include "local/mounts.h"
@@ -395,14 +394,15 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     NetworkProbe probe = CachedProbe(spec.public_network);
     if (!probe.public_possible) {
       sp.network_mode_ = NetworkMode::kNone;
-      sp.network_note_ = "network 'public' is not available on this host, using 'none': " +
-                         probe.reason;
+      sp.network_note_ =
+          "network 'public' is not available on this host, using 'none': " + probe.reason;
     } else {
       nameservers = spec.public_network.nameservers.empty() ? HostNameservers()
                                                             : spec.public_network.nameservers;
-      nameservers.erase(std::remove_if(nameservers.begin(), nameservers.end(),
-                                       [](const std::string& s) { return s.rfind("127.", 0) == 0; }),
-                        nameservers.end());
+      nameservers.erase(
+          std::remove_if(nameservers.begin(), nameservers.end(),
+                         [](const std::string& s) { return s.rfind("127.", 0) == 0; }),
+          nameservers.end());
     }
   }
 
@@ -494,8 +494,8 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   sp.support_ = RlimitSupport(spec.limits, sp.cgroup_ ? sp.cgroup_->support() : LimitSupport{});
   mark(SetupStep::kCgroup);
 
-  auto clone = CloneWithFlags(CloneFlags(NamespaceOptions{}),
-                              sp.cgroup_ ? sp.cgroup_->v2_fd() : -1);
+  auto clone =
+      CloneWithFlags(CloneFlags(NamespaceOptions{}), sp.cgroup_ ? sp.cgroup_->v2_fd() : -1);
   if (!clone) return tl::unexpected(clone.error());
   if (clone->pid == 0) RunChild(ctx);  // never returns
   sp.pid_ = clone->pid;
@@ -563,9 +563,8 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   mark(SetupStep::kExec);
   if (!reached_exec) {
     auto st = sp.Wait();
-    return MakeError(ErrorCode::kInternal,
-                     fmt::format("sandbox init died during setup ({})",
-                                 st ? st->ToString() : st.error().message));
+    return MakeError(ErrorCode::kInternal, fmt::format("sandbox init died during setup ({})",
+                                                       st ? st->ToString() : st.error().message));
   }
 
   int64_t prev = t_start;

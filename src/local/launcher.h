@@ -41,26 +41,26 @@ inline constexpr const char* kSandboxdPath = "/.deepbox/sandboxd";
 inline constexpr const char* kSandboxdSocket = "/.deepbox/run/sandboxd.sock";
 
 struct SandboxSpec {
-  std::string id;                            // [A-Za-z0-9_.-]{1,64}: cgroup name
-  std::filesystem::path runtime_dir;         // host dir for this sandbox (see above)
-  std::filesystem::path workspace_dir;       // host dir bound at /workspace
+  std::string id;                                        // [A-Za-z0-9_.-]{1,64}: cgroup name
+  std::filesystem::path runtime_dir;                     // host dir for this sandbox (see above)
+  std::filesystem::path workspace_dir;                   // host dir bound at /workspace
   std::optional<std::filesystem::path> rootfs;           // nullopt: host system dirs
   std::optional<std::filesystem::path> sandboxd_binary;  // bound at /.deepbox/sandboxd
-  std::vector<std::string> argv;             // the init process; argv[0] searched in PATH
-  std::vector<std::string> env;              // "KEY=VALUE"; the ONLY environment
+  std::vector<std::string> argv;  // the init process; argv[0] searched in PATH
+  std::vector<std::string> env;   // "KEY=VALUE"; the ONLY environment
   std::string cwd = "/workspace";
   std::string hostname = "sandbox";
   NetworkMode network = NetworkMode::kNone;
-  PublicNetworkConfig public_network;        // used when network == kPublic
+  PublicNetworkConfig public_network;  // used when network == kPublic
   // limits.workspace_bytes: an ext4 image <runtime_dir>/workspace.img is mounted on
   // workspace_dir (which must then be empty); its content is deleted with the sandbox.
   Limits limits;
-  std::optional<uint32_t> host_id;           // host uid/gid for sandbox 1000 (root only)
+  std::optional<uint32_t> host_id;  // host uid/gid for sandbox 1000 (root only)
   bool proc_subset_pid = false;
   bool die_with_parent = true;  // PR_SET_PDEATHSIG: fires when the launching THREAD exits
   bool use_cgroups = true;
   SeccompOptions seccomp;
-  int stdin_fd = -1;   // -1: /dev/null. Not closed by Launch.
+  int stdin_fd = -1;  // -1: /dev/null. Not closed by Launch.
   int stdout_fd = -1;
   int stderr_fd = -1;
   std::chrono::milliseconds setup_timeout{10000};
@@ -94,7 +94,7 @@ class SandboxProcess {
   // Kills every process, reaps init, removes cgroups, network and runtime dirs.
   ~SandboxProcess();
 
-  pid_t pid() const { return pid_; }            // init, in the host PID namespace
+  pid_t pid() const { return pid_; }  // init, in the host PID namespace
   int pidfd() const { return pidfd_.get(); }
   const SetupTimings& timings() const { return timings_; }
   // What is enforced for THIS sandbox (cgroup + rlimit + tmpfs).

@@ -1,15 +1,14 @@
 #include "local/launcher.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "local/capabilities.h"
 #include "local/testing/sandbox_fixture.h"
@@ -23,11 +22,11 @@ using testing::SandboxFixture;
 
 class LauncherTest : public SandboxFixture {};
 
-#define RUN_OK(script)                                                   \
-  ({                                                                     \
-    auto _r = Run(script);                                               \
-    EXPECT_TRUE(_r.has_value()) << (_r ? "" : _r.error().ToString());    \
-    _r ? *_r : testing::RunResult{};                                     \
+#define RUN_OK(script)                                                \
+  ({                                                                  \
+    auto _r = Run(script);                                            \
+    EXPECT_TRUE(_r.has_value()) << (_r ? "" : _r.error().ToString()); \
+    _r ? *_r : testing::RunResult{};                                  \
   })
 
 TEST_F(LauncherTest, RunsAsUid1000) {
@@ -52,8 +51,9 @@ TEST_F(LauncherTest, NoCapabilitiesNoNewPrivsSeccomp) {
 }
 
 TEST_F(LauncherTest, SystemDirsAreReadOnly) {
-  auto r = RUN_OK("touch /usr/x 2>&1; touch /etc/x 2>&1; touch /x 2>&1; "
-                  "echo hi > /.deepbox/x 2>&1; echo done");
+  auto r = RUN_OK(
+      "touch /usr/x 2>&1; touch /etc/x 2>&1; touch /x 2>&1; "
+      "echo hi > /.deepbox/x 2>&1; echo done");
   EXPECT_THAT(r.output, HasSubstr("/usr/x"));
   EXPECT_THAT(r.output, HasSubstr("Read-only file system"));
   EXPECT_THAT(r.output, HasSubstr("done"));
@@ -76,8 +76,9 @@ TEST_F(LauncherTest, WorkspaceIsWritableAndBackedByHostDir) {
 }
 
 TEST_F(LauncherTest, TmpIsPrivateAndWritable) {
-  auto r = RUN_OK("echo x > /tmp/f && cat /tmp/f && ls -a /tmp | wc -l && "
-                  "df -k /tmp | tail -1 | awk '{print $2}'");
+  auto r = RUN_OK(
+      "echo x > /tmp/f && cat /tmp/f && ls -a /tmp | wc -l && "
+      "df -k /tmp | tail -1 | awk '{print $2}'");
   ASSERT_TRUE(r.status.success()) << r.output;
   EXPECT_THAT(r.output, HasSubstr("x\n3\n"));
   EXPECT_THAT(r.output, HasSubstr("262144"));  // 256 MiB default
@@ -145,14 +146,16 @@ TEST_F(LauncherTest, PtraceFails) {
       "sleep 5 & P=$!; "
       "if command -v gdb >/dev/null; then gdb -p $P -batch 2>&1 | head -1; fi; "
       "cat /proc/$P/environ >/dev/null 2>&1 && echo environ-readable; "
-      "(command -v strace >/dev/null && strace -p $P -o /dev/null & sleep 0.2; kill $! 2>/dev/null);"
+      "(command -v strace >/dev/null && strace -p $P -o /dev/null & sleep 0.2; kill $! "
+      "2>/dev/null);"
       "kill $P; echo end");
   EXPECT_THAT(r.output, HasSubstr("end"));
 }
 
 TEST_F(LauncherTest, LoopbackOnlyInNoneMode) {
-  auto r = RUN_OK("cat /proc/net/dev | awk -F: 'NR>2{print $1}' | tr -d ' '; "
-                  "grep -c . /proc/net/route");
+  auto r = RUN_OK(
+      "cat /proc/net/dev | awk -F: 'NR>2{print $1}' | tr -d ' '; "
+      "grep -c . /proc/net/route");
   EXPECT_EQ(r.output, "lo\n1\n");  // only lo, and only the route table's header line
 }
 
@@ -177,9 +180,10 @@ TEST_F(LauncherTest, DevNodes) {
 }
 
 TEST_F(LauncherTest, HostFilesAreNotVisible) {
-  auto r = RUN_OK("ls / | tr '\\n' ' '; test -e /root && echo has-root; "
-                  "test -e /home/x || echo ok; cat /etc/shadow 2>&1 | head -c 0; "
-                  "cut -d: -f1 /etc/passwd | tr '\\n' ' '");
+  auto r = RUN_OK(
+      "ls / | tr '\\n' ' '; test -e /root && echo has-root; "
+      "test -e /home/x || echo ok; cat /etc/shadow 2>&1 | head -c 0; "
+      "cut -d: -f1 /etc/passwd | tr '\\n' ' '");
   EXPECT_THAT(r.output, Not(HasSubstr("has-root")));
   EXPECT_THAT(r.output, Not(HasSubstr(" work ")));
   EXPECT_THAT(r.output, HasSubstr("root sandbox nobody"));
@@ -402,9 +406,10 @@ TEST_F(LauncherTest, ReportsLimitEnforcement) {
   spec_.limits.max_processes = 64;
   spec_.limits.cpu_time_seconds = 60;
   spec_.limits.file_size_bytes = 1 << 20;
-  auto r = RUN_OK("ulimit -f; ulimit -t; ulimit -c; "
-                  "(dd if=/dev/zero of=/workspace/f bs=1M count=2 2>/dev/null); "
-                  "stat -c %s /workspace/f");
+  auto r = RUN_OK(
+      "ulimit -f; ulimit -t; ulimit -c; "
+      "(dd if=/dev/zero of=/workspace/f bs=1M count=2 2>/dev/null); "
+      "stat -c %s /workspace/f");
   EXPECT_THAT(r.output, HasSubstr("2048\n60\n0\n"));
   EXPECT_THAT(r.output, HasSubstr("\n1048576\n"));
   EXPECT_TRUE(r.limits.cpu_time.enforced);

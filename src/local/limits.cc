@@ -6,23 +6,34 @@ namespace deepbox::local {
 
 std::string_view MechanismName(Mechanism m) {
   switch (m) {
-    case Mechanism::kNone: return "none";
-    case Mechanism::kCgroupV2: return "cgroup v2";
-    case Mechanism::kCgroupV1: return "cgroup v1";
-    case Mechanism::kRlimitPerProcess: return "rlimit (per process)";
-    case Mechanism::kRlimitPerUserNs: return "rlimit (per user namespace)";
-    case Mechanism::kTmpfsSize: return "tmpfs size";
-    case Mechanism::kLoopImage: return "ext4 image on a loop device";
+    case Mechanism::kNone:
+      return "none";
+    case Mechanism::kCgroupV2:
+      return "cgroup v2";
+    case Mechanism::kCgroupV1:
+      return "cgroup v1";
+    case Mechanism::kRlimitPerProcess:
+      return "rlimit (per process)";
+    case Mechanism::kRlimitPerUserNs:
+      return "rlimit (per user namespace)";
+    case Mechanism::kTmpfsSize:
+      return "tmpfs size";
+    case Mechanism::kLoopImage:
+      return "ext4 image on a loop device";
   }
   return "unknown";
 }
 
 std::string_view CgroupLayoutName(CgroupLayout layout) {
   switch (layout) {
-    case CgroupLayout::kUnified: return "cgroup v2 (unified)";
-    case CgroupLayout::kHybrid: return "hybrid (cgroup v1 controllers + cgroup2)";
-    case CgroupLayout::kLegacy: return "cgroup v1 (legacy)";
-    case CgroupLayout::kNone: return "no cgroups";
+    case CgroupLayout::kUnified:
+      return "cgroup v2 (unified)";
+    case CgroupLayout::kHybrid:
+      return "hybrid (cgroup v1 controllers + cgroup2)";
+    case CgroupLayout::kLegacy:
+      return "cgroup v1 (legacy)";
+    case CgroupLayout::kNone:
+      return "no cgroups";
   }
   return "unknown";
 }
@@ -31,7 +42,8 @@ std::string LimitSupport::Describe() const {
   std::string out = fmt::format("cgroup layout: {}\n", CgroupLayoutName(layout));
   auto line = [&](std::string_view name, const LimitEnforcement& e) {
     if (e.mechanism == Mechanism::kNone) {
-      out += fmt::format("{}: NOT enforced{}\n", name, e.detail.empty() ? "" : " (" + e.detail + ")");
+      out +=
+          fmt::format("{}: NOT enforced{}\n", name, e.detail.empty() ? "" : " (" + e.detail + ")");
       return;
     }
     out += fmt::format("{}: {} by {}{}\n", name, e.enforced ? "enforced" : "available, not set",

@@ -9,15 +9,15 @@ namespace deepbox::local {
 
 // Every field is optional: unset means "no limit requested".
 struct Limits {
-  std::optional<uint64_t> memory_bytes;        // whole sandbox (cgroup)
-  std::optional<uint64_t> max_processes;       // whole sandbox (cgroup pids, or RLIMIT_NPROC)
-  std::optional<double> cpu_cores;             // CPU bandwidth, e.g. 0.5 = half a core (cgroup)
-  std::optional<uint64_t> cpu_time_seconds;    // per process (RLIMIT_CPU)
-  std::optional<uint64_t> file_size_bytes;     // per file written (RLIMIT_FSIZE)
-  std::optional<uint64_t> open_files;          // per process (RLIMIT_NOFILE)
-  std::optional<uint64_t> address_space_bytes; // per process (RLIMIT_AS)
-  std::optional<uint64_t> workspace_bytes;     // disk space of /workspace (loop image)
-  std::optional<uint64_t> tmp_bytes;           // size of the private /tmp tmpfs
+  std::optional<uint64_t> memory_bytes;         // whole sandbox (cgroup)
+  std::optional<uint64_t> max_processes;        // whole sandbox (cgroup pids, or RLIMIT_NPROC)
+  std::optional<double> cpu_cores;              // CPU bandwidth, e.g. 0.5 = half a core (cgroup)
+  std::optional<uint64_t> cpu_time_seconds;     // per process (RLIMIT_CPU)
+  std::optional<uint64_t> file_size_bytes;      // per file written (RLIMIT_FSIZE)
+  std::optional<uint64_t> open_files;           // per process (RLIMIT_NOFILE)
+  std::optional<uint64_t> address_space_bytes;  // per process (RLIMIT_AS)
+  std::optional<uint64_t> workspace_bytes;      // disk space of /workspace (loop image)
+  std::optional<uint64_t> tmp_bytes;            // size of the private /tmp tmpfs
 };
 
 // How one limit is enforced. `enforced` is true only when the kernel really enforces it.
@@ -25,8 +25,8 @@ enum class Mechanism {
   kNone,
   kCgroupV2,
   kCgroupV1,
-  kRlimitPerProcess,    // an rlimit: applies to each process, not the sandbox as a whole
-  kRlimitPerUserNs,     // RLIMIT_NPROC: counted per (user namespace, uid), i.e. per sandbox
+  kRlimitPerProcess,  // an rlimit: applies to each process, not the sandbox as a whole
+  kRlimitPerUserNs,   // RLIMIT_NPROC: counted per (user namespace, uid), i.e. per sandbox
   kTmpfsSize,
   kLoopImage,
 };

@@ -1,6 +1,7 @@
 #include "local/mounts.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <linux/mount.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -13,8 +14,6 @@
 #include <cerrno>
 #include <fstream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 namespace deepbox::local {
 namespace {
@@ -164,8 +163,8 @@ EtcFiles GenerateEtc(const MountSpec& spec) {
                                      "sandbox:x:{}:{}:sandbox:/workspace:{}\n"
                                      "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
                                      spec.uid, spec.gid, shell));
-  etc.files.emplace_back("group", fmt::format("root:x:0:\nsandbox:x:{}:\nnogroup:x:65534:\n",
-                                              spec.gid));
+  etc.files.emplace_back("group",
+                         fmt::format("root:x:0:\nsandbox:x:{}:\nnogroup:x:65534:\n", spec.gid));
   etc.files.emplace_back("hostname", spec.hostname + "\n");
   etc.files.emplace_back("hosts", fmt::format("127.0.0.1\tlocalhost\n::1\tlocalhost "
                                               "ip6-localhost ip6-loopback\n127.0.1.1\t{}\n",
@@ -199,8 +198,7 @@ void AddProc(PlanBuilder& b, const MountSpec& spec) {
 void AddDev(PlanBuilder& b, const MountSpec& spec) {
   const char* what = "build /dev";
   b.Mkdir("/dev", what);
-  b.Mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64",
-          what);
+  b.Mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64", what);
   for (const char* node : {"null", "zero", "full", "random", "urandom", "tty"}) {
     std::string inside = std::string("/dev/") + node;
     b.Touch(inside, what);
@@ -453,8 +451,7 @@ int RunOp(const MountOp& op, const int* source_fds, ChildCall* call) {
       char fdpath[40];
       const char* src = op.src.empty() ? nullptr : op.src.c_str();
       if (op.src_index >= 0) src = FdPath(source_fds[op.src_index], fdpath, sizeof(fdpath));
-      if (mount(src, op.dst.c_str(),
-                op.fstype.empty() ? nullptr : op.fstype.c_str(), op.flags,
+      if (mount(src, op.dst.c_str(), op.fstype.empty() ? nullptr : op.fstype.c_str(), op.flags,
                 op.data.empty() ? nullptr : op.data.c_str()) != 0) {
         return errno;
       }
@@ -468,8 +465,7 @@ int RunOp(const MountOp& op, const int* source_fds, ChildCall* call) {
       return 0;
     case Kind::kWriteFile: {
       *call = ChildCall::kOpen;
-      int fd = open(op.dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-                    op.mode);
+      int fd = open(op.dst.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, op.mode);
       if (fd < 0) return errno;
       *call = ChildCall::kWrite;
       const char* p = op.content.data();

@@ -99,12 +99,14 @@ struct MountSpec {
   std::vector<std::string> nameservers;
   uint32_t uid = 1000;
   uint32_t gid = 1000;
-  std::vector<std::string> system_dirs = {"/usr", "/bin", "/lib", "/lib64",
+  std::vector<std::string> system_dirs = {"/usr",   "/bin",    "/lib", "/lib64",
                                           "/lib32", "/libx32", "/sbin"};
   std::vector<std::string> etc_entries = {
-      "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "ssl", "ca-certificates",
-      "ca-certificates.conf", "localtime", "timezone", "os-release", "debian_version",
-      "protocols", "services", "mime.types", "bash.bashrc", "profile", "inputrc", "gai.conf"};
+      "ld.so.cache", "ld.so.conf",      "ld.so.conf.d",         "alternatives",
+      "ssl",         "ca-certificates", "ca-certificates.conf", "localtime",
+      "timezone",    "os-release",      "debian_version",       "protocols",
+      "services",    "mime.types",      "bash.bashrc",          "profile",
+      "inputrc",     "gai.conf"};
 };
 
 Result<MountPlan> BuildMountPlan(const MountSpec& spec);
@@ -123,7 +125,7 @@ void ExecuteMountOpsOrDie(const MountPlan& plan, const int* source_fds,
 Error DescribeMountFailure(const MountPlan& plan, int index, ChildCall call, int err);
 
 // The nameservers of the host's /etc/resolv.conf.
-std::vector<std::string> HostNameservers(const std::filesystem::path& resolv_conf =
-                                             "/etc/resolv.conf");
+std::vector<std::string> HostNameservers(
+    const std::filesystem::path& resolv_conf = "/etc/resolv.conf");
 
 }  // namespace deepbox::local

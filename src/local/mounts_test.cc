@@ -1,13 +1,12 @@
 #include "local/mounts.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "local/testing/sandbox_fixture.h"
 
@@ -133,7 +132,8 @@ TEST(MountsTest, DescribesFailures) {
   ASSERT_TRUE(plan.has_value());
   int usr = -1;
   for (size_t i = 0; i < plan->ops.size(); ++i) {
-    if (plan->ops[i].kind == Kind::kMount && plan->ops[i].display == "/usr") usr = static_cast<int>(i);
+    if (plan->ops[i].kind == Kind::kMount && plan->ops[i].display == "/usr")
+      usr = static_cast<int>(i);
   }
   ASSERT_GE(usr, 0);
   Error e = DescribeMountFailure(*plan, usr, ChildCall::kMount, EACCES);
@@ -148,7 +148,9 @@ TEST(MountsTest, DescribesFailures) {
 TEST(MountsTest, HostNameservers) {
   testing::TempDir tmp;
   auto path = tmp.path() / "resolv.conf";
-  { std::ofstream(path) << "# c\nsearch x\nnameserver 10.0.0.2\nnameserver  8.8.8.8 \noptions a\n"; }
+  {
+    std::ofstream(path) << "# c\nsearch x\nnameserver 10.0.0.2\nnameserver  8.8.8.8 \noptions a\n";
+  }
   EXPECT_EQ(HostNameservers(path), (std::vector<std::string>{"10.0.0.2", "8.8.8.8"}));
 }
 

@@ -1,6 +1,7 @@
 #include "local/namespaces.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
@@ -10,8 +11,6 @@
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "local/child.h"
 

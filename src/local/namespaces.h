@@ -55,8 +55,8 @@ IdMapPlan PlanIdMap(std::optional<uint32_t> host_id = std::nullopt);
 Status WriteIdMaps(pid_t pid, const IdMapPlan& plan);
 
 struct CloneResult {
-  pid_t pid = -1;     // 0 in the child
-  UniqueFd pidfd;     // parent only
+  pid_t pid = -1;  // 0 in the child
+  UniqueFd pidfd;  // parent only
 };
 // fork()-like: the child continues on a copy of the stack with pid 0 returned.
 // The child may then run ONLY async-signal-safe code. `cgroup_fd` >= 0 adds

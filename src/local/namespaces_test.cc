@@ -1,6 +1,7 @@
 #include "local/namespaces.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -10,8 +11,6 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 namespace deepbox::local {
 namespace {

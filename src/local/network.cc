@@ -1,9 +1,10 @@
 #include "local/network.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/ioctl.h>
@@ -13,8 +14,6 @@
 
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace deepbox::local {
 
@@ -150,8 +149,10 @@ std::string UplinkNftRules(const PublicNetworkConfig& config) {
   SlotAddresses a = AddressesForSlot(config.slot);
   std::string dns;
   for (const auto& ns : UsableNameservers(config)) {
-    dns += fmt::format("    iifname \"{}\" ip daddr {} meta l4proto {{ tcp, udp }} th dport 53 "
-                       "accept\n", a.host_if, ns);
+    dns += fmt::format(
+        "    iifname \"{}\" ip daddr {} meta l4proto {{ tcp, udp }} th dport 53 "
+        "accept\n",
+        a.host_if, ns);
   }
   return fmt::format(
       "table inet deepbox_s{0} {{\n"
@@ -224,10 +225,10 @@ Result<std::string> RunInNetns(int netns_fd, const std::vector<std::string>& arg
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::string cmd;
     for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
-    return MakeError(ErrorCode::kInternal,
-                     fmt::format("'{}' failed (status {}): {}", cmd,
-                                 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
-                                 output));
+    return MakeError(
+        ErrorCode::kInternal,
+        fmt::format("'{}' failed (status {}): {}", cmd,
+                    WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output));
   }
   return output;
 }
@@ -260,8 +261,9 @@ NetworkProbe ProbePublicNetwork(const PublicNetworkConfig& config) {
     return probe;
   }
   if (fwd->empty() || (*fwd)[0] != '1') {
-    probe.reason = "net.ipv4.ip_forward is 0 in the uplink network namespace, so sandbox "
-                   "traffic cannot be routed out (enable it, or use network none)";
+    probe.reason =
+        "net.ipv4.ip_forward is 0 in the uplink network namespace, so sandbox "
+        "traffic cannot be routed out (enable it, or use network none)";
     return probe;
   }
   auto nft = RunInNetns(fd->get(), {config.nft_path, "list", "tables"});
@@ -296,12 +298,12 @@ Result<PublicNetwork> PublicNetwork::Setup(pid_t sandbox_pid, const PublicNetwor
 
   // From here on, the destructor removes what was made.
   net.active_ = true;
-  auto r = RunInNetns(net.uplink_fd_.get(), {config.ip_path, "-batch", "-"},
-                      fmt::format("link add {} type veth peer name {} netns {}\n"
-                                  "addr add {}/30 dev {}\n"
-                                  "link set {} up\n",
-                                  a.host_if, a.peer_if, sandbox_pid, a.gateway, a.host_if,
-                                  a.host_if));
+  auto r =
+      RunInNetns(net.uplink_fd_.get(), {config.ip_path, "-batch", "-"},
+                 fmt::format("link add {} type veth peer name {} netns {}\n"
+                             "addr add {}/30 dev {}\n"
+                             "link set {} up\n",
+                             a.host_if, a.peer_if, sandbox_pid, a.gateway, a.host_if, a.host_if));
   if (!r) return tl::unexpected(r.error());
   r = RunInNetns(net.uplink_fd_.get(), {config.nft_path, "-f", "-"}, UplinkNftRules(config));
   if (!r) return tl::unexpected(r.error());

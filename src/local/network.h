@@ -54,10 +54,10 @@ struct PublicNetworkConfig {
 constexpr uint32_t kMaxPublicSlots = 16384;  // 100.100.0.0/16 in /30s
 
 struct SlotAddresses {
-  std::string gateway;   // uplink side, e.g. 100.100.0.1
-  std::string sandbox;   // e.g. 100.100.0.2
-  std::string host_if;   // e.g. dbx0h
-  std::string peer_if;   // e.g. dbx0s (renamed eth0 inside)
+  std::string gateway;  // uplink side, e.g. 100.100.0.1
+  std::string sandbox;  // e.g. 100.100.0.2
+  std::string host_if;  // e.g. dbx0h
+  std::string peer_if;  // e.g. dbx0s (renamed eth0 inside)
 };
 SlotAddresses AddressesForSlot(uint32_t slot);
 

@@ -7,6 +7,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -14,9 +16,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "local/launcher.h"
 #include "local/testing/sandbox_fixture.h"
@@ -204,10 +203,11 @@ class PublicNetworkTest : public testing::SandboxFixture {
     }
     ASSERT_TRUE(uplink_.ok());
     ASSERT_TRUE(testhost_.ok());
-    auto r = uplink_.Ip(
-        "link add tup type veth peer name tth netns " + std::to_string(testhost_.pid()) + "\n"
-        "addr add 10.123.0.1/24 dev tup\nlink set tup up\nlink set lo up\n"
-        "route add default via 10.123.0.2\n");
+    auto r =
+        uplink_.Ip("link add tup type veth peer name tth netns " + std::to_string(testhost_.pid()) +
+                   "\n"
+                   "addr add 10.123.0.1/24 dev tup\nlink set tup up\nlink set lo up\n"
+                   "route add default via 10.123.0.2\n");
     ASSERT_TRUE(r.has_value()) << r.error().ToString();
     r = uplink_.Sh("echo 1 > /proc/sys/net/ipv4/ip_forward");
     ASSERT_TRUE(r.has_value()) << r.error().ToString();
@@ -224,8 +224,7 @@ class PublicNetworkTest : public testing::SandboxFixture {
 
   std::string Connect(const std::string& ip, int port) {
     return "timeout 5 bash -c 'exec 3<>/dev/tcp/" + ip + "/" + std::to_string(port) +
-           " && head -1 <&3' 2>/dev/null || echo refused-" + ip + ":" + std::to_string(port) +
-           "; ";
+           " && head -1 <&3' 2>/dev/null || echo refused-" + ip + ":" + std::to_string(port) + "; ";
   }
 
   TestNetns uplink_;
@@ -243,12 +242,12 @@ TEST_F(PublicNetworkTest, PolicyAgainstTestHosts) {
   EXPECT_EQ(*direct, "hello\n");
 
   SlotAddresses a = AddressesForSlot(77);
-  auto r = Run(Connect("198.18.0.2", 8080) +            // public-like: allowed
-               Connect("10.123.0.2", 8080) +            // RFC 1918
-               Connect("169.254.169.254", 8080) +       // metadata
-               Connect(a.gateway, 8081) +               // the uplink's own address
-               Connect("10.123.0.1", 8081) +            // the uplink via its other address
-               Connect("127.0.0.1", 8081) +             // the sandbox's own loopback
+  auto r = Run(Connect("198.18.0.2", 8080) +       // public-like: allowed
+               Connect("10.123.0.2", 8080) +       // RFC 1918
+               Connect("169.254.169.254", 8080) +  // metadata
+               Connect(a.gateway, 8081) +          // the uplink's own address
+               Connect("10.123.0.1", 8081) +       // the uplink via its other address
+               Connect("127.0.0.1", 8081) +        // the sandbox's own loopback
                "cat /etc/resolv.conf; ip -br addr show eth0 2>/dev/null | head -1");
   ASSERT_TRUE(r.has_value()) << r.error().ToString();
   EXPECT_EQ(r->network, NetworkMode::kPublic) << r->network_note;

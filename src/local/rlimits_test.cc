@@ -1,11 +1,10 @@
 #include "local/rlimits.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include "local/testing/child_runner.h"
 

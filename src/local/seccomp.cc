@@ -1,5 +1,6 @@
 #include "local/seccomp.h"
 
+#include <fmt/format.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -13,8 +14,6 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "common/unique_fd.h"
 
@@ -34,7 +33,8 @@ struct Entry {
   const char* reason;
 };
 
-#define DBX_SYS(n, why) Entry{#n, __NR_##n, why}
+#define DBX_SYS(n, why) \
+  Entry { #n, __NR_##n, why }
 
 // Always denied (EPERM). Reasons double as the documentation of the list.
 const Entry kAlwaysDenied[] = {
@@ -127,8 +127,7 @@ Result<Ctx> BuildCtx(const SeccompOptions& options) {
   Ctx ctx(seccomp_init(SCMP_ACT_ALLOW));
   if (!ctx) return MakeError(ErrorCode::kInternal, "seccomp_init failed");
   // Only the native arch: i386 (int 0x80) and x32 calls hit BADARCH -> kill.
-  if (auto st = Check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH,
-                                       SCMP_ACT_KILL_PROCESS),
+  if (auto st = Check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS),
                       "attr BADARCH");
       !st)
     return tl::unexpected(st.error());
@@ -138,21 +137,21 @@ Result<Ctx> BuildCtx(const SeccompOptions& options) {
   const uint32_t deny = SCMP_ACT_ERRNO(static_cast<uint32_t>(options.deny_errno));
   for (const Entry& e : kAlwaysDenied) {
     if (e.nr < 0) continue;
-    if (auto st = Check(seccomp_rule_add(ctx.get(), deny, static_cast<int>(e.nr), 0), e.name);
-        !st)
+    if (auto st = Check(seccomp_rule_add(ctx.get(), deny, static_cast<int>(e.nr), 0), e.name); !st)
       return tl::unexpected(st.error());
   }
   // clone3 passes flags in a struct seccomp cannot read: ENOSYS makes glibc fall back to clone.
-  if (auto st = Check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), __NR_clone3, 0), "clone3");
+  if (auto st =
+          Check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), __NR_clone3, 0), "clone3");
       !st)
     return tl::unexpected(st.error());
   // clone/unshare with any namespace flag (nested user namespaces give fresh capabilities).
   for (uint64_t bit = 1; bit != 0 && bit <= (1ULL << 31); bit <<= 1) {
     if ((kNamespaceFlags & bit) == 0) continue;
     for (int nr : {__NR_clone, __NR_unshare}) {
-      if (auto st = Check(seccomp_rule_add(ctx.get(), deny, nr, 1,
-                                           SCMP_A0(SCMP_CMP_MASKED_EQ, bit, bit)),
-                          "clone/unshare flags");
+      if (auto st =
+              Check(seccomp_rule_add(ctx.get(), deny, nr, 1, SCMP_A0(SCMP_CMP_MASKED_EQ, bit, bit)),
+                    "clone/unshare flags");
           !st)
         return tl::unexpected(st.error());
     }
@@ -185,15 +184,16 @@ Result<Ctx> BuildCtx(const SeccompOptions& options) {
       bool allowed = false;
       for (int a : kAllowedFamilies) allowed |= (a == family);
       if (allowed) continue;
-      if (auto st = Check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EAFNOSUPPORT), __NR_socket,
-                                           1, SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(family))),
+      if (auto st = Check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EAFNOSUPPORT), __NR_socket, 1,
+                                           SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(family))),
                           "socket");
           !st)
         return tl::unexpected(st.error());
     }
-    if (auto st = Check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EAFNOSUPPORT), __NR_socket, 1,
-                                         SCMP_A0(SCMP_CMP_GE, static_cast<scmp_datum_t>(kMaxFamily))),
-                        "socket");
+    if (auto st =
+            Check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(EAFNOSUPPORT), __NR_socket, 1,
+                                   SCMP_A0(SCMP_CMP_GE, static_cast<scmp_datum_t>(kMaxFamily))),
+                  "socket");
         !st)
       return tl::unexpected(st.error());
   }
@@ -224,15 +224,18 @@ const std::vector<DeniedSyscall>& DeniedSyscalls() {
   static const std::vector<DeniedSyscall> list = [] {
     std::vector<DeniedSyscall> v;
     for (const Entry& e : kAlwaysDenied) v.push_back({e.name, "", "EPERM", e.reason});
-    v.push_back({"clone3", "", "ENOSYS", "flags are in a struct seccomp cannot inspect; glibc "
-                                         "falls back to clone, which is filtered"});
+    v.push_back({"clone3", "", "ENOSYS",
+                 "flags are in a struct seccomp cannot inspect; glibc "
+                 "falls back to clone, which is filtered"});
     v.push_back({"clone", "flags & CLONE_NEW*", "EPERM", "no nested namespaces"});
     v.push_back({"unshare", "flags & CLONE_NEW*", "EPERM", "no nested namespaces"});
-    v.push_back({"personality", "READ_IMPLIES_EXEC|ADDR_NO_RANDOMIZE|MMAP_PAGE_ZERO|"
-                                "ADDR_COMPAT_LAYOUT", "EPERM", "weakens the address space"});
+    v.push_back({"personality",
+                 "READ_IMPLIES_EXEC|ADDR_NO_RANDOMIZE|MMAP_PAGE_ZERO|"
+                 "ADDR_COMPAT_LAYOUT",
+                 "EPERM", "weakens the address space"});
     v.push_back({"ioctl", "TIOCSTI, TIOCLINUX", "EPERM", "inject input into a terminal"});
-    v.push_back({"socket", "family not in {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK}",
-                 "EAFNOSUPPORT", "AF_VSOCK reaches the VM host; others are attack surface"});
+    v.push_back({"socket", "family not in {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK}", "EAFNOSUPPORT",
+                 "AF_VSOCK reaches the VM host; others are attack surface"});
     v.push_back({"(any)", "non-native arch (i386 int 0x80, x32)", "KILL",
                  "32-bit entry points bypass a filter written for x86_64 numbers"});
     return v;

@@ -1,12 +1,14 @@
 #include "local/seccomp.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <linux/io_uring.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mount.h>
-#include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
@@ -15,16 +17,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "local/testing/child_runner.h"
 
 namespace deepbox::local {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ExitCode;
+using ::testing::HasSubstr;
 using testing::RunInChild;
 using testing::TermSignal;
 
@@ -67,9 +66,8 @@ TEST(SeccompTest, DeniedListIsDocumented) {
 }
 
 TEST(SeccompTest, SetsNoNewPrivsAndFilterMode) {
-  int st = WithFilter([] {
-    return prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 && prctl(PR_GET_SECCOMP) == 2;
-  });
+  int st = WithFilter(
+      [] { return prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 && prctl(PR_GET_SECCOMP) == 2; });
   EXPECT_EQ(ExitCode(st), 0);
 }
 
@@ -142,7 +140,8 @@ TEST(SeccompTest, PersonalityFlags) {
   EXPECT_EQ(ExitCode(WithFilter([] {
               return personality(0xffffffff) != -1 && personality(PER_LINUX) != -1 &&
                      FailsWith(personality(READ_IMPLIES_EXEC), EPERM) &&
-                     FailsWith(personality(static_cast<unsigned>(PER_LINUX) | ADDR_NO_RANDOMIZE), EPERM);
+                     FailsWith(personality(static_cast<unsigned>(PER_LINUX) | ADDR_NO_RANDOMIZE),
+                               EPERM);
             })),
             0);
 }

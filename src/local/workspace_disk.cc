@@ -1,6 +1,7 @@
 #include "local/workspace_disk.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <linux/loop.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -11,8 +12,6 @@
 #include <cstring>
 #include <utility>
 
-#include <fmt/format.h>
-
 #include "common/unique_fd.h"
 
 namespace deepbox::local {
@@ -22,8 +21,8 @@ constexpr const char* kMkfs = "/usr/sbin/mkfs.ext4";
 
 Status RunMkfs(const std::filesystem::path& image, uid_t uid, gid_t gid) {
   std::string owner = fmt::format("root_owner={}:{}", uid, gid);
-  std::vector<std::string> args = {kMkfs, "-q", "-F", "-m", "0", "-O", "^has_journal",
-                                   "-E", owner, image.string()};
+  std::vector<std::string> args = {kMkfs, "-q",           "-F", "-m",  "0",
+                                   "-O",  "^has_journal", "-E", owner, image.string()};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -89,8 +88,8 @@ bool WorkspaceDiskSupported(std::string* reason) {
 }
 
 Result<WorkspaceDisk> WorkspaceDisk::Create(const std::filesystem::path& image,
-                                            const std::filesystem::path& mount_dir,
-                                            uint64_t bytes, uid_t owner_uid, gid_t owner_gid) {
+                                            const std::filesystem::path& mount_dir, uint64_t bytes,
+                                            uid_t owner_uid, gid_t owner_gid) {
   if (bytes < (4ULL << 20)) {
     return MakeError(ErrorCode::kInvalidArgument, "workspace disk must be at least 4 MiB");
   }
@@ -110,8 +109,8 @@ Result<WorkspaceDisk> WorkspaceDisk::Create(const std::filesystem::path& image,
   if (!attached) return tl::unexpected(attached.error());
   auto& [dev, loop_fd] = *attached;
   disk.loop_device_ = dev;
-  if (mount(dev.c_str(), mount_dir.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
-            nullptr) != 0) {
+  if (mount(dev.c_str(), mount_dir.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, nullptr) !=
+      0) {
     // Closing loop_fd (the last reference) detaches the device (autoclear).
     return MakeSyscallError("mount", errno, mount_dir.string());
   }

@@ -30,9 +30,9 @@ class BeastStream {
       auto r = conn_.ReadSome(static_cast<char*>(b.data()), b.size(), deadline_);
       if (!r) {
         last_error_ = r.error();
-        ec = boost::asio::error::make_error_code(
-            r.error().code == ErrorCode::kTimeout ? boost::asio::error::timed_out
-                                                  : boost::asio::error::connection_aborted);
+        ec = boost::asio::error::make_error_code(r.error().code == ErrorCode::kTimeout
+                                                     ? boost::asio::error::timed_out
+                                                     : boost::asio::error::connection_aborted);
         return 0;
       }
       if (*r == 0) {
@@ -57,13 +57,13 @@ class BeastStream {
     for (auto it = boost::asio::buffer_sequence_begin(buffers);
          it != boost::asio::buffer_sequence_end(buffers); ++it) {
       boost::asio::const_buffer b = *it;
-      auto s = conn_.WriteAll(std::string_view(static_cast<const char*>(b.data()), b.size()),
-                              deadline_);
+      auto s =
+          conn_.WriteAll(std::string_view(static_cast<const char*>(b.data()), b.size()), deadline_);
       if (!s) {
         last_error_ = s.error();
-        ec = boost::asio::error::make_error_code(
-            s.error().code == ErrorCode::kTimeout ? boost::asio::error::timed_out
-                                                  : boost::asio::error::broken_pipe);
+        ec = boost::asio::error::make_error_code(s.error().code == ErrorCode::kTimeout
+                                                     ? boost::asio::error::timed_out
+                                                     : boost::asio::error::broken_pipe);
         return total;
       }
       total += b.size();

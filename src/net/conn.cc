@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,8 +21,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace deepbox::net {
 namespace {
@@ -65,7 +64,8 @@ Status AddPemToStore(X509_STORE* store, const std::string& pem, std::string_view
   BIO_free(bio);
   ERR_clear_error();
   if (added == 0) {
-    return MakeError(ErrorCode::kInvalidArgument, fmt::format("{}: no PEM certificate found", what));
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("{}: no PEM certificate found", what));
   }
   return {};
 }
@@ -137,10 +137,12 @@ Result<Endpoint> Endpoint::Parse(std::string_view spec) {
   if (spec.starts_with("unix:")) {
     ep.is_unix = true;
     ep.path = std::string(spec.substr(5));
-    if (ep.path.empty()) return MakeError(ErrorCode::kInvalidArgument, "unix: endpoint needs a path");
+    if (ep.path.empty())
+      return MakeError(ErrorCode::kInvalidArgument, "unix: endpoint needs a path");
     if (ep.path.size() >= sizeof(sockaddr_un{}.sun_path)) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       fmt::format("unix socket path too long ({} bytes): {}", ep.path.size(), ep.path));
+      return MakeError(
+          ErrorCode::kInvalidArgument,
+          fmt::format("unix socket path too long ({} bytes): {}", ep.path.size(), ep.path));
     }
     return ep;
   }
@@ -186,9 +188,11 @@ Result<std::shared_ptr<TlsContext>> TlsContext::ForServer(const TlsServerConfig&
   if (raw == nullptr) return MakeError(ErrorCode::kInternal, "SSL_CTX_new: " + OpenSslErrors());
   std::shared_ptr<TlsContext> ctx(new TlsContext(raw));
   SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
-  if (auto s = UseCertAndKey(raw, config.cert_pem, config.key_pem); !s) return tl::unexpected(s.error());
+  if (auto s = UseCertAndKey(raw, config.cert_pem, config.key_pem); !s)
+    return tl::unexpected(s.error());
   if (!config.client_ca_pem.empty()) {
-    if (auto s = AddPemToStore(SSL_CTX_get_cert_store(raw), config.client_ca_pem, "client CA"); !s) {
+    if (auto s = AddPemToStore(SSL_CTX_get_cert_store(raw), config.client_ca_pem, "client CA");
+        !s) {
       return tl::unexpected(s.error());
     }
     int mode = SSL_VERIFY_PEER;
@@ -209,7 +213,8 @@ Result<std::shared_ptr<TlsContext>> TlsContext::ForClient(const TlsClientConfig&
   } else {
     SSL_CTX_set_verify(raw, SSL_VERIFY_PEER, nullptr);
     if (!config.ca_pem.empty()) {
-      if (auto s = AddPemToStore(SSL_CTX_get_cert_store(raw), config.ca_pem, "CA certificate"); !s) {
+      if (auto s = AddPemToStore(SSL_CTX_get_cert_store(raw), config.ca_pem, "CA certificate");
+          !s) {
         return tl::unexpected(s.error());
       }
     } else if (!config.ca_file.empty()) {
@@ -376,7 +381,8 @@ Status Conn::StartTlsClient(const TlsContext& ctx, const std::string& server_nam
       continue;
     }
     long verify = SSL_get_verify_result(ssl_);
-    std::string detail = verify != X509_V_OK ? X509_verify_cert_error_string(verify) : OpenSslErrors();
+    std::string detail =
+        verify != X509_V_OK ? X509_verify_cert_error_string(verify) : OpenSslErrors();
     return MakeError(ErrorCode::kUnavailable,
                      fmt::format("TLS handshake with '{}' failed: {}", server_name, detail));
   }
@@ -434,7 +440,8 @@ Status Conn::WriteAll(std::string_view data, Deadline deadline) {
     if (ssl_ != nullptr) {
       ERR_clear_error();
       SigpipeGuard no_sigpipe;
-      int r = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
+      int r =
+          SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
       if (r > 0) {
         data.remove_prefix(static_cast<size_t>(r));
         continue;
@@ -487,9 +494,9 @@ Result<Listener> Listener::Bind(const Endpoint& endpoint, int unix_mode, int bac
     struct stat st {};
     if (::lstat(endpoint.path.c_str(), &st) == 0) {
       if (!S_ISSOCK(st.st_mode)) {
-        return MakeError(ErrorCode::kConflict,
-                         fmt::format("'{}' exists and is not a socket; refusing to replace it",
-                                     endpoint.path));
+        return MakeError(
+            ErrorCode::kConflict,
+            fmt::format("'{}' exists and is not a socket; refusing to replace it", endpoint.path));
       }
       ::unlink(endpoint.path.c_str());
     }
@@ -511,8 +518,9 @@ Result<Listener> Listener::Bind(const Endpoint& endpoint, int unix_mode, int bac
     std::string port = std::to_string(endpoint.port);
     int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &res);
     if (rc != 0) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       fmt::format("cannot resolve listen host '{}': {}", endpoint.host, gai_strerror(rc)));
+      return MakeError(
+          ErrorCode::kInvalidArgument,
+          fmt::format("cannot resolve listen host '{}': {}", endpoint.host, gai_strerror(rc)));
     }
     std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(res, freeaddrinfo);
     l.fd_.reset(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));

@@ -43,8 +43,8 @@ struct TlsServerConfig {
 };
 
 struct TlsClientConfig {
-  std::string ca_pem;          // PEM bundle; empty = system CAs
-  std::string ca_file;         // path alternative to ca_pem
+  std::string ca_pem;           // PEM bundle; empty = system CAs
+  std::string ca_file;          // path alternative to ca_pem
   std::string client_cert_pem;  // mTLS
   std::string client_key_pem;
   bool insecure_skip_verify = false;

@@ -30,9 +30,9 @@ class Headers {
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 
 struct Request {
-  std::string method;  // "GET", "POST", ...
-  std::string target;  // raw request target: "/v1/files/a%20b?mode=0644"
-  std::string path;    // percent-decoded path, no query: "/v1/files/a b"
+  std::string method;    // "GET", "POST", ...
+  std::string target;    // raw request target: "/v1/files/a%20b?mode=0644"
+  std::string path;      // percent-decoded path, no query: "/v1/files/a b"
   std::string raw_path;  // path as sent, still encoded (for routes that decode per segment)
   std::vector<std::pair<std::string, std::string>> query;  // decoded
   Headers headers;

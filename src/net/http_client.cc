@@ -1,12 +1,12 @@
 #include "net/http_client.h"
 
-#include <deque>
-#include <mutex>
-#include <optional>
+#include <fmt/format.h>
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <fmt/format.h>
+#include <deque>
+#include <mutex>
+#include <optional>
 
 #include "net/beast_stream.h"
 #include "net/url.h"
@@ -75,8 +75,7 @@ struct HttpClient::Impl {
   // connection before any response byte arrived (a stale keep-alive socket).
   Result<Response> Attempt(const ClientRequest& req,
                            const std::function<bool(const Response&)>* on_head,
-                           const std::function<bool(std::string_view)>* on_data,
-                           bool& retryable);
+                           const std::function<bool(std::string_view)>* on_data, bool& retryable);
 };
 
 Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
@@ -104,8 +103,8 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
       e.message = fmt::format("{} {}{}: timed out {}", req.method, base_url, req.target, what);
     } else {
       e.code = ErrorCode::kUnavailable;
-      e.message = fmt::format("{} {}{}: {} ({})", req.method, base_url, req.target, what,
-                              e.message);
+      e.message =
+          fmt::format("{} {}{}: {} ({})", req.method, base_url, req.target, what, e.message);
     }
     return tl::unexpected(e);
   };
@@ -121,7 +120,8 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
   msg.prepare_payload();
   msg.keep_alive(true);
   boost::system::error_code ec;
-  stream.set_deadline(std::min(overall, DeadlineAfter(options.connect_timeout + std::chrono::milliseconds(60000))));
+  stream.set_deadline(
+      std::min(overall, DeadlineAfter(options.connect_timeout + std::chrono::milliseconds(60000))));
   http::write(stream, msg, ec);
   if (ec) {
     retryable = reused;
@@ -155,9 +155,9 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
     if (ec == http::error::need_buffer) ec = {};
     if (ec && !(ec == http::error::end_of_stream && parser.is_done())) {
       if (ec == http::error::partial_message || ec == boost::asio::error::eof) {
-        return tl::unexpected(Error(ErrorCode::kUnavailable,
-                                    fmt::format("{} {}{}: connection closed mid-response",
-                                                req.method, base_url, req.target)));
+        return tl::unexpected(
+            Error(ErrorCode::kUnavailable, fmt::format("{} {}{}: connection closed mid-response",
+                                                       req.method, base_url, req.target)));
       }
       return fail("reading the response body");
     }
@@ -185,7 +185,7 @@ HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpClient::~HttpClient() = default;
 
 Result<std::unique_ptr<HttpClient>> HttpClient::Create(std::string_view base_url,
-                                                      ClientOptions options) {
+                                                       ClientOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->base_url = std::string(base_url);
   auto url = ParseUrl(base_url);
@@ -198,8 +198,8 @@ Result<std::unique_ptr<HttpClient>> HttpClient::Create(std::string_view base_url
   } else {
     impl->endpoint.host = url->host;
     impl->endpoint.port = url->port;
-    bool default_port = (url->scheme == "http" && url->port == 80) ||
-                        (url->scheme == "https" && url->port == 443);
+    bool default_port =
+        (url->scheme == "http" && url->port == 80) || (url->scheme == "https" && url->port == 443);
     std::string host = url->host.find(':') != std::string::npos ? "[" + url->host + "]" : url->host;
     impl->host_header = default_port ? host : fmt::format("{}:{}", host, url->port);
     if (url->path != "/") {

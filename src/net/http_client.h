@@ -43,7 +43,7 @@ class HttpClient {
   // base_url: "http://host:port", "https://host", or "unix:/path/to.sock".
   // A path in base_url is prefixed to every request target.
   static Result<std::unique_ptr<HttpClient>> Create(std::string_view base_url,
-                                                   ClientOptions options = {});
+                                                    ClientOptions options = {});
   ~HttpClient();
 
   Result<Response> Send(const ClientRequest& request);

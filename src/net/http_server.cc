@@ -1,15 +1,14 @@
 #include "net/http_server.h"
 
+#include <fmt/format.h>
 #include <sys/eventfd.h>
 
 #include <atomic>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http.hpp>
-#include <fmt/format.h>
 
 #include "common/json.h"
 #include "net/beast_stream.h"
@@ -236,7 +235,8 @@ void HttpServer::Impl::ServeConnection(Conn conn) {
     ConnWriter writer(conn, options, req.method == "HEAD", keep_alive);
     handler(req, writer);
     if (!writer.started()) {
-      (void)writer.Send(Response::Json(500, R"({"error":{"code":"INTERNAL","message":"handler sent no response"}})"));
+      (void)writer.Send(Response::Json(
+          500, R"({"error":{"code":"INTERNAL","message":"handler sent no response"}})"));
     }
     if (!writer.finished() || !keep_alive) return;
   }
@@ -245,7 +245,7 @@ void HttpServer::Impl::ServeConnection(Conn conn) {
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Create(const Endpoint& endpoint, Handler handler,
-                                                      ServerOptions options) {
+                                                       ServerOptions options) {
   auto impl = std::make_unique<Impl>();
   auto listener = Listener::Bind(endpoint, options.unix_socket_mode);
   if (!listener) return tl::unexpected(listener.error());

@@ -33,12 +33,12 @@ class ResponseWriter {
 using Handler = std::function<void(Request& request, ResponseWriter& writer)>;
 
 struct ServerOptions {
-  size_t max_body_bytes = 256u << 20;          // larger bodies get 413
+  size_t max_body_bytes = 256u << 20;  // larger bodies get 413
   size_t max_header_bytes = 64u << 10;
   std::chrono::milliseconds idle_timeout{60000};  // keep-alive wait for the next request
   std::chrono::milliseconds read_timeout{60000};  // to receive one whole request
   std::chrono::milliseconds write_timeout{60000};
-  size_t max_connections = 1024;  // beyond it new connections get 503 and are closed
+  size_t max_connections = 1024;    // beyond it new connections get 503 and are closed
   std::shared_ptr<TlsContext> tls;  // non-null: HTTPS
   int unix_socket_mode = 0600;
   std::string server_header = "deepbox";
@@ -49,7 +49,7 @@ class HttpServer {
   // Binds at once (so the caller knows the port, or gets the error); serving
   // starts with Start() or Run().
   static Result<std::unique_ptr<HttpServer>> Create(const Endpoint& endpoint, Handler handler,
-                                                   ServerOptions options = {});
+                                                    ServerOptions options = {});
   ~HttpServer();
 
   // Serves on a background thread.

@@ -1,3 +1,4 @@
+#include <gtest/gtest.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -7,8 +8,6 @@
 #include <fstream>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "net/http_client.h"
 #include "net/http_server.h"
@@ -47,8 +46,7 @@ class HttpTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("deepbox-net-" + std::to_string(::getpid()) + "-" +
-            std::to_string(counter_++));
+           ("deepbox-net-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
     std::filesystem::create_directories(dir_);
     std::string spec = GetParam() == "unix" ? "unix:" + (dir_ / "s.sock").string() : "127.0.0.1:0";
     auto ep = Endpoint::Parse(spec);
@@ -272,7 +270,8 @@ TEST(HttpClientTest, SilentServerTimesOut) {
 }
 
 TEST(ConnTest, UnixConnectRefusesASymlinkedSocketPath) {
-  auto dir = std::filesystem::temp_directory_path() / ("deepbox-net-link-" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("deepbox-net-link-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   auto real = Endpoint::Parse("unix:" + (dir / "real.sock").string());
   auto l = Listener::Bind(*real);
@@ -316,7 +315,8 @@ TEST(HttpClientTest, DroppedConnectionMidBodyIsAnError) {
     Conn c(std::move(*fd));
     char buf[4096];
     (void)c.ReadSome(buf, sizeof buf, DeadlineAfter(5000ms));
-    (void)c.WriteAll("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial", DeadlineAfter(5000ms));
+    (void)c.WriteAll("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial",
+                     DeadlineAfter(5000ms));
   });
   auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string(l->port()));
   ClientRequest req;

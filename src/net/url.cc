@@ -1,8 +1,8 @@
 #include "net/url.h"
 
-#include <charconv>
-
 #include <fmt/format.h>
+
+#include <charconv>
 
 namespace deepbox::net {
 namespace {
@@ -59,12 +59,14 @@ Result<Url> ParseUrl(std::string_view text) {
       url.host = std::string(authority);
     }
   }
-  if (url.host.empty()) return MakeError(ErrorCode::kInvalidArgument, fmt::format("URL '{}' has no host", text));
+  if (url.host.empty())
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("URL '{}' has no host", text));
   url.port = url.scheme == "https" ? 443 : 80;
   if (!port_text.empty()) {
     int port = 0;
     auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-    if (ec != std::errc() || p != port_text.data() + port_text.size() || port <= 0 || port > 65535) {
+    if (ec != std::errc() || p != port_text.data() + port_text.size() || port <= 0 ||
+        port > 65535) {
       return MakeError(ErrorCode::kInvalidArgument, fmt::format("URL '{}': bad port", text));
     }
     url.port = port;
@@ -83,8 +85,8 @@ std::string PercentEncode(std::string_view text, bool keep_slash) {
   out.reserve(text.size());
   for (char ch : text) {
     auto c = static_cast<unsigned char>(ch);
-    bool unreserved = std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
-                      (keep_slash && c == '/');
+    bool unreserved =
+        std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/');
     if (unreserved) {
       out.push_back(ch);
     } else {

@@ -25,9 +25,9 @@ namespace deepbox {
 // ------------------------------------------------------------------ processes
 
 struct ExecRequest {
-  std::vector<std::string> argv;  // either argv...
-  std::string shell;              // ...or a shell string run via /bin/sh -c
-  std::string cwd;                // empty = the workspace root
+  std::vector<std::string> argv;           // either argv...
+  std::string shell;                       // ...or a shell string run via /bin/sh -c
+  std::string cwd;                         // empty = the workspace root
   std::map<std::string, std::string> env;  // added to the daemon's base environment
   std::string stdin_data;
   std::chrono::milliseconds timeout{0};  // 0 = the daemon's default
@@ -39,8 +39,8 @@ std::string_view ExitKindName(ExitKind kind);  // "exited", "signaled", ...
 
 struct ExecResult {
   ExitKind kind = ExitKind::kExited;
-  int exit_code = 0;   // kExited
-  int signal = 0;      // kSignaled / kTimedOut (the signal that ended it)
+  int exit_code = 0;  // kExited
+  int signal = 0;     // kSignaled / kTimedOut (the signal that ended it)
   std::string stdout_data;
   std::string stderr_data;
   std::string combined;  // stdout and stderr interleaved as produced
@@ -67,9 +67,9 @@ struct FileInfo {
   std::string name;
   FileType type = FileType::kFile;
   int64_t size = 0;
-  uint32_t mode = 0;         // permission bits
-  std::string modified_at;   // RFC 3339
-  std::string link_target;   // kSymlink
+  uint32_t mode = 0;        // permission bits
+  std::string modified_at;  // RFC 3339
+  std::string link_target;  // kSymlink
   bool is_dir() const { return type == FileType::kDirectory; }
 };
 
@@ -122,9 +122,9 @@ struct GrepMatch {
 };
 
 struct GrepResult {
-  std::vector<GrepMatch> matches;                          // kContent
-  std::vector<std::string> files;                          // kFilesWithMatches
-  std::vector<std::pair<std::string, int64_t>> counts;     // kCount
+  std::vector<GrepMatch> matches;                       // kContent
+  std::vector<std::string> files;                       // kFilesWithMatches
+  std::vector<std::pair<std::string, int64_t>> counts;  // kCount
   bool truncated = false;
 };
 
@@ -161,7 +161,8 @@ class Sandbox {
 
   // Whole-file transfer of raw bytes.
   virtual Result<std::string> Download(const std::string& path) = 0;
-  virtual Status Upload(const std::string& path, std::string_view content, uint32_t mode = 0644) = 0;
+  virtual Status Upload(const std::string& path, std::string_view content,
+                        uint32_t mode = 0644) = 0;
 };
 
 // ------------------------------------------------------------------ providers

@@ -112,14 +112,15 @@ std::string ModeString(uint32_t mode) { return fmt::format("{:04o}", mode & 0777
 SandboxdClient::~SandboxdClient() = default;
 
 Result<std::unique_ptr<SandboxdClient>> SandboxdClient::Connect(const std::string& base_url,
-                                                               SandboxdClientOptions options) {
+                                                                SandboxdClientOptions options) {
   net::ClientOptions http_options;
   http_options.connect_timeout = options.connect_timeout;
   http_options.default_headers = options.default_headers;
   if (!options.token.empty()) {
     http_options.default_headers.Set("Authorization", "Bearer " + options.token);
   }
-  http_options.read_idle_timeout = 0ms;  // commands may be silent for long; requests carry deadlines
+  http_options.read_idle_timeout =
+      0ms;  // commands may be silent for long; requests carry deadlines
   auto http = net::HttpClient::Create(base_url, http_options);
   if (!http) return tl::unexpected(http.error());
   std::unique_ptr<SandboxdClient> client(new SandboxdClient());
@@ -133,7 +134,8 @@ Result<std::unique_ptr<SandboxdClient>> SandboxdClient::Connect(const std::strin
     return MakeError(r.error().code, fmt::format("sandbox daemon at {} is not reachable: {}",
                                                  base_url, r.error().message));
   }
-  if (r->status != 200) return tl::unexpected(ErrorFromResponse(*r, "connecting to sandbox daemon"));
+  if (r->status != 200)
+    return tl::unexpected(ErrorFromResponse(*r, "connecting to sandbox daemon"));
   auto info = ParseJsonObject(r->body);
   if (!info) return tl::unexpected(info.error());
   client->root_ = StrOr(*info, "root");
@@ -394,9 +396,10 @@ Result<GrepResult> SandboxdClient::Grep(const GrepRequest& request) {
   o["case_insensitive"] = request.case_insensitive;
   if (!request.path.empty()) o["path"] = JsonString(request.path);
   if (!request.glob.empty()) o["glob"] = JsonString(request.glob);
-  o["output_mode"] = request.output_mode == GrepOutputMode::kContent          ? "content"
-                     : request.output_mode == GrepOutputMode::kFilesWithMatches ? "files_with_matches"
-                                                                               : "count";
+  o["output_mode"] = request.output_mode == GrepOutputMode::kContent ? "content"
+                     : request.output_mode == GrepOutputMode::kFilesWithMatches
+                         ? "files_with_matches"
+                         : "count";
   if (request.max_count > 0) o["max_count"] = request.max_count;
   auto body = PostJson("/deepbox/v1/fs/grep", ToJson(o), options_.file_op_timeout);
   if (!body) return tl::unexpected(body.error());

@@ -17,8 +17,8 @@ class HttpClient;
 namespace deepbox {
 
 struct SandboxdClientOptions {
-  std::string id;     // reported by Sandbox::id(); default = the daemon's hostname
-  std::string token;  // bearer token, if the daemon requires one
+  std::string id;                // reported by Sandbox::id(); default = the daemon's hostname
+  std::string token;             // bearer token, if the daemon requires one
   net::Headers default_headers;  // e.g. router headers
   std::chrono::milliseconds connect_timeout{10000};
   // Extra time allowed beyond a command's own timeout before the client gives up.
@@ -30,7 +30,7 @@ class SandboxdClient : public Sandbox {
  public:
   // Connects and reads /deepbox/v1/info (so a dead daemon fails here, clearly).
   static Result<std::unique_ptr<SandboxdClient>> Connect(const std::string& base_url,
-                                                        SandboxdClientOptions options = {});
+                                                         SandboxdClientOptions options = {});
   ~SandboxdClient() override;
 
   std::string id() const override { return id_; }

@@ -1,17 +1,16 @@
 // deepbox-sandboxd: the daemon inside every sandbox. See docs/sandboxd-api.md.
+#include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "net/http_server.h"
 #include "sandboxd/proc/reaper.h"
@@ -96,7 +95,8 @@ int main(int argc, char** argv) {
   }
   // The token must not leak into commands' environments.
   ::unsetenv("SANDBOXD_TOKEN");
-  config.default_timeout = std::chrono::milliseconds(static_cast<int64_t>(default_timeout_s * 1000));
+  config.default_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(default_timeout_s * 1000));
   auto shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000));
 
   if (listen.empty()) {
@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
     auto server = net::HttpServer::Create(
         *ep, [d](net::Request& req, net::ResponseWriter& w) { d->Handle(req, w); }, options);
     if (!server) return Fail(fmt::format("cannot listen on {}: {}", spec, server.error().message));
-    std::string where = ep->is_unix ? ep->ToString() : fmt::format("{}:{}", ep->host, (*server)->port());
+    std::string where =
+        ep->is_unix ? ep->ToString() : fmt::format("{}:{}", ep->host, (*server)->port());
     std::fprintf(stderr, "deepbox-sandboxd %s: listening on %s, root %s%s\n",
                  std::string(sandboxd::kVersion).c_str(), where.c_str(), config.root_dir.c_str(),
                  config.token.empty() ? "" : ", token required");

@@ -1,4 +1,6 @@
 // Drives the real deepbox-sandboxd binary over a unix socket and loopback TCP.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -7,9 +9,6 @@
 #include <fstream>
 #include <random>
 #include <thread>
-
-#include <fmt/format.h>
-#include <gtest/gtest.h>
 
 #include "common/json.h"
 #include "net/conn.h"
@@ -190,7 +189,9 @@ TEST_F(SandboxdTest, InvalidUtf8OutputStaysValidJson) {
   r.shell = "printf 'ok\\377\\376end'";
   auto e = sb().Exec(r);
   ASSERT_TRUE(e) << e.error().ToString();
-  EXPECT_EQ(e->stdout_data, "ok\xEF\xBF\xBD\xEF\xBF\xBD" "end");
+  EXPECT_EQ(e->stdout_data,
+            "ok\xEF\xBF\xBD\xEF\xBF\xBD"
+            "end");
 }
 
 // ---------------------------------------------------------------- files
@@ -411,7 +412,8 @@ TEST_F(SandboxdTest, TarDownloadAndUploadRoundTrip) {
 // ---------------------------------------------------------------- background processes
 
 TEST_F(SandboxdTest, BackgroundProcessLifecycle) {
-  auto start = Post("/deepbox/v1/processes", R"({"shell":"read line; echo got:$line; sleep 1000"})");
+  auto start =
+      Post("/deepbox/v1/processes", R"({"shell":"read line; echo got:$line; sleep 1000"})");
   ASSERT_EQ(start.status, 200) << start.body;
   auto info = ParseJsonObject(start.body);
   std::string id(info->at("id").as_string());
@@ -480,7 +482,8 @@ TEST_F(SandboxdTest, GrepLiteralRegexModes) {
   r = sb().Grep(g);
   ASSERT_TRUE(r);
   ASSERT_EQ(r->counts.size(), 2u);
-  g = GrepRequest{.pattern = "ba[rz]", .regex = true, .output_mode = GrepOutputMode::kFilesWithMatches};
+  g = GrepRequest{
+      .pattern = "ba[rz]", .regex = true, .output_mode = GrepOutputMode::kFilesWithMatches};
   r = sb().Grep(g);
   ASSERT_TRUE(r);
   ASSERT_EQ(r->files.size(), 1u);
@@ -510,7 +513,9 @@ TEST_F(SandboxdTest, LegacyPythonRuntimeApi) {
   up.method = "POST";
   up.target = "/upload";
   up.headers.Set("Content-Type", "multipart/form-data; boundary=BB");
-  up.body = "--BB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"d/up.txt\"\r\n\r\nDATA\r\n--BB--\r\n";
+  up.body =
+      "--BB\r\nContent-Disposition: form-data; name=\"file\"; "
+      "filename=\"d/up.txt\"\r\n\r\nDATA\r\n--BB--\r\n";
   auto u = Http()->Send(up);
   ASSERT_TRUE(u);
   EXPECT_EQ(u->status, 200);
@@ -518,12 +523,15 @@ TEST_F(SandboxdTest, LegacyPythonRuntimeApi) {
   EXPECT_EQ(Get("/download/" + net::PercentEncode("d/up.txt")).body, "DATA");
   EXPECT_EQ(Get("/download/nope").status, 404);
   auto list = Get("/list/d");
-  EXPECT_NE(list.body.find(R"("name":"up.txt","size":4,"type":"file","mod_time":)"), std::string::npos)
+  EXPECT_NE(list.body.find(R"("name":"up.txt","size":4,"type":"file","mod_time":)"),
+            std::string::npos)
       << list.body;
   EXPECT_EQ(Get("/list/d/up.txt").status, 404);
   EXPECT_EQ(Get("/exists/d%2Fup.txt").body, R"({"path":"d/up.txt","exists":true})");
   EXPECT_EQ(Get("/exists/zz").body, R"({"path":"zz","exists":false})");
-  up.body = "--BB\r\nContent-Disposition: form-data; name=\"file\"; filename=\"../x.txt\"\r\n\r\nD\r\n--BB--\r\n";
+  up.body =
+      "--BB\r\nContent-Disposition: form-data; name=\"file\"; "
+      "filename=\"../x.txt\"\r\n\r\nD\r\n--BB--\r\n";
   auto esc = Http()->Send(up);
   EXPECT_EQ(esc->status, 403);
 }
@@ -540,7 +548,8 @@ TEST_F(SandboxdTest, UpstreamSandboxdRestApi) {
   EXPECT_EQ(Get("/v1/files/dir/f.txt", "HEAD").status, 200);
   EXPECT_EQ(Get("/v1/files/dir/none", "HEAD").status, 404);
   auto dir = Get("/v1/files/dir");
-  EXPECT_NE(dir.body.find(R"("name":"f.txt","size":7,"type":"file")"), std::string::npos) << dir.body;
+  EXPECT_NE(dir.body.find(R"("name":"f.txt","size":7,"type":"file")"), std::string::npos)
+      << dir.body;
   EXPECT_NE(dir.body.find(R"("mode":"0600")"), std::string::npos);
   put.target = "/v1/files/dir/g.txt?mode=777";
   EXPECT_EQ(Http()->Send(put)->status, 400);

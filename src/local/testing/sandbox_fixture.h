@@ -2,14 +2,13 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "local/launcher.h"
 #include "local/namespaces.h"

@@ -44,8 +44,7 @@ void AddExt(X509* cert, X509* issuer, int nid, const char* value) {
   X509_EXTENSION_free(ext);
 }
 
-X509* MakeCert(EVP_PKEY* key, const char* cn, const char* org, X509* issuer,
-               long serial) {
+X509* MakeCert(EVP_PKEY* key, const char* cn, const char* org, X509* issuer, long serial) {
   X509* cert = X509_new();
   X509_set_version(cert, 2);
   ASN1_INTEGER_set(X509_get_serialNumber(cert), serial);

@@ -1,5 +1,6 @@
 #include "sandbox/testing/scoped_sandboxd.h"
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -9,8 +10,6 @@
 #include <chrono>
 #include <filesystem>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "net/conn.h"
 
@@ -40,7 +39,8 @@ Result<std::unique_ptr<ScopedSandboxd>> ScopedSandboxd::Start(SandboxdOptions op
   s->socket_ = s->dir_ + "/sandboxd.sock";
   std::filesystem::create_directories(s->root_);
   std::string binary = options.binary.empty() ? DefaultBinary() : options.binary;
-  std::vector<std::string> args = {binary, "--listen", "unix:" + s->socket_, "--root-dir", s->root_};
+  std::vector<std::string> args = {binary, "--listen", "unix:" + s->socket_, "--root-dir",
+                                   s->root_};
   if (options.tcp) {
     s->port_ = FreePort();
     args.push_back("--listen");
@@ -91,7 +91,8 @@ Result<std::unique_ptr<ScopedSandboxd>> ScopedSandboxd::Start(SandboxdOptions op
   return s;
 }
 
-Result<std::unique_ptr<SandboxdClient>> ScopedSandboxd::Connect(SandboxdClientOptions options) const {
+Result<std::unique_ptr<SandboxdClient>> ScopedSandboxd::Connect(
+    SandboxdClientOptions options) const {
   return SandboxdClient::Connect(unix_url(), std::move(options));
 }
 

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <memory>
 #include <sstream>
 #include <string>

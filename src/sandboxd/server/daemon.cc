@@ -59,8 +59,8 @@ bool Daemon::Authorized(const net::Request& request) const {
 
 void Daemon::Handle(net::Request& request, net::ResponseWriter& writer) {
   if (!Authorized(request)) {
-    net::Response r = ErrorResponse(
-        Error(ErrorCode::kUnauthenticated, "missing or invalid bearer token (Authorization: Bearer …)"));
+    net::Response r = ErrorResponse(Error(
+        ErrorCode::kUnauthenticated, "missing or invalid bearer token (Authorization: Bearer …)"));
     r.headers.Set("WWW-Authenticate", "Bearer");
     (void)writer.Send(r);
     return;
@@ -77,9 +77,9 @@ void Daemon::Handle(net::Request& request, net::ResponseWriter& writer) {
 net::Response Daemon::Health() const {
   json::object o;
   o["status"] = shutting_down_ ? "shutting_down" : "ok";
-  o["uptime_seconds"] = std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::steady_clock::now() - started_)
-                            .count();
+  o["uptime_seconds"] =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_)
+          .count();
   o["version"] = std::string(kVersion);
   return JsonResponse(shutting_down_ ? 503 : 200, ToJson(o));
 }

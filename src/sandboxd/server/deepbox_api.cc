@@ -1,10 +1,9 @@
 // The deepbox API (/deepbox/v1/...), documented in docs/sandboxd-api.md.
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <climits>
-
-#include <fmt/format.h>
 
 #include "common/base64.h"
 #include "common/json.h"
@@ -32,7 +31,8 @@ json::object FileInfoJson(const fs::FileInfo& f) {
 
 Result<uint32_t> ParseMode(const std::optional<std::string>& text, uint32_t dflt) {
   if (!text) return dflt;
-  if (text->empty() || text->size() > 5 || text->find_first_not_of("01234567") != std::string::npos) {
+  if (text->empty() || text->size() > 5 ||
+      text->find_first_not_of("01234567") != std::string::npos) {
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("mode '{}' must be octal like \"0644\"", *text));
   }
@@ -47,7 +47,8 @@ Result<std::string> ContentField(const json::object& body, std::string_view text
   if (*b64) {
     auto decoded = Base64Decode(**b64);
     if (!decoded) {
-      return MakeError(ErrorCode::kInvalidArgument, fmt::format("field '{}' is not valid base64", b64_key));
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("field '{}' is not valid base64", b64_key));
     }
     return std::move(*decoded);
   }
@@ -62,7 +63,8 @@ Result<T> NonNegative(const json::object& o, std::string_view key, T dflt) {
   if (!v) return tl::unexpected(v.error());
   if (!*v) return dflt;
   if (**v < 0) {
-    return MakeError(ErrorCode::kInvalidArgument, fmt::format("field '{}' must not be negative", key));
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("field '{}' must not be negative", key));
   }
   return static_cast<T>(**v);
 }
@@ -97,8 +99,9 @@ void Daemon::HandleDeepbox(net::Request& request, net::ResponseWriter& writer) {
   } else if (rest.starts_with("fs/") && m == "POST") {
     (void)writer.Send(Files(request, rest.substr(3)));
   } else {
-    (void)writer.Send(ErrorResponse(Error(
-        ErrorCode::kNotFound, fmt::format("no such endpoint: {} {}", request.method, request.path))));
+    (void)writer.Send(
+        ErrorResponse(Error(ErrorCode::kNotFound,
+                            fmt::format("no such endpoint: {} {}", request.method, request.path))));
   }
 }
 
@@ -195,8 +198,10 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
     if (!path) return ErrorResponse(path.error());
     fs::ReadOptions ro;
     ro.max_bytes = 16 << 20;
-    for (auto [key, field] : {std::pair{"line_offset", &ro.line_offset}, {"line_limit", &ro.line_limit},
-                              {"byte_offset", &ro.offset}, {"byte_length", &ro.length}}) {
+    for (auto [key, field] : {std::pair{"line_offset", &ro.line_offset},
+                              {"line_limit", &ro.line_limit},
+                              {"byte_offset", &ro.offset},
+                              {"byte_length", &ro.length}}) {
       auto v = GetOptInt(body, key);
       if (!v) return ErrorResponse(v.error());
       if (*v) {
@@ -212,7 +217,8 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
     ro.max_bytes = std::min<uint64_t>(*max, 256u << 20);
     auto encoding = GetOptString(body, "encoding").value_or("utf-8");
     if (encoding != "utf-8" && encoding != "base64") {
-      return ErrorResponse(Error(ErrorCode::kInvalidArgument, "encoding must be \"utf-8\" or \"base64\""));
+      return ErrorResponse(
+          Error(ErrorCode::kInvalidArgument, "encoding must be \"utf-8\" or \"base64\""));
     }
     auto r = fs::Read(root_, *path, ro);
     if (!r) return ErrorResponse(r.error());

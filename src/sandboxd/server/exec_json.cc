@@ -48,8 +48,8 @@ Result<proc::CommandSpec> ParseCommandSpec(const json::object& body, const Daemo
   auto resolved = ResolveCwd(daemon, cwd->value_or(""));
   if (!resolved) {
     Error e = resolved.error();
-    e.message = fmt::format("working directory '{}': {}", cwd->value_or(daemon.root().path()),
-                            e.message);
+    e.message =
+        fmt::format("working directory '{}': {}", cwd->value_or(daemon.root().path()), e.message);
     return tl::unexpected(e);
   }
   spec.cwd = *resolved;
@@ -73,7 +73,8 @@ Result<proc::CommandSpec> ParseCommandSpec(const json::object& body, const Daemo
   if (!stdin_text) return tl::unexpected(stdin_text.error());
   if (*stdin_b64) {
     auto decoded = Base64Decode(**stdin_b64);
-    if (!decoded) return MakeError(ErrorCode::kInvalidArgument, "field 'stdin_base64' is not valid base64");
+    if (!decoded)
+      return MakeError(ErrorCode::kInvalidArgument, "field 'stdin_base64' is not valid base64");
     spec.stdin_data = std::move(*decoded);
   } else if (*stdin_text) {
     spec.stdin_data = **stdin_text;
@@ -83,16 +84,19 @@ Result<proc::CommandSpec> ParseCommandSpec(const json::object& body, const Daemo
   if (*timeout && **timeout < 0) {
     return MakeError(ErrorCode::kInvalidArgument, "field 'timeout_ms' must not be negative");
   }
-  spec.timeout = (*timeout && **timeout > 0) ? std::chrono::milliseconds(**timeout)
-                                             : config.default_timeout;
+  spec.timeout =
+      (*timeout && **timeout > 0) ? std::chrono::milliseconds(**timeout) : config.default_timeout;
   auto grace = GetOptInt(body, "grace_ms");
   if (!grace) return tl::unexpected(grace.error());
-  spec.kill_grace = (*grace && **grace >= 0) ? std::chrono::milliseconds(**grace) : config.kill_grace;
+  spec.kill_grace =
+      (*grace && **grace >= 0) ? std::chrono::milliseconds(**grace) : config.kill_grace;
   auto cap = GetOptInt(body, "max_output_bytes");
   if (!cap) return tl::unexpected(cap.error());
   size_t max_output = config.max_output_bytes;
   if (*cap) {
-    if (**cap < 0) return MakeError(ErrorCode::kInvalidArgument, "field 'max_output_bytes' must not be negative");
+    if (**cap < 0)
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "field 'max_output_bytes' must not be negative");
     max_output = std::min<size_t>(static_cast<size_t>(**cap), 64u << 20);
   }
   spec.max_stdout_bytes = spec.max_stderr_bytes = spec.max_combined_bytes = max_output;

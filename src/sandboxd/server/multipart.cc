@@ -9,7 +9,8 @@ namespace {
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -28,7 +29,8 @@ std::optional<std::string> Param(std::string_view header, std::string_view key) 
       }
       if (i + 1 == header.size()) semi = std::string_view::npos;
     }
-    std::string_view part = Trim(header.substr(pos, semi == std::string_view::npos ? header.npos : semi - pos));
+    std::string_view part =
+        Trim(header.substr(pos, semi == std::string_view::npos ? header.npos : semi - pos));
     auto eq = part.find('=');
     if (eq != std::string_view::npos && net::EqualsIgnoreCase(Trim(part.substr(0, eq)), key)) {
       std::string_view v = Trim(part.substr(eq + 1));

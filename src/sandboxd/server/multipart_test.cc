@@ -7,9 +7,10 @@ namespace {
 
 TEST(MultipartTest, ParsesFilePartWithBinaryData) {
   std::string data("a\0b\r\nc--x", 9);
-  std::string body = "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"dir/a b.bin\"\r\n"
-                     "Content-Type: application/octet-stream\r\n\r\n" +
-                     data + "\r\n--XyZ\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nv\r\n--XyZ--\r\n";
+  std::string body =
+      "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"dir/a b.bin\"\r\n"
+      "Content-Type: application/octet-stream\r\n\r\n" +
+      data + "\r\n--XyZ\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nv\r\n--XyZ--\r\n";
   auto parts = ParseMultipart("multipart/form-data; boundary=XyZ", body);
   ASSERT_TRUE(parts) << parts.error().message;
   ASSERT_EQ(parts->size(), 2u);

@@ -1,8 +1,8 @@
 // Background processes: /deepbox/v1/processes[/{id}[/logs|stdin|signal|wait]].
+#include <fmt/format.h>
+
 #include <csignal>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "common/base64.h"
 #include "common/json.h"
@@ -43,15 +43,16 @@ json::object InfoJson(const proc::ProcessInfo& p) {
 Result<int> ParseSignal(const json::value& v) {
   if (v.is_int64()) {
     int64_t n = v.as_int64();
-    if (n <= 0 || n >= NSIG) return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad signal {}", n));
+    if (n <= 0 || n >= NSIG)
+      return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad signal {}", n));
     return static_cast<int>(n);
   }
   if (v.is_string()) {
     std::string name(v.as_string());
     if (!name.starts_with("SIG")) name = "SIG" + name;
     static const std::pair<const char*, int> kSignals[] = {
-        {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT}, {"SIGKILL", SIGKILL},
-        {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGTERM", SIGTERM}, {"SIGCONT", SIGCONT},
+        {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT},   {"SIGKILL", SIGKILL},
+        {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGTERM", SIGTERM},   {"SIGCONT", SIGCONT},
         {"SIGSTOP", SIGSTOP}, {"SIGTSTP", SIGTSTP}, {"SIGWINCH", SIGWINCH}, {"SIGALRM", SIGALRM}};
     for (auto [n, s] : kSignals) {
       if (name == n) return s;
@@ -115,10 +116,12 @@ net::Response Daemon::Processes(const net::Request& request, std::string_view re
     int64_t wait_ms = 0;
     try {
       if (auto v = request.Query("offset")) offset = std::stoull(*v);
-      if (auto v = request.Query("max_bytes")) max_bytes = std::min<size_t>(std::stoull(*v), 16 << 20);
+      if (auto v = request.Query("max_bytes"))
+        max_bytes = std::min<size_t>(std::stoull(*v), 16 << 20);
       if (auto v = request.Query("wait_ms")) wait_ms = std::min<int64_t>(std::stoll(*v), 60000);
     } catch (const std::exception&) {
-      return ErrorResponse(Error(ErrorCode::kInvalidArgument, "offset/max_bytes/wait_ms must be integers"));
+      return ErrorResponse(
+          Error(ErrorCode::kInvalidArgument, "offset/max_bytes/wait_ms must be integers"));
     }
     auto chunk = processes_->ReadLog(id, offset, max_bytes, std::chrono::milliseconds(wait_ms));
     if (!chunk) return ErrorResponse(chunk.error());
@@ -157,7 +160,8 @@ net::Response Daemon::Processes(const net::Request& request, std::string_view re
     auto body = ParseJsonObject(request.body);
     if (!body) return ErrorResponse(body.error());
     auto it = body->find("signal");
-    if (it == body->end()) return ErrorResponse(Error(ErrorCode::kInvalidArgument, "field 'signal' is required"));
+    if (it == body->end())
+      return ErrorResponse(Error(ErrorCode::kInvalidArgument, "field 'signal' is required"));
     auto sig = ParseSignal(it->value());
     if (!sig) return ErrorResponse(sig.error());
     if (auto s = processes_->Signal(id, *sig); !s) return ErrorResponse(s.error());
@@ -167,7 +171,8 @@ net::Response Daemon::Processes(const net::Request& request, std::string_view re
     if (!body) return ErrorResponse(body.error());
     auto t = GetOptInt(*body, "timeout_ms");
     if (!t) return ErrorResponse(t.error());
-    auto info = processes_->Wait(id, std::chrono::milliseconds(std::clamp<int64_t>(t->value_or(30000), 0, 3600000)));
+    auto info = processes_->Wait(
+        id, std::chrono::milliseconds(std::clamp<int64_t>(t->value_or(30000), 0, 3600000)));
     if (!info) return ErrorResponse(info.error());
     return ok(InfoJson(*info));
   }

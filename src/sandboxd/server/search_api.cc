@@ -18,7 +18,8 @@ net::Response Daemon::Glob(const json::object& body) {
   fs::GlobOptions options;
   options.path = path->value_or("");
   if (*max) {
-    if (**max <= 0) return ErrorResponse(Error(ErrorCode::kInvalidArgument, "max_results must be positive"));
+    if (**max <= 0)
+      return ErrorResponse(Error(ErrorCode::kInvalidArgument, "max_results must be positive"));
     options.max_results = static_cast<size_t>(std::min<int64_t>(**max, 1000000));
   }
   auto r = fs::Glob(root_, *pattern, options);
@@ -34,7 +35,8 @@ net::Response Daemon::Glob(const json::object& body) {
 net::Response Daemon::Grep(const json::object& body) {
   auto pattern = GetString(body, "pattern");
   if (!pattern) return ErrorResponse(pattern.error());
-  if (pattern->empty()) return ErrorResponse(Error(ErrorCode::kInvalidArgument, "pattern is empty"));
+  if (pattern->empty())
+    return ErrorResponse(Error(ErrorCode::kInvalidArgument, "pattern is empty"));
   fs::GrepOptions options;
   auto path = GetOptStringChecked(body, "path");
   auto glob = GetOptStringChecked(body, "glob");
@@ -52,7 +54,8 @@ net::Response Daemon::Grep(const json::object& body) {
   options.case_insensitive = ci->value_or(false);
   options.max_count = 1000;
   if (*max) {
-    if (**max <= 0) return ErrorResponse(Error(ErrorCode::kInvalidArgument, "max_count must be positive"));
+    if (**max <= 0)
+      return ErrorResponse(Error(ErrorCode::kInvalidArgument, "max_count must be positive"));
     options.max_count = static_cast<size_t>(std::min<int64_t>(**max, 1000000));
   }
   std::string mode = GetOptString(body, "output_mode").value_or("content");
@@ -63,8 +66,9 @@ net::Response Daemon::Grep(const json::object& body) {
   } else if (mode == "count") {
     options.output_mode = fs::GrepOutputMode::kCount;
   } else {
-    return ErrorResponse(Error(ErrorCode::kInvalidArgument,
-                               fmt::format("output_mode '{}' must be content, files_with_matches or count", mode)));
+    return ErrorResponse(
+        Error(ErrorCode::kInvalidArgument,
+              fmt::format("output_mode '{}' must be content, files_with_matches or count", mode)));
   }
   auto r = fs::Grep(root_, *pattern, options);
   if (!r) return ErrorResponse(r.error());

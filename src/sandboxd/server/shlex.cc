@@ -10,15 +10,18 @@ Result<std::vector<std::string>> ShlexSplit(std::string_view text) {
   for (size_t i = 0; i < text.size(); ++i) {
     char c = text[i];
     if (quote == kSingle) {
-      if (c == '\'') quote = kNone;
-      else cur.push_back(c);
+      if (c == '\'')
+        quote = kNone;
+      else
+        cur.push_back(c);
       continue;
     }
     if (quote == kDouble) {
       if (c == '"') {
         quote = kNone;
       } else if (c == '\\') {
-        if (i + 1 >= text.size()) return MakeError(ErrorCode::kInvalidArgument, "No closing quotation");
+        if (i + 1 >= text.size())
+          return MakeError(ErrorCode::kInvalidArgument, "No closing quotation");
         char n = text[i + 1];
         // Inside double quotes only these are escapable (as in POSIX sh).
         if (n == '"' || n == '\\' || n == '$' || n == '`' || n == '\n') {
@@ -46,7 +49,8 @@ Result<std::vector<std::string>> ShlexSplit(std::string_view text) {
     } else if (c == '"') {
       quote = kDouble;
     } else if (c == '\\') {
-      if (i + 1 >= text.size()) return MakeError(ErrorCode::kInvalidArgument, "No escaped character");
+      if (i + 1 >= text.size())
+        return MakeError(ErrorCode::kInvalidArgument, "No escaped character");
       cur.push_back(text[++i]);
     } else {
       cur.push_back(c);

@@ -1,9 +1,8 @@
 // Raw file transfer (/deepbox/v1/fs/raw) and tar streams (/deepbox/v1/fs/tar/...).
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "common/json.h"
 #include "net/url.h"
@@ -16,8 +15,7 @@
 
 namespace deepbox::sandboxd {
 
-void Daemon::RawDownloadPath(const std::string& path, net::ResponseWriter& writer,
-                             bool v1_errors) {
+void Daemon::RawDownloadPath(const std::string& path, net::ResponseWriter& writer, bool v1_errors) {
   auto stream = fs::OpenForRead(root_, path);
   if (!stream) {
     if (v1_errors) {
@@ -48,7 +46,8 @@ void Daemon::RawDownloadPath(const std::string& path, net::ResponseWriter& write
 void Daemon::RawDownload(const net::Request& request, net::ResponseWriter& writer) {
   auto path = request.Query("path");
   if (!path) {
-    (void)writer.Send(ErrorResponse(Error(ErrorCode::kInvalidArgument, "query parameter 'path' is required")));
+    (void)writer.Send(
+        ErrorResponse(Error(ErrorCode::kInvalidArgument, "query parameter 'path' is required")));
     return;
   }
   if (request.method == "HEAD") {
@@ -67,10 +66,12 @@ void Daemon::RawDownload(const net::Request& request, net::ResponseWriter& write
 
 net::Response Daemon::RawUpload(const net::Request& request) {
   auto path = request.Query("path");
-  if (!path) return ErrorResponse(Error(ErrorCode::kInvalidArgument, "query parameter 'path' is required"));
+  if (!path)
+    return ErrorResponse(Error(ErrorCode::kInvalidArgument, "query parameter 'path' is required"));
   fs::WriteOptions wo;
   if (auto mode = request.Query("mode")) {
-    if (mode->empty() || mode->size() > 5 || mode->find_first_not_of("01234567") != std::string::npos) {
+    if (mode->empty() || mode->size() > 5 ||
+        mode->find_first_not_of("01234567") != std::string::npos) {
       return ErrorResponse(Error(ErrorCode::kInvalidArgument, "mode must be octal like 0644"));
     }
     wo.mode = static_cast<uint32_t>(std::stoul(*mode, nullptr, 8)) & 07777;
@@ -101,14 +102,16 @@ void Daemon::TarDownload(const net::Request& request, net::ResponseWriter& write
   if (auto it = body->find("paths"); it != body->end() && it->value().is_array()) {
     for (const auto& p : it->value().as_array()) {
       if (!p.is_string()) {
-        (void)writer.Send(ErrorResponse(Error(ErrorCode::kInvalidArgument, "'paths' must be strings")));
+        (void)writer.Send(
+            ErrorResponse(Error(ErrorCode::kInvalidArgument, "'paths' must be strings")));
         return;
       }
       paths.emplace_back(p.as_string());
     }
   }
   if (paths.empty()) {
-    (void)writer.Send(ErrorResponse(Error(ErrorCode::kInvalidArgument, "field 'paths' must list at least one path")));
+    (void)writer.Send(ErrorResponse(
+        Error(ErrorCode::kInvalidArgument, "field 'paths' must list at least one path")));
     return;
   }
   // Validate before the stream starts, so a missing path is a clean 404.
@@ -121,9 +124,8 @@ void Daemon::TarDownload(const net::Request& request, net::ResponseWriter& write
   net::Headers headers;
   headers.Set("Content-Type", "application/x-tar");
   if (!writer.BeginStream(200, headers)) return;
-  auto s = fs::WriteTar(root_, paths, [&](std::string_view data) -> Status {
-    return writer.WriteChunk(data);
-  });
+  auto s = fs::WriteTar(root_, paths,
+                        [&](std::string_view data) -> Status { return writer.WriteChunk(data); });
   if (s) (void)writer.EndStream();
 }
 

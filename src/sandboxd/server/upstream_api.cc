@@ -4,9 +4,8 @@
 //  - the upstream sandboxd REST API: /v1/files/{path}, /v1/health, /v1/metadata.
 // Shapes and status codes follow the upstream servers (reference:
 // shared/reference/agent-sandbox.md §4), including their own error shapes.
-#include <unistd.h>
-
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "common/json.h"
 #include "sandboxd/fs/workspace.h"
@@ -48,7 +47,8 @@ bool Daemon::HandleUpstream(net::Request& request, net::ResponseWriter& writer) 
   const std::string& m = request.method;
   std::string_view path = request.path;
   if (path == "/" && m == "GET") {
-    (void)writer.Send(JsonResponse(200, R"({"status":"ok","message":"Sandbox Runtime is active."})"));
+    (void)writer.Send(
+        JsonResponse(200, R"({"status":"ok","message":"Sandbox Runtime is active."})"));
   } else if (path == "/execute" && m == "POST") {
     (void)writer.Send(LegacyExecute(request));
   } else if (path == "/upload" && m == "POST") {
@@ -73,7 +73,8 @@ bool Daemon::HandleUpstream(net::Request& request, net::ResponseWriter& writer) 
 
 net::Response Daemon::LegacyExecute(const net::Request& request) {
   auto body = ParseJsonObject(request.body);
-  if (!body) return JsonResponse(422, R"({"detail":"request body must be JSON with a 'command' string"})");
+  if (!body)
+    return JsonResponse(422, R"({"detail":"request body must be JSON with a 'command' string"})");
   auto command = GetString(*body, "command");
   if (!command) return JsonResponse(422, R"({"detail":"field 'command' is required"})");
   auto reply = [](const std::string& out, const std::string& err, int code) {
@@ -108,7 +109,8 @@ net::Response Daemon::LegacyExecute(const net::Request& request) {
 
 net::Response Daemon::LegacyUpload(const net::Request& request) {
   auto parts = ParseMultipart(request.Header("Content-Type").value_or(""), request.body);
-  if (!parts) return JsonResponse(422, ToJson(json::object{{"detail", JsonString(parts.error().message)}}));
+  if (!parts)
+    return JsonResponse(422, ToJson(json::object{{"detail", JsonString(parts.error().message)}}));
   for (const auto& part : *parts) {
     if (part.name != "file") continue;
     std::string dest = LegacyPath(part.filename);
@@ -168,9 +170,9 @@ net::Response Daemon::LegacyExists(std::string_view path) {
 net::Response Daemon::V1Health() const {
   json::object o;
   o["status"] = shutting_down_ ? "shutting_down" : "ok";
-  o["uptime_seconds"] = std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::steady_clock::now() - started_)
-                            .count();
+  o["uptime_seconds"] =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_)
+          .count();
   return JsonResponse(shutting_down_ ? 503 : 200, ToJson(o));
 }
 
@@ -244,8 +246,8 @@ void Daemon::V1Files(net::Request& request, std::string_view path, net::Response
       bool ok = mode_text->size() == 4 && (*mode_text)[0] == '0' &&
                 mode_text->find_first_not_of("01234567") == std::string::npos;
       if (!ok) {
-        (void)writer.Send(V1Error(Error(ErrorCode::kInvalidArgument,
-                                        "mode must match ^0[0-7]{3}$")));
+        (void)writer.Send(
+            V1Error(Error(ErrorCode::kInvalidArgument, "mode must match ^0[0-7]{3}$")));
         return;
       }
       mode = static_cast<uint32_t>(std::stoul(*mode_text, nullptr, 8));
@@ -260,9 +262,11 @@ void Daemon::V1Files(net::Request& request, std::string_view path, net::Response
         return;
       }
       parts = std::move(*parsed);
-      auto it = std::find_if(parts.begin(), parts.end(), [](const FormPart& p) { return p.name == "file"; });
+      auto it = std::find_if(parts.begin(), parts.end(),
+                             [](const FormPart& p) { return p.name == "file"; });
       if (it == parts.end()) {
-        (void)writer.Send(V1Error(Error(ErrorCode::kInvalidArgument, "multipart field 'file' is required")));
+        (void)writer.Send(
+            V1Error(Error(ErrorCode::kInvalidArgument, "multipart field 'file' is required")));
         return;
       }
       data = it->data;

@@ -1,0 +1,160 @@
+// deploy/k8s/bundle-sandboxd.sh makes the copy of deepbox-sandboxd that the
+// SandboxTemplate's init container puts into any image at /deepbox. No OCI
+// builder runs here, so this test checks the claim that matters: the bundle
+// runs in a root that has nothing else in it (no libc, no shell, no loader
+// outside /deepbox), as uid 1000 like the pod, and serves files and
+// processes over its socket.
+#include <fcntl.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "sandbox/sandboxd_client.h"
+
+namespace deepbox {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Capture(const std::string& command) {
+  std::string out;
+  FILE* p = popen(command.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+class BundleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (chroot and a mount namespace)";
+    char tmpl[] = "/tmp/deepbox-bundle-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    root_ = dir_ + "/root";
+    for (const char* d : {"deepbox", "workspace", "tmp", "proc", "dev"}) {
+      fs::create_directories(root_ + "/" + d);
+    }
+    ASSERT_EQ(chown((root_ + "/workspace").c_str(), 1000, 1000), 0);
+    ASSERT_EQ(chmod((root_ + "/tmp").c_str(), 01777), 0);
+    // Mount points for the two device nodes a container runtime provides.
+    for (const char* d : {"null", "urandom"}) std::ofstream(root_ + "/dev/" + d);
+  }
+  void TearDown() override {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+    }
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  // The bundled daemon in its own mount namespace, chrooted into root_.
+  void StartDaemon() {
+    std::string proc = root_ + "/proc";
+    std::string null_dev = root_ + "/dev/null";
+    std::string urandom_dev = root_ + "/dev/urandom";
+    const char* argv[] = {"/deepbox/bin/deepbox-sandboxd", "--root-dir=/workspace", "--listen",
+                          "unix:/tmp/sbd.sock", nullptr};
+    pid_ = fork();
+    ASSERT_GE(pid_, 0);
+    if (pid_ == 0) {
+      // Only async-signal-safe calls until exec.
+      if (unshare(CLONE_NEWNS) != 0) _exit(120);
+      if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(121);
+      if (mount("proc", proc.c_str(), "proc", 0, nullptr) != 0) _exit(122);
+      if (mount("/dev/null", null_dev.c_str(), nullptr, MS_BIND, nullptr) != 0) _exit(123);
+      if (mount("/dev/urandom", urandom_dev.c_str(), nullptr, MS_BIND, nullptr) != 0) _exit(123);
+      if (chroot(root_.c_str()) != 0 || chdir("/") != 0) _exit(124);
+      if (setgroups(0, nullptr) != 0 || setgid(1000) != 0 || setuid(1000) != 0) _exit(125);
+      execv(argv[0], const_cast<char* const*>(argv));
+      _exit(127);
+    }
+  }
+
+  std::string dir_, root_;
+  pid_t pid_ = -1;
+};
+
+TEST_F(BundleTest, RunsInAnOtherwiseEmptyRootAsUid1000) {
+  std::string bundle = root_ + "/deepbox";
+  std::string cmd = std::string(DEEPBOX_SOURCE_DIR) + "/deploy/k8s/bundle-sandboxd.sh " +
+                    DEEPBOX_SANDBOXD_BINARY + " " + bundle + " /deepbox 2>&1; echo rc=$?";
+  std::string out = Capture(cmd);
+  ASSERT_NE(out.find("rc=0"), std::string::npos) << out;
+  // The binary's loader is the bundle's own.
+  std::string interp = Capture("patchelf --print-interpreter " + bundle + "/bin/deepbox-sandboxd");
+  EXPECT_EQ(interp.rfind("/deepbox/lib/ld-linux", 0), 0u) << interp;
+  // The root has nothing but the bundle: no libc outside /deepbox.
+  EXPECT_FALSE(fs::exists(root_ + "/lib"));
+  EXPECT_FALSE(fs::exists(root_ + "/usr"));
+
+  StartDaemon();
+  std::string socket = root_ + "/tmp/sbd.sock";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!fs::exists(socket) && std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid_, &status, WNOHANG), 0)
+        << "the bundled daemon exited: status " << status << " (120-127: setup step failed)";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(fs::exists(socket)) << "the bundled daemon did not listen";
+
+  auto client = SandboxdClient::Connect("unix:" + socket);
+  ASSERT_TRUE(client) << client.error().ToString();
+  Sandbox& sb = **client;
+  ASSERT_TRUE(sb.Write("hello.txt", "from the bundle\n", 0644));
+  auto read = sb.Read("hello.txt", {});
+  ASSERT_TRUE(read) << read.error().ToString();
+  EXPECT_EQ(read->content, "from the bundle\n");
+  auto list = sb.List(sb.root());
+  ASSERT_TRUE(list) << list.error().ToString();
+  ASSERT_EQ(list->size(), 1u);
+  // Written as the pod's user.
+  struct stat st {};
+  ASSERT_EQ(stat((root_ + "/workspace/hello.txt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+
+  // Processes: the only program in this root is the daemon itself.
+  ExecRequest req;
+  req.argv = {"/deepbox/bin/deepbox-sandboxd", "--help"};
+  auto ran = sb.Exec(req);
+  ASSERT_TRUE(ran) << ran.error().ToString();
+  EXPECT_EQ(ran->kind, ExitKind::kExited);
+  EXPECT_EQ(ran->exit_code, 0) << ran->stderr_data;
+  EXPECT_NE(ran->stdout_data.find("--root-dir"), std::string::npos) << ran->stdout_data;
+  // And a missing program is a typed spawn failure, not a crash.
+  req.argv = {"/bin/sh", "-c", "true"};
+  ran = sb.Exec(req);
+  ASSERT_TRUE(ran) << ran.error().ToString();
+  EXPECT_EQ(ran->kind, ExitKind::kSpawnFailed);
+}
+
+TEST(BundleScriptTest, RejectsBadArguments) {
+  std::string script = std::string(DEEPBOX_SOURCE_DIR) + "/deploy/k8s/bundle-sandboxd.sh";
+  EXPECT_NE(Capture(script + " 2>&1; echo rc=$?").find("rc=2"), std::string::npos);
+  EXPECT_NE(Capture(script + " " + DEEPBOX_SANDBOXD_BINARY + " /tmp/x relative 2>&1; echo rc=$?")
+                .find("MOUNT must be an absolute path"),
+            std::string::npos);
+  EXPECT_NE(Capture(script + " /nonexistent /tmp/x /deepbox 2>&1; echo rc=$?").find("rc=1"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace deepbox
