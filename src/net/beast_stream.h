@@ -6,6 +6,7 @@
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/system/error_code.hpp>
+#include <string_view>
 
 #include "net/conn.h"
 
@@ -50,24 +51,39 @@ class BeastStream {
     return read_some(buffers, ec);
   }
 
+  // Beast hands over a message as many small buffers (status line, each
+  // header, body): they go out in gathered writes so the peer wakes once.
   template <class ConstBufferSequence>
   size_t write_some(const ConstBufferSequence& buffers, boost::system::error_code& ec) {
     ec = {};
+    constexpr size_t kBatch = 64;
+    std::string_view parts[kBatch];
+    size_t n = 0;
     size_t total = 0;
-    for (auto it = boost::asio::buffer_sequence_begin(buffers);
-         it != boost::asio::buffer_sequence_end(buffers); ++it) {
-      boost::asio::const_buffer b = *it;
-      auto s =
-          conn_.WriteAll(std::string_view(static_cast<const char*>(b.data()), b.size()), deadline_);
+    size_t pending = 0;
+    auto flush = [&]() -> bool {
+      auto s = conn_.WriteAllGather(parts, n, deadline_);
       if (!s) {
         last_error_ = s.error();
         ec = boost::asio::error::make_error_code(s.error().code == ErrorCode::kTimeout
                                                      ? boost::asio::error::timed_out
                                                      : boost::asio::error::broken_pipe);
-        return total;
+        return false;
       }
-      total += b.size();
+      total += pending;
+      n = 0;
+      pending = 0;
+      return true;
+    };
+    for (auto it = boost::asio::buffer_sequence_begin(buffers);
+         it != boost::asio::buffer_sequence_end(buffers); ++it) {
+      boost::asio::const_buffer b = *it;
+      if (b.size() == 0) continue;
+      parts[n++] = std::string_view(static_cast<const char*>(b.data()), b.size());
+      pending += b.size();
+      if (n == kBatch && !flush()) return total;
     }
+    if (n > 0 && !flush()) return total;
     return total;
   }
   template <class ConstBufferSequence>

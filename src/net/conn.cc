@@ -469,6 +469,63 @@ Status Conn::WriteAll(std::string_view data, Deadline deadline) {
   return {};
 }
 
+Status Conn::WriteAllGather(const std::string_view* parts, size_t count, Deadline deadline) {
+  if (ssl_ != nullptr) {
+    // One TLS record for small messages; big pieces go as they are.
+    size_t total = 0;
+    for (size_t i = 0; i < count; ++i) total += parts[i].size();
+    if (total <= (64u << 10)) {
+      std::string joined;
+      joined.reserve(total);
+      for (size_t i = 0; i < count; ++i) joined.append(parts[i]);
+      return WriteAll(joined, deadline);
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (auto s = WriteAll(parts[i], deadline); !s) return s;
+    }
+    return {};
+  }
+  constexpr size_t kMaxIov = 64;
+  iovec iov[kMaxIov];
+  size_t next = 0;  // first part not yet in iov
+  size_t skip = 0;  // bytes of parts[next] already sent (partial write)
+  while (next < count) {
+    size_t n = 0;
+    for (size_t i = next; i < count && n < kMaxIov; ++i) {
+      size_t off = i == next ? skip : 0;
+      if (parts[i].size() == off) continue;
+      iov[n].iov_base = const_cast<char*>(parts[i].data() + off);
+      iov[n].iov_len = parts[i].size() - off;
+      ++n;
+    }
+    if (n == 0) return {};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = n;
+    ssize_t sent = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        if (auto w = WaitFor(POLLOUT, deadline); !w) return w;
+        continue;
+      }
+      return MakeSyscallError("sendmsg", errno);
+    }
+    auto left = static_cast<size_t>(sent);
+    while (next < count) {
+      size_t avail = parts[next].size() - skip;
+      if (left < avail) {
+        skip += left;
+        break;
+      }
+      left -= avail;
+      ++next;
+      skip = 0;
+    }
+  }
+  return {};
+}
+
 bool Conn::PeerClosed() const {
   pollfd p{fd_.get(), POLLRDHUP, 0};
   int n = ::poll(&p, 1, 0);

@@ -86,6 +86,9 @@ class Conn {
   // the cancel fd becomes readable.
   Result<size_t> ReadSome(char* data, size_t size, Deadline deadline);
   Status WriteAll(std::string_view data, Deadline deadline);
+  // Writes `count` pieces in order, as one gathered write where possible
+  // (sendmsg): a peer waiting for a message wakes once, not once per piece.
+  Status WriteAllGather(const std::string_view* parts, size_t count, Deadline deadline);
 
   // An eventfd/pipe whose readability interrupts waits (server shutdown).
   void set_cancel_fd(int fd) { cancel_fd_ = fd; }

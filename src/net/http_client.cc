@@ -63,6 +63,9 @@ struct HttpClient::Impl {
     }
     auto pc = std::make_unique<PooledConn>();
     pc->conn = std::move(*conn);
+    // Room for a typical response in one read (Beast reads at most the free
+    // capacity).
+    pc->buffer.reserve(16 << 10);
     return pc;
   }
 
@@ -146,10 +149,33 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
   if (on_head != nullptr && !(*on_head)(out)) return out;  // caller stopped; drop connection
 
   std::string body;
-  std::vector<char> chunk(64 * 1024);
+  // With a Content-Length (the usual case) the body is read straight into
+  // `body`; otherwise (chunked, streaming) through a scratch buffer.
+  // (Allocated up front only up to a bound: a large announced length grows
+  // with the data that actually arrives.)
+  constexpr uint64_t kMaxDirect = 16u << 20;
+  const bool direct =
+      on_data == nullptr && req.method != "HEAD" && !parser.is_done() &&
+      parser.content_length().has_value() &&
+      *parser.content_length() <= std::min<uint64_t>(kMaxDirect, options.max_response_bytes);
+  if (direct) body.resize(static_cast<size_t>(*parser.content_length()));
+  size_t filled = 0;
+  std::unique_ptr<char[]> scratch;
+  constexpr size_t kChunk = 64 * 1024;
   while (!parser.is_done()) {
-    parser.get().body().data = chunk.data();
-    parser.get().body().size = chunk.size();
+    char* dst;
+    size_t room;
+    if (direct) {
+      dst = body.data() + filled;
+      room = body.size() - filled;
+      if (room == 0) break;  // cannot happen: the parser is done at Content-Length
+    } else {
+      if (!scratch) scratch.reset(new char[kChunk]);
+      dst = scratch.get();
+      room = kChunk;
+    }
+    parser.get().body().data = dst;
+    parser.get().body().size = room;
     stream.set_deadline(step_deadline());
     http::read_some(stream, pc->buffer, parser, ec);
     if (ec == http::error::need_buffer) ec = {};
@@ -161,9 +187,13 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
       }
       return fail("reading the response body");
     }
-    size_t n = chunk.size() - parser.get().body().size;
+    size_t n = room - parser.get().body().size;
     if (n == 0) continue;
-    std::string_view piece(chunk.data(), n);
+    if (direct) {
+      filled += n;
+      continue;
+    }
+    std::string_view piece(dst, n);
     if (on_data != nullptr) {
       if (!(*on_data)(piece)) return out;  // caller stopped; drop connection
     } else {
@@ -175,6 +205,7 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
       body.append(piece);
     }
   }
+  if (direct) body.resize(filled);
   out.body = std::move(body);
   pc->conn.set_cancel_fd(-1);
   if (keep_alive) Return(std::move(pc));

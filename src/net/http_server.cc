@@ -37,6 +37,8 @@ struct HttpServer::Impl {
 
 namespace {
 
+constexpr size_t kInitialReadBuffer = 16 << 10;
+
 class ConnWriter : public ResponseWriter {
  public:
   ConnWriter(Conn& conn, const ServerOptions& options, bool head, bool keep_alive)
@@ -177,6 +179,9 @@ void HttpServer::Impl::ServeConnection(Conn conn) {
   }
   BeastStream stream(conn);
   boost::beast::flat_buffer buffer;
+  // Room for a typical request in one read (Beast reads at most the free
+  // capacity, and a small buffer means one recv per few hundred bytes).
+  buffer.reserve(kInitialReadBuffer);
   while (!stopping) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(static_cast<std::uint32_t>(options.max_header_bytes));

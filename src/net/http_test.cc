@@ -269,6 +269,61 @@ TEST(HttpClientTest, SilentServerTimesOut) {
   EXPECT_EQ(r.error().code, ErrorCode::kTimeout);
 }
 
+TEST(ConnTest, GatheredWriteKeepsOrderAcrossBatchesAndPartialWrites) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+  Conn writer{UniqueFd(sv[0])};
+  Conn reader{UniqueFd(sv[1])};
+  // More parts than one sendmsg takes, empty ones among them, and far more
+  // bytes than the socket buffer: writes come back partial and must resume
+  // mid-part.
+  std::vector<std::string> storage;
+  for (int i = 0; i < 300; ++i) {
+    size_t len = i % 7 == 0 ? 0 : (i % 5 == 0 ? size_t{40000} + i : size_t(i));
+    storage.emplace_back(len, static_cast<char>('a' + i % 26));
+  }
+  std::vector<std::string_view> parts(storage.begin(), storage.end());
+  std::string expected;
+  for (const auto& p : storage) expected += p;
+  std::string got;
+  std::thread drain([&] {
+    char buf[7000];
+    while (got.size() < expected.size()) {
+      auto n = reader.ReadSome(buf, sizeof buf, DeadlineAfter(10000ms));
+      if (!n || *n == 0) break;
+      got.append(buf, *n);
+    }
+  });
+  auto s = writer.WriteAllGather(parts.data(), parts.size(), DeadlineAfter(10000ms));
+  drain.join();
+  ASSERT_TRUE(s) << s.error().ToString();
+  EXPECT_EQ(got.size(), expected.size());
+  EXPECT_TRUE(got == expected);
+  EXPECT_TRUE(writer.WriteAllGather(parts.data(), 0, DeadlineAfter(1000ms)));
+}
+
+TEST(HttpClientTest, ResponseOverTheCapIsRefused) {
+  auto server = HttpServer::Create(*Endpoint::Parse("127.0.0.1:0"), TestHandler);
+  ASSERT_TRUE(server);
+  (*server)->Start();
+  ClientOptions opts;
+  opts.max_response_bytes = 1 << 20;
+  auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string((*server)->port()), opts);
+  ASSERT_TRUE(client);
+  ClientRequest big;
+  big.target = "/big";
+  auto r = (*client)->Send(big);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kResourceExhausted) << r.error().message;
+  ClientRequest small;
+  small.method = "POST";
+  small.target = "/echo";
+  small.body = "hi";
+  auto ok = (*client)->Send(small);
+  ASSERT_TRUE(ok) << ok.error().ToString();
+  EXPECT_EQ(ok->body, "POST hi");
+}
+
 TEST(ConnTest, UnixConnectRefusesASymlinkedSocketPath) {
   auto dir =
       std::filesystem::temp_directory_path() / ("deepbox-net-link-" + std::to_string(::getpid()));

@@ -106,7 +106,31 @@ size_t CountNewlines(const char* data, size_t len) {
 std::string FormatRfc3339(const struct timespec& ts) {
   struct tm tm;
   time_t secs = ts.tv_sec;
-  gmtime_r(&secs, &tm);
+  const bool ok = gmtime_r(&secs, &tm) != nullptr;
+  const long year = ok ? tm.tm_year + 1900L : 0;
+  if (ok && year >= 1000 && year <= 9999) {  // %Y does not pad: other years below
+    // What strftime("%Y-%m-%dT%H:%M:%SZ") gives, without its locale machinery
+    // (a listing formats one per entry).
+    char out[20];
+    auto put2 = [&out](int at, int v) {
+      out[at] = static_cast<char>('0' + v / 10);
+      out[at + 1] = static_cast<char>('0' + v % 10);
+    };
+    put2(0, static_cast<int>(year / 100));
+    put2(2, static_cast<int>(year % 100));
+    out[4] = '-';
+    put2(5, tm.tm_mon + 1);
+    out[7] = '-';
+    put2(8, tm.tm_mday);
+    out[10] = 'T';
+    put2(11, tm.tm_hour);
+    out[13] = ':';
+    put2(14, tm.tm_min);
+    out[16] = ':';
+    put2(17, tm.tm_sec);
+    out[19] = 'Z';
+    return std::string(out, sizeof out);
+  }
   char buf[64];
   size_t n = std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
   return std::string(buf, n);

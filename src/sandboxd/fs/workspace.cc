@@ -226,13 +226,19 @@ Result<ListResult> List(const Root& root, std::string_view path, const ListOptio
     out.truncated = true;
   }
   out.entries.reserve(entries->size());
+  // out.path + "/" + name is root.ToAbsolute(JoinRelative(*rel, name)).
+  std::string prefix = out.path;
+  if (prefix != "/") prefix += '/';
   for (const auto& e : *entries) {
     struct stat st;
     if (::fstatat(dir->get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;  // removed while listing
       return MakeSyscallError("fstatat", errno, JoinRelative(out.path, e.name));
     }
-    FileInfo info = InfoFromStat(st, root.ToAbsolute(JoinRelative(*rel, e.name)), e.name);
+    std::string abs;
+    abs.reserve(prefix.size() + e.name.size());
+    abs.append(prefix).append(e.name);
+    FileInfo info = InfoFromStat(st, std::move(abs), e.name);
     if (info.type == FileType::kSymlink) {
       int err = 0;
       if (auto target = ReadLinkAt(dir->get(), e.name.c_str(), &err)) {

@@ -11,23 +11,12 @@
 #include "sandboxd/proc/runner.h"
 #include "sandboxd/server/daemon.h"
 #include "sandboxd/server/exec_json.h"
+#include "sandboxd/server/fs_json.h"
 
 namespace deepbox::sandboxd {
 namespace {
 
 net::Response Ok(const json::object& o) { return JsonResponse(200, ToJson(o)); }
-
-json::object FileInfoJson(const fs::FileInfo& f) {
-  json::object o;
-  o["path"] = JsonString(f.path);
-  o["name"] = JsonString(f.name);
-  o["type"] = std::string(fs::FileTypeName(f.type));
-  o["size"] = f.size;
-  o["mode"] = fmt::format("{:04o}", f.mode);
-  o["modified_at"] = f.mtime;
-  if (f.type == fs::FileType::kSymlink) o["link_target"] = JsonString(f.symlink_target);
-  return o;
-}
 
 Result<uint32_t> ParseMode(const std::optional<std::string>& text, uint32_t dflt) {
   if (!text) return dflt;
@@ -185,13 +174,7 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
     if (!path) return ErrorResponse(path.error());
     auto list = fs::List(root_, *path);
     if (!list) return ErrorResponse(list.error());
-    json::array entries;
-    for (const auto& e : list->entries) entries.emplace_back(FileInfoJson(e));
-    json::object o;
-    o["path"] = JsonString(list->path);
-    o["entries"] = std::move(entries);
-    o["truncated"] = list->truncated;
-    return Ok(o);
+    return JsonResponse(200, ListJson(*list));
   }
   if (op == "read") {
     auto path = GetString(body, "path");
