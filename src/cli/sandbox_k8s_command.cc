@@ -52,6 +52,9 @@ Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeK8sProvider(const ClusterFl
   k8s::K8sProviderOptions po;
   po.rest = *rest;
   po.namespace_name = ns;
+  // A one-shot command: an unreachable API server is reported within a
+  // second, not after the long retry budget a running agent's claim gets.
+  po.client.max_retries = 2;
   return k8s::K8sSandboxProvider::Create(std::move(po));
 }
 
