@@ -110,8 +110,10 @@ TEST_F(BundleTest, RunsInAnOtherwiseEmptyRootAsUid1000) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!fs::exists(socket) && std::chrono::steady_clock::now() < deadline) {
     int status = 0;
-    ASSERT_EQ(waitpid(pid_, &status, WNOHANG), 0)
-        << "the bundled daemon exited: status " << status << " (120-127: setup step failed)";
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;  // reaped: TearDown must not signal a pid that may be reused
+      FAIL() << "the bundled daemon exited: status " << status << " (120-127: setup step failed)";
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_TRUE(fs::exists(socket)) << "the bundled daemon did not listen";
