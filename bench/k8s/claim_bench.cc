@@ -35,8 +35,7 @@
 #include "k8s/claim.h"
 #include "k8s/provider.h"
 #include "k8s/testing/fake_api_server.h"
-#include "k8s/testing/fake_controller.h"
-#include "k8s/testing/fixtures.h"
+#include "k8s/testing/fake_cluster.h"
 #include "k8s/testing/test_router.h"
 #include "k8s/util.h"
 #include "net/http_client.h"
@@ -47,7 +46,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using k8s::testing::FakeApiServer;
-using k8s::testing::FakeController;
 using k8s::testing::TestRouter;
 
 constexpr const char* kNamespace = "default";
@@ -106,17 +104,15 @@ std::set<pid_t> Children() {
 class Bench {
  public:
   void Setup() {
-    server_ = Must(FakeApiServer::Start(), "starting the fake API server");
-    k8s::testing::FakeControllerOptions co;
-    co.adoption_delay = std::chrono::milliseconds(0);
-    co.pod_start_delay = std::chrono::milliseconds(0);
-    controller_ = std::make_unique<FakeController>(server_->shared_store(), co);
-    controller_->Start();
-    daemon_ = Must(deepbox::testing::ScopedSandboxd::Start(), "starting deepbox-sandboxd");
-    router_ = Must(TestRouter::Start(kRouterToken), "starting the test router");
-    router_->SetDefaultBackend(daemon_->unix_url());
-    k8s::testing::SeedPool(server_->store(), kNamespace, kPool, "deepbox-sandbox-template", 1);
-    WaitPoolReady();
+    k8s::testing::FakeClusterOptions co;
+    co.controller.adoption_delay = std::chrono::milliseconds(0);
+    co.controller.pod_start_delay = std::chrono::milliseconds(0);
+    co.router_token = kRouterToken;
+    co.namespace_name = kNamespace;
+    co.warm_pool = kPool;
+    cluster_ = Must(k8s::testing::FakeCluster::Start(co), "starting the fake cluster");
+    server_ = &cluster_->server();
+    router_ = &cluster_->router();
 
     rest_ = server_->ClientConfig();
     net::ClientOptions api_opts;
@@ -130,11 +126,7 @@ class Bench {
   }
 
   void WaitPoolReady() {
-    if (!k8s::testing::WaitUntil([&] {
-          return k8s::testing::PoolReadyReplicas(server_->store(), kNamespace, kPool) == 1;
-        })) {
-      Die("the warm pool did not refill");
-    }
+    if (!cluster_->WaitPoolReady()) Die("the warm pool did not refill");
   }
 
   std::unique_ptr<k8s::K8sSandboxProvider> MakeProvider(k8s::ConnectionMode mode) {
@@ -322,14 +314,13 @@ class Bench {
   void Teardown() {
     direct_.reset();
     port_forward_.reset();
-    if (controller_) controller_->Stop();
+    cluster_.reset();
   }
 
  private:
-  std::unique_ptr<FakeApiServer> server_;
-  std::unique_ptr<FakeController> controller_;
-  std::unique_ptr<deepbox::testing::ScopedSandboxd> daemon_;
-  std::unique_ptr<TestRouter> router_;
+  std::unique_ptr<k8s::testing::FakeCluster> cluster_;
+  FakeApiServer* server_ = nullptr;
+  TestRouter* router_ = nullptr;
   k8s::RestConfig rest_;
   std::unique_ptr<net::HttpClient> api_;
   std::unique_ptr<k8s::K8sSandboxProvider> direct_, port_forward_;

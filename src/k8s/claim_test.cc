@@ -338,12 +338,7 @@ TEST_F(ClaimTest, DeleteBySelectorLeavesOtherClaimsAlone) {
   Init();
   auto make = [&](const std::string& ns, const std::string& name,
                   std::map<std::string, std::string> labels) {
-    ClaimRequest r = Request();
-    r.namespace_name = ns;
-    r.labels = std::move(labels);
-    auto obj = BuildClaimObject(r, name, "extensions.agents.x-k8s.io/v1beta1", "",
-                                std::chrono::system_clock::now());
-    ASSERT_TRUE(server_->store().Create({"extensions.agents.x-k8s.io", "sandboxclaims", ns}, obj));
+    ASSERT_TRUE(testing::AddClaim(server_->store(), ns, name, labels));
   };
   make("default", "sandbox-claim-aaaaaaaa", {{"deepagents.example/claim", "true"}});
   make("default", "sandbox-claim-bbbbbbbb", {{"deepagents.example/claim", "true"}});

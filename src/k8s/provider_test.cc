@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "k8s/testing/fake_api_server.h"
+#include "k8s/testing/fake_cluster.h"
 #include "k8s/testing/fake_controller.h"
 #include "k8s/testing/fixtures.h"
 #include "k8s/testing/test_router.h"
@@ -25,34 +26,19 @@ using namespace std::chrono_literals;
 using testing::ClaimNames;
 using testing::FakeApiServer;
 using testing::FakeController;
-using testing::PoolReadyReplicas;
-using testing::SeedPool;
 using testing::TestRouter;
 using testing::WaitUntil;
 
 class ProviderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto server = FakeApiServer::Start();
-    ASSERT_TRUE(server) << server.error().ToString();
-    server_ = std::move(*server);
-    controller_ = std::make_unique<FakeController>(server_->shared_store());
-    controller_->Start();
-    auto daemon = deepbox::testing::ScopedSandboxd::Start();
-    ASSERT_TRUE(daemon) << daemon.error().ToString();
-    daemon_ = std::move(*daemon);
-    auto router = TestRouter::Start("router-secret");
-    ASSERT_TRUE(router);
-    router_ = std::move(*router);
-    // Every pod IP the fake controller hands out is this one daemon.
-    router_->SetDefaultBackend(daemon_->unix_url());
-    SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 1);
-    ASSERT_TRUE(WaitUntil([&] {
-      return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1;
-    }));
-  }
-  void TearDown() override {
-    if (controller_) controller_->Stop();
+    auto cluster = testing::FakeCluster::Start();
+    ASSERT_TRUE(cluster) << cluster.error().ToString();
+    cluster_ = std::move(*cluster);
+    server_ = &cluster_->server();
+    controller_ = &cluster_->controller();
+    daemon_ = &cluster_->daemon();
+    router_ = &cluster_->router();
   }
 
   K8sProviderOptions Options() {
@@ -67,10 +53,11 @@ class ProviderTest : public ::testing::Test {
     return o;
   }
 
-  std::unique_ptr<FakeApiServer> server_;
-  std::unique_ptr<FakeController> controller_;
-  std::unique_ptr<deepbox::testing::ScopedSandboxd> daemon_;
-  std::unique_ptr<TestRouter> router_;
+  std::unique_ptr<testing::FakeCluster> cluster_;
+  FakeApiServer* server_ = nullptr;
+  FakeController* controller_ = nullptr;
+  deepbox::testing::ScopedSandboxd* daemon_ = nullptr;
+  TestRouter* router_ = nullptr;
 };
 
 TEST_F(ProviderTest, ClaimRunCommandsAndRelease) {
@@ -126,8 +113,7 @@ TEST_F(ProviderTest, DestroyingTheLeaseReleasesUnlessKept) {
     ASSERT_TRUE(lease) << lease.error().ToString();
   }
   EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
-  ASSERT_TRUE(WaitUntil(
-      [&] { return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1; }));
+  ASSERT_TRUE(cluster_->WaitPoolReady());
   {
     auto lease = (*provider)->Claim({});
     ASSERT_TRUE(lease) << lease.error().ToString();
@@ -221,38 +207,27 @@ TEST_F(ProviderTest, DirectConnectionAndRejectedOptions) {
   EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
 }
 
-// Claim -> Ready -> first command against the fake API server with adoption
-// delay zero and a direct router connection (no process spawn per claim).
-// Reported, not asserted: timings are not test outcomes here.
-TEST_F(ProviderTest, ReportsClaimToFirstCommandLatency) {
+// Back-to-back claims over a direct router connection: each takes the
+// refilled warm sandbox, answers, and leaves no claim behind. (The latency of
+// this path is measured by bench/k8s, not here.)
+TEST_F(ProviderTest, RepeatedClaimsThroughADirectConnection) {
   K8sProviderOptions o = Options();
   o.connection.mode = ConnectionMode::kDirect;
   o.connection.direct_url = router_->url();
   auto provider = K8sSandboxProvider::Create(o);
   ASSERT_TRUE(provider);
-  std::vector<double> claim_ms, first_ms;
   ExecRequest req;
   req.argv = {"true"};
   for (int i = 0; i < 10; ++i) {
-    ASSERT_TRUE(WaitUntil([&] {
-      return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1;
-    }));
-    auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(cluster_->WaitPoolReady());
     auto lease = (*provider)->Claim({});
-    auto t1 = std::chrono::steady_clock::now();
     ASSERT_TRUE(lease) << lease.error().ToString();
-    ASSERT_TRUE((*lease)->sandbox().Exec(req));
-    auto t2 = std::chrono::steady_clock::now();
-    claim_ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-    first_ms.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    auto r = (*lease)->sandbox().Exec(req);
+    ASSERT_TRUE(r) << r.error().ToString();
+    EXPECT_EQ(r->exit_code, 0);
     ASSERT_TRUE((*lease)->Release());
+    EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
   }
-  std::sort(claim_ms.begin(), claim_ms.end());
-  std::sort(first_ms.begin(), first_ms.end());
-  std::printf("claim->ready p50 %.2f ms (min %.2f), first command p50 %.2f ms (ASan build)\n",
-              claim_ms[claim_ms.size() / 2], claim_ms.front(), first_ms[first_ms.size() / 2]);
-  RecordProperty("claim_p50_us", static_cast<int>(claim_ms[claim_ms.size() / 2] * 1000));
-  RecordProperty("first_command_p50_us", static_cast<int>(first_ms[first_ms.size() / 2] * 1000));
 }
 
 }  // namespace

@@ -14,11 +14,12 @@
 
 #include "cli/run_exit_codes.h"
 #include "e2e_util.h"
-#include "k8s/claim.h"
 #include "k8s/testing/fake_api_server.h"
+#include "k8s/testing/fake_cluster.h"
 #include "k8s/testing/fake_controller.h"
 #include "k8s/testing/fixtures.h"
 #include "k8s/testing/test_router.h"
+#include "k8s/util.h"
 #include "sandbox/testing/scoped_sandboxd.h"
 
 namespace deepbox::e2e {
@@ -26,9 +27,8 @@ namespace {
 
 using k8s::testing::ClaimNames;
 using k8s::testing::FakeApiServer;
+using k8s::testing::FakeCluster;
 using k8s::testing::FakeController;
-using k8s::testing::PoolReadyReplicas;
-using k8s::testing::SeedPool;
 using k8s::testing::TestRouter;
 using k8s::testing::WaitUntil;
 using ::testing::HasSubstr;
@@ -41,27 +41,18 @@ class K8sTest : public E2eTest {
   void SetUp() override {
     E2eTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    auto server = FakeApiServer::Start();
-    ASSERT_TRUE(server) << server.error().ToString();
-    server_ = std::move(*server);
-    controller_ = std::make_unique<FakeController>(server_->shared_store());
-    controller_->Start();
-    auto daemon = deepbox::testing::ScopedSandboxd::Start();
-    ASSERT_TRUE(daemon) << daemon.error().ToString();
-    daemon_ = std::move(*daemon);
-    auto router = TestRouter::Start("router-secret");
-    ASSERT_TRUE(router);
-    router_ = std::move(*router);
-    router_->SetDefaultBackend(daemon_->unix_url());  // every pod is this daemon
-    SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 1);
-    ASSERT_TRUE(WaitUntil([&] {
-      return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1;
-    }));
+    auto cluster = FakeCluster::Start();
+    ASSERT_TRUE(cluster) << cluster.error().ToString();
+    cluster_ = std::move(*cluster);
+    server_ = &cluster_->server();
+    controller_ = &cluster_->controller();
+    daemon_ = &cluster_->daemon();
+    router_ = &cluster_->router();
     kubeconfig_ = (dir_ / "kubeconfig").string();
     ASSERT_TRUE(server_->WriteKubeconfig(kubeconfig_, "default"));
   }
   void TearDown() override {
-    if (controller_) controller_->Stop();
+    cluster_.reset();
     E2eTest::TearDown();
   }
   // The fake "pod" is a daemon whose root is a temporary directory, not
@@ -89,13 +80,7 @@ class K8sTest : public E2eTest {
   // A claim put straight into the API server's store (as another client would).
   void AddClaim(const std::string& ns, const std::string& name,
                 std::map<std::string, std::string> labels) {
-    k8s::ClaimRequest r;
-    r.warm_pool = "deepagents-warmpool";
-    r.namespace_name = ns;
-    r.labels = std::move(labels);
-    auto obj = k8s::BuildClaimObject(r, name, "extensions.agents.x-k8s.io/v1beta1", "",
-                                     std::chrono::system_clock::now());
-    ASSERT_TRUE(server_->store().Create({"extensions.agents.x-k8s.io", "sandboxclaims", ns}, obj));
+    ASSERT_TRUE(k8s::testing::AddClaim(server_->store(), ns, name, labels));
   }
   std::vector<std::string> SortedClaims(const std::string& ns) {
     auto names = ClaimNames(server_->store(), ns);
@@ -103,10 +88,11 @@ class K8sTest : public E2eTest {
     return names;
   }
 
-  std::unique_ptr<FakeApiServer> server_;
-  std::unique_ptr<FakeController> controller_;
-  std::unique_ptr<deepbox::testing::ScopedSandboxd> daemon_;
-  std::unique_ptr<TestRouter> router_;
+  std::unique_ptr<FakeCluster> cluster_;
+  FakeApiServer* server_ = nullptr;
+  FakeController* controller_ = nullptr;
+  deepbox::testing::ScopedSandboxd* daemon_ = nullptr;
+  TestRouter* router_ = nullptr;
   std::string kubeconfig_;
 };
 

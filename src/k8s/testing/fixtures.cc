@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "k8s/claim.h"
 #include "k8s/util.h"
 
 namespace deepbox::k8s::testing {
@@ -67,6 +68,19 @@ std::vector<std::string> ClaimNames(ObjectStore& store, const std::string& ns) {
     out.push_back(FindString(c, {"metadata", "name"}));
   }
   return out;
+}
+
+Status AddClaim(ObjectStore& store, const std::string& ns, const std::string& name,
+                const std::map<std::string, std::string>& labels, const std::string& warm_pool) {
+  ClaimRequest r;
+  r.warm_pool = warm_pool;
+  r.namespace_name = ns;
+  r.labels = labels;
+  auto obj = BuildClaimObject(r, name, "extensions.agents.x-k8s.io/v1beta1", "",
+                              std::chrono::system_clock::now());
+  auto created = store.Create({"extensions.agents.x-k8s.io", "sandboxclaims", ns}, obj);
+  if (!created) return tl::unexpected(created.error());
+  return {};
 }
 
 }  // namespace deepbox::k8s::testing

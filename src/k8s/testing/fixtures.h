@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <string>
 
+#include "common/error.h"
 #include "common/json.h"
 #include "k8s/testing/object_store.h"
 
@@ -28,5 +30,11 @@ void SeedPool(ObjectStore& store, const std::string& ns, const std::string& pool
 // readyReplicas of a pool as the fake controller reports it.
 int64_t PoolReadyReplicas(ObjectStore& store, const std::string& ns, const std::string& pool);
 std::vector<std::string> ClaimNames(ObjectStore& store, const std::string& ns);
+
+// Puts a v1beta1 SandboxClaim on `warm_pool` straight into the store, as
+// another client would have created it.
+Status AddClaim(ObjectStore& store, const std::string& ns, const std::string& name,
+                const std::map<std::string, std::string>& labels,
+                const std::string& warm_pool = "deepagents-warmpool");
 
 }  // namespace deepbox::k8s::testing
