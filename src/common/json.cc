@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/parse_number.h"
 #include "common/utf8.h"
 
 namespace deepbox {
@@ -59,14 +60,7 @@ Result<std::optional<std::string>> GetOptStringChecked(const json::object& obj,
 Result<std::optional<int64_t>> GetOptInt(const json::object& obj, std::string_view key) {
   auto it = obj.find(key);
   if (it == obj.end() || it->value().is_null()) return std::optional<int64_t>();
-  const auto& v = it->value();
-  if (v.is_int64()) return std::optional<int64_t>(v.as_int64());
-  if (v.is_uint64() && v.as_uint64() <= static_cast<uint64_t>(INT64_MAX)) {
-    return std::optional<int64_t>(static_cast<int64_t>(v.as_uint64()));
-  }
-  if (v.is_double() && v.as_double() == static_cast<double>(static_cast<int64_t>(v.as_double()))) {
-    return std::optional<int64_t>(static_cast<int64_t>(v.as_double()));
-  }
+  if (auto n = JsonToInt64(it->value())) return std::optional<int64_t>(*n);
   return MakeError(ErrorCode::kInvalidArgument, fmt::format("field '{}' must be an integer", key));
 }
 
@@ -77,6 +71,16 @@ Result<std::optional<bool>> GetOptBool(const json::object& obj, std::string_view
     return MakeError(ErrorCode::kInvalidArgument, fmt::format("field '{}' must be a boolean", key));
   }
   return std::optional<bool>(it->value().as_bool());
+}
+
+std::optional<int64_t> JsonToInt64(const json::value& value) {
+  if (value.is_int64()) return value.as_int64();
+  if (value.is_uint64()) {
+    if (value.as_uint64() > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+    return static_cast<int64_t>(value.as_uint64());
+  }
+  if (value.is_double()) return DoubleToInt64(value.as_double());
+  return std::nullopt;
 }
 
 json::object ErrorToJson(const Error& error) {

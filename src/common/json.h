@@ -28,6 +28,11 @@ Result<std::optional<std::string>> GetOptStringChecked(const json::object& obj,
 Result<std::optional<int64_t>> GetOptInt(const json::object& obj, std::string_view key);
 Result<std::optional<bool>> GetOptBool(const json::object& obj, std::string_view key);
 
+// A JSON number as an integer when it is one exactly: int64, uint64 up to
+// INT64_MAX, or an integral double in range (1e400 parses as infinity; casting
+// that is undefined behaviour). Anything else, including strings, is nullopt.
+std::optional<int64_t> JsonToInt64(const json::value& value);
+
 // {"error": {"code": "NOT_FOUND", "message": "..."}}
 json::object ErrorToJson(const Error& error);
 
