@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <climits>
+
 #include "common/base64.h"
 #include "common/json.h"
+#include "common/parse_number.h"
 #include "net/http_client.h"
 #include "net/url.h"
 
@@ -11,6 +14,9 @@ namespace deepbox {
 namespace {
 
 using namespace std::chrono_literals;
+
+// A daemon's error message is shown to people and models: keep it bounded.
+constexpr size_t kMaxDaemonMessage = 4096;
 
 Error ErrorFromResponse(const net::Response& r, std::string_view what) {
   auto parsed = ParseJsonObject(r.body);
@@ -20,6 +26,7 @@ Error ErrorFromResponse(const net::Response& r, std::string_view what) {
       const auto& e = it->value().as_object();
       auto code = GetOptString(e, "code").value_or("INTERNAL");
       auto msg = GetOptString(e, "message").value_or("");
+      if (msg.size() > kMaxDaemonMessage) msg = msg.substr(0, kMaxDaemonMessage) + "...";
       return Error(ErrorCodeFromName(code), msg);
     }
   }
@@ -28,12 +35,75 @@ Error ErrorFromResponse(const net::Response& r, std::string_view what) {
                            r.body.substr(0, 200)));
 }
 
-ExitKind ParseExitKind(std::string_view s) {
+// Every answer of a daemon is hostile input (issue 16): a field of the wrong
+// kind or out of range makes the answer invalid, with an error naming the
+// field, never a crash, a wrapped value or a silent default.
+Error InvalidAnswer(std::string_view key, std::string_view expected) {
+  return Error(
+      ErrorCode::kInternal,
+      fmt::format("sandbox daemon sent an invalid answer: field '{}' must be {}", key, expected));
+}
+
+// Reads typed fields of one answer object; a missing or null field takes its
+// default, a bad one is remembered (the first) and reported by error().
+class AnswerReader {
+ public:
+  explicit AnswerReader(const json::object& o) : o_(o) {}
+
+  int64_t Int(std::string_view key, int64_t dflt, int64_t min = INT64_MIN,
+              int64_t max = INT64_MAX) {
+    const json::value* v = Find(key);
+    if (!v) return dflt;
+    auto n = JsonToInt64(*v);
+    if (!n || *n < min || *n > max) {
+      Fail(key, fmt::format("an integer from {} to {}", min, max));
+      return dflt;
+    }
+    return *n;
+  }
+  bool Bool(std::string_view key, bool dflt) {
+    const json::value* v = Find(key);
+    if (!v) return dflt;
+    if (!v->is_bool()) {
+      Fail(key, "a boolean");
+      return dflt;
+    }
+    return v->as_bool();
+  }
+  std::string Str(std::string_view key) {
+    const json::value* v = Find(key);
+    if (!v) return {};
+    if (!v->is_string()) {
+      Fail(key, "a string");
+      return {};
+    }
+    return std::string(v->as_string());
+  }
+  void Fail(std::string_view key, std::string_view expected) {
+    if (!error_) error_ = InvalidAnswer(key, expected);
+  }
+  Status status() const {
+    if (error_) return tl::unexpected(*error_);
+    return {};
+  }
+
+ private:
+  const json::value* Find(std::string_view key) const {
+    auto it = o_.find(key);
+    if (it == o_.end() || it->value().is_null()) return nullptr;
+    return &it->value();
+  }
+  const json::object& o_;
+  std::optional<Error> error_;
+};
+
+std::optional<ExitKind> ParseExitKind(std::string_view s) {
+  if (s == "exited") return ExitKind::kExited;
   if (s == "signaled") return ExitKind::kSignaled;
   if (s == "timed_out") return ExitKind::kTimedOut;
   if (s == "killed") return ExitKind::kKilled;
   if (s == "spawn_failed") return ExitKind::kSpawnFailed;
-  return ExitKind::kExited;
+  return std::nullopt;
 }
 
 FileType ParseFileType(std::string_view s) {
@@ -41,20 +111,6 @@ FileType ParseFileType(std::string_view s) {
   if (s == "symlink") return FileType::kSymlink;
   if (s == "file") return FileType::kFile;
   return FileType::kOther;
-}
-
-int64_t IntOr(const json::object& o, std::string_view key, int64_t dflt) {
-  auto it = o.find(key);
-  if (it == o.end()) return dflt;
-  if (it->value().is_int64()) return it->value().as_int64();
-  if (it->value().is_uint64()) return static_cast<int64_t>(it->value().as_uint64());
-  if (it->value().is_double()) return static_cast<int64_t>(it->value().as_double());
-  return dflt;
-}
-
-bool BoolOr(const json::object& o, std::string_view key, bool dflt) {
-  auto it = o.find(key);
-  return it != o.end() && it->value().is_bool() ? it->value().as_bool() : dflt;
 }
 
 std::string StrOr(const json::object& o, std::string_view key) {
@@ -82,26 +138,37 @@ json::object ExecBody(const ExecRequest& r) {
   return o;
 }
 
-void FillExit(const json::object& o, ExecResult& out) {
-  out.kind = ParseExitKind(StrOr(o, "status"));
-  out.exit_code = static_cast<int>(IntOr(o, "exit_code", 0));
-  out.signal = static_cast<int>(IntOr(o, "signal", 0));
-  out.stdout_truncated = BoolOr(o, "stdout_truncated", false);
-  out.stderr_truncated = BoolOr(o, "stderr_truncated", false);
-  out.duration = std::chrono::milliseconds(IntOr(o, "duration_ms", 0));
-  out.error = StrOr(o, "error");
+Status FillExit(const json::object& o, ExecResult& out) {
+  AnswerReader r(o);
+  auto kind = ParseExitKind(r.Str("status"));
+  if (!kind) r.Fail("status", "one of exited, signaled, timed_out, killed, spawn_failed");
+  out.kind = kind.value_or(ExitKind::kExited);
+  // Shell conventions: 0..255 (128 + signal after a signal).
+  out.exit_code = static_cast<int>(r.Int("exit_code", 0, 0, 255));
+  out.signal = static_cast<int>(r.Int("signal", 0, 0, 127));
+  out.stdout_truncated = r.Bool("stdout_truncated", false);
+  out.stderr_truncated = r.Bool("stderr_truncated", false);
+  out.duration = std::chrono::milliseconds(r.Int("duration_ms", 0, 0));
+  out.error = r.Str("error");
+  return r.status();
 }
 
-FileInfo ParseFileInfo(const json::object& o) {
+Result<FileInfo> ParseFileInfo(const json::object& o) {
+  AnswerReader r(o);
   FileInfo f;
-  f.path = StrOr(o, "path");
-  f.name = StrOr(o, "name");
-  f.type = ParseFileType(StrOr(o, "type"));
-  f.size = IntOr(o, "size", 0);
-  auto mode = StrOr(o, "mode");
-  f.mode = mode.empty() ? 0 : static_cast<uint32_t>(std::stoul(mode, nullptr, 8));
-  f.modified_at = StrOr(o, "modified_at");
-  f.link_target = StrOr(o, "link_target");
+  f.path = r.Str("path");
+  f.name = r.Str("name");
+  f.type = ParseFileType(r.Str("type"));
+  f.size = r.Int("size", 0, 0);
+  auto mode = r.Str("mode");
+  if (!mode.empty()) {
+    auto parsed = ParseFileMode(mode);
+    if (!parsed) r.Fail("mode", "permission bits in octal, at most 7777");
+    f.mode = parsed.value_or(0);
+  }
+  f.modified_at = r.Str("modified_at");
+  f.link_target = r.Str("link_target");
+  if (auto s = r.status(); !s) return tl::unexpected(s.error());
   return f;
 }
 
@@ -138,8 +205,11 @@ Result<std::unique_ptr<SandboxdClient>> SandboxdClient::Connect(const std::strin
     return tl::unexpected(ErrorFromResponse(*r, "connecting to sandbox daemon"));
   auto info = ParseJsonObject(r->body);
   if (!info) return tl::unexpected(info.error());
-  client->root_ = StrOr(*info, "root");
-  client->id_ = client->options_.id.empty() ? StrOr(*info, "hostname") : client->options_.id;
+  AnswerReader fields(*info);
+  client->root_ = fields.Str("root");
+  std::string hostname = fields.Str("hostname");
+  if (auto s = fields.status(); !s) return tl::unexpected(s.error());
+  client->id_ = client->options_.id.empty() ? hostname : client->options_.id;
   return client;
 }
 
@@ -183,10 +253,12 @@ Result<ExecResult> SandboxdClient::Exec(const ExecRequest& request) {
   auto o = ParseJsonObject(*body);
   if (!o) return tl::unexpected(o.error());
   ExecResult out;
-  FillExit(*o, out);
-  out.stdout_data = StrOr(*o, "stdout");
-  out.stderr_data = StrOr(*o, "stderr");
-  out.combined = StrOr(*o, "output");
+  if (auto s = FillExit(*o, out); !s) return tl::unexpected(s.error());
+  AnswerReader r(*o);
+  out.stdout_data = r.Str("stdout");
+  out.stderr_data = r.Str("stderr");
+  out.combined = r.Str("output");
+  if (auto s = r.status(); !s) return tl::unexpected(s.error());
   return out;
 }
 
@@ -234,7 +306,10 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
             }
           } else if (type == "exit") {
             ExecResult out;
-            FillExit(*ev, out);
+            if (auto s = FillExit(*ev, out); !s) {
+              failure = s.error();
+              return false;
+            }
             result = out;
           } else if (type == "error") {
             failure = Error(ErrorCodeFromName(StrOr(*ev, "code")), StrOr(*ev, "message"));
@@ -295,7 +370,10 @@ Result<std::vector<FileInfo>> SandboxdClient::List(const std::string& path) {
     const auto& entries = it->value().as_array();
     out.reserve(entries.size());
     for (const auto& e : entries) {
-      if (e.is_object()) out.push_back(ParseFileInfo(e.as_object()));
+      if (!e.is_object()) return tl::unexpected(InvalidAnswer("entries", "an array of objects"));
+      auto info = ParseFileInfo(e.as_object());
+      if (!info) return tl::unexpected(info.error());
+      out.push_back(std::move(*info));
     }
   }
   return out;
@@ -318,13 +396,15 @@ Result<ReadResult> SandboxdClient::Read(const std::string& path, const ReadOptio
   auto decoded = Base64Decode(StrOr(*r, "content_base64"));
   if (!decoded) return MakeError(ErrorCode::kInternal, "sandbox daemon sent invalid base64");
   out.content = std::move(*decoded);
-  out.binary = BoolOr(*r, "binary", false);
-  out.truncated = BoolOr(*r, "truncated", false);
-  out.size = IntOr(*r, "size", 0);
-  out.total_lines = IntOr(*r, "total_lines", -1);
-  out.start_line = IntOr(*r, "start_line", 0);
-  out.lines_returned = IntOr(*r, "lines_returned", 0);
-  out.more_lines = BoolOr(*r, "more_lines", false);
+  AnswerReader fields(*r);
+  out.binary = fields.Bool("binary", false);
+  out.truncated = fields.Bool("truncated", false);
+  out.size = fields.Int("size", 0, 0);
+  out.total_lines = fields.Int("total_lines", -1, -1);
+  out.start_line = fields.Int("start_line", 0, 0);
+  out.lines_returned = fields.Int("lines_returned", 0, 0);
+  out.more_lines = fields.Bool("more_lines", false);
+  if (auto s = fields.status(); !s) return tl::unexpected(s.error());
   return out;
 }
 
@@ -349,7 +429,10 @@ Result<EditResult> SandboxdClient::Edit(const std::string& path, const std::stri
   if (!body) return tl::unexpected(body.error());
   auto r = ParseJsonObject(*body);
   if (!r) return tl::unexpected(r.error());
-  return EditResult{static_cast<int>(IntOr(*r, "occurrences", 0))};
+  AnswerReader fields(*r);
+  auto occurrences = fields.Int("occurrences", 0, 0, INT_MAX);
+  if (auto s = fields.status(); !s) return tl::unexpected(s.error());
+  return EditResult{static_cast<int>(occurrences)};
 }
 
 Status SandboxdClient::Mkdir(const std::string& path, bool parents) {
@@ -391,10 +474,13 @@ Result<GlobResult> SandboxdClient::Glob(const std::string& pattern, const std::s
   auto r = ParseJsonObject(*body);
   if (!r) return tl::unexpected(r.error());
   GlobResult out;
-  out.truncated = BoolOr(*r, "truncated", false);
+  AnswerReader fields(*r);
+  out.truncated = fields.Bool("truncated", false);
+  if (auto s = fields.status(); !s) return tl::unexpected(s.error());
   if (auto it = r->find("paths"); it != r->end() && it->value().is_array()) {
     for (const auto& p : it->value().as_array()) {
-      if (p.is_string()) out.paths.emplace_back(p.as_string());
+      if (!p.is_string()) return tl::unexpected(InvalidAnswer("paths", "an array of strings"));
+      out.paths.emplace_back(p.as_string());
     }
   }
   return out;
@@ -417,25 +503,34 @@ Result<GrepResult> SandboxdClient::Grep(const GrepRequest& request) {
   auto r = ParseJsonObject(*body);
   if (!r) return tl::unexpected(r.error());
   GrepResult out;
-  out.truncated = BoolOr(*r, "truncated", false);
+  AnswerReader fields(*r);
+  out.truncated = fields.Bool("truncated", false);
   if (auto it = r->find("matches"); it != r->end() && it->value().is_array()) {
     for (const auto& m : it->value().as_array()) {
-      if (!m.is_object()) continue;
-      const auto& mo = m.as_object();
-      out.matches.push_back({StrOr(mo, "path"), IntOr(mo, "line", 0), StrOr(mo, "text")});
+      if (!m.is_object()) return tl::unexpected(InvalidAnswer("matches", "an array of objects"));
+      AnswerReader mo(m.as_object());
+      auto path = mo.Str("path");
+      auto line = mo.Int("line", 0, 0);
+      out.matches.push_back({std::move(path), line, mo.Str("text")});
+      if (auto s = mo.status(); !s) return tl::unexpected(s.error());
     }
   }
   if (auto it = r->find("files"); it != r->end() && it->value().is_array()) {
     for (const auto& p : it->value().as_array()) {
-      if (p.is_string()) out.files.emplace_back(p.as_string());
+      if (!p.is_string()) return tl::unexpected(InvalidAnswer("files", "an array of strings"));
+      out.files.emplace_back(p.as_string());
     }
   }
   if (auto it = r->find("counts"); it != r->end() && it->value().is_array()) {
     for (const auto& c : it->value().as_array()) {
-      if (!c.is_object()) continue;
-      out.counts.emplace_back(StrOr(c.as_object(), "path"), IntOr(c.as_object(), "count", 0));
+      if (!c.is_object()) return tl::unexpected(InvalidAnswer("counts", "an array of objects"));
+      AnswerReader co(c.as_object());
+      auto path = co.Str("path");
+      out.counts.emplace_back(std::move(path), co.Int("count", 0, 0));
+      if (auto s = co.status(); !s) return tl::unexpected(s.error());
     }
   }
+  if (auto s = fields.status(); !s) return tl::unexpected(s.error());
   return out;
 }
 

@@ -340,6 +340,60 @@ TEST_F(SandboxdTest, MalformedJsonAndUnknownEndpoints) {
   EXPECT_TRUE(sb().Stat("."));
 }
 
+// Issue 16: a number the client sends never aborts the daemon (std::stoul,
+// chrono overflow, infinity cast to an integer); each is a 400 naming the field.
+TEST_F(SandboxdTest, HostileNumbersAre400sAndTheDaemonKeepsServing) {
+  struct Case {
+    std::string target, body;
+  };
+  const std::vector<Case> cases = {
+      {"/deepbox/v1/fs/write", R"({"path":"a","content":"x","mode":"zz"})"},
+      {"/deepbox/v1/fs/write", R"({"path":"a","content":"x","mode":"77777"})"},
+      {"/deepbox/v1/fs/write", R"({"path":"a","content":"x","mode":"99999999999999999999"})"},
+      {"/deepbox/v1/fs/write", R"({"path":"a","content":"x","mode":644})"},
+      {"/deepbox/v1/fs/mkdir", R"({"path":"d","mode":"-1"})"},
+      {"/deepbox/v1/fs/read", R"({"path":"a","line_offset":1e400})"},
+      {"/deepbox/v1/fs/read", R"({"path":"a","byte_length":18446744073709551615})"},
+      {"/deepbox/v1/fs/read", R"({"path":"a","max_bytes":-1})"},
+      {"/deepbox/v1/exec", R"({"shell":"true","timeout_ms":9000000000000000000})"},
+      {"/deepbox/v1/exec", R"({"shell":"true","timeout_ms":-1e400})"},
+      {"/deepbox/v1/exec", R"({"shell":"true","grace_ms":9000000000000000000})"},
+      {"/deepbox/v1/exec", R"({"shell":"true","max_output_bytes":"lots"})"},
+      {"/deepbox/v1/exec/stream", R"({"shell":"true","timeout_ms":9000000000000000000})"},
+      {"/deepbox/v1/processes", R"({"shell":"true","timeout_ms":1e19})"},
+      {"/deepbox/v1/fs/grep", R"({"pattern":"x","max_count":1e400})"},
+      {"/deepbox/v1/fs/glob", R"({"pattern":"*","max_results":-1e400})"},
+  };
+  for (const auto& c : cases) {
+    auto r = Post(c.target, c.body);
+    EXPECT_EQ(r.status, 400) << c.target << " " << c.body << " -> " << r.body;
+    EXPECT_NE(r.body.find("INVALID_ARGUMENT"), std::string::npos) << r.body;
+  }
+  auto start = Post("/deepbox/v1/processes", R"({"shell":"echo hi"})");
+  ASSERT_EQ(start.status, 200) << start.body;
+  std::string id(ParseJsonObject(start.body)->at("id").as_string());
+  for (std::string query : {"offset=-1", "offset=abc", "offset=99999999999999999999",
+                            "max_bytes=1e3", "wait_ms=-5", "wait_ms=%2012", "offset="}) {
+    auto r = Get("/deepbox/v1/processes/" + id + "/logs?" + query);
+    EXPECT_EQ(r.status, 400) << query << " -> " << r.body;
+  }
+  EXPECT_EQ(Get("/deepbox/v1/processes/" + id + "/logs?offset=0&max_bytes=99999999999").status,
+            200);
+  net::ClientRequest put;
+  put.method = "PUT";
+  put.body = "x";
+  for (std::string mode : {"0zz9", "-644", "00644", "9999"}) {
+    put.target = "/v1/files/m.txt?mode=" + mode;
+    EXPECT_EQ(Http()->Send(put)->status, 400) << mode;
+  }
+  EXPECT_TRUE(sb().Stat("."));
+  ExecRequest ok;
+  ok.shell = "echo alive";
+  auto r = sb().Exec(ok);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->stdout_data, "alive\n");
+}
+
 TEST(SandboxdAuthTest, TokenRequiredOnEveryRequest) {
   auto d = ScopedSandboxd::Start({.token = "s3cret"});
   ASSERT_TRUE(d) << d.error().ToString();

@@ -7,6 +7,7 @@
 
 #include "common/base64.h"
 #include "common/json.h"
+#include "common/parse_number.h"
 #include "sandboxd/fs/workspace.h"
 #include "sandboxd/proc/runner.h"
 #include "sandboxd/server/daemon.h"
@@ -18,14 +19,18 @@ namespace {
 
 net::Response Ok(const json::object& o) { return JsonResponse(200, ToJson(o)); }
 
-Result<uint32_t> ParseMode(const std::optional<std::string>& text, uint32_t dflt) {
-  if (!text) return dflt;
-  if (text->empty() || text->size() > 5 ||
-      text->find_first_not_of("01234567") != std::string::npos) {
+// "mode": an octal string of permission bits, at most "7777".
+Result<uint32_t> ParseMode(const json::object& body, uint32_t dflt) {
+  auto text = GetOptStringChecked(body, "mode");
+  if (!text) return tl::unexpected(text.error());
+  if (!*text) return dflt;
+  auto mode = ParseFileMode(**text);
+  if (!mode) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("mode '{}' must be octal like \"0644\"", *text));
+                     fmt::format("mode '{}' must be octal like \"0644\" (at most 7777)",
+                                 text->value().substr(0, 32)));
   }
-  return static_cast<uint32_t>(std::stoul(*text, nullptr, 8)) & 07777;
+  return *mode;
 }
 
 // Content from "content" (text) or "content_base64".
@@ -237,7 +242,7 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
     if (!path) return ErrorResponse(path.error());
     auto content = ContentField(body, "content", "content_base64");
     if (!content) return ErrorResponse(content.error());
-    auto mode = ParseMode(GetOptString(body, "mode"), 0644);
+    auto mode = ParseMode(body, 0644);
     if (!mode) return ErrorResponse(mode.error());
     auto parents = GetOptBool(body, "create_parents");
     if (!parents) return ErrorResponse(parents.error());
@@ -273,7 +278,7 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
     if (!path) return ErrorResponse(path.error());
     auto parents = GetOptBool(body, "parents");
     if (!parents) return ErrorResponse(parents.error());
-    auto mode = ParseMode(GetOptString(body, "mode"), 0755);
+    auto mode = ParseMode(body, 0755);
     if (!mode) return ErrorResponse(mode.error());
     auto r = fs::Mkdir(root_, *path, parents->value_or(true), *mode);
     if (!r) return ErrorResponse(r.error());

@@ -79,15 +79,23 @@ Result<proc::CommandSpec> ParseCommandSpec(const json::object& body, const Daemo
   } else if (*stdin_text) {
     spec.stdin_data = **stdin_text;
   }
+  // Deadlines are computed in nanoseconds: a year keeps that arithmetic far
+  // from overflowing (which would be undefined behaviour, not an error).
+  constexpr int64_t kMaxDurationMs = int64_t{365} * 24 * 3600 * 1000;
   auto timeout = GetOptInt(body, "timeout_ms");
   if (!timeout) return tl::unexpected(timeout.error());
-  if (*timeout && **timeout < 0) {
-    return MakeError(ErrorCode::kInvalidArgument, "field 'timeout_ms' must not be negative");
+  if (*timeout && (**timeout < 0 || **timeout > kMaxDurationMs)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("field 'timeout_ms' must be from 0 to {}", kMaxDurationMs));
   }
   spec.timeout =
       (*timeout && **timeout > 0) ? std::chrono::milliseconds(**timeout) : config.default_timeout;
   auto grace = GetOptInt(body, "grace_ms");
   if (!grace) return tl::unexpected(grace.error());
+  if (*grace && **grace > kMaxDurationMs) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("field 'grace_ms' must be at most {}", kMaxDurationMs));
+  }
   spec.kill_grace =
       (*grace && **grace >= 0) ? std::chrono::milliseconds(**grace) : config.kill_grace;
   auto cap = GetOptInt(body, "max_output_bytes");

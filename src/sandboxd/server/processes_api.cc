@@ -6,6 +6,7 @@
 
 #include "common/base64.h"
 #include "common/json.h"
+#include "common/parse_number.h"
 #include "sandboxd/proc/process_table.h"
 #include "sandboxd/server/daemon.h"
 #include "sandboxd/server/exec_json.h"
@@ -111,19 +112,25 @@ net::Response Daemon::Processes(const net::Request& request, std::string_view re
       return ok(InfoJson(*info));
     }
   } else if (action == "logs" && m == "GET") {
-    uint64_t offset = 0;
-    size_t max_bytes = 1 << 20;
-    int64_t wait_ms = 0;
-    try {
-      if (auto v = request.Query("offset")) offset = std::stoull(*v);
-      if (auto v = request.Query("max_bytes"))
-        max_bytes = std::min<size_t>(std::stoull(*v), 16 << 20);
-      if (auto v = request.Query("wait_ms")) wait_ms = std::min<int64_t>(std::stoll(*v), 60000);
-    } catch (const std::exception&) {
-      return ErrorResponse(
-          Error(ErrorCode::kInvalidArgument, "offset/max_bytes/wait_ms must be integers"));
+    // Non-negative integers; a bad one is a 400 naming it.
+    auto query_u64 = [&](const char* key, uint64_t dflt, uint64_t max) -> Result<uint64_t> {
+      auto text = request.Query(key);
+      if (!text) return dflt;
+      auto n = ParseU64(*text);
+      if (!n) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("query parameter '{}' must be a non-negative integer", key));
+      }
+      return std::min(*n, max);
+    };
+    auto offset = query_u64("offset", 0, UINT64_MAX);
+    auto max_bytes = query_u64("max_bytes", 1 << 20, 16 << 20);
+    auto wait_ms = query_u64("wait_ms", 0, 60000);
+    for (const auto* q : {&offset, &max_bytes, &wait_ms}) {
+      if (!*q) return ErrorResponse(q->error());
     }
-    auto chunk = processes_->ReadLog(id, offset, max_bytes, std::chrono::milliseconds(wait_ms));
+    auto chunk = processes_->ReadLog(id, *offset, static_cast<size_t>(*max_bytes),
+                                     std::chrono::milliseconds(*wait_ms));
     if (!chunk) return ErrorResponse(chunk.error());
     json::object o;
     if (request.Query("encoding").value_or("") == "base64") {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/json.h"
+#include "common/parse_number.h"
 #include "sandboxd/fs/workspace.h"
 #include "sandboxd/proc/runner.h"
 #include "sandboxd/server/daemon.h"
@@ -250,7 +251,7 @@ void Daemon::V1Files(net::Request& request, std::string_view path, net::Response
             V1Error(Error(ErrorCode::kInvalidArgument, "mode must match ^0[0-7]{3}$")));
         return;
       }
-      mode = static_cast<uint32_t>(std::stoul(*mode_text, nullptr, 8));
+      mode = ParseFileMode(*mode_text).value_or(0644);  // checked above
     }
     std::string_view data = request.body;
     std::vector<FormPart> parts;

@@ -1,0 +1,184 @@
+// SandboxdClient against a hostile daemon: every malformed answer is an Error
+// naming what was wrong, never a crash (issue 16: "mode":"zz" used to abort the
+// CLI through an uncaught std::stoul).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "sandbox/testing/hostile_daemon.h"
+
+namespace deepbox {
+namespace {
+
+using testing::HostileDaemon;
+
+class SandboxdClientHostileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto d = HostileDaemon::Start();
+    ASSERT_TRUE(d) << d.error().ToString();
+    daemon_ = std::move(*d);
+    auto c = daemon_->Connect();
+    ASSERT_TRUE(c) << c.error().ToString();
+    client_ = std::move(*c);
+  }
+
+  // Answers stat with `body`; returns the client's result.
+  Result<FileInfo> StatWith(const std::string& body) {
+    daemon_->Answer("/deepbox/v1/fs/stat", body);
+    return client_->Stat("/workspace/x");
+  }
+
+  std::unique_ptr<HostileDaemon> daemon_;
+  std::unique_ptr<SandboxdClient> client_;
+};
+
+TEST_F(SandboxdClientHostileTest, WellFormedStatIsParsed) {
+  auto info = StatWith(R"({"path":"/workspace/x","name":"x","type":"file","size":12,"mode":"0644",)"
+                       R"("modified_at":"2024-01-01T00:00:00Z"})");
+  ASSERT_TRUE(info) << info.error().ToString();
+  EXPECT_EQ(info->path, "/workspace/x");
+  EXPECT_EQ(info->type, FileType::kFile);
+  EXPECT_EQ(info->size, 12);
+  EXPECT_EQ(info->mode, 0644u);
+}
+
+TEST_F(SandboxdClientHostileTest, BadModeIsAnErrorNotAnAbort) {
+  for (std::string mode : {R"("zz")", R"("-1")", R"("77777")", R"("99999999999999999999")",
+                           R"("0o644")", R"(" 644")", "644", "true", "[]"}) {
+    auto info = StatWith(R"({"path":"/workspace/x","type":"file","mode":)" + mode + "}");
+    ASSERT_FALSE(info) << mode;
+    EXPECT_EQ(info.error().code, ErrorCode::kInternal) << mode;
+    EXPECT_NE(info.error().message.find("'mode'"), std::string::npos) << info.error().message;
+  }
+}
+
+TEST_F(SandboxdClientHostileTest, BadSizeIsAnError) {
+  for (std::string size :
+       {"-1", "1e400", "-1e400", "18446744073709551615", "1.5", R"("12")", "null2"}) {
+    auto info = StatWith(R"({"path":"/workspace/x","type":"file","size":)" + size + "}");
+    ASSERT_FALSE(info) << size;
+  }
+  // The largest valid size is accepted.
+  auto info = StatWith(R"({"path":"/workspace/x","type":"file","size":9223372036854775807})");
+  ASSERT_TRUE(info) << info.error().ToString();
+  EXPECT_EQ(info->size, INT64_MAX);
+}
+
+TEST_F(SandboxdClientHostileTest, WrongKindsTruncatedAndNonObjectAnswersAreErrors) {
+  for (std::string body : {R"({"path":5,"type":"file"})", R"({"path":"/x","type":["file"]})",
+                           R"({"path":"/x","link_target":{}})", R"({"path":"/workspace/x",)",
+                           R"([1,2])", "", "\"just a string\"", "{\"path\":\"\xff\xfe\"}"}) {
+    auto info = StatWith(body);
+    EXPECT_FALSE(info) << body;
+  }
+}
+
+TEST_F(SandboxdClientHostileTest, ListRejectsAnyBadEntry) {
+  daemon_->Answer("/deepbox/v1/fs/list",
+                  R"({"entries":[{"path":"/workspace/a","type":"file","mode":"0644"},)"
+                  R"({"path":"/workspace/b","type":"file","mode":"zz"}]})");
+  auto list = client_->List("/workspace");
+  ASSERT_FALSE(list);
+  EXPECT_NE(list.error().message.find("'mode'"), std::string::npos) << list.error().message;
+  daemon_->Answer("/deepbox/v1/fs/list", R"({"entries":[{"path":"/workspace/a"}, 7]})");
+  EXPECT_FALSE(client_->List("/workspace"));
+  daemon_->Answer("/deepbox/v1/fs/list", R"({"entries":[{"path":"/workspace/a","size":-5}]})");
+  EXPECT_FALSE(client_->List("/workspace"));
+  daemon_->Answer("/deepbox/v1/fs/list", R"({"entries":[{"path":"/workspace/a","size":5}]})");
+  auto ok = client_->List("/workspace");
+  ASSERT_TRUE(ok) << ok.error().ToString();
+  ASSERT_EQ(ok->size(), 1u);
+  EXPECT_EQ((*ok)[0].size, 5);
+}
+
+TEST_F(SandboxdClientHostileTest, ExecRejectsBadStatusAndNumbers) {
+  ExecRequest req;
+  req.shell = "true";
+  for (std::string body :
+       {R"({"status":"bogus","exit_code":0})", R"({"exit_code":0})",
+        R"({"status":"exited","exit_code":1e400})", R"({"status":"exited","exit_code":4294967296})",
+        R"({"status":"exited","exit_code":-1})", R"({"status":"signaled","signal":"9"})",
+        R"({"status":"exited","duration_ms":-3})", R"({"status":"exited","stdout":42})",
+        R"({"status":"exited","stdout_truncated":"yes"})"}) {
+    daemon_->Answer("/deepbox/v1/exec", body);
+    auto r = client_->Exec(req);
+    EXPECT_FALSE(r) << body;
+  }
+  daemon_->Answer("/deepbox/v1/exec",
+                  R"({"status":"exited","exit_code":3,"stdout":"hi","duration_ms":5})");
+  auto r = client_->Exec(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->exit_code, 3);
+  EXPECT_EQ(r->stdout_data, "hi");
+}
+
+TEST_F(SandboxdClientHostileTest, ExecStreamRejectsABadExitEvent) {
+  ExecRequest req;
+  req.shell = "true";
+  daemon_->AnswerStream("/deepbox/v1/exec/stream",
+                        {"{\"type\":\"stdout\",\"data\":\"a\"}\n",
+                         "{\"type\":\"exit\",\"status\":\"exited\",\"exit_code\":1e400}\n"});
+  std::string seen;
+  auto r = client_->ExecStream(req, [&](OutputStream, std::string_view d) {
+    seen.append(d);
+    return true;
+  });
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("'exit_code'"), std::string::npos) << r.error().message;
+  EXPECT_EQ(seen, "a");
+}
+
+TEST_F(SandboxdClientHostileTest, ReadEditGlobGrepRejectBadFields) {
+  for (std::string body :
+       {R"({"content_base64":"","size":-1})", R"({"content_base64":"","total_lines":-2})",
+        R"({"content_base64":"","lines_returned":1e400})", R"({"content_base64":"","binary":1})",
+        R"({"content_base64":"@@"})"}) {
+    daemon_->Answer("/deepbox/v1/fs/read", body);
+    EXPECT_FALSE(client_->Read("/workspace/x", {})) << body;
+  }
+  daemon_->Answer("/deepbox/v1/fs/edit", R"({"occurrences":4294967296})");
+  EXPECT_FALSE(client_->Edit("/workspace/x", "a", "b", false));
+  daemon_->Answer("/deepbox/v1/fs/glob", R"({"paths":["/a",5]})");
+  EXPECT_FALSE(client_->Glob("*", "/workspace", 0));
+  GrepRequest g;
+  g.pattern = "x";
+  for (std::string body : {R"({"matches":[{"path":"/a","line":-1,"text":"x"}]})",
+                           R"({"matches":["nope"]})", R"({"counts":[{"path":"/a","count":1e400}]})",
+                           R"({"files":[null]})", R"({"truncated":"no"})"}) {
+    daemon_->Answer("/deepbox/v1/fs/grep", body);
+    EXPECT_FALSE(client_->Grep(g)) << body;
+  }
+  daemon_->Answer("/deepbox/v1/fs/grep", R"({"matches":[{"path":"/a","line":2,"text":"x"}]})");
+  auto ok = client_->Grep(g);
+  ASSERT_TRUE(ok) << ok.error().ToString();
+  ASSERT_EQ(ok->matches.size(), 1u);
+  EXPECT_EQ(ok->matches[0].line, 2);
+}
+
+TEST_F(SandboxdClientHostileTest, ErrorAnswersAreBounded) {
+  std::string huge(1 << 20, 'm');
+  daemon_->Answer("/deepbox/v1/fs/stat",
+                  R"({"error":{"code":"NOT_FOUND","message":")" + huge + "\"}}", 404);
+  auto info = client_->Stat("/workspace/x");
+  ASSERT_FALSE(info);
+  EXPECT_EQ(info.error().code, ErrorCode::kNotFound);
+  EXPECT_LT(info.error().message.size(), 5000u);
+  // An unknown code and a non-string message do not crash either.
+  daemon_->Answer("/deepbox/v1/fs/stat", R"({"error":{"code":7,"message":[1]}})", 500);
+  info = client_->Stat("/workspace/x");
+  ASSERT_FALSE(info);
+  EXPECT_EQ(info.error().code, ErrorCode::kInternal);
+}
+
+TEST(SandboxdClientHostileConnectTest, BadInfoIsAnError) {
+  auto d = HostileDaemon::Start();
+  ASSERT_TRUE(d) << d.error().ToString();
+  (*d)->Answer("/deepbox/v1/info", R"({"root":["/"],"hostname":"h"})");
+  EXPECT_FALSE((*d)->Connect());
+  (*d)->Answer("/deepbox/v1/info", R"({"root":"/workspace",)");
+  EXPECT_FALSE((*d)->Connect());
+}
+
+}  // namespace
+}  // namespace deepbox

@@ -1,0 +1,76 @@
+#include "sandbox/testing/hostile_daemon.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+
+namespace deepbox::testing {
+
+Result<std::unique_ptr<HostileDaemon>> HostileDaemon::Start() {
+  std::unique_ptr<HostileDaemon> d(new HostileDaemon());
+  char tmpl[] = "/tmp/deepbox-hostile-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return MakeSyscallError("mkdtemp", errno);
+  d->dir_ = tmpl;
+  d->socket_ = d->dir_ + "/sandboxd.sock";
+  d->Answer("/deepbox/v1/info", R"({"root":"/workspace","hostname":"hostile"})");
+  d->Answer("/deepbox/v1/health", R"({"status":"ok"})");
+  auto ep = net::Endpoint::Parse("unix:" + d->socket_);
+  if (!ep) return tl::unexpected(ep.error());
+  HostileDaemon* self = d.get();
+  auto server = net::HttpServer::Create(
+      *ep, [self](net::Request& req, net::ResponseWriter& w) { self->Handle(req, w); });
+  if (!server) return tl::unexpected(server.error());
+  d->server_ = std::move(*server);
+  d->server_->Start();
+  return d;
+}
+
+HostileDaemon::~HostileDaemon() {
+  if (server_) server_->Stop(std::chrono::milliseconds(1000));
+  std::error_code ec;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+}
+
+void HostileDaemon::Answer(const std::string& path, std::string body, int status) {
+  std::lock_guard lock(mu_);
+  answers_[path] = Canned{status, std::move(body), {}, false};
+}
+
+void HostileDaemon::AnswerStream(const std::string& path, std::vector<std::string> chunks) {
+  std::lock_guard lock(mu_);
+  answers_[path] = Canned{200, {}, std::move(chunks), true};
+}
+
+Result<std::unique_ptr<SandboxdClient>> HostileDaemon::Connect(
+    SandboxdClientOptions options) const {
+  return SandboxdClient::Connect(unix_url(), std::move(options));
+}
+
+void HostileDaemon::Handle(net::Request& request, net::ResponseWriter& writer) {
+  Canned canned;
+  {
+    std::lock_guard lock(mu_);
+    auto it = answers_.find(request.path);
+    if (it == answers_.end()) {
+      (void)writer.Send(net::Response::Json(
+          404, R"({"error":{"code":"NOT_FOUND","message":"no such endpoint"}})"));
+      return;
+    }
+    canned = it->second;
+  }
+  if (!canned.stream) {
+    (void)writer.Send(net::Response::Json(canned.status, std::move(canned.body)));
+    return;
+  }
+  net::Headers headers;
+  headers.Set("Content-Type", "application/x-ndjson");
+  if (!writer.BeginStream(200, headers)) return;
+  for (const auto& chunk : canned.chunks) {
+    if (!writer.WriteChunk(chunk)) return;
+  }
+  (void)writer.EndStream();
+}
+
+}  // namespace deepbox::testing
