@@ -21,23 +21,54 @@ int g_exit_code = kExitOk;
 constexpr const char* kExitCodesHelp =
     "Exit codes: 0 success, 1 the operation failed, 2 usage error (bad flag, label or\n"
     "selector), 3 no such sandbox (or it expired), 4 this host cannot run sandboxes\n"
-    "(see `deepbox doctor`). `deepbox sandbox exec` exits with the command's status\n"
-    "instead: 124 timed out, 125 deepbox failed, 126 cannot run, 127 not found,\n"
-    "128+N killed by signal N.\n"
+    "or cannot give what was asked, e.g. --network public (see `deepbox doctor`).\n"
+    "`deepbox sandbox exec` exits with the command's status instead (see its --help).\n"
     "Environment: DEEPBOX_STATE_DIR (state directory; default /run/deepbox as root,\n"
     "else $XDG_RUNTIME_DIR/deepbox), DEEPBOX_SANDBOXD (the deepbox-sandboxd binary;\n"
     "default: next to deepbox).";
+
+constexpr const char* kExecHelp =
+    "Exit codes: the command's own exit status; otherwise\n"
+    "  2      usage error: a bad flag or --env K=V, no command, a malformed sandbox id,\n"
+    "         -it without a terminal on stdin\n"
+    "  3      no such sandbox (or it expired or was deleted, also while the command ran)\n"
+    "  124    the command timed out (--timeout, or the daemon's default) and was killed\n"
+    "  125    deepbox failed (e.g. the sandbox's daemon is unreachable or refused the\n"
+    "         request, such as a --cwd that does not exist)\n"
+    "  126    the command could not be started (e.g. permission denied)\n"
+    "  127    the command was not found\n"
+    "  128+N  the command was killed by signal N (137: SIGKILL, also when the sandbox\n"
+    "         killed it, e.g. at its memory limit)\n"
+    "  141    stdout or stderr was closed (e.g. `| head -1`): the command was stopped,\n"
+    "         silently, as SIGPIPE would stop it\n"
+    "With 2, 3 and 124 to 127 deepbox also prints a message on stderr, which tells them\n"
+    "from the same codes of the command itself.\n"
+    "Environment: DEEPBOX_STATE_DIR (state directory; default /run/deepbox as root,\n"
+    "else $XDG_RUNTIME_DIR/deepbox).";
+
+// Limits of the sandboxes a command creates; the defaults match `deepbox run`
+// (local/lifecycle/sandbox_limits.h). What this host enforces: `deepbox doctor`.
+void AddLimitFlags(CLI::App* cmd, LimitFlags& f) {
+  cmd->add_option("--memory", f.memory,
+                  "Memory limit of the whole sandbox: bytes or with a unit (k, m, g: powers\n"
+                  "of 1024, e.g. 512M, 2G); at least 16M; 0 = none. Default 2G (cgroup)");
+  cmd->add_option("--max-processes", f.max_processes,
+                  "Process limit of the whole sandbox, threads included; at least 8;\n"
+                  "0 = none. Default 512 (cgroup pids, else RLIMIT_NPROC)");
+  cmd->add_option("--cpus", f.cpus,
+                  "CPU bandwidth limit in cores, e.g. 0.5; 0 = none. Default 2 (cgroup)");
+  cmd->add_option("--disk", f.disk,
+                  "Size of /workspace (an ext4 image on a loop device, root only; elsewhere a\n"
+                  "warning says it is not enforced): e.g. 10G; at least 16M; 0 = none\n"
+                  "(/workspace on the host's disk). Default 10G");
+}
 
 void AddProviderFlags(CLI::App* cmd, ProviderFlags& f) {
   cmd->add_option("--pool", f.pool,
                   "Warm pool to take a ready sandbox from when one matches\n"
                   "(see `deepbox pool serve`); without one, the sandbox is created cold")
       ->capture_default_str();
-  cmd->add_option("--memory", f.memory_bytes,
-                  "Memory limit of the whole sandbox in bytes (cgroup; see `deepbox doctor`)");
-  cmd->add_option("--max-processes", f.max_processes,
-                  "Process limit of the whole sandbox (cgroup pids, else RLIMIT_NPROC)");
-  cmd->add_option("--cpus", f.cpus, "CPU bandwidth limit in cores, e.g. 0.5 (cgroup)");
+  AddLimitFlags(cmd, f.limits);
 }
 
 void AddClusterFlags(CLI::App* cmd, ClusterFlags& f) {
@@ -76,43 +107,59 @@ void RegisterSandboxCommands(CLI::App& app) {
       ->allow_extra_args(false);
   create
       ->add_option("--ttl", create_args->ttl_seconds,
-                   "Delete the sandbox SECONDS after creation (0 = never)")
+                   "Delete the sandbox SECONDS after creation, even if nobody does (as\n"
+                   "`deepbox run`); 0 = never (with a warning)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   create
       ->add_option("--network", create_args->network,
                    "none: loopback only; public: internet egress, private ranges and\n"
                    "host services refused, no ingress. Default: public where this host\n"
-                   "supports it, else none (with a warning)")
+                   "supports it, else none (with a warning); an explicit public that\n"
+                   "this host cannot provide fails (exit 4)")
       ->check(CLI::IsMember({"none", "public"}));
   create->add_option("--rootfs", create_args->rootfs,
                      "Root filesystem directory (e.g. an unpacked OCI image) instead of the\n"
-                     "host's system directories");
+                     "host's system directories (a missing one is a usage error, exit 2)");
   create->add_flag("--json", create_args->json, "Print the sandbox's record as JSON");
-  create->add_flag("--cold", create_args->cold, "Always create a new sandbox (skip the pool)");
+  create->add_flag("--cold", create_args->cold,
+                   "Always create a new sandbox (skip the pool). A warm sandbox is only\n"
+                   "taken when its network, rootfs and limits are exactly the ones asked for");
   AddProviderFlags(create, create_args->provider);
   create->callback([create_args] { SetExitCode(RunSandboxCreate(*create_args)); });
 
   auto exec_args = std::make_shared<SandboxExecArgs>();
   CLI::App* exec = sandbox->add_subcommand(
       "exec",
-      "Run a command in a sandbox: deepbox sandbox exec ID -- COMMAND [ARG...]\n"
-      "Output is streamed; the exit status is the command's (see below).");
-  exec->add_option("--timeout,-t", exec_args->timeout_seconds,
-                   "Kill the command after S seconds (exit 124); 0 = the daemon's default (30 min)")
+      "Run a command in a sandbox, like `docker exec`:\n"
+      "  deepbox sandbox exec [-i] [-t] ID -- COMMAND [ARG...]\n"
+      "Output is streamed byte for byte (binary output stays intact); the exit status\n"
+      "is the command's (see below). Examples:\n"
+      "  deepbox sandbox exec ID -- tar c -C /workspace . > workspace.tar\n"
+      "  deepbox sandbox exec -i ID -- sh -c 'cat > data.bin' < data.bin\n"
+      "  deepbox sandbox exec -it ID -- bash          (an interactive shell)");
+  exec->add_option("--timeout", exec_args->timeout_seconds,
+                   "Kill the command after S seconds (exit 124); 0 = the daemon's default\n"
+                   "(30 min; none with -i or -t, where the command ends with deepbox)")
       ->check(CLI::NonNegativeNumber);
   exec->add_option("--cwd,-w", exec_args->cwd,
                    "Working directory: /workspace (the default) or a directory beneath it;\n"
                    "relative paths are relative to /workspace");
   exec->add_option("--env,-e", exec_args->env, "Environment variable K=V (repeatable)")
       ->allow_extra_args(false);
-  exec->add_flag("--stdin,-i", exec_args->forward_stdin,
-                 "Read this command's stdin to its end and feed it to the command");
+  exec->add_flag("--interactive,--stdin,-i", exec_args->interactive,
+                 "Keep stdin open: stream it to the command as it arrives (its EOF closes\n"
+                 "the command's stdin)");
+  exec->add_flag("--tty,-t", exec_args->tty,
+                 "Run the command on a pseudo-terminal in the sandbox (stdout and stderr\n"
+                 "merge, as on any terminal). With -i, stdin must be a terminal: it is put\n"
+                 "in raw mode (every key, ^C included, goes to the command), its window\n"
+                 "size follows, and it is restored at the end");
   exec->add_option("id", exec_args->id, "Sandbox id")->required();
   exec->add_option("command", exec_args->command, "The command and its arguments (after --)")
       ->required();
   exec->positionals_at_end();  // everything after ID belongs to the command
-  exec->footer(kExitCodesHelp);
+  exec->footer(kExecHelp);
   exec->callback([exec_args] { SetExitCode(RunSandboxExec(*exec_args)); });
 
   auto ls_args = std::make_shared<SandboxLsArgs>();
@@ -147,7 +194,14 @@ void RegisterSandboxCommands(CLI::App& app) {
       "  deepbox sandbox cp ./src ID:/workspace/src    (host -> sandbox)\n"
       "  deepbox sandbox cp ID:out.txt ./out.txt       (sandbox -> host)\n"
       "A sandbox path is absolute or relative to /workspace. If DST is an existing\n"
-      "directory, SRC is copied into it.");
+      "directory (or ends in /), SRC is copied into it under its own name; DIR/. copies\n"
+      "a directory's contents. Symlinks are copied as symlinks, never followed; FIFOs,\n"
+      "sockets and devices are skipped with a note. Any size up to the free disk space:\n"
+      "both directions stream, files are replaced atomically, and a failed copy removes\n"
+      "what it created. The sandbox is not trusted: names come from SRC and DST, and\n"
+      "nothing is written outside DST.\n"
+      "Exit codes: 0 copied; 1 the copy failed (e.g. a missing file on either side);\n"
+      "2 bad arguments; 3 no such sandbox.");
   cp->add_option("src", cp_args->src, "SRC: host path or ID:PATH")->required();
   cp->add_option("dst", cp_args->dst, "DST: host path or ID:PATH")->required();
   cp->callback([cp_args] { SetExitCode(RunSandboxCp(*cp_args)); });
@@ -162,7 +216,9 @@ void RegisterPoolCommands(CLI::App& app) {
       "Keep N sandboxes warm, refilling as they are claimed (by `deepbox sandbox\n"
       "create`, or any local provider with the same pool). Runs until SIGTERM/Ctrl-C;\n"
       "the warm sandboxes outlive it and a restarted pool adopts them. Drain with\n"
-      "`deepbox sandbox rm --selector deepbox.dev/pool=NAME`.");
+      "`deepbox sandbox rm --selector deepbox.dev/pool=NAME`.\n"
+      "A claim takes a warm sandbox only if it asks for the same network, rootfs and\n"
+      "limits (--memory ...; the defaults are those of `sandbox create` and `run`).");
   serve->add_option("--replicas,-n", args->replicas, "Number of warm sandboxes to keep")
       ->required()
       ->check(CLI::NonNegativeNumber);
@@ -175,6 +231,7 @@ void RegisterPoolCommands(CLI::App& app) {
   serve->add_option("--parallel", args->parallel, "Sandboxes created at once")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  AddLimitFlags(serve, args->limits);
   serve->callback([args] { SetExitCode(RunPoolServe(*args)); });
 }
 

@@ -19,6 +19,7 @@
 #include <mutex>
 
 #include "local/capabilities.h"
+#include "local/daemon_socket.h"
 #include "local/mounts.h"
 #include "local/namespaces.h"
 #include "local/rlimits.h"
@@ -48,6 +49,7 @@ struct ChildContext {
   int sync_rd = -1;
   int sync_wr = -1;
   int stdio[3] = {-1, -1, -1};
+  int daemon_listener = -1;  // dup'ed to kDaemonListenFd, inherited by init only
   const char* hostname = nullptr;
   const MountPlan* mounts = nullptr;
   int* source_fds = nullptr;  // room for mounts->sources.size() fds
@@ -100,13 +102,19 @@ struct ChildContext {
   for (int i = 0; i < 3; ++i) {
     if (dup2(c.stdio[i], i) < 0) rep.Fail(SetupStep::kCapabilities, ChildCall::kDup2, errno, i);
   }
+  // After stdio (a stdio source may sit at fd 3); the report pipe is above 9.
+  if (c.daemon_listener >= 0 && dup2(c.daemon_listener, kDaemonListenFd) < 0) {
+    rep.Fail(SetupStep::kCapabilities, ChildCall::kDup2, errno, kDaemonListenFd);
+  }
   err = DropCapabilitiesRaw(c.caps, &call);
   if (err != 0) rep.Fail(SetupStep::kCapabilities, call, err);
   if (chdir(c.cwd) != 0) rep.Fail(SetupStep::kCapabilities, ChildCall::kChdir, errno);
   rep.Done(SetupStep::kCapabilities);
 
-  // Every inherited fd above 2 closes at exec (the report pipe too, which signals success).
-  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+  // Every inherited fd above 2 (above 3 with a daemon listener) closes at exec
+  // (the report pipe too, which signals success); dup2 left fd 3 without CLOEXEC.
+  const unsigned first_closed = c.daemon_listener >= 0 ? kDaemonListenFd + 1U : 3U;
+  if (syscall(SYS_close_range, first_closed, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     rep.Fail(SetupStep::kSeccomp, ChildCall::kCloseRange, errno);
   }
   err = LoadSeccompRaw(c.filter);
@@ -134,6 +142,12 @@ bool KernelAtLeast(int major, int minor) {
   int ma = 0, mi = 0;
   if (sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
   return ma > major || (ma == major && mi >= minor);
+}
+
+Result<UniqueFd> DupAbove(int fd, int min_fd, const char* what) {
+  UniqueFd out(fcntl(fd, F_DUPFD_CLOEXEC, min_fd));
+  if (!out) return MakeSyscallError("fcntl(F_DUPFD_CLOEXEC)", errno, what);
+  return out;
 }
 
 Result<UniqueFd> DupHigh(int fd, const char* what) {
@@ -230,6 +244,7 @@ SandboxProcess& SandboxProcess::operator=(SandboxProcess&& other) noexcept {
     network_note_ = std::move(other.network_note_);
     runtime_dir_ = std::move(other.runtime_dir_);
     socket_dir_ = std::move(other.socket_dir_);
+    daemon_socket_ = std::move(other.daemon_socket_);
     remove_runtime_dir_ = std::exchange(other.remove_runtime_dir_, false);
   }
   return *this;
@@ -364,10 +379,19 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   if (auto st = MakeDir(spec.runtime_dir, 0700); !st) return tl::unexpected(st.error());
   sp.runtime_dir_ = spec.runtime_dir;
   if (auto st = MakeDir(spec.runtime_dir / "root", 0700); !st) return tl::unexpected(st.error());
+  // run/ stays the launcher's (an older layout gave it to the sandbox: take it back).
   sp.socket_dir_ = spec.runtime_dir / "run";
   if (auto st = MakeDir(sp.socket_dir_, 0700); !st) return tl::unexpected(st.error());
-  if (chown(sp.socket_dir_.c_str(), ids.host_uid, ids.host_gid) != 0) {
-    return MakeSyscallError("chown", errno, sp.socket_dir_.string());
+  if (chown(sp.socket_dir_.c_str(), geteuid(), getegid()) != 0 ||
+      chmod(sp.socket_dir_.c_str(), 0700) != 0) {
+    return MakeSyscallError("chown/chmod", errno, sp.socket_dir_.string());
+  }
+  std::optional<DaemonSocket> daemon_socket;
+  if (spec.daemon_listener) {
+    auto ds = DaemonSocket::Create(sp.socket_dir_ / "sandboxd.sock");
+    if (!ds) return tl::unexpected(ds.error());
+    sp.daemon_socket_ = ds->path();
+    daemon_socket = std::move(*ds);
   }
   if (spec.limits.workspace_bytes) {
     if (WorkspaceDiskSupported()) {
@@ -411,7 +435,6 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   ms.rootfs = spec.rootfs;
   ms.workspace_dir = spec.workspace_dir;
   ms.sandboxd_binary = spec.sandboxd_binary;
-  ms.socket_dir = sp.socket_dir_;
   ms.hostname = spec.hostname;
   if (spec.limits.tmp_bytes) ms.tmp_bytes = *spec.limits.tmp_bytes;
   ms.proc_subset_pid = spec.proc_subset_pid;
@@ -456,9 +479,22 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   auto err = DupHigh(spec.stderr_fd, "stderr");
   if (!err) return tl::unexpected(err.error());
 
+  UniqueFd listener;
+  if (daemon_socket) {
+    auto l = DupAbove(daemon_socket->fd(), 10, "daemon listener");
+    if (!l) return tl::unexpected(l.error());
+    listener = std::move(*l);
+  }
+
   int report[2], sync[2];
   if (pipe2(report, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
   UniqueFd report_r(report[0]), report_w(report[1]);
+  // The child dup2()s the listener onto fd 3: the report pipe must not be there.
+  if (auto high = DupAbove(report_w.get(), 10, "report pipe"); high) {
+    report_w = std::move(*high);
+  } else {
+    return tl::unexpected(high.error());
+  }
   if (pipe2(sync, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
   UniqueFd sync_r(sync[0]), sync_w(sync[1]);
 
@@ -469,6 +505,7 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   ctx.stdio[0] = in->get();
   ctx.stdio[1] = out->get();
   ctx.stdio[2] = err->get();
+  ctx.daemon_listener = listener.get();
   ctx.hostname = spec.hostname.c_str();
   ctx.mounts = &*mount_plan;
   std::vector<int> source_fds(mount_plan->sources.size() + 1, -1);
@@ -501,6 +538,9 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   sp.pid_ = clone->pid;
   sp.pidfd_ = std::move(clone->pidfd);
   report_w.reset();
+  // Only init holds the listener from now on: when it dies, nothing answers.
+  listener.reset();
+  if (daemon_socket) daemon_socket->CloseFd();
   sync_r.reset();
   mark(SetupStep::kClone);
   // From here on, returning an error destroys `sp`, which kills and reaps the child.

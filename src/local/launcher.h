@@ -12,8 +12,11 @@
 // Host-side layout of the runtime dir (created 0700, owned by the launcher's
 // user, so no other host user can reach the socket):
 //   <runtime_dir>/root  empty mount point for the sandbox's root tmpfs
-//   <runtime_dir>/run   owned by the sandbox's host id, 0700; bound at
-//                       /.deepbox/run (sandboxd puts its unix socket there)
+//   <runtime_dir>/run   0700, the launcher's user; never visible in the sandbox.
+//                       With `daemon_listener`, the launcher binds
+//                       run/sandboxd.sock and passes the listening fd to init
+//                       as fd 3 (see daemon_socket.h: the sandbox cannot
+//                       replace or impersonate its daemon).
 #pragma once
 
 #include <sys/types.h>
@@ -38,7 +41,8 @@
 namespace deepbox::local {
 
 inline constexpr const char* kSandboxdPath = "/.deepbox/sandboxd";
-inline constexpr const char* kSandboxdSocket = "/.deepbox/run/sandboxd.sock";
+// The daemon's --listen argument when the launcher passes its listener.
+inline constexpr const char* kSandboxdListen = "fd:3";
 
 struct SandboxSpec {
   std::string id;                                        // [A-Za-z0-9_.-]{1,64}: cgroup name
@@ -60,6 +64,9 @@ struct SandboxSpec {
   bool die_with_parent = true;  // PR_SET_PDEATHSIG: fires when the launching THREAD exits
   bool use_cgroups = true;
   SeccompOptions seccomp;
+  // Bind <runtime_dir>/run/sandboxd.sock on the host and pass the listening fd
+  // to init as fd 3 (kDaemonListenFd); init must serve on it ("--listen fd:3").
+  bool daemon_listener = false;
   int stdin_fd = -1;  // -1: /dev/null. Not closed by Launch.
   int stdout_fd = -1;
   int stderr_fd = -1;
@@ -103,6 +110,8 @@ class SandboxProcess {
   // Why public mode fell back to none ("" when it did not).
   const std::string& network_note() const { return network_note_; }
   const std::filesystem::path& socket_dir() const { return socket_dir_; }
+  // The daemon's socket on the host (daemon_listener), else empty.
+  const std::filesystem::path& daemon_socket() const { return daemon_socket_; }
   const std::filesystem::path& runtime_dir() const { return runtime_dir_; }
   // Public mode: the sandbox's address and interface names.
   const std::optional<SlotAddresses>& public_addresses() const { return public_addrs_; }
@@ -133,6 +142,7 @@ class SandboxProcess {
   std::string network_note_;
   std::filesystem::path runtime_dir_;
   std::filesystem::path socket_dir_;
+  std::filesystem::path daemon_socket_;
   bool remove_runtime_dir_ = false;
 };
 

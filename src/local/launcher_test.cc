@@ -3,10 +3,13 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -192,26 +195,65 @@ TEST_F(LauncherTest, HostFilesAreNotVisible) {
 TEST_F(LauncherTest, SandboxdBinaryIsReadOnlyAndSocketDirIsPrivate) {
   spec_.sandboxd_binary = "/bin/true";
   spec_.argv = {"/bin/sh", "-c",
-                "/.deepbox/sandboxd && echo ran > /.deepbox/run/ran; "
+                "/.deepbox/sandboxd && echo ran > /workspace/ran; "
+                "test -e /.deepbox/run || echo no-run-dir > /workspace/run-dir; "
                 "grep ' /.deepbox/sandboxd ' /proc/self/mountinfo | cut -d' ' -f6 "
-                "  > /.deepbox/run/opts; sleep 30"};
+                "  > /workspace/opts.tmp && mv /workspace/opts.tmp /workspace/opts; sleep 30"};
   auto sp = Launch(spec_);
   ASSERT_TRUE(sp.has_value()) << sp.error().ToString();
-  auto opts = spec_.runtime_dir / "run/opts";
+  auto opts = workspace_ / "opts";
   for (int i = 0; i < 500 && !std::filesystem::exists(opts); ++i) usleep(10000);
-  usleep(50000);
   std::ifstream in(opts);
   std::string line;
   std::getline(in, line);
   EXPECT_THAT(line, HasSubstr("ro"));
   EXPECT_THAT(line, HasSubstr("nosuid"));
-  EXPECT_TRUE(std::filesystem::exists(spec_.runtime_dir / "run/ran"));
+  EXPECT_TRUE(std::filesystem::exists(workspace_ / "ran"));
+  // The host's socket dir is not in the sandbox at all.
+  EXPECT_TRUE(std::filesystem::exists(workspace_ / "run-dir"));
   struct stat st;
   ASSERT_EQ(stat(spec_.runtime_dir.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
   EXPECT_EQ(st.st_uid, geteuid());
   ASSERT_EQ(stat((spec_.runtime_dir / "run").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
+  EXPECT_EQ(st.st_uid, geteuid());  // the launcher's, not the sandbox's
+}
+
+// The host binds the daemon's socket and passes the listener to init as fd 3:
+// init has it, its children get nothing above 2 unless init passes it on, and
+// once init is gone the socket refuses connections (nobody can answer for it).
+TEST_F(LauncherTest, DaemonListenerIsPassedAsFd3) {
+  spec_.daemon_listener = true;
+  spec_.argv = {"/bin/sh", "-c",
+                "readlink /proc/1/fd/3 > /workspace/fd3.tmp; ls /proc/1/fd | tr '\\n' ' ' "
+                ">> /workspace/fd3.tmp; mv /workspace/fd3.tmp /workspace/fd3; sleep 30"};
+  auto sp = Launch(spec_);
+  ASSERT_TRUE(sp.has_value()) << sp.error().ToString();
+  auto out = workspace_ / "fd3";
+  for (int i = 0; i < 500 && !std::filesystem::exists(out); ++i) usleep(10000);
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_THAT(ss.str(), HasSubstr("socket:["));
+  EXPECT_THAT(ss.str(), HasSubstr("0 1 2 3 "));
+  EXPECT_THAT(ss.str(), Not(HasSubstr(" 4 ")));
+  ASSERT_EQ(sp->daemon_socket(), spec_.runtime_dir / "run" / "sandboxd.sock");
+  struct stat st;
+  ASSERT_EQ(lstat(sp->daemon_socket().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_uid, geteuid());
+  auto connect_to = [&](const std::filesystem::path& p) {
+    UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, p.c_str(), sizeof(a.sun_path) - 1);
+    return connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 ? 0 : errno;
+  };
+  EXPECT_EQ(connect_to(sp->daemon_socket()), 0);  // queued in init's listener
+  ASSERT_TRUE(sp->Kill());
+  ASSERT_TRUE(sp->Wait(std::chrono::milliseconds(10000)));
+  EXPECT_EQ(connect_to(spec_.runtime_dir / "run" / "sandboxd.sock"), ECONNREFUSED);
 }
 
 TEST_F(LauncherTest, ExitCodeAndSignal) {

@@ -334,7 +334,7 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
   AddProc(b, spec);
   AddDev(b, spec);
 
-  if (spec.sandboxd_binary || spec.socket_dir) {
+  if (spec.sandboxd_binary) {
     if (spec.rootfs) {
       // already created above
     } else {
@@ -346,13 +346,6 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
     b.Touch("/.deepbox/sandboxd", what);
     b.BindHost(spec.sandboxd_binary->string(), "/.deepbox/sandboxd", MS_BIND, what);
     b.SetAttr("/.deepbox/sandboxd", kRoFlags, false, what);
-  }
-  if (spec.socket_dir) {
-    const char* what = "bind socket dir";
-    b.Mkdir("/.deepbox/run", what);
-    b.BindHost(spec.socket_dir->string(), "/.deepbox/run", MS_BIND, what);
-    b.SetAttr("/.deepbox/run", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, false,
-              what);
   }
 
   {

@@ -19,7 +19,6 @@
 //                     instance at /dev/pts (+ /dev/ptmx link); /dev/shm tmpfs;
 //                     fd, stdin, stdout, stderr symlinks
 //   /.deepbox/sandboxd  the daemon binary, read-only
-//   /.deepbox/run     bind of the host socket dir
 // Rootfs mode: each top-level entry of the given directory (an unpacked OCI
 // image) is bound read-only instead of the host dirs; generated passwd, group,
 // hosts, hostname and resolv.conf are bound over the image's when it has them.
@@ -90,7 +89,6 @@ struct MountSpec {
   std::optional<std::filesystem::path> rootfs;  // unpacked image; nullopt = host dirs
   std::filesystem::path workspace_dir;          // host dir for /workspace
   std::optional<std::filesystem::path> sandboxd_binary;
-  std::optional<std::filesystem::path> socket_dir;  // host dir for /.deepbox/run
   std::string hostname = "sandbox";
   uint64_t tmp_bytes = 256ULL << 20;
   uint64_t shm_bytes = 64ULL << 20;

@@ -134,6 +134,18 @@ class SigpipeGuard {
 
 Result<Endpoint> Endpoint::Parse(std::string_view spec) {
   Endpoint ep;
+  if (spec.starts_with("fd:")) {
+    std::string_view num = spec.substr(3);
+    int fd = -1;
+    auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), fd);
+    if (num.empty() || ec != std::errc() || p != num.data() + num.size() || fd < 0) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("bad fd endpoint '{}': expected fd:N", spec));
+    }
+    ep.is_fd = true;
+    ep.fd = fd;
+    return ep;
+  }
   if (spec.starts_with("unix:")) {
     ep.is_unix = true;
     ep.path = std::string(spec.substr(5));
@@ -174,6 +186,7 @@ Result<Endpoint> Endpoint::Parse(std::string_view spec) {
 }
 
 std::string Endpoint::ToString() const {
+  if (is_fd) return fmt::format("fd:{}", fd);
   if (is_unix) return "unix:" + path;
   if (host.find(':') != std::string::npos) return fmt::format("[{}]:{}", host, port);
   return fmt::format("{}:{}", host, port);
@@ -274,6 +287,11 @@ Status Conn::WaitFor(short events, Deadline deadline) {
 }
 
 Result<Conn> Conn::Connect(const Endpoint& endpoint, Deadline deadline) {
+  if (endpoint.is_fd) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("cannot connect to {}: fd endpoints are for listening only",
+                                 endpoint.ToString()));
+  }
   if (endpoint.is_unix) {
     // The socket file may live in a directory the peer controls (a sandbox's
     // run dir): never follow a symlink planted in its place. Open the final
@@ -545,6 +563,38 @@ void Conn::ShutdownWrite() {
 Result<Listener> Listener::Bind(const Endpoint& endpoint, int unix_mode, int backlog) {
   Listener l;
   l.endpoint_ = endpoint;
+  if (endpoint.is_fd) {
+    int accepting = 0, domain = 0;
+    socklen_t len = sizeof accepting;
+    if (::getsockopt(endpoint.fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0) {
+      return MakeSyscallError("getsockopt(SO_ACCEPTCONN)", errno, endpoint.ToString());
+    }
+    if (!accepting) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("{} is not a listening socket", endpoint.ToString()));
+    }
+    len = sizeof domain;
+    if (::getsockopt(endpoint.fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) {
+      return MakeSyscallError("getsockopt(SO_DOMAIN)", errno, endpoint.ToString());
+    }
+    if (::fcntl(endpoint.fd, F_SETFD, FD_CLOEXEC) != 0) {
+      return MakeSyscallError("fcntl(FD_CLOEXEC)", errno, endpoint.ToString());
+    }
+    int flags = ::fcntl(endpoint.fd, F_GETFL);
+    if (flags < 0 || ::fcntl(endpoint.fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+      return MakeSyscallError("fcntl(O_NONBLOCK)", errno, endpoint.ToString());
+    }
+    l.fd_.reset(endpoint.fd);
+    l.tcp_ = domain == AF_INET || domain == AF_INET6;
+    if (l.tcp_) {
+      sockaddr_storage ss{};
+      socklen_t sl = sizeof ss;
+      ::getsockname(l.fd_.get(), reinterpret_cast<sockaddr*>(&ss), &sl);
+      l.port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                                         : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    }
+    return l;
+  }
   if (endpoint.is_unix) {
     l.fd_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!l.fd_) return MakeSyscallError("socket(AF_UNIX)", errno);
@@ -593,6 +643,7 @@ Result<Listener> Listener::Bind(const Endpoint& endpoint, int unix_mode, int bac
     l.port_ = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
                                        : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
     l.endpoint_.port = l.port_;
+    l.tcp_ = true;
   }
   if (::listen(l.fd_.get(), backlog) != 0) return MakeSyscallError("listen", errno);
   return l;
@@ -602,7 +653,7 @@ Result<UniqueFd> Listener::Accept(int cancel_fd) {
   for (;;) {
     int fd = ::accept4(fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
-      if (!endpoint_.is_unix) {
+      if (tcp_) {
         int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       }

@@ -24,12 +24,15 @@ inline Deadline DeadlineAfter(std::chrono::milliseconds d) {
   return Clock::now() + d;
 }
 
-// Where to connect or listen: "unix:/path", "HOST:PORT", "[v6]:PORT", ":PORT".
+// Where to connect or listen: "unix:/path", "HOST:PORT", "[v6]:PORT", ":PORT",
+// or (listen only) "fd:N", an inherited listening socket.
 struct Endpoint {
   bool is_unix = false;
+  bool is_fd = false;
   std::string path;  // unix
   std::string host;  // tcp
   int port = 0;      // tcp
+  int fd = -1;       // fd
 
   static Result<Endpoint> Parse(std::string_view spec);
   std::string ToString() const;
@@ -107,7 +110,9 @@ class Conn {
 };
 
 // A listening socket. For unix sockets a stale socket file is replaced and the
-// new one gets `unix_mode` (default owner-only).
+// new one gets `unix_mode` (default owner-only). An "fd:N" endpoint adopts an
+// inherited listening socket (it must be one: SO_ACCEPTCONN), makes it
+// close-on-exec so no child inherits it, and never unlinks anything.
 class Listener {
  public:
   static Result<Listener> Bind(const Endpoint& endpoint, int unix_mode = 0600, int backlog = 512);
@@ -122,6 +127,7 @@ class Listener {
   UniqueFd fd_;
   Endpoint endpoint_;
   int port_ = 0;
+  bool tcp_ = false;
 };
 
 }  // namespace deepbox::net

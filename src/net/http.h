@@ -2,11 +2,14 @@
 // here includes Boost.Beast: Beast stays inside http_server.cc/http_client.cc.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "common/error.h"
 
 namespace deepbox::net {
 
@@ -29,6 +32,19 @@ class Headers {
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 
+// A request body read as it arrives, for routes the server streams (see
+// ServerOptions::stream_request_body): uploads of any size in bounded memory.
+class BodyReader {
+ public:
+  virtual ~BodyReader() = default;
+  // Reads up to `size` bytes into `data`; 0 at the end of the body. A
+  // malformed or truncated body or a silent client is an error (INVALID_ARGUMENT,
+  // UNAVAILABLE, TIMEOUT, CANCELLED), after which the connection is closed.
+  virtual Result<size_t> Read(char* data, size_t size) = 0;
+  // The announced length (nullopt for a chunked body).
+  virtual std::optional<uint64_t> content_length() const = 0;
+};
+
 struct Request {
   std::string method;    // "GET", "POST", ...
   std::string target;    // raw request target: "/v1/files/a%20b?mode=0644"
@@ -37,6 +53,8 @@ struct Request {
   std::vector<std::pair<std::string, std::string>> query;  // decoded
   Headers headers;
   std::string body;
+  // Set instead of `body` for streamed routes; valid during the handler only.
+  BodyReader* body_reader = nullptr;
 
   std::optional<std::string> Query(std::string_view name) const;
   std::optional<std::string> Header(std::string_view name) const { return headers.Get(name); }

@@ -1,9 +1,11 @@
 #include "net/http_client.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -37,8 +39,8 @@ struct HttpClient::Impl {
   std::mutex mu;
   std::deque<std::unique_ptr<PooledConn>> idle;
 
-  Result<std::unique_ptr<PooledConn>> Checkout(bool& reused) {
-    {
+  Result<std::unique_ptr<PooledConn>> Checkout(bool& reused, bool fresh = false) {
+    if (!fresh) {
       std::lock_guard lock(mu);
       while (!idle.empty()) {
         auto pc = std::move(idle.back());
@@ -74,6 +76,11 @@ struct HttpClient::Impl {
     if (idle.size() < options.max_idle_connections) idle.push_back(std::move(pc));
   }
 
+  // Sends req.body_source's bytes (framed as chunks without body_length).
+  // Returns false when it stopped because the server has already answered (or
+  // closed): the caller then reads that answer.
+  static Result<bool> SendBody(Conn& conn, const ClientRequest& req, Deadline overall);
+
   // One attempt. `retryable` is set when the failure happened on a reused
   // connection before any response byte arrived (a stale keep-alive socket).
   Result<Response> Attempt(const ClientRequest& req,
@@ -87,7 +94,8 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
                                            bool& retryable) {
   retryable = false;
   bool reused = false;
-  auto pc_or = Checkout(reused);
+  const bool streamed_body = static_cast<bool>(req.body_source);
+  auto pc_or = Checkout(reused, /*fresh=*/streamed_body);
   if (!pc_or) return tl::unexpected(pc_or.error());
   std::unique_ptr<PooledConn> pc = std::move(*pc_or);
   pc->conn.set_cancel_fd(req.cancel_fd);
@@ -112,23 +120,51 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
     return tl::unexpected(e);
   };
 
-  http::request<http::string_body> msg{http::string_to_verb(req.method), path_prefix + req.target,
-                                       11};
-  if (msg.method() == http::verb::unknown) msg.method_string(req.method);
-  msg.set(http::field::host, host_header);
-  msg.set(http::field::user_agent, options.user_agent);
-  for (const auto& [k, v] : options.default_headers.entries()) msg.set(k, v);
-  for (const auto& [k, v] : req.headers.entries()) msg.set(k, v);
-  msg.body() = req.body;
-  msg.prepare_payload();
-  msg.keep_alive(true);
   boost::system::error_code ec;
+  bool body_complete = true;  // false: the server answered before the body was all sent
   stream.set_deadline(
       std::min(overall, DeadlineAfter(options.connect_timeout + std::chrono::milliseconds(60000))));
-  http::write(stream, msg, ec);
-  if (ec) {
-    retryable = reused;
-    return fail("sending the request");
+  if (!streamed_body) {
+    http::request<http::string_body> msg{http::string_to_verb(req.method), path_prefix + req.target,
+                                         11};
+    if (msg.method() == http::verb::unknown) msg.method_string(req.method);
+    msg.set(http::field::host, host_header);
+    msg.set(http::field::user_agent, options.user_agent);
+    for (const auto& [k, v] : options.default_headers.entries()) msg.set(k, v);
+    for (const auto& [k, v] : req.headers.entries()) msg.set(k, v);
+    msg.body() = req.body;
+    msg.prepare_payload();
+    msg.keep_alive(true);
+    http::write(stream, msg, ec);
+    if (ec) {
+      retryable = reused;
+      return fail("sending the request");
+    }
+  } else {
+    http::request<http::empty_body> msg{http::string_to_verb(req.method), path_prefix + req.target,
+                                        11};
+    if (msg.method() == http::verb::unknown) msg.method_string(req.method);
+    msg.set(http::field::host, host_header);
+    msg.set(http::field::user_agent, options.user_agent);
+    for (const auto& [k, v] : options.default_headers.entries()) msg.set(k, v);
+    for (const auto& [k, v] : req.headers.entries()) msg.set(k, v);
+    if (req.body_length) {
+      msg.content_length(*req.body_length);
+    } else {
+      msg.chunked(true);
+    }
+    msg.keep_alive(true);
+    http::request_serializer<http::empty_body> sr{msg};
+    http::write_header(stream, sr, ec);
+    if (ec) return fail("sending the request");
+    // When the server answered early, its answer is read below all the same.
+    auto sent = SendBody(pc->conn, req, overall);
+    if (!sent) {
+      Error e = sent.error();
+      e.message = fmt::format("{} {}{}: {}", req.method, base_url, req.target, e.message);
+      return tl::unexpected(e);
+    }
+    body_complete = *sent;
   }
 
   http::response_parser<http::buffer_body> parser;
@@ -145,7 +181,7 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
   for (const auto& field : parser.get()) {
     out.headers.Add(std::string(field.name_string()), std::string(field.value()));
   }
-  bool keep_alive = parser.get().keep_alive();
+  bool keep_alive = parser.get().keep_alive() && body_complete;
   if (on_head != nullptr && !(*on_head)(out)) return out;  // caller stopped; drop connection
 
   std::string body;
@@ -210,6 +246,68 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
   pc->conn.set_cancel_fd(-1);
   if (keep_alive) Return(std::move(pc));
   return out;
+}
+
+namespace {
+// True when the server has sent something (or closed): an early answer.
+bool PeerSpoke(const Conn& conn) {
+  pollfd p{conn.fd(), POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+}  // namespace
+
+Result<bool> HttpClient::Impl::SendBody(Conn& conn, const ClientRequest& req, Deadline overall) {
+  constexpr size_t kPiece = 256 * 1024;
+  std::unique_ptr<char[]> buf(new char[kPiece + 32]);
+  const bool chunked = !req.body_length.has_value();
+  uint64_t sent = 0;
+  for (;;) {
+    if (PeerSpoke(conn)) return false;
+    // Room before the data for a chunk-size line.
+    char* data = buf.get() + 16;
+    auto n = req.body_source(data, kPiece);
+    if (!n) return tl::unexpected(n.error());
+    if (*n > kPiece) return MakeError(ErrorCode::kInternal, "body source overran its buffer");
+    if (req.body_length && sent + *n > *req.body_length) {
+      return MakeError(ErrorCode::kInternal,
+                       fmt::format("the request body grew beyond its announced {} bytes "
+                                   "(did the file change while being sent?)",
+                                   *req.body_length));
+    }
+    if (*n == 0) {
+      if (req.body_length && sent != *req.body_length) {
+        return MakeError(ErrorCode::kInternal,
+                         fmt::format("the request body ended after {} of its announced {} bytes "
+                                     "(did the file change while being sent?)",
+                                     sent, *req.body_length));
+      }
+      if (chunked) {
+        auto s = conn.WriteAll("0\r\n\r\n", overall);
+        if (!s) {
+          if (PeerSpoke(conn)) return false;
+          return tl::unexpected(s.error());
+        }
+      }
+      return true;
+    }
+    std::string_view piece(data, *n);
+    std::string head;
+    if (chunked) {
+      head = fmt::format("{:x}\r\n", *n);
+      std::memcpy(data - head.size(), head.data(), head.size());
+      std::memcpy(data + *n, "\r\n", 2);
+      piece = std::string_view(data - head.size(), head.size() + *n + 2);
+    }
+    if (auto s = conn.WriteAll(piece, overall); !s) {
+      // A server that answered and closed makes our write fail (EPIPE,
+      // ECONNRESET): its answer may still be readable.
+      if (s.error().code == ErrorCode::kTimeout || s.error().code == ErrorCode::kCancelled) {
+        return tl::unexpected(s.error());
+      }
+      return false;
+    }
+    sent += *n;
+  }
 }
 
 HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -31,6 +32,16 @@ struct ClientRequest {
   std::string target = "/";  // path + optional query, already encoded
   Headers headers;
   std::string body;
+  // Instead of `body`: the body is pulled from body_source as it is sent, in
+  // bounded memory. It fills `buf` (up to `size` bytes) and returns the count,
+  // 0 at the end, or an error that aborts the request. With body_length the
+  // request carries a Content-Length (the source must then yield exactly that
+  // many bytes), otherwise it is chunked. Such a request always uses a fresh
+  // connection and is never retried (the source cannot be rewound). If the
+  // server answers before the body is all sent (an early error such as 413 or
+  // a full disk), sending stops and that answer is returned.
+  std::function<Result<size_t>(char* buf, size_t size)> body_source;
+  std::optional<uint64_t> body_length;
   // Whole-request deadline (0 = none beyond read_idle_timeout).
   std::chrono::milliseconds timeout{0};
   // Optional fd (eventfd/pipe): once readable, waits for response bytes end at

@@ -7,6 +7,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -41,12 +42,21 @@ constexpr size_t kInitialReadBuffer = 16 << 10;
 
 class ConnWriter : public ResponseWriter {
  public:
-  ConnWriter(Conn& conn, const ServerOptions& options, bool head, bool keep_alive)
-      : conn_(conn), stream_(conn), options_(options), head_(head), keep_alive_(keep_alive) {}
+  // `body_done` (optional) says whether the request body was read to its end:
+  // if not, the connection cannot carry another request and is closed.
+  ConnWriter(Conn& conn, const ServerOptions& options, bool head, bool keep_alive,
+             std::function<bool()> body_done = nullptr)
+      : conn_(conn),
+        stream_(conn),
+        options_(options),
+        head_(head),
+        keep_alive_(keep_alive),
+        body_done_(std::move(body_done)) {}
 
   Status Send(const Response& response) override {
     if (started_) return MakeError(ErrorCode::kInternal, "response already started");
     started_ = true;
+    if (body_done_ && !body_done_()) keep_alive_ = false;
     stream_.set_deadline(DeadlineAfter(options_.write_timeout));
     boost::system::error_code ec;
     if (head_) {
@@ -75,6 +85,7 @@ class ConnWriter : public ResponseWriter {
     if (started_) return MakeError(ErrorCode::kInternal, "response already started");
     started_ = true;
     streaming_ = true;
+    if (body_done_ && !body_done_()) keep_alive_ = false;
     stream_.set_deadline(DeadlineAfter(options_.write_timeout));
     http::response<http::empty_body> res{static_cast<http::status>(status), 11};
     CopyHeaders(headers, res);
@@ -115,6 +126,7 @@ class ConnWriter : public ResponseWriter {
   bool ClientGone() const override { return conn_.PeerClosed(); }
   bool started() const override { return started_; }
   bool finished() const { return finished_ && !failed_; }
+  bool keep_alive() const { return keep_alive_; }
 
  private:
   template <class Msg>
@@ -128,18 +140,125 @@ class ConnWriter : public ResponseWriter {
   const ServerOptions& options_;
   bool head_;
   bool keep_alive_;
+  std::function<bool()> body_done_;
   bool started_ = false;
   bool streaming_ = false;
   bool finished_ = false;
   bool failed_ = false;
 };
 
-void SendSimpleError(Conn& conn, int status, std::string_view message, const ServerOptions& opts) {
+// Closes after an answer given before the client finished sending: stop
+// writing, then read and discard what is still coming for a moment, so the
+// client reads the answer instead of a connection reset (a close with unread
+// input makes the kernel send RST, which can destroy the answer in flight).
+void LingeringClose(Conn& conn) {
+  conn.ShutdownWrite();
+  const Deadline until = DeadlineAfter(std::chrono::milliseconds(2000));
+  char sink[64 * 1024];
+  for (size_t total = 0; total < (256u << 20);) {
+    auto n = conn.ReadSome(sink, sizeof sink, until);
+    if (!n || *n == 0) return;
+    total += *n;
+  }
+}
+
+void SendSimpleError(Conn& conn, int status, std::string_view message, const ServerOptions& opts,
+                     bool linger = false) {
   ConnWriter w(conn, opts, false, false);
   ErrorCode code = status == 413   ? ErrorCode::kResourceExhausted
                    : status == 503 ? ErrorCode::kUnavailable
                                    : ErrorCode::kInvalidArgument;
   (void)w.Send(Response::Json(status, ToJson(ErrorToJson(Error(code, std::string(message))))));
+  if (linger) LingeringClose(conn);
+}
+
+using BodyParser = http::request_parser<http::buffer_body>;
+
+// Reads a request body from the parser as the handler asks for it.
+class ParserBodyReader : public BodyReader {
+ public:
+  ParserBodyReader(Conn& conn, BeastStream& stream, boost::beast::flat_buffer& buffer,
+                   BodyParser& parser, const ServerOptions& options, bool send_continue)
+      : conn_(conn),
+        stream_(stream),
+        buffer_(buffer),
+        parser_(parser),
+        options_(options),
+        send_continue_(send_continue) {}
+
+  Result<size_t> Read(char* data, size_t size) override {
+    if (failed_) return tl::unexpected(*failed_);
+    if (size == 0) return size_t{0};
+    if (send_continue_) {  // the handler wants the body: now ask for it
+      send_continue_ = false;
+      (void)conn_.WriteAll("HTTP/1.1 100 Continue\r\n\r\n", DeadlineAfter(options_.write_timeout));
+    }
+    while (!parser_.is_done()) {
+      parser_.get().body().data = data;
+      parser_.get().body().size = size;
+      boost::system::error_code ec;
+      stream_.set_deadline(DeadlineAfter(options_.read_timeout));  // per silence
+      http::read_some(stream_, buffer_, parser_, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      size_t n = size - parser_.get().body().size;
+      if (ec) {
+        Error e = stream_.last_error();
+        if (e.code != ErrorCode::kTimeout && e.code != ErrorCode::kCancelled) {
+          e = Error(ErrorCode::kInvalidArgument,
+                    "the request body ended early or is malformed: " + ec.message());
+        }
+        failed_ = e;
+        return tl::unexpected(e);
+      }
+      if (n > 0) return n;
+    }
+    return size_t{0};
+  }
+  std::optional<uint64_t> content_length() const override {
+    auto cl = parser_.content_length();
+    if (!cl) return std::nullopt;
+    return static_cast<uint64_t>(*cl);
+  }
+  bool done() const { return parser_.is_done() && !failed_; }
+
+ private:
+  Conn& conn_;
+  BeastStream& stream_;
+  boost::beast::flat_buffer& buffer_;
+  BodyParser& parser_;
+  const ServerOptions& options_;
+  bool send_continue_;
+  std::optional<Error> failed_;
+};
+
+// Reads a whole body of at most `limit` bytes (413 beyond it).
+Result<std::string> ReadWholeBody(BeastStream& stream, boost::beast::flat_buffer& buffer,
+                                  BodyParser& parser, size_t limit, Deadline deadline) {
+  std::string body;
+  if (auto cl = parser.content_length()) body.reserve(static_cast<size_t>(*cl));
+  char scratch[64 * 1024];
+  while (!parser.is_done()) {
+    parser.get().body().data = scratch;
+    parser.get().body().size = sizeof scratch;
+    boost::system::error_code ec;
+    stream.set_deadline(deadline);
+    http::read_some(stream, buffer, parser, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    size_t n = sizeof scratch - parser.get().body().size;
+    if (ec) {
+      Error e = stream.last_error();
+      if (e.code == ErrorCode::kTimeout || e.code == ErrorCode::kCancelled) {
+        return tl::unexpected(e);
+      }
+      return MakeError(ErrorCode::kInvalidArgument, "malformed HTTP request: " + ec.message());
+    }
+    if (body.size() + n > limit) {
+      return MakeError(ErrorCode::kResourceExhausted,
+                       fmt::format("request body exceeds {} bytes", limit));
+    }
+    body.append(scratch, n);
+  }
+  return body;
 }
 
 }  // namespace
@@ -183,46 +302,25 @@ void HttpServer::Impl::ServeConnection(Conn conn) {
   // capacity, and a small buffer means one recv per few hundred bytes).
   buffer.reserve(kInitialReadBuffer);
   while (!stopping) {
-    http::request_parser<http::string_body> parser;
+    BodyParser parser;
     parser.header_limit(static_cast<std::uint32_t>(options.max_header_bytes));
-    parser.body_limit(options.max_body_bytes);
+    parser.body_limit(boost::none);  // checked below, per route
     boost::system::error_code ec;
     stream.set_deadline(DeadlineAfter(options.idle_timeout));
     http::read_header(stream, buffer, parser, ec);
     if (ec) {
       if (ec == http::error::header_limit) {
         SendSimpleError(conn, 431, "request headers too large", options);
-      } else if (ec == http::error::body_limit) {
-        SendSimpleError(conn, 413,
-                        fmt::format("request body exceeds {} bytes", options.max_body_bytes),
-                        options);
       } else if (ec != boost::asio::error::eof && ec != boost::asio::error::timed_out &&
                  ec != boost::asio::error::connection_aborted && ec != http::error::end_of_stream) {
         SendSimpleError(conn, 400, "malformed HTTP request: " + ec.message(), options);
       }
       return;
     }
-    auto expect = parser.get()[http::field::expect];
-    if (EqualsIgnoreCase(std::string_view(expect.data(), expect.size()), "100-continue")) {
-      (void)conn.WriteAll("HTTP/1.1 100 Continue\r\n\r\n", DeadlineAfter(options.write_timeout));
-    }
-    stream.set_deadline(DeadlineAfter(options.read_timeout));
-    http::read(stream, buffer, parser, ec);
-    if (ec) {
-      if (ec == http::error::body_limit) {
-        SendSimpleError(conn, 413,
-                        fmt::format("request body exceeds {} bytes", options.max_body_bytes),
-                        options);
-      } else if (ec != boost::asio::error::eof && ec != boost::asio::error::timed_out &&
-                 ec != boost::asio::error::connection_aborted) {
-        SendSimpleError(conn, 400, "malformed HTTP request: " + ec.message(), options);
-      }
-      return;
-    }
-    auto msg = parser.release();
+    const auto& head = parser.get();
     Request req;
-    req.method = std::string(msg.method_string());
-    req.target = std::string(msg.target());
+    req.method = std::string(head.method_string());
+    req.target = std::string(head.target());
     auto q = req.target.find('?');
     req.raw_path = req.target.substr(0, q);
     auto decoded = PercentDecode(req.raw_path);
@@ -232,11 +330,56 @@ void HttpServer::Impl::ServeConnection(Conn conn) {
     }
     req.path = std::move(*decoded);
     if (q != std::string::npos) req.query = ParseQuery(std::string_view(req.target).substr(q + 1));
-    for (const auto& field : msg) {
+    for (const auto& field : head) {
       req.headers.Add(std::string(field.name_string()), std::string(field.value()));
     }
-    req.body = std::move(msg.body());
-    bool keep_alive = msg.keep_alive() && !stopping;
+    auto expect = head[http::field::expect];
+    const bool wants_continue =
+        EqualsIgnoreCase(std::string_view(expect.data(), expect.size()), "100-continue");
+    bool keep_alive = head.keep_alive() && !stopping;
+    const bool streamed =
+        !parser.is_done() && options.stream_request_body && options.stream_request_body(req);
+
+    if (streamed) {
+      ParserBodyReader reader(conn, stream, buffer, parser, options, wants_continue);
+      req.body_reader = &reader;
+      ConnWriter writer(conn, options, req.method == "HEAD", keep_alive,
+                        [&reader] { return reader.done(); });
+      handler(req, writer);
+      req.body_reader = nullptr;
+      if (!writer.started()) {
+        (void)writer.Send(Response::Json(
+            500, R"({"error":{"code":"INTERNAL","message":"handler sent no response"}})"));
+      }
+      if (!reader.done()) {  // answered before the whole body came
+        LingeringClose(conn);
+        return;
+      }
+      if (!writer.finished() || !writer.keep_alive()) return;
+      continue;
+    }
+
+    if (auto cl = parser.content_length(); cl && *cl > options.max_body_bytes) {
+      // Refused before the body is sent (with 100-continue) or read.
+      SendSimpleError(conn, 413,
+                      fmt::format("request body exceeds {} bytes", options.max_body_bytes), options,
+                      /*linger=*/!wants_continue);
+      return;
+    }
+    if (wants_continue && !parser.is_done()) {
+      (void)conn.WriteAll("HTTP/1.1 100 Continue\r\n\r\n", DeadlineAfter(options.write_timeout));
+    }
+    auto body = ReadWholeBody(stream, buffer, parser, options.max_body_bytes,
+                              DeadlineAfter(options.read_timeout));
+    if (!body) {
+      if (body.error().code == ErrorCode::kResourceExhausted) {
+        SendSimpleError(conn, 413, body.error().message, options, /*linger=*/true);
+      } else if (body.error().code == ErrorCode::kInvalidArgument) {
+        SendSimpleError(conn, 400, body.error().message, options);
+      }
+      return;
+    }
+    req.body = std::move(*body);
     ConnWriter writer(conn, options, req.method == "HEAD", keep_alive);
     handler(req, writer);
     if (!writer.started()) {

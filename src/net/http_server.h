@@ -33,7 +33,12 @@ class ResponseWriter {
 using Handler = std::function<void(Request& request, ResponseWriter& writer)>;
 
 struct ServerOptions {
-  size_t max_body_bytes = 256u << 20;  // larger bodies get 413
+  size_t max_body_bytes = 256u << 20;  // larger buffered bodies get 413
+  // Requests for which this returns true (it sees method, path, query and
+  // headers) are not buffered: the handler reads request.body_reader as the
+  // bytes arrive, with no size cap (read_timeout then bounds each silence,
+  // not the whole body). For uploads of any size in bounded memory.
+  std::function<bool(const Request& head)> stream_request_body;
   size_t max_header_bytes = 64u << 10;
   std::chrono::milliseconds idle_timeout{60000};  // keep-alive wait for the next request
   std::chrono::milliseconds read_timeout{60000};  // to receive one whole request

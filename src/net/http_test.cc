@@ -1,11 +1,16 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -344,6 +349,65 @@ TEST(ConnTest, UnixConnectRefusesASymlinkedSocketPath) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(EndpointTest, FdEndpointsParseAndCannotBeDialed) {
+  auto ep = Endpoint::Parse("fd:3");
+  ASSERT_TRUE(ep);
+  EXPECT_TRUE(ep->is_fd);
+  EXPECT_EQ(ep->fd, 3);
+  EXPECT_EQ(ep->ToString(), "fd:3");
+  for (const char* bad : {"fd:", "fd:-1", "fd:3x", "fd:x", "fd:99999999999999"}) {
+    EXPECT_FALSE(Endpoint::Parse(bad)) << bad;
+  }
+  auto dial = Conn::Connect(*ep, DeadlineAfter(100ms));
+  ASSERT_FALSE(dial);
+  EXPECT_EQ(dial.error().code, ErrorCode::kInvalidArgument);
+}
+
+// The sandbox's daemon serves on a listening socket the host created and passed
+// to it: the server adopts it, and it must not leak into children.
+TEST(HttpServerTest, ServesOnAnInheritedListeningFd) {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("deepbox-net-fd-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto path = dir / "d.sock";
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);  // no CLOEXEC, as if inherited
+  ASSERT_GE(fd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  auto server = HttpServer::Create(*Endpoint::Parse("fd:" + std::to_string(fd)), TestHandler);
+  ASSERT_TRUE(server) << server.error().ToString();
+  EXPECT_EQ(::fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  (*server)->Start();
+  auto client = HttpClient::Create("unix:" + path.string());
+  ASSERT_TRUE(client);
+  ClientRequest req;
+  req.method = "POST";
+  req.target = "/echo";
+  req.body = "hi";
+  auto r = (*client)->Send(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->body, "POST hi");
+  (*server)->Stop();
+  server->reset();
+  // The host owns the path: stopping the server does not unlink it.
+  EXPECT_TRUE(std::filesystem::exists(path));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HttpServerTest, RefusesAnFdThatIsNotAListeningSocket) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  auto server = HttpServer::Create(*Endpoint::Parse("fd:" + std::to_string(sv[0])), TestHandler);
+  EXPECT_FALSE(server);
+  ::close(sv[0]);
+  ::close(sv[1]);
+  auto closed = HttpServer::Create(*Endpoint::Parse("fd:987"), TestHandler);
+  EXPECT_FALSE(closed);
+}
+
 TEST(HttpClientTest, CancelFdInterruptsASilentServer) {
   auto l = Listener::Bind(*Endpoint::Parse("127.0.0.1:0"));
   ASSERT_TRUE(l);
@@ -441,6 +505,164 @@ TEST(HttpTlsTest, MutualTlsRoundTripAndVerificationFailures) {
   no_cert.tls.ca_pem = pki.ca_cert_pem;
   auto nc = HttpClient::Create(url, no_cert);
   EXPECT_FALSE((*nc)->Send(req));
+}
+
+}  // namespace
+}  // namespace deepbox::net
+
+// ------------------------------------------------------- streamed request bodies
+
+namespace deepbox::net {
+namespace {
+
+// Deterministic bytes (all 256 values) for streamed bodies.
+char PatternByte(uint64_t i) { return static_cast<char>((i * 131 + (i >> 11)) & 0xff); }
+
+// A body source producing `total` pattern bytes in pieces.
+std::function<Result<size_t>(char*, size_t)> PatternSource(uint64_t total) {
+  auto pos = std::make_shared<uint64_t>(0);
+  return [pos, total](char* buf, size_t size) -> Result<size_t> {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(size, total - *pos));
+    for (size_t i = 0; i < n; ++i) buf[i] = PatternByte(*pos + i);
+    *pos += n;
+    return n;
+  };
+}
+
+// /count streams the body and answers its size and whether every byte matched
+// the pattern; /reject answers 507 without reading; /buffered is not streamed.
+class StreamedBodyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions opts;
+    opts.max_body_bytes = 1 << 20;
+    opts.stream_request_body = [](const Request& head) { return head.path != "/buffered"; };
+    auto server = HttpServer::Create(
+        *Endpoint::Parse("127.0.0.1:0"),
+        [](Request& req, ResponseWriter& w) {
+          if (req.path == "/buffered") {
+            (void)w.Send(Response::Text(200, std::to_string(req.body.size())));
+            return;
+          }
+          if (req.path == "/reject") {
+            (void)w.Send(Response::Json(507, R"({"error":{"code":"RESOURCE_EXHAUSTED"}})"));
+            return;
+          }
+          // An empty body is complete with the head: nothing to stream.
+          if (req.body_reader == nullptr) {
+            (void)w.Send(Response::Text(200, std::to_string(req.body.size()) + " same"));
+            return;
+          }
+          uint64_t total = 0;
+          bool same = true;
+          std::vector<char> buf(100000);  // not a power of two on purpose
+          for (;;) {
+            auto n = req.body_reader->Read(buf.data(), buf.size());
+            if (!n) {
+              (void)w.Send(Response::Text(400, "read error: " + n.error().message));
+              return;
+            }
+            if (*n == 0) break;
+            for (size_t i = 0; i < *n; ++i) same = same && buf[i] == PatternByte(total + i);
+            total += *n;
+          }
+          (void)w.Send(Response::Text(200, std::to_string(total) + (same ? " same" : " differ")));
+        },
+        opts);
+    ASSERT_TRUE(server) << server.error().ToString();
+    server_ = std::move(*server);
+    server_->Start();
+    auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string(server_->port()));
+    ASSERT_TRUE(client);
+    client_ = std::move(*client);
+  }
+  void TearDown() override { server_->Stop(); }
+
+  Result<Response> Put(const std::string& path, uint64_t total, bool with_length) {
+    ClientRequest req;
+    req.method = "PUT";
+    req.target = path;
+    req.body_source = PatternSource(total);
+    if (with_length) req.body_length = total;
+    return client_->Send(req);
+  }
+
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<HttpClient> client_;
+};
+
+TEST_F(StreamedBodyTest, LargeBodiesStreamBothFramings) {
+  constexpr uint64_t kTotal = (64u << 20) + 12345;  // far above max_body_bytes
+  for (bool with_length : {true, false}) {
+    auto r = Put("/count", kTotal, with_length);
+    ASSERT_TRUE(r) << r.error().ToString();
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, std::to_string(kTotal) + " same") << "with_length=" << with_length;
+  }
+  auto empty = Put("/count", 0, true);
+  ASSERT_TRUE(empty) << empty.error().ToString();
+  EXPECT_EQ(empty->body, "0 same");
+  // The connection after a streamed body still serves ordinary requests.
+  ClientRequest get;
+  get.target = "/buffered";
+  auto ok = client_->Send(get);
+  ASSERT_TRUE(ok) << ok.error().ToString();
+  EXPECT_EQ(ok->body, "0");
+}
+
+// The daemon's 413 must reach the client, not a broken pipe.
+TEST_F(StreamedBodyTest, EarlyAnswersReachTheSender) {
+  for (bool with_length : {true, false}) {
+    auto too_big = Put("/buffered", 32u << 20, with_length);
+    ASSERT_TRUE(too_big) << too_big.error().ToString();
+    EXPECT_EQ(too_big->status, 413) << "with_length=" << with_length;
+    auto rejected = Put("/reject", 32u << 20, with_length);
+    ASSERT_TRUE(rejected) << rejected.error().ToString();
+    EXPECT_EQ(rejected->status, 507);
+  }
+  auto fits = Put("/buffered", 1000, true);
+  ASSERT_TRUE(fits) << fits.error().ToString();
+  EXPECT_EQ(fits->body, "1000");
+}
+
+TEST_F(StreamedBodyTest, ASourceThatLiesAboutItsLengthFailsClearly) {
+  ClientRequest req;
+  req.method = "PUT";
+  req.target = "/count";
+  req.body_source = PatternSource(100);
+  req.body_length = 200;
+  auto r = client_->Send(req);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("ended after 100 of its announced 200 bytes"), std::string::npos)
+      << r.error().message;
+  ClientRequest failing;
+  failing.method = "PUT";
+  failing.target = "/count";
+  failing.body_source = [](char*, size_t) -> Result<size_t> {
+    return MakeError(ErrorCode::kPermissionDenied, "read(src): EACCES");
+  };
+  auto f = client_->Send(failing);
+  ASSERT_FALSE(f);
+  EXPECT_EQ(f.error().code, ErrorCode::kPermissionDenied);
+}
+
+TEST_F(StreamedBodyTest, MalformedChunkedBodyIsAReadErrorForTheHandler) {
+  auto conn = Conn::Connect(*Endpoint::Parse("127.0.0.1:" + std::to_string(server_->port())),
+                            DeadlineAfter(2000ms));
+  ASSERT_TRUE(conn);
+  ASSERT_TRUE(
+      conn->WriteAll("PUT /count HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+                     DeadlineAfter(2000ms)));
+  ASSERT_TRUE(conn->WriteAll("zz\r\nnot-hex\r\n", DeadlineAfter(2000ms)));
+  std::string got;
+  char buf[4096];
+  for (;;) {
+    auto n = conn->ReadSome(buf, sizeof buf, DeadlineAfter(5000ms));
+    if (!n || *n == 0) break;
+    got.append(buf, *n);
+  }
+  EXPECT_NE(got.find("400"), std::string::npos) << got;
+  EXPECT_NE(got.find("read error"), std::string::npos) << got;
 }
 
 }  // namespace

@@ -117,7 +117,8 @@ std::string StrOr(const json::object& o, std::string_view key) {
   return GetOptString(o, key).value_or("");
 }
 
-json::object ExecBody(const ExecRequest& r) {
+// The /exec and /exec/stream request; base64_output when the daemon offers it.
+json::object ExecBody(const ExecRequest& r, bool base64_output) {
   json::object o;
   if (!r.argv.empty()) {
     json::array a;
@@ -132,10 +133,81 @@ json::object ExecBody(const ExecRequest& r) {
     for (const auto& [k, v] : r.env) env[k] = JsonString(v);
     o["env"] = std::move(env);
   }
-  if (!r.stdin_data.empty()) o["stdin_base64"] = Base64Encode(r.stdin_data);
+  if (r.stdin_stream) {
+    o["stdin_stream"] = true;
+  } else if (!r.stdin_data.empty()) {
+    o["stdin_base64"] = Base64Encode(r.stdin_data);
+  }
+  if (r.tty) {
+    json::object tty;
+    tty["rows"] = r.tty->rows;
+    tty["cols"] = r.tty->cols;
+    o["tty"] = std::move(tty);
+  }
   if (r.timeout.count() > 0) o["timeout_ms"] = r.timeout.count();
   if (r.max_output_bytes > 0) o["max_output_bytes"] = r.max_output_bytes;
+  // The exact bytes (older daemons do not list the feature and send text).
+  if (base64_output) o["output_encoding"] = "base64";
   return o;
+}
+
+// Output bytes of an answer: `key`_base64 when present, else the text `key`.
+std::string OutputField(AnswerReader& r, const json::object& o, const std::string& key) {
+  if (o.contains(key + "_base64")) {
+    auto decoded = Base64Decode(r.Str(key + "_base64"));
+    if (!decoded) r.Fail(key + "_base64", "base64");
+    return decoded.value_or("");
+  }
+  return r.Str(key);
+}
+
+// The stdin of an interactive command: requests naming its daemon session.
+class SessionInput : public ExecInput {
+ public:
+  SessionInput(net::HttpClient& http, std::string sandbox, std::string session)
+      : http_(http), sandbox_(std::move(sandbox)), session_(std::move(session)) {}
+
+  Status Write(std::string_view bytes) override {
+    return Post("stdin", std::string(bytes), "application/octet-stream");
+  }
+  Status Close() override { return Post("stdin?eof=true", "", "application/octet-stream"); }
+  Status Resize(TerminalSize size) override {
+    json::object o;
+    o["rows"] = size.rows;
+    o["cols"] = size.cols;
+    return Post("resize", ToJson(o), "application/json");
+  }
+
+ private:
+  Status Post(std::string_view action, std::string body, std::string_view type) {
+    net::ClientRequest req;
+    req.method = "POST";
+    req.target = fmt::format("/deepbox/v1/exec/sessions/{}/{}", session_, action);
+    req.headers.Set("Content-Type", std::string(type));
+    req.body = std::move(body);
+    // No deadline: a write waits while the command does not read, and the
+    // daemon answers at the latest when the command ends.
+    req.timeout = 0ms;
+    auto r = http_.Send(req);
+    if (!r) {
+      Error e = r.error();
+      e.message = fmt::format("sandbox {}: {}", sandbox_, e.message);
+      return tl::unexpected(e);
+    }
+    if (r->status != 200) return tl::unexpected(ErrorFromResponse(*r, "exec stdin"));
+    return {};
+  }
+
+  net::HttpClient& http_;
+  std::string sandbox_;
+  std::string session_;
+};
+
+// Session ids come from the daemon and go into request paths.
+bool ValidSessionId(std::string_view id) {
+  return !id.empty() && id.size() <= 128 &&
+         id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") ==
+             std::string_view::npos;
 }
 
 Status FillExit(const json::object& o, ExecResult& out) {
@@ -209,6 +281,15 @@ Result<std::unique_ptr<SandboxdClient>> SandboxdClient::Connect(const std::strin
   client->root_ = fields.Str("root");
   std::string hostname = fields.Str("hostname");
   if (auto s = fields.status(); !s) return tl::unexpected(s.error());
+  // Optional capabilities of newer daemons; an older one lists none.
+  if (auto it = info->find("features"); it != info->end() && it->value().is_array()) {
+    for (const auto& f : it->value().as_array()) {
+      if (!f.is_string()) continue;
+      if (f.as_string() == "exec_output_base64") client->exec_base64_ = true;
+      if (f.as_string() == "exec_stdin_stream") client->exec_stdin_stream_ = true;
+      if (f.as_string() == "exec_tty") client->exec_tty_ = true;
+    }
+  }
   client->id_ = client->options_.id.empty() ? hostname : client->options_.id;
   return client;
 }
@@ -247,7 +328,10 @@ std::chrono::milliseconds CommandDeadline(const ExecRequest& r, std::chrono::mil
 }  // namespace
 
 Result<ExecResult> SandboxdClient::Exec(const ExecRequest& request) {
-  auto body = PostJson("/deepbox/v1/exec", ToJson(ExecBody(request)),
+  if (request.stdin_stream || request.tty) {
+    return MakeError(ErrorCode::kInvalidArgument, "stdin_stream and tty need ExecStream");
+  }
+  auto body = PostJson("/deepbox/v1/exec", ToJson(ExecBody(request, exec_base64_)),
                        CommandDeadline(request, options_.request_slack));
   if (!body) return tl::unexpected(body.error());
   auto o = ParseJsonObject(*body);
@@ -255,21 +339,28 @@ Result<ExecResult> SandboxdClient::Exec(const ExecRequest& request) {
   ExecResult out;
   if (auto s = FillExit(*o, out); !s) return tl::unexpected(s.error());
   AnswerReader r(*o);
-  out.stdout_data = r.Str("stdout");
-  out.stderr_data = r.Str("stderr");
-  out.combined = r.Str("output");
+  out.stdout_data = OutputField(r, *o, "stdout");
+  out.stderr_data = OutputField(r, *o, "stderr");
+  out.combined = OutputField(r, *o, "output");
   if (auto s = r.status(); !s) return tl::unexpected(s.error());
   return out;
 }
 
 Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
                                               const OutputCallback& on_output) {
+  if ((request.stdin_stream && !exec_stdin_stream_) || (request.tty && !exec_tty_)) {
+    return MakeError(ErrorCode::kUnimplemented,
+                     fmt::format("the daemon of sandbox {} (deepbox-sandboxd) is too old for "
+                                 "{}: it does not offer it",
+                                 id_, request.tty ? "a terminal (tty)" : "streamed stdin"));
+  }
   net::ClientRequest req;
   req.method = "POST";
   req.target = "/deepbox/v1/exec/stream";
   req.headers.Set("Content-Type", "application/json");
-  req.body = ToJson(ExecBody(request));
+  req.body = ToJson(ExecBody(request, exec_base64_));
   req.timeout = CommandDeadline(request, options_.request_slack);
+  std::optional<SessionInput> input;
   std::string pending;
   std::optional<ExecResult> result;
   std::optional<Error> failure;
@@ -293,11 +384,26 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
           if (!ev) continue;
           auto type = StrOr(*ev, "type");
           if (type == "stdout" || type == "stderr") {
+            AnswerReader fields(*ev);
+            std::string bytes = OutputField(fields, *ev, "data");
+            if (auto s = fields.status(); !s) {
+              failure = s.error();
+              return false;
+            }
             if (!on_output(type == "stdout" ? OutputStream::kStdout : OutputStream::kStderr,
-                           StrOr(*ev, "data"))) {
+                           bytes)) {
               failure = Error(ErrorCode::kCancelled, "command cancelled by the caller");
               return false;
             }
+          } else if (type == "started") {
+            if (!request.stdin_stream || input) continue;
+            std::string session = StrOr(*ev, "session");
+            if (!ValidSessionId(session)) {
+              failure = InvalidAnswer("session", "an id of letters, digits, - and _");
+              return false;
+            }
+            input.emplace(*http_, id_, std::move(session));
+            if (request.on_started) request.on_started(*input);
           } else if (type == "keepalive") {
             // An empty delivery lets the caller cancel a silent command.
             if (!on_output(OutputStream::kStdout, std::string_view())) {
@@ -554,6 +660,57 @@ Status SandboxdClient::Upload(const std::string& path, std::string_view content,
   auto r = http_->Send(req);
   if (!r) return tl::unexpected(r.error());
   if (r->status != 200) return tl::unexpected(ErrorFromResponse(*r, "upload"));
+  return {};
+}
+
+Error SandboxdClient::AnswerError(const net::Response& response, std::string_view what) {
+  return ErrorFromResponse(response, what);
+}
+
+Status SandboxdClient::DownloadTo(const std::string& path,
+                                  const std::function<Status(std::string_view data)>& sink) {
+  net::ClientRequest req;
+  req.target = "/deepbox/v1/fs/raw?path=" + net::PercentEncode(path);
+  Status sink_status;
+  std::string error_body;
+  int status = 0;
+  auto r = http_->SendStreaming(
+      req,
+      [&](const net::Response& head) {
+        status = head.status;
+        return true;
+      },
+      [&](std::string_view data) {
+        if (status != 200) {  // an error answer: keep (a bounded part of) it for the message
+          if (error_body.size() < 64 * 1024) error_body.append(data.substr(0, 64 * 1024));
+          return true;
+        }
+        sink_status = sink(data);
+        return sink_status.has_value();
+      });
+  if (!sink_status) return sink_status;
+  if (!r) return tl::unexpected(r.error());
+  if (status != 200) {
+    net::Response answer;
+    answer.status = status;
+    answer.body = std::move(error_body);
+    return tl::unexpected(ErrorFromResponse(answer, "download " + path));
+  }
+  return {};
+}
+
+Status SandboxdClient::UploadFrom(
+    const std::string& path, uint32_t mode, uint64_t length,
+    const std::function<Result<size_t>(char* buf, size_t size)>& source) {
+  net::ClientRequest req;
+  req.method = "PUT";
+  req.target = "/deepbox/v1/fs/raw?path=" + net::PercentEncode(path) + "&mode=" + ModeString(mode);
+  req.headers.Set("Content-Type", "application/octet-stream");
+  req.body_source = source;
+  req.body_length = length;
+  auto r = http_->Send(req);
+  if (!r) return tl::unexpected(r.error());
+  if (r->status != 200) return tl::unexpected(ErrorFromResponse(*r, "upload " + path));
   return {};
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -57,6 +58,21 @@ class SandboxdClient : public Sandbox {
   // Whether the daemon answers its health check now.
   bool Healthy();
 
+  // Bounded-memory transfers (deepbox sandbox cp): the file's bytes go to
+  // `sink` as they arrive; an error from the sink stops the download.
+  Status DownloadTo(const std::string& path,
+                    const std::function<Status(std::string_view data)>& sink);
+  // Exactly `length` bytes pulled from `source` become the file (atomically,
+  // daemon side); no size cap but the sandbox's disk.
+  Status UploadFrom(const std::string& path, uint32_t mode, uint64_t length,
+                    const std::function<Result<size_t>(char* buf, size_t size)>& source);
+  // The daemon's HTTP client (token and router headers included), for the
+  // streams the interface above does not cover (tar).
+  net::HttpClient& http() { return *http_; }
+  // The error a daemon's non-2xx answer carries (its JSON error, else the
+  // status), with `what` for context. Never trusts the answer's shape.
+  static Error AnswerError(const net::Response& response, std::string_view what);
+
  private:
   SandboxdClient() = default;
   struct Call;
@@ -67,6 +83,10 @@ class SandboxdClient : public Sandbox {
   SandboxdClientOptions options_;
   std::string id_;
   std::string root_;
+  // Exec features the daemon lists in /info (docs/sandboxd-api.md).
+  bool exec_base64_ = false;        // exact output bytes (base64 in JSON)
+  bool exec_stdin_stream_ = false;  // stdin fed while the command runs
+  bool exec_tty_ = false;           // pseudo-terminal
 };
 
 }  // namespace deepbox

@@ -2,11 +2,14 @@
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -22,6 +25,38 @@ namespace {
 using namespace deepbox;
 using namespace std::chrono_literals;
 
+// Fault signals (SEGV, BUS, FPE, ILL) that a process of the sandbox sends us
+// with kill() are not faults: as init we ignore them, as the kernel already
+// does for a default disposition. This matters when a handler is installed
+// (sanitizer builds install one and would take a sent SIGSEGV for a crash).
+// Real faults go on to the previous handler, or kill us as before.
+struct sigaction g_previous_fault_action[NSIG];
+
+void OnFaultSignal(int sig, siginfo_t* info, void* context) {
+  if (info != nullptr && info->si_code <= 0 && info->si_pid > 0) return;  // sent, not a fault
+  const struct sigaction& prev = g_previous_fault_action[sig];
+  if ((prev.sa_flags & SA_SIGINFO) != 0 && prev.sa_sigaction != nullptr) {
+    prev.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler != nullptr) {
+    prev.sa_handler(sig);
+    return;
+  }
+  // Default action: returning re-runs the faulting instruction, which now dies.
+  ::signal(sig, SIG_DFL);
+}
+
+void IgnoreSentFaultSignals() {
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) {
+    struct sigaction sa {};
+    sa.sa_sigaction = &OnFaultSignal;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(sig, &sa, &g_previous_fault_action[sig]);
+  }
+}
+
 int Fail(const std::string& message) {
   std::fprintf(stderr, "deepbox-sandboxd: %s\n", message.c_str());
   return 2;
@@ -30,6 +65,13 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: no process of the sandbox (same uid) may ptrace us, read our memory
+  // or borrow our fds (the listener) through /proc/<pid>/fd or pidfd_getfd.
+  // Children get dumpable back at exec.
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    std::fprintf(stderr, "deepbox-sandboxd: prctl(PR_SET_DUMPABLE): %s\n", std::strerror(errno));
+    return 2;
+  }
   CLI::App app{
       "deepbox-sandboxd: serves files, search and processes inside a sandbox.\n"
       "Speaks the deepbox API (/deepbox/v1/...), the upstream python-runtime API\n"
@@ -47,8 +89,9 @@ int main(int argc, char** argv) {
   double idle_timeout_s = 60;
   size_t stream_chunk_size = 0;
   app.add_option("--listen", listen,
-                 "Where to listen: unix:/path/to.sock or HOST:PORT (repeatable).\n"
-                 "Default: --listen-host:--rest-port");
+                 "Where to listen: unix:/path/to.sock, HOST:PORT, or fd:N (a listening\n"
+                 "socket passed by the launcher; deepbox's local sandboxes use fd:3)\n"
+                 "(repeatable). Default: --listen-host:--rest-port");
   app.add_option("--root-dir", config.root_dir, "Root every path is confined to")
       ->capture_default_str();
   app.add_option("--listen-host", listen_host, "Upstream-compatible: host to listen on")
@@ -105,18 +148,20 @@ int main(int argc, char** argv) {
                          : fmt::format("{}:{}", listen_host, rest_port));
   }
 
-  sandboxd::proc::IgnoreSigpipe();
-  // Orphans re-parented to us (as PID 1 or subreaper) must be reaped.
-  if (::getpid() != 1) (void)sandboxd::proc::BecomeSubreaper();
-  auto reaper = sandboxd::proc::Reaper::Start();
-  if (!reaper) return Fail("starting the reaper: " + reaper.error().ToString());
-
-  // SIGTERM/SIGINT are handled by a dedicated thread (sigwait), never async.
+  if (::getpid() == 1) IgnoreSentFaultSignals();
+  // SIGTERM/SIGINT are taken by sigwaitinfo below, never async: blocked before
+  // any thread starts, so every thread inherits the mask.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  sandboxd::proc::IgnoreSigpipe();
+  // Orphans re-parented to us (as PID 1 or subreaper) must be reaped.
+  if (::getpid() != 1) (void)sandboxd::proc::BecomeSubreaper();
+  auto reaper = sandboxd::proc::Reaper::Start();
+  if (!reaper) return Fail("starting the reaper: " + reaper.error().ToString());
 
   auto daemon = sandboxd::Daemon::Create(config);
   if (!daemon) return Fail(daemon.error().message);
@@ -126,6 +171,7 @@ int main(int argc, char** argv) {
   options.read_timeout = 300s;
   options.write_timeout = 300s;
   options.server_header = "deepbox-sandboxd/" + std::string(sandboxd::kVersion);
+  options.stream_request_body = &sandboxd::Daemon::StreamsRequestBody;
   std::vector<std::unique_ptr<net::HttpServer>> servers;
   sandboxd::Daemon* d = daemon->get();
   for (const auto& spec : listen) {
@@ -134,8 +180,9 @@ int main(int argc, char** argv) {
     auto server = net::HttpServer::Create(
         *ep, [d](net::Request& req, net::ResponseWriter& w) { d->Handle(req, w); }, options);
     if (!server) return Fail(fmt::format("cannot listen on {}: {}", spec, server.error().message));
-    std::string where =
-        ep->is_unix ? ep->ToString() : fmt::format("{}:{}", ep->host, (*server)->port());
+    std::string where = ep->is_unix || ep->is_fd
+                            ? ep->ToString()
+                            : fmt::format("{}:{}", ep->host, (*server)->port());
     std::fprintf(stderr, "deepbox-sandboxd %s: listening on %s, root %s%s\n",
                  std::string(sandboxd::kVersion).c_str(), where.c_str(), config.root_dir.c_str(),
                  config.token.empty() ? "" : ", token required");
@@ -144,7 +191,20 @@ int main(int argc, char** argv) {
   for (auto& s : servers) s->Start();
 
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  for (;;) {
+    siginfo_t info{};
+    sig = sigwaitinfo(&stop_signals, &info);
+    if (sig < 0) continue;  // EINTR
+    // As the sandbox's init, a stop request can only come from outside: the
+    // kernel shows a sender in an ancestor PID namespace as pid 0. A process of
+    // the sandbox (pid > 0 here) must not be able to take its daemon down.
+    if (::getpid() == 1 && info.si_pid > 0) {
+      std::fprintf(stderr, "deepbox-sandboxd: ignoring %s from pid %d inside the sandbox\n",
+                   sig == SIGTERM ? "SIGTERM" : "SIGINT", static_cast<int>(info.si_pid));
+      continue;
+    }
+    break;
+  }
   std::fprintf(stderr, "deepbox-sandboxd: %s received, shutting down\n",
                sig == SIGTERM ? "SIGTERM" : "SIGINT");
   // Stop accepting; running requests get the grace period; then processes die.

@@ -276,8 +276,9 @@ class EscapeTest : public ::testing::Test {
     spec_.runtime_dir = tmp_ / "rt";
     spec_.workspace_dir = workspace_;
     spec_.sandboxd_binary = sandboxd_;
-    spec_.argv = {local::kSandboxdPath, "--listen", std::string("unix:") + local::kSandboxdSocket,
-                  "--root-dir", "/workspace"};
+    spec_.argv = {local::kSandboxdPath, "--listen", local::kSandboxdListen, "--root-dir",
+                  "/workspace"};
+    spec_.daemon_listener = true;
     spec_.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                  "HOME=/workspace", "LANG=C.UTF-8", "USER=sandbox"};
     spec_.use_cgroups = Root();
@@ -313,20 +314,10 @@ class EscapeTest : public ::testing::Test {
       chmod(dst.c_str(), 0755);
       if (Root()) (void)!chown(dst.c_str(), owner, owner);
     }
-    fs::path sock = box->sp.socket_dir() / "sandboxd.sock";
+    // The launcher bound the socket before init ran; requests wait in its
+    // backlog until the daemon accepts.
+    fs::path sock = box->sp.daemon_socket();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (!fs::exists(sock)) {
-      auto st = box->sp.TryWait();
-      if (st && *st) {
-        return MakeError(ErrorCode::kInternal, "sandboxd exited: " + (*st)->ToString() +
-                                                   "; log: " + ReadAll(tmp_ / "sandboxd.log"));
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        return MakeError(ErrorCode::kTimeout,
-                         "no daemon socket; log: " + ReadAll(tmp_ / "sandboxd.log"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
     // The socket file appears at bind(), slightly before listen(): retry until it answers.
     for (;;) {
       auto client = SandboxdClient::Connect("unix:" + sock.string());
@@ -378,6 +369,34 @@ class EscapeTest : public ::testing::Test {
                     << " code " << r.exit_code << " signal " << r.signal << " " << r.error << ": "
                     << out;
     }
+  }
+
+  // The host's view after an attack on the daemon: a fresh connection to the
+  // socket reaches the real daemon (it runs a command and reads a file only
+  // the host could have put in the workspace) and never the impostor's token.
+  void ExpectRealDaemon(Box& box) {
+    const std::string fresh = RandomToken();
+    WriteFile(workspace_ / "host-proof", fresh + "\n");
+    SandboxdClientOptions o;
+    o.connect_timeout = std::chrono::milliseconds(5000);
+    auto client = SandboxdClient::Connect("unix:" + box.sp.daemon_socket().string(), o);
+    ASSERT_TRUE(client.has_value())
+        << "the real daemon no longer answers: " << client.error().ToString();
+    ExecRequest req;
+    req.argv = {"/bin/cat", "/workspace/host-proof"};
+    req.timeout = std::chrono::milliseconds(20000);
+    auto r = (*client)->Exec(req);
+    ASSERT_TRUE(r.has_value()) << r.error().ToString()
+                               << "\ndaemon log: " << ReadAll(tmp_ / "sandboxd.log");
+    EXPECT_EQ(r->stdout_data, fresh + "\n");
+    EXPECT_THAT(r->stdout_data + r->stderr_data, Not(HasSubstr(token_)));
+    auto info = (*client)->Stat("/workspace/host-proof");
+    ASSERT_TRUE(info.has_value()) << info.error().ToString();
+    EXPECT_EQ(info->size, static_cast<int64_t>(fresh.size() + 1));
+  }
+  void ExpectImpostorIdle() {
+    std::string log = ReadAll(workspace_ / "impostor.log");
+    EXPECT_EQ(log, "") << "BREACH: the host connected to the sandbox's impostor daemon";
   }
 
   // Start + Run + ExpectHeld.
@@ -471,6 +490,7 @@ const SimpleCase kSimple[] = {
     {"acct", NoArgs},
     {"quotactl_ioperm", NoArgs},
     {"socket_families", NoArgs},
+    {"daemon_fd_steal", NoArgs},
     {"raw_socket", NoArgs},
     {"netlink_admin", NoArgs},
     {"sh_host_tools.sh", NoArgs},
@@ -657,10 +677,9 @@ TEST_F(EscapeTest, HostUnixSocketsUnreachable) {
   EXPECT_EQ(host->Accepted(), 0);
 }
 
-// The sandbox owns /.deepbox/run (its daemon creates the socket there), so it can
-// replace the socket with a symlink. The host connecting to <runtime>/run/sandboxd.sock
-// must not follow it to a host socket (confused deputy: the host would send its
-// requests, as root, to any unix socket the sandbox names).
+// The daemon's socket is the host's (rt/run, never mounted in the sandbox), so
+// the old attack (replace /.deepbox/run/sandboxd.sock with a symlink to a host
+// socket) finds nothing to replace; the host must still reach only its daemon.
 TEST_F(EscapeTest, DaemonSocketSymlinkNotFollowedByHost) {
   fs::path trap = hostdir_ / "trap.sock";
   auto host = Listener::Unix(trap.string(), "trap " + token_);
@@ -668,15 +687,41 @@ TEST_F(EscapeTest, DaemonSocketSymlinkNotFollowedByHost) {
   auto box = Start();
   ASSERT_TRUE(box.has_value()) << box.error().ToString();
   ExpectHeld(Run(**box, "socket_symlink", {trap.string()}), "socket_symlink");
-  // What the host does next (provider/supervisor): connect to the socket path.
-  SandboxdClientOptions o;
-  o.connect_timeout = std::chrono::milliseconds(2000);
-  const fs::path sock = (*box)->sp.socket_dir() / "sandboxd.sock";
-  auto again = SandboxdClient::Connect("unix:" + sock.string(), o);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ(host->Accepted(), 0) << "BREACH: the host followed the sandbox's symlink "
-                                 << (*box)->sp.socket_dir().string() << "/sandboxd.sock -> "
-                                 << trap.string() << " and connected to a host socket";
+  ExpectRealDaemon(**box);
+  EXPECT_EQ(host->Accepted(), 0) << "BREACH: the host connected to a host socket named by "
+                                 << "the sandbox";
+}
+
+// Take the socket path over from inside (unlink, rename over, bind everywhere):
+// the host keeps talking to the real daemon; the impostor never gets a call.
+TEST_F(EscapeTest, DaemonSocketCannotBeTakenOver) {
+  auto box = Start();
+  ASSERT_TRUE(box.has_value()) << box.error().ToString();
+  ExpectHeld(Run(**box, "daemon_socket_takeover", {token_}), "daemon_socket_takeover");
+  ExpectRealDaemon(**box);
+  ExpectImpostorIdle();
+}
+
+// Kill the daemon from inside (every signal) and answer in its place: the host
+// reaches the real daemon (init ignores signals from inside the sandbox) or, had
+// it died, nothing at all; never the impostor.
+TEST_F(EscapeTest, DaemonCannotBeKilledAndImpersonated) {
+  auto box = Start();
+  ASSERT_TRUE(box.has_value()) << box.error().ToString();
+  ExpectHeld(Run(**box, "daemon_kill_impersonate", {token_}), "daemon_kill_impersonate");
+  auto alive = (*box)->sp.TryWait();
+  ASSERT_TRUE(alive.has_value());
+  EXPECT_FALSE(alive->has_value())
+      << "a process of the sandbox stopped its daemon: " << (*alive)->ToString();
+  if (alive->has_value()) {
+    SandboxdClientOptions o;
+    o.connect_timeout = std::chrono::milliseconds(2000);
+    auto c = SandboxdClient::Connect("unix:" + (*box)->sp.daemon_socket().string(), o);
+    EXPECT_FALSE(c.has_value()) << "something answered for a dead daemon";
+  } else {
+    ExpectRealDaemon(**box);
+  }
+  ExpectImpostorIdle();
 }
 
 // -------------------------------------------------------------- resources

@@ -5,7 +5,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/inotify.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -113,14 +112,6 @@ std::string PublicNetworkObstacle() {
   return {};
 }
 
-// The socket's directory is writable by the sandbox: net::Conn refuses a
-// symlink planted in the socket's place (never connect to a host socket).
-bool SocketAccepts(const std::string& path) {
-  auto ep = net::Endpoint::Parse("unix:" + path);
-  return ep &&
-         net::Conn::Connect(*ep, net::DeadlineAfter(std::chrono::milliseconds(1000))).has_value();
-}
-
 class Supervisor {
  public:
   Supervisor(SupervisorRequest req, UniqueFd ready)
@@ -152,10 +143,8 @@ class Supervisor {
   std::string stderr_tail_;
   UniqueFd sigfd_;
   UniqueFd timerfd_;
-  UniqueFd ino_;  // socket-dir watch while waiting for the daemon
   int64_t start_ns_ = 0;
   int64_t launched_ns_ = 0;
-  int64_t socket_ns_ = 0;  // when the daemon's socket first accepted a connection
   bool dir_created_ = false;
 };
 
@@ -179,6 +168,7 @@ Status Supervisor::Prepare() {
   meta_.state = req_.pool.empty() ? "claimed" : "warm";
   meta_.network_requested = req_.network;
   meta_.rootfs = req_.rootfs;
+  meta_.limits = req_.limits;
   meta_.supervisor = *self;
   meta_.socket = paths_.socket.string();
   meta_.cgroups = CgroupCandidates(req_.id);
@@ -222,16 +212,14 @@ Status Supervisor::LaunchSandbox() {
   spec.workspace_dir = paths_.workspace;
   if (!req_.rootfs.empty()) spec.rootfs = req_.rootfs;
   spec.sandboxd_binary = req_.sandboxd_binary;
-  spec.argv = {kSandboxdPath, "--listen", std::string("unix:") + kSandboxdSocket, "--root-dir",
-               "/workspace"};
+  spec.argv = {kSandboxdPath, "--listen", kSandboxdListen, "--root-dir", "/workspace"};
+  spec.daemon_listener = true;  // the host owns the socket: see local/daemon_socket.h
   spec.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
               "HOME=/workspace", "LANG=C.UTF-8", "USER=sandbox", "TERM=xterm-256color"};
   spec.hostname = req_.id;
   spec.network = meta_.network == "public" ? NetworkMode::kPublic : NetworkMode::kNone;
   if (meta_.net_slot) spec.public_network.slot = *meta_.net_slot;
-  spec.limits.memory_bytes = req_.memory_bytes;
-  spec.limits.max_processes = req_.max_processes;
-  spec.limits.cpu_cores = req_.cpu_cores;
+  spec.limits = req_.limits.ToLaunchLimits();
   spec.die_with_parent = true;  // we are the launching (main) thread: our death kills it
   spec.use_cgroups = geteuid() == 0;
   int fds[2];
@@ -262,6 +250,7 @@ Status Supervisor::LaunchSandbox() {
   meta_.init.start_time = ProcessStartTime(sp_.pid()).value_or(0);
   meta_.network = std::string(NetworkModeName(sp_.network()));
   if (!sp_.network_note().empty()) meta_.network_note = sp_.network_note();
+  meta_.limits_note = UnenforcedLimitsNote(req_.limits, sp_.limits());
   const auto& t = sp_.timings();
   for (size_t i = 0; i < t.ns.size(); ++i) {
     meta_.timings[SetupStepName(static_cast<SetupStep>(i))] = Us(t.ns[i]);
@@ -317,46 +306,30 @@ Status Supervisor::WaitHealthy() {
   options.max_idle_connections = 1;
   auto http = net::HttpClient::Create("unix:" + meta_.socket, std::move(options));
   if (!http) return tl::unexpected(http.error());
-  // Woken by inotify when the daemon creates its socket; between bind() and
-  // listen() a connect is refused, so then retry after 100 us.
-  // Kept open until readiness is reported: closing an inotify instance waits
-  // for an SRCU grace period (~10-20 ms), which must stay off the critical path.
-  ino_.reset(inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
-  UniqueFd& ino = ino_;
-  if (!ino) return MakeSyscallError("inotify_init1", errno);
-  std::string socket_dir = fs::path(meta_.socket).parent_path().string();
-  if (inotify_add_watch(ino.get(), socket_dir.c_str(), IN_CREATE | IN_MOVED_TO) < 0) {
-    return MakeSyscallError("inotify_add_watch", errno, socket_dir);
-  }
+  // The listener exists before the daemon runs (the launcher bound it), so a
+  // request simply waits in its backlog until the daemon accepts. The pidfd
+  // cancels a wait at once if the daemon dies; signals are checked in between.
   const int64_t deadline = MonoNs() + 30'000'000'000LL;
   for (;;) {
-    bool exists = access(meta_.socket.c_str(), F_OK) == 0;
-    if (exists && SocketAccepts(meta_.socket)) {
-      if (socket_ns_ == 0) socket_ns_ = MonoNs();
-      net::ClientRequest req;
-      req.target = "/deepbox/v1/health";
-      req.timeout = 5000ms;
-      auto r = (*http)->Send(req);
-      if (r && r->status == 200) return {};
-      (*http)->CloseIdle();
-    }
+    net::ClientRequest req;
+    req.target = "/deepbox/v1/health";
+    req.timeout = 250ms;
+    req.cancel_fd = sp_.pidfd();
+    auto r = (*http)->Send(req);
+    if (r && r->status == 200) return {};
+    (*http)->CloseIdle();
     if (MonoNs() > deadline) {
       return MakeError(ErrorCode::kTimeout,
                        "the sandbox daemon did not answer its health check within 30 s" +
                            (stderr_tail_.empty() ? "" : "; its stderr: " + stderr_tail_));
     }
-    struct pollfd pfds[4] = {{sp_.pidfd(), POLLIN, 0},
+    struct pollfd pfds[3] = {{sp_.pidfd(), POLLIN, 0},
                              {sigfd_.get(), POLLIN, 0},
-                             {stderr_r_ ? stderr_r_.get() : -1, POLLIN, 0},
-                             {ino.get(), POLLIN, 0}};
-    struct timespec ts = {0, exists ? 100'000 : 50'000'000};
-    int rc = ppoll(pfds, 4, &ts, nullptr);
+                             {stderr_r_ ? stderr_r_.get() : -1, POLLIN, 0}};
+    // A refused or failed request is retried after 1 ms (not a busy loop).
+    struct timespec ts = {0, 1'000'000};
+    int rc = ppoll(pfds, 3, &ts, nullptr);
     if (rc < 0 && errno != EINTR) return MakeSyscallError("ppoll", errno);
-    if (pfds[3].revents) {
-      char buf[4096];
-      while (read(ino.get(), buf, sizeof(buf)) > 0) {
-      }
-    }
     if (pfds[2].revents) DrainStderr();
     if (pfds[1].revents && HandleSignals()) {
       return MakeError(ErrorCode::kCancelled, "sandbox deleted while starting");
@@ -486,8 +459,6 @@ int Supervisor::Run() {
     m.init = meta_.init;
     m.timings = meta_.timings;
     m.timings["daemon ready"] = Us(ready_ns - launched_ns_);
-    m.timings["daemon listening"] = Us(socket_ns_ - launched_ns_);
-    m.timings["daemon health"] = Us(ready_ns - socket_ns_);
     m.timings["supervisor total"] = Us(ready_ns - start_ns_);
     if (req_.requested_at_ns > 0) m.timings["total"] = Us(ready_ns - req_.requested_at_ns);
     return Status{};
@@ -512,7 +483,6 @@ int Supervisor::Run() {
   msg["meta"] = meta_.ToJson();
   SendAll(ready_.get(), ToJson(msg) + "\n");
   ready_.reset();
-  ino_.reset();  // slow (see WaitHealthy), now harmless
   Log(fmt::format("ready: {}", ToJson(meta_.timings)));
   Serve();
   return 0;
@@ -532,9 +502,7 @@ json::object SupervisorRequest::ToJson() const {
   o["rootfs"] = JsonString(rootfs);
   o["pool"] = pool;
   o["sandboxd_binary"] = JsonString(sandboxd_binary);
-  if (memory_bytes) o["memory_bytes"] = *memory_bytes;
-  if (max_processes) o["max_processes"] = *max_processes;
-  if (cpu_cores) o["cpu_cores"] = *cpu_cores;
+  o["limits"] = limits.ToJson();
   o["requested_at_ns"] = requested_at_ns;
   return o;
 }
@@ -560,12 +528,8 @@ Result<SupervisorRequest> SupervisorRequest::FromJson(const json::object& o) {
   auto sbd = GetString(o, "sandboxd_binary");
   if (!sbd) return tl::unexpected(sbd.error());
   r.sandboxd_binary = *sbd;
-  if (auto v = GetOptInt(o, "memory_bytes"); v && *v) r.memory_bytes = static_cast<uint64_t>(**v);
-  if (auto v = GetOptInt(o, "max_processes"); v && *v) {
-    r.max_processes = static_cast<uint64_t>(**v);
-  }
-  if (auto it = o.find("cpu_cores"); it != o.end() && it->value().is_number()) {
-    r.cpu_cores = it->value().to_number<double>();
+  if (auto it = o.find("limits"); it != o.end() && it->value().is_object()) {
+    r.limits = SandboxLimits::FromJson(it->value().as_object());
   }
   r.requested_at_ns = GetOptInt(o, "requested_at_ns").value_or(std::nullopt).value_or(0);
   return r;

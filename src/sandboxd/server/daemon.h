@@ -20,6 +20,8 @@ class ProcessTable;
 
 namespace deepbox::sandboxd {
 
+class ExecSessions;
+
 inline constexpr std::string_view kVersion = "0.1.0";
 
 struct DaemonConfig {
@@ -42,6 +44,9 @@ class Daemon {
   ~Daemon();
 
   void Handle(net::Request& request, net::ResponseWriter& writer);
+  // Routes whose request bodies are read as they arrive (uploads of any size):
+  // for net::ServerOptions::stream_request_body.
+  static bool StreamsRequestBody(const net::Request& head);
 
   // Health turns 503; running background processes are terminated.
   void BeginShutdown(std::chrono::milliseconds grace);
@@ -60,6 +65,8 @@ class Daemon {
   net::Response Info() const;
   net::Response Exec(const net::Request& request);
   void ExecStream(const net::Request& request, net::ResponseWriter& writer);
+  // /deepbox/v1/exec/sessions/{id}/stdin|resize (input of interactive exec streams).
+  net::Response ExecSessionRequest(const net::Request& request, std::string_view rest);
   net::Response Processes(const net::Request& request, std::string_view rest);
   net::Response Files(const net::Request& request, std::string_view op);
   net::Response Glob(const json::object& body);
@@ -85,6 +92,7 @@ class Daemon {
   DaemonConfig config_;
   fs::Root root_;
   std::unique_ptr<proc::ProcessTable> processes_;
+  std::unique_ptr<ExecSessions> exec_sessions_;
   std::chrono::steady_clock::time_point started_;
   std::atomic<bool> shutting_down_{false};
 };

@@ -1,8 +1,11 @@
 // Raw file transfer (/deepbox/v1/fs/raw) and tar streams (/deepbox/v1/fs/tar/...).
 #include <fmt/format.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include "common/json.h"
 #include "net/url.h"
@@ -64,6 +67,30 @@ void Daemon::RawDownload(const net::Request& request, net::ResponseWriter& write
   RawDownloadPath(*path, writer, false);
 }
 
+bool Daemon::StreamsRequestBody(const net::Request& head) {
+  return head.method == "PUT" &&
+         (head.path == "/deepbox/v1/fs/raw" || head.path == "/deepbox/v1/fs/tar/upload");
+}
+
+namespace {
+
+// Refuses an upload that cannot fit before a byte of it is read.
+Status CheckSpaceFor(const fs::Root& root, std::optional<uint64_t> length) {
+  if (!length) return {};
+  struct statvfs vfs {};
+  if (::fstatvfs(root.fd(), &vfs) != 0) return {};  // unknown: let the writes tell
+  const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  if (*length > avail) {
+    return MakeError(ErrorCode::kResourceExhausted,
+                     fmt::format("not enough space in the sandbox for {} bytes ({} bytes free in "
+                                 "{})",
+                                 *length, avail, root.path()));
+  }
+  return {};
+}
+
+}  // namespace
+
 net::Response Daemon::RawUpload(const net::Request& request) {
   auto path = request.Query("path");
   if (!path)
@@ -74,9 +101,33 @@ net::Response Daemon::RawUpload(const net::Request& request) {
         mode->find_first_not_of("01234567") != std::string::npos) {
       return ErrorResponse(Error(ErrorCode::kInvalidArgument, "mode must be octal like 0644"));
     }
-    wo.mode = static_cast<uint32_t>(std::stoul(*mode, nullptr, 8)) & 07777;
+    uint32_t m = 0;
+    for (char c : *mode) m = m * 8 + static_cast<uint32_t>(c - '0');
+    wo.mode = m & 07777;
   }
-  auto w = fs::Write(root_, *path, request.body, wo);
+  if (request.body_reader == nullptr) {  // buffered (a caller other than the server)
+    auto w = fs::Write(root_, *path, request.body, wo);
+    if (!w) return ErrorResponse(w.error());
+    json::object o;
+    o["path"] = JsonString(w->path);
+    o["size"] = w->bytes;
+    return JsonResponse(200, ToJson(o));
+  }
+  if (auto s = CheckSpaceFor(root_, request.body_reader->content_length()); !s) {
+    return ErrorResponse(s.error());
+  }
+  auto writer = fs::AtomicFileWriter::Create(root_, *path, wo);
+  if (!writer) return ErrorResponse(writer.error());
+  std::vector<char> buf(256 * 1024);
+  for (;;) {
+    auto n = request.body_reader->Read(buf.data(), buf.size());
+    if (!n) return ErrorResponse(n.error());  // the writer's destructor drops the temp file
+    if (*n == 0) break;
+    if (auto s = writer->Append(std::string_view(buf.data(), *n)); !s) {
+      return ErrorResponse(s.error());
+    }
+  }
+  auto w = writer->Commit();
   if (!w) return ErrorResponse(w.error());
   json::object o;
   o["path"] = JsonString(w->path);
@@ -133,7 +184,14 @@ net::Response Daemon::TarUpload(const net::Request& request) {
   std::string dest = request.Query("path").value_or(root_.path());
   size_t pos = 0;
   const std::string& body = request.body;
+  net::BodyReader* reader = request.body_reader;
+  if (reader != nullptr) {
+    if (auto s = CheckSpaceFor(root_, reader->content_length()); !s) {
+      return ErrorResponse(s.error());
+    }
+  }
   auto written = fs::ExtractTar(root_, dest, [&](char* buf, size_t size) -> Result<size_t> {
+    if (reader != nullptr) return reader->Read(buf, size);
     size_t n = std::min(size, body.size() - pos);
     std::memcpy(buf, body.data() + pos, n);
     pos += n;
