@@ -213,6 +213,13 @@ Result<ClaimedSandbox> Claimer::Wait(const ClaimRequest& request, const std::str
     std::string sandbox = FindString(ev.object, {"status", "sandbox", "name"});
     if (sandbox.empty()) sandbox = FindString(ev.object, {"status", "sandbox", "Name"});
     if (!sandbox.empty() && ready) {
+      // The name goes into X-Sandbox-ID, a URL path and (in cluster) a host name.
+      if (!IsObjectName(sandbox)) {
+        failure = Error(ErrorCode::kInternal,
+                        fmt::format("{} is bound to a Sandbox with an invalid name '{}'", what,
+                                    sandbox.substr(0, 300)));
+        return false;
+      }
       ClaimedSandbox c;
       c.namespace_name = ns;
       c.claim_name = name;
@@ -261,6 +268,17 @@ Result<std::vector<std::string>> Claimer::DeleteBySelector(std::string_view ns,
   lo.label_selector = std::string(label_selector);
   auto list = api_.ListClaims(ns, lo);
   if (!list) return tl::unexpected(list.error());
+  // Every name is checked before anything is deleted: a name like ".." would
+  // turn DELETE .../sandboxclaims/NAME into a request on the collection.
+  for (const auto& item : list->items) {
+    std::string name = FindString(item, {"metadata", "name"});
+    if (!name.empty() && !IsObjectName(name)) {
+      return MakeError(ErrorCode::kInternal,
+                       fmt::format("the API server listed a SandboxClaim with an invalid name "
+                                   "'{}' in namespace '{}'; nothing was deleted",
+                                   name.substr(0, 300), ns));
+    }
+  }
   std::vector<std::string> deleted;
   for (const auto& item : list->items) {
     std::string name = FindString(item, {"metadata", "name"});

@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "common/base64.h"
+#include "common/parse_number.h"
+#include "common/utf8.h"
 #include "k8s/util.h"
 #include "net/http_client.h"
 #include "net/url.h"
@@ -18,6 +20,8 @@ namespace {
 
 constexpr size_t kMaxWatchLine = 64u << 20;
 constexpr size_t kMaxErrorBody = 64u << 10;
+constexpr size_t kMaxStatusText = 2000;  // of a Status message quoted in an error
+constexpr int kMaxListPages = 100000;
 
 std::string_view ReasonForStatus(int code) {
   switch (code) {
@@ -85,10 +89,11 @@ bool Retryable(int status) {
 std::optional<std::chrono::milliseconds> RetryAfter(const net::Response& r) {
   auto h = r.headers.Get("Retry-After");
   if (!h) return std::nullopt;
-  int64_t secs = 0;
-  auto [p, ec] = std::from_chars(h->data(), h->data() + h->size(), secs);
-  if (ec != std::errc() || p != h->data() + h->size() || secs < 0) return std::nullopt;
-  return std::chrono::milliseconds(secs * 1000);
+  auto secs = ParseI64(*h);
+  if (!secs || *secs < 0) return std::nullopt;
+  // Clamped before scaling: a huge value must not overflow (callers cap it anyway).
+  constexpr int64_t kMaxSeconds = int64_t{1} << 31;
+  return std::chrono::milliseconds(std::min(*secs, kMaxSeconds) * 1000);
 }
 
 std::string ObjectName(const json::object& obj) { return FindString(obj, {"metadata", "name"}); }
@@ -126,13 +131,20 @@ ApiStatus ParseApiStatus(int http_status, std::string_view body) {
   s.code = http_status;
   auto doc = ParseJsonObject(body);
   if (doc && FindString(*doc, {"kind"}) == "Status") {
-    if (const auto* c = Find(*doc, {"code"}); c != nullptr && c->is_int64()) {
-      s.code = static_cast<int>(c->as_int64());
+    // Only a plausible HTTP status replaces the real one (no narrowing of a huge value).
+    if (const auto* c = Find(*doc, {"code"});
+        c != nullptr && c->is_int64() && c->get_int64() >= 100 && c->get_int64() <= 599) {
+      s.code = static_cast<int>(c->get_int64());
     }
-    s.reason = FindString(*doc, {"reason"});
+    s.reason = FindString(*doc, {"reason"}).substr(0, kMaxStatusText);
     s.message = FindString(*doc, {"message"});
+    if (s.message.size() > kMaxStatusText) {
+      s.message.resize(kMaxStatusText);
+      s.message += "...";
+    }
   } else {
-    std::string text(body.substr(0, 500));
+    // Not JSON: whatever bytes came, as valid UTF-8 (errors end up in JSON too).
+    std::string text = SanitizeUtf8(body.substr(0, 500));
     while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
     s.message = text;
   }
@@ -358,7 +370,15 @@ Result<ObjectList> KubeClient::List(const ResourceType& type, std::string_view n
                                     const ListOptions& options) {
   ObjectList out;
   std::string cont;
+  int pages = 0;
   do {
+    // A server that hands out the same continue token (or endless ones) must
+    // not keep us here forever.
+    if (++pages > kMaxListPages) {
+      return MakeError(
+          ErrorCode::kInternal,
+          fmt::format("kubernetes API GET {}: more than {} pages", type.Path(ns), kMaxListPages));
+    }
     std::vector<std::pair<std::string, std::string>> q;
     if (!options.label_selector.empty()) q.emplace_back("labelSelector", options.label_selector);
     if (!options.field_selector.empty()) q.emplace_back("fieldSelector", options.field_selector);
@@ -381,7 +401,13 @@ Result<ObjectList> KubeClient::List(const ResourceType& type, std::string_view n
                                                          target, doc.error().message));
     }
     out.resource_version = FindString(*doc, {"metadata", "resourceVersion"});
-    cont = FindString(*doc, {"metadata", "continue"});
+    std::string next = FindString(*doc, {"metadata", "continue"});
+    if (!next.empty() && next == cont) {
+      return MakeError(
+          ErrorCode::kInternal,
+          fmt::format("kubernetes API GET {}: the server repeated its continue token", target));
+    }
+    cont = std::move(next);
     if (const auto* items = Find(*doc, {"items"}); items != nullptr && items->is_array()) {
       for (const auto& item : items->get_array()) {
         if (item.is_object()) out.items.push_back(item.get_object());

@@ -1,38 +1,49 @@
 #include "k8s/connection.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "net/conn.h"
+#include "common/parse_number.h"
+#include "common/terminal_text.h"
+#include "k8s/socket_owner.h"
 
 namespace deepbox::k8s {
 
 namespace {
 
 constexpr size_t kTailBytes = 4096;
-
-Result<int> FreeLocalPort() {
-  auto ep = net::Endpoint::Parse("127.0.0.1:0");
-  if (!ep) return tl::unexpected(ep.error());
-  auto l = net::Listener::Bind(*ep);
-  if (!l) return tl::unexpected(l.error());
-  return l->port();
-}
-
-bool PortAccepts(int port) {
-  net::Endpoint ep;
-  ep.host = "127.0.0.1";
-  ep.port = port;
-  auto c = net::Conn::Connect(ep, net::DeadlineAfter(std::chrono::milliseconds(200)));
-  return c.has_value();
-}
+constexpr size_t kMaxStdoutLine = 4096;
+constexpr std::string_view kForwardingPrefix = "Forwarding from 127.0.0.1:";
 
 std::string Trimmed(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   return s;
+}
+
+// kubectl's output in our messages: it can carry text from the cluster.
+std::string Shown(std::string_view text) {
+  std::string t = Trimmed(SanitizeForTerminal(text));
+  return t.empty() ? "no output" : t;
+}
+
+std::string ShownLine(std::string_view line) {
+  constexpr size_t kMax = 200;
+  std::string s = SanitizeLineForTerminal(line.substr(0, kMax));
+  if (line.size() > kMax) s += "...";
+  return s;
+}
+
+void AppendTail(std::string& tail, std::string_view data) {
+  tail.append(data);
+  if (tail.size() > kTailBytes) tail.erase(0, tail.size() - kTailBytes);
+}
+
+void SetNonBlocking(const UniqueFd& fd) {
+  if (fd) ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
 }
 
 }  // namespace
@@ -47,17 +58,31 @@ net::Headers RouterHeaders(const RouterTarget& t) {
   return h;
 }
 
+Result<int> ParseForwardingLine(std::string_view line, int remote_port) {
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+  auto bad = [&] {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("expected 'Forwarding from 127.0.0.1:PORT -> {}', got '{}'",
+                                 remote_port, ShownLine(line)));
+  };
+  if (!line.starts_with(kForwardingPrefix)) return bad();
+  std::string_view rest = line.substr(kForwardingPrefix.size());
+  auto arrow = rest.find(" -> ");
+  if (arrow == std::string_view::npos) return bad();
+  auto port = ParseInteger<uint16_t>(rest.substr(0, arrow));
+  if (!port || *port == 0) return bad();
+  if (rest.substr(arrow + 4) != std::to_string(remote_port)) return bad();
+  return static_cast<int>(*port);
+}
+
 // ------------------------------------------------------------------ PortForward
 
 Result<std::unique_ptr<PortForward>> PortForward::Start(PortForwardOptions options) {
   std::unique_ptr<PortForward> pf(new PortForward());
   pf->options_ = std::move(options);
-  auto port = FreeLocalPort();
-  if (!port) return tl::unexpected(port.error());
-  pf->port_ = *port;
   pf->stop_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!pf->stop_fd_) return MakeSyscallError("eventfd", errno);
-  if (auto s = pf->Launch(); !s) return tl::unexpected(s.error());
+  if (auto s = pf->Launch(0); !s) return tl::unexpected(s.error());
   pf->monitor_ = std::thread([p = pf.get()] { p->Monitor(); });
   return pf;
 }
@@ -66,23 +91,24 @@ PortForward::~PortForward() { Stop(); }
 
 std::string PortForward::base_url() const { return fmt::format("http://127.0.0.1:{}", port_); }
 
-std::string PortForward::OutputTail() const {
-  std::string t = Trimmed(tail_);
-  return t.empty() ? "no output" : t;
-}
+std::string PortForward::OutputTail() const { return Shown(tail_); }
 
-Status PortForward::Launch() {
+Status PortForward::Launch(int port) {
+  // --address: one IPv4 listener (kubectl's default adds [::1]), the one we check.
+  std::string ports = port > 0 ? fmt::format("{}:{}", port, options_.remote_port)
+                               : fmt::format(":{}", options_.remote_port);
   SpawnOptions so;
   so.argv.push_back(options_.kubectl);
   so.argv.insert(so.argv.end(), options_.kubectl_args.begin(), options_.kubectl_args.end());
-  so.argv.insert(so.argv.end(), {"port-forward", options_.service,
-                                 fmt::format("{}:{}", port_, options_.remote_port), "-n",
-                                 options_.namespace_name});
+  so.argv.insert(so.argv.end(), {"port-forward", "--address", "127.0.0.1", options_.service, ports,
+                                 "-n", options_.namespace_name});
   so.env = options_.env;
-  so.capture_stderr = true;  // errors; stdout only says "Handling connection for ..."
+  so.capture_stdout =
+      true;  // "Forwarding from 127.0.0.1:PORT -> 8080", then one line per connection
+  so.capture_stderr = true;  // errors
   so.new_process_group = true;
-  std::string what = fmt::format("kubectl port-forward {} {}:{} -n {}", options_.service, port_,
-                                 options_.remote_port, options_.namespace_name);
+  std::string what = fmt::format("kubectl port-forward {} {} -n {}", options_.service, ports,
+                                 options_.namespace_name);
   auto child = Child::Spawn(so);
   if (!child) {
     Error e = child.error();
@@ -90,96 +116,158 @@ Status PortForward::Launch() {
     e.message = fmt::format("cannot start {} ('{}'): {}", what, options_.kubectl, e.message);
     return tl::unexpected(e);
   }
-  UniqueFd out = child->TakeStderr();
-  std::string output;
+  UniqueFd out = child->TakeStdout();
+  UniqueFd err = child->TakeStderr();
+  // Non-blocking: a grandchild holding the pipes open must not hang a drain.
+  SetNonBlocking(out);
+  SetNonBlocking(err);
+  std::string line_buf, errors;
   auto deadline = std::chrono::steady_clock::now() + options_.ready_timeout;
-  char buf[1024];
-  for (;;) {
-    if (auto st = child->TryWait()) {
-      if (out) {
-        ssize_t n;
-        while ((n = ::read(out.get(), buf, sizeof buf)) > 0) output.append(buf, n);
-      }
-      return MakeError(ErrorCode::kUnavailable,
-                       fmt::format("{} {}: {}", what, DescribeWaitStatus(*st),
-                                   Trimmed(output).empty() ? "no output" : Trimmed(output)));
-    }
-    if (PortAccepts(port_)) break;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      child->Terminate(options_.stop_grace);
-      return MakeError(ErrorCode::kTimeout,
-                       fmt::format("{} did not accept connections on 127.0.0.1:{} within {} ms: "
-                                   "{}",
-                                   what, port_, options_.ready_timeout.count(),
-                                   Trimmed(output).empty() ? "no output" : Trimmed(output)));
-    }
-    // Wait one poll interval, draining its output meanwhile.
-    pollfd p{out.get(), POLLIN, 0};
-    if (out && ::poll(&p, 1, static_cast<int>(options_.poll_interval.count())) > 0) {
-      ssize_t n = ::read(out.get(), buf, sizeof buf);
+  char buf[4096];
+  auto drain = [&](UniqueFd& fd, auto&& sink) {
+    for (;;) {
+      ssize_t n = fd ? ::read(fd.get(), buf, sizeof buf) : 0;
       if (n > 0) {
-        output.append(buf, n);
-      } else if (n == 0) {
-        out.reset();
+        sink(std::string_view(buf, static_cast<size_t>(n)));
+        continue;
       }
-    } else if (!out) {
-      std::this_thread::sleep_for(options_.poll_interval);
+      if (n == 0 || errno != EINTR) {
+        if (n == 0) fd.reset();
+        return;
+      }
     }
+  };
+  auto keep_errors = [&](std::string_view d) { AppendTail(errors, d); };
+  auto fail = [&](ErrorCode code, std::string message) -> Status {
+    child->Terminate(options_.stop_grace);
+    drain(err, keep_errors);
+    std::string said = Trimmed(SanitizeForTerminal(errors));
+    return MakeError(code, said.empty() ? message : fmt::format("{}: {}", message, said));
+  };
+  int got = 0;
+  while (got == 0) {
+    if (auto st = child->TryWait()) {
+      drain(err, keep_errors);
+      return MakeError(ErrorCode::kUnavailable,
+                       fmt::format("{} {}: {}", what, DescribeWaitStatus(*st), Shown(errors)));
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return fail(ErrorCode::kTimeout, fmt::format("{} did not say where it listens within {} ms",
+                                                   what, options_.ready_timeout.count()));
+    }
+    pollfd fds[3];
+    int n = 0;
+    int out_idx = -1, err_idx = -1;
+    if (out) {
+      out_idx = n;
+      fds[n++] = {out.get(), POLLIN, 0};
+    }
+    if (err) {
+      err_idx = n;
+      fds[n++] = {err.get(), POLLIN, 0};
+    }
+    if (child->pidfd() >= 0) fds[n++] = {child->pidfd(), POLLIN, 0};
+    int wait_ms = static_cast<int>(
+        child->pidfd() >= 0 ? left.count()
+                            : std::min<int64_t>(left.count(), options_.poll_interval.count()));
+    if (::poll(fds, static_cast<nfds_t>(n), wait_ms) < 0 && errno != EINTR) {
+      return fail(ErrorCode::kInternal,
+                  fmt::format("{}: {}", what, SyscallError("poll", errno).message));
+    }
+    if (err_idx >= 0 && fds[err_idx].revents != 0) drain(err, keep_errors);
+    if (out_idx < 0 || fds[out_idx].revents == 0) continue;
+    std::optional<Error> bad;
+    drain(out, [&](std::string_view d) {
+      if (got != 0 || bad) return;  // later lines are the monitor's
+      line_buf.append(d);
+      size_t nl;
+      while (got == 0 && !bad && (nl = line_buf.find('\n')) != std::string::npos) {
+        std::string line = line_buf.substr(0, nl);
+        line_buf.erase(0, nl + 1);
+        if (Trimmed(line).empty() || line.starts_with("Handling connection for")) continue;
+        auto p = ParseForwardingLine(line, options_.remote_port);
+        if (!p) {
+          bad = Error(ErrorCode::kUnavailable,
+                      fmt::format("{} printed something unexpected: {}", what, p.error().message));
+        } else if (port > 0 && *p != port) {
+          bad = Error(ErrorCode::kUnavailable,
+                      fmt::format("{} listens on 127.0.0.1:{}, not on the requested port {}", what,
+                                  *p, port));
+        } else {
+          got = *p;
+        }
+      }
+      if (got == 0 && !bad && line_buf.size() > kMaxStdoutLine) {
+        bad = Error(ErrorCode::kUnavailable,
+                    fmt::format("{} printed a line longer than {} bytes: '{}'", what,
+                                kMaxStdoutLine, ShownLine(line_buf)));
+      }
+    });
+    if (bad) return fail(bad->code, bad->message);
+    // kubectl closing its stdout without a word: wait for its exit status.
+  }
+  // The line is printed once kubectl listens: the listener must be the child's.
+  if (auto owned = CheckListenerOwner(child->pid(), static_cast<uint16_t>(got)); !owned) {
+    return fail(owned.error().code, fmt::format("{}: {}", what, owned.error().message));
   }
   std::lock_guard lock(mu_);
+  if (port == 0) port_ = got;  // restarts keep it (and run while others read it)
   child_ = std::move(*child);
-  output_ = std::move(out);
-  tail_ = output.size() > kTailBytes ? output.substr(output.size() - kTailBytes) : output;
+  stdout_ = std::move(out);
+  stderr_ = std::move(err);
+  tail_ = errors;
   return {};
 }
 
-void PortForward::Monitor() {
+void PortForward::DrainLocked() {
   char buf[4096];
+  for (UniqueFd* fd : {&stdout_, &stderr_}) {
+    while (*fd) {
+      ssize_t got = ::read(fd->get(), buf, sizeof buf);
+      if (got > 0) {
+        if (fd == &stderr_) AppendTail(tail_, std::string_view(buf, static_cast<size_t>(got)));
+        continue;
+      }
+      if (got == 0) fd->reset();
+      if (got == 0 || errno != EINTR) break;
+    }
+  }
+}
+
+void PortForward::Monitor() {
   for (;;) {
-    pollfd fds[3];
-    int n = 0;
+    pollfd fds[4];
+    nfds_t n = 0;
     fds[n++] = {stop_fd_.get(), POLLIN, 0};
-    int pid_idx = -1, out_idx = -1;
+    bool have_pidfd = false;
     {
       std::lock_guard lock(mu_);
       if (child_.pidfd() >= 0) {
-        pid_idx = n;
+        have_pidfd = true;
         fds[n++] = {child_.pidfd(), POLLIN, 0};
       }
-      if (output_) {
-        out_idx = n;
-        fds[n++] = {output_.get(), POLLIN, 0};
-      }
+      if (stdout_) fds[n++] = {stdout_.get(), POLLIN, 0};
+      if (stderr_) fds[n++] = {stderr_.get(), POLLIN, 0};
     }
-    int r = ::poll(fds, n, pid_idx >= 0 ? -1 : 100);
-    if (r < 0 && errno != EINTR) return;
+    int r = ::poll(fds, n, have_pidfd ? -1 : static_cast<int>(options_.poll_interval.count()));
+    if (r < 0 && errno != EINTR) {
+      std::lock_guard lock(mu_);
+      dead_ = Error(ErrorCode::kInternal, fmt::format("watching kubectl port-forward: {}",
+                                                      SyscallError("poll", errno).message));
+      cv_.notify_all();
+      return;
+    }
     if (fds[0].revents != 0) return;  // Stop()
-    if (out_idx >= 0 && fds[out_idx].revents != 0) {
-      std::lock_guard lock(mu_);
-      ssize_t got = ::read(output_.get(), buf, sizeof buf);
-      if (got > 0) {
-        tail_.append(buf, got);
-        if (tail_.size() > kTailBytes) tail_.erase(0, tail_.size() - kTailBytes);
-      } else if (got == 0) {
-        output_.reset();
-      }
-    }
-    std::optional<int> status;
-    {
-      std::lock_guard lock(mu_);
-      if (stopping_) return;
-      status = child_.TryWait();
-      if (status && output_) {
-        ssize_t got;
-        while ((got = ::read(output_.get(), buf, sizeof buf)) > 0) tail_.append(buf, got);
-        output_.reset();
-      }
-    }
-    if (!status) continue;
-    // The child died under us: restart it once, on the same port.
     std::string died;
     {
       std::lock_guard lock(mu_);
+      if (stopping_) return;
+      DrainLocked();
+      auto status = child_.TryWait();
+      if (!status) continue;
+      DrainLocked();
       died = fmt::format("kubectl port-forward {} (127.0.0.1:{}) {}: {}", options_.service, port_,
                          DescribeWaitStatus(*status), OutputTail());
       if (restarts_ >= options_.max_restarts) {
@@ -189,10 +277,15 @@ void PortForward::Monitor() {
         cv_.notify_all();
         return;
       }
+      // Health() holds callers back until the replacement has been checked.
+      restarting_ = true;
       tail_.clear();
     }
-    auto s = Launch();
+    // The same port, so the URL handed out stays valid. If someone else took
+    // it meanwhile, kubectl cannot listen there, or the owner check refuses.
+    auto s = Launch(port_);
     std::lock_guard lock(mu_);
+    restarting_ = false;
     if (!s) {
       dead_ = Error(ErrorCode::kUnavailable,
                     fmt::format("{}; restarting it failed: {}", died, s.error().message));
@@ -205,12 +298,22 @@ void PortForward::Monitor() {
 }
 
 Status PortForward::Health() const {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  // A child that died a moment ago, noticed or not by the monitor yet: its
+  // port may already be someone else's, so wait for the restart's outcome.
+  auto settled = [&] {
+    return dead_.has_value() || stopping_ || (!restarting_ && !child_.HasExited());
+  };
+  auto bound = options_.ready_timeout + 2 * options_.stop_grace + std::chrono::seconds(5);
+  if (!cv_.wait_for(lock, bound, settled)) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("kubectl port-forward {} (127.0.0.1:{}) is being restarted",
+                                 options_.service, port_));
+  }
   if (dead_) return tl::unexpected(*dead_);
   if (stopping_) return MakeError(ErrorCode::kUnavailable, "the port-forward was stopped");
   return {};
 }
-
 pid_t PortForward::pid() const {
   std::lock_guard lock(mu_);
   return child_.pid();
@@ -231,13 +334,15 @@ void PortForward::Stop() {
     std::lock_guard lock(mu_);
     if (stopping_) return;
     stopping_ = true;
+    cv_.notify_all();
   }
   uint64_t one = 1;
   (void)::write(stop_fd_.get(), &one, sizeof one);
   if (monitor_.joinable()) monitor_.join();
   std::lock_guard lock(mu_);
   child_.Terminate(options_.stop_grace);
-  output_.reset();
+  stdout_.reset();
+  stderr_.reset();
 }
 
 // ------------------------------------------------------------------ SandboxConnection

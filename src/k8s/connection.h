@@ -1,8 +1,12 @@
 // Reaching a claimed sandbox's daemon (deepbox-sandboxd in the pod) the way the
 // upstream SDK does (reference §3, §5): through the sandbox router with the
 // X-Sandbox-ID / -Namespace / -Port / -Pod-IP headers, reached by
-//  (a) a `kubectl port-forward svc/sandbox-router-svc <free port>:8080` child
-//      that we start, watch (restarted once if it dies) and stop,
+//  (a) a `kubectl port-forward --address 127.0.0.1 svc/sandbox-router-svc :8080`
+//      child that we start, watch (restarted once if it dies, on the same
+//      port) and stop. kubectl picks the port and prints it; we read it back
+//      and check in /proc that the listener is the child's before anything is
+//      sent (socket_owner.h): no gap in which another local user could take
+//      the port and receive the router token,
 //  (b) a direct URL (a router or Gateway address), or
 //  (c) in cluster, the pod IP itself (no router).
 // The result is a base URL plus default headers for a SandboxdClient.
@@ -16,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -42,6 +47,10 @@ struct RouterTarget {
 };
 net::Headers RouterHeaders(const RouterTarget& target);
 
+// The port in kubectl's "Forwarding from 127.0.0.1:PORT -> REMOTE" line;
+// INVALID_ARGUMENT for any other line, another address or remote port.
+Result<int> ParseForwardingLine(std::string_view line, int remote_port);
+
 struct PortForwardOptions {
   std::string kubectl = "kubectl";
   // Global flags placed before "port-forward" (e.g. --kubeconfig, --context).
@@ -64,7 +73,9 @@ class PortForward {
 
   int local_port() const { return port_; }
   std::string base_url() const;
-  // OK while the tunnel is up (restarts included); the reason once it is gone.
+  // OK while the tunnel is up; the reason once it is gone. While the child is
+  // being replaced (or has died and is about to be), waits for the outcome:
+  // nothing is sent to the port before the new listener has been checked.
   Status Health() const;
   pid_t pid() const;
   int restarts() const;
@@ -76,19 +87,24 @@ class PortForward {
 
  private:
   PortForward() = default;
-  Status Launch();  // spawns the child and waits until the port accepts
+  // Spawns the child (on `port`, or one kubectl picks when 0), reads back the
+  // port it listens on and checks that the listener is the child's.
+  Status Launch(int port);
   void Monitor();
+  void DrainLocked();  // reads what the child wrote (stdout dropped, stderr kept)
   std::string OutputTail() const;
 
   PortForwardOptions options_;
-  int port_ = 0;
+  int port_ = 0;  // set once by Start (restarts reuse it)
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;
   Child child_;
-  UniqueFd output_;   // the child's stdout+stderr
-  std::string tail_;  // last few KiB of its output
+  UniqueFd stdout_;   // "Handling connection for ..." lines
+  UniqueFd stderr_;   // errors
+  std::string tail_;  // last few KiB of its stderr
   std::optional<Error> dead_;
   int restarts_ = 0;
+  bool restarting_ = false;
   bool stopping_ = false;
   UniqueFd stop_fd_;  // eventfd: wakes the monitor
   std::thread monitor_;

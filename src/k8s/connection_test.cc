@@ -1,13 +1,20 @@
 #include "k8s/connection.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "common/unique_fd.h"
+#include "k8s/socket_owner.h"
+#include "k8s/testing/fixtures.h"
 #include "k8s/testing/test_router.h"
 #include "net/http_client.h"
 #include "net/http_server.h"
@@ -17,6 +24,14 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::TestRouter;
+
+net::ClientRequest GetRequest(std::string target) {
+  net::ClientRequest r;
+  r.method = "GET";
+  r.target = std::move(target);
+  r.timeout = 10s;
+  return r;
+}
 
 std::string FakeKubectl() { return std::string(DEEPBOX_BIN_DIR) + "/deepbox-fake-kubectl"; }
 
@@ -69,7 +84,7 @@ class ConnectionTest : public ::testing::Test {
     co.default_headers = ep.headers;
     auto c = net::HttpClient::Create(ep.base_url, co);
     if (!c) return tl::unexpected(c.error());
-    auto r = (*c)->Send({"GET", path, {}, "", 10s});
+    auto r = (*c)->Send(GetRequest(path));
     if (!r) return tl::unexpected(r.error());
     if (r->status != 200) return MakeError(ErrorCode::kUnavailable, r->body);
     return ParseJsonObject(r->body);
@@ -125,12 +140,15 @@ TEST_F(ConnectionTest, PortForwardReachesTheDaemonThroughTheRouter) {
   EXPECT_EQ(routed.back().pod_ip, "10.244.0.10");
   EXPECT_EQ(routed.back().port, "8888");
   EXPECT_EQ(routed.back().status, 200);
-  int port = (*conn)->port_forward()->local_port();
+  // kubectl chose the port (we passed ":8080") and we read it back.
   EXPECT_EQ(ReadLog(), fmt::format("--kubeconfig {}/kubeconfig --context kind-agent-sandbox "
-                                   "port-forward svc/sandbox-router-svc {}:8080 -n "
-                                   "agent-sandbox-system \n",
-                                   dir_, port));
+                                   "port-forward --address 127.0.0.1 svc/sandbox-router-svc :8080 "
+                                   "-n agent-sandbox-system \n",
+                                   dir_));
+  int port = (*conn)->port_forward()->local_port();
+  EXPECT_EQ(ep.base_url, fmt::format("http://127.0.0.1:{}", port));
   pid_t pid = (*conn)->port_forward()->pid();
+  EXPECT_TRUE(CheckListenerOwner(pid, static_cast<uint16_t>(port)));
   (*conn)->Close();
   EXPECT_FALSE((*conn)->Health());
   EXPECT_NE(::kill(pid, 0), 0);  // reaped
@@ -151,6 +169,10 @@ TEST_F(ConnectionTest, ADeadPortForwardIsRestartedOnceThenReported) {
   EXPECT_NE((*pf)->pid(), first);
   auto again = Get(ep, "/y");  // same port, same URL
   ASSERT_TRUE(again) << again.error().ToString();
+  int port = (*pf)->local_port();
+  EXPECT_TRUE(CheckListenerOwner((*pf)->pid(), static_cast<uint16_t>(port)));
+  // The restart asked for that port explicitly.
+  EXPECT_NE(ReadLog().find(fmt::format(" {}:8080 ", port)), std::string::npos) << ReadLog();
 
   ASSERT_EQ(::kill((*pf)->pid(), SIGKILL), 0);
   ASSERT_TRUE((*pf)->WaitForRestarts(2, 30s));  // returns once it is declared dead
@@ -202,6 +224,161 @@ TEST_F(ConnectionTest, StartFailuresCarryKubectlsMessage) {
   EXPECT_NE(pf.error().message.find("waiting for pod..."), std::string::npos) << pf.error().message;
 }
 
+TEST(ForwardingLineTest, OnlyKubectlsLineForTheLoopbackAddressIsAccepted) {
+  EXPECT_EQ(ParseForwardingLine("Forwarding from 127.0.0.1:43121 -> 8080", 8080), 43121);
+  EXPECT_EQ(ParseForwardingLine("Forwarding from 127.0.0.1:1 -> 8080\r", 8080), 1);
+  EXPECT_EQ(ParseForwardingLine("Forwarding from 127.0.0.1:65535 -> 9000", 9000), 65535);
+  for (std::string bad :
+       {"", "Forwarding from [::1]:43121 -> 8080", "Forwarding from 0.0.0.0:43121 -> 8080",
+        "Forwarding from 127.0.0.1:43121 -> 8081", "Forwarding from 127.0.0.1:43121 -> 8080 extra",
+        "Forwarding from 127.0.0.1: -> 8080", "Forwarding from 127.0.0.1:0 -> 8080",
+        "Forwarding from 127.0.0.1:-1 -> 8080", "Forwarding from 127.0.0.1:+80 -> 8080",
+        "Forwarding from 127.0.0.1:65536 -> 8080",
+        "Forwarding from 127.0.0.1:99999999999999999999999 -> 8080",
+        "Forwarding from 127.0.0.1:80x -> 8080", "Forwarding from 127.0.0.1:80->8080",
+        "Forwarding from 127.0.0.1:80", "error: unable to forward port"}) {
+    auto r = ParseForwardingLine(bad, 8080);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  }
+  // The offending line is quoted without its control sequences.
+  auto r = ParseForwardingLine("\x1b]0;owned\x07Forwarding \x1b[2J", 8080);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message.find('\x1b'), std::string::npos) << r.error().message;
+  EXPECT_EQ(r.error().message.find('\x07'), std::string::npos) << r.error().message;
+}
+
+// A kubectl stand-in: `body` is a shell script (kept as the child with exec).
+std::string Script(const std::string& dir, const std::string& name, const std::string& body) {
+  std::string path = dir + "/" + name;
+  std::ofstream(path) << "#!/bin/sh\n" << body;
+  ::chmod(path.c_str(), 0755);
+  return path;
+}
+
+TEST_F(ConnectionTest, UnexpectedKubectlOutputIsRefused) {
+  struct Case {
+    std::string body;
+    std::string says;
+  };
+  std::vector<Case> cases = {
+      {"echo 'Forwarding from 127.0.0.1:notaport -> 8080'\nexec sleep 1000\n",
+       "127.0.0.1:notaport"},
+      {"echo 'Forwarding from [::1]:43121 -> 8080'\nexec sleep 1000\n", "[::1]:43121"},
+      {"echo 'Forwarding from 127.0.0.1:43121 -> 9999'\nexec sleep 1000\n", "-> 9999"},
+      {"printf 'Forwarding from 127.0.0.1:4\\033]0;x\\007 -> 8080\\n'\nexec sleep 1000\n",
+       "Forwarding from 127.0.0.1:4"},
+      {"head -c 5000 /dev/zero | tr '\\0' x\nexec sleep 1000\n", "longer than 4096 bytes"},
+  };
+  for (const auto& c : cases) {
+    PortForwardOptions o = Options();
+    o.kubectl = Script(dir_, "odd-kubectl", c.body);
+    auto pf = PortForward::Start(o);
+    ASSERT_FALSE(pf) << c.body;
+    EXPECT_EQ(pf.error().code, ErrorCode::kUnavailable) << pf.error().message;
+    EXPECT_NE(pf.error().message.find(c.says), std::string::npos) << pf.error().message;
+    EXPECT_EQ(pf.error().message.find('\x1b'), std::string::npos) << pf.error().message;
+  }
+}
+
+// A socket of the test's own on 127.0.0.1, listening: "another user's" listener.
+struct Squatter {
+  UniqueFd fd;
+  int port = 0;
+  static Squatter On(int port) {
+    Squatter s;
+    s.fd.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    int one = 1;
+    ::setsockopt(s.fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(s.fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(s.fd.get(), 8) != 0) {
+      s.fd.reset();
+      return s;
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(s.fd.get(), reinterpret_cast<sockaddr*>(&addr), &len);
+    s.port = ntohs(addr.sin_port);
+    return s;
+  }
+  // Whether anyone connected (and so could have sent the token).
+  bool Contacted() const {
+    int c = ::accept4(fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (c >= 0) ::close(c);
+    return c >= 0;
+  }
+};
+
+TEST_F(ConnectionTest, AListenerThatIsNotTheChildsIsRefused) {
+  Squatter squatter = Squatter::On(0);
+  ASSERT_TRUE(squatter.fd.valid());
+  // A "kubectl" that claims the squatter's port without listening itself.
+  PortForwardOptions o = Options();
+  o.kubectl = Script(
+      dir_, "lying-kubectl",
+      fmt::format("echo 'Forwarding from 127.0.0.1:{} -> 8080'\nexec sleep 1000\n", squatter.port));
+  ConnectionOptions co;
+  co.port_forward = o;
+  co.router_token = "router-secret";
+  auto conn = SandboxConnection::Open(co, Claimed());
+  ASSERT_FALSE(conn);
+  EXPECT_EQ(conn.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_NE(conn.error().message.find(fmt::format("127.0.0.1:{}", squatter.port)),
+            std::string::npos)
+      << conn.error().message;
+  EXPECT_NE(conn.error().message.find("refusing"), std::string::npos) << conn.error().message;
+  EXPECT_FALSE(squatter.Contacted());
+}
+
+TEST_F(ConnectionTest, AWrapperThatDoesNotExecKubectlIsAccepted) {
+  // The listener is held by the wrapper's child, in the wrapper's process group.
+  PortForwardOptions o = Options();
+  o.kubectl = Script(dir_, "wrapper-kubectl", fmt::format("'{}' \"$@\"\n", FakeKubectl()));
+  auto pf = PortForward::Start(o);
+  ASSERT_TRUE(pf) << pf.error().ToString();
+  DaemonEndpoint ep{(*pf)->base_url(), RouterHeaders({"deepagents-warmpool-abcde", "default", 8888,
+                                                      "10.244.0.10", ""})};
+  auto echo = Get(ep, "/wrapped");
+  ASSERT_TRUE(echo) << echo.error().ToString();
+  EXPECT_EQ(FindString(*echo, {"path"}), "/wrapped");
+}
+
+TEST_F(ConnectionTest, APortTakenDuringARestartIsRefused) {
+  // First run: the real fake kubectl. Second run (the restart): wait until the
+  // test holds the port, then claim it without listening.
+  PortForwardOptions o = Options();
+  o.kubectl = Script(dir_, "restart-kubectl",
+                     fmt::format(R"(if [ -e '{dir}/second' ]; then
+  for a in "$@"; do case "$a" in *:8080) p="${{a%%:*}}";; esac; done
+  while [ ! -e '{dir}/taken' ]; do sleep 0.01; done
+  echo "Forwarding from 127.0.0.1:$p -> 8080"
+  exec sleep 1000
+fi
+touch '{dir}/second'
+exec '{fake}' "$@"
+)",
+                                 fmt::arg("dir", dir_), fmt::arg("fake", FakeKubectl())));
+  auto pf = PortForward::Start(o);
+  ASSERT_TRUE(pf) << pf.error().ToString();
+  int port = (*pf)->local_port();
+  ASSERT_EQ(::kill((*pf)->pid(), SIGKILL), 0);
+  Squatter squatter;
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    squatter = Squatter::On(port);  // free once the child is gone
+    return squatter.fd.valid();
+  }));
+  std::ofstream(dir_ + "/taken") << "";
+  ASSERT_TRUE((*pf)->WaitForRestarts(1, 30s));
+  auto h = (*pf)->Health();
+  ASSERT_FALSE(h);
+  EXPECT_NE(h.error().message.find("restarting it failed"), std::string::npos) << h.error().message;
+  EXPECT_NE(h.error().message.find("refusing"), std::string::npos) << h.error().message;
+  EXPECT_FALSE(squatter.Contacted());
+}
+
 TEST_F(ConnectionTest, DirectAndInClusterEndpoints) {
   ConnectionOptions direct;
   direct.mode = ConnectionMode::kDirect;
@@ -236,7 +413,7 @@ TEST_F(ConnectionTest, TheTestRouterValidatesLikeUpstream) {
     net::ClientOptions co;
     co.default_headers = std::move(h);
     auto c = net::HttpClient::Create(router_->url(), co);
-    return (*c)->Send({"GET", "/v1/health", {}, "", 10s});
+    return (*c)->Send(GetRequest("/v1/health"));
   };
   net::Headers h;
   EXPECT_EQ(send(h)->status, 400);
@@ -254,7 +431,7 @@ TEST_F(ConnectionTest, TheTestRouterValidatesLikeUpstream) {
   net::ClientOptions co;
   co.default_headers = RouterHeaders({"ok-name", "default", 8888, "", "wrong"});
   auto c = net::HttpClient::Create((*locked)->url(), co);
-  EXPECT_EQ((*c)->Send({"GET", "/", {}, "", 10s})->status, 401);
+  EXPECT_EQ((*c)->Send(GetRequest("/"))->status, 401);
 }
 
 }  // namespace

@@ -224,9 +224,9 @@ bool LooksLikePem(std::string_view data, std::string_view label_part) {
 }
 
 Result<ExecConfig> ParseExec(const Entry& user) {
-  const auto& v = user.body.at("exec");
-  if (!v.is_object()) return user.Fail("exec", "must be a mapping");
-  Entry e{user.file, user.kind, user.name, v.get_object()};
+  const auto* v = user.body.if_contains("exec");
+  if (v == nullptr || !v->is_object()) return user.Fail("exec", "must be a mapping");
+  Entry e{user.file, user.kind, user.name, v->get_object()};
   auto field = [&](std::string_view f) { return fmt::format("exec.{}", f); };
   ExecConfig out;
   out.origin = user.Where("exec");
@@ -403,7 +403,7 @@ Result<RestConfig> Build(const Merged& m, const KubeconfigOptions& options) {
     return user.Fail("auth-provider",
                      "auth-provider plugins are not supported; use an exec credential plugin");
   }
-  if (user.body.contains("exec") && !user.body.at("exec").is_null()) {
+  if (const auto* v = user.body.if_contains("exec"); v != nullptr && !v->is_null()) {
     auto exec = ParseExec(user);
     if (!exec) return tl::unexpected(exec.error());
     cfg.exec = std::move(*exec);

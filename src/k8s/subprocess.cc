@@ -195,6 +195,15 @@ std::optional<int> Child::TryWait() {
   return status_;
 }
 
+bool Child::HasExited() const {
+  if (pid_ <= 0 || status_) return true;
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    return errno == ECHILD;
+  }
+  return info.si_pid == pid_;
+}
+
 int Child::Wait() {
   if (status_) return *status_;
   if (pid_ <= 0) return 0;

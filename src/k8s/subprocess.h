@@ -51,6 +51,8 @@ class Child {
 
   // The wait status once the child has exited (reaping it), else nullopt.
   std::optional<int> TryWait();
+  // Whether the child has exited, without reaping it (its pid stays ours).
+  bool HasExited() const;
   // Blocks until the child exits; returns the wait status.
   int Wait();
   // Signals the process group (or the process without a group of its own).

@@ -63,7 +63,7 @@ Result<SystemTime> ParseRfc3339(std::string_view text) {
     int sign = text[i] == '-' ? -1 : 1;
     int oh, om;
     if (i + 6 != text.size() || text[i + 3] != ':' || !ParseInt(text.substr(i + 1, 2), oh) ||
-        !ParseInt(text.substr(i + 4, 2), om)) {
+        !ParseInt(text.substr(i + 4, 2), om) || oh > 23 || om > 59) {
       return bad();
     }
     offset_seconds = sign * (oh * 3600 + om * 60);
@@ -78,9 +78,17 @@ Result<SystemTime> ParseRfc3339(std::string_view text) {
   tm.tm_hour = hour;
   tm.tm_min = min;
   tm.tm_sec = sec;
-  time_t t = ::timegm(&tm);
-  return std::chrono::system_clock::from_time_t(t - offset_seconds) +
-         std::chrono::duration_cast<std::chrono::system_clock::duration>(frac);
+  time_t t = ::timegm(&tm) - offset_seconds;
+  // system_clock counts nanoseconds in 64 bits (years 1678..2261): a date
+  // beyond that (a server may send 9999-12-31) would overflow the conversion.
+  using Duration = std::chrono::system_clock::duration;
+  constexpr int64_t kLimit =
+      std::chrono::duration_cast<std::chrono::seconds>(Duration::max()).count() - 1;
+  if (t > kLimit || t < -kLimit) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("'{}' is outside the representable range of times", text));
+  }
+  return std::chrono::system_clock::from_time_t(t) + std::chrono::duration_cast<Duration>(frac);
 }
 
 std::string FormatRfc3339(SystemTime t) {
@@ -149,6 +157,8 @@ bool IsDnsSubdomain(std::string_view s) {
 }
 
 }  // namespace
+
+bool IsObjectName(std::string_view name) { return name.size() <= 253 && IsDnsSubdomain(name); }
 
 Status ValidateLabels(const std::map<std::string, std::string>& labels) {
   auto check_name = [&](const std::string& s, std::string_view what) -> Status {

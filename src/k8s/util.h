@@ -32,6 +32,11 @@ std::string RandomHex(size_t n);
 // (RFC 1123 prefix, name segment <= 63 chars of [-A-Za-z0-9_.]).
 Status ValidateLabels(const std::map<std::string, std::string>& labels);
 
+// A DNS-1123 subdomain (<= 253 chars of [a-z0-9.-], alphanumeric at both
+// ends): what Kubernetes allows as an object name, so never "", "." or "..",
+// and nothing that could break out of a URL path or an HTTP header.
+bool IsObjectName(std::string_view name);
+
 // Nested lookups in JSON objects; nullptr / "" when a step is missing. (The
 // json::object overloads matter: binding an object to `const json::value&`
 // would copy it into a temporary and return a dangling pointer.)

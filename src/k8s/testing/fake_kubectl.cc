@@ -1,7 +1,10 @@
 // Test-only stand-in for `kubectl port-forward`: listens on 127.0.0.1:<local>
 // and proxies every connection (real TCP, both directions) to the address in
 // $DEEPBOX_FAKE_KUBECTL_TARGET ("127.0.0.1:PORT", e.g. the test router).
-//   deepbox-fake-kubectl [global flags] port-forward svc/NAME LOCAL:REMOTE -n NS
+//   deepbox-fake-kubectl [global flags] port-forward [--address 127.0.0.1]
+//       svc/NAME [LOCAL]:REMOTE -n NS
+// An empty or 0 LOCAL port lets the kernel choose; as kubectl, the port is
+// printed on stdout: "Forwarding from 127.0.0.1:PORT -> REMOTE".
 // $DEEPBOX_FAKE_KUBECTL_LOG: append the argument list to this file.
 // $DEEPBOX_FAKE_KUBECTL_FAIL_IF: if this file exists, print its content to
 // stderr and exit 1 (as kubectl does when the service is missing).
@@ -109,11 +112,24 @@ int main(int argc, char** argv) {
   }
   size_t i = 0;
   while (i < args.size() && args[i] != "port-forward") ++i;
-  if (i + 2 >= args.size()) {
-    std::fprintf(stderr, "error: usage: port-forward TYPE/NAME LOCAL:REMOTE -n NS\n");
+  std::vector<std::string> positional;
+  std::string address = "127.0.0.1";
+  for (size_t j = i + 1; j < args.size(); ++j) {
+    if (args[j] == "-n" || args[j] == "--namespace") {
+      ++j;
+    } else if (args[j] == "--address" && j + 1 < args.size()) {
+      address = args[++j];
+    } else {
+      positional.push_back(args[j]);
+    }
+  }
+  if (i == args.size() || positional.size() != 2 || address != "127.0.0.1") {
+    std::fprintf(stderr,
+                 "error: usage: port-forward [--address 127.0.0.1] TYPE/NAME "
+                 "[LOCAL]:REMOTE -n NS\n");
     return 2;
   }
-  std::string ports = args[i + 2];
+  std::string ports = positional[1];
   int local = std::atoi(ports.substr(0, ports.find(':')).c_str());
   const char* target = std::getenv("DEEPBOX_FAKE_KUBECTL_TARGET");
   if (target == nullptr) {
@@ -132,6 +148,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: unable to listen on port %d: %s\n", local, std::strerror(errno));
     return 1;
   }
+  socklen_t len = sizeof addr;
+  if (::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    local = ntohs(addr.sin_port);
   std::printf("Forwarding from 127.0.0.1:%d -> %s\n", local,
               ports.substr(ports.find(':') + 1).c_str());
   std::fflush(stdout);
