@@ -448,6 +448,50 @@ TEST_F(ExecPluginTest, PluginFailuresAreClear) {
   EXPECT_NE(cfg.error().message.find("user 'u' exec.apiVersion"), std::string::npos);
 }
 
+TEST_F(ExecPluginTest, OddPluginAnswersAreErrorsNotCrashes) {
+  KubeconfigOptions opts;
+  opts.kubeconfig = Config();
+  auto cfg = LoadKubeconfig(opts);
+  ASSERT_TRUE(cfg);
+  // A time beyond the clock's range, wrong kinds, a status that is not an object.
+  for (std::string status :
+       {R"({"token":"x","expirationTimestamp":"9999-12-31T23:59:59Z"})",
+        R"({"token":"x","expirationTimestamp":"0001-01-01T00:00:00Z"})",
+        R"({"token":"x","expirationTimestamp":7})", R"({"token":["x"]})", R"("token")",
+        R"({"token":"x","clientCertificateData":5,"clientKeyData":"k"})"}) {
+    Plugin(status);
+    auto c = CredentialSource(*cfg).Get();
+    if (status.find(R"("expirationTimestamp":7)") != std::string::npos) {
+      // Not a string: no expiry (as a missing one), the token is used.
+      ASSERT_TRUE(c) << status;
+      continue;
+    }
+    ASSERT_FALSE(c) << status;
+    EXPECT_EQ(c.error().code, ErrorCode::kUnauthenticated) << c.error().message;
+  }
+}
+
+TEST_F(KubeconfigTest, AnExecThatIsNotAMappingIsAnError) {
+  std::string path = Write("config", R"(current-context: c
+clusters:
+- name: k
+  cluster: {server: "https://127.0.0.1:6443"}
+contexts:
+- name: c
+  context: {cluster: k, user: u}
+users:
+- name: u
+  user:
+    exec: [1, 2]
+)");
+  KubeconfigOptions opts;
+  opts.kubeconfig = path;
+  auto cfg = LoadKubeconfig(opts);
+  ASSERT_FALSE(cfg);
+  EXPECT_NE(cfg.error().message.find("user 'u' exec: must be a mapping"), std::string::npos)
+      << cfg.error().message;
+}
+
 TEST_F(KubeconfigTest, InClusterConfig) {
   const auto& pki = Pki();
   Write("sa/token", "sa-token\n");

@@ -76,6 +76,13 @@ TEST(YamlJsonTest, CapsDepthAndAliasExpansion) {
   for (int i = 0; i < 200; ++i) deep += "]";
   auto v = YamlToJson(deep, "deep");
   ASSERT_FALSE(v);
+  // Far deeper than the cap: an error, not a stack overflow in the parser.
+  for (std::string open : {"[", "{a: ", "- "}) {
+    std::string abyss;
+    for (int i = 0; i < 50000; ++i) abyss += open;
+    auto r = YamlToJson(abyss, "abyss");
+    EXPECT_FALSE(r) << open;
+  }
   std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
   char prev = 'a';
   for (char c = 'b'; c <= 'k'; ++c) {
