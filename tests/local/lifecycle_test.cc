@@ -615,8 +615,52 @@ TEST_F(LifecycleTest, CopyFilesAndDirectoriesBothWays) {
   r = Cli({"sandbox", "cp", "a", "b"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("ID:PATH"));
+  r = Cli({"sandbox", "cp", "bad id!:/x", "b"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("is not a sandbox id"));
+  // Documented: 1 when the copy fails (a missing file on either side), 3 only
+  // for a missing sandbox.
   r = Cli({"sandbox", "cp", id + ":/workspace/missing", (host / "m").string()});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_FALSE(fs::exists(host / "m"));
+  r = Cli({"sandbox", "cp", (host / "missing").string(), id + ":/workspace/"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  r = Cli({"sandbox", "cp", id + ":in.txt", (host / "no" / "such" / "dir/").string()});
+  EXPECT_EQ(r.code, 1) << r.err;
+  r = Cli({"sandbox", "cp", "sb-000000000000:/x", (host / "m").string()});
   EXPECT_EQ(r.code, 3) << r.err;
+}
+
+// Issue 16: the daemon's socket is the host's (never visible inside), and the
+// sandbox cannot stop its daemon to answer in its place; the same for a
+// sandbox claimed from a warm pool.
+TEST_F(LifecycleTest, TheSandboxCannotReachOrStopItsDaemon) {
+  StartPool("sec", 1);
+  ASSERT_TRUE(Eventually([&] { return WarmOf("sec").size() == 1; }));
+  auto claimer = Provider("sec");
+  auto lease = claimer->Claim(ClaimOptions{});
+  ASSERT_TRUE(lease.has_value()) << lease.error().ToString();
+  const std::string warm_id = (*lease)->sandbox().id();
+  (*lease)->Keep();
+  lease->reset();
+  for (const std::string& id : {CreateCli({"--network", "none"}), warm_id}) {
+    SCOPED_TRACE(id);
+    auto meta = provider_->store().Read(id);
+    ASSERT_TRUE(meta.has_value());
+    struct stat st {};
+    ASSERT_EQ(stat(fs::path(meta->socket).parent_path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, geteuid());
+    EXPECT_EQ(st.st_mode & 07777, 0700u);
+    auto r = Cli({"sandbox", "exec", id, "--", "sh", "-c",
+                  "test -e /.deepbox/run && echo socket-dir-visible; "
+                  "grep -c sandboxd.sock /proc/net/unix; "
+                  "kill -TERM 1; kill -INT 1; kill -SEGV 1; kill -KILL 1; sleep 0.3; echo alive"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out, "0\nalive\n");
+    r = Cli({"sandbox", "exec", id, "--", "echo", "still here"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out, "still here\n");
+  }
 }
 
 TEST_F(LifecycleTest, LeaseReleaseAndKeep) {
