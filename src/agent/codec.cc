@@ -168,12 +168,7 @@ json::object UsageToJson(const Usage& u) {
 
 Usage UsageFromJson(const json::object& o) {
   Usage u;
-  auto get = [&](const char* k) -> int64_t {
-    const json::value* v = o.if_contains(k);
-    if (v && v->is_int64()) return v->get_int64();
-    if (v && v->is_uint64()) return static_cast<int64_t>(v->get_uint64());
-    return 0;
-  };
+  auto get = [&](const char* k) -> int64_t { return TokenCountFromJson(o.if_contains(k)); };
   u.input_tokens = get("input_tokens");
   u.output_tokens = get("output_tokens");
   u.cache_read_tokens = get("cache_read_tokens");
@@ -291,10 +286,12 @@ json::object SummarizationToJson(const SummarizationEvent& e) {
 Result<SummarizationEvent> SummarizationFromJson(const json::object& o) {
   SummarizationEvent e;
   const json::value* c = o.if_contains("cutoff_index");
-  if (!c || !(c->is_uint64() || c->is_int64())) {
-    return MakeError(ErrorCode::kInvalidArgument, "summarization event needs cutoff_index");
+  auto cutoff = c ? JsonToInt64(*c) : std::nullopt;
+  if (!cutoff || *cutoff < 0) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "summarization event needs a non-negative integer cutoff_index");
   }
-  e.cutoff_index = c->is_uint64() ? c->get_uint64() : static_cast<size_t>(c->get_int64());
+  e.cutoff_index = static_cast<size_t>(*cutoff);
   const json::value* sm = o.if_contains("summary_message");
   if (!sm || !sm->is_object()) {
     return MakeError(ErrorCode::kInvalidArgument, "summarization event needs summary_message");

@@ -208,6 +208,31 @@ TEST(ThreadStoreDirs, XdgStateHome) {
   if (old) ::setenv("XDG_STATE_HOME", saved.c_str(), 1);
 }
 
+TEST(Codec, HostileNumbersAreRejectedOrCapped) {
+  // A negative cutoff used to become a huge size_t; 1e400 is infinity.
+  for (const char* text : {R"({"cutoff_index":-1,"summary_message":{"role":"user"}})",
+                           R"({"cutoff_index":1e400,"summary_message":{"role":"user"}})",
+                           R"({"cutoff_index":"3","summary_message":{"role":"user"}})"}) {
+    auto o = ParseJsonObject(text);
+    ASSERT_TRUE(o);
+    EXPECT_FALSE(SummarizationFromJson(*o)) << text;
+  }
+  auto ok = ParseJsonObject(R"({"cutoff_index":3,"summary_message":{"role":"user"}})");
+  ASSERT_TRUE(ok);
+  auto ev = SummarizationFromJson(*ok);
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(ev->cutoff_index, 3u);
+  auto u = ParseJsonObject(
+      R"({"input_tokens":18446744073709551615,"output_tokens":-4,"cache_read_tokens":1e400,)"
+      R"("cache_write_tokens":9223372036854775807})");
+  ASSERT_TRUE(u);
+  Usage usage = UsageFromJson(*u);
+  EXPECT_EQ(usage.input_tokens, 0);
+  EXPECT_EQ(usage.output_tokens, 0);
+  EXPECT_EQ(usage.cache_read_tokens, 0);
+  EXPECT_EQ(usage.cache_write_tokens, kMaxTokenCount);
+}
+
 TEST(Codec, MessageRoundTrip) {
   Message m = Message::Assistant("hi", {Call("c", "ls", Args({{"path", "/w"}}))});
   m.id = "x";

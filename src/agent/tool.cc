@@ -5,6 +5,7 @@
 
 #include "agent/py_repr.h"
 #include "agent/text.h"
+#include "common/parse_number.h"
 
 namespace deepbox::agent {
 
@@ -55,18 +56,16 @@ bool Nullable(const json::object& prop) {
 
 std::optional<int64_t> AsInt(const json::value& v) {
   if (v.is_int64()) return v.get_int64();
-  if (v.is_uint64()) return static_cast<int64_t>(v.get_uint64());
+  if (v.is_uint64()) return std::nullopt;  // above INT64_MAX
   if (v.is_double()) {
     double d = v.get_double();
     if (std::floor(d) == d && std::fabs(d) < 9e18) return static_cast<int64_t>(d);
     return std::nullopt;
   }
   if (v.is_string()) {
-    std::string s(Trim(std::string_view(v.get_string())));
-    if (s.empty()) return std::nullopt;
-    char* end = nullptr;
-    long long n = std::strtoll(s.c_str(), &end, 10);
-    if (end && *end == '\0') return n;
+    std::string_view s = Trim(std::string_view(v.get_string()));
+    if (s.starts_with('+')) s.remove_prefix(1);
+    return ParseI64(s);  // nullopt when out of range, where strtoll saturated
   }
   return std::nullopt;
 }

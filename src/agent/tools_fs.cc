@@ -188,7 +188,8 @@ class ReadFileTool : public BaseFsTool {
       return ReadBinary(sb, *path, st->size, type);
     }
 
-    int64_t off = std::max<int64_t>(offset, 0);
+    // Capped so that line arithmetic below cannot overflow (no file has more lines).
+    int64_t off = std::clamp<int64_t>(offset, 0, INT64_MAX / 4);
     int64_t lim = std::max<int64_t>(limit, 0);
     ReadOptions ro;
     ro.line_offset = off;

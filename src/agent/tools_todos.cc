@@ -57,7 +57,11 @@ class WriteTodosTool : public Tool {
   }
 
   ToolResult Invoke(ToolContext& ctx, const json::object& args) override {
-    const json::array& in = args.at("todos").get_array();
+    // Validated against the schema before Invoke; checked again here because a
+    // wrong kind would be undefined behaviour, not an error.
+    const json::value* list = args.if_contains("todos");
+    if (!list || !list->is_array()) return ToolResult::Err("Error: 'todos' must be a list");
+    const json::array& in = list->get_array();
     json::array todos;
     for (const auto& v : in) {
       if (!v.is_object()) {

@@ -151,6 +151,21 @@ TEST(ToolArgs, PydanticStyleValidation) {
             " Please fix the error and try again.");
 }
 
+TEST(ToolArgs, OutOfRangeIntegersAreInvalidNotWrapped) {
+  // 2^64-1 used to wrap to -1; an overlong numeric string saturated silently.
+  json::object args;
+  args["offset"] = json::value(uint64_t{18446744073709551615u});
+  EXPECT_FALSE(ArgOptInt(args, "offset"));
+  args["offset"] = "99999999999999999999";
+  EXPECT_FALSE(ArgOptInt(args, "offset"));
+  args["offset"] = 1e300;
+  EXPECT_FALSE(ArgOptInt(args, "offset"));
+  args["offset"] = " +12 ";
+  EXPECT_EQ(ArgOptInt(args, "offset"), 12);
+  args["offset"] = "-3";
+  EXPECT_EQ(ArgOptInt(args, "offset"), -3);
+}
+
 TEST(Text, Helpers) {
   EXPECT_EQ(SplitLines("a\r\nb\rc\n"), (std::vector<std::string_view>{"a", "b", "c"}));
   EXPECT_EQ(CodePointCount("é日"), 2u);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <climits>
 #include <map>
 #include <utility>
 
@@ -173,19 +174,21 @@ ErrorCode StreamErrorCode(std::string_view type) {
   return ErrorCode::kUnavailable;
 }
 
-int64_t IntField(const json::object& obj, std::string_view key, int64_t fallback) {
+// A content block index: anything but an int in range reads as `fallback`.
+int IntField(const json::object& obj, std::string_view key, int fallback) {
   const json::value* v = obj.if_contains(key);
-  if (v == nullptr) return fallback;
-  if (v->is_int64()) return v->as_int64();
-  if (v->is_uint64()) return static_cast<int64_t>(v->as_uint64());
-  return fallback;
+  if (v == nullptr || !v->is_int64()) return fallback;
+  int64_t n = v->as_int64();
+  return n >= INT_MIN && n <= INT_MAX ? static_cast<int>(n) : fallback;
 }
 
 void ReadUsage(const json::object& u, Usage& usage) {
-  usage.input_tokens = IntField(u, "input_tokens", usage.input_tokens);
-  usage.output_tokens = IntField(u, "output_tokens", usage.output_tokens);
-  usage.cache_read_tokens = IntField(u, "cache_read_input_tokens", usage.cache_read_tokens);
-  usage.cache_write_tokens = IntField(u, "cache_creation_input_tokens", usage.cache_write_tokens);
+  usage.input_tokens = TokenCountFromJson(u.if_contains("input_tokens"), usage.input_tokens);
+  usage.output_tokens = TokenCountFromJson(u.if_contains("output_tokens"), usage.output_tokens);
+  usage.cache_read_tokens =
+      TokenCountFromJson(u.if_contains("cache_read_input_tokens"), usage.cache_read_tokens);
+  usage.cache_write_tokens =
+      TokenCountFromJson(u.if_contains("cache_creation_input_tokens"), usage.cache_write_tokens);
 }
 
 // Parses a tool's streamed input; failures land in call.input_error.
@@ -228,7 +231,7 @@ class StreamState {
         }
       }
     } else if (type == "content_block_start") {
-      int index = static_cast<int>(IntField(data, "index", -1));
+      int index = IntField(data, "index", -1);
       const auto* cb = data.if_contains("content_block");
       if (cb == nullptr || !cb->is_object()) return true;
       Block& block = blocks_[index];
@@ -247,7 +250,7 @@ class StreamState {
         }
       }
     } else if (type == "content_block_delta") {
-      int index = static_cast<int>(IntField(data, "index", -1));
+      int index = IntField(data, "index", -1);
       const auto* delta = data.if_contains("delta");
       auto it = blocks_.find(index);
       if (delta == nullptr || !delta->is_object() || it == blocks_.end()) return true;
@@ -259,7 +262,7 @@ class StreamState {
         it->second.json += GetOptString(d, "partial_json").value_or("");
       }
     } else if (type == "content_block_stop") {
-      int index = static_cast<int>(IntField(data, "index", -1));
+      int index = IntField(data, "index", -1);
       if (auto it = blocks_.find(index);
           it != blocks_.end() && it->second.kind == Block::kToolUse) {
         FinishToolInput(it->second.json, it->second.call);

@@ -270,6 +270,24 @@ TEST(AnthropicTest, UsageAndCost) {
   EXPECT_EQ(model->name(), "anthropic:claude-sonnet-4-6");
 }
 
+TEST(AnthropicTest, HugeOrNegativeUsageIsCappedNotOverflowed) {
+  // The harness adds the four counts: INT64_MAX from a hostile server used to
+  // overflow there.
+  FakeAnthropicServer server;
+  server.Enqueue(ScriptedTurn::Text("hi").WithUsage(Usage{INT64_MAX, INT64_MAX, INT64_MAX, -5}));
+  RetryRecorder rr;
+  auto model = MakeModel(server, rr.Policy());
+  auto r = model->Generate(SimpleRequest(), {});
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->usage.input_tokens, kMaxTokenCount);
+  EXPECT_EQ(r->usage.output_tokens, kMaxTokenCount);
+  EXPECT_EQ(r->usage.cache_read_tokens, kMaxTokenCount);
+  EXPECT_EQ(r->usage.cache_write_tokens, 0);
+  Usage total = r->usage;
+  for (int i = 0; i < 10; ++i) total += r->usage;
+  EXPECT_EQ(total.input_tokens, 11 * kMaxTokenCount);
+}
+
 TEST(AnthropicTest, RetriesA429HonouringRetryAfter) {
   FakeAnthropicServer server;
   server.Enqueue(ScriptedTurn::RateLimited("7"));

@@ -1,5 +1,6 @@
 #include "agent/model/model.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace deepbox::agent {
@@ -30,11 +31,28 @@ Message Message::Tool(std::string tool_call_id, std::string tool_name, std::stri
   return m;
 }
 
+int64_t TokenCountFromJson(const json::value* value, int64_t fallback) {
+  if (value == nullptr) return fallback;
+  auto n = JsonToInt64(*value);
+  if (!n || *n < 0) return fallback;
+  return std::min(*n, kMaxTokenCount);
+}
+
+namespace {
+// Saturates instead of overflowing (a thread file may hold any number of
+// usage records).
+int64_t AddTokens(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  if (__builtin_add_overflow(a, b, &sum)) return b > 0 ? INT64_MAX : INT64_MIN;
+  return sum;
+}
+}  // namespace
+
 Usage& Usage::operator+=(const Usage& o) {
-  input_tokens += o.input_tokens;
-  output_tokens += o.output_tokens;
-  cache_read_tokens += o.cache_read_tokens;
-  cache_write_tokens += o.cache_write_tokens;
+  input_tokens = AddTokens(input_tokens, o.input_tokens);
+  output_tokens = AddTokens(output_tokens, o.output_tokens);
+  cache_read_tokens = AddTokens(cache_read_tokens, o.cache_read_tokens);
+  cache_write_tokens = AddTokens(cache_write_tokens, o.cache_write_tokens);
   return *this;
 }
 

@@ -68,6 +68,12 @@ struct Usage {
   Usage& operator+=(const Usage& o);
 };
 
+// Token counts come from model servers, recordings and thread files: a count
+// that is negative or not an integer reads as `fallback`, and a huge one is
+// capped, so the sums the harness makes (per call, per run) cannot overflow.
+constexpr int64_t kMaxTokenCount = int64_t{1} << 40;
+int64_t TokenCountFromJson(const json::value* value, int64_t fallback = 0);
+
 // Per-model facts the harness needs (summarization threshold, cost).
 struct ModelProfile {
   int64_t max_input_tokens = 0;  // 0 = unknown

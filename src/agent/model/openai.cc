@@ -172,12 +172,11 @@ AttemptError StatusError(int status, const net::Headers& headers, std::string_vi
   return e;
 }
 
+// An index from the server: anything but an int64 reads as 0.
 int64_t IntField(const json::object& obj, std::string_view key) {
   const json::value* v = obj.if_contains(key);
-  if (v == nullptr) return 0;
-  if (v->is_int64()) return v->as_int64();
-  if (v->is_uint64()) return static_cast<int64_t>(v->as_uint64());
-  return 0;
+  if (v == nullptr || !v->is_int64()) return 0;
+  return v->as_int64();
 }
 
 std::string MapFinishReason(std::string_view reason) {
@@ -220,14 +219,14 @@ class StreamState {
     }
     if (const auto* u = chunk.if_contains("usage"); u && u->is_object()) {
       const json::object& usage = u->as_object();
-      int64_t prompt = IntField(usage, "prompt_tokens");
+      int64_t prompt = TokenCountFromJson(usage.if_contains("prompt_tokens"));
       int64_t cached = 0;
       if (const auto* d = usage.if_contains("prompt_tokens_details"); d && d->is_object()) {
-        cached = IntField(d->as_object(), "cached_tokens");
+        cached = TokenCountFromJson(d->as_object().if_contains("cached_tokens"));
       }
       response_.usage.cache_read_tokens = cached;
       response_.usage.input_tokens = std::max<int64_t>(0, prompt - cached);
-      response_.usage.output_tokens = IntField(usage, "completion_tokens");
+      response_.usage.output_tokens = TokenCountFromJson(usage.if_contains("completion_tokens"));
     }
     const auto* choices = chunk.if_contains("choices");
     if (choices == nullptr || !choices->is_array()) return true;

@@ -163,6 +163,17 @@ TEST(OpenAiTest, MalformedArgumentsAreReportedOnTheCall) {
   EXPECT_THAT(r->message.tool_calls[0].input_error, HasSubstr("{'path': '/'}"));
 }
 
+TEST(OpenAiTest, HugeUsageIsCapped) {
+  FakeOpenAiServer server;
+  server.Enqueue(ScriptedTurn::Text("hi").WithUsage(Usage{4000000000000000000, 7, 0, 0}));
+  RetryRecorder rr;
+  auto model = MakeModel(server, rr.Policy());
+  auto r = model->Generate(SimpleRequest(), {});
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->usage.input_tokens, kMaxTokenCount);
+  EXPECT_EQ(r->usage.output_tokens, 7);
+}
+
 TEST(OpenAiTest, RetriesRateLimitsDropsAndStreamErrors) {
   FakeOpenAiServer server;
   server.Enqueue(ScriptedTurn::RateLimited("3"));

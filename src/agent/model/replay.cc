@@ -15,15 +15,6 @@
 namespace deepbox::agent {
 namespace {
 
-int64_t IntField(const json::object& obj, std::string_view key) {
-  const json::value* v = obj.if_contains(key);
-  if (v == nullptr) return 0;
-  if (v->is_int64()) return v->as_int64();
-  if (v->is_uint64()) return static_cast<int64_t>(v->as_uint64());
-  if (v->is_double()) return static_cast<int64_t>(v->as_double());
-  return 0;
-}
-
 Result<std::vector<std::string>> ToolResultIds(const json::value& v) {
   if (!v.is_array()) {
     return MakeError(ErrorCode::kInvalidArgument, "request.tool_results must be an array");
@@ -132,10 +123,10 @@ Result<ModelResponse> ResponseFromJson(const json::object& obj) {
   if (r.stop_reason.empty()) r.stop_reason = r.message.tool_calls.empty() ? "end_turn" : "tool_use";
   if (const auto* u = obj.if_contains("usage"); u && u->is_object()) {
     const json::object& usage = u->as_object();
-    r.usage.input_tokens = IntField(usage, "input_tokens");
-    r.usage.output_tokens = IntField(usage, "output_tokens");
-    r.usage.cache_read_tokens = IntField(usage, "cache_read_tokens");
-    r.usage.cache_write_tokens = IntField(usage, "cache_write_tokens");
+    r.usage.input_tokens = TokenCountFromJson(usage.if_contains("input_tokens"));
+    r.usage.output_tokens = TokenCountFromJson(usage.if_contains("output_tokens"));
+    r.usage.cache_read_tokens = TokenCountFromJson(usage.if_contains("cache_read_tokens"));
+    r.usage.cache_write_tokens = TokenCountFromJson(usage.if_contains("cache_write_tokens"));
   }
   r.model = GetOptString(obj, "model").value_or("");
   return r;

@@ -205,6 +205,21 @@ TEST_F(ReplayTest, MalformedFilesNameTheLine) {
   EXPECT_THAT(missing.error().message, HasSubstr("nope.jsonl: cannot read the file"));
 }
 
+TEST_F(ReplayTest, HostileNumbersInARecordingDoNotCrash) {
+  // usage 1e400 was cast from infinity to int64 (undefined behaviour).
+  auto file = ParseReplay("{\"deepbox_replay\": 1, \"max_input_tokens\": 1e400}\n", "a.jsonl");
+  EXPECT_FALSE(file);
+  file = ParseReplay(
+      "{\"deepbox_replay\": 1}\n{\"response\": {\"text\": \"x\", \"usage\": "
+      "{\"input_tokens\": 1e400, \"output_tokens\": -1, \"cache_read_tokens\": 1e15}}}\n",
+      "b.jsonl");
+  ASSERT_TRUE(file) << file.error().ToString();
+  ASSERT_EQ(file->turns.size(), 1u);
+  EXPECT_EQ(file->turns[0].response.usage.input_tokens, 0);
+  EXPECT_EQ(file->turns[0].response.usage.output_tokens, 0);
+  EXPECT_EQ(file->turns[0].response.usage.cache_read_tokens, kMaxTokenCount);
+}
+
 TEST_F(ReplayTest, CancellationStopsTheSimulatedStream) {
   std::string path = Write("fib.jsonl", kScripted);
   auto m = ReplayModel::Open(path, {.delta_bytes = 1});

@@ -48,24 +48,31 @@ std::optional<double> ParseNumber(std::string_view text) {
   return v;
 }
 
+// A server's hint, capped at a day: casting a huge double to an integer is
+// undefined behaviour, and no caller waits that long anyway.
+milliseconds HintMs(double ms) {
+  constexpr double kMaxMs = 24.0 * 3600 * 1000;
+  return milliseconds(static_cast<int64_t>(std::clamp(ms, 0.0, kMaxMs)));
+}
+
 }  // namespace
 
 std::optional<milliseconds> ParseRetryAfter(const net::Headers& headers) {
   if (auto ms = headers.Get("retry-after-ms")) {
-    if (auto v = ParseNumber(*ms); v && *v >= 0) return milliseconds(static_cast<int64_t>(*v));
+    if (auto v = ParseNumber(*ms); v && *v >= 0) return HintMs(*v);
   }
   auto ra = headers.Get("retry-after");
   if (!ra) return std::nullopt;
   if (auto v = ParseNumber(*ra)) {
     if (*v < 0) return std::nullopt;
-    return milliseconds(static_cast<int64_t>(*v * 1000));
+    return HintMs(*v * 1000);
   }
   struct tm tm {};
   const char* end = ::strptime(ra->c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
   if (end == nullptr) return std::nullopt;
   time_t when = ::timegm(&tm);
   time_t now = ::time(nullptr);
-  return milliseconds(std::max<int64_t>(0, static_cast<int64_t>(when - now) * 1000));
+  return HintMs(static_cast<double>(when - now) * 1000);
 }
 
 bool IsRetryableStatus(int status, const net::Headers& headers) {

@@ -40,6 +40,21 @@ TEST(RetryAfterTest, ParsesSecondsMillisecondsAndDates) {
   EXPECT_FALSE(ParseRetryAfter(h));
 }
 
+TEST(RetryAfterTest, HugeHintsAreCappedAtADay) {
+  // Casting these to an integer count of milliseconds used to be undefined.
+  const auto day = std::chrono::duration_cast<milliseconds>(std::chrono::hours(24));
+  net::Headers h;
+  h.Set("retry-after-ms", "1e300");
+  EXPECT_EQ(ParseRetryAfter(h), day);
+  h.Remove("retry-after-ms");
+  h.Set("retry-after", "1e17");
+  EXPECT_EQ(ParseRetryAfter(h), day);
+  h.Set("retry-after", "Fri, 31 Dec 9999 23:59:59 GMT");
+  EXPECT_EQ(ParseRetryAfter(h), day);
+  h.Set("retry-after", "1e400");  // not finite: no hint
+  EXPECT_FALSE(ParseRetryAfter(h));
+}
+
 TEST(RetryableStatusTest, FollowsThePolicyAndTheServerHint) {
   net::Headers none;
   for (int s : {408, 409, 429, 500, 502, 503, 504, 529})
