@@ -1,5 +1,6 @@
 #include "sandboxd/proc/command.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <string.h>
@@ -69,6 +70,9 @@ Status ValidateSpec(const CommandSpec& spec) {
       return MakeError(ErrorCode::kInvalidArgument,
                        fmt::format("invalid environment variable name '{}'", key));
     }
+  }
+  if (spec.tty && (spec.tty->rows == 0 || spec.tty->cols == 0)) {
+    return MakeError(ErrorCode::kInvalidArgument, "a terminal needs at least 1 row and 1 column");
   }
   if (spec.timeout.count() < 0 || spec.kill_grace.count() < 0 || spec.drain_timeout.count() < 0) {
     return MakeError(ErrorCode::kInvalidArgument, "durations must not be negative");
@@ -181,8 +185,36 @@ std::string SignalName(int signal) {
   return fmt::format("SIG{}", abbrev);
 }
 
+namespace {
+
+Result<StartedCommand> StartOnTerminal(const CommandSpec& spec, StdinMode stdin_mode) {
+  auto pty = OpenPty(*spec.tty);
+  if (!pty) return tl::unexpected(pty.error());
+  StartedCommand started;
+  if (stdin_mode == StdinMode::kPipe) {
+    started.stdin_fd.reset(::fcntl(pty->master.get(), F_DUPFD_CLOEXEC, 3));
+    if (!started.stdin_fd) return MakeSyscallError("fcntl", errno, "F_DUPFD_CLOEXEC");
+  }
+  SpawnRequest request;
+  request.argv = EffectiveArgv(spec);
+  if (!spec.inherit_env || !spec.env.empty()) request.env = EffectiveEnv(spec);
+  request.cwd = spec.cwd;
+  request.stdin_fd = request.stdout_fd = request.stderr_fd = pty->slave.get();
+  request.controlling_tty = true;
+  auto child = Spawn(request);
+  if (!child) return tl::unexpected(child.error());
+  started.child = std::move(*child);
+  started.stdout_fd = std::move(pty->master);
+  // The slave closes here: once the command and its children have closed it
+  // too, reads on the master end (EIO).
+  return started;
+}
+
+}  // namespace
+
 Result<StartedCommand> StartCommand(const CommandSpec& spec, StdinMode stdin_mode) {
   if (auto ok = ValidateSpec(spec); !ok) return tl::unexpected(ok.error());
+  if (spec.tty) return StartOnTerminal(spec, stdin_mode);
   StartedCommand started;
   Pipe in_pipe;
   if (stdin_mode == StdinMode::kPipe) {

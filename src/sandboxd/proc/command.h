@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/unique_fd.h"
+#include "sandboxd/proc/pty.h"
 #include "sandboxd/proc/spawn.h"
 
 namespace deepbox::sandboxd::proc {
@@ -35,6 +36,13 @@ struct CommandSpec {
   // Bytes for stdin; nullopt gives /dev/null (the process table always opens a
   // stdin pipe, see ProcessTable::StartOptions).
   std::optional<std::string> stdin_data;
+
+  // Run on a new pseudo-terminal of this size: stdin, stdout and stderr are
+  // its slave side (so stderr merges into stdout), which is also the
+  // command's controlling terminal (it leads a new session). StartCommand
+  // hands the master out as stdout_fd (and a duplicate as stdin_fd with
+  // StdinMode::kPipe). Run/RunStreaming only.
+  std::optional<WindowSize> tty;
 
   // 0 = no timeout. On timeout: SIGTERM to the process group, SIGKILL to the
   // group kill_grace later (0 = SIGKILL at once).
@@ -121,8 +129,8 @@ std::string SignalName(int signal);
 struct StartedCommand {
   Child child;
   UniqueFd stdin_fd;   // write end (O_NONBLOCK), only with StdinMode::kPipe
-  UniqueFd stdout_fd;  // read ends (O_NONBLOCK)
-  UniqueFd stderr_fd;
+  UniqueFd stdout_fd;  // read ends (O_NONBLOCK); with spec.tty the terminal's master
+  UniqueFd stderr_fd;  // not set with spec.tty
 };
 
 enum class StdinMode { kNull, kPipe };

@@ -27,6 +27,7 @@ struct Hooks {
   std::function<bool()> idle;
   std::chrono::milliseconds idle_interval{0};
   int cancel_fd = -1;
+  std::function<void(UniqueFd, pid_t)> started;  // interactive stdin, see StreamCallbacks
 };
 
 struct CoreResult {
@@ -44,7 +45,9 @@ class Execution {
 
   CoreResult Run() {
     start_ = Clock::now();
-    auto started = StartCommand(spec_, spec_.stdin_data ? StdinMode::kPipe : StdinMode::kNull);
+    const bool interactive = static_cast<bool>(hooks_.started);
+    auto started =
+        StartCommand(spec_, interactive || spec_.stdin_data ? StdinMode::kPipe : StdinMode::kNull);
     if (!started) {
       result_.outcome = SpawnFailed{started.error()};
       result_.duration = Clock::now() - start_;
@@ -55,8 +58,12 @@ class Execution {
     out_ = std::move(started->stdout_fd);
     err_ = std::move(started->stderr_fd);
     result_.pid = child_.pid();
-    if (spec_.stdin_data) stdin_left_ = *spec_.stdin_data;
-    if (in_ && stdin_left_.empty()) in_.reset();  // EOF right away
+    if (interactive) {
+      hooks_.started(std::move(in_), child_.pid());
+    } else {
+      if (spec_.stdin_data) stdin_left_ = *spec_.stdin_data;
+      if (in_ && stdin_left_.empty()) in_.reset();  // EOF right away
+    }
     last_activity_ = start_;
     buf_.resize(kReadChunk);
     Loop();
@@ -338,6 +345,7 @@ StreamResult RunStreaming(const CommandSpec& spec, const StreamCallbacks& callba
   hooks.idle = callbacks.on_idle;
   hooks.idle_interval = callbacks.idle_interval;
   hooks.cancel_fd = callbacks.cancel_fd;
+  hooks.started = callbacks.on_started;
   CoreResult core = Execution(spec, hooks).Run();
   StreamResult r;
   r.outcome = std::move(core.outcome);

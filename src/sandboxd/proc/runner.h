@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/unique_fd.h"
 #include "sandboxd/proc/command.h"
 
 namespace deepbox::sandboxd::proc {
@@ -71,6 +72,12 @@ struct StreamCallbacks {
   bool utf8_align = false;
   // Optional fd; readable => cancel (like returning false).
   int cancel_fd = -1;
+  // Interactive input: when set, spec.stdin_data is ignored and the command's
+  // stdin stays open; once the command runs (before any output is delivered)
+  // this receives the writing side (O_NONBLOCK; a pipe, or the terminal's
+  // master with spec.tty) and the pid. Whoever holds it feeds stdin from any
+  // thread; closing it is EOF (for a pipe). Not called if the spawn fails.
+  std::function<void(UniqueFd input, pid_t pid)> on_started;
 };
 
 struct StreamResult {
@@ -83,6 +90,8 @@ struct StreamResult {
 };
 
 // Like Run, but output goes to the callbacks (spec.max_*_bytes are ignored).
+// With spec.tty, all output arrives as kStdout (the terminal merges the
+// streams, with its own line discipline: "\n" becomes "\r\n").
 StreamResult RunStreaming(const CommandSpec& spec, const StreamCallbacks& callbacks);
 
 }  // namespace deepbox::sandboxd::proc

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -33,7 +34,9 @@ constexpr const char* kScriptShell = "/bin/sh";
 enum ChildStep : int {
   kStepNone = 0,
   kStepSetpgid,
+  kStepSetsid,
   kStepDup,
+  kStepControllingTty,
   kStepCloseRange,
   kStepChdir,
   kStepSigmask,
@@ -44,8 +47,12 @@ const char* StepCall(int step) {
   switch (step) {
     case kStepSetpgid:
       return "setpgid";
+    case kStepSetsid:
+      return "setsid";
     case kStepDup:
       return "dup3";
+    case kStepControllingTty:
+      return "ioctl(TIOCSCTTY)";
     case kStepCloseRange:
       return "close_range";
     case kStepChdir:
@@ -73,6 +80,7 @@ struct ChildArgs {
   const char* cwd = nullptr;  // nullptr: no chdir
   int fds[3] = {-1, -1, -1};  // all >= 3, installed as 0, 1, 2
   bool setpgid = true;
+  bool controlling_tty = false;  // setsid() instead of setpgid(), then fd 0 becomes the ctty
   volatile int step = kStepNone;
   volatile int err = 0;
 };
@@ -98,7 +106,14 @@ __attribute__((no_sanitize("address", "undefined"))) int ChildMain(void* arg) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
     syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof(uint64_t));
   }
-  if (a->setpgid && syscall(SYS_setpgid, 0, 0) != 0) {
+  if (a->controlling_tty) {
+    // A new session (and process group, id == pid) without a controlling terminal.
+    if (syscall(SYS_setsid) < 0) {
+      a->err = errno;
+      a->step = kStepSetsid;
+      return 127;
+    }
+  } else if (a->setpgid && syscall(SYS_setpgid, 0, 0) != 0) {
     a->err = errno;
     a->step = kStepSetpgid;
     return 127;
@@ -109,6 +124,13 @@ __attribute__((no_sanitize("address", "undefined"))) int ChildMain(void* arg) {
       a->step = kStepDup;
       return 127;
     }
+  }
+  // The terminal on stdin becomes the session's controlling terminal, so that
+  // ^C, ^Z and job control reach the foreground group.
+  if (a->controlling_tty && syscall(SYS_ioctl, 0, TIOCSCTTY, 0) != 0) {
+    a->err = errno;
+    a->step = kStepControllingTty;
+    return 127;
   }
   // Every descriptor above 2 gets FD_CLOEXEC, so execve closes them all (only the
   // copy of the table in this child is touched).
@@ -421,6 +443,7 @@ Result<Child> Spawn(const SpawnRequest& request) {
   args.script_argv = script_argv.data();
   args.cwd = request.cwd.empty() ? nullptr : request.cwd.c_str();
   args.setpgid = request.new_process_group;
+  args.controlling_tty = request.controlling_tty;
 
   static thread_local ChildStack stack;
   auto top = stack.Top();
@@ -440,7 +463,7 @@ Result<Child> Spawn(const SpawnRequest& request) {
   }
   if (pid < 0) return MakeSyscallError("clone", clone_errno);
 
-  Child child(pid, pidfd, request.new_process_group);
+  Child child(pid, pidfd, request.new_process_group || request.controlling_tty);
   if (args.step != kStepNone) {
     const int step = args.step;
     const int err = args.err;

@@ -6,8 +6,9 @@
 // called execve or died. Everything the child needs (argv/envp arrays, the PATH
 // candidates, the fds) is prepared before the clone; the child runs only raw
 // syscalls on its own small stack:
-//   reset every signal to SIG_DFL -> setpgid(0, 0) -> dup3 onto 0/1/2 ->
-//   close_range(3, ~0, CLOSE_RANGE_CLOEXEC) -> chdir -> unblock signals -> execve.
+//   reset every signal to SIG_DFL -> setpgid(0, 0) (or setsid) -> dup3 onto 0/1/2 ->
+//   [ioctl(0, TIOCSCTTY)] -> close_range(3, ~0, CLOSE_RANGE_CLOEXEC) -> chdir -> unblock signals ->
+//   execve.
 // A failing step stores {step, errno} in a struct shared through CLONE_VM (it
 // plays the role of the classic CLOEXEC error pipe: because the parent resumes
 // only after exec or _exit, reading it needs no pipe and no extra syscalls) and
@@ -69,6 +70,10 @@ struct SpawnRequest {
   // setpgid(0, 0) in the child: the child leads a new process group whose id is
   // its pid. When false, SignalGroup() signals the child alone.
   bool new_process_group = true;
+  // setsid() instead of setpgid() (the child leads a new session and process
+  // group, id == pid), then stdin_fd, which must be a terminal, becomes its
+  // controlling terminal (TIOCSCTTY).
+  bool controlling_tty = false;
 };
 
 class Child {
