@@ -75,10 +75,11 @@ class ExecuteTool : public Tool {
           truncated = true;
         }
         if (ctx.on_output) {
+          // Output arrives as the command's exact bytes: show valid text.
           pending.append(data);
           size_t n = Utf8CompletePrefix(pending);
           if (n > 0) {
-            ctx.on_output(std::string_view(pending).substr(0, n));
+            ctx.on_output(SanitizeUtf8(std::string_view(pending).substr(0, n)));
             pending.erase(0, n);
           }
         }
@@ -86,6 +87,7 @@ class ExecuteTool : public Tool {
       return !ctx.cancelled();
     };
     auto r = ctx.sandbox->ExecStream(req, on_output);
+    if (ctx.on_output && !pending.empty()) ctx.on_output(SanitizeUtf8(pending));  // a cut sequence
     if (!r && (r.error().code == ErrorCode::kCancelled || ctx.cancelled())) {
       return ToolResult::Err(FormatExecuteOutput(SanitizeUtf8(output), std::nullopt, truncated) +
                              "\n[Command cancelled]");

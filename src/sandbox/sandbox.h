@@ -24,6 +24,28 @@ namespace deepbox {
 
 // ------------------------------------------------------------------ processes
 
+struct TerminalSize {
+  uint16_t rows = 24;
+  uint16_t cols = 80;
+};
+
+// The stdin of a running command started by ExecStream with
+// ExecRequest::stdin_stream. Thread-safe: fed from other threads while
+// ExecStream delivers output; valid until ExecStream returns.
+class ExecInput {
+ public:
+  virtual ~ExecInput() = default;
+  // Returns once the command's stdin (a pipe, or its terminal) has taken all
+  // of `bytes` (so a command that does not read makes this wait). CONFLICT or
+  // NOT_FOUND once the command has ended or closed its stdin.
+  virtual Status Write(std::string_view bytes) = 0;
+  // End of input: EOF on a pipe. On a terminal it only stops further input
+  // (the terminal's own EOF is the byte ^D, sent with Write).
+  virtual Status Close() = 0;
+  // New window size of the terminal (ExecRequest::tty only).
+  virtual Status Resize(TerminalSize size) = 0;
+};
+
 struct ExecRequest {
   std::vector<std::string> argv;           // either argv...
   std::string shell;                       // ...or a shell string run via /bin/sh -c
@@ -32,6 +54,18 @@ struct ExecRequest {
   std::string stdin_data;
   std::chrono::milliseconds timeout{0};  // 0 = the daemon's default
   size_t max_output_bytes = 0;           // 0 = the daemon's default cap
+
+  // Interactive use (`deepbox sandbox exec -i/-t`), ExecStream only. With
+  // stdin_stream the command's stdin stays open and stdin_data is ignored:
+  // once the command runs, on_started receives its ExecInput (on the thread
+  // that called ExecStream; hand it to another thread and return). Such a
+  // command has no default timeout: it ends with its caller.
+  bool stdin_stream = false;
+  std::function<void(ExecInput& input)> on_started;
+  // Run the command on a pseudo-terminal of this size (its stdin, stdout and
+  // stderr and its controlling terminal): all output arrives as kStdout, with
+  // the terminal's line discipline applied ("\n" becomes "\r\n").
+  std::optional<TerminalSize> tty;
 };
 
 enum class ExitKind { kExited, kSignaled, kTimedOut, kKilled, kSpawnFailed };
@@ -41,6 +75,7 @@ struct ExecResult {
   ExitKind kind = ExitKind::kExited;
   int exit_code = 0;  // kExited
   int signal = 0;     // kSignaled / kTimedOut (the signal that ended it)
+  // The command's bytes, exact (binary output stays intact).
   std::string stdout_data;
   std::string stderr_data;
   std::string combined;  // stdout and stderr interleaved as produced
@@ -52,6 +87,9 @@ struct ExecResult {
 };
 
 enum class OutputStream { kStdout, kStderr };
+// `data` is the command's output, byte for byte (binary output stays intact;
+// it need not be valid UTF-8, and chunks may split characters): whoever shows
+// it to a model or a terminal UI makes it valid text (see common/utf8.h).
 // Return false to cancel the command (its process group is killed). During
 // silence the callback is also called with empty data every keepalive
 // interval (2 s), so a caller can cancel a command that prints nothing.

@@ -185,12 +185,21 @@ TEST_F(SandboxdTest, StreamingCancelKillsCommand) {
 }
 
 TEST_F(SandboxdTest, InvalidUtf8OutputStaysValidJson) {
+  // As text (what clients that do not ask for base64 get): valid UTF-8.
+  auto text = Post("/deepbox/v1/exec", R"({"shell":"printf 'ok\\377\\376end'"})");
+  ASSERT_EQ(text.status, 200) << text.body;
+  auto o = ParseJsonObject(text.body);
+  ASSERT_TRUE(o) << text.body;
+  EXPECT_EQ(GetOptString(*o, "stdout").value_or(""),
+            "ok\xEF\xBF\xBD\xEF\xBF\xBD"
+            "end");
+  // SandboxdClient asks for base64: the exact bytes (tests/sandboxd/exec_test.cc).
   ExecRequest r;
   r.shell = "printf 'ok\\377\\376end'";
   auto e = sb().Exec(r);
   ASSERT_TRUE(e) << e.error().ToString();
   EXPECT_EQ(e->stdout_data,
-            "ok\xEF\xBF\xBD\xEF\xBF\xBD"
+            "ok\xFF\xFE"
             "end");
 }
 

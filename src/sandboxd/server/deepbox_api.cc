@@ -12,6 +12,7 @@
 #include "sandboxd/proc/runner.h"
 #include "sandboxd/server/daemon.h"
 #include "sandboxd/server/exec_json.h"
+#include "sandboxd/server/exec_sessions.h"
 #include "sandboxd/server/fs_json.h"
 
 namespace deepbox::sandboxd {
@@ -80,6 +81,8 @@ void Daemon::HandleDeepbox(net::Request& request, net::ResponseWriter& writer) {
     (void)writer.Send(Exec(request));
   } else if (rest == "exec/stream" && m == "POST") {
     ExecStream(request, writer);
+  } else if (rest.starts_with("exec/sessions/") && m == "POST") {
+    (void)writer.Send(ExecSessionRequest(request, rest.substr(14)));
   } else if (rest == "processes" || rest.starts_with("processes/")) {
     (void)writer.Send(Processes(request, rest.substr(9)));
   } else if (rest == "fs/raw" && (m == "GET" || m == "HEAD")) {
@@ -113,6 +116,9 @@ net::Response Daemon::Info() const {
   limits["default_timeout_ms"] = config_.default_timeout.count();
   limits["max_output_bytes"] = config_.max_output_bytes;
   o["limits"] = std::move(limits);
+  // What this daemon's exec API supports beyond v1's first version; clients
+  // use these only when listed, so they keep working with older daemons.
+  o["features"] = json::array{"exec_output_base64", "exec_stdin_stream", "exec_tty"};
   return Ok(o);
 }
 
@@ -121,9 +127,56 @@ net::Response Daemon::Exec(const net::Request& request) {
   if (!body) return ErrorResponse(body.error());
   auto spec = ParseCommandSpec(*body, *this);
   if (!spec) return ErrorResponse(spec.error());
+  auto base64 = ParseOutputEncoding(*body);
+  if (!base64) return ErrorResponse(base64.error());
   proc::RunResult r = proc::Run(*spec);
-  return Ok(RunResultJson(r));
+  return Ok(RunResultJson(r, *base64));
 }
+
+namespace {
+
+// "tty": true (24x80) or {"rows": R, "cols": C}.
+Result<std::optional<proc::WindowSize>> ParseTty(const json::object& body) {
+  auto it = body.find("tty");
+  if (it == body.end() || it->value().is_null()) return std::nullopt;
+  if (it->value().is_bool()) {
+    if (!it->value().as_bool()) return std::nullopt;
+    return proc::WindowSize{};
+  }
+  if (!it->value().is_object()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "field 'tty' must be true or {\"rows\": R, \"cols\": C}");
+  }
+  proc::WindowSize size;
+  for (auto [key, field] : {std::pair{"rows", &size.rows}, {"cols", &size.cols}}) {
+    auto v = GetOptInt(it->value().as_object(), key);
+    if (!v) return tl::unexpected(v.error());
+    if (!*v) continue;
+    if (**v < 1 || **v > 10000) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("tty {} must be between 1 and 10000", key));
+    }
+    *field = static_cast<uint16_t>(**v);
+  }
+  return size;
+}
+
+// One output event line. Base64 text needs no JSON escaping.
+std::string OutputEvent(proc::StreamKind kind, std::string_view data, bool base64) {
+  if (!base64) {
+    json::object ev;
+    ev["type"] = std::string(proc::StreamKindName(kind));
+    ev["data"] = JsonString(data);
+    return ToJson(ev) + "\n";
+  }
+  std::string line =
+      fmt::format("{{\"type\":\"{}\",\"data_base64\":\"", proc::StreamKindName(kind));
+  line += Base64Encode(data);
+  line += "\"}\n";
+  return line;
+}
+
+}  // namespace
 
 void Daemon::ExecStream(const net::Request& request, net::ResponseWriter& writer) {
   auto body = ParseJsonObject(request.body);
@@ -136,30 +189,105 @@ void Daemon::ExecStream(const net::Request& request, net::ResponseWriter& writer
     (void)writer.Send(ErrorResponse(spec.error()));
     return;
   }
+  auto base64 = ParseOutputEncoding(*body);
+  auto stdin_stream = GetOptBool(*body, "stdin_stream");
+  auto tty = ParseTty(*body);
+  if (!base64 || !stdin_stream || !tty) {
+    (void)writer.Send(ErrorResponse(!base64         ? base64.error()
+                                    : !stdin_stream ? stdin_stream.error()
+                                                    : tty.error()));
+    return;
+  }
+  const bool interactive = stdin_stream->value_or(false);
+  spec->tty = *tty;
+  // An interactive session ends with its client (a disconnect kills it), so it
+  // has no default timeout; an explicit timeout_ms still applies.
+  if (interactive && !body->contains("timeout_ms")) spec->timeout = std::chrono::milliseconds(0);
+  std::shared_ptr<ExecSessions::Session> session;
+  if (interactive) {
+    auto opened = exec_sessions_->Open(spec->tty.has_value());
+    if (!opened) {
+      (void)writer.Send(ErrorResponse(opened.error()));
+      return;
+    }
+    session = std::move(*opened);
+  }
   net::Headers headers;
   headers.Set("Content-Type", "application/x-ndjson");
   headers.Set("Cache-Control", "no-store");
-  if (!writer.BeginStream(200, headers)) return;
+  if (!writer.BeginStream(200, headers)) {
+    if (session) exec_sessions_->End(session);
+    return;
+  }
   proc::StreamCallbacks cb;
-  cb.utf8_align = true;
+  cb.utf8_align = !*base64;  // exact bytes need no alignment
   cb.idle_interval = config_.keepalive_interval;
   cb.on_output = [&](proc::StreamKind kind, std::string_view data) {
-    json::object ev;
-    ev["type"] = std::string(proc::StreamKindName(kind));
-    ev["data"] = JsonString(data);
-    return writer.WriteChunk(ToJson(ev) + "\n").has_value();
+    return writer.WriteChunk(OutputEvent(kind, data, *base64)).has_value();
   };
   cb.on_idle = [&] {
     if (writer.ClientGone()) return false;
     return writer.WriteChunk("{\"type\":\"keepalive\"}\n").has_value();
   };
+  if (session) {
+    cb.on_started = [&](UniqueFd input, pid_t pid) {
+      ExecSessions::Attach(*session, std::move(input));
+      json::object ev;
+      ev["type"] = "started";
+      ev["session"] = ExecSessions::IdOf(*session);
+      ev["pid"] = pid;
+      // A failed write shows again at the first output or keepalive.
+      (void)writer.WriteChunk(ToJson(ev) + "\n");
+    };
+  }
   proc::StreamResult r = proc::RunStreaming(*spec, cb);
+  if (session) exec_sessions_->End(session);
   json::object ev = OutcomeJson(r.outcome);
   ev["type"] = "exit";
   ev["stdout_bytes"] = r.stdout_total;
   ev["stderr_bytes"] = r.stderr_total;
   ev["duration_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(r.duration).count();
   if (writer.WriteChunk(ToJson(ev) + "\n")) (void)writer.EndStream();
+}
+
+net::Response Daemon::ExecSessionRequest(const net::Request& request, std::string_view rest) {
+  // rest = "{id}/stdin" or "{id}/resize"
+  auto slash = rest.find('/');
+  std::string_view id = rest.substr(0, slash);
+  std::string_view action = slash == std::string_view::npos ? "" : rest.substr(slash + 1);
+  if (action == "stdin") {
+    // The body is the bytes themselves (any Content-Type): no encoding cost
+    // per keystroke or per chunk of a large input.
+    auto eof = request.Query("eof");
+    if (eof && *eof != "true" && *eof != "false" && *eof != "1" && *eof != "0") {
+      return ErrorResponse(Error(ErrorCode::kInvalidArgument, "eof must be true or false"));
+    }
+    const bool close = eof && (*eof == "true" || *eof == "1");
+    if (auto st = exec_sessions_->Write(id, request.body, close); !st) {
+      return ErrorResponse(st.error());
+    }
+    json::object o;
+    o["written"] = request.body.size();
+    return Ok(o);
+  }
+  if (action == "resize") {
+    auto body = ParseJsonObject(request.body);
+    if (!body) return ErrorResponse(body.error());
+    proc::WindowSize size;
+    for (auto [key, field] : {std::pair{"rows", &size.rows}, {"cols", &size.cols}}) {
+      auto v = GetOptInt(*body, key);
+      if (!v) return ErrorResponse(v.error());
+      if (!*v || **v < 1 || **v > 10000) {
+        return ErrorResponse(Error(ErrorCode::kInvalidArgument,
+                                   fmt::format("field '{}' must be between 1 and 10000", key)));
+      }
+      *field = static_cast<uint16_t>(**v);
+    }
+    if (auto st = exec_sessions_->Resize(id, size); !st) return ErrorResponse(st.error());
+    return Ok(json::object{});
+  }
+  return ErrorResponse(Error(ErrorCode::kNotFound,
+                             fmt::format("no such endpoint: {} {}", request.method, request.path)));
 }
 
 net::Response Daemon::Files(const net::Request& request, std::string_view op) {

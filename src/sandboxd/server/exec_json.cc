@@ -136,11 +136,26 @@ json::object OutcomeJson(const proc::Outcome& outcome) {
   return o;
 }
 
-json::object RunResultJson(const proc::RunResult& r) {
+Result<bool> ParseOutputEncoding(const json::object& body) {
+  auto encoding = GetOptStringChecked(body, "output_encoding");
+  if (!encoding) return tl::unexpected(encoding.error());
+  if (!*encoding || **encoding == "utf-8") return false;
+  if (**encoding == "base64") return true;
+  return MakeError(ErrorCode::kInvalidArgument,
+                   "field 'output_encoding' must be \"utf-8\" or \"base64\"");
+}
+
+json::object RunResultJson(const proc::RunResult& r, bool base64) {
   json::object o = OutcomeJson(r.outcome);
-  o["stdout"] = JsonString(r.stdout_data);
-  o["stderr"] = JsonString(r.stderr_data);
-  o["output"] = JsonString(r.combined);
+  if (base64) {
+    o["stdout_base64"] = Base64Encode(r.stdout_data);
+    o["stderr_base64"] = Base64Encode(r.stderr_data);
+    o["output_base64"] = Base64Encode(r.combined);
+  } else {
+    o["stdout"] = JsonString(r.stdout_data);
+    o["stderr"] = JsonString(r.stderr_data);
+    o["output"] = JsonString(r.combined);
+  }
   o["stdout_truncated"] = r.stdout_truncated;
   o["stderr_truncated"] = r.stderr_truncated;
   o["output_truncated"] = r.combined_truncated;

@@ -18,7 +18,12 @@ Result<std::string> ResolveCwd(const Daemon& daemon, std::string_view cwd);
 
 // {"status","exit_code","signal",...} for an outcome.
 json::object OutcomeJson(const proc::Outcome& outcome);
+
+// How process output travels in JSON: "utf-8" (the default; made valid text,
+// invalid bytes become U+FFFD) or "base64" (the exact bytes, in *_base64
+// fields). From the request's "output_encoding"; true for base64.
+Result<bool> ParseOutputEncoding(const json::object& body);
 // The full /exec answer.
-json::object RunResultJson(const proc::RunResult& result);
+json::object RunResultJson(const proc::RunResult& result, bool base64 = false);
 
 }  // namespace deepbox::sandboxd
