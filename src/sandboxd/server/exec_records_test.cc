@@ -1,0 +1,108 @@
+#include "sandboxd/server/exec_records.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+namespace deepbox::sandboxd {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<std::string> FollowAll(ExecRecord& r, uint64_t from, uint64_t* gap = nullptr) {
+  std::vector<std::string> got;
+  bool ok = r.Follow(
+      from,
+      [&](std::string_view l) {
+        got.emplace_back(l);
+        return true;
+      },
+      [&](uint64_t, uint64_t dropped) {
+        if (gap != nullptr) *gap = dropped;
+      },
+      [] { return true; }, 10ms);
+  EXPECT_TRUE(ok);
+  return got;
+}
+
+TEST(ExecRecordsTest, TheSameIdAttachesInsteadOfRunningAgain) {
+  ExecRecords records;
+  bool existed = true;
+  auto a = records.Begin("exec-0123456789", &existed);
+  ASSERT_TRUE(a);
+  EXPECT_FALSE(existed);
+  auto b = records.Begin("exec-0123456789", &existed);
+  ASSERT_TRUE(b);
+  EXPECT_TRUE(existed);
+  EXPECT_EQ(a->get(), b->get());
+  EXPECT_FALSE(records.Begin("short", &existed));
+  EXPECT_FALSE(records.Begin("bad id with spaces", &existed));
+  EXPECT_FALSE(records.Find("exec-unknown-000"));
+}
+
+TEST(ExecRecordsTest, ReattachGetsTheRestAndTheExitWhileAndAfterRunning) {
+  ExecRecords records;
+  auto r = *records.Begin("exec-abcdefgh", nullptr);
+  r->Append("e0\n");
+  r->Append("e1\n");
+  std::vector<std::string> live;
+  std::thread follower([&] { live = FollowAll(*r, 1); });
+  std::this_thread::sleep_for(20ms);
+  r->Append("e2\n");
+  r->Finish("exit\n");
+  follower.join();
+  EXPECT_EQ(live, (std::vector<std::string>{"e1\n", "e2\n", "exit\n"}));
+  // After the end: from any point, then nothing more to wait for.
+  EXPECT_EQ(FollowAll(*r, 0).size(), 4u);
+  EXPECT_EQ(FollowAll(*r, 4).size(), 0u);
+  EXPECT_EQ(FollowAll(*r, 99).size(), 0u);
+  EXPECT_TRUE(records.Find("exec-abcdefgh"));
+}
+
+TEST(ExecRecordsTest, TheByteBudgetDropsTheOldestAndSaysSo) {
+  ExecRecordsOptions o;
+  o.max_bytes_per_exec = 10;
+  ExecRecords records(o);
+  auto r = *records.Begin("exec-budget-1", nullptr);
+  for (int i = 0; i < 5; ++i) r->Append("abcd\n");  // 5 bytes each: 2 fit
+  r->Finish("x\n");
+  uint64_t gap = 0;
+  auto got = FollowAll(*r, 0, &gap);
+  EXPECT_EQ(gap, 4u);
+  EXPECT_EQ(got, (std::vector<std::string>{"abcd\n", "x\n"}));
+  EXPECT_EQ(r->events(), 6u);
+}
+
+TEST(ExecRecordsTest, FinishedRecordsExpireAndMakeRoom) {
+  ExecRecordsOptions o;
+  o.max_records = 2;
+  o.keep_after_exit = 50ms;
+  ExecRecords records(o);
+  auto a = *records.Begin("exec-aaaaaaaa", nullptr);
+  auto b = *records.Begin("exec-bbbbbbbb", nullptr);
+  // Both running: no room.
+  EXPECT_EQ(records.Begin("exec-cccccccc", nullptr).error().code, ErrorCode::kResourceExhausted);
+  a->Finish("exit\n");
+  ASSERT_TRUE(records.Begin("exec-cccccccc", nullptr));  // a made room
+  EXPECT_FALSE(records.Find("exec-aaaaaaaa"));
+  b->Finish("exit\n");
+  std::this_thread::sleep_for(80ms);
+  EXPECT_FALSE(records.Find("exec-bbbbbbbb"));  // expired
+}
+
+TEST(ExecRecordsTest, AFollowerStopsWhenAskedOrWhenItsSinkFails) {
+  ExecRecords records;
+  auto r = *records.Begin("exec-stopping", nullptr);
+  std::atomic<int> polls{0};
+  bool ok = r->Follow(
+      0, [](std::string_view) { return true; }, nullptr, [&] { return ++polls < 3; }, 5ms);
+  EXPECT_FALSE(ok);
+  r->Append("e0\n");
+  EXPECT_FALSE(r->Follow(
+      0, [](std::string_view) { return false; }, nullptr, [] { return true; }, 5ms));
+}
+
+}  // namespace
+}  // namespace deepbox::sandboxd
