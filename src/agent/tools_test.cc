@@ -15,6 +15,7 @@
 #include "agent/tools_execute.h"
 #include "agent/tools_fs.h"
 #include "agent/tools_todos.h"
+#include "common/utf8.h"
 
 namespace deepbox::agent {
 namespace {
@@ -41,6 +42,18 @@ TEST(ExecuteTool, SuccessFailureAndStderr) {
   EXPECT_EQ(run.Ok("execute", Args({{"command", "pwd"}})),
             sbd->client().root() + "\n\n[Command succeeded with exit code 0]");
   EXPECT_EQ(run.streamed(), "hi\noops\n" + sbd->client().root() + "\n");
+}
+
+// Exec output is the command's exact bytes; what the model and the terminal
+// see is valid UTF-8.
+TEST(ExecuteTool, BinaryOutputBecomesValidText) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  ToolRunner run(sbd->client(), AllTools());
+  EXPECT_EQ(
+      run.Ok("execute", Args({{"command", "printf 'ok\\377\\376end\\n'; printf '\\342\\202'"}})),
+      "ok\uFFFD\uFFFDend\n\uFFFD\n[Command succeeded with exit code 0]");
+  EXPECT_TRUE(IsValidUtf8(run.streamed())) << run.streamed();
+  EXPECT_EQ(run.streamed(), "ok\uFFFD\uFFFDend\n\uFFFD");
 }
 
 TEST(ExecuteTool, TimeoutValidationAndExpiry) {
