@@ -12,8 +12,15 @@
 #include "agent/codec.h"
 #include "agent/text.h"
 #include "cli/run_signals.h"
+#include "common/parse_number.h"
+#include "common/terminal_text.h"
 
 namespace deepbox::run {
+
+// Everything the model, the sandbox or its daemon wrote (text, tool names and
+// arguments, output, todos, error messages) passes through SanitizeForTerminal
+// or SanitizeLineForTerminal before it reaches the terminal; --json output is
+// JSON-escaped instead.
 
 namespace {
 
@@ -65,9 +72,9 @@ std::string FirstLine(std::string_view text) {
 }
 
 std::string ToolLabel(const AgentEvent& e) {
-  std::string label = e.tool_name;
-  if (e.depth > 0 && !e.agent.empty()) label = e.agent + " › " + label;
-  std::string arg = FirstLine(e.main_argument);
+  std::string label = SanitizeLineForTerminal(e.tool_name);
+  if (e.depth > 0 && !e.agent.empty()) label = SanitizeLineForTerminal(e.agent) + " › " + label;
+  std::string arg = SanitizeLineForTerminal(FirstLine(e.main_argument));
   if (!arg.empty()) label += " " + arg;
   return label;
 }
@@ -77,7 +84,10 @@ std::optional<int> FailedExitCode(std::string_view preview) {
   constexpr std::string_view kMarker = "[Command failed with exit code ";
   size_t pos = preview.rfind(kMarker);
   if (pos == std::string_view::npos) return std::nullopt;
-  return std::atoi(std::string(preview.substr(pos + kMarker.size())).c_str());
+  std::string_view rest = preview.substr(pos + kMarker.size());
+  size_t end = rest.find(']');
+  if (end == std::string_view::npos) return std::nullopt;
+  return ParseInteger<int>(rest.substr(0, end));
 }
 
 std::string_view DecisionVerb(DecisionType t) {
@@ -310,14 +320,14 @@ void RunUi::Notice(std::string_view text) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   const bool color = options_.color && isatty(options_.err_fd) == 1;
-  std::string line = fmt::format("deepbox: {}", text);
+  std::string line = fmt::format("deepbox: {}", SanitizeForTerminal(text));
   WriteErr((color ? fmt::format("\x1b[{}m{}\x1b[0m", kDim, line) : line) + "\n");
 }
 
 void RunUi::ErrorLine(std::string_view text) {
   std::lock_guard<std::mutex> lock(mu_);
   const bool color = options_.color && isatty(options_.err_fd) == 1;
-  std::string msg = fmt::format("deepbox: {}", text);
+  std::string msg = fmt::format("deepbox: {}", SanitizeForTerminal(text));
   WriteErr((color ? fmt::format("\x1b[{}m{}\x1b[0m", kRed, msg) : msg) + "\n");
 }
 
@@ -336,8 +346,8 @@ void RunUi::SandboxReady(const std::string& id, const std::string& provider,
   std::lock_guard<std::mutex> lock(mu_);
   const bool color = options_.color && isatty(options_.err_fd) == 1;
   std::string mark = color ? fmt::format("\x1b[{}m●\x1b[0m", kGreen) : "●";
-  WriteErr(fmt::format("{} sandbox {} ready ({}, {})\n", mark, id, provider,
-                       FormatDuration(claim_time)));
+  WriteErr(fmt::format("{} sandbox {} ready ({}, {})\n", mark, SanitizeLineForTerminal(id),
+                       SanitizeLineForTerminal(provider), FormatDuration(claim_time)));
 }
 
 void RunUi::RunStarted(std::string_view task, const std::string& thread_id,
@@ -370,9 +380,9 @@ void RunUi::ToolEndLocked(const AgentEvent& e) {
   }
   if (e.tool_name == "write_todos" && ok) return;  // the todo list shows instead
   std::string indent(2 + 2 * static_cast<size_t>(e.depth), ' ');
-  std::string name = e.tool_name;
-  if (e.depth > 0 && !e.agent.empty()) name = e.agent + " › " + name;
-  std::string arg = FirstLine(e.main_argument);
+  std::string name = SanitizeLineForTerminal(e.tool_name);
+  if (e.depth > 0 && !e.agent.empty()) name = SanitizeLineForTerminal(e.agent) + " › " + name;
+  std::string arg = SanitizeLineForTerminal(FirstLine(e.main_argument));
   size_t width = isatty(options_.out_fd) == 1 ? TerminalWidth(options_.out_fd) : 120;
   size_t room =
       width > indent.size() + name.size() + 24 ? width - indent.size() - name.size() - 24 : 20;
@@ -385,7 +395,8 @@ void RunUi::ToolEndLocked(const AgentEvent& e) {
                              e.tool_name != "delete" && e.tool_name != "write_todos");
   if (show_output) {
     size_t out_room = width > indent.size() + 30 ? width - indent.size() - 30 : 40;
-    std::string fold = FoldOutput(e.output_preview, std::min<size_t>(out_room, 100));
+    std::string fold = SanitizeLineForTerminal(
+        FoldOutput(SanitizeForTerminal(e.output_preview), std::min<size_t>(out_room, 100)));
     if (!fold.empty()) {
       line += indent + "  " + (ok ? Sgr(kDim, "⎿ " + fold) : Sgr(kRed, "⎿ " + fold)) + "\n";
     }
@@ -402,7 +413,7 @@ void RunUi::TodosLocked(const json::array& todos) {
   for (const auto& t : todos) {
     if (!t.is_object()) continue;
     const auto& o = t.as_object();
-    std::string content = GetOptString(o, "content").value_or("");
+    std::string content = SanitizeLineForTerminal(GetOptString(o, "content").value_or(""));
     std::string status = GetOptString(o, "status").value_or("pending");
     if (status == "completed") {
       out += "    " + Sgr(kGreen, "✔") + " " + Sgr(kDim, content) + "\n";
@@ -426,7 +437,7 @@ void RunUi::OnEvent(const AgentEvent& e) {
     case EventType::kTextDelta:
       if (!main) break;  // sub-agents' prose reaches the main agent as the task result
       SetSpinnerLocked("");
-      WriteOut(e.text);
+      WriteOut(SanitizeForTerminal(e.text));
       streamed_text_ = true;
       break;
     case EventType::kUsage:
@@ -450,7 +461,7 @@ void RunUi::OnEvent(const AgentEvent& e) {
       if (auto it = running_.find(e.tool_call_id); it != running_.end()) {
         std::string last;
         for (auto l : agent::SplitLines(e.text)) {
-          if (!agent::IsBlank(l)) last = std::string(agent::Trim(l));
+          if (!agent::IsBlank(l)) last = SanitizeLineForTerminal(agent::Trim(l));
         }
         if (!last.empty()) {
           std::string base = it->second.label.substr(0, it->second.label.find(" ⎿ "));
@@ -467,14 +478,16 @@ void RunUi::OnEvent(const AgentEvent& e) {
       break;
     case EventType::kSummarized:
       EndTextLineLocked();
-      WriteOut("  " +
-               Sgr(kDim, "⋯ older messages summarized" +
-                             (e.text.empty() ? "" : " (history: " + e.text + ")")) +
-               "\n");
+      WriteOut(
+          "  " +
+          Sgr(kDim,
+              "⋯ older messages summarized" +
+                  (e.text.empty() ? "" : " (history: " + SanitizeLineForTerminal(e.text) + ")")) +
+          "\n");
       break;
     case EventType::kFinalMessage:
       if (main) {
-        if (!streamed_text_ && !e.text.empty()) WriteOut(e.text);
+        if (!streamed_text_ && !e.text.empty()) WriteOut(SanitizeForTerminal(e.text));
         EndTextLineLocked();
         SetSpinnerLocked("");
       }
@@ -484,8 +497,10 @@ void RunUi::OnEvent(const AgentEvent& e) {
       // and middleware errors show here.
       if (main) break;
       EndTextLineLocked();
-      WriteOut(std::string(2 + 2 * static_cast<size_t>(e.depth), ' ') +
-               Sgr(kRed, "! " + e.agent + ": " + e.text) + "\n");
+      WriteOut(
+          std::string(2 + 2 * static_cast<size_t>(e.depth), ' ') +
+          Sgr(kRed, "! " + SanitizeLineForTerminal(e.agent) + ": " + SanitizeForTerminal(e.text)) +
+          "\n");
       break;
     }
     case EventType::kRetry:
@@ -534,7 +549,7 @@ void RunUi::SandboxReleased(const std::string& id, bool kept, const std::string&
   }
   std::lock_guard<std::mutex> lock(mu_);
   SetSpinnerLocked("");
-  if (kept) WriteErr(fmt::format("deepbox: kept the sandbox: {}\n", describe));
+  if (kept) WriteErr(fmt::format("deepbox: kept the sandbox: {}\n", SanitizeForTerminal(describe)));
 }
 
 void RunUi::Result(const RunSummary& s) {
@@ -599,8 +614,10 @@ std::optional<std::vector<Decision>> RunUi::Approve(const agent::InterruptReques
       return std::find(allowed.begin(), allowed.end(), t) != allowed.end();
     };
     std::string args = ToJson(a.args);
+    // JSON escapes C0 controls but not C1 or bidi controls: sanitize anyway.
     WriteFd(tty_fd, fmt::format("{} {}\n  {}\n", sgr(kYellow, "⏸ approval needed:"),
-                                sgr(kBold, a.name), sgr(kDim, Truncate(args, 600))));
+                                sgr(kBold, SanitizeLineForTerminal(a.name)),
+                                sgr(kDim, Truncate(SanitizeLineForTerminal(args), 600))));
     std::string choices;
     if (is_allowed(DecisionType::kApprove)) choices += "[a]pprove ";
     if (is_allowed(DecisionType::kReject)) choices += "[r]eject ";
@@ -624,8 +641,9 @@ std::optional<std::vector<Decision>> RunUi::Approve(const agent::InterruptReques
         if (!text) return std::nullopt;
         auto obj = ParseJsonObject(*text);
         if (!obj) {
-          WriteFd(tty_fd,
-                  fmt::format("  {}\n", sgr(kRed, "not a JSON object: " + obj.error().message)));
+          WriteFd(tty_fd, fmt::format("  {}\n",
+                                      sgr(kRed, "not a JSON object: " +
+                                                    SanitizeLineForTerminal(obj.error().message))));
           continue;
         }
         decision = Decision::Edit(std::move(*obj));

@@ -162,6 +162,108 @@ TEST(RunUiTest, JsonEventsOnePerLine) {
   EXPECT_EQ(events[3].at("exit_code").as_int64(), 0);
 }
 
+// True when `s` holds nothing a terminal would act on: no C0 control but
+// \n, no DEL, no C1 control (raw or as UTF-8), no bidi override.
+bool Inert(std::string_view s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if ((c < 0x20 && c != '\n') || c == 0x7f) return false;
+    if (c >= 0x80 && c <= 0x9f && (i == 0 || static_cast<unsigned char>(s[i - 1]) != 0xc2)) {
+      continue;  // a continuation byte of some other character
+    }
+    if (c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) >= 0x80 &&
+        static_cast<unsigned char>(s[i + 1]) <= 0x9f) {
+      return false;
+    }
+  }
+  return s.find("\u202e") == std::string_view::npos;
+}
+
+// Issue 16: text from the model and the sandbox (OSC 52 clipboard writes,
+// title changes, cursor moves, carriage returns, bidi overrides) reaches the
+// terminal inert.
+TEST(RunUiTest, HostileTextReachesTheTerminalInert) {
+  const std::string osc52 = "\x1b]52;c;cm0gLXJmIH4=\x07";
+  const std::string title = "\x1b]0;pwned\x1b\\";
+  Pipes p;
+  {
+    RunUi ui(
+        {.json = false, .color = false, .spinner = false, .out_fd = p.out[1], .err_fd = p.err[1]});
+    agent::AgentEvent t;
+    t.type = agent::EventType::kTextDelta;
+    t.text = "model says " + osc52 + "hi\x1b[2J\x1b[H\n";
+    ui.OnEvent(t);
+    ui.OnEvent(ToolEnd("ls" + title, "/workspace\x1b[1A\rfake", true,
+                       "\x1b[31mred\x1b[0m\r\n\u009b2Jnext\u202eevil"));
+    ui.OnEvent(
+        ToolEnd("execute", "rm -rf ~\rls", false, "out\x07\n[Command failed with exit code 7]"));
+    agent::AgentEvent todos;
+    todos.type = agent::EventType::kTodoUpdate;
+    todos.todos = json::array{json::object{{"content", "a\u202eb" + osc52}, {"status", "pending"}}};
+    ui.OnEvent(todos);
+    agent::AgentEvent sub;
+    sub.type = agent::EventType::kError;
+    sub.depth = 1;
+    sub.agent = "helper" + title;
+    sub.text = "failed \x1b[8mhidden";
+    ui.OnEvent(sub);
+    agent::AgentEvent fin;
+    fin.type = agent::EventType::kFinalMessage;
+    fin.text = "done" + osc52;
+    ui.OnEvent(fin);
+    ui.ErrorLine("sandbox daemon said: " + osc52 +
+                 "\x9b"
+                 "31m bad");
+    ui.Notice("note " + title);
+    ui.SandboxReady("sb" + title, "local", 5ms);
+    ui.SandboxReleased("sb-1", true, "kept " + osc52);
+  }
+  auto [out, err] = p.Finish();
+  EXPECT_TRUE(Inert(out)) << out;
+  EXPECT_TRUE(Inert(err)) << err;
+  EXPECT_THAT(out, HasSubstr("model says hi\n"));
+  EXPECT_THAT(out, HasSubstr("✓ ls  /workspace …  · 1.2s\n"));
+  EXPECT_THAT(out, HasSubstr("⎿ red  (+1 more line)"));
+  EXPECT_THAT(out, HasSubstr("✗ execute  rm -rf ~ …  · exit 7, 1.2s"));
+  EXPECT_THAT(out, HasSubstr("○ a\xEF\xBF\xBD"
+                             "b\n"));
+  EXPECT_THAT(out, HasSubstr("! helper: failed hidden"));
+  EXPECT_THAT(err, HasSubstr("deepbox: sandbox daemon said: "));
+  EXPECT_THAT(err, HasSubstr("deepbox: note \n"));
+  EXPECT_THAT(err, HasSubstr("sandbox sb ready"));
+  EXPECT_THAT(err, HasSubstr("kept the sandbox: kept \n"));
+}
+
+TEST(RunUiTest, ApprovalPromptShowsHostileArgumentsInert) {
+  int tty[2];
+  ASSERT_EQ(pipe2(tty, O_CLOEXEC), 0);
+  int in[2];
+  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  int ev[2];
+  ASSERT_EQ(pipe2(ev, O_CLOEXEC), 0);
+  ASSERT_EQ(write(in[1], "a\n", 2), 2);
+  agent::InterruptRequest req;
+  agent::ActionRequest a;
+  a.tool_call_id = "c1";
+  a.name = "execute\x1b]0;t\x07";
+  // JSON escapes ESC but not U+009B (CSI as a C1 control) nor U+202E.
+  a.args = json::object{{"command", "ls \u009b2J \u202e"}};
+  req.action_requests.push_back(a);
+  {
+    RunUi ui({.json = false, .color = false, .spinner = false, .out_fd = tty[1], .err_fd = tty[1]});
+    LineReader reader(in[0], ev[0]);
+    auto d = ui.Approve(req, reader, tty[1]);
+    ASSERT_TRUE(d);
+    ASSERT_EQ(d->size(), 1u);
+    EXPECT_EQ((*d)[0].type, agent::DecisionType::kApprove);
+  }
+  close(tty[1]);
+  std::string shown = Drain(tty[0]);
+  EXPECT_TRUE(Inert(shown)) << shown;
+  EXPECT_THAT(shown, HasSubstr("approval needed: execute\n"));
+  for (int fd : {tty[0], in[0], in[1], ev[0], ev[1]}) close(fd);
+}
+
 TEST(LineReaderTest, LinesAndInterrupt) {
   int fds[2];
   ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);

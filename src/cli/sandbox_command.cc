@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/provider_util.h"
 #include "common/json.h"
+#include "common/terminal_text.h"
 #include "local/lifecycle/provider.h"
 
 namespace deepbox::cli {
@@ -36,7 +37,7 @@ std::string LabelsText(const local::lifecycle::Labels& labels) {
     if (!out.empty()) out += ',';
     out += k + "=" + v;
   }
-  return out.empty() ? "-" : out;
+  return out.empty() ? "-" : SanitizeLineForTerminal(out);
 }
 
 }  // namespace
@@ -62,7 +63,8 @@ int ExitCodeFor(const Error& error) {
 }
 
 int ReportError(const Error& error) {
-  std::fprintf(stderr, "deepbox: %s\n", error.message.c_str());
+  // Messages can carry a daemon's words or a supervisor's stderr tail.
+  std::fprintf(stderr, "deepbox: %s\n", SanitizeForTerminal(error.message).c_str());
   return ExitCodeFor(error);
 }
 
@@ -97,7 +99,7 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
                : code;
   }
   if (!meta->network_note.empty())
-    std::fprintf(stderr, "deepbox: warning: %s\n", meta->network_note.c_str());
+    std::fprintf(stderr, "deepbox: warning: %s\n", SanitizeForTerminal(meta->network_note).c_str());
   if (args.json) {
     std::cout << ToJson(meta->ToJson()) << std::endl;
   } else {
@@ -192,8 +194,10 @@ int RunSandboxLs(const SandboxLsArgs& args) {
     std::string state = m.ready ? m.state : "starting";
     if (m.expired(now)) state = "expiring";
     std::string expires = m.expires_at_ms ? "in " + FormatAge(*m.expires_at_ms - now) : "never";
-    out += fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {}\n", m.id, state,
-                       FormatAge(now - m.created_at_ms), expires, m.network, LabelsText(m.labels));
+    // meta.json is not trusted either: one line per sandbox, whatever it holds.
+    out += fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {}\n", SanitizeLineForTerminal(m.id),
+                       SanitizeLineForTerminal(state), FormatAge(now - m.created_at_ms), expires,
+                       SanitizeLineForTerminal(m.network), LabelsText(m.labels));
   }
   std::cout << out << std::flush;
   return kExitOk;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
 #include <set>
@@ -91,12 +92,14 @@ std::vector<pid_t> CgroupPids(const std::string& dir) {
   return pids;
 }
 
-int64_t IntOr(const json::object& o, std::string_view key, int64_t dflt) {
+// An integer field of meta.json within [min, max]; anything else (wrong kind,
+// out of range, a wrapped uint64) reads as `dflt`.
+int64_t IntOr(const json::object& o, std::string_view key, int64_t dflt, int64_t min = INT64_MIN,
+              int64_t max = INT64_MAX) {
   auto it = o.find(key);
-  if (it == o.end()) return dflt;
-  if (it->value().is_int64()) return it->value().as_int64();
-  if (it->value().is_uint64()) return static_cast<int64_t>(it->value().as_uint64());
-  return dflt;
+  if (it == o.end() || !it->value().is_int64()) return dflt;
+  int64_t v = it->value().as_int64();
+  return v >= min && v <= max ? v : dflt;
 }
 
 json::object RefToJson(const ProcessRef& r) {
@@ -111,8 +114,8 @@ ProcessRef RefFromJson(const json::object& o, std::string_view key) {
   auto it = o.find(key);
   if (it == o.end() || !it->value().is_object()) return r;
   const auto& obj = it->value().as_object();
-  r.pid = static_cast<pid_t>(IntOr(obj, "pid", 0));
-  r.start_time = static_cast<uint64_t>(IntOr(obj, "start_time", 0));
+  r.pid = static_cast<pid_t>(IntOr(obj, "pid", 0, 0, INT32_MAX));
+  r.start_time = static_cast<uint64_t>(IntOr(obj, "start_time", 0, 0));
   return r;
 }
 
@@ -343,9 +346,8 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
   m.network_requested = GetOptString(o, "network_requested").value_or("");
   m.network = GetOptString(o, "network").value_or("none");
   m.network_note = GetOptString(o, "network_note").value_or("");
-  if (auto it = o.find("net_slot");
-      it != o.end() && (it->value().is_int64() || it->value().is_uint64())) {
-    m.net_slot = static_cast<uint32_t>(IntOr(o, "net_slot", 0));
+  if (auto slot = IntOr(o, "net_slot", -1, 0, UINT32_MAX); slot >= 0) {
+    m.net_slot = static_cast<uint32_t>(slot);
   }
   m.rootfs = GetOptString(o, "rootfs").value_or("");
   if (auto it = o.find("ready"); it != o.end() && it->value().is_bool()) {

@@ -92,6 +92,40 @@ TEST(StateTest, MetaRoundTripsAndUpdatesAtomically) {
   EXPECT_EQ(store.Read(m.id).error().code, ErrorCode::kNotFound);
 }
 
+// meta.json is parsed defensively: out-of-range numbers never wrap into a
+// pid or a network slot that belongs to something else.
+TEST(StateTest, MetaWithHostileNumbersReadsAsAbsent) {
+  auto o = ParseJsonObject(
+      R"({"id":"sb-0123456789ab","created_at":"2026-01-01T00:00:00.000Z",)"
+      R"("net_slot":4294967301,"supervisor":{"pid":1099511627776,"start_time":1e400},)"
+      R"("init":{"pid":-5,"start_time":18446744073709551615}})");
+  ASSERT_TRUE(o.has_value());
+  auto m = SandboxMeta::FromJson(*o);
+  ASSERT_TRUE(m.has_value()) << m.error().ToString();
+  EXPECT_FALSE(m->net_slot.has_value());
+  EXPECT_FALSE(m->supervisor.valid());
+  EXPECT_EQ(m->supervisor.start_time, 0u);
+  EXPECT_FALSE(m->init.valid());
+  EXPECT_EQ(m->init.start_time, 0u);
+  o = ParseJsonObject(
+      R"({"id":"sb-0123456789ab","created_at":"2026-01-01T00:00:00.000Z","net_slot":-1,)"
+      R"("supervisor":{"pid":"12"}})");
+  ASSERT_TRUE(o.has_value());
+  m = SandboxMeta::FromJson(*o);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_FALSE(m->net_slot.has_value());
+  EXPECT_FALSE(m->supervisor.valid());
+  o = ParseJsonObject(
+      R"({"id":"sb-0123456789ab","created_at":"2026-01-01T00:00:00.000Z","net_slot":0,)"
+      R"("supervisor":{"pid":42,"start_time":7}})");
+  ASSERT_TRUE(o.has_value());
+  m = SandboxMeta::FromJson(*o);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->net_slot, 0u);
+  EXPECT_EQ(m->supervisor.pid, 42);
+  EXPECT_EQ(m->supervisor.start_time, 7u);
+}
+
 TEST(StateTest, RemoveTreeCopesWithLockedDirs) {
   TempDir tmp;
   fs::path d = tmp.path() / "t";
