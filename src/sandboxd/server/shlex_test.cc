@@ -24,5 +24,22 @@ TEST(ShlexTest, Errors) {
   EXPECT_EQ(ShlexSplit("echo x\\").error().message, "No escaped character");
 }
 
+TEST(ShlexTest, EveryPrefixIsSplitOrRefused) {
+  const std::string text = R"(a "b \" c" 'd e' f\ g "h\\" \)";
+  for (size_t n = 0; n <= text.size(); ++n) {
+    auto words = ShlexSplit(std::string_view(text).substr(0, n));
+    if (words) {
+      for (const auto& w : *words) EXPECT_LE(w.size(), n);
+    } else {
+      EXPECT_TRUE(words.error().message == "No closing quotation" ||
+                  words.error().message == "No escaped character")
+          << words.error().message;
+    }
+  }
+  EXPECT_FALSE(ShlexSplit(text));  // ends with a lone backslash
+  EXPECT_EQ(*ShlexSplit(std::string_view(text).substr(0, text.size() - 2)),
+            (V{"a", "b \" c", "d e", "f g", "h\\"}));
+}
+
 }  // namespace
 }  // namespace deepbox::sandboxd
