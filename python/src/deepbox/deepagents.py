@@ -464,18 +464,27 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
         if not self._native(path) or "\n" in pattern or not pattern:
             return super().grep(pattern, path, glob, max_count=max_count)
         base = path or self.root
-        try:
-            r = self.client.grep(pattern, base, glob=glob, max_count=max_count if max_count else _GREP_UNCAPPED)
-        except DaemonError as e:
-            return GrepResult(error=f"Path '{path or '.'}': {e.message}")
         base_abs = posixpath.normpath(base if base.startswith("/") else posixpath.join(self.root, base))
         skip_git = ".git" not in base_abs.split("/")
-        matches: list[GrepMatch] = []
-        for m in r.matches:
-            # deepagents' BaseSandbox skips .git directories (grep_exclude_dirs).
-            if skip_git and "/.git/" in m.path[len(base_abs) :] + "/":
-                continue
-            matches.append({"path": m.path, "line": m.line, "text": m.text})
+        # One more than asked tells "exactly max_count" from "cut"; matches in
+        # .git directories (skipped, as deepagents' BaseSandbox does) may
+        # need a bigger request.
+        want = max_count + 1 if max_count else _GREP_UNCAPPED
+        while True:
+            try:
+                r = self.client.grep(pattern, base, glob=glob, max_count=min(want, _GREP_UNCAPPED))
+            except DaemonError as e:
+                return GrepResult(error=f"Path '{path or '.'}': {e.message}")
+            matches: list[GrepMatch] = [
+                {"path": m.path, "line": m.line, "text": m.text}
+                for m in r.matches
+                if not (skip_git and "/.git/" in m.path[len(base_abs) :])
+            ]
+            if not r.truncated or len(matches) >= want or want >= _GREP_UNCAPPED:
+                break
+            want = min(_GREP_UNCAPPED, want * 4 + len(r.matches))
+        if max_count:
+            return GrepResult(matches=matches[:max_count], truncated=len(matches) > max_count)
         return GrepResult(matches=matches, truncated=r.truncated)
 
     async def agrep(self, pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None) -> GrepResult:

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Tests of the Python package (python/), run by scripts/test.sh after CTest:
+#   python/run-tests.sh [BUILD_DIR] [PYTEST_ARGS...]     (default build/dev)
+# Creates BUILD_DIR/python-venv with the pinned dependencies of
+# python/requirements-test.txt (from PyPI), installs the package, and runs
+# pytest on real sandboxes made by BUILD_DIR/bin/deepbox. The dcode test gets
+# its own venv (BUILD_DIR/python-dcode-venv, python/requirements-dcode.txt):
+# deepagents-code pins another deepagents. When PyPI cannot be reached the
+# step is skipped with a message (exit 0). pytest's "no tests ran" (5) is not
+# a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build/dev}
+shift || true
+build=$(cd "$build" && pwd)
+py=${PYTHON:-python3}
+
+if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "python tests: SKIPPED: $py is missing or older than 3.11 (deepagents needs 3.11)"
+  exit 0
+fi
+
+# One bounded probe of PyPI through pip itself (its index, proxy and certificates).
+probe=$(mktemp -d)
+trap 'rm -rf "$probe"' EXIT
+if ! timeout 120 "$py" -m pip download --no-deps --disable-pip-version-check -q \
+      --dest "$probe" iniconfig==2.3.1 >"$probe/log" 2>&1; then
+  echo "python tests: SKIPPED: PyPI cannot be reached, so the pinned dependencies cannot be"
+  echo "installed (pip: $(tail -1 "$probe/log"))"
+  exit 0
+fi
+
+# A venv is reused while its requirements file is unchanged.
+make_venv() {  # DIR REQUIREMENTS
+  local dir=$1 req=$2 stamp
+  stamp=$(sha256sum "$req" | cut -d' ' -f1)
+  if [[ ! -x "$dir/bin/python" || "$(cat "$dir/.requirements-sha256" 2>/dev/null)" != "$stamp" ]]; then
+    rm -rf "$dir"
+    "$py" -m venv "$dir"
+    "$dir/bin/pip" install --disable-pip-version-check -q -r "$req"
+    echo "$stamp" >"$dir/.requirements-sha256"
+  fi
+  # The package itself, always fresh (no dependencies of its own).
+  "$dir/bin/pip" install --disable-pip-version-check -q --no-deps --force-reinstall ./python
+}
+
+venv="$build/python-venv"
+make_venv "$venv" python/requirements-test.txt
+if [[ "${SKIP_DCODE:-0}" != 1 ]]; then
+  make_venv "$build/python-dcode-venv" python/requirements-dcode.txt
+  export DCODE_VENV="$build/python-dcode-venv"
+fi
+
+export DEEPBOX_BUILD_DIR="$build"
+set +e
+"$venv/bin/python" -m pytest python/tests -p no:cacheprovider -W ignore::pytest.PytestRemovedIn10Warning \
+  -rfEs "$@"
+rc=$?
+set -e
+if [[ $rc == 5 ]]; then
+  echo "python tests: pytest collected no tests"
+  rc=0
+fi
+exit $rc

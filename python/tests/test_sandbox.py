@@ -1,0 +1,225 @@
+"""deepbox.Sandbox / DaemonClient on real local sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+
+import pytest
+
+from deepbox import (
+    AsyncSandbox,
+    CLIError,
+    DaemonClient,
+    DaemonUnavailableError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    Sandbox,
+    SandboxNotFoundError,
+)
+
+LABEL = {"deepbox.test/python": "sandbox"}
+
+
+def test_create_labels_ttl_attach_delete(deepbox_bin: str) -> None:
+    sb = Sandbox.create(labels={**LABEL, "team": "ml"}, ttl=900, network="none")
+    try:
+        assert sb.id.startswith("sb-")
+        assert sb.meta["labels"]["team"] == "ml"
+        assert sb.meta["expires_at"]  # a TTL was set
+        assert sb.client.root == "/workspace"
+        same = Sandbox.attach(sb.id)
+        assert same.exec("echo $((6*7))").stdout == b"42\n"
+        same.__exit__(None, None, None)  # attached, not owned: not deleted
+        assert sb.exec("true").ok
+    finally:
+        sb.delete()
+    sb.delete()  # idempotent
+    with pytest.raises(DaemonUnavailableError):
+        sb.exec("true")
+    with pytest.raises(SandboxNotFoundError) as e:
+        Sandbox.attach(sb.id)
+    assert e.value.exit_code == 3
+
+
+def test_context_manager_deletes(deepbox_bin: str) -> None:
+    with Sandbox.create(labels=LABEL, ttl=900, network="none") as sb:
+        sid = sb.id
+    out = subprocess.run([deepbox_bin, "sandbox", "ls", "--json"], capture_output=True, text=True, check=True)
+    assert sid not in [m["id"] for m in json.loads(out.stdout)]
+
+
+def test_ttl_expires(deepbox_bin: str) -> None:
+    sb = Sandbox.create(labels=LABEL, ttl=1, network="none")
+    # The supervisor deletes it; wait for that by polling (bounded), never by timing.
+    for _ in range(600):
+        try:
+            Sandbox.attach(sb.id)
+        except SandboxNotFoundError:
+            break
+        subprocess.run(["sleep", "0.1"])
+    else:
+        pytest.fail("a sandbox with ttl=1 still exists after 60 s")
+    with pytest.raises(DaemonUnavailableError):
+        sb.exec("true")
+
+
+def test_cli_errors_carry_message_and_exit_code(deepbox_bin: str) -> None:
+    with pytest.raises(CLIError) as e:
+        Sandbox.create(labels={"bad label": "x"}, ttl=10)
+    assert e.value.exit_code == 2
+    assert "label" in e.value.message
+    with pytest.raises(SandboxNotFoundError):
+        Sandbox.attach("sb-000000000000")
+
+
+def test_dead_daemon(tmp_path) -> None:
+    client = DaemonClient(str(tmp_path / "no.sock"))
+    with pytest.raises(DaemonUnavailableError):
+        client.exec("true")
+    with pytest.raises(DaemonUnavailableError):
+        client.stat("/workspace")
+
+
+def test_exec_argv_shell_cwd_env_stdin(sandbox: Sandbox) -> None:
+    sandbox.mkdir("/workspace/sub")
+    r = sandbox.exec(["sh", "-c", 'printf "%s|%s|" "$PWD" "$X"; cat'], cwd="/workspace/sub", env={"X": "y z"}, stdin=b"in\x00put")
+    assert r.ok and r.stdout == b"/workspace/sub|y z|in\x00put"
+    r = sandbox.exec("echo out; echo err >&2; exit 7")
+    assert (r.status, r.exit_code, r.returncode) == ("exited", 7, 7)
+    assert r.stdout == b"out\n" and r.stderr == b"err\n"
+    assert sorted(r.output.splitlines()) == [b"err", b"out"]
+    r = sandbox.exec(["/no/such/binary"])
+    assert r.status == "spawn_failed" and r.returncode == 127 and r.error
+    r = sandbox.exec("kill -9 $$")
+    assert r.status == "signaled" and r.returncode == 137
+
+
+def test_exec_binary_output_is_exact(sandbox: Sandbox) -> None:
+    r = sandbox.exec(["python3", "-c", "import sys; sys.stdout.buffer.write(bytes(range(256)))"])
+    assert r.stdout == bytes(range(256))
+
+
+def test_exec_timeout(sandbox: Sandbox) -> None:
+    r = sandbox.exec("echo started; sleep 60", timeout=0.5)
+    assert r.status == "timed_out" and r.returncode == 124
+    assert r.stdout == b"started\n"
+
+
+def test_exec_output_cap(sandbox: Sandbox) -> None:
+    r = sandbox.exec("head -c 100000 /dev/zero", max_output_bytes=1000)
+    assert r.ok and len(r.stdout) == 1000 and r.stdout_truncated and r.truncated
+
+
+def test_exec_streams_output_before_the_command_ends(sandbox: Sandbox) -> None:
+    # The command prints, then waits for a file that only the consumer creates
+    # after seeing that output: it can only finish if the output was streamed.
+    sandbox.remove("/workspace/go", recursive=True) if sandbox.exists("/workspace/go") else None
+    script = "echo first; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo second >&2"
+    seen: list[tuple[str, bytes]] = []
+    for ev in sandbox.exec_stream(script, timeout=60):
+        if ev.type == "exit":
+            assert ev.result is not None and ev.result.ok
+            break
+        seen.append((ev.type, ev.data))
+        if ev.data == b"first\n":
+            sandbox.write("/workspace/go", b"")
+    assert seen == [("stdout", b"first\n"), ("stderr", b"second\n")]
+
+    chunks: list[bytes] = []
+    sandbox.remove("/workspace/go")
+    r = sandbox.exec(
+        script,
+        timeout=60,
+        on_output=lambda stream, data: (chunks.append(data), sandbox.write("/workspace/go", b"")),
+    )
+    assert r.ok and chunks == [b"first\n", b"second\n"]
+
+
+def test_exec_stream_abandoned_kills_the_command(sandbox: Sandbox) -> None:
+    gen = sandbox.exec_stream("echo $$ > /workspace/pid; echo up; sleep 600")
+    for ev in gen:
+        if ev.data == b"up\n":
+            break
+    gen.close()  # drops the connection
+    pid = sandbox.read_text("/workspace/pid").strip()
+    for _ in range(600):
+        if not sandbox.exec(["kill", "-0", pid]).ok:
+            break
+        subprocess.run(["sleep", "0.1"])
+    else:
+        pytest.fail("the abandoned command still runs after 60 s")
+
+
+def test_files(sandbox: Sandbox) -> None:
+    base = "/workspace/files"
+    assert sandbox.write(f"{base}/a/b.txt", "one\ntwo\r\nthree") == 14
+    info = sandbox.stat(f"{base}/a/b.txt")
+    assert (info.type, info.size, info.mode) == ("file", 14, "0644")
+    assert [e.name for e in sandbox.ls(f"{base}/a")] == ["b.txt"]
+    assert sandbox.ls(base)[0].is_dir
+    r = sandbox.read(f"{base}/a/b.txt", offset=1, limit=1)
+    assert (r.content, r.total_lines, r.more_lines) == ("two", 3, True)
+    assert sandbox.read_text(f"{base}/a/b.txt") == "one\ntwo\r\nthree"
+    assert sandbox.edit(f"{base}/a/b.txt", "two", "2") == 1
+    with pytest.raises(NotFoundError):
+        sandbox.edit(f"{base}/a/b.txt", "absent", "x")
+    assert sandbox.glob("*.txt", base) == ([f"{base}/a/b.txt"], False)
+    g = sandbox.grep("thr", base)
+    assert [(m.path, m.line, m.text) for m in g.matches] == [(f"{base}/a/b.txt", 3, "three")]
+    assert sandbox.grep("t.+e", base, regex=True).matches[0].line == 3
+    with pytest.raises(NotFoundError):
+        sandbox.stat(f"{base}/missing")
+    with pytest.raises(NotFoundError):
+        sandbox.read_bytes(f"{base}/missing")
+    with pytest.raises(PermissionDeniedError):
+        sandbox.stat("/etc/passwd")  # outside the daemon's root
+    with pytest.raises(InvalidArgumentError):
+        sandbox.read_bytes(base)  # a directory
+    sandbox.remove(base, recursive=True)
+    assert not sandbox.exists(base)
+
+
+def test_binary_non_utf8_and_huge_files(sandbox: Sandbox) -> None:
+    blob = bytes(range(256)) * 3
+    sandbox.write("/workspace/blob.bin", blob)
+    r = sandbox.read("/workspace/blob.bin")
+    assert r.binary
+    assert sandbox.read_bytes("/workspace/blob.bin") == blob
+    assert sandbox.read("/workspace/blob.bin", binary=True).data == blob
+    latin = "café\n".encode("latin-1")
+    sandbox.write("/workspace/latin.txt", latin)
+    assert sandbox.read_bytes("/workspace/latin.txt") == latin
+    assert sandbox.read("/workspace/latin.txt").binary
+    # 40 MiB, streamed both ways in chunks (never one buffer on the way in).
+    chunk = os.urandom(1 << 20)
+    assert sandbox.write("/workspace/huge.bin", (chunk for _ in range(40))) == 40 << 20
+    total = sum(len(part) for part in sandbox.client.download_stream("/workspace/huge.bin"))
+    assert total == 40 << 20
+    assert sandbox.read_bytes("/workspace/huge.bin")[-(1 << 20) :] == chunk
+
+
+def test_upload_download_many(sandbox: Sandbox) -> None:
+    res = sandbox.upload_many([("/workspace/m/1", b"1"), ("/etc/x", b"no"), ("/workspace/m/2", b"2")])
+    assert res[0] is None and res[2] is None and isinstance(res[1], PermissionDeniedError)
+    got = sandbox.download_many(["/workspace/m/2", "/workspace/m/none", "/workspace/m/1"])
+    assert got[0] == b"2" and isinstance(got[1], NotFoundError) and got[2] == b"1"
+
+
+def test_async_forms(deepbox_bin: str) -> None:
+    async def main() -> None:
+        async with await AsyncSandbox.create(labels=LABEL, ttl=900, network="none") as sb:
+            await sb.write("/workspace/x.txt", "hi")
+            assert await sb.read_text("/workspace/x.txt") == "hi"
+            results = await asyncio.gather(*(sb.exec(["echo", str(i)]) for i in range(5)))
+            assert [r.stdout for r in results] == [f"{i}\n".encode() for i in range(5)]
+            events = [ev async for ev in sb.exec_stream("echo a; echo b >&2")]
+            assert [e.type for e in events] == ["stdout", "stderr", "exit"]
+            sid = sb.id
+        with pytest.raises(SandboxNotFoundError):
+            await AsyncSandbox.attach(sid)
+
+    asyncio.run(main())
