@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/provider_util.h"
+#include "common/terminal_text.h"
 #include "common/unique_fd.h"
 #include "local/lifecycle/pool.h"
 
@@ -35,8 +36,10 @@ int RunPoolServe(const PoolServeArgs& args) {
   o.rootfs = args.rootfs;
   o.parallel = args.parallel;
   o.log = [](const std::string& line) {
+    // A failed creation's line can quote a daemon's stderr.
     std::string out =
-        fmt::format("{} {}\n", local::lifecycle::FormatTime(local::lifecycle::NowMs()), line);
+        fmt::format("{} {}\n", local::lifecycle::FormatTime(local::lifecycle::NowMs()),
+                    SanitizeForTerminal(line));
     std::fputs(out.c_str(), stderr);
     std::fflush(stderr);
   };
