@@ -1,0 +1,79 @@
+"""The real deepagents-code (dcode, from PyPI) runs a deepbox sandbox through the plugin.
+
+dcode pins another deepagents than the main test venv, so it lives in its
+own venv (``$DCODE_VENV``, made by python/run-tests.sh); these tests drive
+that venv's python and its ``dcode``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+VENV = os.environ.get("DCODE_VENV")
+
+SCRIPT = r"""
+import json, sys
+from deepagents_code.integrations.sandbox_registry import SandboxRegistry
+from deepagents_code.integrations.sandbox_factory import create_sandbox, get_default_working_dir, verify_sandbox_deps
+
+reg = SandboxRegistry()
+meta = reg.get_metadata("deepbox")
+verify_sandbox_deps("deepbox")
+out = {"providers": reg.available_providers(), "working_dir": get_default_working_dir("deepbox"),
+       "supports_sandbox_id": meta.supports_sandbox_id}
+with create_sandbox("deepbox") as backend:
+    out["id"] = backend.id
+    out["class"] = type(backend).__name__
+    r = backend.execute("pwd; id -u")
+    out["execute"] = [r.output, r.exit_code]
+    out["write"] = backend.write("/workspace/hello.txt", "from dcode").error
+    out["read"] = backend.read("/workspace/hello.txt").file_data["content"]
+    out["glob"] = [m["path"] for m in backend.glob("*.txt").matches]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def dcode_python() -> str:
+    if not VENV:
+        pytest.skip("DCODE_VENV is not set (python/run-tests.sh makes the dcode venv; SKIP_DCODE=1 skips it)")
+    py = Path(VENV) / "bin" / "python"
+    if not py.is_file():
+        pytest.skip(f"no python in DCODE_VENV={VENV}")
+    return str(py)
+
+
+def test_dcode_is_the_pypi_release(dcode_python: str) -> None:
+    out = subprocess.run(
+        [dcode_python, "-c", "import importlib.metadata as m; print(m.version('deepagents-code'), m.version('deepagents'))"],
+        capture_output=True, text=True, check=True,
+    )
+    code_version, da_version = out.stdout.split()
+    assert code_version == "0.1.57" and da_version.startswith("0.7.")
+
+
+def test_dcode_runs_a_deepbox_sandbox_through_the_plugin(dcode_python: str, deepbox_bin: str) -> None:
+    p = subprocess.run([dcode_python, "-c", SCRIPT], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert "deepbox" in out["providers"]
+    assert out["working_dir"] == "/workspace" and out["supports_sandbox_id"]
+    assert out["class"] == "DeepboxSandbox"
+    assert out["execute"] == ["/workspace\n1000\n", 0]
+    assert out["write"] is None and out["read"] == "from dcode"
+    assert out["glob"] == ["/workspace/hello.txt"]
+    # dcode deleted the sandbox it created on exit.
+    ls = subprocess.run([deepbox_bin, "sandbox", "ls", "-q"], capture_output=True, text=True, check=True)
+    assert out["id"] not in ls.stdout
+
+
+def test_dcode_cli_lists_the_provider(dcode_python: str) -> None:
+    dcode = str(Path(dcode_python).parent / "dcode")
+    p = subprocess.run([dcode, "--help"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0
+    assert "--sandbox" in p.stdout
