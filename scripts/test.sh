@@ -4,6 +4,7 @@
 #   scripts/test.sh            install deps (if root), configure, build, test
 #   SKIP_DEPS=1 scripts/test.sh   skip the apt step
 #   SKIP_FORMAT=1 scripts/test.sh skip the clang-format check (scripts/check-format.sh)
+#   SKIP_PYTHON=1 scripts/test.sh skip the Python package tests (python/run-tests.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${SKIP_DEPS:-0}" != 1 ]]; then
@@ -16,3 +17,9 @@ cmake --preset dev
 cmake --build --preset dev
 # The suite runs two tests at a time; sandbox tests need root (CI is root).
 ctest --preset dev "$@"
+# The Python package (python/README.md): pinned dependencies from PyPI into
+# build/dev/python-venv, then pytest on real sandboxes (skipped with a message
+# when PyPI is unreachable). SKIP_PYTHON=1 skips it.
+if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
+  ./python/run-tests.sh build/dev
+fi
