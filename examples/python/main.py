@@ -47,7 +47,8 @@ TASK = (
 CLAIM_LABEL = "deepagents.example/claim"
 RUN_LABEL = "deepagents.example/run"
 EXPECTED = [0, 1, 1, 2, 3, 5, 8, 13, 21, 34]
-SUCCESS = "Sandbox verification passed: fib.py runs in the pod and prints the expected sequence."
+# The seed's success line ("in the pod" on Kubernetes, as the C++ example says it).
+SUCCESS = "Sandbox verification passed: fib.py runs in the {where} and prints the expected sequence."
 
 FIB_PY = "a, b = 0, 1\nfor _ in range(10):\n    print(a)\n    a, b = b, a + b\n"
 # For the test that a failed verification exits non-zero.
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             why = f"exit code {check.returncode}: {check.text[-500:]}" if check.returncode != 0 else detail
             print(f"Sandbox verification FAILED: {why}", file=sys.stderr)
             return 1
-        print(SUCCESS)
+        print(SUCCESS.format(where="pod" if args.sandbox == "k8s" else "sandbox"))
         return 0
     finally:
         sb.delete()

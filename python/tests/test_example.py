@@ -26,7 +26,7 @@ def test_example_passes_offline(deepbox_bin: str) -> None:
     p = _run()
     assert p.returncode == 0, p.stderr
     assert p.stdout.rstrip().endswith(
-        "Sandbox verification passed: fib.py runs in the pod and prints the expected sequence."
+        "Sandbox verification passed: fib.py runs in the sandbox and prints the expected sequence."
     )
     assert "scripted conversation, not a live model" in p.stderr
     assert "[tool] execute python3 /workspace/fib.py" in p.stderr
