@@ -7,13 +7,17 @@
 // kubectl. The controller then deletes the Sandbox and its pod.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <string_view>
+#include <vector>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "common/json.h"
+#include "common/terminal_text.h"
 #ifdef DEEPBOX_HAVE_K8S
 #include "k8s/kubeconfig.h"
 #include "k8s/provider.h"
@@ -58,6 +62,42 @@ Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeK8sProvider(const ClusterFl
   return k8s::K8sSandboxProvider::Create(std::move(po));
 }
 
+// Everything in these tables and messages comes from the API server: it is
+// printed without terminal control sequences, one line per value.
+std::string Cell(std::string_view text) { return SanitizeLineForTerminal(text); }
+
+int Report(Error error) {
+  error.message = SanitizeForTerminal(error.message);
+  return ReportError(error);
+}
+
+// Columns on a terminal: one per code point (the cells are valid UTF-8).
+size_t DisplayWidth(std::string_view text) {
+  size_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// Left-aligned columns as wide as their widest cell (a warm-pool Sandbox name
+// is longer than any fixed width would be), separated by a space; the last
+// column is not padded.
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], DisplayWidth(row[i]));
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      out += row[i];
+      if (i + 1 < row.size()) out.append(widths[i] - DisplayWidth(row[i]) + 1, ' ');
+    }
+    out += '\n';
+  }
+  return out;
+}
+
 // "Ready", or "Pending"/the Ready condition's reason.
 std::string ClaimState(const json::object& claim) {
   const json::value* conditions = k8s::Find(claim, {"status", "conditions"});
@@ -98,12 +138,12 @@ std::optional<int64_t> MsFromNow(const std::string& rfc3339) {
 
 int RunK8sSandboxLs(const SandboxLsArgs& args) {
   auto provider = MakeK8sProvider(args.cluster);
-  if (!provider) return ReportError(provider.error());
+  if (!provider) return Report(provider.error());
   const std::string& ns = (*provider)->namespace_name();
   k8s::ListOptions lo;
   lo.label_selector = args.selector;
   auto list = (*provider)->api().ListClaims(ns, lo);
-  if (!list) return ReportError(list.error());
+  if (!list) return Report(list.error());
   if (args.json) {
     json::array arr;
     for (const auto& item : list->items) arr.emplace_back(item);
@@ -112,34 +152,38 @@ int RunK8sSandboxLs(const SandboxLsArgs& args) {
   }
   if (args.quiet) {
     for (const auto& item : list->items) {
-      std::cout << ns << "/" << k8s::FindString(item, {"metadata", "name"}) << "\n";
+      std::cout << ns << "/" << Cell(k8s::FindString(item, {"metadata", "name"})) << "\n";
     }
     std::cout << std::flush;
     return kExitOk;
   }
-  std::string out = fmt::format("{:<24} {:<18} {:<24} {:<6} {:<8} {}\n", "NAME", "STATE", "SANDBOX",
-                                "AGE", "EXPIRES", "LABELS");
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"NAME", "STATE", "SANDBOX", "AGE", "EXPIRES", "LABELS"});
   for (const auto& item : list->items) {
+    std::string name = k8s::FindString(item, {"metadata", "name"});
     std::string sandbox = k8s::FindString(item, {"status", "sandbox", "name"});
     auto age = MsFromNow(k8s::FindString(item, {"metadata", "creationTimestamp"}));
     auto expires = MsFromNow(k8s::FindString(item, {"spec", "lifecycle", "shutdownTime"}));
-    out += fmt::format("{:<24} {:<18} {:<24} {:<6} {:<8} {}\n",
-                       k8s::FindString(item, {"metadata", "name"}), ClaimState(item),
-                       sandbox.empty() ? "-" : sandbox, age ? FormatAge(-*age) : "-",
-                       expires ? "in " + FormatAge(*expires) : "never", ClaimLabels(item));
+    std::string expiry = !expires       ? "never"
+                         : *expires < 0 ? "expired"
+                                        : "in " + FormatAge(*expires);
+    rows.push_back({name.empty() ? "-" : Cell(name), Cell(ClaimState(item)),
+                    sandbox.empty() ? "-" : Cell(sandbox), age ? FormatAge(-*age) : "-", expiry,
+                    Cell(ClaimLabels(item))});
   }
+  std::string out = FormatTable(rows);
   std::cout << out << std::flush;
   return kExitOk;
 }
 
 int RunK8sSandboxRm(const SandboxRmArgs& args) {
   auto provider = MakeK8sProvider(args.cluster);
-  if (!provider) return ReportError(provider.error());
+  if (!provider) return Report(provider.error());
   const std::string ns = (*provider)->namespace_name();
   if (!args.selector.empty()) {
     auto deleted = (*provider)->RemoveBySelector(args.selector, ns);
-    if (!deleted) return ReportError(deleted.error());
-    for (const auto& name : *deleted) std::cout << ns << "/" << name << "\n";
+    if (!deleted) return Report(deleted.error());
+    for (const auto& name : *deleted) std::cout << ns << "/" << Cell(name) << "\n";
     std::cout << std::flush;
     if (deleted->empty()) {
       std::fprintf(stderr, "deepbox: no SandboxClaim in namespace %s matches %s\n", ns.c_str(),
@@ -168,7 +212,7 @@ int RunK8sSandboxRm(const SandboxRmArgs& args) {
       if (e.code == ErrorCode::kNotFound) {
         e.message = fmt::format("no SandboxClaim {} in namespace {}", name, claim_ns);
       }
-      int c = ReportError(e);
+      int c = Report(e);
       if (code == kExitOk || c == kExitError) code = c;
       continue;
     }

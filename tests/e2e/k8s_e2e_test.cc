@@ -277,5 +277,48 @@ TEST_F(K8sTest, SandboxLsListsTheClaimsOfTheNamespace) {
   EXPECT_EQ(k8s::FindString(parsed.as_array()[0], {"metadata", "name"}), "sandbox-claim-dddddddd");
 }
 
+TEST_F(K8sTest, SandboxLsSizesColumnsToTheirContentAndStripsControlSequences) {
+  // A warm-pool Sandbox name ("deepagents-warmpool-xxxxx", 25 characters) is
+  // wider than the old fixed 24-character column; a label value carries an
+  // OSC (window title) and a CSI sequence.
+  AddClaim("default", "sandbox-claim-aaaaaaaa", {{"deepagents.example/claim", "true"}});
+  AddClaim("default", "sandbox-claim-bbbbbbbb",
+           {{"note", "x\x1b]0;owned\x07y\x1b[2J"}, {"deepagents.example/claim", "false"}});
+  Outcome r;
+  ASSERT_TRUE(WaitUntil([&] {
+    r = Run({kDeepbox, "sandbox", "ls", "--provider", "k8s"}, {{"KUBECONFIG", kubeconfig_}});
+    return r.out.find(" Ready ") != std::string::npos;
+  }));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x07'), std::string::npos) << r.out;
+  std::vector<std::string> lines;
+  for (size_t start = 0; start < r.out.size();) {
+    size_t nl = r.out.find('\n', start);
+    lines.push_back(r.out.substr(start, nl - start));
+    start = nl == std::string::npos ? r.out.size() : nl + 1;
+  }
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  // Every cell starts where its header does, after at least one space.
+  std::vector<size_t> starts;
+  for (const char* h : {"STATE", "SANDBOX", "AGE", "EXPIRES", "LABELS"}) {
+    starts.push_back(lines[0].find(h));
+    ASSERT_NE(starts.back(), std::string::npos) << lines[0];
+  }
+  for (const auto& line : lines) {
+    for (size_t s : starts) {
+      ASSERT_GT(line.size(), s) << line;
+      EXPECT_EQ(line[s - 1], ' ') << line;
+      EXPECT_NE(line[s], ' ') << line;
+    }
+  }
+  // The full Sandbox name of the Ready claim, in the SANDBOX column.
+  const std::string& ready = lines[1].find(" Ready ") != std::string::npos ? lines[1] : lines[2];
+  std::string sandbox = ready.substr(starts[1], ready.find(' ', starts[1]) - starts[1]);
+  EXPECT_TRUE(sandbox.starts_with("deepagents-warmpool-")) << ready;
+  EXPECT_GE(sandbox.size(), 25u) << ready;
+  EXPECT_THAT(r.out, HasSubstr("xy"));  // the label with its sequences removed
+}
+
 }  // namespace
 }  // namespace deepbox::e2e
