@@ -17,6 +17,8 @@ using namespace std::chrono_literals;
 
 // A daemon's error message is shown to people and models: keep it bounded.
 constexpr size_t kMaxDaemonMessage = 4096;
+// The longest exec/stream event line accepted.
+constexpr size_t kMaxEventLine = 16u << 20;
 
 Error ErrorFromResponse(const net::Response& r, std::string_view what) {
   auto parsed = ParseJsonObject(r.body);
@@ -373,8 +375,8 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
         return true;
       },
       [&](std::string_view data) {
-        if (status != 200) {
-          error_body.append(data);
+        if (status != 200) {  // an error answer: a bounded part is enough for the message
+          if (error_body.size() < 64 * 1024) error_body.append(data.substr(0, 64 * 1024));
           return true;
         }
         pending.append(data);
@@ -422,6 +424,14 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
           }
         }
         pending.erase(0, start);
+        // Event lines are small (output comes in chunks): an endless one is a
+        // hostile daemon, not a reason to run out of memory.
+        if (pending.size() > kMaxEventLine) {
+          failure = Error(ErrorCode::kInternal,
+                          fmt::format("sandbox {}: the daemon sent an exec event over {} bytes",
+                                      id_, kMaxEventLine));
+          return false;
+        }
         return true;
       });
   if (failure) return tl::unexpected(*failure);

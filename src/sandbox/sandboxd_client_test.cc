@@ -129,6 +129,20 @@ TEST_F(SandboxdClientHostileTest, ExecStreamRejectsABadExitEvent) {
   EXPECT_EQ(seen, "a");
 }
 
+TEST_F(SandboxdClientHostileTest, ExecStreamRefusesAnEndlessEventLine) {
+  // 17 MiB without a newline: the client stops reading instead of buffering
+  // whatever the daemon sends.
+  ExecRequest req;
+  req.shell = "true";
+  std::string chunk(1 << 20, 'x');
+  std::vector<std::string> chunks = {"{\"type\":\"stdout\",\"data\":\""};
+  for (int i = 0; i < 17; ++i) chunks.push_back(chunk);
+  daemon_->AnswerStream("/deepbox/v1/exec/stream", chunks);
+  auto r = client_->ExecStream(req, [](OutputStream, std::string_view) { return true; });
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("exec event over"), std::string::npos) << r.error().message;
+}
+
 TEST_F(SandboxdClientHostileTest, ReadEditGlobGrepRejectBadFields) {
   for (std::string body :
        {R"({"content_base64":"","size":-1})", R"({"content_base64":"","total_lines":-2})",
