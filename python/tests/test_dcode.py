@@ -77,3 +77,31 @@ def test_dcode_cli_lists_the_provider(dcode_python: str) -> None:
     p = subprocess.run([dcode, "--help"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0
     assert "--sandbox" in p.stdout
+
+
+def test_dcode_headless_runs_its_tools_in_a_deepbox_sandbox(dcode_python: str, deepbox_bin: str, tmp_path: Path) -> None:
+    """``dcode -n ... --sandbox deepbox``: dcode's own test model (selected by a
+    config ``class_path``, no network) calls write_file, which lands in the sandbox."""
+    from deepbox import Sandbox
+
+    home = tmp_path / "home"
+    (home / ".deepagents").mkdir(parents=True)
+    (home / ".deepagents" / "config.toml").write_text(
+        '[models.providers.itest]\n'
+        'class_path = "deepagents_code._testing_models:ToolCallingIntegrationChatModel"\n'
+        'models = ["fake"]\n'
+    )
+    project = tmp_path / "project"
+    project.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(HOME=str(home), DEEPAGENTS_CODE_NO_UPDATE_CHECK="1")
+    env["PATH"] = f"{Path(dcode_python).parent}:{env.get('PATH', '')}"
+    with Sandbox.create(labels={"deepbox.test/python": "dcode"}, ttl=900, network="none") as sb:
+        p = subprocess.run(
+            ["dcode", "-n", "DCA_TEST_WRITE_FILE=/workspace/from-dcode.txt", "-M", "itest:fake",
+             "--sandbox", "deepbox", "--sandbox-id", sb.id],
+            cwd=project, env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        )
+        assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
+        assert sb.read_text("/workspace/from-dcode.txt") == "auto-approved"
+        assert sb.exec("true").ok  # an attached sandbox is not deleted by dcode

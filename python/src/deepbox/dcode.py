@@ -12,8 +12,12 @@ environment variables ``DEEPBOX_TTL``, ``DEEPBOX_NETWORK`` and
 
 from __future__ import annotations
 
+import asyncio
 import os
-from typing import Any
+import select
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from deepbox.deepagents import DeepboxSandbox
 from deepbox.errors import CLIError
@@ -32,8 +36,39 @@ except ImportError:  # deepagents-code is not installed: the class still imports
     SandboxInstallHint = None  # type: ignore[assignment,misc]
     SandboxNotFoundError = LookupError  # type: ignore[assignment,misc]
 
+T = TypeVar("T")
+
 WORKING_DIR = "/workspace"
 LABEL = "deepagents-code/sandbox"
+
+
+def _off_event_loop(fn: Callable[[], T]) -> T:
+    """Runs ``fn`` in a worker thread when called on an event loop's thread.
+
+    dcode's server builds its graph (and so creates the sandbox) on its event
+    loop, where langgraph's blockbuster refuses blocking calls (our subprocess
+    and socket I/O). The wait polls with ``select`` (a plain sleep, which
+    blockbuster leaves alone) instead of a lock or ``time.sleep``.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed back to the caller
+            box["error"] = e
+        box["done"] = True
+
+    threading.Thread(target=work, name="deepbox-provider", daemon=True).start()
+    while "done" not in box:
+        select.select([], [], [], 0.01)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 class DeepboxProvider(SandboxProvider):  # type: ignore[misc,valid-type]
@@ -53,6 +88,9 @@ class DeepboxProvider(SandboxProvider):  # type: ignore[misc,valid-type]
         )
 
     def get_or_create(self, *, sandbox_id: str | None = None, **kwargs: Any) -> DeepboxSandbox:
+        return _off_event_loop(lambda: self._get_or_create(sandbox_id, dict(kwargs)))
+
+    def _get_or_create(self, sandbox_id: str | None, kwargs: dict[str, Any]) -> DeepboxSandbox:
         artifacts_root = kwargs.pop("artifacts_root", None)
         if sandbox_id:
             try:
@@ -68,6 +106,9 @@ class DeepboxProvider(SandboxProvider):  # type: ignore[misc,valid-type]
         return DeepboxSandbox(sb, artifacts_root=artifacts_root)
 
     def delete(self, *, sandbox_id: str, **kwargs: Any) -> None:
+        _off_event_loop(lambda: self._delete(sandbox_id))
+
+    def _delete(self, sandbox_id: str) -> None:
         try:
             Sandbox.attach(sandbox_id).delete()
         except CLIError as e:

@@ -1,0 +1,421 @@
+"""Sandboxes: create (local), claim (Kubernetes), attach, delete; sync and async.
+
+Lifecycle goes through the ``deepbox`` command (``deepbox sandbox create
+--json``, ``ls --json``, ``rm``), found through ``$DEEPBOX_BIN`` or ``PATH``;
+everything else talks to the sandbox's daemon directly (``DaemonClient``).
+A local sandbox's daemon socket lives in a directory only its creator may
+enter, so use a sandbox from the user that created it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from deepbox.client import DaemonClient, ExecResult, FileInfo, GrepResult, ReadResult, StreamEvent
+from deepbox.errors import CLIError, DeepboxError, SandboxNotFoundError, UnsupportedHostError
+
+_EXIT_NOT_FOUND = 3
+_EXIT_UNSUPPORTED = 4
+
+
+def find_deepbox_bin(explicit: str | None = None) -> str:
+    """The ``deepbox`` binary: ``explicit``, ``$DEEPBOX_BIN``, or ``deepbox`` on ``PATH``."""
+    for candidate in (explicit, os.environ.get("DEEPBOX_BIN")):
+        if candidate:
+            return candidate
+    found = shutil.which("deepbox")
+    if found is None:
+        raise DeepboxError("the deepbox command was not found: put it on PATH or set DEEPBOX_BIN")
+    return found
+
+
+def run_cli(args: Sequence[str], *, deepbox_bin: str | None = None, timeout: float | None = 600) -> str:
+    """Runs ``deepbox ARGS...`` and returns its stdout; a failure raises ``CLIError``."""
+    argv = [find_deepbox_bin(deepbox_bin), *args]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError as e:
+        raise DeepboxError(f"cannot run {argv[0]}: {e}") from e
+    except subprocess.TimeoutExpired as e:
+        raise CLIError(1, f"timed out after {timeout} s", argv) from e
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        message = "\n".join(ln[len("deepbox: ") :] if ln.startswith("deepbox: ") else ln for ln in lines)
+        cls = {_EXIT_NOT_FOUND: SandboxNotFoundError, _EXIT_UNSUPPORTED: UnsupportedHostError}.get(
+            proc.returncode, CLIError
+        )
+        raise cls(proc.returncode, message or f"exit code {proc.returncode}", argv)
+    return proc.stdout
+
+
+class Sandbox:
+    """One sandbox: its id, its daemon client, and how to delete it.
+
+    Use :meth:`create` (local), :meth:`claim` (Kubernetes) or :meth:`attach`;
+    as a context manager it deletes the sandbox on exit when it created it.
+    File and process methods are those of :class:`DaemonClient`.
+    """
+
+    def __init__(
+        self,
+        sandbox_id: str,
+        client: DaemonClient,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        provider: str = "local",
+        owned: bool = False,
+        deepbox_bin: str | None = None,
+        cluster_args: Sequence[str] = (),
+    ) -> None:
+        self.id = sandbox_id
+        self.client = client
+        self.meta: dict[str, Any] = dict(meta or {})
+        self.provider = provider
+        self.owned = owned
+        self.deleted = False
+        self._deepbox_bin = deepbox_bin
+        self._cluster_args = list(cluster_args)
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.id!r}, provider={self.provider!r})"
+
+    # ---- lifecycle --------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        labels: Mapping[str, str] | None = None,
+        ttl: int = 600,
+        network: str | None = None,
+        pool: str | None = None,
+        cold: bool = False,
+        rootfs: str | None = None,
+        memory: str | None = None,
+        cpus: float | None = None,
+        max_processes: int | None = None,
+        disk: str | None = None,
+        deepbox_bin: str | None = None,
+    ) -> Sandbox:
+        """Creates a local sandbox (or takes a warm one from ``pool``).
+
+        Args:
+            labels: Labels ``K=V`` (select with ``deepbox sandbox ls/rm --selector``).
+            ttl: Seconds until the sandbox deletes itself whatever happens to
+                this process (0 = never).
+            network: ``"none"`` or ``"public"`` (default: public where possible).
+        """
+        args = ["sandbox", "create", "--json", "--ttl", str(int(ttl))]
+        for k, v in (labels or {}).items():
+            args += ["--label", f"{k}={v}"]
+        if network:
+            args += ["--network", network]
+        if pool:
+            args += ["--pool", pool]
+        if cold:
+            args.append("--cold")
+        if rootfs:
+            args += ["--rootfs", rootfs]
+        for flag, value in (("--memory", memory), ("--cpus", cpus), ("--max-processes", max_processes), ("--disk", disk)):
+            if value is not None:
+                args += [flag, str(value)]
+        out = run_cli(args, deepbox_bin=deepbox_bin)
+        meta = _parse_json_object(out, "deepbox sandbox create --json")
+        return cls._from_local_meta(meta, owned=True, deepbox_bin=deepbox_bin)
+
+    @classmethod
+    def claim(
+        cls,
+        *,
+        namespace: str | None = None,
+        warm_pool: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        ttl: int = 600,
+        router_url: str | None = None,
+        router_token: str | None = None,
+        ready_timeout: float | None = None,
+        context: str | None = None,
+        kubeconfig: str | None = None,
+        deepbox_bin: str | None = None,
+    ) -> Sandbox:
+        """Claims a sandbox on Kubernetes (a ``SandboxClaim`` from a warm pool).
+
+        Runs ``deepbox sandbox create --provider k8s ... --json``, which must
+        print the claim's record with the daemon's ``url`` (e.g. a router or a
+        port-forward) and the ``headers`` to send; the CLI's error (message
+        and exit code) is raised as is.
+        """
+        cluster = ["--provider", "k8s"]
+        if namespace:
+            cluster += ["--namespace", namespace]
+        if context:
+            cluster += ["--context", context]
+        if kubeconfig:
+            cluster += ["--kubeconfig", kubeconfig]
+        args = ["sandbox", "create", "--json", "--ttl", str(int(ttl)), *cluster]
+        if warm_pool:
+            args += ["--warm-pool", warm_pool]
+        for k, v in (labels or {}).items():
+            args += ["--label", f"{k}={v}"]
+        if router_url:
+            args += ["--router-url", router_url]
+        if ready_timeout is not None:
+            args += ["--ready-timeout", f"{ready_timeout:g}"]
+        out = run_cli(args, deepbox_bin=deepbox_bin)
+        meta = _parse_json_object(out, "deepbox sandbox create --provider k8s --json")
+        url = meta.get("url") or router_url
+        if not isinstance(url, str):
+            raise DeepboxError("the claim's record has no daemon url")
+        headers = meta.get("headers") if isinstance(meta.get("headers"), dict) else {}
+        client = DaemonClient(url, token=router_token, headers={str(k): str(v) for k, v in headers.items()})
+        return cls(
+            str(meta.get("id", meta.get("name", ""))),
+            client,
+            meta=meta,
+            provider="k8s",
+            owned=True,
+            deepbox_bin=deepbox_bin,
+            cluster_args=cluster,
+        )
+
+    @classmethod
+    def attach(
+        cls,
+        sandbox_id: str,
+        *,
+        socket: str | None = None,
+        url: str | None = None,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        deepbox_bin: str | None = None,
+    ) -> Sandbox:
+        """Uses an existing sandbox (not deleted on exit unless ``owned`` is set).
+
+        A local sandbox is looked up with ``deepbox sandbox ls --json`` unless
+        its daemon ``socket`` is given; ``url`` (plus ``token``/``headers``)
+        reaches any daemon over TCP, e.g. through a sandbox router.
+        """
+        if url:
+            return cls(sandbox_id, DaemonClient(url, token=token, headers=headers), provider="remote", deepbox_bin=deepbox_bin)
+        if socket:
+            return cls(sandbox_id, DaemonClient(socket, token=token, headers=headers), deepbox_bin=deepbox_bin)
+        out = run_cli(["sandbox", "ls", "--json"], deepbox_bin=deepbox_bin)
+        try:
+            records = json.loads(out)
+        except ValueError as e:
+            raise DeepboxError(f"deepbox sandbox ls --json printed no JSON: {out[:200]!r}") from e
+        for meta in records if isinstance(records, list) else []:
+            if isinstance(meta, dict) and meta.get("id") == sandbox_id:
+                return cls._from_local_meta(meta, owned=False, deepbox_bin=deepbox_bin)
+        raise SandboxNotFoundError(_EXIT_NOT_FOUND, f"no such sandbox: {sandbox_id}", ["sandbox", "ls", "--json"])
+
+    @classmethod
+    def _from_local_meta(cls, meta: dict[str, Any], *, owned: bool, deepbox_bin: str | None) -> Sandbox:
+        sid, sock = meta.get("id"), meta.get("socket")
+        if not isinstance(sid, str) or not isinstance(sock, str) or not sock:
+            raise DeepboxError(f"the sandbox record lacks id or socket: {str(meta)[:200]}")
+        return cls(sid, DaemonClient(sock), meta=meta, owned=owned, deepbox_bin=deepbox_bin)
+
+    def delete(self) -> None:
+        """Deletes the sandbox (kills its processes, removes its files). Idempotent."""
+        if self.deleted:
+            return
+        self.client.close()
+        try:
+            run_cli(["sandbox", "rm", *self._cluster_args, self.id], deepbox_bin=self._deepbox_bin)
+        except SandboxNotFoundError:
+            pass  # already gone (expired, or deleted elsewhere)
+        self.deleted = True
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.owned:
+            self.delete()
+        else:
+            self.client.close()
+
+    # ---- processes and files (DaemonClient) -------------------------------
+
+    def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | str | None = None,
+        timeout: float | None = None,
+        max_output_bytes: int | None = None,
+        on_output: Callable[[str, bytes], None] | None = None,
+    ) -> ExecResult:
+        return self.client.exec(
+            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes, on_output=on_output
+        )
+
+    def exec_stream(self, command: str | Sequence[str], **kwargs: Any) -> Any:
+        return self.client.exec_stream(command, **kwargs)
+
+    def stat(self, path: str) -> FileInfo:
+        return self.client.stat(path)
+
+    def exists(self, path: str) -> bool:
+        return self.client.exists(path)
+
+    def ls(self, path: str = "") -> list[FileInfo]:
+        return self.client.ls(path)
+
+    def read(self, path: str, **kwargs: Any) -> ReadResult:
+        return self.client.read(path, **kwargs)
+
+    def read_text(self, path: str) -> str:
+        return self.client.read_text(path)
+
+    def read_bytes(self, path: str) -> bytes:
+        return self.client.read_bytes(path)
+
+    def write(self, path: str, content: str | bytes | Iterable[bytes], *, mode: int | None = None) -> int:
+        return self.client.write(path, content, mode=mode)
+
+    def edit(self, path: str, old_string: str, new_string: str, *, replace_all: bool = False) -> int:
+        return self.client.edit(path, old_string, new_string, replace_all=replace_all)
+
+    def mkdir(self, path: str, *, parents: bool = True) -> str:
+        return self.client.mkdir(path, parents=parents)
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        self.client.delete(path, recursive=recursive)
+
+    def glob(self, pattern: str, path: str | None = None, **kwargs: Any) -> tuple[list[str], bool]:
+        return self.client.glob(pattern, path, **kwargs)
+
+    def grep(self, pattern: str, path: str | None = None, **kwargs: Any) -> GrepResult:
+        return self.client.grep(pattern, path, **kwargs)
+
+    def upload(self, path: str, data: bytes | Iterable[bytes]) -> int:
+        return self.client.write(path, data)
+
+    def download(self, path: str) -> bytes:
+        return self.client.read_bytes(path)
+
+    def upload_many(self, files: Iterable[tuple[str, bytes]]) -> list[Any]:
+        return self.client.upload_many(files)
+
+    def download_many(self, paths: Iterable[str]) -> list[Any]:
+        return self.client.download_many(paths)
+
+
+def _parse_json_object(out: str, what: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(out)
+    except ValueError as e:
+        raise DeepboxError(f"{what} printed no JSON: {out[:200]!r}") from e
+    if not isinstance(obj, dict):
+        raise DeepboxError(f"{what} printed no JSON object: {out[:200]!r}")
+    return obj
+
+
+def _to_thread(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    async def wrapper(self: AsyncSandbox, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(getattr(self.sync, method.__name__), *args, **kwargs)
+
+    return wrapper
+
+
+class AsyncSandbox:
+    """The async form of :class:`Sandbox` (each call runs in a worker thread).
+
+    ``async with await AsyncSandbox.create(...) as sb:`` deletes on exit.
+    """
+
+    def __init__(self, sync: Sandbox) -> None:
+        self.sync = sync
+
+    @property
+    def id(self) -> str:
+        return self.sync.id
+
+    @property
+    def client(self) -> DaemonClient:
+        return self.sync.client
+
+    @classmethod
+    async def create(cls, **kwargs: Any) -> AsyncSandbox:
+        return cls(await asyncio.to_thread(functools.partial(Sandbox.create, **kwargs)))
+
+    @classmethod
+    async def claim(cls, **kwargs: Any) -> AsyncSandbox:
+        return cls(await asyncio.to_thread(functools.partial(Sandbox.claim, **kwargs)))
+
+    @classmethod
+    async def attach(cls, sandbox_id: str, **kwargs: Any) -> AsyncSandbox:
+        return cls(await asyncio.to_thread(functools.partial(Sandbox.attach, sandbox_id, **kwargs)))
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.sync.__exit__, *exc)
+
+    async def exec_stream(self, command: str | Sequence[str], **kwargs: Any) -> AsyncIterator[StreamEvent]:
+        """Yields the command's events as they arrive (read by a worker thread)."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        done = object()
+        cancelled = threading.Event()
+
+        def pump() -> None:
+            gen = self.sync.client.exec_stream(command, include_keepalive=True, **kwargs)
+            try:
+                for ev in gen:
+                    # Stopping here closes the connection: the daemon kills the command.
+                    if cancelled.is_set():
+                        break
+                    if ev.type != "keepalive":
+                        loop.call_soon_threadsafe(queue.put_nowait, ev)
+            except BaseException as e:  # handed to the consumer
+                loop.call_soon_threadsafe(queue.put_nowait, e)
+            finally:
+                gen.close()
+                loop.call_soon_threadsafe(queue.put_nowait, done)
+
+        task = asyncio.ensure_future(asyncio.to_thread(pump))
+        try:
+            while True:
+                item = await queue.get()
+                if item is done:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            cancelled.set()
+            await asyncio.gather(task, return_exceptions=True)
+
+    delete = _to_thread(Sandbox.delete)
+    exec = _to_thread(Sandbox.exec)
+    stat = _to_thread(Sandbox.stat)
+    exists = _to_thread(Sandbox.exists)
+    ls = _to_thread(Sandbox.ls)
+    read = _to_thread(Sandbox.read)
+    read_text = _to_thread(Sandbox.read_text)
+    read_bytes = _to_thread(Sandbox.read_bytes)
+    write = _to_thread(Sandbox.write)
+    edit = _to_thread(Sandbox.edit)
+    mkdir = _to_thread(Sandbox.mkdir)
+    remove = _to_thread(Sandbox.remove)
+    glob = _to_thread(Sandbox.glob)
+    grep = _to_thread(Sandbox.grep)
+    upload = _to_thread(Sandbox.upload)
+    download = _to_thread(Sandbox.download)
+    upload_many = _to_thread(Sandbox.upload_many)
+    download_many = _to_thread(Sandbox.download_many)
