@@ -216,10 +216,12 @@ std::map<std::string, NetworkProbe> g_probe_cache;
 
 NetworkProbe CachedProbe(const PublicNetworkConfig& config) {
   std::lock_guard<std::mutex> lock(g_probe_mu);
-  std::string key = config.uplink_netns + "|" + config.ip_path + "|" + config.nft_path;
+  std::string key =
+      fmt::format("{}|{}|{}|{}|{}", config.uplink_netns, config.ip_path, config.nft_path,
+                  config.pasta_path, static_cast<int>(config.uplink));
   auto it = g_probe_cache.find(key);
   if (it != g_probe_cache.end()) return it->second;
-  NetworkProbe p = ProbePublicNetwork(config);
+  NetworkProbe p = ChooseUplink(config);
   if (p.public_possible) g_probe_cache[key] = p;  // negative results are re-probed
   return p;
 }
@@ -238,6 +240,9 @@ SandboxProcess& SandboxProcess::operator=(SandboxProcess&& other) noexcept {
     net_ = std::exchange(other.net_, std::nullopt);
     disk_ = std::exchange(other.disk_, std::nullopt);
     public_addrs_ = std::exchange(other.public_addrs_, std::nullopt);
+    pasta_ = std::exchange(other.pasta_, std::nullopt);
+    proxy_ = std::move(other.proxy_);
+    uplink_ = other.uplink_;
     timings_ = other.timings_;
     support_ = other.support_;
     network_mode_ = other.network_mode_;
@@ -268,6 +273,8 @@ void SandboxProcess::Destroy() {
     (void)cgroup_->Remove();
     cgroup_.reset();
   }
+  proxy_.reset();  // joins its threads; the sandbox's listener closes with it
+  pasta_.reset();
   net_.reset();
   disk_.reset();  // after every process is gone: the unmount is then not lazy
   if (!runtime_dir_.empty()) {
@@ -411,23 +418,41 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     return MakeSyscallError("chown", errno, spec.workspace_dir.string());
   }
 
-  // Network mode: public only if this host can do it; otherwise fail closed to none.
+  // Network mode: public only if this host can do it; otherwise fail closed to
+  // none (with a note). allow never falls back.
   sp.network_mode_ = spec.network;
   std::vector<std::string> nameservers;
+  std::optional<UplinkDns> pasta_dns;
+  PublicNetworkConfig net_config = spec.public_network;
   if (spec.network == NetworkMode::kPublic) {
     NetworkProbe probe = CachedProbe(spec.public_network);
     if (!probe.public_possible) {
       sp.network_mode_ = NetworkMode::kNone;
       sp.network_note_ =
           "network 'public' is not available on this host, using 'none': " + probe.reason;
-    } else {
+    } else if (probe.uplink == Uplink::kVeth) {
+      sp.uplink_ = Uplink::kVeth;
       nameservers = spec.public_network.nameservers.empty() ? HostNameservers()
                                                             : spec.public_network.nameservers;
       nameservers.erase(
           std::remove_if(nameservers.begin(), nameservers.end(),
                          [](const std::string& s) { return s.rfind("127.", 0) == 0; }),
           nameservers.end());
+    } else {
+      sp.uplink_ = Uplink::kPasta;
+      pasta_dns = PlanUplinkDns(spec.public_network, HostNameservers());
+      nameservers = pasta_dns->sandbox_nameservers;
     }
+    net_config.nameservers = nameservers;
+  } else if (spec.network == NetworkMode::kAllow) {
+    if (spec.public_network.allow.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument, "network allow needs at least one name");
+    }
+    if (std::string why = AllowModeObstacle(spec.public_network); !why.empty()) {
+      return MakeError(ErrorCode::kUnavailable,
+                       "network 'allow' is not available on this host: " + why);
+    }
+    sp.uplink_ = Uplink::kProxy;
   }
 
   MountSpec ms;
@@ -453,10 +478,13 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   argv.push_back(nullptr);
   std::vector<char*> envp;
   std::string path_var = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+  std::vector<std::string> proxy_env;
+  if (sp.uplink_ == Uplink::kProxy) proxy_env = EgressProxyEnv();
   for (const auto& e : spec.env) {
     envp.push_back(const_cast<char*>(e.c_str()));
     if (e.rfind("PATH=", 0) == 0) path_var = e.substr(5);
   }
+  for (const auto& e : proxy_env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   std::vector<std::string> candidates;
   if (spec.argv[0].find('/') != std::string::npos) {
@@ -551,11 +579,59 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   mark(SetupStep::kCgroupAttach);
   if (auto st = WriteIdMaps(sp.pid_, ids); !st) return tl::unexpected(st.error());
   mark(SetupStep::kIdMaps);
-  if (sp.network_mode_ == NetworkMode::kPublic) {
-    auto net = PublicNetwork::Setup(sp.pid_, spec.public_network);
+  if (sp.uplink_ == Uplink::kVeth) {
+    auto net = PublicNetwork::Setup(sp.pid_, net_config);
     if (!net) return tl::unexpected(net.error());
     sp.public_addrs_ = net->addresses();
     sp.net_ = std::move(*net);
+  } else if (sp.uplink_ == Uplink::kPasta) {
+    // The rules first (refusing the uplink's own addresses too), then pasta
+    // brings the interface up: there is no moment without the policy.
+    UniqueFd uplink_ns;
+    if (!net_config.uplink_netns.empty()) {
+      uplink_ns.reset(open(net_config.uplink_netns.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!uplink_ns) return MakeSyscallError("open", errno, net_config.uplink_netns);
+    }
+    auto host_addrs = NetnsAddresses(uplink_ns ? uplink_ns.get() : -1, net_config.ip_path);
+    if (!host_addrs) return tl::unexpected(host_addrs.error());
+    auto r = RunInSandboxNetns(sp.pid_, {net_config.nft_path, "-f", "-"},
+                               SandboxNftRules(net_config, *host_addrs));
+    if (!r) return tl::unexpected(r.error());
+    // pasta logs to a file of the runtime dir: holding the sandbox's stdout or
+    // stderr would keep them open after the sandbox exits.
+    fs::path log_path = spec.runtime_dir / "uplink.log";
+    UniqueFd log(open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!log) return MakeSyscallError("open", errno, log_path.string());
+    auto pasta = PastaUplink::Start(sp.pid_, net_config, *pasta_dns, log.get());
+    if (!pasta) {
+      Error e = pasta.error();
+      std::string said;
+      if (UniqueFd in(open(log_path.c_str(), O_RDONLY | O_CLOEXEC)); in) {
+        char buf[2000];
+        ssize_t n = pread(in.get(), buf, sizeof(buf), 0);
+        if (n > 0) said.assign(buf, static_cast<size_t>(n));
+      }
+      while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+      if (!said.empty()) e.message += ": " + said;
+      return tl::unexpected(e);
+    }
+    sp.pasta_ = std::move(*pasta);
+  } else if (sp.uplink_ == Uplink::kProxy) {
+    auto r =
+        RunInSandboxNetns(sp.pid_, {net_config.nft_path, "-f", "-"}, SandboxAllowModeNftRules());
+    if (!r) return tl::unexpected(r.error());
+    auto listener = ListenInSandboxNetns(sp.pid_, kEgressProxyAddress, kEgressProxyPort);
+    if (!listener) return tl::unexpected(listener.error());
+    EgressProxyOptions po;
+    po.allow = net_config.allow;
+    po.uplink_netns = net_config.uplink_netns;
+    for (const auto& ns :
+         net_config.nameservers.empty() ? HostNameservers() : net_config.nameservers) {
+      if (auto server = ParseDnsServer(ns); server) po.nameservers.push_back(*server);
+    }
+    auto proxy = EgressProxy::Start(std::move(*listener), std::move(po));
+    if (!proxy) return tl::unexpected(proxy.error());
+    sp.proxy_ = std::move(*proxy);
   }
   mark(SetupStep::kNetwork);
 

@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,9 +34,11 @@
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
 #include "local/child.h"
+#include "local/egress_proxy.h"
 #include "local/limits.h"
 #include "local/network.h"
 #include "local/seccomp.h"
+#include "local/uplink.h"
 #include "local/workspace_disk.h"
 
 namespace deepbox::local {
@@ -54,8 +57,11 @@ struct SandboxSpec {
   std::vector<std::string> env;   // "KEY=VALUE"; the ONLY environment
   std::string cwd = "/workspace";
   std::string hostname = "sandbox";
+  // kPublic falls back to kNone (network_note() says why) when this host can
+  // do neither uplink; kAllow (public_network.allow) never falls back: Launch
+  // fails instead. The allow mode adds HTTP(S)_PROXY to `env`.
   NetworkMode network = NetworkMode::kNone;
-  PublicNetworkConfig public_network;  // used when network == kPublic
+  PublicNetworkConfig public_network;  // kPublic and kAllow
   // limits.workspace_bytes: an ext4 image <runtime_dir>/workspace.img is mounted on
   // workspace_dir (which must then be empty); its content is deleted with the sandbox.
   Limits limits;
@@ -107,6 +113,10 @@ class SandboxProcess {
   // What is enforced for THIS sandbox (cgroup + rlimit + tmpfs).
   const LimitSupport& limits() const { return support_; }
   NetworkMode network() const { return network_mode_; }
+  // What carries the traffic: none, veth, pasta (public) or proxy (allow).
+  Uplink uplink() const { return uplink_; }
+  // Allow mode: the proxy's counters; nullptr otherwise.
+  const EgressProxy* proxy() const { return proxy_.get(); }
   // Why public mode fell back to none ("" when it did not).
   const std::string& network_note() const { return network_note_; }
   const std::filesystem::path& socket_dir() const { return socket_dir_; }
@@ -134,6 +144,9 @@ class SandboxProcess {
   std::optional<ExitStatus> exit_;
   std::optional<SandboxCgroup> cgroup_;
   std::optional<PublicNetwork> net_;
+  std::optional<PastaUplink> pasta_;
+  std::unique_ptr<EgressProxy> proxy_;
+  Uplink uplink_ = Uplink::kNone;
   std::optional<WorkspaceDisk> disk_;
   std::optional<SlotAddresses> public_addrs_;
   SetupTimings timings_;

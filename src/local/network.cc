@@ -3,22 +3,35 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/capability.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 namespace deepbox::local {
 
 std::string_view NetworkModeName(NetworkMode mode) {
-  return mode == NetworkMode::kPublic ? "public" : "none";
+  switch (mode) {
+    case NetworkMode::kPublic:
+      return "public";
+    case NetworkMode::kAllow:
+      return "allow";
+    case NetworkMode::kNone:
+      break;
+  }
+  return "none";
 }
 
 Result<NetworkMode> ParseNetworkMode(std::string_view text) {
@@ -26,6 +39,133 @@ Result<NetworkMode> ParseNetworkMode(std::string_view text) {
   if (text == "public") return NetworkMode::kPublic;
   return MakeError(ErrorCode::kInvalidArgument,
                    fmt::format("unknown network mode '{}' (expected none or public)", text));
+}
+
+std::string_view UplinkName(Uplink uplink) {
+  switch (uplink) {
+    case Uplink::kVeth:
+      return "veth";
+    case Uplink::kPasta:
+      return "pasta";
+    case Uplink::kProxy:
+      return "proxy";
+    case Uplink::kNone:
+      break;
+  }
+  return "none";
+}
+
+std::string NetworkPolicy::ToString() const {
+  if (mode != NetworkMode::kAllow) return std::string(NetworkModeName(mode));
+  std::string out = "allow=";
+  for (size_t i = 0; i < allow.size(); ++i) out += (i ? "," : "") + allow[i];
+  return out;
+}
+
+namespace {
+// A DNS name of letters, digits and '-' labels (1..63 each, 253 in all),
+// optionally "*." first; then an optional ":port" (1..65535).
+Status ValidateAllowEntry(std::string_view entry) {
+  auto bad = [&](std::string_view why) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("bad allow entry '{}': {}", entry, why));
+  };
+  std::string_view name = entry;
+  if (size_t colon = entry.rfind(':'); colon != std::string_view::npos) {
+    std::string_view port = entry.substr(colon + 1);
+    name = entry.substr(0, colon);
+    if (port.empty() || port.size() > 5) return bad("port must be 1..65535");
+    int value = 0;
+    for (char c : port) {
+      if (c < '0' || c > '9') return bad("port must be 1..65535");
+      value = value * 10 + (c - '0');
+    }
+    if (value < 1 || value > 65535) return bad("port must be 1..65535");
+  }
+  if (name.substr(0, 2) == "*.") name.remove_prefix(2);
+  if (name.empty() || name.size() > 253) return bad("empty or too long name");
+  size_t label = 0;
+  for (size_t i = 0; i <= name.size(); ++i) {
+    if (i == name.size() || name[i] == '.') {
+      if (label == 0 || label > 63) return bad("empty or too long label");
+      if (name[i - 1] == '-' || name[i - label] == '-') return bad("label starts or ends with '-'");
+      label = 0;
+      continue;
+    }
+    char c = name[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+    if (!ok) return bad("only lower-case letters, digits, '-' and '.' (and a leading '*.')");
+    ++label;
+  }
+  if (name.find('.') == std::string_view::npos) return bad("a name needs a dot");
+  if (name.substr(name.rfind('.') + 1).find_first_not_of("0123456789") == std::string::npos) {
+    return bad("an address is not a name (only names can be allowed)");
+  }
+  return {};
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+}  // namespace
+
+Result<NetworkPolicy> ParseNetworkPolicy(std::string_view text) {
+  NetworkPolicy policy;
+  if (text == "none") return policy;
+  if (text == "public") {
+    policy.mode = NetworkMode::kPublic;
+    return policy;
+  }
+  if (text.substr(0, 6) != "allow=") {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("unknown network mode '{}' (expected none, public or "
+                                 "allow=NAME[,NAME...], e.g. allow=pypi.org,*.github.com)",
+                                 text));
+  }
+  policy.mode = NetworkMode::kAllow;
+  std::string rest = Lower(text.substr(6));
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t comma = rest.find(',', start);
+    if (comma == std::string::npos) comma = rest.size();
+    std::string entry = rest.substr(start, comma - start);
+    if (auto st = ValidateAllowEntry(entry); !st) return tl::unexpected(st.error());
+    policy.allow.push_back(entry);
+    start = comma + 1;
+  }
+  if (policy.allow.size() > 256) {
+    return MakeError(ErrorCode::kInvalidArgument, "at most 256 allow entries");
+  }
+  return policy;
+}
+
+bool AllowlistMatches(const std::vector<std::string>& allow, std::string_view name_in, int port) {
+  std::string name = Lower(name_in);
+  if (!name.empty() && name.back() == '.') name.pop_back();
+  if (name.empty()) return false;
+  for (const auto& entry : allow) {
+    std::string_view pattern = entry;
+    bool port_ok = port == 80 || port == 443;
+    if (size_t colon = pattern.rfind(':'); colon != std::string_view::npos) {
+      port_ok = port_ok || pattern.substr(colon + 1) == std::to_string(port);
+      pattern = pattern.substr(0, colon);
+    }
+    if (!port_ok) continue;
+    if (pattern.substr(0, 2) == "*.") {
+      std::string_view suffix = pattern.substr(1);  // ".github.com"
+      if (name.size() > suffix.size() &&
+          std::string_view(name).substr(name.size() - suffix.size()) == suffix) {
+        return true;
+      }
+    } else if (name == pattern) {
+      return true;
+    }
+  }
+  return false;
 }
 
 int BringUpLoopbackRaw(ChildCall* call) {
@@ -70,16 +210,100 @@ const std::vector<std::string>& BlockedIpv4Ranges() {
 }
 
 const std::vector<std::string>& BlockedIpv6Ranges() {
-  static const std::vector<std::string> v = {
-      "::/127",          // unspecified + loopback
-      "::ffff:0:0/96",   // IPv4-mapped
-      "64:ff9b:1::/48",  // local-use NAT64
-      "fc00::/7",        // ULA
-      "fe80::/10",       // link-local
-      "fec0::/10",       // site-local (deprecated)
-      "ff00::/8",        // multicast
-  };
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> out = {
+        "::/127",          // unspecified + loopback
+        "::ffff:0:0/96",   // IPv4-mapped (all of it)
+        "64:ff9b:1::/48",  // local-use NAT64
+        "2001::/32",       // Teredo (tunnels to an embedded IPv4 server)
+        "fc00::/7",        // ULA
+        "fe80::/10",       // link-local
+        "fec0::/10",       // site-local (deprecated)
+        "ff00::/8",        // multicast
+    };
+    // The forms that embed a blocked IPv4 range: IPv4-compatible ::a.b.c.d,
+    // NAT64 64:ff9b::a.b.c.d and 6to4 2002:AABB:CCDD::.
+    for (const auto& range : BlockedIpv4Ranges()) {
+      size_t slash = range.find('/');
+      std::string ip = range.substr(0, slash);
+      int len = std::atoi(range.c_str() + slash + 1);
+      struct in_addr a;
+      inet_pton(AF_INET, ip.c_str(), &a);
+      uint32_t h = ntohl(a.s_addr);
+      // Hex, not ::a.b.c.d: nft does not parse the dotted IPv6 forms.
+      out.push_back(fmt::format("::{:x}:{:x}/{}", h >> 16, h & 0xffff, 96 + len));
+      out.push_back(fmt::format("64:ff9b::{:x}:{:x}/{}", h >> 16, h & 0xffff, 96 + len));
+      out.push_back(fmt::format("2002:{:x}:{:x}::/{}", h >> 16, h & 0xffff, 16 + len));
+    }
+    return out;
+  }();
   return v;
+}
+
+namespace {
+struct Cidr {
+  int family;
+  unsigned char bytes[16];
+  int len;
+};
+
+std::vector<Cidr> ParseRanges(const std::vector<std::string>& ranges, int family) {
+  std::vector<Cidr> out;
+  for (const auto& r : ranges) {
+    size_t slash = r.find('/');
+    Cidr c{};
+    c.family = family;
+    c.len = std::atoi(r.c_str() + slash + 1);
+    if (inet_pton(family, r.substr(0, slash).c_str(), c.bytes) == 1) out.push_back(c);
+  }
+  return out;
+}
+
+bool InCidr(const Cidr& c, const unsigned char* bytes) {
+  int full = c.len / 8, rest = c.len % 8;
+  if (memcmp(c.bytes, bytes, static_cast<size_t>(full)) != 0) return false;
+  if (rest == 0) return true;
+  unsigned char mask = static_cast<unsigned char>(0xff << (8 - rest));
+  return (c.bytes[full] & mask) == (bytes[full] & mask);
+}
+}  // namespace
+
+bool AddressBlocked(const struct sockaddr* addr) {
+  static const std::vector<Cidr> v4 = ParseRanges(BlockedIpv4Ranges(), AF_INET);
+  static const std::vector<Cidr> v6 = ParseRanges(BlockedIpv6Ranges(), AF_INET6);
+  if (addr == nullptr) return true;
+  if (addr->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(addr);
+    const auto* b = reinterpret_cast<const unsigned char*>(&in->sin_addr);
+    for (const auto& c : v4) {
+      if (InCidr(c, b)) return true;
+    }
+    return false;
+  }
+  if (addr->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(addr);
+    const auto* b = reinterpret_cast<const unsigned char*>(&in6->sin6_addr);
+    for (const auto& c : v6) {
+      if (InCidr(c, b)) return true;
+    }
+    return false;
+  }
+  return true;  // not an IP address: never connect to it
+}
+
+bool AddressBlocked(std::string_view literal) {
+  std::string s(literal);
+  sockaddr_in a4{};
+  sockaddr_in6 a6{};
+  if (inet_pton(AF_INET, s.c_str(), &a4.sin_addr) == 1) {
+    a4.sin_family = AF_INET;
+    return AddressBlocked(reinterpret_cast<sockaddr*>(&a4));
+  }
+  if (inet_pton(AF_INET6, s.c_str(), &a6.sin6_addr) == 1) {
+    a6.sin6_family = AF_INET6;
+    return AddressBlocked(reinterpret_cast<sockaddr*>(&a6));
+  }
+  return true;
 }
 
 SlotAddresses AddressesForSlot(uint32_t slot) {
@@ -110,6 +334,12 @@ bool IsIpv4(const std::string& s) {
   return inet_pton(AF_INET, s.c_str(), &a) == 1;
 }
 
+bool IsIpv6(const std::string& s) {
+  struct in6_addr a;
+  return inet_pton(AF_INET6, s.c_str(), &a) == 1;
+}
+
+// The veth path cannot reach the host's loopback (IPv4 only).
 std::vector<std::string> UsableNameservers(const PublicNetworkConfig& c) {
   std::vector<std::string> out;
   for (const auto& ns : c.nameservers) {
@@ -119,19 +349,38 @@ std::vector<std::string> UsableNameservers(const PublicNetworkConfig& c) {
 }
 }  // namespace
 
-std::string SandboxNftRules(const PublicNetworkConfig& config) {
+std::string SandboxNftRules(const PublicNetworkConfig& config,
+                            const std::vector<std::string>& host_addresses) {
   std::string dns;
-  for (const auto& ns : UsableNameservers(config)) {
-    dns += fmt::format("    ip daddr {} udp dport 53 accept\n    ip daddr {} tcp dport 53 accept\n",
-                       ns, ns);
+  for (const auto& ns : config.nameservers) {
+    const char* fam = IsIpv4(ns) ? "ip" : IsIpv6(ns) ? "ip6" : nullptr;
+    // A loopback resolver would be the sandbox's own loopback: never the host's.
+    if (fam == nullptr || ns.rfind("127.", 0) == 0 || ns == "::1") continue;
+    dns += fmt::format(
+        "    {0} daddr {1} udp dport 53 accept\n    {0} daddr {1} tcp dport 53 accept\n", fam, ns);
   }
+  std::vector<std::string> v4 = BlockedIpv4Ranges(), v6 = BlockedIpv6Ranges();
+  for (const auto& a : host_addresses) {
+    if (IsIpv4(a)) v4.push_back(a);
+    if (IsIpv6(a)) v6.push_back(a);
+  }
+  for (const auto& a : config.extra_blocked) {
+    if (IsIpv4(a) || a.find('.') != std::string::npos)
+      v4.push_back(a);
+    else
+      v6.push_back(a);
+  }
+  // Neighbour discovery must pass (multicast and link-local destinations are
+  // otherwise refused); ICMPv6 errors ride on conntrack (related).
   return fmt::format(
       "table inet deepbox {{\n"
-      "  set blocked4 {{ type ipv4_addr; flags interval; elements = {{ {} }} }}\n"
-      "  set blocked6 {{ type ipv6_addr; flags interval; elements = {{ {} }} }}\n"
+      "  set blocked4 {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }} }}\n"
+      "  set blocked6 {{ type ipv6_addr; flags interval; auto-merge; elements = {{ {} }} }}\n"
       "  chain output {{\n"
       "    type filter hook output priority 0; policy accept;\n"
       "    oifname \"lo\" accept\n"
+      "    icmpv6 type {{ nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit }} "
+      "ip6 hoplimit 255 accept\n"
       "{}"
       "    ip daddr @blocked4 reject with icmpx type admin-prohibited\n"
       "    ip6 daddr @blocked6 reject with icmpx type admin-prohibited\n"
@@ -140,9 +389,26 @@ std::string SandboxNftRules(const PublicNetworkConfig& config) {
       "    type filter hook input priority 0; policy drop;\n"
       "    iifname \"lo\" accept\n"
       "    ct state established,related accept\n"
+      "    icmpv6 type {{ nd-neighbor-solicit, nd-neighbor-advert, nd-router-advert }} "
+      "ip6 hoplimit 255 accept\n"
       "  }}\n"
       "}}\n",
-      Join(BlockedIpv4Ranges()), Join(BlockedIpv6Ranges()), dns);
+      Join(v4), Join(v6), dns);
+}
+
+std::string SandboxAllowModeNftRules() {
+  // Only loopback: the proxy's listener is there. Everything else is refused.
+  return "table inet deepbox {\n"
+         "  chain output {\n"
+         "    type filter hook output priority 0; policy drop;\n"
+         "    oifname \"lo\" accept\n"
+         "    meta l4proto { tcp, udp } reject with icmpx type admin-prohibited\n"
+         "  }\n"
+         "  chain input {\n"
+         "    type filter hook input priority 0; policy drop;\n"
+         "    iifname \"lo\" accept\n"
+         "  }\n"
+         "}\n";
 }
 
 std::string UplinkNftRules(const PublicNetworkConfig& config) {
@@ -176,8 +442,26 @@ std::string UplinkNftRules(const PublicNetworkConfig& config) {
       config.slot, a.host_if, Join(BlockedIpv4Ranges()), a.sandbox, dns);
 }
 
-Result<std::string> RunInNetns(int netns_fd, const std::vector<std::string>& argv,
-                               std::string_view input) {
+namespace {
+// Child side, async-signal-safe: joins `userns_fd` (if >= 0) and `netns_fd`
+// (if >= 0). With a user namespace, CAP_NET_ADMIN is made ambient so that a
+// program exec'ed next keeps it (our uid is not root in that namespace).
+int JoinNamespacesRaw(int userns_fd, int netns_fd, bool ambient_net_admin) {
+  if (userns_fd >= 0 && setns(userns_fd, CLONE_NEWUSER) != 0) return errno;
+  if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) != 0) return errno;
+  if (ambient_net_admin) {
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2]{};
+    if (syscall(SYS_capget, &hdr, data) != 0) return errno;
+    data[0].inheritable |= 1U << CAP_NET_ADMIN;
+    if (syscall(SYS_capset, &hdr, data) != 0) return errno;
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_NET_ADMIN, 0, 0) != 0) return errno;
+  }
+  return 0;
+}
+
+Result<std::string> RunJoined(int userns_fd, int netns_fd, const std::vector<std::string>& argv,
+                              std::string_view input) {
   if (argv.empty() || argv[0].empty() || argv[0][0] != '/') {
     return MakeError(ErrorCode::kInvalidArgument, "RunInNetns needs an absolute program path");
   }
@@ -194,7 +478,7 @@ Result<std::string> RunInNetns(int netns_fd, const std::vector<std::string>& arg
   pid_t pid = fork();
   if (pid < 0) return MakeSyscallError("fork", errno);
   if (pid == 0) {
-    if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) != 0) _exit(126);
+    if (JoinNamespacesRaw(userns_fd, netns_fd, userns_fd >= 0) != 0) _exit(126);
     if (dup2(in_r.get(), 0) < 0 || dup2(out_w.get(), 1) < 0 || dup2(out_w.get(), 2) < 0) {
       _exit(126);
     }
@@ -225,12 +509,156 @@ Result<std::string> RunInNetns(int netns_fd, const std::vector<std::string>& arg
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::string cmd;
     for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
-    return MakeError(
-        ErrorCode::kInternal,
-        fmt::format("'{}' failed (status {}): {}", cmd,
-                    WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output));
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code == 126 && output.empty()) output = "could not join the namespaces (setns)";
+    return MakeError(ErrorCode::kInternal,
+                     fmt::format("'{}' failed (status {}): {}", cmd, code, output));
   }
   return output;
+}
+
+// Opens /proc/PID/ns/{user,net}; the user namespace only when not root (root
+// already holds CAP_NET_ADMIN over every network namespace).
+Status OpenSandboxNamespaces(pid_t pid, UniqueFd* userns, UniqueFd* netns) {
+  if (geteuid() != 0) {
+    std::string p = fmt::format("/proc/{}/ns/user", pid);
+    userns->reset(open(p.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!*userns) return MakeSyscallError("open", errno, p);
+  }
+  std::string p = fmt::format("/proc/{}/ns/net", pid);
+  netns->reset(open(p.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!*netns) return MakeSyscallError("open", errno, p);
+  return {};
+}
+}  // namespace
+
+Result<std::string> RunInNetns(int netns_fd, const std::vector<std::string>& argv,
+                               std::string_view input) {
+  return RunJoined(-1, netns_fd, argv, input);
+}
+
+Result<std::string> RunInSandboxNetns(pid_t pid, const std::vector<std::string>& argv,
+                                      std::string_view input) {
+  UniqueFd userns, netns;
+  if (auto st = OpenSandboxNamespaces(pid, &userns, &netns); !st) return tl::unexpected(st.error());
+  return RunJoined(userns.get(), netns.get(), argv, input);
+}
+
+Result<UniqueFd> ListenInSandboxNetns(pid_t pid, const std::string& ip, int port) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
+      inet_pton(AF_INET, ip.c_str(), &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(sockaddr_in);
+  } else if (auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
+             inet_pton(AF_INET6, ip.c_str(), &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(sockaddr_in6);
+  } else {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad listen address '{}'", ip));
+  }
+  UniqueFd userns, netns;
+  if (auto st = OpenSandboxNamespaces(pid, &userns, &netns); !st) return tl::unexpected(st.error());
+  int sp[2];
+  if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) != 0) {
+    return MakeSyscallError("socketpair", errno);
+  }
+  UniqueFd mine(sp[0]), theirs(sp[1]);
+  pid_t child = fork();
+  if (child < 0) return MakeSyscallError("fork", errno);
+  if (child == 0) {
+    // Reports {step, errno} on failure, or passes the listener.
+    int report[2] = {0, 0};
+    auto fail = [&](int step) {
+      report[0] = step;
+      report[1] = errno;
+      (void)!write(theirs.get(), report, sizeof(report));
+      _exit(1);
+    };
+    if (JoinNamespacesRaw(userns.get(), netns.get(), false) != 0) fail(1);
+    ChildCall call;
+    if (int err = BringUpLoopbackRaw(&call); err != 0) {
+      errno = err;
+      fail(2);
+    }
+    int s = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) fail(3);
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ss.ss_family == AF_INET6) setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) fail(4);
+    if (listen(s, 128) != 0) fail(5);
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof(cbuf));
+    iovec iov{report, sizeof(report)};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf;
+    msg.msg_controllen = sizeof(cbuf);
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &s, sizeof(int));
+    if (sendmsg(theirs.get(), &msg, 0) < 0) fail(6);
+    _exit(0);
+  }
+  theirs.reset();
+  int report[2] = {0, 0};
+  char cbuf[CMSG_SPACE(sizeof(int))];
+  memset(cbuf, 0, sizeof(cbuf));
+  iovec iov{report, sizeof(report)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cbuf;
+  msg.msg_controllen = sizeof(cbuf);
+  ssize_t n;
+  do {
+    n = recvmsg(mine.get(), &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  int saved = errno;
+  while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  if (n < 0) return MakeSyscallError("recvmsg", saved, "listener helper");
+  static const char* kSteps[] = {"",       "setns",  "ioctl(SIOCSIFFLAGS lo)", "socket", "bind",
+                                 "listen", "sendmsg"};
+  if (report[0] != 0) {
+    int step = report[0] >= 1 && report[0] <= 6 ? report[0] : 0;
+    return MakeSyscallError(kSteps[step], report[1],
+                            fmt::format("{}:{} in the sandbox's network namespace", ip, port));
+  }
+  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  if (n == 0 || cm == nullptr || cm->cmsg_type != SCM_RIGHTS) {
+    return MakeError(ErrorCode::kInternal, "the listener helper passed no socket");
+  }
+  int fd;
+  memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+  return UniqueFd(fd);
+}
+
+Result<std::vector<std::string>> NetnsAddresses(int netns_fd, const std::string& ip_path) {
+  auto out = RunInNetns(netns_fd, {ip_path, "-o", "addr", "show"});
+  if (!out) return tl::unexpected(out.error());
+  std::vector<std::string> addrs;
+  std::istringstream in(*out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string w, prev;
+    while (words >> w) {
+      if (prev == "inet" || prev == "inet6") {
+        std::string a = w.substr(0, w.find('/'));
+        if (IsIpv4(a) || IsIpv6(a)) addrs.push_back(a);
+        break;
+      }
+      prev = w;
+    }
+  }
+  return addrs;
 }
 
 namespace {
@@ -279,6 +707,14 @@ NetworkProbe ProbePublicNetwork(const PublicNetworkConfig& config) {
   probe.public_possible = true;
   probe.reason = "ok";
   return probe;
+}
+
+std::string AllowModeObstacle(const PublicNetworkConfig& config) {
+  if (access(config.nft_path.c_str(), X_OK) != 0) {
+    return fmt::format("{} is missing (install nftables): the sandbox's rules need it",
+                       config.nft_path);
+  }
+  return {};
 }
 
 Result<PublicNetwork> PublicNetwork::Setup(pid_t sandbox_pid, const PublicNetworkConfig& config) {

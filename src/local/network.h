@@ -1,27 +1,34 @@
-// Sandbox networking.
+// Sandbox networking: the modes, the egress policy, and the veth uplink.
 //
-// none:   a new network namespace with only `lo`, brought up by the child
-//         itself (ioctl SIOCSIFFLAGS) before it drops its capabilities.
-// public: the Kubernetes secure default. A veth pair joins the sandbox netns to
-//         an "uplink" netns (the launcher's own by default) that masquerades
-//         its traffic. Egress to the public internet is allowed; the private,
-//         CGNAT, loopback, link-local, multicast and reserved IPv4 ranges and
-//         IPv6 ULA/link-local/loopback/multicast are refused by nftables rules
-//         evaluated INSIDE the sandbox's netns (the sandbox has no
-//         CAP_NET_ADMIN there, so it cannot change them, and they apply whatever
-//         the host's own rules are). The uplink repeats the range check in its
-//         forward chain, drops every packet from the sandbox to the uplink
-//         itself (its services, its addresses, its loopback) and every new
-//         connection towards the sandbox (no ingress).
-//         Needs: the `ip` and `nft` binaries, veth + nf_tables + nat support,
-//         and net.ipv4.ip_forward=1 in the uplink netns. ProbePublicNetwork()
-//         says whether that holds; the launcher falls back to `none` with the
-//         reason when it does not (fail closed).
-// DNS: /etc/resolv.conf lists `nameservers`; in public mode each may be
-// reached on port 53 even when it lies in a refused range (e.g. 10.0.0.2);
-// nameservers on the host's loopback cannot be reached and are left out.
+// Modes (NetworkPolicy):
+//   none:     a new network namespace with only `lo`, brought up by the child
+//             itself (ioctl SIOCSIFFLAGS) before it drops its capabilities.
+//   public:   the Kubernetes secure default: egress to the public internet;
+//             nothing to private, CGNAT, loopback, link-local (metadata),
+//             multicast or reserved addresses (IPv4, IPv6 and the IPv6 forms
+//             that embed IPv4), nor to the host's own addresses.
+//   allow=L:  only the names of L (e.g. pypi.org,*.github.com), over HTTP and
+//             HTTPS through a per-sandbox filtering proxy (egress_proxy.h);
+//             every other packet leaving the sandbox is dropped.
+//
+// Where the policy lives: nftables rules installed INSIDE the sandbox's
+// network namespace before its init runs. The workload has no CAP_NET_ADMIN
+// there (every capability is dropped, see capabilities.h), so it cannot change
+// them, and they hold whatever the host's own rules are.
+//
+// Uplinks for `public` (ChooseUplink picks one; `deepbox doctor` shows which):
+//   veth:  a veth pair into an "uplink" netns (the launcher's own by default)
+//          that masquerades the sandbox's /30 (PublicNetwork below). Kernel
+//          fast path, IPv4 only. Needs root, `ip`, `nft` and
+//          net.ipv4.ip_forward=1 in the uplink netns.
+//   pasta: a userspace uplink (uplink.h): works wherever user namespaces
+//          work, root or not, IPv4 and IPv6, no host sysctl. Chosen when the
+//          veth path is impossible.
+// DNS: /etc/resolv.conf of the sandbox lists `nameservers`; port 53 of exactly
+// those addresses is allowed even in a refused range (e.g. 10.0.0.2).
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <string>
@@ -34,22 +41,59 @@
 
 namespace deepbox::local {
 
-enum class NetworkMode { kNone, kPublic };
-std::string_view NetworkModeName(NetworkMode mode);
+enum class NetworkMode { kNone, kPublic, kAllow };
+std::string_view NetworkModeName(NetworkMode mode);  // "none" | "public" | "allow"
+// "none" or "public" only (an allowlist needs ParseNetworkPolicy).
 Result<NetworkMode> ParseNetworkMode(std::string_view text);
+
+struct NetworkPolicy {
+  NetworkMode mode = NetworkMode::kNone;
+  // kAllow: lower-case names; "*.example.com" matches every subdomain (not
+  // example.com itself); "name:port" allows that port besides 80 and 443.
+  std::vector<std::string> allow;
+  std::string ToString() const;  // "none" | "public" | "allow=a,b" (parses back)
+};
+// "none" | "public" | "allow=NAME[,NAME...]"; names are checked (letters,
+// digits, '-', '.', an optional leading "*.", an optional ":port").
+Result<NetworkPolicy> ParseNetworkPolicy(std::string_view text);
+// True if `name` (a DNS name, any case, optional trailing dot) and `port`
+// are allowed by `allow`.
+bool AllowlistMatches(const std::vector<std::string>& allow, std::string_view name, int port);
+
+// The mechanism that carries a sandbox's traffic.
+enum class Uplink { kNone, kVeth, kPasta, kProxy };
+std::string_view UplinkName(Uplink uplink);  // "none" | "veth" | "pasta" | "proxy"
 
 // Child, async-signal-safe: sets IFF_UP on "lo". Returns 0 or errno (+ call).
 int BringUpLoopbackRaw(ChildCall* call);
 
 const std::vector<std::string>& BlockedIpv4Ranges();
+// Native IPv6 ranges plus the IPv6 forms that embed a blocked IPv4 range
+// (IPv4-mapped, IPv4-compatible, NAT64 64:ff9b::/96, 6to4 2002::/16).
 const std::vector<std::string>& BlockedIpv6Ranges();
+// The same check in code (the proxy's): true if `addr` (AF_INET or AF_INET6)
+// lies in a blocked range, or is an IPv6 form of a blocked IPv4 address.
+bool AddressBlocked(const struct sockaddr* addr);
+bool AddressBlocked(std::string_view literal);  // unparsable: true
+
+enum class UplinkChoice { kAuto, kVeth, kPasta };
 
 struct PublicNetworkConfig {
-  std::string uplink_netns;  // netns file (/proc/PID/ns/net, /run/netns/X); "" = the launcher's
-  uint32_t slot = 0;         // unique per live sandbox: picks the /30 and interface names
-  std::vector<std::string> nameservers;  // allowed on port 53 (IPv4 literals)
+  // netns file (/proc/PID/ns/net, /run/netns/X) whose sockets carry the
+  // sandbox's traffic (veth: routes it; pasta and the proxy: open their
+  // sockets there); "" = the launcher's own. Joining another one needs root.
+  std::string uplink_netns;
+  uint32_t slot = 0;  // veth: unique per live sandbox: picks the /30 and interface names
+  // The sandbox's resolvers, allowed on port 53 (IPv4/IPv6 literals); empty:
+  // the host's /etc/resolv.conf. The proxy resolves through them too.
+  std::vector<std::string> nameservers;
+  UplinkChoice uplink = UplinkChoice::kAuto;  // public mode
+  std::vector<std::string> allow;             // allow mode: see NetworkPolicy
+  // Extra addresses refused from inside (the uplink's own are added at launch).
+  std::vector<std::string> extra_blocked;
   std::string ip_path = "/usr/sbin/ip";
   std::string nft_path = "/usr/sbin/nft";
+  std::string pasta_path = "/usr/bin/pasta";
 };
 constexpr uint32_t kMaxPublicSlots = 16384;  // 100.100.0.0/16 in /30s
 
@@ -62,19 +106,41 @@ struct SlotAddresses {
 SlotAddresses AddressesForSlot(uint32_t slot);
 
 // The nftables scripts (exposed for tests and review).
-std::string SandboxNftRules(const PublicNetworkConfig& config);
+// Inside the sandbox, veth and pasta (public): refuse every blocked range and
+// `host_addresses` (the uplink netns's own), except port 53 of the nameservers.
+std::string SandboxNftRules(const PublicNetworkConfig& config,
+                            const std::vector<std::string>& host_addresses = {});
+// Inside the sandbox, allow mode: only loopback (where the proxy listens).
+std::string SandboxAllowModeNftRules();
 std::string UplinkNftRules(const PublicNetworkConfig& config);
 
 struct NetworkProbe {
   bool public_possible = false;
-  std::string reason;  // why not, or "ok"
+  std::string reason;             // why not, or "ok"
+  Uplink uplink = Uplink::kNone;  // what public mode uses here (kVeth or kPasta)
+  std::string veth_reason;        // why not veth ("ok" when possible)
+  std::string pasta_reason;       // why not pasta ("ok" when possible)
 };
+// The veth path only (ChooseUplink in uplink.h weighs both).
 NetworkProbe ProbePublicNetwork(const PublicNetworkConfig& config);
+// Whether allow mode can work here: "" or the reason it cannot.
+std::string AllowModeObstacle(const PublicNetworkConfig& config);
 
 // Runs argv (absolute path) in the netns open as `netns_fd` (-1: current),
 // feeding `input` on stdin. Returns stdout+stderr; non-zero exit is an error.
 Result<std::string> RunInNetns(int netns_fd, const std::vector<std::string>& argv,
                                std::string_view input = {});
+// Runs argv inside the user AND network namespace of `pid` with CAP_NET_ADMIN
+// (raised as an ambient capability: the launcher's uid is not root in there).
+// Works unprivileged when the launcher owns that user namespace.
+Result<std::string> RunInSandboxNetns(pid_t pid, const std::vector<std::string>& argv,
+                                      std::string_view input = {});
+// A TCP listener on `ip`:`port` created inside the network namespace of `pid`
+// (joining its user namespace first; `lo` is brought up). The socket stays in
+// that netns whichever process holds it: the proxy serves the sandbox with it.
+Result<UniqueFd> ListenInSandboxNetns(pid_t pid, const std::string& ip, int port);
+// The addresses of the netns `netns_fd` (-1: current), from `ip -o addr`.
+Result<std::vector<std::string>> NetnsAddresses(int netns_fd, const std::string& ip_path);
 
 // RAII: the veth pair, the sandbox-side rules and the uplink table.
 class PublicNetwork {

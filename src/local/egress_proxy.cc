@@ -1,0 +1,514 @@
+#include "local/egress_proxy.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "local/network.h"
+
+namespace deepbox::local {
+
+namespace {
+constexpr size_t kMaxHead = 16384;
+constexpr size_t kMaxTlsRecord = 5 + 16384 + 2048;
+
+uint32_t Be(std::string_view s, size_t at, int bytes) {
+  uint32_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<uint8_t>(s[at + i]);
+  return v;
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  while (!out.empty() && out.back() == '.') out.pop_back();
+  return out;
+}
+
+bool IsIpLiteral(const std::string& host) {
+  unsigned char buf[16];
+  return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+// "host:port" / "[v6]:port" / "host" (default port).
+bool SplitHostPort(std::string_view in, int default_port, std::string* host, int* port) {
+  std::string_view h = in, p;
+  if (!in.empty() && in[0] == '[') {
+    size_t close = in.find(']');
+    if (close == std::string_view::npos) return false;
+    h = in.substr(1, close - 1);
+    if (close + 1 < in.size()) {
+      if (in[close + 1] != ':') return false;
+      p = in.substr(close + 2);
+    }
+  } else if (size_t colon = in.rfind(':'); colon != std::string_view::npos) {
+    h = in.substr(0, colon);
+    p = in.substr(colon + 1);
+    if (h.find(':') != std::string_view::npos) return false;
+  }
+  *port = default_port;
+  if (!p.empty() || (in.size() && in.back() == ':')) {
+    if (p.empty() || p.size() > 5) return false;
+    int v = 0;
+    for (char c : p) {
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + (c - '0');
+    }
+    if (v < 1 || v > 65535) return false;
+    *port = v;
+  }
+  if (h.empty()) return false;
+  *host = Lower(h);
+  return true;
+}
+
+// Waits until fd is readable (or stop fires / timeout). 1 ready, 0 timeout, -1 stop/error.
+int WaitReadable(int fd, int stop, int timeout_ms) {
+  pollfd p[2] = {{fd, POLLIN, 0}, {stop, POLLIN, 0}};
+  for (;;) {
+    int rc = poll(p, 2, timeout_ms);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return -1;
+    if (rc == 0) return 0;
+    if (p[1].revents) return -1;
+    return 1;
+  }
+}
+
+bool WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (poll(&p, 1, 10000) <= 0) return false;
+      continue;
+    }
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// The value of header `name` (case-insensitive) in a request head; "" if absent.
+std::string HeaderValue(std::string_view head, std::string_view name, int* count) {
+  std::string value;
+  *count = 0;
+  size_t pos = head.find("\r\n");
+  while (pos != std::string_view::npos && pos + 2 < head.size()) {
+    size_t start = pos + 2;
+    size_t end = head.find("\r\n", start);
+    if (end == std::string_view::npos || end == start) break;
+    std::string_view line = head.substr(start, end - start);
+    size_t colon = line.find(':');
+    if (colon != std::string_view::npos && Lower(line.substr(0, colon)) == name) {
+      std::string_view v = line.substr(colon + 1);
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+      value = std::string(v);
+      ++*count;
+    }
+    pos = end;
+  }
+  return value;
+}
+}  // namespace
+
+std::vector<std::string> EgressProxyEnv() {
+  std::string url = fmt::format("http://{}:{}", kEgressProxyAddress, kEgressProxyPort);
+  return {"HTTP_PROXY=" + url,
+          "HTTPS_PROXY=" + url,
+          "http_proxy=" + url,
+          "https_proxy=" + url,
+          "NO_PROXY=localhost,127.0.0.1,::1",
+          "no_proxy=localhost,127.0.0.1,::1"};
+}
+
+Result<std::string> ParseTlsSni(std::string_view r) {
+  auto bad = [](std::string_view why) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("not a TLS ClientHello: {}", why));
+  };
+  if (r.size() < 5 || static_cast<uint8_t>(r[0]) != 0x16 || r[1] != 3) return bad("record type");
+  size_t rec_len = Be(r, 3, 2);
+  if (r.size() < 5 + rec_len) return bad("record cut");
+  std::string_view h = r.substr(5, rec_len);
+  if (h.size() < 4 || h[0] != 1) return bad("handshake type");
+  size_t hs_len = Be(h, 1, 3);
+  if (hs_len + 4 > h.size()) return bad("ClientHello spans records");
+  std::string_view b = h.substr(4, hs_len);
+  size_t pos = 2 + 32;  // version, random
+  auto skip = [&](int len_bytes) -> bool {
+    if (pos + len_bytes > b.size()) return false;
+    size_t n = Be(b, pos, len_bytes);
+    pos += len_bytes + n;
+    return pos <= b.size();
+  };
+  if (pos > b.size() || !skip(1) || !skip(2) || !skip(1)) return bad("fields cut");
+  if (pos == b.size()) return std::string();  // no extensions
+  if (pos + 2 > b.size()) return bad("extensions cut");
+  size_t ext_end = pos + 2 + Be(b, pos, 2);
+  pos += 2;
+  if (ext_end > b.size()) return bad("extensions cut");
+  std::string sni;
+  bool seen = false;
+  while (pos + 4 <= ext_end) {
+    uint32_t type = Be(b, pos, 2);
+    size_t len = Be(b, pos + 2, 2);
+    pos += 4;
+    if (pos + len > ext_end) return bad("extension cut");
+    if (type == 0) {
+      if (seen) return bad("two server_name extensions");
+      seen = true;
+      std::string_view e = b.substr(pos, len);
+      if (e.size() < 2 || Be(e, 0, 2) + 2 != e.size()) return bad("server_name list");
+      size_t at = 2;
+      while (at + 3 <= e.size()) {
+        uint32_t name_type = static_cast<uint8_t>(e[at]);
+        size_t n = Be(e, at + 1, 2);
+        at += 3;
+        if (at + n > e.size()) return bad("server_name cut");
+        if (name_type == 0) {
+          if (!sni.empty()) return bad("two host names");
+          sni = Lower(e.substr(at, n));
+          if (sni.empty()) return bad("empty host name");
+        }
+        at += n;
+      }
+    }
+    pos += len;
+  }
+  if (pos != ext_end) return bad("extensions cut");
+  return sni;
+}
+
+Result<std::unique_ptr<EgressProxy>> EgressProxy::Start(UniqueFd listener,
+                                                        EgressProxyOptions options) {
+  std::unique_ptr<EgressProxy> p(new EgressProxy());
+  p->options_ = std::move(options);
+  p->listener_ = std::move(listener);
+  p->stop_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!p->stop_) return MakeSyscallError("eventfd", errno);
+  if (!p->options_.uplink_netns.empty()) {
+    p->uplink_ns_.reset(open(p->options_.uplink_netns.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!p->uplink_ns_) return MakeSyscallError("open", errno, p->options_.uplink_netns);
+  }
+  int flags = fcntl(p->listener_.get(), F_GETFL);
+  if (flags < 0 || fcntl(p->listener_.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
+    return MakeSyscallError("fcntl", errno, "proxy listener");
+  }
+  if (p->uplink_ns_) {
+    // Probe that this thread may join it: the acceptor does the same.
+    UniqueFd self(open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+    if (!self) return MakeSyscallError("open", errno, "/proc/thread-self/ns/net");
+  }
+  p->acceptor_ = std::thread([raw = p.get()] { raw->AcceptLoop(); });
+  return p;
+}
+
+EgressProxy::~EgressProxy() {
+  if (stop_) {
+    uint64_t one = 1;
+    (void)!write(stop_.get(), &one, sizeof(one));
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& c : conns_) {
+    if (c.thread.joinable()) c.thread.join();
+  }
+}
+
+EgressProxy::Stats EgressProxy::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void EgressProxy::ReapFinished() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    if (it->done.load()) {
+      it->thread.join();
+      it = conns_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void EgressProxy::AcceptLoop() {
+  // Upstream sockets belong to the netns of the thread that creates them:
+  // this thread and the connection threads it starts live in the uplink's.
+  if (uplink_ns_ && setns(uplink_ns_.get(), CLONE_NEWNET) != 0) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.last_refusal = fmt::format("setns(uplink): {}", strerror(errno));
+    return;  // no connection is served: fail closed
+  }
+  for (;;) {
+    if (WaitReadable(listener_.get(), stop_.get(), 1000) < 0) return;
+    ReapFinished();
+    int c = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (conns_.size() >= options_.max_connections) {
+      close(c);
+      continue;
+    }
+    conns_.emplace_back();
+    Conn& conn = conns_.back();
+    conn.thread = std::thread([this, c, &conn] {
+      Serve(c);
+      close(c);
+      conn.done.store(true);
+    });
+  }
+}
+
+void EgressProxy::Refuse(int client, int code, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.refused;
+    stats_.last_refusal = why;
+  }
+  std::string body = "deepbox egress proxy: " + why + "\n";
+  const char* text = code == 403 ? "Forbidden" : code == 400 ? "Bad Request" : "Bad Gateway";
+  (void)WriteAll(client, fmt::format("HTTP/1.1 {} {}\r\nContent-Type: text/plain\r\n"
+                                     "Connection: close\r\nContent-Length: {}\r\n\r\n{}",
+                                     code, text, body.size(), body));
+}
+
+Result<UniqueFd> EgressProxy::Upstream(const std::string& host, int port, std::string* refusal) {
+  if (IsIpLiteral(host)) {
+    *refusal = fmt::format("{} is an address: only allowed names are reachable", host);
+    return MakeError(ErrorCode::kPermissionDenied, *refusal);
+  }
+  if (!AllowlistMatches(options_.allow, host, port)) {
+    *refusal = fmt::format("{}:{} is not on this sandbox's allowlist", host, port);
+    return MakeError(ErrorCode::kPermissionDenied, *refusal);
+  }
+  auto addrs = ResolveHost(host, options_.nameservers, options_.dns_timeout);
+  if (!addrs) return tl::unexpected(addrs.error());
+  if (addrs->empty()) return MakeError(ErrorCode::kNotFound, host + " has no address");
+  for (const auto& a : *addrs) {
+    if (AddressBlocked(reinterpret_cast<const sockaddr*>(&a))) {
+      *refusal = fmt::format(
+          "{} resolves to {}, a blocked (private, loopback, link-local or "
+          "reserved) address",
+          host, AddressText(a));
+      return MakeError(ErrorCode::kPermissionDenied, *refusal);
+    }
+  }
+  Error last(ErrorCode::kUnavailable, "no address");
+  for (auto a : *addrs) {
+    socklen_t len;
+    if (a.ss_family == AF_INET) {
+      reinterpret_cast<sockaddr_in*>(&a)->sin_port = htons(static_cast<uint16_t>(port));
+      len = sizeof(sockaddr_in);
+    } else {
+      reinterpret_cast<sockaddr_in6*>(&a)->sin6_port = htons(static_cast<uint16_t>(port));
+      len = sizeof(sockaddr_in6);
+    }
+    UniqueFd s(socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!s) return MakeSyscallError("socket", errno);
+    int rc = connect(s.get(), reinterpret_cast<sockaddr*>(&a), len);
+    if (rc != 0 && errno != EINPROGRESS) {
+      last = SyscallError("connect", errno, AddressText(a));
+      continue;
+    }
+    if (rc != 0) {
+      pollfd p[2] = {{s.get(), POLLOUT, 0}, {stop_.get(), POLLIN, 0}};
+      int pr = poll(p, 2, static_cast<int>(options_.connect_timeout.count()));
+      if (pr <= 0 || p[1].revents) {
+        last = Error(ErrorCode::kTimeout, "connect to " + AddressText(a) + " timed out");
+        continue;
+      }
+      int err = 0;
+      socklen_t el = sizeof(err);
+      getsockopt(s.get(), SOL_SOCKET, SO_ERROR, &err, &el);
+      if (err != 0) {
+        last = SyscallError("connect", err, AddressText(a));
+        continue;
+      }
+    }
+    return s;
+  }
+  return tl::unexpected(last);
+}
+
+void EgressProxy::Serve(int client) {
+  const int head_ms = static_cast<int>(options_.head_timeout.count());
+  std::string head;
+  char buf[4096];
+  size_t end = std::string::npos;
+  while (end == std::string::npos) {
+    if (head.size() > kMaxHead) return Refuse(client, 400, "request head too large");
+    if (WaitReadable(client, stop_.get(), head_ms) <= 0) return;
+    ssize_t n = recv(client, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    head.append(buf, static_cast<size_t>(n));
+    end = head.find("\r\n\r\n");
+  }
+  std::string rest = head.substr(end + 4);  // bytes after the head (a body, a ClientHello)
+  head.resize(end + 2);
+  size_t line_end = head.find("\r\n");
+  std::string line = head.substr(0, line_end);
+  size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
+  if (sp1 == std::string::npos || sp2 == sp1) return Refuse(client, 400, "bad request line");
+  std::string method = line.substr(0, sp1);
+  std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  std::string version = line.substr(sp2 + 1);
+  if (version.rfind("HTTP/1.", 0) != 0) return Refuse(client, 400, "only HTTP/1.x");
+  int host_count = 0;
+  std::string host_header = HeaderValue(head, "host", &host_count);
+  if (host_count > 1) return Refuse(client, 400, "more than one Host header");
+
+  std::string host, refusal;
+  int port = 0;
+  if (method == "CONNECT") {
+    if (!SplitHostPort(target, -1, &host, &port) || port < 0) {
+      return Refuse(client, 400, "CONNECT needs host:port");
+    }
+    auto up = Upstream(host, port, &refusal);
+    if (!up) return Refuse(client, refusal.empty() ? 502 : 403, up.error().message);
+    if (!WriteAll(client, "HTTP/1.1 200 Connection established\r\n\r\n")) return;
+    // The tunnel's first bytes: a TLS ClientHello must name the same host.
+    std::string hello = rest;
+    while (hello.size() < 5 ||
+           (static_cast<uint8_t>(hello[0]) == 0x16 && hello.size() < 5 + Be(hello, 3, 2))) {
+      if (hello.size() > kMaxTlsRecord) break;
+      if (WaitReadable(client, stop_.get(), head_ms) <= 0) return;
+      ssize_t n = recv(client, buf, sizeof(buf), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      hello.append(buf, static_cast<size_t>(n));
+      if (static_cast<uint8_t>(hello[0]) != 0x16) break;  // not TLS: a plain tunnel
+    }
+    if (static_cast<uint8_t>(hello[0]) == 0x16) {
+      auto sni = ParseTlsSni(hello);
+      if (!sni) {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        ++stats_.refused;
+        stats_.last_refusal = sni.error().message;
+        return;
+      }
+      if (!sni->empty() && *sni != host) {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        ++stats_.refused;
+        stats_.last_refusal = fmt::format("TLS server name {} differs from CONNECT {}", *sni, host);
+        return;  // the tunnel is already open: just close it
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.allowed;
+    }
+    return Relay(client, up->get(), hello);
+  }
+
+  // Plain HTTP: absolute-form target http://host[:port]/path.
+  if (target.rfind("http://", 0) != 0) {
+    return Refuse(client, 400, "only http:// URLs (use CONNECT for https)");
+  }
+  size_t path_at = target.find('/', 7);
+  std::string authority =
+      target.substr(7, path_at == std::string::npos ? std::string::npos : path_at - 7);
+  std::string path = path_at == std::string::npos ? "/" : target.substr(path_at);
+  if (authority.find('@') != std::string::npos) return Refuse(client, 400, "userinfo in URL");
+  if (!SplitHostPort(authority, 80, &host, &port)) return Refuse(client, 400, "bad URL host");
+  if (!host_header.empty()) {
+    std::string hh;
+    int hp = 0;
+    if (!SplitHostPort(host_header, 80, &hh, &hp) || hh != host || hp != port) {
+      return Refuse(client, 403,
+                    fmt::format("Host header {} differs from the URL's {}", host_header, host));
+    }
+  }
+  auto up = Upstream(host, port, &refusal);
+  if (!up) return Refuse(client, refusal.empty() ? 502 : 403, up.error().message);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.allowed;
+  }
+  // Origin-form request line; Proxy-* headers stay with us.
+  std::string out = fmt::format("{} {} {}\r\n", method, path, version);
+  size_t pos = line_end + 2;
+  while (pos < head.size()) {
+    size_t e = head.find("\r\n", pos);
+    std::string h = head.substr(pos, e - pos);
+    pos = e + 2;
+    if (Lower(h.substr(0, 6)) == "proxy-") continue;
+    out += h + "\r\n";
+  }
+  if (host_header.empty()) out += fmt::format("Host: {}\r\n", authority);
+  out += "\r\n";
+  Relay(client, up->get(), out + rest);
+}
+
+void EgressProxy::Relay(int a, int b, std::string pending_to_b) {
+  for (int fd : {a, b}) {
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  }
+  std::string to_b = std::move(pending_to_b), to_a;
+  bool a_eof = false, b_eof = false, a_shut = false, b_shut = false;
+  char buf[65536];
+  for (;;) {
+    if (a_eof && to_b.empty() && !b_shut) {
+      shutdown(b, SHUT_WR);
+      b_shut = true;
+    }
+    if (b_eof && to_a.empty() && !a_shut) {
+      shutdown(a, SHUT_WR);
+      a_shut = true;
+    }
+    if (a_shut && b_shut) return;
+    pollfd p[3] = {{a, 0, 0}, {b, 0, 0}, {stop_.get(), POLLIN, 0}};
+    if (!a_eof && to_b.size() < sizeof(buf)) p[0].events |= POLLIN;
+    if (!to_a.empty()) p[0].events |= POLLOUT;
+    if (!b_eof && to_a.size() < sizeof(buf)) p[1].events |= POLLIN;
+    if (!to_b.empty()) p[1].events |= POLLOUT;
+    int rc = poll(p, 3, 600000);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0 || p[2].revents) return;  // idle 10 min, or stopping
+    auto pump_in = [&](int fd, bool* eof, std::string* out) -> bool {
+      ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n > 0) {
+        out->append(buf, static_cast<size_t>(n));
+      } else if (n == 0) {
+        *eof = true;
+      } else if (errno != EAGAIN && errno != EINTR) {
+        return false;
+      }
+      return true;
+    };
+    auto pump_out = [&](int fd, std::string* data) -> bool {
+      ssize_t n = send(fd, data->data(), data->size(), MSG_NOSIGNAL);
+      if (n > 0) {
+        data->erase(0, static_cast<size_t>(n));
+      } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        return false;
+      }
+      return true;
+    };
+    if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && !a_eof && !pump_in(a, &a_eof, &to_b)) {
+      return;
+    }
+    if ((p[1].revents & (POLLIN | POLLHUP | POLLERR)) && !b_eof && !pump_in(b, &b_eof, &to_a)) {
+      return;
+    }
+    if ((p[0].revents & POLLOUT) && !pump_out(a, &to_a)) return;
+    if ((p[1].revents & POLLOUT) && !pump_out(b, &to_b)) return;
+  }
+}
+
+}  // namespace deepbox::local

@@ -1,0 +1,102 @@
+// The filtering HTTP/HTTPS proxy of `--network allow=NAMES` (one per sandbox,
+// on the host side).
+//
+// Path: the sandbox has no uplink at all, only `lo`; its nftables rules drop
+// every packet that leaves it (network.h, SandboxAllowModeNftRules). The
+// launcher creates a listening socket inside the sandbox's netns
+// (ListenInSandboxNetns: 127.0.0.1:kEgressProxyPort) and hands it to this
+// proxy, which runs in the launcher (the supervisor) and opens its upstream
+// connections from the uplink netns. HTTP(S)_PROXY in the sandbox point there.
+//
+// For each client connection:
+//   CONNECT host:port  (HTTPS)  - the host must match the allowlist (names
+//                                 only: an IP literal is refused), port 80,
+//                                 443 or one the entry names; then the first
+//                                 bytes must be a TLS ClientHello whose SNI,
+//                                 if any, names the same host (no fronting).
+//   GET http://host/... (HTTP)  - the same name check on the URL and the Host
+//                                 header (they must agree).
+// The proxy resolves the name itself (dns_client.h, the configured resolvers
+// only) and refuses the connection if ANY answer lies in a blocked range
+// (AddressBlocked: private, loopback, metadata, ...), so DNS rebinding cannot
+// lead to a private address. Refusals answer 403 with the reason.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "common/unique_fd.h"
+#include "local/dns_client.h"
+
+namespace deepbox::local {
+
+inline constexpr int kEgressProxyPort = 3128;
+inline constexpr const char* kEgressProxyAddress = "127.0.0.1";
+
+struct EgressProxyOptions {
+  std::vector<std::string> allow;      // NetworkPolicy::allow
+  std::vector<DnsServer> nameservers;  // the proxy's resolvers
+  std::string uplink_netns;            // upstream sockets are opened here ("" = ours)
+  std::chrono::milliseconds dns_timeout{3000};
+  std::chrono::milliseconds connect_timeout{10000};
+  std::chrono::milliseconds head_timeout{30000};  // request head / ClientHello
+  size_t max_connections = 256;
+};
+
+// The environment the sandbox gets ("HTTP_PROXY=http://127.0.0.1:3128", ...).
+std::vector<std::string> EgressProxyEnv();
+
+// The server name of a TLS ClientHello record: "" if it has none; an error if
+// `record` is not a complete, well-formed ClientHello (exposed for tests).
+Result<std::string> ParseTlsSni(std::string_view record);
+
+class EgressProxy {
+ public:
+  struct Stats {
+    uint64_t allowed = 0;
+    uint64_t refused = 0;
+    std::string last_refusal;
+  };
+
+  static Result<std::unique_ptr<EgressProxy>> Start(UniqueFd listener, EgressProxyOptions options);
+  ~EgressProxy();  // stops accepting, ends every connection, joins the threads
+  EgressProxy(const EgressProxy&) = delete;
+  EgressProxy& operator=(const EgressProxy&) = delete;
+
+  Stats stats() const;
+
+ private:
+  EgressProxy() = default;
+  void AcceptLoop();
+  void Serve(int client);
+  void Refuse(int client, int code, const std::string& why);
+  Result<UniqueFd> Upstream(const std::string& host, int port, std::string* refusal);
+  void Relay(int a, int b, std::string pending_to_b);
+  void ReapFinished();
+
+  EgressProxyOptions options_;
+  UniqueFd listener_;
+  UniqueFd stop_;  // eventfd: readable once stopping
+  UniqueFd uplink_ns_;
+  std::thread acceptor_;
+  struct Conn {
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  std::mutex mu_;
+  std::list<Conn> conns_;
+  mutable std::mutex stats_mu_;
+  Stats stats_;
+};
+
+}  // namespace deepbox::local

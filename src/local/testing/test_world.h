@@ -1,0 +1,418 @@
+// A test "internet": network namespaces the test creates (root only). The
+// "world" netns stands in for the host's network namespace: sandboxes get
+// their uplink (pasta, the proxy) in there, so nothing a test does ever
+// leaves this machine. Its test hosts sit one hop away in a "hosts" netns.
+//
+// world (the "host"):   w0 203.0.113.1/24, 2001:db8::1/64; default routes via
+//                       203.0.113.254 / 2001:db8::ffff (the hosts netns);
+//                       TCP 8081 on every address (its "services", loopback
+//                       included) sends "TOKEN <addr>\n"
+// hosts (the internet): w1 203.0.113.254/24, 2001:db8::ffff/64, and on lo:
+//     203.0.113.10, 2001:db8:1::10   public test host
+//     203.0.113.53, 2001:db8:1::53   test DNS server (names under .test)
+//     10.99.0.10, fd00:99::10      private host
+//     100.64.0.10                  CGNAT host
+//     169.254.169.254              fake cloud metadata
+// Servers in hosts (forked children, on every address):
+//   TCP 8080 (v4+v6)  sends "TOKEN <local address>\n" on connect
+//   TCP 80, 443       waits for the client's first bytes, then answers: an
+//                     HTTP response "TOKEN <addr> <request line>" or, after a
+//                     TLS ClientHello, "TOKEN <addr> tls\n" (not real TLS)
+//   UDP 9053          answers every datagram with "TOKEN udp" (one socket per
+//                     address: a reply must come from the address asked)
+//   DNS 53            on 203.0.113.53, 2001:db8:1::53 and 10.99.0.10:
+//                     public.test, allowed.test, www.allowed.test,
+//                     other.test -> 203.0.113.10 + 2001:db8:1::10;
+//                     private.test, rebind.allowed.test -> 10.99.0.10;
+//                     metadata.test -> 169.254.169.254; mixed.allowed.test ->
+//                     203.0.113.10 + 10.99.0.10; anything else NXDOMAIN.
+// Servers are forked before any thread exists in the test (fork + C++ code).
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/unique_fd.h"
+#include "local/dns_client.h"
+#include "local/network.h"
+
+namespace deepbox::local::testing {
+
+// A network namespace held by a paused child process.
+class NetnsHolder {
+ public:
+  NetnsHolder() {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(p[0]);
+      if (unshare(CLONE_NEWNET) != 0) _exit(1);
+      (void)!write(p[1], "r", 1);
+      for (;;) pause();
+    }
+    close(p[1]);
+    char c;
+    if (read(p[0], &c, 1) == 1) fd_.reset(open(path().c_str(), O_RDONLY | O_CLOEXEC));
+    close(p[0]);
+  }
+  ~NetnsHolder() {
+    fd_.reset();
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  NetnsHolder(const NetnsHolder&) = delete;
+  NetnsHolder& operator=(const NetnsHolder&) = delete;
+  std::string path() const { return "/proc/" + std::to_string(pid_) + "/ns/net"; }
+  int fd() const { return fd_.get(); }
+  pid_t pid() const { return pid_; }
+  bool ok() const { return fd_.valid(); }
+  Result<std::string> Ip(const std::string& batch) const {
+    return RunInNetns(fd(), {"/usr/sbin/ip", "-batch", "-"}, batch);
+  }
+  Result<std::string> Sh(const std::string& script) const {
+    return RunInNetns(fd(), {"/bin/sh", "-c", script});
+  }
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd fd_;
+};
+
+// A forked server process in a netns; killed (by its pid) on destruction.
+class WorldServer {
+ public:
+  // make_socket runs in the child after setns; serve(socket) never returns.
+  WorldServer(int netns_fd, const std::function<int()>& make_socket,
+              const std::function<void(int)>& serve) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(p[0]);
+      if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) != 0) _exit(1);
+      int s = make_socket();
+      if (s < 0) _exit(2);
+      (void)!write(p[1], "r", 1);
+      close(p[1]);
+      serve(s);
+      _exit(0);
+    }
+    close(p[1]);
+    char c;
+    ready_ = read(p[0], &c, 1) == 1;
+    close(p[0]);
+  }
+  ~WorldServer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  WorldServer(const WorldServer&) = delete;
+  WorldServer& operator=(const WorldServer&) = delete;
+  bool ready() const { return ready_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool ready_ = false;
+};
+
+inline std::string LocalAddressOf(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
+  std::string a = AddressText(ss);
+  if (a.rfind("::ffff:", 0) == 0) a = a.substr(7);
+  return a;
+}
+
+// Binds a dual-stack socket on [::]:port (type SOCK_STREAM / SOCK_DGRAM).
+inline int BindAny(int type, int port) {
+  int s = socket(AF_INET6, type | SOCK_CLOEXEC, 0);
+  if (s < 0) return -1;
+  int one = 1, zero = 0;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_port = htons(static_cast<uint16_t>(port));
+  a.sin6_addr = in6addr_any;
+  if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return -1;
+  if (type == SOCK_STREAM && listen(s, 128) != 0) return -1;
+  return s;
+}
+
+// A UDP socket bound to one address.
+inline int BindUdp(const std::string& ip, int port) {
+  sockaddr_storage ss{};
+  socklen_t len;
+  auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
+  auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
+  if (inet_pton(AF_INET, ip.c_str(), &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*a4);
+  } else if (inet_pton(AF_INET6, ip.c_str(), &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*a6);
+  } else {
+    return -1;
+  }
+  int s = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0 || bind(s, reinterpret_cast<sockaddr*>(&ss), len) != 0) return -1;
+  return s;
+}
+
+// A DNS answer for the test names (see the header comment).
+inline std::string TestDnsAnswer(const std::string& query) {
+  if (query.size() < 17) return {};
+  size_t pos = 12;
+  std::string name;
+  while (pos < query.size() && query[pos] != 0) {
+    size_t len = static_cast<uint8_t>(query[pos]);
+    if (pos + 1 + len > query.size()) return {};
+    if (!name.empty()) name += '.';
+    name += query.substr(pos + 1, len);
+    pos += 1 + len;
+  }
+  if (pos + 5 > query.size()) return {};
+  size_t qend = pos + 5;
+  uint16_t qtype = static_cast<uint16_t>((static_cast<uint8_t>(query[pos + 1]) << 8) |
+                                         static_cast<uint8_t>(query[pos + 2]));
+  for (char& c : name) c = static_cast<char>(tolower(static_cast<unsigned char>(c)));
+  static const std::map<std::string, std::vector<std::string>> kZone = {
+      {"public.test", {"203.0.113.10", "2001:db8:1::10"}},
+      {"allowed.test", {"203.0.113.10", "2001:db8:1::10"}},
+      {"www.allowed.test", {"203.0.113.10", "2001:db8:1::10"}},
+      {"other.test", {"203.0.113.10", "2001:db8:1::10"}},
+      {"private.test", {"10.99.0.10"}},
+      {"rebind.allowed.test", {"10.99.0.10"}},
+      {"metadata.test", {"169.254.169.254"}},
+      {"mixed.allowed.test", {"203.0.113.10", "10.99.0.10"}},
+  };
+  auto it = kZone.find(name);
+  std::string r = query.substr(0, qend);
+  r[2] = static_cast<char>(0x81);                             // QR, RD
+  r[3] = static_cast<char>(it == kZone.end() ? 0x83 : 0x80);  // RA; NXDOMAIN
+  std::vector<std::string> rdatas;
+  if (it != kZone.end()) {
+    for (const auto& a : it->second) {
+      unsigned char b[16];
+      if (qtype == 1 && inet_pton(AF_INET, a.c_str(), b) == 1) {
+        rdatas.emplace_back(reinterpret_cast<char*>(b), 4);
+      } else if (qtype == 28 && inet_pton(AF_INET6, a.c_str(), b) == 1) {
+        rdatas.emplace_back(reinterpret_cast<char*>(b), 16);
+      }
+    }
+  }
+  r[6] = 0;
+  r[7] = static_cast<char>(rdatas.size());
+  r[8] = r[9] = r[10] = r[11] = 0;
+  for (const auto& d : rdatas) {
+    r += std::string("\xc0\x0c", 2);  // the question's name
+    r += static_cast<char>(qtype >> 8);
+    r += static_cast<char>(qtype & 0xff);
+    r += std::string("\x00\x01\x00\x00\x00\x3c\x00", 7);  // IN, TTL 60
+    r += static_cast<char>(d.size());
+    r += d;
+  }
+  return r;
+}
+
+struct ChildRun {
+  int status = -1;     // waitpid status
+  std::string output;  // what fn wrote to its fd
+};
+// Forks; the child joins `netns_fd` (the world), drops to `uid` (gid = uid, no
+// groups) and exits with fn(out_fd). Only from a single-threaded test process.
+inline ChildRun RunAsUserInNetns(int netns_fd, uid_t uid, const std::function<int(int)>& fn) {
+  ChildRun run;
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return run;
+  UniqueFd r(fds[0]), w(fds[1]);
+  pid_t child = fork();
+  if (child < 0) return run;
+  if (child == 0) {
+    r.reset();
+    if (setns(netns_fd, CLONE_NEWNET) != 0 || setgroups(0, nullptr) != 0 ||
+        setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0 ||
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) {  // the uid change cleared it: /proc/PID/* of
+      _exit(120);                                   // our children must be ours to write
+    }
+    _exit(fn(w.get()));
+  }
+  w.reset();
+  char buf[4096];
+  for (ssize_t n; (n = read(r.get(), buf, sizeof(buf))) > 0;) {
+    run.output.append(buf, static_cast<size_t>(n));
+  }
+  while (waitpid(child, &run.status, 0) < 0 && errno == EINTR) {
+  }
+  return run;
+}
+
+class TestWorld {
+ public:
+  static constexpr const char* kPublic4 = "203.0.113.10";
+  static constexpr const char* kPublic6 = "2001:db8:1::10";
+  static constexpr const char* kDns4 = "203.0.113.53";
+  static constexpr const char* kDns6 = "2001:db8:1::53";
+  static constexpr const char* kPrivate4 = "10.99.0.10";
+  static constexpr const char* kPrivate6 = "fd00:99::10";
+  static constexpr const char* kCgnat4 = "100.64.0.10";
+  static constexpr const char* kMetadata4 = "169.254.169.254";
+  static constexpr const char* kUplinkAddr4 = "203.0.113.1";  // the world's own (host) address
+  static constexpr const char* kUplinkAddr6 = "2001:db8::1";
+
+  // Builds the namespace and starts the servers; "" or why it failed.
+  std::string Build(const std::string& token) {
+    token_ = token;
+    if (!ns_.ok() || !hosts_.ok()) return "cannot create a network namespace";
+    auto r = ns_.Ip(
+        "link set lo up\n"
+        "link add w0 type veth peer name w1 netns " +
+        std::to_string(hosts_.pid()) +
+        "\n"
+        "link set w0 up\n"
+        "addr add 203.0.113.1/24 dev w0\n"
+        "addr add 2001:db8::1/64 dev w0 nodad\n"
+        "route add default via 203.0.113.254\n"
+        "route add default via 2001:db8::ffff\n");
+    if (!r) return r.error().ToString();
+    r = hosts_.Ip(
+        "link set lo up\nlink set w1 up\n"
+        "addr add 203.0.113.254/24 dev w1\n"
+        "addr add 2001:db8::ffff/64 dev w1 nodad\n"
+        "route add default via 203.0.113.1\n"
+        "route add default via 2001:db8::1\n"
+        "addr add 203.0.113.10/32 dev lo\naddr add 203.0.113.53/32 dev lo\n"
+        "addr add 10.99.0.10/32 dev lo\naddr add 100.64.0.10/32 dev lo\n"
+        "addr add 169.254.169.254/32 dev lo\n"
+        "addr add 2001:db8:1::10/128 dev lo\naddr add 2001:db8:1::53/128 dev lo\n"
+        "addr add fd00:99::10/128 dev lo\n");
+    if (!r) return r.error().ToString();
+    const std::string tok = token_;
+    auto line = [tok](int s) {
+      for (;;) {
+        int c = accept4(s, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) continue;
+        std::string msg = tok + " " + LocalAddressOf(c) + "\n";
+        (void)!write(c, msg.data(), msg.size());
+        close(c);
+      }
+    };
+    auto web = [tok](int s) {
+      for (;;) {
+        int c = accept4(s, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) continue;
+        if (fork() == 0) {
+          char buf[8192];
+          std::string got;
+          pollfd p{c, POLLIN, 0};
+          while (poll(&p, 1, 5000) > 0) {
+            ssize_t n = read(c, buf, sizeof(buf));
+            if (n <= 0) break;
+            got.append(buf, static_cast<size_t>(n));
+            if (static_cast<uint8_t>(got[0]) == 0x16 || got.find("\r\n\r\n") != std::string::npos) {
+              break;
+            }
+          }
+          std::string msg;
+          if (!got.empty() && static_cast<uint8_t>(got[0]) == 0x16) {
+            msg = tok + " " + LocalAddressOf(c) + " tls\n";
+          } else {
+            std::string body =
+                tok + " " + LocalAddressOf(c) + " " + got.substr(0, got.find('\r')) + "\n";
+            msg = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                  "\r\nConnection: close\r\n\r\n" + body;
+          }
+          (void)!write(c, msg.data(), msg.size());
+          _exit(0);
+        }
+        close(c);
+        while (waitpid(-1, nullptr, WNOHANG) > 0) {
+        }
+      }
+    };
+    auto udp = [tok](int s) {
+      char buf[2048];
+      for (;;) {
+        sockaddr_storage from{};
+        socklen_t len = sizeof(from);
+        ssize_t n = recvfrom(s, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &len);
+        if (n < 0) continue;
+        std::string msg = tok + " udp";
+        sendto(s, msg.data(), msg.size(), 0, reinterpret_cast<sockaddr*>(&from), len);
+      }
+    };
+    auto dns = [](int s) {
+      char buf[2048];
+      for (;;) {
+        sockaddr_storage from{};
+        socklen_t len = sizeof(from);
+        ssize_t n = recvfrom(s, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &len);
+        if (n < 0) continue;
+        std::string answer = TestDnsAnswer(std::string(buf, static_cast<size_t>(n)));
+        if (!answer.empty()) {
+          sendto(s, answer.data(), answer.size(), 0, reinterpret_cast<sockaddr*>(&from), len);
+        }
+      }
+    };
+    const int h = hosts_.fd();
+    servers_.push_back(std::make_unique<WorldServer>(
+        h, [] { return BindAny(SOCK_STREAM, 8080); }, line));
+    servers_.push_back(std::make_unique<WorldServer>(
+        h, [] { return BindAny(SOCK_STREAM, 80); }, web));
+    servers_.push_back(std::make_unique<WorldServer>(
+        h, [] { return BindAny(SOCK_STREAM, 443); }, web));
+    for (const char* a : {kPublic4, kPublic6, kPrivate4, kPrivate6, kMetadata4}) {
+      servers_.push_back(std::make_unique<WorldServer>(
+          h, [a] { return BindUdp(a, 9053); }, udp));
+    }
+    for (const char* a : {kDns4, kDns6, kPrivate4}) {
+      servers_.push_back(std::make_unique<WorldServer>(
+          h, [a] { return BindUdp(a, 53); }, dns));
+    }
+    // The "host's" own services, on its loopback and its addresses.
+    servers_.push_back(std::make_unique<WorldServer>(
+        ns_.fd(), [] { return BindAny(SOCK_STREAM, 8081); }, line));
+    for (const auto& s : servers_) {
+      if (!s->ready()) return "a test server could not start";
+    }
+    return {};
+  }
+
+  const NetnsHolder& ns() const { return ns_; }  // the "host"
+  const NetnsHolder& hosts() const { return hosts_; }
+  const std::string& token() const { return token_; }
+  // The nameservers a sandbox in this world uses.
+  static std::vector<std::string> Nameservers() { return {kDns4, kDns6}; }
+
+ private:
+  NetnsHolder ns_;
+  NetnsHolder hosts_;
+  std::string token_;
+  std::vector<std::unique_ptr<WorldServer>> servers_;
+};
+
+}  // namespace deepbox::local::testing
