@@ -1,7 +1,7 @@
 """Per tool call from Python: DeepboxSandbox (native daemon API) vs deepagents' stock BaseSandbox.
 
-Both run against the same deepbox sandbox in the same process, interleaved
-round by round, so the ratio compares like with like. The stock side is
+Both run against the same deepbox sandbox in the same process (native
+blocks around the stock block), so the ratio compares like with like. The stock side is
 deepagents' own ``BaseSandbox`` whose only primitives (execute, upload,
 download) are deepbox's: every file operation runs a python3 script in the
 sandbox, as with any BaseSandbox provider.
@@ -118,10 +118,13 @@ def bench_tools(sb: Sandbox, rounds: int) -> dict[str, dict[str, float]]:
         for fn in (n_ops[name], s_ops[name]):  # warm up (connections, page cache)
             for _ in range(3):
                 check(name, fn())
+        # Blocks, not alternation: a stock call leaves a python3 exiting in the
+        # sandbox, which would be billed to the next native call. Native blocks
+        # before and after the stock block cancel out drift.
         nt: list[float] = []
         st: list[float] = []
-        for _ in range(rounds):
-            for fn, acc in ((n_ops[name], nt), (s_ops[name], st)):
+        for fn, acc, n in ((n_ops[name], nt, rounds * 3), (s_ops[name], st, rounds), (n_ops[name], nt, rounds * 3)):
+            for _ in range(n):
                 t = time.perf_counter()
                 r = fn()
                 acc.append(time.perf_counter() - t)
