@@ -229,9 +229,22 @@ Status KubeClient::PrepareHeaders(net::Headers& headers) {
   if (!creds) return tl::unexpected(creds.error());
   headers.Set("Accept", "application/json");
   if (!creds->token.empty()) {
+    // From a file or a plugin: a line break would forge headers, and the HTTP
+    // layer cannot carry a value of 64 KiB or more.
+    if (!IsHeaderToken(creds->token)) {
+      return MakeError(ErrorCode::kUnauthenticated,
+                       fmt::format("{}: the bearer token is not a single HTTP header token "
+                                   "(printable ASCII without spaces, at most {} bytes)",
+                                   config_.source, kMaxHeaderToken));
+    }
     headers.Set("Authorization", "Bearer " + creds->token);
   } else if (!creds->username.empty()) {
-    headers.Set("Authorization", "Basic " + Base64Encode(creds->username + ":" + creds->password));
+    std::string basic = Base64Encode(creds->username + ":" + creds->password);
+    if (basic.size() > kMaxHeaderToken) {
+      return MakeError(ErrorCode::kUnauthenticated,
+                       fmt::format("{}: the username and password are too long", config_.source));
+    }
+    headers.Set("Authorization", "Basic " + basic);
   }
   return {};
 }

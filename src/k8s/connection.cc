@@ -10,6 +10,7 @@
 #include "common/parse_number.h"
 #include "common/terminal_text.h"
 #include "k8s/socket_owner.h"
+#include "k8s/util.h"
 
 namespace deepbox::k8s {
 
@@ -350,6 +351,12 @@ void PortForward::Stop() {
 Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const ConnectionOptions& options,
                                                                    const ClaimedSandbox& sandbox) {
   std::unique_ptr<SandboxConnection> c(new SandboxConnection());
+  if (!options.router_token.empty() && !IsHeaderToken(options.router_token)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("the router token must be printable ASCII without spaces, at "
+                                 "most {} bytes",
+                                 kMaxHeaderToken));
+  }
   RouterTarget target{sandbox.sandbox_name, sandbox.namespace_name, options.daemon_port,
                       options.send_pod_ip ? sandbox.pod_ip : "", options.router_token};
   switch (options.mode) {

@@ -406,6 +406,15 @@ TEST_F(ConnectionTest, DirectAndInClusterEndpoints) {
   ConnectionOptions bad;
   bad.mode = ConnectionMode::kDirect;
   EXPECT_FALSE(SandboxConnection::Open(bad, Claimed()));
+  // A token that would forge or break headers.
+  for (std::string token :
+       {std::string("a\r\nX-Evil: 1"), std::string("a b"), std::string(70000, 't')}) {
+    ConnectionOptions forged = direct;
+    forged.router_token = token;
+    auto r = SandboxConnection::Open(forged, Claimed());
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  }
 }
 
 TEST_F(ConnectionTest, TheTestRouterValidatesLikeUpstream) {

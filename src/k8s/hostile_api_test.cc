@@ -44,8 +44,9 @@ class ScriptedServer {
   }
   ~ScriptedServer() { server_->Stop(); }
 
-  std::unique_ptr<KubeClient> Client(ClientOptions options = {}) {
+  std::unique_ptr<KubeClient> Client(ClientOptions options = {}, std::string token = "") {
     RestConfig rc;
+    rc.token = std::move(token);
     rc.server = fmt::format("http://127.0.0.1:{}", server_->port());
     rc.source = "scripted API server";
     options.initial_backoff = 1ms;
@@ -284,6 +285,19 @@ TEST(HostileApiServerTest, DeleteBySelectorRefusesInvalidNamesBeforeDeletingAnyt
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("invalid name"), std::string::npos) << r.error().message;
   for (const auto& s : server.seen()) EXPECT_FALSE(s.starts_with("DELETE")) << s;
+}
+
+TEST(HostileCredentialsTest, ATokenThatCannotBeAHeaderIsRefusedBeforeSending) {
+  ScriptedServer server([](const net::Request&) { return Body(200, "{}"); });
+  for (std::string token :
+       {std::string("tok\r\nX-Evil: 1"), std::string("two words"), std::string("t\x1b[2J"),
+        std::string(70000, 't'), std::string("caf\xc3\xa9")}) {
+    auto r = server.Client({}, token)->Get(kClaims, "default", "x");
+    ASSERT_FALSE(r) << token.substr(0, 20);
+    EXPECT_EQ(r.error().code, ErrorCode::kUnauthenticated) << r.error().message;
+  }
+  EXPECT_TRUE(server.seen().empty());
+  EXPECT_TRUE(server.Client({}, std::string(60000, 't'))->Get(kClaims, "default", "x"));
 }
 
 TEST(HostileTimesTest, TimestampsOutsideTheClocksRangeAreErrors) {

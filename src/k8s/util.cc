@@ -158,6 +158,14 @@ bool IsDnsSubdomain(std::string_view s) {
 
 }  // namespace
 
+bool IsHeaderToken(std::string_view token) {
+  if (token.empty() || token.size() > kMaxHeaderToken) return false;
+  for (unsigned char c : token) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
 bool IsObjectName(std::string_view name) { return name.size() <= 253 && IsDnsSubdomain(name); }
 
 Status ValidateLabels(const std::map<std::string, std::string>& labels) {

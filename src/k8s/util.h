@@ -37,6 +37,11 @@ Status ValidateLabels(const std::map<std::string, std::string>& labels);
 // and nothing that could break out of a URL path or an HTTP header.
 bool IsObjectName(std::string_view name);
 
+// A credential that can go in an HTTP header ("Bearer <token>"): 1 to
+// kMaxHeaderToken bytes of printable ASCII, no spaces or control characters.
+inline constexpr size_t kMaxHeaderToken = 60000;
+bool IsHeaderToken(std::string_view token);
+
 // Nested lookups in JSON objects; nullptr / "" when a step is missing. (The
 // json::object overloads matter: binding an object to `const json::value&`
 // would copy it into a temporary and return a dangling pointer.)
