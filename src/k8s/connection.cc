@@ -158,9 +158,12 @@ Status PortForward::Launch(int port) {
       return fail(ErrorCode::kTimeout, fmt::format("{} did not say where it listens within {} ms",
                                                    what, options_.ready_timeout.count()));
     }
-    pollfd fds[3];
+    pollfd fds[4];
     int n = 0;
     int out_idx = -1, err_idx = -1;
+    // Stop() during a restart ends the wait at once.
+    const int stop_idx = n;
+    fds[n++] = {stop_fd_.get(), POLLIN, 0};
     if (out) {
       out_idx = n;
       fds[n++] = {out.get(), POLLIN, 0};
@@ -176,6 +179,9 @@ Status PortForward::Launch(int port) {
     if (::poll(fds, static_cast<nfds_t>(n), wait_ms) < 0 && errno != EINTR) {
       return fail(ErrorCode::kInternal,
                   fmt::format("{}: {}", what, SyscallError("poll", errno).message));
+    }
+    if (fds[stop_idx].revents != 0) {
+      return fail(ErrorCode::kCancelled, fmt::format("{}: the port-forward was stopped", what));
     }
     if (err_idx >= 0 && fds[err_idx].revents != 0) drain(err, keep_errors);
     if (out_idx < 0 || fds[out_idx].revents == 0) continue;

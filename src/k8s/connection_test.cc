@@ -346,6 +346,33 @@ TEST_F(ConnectionTest, AWrapperThatDoesNotExecKubectlIsAccepted) {
   EXPECT_EQ(FindString(*echo, {"path"}), "/wrapped");
 }
 
+TEST_F(ConnectionTest, StopDuringARestartEndsIt) {
+  // The restart's kubectl never says where it listens; the ready timeout is
+  // far away, so only Stop() can end the wait (else this test hangs).
+  PortForwardOptions o = Options();
+  o.ready_timeout = std::chrono::hours(1);
+  o.kubectl = Script(dir_, "stuck-kubectl",
+                     fmt::format(R"(if [ -e '{dir}/second' ]; then
+  echo $$ > '{dir}/second-pid'
+  exec sleep 100000
+fi
+touch '{dir}/second'
+exec '{fake}' "$@"
+)",
+                                 fmt::arg("dir", dir_), fmt::arg("fake", FakeKubectl())));
+  auto pf = PortForward::Start(o);
+  ASSERT_TRUE(pf) << pf.error().ToString();
+  ASSERT_EQ(::kill((*pf)->pid(), SIGKILL), 0);
+  std::string pid_text;
+  ASSERT_TRUE(testing::WaitUntil([&] {
+    std::ifstream in(dir_ + "/second-pid");
+    return static_cast<bool>(std::getline(in, pid_text)) && !pid_text.empty();
+  }));
+  (*pf)->Stop();
+  EXPECT_FALSE((*pf)->Health());
+  EXPECT_NE(::kill(std::atoi(pid_text.c_str()), 0), 0);  // killed and reaped
+}
+
 TEST_F(ConnectionTest, APortTakenDuringARestartIsRefused) {
   // First run: the real fake kubectl. Second run (the restart): wait until the
   // test holds the port, then claim it without listening.
