@@ -16,6 +16,7 @@
 #include "local/lifecycle/provider.h"
 #include "local/namespaces.h"
 #include "local/network.h"
+#include "local/uplink.h"
 
 namespace deepbox::cli {
 namespace {
@@ -103,18 +104,44 @@ int RunDoctor(const DoctorArgs& args) {
   for (std::string l; std::getline(desc, l);) line("  " + l);
   line("  wall-clock TTL: enforced by the sandbox's supervisor (deepbox sandbox create --ttl)");
 
-  // Network
-  local::NetworkProbe probe = local::ProbePublicNetwork(local::PublicNetworkConfig{});
+  // Network: each mode and the mechanism a sandbox gets for it here.
+  local::PublicNetworkConfig net_config;
+  local::NetworkProbe probe = local::ChooseUplink(net_config);
+  std::string allow_obstacle = local::AllowModeObstacle(net_config);
+  std::string mechanism;
+  if (probe.uplink == local::Uplink::kVeth) {
+    mechanism = "veth pair + NAT in the host's network namespace (kernel path, IPv4 only)";
+  } else if (probe.uplink == local::Uplink::kPasta) {
+    mechanism = "pasta, a userspace uplink per sandbox (IPv4 and IPv6, no ip_forward needed)";
+  }
   report["public_network"] = probe.public_possible;
+  report["public_network_uplink"] = std::string(local::UplinkName(probe.uplink));
   report["public_network_reason"] = JsonString(probe.reason);
+  report["public_network_veth"] = JsonString(probe.veth_reason);
+  report["public_network_pasta"] = JsonString(probe.pasta_reason);
+  report["allow_network"] = allow_obstacle.empty();
+  report["allow_network_reason"] = JsonString(allow_obstacle.empty() ? "ok" : allow_obstacle);
   report["default_network"] = probe.public_possible ? "public" : "none";
-  line(fmt::format("network none:     yes (loopback only)"));
+  line("network none:     yes (loopback only)");
   line(fmt::format("network public:   {}",
-                   probe.public_possible ? "yes (egress to the internet; private ranges refused)"
-                                         : "NO - " + probe.reason));
-  line(fmt::format(
-      "default network:  {}",
-      probe.public_possible ? "public" : "none (public is not possible here: fail closed)"));
+                   probe.public_possible
+                       ? "yes, via " + mechanism +
+                             "; private, CGNAT, metadata, link-local, loopback, multicast and "
+                             "the host's own addresses refused inside the sandbox (nftables)"
+                       : "NO - " + probe.reason));
+  line(fmt::format("  veth/NAT:       {}", probe.veth_reason));
+  line(fmt::format("  pasta:          {}", probe.pasta_reason));
+  line(fmt::format("network allow=:   {}",
+                   allow_obstacle.empty()
+                       ? "yes, via a per-sandbox filtering HTTP/HTTPS proxy on the host side "
+                         "(HTTP(S)_PROXY inside; names checked on CONNECT/SNI/Host and resolved "
+                         "by the proxy; every other packet dropped)"
+                       : "NO - " + allow_obstacle));
+  line(fmt::format("default network:  {}",
+                   probe.public_possible
+                       ? "public (via " + std::string(local::UplinkName(probe.uplink)) + ")"
+                       : "none (public is not possible here: fail closed; an explicit "
+                         "--network public fails)"));
 
   // Binaries and state
   auto deepbox_bin = local::lifecycle::LocateDeepbox();

@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "local/lifecycle/supervisor.h"
+#include "local/network.h"
 
 namespace deepbox::cli {
 namespace {
@@ -26,6 +27,16 @@ constexpr const char* kExitCodesHelp =
     "Environment: DEEPBOX_STATE_DIR (state directory; default /run/deepbox as root,\n"
     "else $XDG_RUNTIME_DIR/deepbox), DEEPBOX_SANDBOXD (the deepbox-sandboxd binary;\n"
     "default: next to deepbox).";
+
+// --network: none | public | allow=NAME[,NAME...] (checked like the provider does).
+CLI::Validator NetworkValidator() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        auto policy = deepbox::local::ParseNetworkPolicy(value);
+        return policy ? std::string() : policy.error().message;
+      },
+      "none|public|allow=NAMES");
+}
 
 constexpr const char* kExecHelp =
     "Exit codes: the command's own exit status; otherwise\n"
@@ -113,11 +124,14 @@ void RegisterSandboxCommands(CLI::App& app) {
       ->capture_default_str();
   create
       ->add_option("--network", create_args->network,
-                   "none: loopback only; public: internet egress, private ranges and\n"
-                   "host services refused, no ingress. Default: public where this host\n"
-                   "supports it, else none (with a warning); an explicit public that\n"
-                   "this host cannot provide fails (exit 4)")
-      ->check(CLI::IsMember({"none", "public"}));
+                   "none: loopback only; public: internet egress (IPv4 and IPv6),\n"
+                   "private/metadata/loopback ranges and host services refused, no\n"
+                   "ingress; allow=NAME[,NAME...]: only those names over HTTP(S), e.g.\n"
+                   "allow=pypi.org,files.pythonhosted.org,*.github.com, through a filtering\n"
+                   "proxy (HTTP(S)_PROXY is set inside). Default: public where this host\n"
+                   "supports it, else none (with a warning); an explicit public or allow\n"
+                   "that this host cannot provide fails (exit 4). See `deepbox doctor`")
+      ->check(NetworkValidator());
   create->add_option("--rootfs", create_args->rootfs,
                      "Root filesystem directory (e.g. an unpacked OCI image) instead of the\n"
                      "host's system directories (a missing one is a usage error, exit 2)");
@@ -225,8 +239,9 @@ void RegisterPoolCommands(CLI::App& app) {
   serve->add_option("--name", args->name, "Pool name")->capture_default_str();
   serve
       ->add_option("--network", args->network,
-                   "Network of the warm sandboxes (none|public; default: host default)")
-      ->check(CLI::IsMember({"none", "public"}));
+                   "Network of the warm sandboxes (none|public|allow=NAMES; default: host\n"
+                   "default)")
+      ->check(NetworkValidator());
   serve->add_option("--rootfs", args->rootfs, "Root filesystem directory of the warm sandboxes");
   serve->add_option("--parallel", args->parallel, "Sandboxes created at once")
       ->check(CLI::PositiveNumber)

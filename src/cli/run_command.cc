@@ -9,6 +9,7 @@
 #ifdef DEEPBOX_HAVE_AGENT
 #include "cli/run_config.h"
 #include "cli/run_session.h"
+#include "local/network.h"
 #endif
 
 namespace deepbox::cli {
@@ -79,9 +80,16 @@ void RegisterRunCommand(CLI::App& app) {
                   "local: warm pool to take a ready sandbox from (`deepbox pool serve`).\n"
                   "Default: default");
   cmd->add_option("--network", flags->network,
-                  "local: none (loopback only) or public (internet egress, private ranges\n"
-                  "refused). Default: public where the host supports it, else none")
-      ->check(CLI::IsMember({"none", "public"}));
+                  "local: none (loopback only), public (internet egress, private ranges\n"
+                  "refused) or allow=NAME[,NAME...] (only those names over HTTP(S), e.g.\n"
+                  "allow=pypi.org,*.github.com). Default: public where the host supports\n"
+                  "it, else none")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            auto p = local::ParseNetworkPolicy(v);
+            return p ? std::string() : p.error().message;
+          },
+          "none|public|allow=NAMES"));
   cmd->add_option("--namespace,-n", flags->namespace_name,
                   "k8s: namespace of the warm pool and claims. Env AGENT_SANDBOX_NAMESPACE;\n"
                   "default: the kubeconfig context's namespace, else default");

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "local/lifecycle/selector.h"
+#include "local/network.h"
 
 namespace deepbox::run {
 
@@ -271,8 +272,8 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     return tl::unexpected(st.error());
   }
   if (!c.network.empty()) {
-    if (auto st = OneOf("--network", c.network, {"none", "public"}); !st) {
-      return tl::unexpected(st.error());
+    if (auto p = local::ParseNetworkPolicy(c.network); !p) {
+      return MakeError(ErrorCode::kInvalidArgument, "--network: " + p.error().message);
     }
   }
   if (c.model.empty()) return MakeError(ErrorCode::kInvalidArgument, "--model: empty model spec");

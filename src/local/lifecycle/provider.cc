@@ -17,6 +17,7 @@
 
 #include "common/unique_fd.h"
 #include "local/lifecycle/supervisor.h"
+#include "local/network.h"
 
 namespace deepbox::local::lifecycle {
 namespace {
@@ -179,9 +180,10 @@ Status LocalSandboxProvider::ValidateClaim(const ClaimOptions& options, std::str
     if (auto st = ValidateLabelKey(k); !st) return st;
     if (auto st = ValidateLabelValue(k, v); !st) return st;
   }
-  if (!options.network.empty() && options.network != "none" && options.network != "public") {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("bad network '{}': use none or public", options.network));
+  if (!options.network.empty()) {
+    if (auto policy = ParseNetworkPolicy(options.network); !policy) {
+      return tl::unexpected(policy.error());
+    }
   }
   if (options.ttl.count() < 0) return MakeError(ErrorCode::kInvalidArgument, "TTL must be >= 0");
   rootfs->clear();

@@ -93,24 +93,9 @@ std::vector<std::string> CgroupCandidates(const std::string& id) {
   return out;
 }
 
-// Whether `public` can work here, cheaply (the launcher probes fully and fails
-// closed to `none` too). Returns "" if it may, else the reason it cannot.
-std::string PublicNetworkObstacle() {
-  PublicNetworkConfig cfg;
-  for (const auto& bin : {cfg.ip_path, cfg.nft_path}) {
-    if (access(bin.c_str(), X_OK) != 0) {
-      return fmt::format("{} is missing (install iproute2 and nftables)", bin);
-    }
-  }
-  std::ifstream in("/proc/sys/net/ipv4/ip_forward");
-  char c = '0';
-  in >> c;
-  if (c != '1') {
-    return "net.ipv4.ip_forward is 0 on this host, so sandbox traffic cannot be routed out "
-           "(enable it, or use network none)";
-  }
-  return {};
-}
+// Whether `public` can work here and through what (veth or pasta, see
+// local/uplink.h; the launcher probes again and fails closed to `none` too).
+NetworkProbe PublicNetworkProbe() { return ChooseUplink(PublicNetworkConfig{}); }
 
 class Supervisor {
  public:
@@ -183,20 +168,31 @@ Status Supervisor::Prepare() {
   // The first record names us, before anything that could leak is created.
   if (auto st = store_.Write(meta_); !st) return st;
 
-  // Network: public where the host can do it, else fail closed to none.
+  // Network: public where the host can do it, else fail closed to none; an
+  // allowlist never falls back (the create fails with the reason).
   std::string want = req_.network.empty() ? "public" : req_.network;
   meta_.network = "none";
   if (want == "public") {
-    std::string obstacle = PublicNetworkObstacle();
-    if (obstacle.empty()) {
-      auto slot = store_.ReserveNetSlot(req_.id);
-      if (!slot) return tl::unexpected(slot.error());
-      meta_.net_slot = *slot;
+    NetworkProbe probe = PublicNetworkProbe();
+    if (probe.public_possible) {
+      if (probe.uplink == Uplink::kVeth) {  // only veth uses a slot (its /30)
+        auto slot = store_.ReserveNetSlot(req_.id);
+        if (!slot) return tl::unexpected(slot.error());
+        meta_.net_slot = *slot;
+      }
       meta_.network = "public";
     } else {
       meta_.network_note =
-          "network 'public' is not available on this host, using 'none': " + obstacle;
+          "network 'public' is not available on this host, using 'none': " + probe.reason;
     }
+  } else if (want != "none") {
+    auto policy = ParseNetworkPolicy(want);
+    if (!policy) return tl::unexpected(policy.error());
+    if (std::string why = AllowModeObstacle(PublicNetworkConfig{}); !why.empty()) {
+      return MakeError(ErrorCode::kUnavailable,
+                       fmt::format("network '{}' is not available on this host: {}", want, why));
+    }
+    meta_.network = policy->ToString();
   }
   if (auto st = store_.Write(meta_); !st) return st;
   if (mkdir(paths_.workspace.c_str(), 0700) != 0) {
@@ -218,7 +214,15 @@ Status Supervisor::LaunchSandbox() {
               "HOME=/workspace", "LANG=C.UTF-8", "USER=sandbox", "TERM=xterm-256color"};
   spec.hostname = req_.id;
   spec.network = meta_.network == "public" ? NetworkMode::kPublic : NetworkMode::kNone;
+  if (auto policy = ParseNetworkPolicy(meta_.network);
+      policy && policy->mode == NetworkMode::kAllow) {
+    spec.network = NetworkMode::kAllow;
+    spec.public_network.allow = policy->allow;
+  }
   if (meta_.net_slot) spec.public_network.slot = *meta_.net_slot;
+  if (spec.network == NetworkMode::kPublic) {  // what Prepare chose (a slot: veth)
+    spec.public_network.uplink = meta_.net_slot ? UplinkChoice::kVeth : UplinkChoice::kPasta;
+  }
   spec.limits = req_.limits.ToLaunchLimits();
   spec.die_with_parent = true;  // we are the launching (main) thread: our death kills it
   spec.use_cgroups = geteuid() == 0;
@@ -248,7 +252,9 @@ Status Supervisor::LaunchSandbox() {
   launched_ns_ = MonoNs();
   meta_.init.pid = sp_.pid();
   meta_.init.start_time = ProcessStartTime(sp_.pid()).value_or(0);
-  meta_.network = std::string(NetworkModeName(sp_.network()));
+  if (sp_.network() != NetworkMode::kAllow) {  // allow keeps its list ("allow=a,b")
+    meta_.network = std::string(NetworkModeName(sp_.network()));
+  }
   if (!sp_.network_note().empty()) meta_.network_note = sp_.network_note();
   meta_.limits_note = UnenforcedLimitsNote(req_.limits, sp_.limits());
   const auto& t = sp_.timings();
