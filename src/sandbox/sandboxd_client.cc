@@ -1,8 +1,14 @@
 #include "sandbox/sandboxd_client.h"
 
 #include <fmt/format.h>
+#include <sys/random.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
 
 #include "common/base64.h"
 #include "common/json.h"
@@ -14,6 +20,21 @@ namespace deepbox {
 namespace {
 
 using namespace std::chrono_literals;
+
+// An unguessable id (exec ids: a re-attach must not find someone else's exec).
+std::string RandomHexId(size_t bytes) {
+  std::string raw(bytes, '\0');
+  if (getrandom(raw.data(), raw.size(), 0) != static_cast<ssize_t>(raw.size())) {
+    for (auto& c : raw) c = static_cast<char>(std::rand());
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : raw) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
 
 // A daemon's error message is shown to people and models: keep it bounded.
 constexpr size_t kMaxDaemonMessage = 4096;
@@ -290,6 +311,7 @@ Result<std::unique_ptr<SandboxdClient>> SandboxdClient::Connect(const std::strin
       if (f.as_string() == "exec_output_base64") client->exec_base64_ = true;
       if (f.as_string() == "exec_stdin_stream") client->exec_stdin_stream_ = true;
       if (f.as_string() == "exec_tty") client->exec_tty_ = true;
+      if (f.as_string() == "exec_attach") client->exec_attach_ = true;
     }
   }
   client->id_ = client->options_.id.empty() ? hostname : client->options_.id;
@@ -356,84 +378,153 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
                                  "{}: it does not offer it",
                                  id_, request.tty ? "a terminal (tty)" : "streamed stdin"));
   }
-  net::ClientRequest req;
-  req.method = "POST";
-  req.target = "/deepbox/v1/exec/stream";
-  req.headers.Set("Content-Type", "application/json");
-  req.body = ToJson(ExecBody(request, exec_base64_));
-  req.timeout = CommandDeadline(request, options_.request_slack);
+  // A non-interactive exec gets an id: if a proxy or router cuts the stream,
+  // the client re-attaches to the rest of it instead of running it again.
+  json::object exec_body = ExecBody(request, exec_base64_);
+  std::string exec_id;
+  if (!request.stdin_stream && exec_attach_) {
+    exec_id = "x" + RandomHexId(16);
+    exec_body["exec_id"] = exec_id;
+  }
+  // 0: no client deadline (the daemon's default timeout applies).
+  const auto limit = CommandDeadline(request, options_.request_slack);
+  const auto deadline = limit.count() > 0 ? std::chrono::steady_clock::now() + limit
+                                          : std::chrono::steady_clock::time_point::max();
+
   std::optional<SessionInput> input;
-  std::string pending;
   std::optional<ExecResult> result;
   std::optional<Error> failure;
+  uint64_t events = 0;  // events consumed (keepalives, "started" and "gap" not counted)
+  bool output_lost = false;
+
+  // One request: the original exec/stream, or an exec/attach after a cut.
+  // Returns the transport's result; `status`/`error_body` describe the answer.
+  auto attempt = [&](const std::string& target, const std::string& body, int& status,
+                     std::string& error_body) {
+    net::ClientRequest req;
+    req.method = "POST";
+    req.target = target;
+    req.headers.Set("Content-Type", "application/json");
+    // Sent chunked: a Go httputil.ReverseProxy (the agent-sandbox router)
+    // forwarding a Content-Length body reads it once more after sending it;
+    // a daemon that answers at once races that read, and the proxy then drops
+    // the stream (issue 12). With chunked framing the read ends first.
+    auto offset = std::make_shared<size_t>(0);
+    req.body_source = [offset, &body](char* buf, size_t size) -> Result<size_t> {
+      size_t n = std::min(size, body.size() - *offset);
+      std::memcpy(buf, body.data() + *offset, n);
+      *offset += n;
+      return n;
+    };
+    if (limit.count() > 0) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      req.timeout = std::max(left, std::chrono::milliseconds(1));
+    }
+    std::string pending;
+    status = 0;
+    return http_->SendStreaming(
+        req,
+        [&](const net::Response& head) {
+          status = head.status;
+          return true;
+        },
+        [&](std::string_view data) {
+          if (status != 200) {  // an error answer: a bounded part is enough for the message
+            if (error_body.size() < 64 * 1024) error_body.append(data.substr(0, 64 * 1024));
+            return true;
+          }
+          pending.append(data);
+          size_t start = 0;
+          for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+            auto ev = ParseJsonObject(std::string_view(pending).substr(start, nl - start));
+            if (!ev) continue;
+            auto type = StrOr(*ev, "type");
+            if (type == "keepalive") {
+              // An empty delivery lets the caller cancel a silent command.
+              if (!on_output(OutputStream::kStdout, std::string_view())) {
+                failure = Error(ErrorCode::kCancelled, "command cancelled by the caller");
+                return false;
+              }
+              continue;
+            }
+            if (type == "started") {
+              if (!request.stdin_stream || input) continue;
+              std::string session = StrOr(*ev, "session");
+              if (!ValidSessionId(session)) {
+                failure = InvalidAnswer("session", "an id of letters, digits, - and _");
+                return false;
+              }
+              input.emplace(*http_, id_, std::move(session));
+              if (request.on_started) request.on_started(*input);
+              continue;
+            }
+            if (type == "gap") {  // events lost from the daemon's record
+              output_lost = true;
+              auto next = ev->find("next_event");
+              if (next != ev->end() && next->value().is_int64() &&
+                  next->value().as_int64() > static_cast<int64_t>(events)) {
+                events = static_cast<uint64_t>(next->value().as_int64());
+              }
+              continue;
+            }
+            ++events;
+            if (type == "stdout" || type == "stderr") {
+              AnswerReader fields(*ev);
+              std::string bytes = OutputField(fields, *ev, "data");
+              if (auto s = fields.status(); !s) {
+                failure = s.error();
+                return false;
+              }
+              if (!on_output(type == "stdout" ? OutputStream::kStdout : OutputStream::kStderr,
+                             bytes)) {
+                failure = Error(ErrorCode::kCancelled, "command cancelled by the caller");
+                return false;
+              }
+            } else if (type == "exit") {
+              ExecResult out;
+              if (auto s = FillExit(*ev, out); !s) {
+                failure = s.error();
+                return false;
+              }
+              result = out;
+            } else if (type == "error") {
+              failure = Error(ErrorCodeFromName(StrOr(*ev, "code")), StrOr(*ev, "message"));
+            }
+          }
+          pending.erase(0, start);
+          // Event lines are small (output comes in chunks): an endless one is a
+          // hostile daemon, not a reason to run out of memory.
+          if (pending.size() > kMaxEventLine) {
+            failure = Error(ErrorCode::kInternal,
+                            fmt::format("sandbox {}: the daemon sent an exec event over {} bytes",
+                                        id_, kMaxEventLine));
+            return false;
+          }
+          return true;
+        });
+  };
+
   int status = 0;
   std::string error_body;
-  auto r = http_->SendStreaming(
-      req,
-      [&](const net::Response& head) {
-        status = head.status;
-        return true;
-      },
-      [&](std::string_view data) {
-        if (status != 200) {  // an error answer: a bounded part is enough for the message
-          if (error_body.size() < 64 * 1024) error_body.append(data.substr(0, 64 * 1024));
-          return true;
-        }
-        pending.append(data);
-        size_t start = 0;
-        for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
-          auto ev = ParseJsonObject(std::string_view(pending).substr(start, nl - start));
-          if (!ev) continue;
-          auto type = StrOr(*ev, "type");
-          if (type == "stdout" || type == "stderr") {
-            AnswerReader fields(*ev);
-            std::string bytes = OutputField(fields, *ev, "data");
-            if (auto s = fields.status(); !s) {
-              failure = s.error();
-              return false;
-            }
-            if (!on_output(type == "stdout" ? OutputStream::kStdout : OutputStream::kStderr,
-                           bytes)) {
-              failure = Error(ErrorCode::kCancelled, "command cancelled by the caller");
-              return false;
-            }
-          } else if (type == "started") {
-            if (!request.stdin_stream || input) continue;
-            std::string session = StrOr(*ev, "session");
-            if (!ValidSessionId(session)) {
-              failure = InvalidAnswer("session", "an id of letters, digits, - and _");
-              return false;
-            }
-            input.emplace(*http_, id_, std::move(session));
-            if (request.on_started) request.on_started(*input);
-          } else if (type == "keepalive") {
-            // An empty delivery lets the caller cancel a silent command.
-            if (!on_output(OutputStream::kStdout, std::string_view())) {
-              failure = Error(ErrorCode::kCancelled, "command cancelled by the caller");
-              return false;
-            }
-          } else if (type == "exit") {
-            ExecResult out;
-            if (auto s = FillExit(*ev, out); !s) {
-              failure = s.error();
-              return false;
-            }
-            result = out;
-          } else if (type == "error") {
-            failure = Error(ErrorCodeFromName(StrOr(*ev, "code")), StrOr(*ev, "message"));
-          }
-        }
-        pending.erase(0, start);
-        // Event lines are small (output comes in chunks): an endless one is a
-        // hostile daemon, not a reason to run out of memory.
-        if (pending.size() > kMaxEventLine) {
-          failure = Error(ErrorCode::kInternal,
-                          fmt::format("sandbox {}: the daemon sent an exec event over {} bytes",
-                                      id_, kMaxEventLine));
-          return false;
-        }
-        return true;
-      });
+  const std::string first_body = ToJson(exec_body);
+  auto r = attempt("/deepbox/v1/exec/stream", first_body, status, error_body);
+  bool reached_daemon = status != 0;
+  // Re-attach while the stream keeps being cut (never re-running the command:
+  // the daemon answers a repeated exec id by attaching to the first run).
+  for (int tries = 0; !exec_id.empty() && !failure && !result && tries < 6 &&
+                      std::chrono::steady_clock::now() < deadline && (!r || status == 200);
+       ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50) * (1 << std::min(tries, 5)));
+    json::object attach;
+    attach["exec_id"] = exec_id;
+    attach["after"] = events;
+    std::string body = reached_daemon ? ToJson(attach) : first_body;
+    error_body.clear();
+    r = attempt(reached_daemon ? "/deepbox/v1/exec/attach" : "/deepbox/v1/exec/stream", body,
+                status, error_body);
+    reached_daemon = reached_daemon || status != 0;
+  }
   if (failure) return tl::unexpected(*failure);
   if (!r) {
     Error e = r.error();
@@ -451,6 +542,10 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
                      fmt::format("sandbox {}: output stream ended without an exit status "
                                  "(the daemon or sandbox went away)",
                                  id_));
+  }
+  if (output_lost) {  // re-attached too late to get every byte
+    result->stdout_truncated = true;
+    result->stderr_truncated = true;
   }
   return *result;
 }

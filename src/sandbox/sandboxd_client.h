@@ -87,6 +87,7 @@ class SandboxdClient : public Sandbox {
   bool exec_base64_ = false;        // exact output bytes (base64 in JSON)
   bool exec_stdin_stream_ = false;  // stdin fed while the command runs
   bool exec_tty_ = false;           // pseudo-terminal
+  bool exec_attach_ = false;        // exec ids and /exec/attach (re-attach to a cut stream)
 };
 
 }  // namespace deepbox

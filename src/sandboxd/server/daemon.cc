@@ -4,6 +4,7 @@
 
 #include "common/json.h"
 #include "sandboxd/proc/process_table.h"
+#include "sandboxd/server/exec_records.h"
 #include "sandboxd/server/exec_sessions.h"
 
 namespace deepbox::sandboxd {
@@ -30,6 +31,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   std::unique_ptr<Daemon> daemon(new Daemon(std::move(config), std::move(*root)));
   daemon->processes_ = std::move(*table);
   daemon->exec_sessions_ = std::make_unique<ExecSessions>();
+  daemon->exec_records_ = std::make_unique<ExecRecords>();
   return daemon;
 }
 

@@ -21,6 +21,8 @@ class ProcessTable;
 namespace deepbox::sandboxd {
 
 class ExecSessions;
+class ExecRecords;
+class ExecRecord;
 
 inline constexpr std::string_view kVersion = "0.1.0";
 
@@ -65,6 +67,11 @@ class Daemon {
   net::Response Info() const;
   net::Response Exec(const net::Request& request);
   void ExecStream(const net::Request& request, net::ResponseWriter& writer);
+  // POST /deepbox/v1/exec/attach {exec_id, after}: the rest of an identified
+  // exec's stream (and its exit), e.g. after a proxy cut the original one.
+  void ExecAttach(const net::Request& request, net::ResponseWriter& writer);
+  void StreamRecord(const std::shared_ptr<ExecRecord>& record, uint64_t after,
+                    net::ResponseWriter& writer);
   // /deepbox/v1/exec/sessions/{id}/stdin|resize (input of interactive exec streams).
   net::Response ExecSessionRequest(const net::Request& request, std::string_view rest);
   net::Response Processes(const net::Request& request, std::string_view rest);
@@ -93,6 +100,8 @@ class Daemon {
   fs::Root root_;
   std::unique_ptr<proc::ProcessTable> processes_;
   std::unique_ptr<ExecSessions> exec_sessions_;
+  // Identified streamed execs, for re-attaching to a cut stream (exec_records.h).
+  std::unique_ptr<ExecRecords> exec_records_;
   std::chrono::steady_clock::time_point started_;
   std::atomic<bool> shutting_down_{false};
 };

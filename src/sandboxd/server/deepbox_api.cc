@@ -12,6 +12,7 @@
 #include "sandboxd/proc/runner.h"
 #include "sandboxd/server/daemon.h"
 #include "sandboxd/server/exec_json.h"
+#include "sandboxd/server/exec_records.h"
 #include "sandboxd/server/exec_sessions.h"
 #include "sandboxd/server/fs_json.h"
 
@@ -81,6 +82,8 @@ void Daemon::HandleDeepbox(net::Request& request, net::ResponseWriter& writer) {
     (void)writer.Send(Exec(request));
   } else if (rest == "exec/stream" && m == "POST") {
     ExecStream(request, writer);
+  } else if (rest == "exec/attach" && m == "POST") {
+    ExecAttach(request, writer);
   } else if (rest.starts_with("exec/sessions/") && m == "POST") {
     (void)writer.Send(ExecSessionRequest(request, rest.substr(14)));
   } else if (rest == "processes" || rest.starts_with("processes/")) {
@@ -118,7 +121,7 @@ net::Response Daemon::Info() const {
   o["limits"] = std::move(limits);
   // What this daemon's exec API supports beyond v1's first version; clients
   // use these only when listed, so they keep working with older daemons.
-  o["features"] = json::array{"exec_output_base64", "exec_stdin_stream", "exec_tty"};
+  o["features"] = json::array{"exec_output_base64", "exec_stdin_stream", "exec_tty", "exec_attach"};
   return Ok(o);
 }
 
@@ -199,6 +202,32 @@ void Daemon::ExecStream(const net::Request& request, net::ResponseWriter& writer
     return;
   }
   const bool interactive = stdin_stream->value_or(false);
+  // An identified exec is recorded so a cut stream can be re-attached to; the
+  // same id sent again (a client that lost the answer) attaches, never reruns.
+  std::shared_ptr<ExecRecord> record;
+  auto exec_id = GetOptStringChecked(*body, "exec_id");
+  if (!exec_id) {
+    (void)writer.Send(ErrorResponse(exec_id.error()));
+    return;
+  }
+  if (*exec_id && !(*exec_id)->empty()) {
+    if (interactive) {
+      (void)writer.Send(ErrorResponse(Error(
+          ErrorCode::kInvalidArgument, "exec_id is for non-interactive execs (not stdin_stream)")));
+      return;
+    }
+    bool existed = false;
+    auto begun = exec_records_->Begin(**exec_id, &existed);
+    if (!begun) {
+      (void)writer.Send(ErrorResponse(begun.error()));
+      return;
+    }
+    if (existed) {
+      StreamRecord(*begun, 0, writer);
+      return;
+    }
+    record = std::move(*begun);
+  }
   spec->tty = *tty;
   // An interactive session ends with its client (a disconnect kills it), so it
   // has no default timeout; an explicit timeout_ms still applies.
@@ -222,12 +251,22 @@ void Daemon::ExecStream(const net::Request& request, net::ResponseWriter& writer
   proc::StreamCallbacks cb;
   cb.utf8_align = !*base64;  // exact bytes need no alignment
   cb.idle_interval = config_.keepalive_interval;
+  // With a record, a lost client does not stop the command: its events are
+  // kept for a re-attach. Without one, a lost client cancels it.
+  bool client_lost = false;
+  auto send = [&](std::string line) {
+    if (record) record->Append(line);
+    if (!client_lost && !writer.WriteChunk(line)) client_lost = true;
+    return !client_lost || record != nullptr;
+  };
   cb.on_output = [&](proc::StreamKind kind, std::string_view data) {
-    return writer.WriteChunk(OutputEvent(kind, data, *base64)).has_value();
+    return send(OutputEvent(kind, data, *base64));
   };
   cb.on_idle = [&] {
-    if (writer.ClientGone()) return false;
-    return writer.WriteChunk("{\"type\":\"keepalive\"}\n").has_value();
+    if (!client_lost && writer.ClientGone()) client_lost = true;
+    if (client_lost) return record != nullptr;
+    if (!writer.WriteChunk("{\"type\":\"keepalive\"}\n")) client_lost = true;
+    return !client_lost || record != nullptr;
   };
   if (session) {
     cb.on_started = [&](UniqueFd input, pid_t pid) {
@@ -247,7 +286,56 @@ void Daemon::ExecStream(const net::Request& request, net::ResponseWriter& writer
   ev["stdout_bytes"] = r.stdout_total;
   ev["stderr_bytes"] = r.stderr_total;
   ev["duration_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(r.duration).count();
-  if (writer.WriteChunk(ToJson(ev) + "\n")) (void)writer.EndStream();
+  std::string exit_line = ToJson(ev) + "\n";
+  if (record) record->Finish(exit_line);
+  if (!client_lost && writer.WriteChunk(exit_line)) (void)writer.EndStream();
+}
+
+void Daemon::StreamRecord(const std::shared_ptr<ExecRecord>& record, uint64_t after,
+                          net::ResponseWriter& writer) {
+  net::Headers headers;
+  headers.Set("Content-Type", "application/x-ndjson");
+  headers.Set("Cache-Control", "no-store");
+  if (!writer.BeginStream(200, headers)) return;
+  bool ok = record->Follow(
+      after, [&](std::string_view line) { return writer.WriteChunk(line).has_value(); },
+      [&](uint64_t first_kept, uint64_t dropped) {
+        json::object gap;
+        gap["type"] = "gap";
+        gap["dropped_events"] = dropped;
+        gap["next_event"] = first_kept;
+        (void)writer.WriteChunk(ToJson(gap) + "\n");
+      },
+      [&] {
+        return !writer.ClientGone() && writer.WriteChunk("{\"type\":\"keepalive\"}\n").has_value();
+      },
+      config_.keepalive_interval);
+  if (ok) (void)writer.EndStream();
+}
+
+void Daemon::ExecAttach(const net::Request& request, net::ResponseWriter& writer) {
+  auto body = ParseJsonObject(request.body);
+  if (!body) {
+    (void)writer.Send(ErrorResponse(body.error()));
+    return;
+  }
+  auto id = GetString(*body, "exec_id");
+  auto after = GetOptInt(*body, "after");
+  if (!id || !after) {
+    (void)writer.Send(ErrorResponse(!id ? id.error() : after.error()));
+    return;
+  }
+  if (after->value_or(0) < 0) {
+    (void)writer.Send(
+        ErrorResponse(Error(ErrorCode::kInvalidArgument, "field 'after' must not be negative")));
+    return;
+  }
+  auto record = exec_records_->Find(*id);
+  if (!record) {
+    (void)writer.Send(ErrorResponse(record.error()));
+    return;
+  }
+  StreamRecord(*record, static_cast<uint64_t>(after->value_or(0)), writer);
 }
 
 net::Response Daemon::ExecSessionRequest(const net::Request& request, std::string_view rest) {
