@@ -188,8 +188,7 @@ class ReadFileTool : public BaseFsTool {
       return ReadBinary(sb, *path, st->size, type);
     }
 
-    // Capped so that line arithmetic below cannot overflow (no file has more lines).
-    int64_t off = std::clamp<int64_t>(offset, 0, INT64_MAX / 4);
+    int64_t off = std::max<int64_t>(offset, 0);
     int64_t lim = std::max<int64_t>(limit, 0);
     ReadOptions ro;
     ro.line_offset = off;
@@ -213,7 +212,9 @@ class ReadFileTool : public BaseFsTool {
     }
     if (static_cast<int64_t>(lines.size()) > lim) lines.resize(static_cast<size_t>(lim));
     int64_t returned = static_cast<int64_t>(lines.size()) - (partial_tail ? 1 : 0);
-    if (lines.empty()) {
+    // No file has INT64_MAX / 4 lines: lines there come from a hostile daemon,
+    // and the line arithmetic below would overflow.
+    if (lines.empty() || off > INT64_MAX / 4) {
       int64_t total = r->total_lines >= 0 ? r->total_lines : off;
       return ToolResult::Err("Error: Line offset " + std::to_string(off) +
                              " exceeds file length (" + std::to_string(total) + " lines)");

@@ -16,6 +16,7 @@
 #include "agent/tools_fs.h"
 #include "agent/tools_todos.h"
 #include "common/utf8.h"
+#include "sandbox/testing/hostile_daemon.h"
 
 namespace deepbox::agent {
 namespace {
@@ -28,6 +29,25 @@ std::vector<ToolPtr> AllTools(ExecuteToolOptions eo = {}, FsToolOptions fo = {})
   t.push_back(MakeExecuteTool(eo));
   t.push_back(MakeWriteTodosTool());
   return t;
+}
+
+// A daemon answering lines for any offset: read_file with offset INT64_MAX
+// used to overflow computing the line numbers (undefined behaviour).
+TEST(ReadFileTool, HugeOffsetAgainstAHostileDaemonIsAnError) {
+  auto d = deepbox::testing::HostileDaemon::Start();
+  ASSERT_TRUE(d) << d.error().ToString();
+  (*d)->Answer("/deepbox/v1/fs/read",
+               R"({"content_base64":"YQpi","size":3,"total_lines":-1,"start_line":0,)"
+               R"("lines_returned":2,"more_lines":true})");
+  auto client = (*d)->Connect();
+  ASSERT_TRUE(client) << client.error().ToString();
+  ToolRunner run(**client, AllTools());
+  std::string err = run.Err(
+      "read_file", Args({{"file_path", "/workspace/a.txt"}, {"offset", INT64_MAX}, {"limit", 5}}));
+  EXPECT_NE(err.find("exceeds file length"), std::string::npos) << err;
+  // A sane offset over the same answer reads the two lines.
+  EXPECT_NE(run.Ok("read_file", Args({{"file_path", "/workspace/a.txt"}, {"offset", 3}})).find("a"),
+            std::string::npos);
 }
 
 TEST(ExecuteTool, SuccessFailureAndStderr) {
