@@ -9,6 +9,7 @@
 // 10.123.0.2, 169.254.169.254 and 198.18.0.2), as in src/local/network_test.cc.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -44,6 +45,8 @@
 #include "local/launcher.h"
 #include "local/namespaces.h"
 #include "local/network.h"
+#include "local/testing/test_world.h"
+#include "local/uplink.h"
 #include "sandbox/sandboxd_client.h"
 
 namespace deepbox::escape {
@@ -891,6 +894,7 @@ class PublicNetworkEscape : public EscapeTest {
     uplink_service_ = Listener::Tcp("0.0.0.0", 8081, token_, uplink_->fd());
     ASSERT_TRUE(uplink_service_->ready());
     spec_.network = local::NetworkMode::kPublic;
+    spec_.public_network.uplink = local::UplinkChoice::kVeth;  // WorldEscape tests pasta
     spec_.public_network.uplink_netns = uplink_->path();
     spec_.public_network.slot = 151;
     spec_.public_network.nameservers = {"198.18.0.53"};
@@ -961,6 +965,248 @@ TEST_F(PublicNetworkEscape, HostLoopbackUnreachable) {
   ExpectHeld(Run(**box, "host_loopback", {token_, "127.0.0.1:" + std::to_string(host->port())}),
              "host_loopback");
   EXPECT_EQ(host->Accepted(), 0);
+}
+
+// ------------------------------------------- pasta and the allowlist (issue 14)
+//
+// Each test builds its own internet (local/testing/test_world.h): a "world"
+// netns standing in for the host (its own services on 8081, loopback
+// included) and a "hosts" netns with the public, private, CGNAT and metadata
+// test hosts and the test DNS server. pasta and the proxy run in the world, so
+// nothing ever leaves this machine. The same probes run with the launcher as
+// root and as uid 65534 (a child that joined the world and dropped root).
+
+// A probe call and, for the unprivileged runs, its result carried over a pipe.
+struct ProbeCall {
+  std::string name;
+  std::vector<std::string> args;
+};
+
+std::string Hex(const std::string& s) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    out += d[c >> 4];
+    out += d[c & 15];
+  }
+  return out;
+}
+
+std::string Unhex(const std::string& s) {
+  auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  std::string out;
+  for (size_t i = 0; i + 1 < s.size(); i += 2) {
+    out += static_cast<char>(nibble(s[i]) * 16 + nibble(s[i + 1]));
+  }
+  return out;
+}
+
+class WorldEscape : public EscapeTest {
+ protected:
+  void SetUp() override {
+    EscapeTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    if (!Root()) GTEST_SKIP() << "building the test world needs root";
+    for (const char* bin : {"/usr/sbin/ip", "/usr/sbin/nft", "/usr/bin/pasta"}) {
+      if (access(bin, X_OK) != 0) GTEST_SKIP() << bin << " missing";
+    }
+    ASSERT_EQ(world_.Build(token_), "");
+    spec_.public_network.uplink_netns = world_.ns().path();
+    spec_.public_network.nameservers = local::testing::TestWorld::Nameservers();
+  }
+
+  void UsePasta() {
+    spec_.network = local::NetworkMode::kPublic;
+    spec_.public_network.uplink = local::UplinkChoice::kPasta;
+  }
+  void UseAllowlist() {
+    spec_.network = local::NetworkMode::kAllow;
+    spec_.public_network.allow = {"allowed.test", "*.allowed.test"};
+  }
+
+  // Starts a sandbox from spec_ and runs `calls` in it, with the launcher as
+  // root or as uid 65534 inside the world. *skip: why it could not run.
+  std::vector<ProbeRun> RunCalls(bool unprivileged, const std::vector<ProbeCall>& calls,
+                                 std::string* skip) {
+    std::vector<ProbeRun> runs;
+    if (!unprivileged) {
+      auto box = Start();
+      if (!box) {
+        ADD_FAILURE() << box.error().ToString();
+        return runs;
+      }
+      for (const auto& c : calls) runs.push_back(Run(**box, c.name, c.args));
+      return runs;
+    }
+    constexpr uid_t kUid = 65534;
+    for (const auto& p : {tmp_, workspace_}) {
+      if (chown(p.c_str(), kUid, kUid) != 0) ADD_FAILURE() << "chown " << p;
+    }
+    auto child = local::testing::RunAsUserInNetns(world_.ns().fd(), kUid, [&](int w) {
+      auto say = [w](const std::string& line) { (void)!write(w, line.data(), line.size()); };
+      if (!local::UserNamespacesAvailable()) {
+        say("SKIP no unprivileged user namespaces here\n");
+        return 0;
+      }
+      spec_.public_network.uplink_netns = "";  // the world is our own netns now
+      spec_.use_cgroups = false;
+      if (spec_.network == local::NetworkMode::kPublic) {
+        if (std::string why = local::PastaObstacle(spec_.public_network); !why.empty()) {
+          say("SKIP " + why + "\n");
+          return 0;
+        }
+      }
+      auto box = Start();
+      if (!box) {
+        say("ERROR " + box.error().ToString() + "\n");
+        return 1;
+      }
+      for (const auto& c : calls) {
+        ProbeRun run = Run(**box, c.name, c.args);
+        const ExecResult& r = run.result;
+        std::string out = r.combined.empty() ? r.stdout_data + r.stderr_data : r.combined;
+        say(fmt::format("RUN {} {} {} {} {} {}\n", run.ran ? 1 : 0, static_cast<int>(r.kind),
+                        r.exit_code, r.signal, Hex(out), Hex(run.error)));
+      }
+      return 0;
+    });
+    std::istringstream in(child.output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("SKIP ", 0) == 0) {
+        *skip = line.substr(5);
+        return {};
+      }
+      if (line.rfind("ERROR ", 0) == 0) {
+        ADD_FAILURE() << "unprivileged launch failed: " << line.substr(6);
+        continue;
+      }
+      std::istringstream f(line.substr(4));
+      int ran = 0, kind = 0;
+      ProbeRun run;
+      std::string out, err;
+      f >> ran >> kind >> run.result.exit_code >> run.result.signal >> out >> err;
+      run.ran = ran == 1;
+      run.result.kind = static_cast<ExitKind>(kind);
+      run.result.combined = Unhex(out);
+      run.error = Unhex(err);
+      runs.push_back(run);
+    }
+    if (!WIFEXITED(child.status) || WEXITSTATUS(child.status) != 0) {
+      ADD_FAILURE() << "unprivileged child: status " << child.status << ": " << child.output;
+    }
+    return runs;
+  }
+
+  // The public test host answers: a refusal below means the policy refused.
+  ProbeCall PublicControl() const {
+    return {"egress_ranges", {token_, "203.0.113.10:8080", "[2001:db8:1::10]:8080"}};
+  }
+  void ExpectReached(const ProbeRun& run) {
+    ASSERT_TRUE(run.ran) << run.error;
+    EXPECT_TRUE(run.result.kind == ExitKind::kExited && run.result.exit_code == 0)
+        << "the public test host is unreachable (positive control): " << run.result.combined;
+  }
+
+  std::vector<ProbeCall> PastaCalls() const {
+    return {PublicControl(),
+            {"egress_ranges",
+             {token_, "10.99.0.10:8080", "[fd00:99::10]:8080", "100.64.0.10:8080",
+              "169.254.169.254:80", "169.254.169.254:8080", "[::ffff:10.99.0.10]:8080",
+              "[::ffff:169.254.169.254]:80", "[64:ff9b::a63:a]:8080", "203.0.113.1:8081",
+              "[2001:db8::1]:8081", "127.0.0.1:8081", "[::1]:8081", "udp:10.99.0.10:9053",
+              "udp:[fd00:99::10]:9053", "udp:169.254.169.254:9053", "udp:10.99.0.10:53"}},
+            {"netlink_admin", {}},
+            {"egress_ranges", {token_, "10.99.0.10:8080", "169.254.169.254:80"}}};
+  }
+
+  std::vector<ProbeCall> AllowCalls() const {
+    return {{"proxy_bypass",
+             {token_, "allowed.test", "other.test", "rebind.allowed.test", "203.0.113.10"}},
+            {"egress_ranges",
+             {token_, "[2001:db8:1::10]:8080", "10.99.0.10:8080", "169.254.169.254:80",
+              "203.0.113.1:8081", "udp:203.0.113.53:53", "udp:[2001:db8:1::53]:53"}},
+            {"netlink_admin", {}},
+            {"proxy_bypass",
+             {token_, "allowed.test", "other.test", "rebind.allowed.test", "203.0.113.10"}}};
+  }
+
+  void ExpectAllHeld(const std::vector<ProbeRun>& runs, const std::vector<ProbeCall>& calls,
+                     size_t first) {
+    ASSERT_EQ(runs.size(), calls.size());
+    for (size_t i = first; i < runs.size(); ++i) ExpectHeld(runs[i], calls[i].name);
+  }
+
+  local::testing::TestWorld world_;
+};
+
+TEST_F(WorldEscape, PastaPolicyHoldsAsRoot) {
+  UsePasta();
+  auto calls = PastaCalls();
+  std::string skip;
+  auto runs = RunCalls(false, calls, &skip);
+  ASSERT_EQ(runs.size(), calls.size());
+  ExpectReached(runs[0]);
+  ExpectAllHeld(runs, calls, 1);
+}
+
+TEST_F(WorldEscape, PastaPolicyHoldsUnprivileged) {
+  UsePasta();
+  auto calls = PastaCalls();
+  std::string skip;
+  auto runs = RunCalls(true, calls, &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_EQ(runs.size(), calls.size());
+  ExpectReached(runs[0]);
+  ExpectAllHeld(runs, calls, 1);
+}
+
+TEST_F(WorldEscape, AllowlistHoldsAsRoot) {
+  UseAllowlist();
+  auto calls = AllowCalls();
+  std::string skip;
+  auto runs = RunCalls(false, calls, &skip);
+  ExpectAllHeld(runs, calls, 0);
+}
+
+TEST_F(WorldEscape, AllowlistHoldsUnprivileged) {
+  UseAllowlist();
+  auto calls = AllowCalls();
+  std::string skip;
+  auto runs = RunCalls(true, calls, &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ExpectAllHeld(runs, calls, 0);
+}
+
+TEST_F(WorldEscape, SandboxesCannotReachEachOther) {
+  UsePasta();
+  // Sandbox A: a listener on every address, port 9000, answering the token.
+  local::SandboxSpec a = spec_;
+  a.id = spec_.id + "a";
+  a.runtime_dir = tmp_ / "rt-a";
+  a.workspace_dir = tmp_ / "ws-a";
+  fs::create_directory(a.workspace_dir);
+  a.daemon_listener = false;
+  a.sandboxd_binary.reset();
+  a.argv = {"/usr/bin/python3", "-c",
+            "import socket\n"
+            "s = socket.socket(socket.AF_INET6); s.bind(('::', 9000)); s.listen()\n"
+            "while True:\n"
+            "    c, _ = s.accept(); c.send(b'" +
+                token_ + "\\n'); c.close()\n"};
+  auto listener = local::Launch(a);
+  ASSERT_TRUE(listener.has_value()) << listener.error().ToString();
+  ASSERT_EQ(listener->uplink(), local::Uplink::kPasta);
+  // Sandbox B tries A through every address they could share.
+  std::string skip;
+  std::vector<ProbeCall> calls = {
+      PublicControl(),
+      {"sandbox_to_sandbox",
+       {token_, "203.0.113.1:9000", "[2001:db8::1]:9000", "127.0.0.1:9000", "[::1]:9000",
+        "203.0.113.254:9000", "10.0.2.2:9000"}}};
+  auto runs = RunCalls(false, calls, &skip);
+  ASSERT_EQ(runs.size(), calls.size());
+  ExpectReached(runs[0]);
+  ExpectHeld(runs[1], "sandbox_to_sandbox");
 }
 
 }  // namespace

@@ -28,23 +28,43 @@
 namespace deepbox::escape {
 namespace {
 
-// Connects to ip:port (3 s), reads what the server says (2 s).
+// A socket address from an IPv4 or IPv6 literal ("::ffff:10.0.0.1" too).
+bool MakeAddr(const std::string& ip, int port, sockaddr_storage* ss, socklen_t* len) {
+  *ss = {};
+  auto* a4 = reinterpret_cast<sockaddr_in*>(ss);
+  auto* a6 = reinterpret_cast<sockaddr_in6*>(ss);
+  if (inet_pton(AF_INET, ip.c_str(), &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof(*a4);
+    return true;
+  }
+  if (inet_pton(AF_INET6, ip.c_str(), &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof(*a6);
+    return true;
+  }
+  return false;
+}
+
+// Connects to ip:port (3 s), sends `send` if any, reads what the server says (2 s).
 // Returns "" when it cannot connect; else the bytes received (maybe empty).
-std::string TcpFetch(const std::string& ip, int port, std::string* why) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1) {
+std::string TcpFetch(const std::string& ip, int port, std::string* why,
+                     const std::string& send = "") {
+  sockaddr_storage a;
+  socklen_t alen;
+  if (!MakeAddr(ip, port, &a, &alen)) {
     *why = "bad address";
     return "";
   }
-  int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int s = socket(a.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s < 0) {
     *why = "socket " + ErrnoName(errno);
     return "";
   }
   std::string got;
-  int rc = connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  int rc = connect(s, reinterpret_cast<sockaddr*>(&a), alen);
   if (rc != 0 && errno != EINPROGRESS) {
     *why = ErrnoName(errno);
     close(s);
@@ -65,6 +85,9 @@ std::string TcpFetch(const std::string& ip, int port, std::string* why) {
     return "";
   }
   *why = "connected";
+  if (!send.empty() && ::send(s, send.data(), send.size(), MSG_NOSIGNAL) < 0) {
+    *why = "send " + ErrnoName(errno);
+  }
   p = {s, POLLIN, 0};
   char buf[256];
   while (poll(&p, 1, 2000) > 0) {
@@ -76,15 +99,78 @@ std::string TcpFetch(const std::string& ip, int port, std::string* why) {
   return got;
 }
 
-// ARGS: TOKEN IP:PORT...; breach when a server answers with TOKEN.
+// One UDP datagram to ip:port; the reply ("" if none within 2 s).
+std::string UdpAsk(const std::string& ip, int port, const std::string& payload, std::string* why) {
+  sockaddr_storage a;
+  socklen_t alen;
+  if (!MakeAddr(ip, port, &a, &alen)) {
+    *why = "bad address";
+    return "";
+  }
+  int s = socket(a.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) {
+    *why = "socket " + ErrnoName(errno);
+    return "";
+  }
+  std::string got;
+  if (sendto(s, payload.data(), payload.size(), 0, reinterpret_cast<sockaddr*>(&a), alen) < 0) {
+    *why = "sendto " + ErrnoName(errno);
+  } else {
+    pollfd p{s, POLLIN, 0};
+    char buf[512];
+    ssize_t n = poll(&p, 1, 2000) > 0 ? recv(s, buf, sizeof(buf), 0) : 0;
+    if (n > 0) {
+      got.assign(buf, static_cast<size_t>(n));
+      *why = "answered";
+    } else {
+      *why = n < 0 ? "no answer (" + ErrnoName(errno) + ")" : "no answer";
+    }
+  }
+  close(s);
+  return got;
+}
+
+// "IP:PORT" or "[IPv6]:PORT" (an optional "udp:" before it).
+bool SplitTarget(std::string t, bool* udp, std::string* ip, int* port) {
+  *udp = t.rfind("udp:", 0) == 0;
+  if (*udp) t = t.substr(4);
+  size_t colon = t.rfind(':');
+  if (colon == std::string::npos) return false;
+  *ip = t.substr(0, colon);
+  if (ip->size() > 2 && (*ip)[0] == '[') *ip = ip->substr(1, ip->size() - 2);
+  *port = std::atoi(t.c_str() + colon + 1);
+  return *port > 0;
+}
+
+// A DNS query for public.test (type A): what a resolver would answer.
+std::string DnsQuery() {
+  return std::string(
+      "\xab\xcd\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x06public\x04test\x00\x00\x01\x00\x01", 29);
+}
+
+// ARGS: TOKEN TARGET...; TARGET = IP:PORT, [IPv6]:PORT or udp:IP:PORT. TCP:
+// breach when a server answers with TOKEN; UDP: breach on ANY answer (a DNS
+// query is sent to port 53, the token elsewhere).
 void ConnectAll(Report& r, const Args& args) {
   const std::string token = Arg(args, 0);
   if (token.empty() || args.size() < 2) return r.Error("usage: TOKEN IP:PORT...");
   for (size_t i = 1; i < args.size(); ++i) {
-    size_t colon = args[i].rfind(':');
-    std::string ip = args[i].substr(0, colon);
-    int port = std::atoi(args[i].c_str() + colon + 1);
-    std::string why;
+    bool udp = false;
+    std::string ip, why;
+    int port = 0;
+    if (!SplitTarget(args[i], &udp, &ip, &port)) {
+      r.Error("bad target " + args[i]);
+      continue;
+    }
+    if (udp) {
+      std::string got = UdpAsk(ip, port, port == 53 ? DnsQuery() : token, &why);
+      if (!got.empty()) {
+        r.Breach("UDP answer from " + args[i]);
+      } else {
+        r.Held(args[i] + " " + why);
+      }
+      continue;
+    }
     std::string got = TcpFetch(ip, port, &why);
     if (Contains(got, token)) {
       r.Breach("reached " + args[i]);
@@ -92,6 +178,21 @@ void ConnectAll(Report& r, const Args& args) {
       r.Held(args[i] + " " + why);
     }
   }
+}
+
+// A TLS 1.2 ClientHello record naming `sni` (enough for an SNI check).
+std::string ClientHello(const std::string& sni) {
+  auto be16 = [](size_t v) {
+    return std::string{static_cast<char>((v >> 8) & 255), static_cast<char>(v & 255)};
+  };
+  std::string list = std::string(1, '\0') + be16(sni.size()) + sni;
+  std::string body = be16(list.size()) + list;
+  std::string ext = std::string("\0\0", 2) + be16(body.size()) + body;
+  std::string hello = std::string("\x03\x03", 2) + std::string(32, 'r') + std::string(1, '\0') +
+                      std::string("\x00\x02\x13\x01", 4) + std::string("\x01\x00", 2) +
+                      be16(ext.size()) + ext;
+  std::string hs = std::string("\x01\x00", 2) + be16(hello.size()) + hello;
+  return std::string("\x16\x03\x01", 3) + be16(hs.size()) + hs;
 }
 
 // Sends one netlink request and returns the error of its ack (0 = success,
@@ -155,6 +256,85 @@ ESCAPE_PROBE(uplink_services,
              "reach services of the uplink ('host') netns through its addresses and loopback "
              "(ARGS: TOKEN IP:PORT...) in public mode") {
   ConnectAll(r, args);
+}
+
+ESCAPE_PROBE(egress_ranges,
+             "reach refused destinations through the public uplink (ARGS: TOKEN TARGET...: "
+             "private, CGNAT, metadata, ULA, IPv4-mapped and NAT64 forms, the uplink's own "
+             "addresses and loopback; udp:IP:PORT for UDP, a DNS query on :53)") {
+  ConnectAll(r, args);
+}
+
+ESCAPE_PROBE(sandbox_to_sandbox,
+             "reach a listener of another sandbox (ARGS: TOKEN TARGET...): its addresses and the "
+             "uplink addresses both sandboxes share") {
+  ConnectAll(r, args);
+}
+
+ESCAPE_PROBE(proxy_bypass,
+             "get past the allowlist proxy at 127.0.0.1:3128 (ARGS: TOKEN ALLOWED OTHER REBIND "
+             "IP): CONNECT to another name, to an allowed name with a private answer, to an IP, "
+             "with another name's SNI, to another port; GET with a foreign Host or URL; direct "
+             "TCP/UDP to the IP. Breach when TOKEN comes back (the allowed name must answer)") {
+  const std::string token = Arg(args, 0), allowed = Arg(args, 1), other = Arg(args, 2),
+                    rebind = Arg(args, 3), ip = Arg(args, 4);
+  if (ip.empty()) return r.Error("usage: TOKEN ALLOWED OTHER REBIND IP");
+  struct Try {
+    std::string what, request;
+  };
+  auto connect_req = [](const std::string& target, const std::string& sni) {
+    return "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n\r\n" +
+           (sni.empty() ? "" : ClientHello(sni));
+  };
+  auto get_req = [](const std::string& url, const std::string& host) {
+    return "GET " + url + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
+  };
+  const std::vector<Try> tries = {
+      {"CONNECT " + other + ":443", connect_req(other + ":443", other)},
+      {"CONNECT " + rebind + ":443 (private answer)", connect_req(rebind + ":443", rebind)},
+      {"CONNECT " + ip + ":443", connect_req(ip + ":443", allowed)},
+      {"CONNECT " + allowed + ":443 SNI " + other, connect_req(allowed + ":443", other)},
+      {"CONNECT " + allowed + ":8080", connect_req(allowed + ":8080", "")},
+      {"CONNECT " + allowed + "@" + other + ":443",
+       connect_req(allowed + "@" + other + ":443", other)},
+      {"GET http://" + other + "/", get_req("http://" + other + "/", other)},
+      {"GET http://" + allowed + "/ Host " + other, get_req("http://" + allowed + "/", other)},
+      {"GET http://" + ip + "/", get_req("http://" + ip + "/", ip)},
+      {"GET / Host " + allowed, get_req("/", allowed)},
+  };
+  {  // Positive control: the allowed name answers, so a refusal below is the proxy's.
+    std::string why;
+    std::string got = TcpFetch("127.0.0.1", 3128, &why, connect_req(allowed + ":443", allowed));
+    if (!Contains(got, token)) {
+      return r.Error("the allowed name " + allowed + " is unreachable (" + why +
+                     "): nothing can be judged");
+    }
+  }
+  for (const auto& t : tries) {
+    std::string why;
+    // The request and (for CONNECT) the tunnel's first bytes in one go.
+    std::string got = TcpFetch("127.0.0.1", 3128, &why, t.request);
+    if (Contains(got, token)) {
+      r.Breach(t.what + " answered through the proxy");
+    } else {
+      r.Held(t.what + ": " + (got.empty() ? why : got.substr(0, got.find('\r'))));
+    }
+  }
+  for (int port : {80, 443, 8080}) {
+    std::string why;
+    std::string got = TcpFetch(ip, port, &why);
+    if (Contains(got, token)) {
+      r.Breach("direct TCP to " + ip + ":" + std::to_string(port));
+    } else {
+      r.Held("direct " + ip + ":" + std::to_string(port) + " " + why);
+    }
+  }
+  std::string why;
+  if (!UdpAsk(ip, 9053, token, &why).empty()) {
+    r.Breach("direct UDP to " + ip);
+  } else {
+    r.Held("direct UDP " + why);
+  }
 }
 
 ESCAPE_PROBE(socket_families,
