@@ -10,16 +10,25 @@
 
 namespace deepbox::cli {
 
+// Limits as given on the command line (nullopt = the default, see
+// local/lifecycle/sandbox_limits.h; "0" or "none" = no limit).
+struct LimitFlags {
+  std::optional<std::string> memory;  // 64M, 2G, bytes
+  std::optional<std::string> max_processes;
+  std::optional<std::string> cpus;
+  std::optional<std::string> disk;  // /workspace size
+};
+
 struct ProviderFlags {
   std::string pool = "default";  // warm pool claims are taken from
-  std::optional<uint64_t> memory_bytes;
-  std::optional<uint64_t> max_processes;
-  std::optional<double> cpus;
+  LimitFlags limits;
 };
+
+inline constexpr int64_t kDefaultCreateTtlSeconds = 3600;  // as `deepbox run`
 
 struct SandboxCreateArgs {
   std::vector<std::string> labels;  // K=V
-  int64_t ttl_seconds = 0;
+  int64_t ttl_seconds = kDefaultCreateTtlSeconds;  // 0 = none (with a warning)
   std::string network;  // "" = host default
   std::string rootfs;
   bool json = false;
@@ -86,6 +95,7 @@ struct PoolServeArgs {
   std::string network;
   std::string rootfs;
   int parallel = 2;
+  LimitFlags limits;
 };
 int RunPoolServe(const PoolServeArgs& args);
 

@@ -18,6 +18,7 @@ int RunPoolServe(const PoolServeArgs& args) {
   if (auto st = local::lifecycle::ValidatePoolName(args.name); !st) return ReportError(st.error());
   ProviderFlags flags;
   flags.pool = "";  // the pool daemon only creates
+  flags.limits = args.limits;
   auto provider = MakeProvider(flags);
   if (!provider) return ReportError(provider.error());
   // SIGINT/SIGTERM stop the loop (through a signalfd); supervisors are

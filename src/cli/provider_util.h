@@ -9,7 +9,11 @@
 
 namespace deepbox::cli {
 
+// INVALID_ARGUMENT (exit 2) for a bad --memory, --max-processes, --cpus or --disk.
 Result<std::unique_ptr<local::lifecycle::LocalSandboxProvider>> MakeProvider(
     const ProviderFlags& flags);
+
+// The defaults (DefaultSandboxLimits) overridden by the flags given.
+Result<local::lifecycle::SandboxLimits> ResolveLimitFlags(const LimitFlags& flags);
 
 }  // namespace deepbox::cli

@@ -68,13 +68,39 @@ int ReportError(const Error& error) {
   return ExitCodeFor(error);
 }
 
+Result<local::lifecycle::SandboxLimits> ResolveLimitFlags(const LimitFlags& flags) {
+  using namespace local::lifecycle;
+  SandboxLimits l = DefaultSandboxLimits();
+  if (flags.memory) {
+    auto v = ParseMemoryLimit(*flags.memory, "--memory");
+    if (!v) return tl::unexpected(v.error());
+    l.memory_bytes = *v;
+  }
+  if (flags.max_processes) {
+    auto v = ParseProcessLimit(*flags.max_processes, "--max-processes");
+    if (!v) return tl::unexpected(v.error());
+    l.max_processes = *v;
+  }
+  if (flags.cpus) {
+    auto v = ParseCpuLimit(*flags.cpus, "--cpus");
+    if (!v) return tl::unexpected(v.error());
+    l.cpu_cores = *v;
+  }
+  if (flags.disk) {
+    auto v = ParseDiskLimit(*flags.disk, "--disk");
+    if (!v) return tl::unexpected(v.error());
+    l.workspace_bytes = *v;
+  }
+  return l;
+}
+
 Result<std::unique_ptr<local::lifecycle::LocalSandboxProvider>> MakeProvider(
     const ProviderFlags& flags) {
   local::lifecycle::LocalProviderOptions o;
   o.pool = flags.pool;
-  o.memory_bytes = flags.memory_bytes;
-  o.max_processes = flags.max_processes;
-  o.cpu_cores = flags.cpus;
+  auto limits = ResolveLimitFlags(flags.limits);
+  if (!limits) return tl::unexpected(limits.error());
+  o.limits = *limits;
   return local::lifecycle::LocalSandboxProvider::Create(std::move(o));
 }
 
@@ -85,6 +111,9 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
     if (!kv) return ReportError(kv.error());
     claim.labels[kv->first] = kv->second;
   }
+  if (args.ttl_seconds < 0) {
+    return ReportError(Error(ErrorCode::kInvalidArgument, "--ttl: must be >= 0 (0 = no TTL)"));
+  }
   claim.ttl = std::chrono::seconds(args.ttl_seconds);
   claim.network = args.network;
   claim.rootfs = args.rootfs;
@@ -93,13 +122,20 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
   auto meta = (*provider)->CreateSandbox(claim, !args.cold);
   if (!meta) {
     int code = ReportError(meta.error());
-    return meta.error().code == ErrorCode::kUnavailable &&
-                   meta.error().message.find("user namespaces") != std::string::npos
-               ? kExitUnsupported
-               : code;
+    // UNAVAILABLE: the host cannot do what was asked (user namespaces, an
+    // explicit public network, loop devices): see `deepbox doctor`.
+    return meta.error().code == ErrorCode::kUnavailable ? kExitUnsupported : code;
   }
   if (!meta->network_note.empty())
     std::fprintf(stderr, "deepbox: warning: %s\n", SanitizeForTerminal(meta->network_note).c_str());
+  if (!meta->limits_note.empty())
+    std::fprintf(stderr, "deepbox: warning: %s\n", SanitizeForTerminal(meta->limits_note).c_str());
+  if (args.ttl_seconds == 0) {
+    std::fprintf(stderr,
+                 "deepbox: warning: --ttl 0: sandbox %s is never deleted automatically; "
+                 "delete it with `deepbox sandbox rm %s`\n",
+                 meta->id.c_str(), meta->id.c_str());
+  }
   if (args.json) {
     std::cout << ToJson(meta->ToJson()) << std::endl;
   } else {

@@ -44,14 +44,10 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
   auto log = [&](const std::string& line) {
     if (options.log) options.log(line);
   };
-  std::string rootfs;
-  if (!options.rootfs.empty()) {
-    char buf[PATH_MAX];
-    if (realpath(options.rootfs.c_str(), buf) == nullptr) {
-      return MakeSyscallError("realpath", errno, options.rootfs);
-    }
-    rootfs = buf;
-  }
+  auto resolved = ResolveRootfs(options.rootfs);
+  if (!resolved) return tl::unexpected(resolved.error());
+  const std::string rootfs = *resolved;
+  if (auto st = ValidateSandboxLimits(provider.options().limits); !st) return st;
   const Store& store = provider.store();
   fs::path dir = store.pool_dir(options.name);
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
@@ -81,6 +77,8 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
     return MakeSyscallError("inotify_add_watch", errno, dir.string());
   }
 
+  log(fmt::format("pool '{}': warm sandboxes get {}", options.name,
+                  provider.options().limits.Describe()));
   std::string last_status;
   int failures = 0;
   for (;;) {
@@ -91,7 +89,8 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
     for (auto& m : *all) {
       if (m.pool != options.name || m.state != "warm") continue;
       if (access(store.Paths(m.id).claimed.c_str(), F_OK) == 0) continue;  // being claimed
-      if (m.network_requested != options.network || m.rootfs != rootfs) {
+      if (m.network_requested != options.network || m.rootfs != rootfs ||
+          m.limits != provider.options().limits) {
         misfits.push_back(m);
       } else {
         if (m.ready) ++ready;
@@ -134,8 +133,9 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
           if (!m) {
             ++failed;
             log("creating a warm sandbox failed: " + m.error().ToString());
-          } else if (!m->network_note.empty() && failures == 0) {
-            log(m->network_note);
+          } else if (failures == 0) {
+            if (!m->network_note.empty()) log(m->network_note);
+            if (!m->limits_note.empty()) log(m->limits_note);
           }
         });
       }

@@ -27,6 +27,8 @@ struct PoolOptions {
 
 Status ValidatePoolName(std::string_view name);
 
+// The warm sandboxes get the limits of `provider` (LocalProviderOptions::limits);
+// only claimers asking for exactly those limits take them (see provider.h).
 // Runs until `stop_fd` becomes readable (e.g. an eventfd or a signalfd).
 // Fails at once if another daemon serves the same pool.
 Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int stop_fd);

@@ -114,6 +114,23 @@ class LocalLease : public SandboxLease {
 
 }  // namespace
 
+Result<std::string> ResolveRootfs(const std::string& rootfs) {
+  if (rootfs.empty()) return std::string();
+  // A bad --rootfs is a usage error (not "no such sandbox"): INVALID_ARGUMENT.
+  char buf[PATH_MAX];
+  if (realpath(rootfs.c_str(), buf) == nullptr) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("rootfs {}: {} (give the directory of an unpacked image)", rootfs,
+                                 SyscallError("realpath", errno).message));
+  }
+  struct stat st;
+  if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("rootfs {} is not a directory (an unpacked image is)", rootfs));
+  }
+  return std::string(buf);
+}
+
 Result<std::string> LocateDeepbox() {
   if (const char* env = std::getenv("DEEPBOX_BINARY"); env != nullptr && *env != '\0') {
     if (!IsExecutable(env)) {
@@ -186,20 +203,10 @@ Status LocalSandboxProvider::ValidateClaim(const ClaimOptions& options, std::str
     }
   }
   if (options.ttl.count() < 0) return MakeError(ErrorCode::kInvalidArgument, "TTL must be >= 0");
-  rootfs->clear();
-  if (!options.rootfs.empty()) {
-    char buf[PATH_MAX];
-    if (realpath(options.rootfs.c_str(), buf) == nullptr) {
-      return MakeSyscallError("realpath", errno, options.rootfs);
-    }
-    struct stat st;
-    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
-      return MakeError(
-          ErrorCode::kNotDirectory,
-          fmt::format("rootfs {} is not a directory (an unpacked image is)", options.rootfs));
-    }
-    *rootfs = buf;
-  }
+  if (auto st = ValidateSandboxLimits(options_.limits); !st) return st;
+  auto root = ResolveRootfs(options.rootfs);
+  if (!root) return tl::unexpected(root.error());
+  *rootfs = *root;
   return {};
 }
 
@@ -217,10 +224,34 @@ Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options
   req.rootfs = rootfs;
   req.pool = pool;
   req.sandboxd_binary = options_.sandboxd_binary;
-  req.memory_bytes = options_.memory_bytes;
-  req.max_processes = options_.max_processes;
-  req.cpu_cores = options_.cpu_cores;
-  return StartSupervisor(options_.deepbox_binary, req, options_.create_timeout);
+  req.limits = options_.limits;
+  auto meta = StartSupervisor(options_.deepbox_binary, req, options_.create_timeout);
+  if (!meta) {
+    // A daemon SIGKILLed while starting under a memory limit ran out of memory.
+    const std::string& msg = meta.error().message;
+    if (options_.limits.memory_bytes && msg.find("killed by signal 9") != std::string::npos) {
+      return MakeError(meta.error().code,
+                       fmt::format("{} (the memory limit of {} is probably too small for the "
+                                   "sandbox's own daemon: raise --memory)",
+                                   msg, FormatBytes(*options_.limits.memory_bytes)));
+    }
+    return meta;
+  }
+  // An explicit `public` that the host cannot provide fails (the launcher fell
+  // back to `none`); only the default ("") may fall back, with a note.
+  if (options.network == "public" && meta->network != "public") {
+    std::string why = meta->network_note.empty() ? "the host cannot route it" : meta->network_note;
+    if (size_t at = why.find("using 'none': "); at != std::string::npos) {
+      why = why.substr(at + 14);  // the reason only
+    }
+    (void)Delete(meta->id);
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("network 'public' was requested but is not available on this "
+                                 "host: {}. Use --network none, or omit --network to fall back "
+                                 "to none automatically (see `deepbox doctor`)",
+                                 why));
+  }
+  return meta;
 }
 
 Result<SandboxMeta> LocalSandboxProvider::CreateWarm(const std::string& pool,
@@ -252,6 +283,7 @@ Result<std::optional<SandboxMeta>> LocalSandboxProvider::ClaimWarm(const std::st
     if (!meta || meta->pool != pool || meta->state != "warm" || !meta->ready) continue;
     if (!options.network.empty() && meta->network != options.network) continue;
     if (meta->rootfs != rootfs) continue;
+    if (meta->limits != options_.limits) continue;  // never weaker (nor stricter) limits
     if (!ProcessAlive(meta->supervisor)) continue;
     // The claim itself: exactly one rename(2) of the marker can succeed.
     if (rename(paths.warm.c_str(), paths.claimed.c_str()) != 0) continue;

@@ -4,6 +4,16 @@
 //   Claim   a warm sandbox from the pool if one matches (rename of its `warm`
 //           marker: two claimers never win the same one), else a cold create.
 //           Labels and TTL are set either way; the lease's Release deletes.
+//           "Matches" means the same rootfs, network and exactly the same
+//           limits (SandboxLimits): a claim never gets weaker limits than it
+//           asked for, nor surprising stricter ones. Limits are not applied to
+//           a warm sandbox after the fact because not all of them can be: the
+//           /workspace disk is mounted inside the sandbox's mount namespace at
+//           launch, RLIMIT_NPROC is inherited at fork (only prlimit(2) on each
+//           process could lower it, racing with forks), and v1 cgroups would
+//           have to be created and every task migrated while the daemon runs.
+//           A pool therefore serves one set of limits (`pool serve --memory
+//           ...`), with the same defaults as `sandbox create` and `run`.
 //   List    with a label selector; every call also reaps the sandboxes whose
 //           supervisor is gone (pid + start time), so state survives restarts
 //           and crashes of anything but the kernel.
@@ -31,12 +41,14 @@ struct LocalProviderOptions {
   std::string sandboxd_binary;   // "" = $DEEPBOX_SANDBOXD, else next to the deepbox binary
   std::string pool = "default";  // warm pool to claim from ("" = always create cold)
   std::chrono::milliseconds create_timeout{30000};
-  // Optional limits for sandboxes this provider creates cold.
-  std::optional<uint64_t> memory_bytes;
-  std::optional<uint64_t> max_processes;
-  std::optional<double> cpu_cores;
+  // Limits of every sandbox this provider creates, and the only limits a warm
+  // sandbox it claims may have. Safe by default; a field set to nullopt is no limit.
+  SandboxLimits limits = DefaultSandboxLimits();
 };
 
+// The absolute path of a --rootfs directory ("" stays ""); INVALID_ARGUMENT if
+// it does not exist or is not a directory.
+Result<std::string> ResolveRootfs(const std::string& rootfs);
 // Where `deepbox-sandboxd` is found: $DEEPBOX_SANDBOXD, else next to `deepbox_binary`.
 Result<std::string> LocateSandboxd(const std::string& deepbox_binary);
 // $DEEPBOX_BINARY, else this program if it is `deepbox`, else `deepbox` next to it.
@@ -55,7 +67,7 @@ class LocalSandboxProvider : public SandboxProvider {
   // A cold create of a warm sandbox for `pool` (what the pool daemon does).
   Result<SandboxMeta> CreateWarm(const std::string& pool, const std::string& network,
                                  const std::string& rootfs);
-  // Takes a warm sandbox of `pool` matching network/rootfs, applying labels + TTL.
+  // Takes a warm sandbox of `pool` matching network/rootfs/limits, applying labels + TTL.
   Result<std::optional<SandboxMeta>> ClaimWarm(const std::string& pool,
                                                const ClaimOptions& options);
 

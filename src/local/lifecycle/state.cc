@@ -307,6 +307,8 @@ json::object SandboxMeta::ToJson() const {
   if (!network_note.empty()) o["network_note"] = network_note;
   if (net_slot) o["net_slot"] = *net_slot;
   o["rootfs"] = rootfs;
+  o["limits"] = limits.ToJson();
+  if (!limits_note.empty()) o["limits_note"] = JsonString(limits_note);
   o["ready"] = ready;
   o["supervisor"] = RefToJson(supervisor);
   o["init"] = RefToJson(init);
@@ -350,6 +352,10 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
     m.net_slot = static_cast<uint32_t>(slot);
   }
   m.rootfs = GetOptString(o, "rootfs").value_or("");
+  if (auto it = o.find("limits"); it != o.end() && it->value().is_object()) {
+    m.limits = SandboxLimits::FromJson(it->value().as_object());
+  }
+  m.limits_note = GetOptString(o, "limits_note").value_or("");
   if (auto it = o.find("ready"); it != o.end() && it->value().is_bool()) {
     m.ready = it->value().as_bool();
   }

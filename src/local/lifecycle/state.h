@@ -30,6 +30,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "local/lifecycle/sandbox_limits.h"
 #include "local/lifecycle/selector.h"
 
 namespace deepbox::local::lifecycle {
@@ -69,6 +70,8 @@ struct SandboxMeta {
   std::string network_note;              // why public fell back to none
   std::optional<uint32_t> net_slot;      // public mode
   std::string rootfs;                    // "" = host system dirs
+  SandboxLimits limits;                  // as requested (a claim must match them exactly)
+  std::string limits_note;               // requested limits this host did not enforce
   bool ready = false;                    // the daemon answered its health check
   ProcessRef supervisor;
   ProcessRef init;                   // the sandbox's init (deepbox-sandboxd), host pid

@@ -35,9 +35,7 @@ struct SupervisorRequest {
   std::string rootfs;           // "" = host system dirs
   std::string pool;             // non-empty: a warm sandbox of that pool
   std::string sandboxd_binary;  // absolute path
-  std::optional<uint64_t> memory_bytes;
-  std::optional<uint64_t> max_processes;
-  std::optional<double> cpu_cores;
+  SandboxLimits limits;         // nullopt fields: no limit
   int64_t requested_at_ns = 0;  // CLOCK_MONOTONIC at the creator (spawn timing)
 
   json::object ToJson() const;
