@@ -1,11 +1,12 @@
 // The userspace uplink of `public` mode: pasta (from Debian's passt package)
 // attached to the sandbox's network namespace.
 //
-// Why pasta and not slirp4netns (both Debian 12; measured by bench/network on
-// the same loopback-backed test host, see its README):
-//   * throughput and latency: pasta maps the sandbox's TCP onto host sockets
-//     with few copies (~1.5-2.5x slirp4netns' throughput here; connect p50
-//     0.04 ms vs 0.10 ms);
+// Why pasta and not slirp4netns (both Debian 12; bench/network measures them
+// side by side with the veth path, see its README):
+//   * throughput and latency: on par here (2.1-5.2 vs 2.4-5.2 Gbit/s for a
+//     256 MiB download, connect p50 52-104 us vs 69-95 us, on a busy 2-vCPU
+//     VM where the kernel veth path does 7.4-9.2 Gbit/s and 15-31 us); both
+//     clear the goal (>= 1 Gbit/s, p50 < 1 ms) by far, so this does not decide;
 //   * IPv6: pasta carries it natively with the host's own addresses and
 //     routes; slirp4netns 1.2 only NATs a private fd00::/64 ("experimental");
 //   * DNS: both can forward to the host's resolver (pasta: --dns-forward);
@@ -17,8 +18,14 @@
 //     the host's (-T/-U auto) and host ports into the sandbox (-t/-u auto).
 //     We pass --no-map-gw -t none -u none -T none -U none: nothing reaches the
 //     host's loopback and nothing enters the sandbox (no ingress).
+//   * addressing: pasta gives the sandbox the host's own addresses and routes;
+//     slirp4netns puts it in 10.0.2.0/24 with gateway and DNS at 10.0.2.2/.3,
+//     inside the private range our rules refuse (more exceptions to get right);
 //   * confinement in tests: both open their sockets in the network namespace
-//     they run in, so tests run them inside their own "internet" netns.
+//     they run in, so tests run them inside their own "internet" netns;
+//   * both need /dev/net/tun readable and writable by the caller when
+//     unprivileged (PastaObstacle says so where it is not, e.g. mode 0600).
+// So: pasta, for native IPv6 and fewer private-range exceptions.
 // pasta drops to `nobody` when started as root, and nobody may not join the
 // root-owned namespaces of a sandbox: as root we pass --runas 0; pasta still
 // confines itself (its own user/mount namespaces, capabilities dropped,
