@@ -90,6 +90,18 @@ void RegisterRunCommand(CLI::App& app) {
             return p ? std::string() : p.error().message;
           },
           "none|public|allow=NAMES"));
+  cmd->add_option("--memory", flags->memory,
+                  "local: memory limit of the sandbox: bytes or with a unit (k, m, g: powers\n"
+                  "of 1024, e.g. 512M, 4G); at least 16M; 0 = none. Default 2G");
+  cmd->add_option("--max-processes", flags->max_processes,
+                  "local: process limit of the sandbox, threads included; 0 = none.\n"
+                  "Default 512");
+  cmd->add_option("--cpus", flags->cpus,
+                  "local: CPU bandwidth limit in cores, e.g. 0.5; 0 = none. Default 2");
+  cmd->add_option("--disk", flags->disk,
+                  "local: size of /workspace (an ext4 image, where this host allows loop\n"
+                  "devices; else a warning says it is not enforced); 0 = none. Default 10G.\n"
+                  "The limits in force are printed when the sandbox is ready");
   cmd->add_option("--namespace,-n", flags->namespace_name,
                   "k8s: namespace of the warm pool and claims. Env AGENT_SANDBOX_NAMESPACE;\n"
                   "default: the kubeconfig context's namespace, else default");

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "local/lifecycle/selector.h"
 #include "local/network.h"
@@ -44,12 +45,14 @@ const char kRunEnvironmentHelp[] =
 const char kRunConfigFileHelp[] =
     "Config file (--config FILE, YAML or JSON; every key optional): sandbox, model,\n"
     "approve, labels (a map), ttl, keep_sandbox, max_steps, color, pool, network,\n"
-    "namespace, warm_pool, context, kubeconfig, router_url, router_token,\n"
-    "ready_timeout, record, threads_dir, system_prompt, anthropic_base_url,\n"
-    "openai_base_url. Example:\n"
+    "memory, max_processes, cpus, disk, namespace, warm_pool, context, kubeconfig,\n"
+    "router_url, router_token, ready_timeout, record, threads_dir, system_prompt,\n"
+    "anthropic_base_url, openai_base_url. Example:\n"
     "  model: claude-sonnet-4-6\n"
     "  labels: {team: ml}\n"
-    "  ttl: 1800\n";
+    "  ttl: 1800\n"
+    "  memory: 4G        # local sandbox limits; 0 = none\n"
+    "  disk: 20G\n";
 
 EnvLookup ProcessEnv() {
   return [](const char* name) -> const char* { return std::getenv(name); };
@@ -92,6 +95,28 @@ Status OneOf(std::string_view where, std::string_view value,
   for (auto a : allowed) list += (list.empty() ? "" : " or ") + std::string(a);
   return MakeError(ErrorCode::kInvalidArgument,
                    fmt::format("{}: '{}' is not valid (use {})", where, value, list));
+}
+
+// One limit (`key` as in the config file) from its text; `what` names it in errors.
+Status ApplyLimit(std::string_view key, std::string_view text, RunConfig& c,
+                  std::string_view what = "") {
+  using namespace local::lifecycle;
+  std::string label(what.empty() ? key : what);
+  if (key == "memory" || key == "disk") {
+    auto v = key == "memory" ? ParseMemoryLimit(text, label) : ParseDiskLimit(text, label);
+    if (!v) return tl::unexpected(v.error());
+    (key == "memory" ? c.limits.memory_bytes : c.limits.workspace_bytes) = *v;
+  } else if (key == "max_processes") {
+    auto v = ParseProcessLimit(text, label);
+    if (!v) return tl::unexpected(v.error());
+    c.limits.max_processes = *v;
+  } else {
+    auto v = ParseCpuLimit(text, label);
+    if (!v) return tl::unexpected(v.error());
+    c.limits.cpu_cores = *v;
+  }
+  c.limits_explicit = true;
+  return {};
 }
 
 }  // namespace
@@ -152,6 +177,12 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
       auto b = Scalar<bool>(v, name, key, "true or false");
       if (!b) return tl::unexpected(b.error());
       (key == "color" ? c.color : c.keep_sandbox) = *b;
+    } else if (key == "memory" || key == "max_processes" || key == "cpus" || key == "disk") {
+      auto text = Scalar<std::string>(v, name, key, "a limit");
+      if (!text) return tl::unexpected(text.error());
+      if (auto st = ApplyLimit(key, *text, c); !st) {
+        return tl::unexpected(KeyError(name, key, st.error().message));
+      }
     } else if (key == "labels") {
       if (!v.IsMap()) return tl::unexpected(KeyError(name, key, "expected a mapping K: V"));
       for (const auto& l : v) {
@@ -168,9 +199,10 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
       return tl::unexpected(
           KeyError(name, key,
                    "unknown setting (known: sandbox, model, approve, labels, ttl, keep_sandbox, "
-                   "max_steps, color, pool, network, namespace, warm_pool, context, kubeconfig, "
-                   "router_url, router_token, ready_timeout, record, threads_dir, system_prompt, "
-                   "anthropic_base_url, openai_base_url)"));
+                   "max_steps, color, pool, network, memory, max_processes, cpus, disk, "
+                   "namespace, warm_pool, context, kubeconfig, router_url, router_token, "
+                   "ready_timeout, record, threads_dir, system_prompt, anthropic_base_url, "
+                   "openai_base_url)"));
     }
   }
   return {};
@@ -261,6 +293,13 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     }
     c.max_steps = *flags.max_steps;
   }
+  for (const auto& [key, flag, value] :
+       {std::tuple{"memory", "--memory", &flags.memory},
+        std::tuple{"max_processes", "--max-processes", &flags.max_processes},
+        std::tuple{"cpus", "--cpus", &flags.cpus}, std::tuple{"disk", "--disk", &flags.disk}}) {
+    if (!*value) continue;
+    if (auto st = ApplyLimit(key, **value, c, flag); !st) return tl::unexpected(st.error());
+  }
   if (flags.keep_sandbox) c.keep_sandbox = true;
   if (flags.json) c.json = true;
   if (flags.no_color) c.color = false;
@@ -277,6 +316,13 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     }
   }
   if (c.model.empty()) return MakeError(ErrorCode::kInvalidArgument, "--model: empty model spec");
+  // Never let a limit that was asked for be silently ignored.
+  if (c.sandbox == "k8s" && c.limits_explicit) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "--memory, --max-processes, --cpus and --disk (and their config keys) "
+                     "limit local sandboxes; a k8s sandbox gets the resources of its "
+                     "SandboxTemplate");
+  }
   return c;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "local/lifecycle/sandbox_limits.h"
 
 namespace deepbox::run {
 
@@ -29,6 +30,11 @@ struct RunFlags {
   std::optional<int> max_steps;
   std::optional<std::string> pool;     // local warm pool
   std::optional<std::string> network;  // local: none | public
+  // local limits: as typed ("2G", "512", "0.5"; "0"/"none" = no limit)
+  std::optional<std::string> memory;
+  std::optional<std::string> max_processes;
+  std::optional<std::string> cpus;
+  std::optional<std::string> disk;
   std::optional<std::string> namespace_name;
   std::optional<std::string> warm_pool;
   std::optional<std::string> context;
@@ -61,8 +67,12 @@ struct RunConfig {
   bool color = true;  // allowed (NO_COLOR / --no-color / config); a TTY is still required
   int max_steps = kDefaultMaxSteps;
   std::string pool = "default";
-  std::string network;         // "" = the host's default
-  std::string namespace_name;  // "" = the kubeconfig context's namespace
+  std::string network;  // "" = the host's default
+  // Local sandboxes' limits: safe defaults, overridden by the config file's
+  // memory/max_processes/cpus/disk and the flags of the same names.
+  local::lifecycle::SandboxLimits limits = local::lifecycle::DefaultSandboxLimits();
+  bool limits_explicit = false;  // some limit came from the file or a flag
+  std::string namespace_name;    // "" = the kubeconfig context's namespace
   std::string warm_pool = kDefaultWarmPool;
   std::string context;
   std::string kubeconfig;    // "" = $KUBECONFIG, in-cluster, ~/.kube/config

@@ -166,5 +166,89 @@ TEST(RunConfigTest, Errors) {
   EXPECT_TRUE(ApplyConfigFile("", "empty.yaml", rc).has_value());
 }
 
+// Issue 17: `deepbox run` sandboxes had no limits and no way to ask for them.
+TEST(RunConfigTest, LimitsHaveSafeDefaultsFileKeysAndFlags) {
+  using local::lifecycle::DefaultSandboxLimits;
+  auto c = ResolveRunConfig({}, FakeEnv({}));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->limits, DefaultSandboxLimits());
+  EXPECT_EQ(c->limits.memory_bytes, 2ULL << 30);
+  EXPECT_EQ(c->limits.max_processes, 512u);
+  EXPECT_EQ(c->limits.cpu_cores, 2.0);
+  EXPECT_EQ(c->limits.workspace_bytes, 10ULL << 30);
+  EXPECT_FALSE(c->limits_explicit);
+
+  std::string file = WriteTemp("memory: 4G\nmax_processes: 100\ncpus: 0.5\ndisk: 512M\n");
+  RunFlags flags;
+  flags.config_file = file;
+  c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->limits.memory_bytes, 4ULL << 30);
+  EXPECT_EQ(c->limits.max_processes, 100u);
+  EXPECT_EQ(c->limits.cpu_cores, 0.5);
+  EXPECT_EQ(c->limits.workspace_bytes, 512ULL << 20);
+  EXPECT_TRUE(c->limits_explicit);
+
+  // Flags win over the file; 0 / none lift a limit.
+  flags.memory = "64m";
+  flags.disk = "0";
+  flags.cpus = "none";
+  c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->limits.memory_bytes, 64ULL << 20);
+  EXPECT_EQ(c->limits.max_processes, 100u);
+  EXPECT_FALSE(c->limits.cpu_cores.has_value());
+  EXPECT_FALSE(c->limits.workspace_bytes.has_value());
+  std::remove(file.c_str());
+
+  // A number in the file is bytes, as on the command line.
+  RunConfig rc;
+  ASSERT_TRUE(ApplyConfigFile("memory: 67108864\n", "f.yaml", rc).has_value());
+  EXPECT_EQ(rc.limits.memory_bytes, 64ULL << 20);
+}
+
+TEST(RunConfigTest, BadLimitsAreUsageErrorsNamingTheirSource) {
+  RunFlags flags;
+  flags.memory = "1000";
+  auto c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_THAT(c.error().message, HasSubstr("--memory 1000"));
+  EXPECT_THAT(c.error().message, HasSubstr("too small"));
+  flags = {};
+  flags.cpus = "-1";
+  EXPECT_THAT(ResolveRunConfig(flags, FakeEnv({})).error().message, HasSubstr("--cpus -1"));
+  flags = {};
+  flags.max_processes = "many";
+  EXPECT_THAT(ResolveRunConfig(flags, FakeEnv({})).error().message,
+              HasSubstr("--max-processes 'many'"));
+  flags = {};
+  flags.disk = "10X";
+  EXPECT_THAT(ResolveRunConfig(flags, FakeEnv({})).error().message, HasSubstr("--disk '10X'"));
+
+  RunConfig rc;
+  auto st = ApplyConfigFile("disk: lots\n", "f.yaml", rc);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_THAT(st.error().message, HasSubstr("config f.yaml: disk"));
+  st = ApplyConfigFile("cpus: [1]\n", "f.yaml", rc);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_THAT(st.error().message, HasSubstr("cpus"));
+
+  // A limit asked for is never silently dropped: k8s sandboxes take the template's.
+  flags = {};
+  flags.sandbox = "k8s";
+  EXPECT_TRUE(ResolveRunConfig(flags, FakeEnv({})).has_value());
+  flags.memory = "4G";
+  c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_FALSE(c.has_value());
+  EXPECT_THAT(c.error().message, HasSubstr("SandboxTemplate"));
+}
+
+TEST(RunConfigTest, HelpListsTheLimitKeys) {
+  for (const char* key : {"memory", "max_processes", "cpus", "disk"}) {
+    EXPECT_THAT(kRunConfigFileHelp, HasSubstr(key));
+  }
+}
+
 }  // namespace
 }  // namespace deepbox::run

@@ -18,6 +18,7 @@ namespace {
 Result<RunProvider> MakeLocal(const RunConfig& config) {
   local::lifecycle::LocalProviderOptions o;
   o.pool = config.pool;
+  o.limits = config.limits;
   auto provider = local::lifecycle::LocalSandboxProvider::Create(o);
   if (!provider) return tl::unexpected(provider.error());
   // A second handle for the signal thread and the probe: independent of the
@@ -28,6 +29,13 @@ Result<RunProvider> MakeLocal(const RunConfig& config) {
   RunProvider rp;
   rp.description = "local sandbox";
   rp.provider = std::move(*provider);
+  rp.limits_line = [other, limits = config.limits](const std::string& id) {
+    std::string line = "limits: " + limits.Describe();
+    if (auto meta = other->Get(id); meta && !meta->limits_note.empty()) {
+      line += "; WARNING: " + meta->limits_note;
+    }
+    return line;
+  };
   rp.force_delete = [other](const std::string& id) -> Status {
     auto st = other->Delete(id);
     if (!st && st.error().code == ErrorCode::kNotFound) return {};

@@ -26,6 +26,9 @@ struct RunProvider {
   std::function<Status(const std::string& id)> force_delete;
   // Why the sandbox `id` is unusable now, or nullopt if it still answers.
   std::function<std::optional<Error>(const std::string& id, Sandbox& sandbox)> probe;
+  // The limits sandbox `id` runs with, for the run's header ("" = nothing to say):
+  // "limits: memory 2 GiB, ..." plus what this host did not enforce.
+  std::function<std::string(const std::string& id)> limits_line;
 };
 
 // The label that identifies one `deepbox run` invocation's claim.

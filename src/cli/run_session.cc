@@ -200,6 +200,7 @@ int Session::Run(RunSummary& summary) {
     return Interrupted(summary);
   }
   ui_.SandboxReady(sandbox_id, summary.provider, Since(claim_start));
+  if (provider->limits_line) ui_.Notice(provider->limits_line(sandbox_id));
 
   // 4. The agent.
   WatchedSandbox watched(
