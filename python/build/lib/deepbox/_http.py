@@ -20,6 +20,9 @@ from deepbox.errors import DaemonUnavailableError, ProtocolError, daemon_error
 # The daemon answers every request quickly except exec (bounded by its own
 # timeout, which callers add to this) and large transfers.
 DEFAULT_TIMEOUT_S = 300.0
+# A stream event line longer than this is refused (a hostile or broken daemon
+# must not make the client buffer without bound); data chunks are 64 KiB.
+MAX_LINE_BYTES = 16 << 20
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -89,9 +92,11 @@ class Response:
 
     def lines(self) -> Iterator[bytes]:
         while True:
-            line = self._resp.readline()
+            line = self._resp.readline(MAX_LINE_BYTES + 1)
             if not line:
                 return
+            if len(line) > MAX_LINE_BYTES:
+                raise ProtocolError(f"a stream line exceeds {MAX_LINE_BYTES} bytes")
             yield line
 
     def close(self) -> None:
