@@ -1,0 +1,351 @@
+// deepbox sandbox exec: runs a command in a sandbox like `docker exec`. Its
+// output reaches stdout/stderr byte for byte (binary output stays intact),
+// -i streams stdin to it as it arrives, -t runs it on a pseudo-terminal in
+// the sandbox (with -i: an interactive session, this terminal in raw mode,
+// window size changes passed on).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/provider_util.h"
+#include "common/unique_fd.h"
+
+namespace deepbox::cli {
+namespace {
+
+// Writes all of `data`; false with errno set on failure (EPIPE: the reader
+// is gone; SIGPIPE is ignored by main()).
+bool WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+int Say(int code, const std::string& message) {
+  std::fprintf(stderr, "deepbox: %s\n", message.c_str());
+  return code;
+}
+
+// The host terminal in raw mode (bytes, ^C included, go to the sandbox's
+// terminal unchanged), restored on destruction or by Restore() from the
+// signal thread. Async-signal-safe restore is not needed: signals are taken
+// by a thread (signalfd), never by a handler.
+class RawTerminal {
+ public:
+  Status Enter(int fd) {
+    if (::tcgetattr(fd, &saved_) != 0) return MakeSyscallError("tcgetattr", errno, "stdin");
+    termios raw = saved_;
+    ::cfmakeraw(&raw);
+    if (::tcsetattr(fd, TCSADRAIN, &raw) != 0) return MakeSyscallError("tcsetattr", errno);
+    fd_ = fd;
+    return {};
+  }
+  void Restore() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fd_ < 0) return;
+    (void)::tcsetattr(fd_, TCSADRAIN, &saved_);
+    fd_ = -1;
+  }
+  ~RawTerminal() { Restore(); }
+
+ private:
+  std::mutex mu_;
+  int fd_ = -1;
+  termios saved_{};
+};
+
+std::optional<TerminalSize> HostTerminalSize() {
+  for (int fd : {STDOUT_FILENO, STDIN_FILENO, STDERR_FILENO}) {
+    winsize ws{};
+    if (::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 && ws.ws_col > 0) {
+      return TerminalSize{ws.ws_row, ws.ws_col};
+    }
+  }
+  return std::nullopt;
+}
+
+// What runs beside ExecStream once the command has started: the stdin pump
+// (-i) and the signal thread (-t). Both wait on `stop_` too, so Stop() ends
+// them whatever they wait for; a Write() in flight returns once the command
+// has ended, which it has when ExecStream returns.
+class Session {
+ public:
+  Session(bool pump_stdin, bool watch_signals, RawTerminal* raw)
+      : pump_stdin_(pump_stdin), watch_signals_(watch_signals), raw_(raw) {}
+  ~Session() { Stop(); }
+
+  // Before ExecStream (and before any thread exists, so that every thread
+  // inherits the mask): the signals the signal thread takes.
+  Status Prepare() {
+    stop_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!stop_) return MakeSyscallError("eventfd", errno);
+    if (!watch_signals_) return {};
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : {SIGWINCH, SIGTERM, SIGHUP, SIGINT, SIGQUIT}) sigaddset(&set, sig);
+    if (int rc = pthread_sigmask(SIG_BLOCK, &set, &old_mask_); rc != 0) {
+      return MakeSyscallError("pthread_sigmask", rc);
+    }
+    masked_ = true;
+    signals_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+    if (!signals_) return MakeSyscallError("signalfd", errno);
+    return {};
+  }
+
+  // on_started: the command runs.
+  void Started(ExecInput& input) {
+    input_ = &input;
+    if (pump_stdin_) pump_ = std::thread([this] { Pump(); });
+    if (watch_signals_) {
+      // A resize between our size query and now would be lost: send the size once more.
+      if (auto size = HostTerminalSize()) (void)input.Resize(*size);
+      signal_thread_ = std::thread([this] { WatchSignals(); });
+    }
+  }
+
+  void Stop() {
+    if (stop_) {
+      uint64_t one = 1;
+      (void)::write(stop_.get(), &one, sizeof one);
+    }
+    if (pump_.joinable()) pump_.join();
+    if (signal_thread_.joinable()) signal_thread_.join();
+    if (masked_) {
+      pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+      masked_ = false;
+    }
+  }
+
+ private:
+  // Host stdin -> the command's stdin, as bytes arrive; EOF -> Close().
+  void Pump() {
+    std::string buf(64 * 1024, '\0');
+    for (;;) {
+      pollfd fds[2] = {{STDIN_FILENO, POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      if (fds[1].revents != 0) return;
+      if ((fds[0].revents & POLLNVAL) != 0) {  // no stdin at all
+        (void)input_->Close();
+        return;
+      }
+      ssize_t n = ::read(STDIN_FILENO, buf.data(), buf.size());
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) {  // EOF (or an unreadable stdin, which ends the input too)
+        (void)input_->Close();
+        return;
+      }
+      // Fails once the command has ended or stopped reading its stdin: then
+      // there is nothing more to deliver.
+      if (!input_->Write(std::string_view(buf.data(), static_cast<size_t>(n)))) return;
+    }
+  }
+
+  void WatchSignals() {
+    for (;;) {
+      pollfd fds[2] = {{signals_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[1].revents != 0) return;
+      signalfd_siginfo info{};
+      if (::read(signals_.get(), &info, sizeof info) != static_cast<ssize_t>(sizeof info)) {
+        continue;
+      }
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGWINCH) {
+        if (auto size = HostTerminalSize()) (void)input_->Resize(*size);
+        continue;
+      }
+      // Asked to stop: give the terminal back, then die of the signal. The
+      // daemon sees the connection close and kills the command.
+      if (raw_ != nullptr) raw_->Restore();
+      ::signal(sig, SIG_DFL);
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, sig);
+      pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+      ::raise(sig);
+      ::_exit(128 + sig);  // not reached
+    }
+  }
+
+  const bool pump_stdin_;
+  const bool watch_signals_;
+  RawTerminal* raw_;
+  ExecInput* input_ = nullptr;
+  UniqueFd stop_;
+  UniqueFd signals_;
+  sigset_t old_mask_{};
+  bool masked_ = false;
+  std::thread pump_;
+  std::thread signal_thread_;
+};
+
+std::string ReadAllStdin() {
+  std::string data;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  return data;
+}
+
+}  // namespace
+
+int RunSandboxExec(const SandboxExecArgs& args) {
+  std::vector<std::string> command = args.command;
+  if (!command.empty() && command.front() == "--") command.erase(command.begin());
+  if (command.empty()) {
+    return Say(kExitUsage, "no command given: deepbox sandbox exec ID -- COMMAND [ARG...]");
+  }
+  ExecRequest req;
+  req.argv = command;
+  req.cwd = args.cwd;
+  if (!(args.timeout_seconds >= 0) || args.timeout_seconds > 1e9) {
+    return Say(kExitUsage, "--timeout: give seconds from 0 to 1000000000");
+  }
+  req.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_seconds * 1000));
+  for (const auto& e : args.env) {
+    size_t eq = e.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Say(kExitUsage, fmt::format("bad --env '{}': use K=V", e));
+    }
+    req.env[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  const bool stdin_tty = ::isatty(STDIN_FILENO) == 1;
+  if (args.tty && args.interactive && !stdin_tty) {
+    return Say(kExitUsage,
+               "the input device is not a TTY: -it needs a terminal on stdin (drop -t to "
+               "pipe stdin into the command)");
+  }
+
+  auto provider = MakeProvider(ProviderFlags{});
+  if (!provider) return Say(kExecDeepboxFailed, provider.error().message);
+  auto client = (*provider)->Connect(args.id);
+  if (!client) {
+    const Error& e = client.error();
+    return Say(e.code == ErrorCode::kNotFound          ? kExitNotFound
+               : e.code == ErrorCode::kInvalidArgument ? kExitUsage
+                                                       : kExecDeepboxFailed,
+               e.message);
+  }
+
+  // A terminal also needs the session (for resizes) without -i.
+  req.stdin_stream = args.interactive || args.tty;
+  if (args.tty) {
+    req.tty = HostTerminalSize().value_or(TerminalSize{});
+    // Programs in the sandbox draw for the terminal that shows them: this one.
+    const char* term = std::getenv("TERM");
+    if (term != nullptr && *term != '\0' && !req.env.contains("TERM")) req.env["TERM"] = term;
+  }
+  RawTerminal raw;
+  const bool raw_mode = args.tty && args.interactive && stdin_tty;
+  Session session(/*pump_stdin=*/args.interactive, /*watch_signals=*/args.tty,
+                  raw_mode ? &raw : nullptr);
+  if (auto st = session.Prepare(); !st) return Say(kExecDeepboxFailed, st.error().message);
+  req.on_started = [&](ExecInput& input) { session.Started(input); };
+
+  bool output_closed = false;
+  int write_errno = 0;
+  auto on_output = [&](OutputStream s, std::string_view data) {
+    if (data.empty()) {
+      // A keepalive: a silent command's reader may have left meanwhile (a
+      // pipe whose read end is closed polls POLLERR).
+      pollfd p{STDOUT_FILENO, 0, 0};
+      if (::poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0) {
+        output_closed = true;
+        return false;
+      }
+      return true;
+    }
+    if (WriteAll(s == OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO, data)) return true;
+    // The reader went away (`| head`): a normal end, as SIGPIPE would be.
+    if (errno == EPIPE) {
+      output_closed = true;
+    } else {
+      write_errno = errno;
+    }
+    return false;
+  };
+  if (raw_mode) {
+    if (auto st = raw.Enter(STDIN_FILENO); !st) return Say(kExecDeepboxFailed, st.error().message);
+  }
+  auto result = (*client)->ExecStream(req, on_output);
+  session.Stop();
+  raw.Restore();
+  if (!result && result.error().code == ErrorCode::kUnimplemented && !args.tty) {
+    // An older daemon cannot stream stdin: read it all, then run (the
+    // command has not started).
+    req.stdin_stream = false;
+    req.on_started = nullptr;
+    req.stdin_data = ReadAllStdin();
+    result = (*client)->ExecStream(req, on_output);
+  }
+  if (!result) {
+    if (output_closed) return kExecOutputClosed;
+    if (write_errno != 0) {
+      return Say(kExecDeepboxFailed, fmt::format("writing the command's output: {}",
+                                                 SyscallError("write", write_errno).message));
+    }
+    // The sandbox may have expired or been deleted while the command ran.
+    auto meta = (*provider)->Get(args.id);
+    if (!meta) {
+      return Say(meta.error().code == ErrorCode::kNotFound ? kExitNotFound : kExecDeepboxFailed,
+                 meta.error().message);
+    }
+    return Say(kExecDeepboxFailed, result.error().message);
+  }
+  switch (result->kind) {
+    case ExitKind::kExited:
+      return result->exit_code;
+    case ExitKind::kSignaled:
+      return 128 + result->signal;
+    case ExitKind::kTimedOut:
+      return Say(kExecTimedOut, fmt::format("the command timed out (after {} ms) and was killed",
+                                            result->duration.count()));
+    case ExitKind::kKilled:
+      return 128 + SIGKILL;
+    case ExitKind::kSpawnFailed: {
+      // execve: the command itself (127 not found, 126 cannot run); any other
+      // step (chdir to --cwd, ...) is deepbox's request failing.
+      const std::string& why = result->error;
+      if (!why.starts_with("execve(")) return Say(kExecDeepboxFailed, why);
+      return Say(why.find("ENOENT") != std::string::npos ? kExecNotFound : kExecCannotRun, why);
+    }
+  }
+  return kExecDeepboxFailed;
+}
+
+}  // namespace deepbox::cli
