@@ -198,7 +198,9 @@ TEST_F(PastaUplinkTest, PastaEndsWithTheSandbox) {
 }
 
 // The same policy with the launcher unprivileged: a child joins the world,
-// drops to uid 65534 and launches the sandbox with pasta in its own netns.
+// drops to uid 65534 and launches the sandbox with pasta in its own netns
+// (with a 0666 /dev/net/tun in a private mount namespace where the host's is
+// 0600, see PrivateTunDevice).
 TEST_F(PastaUplinkTest, PolicyUnprivileged) {
   const uid_t kUid = 65534;
   std::filesystem::path base = tmp_.path() / "unpriv";
@@ -207,36 +209,39 @@ TEST_F(PastaUplinkTest, PolicyUnprivileged) {
   for (const auto& p : {tmp_.path(), base, base / "workspace", base / "workspace" / "checks.py"}) {
     ASSERT_EQ(chown(p.c_str(), kUid, kUid), 0);
   }
-  auto run = testing::RunAsUserInNetns(world_.ns().fd(), kUid, [&](int w) {
-    if (!UserNamespacesAvailable()) {
-      (void)!write(w, "SKIP no unprivileged user namespaces here", 41);
-      return 0;
-    }
-    PublicNetworkConfig probe = spec_.public_network;
-    probe.uplink_netns = "";
-    if (std::string why = PastaObstacle(probe); !why.empty()) {
-      why = "SKIP " + why;
-      (void)!write(w, why.data(), why.size());
-      return 0;
-    }
-    SandboxSpec spec = spec_;
-    spec.id = spec_.id + "u";
-    spec.runtime_dir = base / "rt";
-    spec.workspace_dir = base / "workspace";
-    spec.use_cgroups = false;
-    spec.public_network.uplink_netns = "";  // our own: the world
-    spec.argv = {"/bin/sh", "-c", "python3 /workspace/checks.py 2>&1"};
-    spec.stdout_fd = w;
-    spec.stderr_fd = w;
-    auto sp = Launch(spec);
-    if (!sp) {
-      std::string e = "LAUNCH " + sp.error().ToString();
-      (void)!write(w, e.data(), e.size());
-      return 4;
-    }
-    (void)sp->Wait(std::chrono::milliseconds(60000));
-    return sp->uplink() == Uplink::kPasta ? 0 : 5;
-  });
+  auto run = testing::RunAsUserInNetns(
+      world_.ns().fd(), kUid,
+      [&](int w) {
+        if (!UserNamespacesAvailable()) {
+          (void)!write(w, "SKIP no unprivileged user namespaces here", 41);
+          return 0;
+        }
+        PublicNetworkConfig probe = spec_.public_network;
+        probe.uplink_netns = "";
+        if (std::string why = PastaObstacle(probe); !why.empty()) {
+          why = "SKIP " + why;
+          (void)!write(w, why.data(), why.size());
+          return 0;
+        }
+        SandboxSpec spec = spec_;
+        spec.id = spec_.id + "u";
+        spec.runtime_dir = base / "rt";
+        spec.workspace_dir = base / "workspace";
+        spec.use_cgroups = false;
+        spec.public_network.uplink_netns = "";  // our own: the world
+        spec.argv = {"/bin/sh", "-c", "python3 /workspace/checks.py 2>&1"};
+        spec.stdout_fd = w;
+        spec.stderr_fd = w;
+        auto sp = Launch(spec);
+        if (!sp) {
+          std::string e = "LAUNCH " + sp.error().ToString();
+          (void)!write(w, e.data(), e.size());
+          return 4;
+        }
+        (void)sp->Wait(std::chrono::milliseconds(60000));
+        return sp->uplink() == Uplink::kPasta ? 0 : 5;
+      },
+      /*private_tun=*/true);
   const std::string& out = run.output;
   int status = run.status;
   if (out.rfind("SKIP ", 0) == 0) GTEST_SKIP() << out.substr(5);

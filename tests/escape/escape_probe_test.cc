@@ -1042,34 +1042,37 @@ class WorldEscape : public EscapeTest {
     for (const auto& p : {tmp_, workspace_}) {
       if (chown(p.c_str(), kUid, kUid) != 0) ADD_FAILURE() << "chown " << p;
     }
-    auto child = local::testing::RunAsUserInNetns(world_.ns().fd(), kUid, [&](int w) {
-      auto say = [w](const std::string& line) { (void)!write(w, line.data(), line.size()); };
-      if (!local::UserNamespacesAvailable()) {
-        say("SKIP no unprivileged user namespaces here\n");
-        return 0;
-      }
-      spec_.public_network.uplink_netns = "";  // the world is our own netns now
-      spec_.use_cgroups = false;
-      if (spec_.network == local::NetworkMode::kPublic) {
-        if (std::string why = local::PastaObstacle(spec_.public_network); !why.empty()) {
-          say("SKIP " + why + "\n");
+    auto child = local::testing::RunAsUserInNetns(
+        world_.ns().fd(), kUid,
+        [&](int w) {
+          auto say = [w](const std::string& line) { (void)!write(w, line.data(), line.size()); };
+          if (!local::UserNamespacesAvailable()) {
+            say("SKIP no unprivileged user namespaces here\n");
+            return 0;
+          }
+          spec_.public_network.uplink_netns = "";  // the world is our own netns now
+          spec_.use_cgroups = false;
+          if (spec_.network == local::NetworkMode::kPublic) {
+            if (std::string why = local::PastaObstacle(spec_.public_network); !why.empty()) {
+              say("SKIP " + why + "\n");
+              return 0;
+            }
+          }
+          auto box = Start();
+          if (!box) {
+            say("ERROR " + box.error().ToString() + "\n");
+            return 1;
+          }
+          for (const auto& c : calls) {
+            ProbeRun run = Run(**box, c.name, c.args);
+            const ExecResult& r = run.result;
+            std::string out = r.combined.empty() ? r.stdout_data + r.stderr_data : r.combined;
+            say(fmt::format("RUN {} {} {} {} {} {}\n", run.ran ? 1 : 0, static_cast<int>(r.kind),
+                            r.exit_code, r.signal, Hex(out), Hex(run.error)));
+          }
           return 0;
-        }
-      }
-      auto box = Start();
-      if (!box) {
-        say("ERROR " + box.error().ToString() + "\n");
-        return 1;
-      }
-      for (const auto& c : calls) {
-        ProbeRun run = Run(**box, c.name, c.args);
-        const ExecResult& r = run.result;
-        std::string out = r.combined.empty() ? r.stdout_data + r.stderr_data : r.combined;
-        say(fmt::format("RUN {} {} {} {} {} {}\n", run.ran ? 1 : 0, static_cast<int>(r.kind),
-                        r.exit_code, r.signal, Hex(out), Hex(run.error)));
-      }
-      return 0;
-    });
+        },
+        /*private_tun=*/true);  // this host's /dev/net/tun may be 0600: see test_world.h
     std::istringstream in(child.output);
     for (std::string line; std::getline(in, line);) {
       if (line.rfind("SKIP ", 0) == 0) {

@@ -36,8 +36,11 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -243,9 +246,22 @@ struct ChildRun {
   int status = -1;     // waitpid status
   std::string output;  // what fn wrote to its fd
 };
-// Forks; the child joins `netns_fd` (the world), drops to `uid` (gid = uid, no
-// groups) and exits with fn(out_fd). Only from a single-threaded test process.
-inline ChildRun RunAsUserInNetns(int netns_fd, uid_t uid, const std::function<int(int)>& fn) {
+// Gives this process (and its children) a /dev/net/tun of mode 0666 (Debian's
+// default) in a private mount namespace: some hosts ship it 0600, which keeps
+// an unprivileged pasta from opening it. Nothing changes on the host. Root only.
+inline bool PrivateTunDevice() {
+  if (unshare(CLONE_NEWNS) != 0) return false;
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return false;
+  if (mount("tmpfs", "/dev/net", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755") != 0) return false;
+  if (mknod("/dev/net/tun", S_IFCHR | 0666, makedev(10, 200)) != 0) return false;
+  return chmod("/dev/net/tun", 0666) == 0;  // past the umask
+}
+
+// Forks; the child joins `netns_fd` (the world), optionally gets a 0666 tun
+// device (PrivateTunDevice), drops to `uid` (gid = uid, no groups) and exits
+// with fn(out_fd). Only from a single-threaded test process.
+inline ChildRun RunAsUserInNetns(int netns_fd, uid_t uid, const std::function<int(int)>& fn,
+                                 bool private_tun = false) {
   ChildRun run;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return run;
@@ -254,6 +270,7 @@ inline ChildRun RunAsUserInNetns(int netns_fd, uid_t uid, const std::function<in
   if (child < 0) return run;
   if (child == 0) {
     r.reset();
+    if (private_tun && !PrivateTunDevice()) _exit(121);
     if (setns(netns_fd, CLONE_NEWNET) != 0 || setgroups(0, nullptr) != 0 ||
         setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0 ||
         prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) {  // the uid change cleared it: /proc/PID/* of
