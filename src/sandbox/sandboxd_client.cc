@@ -525,7 +525,15 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
                 status, error_body);
     reached_daemon = reached_daemon || status != 0;
   }
-  if (failure) return tl::unexpected(*failure);
+  if (failure) {
+    // A named exec outlives its stream (for re-attaching): stop it explicitly.
+    if (failure->code == ErrorCode::kCancelled && !exec_id.empty()) {
+      json::object cancel;
+      cancel["exec_id"] = exec_id;
+      (void)PostJson("/deepbox/v1/exec/cancel", ToJson(cancel), 5000ms);
+    }
+    return tl::unexpected(*failure);
+  }
   if (!r) {
     Error e = r.error();
     e.message = fmt::format("sandbox {}: {}", id_, e.message);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -28,6 +29,11 @@ inline constexpr std::string_view kVersion = "0.1.0";
 
 struct DaemonConfig {
   std::string root_dir = "/workspace";
+  // Root of the native file API (files, glob, grep, transfers, exec cwd);
+  // empty: root_dir. "/" inside a sandbox: the file API sees what commands
+  // see, relative paths still resolve against root_dir, kernel pseudo
+  // filesystems are refused. The upstream APIs always use root_dir.
+  std::string files_root;
   std::string token;  // empty: no authentication
   std::chrono::milliseconds default_timeout{1800 * 1000};
   std::chrono::milliseconds kill_grace{2000};
@@ -54,6 +60,8 @@ class Daemon {
   void BeginShutdown(std::chrono::milliseconds grace);
   const DaemonConfig& config() const { return config_; }
   const fs::Root& root() const { return root_; }
+  // The native file API's root (DaemonConfig::files_root).
+  const fs::Root& files_root() const { return files_root_ ? *files_root_ : root_; }
 
  private:
   Daemon(DaemonConfig config, fs::Root root);
@@ -70,6 +78,8 @@ class Daemon {
   // POST /deepbox/v1/exec/attach {exec_id, after}: the rest of an identified
   // exec's stream (and its exit), e.g. after a proxy cut the original one.
   void ExecAttach(const net::Request& request, net::ResponseWriter& writer);
+  // POST /deepbox/v1/exec/cancel {exec_id}: stop an identified exec's command.
+  net::Response ExecCancel(const net::Request& request);
   void StreamRecord(const std::shared_ptr<ExecRecord>& record, uint64_t after,
                     net::ResponseWriter& writer);
   // /deepbox/v1/exec/sessions/{id}/stdin|resize (input of interactive exec streams).
@@ -98,6 +108,7 @@ class Daemon {
 
   DaemonConfig config_;
   fs::Root root_;
+  std::optional<fs::Root> files_root_;  // set when it differs from root_
   std::unique_ptr<proc::ProcessTable> processes_;
   std::unique_ptr<ExecSessions> exec_sessions_;
   // Identified streamed execs, for re-attaching to a cut stream (exec_records.h).

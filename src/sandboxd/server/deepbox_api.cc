@@ -84,6 +84,8 @@ void Daemon::HandleDeepbox(net::Request& request, net::ResponseWriter& writer) {
     ExecStream(request, writer);
   } else if (rest == "exec/attach" && m == "POST") {
     ExecAttach(request, writer);
+  } else if (rest == "exec/cancel" && m == "POST") {
+    (void)writer.Send(ExecCancel(request));
   } else if (rest.starts_with("exec/sessions/") && m == "POST") {
     (void)writer.Send(ExecSessionRequest(request, rest.substr(14)));
   } else if (rest == "processes" || rest.starts_with("processes/")) {
@@ -109,6 +111,8 @@ net::Response Daemon::Info() const {
   json::object o;
   o["version"] = std::string(kVersion);
   o["root"] = root_.path();
+  // Where the native file API is rooted ("/" inside a sandbox; see --files-root).
+  o["files_root"] = files_root().path();
   o["pid"] = ::getpid();
   o["uid"] = ::getuid();
   o["gid"] = ::getgid();
@@ -251,22 +255,37 @@ void Daemon::ExecStream(const net::Request& request, net::ResponseWriter& writer
   proc::StreamCallbacks cb;
   cb.utf8_align = !*base64;  // exact bytes need no alignment
   cb.idle_interval = config_.keepalive_interval;
-  // With a record, a lost client does not stop the command: its events are
-  // kept for a re-attach. Without one, a lost client cancels it.
+  // Without a record, a lost client cancels the command. With one, a lost
+  // client has kOrphanGrace to re-attach (a cut stream is not a cancel); the
+  // client cancels explicitly with POST /deepbox/v1/exec/cancel.
+  constexpr auto kOrphanGrace = std::chrono::seconds(30);
   bool client_lost = false;
+  std::chrono::steady_clock::time_point unattended_since;
+  auto keep_running = [&] {
+    if (!record) return !client_lost;
+    if (record->cancelled()) return false;
+    if (!client_lost) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (record->followers() > 0) unattended_since = now;
+    return now - unattended_since < kOrphanGrace;
+  };
+  auto lose_client = [&] {
+    if (client_lost) return;
+    client_lost = true;
+    unattended_since = std::chrono::steady_clock::now();
+  };
   auto send = [&](std::string line) {
     if (record) record->Append(line);
-    if (!client_lost && !writer.WriteChunk(line)) client_lost = true;
-    return !client_lost || record != nullptr;
+    if (!client_lost && !writer.WriteChunk(line)) lose_client();
+    return keep_running();
   };
   cb.on_output = [&](proc::StreamKind kind, std::string_view data) {
     return send(OutputEvent(kind, data, *base64));
   };
   cb.on_idle = [&] {
-    if (!client_lost && writer.ClientGone()) client_lost = true;
-    if (client_lost) return record != nullptr;
-    if (!writer.WriteChunk("{\"type\":\"keepalive\"}\n")) client_lost = true;
-    return !client_lost || record != nullptr;
+    if (!client_lost && writer.ClientGone()) lose_client();
+    if (!client_lost && !writer.WriteChunk("{\"type\":\"keepalive\"}\n")) lose_client();
+    return keep_running();
   };
   if (session) {
     cb.on_started = [&](UniqueFd input, pid_t pid) {
@@ -311,6 +330,17 @@ void Daemon::StreamRecord(const std::shared_ptr<ExecRecord>& record, uint64_t af
       },
       config_.keepalive_interval);
   if (ok) (void)writer.EndStream();
+}
+
+net::Response Daemon::ExecCancel(const net::Request& request) {
+  auto body = ParseJsonObject(request.body);
+  if (!body) return ErrorResponse(body.error());
+  auto id = GetString(*body, "exec_id");
+  if (!id) return ErrorResponse(id.error());
+  auto record = exec_records_->Find(*id);
+  if (!record) return ErrorResponse(record.error());
+  (*record)->Cancel();
+  return Ok(json::object{});
 }
 
 void Daemon::ExecAttach(const net::Request& request, net::ResponseWriter& writer) {
@@ -386,14 +416,14 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
   if (op == "stat") {
     auto path = GetString(body, "path");
     if (!path) return ErrorResponse(path.error());
-    auto info = fs::Stat(root_, *path);
+    auto info = fs::Stat(files_root(), *path);
     if (!info) return ErrorResponse(info.error());
     return Ok(FileInfoJson(*info));
   }
   if (op == "list") {
     auto path = GetString(body, "path");
     if (!path) return ErrorResponse(path.error());
-    auto list = fs::List(root_, *path);
+    auto list = fs::List(files_root(), *path);
     if (!list) return ErrorResponse(list.error());
     return JsonResponse(200, ListJson(*list));
   }
@@ -424,7 +454,7 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
       return ErrorResponse(
           Error(ErrorCode::kInvalidArgument, "encoding must be \"utf-8\" or \"base64\""));
     }
-    auto r = fs::Read(root_, *path, ro);
+    auto r = fs::Read(files_root(), *path, ro);
     if (!r) return ErrorResponse(r.error());
     std::string content;
     if (r->line_mode) {
@@ -465,7 +495,7 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
     fs::WriteOptions wo;
     wo.create_parents = parents->value_or(true);
     if (body.contains("mode")) wo.mode = *mode;
-    auto r = fs::Write(root_, *path, *content, wo);
+    auto r = fs::Write(files_root(), *path, *content, wo);
     if (!r) return ErrorResponse(r.error());
     json::object o;
     o["path"] = JsonString(r->path);
@@ -482,7 +512,7 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
       if (!*e) return ErrorResponse(e->error());
     }
     if (!all) return ErrorResponse(all.error());
-    auto r = fs::Edit(root_, *path, *old_s, *new_s, all->value_or(false));
+    auto r = fs::Edit(files_root(), *path, *old_s, *new_s, all->value_or(false));
     if (!r) return ErrorResponse(r.error());
     json::object o;
     o["path"] = JsonString(r->path);
@@ -496,7 +526,7 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
     if (!parents) return ErrorResponse(parents.error());
     auto mode = ParseMode(body, 0755);
     if (!mode) return ErrorResponse(mode.error());
-    auto r = fs::Mkdir(root_, *path, parents->value_or(true), *mode);
+    auto r = fs::Mkdir(files_root(), *path, parents->value_or(true), *mode);
     if (!r) return ErrorResponse(r.error());
     json::object o;
     o["path"] = JsonString(*r);
@@ -509,7 +539,7 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
     if (!to) return ErrorResponse(to.error());
     auto overwrite = GetOptBool(body, "overwrite");
     if (!overwrite) return ErrorResponse(overwrite.error());
-    auto r = fs::Move(root_, *from, *to, overwrite->value_or(false));
+    auto r = fs::Move(files_root(), *from, *to, overwrite->value_or(false));
     if (!r) return ErrorResponse(r.error());
     json::object o;
     o["path"] = JsonString(*r);
@@ -520,10 +550,10 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
     if (!path) return ErrorResponse(path.error());
     auto recursive = GetOptBool(body, "recursive");
     if (!recursive) return ErrorResponse(recursive.error());
-    auto r = fs::Delete(root_, *path, recursive->value_or(false));
+    auto r = fs::Delete(files_root(), *path, recursive->value_or(false));
     if (!r) return ErrorResponse(r.error());
     json::object o;
-    o["path"] = JsonString(root_.ToAbsolute(root_.ToRelative(*path).value_or("")));
+    o["path"] = JsonString(files_root().ToAbsolute(files_root().ToRelative(*path).value_or("")));
     return Ok(o);
   }
   if (op == "glob") return Glob(body);

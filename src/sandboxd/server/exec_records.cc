@@ -53,6 +53,11 @@ uint64_t ExecRecord::events() const {
 bool ExecRecord::Follow(uint64_t from, const std::function<bool(std::string_view line)>& sink,
                         const std::function<void(uint64_t first_kept, uint64_t dropped)>& on_gap,
                         const std::function<bool()>& keep_going, std::chrono::milliseconds poll) {
+  ++followers_;
+  struct Leave {
+    std::atomic<int>& n;
+    ~Leave() { --n; }
+  } leave{followers_};
   uint64_t next = from;
   bool gap_reported = false;
   for (;;) {

@@ -10,6 +10,7 @@
 // oldest finished ones first when there are too many.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -52,6 +53,12 @@ class ExecRecord {
   bool finished() const;
   uint64_t events() const;  // appended so far (dropped ones included)
 
+  // The client asked to stop the command (its stream carries on to the exit).
+  void Cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+  // Clients following the record right now (re-attached after a cut).
+  int followers() const { return followers_; }
+
  private:
   friend class ExecRecords;
   explicit ExecRecord(size_t max_bytes) : max_bytes_(max_bytes) {}
@@ -64,6 +71,8 @@ class ExecRecord {
   size_t max_bytes_;
   bool finished_ = false;
   std::chrono::steady_clock::time_point finished_at_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<int> followers_{0};
 };
 
 class ExecRecords {
