@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -194,6 +195,34 @@ TEST_F(ExecTest, TextWireFormatIsUnchangedWithoutOutputEncoding) {
                                 "\"}"));
 
   r = Post("/deepbox/v1/exec", R"({"shell":"true","output_encoding":"latin1"})");
+  EXPECT_EQ(r.status, 400) << r.body;
+}
+
+// Every streamed exec is named (so a cut stream can be re-attached to), and a
+// named exec outlives its connection: the caller's cancel must still stop it.
+TEST_F(ExecTest, CallerCancelStopsTheCommand) {
+  ExecRequest req{.shell = "echo $$ > cancel.pid; echo go; exec sleep 600"};
+  auto e = sb().ExecStream(req, [](OutputStream, std::string_view d) { return d.empty(); });
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code, ErrorCode::kCancelled);
+  auto pid_text = sb().Download("cancel.pid");
+  ASSERT_TRUE(pid_text) << pid_text.error().ToString();
+  const std::string stat = "/proc/" + pid_text->substr(0, pid_text->find('\n')) + "/stat";
+  auto gone = [&] {
+    std::ifstream in(stat);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    return text.empty() || text.find(") Z") != std::string::npos;
+  };
+  // A safety bound against a hang, not a timing check.
+  for (int i = 0; i < 3000 && !gone(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(gone());
+}
+
+TEST_F(ExecTest, CancelOfAnUnknownExecIsNotFound) {
+  auto r = Post("/deepbox/v1/exec/cancel", R"({"exec_id":"x0123456789abcdef"})");
+  EXPECT_EQ(r.status, 404) << r.body;
+  r = Post("/deepbox/v1/exec/cancel", R"({})");
   EXPECT_EQ(r.status, 400) << r.body;
 }
 
