@@ -63,6 +63,23 @@ TEST_F(LauncherTest, SystemDirsAreReadOnly) {
   EXPECT_FALSE(std::filesystem::exists("/usr/x"));
 }
 
+TEST_F(LauncherTest, PythonIsPython3) {
+  if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "python3 not installed";
+  const bool host_has_python = access("/usr/bin/python", F_OK) == 0;
+  // The supervisor's PATH ends with /.deepbox/bin (mounts.h).
+  spec_.env = {"PATH=/usr/local/bin:/usr/bin:/bin:/.deepbox/bin", "HOME=/workspace",
+               "LANG=C.UTF-8"};
+  auto r = RUN_OK(
+      "python -c 'import sys; print(sys.version_info[0])' 2>&1; readlink /.deepbox/bin/python; "
+      "ln -s /bin/sh /.deepbox/bin/x 2>&1 || echo read-only");
+  EXPECT_TRUE(r.status.success()) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("3\n"));
+  EXPECT_THAT(r.output, HasSubstr("/python3\n"));
+  EXPECT_THAT(r.output, HasSubstr("read-only"));
+  // The host is untouched.
+  EXPECT_EQ(access("/usr/bin/python", F_OK) == 0, host_has_python);
+}
+
 TEST_F(LauncherTest, WorkspaceIsWritableAndBackedByHostDir) {
   auto r = RUN_OK("echo hello > /workspace/out.txt && pwd && stat -c %u /workspace/out.txt");
   ASSERT_TRUE(r.status.success()) << r.output;

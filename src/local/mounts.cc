@@ -219,6 +219,19 @@ void AddDev(PlanBuilder& b, const MountSpec& spec) {
   b.SetAttr("/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false, what);
 }
 
+// Where the sandbox's python3 is, as a path inside it ("" if none): the
+// first of the usual PATH dirs that has one (a symlink counts; it resolves
+// inside the sandbox).
+std::string SandboxPython3(const MountSpec& spec) {
+  for (const char* dir : {"/usr/local/bin", "/usr/bin", "/bin"}) {
+    std::string inside = std::string(dir) + "/python3";
+    fs::path host = spec.rootfs ? *spec.rootfs / inside.substr(1) : fs::path(inside);
+    struct stat st;
+    if (lstat(host.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) return inside;
+  }
+  return "";
+}
+
 }  // namespace
 
 Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
@@ -340,6 +353,13 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
     } else {
       b.Mkdir("/.deepbox", "create dirs");
     }
+  }
+  if (std::string python3 = spec.python_alias ? SandboxPython3(spec) : ""; !python3.empty()) {
+    // On the root tmpfs, read-only once the root is remounted below.
+    const char* what = "create /.deepbox/bin";
+    if (!spec.rootfs && !spec.sandboxd_binary) b.Mkdir("/.deepbox", what);
+    b.Mkdir(kSandboxBinDir, what);
+    b.Symlink(python3, std::string(kSandboxBinDir) + "/python", what);
   }
   if (spec.sandboxd_binary) {
     const char* what = "bind sandboxd";

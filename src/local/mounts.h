@@ -19,6 +19,9 @@
 //                     instance at /dev/pts (+ /dev/ptmx link); /dev/shm tmpfs;
 //                     fd, stdin, stdout, stderr symlinks
 //   /.deepbox/sandboxd  the daemon binary, read-only
+//   /.deepbox/bin     read-only; `python` -> python3 when the sandbox has a
+//                     python3 (as Debian's python-is-python3 does, without
+//                     touching the host): put it last on PATH
 // Rootfs mode: each top-level entry of the given directory (an unpacked OCI
 // image) is bound read-only instead of the host dirs; generated passwd, group,
 // hosts, hostname and resolv.conf are bound over the image's when it has them.
@@ -95,6 +98,8 @@ struct MountSpec {
   bool proc_subset_pid = false;  // mount /proc with subset=pid (hides meminfo, etc.)
   // Nameservers for /etc/resolv.conf; empty = no DNS (network none).
   std::vector<std::string> nameservers;
+  // /.deepbox/bin/python -> the sandbox's python3 (see above).
+  bool python_alias = true;
   uint32_t uid = 1000;
   uint32_t gid = 1000;
   std::vector<std::string> system_dirs = {"/usr",   "/bin",    "/lib", "/lib64",
@@ -106,6 +111,9 @@ struct MountSpec {
       "services",    "mime.types",      "bash.bashrc",          "profile",
       "inputrc",     "gai.conf"};
 };
+
+// The sandbox's own command directory (last on PATH; see python_alias).
+inline constexpr const char* kSandboxBinDir = "/.deepbox/bin";
 
 Result<MountPlan> BuildMountPlan(const MountSpec& spec);
 

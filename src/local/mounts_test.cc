@@ -15,6 +15,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using Kind = MountOp::Kind;
+namespace fs = std::filesystem;
 
 MountSpec BaseSpec(const testing::TempDir& tmp) {
   MountSpec spec;
@@ -152,6 +153,42 @@ TEST(MountsTest, HostNameservers) {
     std::ofstream(path) << "# c\nsearch x\nnameserver 10.0.0.2\nnameserver  8.8.8.8 \noptions a\n";
   }
   EXPECT_EQ(HostNameservers(path), (std::vector<std::string>{"10.0.0.2", "8.8.8.8"}));
+}
+
+TEST(MountsTest, PythonAliasLinksThePython3OfTheSandbox) {
+  testing::TempDir tmp;
+  // An image with python3 in /usr/local/bin (as the python images have).
+  fs::create_directories(tmp.path() / "img/usr/local/bin");
+  fs::create_directories(tmp.path() / "img/usr/bin");
+  fs::create_symlink("python3.12", tmp.path() / "img/usr/local/bin/python3");
+  MountSpec spec = BaseSpec(tmp);
+  spec.rootfs = tmp.path() / "img";
+  auto plan = BuildMountPlan(spec);
+  ASSERT_TRUE(plan.has_value()) << plan.error().ToString();
+  const MountOp* link = Find(*plan, Kind::kSymlink, "/.deepbox/bin/python");
+  ASSERT_NE(link, nullptr);
+  EXPECT_EQ(link->src, "/usr/local/bin/python3");
+  ASSERT_NE(Find(*plan, Kind::kMkdir, "/.deepbox/bin"), nullptr);
+  // Before the pivot, so the final read-only remount of the root covers it.
+  auto index = [&](const MountOp* op) { return op - plan->ops.data(); };
+  EXPECT_LT(index(link), index(&plan->ops[plan->ops.size() - 2]));
+
+  // No python3: no link; switched off: no link.
+  fs::remove(tmp.path() / "img/usr/local/bin/python3");
+  plan = BuildMountPlan(spec);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(Find(*plan, Kind::kSymlink, "/.deepbox/bin/python"), nullptr);
+  fs::create_symlink("python3.11", tmp.path() / "img/usr/bin/python3");
+  spec.python_alias = false;
+  plan = BuildMountPlan(spec);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(Find(*plan, Kind::kSymlink, "/.deepbox/bin/python"), nullptr);
+  spec.python_alias = true;
+  plan = BuildMountPlan(spec);
+  ASSERT_TRUE(plan.has_value());
+  link = Find(*plan, Kind::kSymlink, "/.deepbox/bin/python");
+  ASSERT_NE(link, nullptr);
+  EXPECT_EQ(link->src, "/usr/bin/python3");
 }
 
 }  // namespace

@@ -210,7 +210,8 @@ Status Supervisor::LaunchSandbox() {
   spec.sandboxd_binary = req_.sandboxd_binary;
   spec.argv = {kSandboxdPath, "--listen", kSandboxdListen, "--root-dir", "/workspace"};
   spec.daemon_listener = true;  // the host owns the socket: see local/daemon_socket.h
-  spec.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+  // /.deepbox/bin last: its `python` (mounts.h) never shadows the image's own.
+  spec.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/.deepbox/bin",
               "HOME=/workspace", "LANG=C.UTF-8", "USER=sandbox", "TERM=xterm-256color"};
   spec.hostname = req_.id;
   spec.network = meta_.network == "public" ? NetworkMode::kPublic : NetworkMode::kNone;
