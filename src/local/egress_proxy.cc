@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <future>
 
 #include "local/network.h"
 
@@ -207,12 +208,16 @@ Result<std::unique_ptr<EgressProxy>> EgressProxy::Start(UniqueFd listener,
   if (flags < 0 || fcntl(p->listener_.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
     return MakeSyscallError("fcntl", errno, "proxy listener");
   }
-  if (p->uplink_ns_) {
-    // Probe that this thread may join it: the acceptor does the same.
-    UniqueFd self(open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
-    if (!self) return MakeSyscallError("open", errno, "/proc/thread-self/ns/net");
+  // The acceptor joins the uplink netns first; a failure there fails Start
+  // (the sandbox would otherwise wait on a proxy that never answers).
+  std::promise<std::string> joined;
+  std::future<std::string> joined_result = joined.get_future();
+  p->acceptor_ = std::thread([raw = p.get(), &joined] { raw->AcceptLoop(&joined); });
+  std::string why = joined_result.get();
+  if (!why.empty()) {
+    p->acceptor_.join();
+    return MakeError(ErrorCode::kUnavailable, "egress proxy: " + why);
   }
-  p->acceptor_ = std::thread([raw = p.get()] { raw->AcceptLoop(); });
   return p;
 }
 
@@ -245,14 +250,14 @@ void EgressProxy::ReapFinished() {
   }
 }
 
-void EgressProxy::AcceptLoop() {
+void EgressProxy::AcceptLoop(std::promise<std::string>* joined) {
   // Upstream sockets belong to the netns of the thread that creates them:
   // this thread and the connection threads it starts live in the uplink's.
   if (uplink_ns_ && setns(uplink_ns_.get(), CLONE_NEWNET) != 0) {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.last_refusal = fmt::format("setns(uplink): {}", strerror(errno));
-    return;  // no connection is served: fail closed
+    joined->set_value(SyscallError("setns", errno, "the uplink network namespace").message);
+    return;
   }
+  joined->set_value("");
   for (;;) {
     if (WaitReadable(listener_.get(), stop_.get(), 1000) < 0) return;
     ReapFinished();

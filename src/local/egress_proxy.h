@@ -26,6 +26,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <future>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -77,7 +78,7 @@ class EgressProxy {
 
  private:
   EgressProxy() = default;
-  void AcceptLoop();
+  void AcceptLoop(std::promise<std::string>* joined);
   void Serve(int client);
   void Refuse(int client, int code, const std::string& why);
   Result<UniqueFd> Upstream(const std::string& host, int port, std::string* refusal);

@@ -281,6 +281,7 @@ void SandboxProcess::Destroy() {
     std::error_code ec;
     fs::remove_all(socket_dir_, ec);
     fs::remove(runtime_dir_ / "root", ec);
+    fs::remove(runtime_dir_ / "uplink.log", ec);  // pasta's (see Launch)
     if (remove_runtime_dir_) fs::remove(runtime_dir_, ec);
     runtime_dir_.clear();
   }
