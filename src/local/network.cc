@@ -683,7 +683,16 @@ NetworkProbe ProbePublicNetwork(const PublicNetworkConfig& config) {
     probe.reason = fd.error().message;
     return probe;
   }
-  auto fwd = RunInNetns(fd->get(), {"/bin/cat", "/proc/sys/net/ipv4/ip_forward"});
+  // Our own netns: read the sysctl directly (a fork + exec less per create).
+  Result<std::string> fwd = std::string();
+  if (config.uplink_netns.empty()) {
+    UniqueFd f(open("/proc/sys/net/ipv4/ip_forward", O_RDONLY | O_CLOEXEC));
+    char c = '0';
+    if (!f || read(f.get(), &c, 1) != 1) c = '0';
+    *fwd = std::string(1, c);
+  } else {
+    fwd = RunInNetns(fd->get(), {"/bin/cat", "/proc/sys/net/ipv4/ip_forward"});
+  }
   if (!fwd) {
     probe.reason = fwd.error().message;
     return probe;
