@@ -296,10 +296,10 @@ TEST_F(LifecycleTest, ExecPropagatesStatus) {
   r = Cli({"sandbox", "exec", "-i", id, "--", "wc", "-c"}, "12345");
   EXPECT_EQ(r.out, "5\n");
   r = Cli({"sandbox", "exec", "sb-000000000000", "--", "true"});
-  EXPECT_EQ(r.code, 125);
+  EXPECT_EQ(r.code, 3);
   EXPECT_THAT(r.err, HasSubstr("no sandbox 'sb-000000000000' (see: deepbox sandbox ls)"));
   r = Cli({"sandbox", "exec", "not-an-id", "--", "true"});
-  EXPECT_EQ(r.code, 125);
+  EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("is not a sandbox id"));
 }
 
@@ -317,7 +317,7 @@ TEST_F(LifecycleTest, TtlExpiryDeletes) {
   EXPECT_EQ(got.error().code, ErrorCode::kNotFound);
   EXPECT_THAT(got.error().message, HasSubstr("expired"));
   auto r = Cli({"sandbox", "exec", meta->id, "--", "true"});
-  EXPECT_EQ(r.code, 125);
+  EXPECT_EQ(r.code, 3);
   EXPECT_THAT(r.err, HasSubstr("expired"));
 }
 
@@ -563,7 +563,7 @@ TEST_F(LifecycleTest, DeadSupervisorIsReapedByNextLs) {
   EXPECT_TRUE(Eventually([&] { return Leftovers(*meta).empty(); })) << Leftovers(*meta);
   EXPECT_THAT(TrashLeft(), IsEmpty());
   r = Cli({"sandbox", "exec", id, "--", "true"});
-  EXPECT_EQ(r.code, 125);
+  EXPECT_EQ(r.code, 3);
   EXPECT_THAT(r.err, HasSubstr("supervisor process died"));
 }
 
