@@ -301,8 +301,9 @@ int main(int argc, char** argv) {
     return kRunExitVerification;
   }
   // A local sandbox is no pod: say where it ran.
-  std::printf("Sandbox verification passed: fib.py runs in the %s and prints the expected sequence.\n",
-              opt.sandbox == "k8s" ? "pod" : "sandbox");
+  std::printf(
+      "Sandbox verification passed: fib.py runs in the %s and prints the expected sequence.\n",
+      opt.sandbox == "k8s" ? "pod" : "sandbox");
   return kRunExitOk;
   // Leaving scope: `delete_on_signal` first (no signal can use the lease any
   // more), then `lease` deletes the sandbox.

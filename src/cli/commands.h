@@ -27,9 +27,9 @@ struct ProviderFlags {
 inline constexpr int64_t kDefaultCreateTtlSeconds = 3600;  // as `deepbox run`
 
 struct SandboxCreateArgs {
-  std::vector<std::string> labels;  // K=V
+  std::vector<std::string> labels;                 // K=V
   int64_t ttl_seconds = kDefaultCreateTtlSeconds;  // 0 = none (with a warning)
-  std::string network;  // "" = host default
+  std::string network;                             // "" = host default
   std::string rootfs;
   bool json = false;
   bool cold = false;  // never take a warm sandbox
