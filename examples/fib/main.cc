@@ -224,8 +224,14 @@ int main(int argc, char** argv) {
   auto lease = provider->Claim({.labels = {{kClaimLabel, "true"}, {kRunLabel, run_id}},
                                 .ttl = std::chrono::seconds(opt.ttl_seconds)});
   if (!lease) {
-    std::fprintf(stderr, "Sandbox error: cannot claim a sandbox: %s\n",
-                 lease.error().message.c_str());
+    // "cannot claim" only when the claim failed, not when a claimed sandbox
+    // could not be reached (the provider's message says that itself).
+    bool claimed = false;
+#ifdef DEEPBOX_HAVE_K8S
+    claimed = lease.error().message.starts_with(k8s::kClaimedButUnreachable);
+#endif
+    std::fprintf(stderr, "Sandbox error: %s%s\n",
+                 claimed ? "" : "cannot claim a sandbox: ", lease.error().message.c_str());
     return interrupts.cancelled() ? kRunExitInterrupted : kRunExitSandbox;
   }
   Sandbox& sandbox = (*lease)->sandbox();
@@ -250,12 +256,17 @@ int main(int argc, char** argv) {
   }
   agent::RunCallbacks callbacks;
   callbacks.cancel = &interrupts.cancelled();
-  callbacks.on_event = [](const agent::AgentEvent& e) {  // a one-line trace per tool call
+  callbacks.on_event = [&interrupts](const agent::AgentEvent& e) {  // one line per tool call
     if (e.type == agent::EventType::kToolCallStart) {
       std::fprintf(stderr, "  [tool] %s %s\n", e.tool_name.c_str(), e.main_argument.c_str());
     } else if (e.type == agent::EventType::kToolCallEnd && !e.ok) {
-      std::fprintf(stderr, "  [tool] %s failed: %s\n", e.tool_name.c_str(),
-                   e.output_preview.c_str());
+      // Ctrl-C/SIGTERM ends a running command with no message of its own.
+      if (interrupts.cancelled()) {
+        std::fprintf(stderr, "  [tool] %s stopped: interrupted\n", e.tool_name.c_str());
+      } else {
+        std::fprintf(stderr, "  [tool] %s failed: %s\n", e.tool_name.c_str(),
+                     e.output_preview.empty() ? "(no message)" : e.output_preview.c_str());
+      }
     }
   };
   agent::RunResult result = (*deep_agent)->Run(kTask, callbacks);

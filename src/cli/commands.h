@@ -26,6 +26,16 @@ struct ProviderFlags {
 
 inline constexpr int64_t kDefaultCreateTtlSeconds = 3600;  // as `deepbox run`
 
+// Where `sandbox create|ls|rm` look: the local provider, or SandboxClaims in a
+// Kubernetes namespace (`--provider k8s`).
+struct ClusterFlags {
+  std::string provider = "local";  // local | k8s
+  std::string namespace_name;      // "" = $AGENT_SANDBOX_NAMESPACE, else the context's
+  std::string context;             // "" = the kubeconfig's current-context
+  std::string kubeconfig;          // "" = $KUBECONFIG, in-cluster, ~/.kube/config
+  bool k8s() const { return provider == "k8s"; }
+};
+
 struct SandboxCreateArgs {
   std::vector<std::string> labels;                 // K=V
   int64_t ttl_seconds = kDefaultCreateTtlSeconds;  // 0 = none (with a warning)
@@ -34,6 +44,10 @@ struct SandboxCreateArgs {
   bool json = false;
   bool cold = false;  // never take a warm sandbox
   ProviderFlags provider;
+  ClusterFlags cluster;              // --provider k8s: a SandboxClaim
+  std::string warm_pool;             // k8s: "" = $AGENT_SANDBOX_WARMPOOL, else deepagents-warmpool
+  std::string router_url;            // k8s: "" = $AGENT_SANDBOX_ROUTER_URL
+  double ready_timeout_seconds = 0;  // k8s: 0 = $AGENT_SANDBOX_READY_TIMEOUT, else 180
 };
 int RunSandboxCreate(const SandboxCreateArgs& args);
 
@@ -54,16 +68,6 @@ struct SandboxExecArgs {
 };
 int RunSandboxExec(const SandboxExecArgs& args);
 
-// Where `sandbox ls|rm` look: the local provider, or SandboxClaims in a
-// Kubernetes namespace (`--provider k8s`).
-struct ClusterFlags {
-  std::string provider = "local";  // local | k8s
-  std::string namespace_name;      // "" = $AGENT_SANDBOX_NAMESPACE, else the context's
-  std::string context;             // "" = the kubeconfig's current-context
-  std::string kubeconfig;          // "" = $KUBECONFIG, in-cluster, ~/.kube/config
-  bool k8s() const { return provider == "k8s"; }
-};
-
 struct SandboxLsArgs {
   std::string selector;
   ClusterFlags cluster;
@@ -80,6 +84,7 @@ struct SandboxRmArgs {
 int RunSandboxRm(const SandboxRmArgs& args);
 
 // The `--provider k8s` halves (sandbox_k8s_command.cc; only in builds with src/k8s).
+int RunK8sSandboxCreate(const SandboxCreateArgs& args);
 int RunK8sSandboxLs(const SandboxLsArgs& args);
 int RunK8sSandboxRm(const SandboxRmArgs& args);
 

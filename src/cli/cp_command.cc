@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string_view>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/provider_util.h"
 #include "cli/sandbox_copy.h"
+#include "cli/sandbox_k8s.h"
 #include "common/terminal_text.h"
 
 namespace deepbox::cli {
@@ -27,6 +29,16 @@ Ref ParseRef(const std::string& text) {
   Ref r;
   size_t colon = text.find(':');
   size_t slash = text.find('/');
+  // NAMESPACE/CLAIM:PATH, a Kubernetes claim (a host path with one slash and
+  // a colon, e.g. out/a:b, is written ./out/a:b).
+  if (colon != std::string::npos && slash != std::string::npos && slash < colon &&
+      IsK8sSandboxId(std::string_view(text).substr(0, colon))) {
+    r.in_sandbox = true;
+    r.id = text.substr(0, colon);
+    r.path = text.substr(colon + 1);
+    if (r.path.empty()) r.path = ".";
+    return r;
+  }
   if (colon != std::string::npos && colon > 0 && (slash == std::string::npos || slash > colon)) {
     std::string id = text.substr(0, colon);
     if (Store::ValidId(id)) {
@@ -69,19 +81,34 @@ int RunSandboxCp(const SandboxCpArgs& args) {
   }
   if (auto name = CopyNameFromArgument(src.path); !name) return UsageError(name.error().message);
   const Ref& remote = src.in_sandbox ? src : dst;
-  auto provider = MakeProvider(ProviderFlags{});
-  if (!provider) return ReportError(provider.error());
-  auto meta = (*provider)->Get(remote.id);
-  if (!meta) return ReportError(meta.error());  // no such sandbox: 3
-  auto client = (*provider)->Connect(*meta);
-  if (!client) return ReportError(client.error());
-  SandboxCopier copier(**client);
+  // A local sandbox, or a Kubernetes claim (sandbox_k8s.h): a daemon client either way.
+  ShellSandbox shell;
+  if (IsK8sSandboxId(remote.id)) {
+    auto k8s = ConnectK8sSandbox(remote.id);
+    if (!k8s) return ReportError(k8s.error());  // no such claim: 3
+    shell = std::move(*k8s);
+  } else {
+    auto provider = MakeProvider(ProviderFlags{});
+    if (!provider) return ReportError(provider.error());
+    auto meta = (*provider)->Get(remote.id);
+    if (!meta) return ReportError(meta.error());  // no such sandbox: 3
+    auto client = (*provider)->Connect(*meta);
+    if (!client) return ReportError(client.error());
+    shell.client = std::move(*client);
+  }
+  SandboxCopier copier(*shell.client);
   auto copied = src.in_sandbox ? copier.FromSandbox(src.path, dst.path)
                                : copier.ToSandbox(src.path, dst.path);
   if (!copied) {
     // Whatever went wrong with the copy itself (a missing file on either side
     // included) is "the operation failed"; 3 is only for a missing sandbox.
-    std::fprintf(stderr, "deepbox: %s\n", SanitizeForTerminal(copied.error().message).c_str());
+    Error e = shell.explain ? shell.explain(copied.error()) : copied.error();
+    if (shell.why_gone) {
+      if (auto gone = shell.why_gone(); gone && gone->code == ErrorCode::kNotFound) {
+        return ReportError(*gone);
+      }
+    }
+    std::fprintf(stderr, "deepbox: %s\n", SanitizeForTerminal(e.message).c_str());
     return kExitError;
   }
   return kExitOk;

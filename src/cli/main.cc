@@ -103,7 +103,9 @@ int ExitCode() { return g_exit_code; }
 
 void RegisterSandboxCommands(CLI::App& app) {
   CLI::App* sandbox =
-      app.add_subcommand("sandbox", "Create, use and delete sandboxes (ls/rm also on Kubernetes)");
+      app.add_subcommand("sandbox",
+                         "Create, use and delete sandboxes (also on Kubernetes: --provider k8s\n"
+                         "for create/ls/rm, NAMESPACE/CLAIM ids for exec and cp)");
   sandbox->require_subcommand(1);
   sandbox->footer(kExitCodesHelp);
 
@@ -111,7 +113,9 @@ void RegisterSandboxCommands(CLI::App& app) {
   CLI::App* create = sandbox->add_subcommand(
       "create",
       "Create a sandbox (or claim a warm one from the pool) and print its id.\n"
-      "It lives until `deepbox sandbox rm` or its TTL, whatever happens to this command.");
+      "It lives until `deepbox sandbox rm` or its TTL, whatever happens to this command.\n"
+      "--provider k8s claims a SandboxClaim from a warm pool instead (id NAMESPACE/CLAIM;\n"
+      "--json adds the router URL and X-Sandbox-* headers that reach its daemon).");
   create
       ->add_option("--label,-l", create_args->labels,
                    "Label K=V (repeatable); select with `ls/rm --selector`")
@@ -140,6 +144,19 @@ void RegisterSandboxCommands(CLI::App& app) {
                    "Always create a new sandbox (skip the pool). A warm sandbox is only\n"
                    "taken when its network, rootfs and limits are exactly the ones asked for");
   AddProviderFlags(create, create_args->provider);
+  AddClusterFlags(create, create_args->cluster);
+  create->add_option("--warm-pool", create_args->warm_pool,
+                     "k8s: the SandboxWarmPool to claim from (default: $AGENT_SANDBOX_WARMPOOL,\n"
+                     "else deepagents-warmpool)");
+  create->add_option("--router-url", create_args->router_url,
+                     "k8s: the sandbox router (or a Gateway) to check the daemon through and to\n"
+                     "print in --json (default: $AGENT_SANDBOX_ROUTER_URL, else a kubectl\n"
+                     "port-forward; $AGENT_SANDBOX_ROUTER_TOKEN is its token)");
+  create
+      ->add_option("--ready-timeout", create_args->ready_timeout_seconds,
+                   "k8s: seconds the claim may take to become Ready (default:\n"
+                   "$AGENT_SANDBOX_READY_TIMEOUT, else 180)")
+      ->check(CLI::PositiveNumber);
   create->callback([create_args] { SetExitCode(RunSandboxCreate(*create_args)); });
 
   auto exec_args = std::make_shared<SandboxExecArgs>();
@@ -169,7 +186,10 @@ void RegisterSandboxCommands(CLI::App& app) {
                  "merge, as on any terminal). With -i, stdin must be a terminal: it is put\n"
                  "in raw mode (every key, ^C included, goes to the command), its window\n"
                  "size follows, and it is restored at the end");
-  exec->add_option("id", exec_args->id, "Sandbox id")->required();
+  exec->add_option("id", exec_args->id,
+                   "Sandbox id (NAMESPACE/CLAIM: a Kubernetes claim, reached as `deepbox run`\n"
+                   "reaches it: KUBECONFIG, AGENT_SANDBOX_ROUTER_URL/_TOKEN)")
+      ->required();
   exec->add_option("command", exec_args->command, "The command and its arguments (after --)")
       ->required();
   exec->positionals_at_end();  // everything after ID belongs to the command
@@ -216,7 +236,9 @@ void RegisterSandboxCommands(CLI::App& app) {
       "nothing is written outside DST.\n"
       "Exit codes: 0 copied; 1 the copy failed (e.g. a missing file on either side);\n"
       "2 bad arguments; 3 no such sandbox.");
-  cp->add_option("src", cp_args->src, "SRC: host path or ID:PATH")->required();
+  cp->add_option("src", cp_args->src,
+                 "SRC: host path or ID:PATH (ID may be a Kubernetes NAMESPACE/CLAIM)")
+      ->required();
   cp->add_option("dst", cp_args->dst, "DST: host path or ID:PATH")->required();
   cp->callback([cp_args] { SetExitCode(RunSandboxCp(*cp_args)); });
 }

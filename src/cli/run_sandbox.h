@@ -29,6 +29,13 @@ struct RunProvider {
   // The limits sandbox `id` runs with, for the run's header ("" = nothing to say):
   // "limits: memory 2 GiB, ..." plus what this host did not enforce.
   std::function<std::string(const std::string& id)> limits_line;
+  // Watches sandbox `id` while the run uses it: `on_gone` (from another
+  // thread, at most once) as soon as it is deleted from outside or expires.
+  // The returned function stops the watch (before the run deletes it
+  // itself). Null where the provider has nothing to watch.
+  std::function<std::function<void()>(const std::string& id,
+                                      std::function<void(const Error&)> on_gone)>
+      watch;
 };
 
 // The label that identifies one `deepbox run` invocation's claim.
@@ -66,6 +73,9 @@ class WatchedSandbox : public Sandbox {
       : inner_(inner), probe_(std::move(probe)), cancel_(cancel) {}
 
   std::optional<Error> fatal() const;
+  // The sandbox is known to be gone (a watch saw it deleted): record why and
+  // cancel, as a failed call's probe would.
+  void MarkGone(const Error& why);
 
   std::string id() const override { return inner_.id(); }
   std::string root() const override { return inner_.root(); }

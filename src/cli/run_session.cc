@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "agent/deep_agent.h"
 #include "agent/model/factory.h"
@@ -159,7 +160,11 @@ int Session::Run(RunSummary& summary) {
   ui_.StopSpinner();
   if (!lease) {
     if (watcher_.interrupted()) return Interrupted(summary);
-    return Fail(summary, kRunExitSandbox, lease.error(), "cannot claim a sandbox: ");
+    // A k8s claim that worked but whose daemon cannot be reached says so
+    // itself (k8s::kClaimedButUnreachable): it is no claim failure.
+    return Fail(
+        summary, kRunExitSandbox, lease.error(),
+        lease.error().message.starts_with("claimed sandbox ") ? "" : "cannot claim a sandbox: ");
   }
   LeaseGuard guard(std::move(*lease));
   const std::string sandbox_id = guard.sandbox().id();
@@ -172,8 +177,11 @@ int Session::Run(RunSummary& summary) {
             ? fmt::format("deepbox sandbox rm {}", sandbox_id)
             : fmt::format("kubectl delete sandboxclaim -l {}={}", kRunIdLabel, run_id);
   }
+  // Stops the sandbox's watch (set once the agent's sandbox exists below).
+  std::function<void()> stop_watch;
   // Releases on every path below (the guard releases too, as a last resort).
   auto release = [&]() -> int {
+    if (stop_watch) std::exchange(stop_watch, nullptr)();  // our own delete is no news
     {
       std::lock_guard<std::mutex> lock(shared_.mu);
       shared_.force_delete = nullptr;
@@ -206,6 +214,19 @@ int Session::Run(RunSummary& summary) {
   WatchedSandbox watched(
       guard.sandbox(), [&, probe = provider->probe] { return probe(sandbox_id, guard.sandbox()); },
       &shared_.cancel);
+  if (provider->watch) {
+    stop_watch = provider->watch(sandbox_id, [&](const Error& why) {
+      watched.MarkGone(why);
+      shared_.cancel.store(true);
+    });
+  }
+  // The watch calls into `watched`: it ends before `watched` does, on every path.
+  struct StopWatch {
+    std::function<void()>& stop;
+    ~StopWatch() {
+      if (stop) std::exchange(stop, nullptr)();
+    }
+  } stop_watch_guard{stop_watch};
   agent::DeepAgentOptions ao;
   ao.model = model;
   ao.sandbox = &watched;

@@ -105,6 +105,7 @@ Result<std::unique_ptr<local::lifecycle::LocalSandboxProvider>> MakeProvider(
 }
 
 int RunSandboxCreate(const SandboxCreateArgs& args) {
+  if (args.cluster.k8s()) return RunK8sSandboxCreate(args);
   ClaimOptions claim;
   for (const auto& l : args.labels) {
     auto kv = local::lifecycle::ParseLabel(l);

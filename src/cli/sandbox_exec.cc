@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/provider_util.h"
+#include "cli/sandbox_k8s.h"
 #include "common/unique_fd.h"
 
 namespace deepbox::cli {
@@ -251,16 +253,33 @@ int RunSandboxExec(const SandboxExecArgs& args) {
                "pipe stdin into the command)");
   }
 
-  auto provider = MakeProvider(ProviderFlags{});
-  if (!provider) return Say(kExecDeepboxFailed, provider.error().message);
-  auto client = (*provider)->Connect(args.id);
-  if (!client) {
-    const Error& e = client.error();
+  // The sandbox: a local one, or a Kubernetes claim (NAMESPACE/CLAIM,
+  // sandbox_k8s.h); from here on both are a daemon client.
+  ShellSandbox shell;
+  auto connect_failed = [](const Error& e) {
     return Say(e.code == ErrorCode::kNotFound          ? kExitNotFound
                : e.code == ErrorCode::kInvalidArgument ? kExitUsage
                                                        : kExecDeepboxFailed,
                e.message);
+  };
+  if (IsK8sSandboxId(args.id)) {
+    auto k8s = ConnectK8sSandbox(args.id);
+    if (!k8s) return connect_failed(k8s.error());
+    shell = std::move(*k8s);
+  } else {
+    auto provider = MakeProvider(ProviderFlags{});
+    if (!provider) return Say(kExecDeepboxFailed, provider.error().message);
+    auto client = (*provider)->Connect(args.id);
+    if (!client) return connect_failed(client.error());
+    shell.client = std::move(*client);
+    std::shared_ptr<local::lifecycle::LocalSandboxProvider> local(std::move(*provider));
+    shell.why_gone = [local, id = args.id]() -> std::optional<Error> {
+      auto meta = local->Get(id);
+      if (!meta) return meta.error();
+      return std::nullopt;
+    };
   }
+  auto& client = shell.client;
 
   // A terminal also needs the session (for resizes) without -i.
   req.stdin_stream = args.interactive || args.tty;
@@ -302,7 +321,7 @@ int RunSandboxExec(const SandboxExecArgs& args) {
   if (raw_mode) {
     if (auto st = raw.Enter(STDIN_FILENO); !st) return Say(kExecDeepboxFailed, st.error().message);
   }
-  auto result = (*client)->ExecStream(req, on_output);
+  auto result = client->ExecStream(req, on_output);
   session.Stop();
   raw.Restore();
   if (!result && result.error().code == ErrorCode::kUnimplemented && !args.tty) {
@@ -311,7 +330,7 @@ int RunSandboxExec(const SandboxExecArgs& args) {
     req.stdin_stream = false;
     req.on_started = nullptr;
     req.stdin_data = ReadAllStdin();
-    result = (*client)->ExecStream(req, on_output);
+    result = client->ExecStream(req, on_output);
   }
   if (!result) {
     if (output_closed) return kExecOutputClosed;
@@ -320,12 +339,12 @@ int RunSandboxExec(const SandboxExecArgs& args) {
                                                  SyscallError("write", write_errno).message));
     }
     // The sandbox may have expired or been deleted while the command ran.
-    auto meta = (*provider)->Get(args.id);
-    if (!meta) {
-      return Say(meta.error().code == ErrorCode::kNotFound ? kExitNotFound : kExecDeepboxFailed,
-                 meta.error().message);
+    if (auto gone = shell.why_gone ? shell.why_gone() : std::nullopt) {
+      return Say(gone->code == ErrorCode::kNotFound ? kExitNotFound : kExecDeepboxFailed,
+                 gone->message);
     }
-    return Say(kExecDeepboxFailed, result.error().message);
+    return Say(kExecDeepboxFailed,
+               (shell.explain ? shell.explain(result.error()) : result.error()).message);
   }
   switch (result->kind) {
     case ExitKind::kExited:

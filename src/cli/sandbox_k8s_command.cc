@@ -1,10 +1,14 @@
-// deepbox sandbox ls|rm --provider k8s: the SandboxClaims of a namespace.
+// deepbox sandbox create|ls|rm --provider k8s, and exec/cp on NAMESPACE/CLAIM
+// ids: SandboxClaims from the shell.
 //
-// `ls` lists claims (every claim, or those a label selector matches); `rm`
-// deletes claims by name or by a non-empty label selector, in one namespace
-// and nothing else — the cleanup the seed does with
-// `kubectl delete sandboxclaim -l deepagents.example/claim=true`, without
-// kubectl. The controller then deletes the Sandbox and its pod.
+// `create` claims a sandbox from a warm pool, checks that its daemon answers
+// and leaves the claim (its TTL or `rm` ends it); `ls` lists claims (every
+// claim, or those a label selector matches); `rm` deletes claims by name or
+// by a non-empty label selector, in one namespace and nothing else — the
+// cleanup the seed does with `kubectl delete sandboxclaim -l
+// deepagents.example/claim=true`, without kubectl. The controller then
+// deletes the Sandbox and its pod. exec and cp reach a claim's daemon
+// (ConnectK8sSandbox) and then work as on a local sandbox.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,6 +20,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/sandbox_k8s.h"
 #include "common/json.h"
 #include "common/terminal_text.h"
 #ifdef DEEPBOX_HAVE_K8S
@@ -26,8 +31,33 @@
 
 namespace deepbox::cli {
 
+bool IsK8sSandboxId(std::string_view id) {
+  size_t slash = id.find('/');
+  if (slash == std::string_view::npos || id.find('/', slash + 1) != std::string_view::npos) {
+    return false;
+  }
+  auto name = [](std::string_view n) {
+    if (n.empty() || n.size() > 253) return false;
+    for (char c : n) {
+      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) {
+        return false;
+      }
+    }
+    return true;
+  };
+  return name(id.substr(0, slash)) && name(id.substr(slash + 1));
+}
+
 #ifndef DEEPBOX_HAVE_K8S
 
+Result<ShellSandbox> ConnectK8sSandbox(const std::string&) {
+  return MakeError(ErrorCode::kUnimplemented,
+                   "this deepbox was built without the Kubernetes provider (src/k8s)");
+}
+int RunK8sSandboxCreate(const SandboxCreateArgs&) {
+  return ReportError(Error(ErrorCode::kUnimplemented,
+                           "this deepbox was built without the Kubernetes provider (src/k8s)"));
+}
 int RunK8sSandboxLs(const SandboxLsArgs&) {
   return ReportError(Error(ErrorCode::kUnimplemented,
                            "this deepbox was built without the Kubernetes provider (src/k8s)"));
@@ -41,7 +71,22 @@ int RunK8sSandboxRm(const SandboxRmArgs&) {
 
 namespace {
 
-Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeK8sProvider(const ClusterFlags& flags) {
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+// How a claim's daemon is reached, as `deepbox run --sandbox k8s` does: a
+// router URL (flag, else AGENT_SANDBOX_ROUTER_URL), in a pod the pod IP,
+// else a kubectl port-forward to the router; AGENT_SANDBOX_ROUTER_TOKEN.
+struct ConnectFlags {
+  std::string warm_pool;             // "" = $AGENT_SANDBOX_WARMPOOL, else deepagents-warmpool
+  std::string router_url;            // "" = $AGENT_SANDBOX_ROUTER_URL
+  double ready_timeout_seconds = 0;  // 0 = $AGENT_SANDBOX_READY_TIMEOUT, else 180
+};
+
+Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeK8sProvider(const ClusterFlags& flags,
+                                                                 const ConnectFlags& connect = {}) {
   k8s::KubeconfigOptions ko;
   if (!flags.kubeconfig.empty()) ko.kubeconfig = flags.kubeconfig;
   ko.context = flags.context;
@@ -59,6 +104,34 @@ Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeK8sProvider(const ClusterFl
   // A one-shot command: an unreachable API server is reported within a
   // second, not after the long retry budget a running agent's claim gets.
   po.client.max_retries = 2;
+  po.warm_pool = !connect.warm_pool.empty() ? connect.warm_pool : Env("AGENT_SANDBOX_WARMPOOL");
+  if (po.warm_pool.empty()) po.warm_pool = "deepagents-warmpool";
+  double ready = connect.ready_timeout_seconds;
+  if (ready <= 0) {
+    if (std::string t = Env("AGENT_SANDBOX_READY_TIMEOUT"); !t.empty()) {
+      char* end = nullptr;
+      ready = std::strtod(t.c_str(), &end);
+      if (end == t.c_str() || *end != '\0' || !(ready > 0) || ready > 86400) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "AGENT_SANDBOX_READY_TIMEOUT must be seconds from 1 to 86400");
+      }
+    }
+  }
+  if (ready > 86400) {
+    return MakeError(ErrorCode::kInvalidArgument, "--ready-timeout: at most 86400 seconds");
+  }
+  if (ready > 0) po.ready_timeout = std::chrono::milliseconds(static_cast<int64_t>(ready * 1000));
+  po.connection.router_token = Env("AGENT_SANDBOX_ROUTER_TOKEN");
+  std::string router =
+      !connect.router_url.empty() ? connect.router_url : Env("AGENT_SANDBOX_ROUTER_URL");
+  if (!router.empty()) {
+    po.connection.mode = k8s::ConnectionMode::kDirect;
+    po.connection.direct_url = router;
+  } else if (k8s::InClusterAvailable()) {
+    po.connection.mode = k8s::ConnectionMode::kInCluster;
+  } else {
+    po.connection.mode = k8s::ConnectionMode::kPortForward;
+  }
   return k8s::K8sSandboxProvider::Create(std::move(po));
 }
 
@@ -135,6 +208,112 @@ std::optional<int64_t> MsFromNow(const std::string& rfc3339) {
 }
 
 }  // namespace
+
+Result<ShellSandbox> ConnectK8sSandbox(const std::string& id) {
+  auto provider = MakeK8sProvider(ClusterFlags{});
+  if (!provider) return tl::unexpected(provider.error());
+  std::shared_ptr<k8s::K8sSandboxProvider> shared(std::move(*provider));
+  auto connected = shared->Connect(id);
+  if (!connected) return tl::unexpected(connected.error());
+  ShellSandbox out;
+  out.client = std::move(connected->client);
+  k8s::DaemonEndpoint endpoint = connected->connection->endpoint();
+  std::shared_ptr<k8s::SandboxConnection> conn(std::move(connected->connection));
+  out.keep = conn;
+  out.why_gone = [shared, id] { return shared->WhyGone(id); };
+  out.explain = [endpoint](const Error& e) { return k8s::NameRouterError(e, endpoint); };
+  return out;
+}
+
+int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
+  auto usage = [](std::string message) {
+    return ReportError(Error(ErrorCode::kInvalidArgument, std::move(message)));
+  };
+  // What the local provider takes and a claim cannot: the SandboxTemplate
+  // decides the image, limits and network.
+  if (!args.rootfs.empty())
+    return usage("--rootfs: on Kubernetes the SandboxTemplate sets the image");
+  if (!args.network.empty()) {
+    return usage("--network: on Kubernetes the SandboxTemplate's networkPolicy decides");
+  }
+  const LimitFlags& l = args.provider.limits;
+  if (l.memory || l.cpus || l.max_processes || l.disk) {
+    return usage(
+        "--memory/--cpus/--max-processes/--disk: on Kubernetes the SandboxTemplate's resources "
+        "decide");
+  }
+  if (args.cold) return usage("--cold: a claim takes whatever its warm pool has");
+  ClaimOptions claim;
+  for (const auto& label : args.labels) {
+    size_t eq = label.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return usage(fmt::format("bad --label '{}': use K=V", label));
+    }
+    claim.labels[label.substr(0, eq)] = label.substr(eq + 1);
+  }
+  if (args.ttl_seconds < 0) return usage("--ttl: must be >= 0 (0 = no TTL)");
+  claim.ttl = std::chrono::seconds(args.ttl_seconds);
+  ConnectFlags connect{args.warm_pool, args.router_url, args.ready_timeout_seconds};
+  if (args.ready_timeout_seconds < 0) return usage("--ready-timeout: must be > 0");
+  auto provider = MakeK8sProvider(args.cluster, connect);
+  if (!provider) return Report(provider.error());
+  auto kept = (*provider)->ClaimAndKeep(claim);
+  if (!kept) {
+    Error e = kept.error();
+    // 3 means "no such sandbox": a missing warm pool is a failed create.
+    if (e.code == ErrorCode::kNotFound) e.code = ErrorCode::kUnavailable;
+    return Report(e);
+  }
+  const k8s::ClaimedSandbox& c = kept->claimed;
+  std::string id = fmt::format("{}/{}", c.namespace_name, c.claim_name);
+  if (args.ttl_seconds == 0) {
+    std::fprintf(stderr,
+                 "deepbox: warning: --ttl 0: SandboxClaim %s is never deleted automatically; "
+                 "delete it with `deepbox sandbox rm --provider k8s %s`\n",
+                 id.c_str(), id.c_str());
+  }
+  if (!args.json) {
+    std::cout << id << std::endl;
+    return kExitOk;
+  }
+  // What a client needs to reach the daemon (python/deepbox's Sandbox.claim):
+  // the router's URL and the headers to send (the router token is not
+  // printed: the caller has it). Through a port-forward there is no lasting
+  // URL: "url" is null and "router" says what to forward to.
+  json::object o;
+  o["id"] = id;
+  o["provider"] = "k8s";
+  o["namespace"] = c.namespace_name;
+  o["claim"] = c.claim_name;
+  o["sandbox"] = c.sandbox_name;
+  o["warm_pool"] = (*provider)->warm_pool();
+  o["pod_ip"] = c.pod_ip;
+  json::array ips;
+  for (const auto& ip : c.pod_ips) ips.emplace_back(ip);
+  o["pod_ips"] = std::move(ips);
+  json::object labels;
+  for (const auto& [k, v] : claim.labels) labels[k] = v;
+  o["labels"] = std::move(labels);
+  o["ttl_seconds"] = args.ttl_seconds;
+  o["api_version"] = c.api_version;
+  o["requested_at"] = c.requested_at;
+  o["ready_ms"] = static_cast<int64_t>(c.wait_time.count());
+  if (kept->endpoint_lasts) {
+    o["url"] = kept->endpoint.base_url;
+  } else {
+    o["url"] = nullptr;
+  }
+  json::object headers;
+  for (const auto& [k, v] : kept->endpoint.headers.entries()) headers[k] = v;
+  o["headers"] = std::move(headers);
+  json::object router;
+  router["service"] = "svc/sandbox-router-svc";
+  router["namespace"] = "agent-sandbox-system";
+  router["port"] = 8080;
+  o["router"] = std::move(router);
+  std::cout << ToJson(o) << std::endl;
+  return kExitOk;
+}
 
 int RunK8sSandboxLs(const SandboxLsArgs& args) {
   auto provider = MakeK8sProvider(args.cluster);

@@ -1,6 +1,8 @@
 #include "k8s/claim.h"
 
 #include <fmt/format.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 namespace deepbox::k8s {
 
@@ -62,7 +64,9 @@ json::object BuildClaimObject(const ClaimRequest& request, const std::string& na
   }
   if (request.shutdown_after.count() > 0) {
     json::object lifecycle;
-    lifecycle["shutdownTime"] = FormatRfc3339(now + request.shutdown_after);
+    // Whole seconds, rounded up: truncating would end a 15 s TTL after ~14.2 s.
+    lifecycle["shutdownTime"] =
+        FormatRfc3339(std::chrono::ceil<std::chrono::seconds>(now + request.shutdown_after));
     lifecycle["shutdownPolicy"] = "Delete";
     spec["lifecycle"] = std::move(lifecycle);
   }
@@ -287,6 +291,117 @@ Result<std::vector<std::string>> Claimer::DeleteBySelector(std::string_view ns,
     deleted.push_back(name);
   }
   return deleted;
+}
+
+// ------------------------------------------------------------------ ClaimWatch
+
+Result<std::unique_ptr<ClaimWatch>> ClaimWatch::Start(SandboxApi& api, std::string ns,
+                                                      std::string name, OnGone on_gone) {
+  std::unique_ptr<ClaimWatch> w(new ClaimWatch());
+  w->api_ = &api;
+  w->ns_ = std::move(ns);
+  w->name_ = std::move(name);
+  w->on_gone_ = std::move(on_gone);
+  w->stop_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!w->stop_fd_) return MakeSyscallError("eventfd", errno);
+  auto claim = api.GetClaim(w->ns_, w->name_);
+  if (!claim) {
+    if (claim.error().code != ErrorCode::kNotFound) return tl::unexpected(claim.error());
+    w->Gone(Error(ErrorCode::kNotFound,
+                  fmt::format("SandboxClaim {}/{} no longer exists (deleted from outside or "
+                              "expired)",
+                              w->ns_, w->name_)));
+    return w;
+  }
+  if (!w->Inspect(*claim)) return w;
+  std::string rv = FindString(*claim, {"metadata", "resourceVersion"});
+  w->thread_ = std::thread([raw = w.get(), rv] { raw->Loop(rv); });
+  return w;
+}
+
+ClaimWatch::~ClaimWatch() { Stop(); }
+
+void ClaimWatch::Stop() {
+  stopped_.store(true);
+  if (stop_fd_) {
+    uint64_t one = 1;
+    while (::write(stop_fd_.get(), &one, sizeof one) < 0 && errno == EINTR) {
+    }
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<Error> ClaimWatch::failure() const {
+  std::lock_guard lock(mu_);
+  return failure_;
+}
+
+void ClaimWatch::Gone(Error e) {
+  if (stopped_.load() || fired_.exchange(true)) return;
+  if (on_gone_) on_gone_(e);
+}
+
+bool ClaimWatch::Inspect(const json::object& claim) {
+  std::string what = fmt::format("SandboxClaim {}/{}", ns_, name_);
+  if (!FindString(claim, {"metadata", "deletionTimestamp"}).empty()) {
+    Gone(Error(ErrorCode::kNotFound, fmt::format("{} is being deleted (deleted from outside, or "
+                                                 "its TTL expired)",
+                                                 what)));
+    return false;
+  }
+  if (const auto* conds = Find(claim, {"status", "conditions"});
+      conds != nullptr && conds->is_array()) {
+    for (const auto& c : conds->get_array()) {
+      std::string reason = FindString(c, {"reason"});
+      if (FindString(c, {"type"}) == "Ready" && FindString(c, {"status"}) == "False" &&
+          (reason == "ClaimExpired" || reason == "SandboxExpired")) {
+        Gone(Error(ErrorCode::kNotFound,
+                   fmt::format("{} expired ({}: {})", what, reason, FindString(c, {"message"}))));
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void ClaimWatch::Loop(std::string resource_version) {
+  (void)resource_version;
+  WatchOptions wo;
+  wo.field_selector = "metadata.name=" + name_;
+  // List, then watch: the client then knows the claim, so a re-list after a
+  // 410 Gone (etcd compacted past our version while we were disconnected)
+  // that no longer shows it reports a DELETED.
+  wo.resource_version = "";
+  wo.cancel_fd = stop_fd_.get();
+  bool seen = false;
+  auto watched = api_->WatchClaims(ns_, wo, [&](const WatchEvent& ev) {
+    if (stopped_.load()) return false;
+    if (ev.type == WatchEventType::kBookmark) {
+      if (!seen) {
+        // The first list did not have it: deleted since Start() read it.
+        Gone(Error(ErrorCode::kNotFound,
+                   fmt::format("SandboxClaim {}/{} no longer exists (deleted from outside or "
+                               "expired)",
+                               ns_, name_)));
+        return false;
+      }
+      return true;
+    }
+    if (FindString(ev.object, {"metadata", "name"}) != name_) return true;
+    seen = true;
+    if (ev.type == WatchEventType::kDeleted) {
+      Gone(Error(ErrorCode::kNotFound,
+                 fmt::format("SandboxClaim {}/{} was deleted (from outside: kubectl delete, "
+                             "deepbox sandbox rm, or its TTL expired)",
+                             ns_, name_)));
+      return false;
+    }
+    return Inspect(ev.object);
+  });
+  if (!watched && watched.error().code != ErrorCode::kCancelled) {
+    std::lock_guard lock(mu_);
+    failure_ = watched.error();
+  }
 }
 
 }  // namespace deepbox::k8s

@@ -9,14 +9,21 @@
 // claim is deleted on every failure.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/unique_fd.h"
 #include "k8s/client.h"
 #include "k8s/util.h"
 
@@ -80,6 +87,43 @@ class Claimer {
                               const std::string& resource_version);
   SandboxApi& api_;
   std::function<SystemTime()> clock_;
+};
+
+// Watches one claim for as long as a sandbox is in use (issue 12 item 5): a
+// claim deleted from outside (kubectl delete, another deepbox, its TTL) is
+// reported at once rather than when the daemon stops answering. on_gone is
+// called at most once, from the watch thread, when the claim is deleted,
+// marked for deletion, or reports Ready=False with an expiry reason.
+class ClaimWatch {
+ public:
+  using OnGone = std::function<void(const Error&)>;
+  // Reads the claim first (a claim already gone is reported before Start
+  // returns, through on_gone), then watches from its resourceVersion.
+  static Result<std::unique_ptr<ClaimWatch>> Start(SandboxApi& api, std::string ns,
+                                                   std::string name, OnGone on_gone);
+  ~ClaimWatch();  // Stop()
+  // Ends the watch and joins its thread; on_gone is not called afterwards.
+  void Stop();
+  // Whether the watch ended by itself with an error (e.g. RBAC without
+  // watch); the error, for diagnostics. Empty while it runs.
+  std::optional<Error> failure() const;
+
+ private:
+  ClaimWatch() = default;
+  void Loop(std::string resource_version);
+  bool Inspect(const json::object& claim);  // false: gone (on_gone called)
+  void Gone(Error e);
+
+  SandboxApi* api_ = nullptr;
+  std::string ns_;
+  std::string name_;
+  OnGone on_gone_;
+  UniqueFd stop_fd_;  // eventfd: wakes the watch
+  std::atomic<bool> stopped_{false};
+  std::atomic<bool> fired_{false};
+  mutable std::mutex mu_;
+  std::optional<Error> failure_;
+  std::thread thread_;
 };
 
 }  // namespace deepbox::k8s

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "k8s/testing/fake_api_server.h"
 #include "k8s/testing/fake_controller.h"
@@ -85,9 +87,19 @@ TEST(ClaimObjectTest, MatchesTheSdkShape) {
             R"("labels":{"deepagents.example/claim":"true","agents.x-k8s.io/created-by":)"
             R"("deepbox"},"annotations":{"agents.x-k8s.io/client-first-requested-at":)"
             R"("2026-08-17T20:53:20.123456+00:00"}},"spec":{"warmPoolRef":{"name":)"
-            R"("deepagents-warmpool"},"lifecycle":{"shutdownTime":"2026-08-17T21:53:20Z",)"
+            R"("deepagents-warmpool"},"lifecycle":{"shutdownTime":"2026-08-17T21:53:21Z",)"
             R"("shutdownPolicy":"Delete"},"additionalPodMetadata":{"labels":{"team":"a"},)"
             R"("annotations":{"note":"x"}}}})");
+  // shutdownTime is rounded up to whole seconds (never sooner than the TTL)...
+  auto at = [&](SystemTime t) {
+    auto o = BuildClaimObject(r, "n", "extensions.agents.x-k8s.io/v1beta1", "", t);
+    return FindString(o, {"spec", "lifecycle", "shutdownTime"});
+  };
+  EXPECT_EQ(at(std::chrono::system_clock::from_time_t(1787000000) + 1us), "2026-08-17T21:53:21Z");
+  EXPECT_EQ(at(std::chrono::system_clock::from_time_t(1787000000) + 999999us),
+            "2026-08-17T21:53:21Z");
+  // ... and kept when it is whole already.
+  EXPECT_EQ(at(std::chrono::system_clock::from_time_t(1787000000)), "2026-08-17T21:53:20Z");
   auto old = BuildClaimObject(r, "n", "extensions.agents.x-k8s.io/v1alpha1", "tmpl", now);
   EXPECT_EQ(ToJson(old.at("spec").at("sandboxTemplateRef")), R"({"name":"tmpl"})");
   EXPECT_EQ(old.at("spec").at("warmpool"), json::value("deepagents-warmpool"));
@@ -367,6 +379,61 @@ TEST_F(ClaimTest, RejectsBadInput) {
   ASSERT_FALSE(c);
   EXPECT_NE(c.error().message.find("bad key!"), std::string::npos);
   EXPECT_EQ(server_->CountRequests("POST", ""), 0);
+}
+
+// The claim's watch during a run (issue 12 item 5): a deletion from outside
+// is reported at once, exactly once; a stopped watch reports nothing.
+TEST_F(ClaimTest, ClaimWatchReportsADeletionFromOutside) {
+  Init();
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 1);
+  auto c = claimer_->Claim(Request());
+  ASSERT_TRUE(c) << c.error().ToString();
+  std::mutex mu;
+  std::vector<Error> gone;
+  auto w = ClaimWatch::Start(*api_, "default", c->claim_name, [&](const Error& e) {
+    std::lock_guard lock(mu);
+    gone.push_back(e);
+  });
+  ASSERT_TRUE(w) << w.error().ToString();
+  // The watch is open (the server counts it) and nothing was reported.
+  ASSERT_TRUE(WaitUntil([&] { return !server_->store().watches().empty(); }));
+  {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(gone.empty());
+  }
+  ASSERT_TRUE(server_->store().Delete(kClaimKey, c->claim_name));
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard lock(mu);
+    return !gone.empty();
+  }));
+  (*w)->Stop();
+  std::lock_guard lock(mu);
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].code, ErrorCode::kNotFound);
+  EXPECT_NE(gone[0].message.find("SandboxClaim default/" + c->claim_name + " was deleted"),
+            std::string::npos)
+      << gone[0].message;
+  EXPECT_FALSE((*w)->failure());
+}
+
+TEST_F(ClaimTest, ClaimWatchStopsQuietlyAndSeesAnAlreadyDeletedClaim) {
+  Init();
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 1);
+  auto c = claimer_->Claim(Request());
+  ASSERT_TRUE(c) << c.error().ToString();
+  int calls = 0;
+  auto w = ClaimWatch::Start(*api_, "default", c->claim_name, [&](const Error&) { ++calls; });
+  ASSERT_TRUE(w) << w.error().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return !server_->store().watches().empty(); }));
+  (*w)->Stop();  // returns although the server sends nothing
+  ASSERT_TRUE(claimer_->Release("default", c->claim_name));
+  EXPECT_EQ(calls, 0);
+  // Started on a claim that is gone: reported before Start returns.
+  std::string why;
+  auto late =
+      ClaimWatch::Start(*api_, "default", c->claim_name, [&](const Error& e) { why = e.message; });
+  ASSERT_TRUE(late) << late.error().ToString();
+  EXPECT_NE(why.find("no longer exists"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
 #include "k8s/client.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <thread>
 
 #include "common/base64.h"
@@ -485,6 +488,17 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
     return MakeError(ErrorCode::kTimeout,
                      fmt::format("kubernetes API watch {}: deadline passed", path));
   };
+  auto cancelled = [&](int wait_ms) {
+    if (options.cancel_fd < 0) return false;
+    pollfd p{options.cancel_fd, POLLIN, 0};
+    int n;
+    while ((n = ::poll(&p, 1, wait_ms)) < 0 && errno == EINTR) {
+    }
+    return n > 0;
+  };
+  auto cancel_error = [&] {
+    return MakeError(ErrorCode::kCancelled, fmt::format("kubernetes API watch {}: stopped", path));
+  };
   auto sleep_bounded = [&](std::chrono::milliseconds d) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline -
                                                                       SteadyClock::now());
@@ -494,11 +508,17 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
         std::lock_guard lock(mu_);
         metrics_.sleeps.push_back(d);
       }
-      Sleep(d);
+      // A cancellable watch waits on its fd instead (Stop() must not wait out a backoff).
+      if (options.cancel_fd >= 0) {
+        (void)cancelled(static_cast<int>(std::min<int64_t>(d.count(), INT32_MAX)));
+      } else {
+        Sleep(d);
+      }
     }
   };
 
   for (;;) {
+    if (cancelled(0)) return cancel_error();
     if (SteadyClock::now() >= options.deadline) return timeout_error();
     if (need_list) {
       auto list = List(type, ns, {options.label_selector, options.field_selector, "", 0});
@@ -554,6 +574,7 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
     net::ClientRequest req;
     req.method = "GET";
     req.target = target;
+    req.cancel_fd = options.cancel_fd;
     if (options.deadline == SteadyClock::time_point::max()) {
       req.timeout = std::chrono::seconds(timeout_s + 30);
     } else {
@@ -681,6 +702,7 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
       continue;
     }
     if (!r) {
+      if (cancelled(0)) return cancel_error();
       if (SteadyClock::now() >= options.deadline) return timeout_error();
       // Dropped or refused connection: re-watch from the last version.
       ++stats.reconnects;

@@ -93,6 +93,9 @@ struct WatchOptions {
   std::string resource_version;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   bool allow_bookmarks = true;
+  // An fd (eventfd/pipe) that ends the watch with CANCELLED once readable:
+  // the stream and the waits between attempts stop at once.
+  int cancel_fd = -1;
 };
 
 struct WatchStats {

@@ -7,6 +7,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/json.h"
 #include "common/parse_number.h"
 #include "common/terminal_text.h"
 #include "k8s/socket_owner.h"
@@ -372,6 +373,10 @@ Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const Connect
       c->forward_ = std::move(*pf);
       c->endpoint_.base_url = c->forward_->base_url();
       c->endpoint_.headers = RouterHeaders(target);
+      c->endpoint_.router = fmt::format(
+          "the sandbox router ({} in namespace {}, through kubectl port-forward on 127.0.0.1:{})",
+          options.port_forward.service, options.port_forward.namespace_name,
+          c->forward_->local_port());
       break;
     }
     case ConnectionMode::kDirect: {
@@ -383,6 +388,7 @@ Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const Connect
       while (url.size() > 1 && url.back() == '/') url.pop_back();
       c->endpoint_.base_url = url;
       c->endpoint_.headers = RouterHeaders(target);
+      c->endpoint_.router = fmt::format("the sandbox router at {}", url);
       break;
     }
     case ConnectionMode::kInCluster: {
@@ -396,7 +402,59 @@ Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const Connect
       break;
     }
   }
+  c->endpoint_.daemon_port = options.daemon_port;
   return c;
+}
+
+Error NameRouterError(Error error, const DaemonEndpoint& endpoint) {
+  static constexpr std::string_view kMarker = "sandbox daemon answered HTTP ";
+  if (endpoint.router.empty()) return error;
+  size_t at = error.message.find(kMarker);
+  if (at == std::string::npos) return error;
+  std::string_view rest = std::string_view(error.message).substr(at + kMarker.size());
+  int status = 0;
+  size_t digits = 0;
+  while (digits < rest.size() && digits < 3 && rest[digits] >= '0' && rest[digits] <= '9') {
+    status = status * 10 + (rest[digits] - '0');
+    ++digits;
+  }
+  if (digits != 3) return error;
+  std::string_view body = rest.substr(digits);
+  if (body.starts_with(": ")) body.remove_prefix(2);
+  // Both upstream routers (Python and Go) answer {"detail": "..."}.
+  std::string detail(body);
+  if (auto parsed = ParseJsonObject(body); parsed) {
+    if (auto it = parsed->find("detail"); it != parsed->end() && it->value().is_string()) {
+      detail = std::string(it->value().as_string());
+    }
+  }
+  std::string check;
+  if (status == 401 || status == 403) {
+    check =
+        "check the router token (--router-token / AGENT_SANDBOX_ROUTER_TOKEN): the Python router "
+        "compares it with its ROUTER_AUTH_TOKEN, the Go router checks it as its --authz-mode "
+        "says (tokenreview: a Kubernetes token it may review; scoped-token: a token for this "
+        "sandbox)";
+  } else if (status == 400) {
+    check =
+        "the router rejected the X-Sandbox-ID/-Namespace/-Port/-Pod-IP headers; check the "
+        "claim's Sandbox name and pod IP (a Go router refuses loopback pod IPs unless started "
+        "with --allow-loopback-pod-ip)";
+  } else if (status == 502 || status == 503 || status == 504) {
+    check = fmt::format(
+        "the router could not reach the sandbox's pod; check that the pod is Running, that its "
+        "daemon listens on port {} (X-Sandbox-Port), and that a NetworkPolicy lets the router in",
+        endpoint.daemon_port);
+  } else {
+    check =
+        "check that the router is the agent-sandbox sandbox router and that it forwards to "
+        "the sandbox's daemon";
+  }
+  std::string what(std::string_view(error.message).substr(0, at));
+  while (what.ends_with(' ') || what.ends_with(':')) what.pop_back();
+  error.message = fmt::format("{}{}{} answered HTTP {}: {} -- {}", what, what.empty() ? "" : ": ",
+                              endpoint.router, status, detail.substr(0, 300), check);
+  return error;
 }
 
 SandboxConnection::~SandboxConnection() { Close(); }

@@ -36,7 +36,19 @@ namespace deepbox::k8s {
 struct DaemonEndpoint {
   std::string base_url;  // "http://127.0.0.1:43121"
   net::Headers headers;  // sent with every request (router headers)
+  // The router in front of the daemon, for error messages ("the sandbox
+  // router (through kubectl port-forward on 127.0.0.1:43121)"); "" when the
+  // daemon is dialled directly (in cluster).
+  std::string router;
+  int daemon_port = 8888;
 };
+
+// An answer that did not come from the daemon (the sandbox client reports a
+// non-daemon body as "sandbox daemon answered HTTP N: ...") came from the
+// router in front of it: say so, and what to check for that status (401/403:
+// the router token; 400: the X-Sandbox-* headers; 502/503/504: the pod and the
+// daemon's port). Any other error is returned as it is.
+Error NameRouterError(Error error, const DaemonEndpoint& endpoint);
 
 struct RouterTarget {
   std::string sandbox_id;      // the Sandbox (pod) name

@@ -71,6 +71,7 @@ class GuardedSandbox : public Sandbox {
     if (!r && r.error().code == ErrorCode::kUnavailable) {
       if (auto h = conn_->Health(); !h) return tl::unexpected(h.error());
     }
+    if (!r) return tl::unexpected(NameRouterError(r.error(), conn_->endpoint()));
     return r;
   }
 
@@ -116,6 +117,8 @@ class K8sLease : public SandboxLease {
   }
 
   void Keep() override { kept_ = true; }
+  const ClaimedSandbox& claimed() const { return claimed_; }
+  const DaemonEndpoint& endpoint() const { return conn_->endpoint(); }
 
   std::string Describe() const override {
     std::string where = claimed_.pod_ip.empty() ? "" : ", pod IP " + claimed_.pod_ip;
@@ -144,7 +147,7 @@ Result<std::unique_ptr<Sandbox>> ConnectSandboxd(const DaemonEndpoint& endpoint,
   opts.id = id;
   opts.default_headers = endpoint.headers;
   auto c = SandboxdClient::Connect(endpoint.base_url, opts);
-  if (!c) return tl::unexpected(c.error());
+  if (!c) return tl::unexpected(NameRouterError(c.error(), endpoint));
   return std::unique_ptr<Sandbox>(std::move(*c));
 }
 
@@ -207,9 +210,17 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Claim(const ClaimOptio
     }
     return tl::unexpected(e);
   };
-  auto conn = SandboxConnection::Open(options_.connection, *claimed);
-  if (!conn) return fail(conn.error());
   std::string id = fmt::format("{}/{}", claimed->namespace_name, claimed->claim_name);
+  // The claim itself succeeded: what fails from here is the way to its
+  // daemon, and the message says so (not "cannot claim", issue 12 item 4).
+  auto unreachable = [&](const Error& e) {
+    return Error(e.code,
+                 fmt::format("{}{} is Ready (Sandbox {}), but its daemon cannot be reached: {}; "
+                             "the claim was deleted",
+                             kClaimedButUnreachable, id, claimed->sandbox_name, e.message));
+  };
+  auto conn = SandboxConnection::Open(options_.connection, *claimed);
+  if (!conn) return fail(unreachable(conn.error()));
   // The pod is Ready, but the router may need a moment for a fresh pod IP.
   Result<std::unique_ptr<Sandbox>> sandbox = MakeError(ErrorCode::kInternal, "not attempted");
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -219,17 +230,141 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Claim(const ClaimOptio
   }
   if (!sandbox) {
     Error e = sandbox.error();
-    e.message = fmt::format(
-        "sandbox {} (Sandbox {}) is Ready but its daemon did not answer "
-        "through {}: {}",
-        id, claimed->sandbox_name, (*conn)->endpoint().base_url, e.message);
+    e.message = fmt::format("no answer through {}: {}", (*conn)->endpoint().base_url, e.message);
     (*conn)->Close();
-    return fail(e);
+    return fail(unreachable(e));
   }
   auto* conn_ptr = conn->get();
   auto guarded = std::make_unique<GuardedSandbox>(std::move(*sandbox), conn_ptr, id);
   return std::unique_ptr<SandboxLease>(
       new K8sLease(*claimer_, std::move(*claimed), std::move(*conn), std::move(guarded)));
+}
+
+namespace {
+
+// "NAMESPACE/CLAIM" or "CLAIM" (in `default_ns`), both object names.
+Result<std::pair<std::string, std::string>> SplitClaimId(std::string_view id,
+                                                         const std::string& default_ns) {
+  size_t slash = id.find('/');
+  std::string ns(slash == std::string_view::npos ? std::string_view(default_ns)
+                                                 : id.substr(0, slash));
+  std::string name(slash == std::string_view::npos ? id : id.substr(slash + 1));
+  if (!IsObjectName(ns) || !IsObjectName(name)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("'{}' is not a Kubernetes sandbox id NAMESPACE/CLAIM (as `deepbox "
+                                 "sandbox ls --provider k8s -q` prints)",
+                                 id.substr(0, 300)));
+  }
+  return std::make_pair(std::move(ns), std::move(name));
+}
+
+bool ClaimReady(const json::object& claim) {
+  if (const auto* conds = Find(claim, {"status", "conditions"});
+      conds != nullptr && conds->is_array()) {
+    for (const auto& c : conds->get_array()) {
+      if (FindString(c, {"type"}) == "Ready" && FindString(c, {"status"}) == "True") return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<KeptClaim> K8sSandboxProvider::ClaimAndKeep(const ClaimOptions& options) {
+  auto lease = Claim(options);
+  if (!lease) return tl::unexpected(lease.error());
+  auto* k8s_lease = dynamic_cast<K8sLease*>(lease->get());
+  if (k8s_lease == nullptr) return MakeError(ErrorCode::kInternal, "not a Kubernetes lease");
+  KeptClaim kept{k8s_lease->claimed(), k8s_lease->endpoint(),
+                 options_.connection.mode != ConnectionMode::kPortForward};
+  // The record is printed: the router token stays with whoever configured it.
+  kept.endpoint.headers.Remove("Authorization");
+  (*lease)->Keep();
+  return kept;
+}
+
+Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
+  auto split = SplitClaimId(id, namespace_);
+  if (!split) return tl::unexpected(split.error());
+  const auto& [ns, name] = *split;
+  auto claim = api_->GetClaim(ns, name);
+  if (!claim) {
+    Error e = claim.error();
+    if (e.code == ErrorCode::kNotFound) {
+      e.message = fmt::format("no SandboxClaim {} in namespace {}", name, ns);
+    }
+    return tl::unexpected(e);
+  }
+  ConnectedClaim out;
+  out.claimed.namespace_name = ns;
+  out.claimed.claim_name = name;
+  out.claimed.sandbox_name = FindString(*claim, {"status", "sandbox", "name"});
+  if (!FindString(*claim, {"metadata", "deletionTimestamp"}).empty()) {
+    return MakeError(ErrorCode::kNotFound,
+                     fmt::format("SandboxClaim {}/{} is being deleted", ns, name));
+  }
+  if (!ClaimReady(*claim) || !IsObjectName(out.claimed.sandbox_name)) {
+    return MakeError(
+        ErrorCode::kUnavailable,
+        fmt::format("SandboxClaim {}/{} is not Ready (no sandbox to run in)", ns, name));
+  }
+  if (const auto* ips = Find(*claim, {"status", "sandbox", "podIPs"});
+      ips != nullptr && ips->is_array()) {
+    for (const auto& ip : ips->get_array()) {
+      if (ip.is_string()) out.claimed.pod_ips.emplace_back(ip.get_string());
+    }
+  }
+  if (out.claimed.pod_ips.empty()) {
+    if (auto sb = api_->GetSandbox(ns, out.claimed.sandbox_name); sb) {
+      if (const auto* ips = Find(*sb, {"status", "podIPs"}); ips != nullptr && ips->is_array()) {
+        for (const auto& ip : ips->get_array()) {
+          if (ip.is_string()) out.claimed.pod_ips.emplace_back(ip.get_string());
+        }
+      }
+    }
+  }
+  out.claimed.pod_ip = SelectPodIp(out.claimed.pod_ips);
+  auto conn = SandboxConnection::Open(options_.connection, out.claimed);
+  if (!conn) return tl::unexpected(conn.error());
+  SandboxdClientOptions opts;
+  opts.id = fmt::format("{}/{}", ns, name);
+  opts.default_headers = (*conn)->endpoint().headers;
+  auto client = SandboxdClient::Connect((*conn)->endpoint().base_url, opts);
+  if (!client) {
+    Error e = NameRouterError(client.error(), (*conn)->endpoint());
+    (*conn)->Close();
+    return tl::unexpected(e);
+  }
+  out.connection = std::move(*conn);
+  out.client = std::move(*client);
+  return out;
+}
+
+std::optional<Error> K8sSandboxProvider::WhyGone(std::string_view id) {
+  auto split = SplitClaimId(id, namespace_);
+  if (!split) return std::nullopt;
+  auto claim = api_->GetClaim(split->first, split->second);
+  if (!claim) {
+    if (claim.error().code == ErrorCode::kNotFound) {
+      return Error(ErrorCode::kNotFound,
+                   fmt::format("SandboxClaim {}/{} is gone (deleted, or its TTL expired)",
+                               split->first, split->second));
+    }
+    return std::nullopt;
+  }
+  if (!FindString(*claim, {"metadata", "deletionTimestamp"}).empty()) {
+    return Error(ErrorCode::kNotFound,
+                 fmt::format("SandboxClaim {}/{} is being deleted", split->first, split->second));
+  }
+  return std::nullopt;
+}
+
+Result<std::unique_ptr<ClaimWatch>> K8sSandboxProvider::WatchClaim(std::string_view id,
+                                                                   ClaimWatch::OnGone on_gone) {
+  auto split = SplitClaimId(id, namespace_);
+  if (!split) return tl::unexpected(split.error());
+  return ClaimWatch::Start(*api_, std::move(split->first), std::move(split->second),
+                           std::move(on_gone));
 }
 
 Result<std::vector<std::string>> K8sSandboxProvider::RemoveBySelector(

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "k8s/connection.h"
 #include "k8s/kubeconfig.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/sandboxd_client.h"
 
 namespace deepbox::k8s {
 
@@ -41,6 +43,21 @@ struct K8sProviderOptions {
   SandboxFactory sandbox_factory;  // null = SandboxdClient
 };
 
+// A claim made to outlive this process (`deepbox sandbox create --provider
+// k8s`): what a client needs to reach its daemon later.
+struct KeptClaim {
+  ClaimedSandbox claimed;
+  DaemonEndpoint endpoint;      // router headers without Authorization
+  bool endpoint_lasts = false;  // false: a port-forward that ended with the call
+};
+
+// An existing claim reached from this process (exec, cp, --sandbox-id).
+struct ConnectedClaim {
+  ClaimedSandbox claimed;
+  std::unique_ptr<SandboxConnection> connection;  // keep while `client` is used
+  std::unique_ptr<SandboxdClient> client;
+};
+
 class K8sSandboxProvider : public SandboxProvider {
  public:
   static Result<std::unique_ptr<K8sSandboxProvider>> Create(K8sProviderOptions options);
@@ -49,12 +66,28 @@ class K8sSandboxProvider : public SandboxProvider {
   std::string name() const override { return "k8s"; }
   Result<std::unique_ptr<SandboxLease>> Claim(const ClaimOptions& options) override;
 
+  // Claims a sandbox, checks that its daemon answers, and leaves the claim in
+  // place (its TTL, or `sandbox rm`, ends it).
+  Result<KeptClaim> ClaimAndKeep(const ClaimOptions& options);
+  // NAMESPACE/CLAIM (or CLAIM in the provider's namespace): a Ready claim,
+  // reached the way a new claim would be. NOT_FOUND when there is no such
+  // claim, UNAVAILABLE when it is not Ready, INVALID_ARGUMENT for a bad id.
+  Result<ConnectedClaim> Connect(std::string_view id);
+  // NOT_FOUND (the claim is gone or expiring) or nullopt, for a call that
+  // failed on a sandbox of Connect.
+  std::optional<Error> WhyGone(std::string_view id);
+
+  // Watches the claim `id` (NAMESPACE/CLAIM, or CLAIM in the provider's
+  // namespace) while it is in use: on_gone as soon as it is deleted or expires.
+  Result<std::unique_ptr<ClaimWatch>> WatchClaim(std::string_view id, ClaimWatch::OnGone on_gone);
+
   // Deletes the claims matching `label_selector` in `ns` ("" = the provider's
   // namespace) and nothing else; returns their names.
   Result<std::vector<std::string>> RemoveBySelector(std::string_view label_selector,
                                                     std::string_view ns = "");
 
   const std::string& namespace_name() const { return namespace_; }
+  const std::string& warm_pool() const { return options_.warm_pool; }
   KubeClient& client() { return *client_; }
   SandboxApi& api() { return *api_; }
 
@@ -66,6 +99,11 @@ class K8sSandboxProvider : public SandboxProvider {
   std::unique_ptr<SandboxApi> api_;
   std::unique_ptr<Claimer> claimer_;
 };
+
+// How a failed Claim() says that the claim itself succeeded (it is Ready)
+// and only the way to its daemon failed: callers that prefix claim failures
+// ("cannot claim a sandbox: ") leave such errors as they are.
+inline constexpr std::string_view kClaimedButUnreachable = "claimed sandbox ";
 
 // The default SandboxFactory: a SandboxdClient on the endpoint.
 Result<std::unique_ptr<Sandbox>> ConnectSandboxd(const DaemonEndpoint& endpoint,

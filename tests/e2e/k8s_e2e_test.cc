@@ -41,7 +41,11 @@ class K8sTest : public E2eTest {
   void SetUp() override {
     E2eTest::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    auto cluster = FakeCluster::Start();
+    // A named options object: with the default argument's temporary, GCC 12
+    // at -O3 reports its std::function member as maybe-uninitialized (a
+    // false positive).
+    k8s::testing::FakeClusterOptions options;
+    auto cluster = FakeCluster::Start(std::move(options));
     ASSERT_TRUE(cluster) << cluster.error().ToString();
     cluster_ = std::move(*cluster);
     server_ = &cluster_->server();
@@ -318,6 +322,138 @@ TEST_F(K8sTest, SandboxLsSizesColumnsToTheirContentAndStripsControlSequences) {
   EXPECT_TRUE(sandbox.starts_with("deepagents-warmpool-")) << ready;
   EXPECT_GE(sandbox.size(), 25u) << ready;
   EXPECT_THAT(r.out, HasSubstr("xy"));  // the label with its sequences removed
+}
+
+// `sandbox create --provider k8s`, then exec and cp on its NAMESPACE/CLAIM
+// id, with the local commands' flags, output and exit codes, and rm.
+TEST_F(K8sTest, SandboxCreateExecCpAndRmOnKubernetes) {
+  auto env = K8sEnv();
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--label", "team=ml", "--ttl",
+                "600", "--json"},
+               env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  std::string id = k8s::FindString(*rec, {"id"});
+  std::string claim = k8s::FindString(*rec, {"claim"});
+  EXPECT_EQ(id, "default/" + claim);
+  EXPECT_EQ(SortedClaims("default"), std::vector<std::string>{claim});  // kept
+  // What python/deepbox's Sandbox.claim needs: the router and its headers
+  // (never the router token).
+  EXPECT_EQ(k8s::FindString(*rec, {"url"}), fmt::format("http://127.0.0.1:{}", router_->port()));
+  std::string sandbox = k8s::FindString(*rec, {"sandbox"});
+  EXPECT_TRUE(sandbox.starts_with("deepagents-warmpool-")) << sandbox;
+  EXPECT_EQ(k8s::FindString(*rec, {"headers", "X-Sandbox-ID"}), sandbox);
+  EXPECT_EQ(k8s::FindString(*rec, {"headers", "X-Sandbox-Namespace"}), "default");
+  EXPECT_EQ(k8s::FindString(*rec, {"headers", "X-Sandbox-Port"}), "8888");
+  EXPECT_FALSE(k8s::FindString(*rec, {"headers", "X-Sandbox-Pod-IP"}).empty());
+  EXPECT_EQ(r.out.find("router-secret"), std::string::npos) << r.out;
+  EXPECT_EQ(
+      k8s::FindString(server_->store()
+                          .Get({"extensions.agents.x-k8s.io", "sandboxclaims", "default"}, claim)
+                          .value_or(json::object()),
+                      {"metadata", "labels", "team"}),
+      "ml");
+
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "sh", "-c", "echo hi; echo err >&2; exit 7"},
+          env);
+  EXPECT_EQ(r.code, 7) << r.err;
+  EXPECT_EQ(r.out, "hi\n");
+  EXPECT_EQ(r.err, "err\n");
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "no-such-command-xyz"}, env);
+  EXPECT_EQ(r.code, 127) << r.err;
+  WriteFile(dir_ / "in.txt", "payload\n");
+  r = Run({kDeepbox, "sandbox", "cp", (dir_ / "in.txt").string(), id + ":copied.txt"}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadFile(daemon_->root() + "/copied.txt"), "payload\n");
+  r = Run({kDeepbox, "sandbox", "cp", id + ":copied.txt", (dir_ / "out.txt").string()}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadFile(dir_ / "out.txt"), "payload\n");
+
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", id}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
+  // A claim that does not exist: 3, as for a local sandbox.
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "true"}, env);
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("no SandboxClaim " + claim));
+  r = Run({kDeepbox, "sandbox", "cp", id + ":copied.txt", (dir_ / "x").string()}, env);
+  EXPECT_EQ(r.code, 3) << r.err;
+  // Local-only flags are usage errors with --provider k8s.
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--memory", "1G"}, env);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
+}
+
+// Issue 12 item 5: the run keeps the claim's watch open and stops at once
+// (exit 3) when the claim is deleted from outside, not when the daemon stops
+// answering (the fake "pod" here never stops answering).
+TEST_F(K8sTest, AClaimDeletedFromOutsideEndsTheRunAtOnce) {
+  WriteFile(
+      dir_ / "chatty.jsonl",
+      R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+      "\n"
+      R"({"response": {"tool_calls": [{"id": "t1", "name": "execute", "input": {"command": "while true; do echo tick; sleep 0.2; done"}}]}})"
+      "\n");
+  Process p({kDeepbox, "run", "--sandbox", "k8s", "--json", "--model",
+             "replay:" + (dir_ / "chatty.jsonl").string(), kTask},
+            Env(K8sEnv()), dir_);
+  ASSERT_TRUE(Eventually([&] {
+    return p.out().find(R"("type":"tool_output")") != std::string::npos;
+  })) << p.out()
+      << p.err();
+  auto claims = ClaimNames(server_->store(), "default");
+  ASSERT_EQ(claims.size(), 1u);
+  ASSERT_TRUE(server_->store().Delete({"extensions.agents.x-k8s.io", "sandboxclaims", "default"},
+                                      claims[0]));
+  auto code = p.WaitAtMost(120s);
+  ASSERT_TRUE(code.has_value()) << p.err();
+  EXPECT_EQ(*code, run::kRunExitSandbox) << p.err();
+  EXPECT_THAT(p.err(), HasSubstr("SandboxClaim default/" + claims[0] + " was deleted"));
+  EXPECT_THAT(p.err(), HasSubstr("the sandbox went away during the run"));
+}
+
+// Issue 12 items 3 and 4: a claim that worked but whose router refuses us is
+// not "cannot claim a sandbox", and the 401 is the router's, with what to check.
+TEST_F(K8sTest, RouterErrorsAfterAGoodClaimSaySo) {
+  auto env = K8sEnv();
+  env["AGENT_SANDBOX_ROUTER_TOKEN"] = "wrong-token";
+  auto r =
+      Run({kDeepbox, "run", "--sandbox", "k8s", "--model", "replay:" + RelativeFibReplay(), kTask},
+          env);
+  EXPECT_EQ(r.code, run::kRunExitSandbox) << r.err;
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("cannot claim a sandbox")));
+  EXPECT_THAT(r.err, HasSubstr("claimed sandbox default/sandbox-claim-"));
+  EXPECT_THAT(r.err, HasSubstr(fmt::format("the sandbox router at http://127.0.0.1:{} answered "
+                                           "HTTP 401: Invalid token.",
+                                           router_->port())));
+  EXPECT_THAT(r.err, HasSubstr("AGENT_SANDBOX_ROUTER_TOKEN"));
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
+  // The example says the same.
+  r = Run({kExample, "--sandbox", "k8s", "--model", "replay:" + RelativeFibReplay()}, env);
+  EXPECT_EQ(r.code, run::kRunExitSandbox) << r.err;
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("cannot claim a sandbox")));
+  EXPECT_THAT(r.err, HasSubstr("answered HTTP 401"));
+}
+
+// Issue 12 item 6: SIGTERM during a tool call ends the example without an
+// empty "[tool] execute failed: " line.
+TEST_F(K8sTest, ExampleOnSigtermSaysTheToolWasInterrupted) {
+  WriteFile(
+      dir_ / "slow.jsonl",
+      R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+      "\n"
+      R"({"response": {"tool_calls": [{"id": "t1", "name": "execute", "input": {"command": "echo started; sleep 600"}}]}})"
+      "\n");
+  Process p({kExample, "--sandbox", "k8s", "--model", "replay:" + (dir_ / "slow.jsonl").string()},
+            Env(K8sEnv()), dir_);
+  ASSERT_TRUE(Eventually([&] { return p.err().find("[tool] execute") != std::string::npos; }))
+      << p.err();
+  kill(p.pid(), SIGTERM);
+  EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.err();
+  EXPECT_THAT(p.err(), ::testing::Not(HasSubstr("failed: \n")));
+  EXPECT_THAT(p.err(), HasSubstr("[tool] execute stopped: interrupted"));
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
 }
 
 }  // namespace
