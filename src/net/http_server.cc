@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/eventfd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
@@ -235,7 +236,10 @@ class ParserBodyReader : public BodyReader {
 Result<std::string> ReadWholeBody(BeastStream& stream, boost::beast::flat_buffer& buffer,
                                   BodyParser& parser, size_t limit, Deadline deadline) {
   std::string body;
-  if (auto cl = parser.content_length()) body.reserve(static_cast<size_t>(*cl));
+  // Grows with what arrives: an announced length alone must not cost memory.
+  if (auto cl = parser.content_length()) {
+    body.reserve(static_cast<size_t>(std::min<uint64_t>(*cl, uint64_t{1} << 20)));
+  }
   char scratch[64 * 1024];
   while (!parser.is_done()) {
     parser.get().body().data = scratch;
