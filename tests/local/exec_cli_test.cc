@@ -1,0 +1,455 @@
+// `deepbox sandbox exec` as a user runs it: the real binary, a real local
+// sandbox, pipes, files and a pseudo-terminal. Byte-exact output (binary
+// files survive `exec -- cat`), every documented exit code, stdin streamed
+// with -i, an interactive shell with -it.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "local/lifecycle/provider.h"
+#include "local/namespaces.h"
+
+extern char** environ;
+
+namespace deepbox::local::lifecycle {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+const std::string kBinDir = DEEPBOX_BIN_DIR;
+const std::string kDeepbox = kBinDir + "/deepbox";
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const fs::path& p, const std::string& data) {
+  std::ofstream(p, std::ios::binary) << data;
+}
+
+// Polls `done` until it holds or `limit` passes (a safety net against hangs,
+// never an assertion on time).
+bool Eventually(const std::function<bool()>& done, std::chrono::seconds limit = 60s) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return done();
+}
+
+int ExitCodeOf(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::vector<char*> Argv(std::vector<std::string>& full) {
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  return argv;
+}
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+// One sandbox for the whole suite (creating one per test costs seconds).
+class ExecCliTest : public ::testing::Test {
+ public:
+  static void SetUpTestSuite() {
+    if (!UserNamespacesAvailable() || access(kDeepbox.c_str(), X_OK) != 0) return;
+    std::string tmpl = "/tmp/dbx-XXXXXX";  // short: socket paths must fit 107 bytes
+    if (mkdtemp(tmpl.data()) == nullptr) return;
+    state_ = new fs::path(tmpl);
+    setenv("DEEPBOX_STATE_DIR", state_->c_str(), 1);
+    // A TTL is the safety net should this test crash before its teardown.
+    auto r = Cli({"sandbox", "create", "--cold", "--ttl", "900", "--network", "none"});
+    std::string id = r.out;
+    while (!id.empty() && id.back() == '\n') id.pop_back();
+    if (r.code == 0 && Store::ValidId(id)) id_ = new std::string(id);
+  }
+  static void TearDownTestSuite() {
+    if (id_ != nullptr) (void)Cli({"sandbox", "rm", *id_});
+    if (state_ != nullptr) (void)RemoveTree(*state_);
+    unsetenv("DEEPBOX_STATE_DIR");
+    delete id_;
+    delete state_;
+    id_ = nullptr;
+    state_ = nullptr;
+  }
+  void SetUp() override {
+    if (!UserNamespacesAvailable()) GTEST_SKIP() << "user namespaces are not available here";
+    if (access(kDeepbox.c_str(), X_OK) != 0) GTEST_SKIP() << kDeepbox << " is not built";
+    ASSERT_NE(id_, nullptr) << "could not create the suite's sandbox";
+  }
+  static const std::string& Id() { return *id_; }
+  static fs::path File(const std::string& name) {
+    return *state_ / fmt::format("{}-{}", counter_++, name);
+  }
+
+  // Runs deepbox with stdin from `stdin_file` (or empty), stdout and stderr to files.
+  static CliResult Cli(const std::vector<std::string>& args, const fs::path& stdin_file = {}) {
+    std::vector<std::string> full = {kDeepbox};
+    full.insert(full.end(), args.begin(), args.end());
+    auto argv = Argv(full);
+    fs::path in = stdin_file.empty() ? File("stdin") : stdin_file;
+    if (stdin_file.empty()) WriteFile(in, "");
+    fs::path out = File("out"), err = File("err");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    CliResult r;
+    if (rc != 0) return r;
+    int status = 0;
+    waitpid(pid, &status, 0);
+    r.code = ExitCodeOf(status);
+    r.out = ReadFile(out);
+    r.err = ReadFile(err);
+    return r;
+  }
+
+  static fs::path* state_;
+  static std::string* id_;
+  static int counter_;
+};
+
+fs::path* ExecCliTest::state_ = nullptr;
+std::string* ExecCliTest::id_ = nullptr;
+int ExecCliTest::counter_ = 0;
+
+std::string BinaryData() {
+  std::string s;
+  for (int i = 0; i < 256; ++i) s.push_back(static_cast<char>(i));
+  std::mt19937 gen(42);
+  std::string random(3 << 20, '\0');
+  for (auto& c : random) c = static_cast<char>(gen() & 0xff);
+  return s + random + s;
+}
+
+// ---------------------------------------------------------------- bytes
+
+TEST_F(ExecCliTest, BinaryStdinAndOutputAreByteExact) {
+  const std::string data = BinaryData();
+  fs::path in = File("in.bin");
+  WriteFile(in, data);
+  auto r = Cli({"sandbox", "exec", "-i", Id(), "--", "sh", "-c", "cat > data.bin"}, in);
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  r = Cli({"sandbox", "exec", Id(), "--", "cat", "data.bin"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.out.size(), data.size());
+  EXPECT_TRUE(r.out == data);
+
+  r = Cli({"sandbox", "exec", Id(), "--", "sh", "-c", "cat data.bin >&2"});
+  ASSERT_EQ(r.code, 0);
+  ASSERT_EQ(r.err.size(), data.size());
+  EXPECT_TRUE(r.err == data);
+
+  // The example: `exec -- gzip -c x > x.gz` gives a valid archive.
+  r = Cli({"sandbox", "exec", Id(), "--", "gzip", "-c", "data.bin"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  fs::path gz = File("data.bin.gz");
+  WriteFile(gz, r.out);
+  fs::path unpacked = File("unpacked");
+  std::string cmd = fmt::format("gzip -dc {} > {}", gz.string(), unpacked.string());
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_TRUE(ReadFile(unpacked) == data);
+}
+
+// ---------------------------------------------------------------- exit codes
+
+TEST_F(ExecCliTest, UsageErrorsExit2) {
+  auto r = Cli({"sandbox", "exec", "-e", "BAD", Id(), "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("bad --env 'BAD': use K=V"));
+  r = Cli({"sandbox", "exec", "-e", "=x", Id(), "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  r = Cli({"sandbox", "exec", "not-an-id", "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("is not a sandbox id"));
+  r = Cli({"sandbox", "exec", Id(), "--"});
+  EXPECT_EQ(r.code, 2);
+  // -it needs a terminal on stdin (here a file).
+  r = Cli({"sandbox", "exec", "-it", Id(), "--", "true"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("not a TTY"));
+  r = Cli({"sandbox", "exec", "--timeout", "x", Id(), "--", "true"});
+  EXPECT_EQ(r.code, 2);
+}
+
+TEST_F(ExecCliTest, MissingSandboxExits3) {
+  auto r = Cli({"sandbox", "exec", "sb-000000000000", "--", "true"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_THAT(r.err, HasSubstr("no sandbox 'sb-000000000000'"));
+}
+
+TEST_F(ExecCliTest, ExpiredSandboxExits3) {
+  auto created = Cli({"sandbox", "create", "--cold", "--ttl", "1", "--network", "none"});
+  ASSERT_EQ(created.code, 0) << created.err;
+  std::string id = created.out.substr(0, created.out.find('\n'));
+  ASSERT_TRUE(Eventually([&] { return !fs::exists(*state_ / "sandboxes" / id); }));
+  auto r = Cli({"sandbox", "exec", id, "--", "true"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("expired"));
+}
+
+TEST_F(ExecCliTest, CommandStatusesPassThrough) {
+  EXPECT_EQ(Cli({"sandbox", "exec", Id(), "--", "sh", "-c", "exit 3"}).code, 3);
+  auto r = Cli({"sandbox", "exec", Id(), "--", "/no/such/program"});
+  EXPECT_EQ(r.code, 127);
+  EXPECT_THAT(r.err, HasSubstr("ENOENT"));
+  r = Cli({"sandbox", "exec", "--cwd", "no-such-dir", Id(), "--", "true"});
+  EXPECT_EQ(r.code, 125);
+  EXPECT_THAT(r.err, HasSubstr("no-such-dir"));
+  r = Cli({"sandbox", "exec", "--timeout", "1", Id(), "--", "sleep", "60"});
+  EXPECT_EQ(r.code, 124);
+  EXPECT_THAT(r.err, HasSubstr("timed out"));
+}
+
+// `exec ... | head -1`: the reader leaving is a normal end (141, silent) and
+// the command is stopped. `script` writes its pid to `pidfile` and prints
+// "line" at least once.
+void ExpectStoppedWhenTheReaderLeaves(const std::string& script, const std::string& pidfile) {
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  fs::path err = ExecCliTest::File("err");
+  std::vector<std::string> full = {kDeepbox, "sandbox", "exec", ExecCliTest::Id(),
+                                   "--",     "sh",      "-c",   script};
+  auto argv = Argv(full);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(out[1]);
+  // Read the first line, then go away like `head -1`.
+  std::string got;
+  char c;
+  while (got.find('\n') == std::string::npos && read(out[0], &c, 1) == 1) got.push_back(c);
+  EXPECT_EQ(got, "line\n");
+  close(out[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_EQ(ExitCodeOf(status), 141);
+  EXPECT_EQ(ReadFile(err), "");
+  auto pid_text = ExecCliTest::Cli({"sandbox", "exec", ExecCliTest::Id(), "--", "cat", pidfile});
+  ASSERT_EQ(pid_text.code, 0);
+  std::string in_sandbox = pid_text.out.substr(0, pid_text.out.find('\n'));
+  EXPECT_TRUE(Eventually([&] {
+    return ExecCliTest::Cli(
+               {"sandbox", "exec", ExecCliTest::Id(), "--", "sh", "-c", "kill -0 " + in_sandbox})
+               .code != 0;
+  }));
+}
+
+TEST_F(ExecCliTest, ClosedStdoutStopsTheCommandSilently) {
+  ExpectStoppedWhenTheReaderLeaves("echo $$ > yes.pid; exec yes line", "yes.pid");
+}
+
+// A command that has gone quiet is stopped too: keepalives check the reader.
+TEST_F(ExecCliTest, ClosedStdoutStopsASilentCommand) {
+  ExpectStoppedWhenTheReaderLeaves("echo $$ > quiet.pid; echo line; exec sleep 600", "quiet.pid");
+}
+
+TEST_F(ExecCliTest, HelpDocumentsEveryExitCode) {
+  auto r = Cli({"sandbox", "exec", "--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* text : {"  2 ", "  3 ", "  124 ", "  125 ", "  126 ", "  127 ", "  128+N ",
+                           "  141 ", "--tty", "--interactive", "-i", "-t", "--timeout"}) {
+    EXPECT_THAT(r.out, HasSubstr(text));
+  }
+}
+
+// ---------------------------------------------------------------- -i
+
+// The second line is written only after the command answered the first:
+// stdin reaches the command as it arrives, not at its end.
+TEST_F(ExecCliTest, InteractiveStdinStreams) {
+  int in[2], out[2];
+  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  std::vector<std::string> full = {
+      kDeepbox, "sandbox", "exec",
+      "-i",     Id(),      "--",
+      "sh",     "-c",      "while read l; do echo got:$l; done; echo end"};
+  auto argv = Argv(full);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  close(in[0]);
+  close(out[1]);
+  std::string got;
+  auto read_until = [&](const std::string& text) {
+    while (got.find(text) == std::string::npos) {
+      pollfd p{out[0], POLLIN, 0};
+      if (poll(&p, 1, 60000) <= 0) return false;  // a safety net against a hang
+      char buf[256];
+      ssize_t n = read(out[0], buf, sizeof buf);
+      if (n <= 0) return false;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  };
+  ASSERT_EQ(write(in[1], "one\n", 4), 4);
+  EXPECT_TRUE(read_until("got:one\n")) << got;
+  ASSERT_EQ(write(in[1], "two\n", 4), 4);
+  EXPECT_TRUE(read_until("got:two\n")) << got;
+  close(in[1]);
+  EXPECT_TRUE(read_until("end\n")) << got;
+  close(out[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_EQ(ExitCodeOf(status), 0);
+  EXPECT_EQ(got, "got:one\ngot:two\nend\n");
+}
+
+// ---------------------------------------------------------------- -it
+
+// deepbox on a pseudo-terminal, as a person runs it.
+class Terminal {
+ public:
+  Terminal(std::vector<std::string> args, winsize size) {
+    std::vector<std::string> full = {kDeepbox};
+    full.insert(full.end(), args.begin(), args.end());
+    auto argv = Argv(full);
+    pid_ = forkpty(&master_, nullptr, nullptr, &size);
+    if (pid_ == 0) {
+      setenv("TERM", "vt100", 1);
+      execv(kDeepbox.c_str(), argv.data());
+      _exit(127);
+    }
+  }
+  ~Terminal() {
+    if (pid_ > 0 && !waited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (master_ >= 0) close(master_);
+  }
+  bool ok() const { return pid_ > 0 && master_ >= 0; }
+  int master() const { return master_; }
+  // Reads until the output (from `from`) contains `text`; false at EOF or
+  // after a generous safety bound.
+  bool WaitFor(const std::string& text, size_t from = 0) {
+    auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (output_.find(text, from) == std::string::npos) {
+      if (std::chrono::steady_clock::now() > deadline || !ReadSome(200)) {
+        return output_.find(text, from) != std::string::npos;
+      }
+    }
+    return true;
+  }
+  void Type(const std::string& keys) {
+    ASSERT_EQ(write(master_, keys.data(), keys.size()), static_cast<ssize_t>(keys.size()));
+  }
+  int Wait() {
+    while (ReadSome(200)) {
+    }
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    waited_ = true;
+    return ExitCodeOf(status);
+  }
+  const std::string& output() const { return output_; }
+
+ private:
+  // False at EOF; true after a read or a quiet interval.
+  bool ReadSome(int timeout_ms) {
+    pollfd p{master_, POLLIN, 0};
+    int rc = poll(&p, 1, timeout_ms);
+    if (rc == 0) return true;
+    if (rc < 0) return errno == EINTR;
+    char buf[4096];
+    ssize_t n = read(master_, buf, sizeof buf);
+    if (n <= 0) return false;  // EIO once deepbox has exited
+    output_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+  pid_t pid_ = -1;
+  int master_ = -1;
+  bool waited_ = false;
+  std::string output_;
+};
+
+TEST_F(ExecCliTest, InteractiveTerminalSession) {
+  Terminal t({"sandbox", "exec", "-it", Id(), "--", "sh"}, winsize{40, 120, 0, 0});
+  ASSERT_TRUE(t.ok());
+  t.Type("stty size; echo term=$TERM; tty; echo sum=$((6*7))\r");
+  ASSERT_TRUE(t.WaitFor("sum=42")) << t.output();
+  EXPECT_THAT(t.output(), HasSubstr("40 120"));
+  EXPECT_THAT(t.output(), HasSubstr("term=vt100"));  // the terminal's own TERM
+  EXPECT_THAT(t.output(), HasSubstr("/dev/pts/"));
+  // This terminal is in raw mode: ^C is a byte for the sandbox's terminal,
+  // which interrupts the foreground command, not deepbox.
+  // ^C once the command runs (zz-5 is its output, not the echo of the typed line).
+  t.Type("sh -c 'echo zz-$((2+3)); exec sleep 300'\r");
+  ASSERT_TRUE(t.WaitFor("zz-5")) << t.output();
+  t.Type("\x03");
+  size_t mark = t.output().size();
+  t.Type("echo after-$((1+1))\r");
+  ASSERT_TRUE(t.WaitFor("after-2", mark)) << t.output();
+  // A new window size reaches the sandbox (SIGWINCH -> resize). The resize
+  // and the typed command travel separately: ask until the new size shows.
+  winsize bigger{50, 132, 0, 0};
+  ASSERT_EQ(ioctl(t.master(), TIOCSWINSZ, &bigger), 0);
+  bool resized = false;
+  for (int i = 0; i < 100 && !resized; ++i) {
+    size_t at = t.output().size();
+    t.Type("stty size\r");
+    ASSERT_TRUE(t.WaitFor("$ ", at + 10)) << t.output();
+    resized = t.output().find("50 132", at) != std::string::npos;
+  }
+  EXPECT_TRUE(resized) << t.output();
+  t.Type("exit 3\r");
+  EXPECT_EQ(t.Wait(), 3) << t.output();
+  // The terminal is back in its cooked mode.
+  termios mode{};
+  ASSERT_EQ(tcgetattr(t.master(), &mode), 0);
+  EXPECT_NE(mode.c_lflag & ICANON, 0u);
+  EXPECT_NE(mode.c_lflag & ECHO, 0u);
+}
+
+TEST_F(ExecCliTest, TerminalWithoutInteractiveInput) {
+  // -t alone: the command runs on a terminal; its output ends lines with \r\n.
+  auto r = Cli({"sandbox", "exec", "-t", Id(), "--", "sh", "-c",
+                "test -t 0 && test -t 1 && echo on-tty; echo err >&2"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "on-tty\r\nerr\r\n");
+}
+
+}  // namespace
+}  // namespace deepbox::local::lifecycle
