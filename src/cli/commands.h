@@ -51,20 +51,24 @@ struct SandboxCreateArgs {
 };
 int RunSandboxCreate(const SandboxCreateArgs& args);
 
-// `deepbox sandbox exec` exit status:
+// `deepbox sandbox exec` exit status: the command's own, else (documented in
+// its --help) kExitUsage for bad arguments, kExitNotFound for a missing or
+// expired sandbox, and:
 inline constexpr int kExecTimedOut = 124;       // --timeout (or the daemon's default) hit
-inline constexpr int kExecDeepboxFailed = 125;  // deepbox itself failed (no sandbox, ...)
+inline constexpr int kExecDeepboxFailed = 125;  // deepbox itself failed (daemon unreachable, ...)
 inline constexpr int kExecCannotRun = 126;      // the command exists but could not be started
 inline constexpr int kExecNotFound = 127;       // the command was not found
 // 128+N: killed by signal N (137 also when the sandbox killed it).
+inline constexpr int kExecOutputClosed = 141;  // 128+SIGPIPE: stdout/stderr closed (`| head`)
 
 struct SandboxExecArgs {
   std::string id;
   std::vector<std::string> command;
-  double timeout_seconds = 0;  // 0 = the daemon's default
+  double timeout_seconds = 0;  // 0 = the daemon's default (none with -i/-t)
   std::string cwd;
   std::vector<std::string> env;  // K=V
-  bool forward_stdin = false;
+  bool interactive = false;      // -i: stdin streamed to the command as it arrives
+  bool tty = false;              // -t: a pseudo-terminal in the sandbox
 };
 int RunSandboxExec(const SandboxExecArgs& args);
 

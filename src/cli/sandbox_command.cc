@@ -1,4 +1,4 @@
-// deepbox sandbox create | exec | ls | rm
+// deepbox sandbox create | ls | rm (exec: sandbox_exec.cc)
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -20,16 +20,6 @@ using local::lifecycle::FormatTime;
 using local::lifecycle::NowMs;
 using local::lifecycle::SandboxMeta;
 using local::lifecycle::Selector;
-
-bool WriteFd(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
 
 std::string LabelsText(const local::lifecycle::Labels& labels) {
   std::string out;
@@ -145,66 +135,7 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
   return kExitOk;
 }
 
-int RunSandboxExec(const SandboxExecArgs& args) {
-  auto fail = [](const Error& e) {
-    std::fprintf(stderr, "deepbox: %s\n", e.message.c_str());
-    return kExecDeepboxFailed;
-  };
-  std::vector<std::string> command = args.command;
-  if (!command.empty() && command.front() == "--") command.erase(command.begin());
-  if (command.empty()) {
-    return fail(Error(ErrorCode::kInvalidArgument,
-                      "no command given: deepbox sandbox exec ID -- COMMAND [ARG...]"));
-  }
-  ExecRequest req;
-  req.argv = command;
-  req.cwd = args.cwd;
-  req.timeout = std::chrono::milliseconds(static_cast<int64_t>(args.timeout_seconds * 1000));
-  for (const auto& e : args.env) {
-    size_t eq = e.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return fail(Error(ErrorCode::kInvalidArgument, fmt::format("bad --env '{}': use K=V", e)));
-    }
-    req.env[e.substr(0, eq)] = e.substr(eq + 1);
-  }
-  if (args.forward_stdin) {
-    char buf[65536];
-    for (;;) {
-      ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      req.stdin_data.append(buf, static_cast<size_t>(n));
-    }
-  }
-  auto provider = MakeProvider(ProviderFlags{});
-  if (!provider) return fail(provider.error());
-  auto client = (*provider)->Connect(args.id);
-  if (!client) return fail(client.error());
-  auto result = (*client)->ExecStream(req, [](OutputStream s, std::string_view data) {
-    return WriteFd(s == OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO, data);
-  });
-  if (!result) {
-    // The sandbox may have expired or been deleted while the command ran.
-    auto meta = (*provider)->Get(args.id);
-    return fail(meta ? result.error() : meta.error());
-  }
-  switch (result->kind) {
-    case ExitKind::kExited:
-      return result->exit_code;
-    case ExitKind::kSignaled:
-      return 128 + result->signal;
-    case ExitKind::kTimedOut:
-      std::fprintf(stderr, "deepbox: the command timed out (after %.0f ms) and was killed\n",
-                   static_cast<double>(result->duration.count()));
-      return kExecTimedOut;
-    case ExitKind::kKilled:
-      return 128 + 9;
-    case ExitKind::kSpawnFailed:
-      std::fprintf(stderr, "deepbox: %s\n", result->error.c_str());
-      return result->error.find("ENOENT") != std::string::npos ? kExecNotFound : kExecCannotRun;
-  }
-  return kExecDeepboxFailed;
-}
+// RunSandboxExec: sandbox_exec.cc
 
 int RunSandboxLs(const SandboxLsArgs& args) {
   if (args.cluster.k8s()) return RunK8sSandboxLs(args);
