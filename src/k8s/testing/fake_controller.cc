@@ -21,6 +21,7 @@ ResourceKey Claims(const std::string& ns) { return {std::string(kExt), "sandboxc
 ResourceKey Pools(const std::string& ns) { return {std::string(kExt), "sandboxwarmpools", ns}; }
 ResourceKey Templates(const std::string& ns) { return {std::string(kExt), "sandboxtemplates", ns}; }
 ResourceKey Sandboxes(const std::string& ns) { return {std::string(kCore), "sandboxes", ns}; }
+ResourceKey Pods(const std::string& ns) { return {"", "pods", ns}; }
 
 std::string Name(const json::object& o) { return FindString(o, {"metadata", "name"}); }
 std::string Uid(const json::object& o) { return FindString(o, {"metadata", "uid"}); }
@@ -141,7 +142,7 @@ std::string CheckPodMetadata(const json::object& claim) {
 
 }  // namespace
 
-FakeController::FakeController(std::shared_ptr<ObjectStore> store, FakeControllerOptions options)
+FakeController::FakeController(std::shared_ptr<StoreApi> store, FakeControllerOptions options)
     : store_(std::move(store)), options_(std::move(options)) {
   if (!options_.clock) options_.clock = [] { return std::chrono::system_clock::now(); };
 }
@@ -301,7 +302,8 @@ void FakeController::ReconcileSandboxes(const std::string& ns) {
     std::string uid = Uid(sb);
     auto owner = Owner(sb);
     if (!owner.first.empty() && !owner_exists(owner)) {
-      (void)store_->Delete(Sandboxes(ns), name);  // garbage collection
+      // garbage collection (on a real API server, the real collector's)
+      if (!options_.real_pods) (void)store_->Delete(Sandboxes(ns), name);
       continue;
     }
     bool expired = false;
@@ -320,7 +322,9 @@ void FakeController::ReconcileSandboxes(const std::string& ns) {
     }
     bool ready = !expired && ready_allowed && now - created >= options_.pod_start_delay;
     json::array ips = PodIps(sb);
-    if (ready && ips.empty()) {
+    if (options_.real_pods) {
+      ready = SyncPod(ns, sb, expired, ips) && !expired;
+    } else if (ready && ips.empty()) {
       std::string ip = NextPodIp();
       if (options_.dual_stack) ips.push_back(json::value("fd00::" + ip.substr(ip.rfind('.') + 1)));
       ips.push_back(json::value(ip));
@@ -339,6 +343,57 @@ void FakeController::ReconcileSandboxes(const std::string& ns) {
       }
     });
   }
+}
+
+bool FakeController::SyncPod(const std::string& ns, const json::object& sandbox, bool expired,
+                             json::array& ips) {
+  std::string name = Name(sandbox);
+  auto pod = store_->Get(Pods(ns), name);
+  if (expired) {
+    if (pod) (void)store_->Delete(Pods(ns), name);
+    ips.clear();
+    return false;
+  }
+  if (!pod) {
+    // The pod of the Sandbox's podTemplate, named after it and owned by it
+    // (the garbage collector removes it with the Sandbox), already bound to
+    // the node agent's node (no scheduler runs).
+    json::object p;
+    auto& meta = Obj(p, "metadata");
+    meta["name"] = name;
+    if (const auto* l = Find(sandbox, {"spec", "podTemplate", "metadata", "labels"});
+        l != nullptr && l->is_object()) {
+      meta["labels"] = *l;
+    }
+    Obj(meta, "labels")["agents.x-k8s.io/sandbox-name-hash"] = NameHash(name);
+    json::object owner = sandbox;
+    owner["apiVersion"] = "agents.x-k8s.io/v1beta1";
+    meta["ownerReferences"] = OwnerRef(owner, "Sandbox");
+    json::object spec;
+    if (const auto* ps = Find(sandbox, {"spec", "podTemplate", "spec"});
+        ps != nullptr && ps->is_object()) {
+      spec = ps->get_object();
+    }
+    if (!spec.contains("containers")) {
+      json::object c;
+      c["name"] = "sandbox";
+      c["image"] = "deepbox-sandboxd:dev";
+      spec["containers"] = json::array{c};
+    }
+    spec["nodeName"] = options_.node_name;
+    p["spec"] = std::move(spec);
+    (void)store_->Create(Pods(ns), std::move(p));  // Ready on a later pass
+    ips.clear();
+    return false;
+  }
+  ips.clear();
+  if (const auto* list = Find(*pod, {"status", "podIPs"}); list != nullptr && list->is_array()) {
+    for (const auto& e : list->get_array()) {
+      std::string ip = FindString(e, {"ip"});
+      if (!ip.empty()) ips.push_back(json::value(ip));
+    }
+  }
+  return IsReady(*pod) && !ips.empty();
 }
 
 void FakeController::ReconcileClaims(const std::string& ns) {

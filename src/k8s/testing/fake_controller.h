@@ -37,11 +37,16 @@ struct FakeControllerOptions {
   bool dual_stack = false;
   // The controller's wall clock (expiry); tests move it forward.
   std::function<SystemTime()> clock;
+  // On a real API server (the k8s-real tests): a Sandbox gets a real Pod
+  // (bound to `node_name`, owned by the Sandbox) and is Ready when the pod
+  // is, with its IPs; deletions are left to the garbage collector.
+  bool real_pods = false;
+  std::string node_name = "deepbox-node";
 };
 
 class FakeController {
  public:
-  FakeController(std::shared_ptr<ObjectStore> store, FakeControllerOptions options = {});
+  FakeController(std::shared_ptr<StoreApi> store, FakeControllerOptions options = {});
   ~FakeController();
 
   void Start();
@@ -66,9 +71,12 @@ class FakeController {
   void ReconcilePools(const std::string& ns);
   void ReconcileSandboxes(const std::string& ns);
   void ReconcileClaims(const std::string& ns);
+  // real_pods: the Sandbox's pod (created when missing); whether it is Ready,
+  // and its IPs.
+  bool SyncPod(const std::string& ns, const json::object& sandbox, bool expired, json::array& ips);
   std::string NextPodIp();
 
-  std::shared_ptr<ObjectStore> store_;
+  std::shared_ptr<StoreApi> store_;
   FakeControllerOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

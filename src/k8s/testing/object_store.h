@@ -18,22 +18,9 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "k8s/testing/store_api.h"
 
 namespace deepbox::k8s::testing {
-
-struct ResourceKey {
-  std::string group;
-  std::string plural;
-  std::string ns;
-  bool operator==(const ResourceKey&) const = default;
-};
-
-struct StoreEvent {
-  std::string type;  // ADDED, MODIFIED, DELETED
-  int64_t rv = 0;
-  ResourceKey key;
-  json::object object;
-};
 
 // One open watch: the store pushes matching events; the watch drains them.
 class Subscription {
@@ -63,22 +50,22 @@ class Subscription {
   CloseKind close_ = CloseKind::kNone;
 };
 
-class ObjectStore {
+class ObjectStore : public StoreApi {
  public:
   // Sets metadata (uid, resourceVersion, creationTimestamp, generation,
   // namespace; name from generateName). CONFLICT when it exists.
-  Result<json::object> Create(const ResourceKey& key, json::object object);
-  Result<json::object> Get(const ResourceKey& key, const std::string& name) const;
+  Result<json::object> Create(const ResourceKey& key, json::object object) override;
+  Result<json::object> Get(const ResourceKey& key, const std::string& name) const override;
   // The objects and the current resourceVersion.
-  std::vector<json::object> List(const ResourceKey& key, int64_t* rv = nullptr) const;
+  std::vector<json::object> List(const ResourceKey& key, int64_t* rv = nullptr) const override;
   // Applies `mutate` to a copy; unchanged objects are not written (no event).
   Result<json::object> Update(const ResourceKey& key, const std::string& name,
-                              const std::function<void(json::object&)>& mutate);
-  Result<json::object> Delete(const ResourceKey& key, const std::string& name);
+                              const std::function<void(json::object&)>& mutate) override;
+  Result<json::object> Delete(const ResourceKey& key, const std::string& name) override;
 
   int64_t resource_version() const;
   // Namespaces that hold at least one object.
-  std::vector<std::string> Namespaces() const;
+  std::vector<std::string> Namespaces() const override;
   // Forgets the event history: watches from older versions get 410 Gone.
   void Compact();
 
@@ -92,7 +79,7 @@ class ObjectStore {
   std::vector<std::shared_ptr<Subscription>> watches() const;
 
   // Called (outside the lock) after every change; for the fake controller.
-  void AddListener(std::function<void(const StoreEvent&)> listener);
+  void AddListener(std::function<void(const StoreEvent&)> listener) override;
 
  private:
   void Emit(StoreEvent e, std::unique_lock<std::mutex>& lock);

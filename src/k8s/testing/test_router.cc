@@ -21,11 +21,12 @@ bool IsDnsLabel(std::string_view s) {
   return true;
 }
 
-bool ValidTargetIp(const std::string& ip) {
+bool ValidTargetIp(const std::string& ip, bool allow_loopback) {
   in_addr v4{};
   if (::inet_pton(AF_INET, ip.c_str(), &v4) == 1) {
     uint32_t a = ntohl(v4.s_addr);
-    if ((a >> 24) == 127 || (a >> 16) == 0xA9FE || (a >> 28) == 0xE || a == 0) return false;
+    if ((a >> 24) == 127) return allow_loopback;
+    if ((a >> 16) == 0xA9FE || (a >> 28) == 0xE || a == 0) return false;
     return true;
   }
   in6_addr v6{};
@@ -79,6 +80,11 @@ std::string TestRouter::url() const { return fmt::format("http://127.0.0.1:{}", 
 void TestRouter::SetBackend(const std::string& key, const std::string& address) {
   std::lock_guard lock(mu_);
   backends_[key] = address;
+}
+
+void TestRouter::DialPodIps() {
+  std::lock_guard lock(mu_);
+  dial_pod_ips_ = true;
 }
 
 void TestRouter::SetDefaultBackend(const std::string& address) {
@@ -136,7 +142,15 @@ void TestRouter::Handle(net::Request& req, net::ResponseWriter& w) {
   if (port < 1 || port > 65535 || std::to_string(port) != rec.port) {
     return finish(Detail(400, "Invalid port format."));
   }
-  if (!rec.pod_ip.empty() && !ValidTargetIp(rec.pod_ip)) {
+  bool dial_pod_ips;
+  {
+    std::lock_guard lock(mu_);
+    dial_pod_ips = dial_pod_ips_;
+  }
+  if (dial_pod_ips && rec.pod_ip.empty()) {
+    return finish(Detail(400, "X-Sandbox-Pod-IP is required by this test router (no DNS)."));
+  }
+  if (!rec.pod_ip.empty() && !ValidTargetIp(rec.pod_ip, dial_pod_ips)) {
     return finish(Detail(400, "Invalid target IP address."));
   }
   std::string key = !rec.pod_ip.empty() ? fmt::format("{}:{}", rec.pod_ip, port)
@@ -147,6 +161,10 @@ void TestRouter::Handle(net::Request& req, net::ResponseWriter& w) {
     std::lock_guard lock(mu_);
     auto it = backends_.find(key);
     address = it != backends_.end() ? it->second : default_backend_;
+    if (dial_pod_ips && it == backends_.end()) {
+      address = rec.pod_ip.find(':') != std::string::npos ? fmt::format("[{}]:{}", rec.pod_ip, port)
+                                                          : key;
+    }
   }
   net::HttpClient* client = address.empty() ? nullptr : ClientFor(address);
   if (client == nullptr) {

@@ -45,6 +45,11 @@ class TestRouter {
   void SetBackend(const std::string& key, const std::string& address);
   // Used when no backend matches (e.g. every pod is the same test daemon).
   void SetDefaultBackend(const std::string& address);
+  // Like the Go router with --allow-loopback-pod-ip, for pods on loopback
+  // addresses (the k8s-real tests): dials "<pod ip>:<port>" itself, accepts
+  // 127.0.0.0/8, and refuses (400) any request without X-Sandbox-Pod-IP, so
+  // no test can depend on a DNS lookup.
+  void DialPodIps();
   std::vector<RoutedRequest> requests() const;
 
  private:
@@ -56,6 +61,7 @@ class TestRouter {
   mutable std::mutex mu_;
   std::map<std::string, std::string> backends_;
   std::string default_backend_;
+  bool dial_pod_ips_ = false;
   std::map<std::string, std::unique_ptr<net::HttpClient>> clients_;
   std::vector<RoutedRequest> log_;
   std::unique_ptr<net::HttpServer> server_;

@@ -1,0 +1,325 @@
+#include "k8s/testing/node_agent.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "k8s/subprocess.h"
+#include "k8s/util.h"
+
+namespace deepbox::k8s::testing {
+
+// Accepts on ip:port and relays each connection to a unix socket (the
+// sandbox's daemon). One thread accepts, one per connection relays; Stop (the
+// destructor) wakes and joins them all.
+class LoopbackProxy {
+ public:
+  static Result<std::unique_ptr<LoopbackProxy>> Start(const std::string& ip, int port,
+                                                      std::string socket_path) {
+    std::unique_ptr<LoopbackProxy> p(new LoopbackProxy());
+    p->socket_path_ = std::move(socket_path);
+    p->stop_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!p->stop_) return MakeSyscallError("eventfd", errno);
+    p->listen_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!p->listen_) return MakeSyscallError("socket", errno);
+    int one = 1;
+    (void)::setsockopt(p->listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (::inet_pton(AF_INET, ip.c_str(), &addr.sin_addr) != 1) {
+      return MakeError(ErrorCode::kInvalidArgument, "bad pod IP " + ip);
+    }
+    if (::bind(p->listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      return MakeSyscallError("bind", errno, fmt::format("{}:{}", ip, port));
+    }
+    if (::listen(p->listen_.get(), 64) != 0) return MakeSyscallError("listen", errno);
+    p->accept_thread_ = std::thread([raw = p.get()] { raw->AcceptLoop(); });
+    return p;
+  }
+  ~LoopbackProxy() {
+    uint64_t one = 1;
+    (void)::write(stop_.get(), &one, sizeof one);
+    if (accept_thread_.joinable()) accept_thread_.join();
+    std::vector<std::thread> conns;
+    {
+      std::lock_guard lock(mu_);
+      conns.swap(conns_);
+    }
+    for (auto& t : conns) t.join();
+  }
+
+ private:
+  LoopbackProxy() = default;
+  void AcceptLoop() {
+    for (;;) {
+      pollfd fds[2] = {{stop_.get(), POLLIN, 0}, {listen_.get(), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[0].revents != 0) return;
+      int c = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      UniqueFd client(c);
+      std::lock_guard lock(mu_);
+      conns_.emplace_back(
+          [this, fd = std::make_shared<UniqueFd>(std::move(client))] { Relay(std::move(*fd)); });
+    }
+  }
+  void Relay(UniqueFd client) {
+    UniqueFd backend(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!backend) return;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (socket_path_.size() >= sizeof addr.sun_path) return;
+    std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
+    if (::connect(backend.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
+    char buf[65536];
+    bool open[2] = {true, true};  // client->backend, backend->client
+    while (open[0] || open[1]) {
+      pollfd fds[3] = {{stop_.get(), POLLIN, 0},
+                       {client.get(), static_cast<short>(open[0] ? POLLIN : 0), 0},
+                       {backend.get(), static_cast<short>(open[1] ? POLLIN : 0), 0}};
+      if (::poll(fds, 3, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[0].revents != 0) return;
+      for (int dir = 0; dir < 2; ++dir) {
+        const pollfd& from = fds[1 + dir];
+        if (!open[dir] || from.revents == 0) continue;
+        int to = dir == 0 ? backend.get() : client.get();
+        ssize_t n = ::read(from.fd, buf, sizeof buf);
+        if (n <= 0) {
+          if (n < 0 && errno == EINTR) continue;
+          open[dir] = false;
+          (void)::shutdown(to, SHUT_WR);
+          continue;
+        }
+        for (ssize_t off = 0; off < n;) {
+          ssize_t w = ::send(to, buf + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
+          if (w < 0 && errno == EINTR) continue;
+          if (w <= 0) return;
+          off += w;
+        }
+      }
+    }
+  }
+
+  std::string socket_path_;
+  UniqueFd stop_;
+  UniqueFd listen_;
+  std::thread accept_thread_;
+  std::mutex mu_;
+  std::vector<std::thread> conns_;
+};
+
+Result<std::unique_ptr<NodeAgent>> NodeAgent::Start(RestConfig config, NodeAgentOptions options) {
+  std::unique_ptr<NodeAgent> a(new NodeAgent());
+  a->options_ = std::move(options);
+  a->next_ip_ = a->options_.first_ip;
+  ClientOptions co;
+  co.qps = 100;
+  co.burst = 200;
+  co.watch_timeout = std::chrono::seconds(60);
+  auto client = KubeClient::Create(std::move(config), co);
+  if (!client) return tl::unexpected(client.error());
+  a->client_ = std::move(*client);
+  a->stop_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!a->stop_fd_) return MakeSyscallError("eventfd", errno);
+  a->thread_ = std::thread([raw = a.get()] { raw->Loop(); });
+  return a;
+}
+
+NodeAgent::~NodeAgent() {
+  uint64_t one = 1;
+  (void)::write(stop_fd_.get(), &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+  std::vector<std::string> keys;
+  for (const auto& [k, p] : pods_) keys.push_back(k);
+  for (const auto& k : keys) StopPod(k);
+}
+
+std::string NodeAgent::NextIp() {
+  int octet = next_ip_++;
+  if (next_ip_ > 250) next_ip_ = options_.first_ip;
+  return fmt::format("127.0.0.{}", octet);
+}
+
+void NodeAgent::Loop() {
+  const ResourceType pods{"", "v1", "pods", "Pod"};
+  WatchOptions wo;  // list first (synthetic ADDED), then watch; re-list after 410
+  if (!options_.bind_unscheduled) wo.field_selector = "spec.nodeName=" + options_.node_name;
+  wo.cancel_fd = stop_fd_.get();
+  for (;;) {
+    auto r = client_->Watch(pods, "", wo, [&](const WatchEvent& ev) {
+      if (ev.type == WatchEventType::kBookmark) return true;
+      OnPod(ev.object, ev.type == WatchEventType::kDeleted);
+      return true;
+    });
+    if (!r && r.error().code == ErrorCode::kCancelled) return;
+    pollfd p{stop_fd_.get(), POLLIN, 0};
+    if (::poll(&p, 1, 500) > 0) return;
+    std::fprintf(stderr, "node agent: pod watch ended (%s); watching again\n",
+                 r ? "by itself" : r.error().message.c_str());
+  }
+}
+
+void NodeAgent::OnPod(const json::object& pod, bool deleted) {
+  std::string ns = FindString(pod, {"metadata", "namespace"});
+  std::string name = FindString(pod, {"metadata", "name"});
+  std::string key = ns + "/" + name;
+  bool terminating = !FindString(pod, {"metadata", "deletionTimestamp"}).empty();
+  std::string node = FindString(pod, {"spec", "nodeName"});
+  if (!deleted && !terminating && node.empty() && options_.bind_unscheduled) {
+    // The scheduler's part: bind it here (the MODIFIED event brings it back).
+    json::object binding;
+    binding["apiVersion"] = "v1";
+    binding["kind"] = "Binding";
+    json::object meta;
+    meta["name"] = name;
+    binding["metadata"] = std::move(meta);
+    json::object target;
+    target["apiVersion"] = "v1";
+    target["kind"] = "Node";
+    target["name"] = options_.node_name;
+    binding["target"] = std::move(target);
+    std::string path = ResourceType{"", "v1", "pods", "Pod"}.Path(ns, name) + "/binding";
+    (void)client_->Send("POST", path, ToJson(binding));
+    return;
+  }
+  if (node != options_.node_name) return;
+  if (deleted || terminating) {
+    StopPod(key);
+    if (terminating && !deleted) {
+      // Kubelet's part of a graceful deletion: the containers are gone.
+      std::string path = ResourceType{"", "v1", "pods", "Pod"}.Path(ns, name);
+      (void)client_->Send("DELETE", path,
+                          R"({"apiVersion":"v1","kind":"DeleteOptions","gracePeriodSeconds":0})");
+    }
+    return;
+  }
+  if (pods_.contains(key)) return;
+  if (auto st = Run(ns, name, pod); !st) {
+    std::fprintf(stderr, "node agent: pod %s: %s\n", key.c_str(), st.error().message.c_str());
+  }
+}
+
+Status NodeAgent::Run(const std::string& ns, const std::string& name, const json::object& pod) {
+  // The daemon's port: the first containerPort (the template's 8888).
+  int port = 8888;
+  if (const auto* cs = Find(pod, {"spec", "containers"}); cs != nullptr && cs->is_array()) {
+    for (const auto& c : cs->get_array()) {
+      if (const auto* ports = Find(c, {"ports"}); ports != nullptr && ports->is_array()) {
+        for (const auto& p : ports->get_array()) {
+          if (const auto* n = Find(p, {"containerPort"}); n != nullptr && n->is_int64()) {
+            port = static_cast<int>(n->as_int64());
+            break;
+          }
+        }
+      }
+    }
+  }
+  SpawnOptions so;
+  so.argv = {options_.deepbox, "sandbox",   "create",
+             "--json",         "--network", "none",
+             "--disk",         "0",         "--ttl",
+             "7200",           "--label",   fmt::format("deepbox.dev/k8s-pod={}.{}", ns, name)};
+  if (!options_.state_dir.empty()) so.env.emplace_back("DEEPBOX_STATE_DIR", options_.state_dir);
+  so.capture_stdout = true;
+  so.capture_stderr = true;
+  so.new_process_group = false;
+  auto r = RunCommand(so, std::chrono::seconds(120));
+  if (!r) return tl::unexpected(r.error());
+  if (!r->exited_ok()) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("deepbox sandbox create {}: {}",
+                                 DescribeWaitStatus(r->wait_status), r->err.substr(0, 2000)));
+  }
+  auto meta = ParseJsonObject(r->out);
+  if (!meta) return tl::unexpected(meta.error());
+  Pod p;
+  p.sandbox_id = FindString(*meta, {"id"});
+  std::string socket = FindString(*meta, {"socket"});
+  if (p.sandbox_id.empty() || socket.empty()) {
+    return MakeError(ErrorCode::kInternal, "deepbox sandbox create printed no id or socket");
+  }
+  // A free loopback address (another process may hold one).
+  for (int tries = 0; tries < 240 && !p.proxy; ++tries) {
+    p.ip = NextIp();
+    auto proxy = LoopbackProxy::Start(p.ip, port, socket);
+    if (proxy) p.proxy = std::move(*proxy);
+  }
+  std::string key = ns + "/" + name;
+  if (!p.proxy) {
+    pods_[key] = std::move(p);
+    StopPod(key);
+    return MakeError(ErrorCode::kUnavailable, "no free loopback address for the pod");
+  }
+  std::string ip = p.ip;
+  pods_[key] = std::move(p);
+  return ReportRunning(ns, name, ip);
+}
+
+Status NodeAgent::ReportRunning(const std::string& ns, const std::string& name,
+                                const std::string& ip) {
+  const ResourceType pods{"", "v1", "pods", "Pod"};
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    auto pod = client_->Get(pods, ns, name);
+    if (!pod) return tl::unexpected(pod.error());
+    std::string now = FormatRfc3339(std::chrono::system_clock::now());
+    json::object status;
+    status["phase"] = "Running";
+    status["hostIP"] = "127.0.0.1";
+    status["podIP"] = ip;
+    json::object ip_entry;
+    ip_entry["ip"] = ip;
+    status["podIPs"] = json::array{ip_entry};
+    status["startTime"] = now;
+    json::array conds;
+    for (const char* type : {"PodScheduled", "Initialized", "ContainersReady", "Ready"}) {
+      json::object c;
+      c["type"] = type;
+      c["status"] = "True";
+      c["lastTransitionTime"] = now;
+      conds.push_back(std::move(c));
+    }
+    status["conditions"] = std::move(conds);
+    (*pod)["status"] = std::move(status);
+    std::string path = pods.Path(ns, name) + "/status";
+    auto r = client_->Send("PUT", path, ToJson(*pod));
+    if (!r) return tl::unexpected(r.error());
+    if (r->response.status == 200) return {};
+    if (r->response.status != 409) {
+      return tl::unexpected(
+          ApiStatusError(ParseApiStatus(r->response.status, r->response.body), "PUT " + path));
+    }
+  }
+  return MakeError(ErrorCode::kConflict, "pod status: too many conflicts");
+}
+
+void NodeAgent::StopPod(const std::string& key) {
+  auto it = pods_.find(key);
+  if (it == pods_.end()) return;
+  it->second.proxy.reset();
+  if (!it->second.sandbox_id.empty()) {
+    SpawnOptions so;
+    so.argv = {options_.deepbox, "sandbox", "rm", it->second.sandbox_id};
+    if (!options_.state_dir.empty()) so.env.emplace_back("DEEPBOX_STATE_DIR", options_.state_dir);
+    so.new_process_group = false;
+    (void)RunCommand(so, std::chrono::seconds(60));
+  }
+  pods_.erase(it);
+}
+
+}  // namespace deepbox::k8s::testing

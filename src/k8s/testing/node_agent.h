@@ -1,0 +1,61 @@
+// Test-only: a node agent that plays kubelet for the k8s-real tests
+// (tests/k8s/real/README.md). It watches the pods bound to its node, runs each
+// as a deepbox local sandbox (`deepbox sandbox create`: real isolation) whose
+// daemon it makes reachable on a loopback address (127.0.0.N:PORT, a TCP
+// proxy to the sandbox's unix socket), reports the pod Running and Ready with
+// that pod IP, and stops the sandbox when the pod is deleted (finishing a
+// graceful deletion as kubelet does).
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/unique_fd.h"
+#include "k8s/client.h"
+
+namespace deepbox::k8s::testing {
+
+struct NodeAgentOptions {
+  std::string node_name = "deepbox-node";
+  std::string deepbox = "deepbox";  // the CLI that creates and deletes the sandboxes
+  std::string state_dir;            // DEEPBOX_STATE_DIR of those sandboxes ("" = default)
+  int first_ip = 10;                // pod IPs 127.0.0.<first_ip>, ... up to .250
+  // Also bind unscheduled pods to this node (no scheduler runs): for pods
+  // that a controller other than ours creates without spec.nodeName.
+  bool bind_unscheduled = false;
+};
+
+class LoopbackProxy;
+
+class NodeAgent {
+ public:
+  static Result<std::unique_ptr<NodeAgent>> Start(RestConfig config, NodeAgentOptions options);
+  ~NodeAgent();  // stops the watch; deletes the sandboxes it runs
+
+ private:
+  NodeAgent() = default;
+  struct Pod {
+    std::string sandbox_id;  // deepbox local sandbox
+    std::string ip;
+    std::unique_ptr<LoopbackProxy> proxy;
+  };
+  void Loop();
+  void OnPod(const json::object& pod, bool deleted);
+  Status Run(const std::string& ns, const std::string& name, const json::object& pod);
+  void StopPod(const std::string& key);
+  Status ReportRunning(const std::string& ns, const std::string& name, const std::string& ip);
+  std::string NextIp();
+
+  NodeAgentOptions options_;
+  std::unique_ptr<KubeClient> client_;
+  std::map<std::string, Pod> pods_;  // "ns/name"; the watch thread only
+  int next_ip_ = 0;
+  UniqueFd stop_fd_;
+  std::thread thread_;
+};
+
+}  // namespace deepbox::k8s::testing

@@ -1,0 +1,417 @@
+// deepbox against a REAL Kubernetes API server (label k8s-real; see
+// README.md here): kube-apiserver, etcd and kube-controller-manager v1.36
+// started by scripts/k8s-real-cluster.sh, our test controller as a real API
+// client, pods run as deepbox local sandboxes on loopback addresses. Every
+// test works in a namespace of its own with the manifests of deploy/k8s/.
+// Without DEEPBOX_K8S_REAL_DIR (the cluster's directory) every test skips.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/run_exit_codes.h"
+#include "e2e_util.h"
+#include "k8s/util.h"
+
+namespace deepbox::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr const char* kTask = "Write fib.py that prints the first 10 Fibonacci numbers and run it";
+
+std::map<std::string, std::string> ReadEnvFile(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+class RealClusterTest : public E2eTest {
+ protected:
+  void SetUp() override {
+    const char* dir = std::getenv("DEEPBOX_K8S_REAL_DIR");
+    if (dir == nullptr || *dir == '\0') {
+      GTEST_SKIP() << "no real API server: run scripts/k8s-real-test.sh (DEEPBOX_K8S_REAL_DIR "
+                      "unset)";
+    }
+    E2eTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    cluster_ = ReadEnvFile(std::string(dir) + "/env");
+    ASSERT_FALSE(cluster_["KUBECONFIG"].empty()) << dir;
+    kubectl_ = cluster_["DEEPBOX_K8S_REAL_BIN"] + "/kubectl";
+    // A namespace of our own, with the deployable manifests in it.
+    std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ns_ = "t-" + k8s::NameHash(test + std::to_string(::getpid()));
+    auto r = Kubectl({"create", "namespace", ns_});
+    ASSERT_EQ(r.code, 0) << r.err;
+    ApplyManifests(ns_);
+  }
+  void TearDown() override {
+    if (!ns_.empty()) (void)Kubectl({"delete", "namespace", ns_, "--wait=false"});
+    E2eTest::TearDown();
+  }
+
+  // deploy/k8s/*.yaml with their namespace replaced.
+  std::string Manifests(const std::string& ns) {
+    std::string text = ReadFile(kSourceDir + "/deploy/k8s/sandbox-template.yaml") + "\n---\n" +
+                       ReadFile(kSourceDir + "/deploy/k8s/warmpool.yaml");
+    for (size_t at; (at = text.find("namespace: default")) != std::string::npos;) {
+      text.replace(at, 18, "namespace: " + ns);
+    }
+    return text;
+  }
+  void ApplyManifests(const std::string& ns) {
+    auto r = Kubectl({"apply", "-f", "-"}, Manifests(ns));
+    ASSERT_EQ(r.code, 0) << r.err;
+    ASSERT_TRUE(Eventually([&] { return PoolReady(ns) >= 1; })) << ClusterState(ns);
+  }
+
+  Outcome Kubectl(std::vector<std::string> args, const std::string& stdin_data = "",
+                  const std::string& kubeconfig = "") {
+    args.insert(args.begin(), {kubectl_, "--kubeconfig",
+                               kubeconfig.empty() ? cluster_["KUBECONFIG"] : kubeconfig});
+    return Run(args, {}, stdin_data);
+  }
+  json::object KubectlJson(std::vector<std::string> args) {
+    args.insert(args.end(), {"-o", "json"});
+    auto r = Kubectl(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    auto o = ParseJsonObject(r.out);
+    return o ? *o : json::object();
+  }
+  int64_t PoolReady(const std::string& ns) {
+    auto r = Kubectl({"get", "sandboxwarmpool", "deepagents-warmpool", "-n", ns, "-o",
+                      "jsonpath={.status.readyReplicas}"});
+    return r.code == 0 && !r.out.empty() ? std::atoll(r.out.c_str()) : 0;
+  }
+  std::vector<std::string> Names(const std::string& kind, const std::string& ns,
+                                 const std::string& selector = "") {
+    std::vector<std::string> args{"get", kind, "-n", ns, "-o", "name"};
+    if (!selector.empty()) args.insert(args.end(), {"-l", selector});
+    auto r = Kubectl(args);
+    std::vector<std::string> out;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty()) out.push_back(line.substr(line.find('/') + 1));
+    }
+    return out;
+  }
+  std::string ClusterState(const std::string& ns) {
+    return Kubectl({"get", "sandboxwarmpools,sandboxclaims,sandboxes,pods", "-n", ns, "-o", "wide"})
+               .out +
+           ReadFile(std::string(std::getenv("DEEPBOX_K8S_REAL_DIR")) + "/agent.log");
+  }
+  // The environment deepbox runs with against this cluster.
+  std::map<std::string, std::string> DeepboxEnv(const std::string& ns) {
+    return {{"KUBECONFIG", cluster_["KUBECONFIG"]},
+            {"AGENT_SANDBOX_ROUTER_URL", cluster_["AGENT_SANDBOX_ROUTER_URL"]},
+            {"AGENT_SANDBOX_NAMESPACE", ns}};
+  }
+  std::string ChattyReplay() {
+    std::string file = (dir_ / "chatty.jsonl").string();
+    WriteFile(
+        file,
+        R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+        "\n"
+        R"({"response": {"tool_calls": [{"id": "t1", "name": "execute", "input": {"command": "while true; do echo tick; sleep 0.2; done"}}]}})"
+        "\n");
+    return file;
+  }
+
+  std::map<std::string, std::string> cluster_;
+  std::string kubectl_;
+  std::string ns_;
+};
+
+TEST_F(RealClusterTest, ManifestsPassStrictServerValidationAndAreStoredAsWritten) {
+  std::string other = ns_ + "-m";
+  ASSERT_EQ(Kubectl({"create", "namespace", other}).code, 0);
+  auto dry =
+      Kubectl({"apply", "--dry-run=server", "--validate=strict", "-f", "-"}, Manifests(other));
+  EXPECT_EQ(dry.code, 0) << dry.err;
+  EXPECT_THAT(dry.out, HasSubstr("(server dry run)"));
+  EXPECT_TRUE(Names("sandboxtemplates", other).empty());
+  // A misspelt field is refused by the real schema.
+  std::string typo = Manifests(other);
+  typo.replace(typo.find("replicas:"), 9, "replicsa:");
+  auto bad = Kubectl({"apply", "--dry-run=server", "--validate=strict", "-f", "-"}, typo);
+  EXPECT_NE(bad.code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("replicsa"));
+  // For real (SetUp applied them in ns_): the pool's fields as written.
+  auto pool = KubectlJson({"get", "sandboxwarmpool", "deepagents-warmpool", "-n", ns_});
+  EXPECT_EQ(k8s::FindString(pool, {"spec", "sandboxTemplateRef", "name"}),
+            "deepbox-sandbox-template");
+  EXPECT_EQ(k8s::FindString(pool, {"spec", "updateStrategy", "type"}), "Recreate");
+  (void)Kubectl({"delete", "namespace", other, "--wait=false"});
+}
+
+TEST_F(RealClusterTest, CreateExecCpRmAdoptsFromTheWarmPoolAndGarbageCollects) {
+  auto env = DeepboxEnv(ns_);
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--label", "team=ml", "--ttl",
+                "600", "--json"},
+               env);
+  ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns_);
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  std::string id = k8s::FindString(*rec, {"id"});
+  std::string claim = k8s::FindString(*rec, {"claim"});
+  std::string sandbox = k8s::FindString(*rec, {"sandbox"});
+  EXPECT_EQ(id, ns_ + "/" + claim);
+  EXPECT_TRUE(sandbox.starts_with("deepagents-warmpool-")) << sandbox;  // adopted
+  EXPECT_EQ(k8s::FindString(*rec, {"url"}), cluster_["AGENT_SANDBOX_ROUTER_URL"]);
+  EXPECT_EQ(k8s::FindString(*rec, {"headers", "X-Sandbox-ID"}), sandbox);
+  EXPECT_TRUE(k8s::FindString(*rec, {"headers", "X-Sandbox-Pod-IP"}).starts_with("127.0.0."));
+
+  // The claim as the API server stored it.
+  auto stored = KubectlJson({"get", "sandboxclaim", claim, "-n", ns_});
+  EXPECT_EQ(k8s::FindString(stored, {"apiVersion"}), "extensions.agents.x-k8s.io/v1beta1");
+  EXPECT_EQ(k8s::FindString(stored, {"metadata", "labels", "team"}), "ml");
+  EXPECT_EQ(k8s::FindString(stored, {"metadata", "labels", "agents.x-k8s.io/created-by"}),
+            "deepbox");
+  EXPECT_FALSE(k8s::FindString(
+                   stored, {"metadata", "annotations", "agents.x-k8s.io/client-first-requested-at"})
+                   .empty());
+  EXPECT_EQ(k8s::FindString(stored, {"spec", "warmPoolRef", "name"}), "deepagents-warmpool");
+  EXPECT_EQ(k8s::FindString(stored, {"spec", "lifecycle", "shutdownPolicy"}), "Delete");
+  EXPECT_EQ(k8s::FindString(stored, {"status", "sandbox", "name"}), sandbox);
+  // The pool refills: a new warm member, Ready.
+  EXPECT_TRUE(Eventually([&] {
+    auto sbs = Names("sandboxes", ns_);
+    return sbs.size() == 2 && PoolReady(ns_) == 1;
+  })) << ClusterState(ns_);
+
+  // exec and cp on NAMESPACE/CLAIM, as on a local sandbox.
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "sh", "-c", "echo hi; exit 7"}, env);
+  EXPECT_EQ(r.code, 7) << r.err;
+  EXPECT_EQ(r.out, "hi\n");
+  WriteFile(dir_ / "in.txt", "payload\n");
+  r = Run({kDeepbox, "sandbox", "cp", (dir_ / "in.txt").string(), id + ":copied.txt"}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Run({kDeepbox, "sandbox", "cp", id + ":copied.txt", (dir_ / "out.txt").string()}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadFile(dir_ / "out.txt"), "payload\n");
+  r = Run({kDeepbox, "sandbox", "exec", ns_ + "/sandbox-claim-00000000", "--", "true"}, env);
+  EXPECT_EQ(r.code, 3) << r.err;
+
+  // rm: the claim goes, and the garbage collector takes its Sandbox and pod.
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", id}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Eventually([&] {
+    auto sbs = Names("sandboxes", ns_);
+    auto pods = Names("pods", ns_);
+    return std::find(sbs.begin(), sbs.end(), sandbox) == sbs.end() &&
+           std::find(pods.begin(), pods.end(), sandbox) == pods.end();
+  })) << ClusterState(ns_);
+}
+
+TEST_F(RealClusterTest, RunAndTheExampleEndToEnd) {
+  auto env = DeepboxEnv(ns_);
+  auto r = Run({kDeepbox, "run", "--sandbox", "k8s", "--label", "deepagents.example/claim=true",
+                "--json", "--model", "replay:" + kFibReplay, kTask},
+               env);
+  EXPECT_EQ(r.code, 0) << r.err << ClusterState(ns_);
+  auto events = JsonLines(r.out);
+  ASSERT_FALSE(events.empty());
+  EXPECT_THAT(std::string(events.back().at("final_text").as_string()),
+              HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
+  EXPECT_TRUE(Eventually([&] { return Names("sandboxclaims", ns_).empty(); }));
+  ASSERT_TRUE(Eventually([&] { return PoolReady(ns_) == 1; })) << ClusterState(ns_);
+  r = Run({kExample, "--sandbox", "k8s", "--model", "replay:" + kFibReplay}, env);
+  EXPECT_EQ(r.code, 0) << r.out << r.err << ClusterState(ns_);
+  EXPECT_THAT(r.out, HasSubstr(kVerified));
+  EXPECT_TRUE(Eventually([&] { return Names("sandboxclaims", ns_).empty(); }));
+}
+
+TEST_F(RealClusterTest, AClaimDeletedFromOutsideEndsTheRunAtOnce) {
+  auto env = DeepboxEnv(ns_);
+  Process p(
+      {kDeepbox, "run", "--sandbox", "k8s", "--json", "--model", "replay:" + ChattyReplay(), kTask},
+      Env(env), dir_);
+  ASSERT_TRUE(Eventually([&] {
+    return p.out().find(R"("type":"tool_output")") != std::string::npos;
+  })) << p.out()
+      << p.err() << ClusterState(ns_);
+  auto claims = Names("sandboxclaims", ns_);
+  ASSERT_EQ(claims.size(), 1u);
+  ASSERT_EQ(Kubectl({"delete", "sandboxclaim", claims[0], "-n", ns_, "--wait=false"}).code, 0);
+  auto code = p.WaitAtMost(120s);
+  ASSERT_TRUE(code.has_value()) << p.err();
+  EXPECT_EQ(*code, run::kRunExitSandbox) << p.err();
+  EXPECT_THAT(p.err(), HasSubstr("was deleted"));
+}
+
+TEST_F(RealClusterTest, TtlExpiryDeletesTheClaim) {
+  auto env = DeepboxEnv(ns_);
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "3"}, env);
+  ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns_);
+  std::string claim = r.out.substr(r.out.find('/') + 1);
+  while (!claim.empty() && claim.back() == '\n') claim.pop_back();
+  auto stored = KubectlJson({"get", "sandboxclaim", claim, "-n", ns_});
+  auto shutdown = k8s::ParseRfc3339(k8s::FindString(stored, {"spec", "lifecycle", "shutdownTime"}));
+  ASSERT_TRUE(shutdown);
+  auto created = k8s::ParseRfc3339(k8s::FindString(stored, {"metadata", "creationTimestamp"}));
+  ASSERT_TRUE(created);
+  EXPECT_GE(*shutdown - *created, std::chrono::seconds(2));  // rounded up, never early
+  EXPECT_TRUE(Eventually([&] { return Names("sandboxclaims", ns_).empty(); })) << ClusterState(ns_);
+}
+
+TEST_F(RealClusterTest, SelectorCleanupLeavesOtherClaimsAndNamespacesAlone) {
+  std::string other = ns_ + "-o";
+  ASSERT_EQ(Kubectl({"create", "namespace", other}).code, 0);
+  ApplyManifests(other);
+  auto env = DeepboxEnv(ns_);
+  for (const char* label : {"sel=a", "sel=a", "sel=b"}) {
+    auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--label", label}, env);
+    ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns_);
+  }
+  auto r = Run(
+      {kDeepbox, "sandbox", "create", "--provider", "k8s", "-n", other, "--label", "sel=a"}, env);
+  ASSERT_EQ(r.code, 0) << r.err << ClusterState(other);
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", "-s", "sel=a"}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(Names("sandboxclaims", ns_, "sel=a").size(), 0u);
+  EXPECT_EQ(Names("sandboxclaims", ns_, "sel=b").size(), 1u);
+  EXPECT_EQ(Names("sandboxclaims", other, "sel=a").size(), 1u);
+  (void)Kubectl({"delete", "namespace", other, "--wait=false"});
+}
+
+TEST_F(RealClusterTest, ThreeConcurrentRunsOnAPoolOfOne) {
+  auto env = DeepboxEnv(ns_);
+  std::vector<std::unique_ptr<Process>> runs;
+  for (int i = 0; i < 3; ++i) {
+    fs::create_directories(dir_ / std::to_string(i));
+    runs.push_back(std::make_unique<Process>(
+        std::vector<std::string>{kDeepbox, "run", "--sandbox", "k8s", "--model",
+                                 "replay:" + kFibReplay, kTask},
+        Env(env), dir_ / std::to_string(i)));
+  }
+  for (auto& p : runs) {
+    auto code = p->WaitAtMost(300s);
+    ASSERT_TRUE(code.has_value());
+    EXPECT_EQ(*code, 0) << p->err() << ClusterState(ns_);
+    EXPECT_THAT(p->out(), HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
+  }
+  EXPECT_TRUE(Eventually([&] { return Names("sandboxclaims", ns_).empty(); }));
+}
+
+// A service account with only the minimal Role of deploy/k8s/README.md can
+// claim, use and delete; without the binding the API server answers 403.
+TEST_F(RealClusterTest, MinimalRoleIsEnoughAndItsAbsenceIs403) {
+  std::string role = fmt::format(R"(apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: deepbox, namespace: {0}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: deepbox-claims, namespace: {0}}}
+rules:
+- apiGroups: [extensions.agents.x-k8s.io]
+  resources: [sandboxclaims]
+  verbs: [create, get, list, watch, delete]
+)",
+                                 ns_);
+  ASSERT_EQ(Kubectl({"apply", "-f", "-"}, role).code, 0);
+  auto token = Kubectl({"create", "token", "deepbox", "-n", ns_});
+  ASSERT_EQ(token.code, 0) << token.err;
+  while (!token.out.empty() && token.out.back() == '\n') token.out.pop_back();
+  auto admin = ReadFile(cluster_["KUBECONFIG"]);
+  std::string server = admin.substr(admin.find("server: ") + 8);
+  server = server.substr(0, server.find('\n'));
+  std::string ca = admin.substr(admin.find("certificate-authority: ") + 23);
+  ca = ca.substr(0, ca.find('\n'));
+  auto kubeconfig = [&](const std::string& user) {
+    return fmt::format(R"(apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{}", certificate-authority: "{}"}}}}]
+users: [{{name: u, user: {}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u, namespace: {}}}}}]
+current-context: x
+)",
+                       server, ca, user, ns_);
+  };
+  std::string sa_config = (dir_ / "sa.kubeconfig").string();
+  WriteFile(sa_config, kubeconfig(fmt::format("{{token: \"{}\"}}", token.out)));
+  auto env = DeepboxEnv(ns_);
+  env["KUBECONFIG"] = sa_config;
+
+  // No binding yet: 403, named as such.
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s"}, env);
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("403"));
+  EXPECT_THAT(r.err, HasSubstr("forbidden"));
+
+  ASSERT_EQ(Kubectl({"create", "rolebinding", "deepbox-claims", "--role", "deepbox-claims",
+                     "--serviceaccount", ns_ + ":deepbox", "-n", ns_})
+                .code,
+            0);
+  EXPECT_TRUE(Eventually([&] {
+    r = Run({kDeepbox, "run", "--sandbox", "k8s", "--model", "replay:" + kFibReplay, kTask}, env);
+    return r.code == 0;
+  })) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
+
+  // The same token through an exec credential plugin.
+  std::string plugin = (dir_ / "token-plugin.sh").string();
+  WriteFile(plugin,
+            fmt::format("#!/bin/sh\necho '{{\"apiVersion\":\"client.authentication.k8s.io/"
+                        "v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{}\"}}}}'\n",
+                        token.out));
+  fs::permissions(plugin, fs::perms::owner_all);
+  std::string exec_config = (dir_ / "exec.kubeconfig").string();
+  WriteFile(exec_config,
+            kubeconfig(fmt::format("{{exec: {{apiVersion: client.authentication.k8s.io/v1, "
+                                   "command: \"{}\", interactiveMode: Never}}}}",
+                                   plugin)));
+  env["KUBECONFIG"] = exec_config;
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--label", "via=exec"}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", "-s", "via=exec"}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(Names("sandboxclaims", ns_, "via=exec").empty());
+}
+
+// The claim's watch (kept open during a run) resumes after an API server
+// restart, also when etcd was compacted past its resourceVersion meanwhile
+// (410 Gone -> re-list): a deletion afterwards still ends the run at once.
+TEST_F(RealClusterTest, WatchResumesAfterAnApiServerRestartAndACompaction) {
+  auto env = DeepboxEnv(ns_);
+  Process p(
+      {kDeepbox, "run", "--sandbox", "k8s", "--json", "--model", "replay:" + ChattyReplay(), kTask},
+      Env(env), dir_);
+  ASSERT_TRUE(Eventually([&] {
+    return p.out().find(R"("type":"tool_output")") != std::string::npos;
+  })) << p.err()
+      << ClusterState(ns_);
+  // Writes the watch does not see (another namespace's objects), then a
+  // compaction at the newest revision while the API server is down.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(Kubectl({"create", "configmap", fmt::format("bump-{}", i), "-n", ns_}).code, 0);
+  }
+  std::string script = kSourceDir + "/scripts/k8s-real-cluster.sh";
+  std::string dir = std::getenv("DEEPBOX_K8S_REAL_DIR");
+  auto restart = Run({script, "restart-apiserver", dir});
+  ASSERT_EQ(restart.code, 0) << restart.err;
+  auto compact = Run({script, "compact", dir});
+  ASSERT_EQ(compact.code, 0) << compact.err;
+  auto claims = Names("sandboxclaims", ns_);
+  ASSERT_EQ(claims.size(), 1u);
+  ASSERT_EQ(Kubectl({"delete", "sandboxclaim", claims[0], "-n", ns_, "--wait=false"}).code, 0);
+  auto code = p.WaitAtMost(120s);
+  ASSERT_TRUE(code.has_value()) << p.err();
+  EXPECT_EQ(*code, run::kRunExitSandbox) << p.err();
+  EXPECT_THAT(p.err(), HasSubstr("was deleted"));
+}
+
+}  // namespace
+}  // namespace deepbox::e2e
