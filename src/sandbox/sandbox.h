@@ -139,6 +139,7 @@ struct EditResult {
 struct GlobResult {
   std::vector<std::string> paths;  // absolute, sorted, files only
   bool truncated = false;
+  bool unreadable = false;  // a directory could not be read: the paths are incomplete
 };
 
 enum class GrepOutputMode { kContent, kFilesWithMatches, kCount };

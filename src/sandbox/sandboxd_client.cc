@@ -695,6 +695,7 @@ Result<GlobResult> SandboxdClient::Glob(const std::string& pattern, const std::s
   GlobResult out;
   AnswerReader fields(*r);
   out.truncated = fields.Bool("truncated", false);
+  out.unreadable = fields.Bool("unreadable", false);
   if (auto s = fields.status(); !s) return tl::unexpected(s.error());
   if (auto it = r->find("paths"); it != r->end() && it->value().is_array()) {
     for (const auto& p : it->value().as_array()) {

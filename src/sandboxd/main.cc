@@ -92,7 +92,20 @@ int main(int argc, char** argv) {
                  "Where to listen: unix:/path/to.sock, HOST:PORT, or fd:N (a listening\n"
                  "socket passed by the launcher; deepbox's local sandboxes use fd:3)\n"
                  "(repeatable). Default: --listen-host:--rest-port");
-  app.add_option("--root-dir", config.root_dir, "Root every path is confined to")
+  std::string files_root = "auto";
+  app.add_option("--root-dir", config.root_dir,
+                 "The workspace: the upstream APIs' root (every path they take is\n"
+                 "confined to it), the default working directory of commands, and\n"
+                 "where relative paths of the deepbox API resolve")
+      ->capture_default_str();
+  app.add_option("--files-root", files_root,
+                 "Root of the deepbox file API (/deepbox/v1/fs/..., glob, grep,\n"
+                 "downloads, uploads, tar, exec cwd). 'auto': '/' when this daemon is\n"
+                 "its sandbox's init (PID 1: a deepbox local sandbox, a container), so\n"
+                 "file tools see what commands see (kernel pseudo filesystems such as\n"
+                 "/proc are refused; the sandbox's mounts are the boundary); else\n"
+                 "--root-dir, so a daemon started outside a sandbox stays confined.\n"
+                 "Give a directory (e.g. '/') to choose; it must contain --root-dir")
       ->capture_default_str();
   app.add_option("--listen-host", listen_host, "Upstream-compatible: host to listen on")
       ->capture_default_str();
@@ -163,6 +176,11 @@ int main(int argc, char** argv) {
   auto reaper = sandboxd::proc::Reaper::Start();
   if (!reaper) return Fail("starting the reaper: " + reaper.error().ToString());
 
+  if (files_root == "auto") {
+    config.files_root = ::getpid() == 1 ? "/" : "";
+  } else {
+    config.files_root = files_root;
+  }
   auto daemon = sandboxd::Daemon::Create(config);
   if (!daemon) return Fail(daemon.error().message);
 
@@ -183,8 +201,9 @@ int main(int argc, char** argv) {
     std::string where = ep->is_unix || ep->is_fd
                             ? ep->ToString()
                             : fmt::format("{}:{}", ep->host, (*server)->port());
-    std::fprintf(stderr, "deepbox-sandboxd %s: listening on %s, root %s%s\n",
+    std::fprintf(stderr, "deepbox-sandboxd %s: listening on %s, root %s, files root %s%s\n",
                  std::string(sandboxd::kVersion).c_str(), where.c_str(), config.root_dir.c_str(),
+                 (*daemon)->files_root().path().c_str(),
                  config.token.empty() ? "" : ", token required");
     servers.push_back(std::move(*server));
   }

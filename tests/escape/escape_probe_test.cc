@@ -591,6 +591,72 @@ TEST_F(EscapeTest, SymlinksResolveInsideTheSandbox) {
   EXPECT_THAT(ReadAll(hostdir_ / "marker"), HasSubstr(token_));
 }
 
+// The daemon's file API serves the whole sandbox (its --files-root is "/" as
+// the sandbox's init): what the agent's file tools use must give no more than
+// a process of the sandbox has. The daemon's own /proc entries (its memory,
+// environment, fds: the host's listener), other processes' memory (the daemon
+// is their ancestor), read-only mounts and the host stay out of reach.
+TEST_F(EscapeTest, DaemonFileApiGivesNoMoreThanTheSandbox) {
+  auto box = Start();
+  ASSERT_TRUE(box.has_value()) << box.error().ToString();
+  Sandbox& c = *(*box)->client;
+  // The whole sandbox, as commands see it.
+  auto os_release = c.Read("/etc/os-release", {});
+  if (fs::exists("/etc/os-release")) {
+    EXPECT_TRUE(os_release.has_value()) << os_release.error().ToString();
+  }
+  // A long-running process of the sandbox whose memory the daemon may reach.
+  ExecRequest sleeper;
+  sleeper.shell = "sleep 60 & echo $!";
+  sleeper.timeout = std::chrono::milliseconds(20000);
+  auto started = c.Exec(sleeper);
+  ASSERT_TRUE(started.has_value()) << started.error().ToString();
+  std::string pid = started->stdout_data;
+  while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+  ASSERT_FALSE(pid.empty());
+  for (const std::string& p :
+       {std::string("/proc/self/environ"), std::string("/proc/self/mem"),
+        std::string("/proc/1/environ"), std::string("/proc/1/mem"), std::string("/proc/1/fd/3"),
+        std::string("/proc/1/root/etc/passwd"), std::string("/proc/thread-self/environ"),
+        "/proc/" + pid + "/mem", "/proc/" + pid + "/environ", std::string("/dev/fd/3"),
+        std::string("/dev/stdin")}) {
+    auto r = c.Read(p, {});
+    EXPECT_FALSE(r.has_value()) << "BREACH: the daemon served " << p;
+    EXPECT_FALSE(c.Download(p).has_value()) << "BREACH: the daemon served " << p;
+    EXPECT_FALSE(c.Write(p, "x").has_value()) << "BREACH: the daemon wrote " << p;
+  }
+  for (const char* dir : {"/proc/self/fd", "/proc/1", "/proc"}) {
+    EXPECT_FALSE(c.List(dir).has_value()) << "BREACH: the daemon listed " << dir;
+  }
+  // Reached through a symlink the sandbox planted: the same.
+  ExecRequest plant;
+  plant.shell = "ln -sf /proc/1/environ /workspace/env-link && ln -sfn /proc/1 /workspace/init";
+  plant.timeout = std::chrono::milliseconds(20000);
+  ASSERT_TRUE(c.Exec(plant).has_value());
+  EXPECT_FALSE(c.Read("/workspace/env-link", {}).has_value());
+  EXPECT_FALSE(c.Read("/workspace/init/mem", {}).has_value());
+  // Read-only places stay read-only; the daemon's binary and the host too.
+  for (const char* p : {"/.deepbox/sandboxd", "/usr/deepbox-escape-probe",
+                        "/etc/deepbox-escape-probe", "/deepbox-escape-probe"}) {
+    auto w = c.Write(p, "owned");
+    EXPECT_FALSE(w.has_value()) << "BREACH: the daemon wrote " << p;
+    if (!w) {
+      EXPECT_EQ(w.error().code, ErrorCode::kPermissionDenied) << p << ": " << w.error().message;
+    }
+  }
+  EXPECT_FALSE(c.Delete("/.deepbox/sandboxd").has_value());
+  EXPECT_FALSE(c.Delete("/usr/bin", true).has_value());
+  EXPECT_EQ(ReadAll(sandboxd_), sandboxd_content_);
+  EXPECT_FALSE(fs::exists("/usr/deepbox-escape-probe"));
+  EXPECT_FALSE(fs::exists("/etc/deepbox-escape-probe"));
+  EXPECT_FALSE(fs::exists("/deepbox-escape-probe"));
+  // The host's files are not in the sandbox's filesystem at all.
+  auto host = c.Read((hostdir_ / "marker").string(), {});
+  if (host) {
+    EXPECT_THAT(host->content, Not(HasSubstr(token_)));
+  }
+}
+
 TEST_F(EscapeTest, HostnameOfTheHostUnchanged) {
   utsname before;
   uname(&before);

@@ -447,16 +447,18 @@ bool GlobMatcher::Matches(std::string_view rel_path) const {
 Result<GlobResult> Glob(const Root& root, std::string_view pattern, const GlobOptions& options) {
   auto matcher = GlobMatcher::Compile(pattern);
   if (!matcher) return tl::unexpected(matcher.error());
-  std::string base_rel;
-  if (!options.path.empty()) {
-    auto rel = root.ToRelative(options.path);
-    if (!rel) return tl::unexpected(rel.error());
-    base_rel = std::move(*rel);
-  }
+  // No path: "." (the root, or its relative base when it has one).
+  auto rel = root.ToRelative(options.path.empty() ? std::string_view(".") : options.path);
+  if (!rel) return tl::unexpected(rel.error());
+  std::string base_rel = std::move(*rel);
   auto base = root.Open(base_rel, O_RDONLY | O_DIRECTORY);
   if (!base) return tl::unexpected(base.error());
   const auto deadline = std::chrono::steady_clock::now() + options.time_budget;
 
+  // Symlinks count when they lead to a file beneath the base (canonical).
+  auto base_canon = root.Canonicalize(base_rel);
+  if (!base_canon) return tl::unexpected(base_canon.error());
+  const bool at_slash = root.ToAbsolute(*base_canon) == "/";
   GlobResult out;
   std::vector<std::string> found;  // relative to the base
   struct Pending {
@@ -471,9 +473,15 @@ Result<GlobResult> Glob(const Root& root, std::string_view pattern, const GlobOp
     Pending dir = std::move(stack.back());
     stack.pop_back();
     auto fd = root.OpenBeneathNoSymlinks(base->get(), dir.rel, O_RDONLY | O_DIRECTORY);
-    if (!fd) continue;  // vanished, replaced by a symlink, unreadable: skip
+    if (!fd) {  // vanished, replaced by a symlink, unreadable: skip (and say so)
+      if (fd.error().message.find("(EACCES)") != std::string::npos) out.unreadable = true;
+      continue;
+    }
     auto entries = ReadDir(fd->get(), dir.rel);
-    if (!entries) continue;
+    if (!entries) {
+      out.unreadable = true;
+      continue;
+    }
     std::sort(entries->begin(), entries->end(),
               [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
     std::vector<Pending> children;
@@ -493,6 +501,11 @@ Result<GlobResult> Glob(const Root& root, std::string_view pattern, const GlobOp
                                      : DT_UNKNOWN;
       }
       if (type == DT_DIR) {
+        // Kernel trees are huge and hold no user files (as deepagents' glob).
+        if (at_slash && dir.rel.empty() &&
+            (e.name == "proc" || e.name == "sys" || e.name == "dev")) {
+          continue;
+        }
         GlobMatcher::State child = matcher->Descend(dir.state, e.name);
         if (matcher->Alive(child)) {
           children.push_back(Pending{JoinRelative(dir.rel, e.name), std::move(child)});
@@ -503,8 +516,13 @@ Result<GlobResult> Glob(const Root& root, std::string_view pattern, const GlobOp
       if (!matcher->MatchesFile(dir.state, e.name)) continue;
       std::string rel = JoinRelative(dir.rel, e.name);
       if (type == DT_LNK) {
-        // A symlink counts when it leads, inside the root, to a regular file.
-        auto target = root.Open(JoinRelative(base_rel, rel), O_PATH);
+        // A symlink counts when it leads to a regular file beneath the base.
+        auto canon = root.Canonicalize(JoinRelative(base_rel, rel));
+        if (!canon || !(base_canon->empty() || *canon == *base_canon ||
+                        (canon->starts_with(*base_canon) && (*canon)[base_canon->size()] == '/'))) {
+          continue;
+        }
+        auto target = root.Open(*canon, O_PATH);
         struct stat st;
         if (!target || ::fstat(target->get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       }

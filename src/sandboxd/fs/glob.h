@@ -10,8 +10,9 @@
 //    starts with "." ("*" never matches ".env").
 //  * "*", "?", "[ab]", "[a-z]", "[!a]" (= "[^a]"), "{a,b}" (nested, at most
 //    1000 expansions), "\" escapes. "?" and classes match one UTF-8 character.
-//  * Only files match (never directories); a symlink inside the root to a
-//    file counts as a file; symlinked directories are not entered.
+//  * Only files match (never directories); a symlink to a file beneath the
+//    search base counts as a file; symlinked directories are not entered.
+//    Searched from "/", the kernel's proc, sys and dev trees are skipped.
 // Segments are matched by a hand-written matcher over precompiled tokens
 // (no regex): the walk prunes every directory no pattern can match below.
 #pragma once
@@ -70,6 +71,9 @@ struct GlobOptions {
 struct GlobResult {
   std::vector<std::string> paths;  // absolute, sorted
   bool truncated = false;          // max_results or time_budget cut the walk
+  // A directory could not be read (EACCES): the paths are incomplete, and a
+  // narrower search will not find the rest.
+  bool unreadable = false;
 };
 Result<GlobResult> Glob(const Root& root, std::string_view pattern,
                         const GlobOptions& options = {});

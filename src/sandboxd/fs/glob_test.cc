@@ -162,6 +162,18 @@ TEST_F(GlobTest, Symlinks) {
   EXPECT_EQ(G("*.py"), (Paths{".hidden/x.py", "a.py", "link.py", "sub/b.py", "sub/nested/c.py"}));
   EXPECT_EQ(G("subdir_link/*.py"), Paths{});
   EXPECT_EQ(G("outdir/*"), Paths{});
+  // Searched from a subdirectory, a link to a file of the root outside it is
+  // not one of its files (as deepagents' glob: the target must lie beneath
+  // the search base); one to a file inside it is.
+  SymlinkRaw("../a.py", dir_ + "/sub/up.py");
+  SymlinkRaw("b.py", dir_ + "/sub/same.py");
+  GlobOptions in_sub;
+  in_sub.path = "sub";
+  auto r = Glob(*root_, "*.py", in_sub);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->paths, (std::vector<std::string>{dir_ + "/sub/b.py", dir_ + "/sub/nested/c.py",
+                                                dir_ + "/sub/same.py"}));
+  EXPECT_FALSE(r->unreadable);
 }
 
 TEST(GlobMatcherTest, MatchesPaths) {

@@ -557,12 +557,10 @@ Result<GrepResult> Grep(const Root& root, std::string_view pattern, const GrepOp
     if (!g) return tl::unexpected(g.error());
     glob.emplace(std::move(*g));
   }
-  std::string base_rel;
-  if (!options.path.empty()) {
-    auto rel = root.ToRelative(options.path);
-    if (!rel) return tl::unexpected(rel.error());
-    base_rel = std::move(*rel);
-  }
+  // No path: "." (the root, or its relative base when it has one).
+  auto rel = root.ToRelative(options.path.empty() ? std::string_view(".") : options.path);
+  if (!rel) return tl::unexpected(rel.error());
+  std::string base_rel = std::move(*rel);
   // O_PATH first: the base may be a file or a directory.
   auto base = root.Open(base_rel, O_PATH);
   if (!base) return tl::unexpected(base.error());

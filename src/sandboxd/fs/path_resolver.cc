@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <linux/openat2.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -57,6 +59,33 @@ long RawOpenat2(int dirfd, const char* path, uint64_t flags, uint64_t mode, uint
 }
 
 bool NeedsMode(int flags) { return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE; }
+
+// Kernel interfaces rather than files (see RootOptions::refuse_pseudo_fs).
+const char* PseudoFsName(int64_t type) {
+  switch (type) {
+    case PROC_SUPER_MAGIC:
+      return "procfs";
+    case SYSFS_MAGIC:
+      return "sysfs";
+    case DEBUGFS_MAGIC:
+      return "debugfs";
+    case TRACEFS_MAGIC:
+      return "tracefs";
+    case SECURITYFS_MAGIC:
+      return "securityfs";
+    case CGROUP_SUPER_MAGIC:
+    case CGROUP2_SUPER_MAGIC:
+      return "cgroupfs";
+    case BPF_FS_MAGIC:
+      return "bpffs";
+    case EFIVARFS_MAGIC:
+      return "efivarfs";
+    case 0x62656570:  // CONFIGFS_MAGIC (not in every linux/magic.h)
+      return "configfs";
+    default:
+      return nullptr;
+  }
+}
 
 }  // namespace
 
@@ -135,7 +164,22 @@ Result<Root> Root::Open(std::string_view dir, RootOptions options) {
     std::string norm = NormalizeAbsolute(given);
     if (norm != real_path) aliases.push_back(norm);
   }
-  return Root(UniqueFd(fd), real_path, std::move(aliases), options);
+  Root root(UniqueFd(fd), real_path, std::move(aliases), options);
+  if (!options.relative_base.empty()) {
+    // Must name a directory inside the root (checked as an API path).
+    const std::string base = options.relative_base;
+    root.options_.relative_base.clear();
+    if (base[0] != '/') {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("relative base '{}' must be an absolute path", base));
+    }
+    auto rel = root.ToRelative(base);
+    if (!rel) return tl::unexpected(rel.error());
+    auto dir = root.Open(*rel, O_PATH | O_DIRECTORY);
+    if (!dir) return tl::unexpected(dir.error());
+    root.options_.relative_base = root.ToAbsolute(*rel);
+  }
+  return root;
 }
 
 Result<Root> Root::Sub(std::string_view rel) const {
@@ -153,13 +197,22 @@ Result<Root> Root::Sub(std::string_view rel) const {
     }
     if (a != path) aliases.push_back(a);
   }
-  return Root(std::move(*fd), std::move(path), std::move(aliases), options_);
+  RootOptions options = options_;
+  options.relative_base.clear();  // the sub root's relative paths are its own
+  return Root(std::move(*fd), std::move(path), std::move(aliases), options);
 }
 
 Result<std::string> Root::ToRelative(std::string_view api_path) const {
   if (auto st = ValidatePath(api_path); !st) return tl::unexpected(st.error());
-  if (api_path[0] != '/') return NormalizeRelative(api_path);
-  std::string norm = NormalizeAbsolute(api_path);
+  std::string norm;
+  if (api_path[0] != '/') {
+    if (options_.relative_base.empty()) return NormalizeRelative(api_path);
+    // Lexically beneath the base; ".." may climb out of it but, checked as an
+    // absolute path below, never out of the root.
+    norm = NormalizeAbsolute(options_.relative_base + "/" + std::string(api_path));
+  } else {
+    norm = NormalizeAbsolute(api_path);
+  }
   for (const auto& alias : aliases_) {
     if (norm == alias) return std::string();
     if (alias == "/") return norm.substr(1);
@@ -188,6 +241,19 @@ Error Root::EscapeError(std::string_view call, std::string_view rel) const {
   return e;
 }
 
+Status Root::CheckServed(int fd, std::string_view rel) const {
+  if (!options_.refuse_pseudo_fs) return {};
+  struct statfs sfs;
+  if (::fstatfs(fd, &sfs) != 0) return MakeSyscallError("fstatfs", errno, ToAbsolute(rel));
+  if (const char* name = PseudoFsName(static_cast<int64_t>(sfs.f_type)); name != nullptr) {
+    return MakeError(ErrorCode::kPermissionDenied,
+                     fmt::format("'{}' is on {}: kernel interfaces are not served by the file API "
+                                 "(use a command instead)",
+                                 ToAbsolute(rel), name));
+  }
+  return {};
+}
+
 Result<UniqueFd> Root::Open(std::string_view rel, int flags, mode_t mode) const {
   return OpenImpl(rel, flags, mode, /*allow_symlinks=*/true);
 }
@@ -197,6 +263,15 @@ Result<UniqueFd> Root::OpenNoSymlinks(std::string_view rel, int flags, mode_t mo
 }
 
 Result<UniqueFd> Root::OpenBeneathNoSymlinks(int dirfd, std::string_view rel, int flags) const {
+  auto fd = OpenBeneathImpl(dirfd, rel, flags);
+  if (fd && options_.refuse_pseudo_fs) {
+    // `rel` is relative to dirfd, not the root: name what we can.
+    if (auto st = CheckServed(fd->get(), rel); !st) return tl::unexpected(st.error());
+  }
+  return fd;
+}
+
+Result<UniqueFd> Root::OpenBeneathImpl(int dirfd, std::string_view rel, int flags) const {
   flags |= O_CLOEXEC;
   std::string path = rel.empty() ? std::string(".") : std::string(rel);
   if (!options_.force_fallback && !g_no_openat2.load(std::memory_order_relaxed)) {
@@ -240,6 +315,15 @@ Result<UniqueFd> Root::OpenBeneathNoSymlinks(int dirfd, std::string_view rel, in
 
 Result<UniqueFd> Root::OpenImpl(std::string_view rel, int flags, mode_t mode,
                                 bool allow_symlinks) const {
+  auto fd = ResolveImpl(rel, flags, mode, allow_symlinks);
+  if (fd) {
+    if (auto st = CheckServed(fd->get(), rel); !st) return tl::unexpected(st.error());
+  }
+  return fd;
+}
+
+Result<UniqueFd> Root::ResolveImpl(std::string_view rel, int flags, mode_t mode,
+                                   bool allow_symlinks) const {
   flags |= O_CLOEXEC;
   if (!options_.force_fallback && !g_no_openat2.load(std::memory_order_relaxed)) {
     uint64_t resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
@@ -425,6 +509,7 @@ Result<Root::Location> Root::OpenParentFollow(std::string_view rel) const {
   auto out = Walk(rel, WalkMode::kParentFollow, 0, 0, /*allow_symlinks=*/true);
   if (!out) return tl::unexpected(out.error());
   if (out->name.empty()) return MakeSyscallError("openat", EISDIR, ToAbsolute(rel));
+  if (auto st = CheckServed(out->fd.get(), rel); !st) return tl::unexpected(st.error());
   return Location{std::move(out->fd), std::move(out->name), std::string(rel)};
 }
 

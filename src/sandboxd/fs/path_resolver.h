@@ -1,8 +1,11 @@
 // Confinement of every file operation of deepbox-sandboxd to one root directory.
 //
-// Callers name files with "API paths": a relative path is relative to the root,
-// an absolute path is a real path in the daemon's filesystem that must be the
-// root itself or lie beneath it. Root turns an API path into a normalized
+// Callers name files with "API paths": a relative path is relative to the root
+// (or to RootOptions::relative_base), an absolute path is a real path in the
+// daemon's filesystem that must be the root itself or lie beneath it. A root
+// may be "/" (a daemon serving its whole sandbox, whose mount namespace is the
+// boundary): resolution still never leaves it, and pseudo filesystems can be
+// refused (RootOptions::refuse_pseudo_fs). Root turns an API path into a normalized
 // root-relative path (lexically: "." and ".." applied, "//" collapsed) and then
 // resolves it in the kernel *beneath* an O_PATH fd of the root, so that neither
 // ".." nor a symlink (absolute or relative, even one swapped concurrently) can
@@ -53,6 +56,17 @@ struct RootOptions {
   // Never use openat2, always the user-space walk. Only tests need this: it is
   // what runs on kernels without openat2.
   bool force_fallback = false;
+  // Relative API paths resolve against this directory (absolute, normalized,
+  // the root or beneath it) instead of the root: a daemon that serves the
+  // whole sandbox ("/") still takes "a.txt" as "/workspace/a.txt". Empty: the
+  // root. Sub() roots drop it (their relative paths are theirs).
+  std::string relative_base;
+  // Refuse every file on a kernel pseudo filesystem (procfs, sysfs, debugfs,
+  // cgroupfs, ...): PERMISSION_DENIED. A root at "/" needs this: through
+  // /proc/self the daemon would hand out its own memory, fds and environment,
+  // and as the ancestor of every process (Yama) theirs, which no process of
+  // the sandbox may read. Tree walks skip such directories.
+  bool refuse_pseudo_fs = false;
 };
 
 class Root {
@@ -69,6 +83,8 @@ class Root {
 
   // Normalized absolute path of the root as callers see it.
   const std::string& path() const { return path_; }
+  // Where relative API paths resolve ("" = the root itself).
+  const std::string& relative_base() const { return options_.relative_base; }
   // The O_PATH directory fd of the root.
   int fd() const { return fd_.get(); }
   bool uses_fallback() const { return options_.force_fallback; }
@@ -130,6 +146,11 @@ class Root {
                        bool allow_symlinks) const;
   Result<UniqueFd> OpenImpl(std::string_view rel, int flags, mode_t mode,
                             bool allow_symlinks) const;
+  Result<UniqueFd> ResolveImpl(std::string_view rel, int flags, mode_t mode,
+                               bool allow_symlinks) const;
+  Result<UniqueFd> OpenBeneathImpl(int dirfd, std::string_view rel, int flags) const;
+  // PERMISSION_DENIED for an fd on a pseudo filesystem (refuse_pseudo_fs).
+  Status CheckServed(int fd, std::string_view rel) const;
   // Error for an escape, naming the call and the path as the caller sees it.
   Error EscapeError(std::string_view call, std::string_view rel) const;
 

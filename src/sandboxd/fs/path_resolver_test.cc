@@ -301,5 +301,126 @@ TEST(RootTest, RootGivenThroughSymlinkAcceptsBothSpellings) {
   EXPECT_EQ(*root->ToRelative(tmp.Path("real/a")), "a");
 }
 
+// A root wider than the workspace (a daemon serving its whole sandbox): relative
+// paths resolve against the base, absolute ones anywhere beneath the root.
+class WideRootTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    MakeDirRaw(tmp_.Path("ws/sub"));
+    WriteRaw(tmp_.Path("ws/a.txt"), "in the workspace");
+    WriteRaw(tmp_.Path("etc/conf"), "outside the workspace");
+    SymlinkRaw(tmp_.Path("etc/conf"), tmp_.Path("ws/abs_link"));  // absolute, inside the root
+    RootOptions options{.force_fallback = GetParam()};
+    options.relative_base = tmp_.Path("ws");
+    auto root = Root::Open(tmp_.path(), options);
+    ASSERT_TRUE(root) << root.error().ToString();
+    root_.emplace(std::move(*root));
+  }
+  Result<std::string> ReadVia(std::string_view api_path) {
+    auto rel = root_->ToRelative(api_path);
+    if (!rel) return tl::unexpected(rel.error());
+    auto fd = root_->Open(*rel, O_RDONLY);
+    if (!fd) return tl::unexpected(fd.error());
+    return ReadFd(fd->get());
+  }
+  TempDir tmp_;
+  std::optional<Root> root_;
+};
+
+TEST_P(WideRootTest, RelativePathsResolveAgainstTheBase) {
+  EXPECT_EQ(root_->relative_base(), tmp_.Path("ws"));
+  EXPECT_EQ(*root_->ToRelative("a.txt"), "ws/a.txt");
+  EXPECT_EQ(*root_->ToRelative("."), "ws");
+  EXPECT_EQ(*root_->ToRelative("sub/../a.txt"), "ws/a.txt");
+  EXPECT_EQ(*root_->ToRelative("../etc/conf"), "etc/conf");  // out of the base, not the root
+  EXPECT_EQ(*ReadVia("a.txt"), "in the workspace");
+  EXPECT_EQ(*ReadVia(tmp_.Path("etc/conf")), "outside the workspace");
+  EXPECT_EQ(*ReadVia("abs_link"), "outside the workspace");
+  for (const char* bad : {"../../x", "../../../etc/passwd"}) {
+    auto r = root_->ToRelative(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code, ErrorCode::kPermissionDenied) << bad;
+  }
+  // A sub root's relative paths are its own.
+  auto sub = root_->Sub("ws/sub");
+  ASSERT_TRUE(sub) << sub.error().ToString();
+  EXPECT_EQ(sub->relative_base(), "");
+  EXPECT_EQ(*sub->ToRelative("x"), "x");
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, WideRootTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Fallback") : std::string("Openat2");
+                         });
+
+TEST(RootTest, RelativeBaseMustBeADirectoryInsideTheRoot) {
+  TempDir tmp;
+  MakeDirRaw(tmp.Path("root/ws"));
+  WriteRaw(tmp.Path("root/file"), "x");
+  auto open = [&](std::string base) {
+    RootOptions options;
+    options.relative_base = std::move(base);
+    return Root::Open(tmp.Path("root"), options);
+  };
+  EXPECT_TRUE(open(tmp.Path("root/ws")));
+  EXPECT_EQ(open(tmp.path()).error().code, ErrorCode::kPermissionDenied);
+  EXPECT_EQ(open("ws").error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(open(tmp.Path("root/missing")).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(open(tmp.Path("root/file")).error().code, ErrorCode::kNotDirectory);
+}
+
+// The whole filesystem as a root: kernel pseudo filesystems are refused,
+// however they are reached; files elsewhere are served.
+TEST(RootTest, PseudoFilesystemsAreRefused) {
+  if (access("/proc/self/status", R_OK) != 0) GTEST_SKIP() << "no /proc";
+  TempDir tmp;
+  WriteRaw(tmp.Path("ws/f"), "plain");
+  SymlinkRaw("/proc/self/environ", tmp.Path("ws/env_link"));
+  SymlinkRaw("/proc", tmp.Path("ws/proc_link"));
+  for (bool fallback : {false, true}) {
+    RootOptions options{.force_fallback = fallback};
+    options.relative_base = tmp.Path("ws");
+    options.refuse_pseudo_fs = true;
+    auto root = Root::Open("/", options);
+    ASSERT_TRUE(root) << root.error().ToString();
+    auto f = root->Open(*root->ToRelative("f"), O_RDONLY);
+    ASSERT_TRUE(f) << f.error().ToString();
+    EXPECT_EQ(ReadFd(f->get()), "plain");
+    for (const char* bad : {"/proc/self/environ", "/proc/self/mem", "/proc/1/status", "/proc",
+                            "env_link", "proc_link/self/status", "/sys/kernel"}) {
+      auto rel = root->ToRelative(bad);
+      ASSERT_TRUE(rel) << bad;
+      auto fd = root->Open(*rel, O_RDONLY);
+      if (std::string_view(bad).starts_with("/sys") && !fd &&
+          fd.error().code == ErrorCode::kNotFound) {
+        continue;  // no sysfs here
+      }
+      ASSERT_FALSE(fd) << bad << " was served (fallback=" << fallback << ")";
+      EXPECT_EQ(fd.error().code, ErrorCode::kPermissionDenied) << bad << ": " << fd.error().message;
+    }
+    // Entries named through a parent directory on procfs (lstat, unlink, ...).
+    for (const char* bad : {"/proc/self/environ", "proc_link/self/status", "env_link"}) {
+      auto rel = root->ToRelative(bad);
+      ASSERT_TRUE(rel) << bad;
+      if (std::string_view(bad) != "env_link") {
+        EXPECT_FALSE(root->OpenParent(*rel)) << bad;
+      }
+      auto follow = root->OpenParentFollow(*rel);
+      ASSERT_FALSE(follow) << bad;
+      EXPECT_EQ(follow.error().code, ErrorCode::kPermissionDenied) << bad;
+    }
+    // Tree walks open directories beneath one they hold: refused as well.
+    auto slash = root->Open("", O_RDONLY | O_DIRECTORY);
+    ASSERT_TRUE(slash);
+    auto proc = root->OpenBeneathNoSymlinks(slash->get(), "proc", O_RDONLY | O_DIRECTORY);
+    ASSERT_FALSE(proc);
+    EXPECT_EQ(proc.error().code, ErrorCode::kPermissionDenied);
+  }
+  // Without the option, the same root serves them (what the option changes).
+  auto open = Root::Open("/");
+  ASSERT_TRUE(open);
+  EXPECT_TRUE(open->Open("proc/self/status", O_RDONLY));
+}
+
 }  // namespace
 }  // namespace deepbox::sandboxd::fs

@@ -259,18 +259,37 @@ Result<TarWriteStats> WriteTar(const Root& root, const std::vector<std::string>&
     if (!ctx.status) return fail(ctx.status.error());
     return fail(ArchiveError(a.get(), "tar"));
   }
+  // Members are named relative to the root's relative base when beneath it
+  // (the workspace of a root at "/"), else relative to the root.
+  std::string base_rel;
+  if (!root.relative_base().empty()) {
+    auto b = root.ToRelative(root.relative_base());
+    if (!b) return fail(b.error());
+    base_rel = std::move(*b);
+  }
   TarWriter writer(a.get(), &ctx);
   for (const auto& rel : rels) {
     std::string abs = root.ToAbsolute(rel);
-    if (rel.empty()) {  // the root: its children, named from the root
-      auto dir = root.Open("", O_RDONLY | O_DIRECTORY);
+    std::string member = rel;
+    if (!base_rel.empty()) {
+      if (rel == base_rel) {
+        member.clear();
+      } else if (rel.size() > base_rel.size() && rel.starts_with(base_rel) &&
+                 rel[base_rel.size()] == '/') {
+        member = rel.substr(base_rel.size() + 1);
+      }
+    }
+    if (member.empty()) {  // the root (or base): its children, named from it
+      auto dir = root.Open(rel, O_RDONLY | O_DIRECTORY);
       if (!dir) return fail(dir.error());
       auto children = ReadDir(dir->get(), abs);
       if (!children) return fail(children.error());
       std::sort(children->begin(), children->end(),
                 [](const DirEntry& x, const DirEntry& y) { return x.name < y.name; });
       for (const auto& c : *children) {
-        if (auto s = writer.Add(dir->get(), c.name, c.name, root.ToAbsolute(c.name), 1); !s) {
+        if (auto s = writer.Add(dir->get(), c.name, c.name,
+                                root.ToAbsolute(JoinRelative(rel, c.name)), 1);
+            !s) {
           return fail(s.error());
         }
       }
@@ -278,7 +297,9 @@ Result<TarWriteStats> WriteTar(const Root& root, const std::vector<std::string>&
     }
     auto loc = root.OpenParent(rel);
     if (!loc) return fail(loc.error());
-    if (auto s = writer.Add(loc->dir.get(), loc->name, rel, abs, 0); !s) return fail(s.error());
+    if (auto s = writer.Add(loc->dir.get(), loc->name, member, abs, 0); !s) {
+      return fail(s.error());
+    }
   }
   if (archive_write_close(a.get()) != ARCHIVE_OK) {
     if (!ctx.status) return fail(ctx.status.error());

@@ -215,6 +215,37 @@ TEST_F(TarTest, WriteStreamsTreeWithSymlinksAsSymlinks) {
   EXPECT_TRUE(root_members.count("src/main.c"));
 }
 
+// A root wider than the workspace (the whole sandbox): members are named
+// from the workspace when beneath it, else from the root, so `deepbox sandbox
+// cp` keeps its names.
+TEST_F(TarTest, WriteNamesMembersFromTheRelativeBase) {
+  WriteRaw(tmp_.Path("root/src/main.c"), "int main() {}\n");
+  WriteRaw(tmp_.Path("root/top.txt"), "top");
+  WriteRaw(tmp_.Path("etc/conf"), "conf");
+  RootOptions options;
+  options.relative_base = dir_;
+  auto wide = Root::Open(tmp_.path(), options);
+  ASSERT_TRUE(wide) << wide.error().ToString();
+  auto archive = [&](std::vector<std::string> paths) {
+    std::string tar;
+    auto st = WriteTar(*wide, paths, [&](std::string_view d) -> Status {
+      tar.append(d);
+      return {};
+    });
+    EXPECT_TRUE(st) << st.error().ToString();
+    return ReadTar(tar);
+  };
+  auto members = archive({"src", dir_ + "/top.txt", tmp_.Path("etc/conf")});
+  EXPECT_EQ(members["src/main.c"].data, "int main() {}\n");
+  EXPECT_EQ(members["top.txt"].data, "top");
+  EXPECT_EQ(members["etc/conf"].data, "conf");
+  // The workspace itself: its children, named from it.
+  members = archive({dir_});
+  EXPECT_TRUE(members.count("top.txt"));
+  EXPECT_TRUE(members.count("src/main.c"));
+  EXPECT_EQ(members.count("root/top.txt"), 0u);
+}
+
 TEST_F(TarTest, WriteErrors) {
   WriteRaw(dir_ + "/f", std::string(1 << 20, 'x'));
   auto missing = WriteTar(*root_, {"nope"}, [](std::string_view) -> Status { return {}; });

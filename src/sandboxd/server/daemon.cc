@@ -24,11 +24,27 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     e.message = fmt::format("cannot use root dir '{}': {}", config.root_dir, e.message);
     return tl::unexpected(e);
   }
+  std::optional<fs::Root> files_root;
+  if (!config.files_root.empty() &&
+      fs::NormalizeAbsolute(config.files_root) != fs::NormalizeAbsolute(root->path())) {
+    fs::RootOptions options;
+    options.relative_base = root->path();
+    options.refuse_pseudo_fs = true;
+    auto opened = fs::Root::Open(config.files_root, options);
+    if (!opened) {
+      Error e = opened.error();
+      e.message = fmt::format("cannot use files root '{}' (with root dir '{}'): {}",
+                              config.files_root, config.root_dir, e.message);
+      return tl::unexpected(e);
+    }
+    files_root = std::move(*opened);
+  }
   proc::ProcessTable::Options table_options;
   table_options.log_capacity = config.max_log_bytes;
   auto table = proc::ProcessTable::Create(table_options);
   if (!table) return tl::unexpected(table.error());
   std::unique_ptr<Daemon> daemon(new Daemon(std::move(config), std::move(*root)));
+  daemon->files_root_ = std::move(files_root);
   daemon->processes_ = std::move(*table);
   daemon->exec_sessions_ = std::make_unique<ExecSessions>();
   daemon->exec_records_ = std::make_unique<ExecRecords>();

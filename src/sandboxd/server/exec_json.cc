@@ -8,8 +8,10 @@
 namespace deepbox::sandboxd {
 
 Result<std::string> ResolveCwd(const Daemon& daemon, std::string_view cwd) {
-  const auto& root = daemon.root();
-  auto rel = root.ToRelative(cwd.empty() ? std::string_view(root.path()) : cwd);
+  // The native file API's root: a command may start anywhere the file tools
+  // reach (relative paths and the default are the workspace's).
+  const auto& root = daemon.files_root();
+  auto rel = root.ToRelative(cwd.empty() ? std::string_view(daemon.root().path()) : cwd);
   if (!rel) return tl::unexpected(rel.error());
   // Canonical (symlinks resolved beneath the root), so chdir cannot escape.
   auto canonical = root.Canonicalize(*rel);

@@ -22,13 +22,14 @@ net::Response Daemon::Glob(const json::object& body) {
       return ErrorResponse(Error(ErrorCode::kInvalidArgument, "max_results must be positive"));
     options.max_results = static_cast<size_t>(std::min<int64_t>(**max, 1000000));
   }
-  auto r = fs::Glob(root_, *pattern, options);
+  auto r = fs::Glob(files_root(), *pattern, options);
   if (!r) return ErrorResponse(r.error());
   json::array paths;
   for (const auto& p : r->paths) paths.emplace_back(JsonString(p));
   json::object o;
   o["paths"] = std::move(paths);
   o["truncated"] = r->truncated;
+  o["unreadable"] = r->unreadable;
   return JsonResponse(200, ToJson(o));
 }
 
@@ -70,7 +71,7 @@ net::Response Daemon::Grep(const json::object& body) {
         Error(ErrorCode::kInvalidArgument,
               fmt::format("output_mode '{}' must be content, files_with_matches or count", mode)));
   }
-  auto r = fs::Grep(root_, *pattern, options);
+  auto r = fs::Grep(files_root(), *pattern, options);
   if (!r) return ErrorResponse(r.error());
   json::object o;
   json::array matches;

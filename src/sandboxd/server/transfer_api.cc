@@ -1,4 +1,5 @@
 // Raw file transfer (/deepbox/v1/fs/raw) and tar streams (/deepbox/v1/fs/tar/...).
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -19,7 +20,7 @@
 namespace deepbox::sandboxd {
 
 void Daemon::RawDownloadPath(const std::string& path, net::ResponseWriter& writer, bool v1_errors) {
-  auto stream = fs::OpenForRead(root_, path);
+  auto stream = fs::OpenForRead(files_root(), path);
   if (!stream) {
     if (v1_errors) {
       json::object o;
@@ -54,7 +55,7 @@ void Daemon::RawDownload(const net::Request& request, net::ResponseWriter& write
     return;
   }
   if (request.method == "HEAD") {
-    auto st = fs::Stat(root_, *path);
+    auto st = fs::Stat(files_root(), *path);
     if (!st) {
       (void)writer.Send(ErrorResponse(st.error()));
       return;
@@ -74,17 +75,32 @@ bool Daemon::StreamsRequestBody(const net::Request& head) {
 
 namespace {
 
-// Refuses an upload that cannot fit before a byte of it is read.
-Status CheckSpaceFor(const fs::Root& root, std::optional<uint64_t> length) {
+// Refuses an upload that cannot fit before a byte of it is read. `path` is
+// where it goes: the free space is that of its nearest existing directory
+// (the file API may reach several filesystems).
+Status CheckSpaceFor(const fs::Root& root, std::string_view path, std::optional<uint64_t> length) {
   if (!length) return {};
+  auto rel = root.ToRelative(path);
+  if (!rel) return {};  // the write itself reports it
+  std::string dir = *rel;
+  UniqueFd fd;
+  for (;;) {
+    auto opened = root.Open(dir, O_PATH | O_DIRECTORY);
+    if (opened) {
+      fd = std::move(*opened);
+      break;
+    }
+    if (dir.empty()) return {};
+    dir = std::string(fs::SplitRelative(dir).first);
+  }
   struct statvfs vfs {};
-  if (::fstatvfs(root.fd(), &vfs) != 0) return {};  // unknown: let the writes tell
+  if (::fstatvfs(fd.get(), &vfs) != 0) return {};  // unknown: let the writes tell
   const uint64_t avail = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
   if (*length > avail) {
     return MakeError(ErrorCode::kResourceExhausted,
                      fmt::format("not enough space in the sandbox for {} bytes ({} bytes free in "
                                  "{})",
-                                 *length, avail, root.path()));
+                                 *length, avail, root.ToAbsolute(dir)));
   }
   return {};
 }
@@ -106,17 +122,17 @@ net::Response Daemon::RawUpload(const net::Request& request) {
     wo.mode = m & 07777;
   }
   if (request.body_reader == nullptr) {  // buffered (a caller other than the server)
-    auto w = fs::Write(root_, *path, request.body, wo);
+    auto w = fs::Write(files_root(), *path, request.body, wo);
     if (!w) return ErrorResponse(w.error());
     json::object o;
     o["path"] = JsonString(w->path);
     o["size"] = w->bytes;
     return JsonResponse(200, ToJson(o));
   }
-  if (auto s = CheckSpaceFor(root_, request.body_reader->content_length()); !s) {
+  if (auto s = CheckSpaceFor(files_root(), *path, request.body_reader->content_length()); !s) {
     return ErrorResponse(s.error());
   }
-  auto writer = fs::AtomicFileWriter::Create(root_, *path, wo);
+  auto writer = fs::AtomicFileWriter::Create(files_root(), *path, wo);
   if (!writer) return ErrorResponse(writer.error());
   std::vector<char> buf(256 * 1024);
   for (;;) {
@@ -167,7 +183,7 @@ void Daemon::TarDownload(const net::Request& request, net::ResponseWriter& write
   }
   // Validate before the stream starts, so a missing path is a clean 404.
   for (const auto& p : paths) {
-    if (auto st = fs::Stat(root_, p); !st) {
+    if (auto st = fs::Stat(files_root(), p); !st) {
       (void)writer.Send(ErrorResponse(st.error()));
       return;
     }
@@ -175,22 +191,22 @@ void Daemon::TarDownload(const net::Request& request, net::ResponseWriter& write
   net::Headers headers;
   headers.Set("Content-Type", "application/x-tar");
   if (!writer.BeginStream(200, headers)) return;
-  auto s = fs::WriteTar(root_, paths,
+  auto s = fs::WriteTar(files_root(), paths,
                         [&](std::string_view data) -> Status { return writer.WriteChunk(data); });
   if (s) (void)writer.EndStream();
 }
 
 net::Response Daemon::TarUpload(const net::Request& request) {
-  std::string dest = request.Query("path").value_or(root_.path());
+  std::string dest = request.Query("path").value_or(root().path());
   size_t pos = 0;
   const std::string& body = request.body;
   net::BodyReader* reader = request.body_reader;
   if (reader != nullptr) {
-    if (auto s = CheckSpaceFor(root_, reader->content_length()); !s) {
+    if (auto s = CheckSpaceFor(files_root(), dest, reader->content_length()); !s) {
       return ErrorResponse(s.error());
     }
   }
-  auto written = fs::ExtractTar(root_, dest, [&](char* buf, size_t size) -> Result<size_t> {
+  auto written = fs::ExtractTar(files_root(), dest, [&](char* buf, size_t size) -> Result<size_t> {
     if (reader != nullptr) return reader->Read(buf, size);
     size_t n = std::min(size, body.size() - pos);
     std::memcpy(buf, body.data() + pos, n);
