@@ -12,6 +12,8 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET re2)
 pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)
 pkg_check_modules(CAP REQUIRED IMPORTED_TARGET libcap)
+# Line editing for `deepbox run`'s interactive prompt (BSD licence; not readline: GPL).
+pkg_check_modules(LIBEDIT REQUIRED IMPORTED_TARGET libedit)
 find_package(LibArchive REQUIRED)
 if(DEEPBOX_BUILD_TESTS)
   find_package(GTest REQUIRED)

@@ -11,6 +11,6 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libboost1.81-dev libboost-url1.81-dev libboost-json1.81-dev \
   libssl-dev libyaml-cpp-dev libseccomp-dev libcap-dev libre2-dev \
   libspdlog-dev libfmt-dev libcli11-dev libarchive-dev libexpected-dev libutfcpp-dev \
-  libgtest-dev libgmock-dev googletest libbenchmark-dev \
+  libedit-dev libgtest-dev libgmock-dev googletest libbenchmark-dev \
   ripgrep bubblewrap util-linux iproute2 iptables nftables passt slirp4netns tmux procps openssl \
   python3 python3-venv clang-format patchelf

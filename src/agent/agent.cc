@@ -97,9 +97,13 @@ struct AgentLoop::Impl {
       ev.text = std::string(delta);
       Emit(run, std::move(ev));
     };
-    cb.on_retry = [this, &run] {
+    cb.on_retry = [this, &run](const RetryNotice& n) {
       AgentEvent ev;
       ev.type = EventType::kRetry;
+      ev.text = n.error.message;
+      ev.attempt = n.attempt;
+      ev.max_attempts = n.max_attempts;
+      ev.duration = n.delay;
       Emit(run, std::move(ev));
     };
     // The safety net for tool calls without a result. The view knows when
@@ -128,32 +132,48 @@ struct AgentLoop::Impl {
 
     std::vector<std::vector<size_t>> lanes;
     std::map<std::string, size_t> lane_of;
+    // A call refused before it runs: the model gets the error as the result,
+    // the caller an event (it would otherwise not know the call existed).
+    auto reject = [&](size_t i, const Tool* tool, std::string why) {
+      const ToolCall& c = calls[i];
+      AgentEvent ev;
+      ev.type = EventType::kToolCallRejected;
+      ev.tool_call_id = c.id;
+      ev.tool_name = c.name;
+      ev.tool_args = c.input;
+      if (tool != nullptr) ev.main_argument = tool->MainArgument(c.input);
+      ev.ok = false;
+      ev.text = why;
+      Emit(run, std::move(ev));
+      results[i] = ToolResult::Err(std::move(why));
+    };
     for (size_t i = 0; i < n; ++i) {
       const ToolCall& c = calls[i];
       if (auto it = preset.find(c.id); it != preset.end()) {
         results[i] = std::move(it->second);
         continue;
       }
+      auto tool_it = by_name.find(c.name);
+      const Tool* tool = tool_it == by_name.end() ? nullptr : tool_it->second.get();
       if (!c.input_error.empty()) {
-        results[i] = ToolResult::Err("Tool call " + c.name + " with id " + c.id +
-                                     " could not be executed - arguments were malformed or "
-                                     "truncated. " +
-                                     c.input_error);
+        reject(i, tool,
+               "Tool call " + c.name + " with id " + c.id +
+                   " could not be executed - arguments were malformed or truncated. " +
+                   c.input_error);
         continue;
       }
-      auto tool_it = by_name.find(c.name);
-      if (tool_it == by_name.end()) {
-        results[i] = ToolResult::Err(InvalidToolMessage(c.name, names));
+      if (tool == nullptr) {
+        reject(i, nullptr, InvalidToolMessage(c.name, names));
         continue;
       }
       if (todo_calls > 1 && c.name == "write_todos") {
-        results[i] = ToolResult::Err(
-            "Error: The `write_todos` tool should never be called multiple times in parallel. "
-            "Please call it only once per model invocation to update the todo list.");
+        reject(i, tool,
+               "Error: The `write_todos` tool should never be called multiple times in parallel. "
+               "Please call it only once per model invocation to update the todo list.");
         continue;
       }
-      if (auto err = ValidateToolArgs(tool_it->second->spec(), c.input)) {
-        results[i] = ToolResult::Err(*err);
+      if (auto err = ValidateToolArgs(tool->spec(), c.input)) {
+        reject(i, tool, *err);
         continue;
       }
       std::string lane = tool_it->second->Scheduling(c.input, config.sandbox->root()).lane;
@@ -184,6 +204,7 @@ struct AgentLoop::Impl {
       ctx.root = root;
       ctx.call = &c;
       ctx.cancel = run.hooks.cancel;
+      ctx.cancel_fd = run.hooks.cancel_fd;
       ctx.permissions = config.permissions.get();
       ctx.state = &run.state;
       ctx.depth = config.depth;
@@ -303,6 +324,7 @@ struct AgentLoop::Impl {
       req.tools = specs;
       req.max_tokens = config.max_tokens;
       req.cancel = run.hooks.cancel;
+      req.cancel_fd = run.hooks.cancel_fd;
       req.messages = run.view.Lend(run.state);
       auto resp = CallChain(run, req, 0);
       run.view.Return(std::move(req.messages));
@@ -323,6 +345,7 @@ struct AgentLoop::Impl {
         Emit(run, std::move(ev));
       }
       if (run.hooks.on_model_response) run.hooks.on_model_response(*resp);
+      const bool cut_off = resp->stop_reason == "max_tokens";
       Message msg = std::move(resp->message);
       msg.role = Role::kAssistant;
       for (auto& c : msg.tool_calls) {
@@ -342,6 +365,12 @@ struct AgentLoop::Impl {
         ev.type = EventType::kFinalMessage;
         ev.text = ai.text;
         Emit(run, std::move(ev));
+        if (cut_off) {
+          return Finish(run, StopReason::kTruncated,
+                        Error(ErrorCode::kResourceExhausted,
+                              "the answer is incomplete: the model stopped at its output token "
+                              "limit (max_tokens)"));
+        }
         return Finish(run, StopReason::kCompleted);
       }
       std::map<std::string, ToolResult> preset;

@@ -55,6 +55,7 @@ struct LoopHooks {
   EventCallback on_event;
   InterruptHandler on_interrupt;  // unset = pause on interrupts
   const std::atomic<bool>* cancel = nullptr;
+  int cancel_fd = -1;  // readable once *cancel is set (ModelRequest::cancel_fd)
   // Persistence: called as the state changes (on the loop's thread).
   std::function<void(const Message&)> on_message;           // appended
   std::function<void(const Message&)> on_message_replaced;  // same id, new content

@@ -248,6 +248,55 @@ TEST(AgentLoop, InvalidCallsGetErrorResults) {
             "truncated. Expecting ',' delimiter");
 }
 
+TEST(AgentLoop, RejectedCallsAreReportedAsEvents) {
+  // The model gets the error as the result; the caller an event per call
+  // (before, such calls were invisible outside the conversation).
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  auto model = std::make_shared<ScriptedModel>();
+  ToolCall malformed = Call("m", "write_file", {});
+  malformed.input_error = "Expecting ',' delimiter";
+  model->Tools({Call("u", "no_such_tool", {}), Call("v", "read_file", Args({{"limit", 5}})),
+                malformed, Call("ok", "ls", Args({{"path", "/workspace"}}))});
+  model->Text("ok");
+  auto agent = MakeAgent(Options(model, sbd->client()));
+  EventLog log;
+  RunResult r = agent->Run("go", {.on_event = log.callback()});
+  ASSERT_TRUE(r.ok());
+  auto rejected = log.of(EventType::kToolCallRejected);
+  ASSERT_EQ(rejected.size(), 3u);
+  EXPECT_EQ(rejected[0].tool_call_id, "u");
+  EXPECT_EQ(rejected[0].tool_name, "no_such_tool");
+  EXPECT_FALSE(rejected[0].ok);
+  EXPECT_EQ(rejected[0].text, ToolMessages(r.messages)[0].text);
+  EXPECT_EQ(rejected[1].tool_name, "read_file");
+  EXPECT_NE(rejected[1].text.find("file_path: Field required"), std::string::npos);
+  EXPECT_EQ(rejected[2].tool_name, "write_file");
+  EXPECT_NE(rejected[2].text.find("Expecting ',' delimiter"), std::string::npos);
+  // The valid call ran as usual and was not reported as rejected.
+  auto ends = log.of(EventType::kToolCallEnd);
+  ASSERT_EQ(ends.size(), 1u);
+  EXPECT_EQ(ends[0].tool_name, "ls");
+}
+
+TEST(AgentLoop, AnAnswerCutOffAtMaxTokensIsNotCompleted) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  auto model = std::make_shared<ScriptedModel>();
+  model->Respond([](const ModelRequest&) -> Result<ModelResponse> {
+    ModelResponse r;
+    r.message = Message::Assistant("The first ten numbers are 0, 1, 1, 2", {});
+    r.stop_reason = "max_tokens";
+    return r;
+  });
+  auto agent = MakeAgent(Options(model, sbd->client()));
+  RunResult r = agent->Run("list them");
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.stop_reason, StopReason::kTruncated);
+  EXPECT_EQ(StopReasonName(r.stop_reason), "truncated");
+  EXPECT_EQ(r.final_text, "The first ten numbers are 0, 1, 1, 2");
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_NE(r.error->message.find("output token limit"), std::string::npos);
+}
+
 TEST(AgentLoop, ParallelWriteTodosIsRefused) {
   DEEPBOX_AGENT_SANDBOX(sbd);
   auto todos = *ParseJson(R"([{"content":"a","status":"pending"}])");

@@ -60,6 +60,8 @@ std::string_view EventTypeName(EventType t) {
       return "error";
     case EventType::kRetry:
       return "retry";
+    case EventType::kToolCallRejected:
+      return "tool_call_rejected";
   }
   return "error";
 }
@@ -76,6 +78,8 @@ std::string_view StopReasonName(StopReason r) {
       return "interrupted";
     case StopReason::kError:
       return "error";
+    case StopReason::kTruncated:
+      return "truncated";
   }
   return "error";
 }

@@ -77,6 +77,11 @@ struct DeepAgent::Impl {
   std::mutex sub_usage_mu;
   Usage sub_usage;
 
+  // A resumed thread whose files are in another sandbox: told to the model
+  // with the next task.
+  bool sandbox_changed = false;
+  std::string pending_note;
+
   void Persist(std::string_view type, json::object record) {
     if (writer) (void)writer->Append(type, std::move(record));
   }
@@ -112,6 +117,7 @@ struct DeepAgent::Impl {
     LoopHooks hooks;
     hooks.on_event = ctx.on_event;
     hooks.cancel = ctx.cancel;
+    hooks.cancel_fd = ctx.cancel_fd;
     hooks.on_interrupt = ctx.on_interrupt ? ctx.on_interrupt : InterruptHandler(RejectAll);
     hooks.on_model_response = [this, type](const ModelResponse& r) {
       json::object rec;
@@ -132,6 +138,8 @@ struct DeepAgent::Impl {
         return text;
       case StopReason::kCancelled:
         return MakeError(ErrorCode::kCancelled, "cancelled");
+      case StopReason::kTruncated:
+        return text + "\n\n[the sub-agent's answer was cut off at its output token limit]";
       case StopReason::kStepLimit:
         if (!text.empty()) return text;
         [[fallthrough]];
@@ -146,6 +154,7 @@ struct DeepAgent::Impl {
     h.on_event = cb.on_event;
     h.on_interrupt = cb.on_interrupt;
     h.cancel = cb.cancel;
+    h.cancel_fd = cb.cancel_fd;
     h.on_message = [this](const Message& m) {
       if (writer) (void)writer->Message(m);
     };
@@ -344,11 +353,17 @@ Result<std::unique_ptr<DeepAgent>> DeepAgent::Create(DeepAgentOptions options) {
 
   // Thread.
   bool resumed = false;
+  std::string previous_sandbox;
   if (!o.thread_id.empty() && o.thread_store && o.thread_store->Exists(o.thread_id)) {
     auto loaded = o.thread_store->Load(o.thread_id);
     if (!loaded) return tl::unexpected(loaded.error());
     I.state = std::move(loaded->state);
+    previous_sandbox = loaded->sandbox_id;
     resumed = true;
+  }
+  if (resumed && previous_sandbox != o.sandbox->id()) {
+    I.sandbox_changed = true;
+    I.pending_note = NewSandboxNote(I.root, previous_sandbox, o.sandbox->id());
   }
   I.thread_id = o.thread_id.empty() ? ThreadStore::NewThreadId() : o.thread_id;
   main.session_id = I.thread_id;
@@ -365,6 +380,12 @@ Result<std::unique_ptr<DeepAgent>> DeepAgent::Create(DeepAgentOptions options) {
       header["sandbox"] = o.sandbox->id();
       header["root"] = I.root;
       I.Persist("thread", std::move(header));
+    } else if (I.sandbox_changed) {
+      json::object rec;
+      rec["id"] = o.sandbox->id();
+      rec["root"] = I.root;
+      rec["ts"] = IsoNowUtc();
+      I.Persist("sandbox", std::move(rec));
     }
   }
   I.loop = std::make_unique<AgentLoop>(std::move(main));
@@ -389,7 +410,12 @@ RunResult DeepAgent::Run(std::string_view task, const RunCallbacks& callbacks) {
     hooks.on_message(I.state.messages.back());
   };
   PatchTrailingDanglingCalls(I.state, append);
-  append(Message::User(std::string(task)));
+  if (!I.pending_note.empty()) {
+    append(Message::User(I.pending_note + "\n\n" + std::string(task)));
+    I.pending_note.clear();
+  } else {
+    append(Message::User(std::string(task)));
+  }
   Usage before = I.state.usage;
   LoopOutcome out = I.loop->Run(I.state, hooks);
   return I.Finish(out, before);
@@ -414,6 +440,19 @@ RunResult DeepAgent::Resume(std::vector<Decision> decisions, const RunCallbacks&
 }
 
 const std::string& DeepAgent::thread_id() const { return impl_->thread_id; }
+
+bool DeepAgent::sandbox_changed() const { return impl_->sandbox_changed; }
+
+std::string NewSandboxNote(std::string_view root, std::string_view previous_sandbox,
+                           std::string_view sandbox) {
+  std::string before = previous_sandbox.empty() ? std::string("another sandbox")
+                                                : "sandbox " + std::string(previous_sandbox);
+  return "<system-reminder>This conversation continues in a new sandbox (" + std::string(sandbox) +
+         "). The files, installed packages and running programs of the earlier turns were in " +
+         before + " and are not here: " + std::string(root) +
+         " does not contain them unless you create them again. Check what exists before relying "
+         "on earlier work.</system-reminder>";
+}
 
 AgentState DeepAgent::state() const {
   std::lock_guard<std::mutex> lock(impl_->run_mu);

@@ -85,6 +85,9 @@ struct RunCallbacks {
   EventCallback on_event;                     // called serialized, possibly from worker threads
   InterruptHandler on_interrupt;              // unset: the run pauses (StopReason::kInterrupted)
   const std::atomic<bool>* cancel = nullptr;  // set to true to stop (Ctrl-C)
+  // Optional fd (eventfd/pipe) the caller makes readable when it sets *cancel:
+  // a model call waiting on a silent server then ends at once.
+  int cancel_fd = -1;
 };
 
 struct RunResult {
@@ -116,6 +119,10 @@ class DeepAgent {
   RunResult Resume(std::vector<Decision> decisions, const RunCallbacks& callbacks = {});
 
   const std::string& thread_id() const;
+  // Whether Create() resumed a thread whose latest run used another sandbox
+  // (its files are not in this one). The model is told so with the next
+  // task (NewSandboxNote before it, in the same user message).
+  bool sandbox_changed() const;
   // A snapshot of the conversation state. Blocks while a run is in
   // progress: do not call it from a callback.
   AgentState state() const;
@@ -134,5 +141,8 @@ class DeepAgent {
 // deepbox's default base prompt and the environment section for a root.
 extern const char kDefaultBasePrompt[];
 std::string EnvironmentPrompt(std::string_view root);
+// What a resumed thread's model is told when the sandbox changed.
+std::string NewSandboxNote(std::string_view root, std::string_view previous_sandbox,
+                           std::string_view sandbox);
 
 }  // namespace deepbox::agent

@@ -269,6 +269,7 @@ Result<ModelResponse> SummarizationMiddleware::Summarize(ModelRequest& request, 
   ModelRequest sreq;
   sreq.system = "";
   sreq.cancel = request.cancel;
+  sreq.cancel_fd = request.cancel_fd;
   sreq.prompt_caching = false;
   std::string prompt = kSummaryPrompt;
   prompt += RenderHistory(to_summarize);

@@ -113,7 +113,9 @@ enum class EventType {
   kSummarized,     // text: history file path
   kFinalMessage,   // text: the final assistant message
   kError,          // text: what went wrong
-  kRetry,          // the model client is backing off after a retryable failure
+  kRetry,          // text: the failure; attempt, max_attempts; duration: the wait before the next
+  kToolCallRejected,  // tool_*, text: why a call was refused before it ran (malformed
+                      // arguments, unknown tool, arguments against the schema)
 };
 std::string_view EventTypeName(EventType t);
 
@@ -133,6 +135,8 @@ struct AgentEvent {
   const InterruptRequest* interrupt = nullptr;
   Usage usage;
   Usage total_usage;
+  int attempt = 0;  // kRetry
+  int max_attempts = 0;
 };
 
 using EventCallback = std::function<void(const AgentEvent&)>;
@@ -148,6 +152,8 @@ enum class StopReason {
   kCancelled,    // the cancel flag was set
   kInterrupted,  // waiting for human decisions (Resume)
   kError,        // model or harness failure (see RunResult::error)
+  kTruncated,    // the final answer was cut off at the model's output token limit
+                 // (stop_reason max_tokens / finish_reason length); final_text is partial
 };
 std::string_view StopReasonName(StopReason r);
 

@@ -36,7 +36,7 @@ Status MkdirP(const std::string& dir) {
   return {};
 }
 
-bool ValidId(const std::string& id) {
+bool ValidId(std::string_view id) {
   if (id.empty() || id.size() > 200 || id[0] == '.') return false;
   for (char c : id) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -47,6 +47,8 @@ bool ValidId(const std::string& id) {
 }
 
 }  // namespace
+
+bool ValidThreadId(std::string_view id) { return ValidId(id); }
 
 ThreadWriter::~ThreadWriter() {
   if (fd_ >= 0) ::close(fd_);
@@ -112,7 +114,8 @@ bool ThreadStore::Exists(const std::string& id) const {
 
 Result<std::unique_ptr<ThreadWriter>> ThreadStore::OpenWriter(const std::string& id) const {
   if (!ValidId(id)) {
-    return MakeError(ErrorCode::kInvalidArgument, "invalid thread id '" + id + "'");
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "invalid thread id '" + id + "' (use " + kThreadIdRules + ")");
   }
   if (auto st = MkdirP(dir_); !st) return tl::unexpected(st.error());
   std::string path = PathFor(id);
@@ -124,7 +127,8 @@ Result<std::unique_ptr<ThreadWriter>> ThreadStore::OpenWriter(const std::string&
 
 Result<LoadedThread> ThreadStore::Load(const std::string& id) const {
   if (!ValidId(id)) {
-    return MakeError(ErrorCode::kInvalidArgument, "invalid thread id '" + id + "'");
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "invalid thread id '" + id + "' (use " + kThreadIdRules + ")");
   }
   std::string path = PathFor(id);
   std::ifstream in(path);
@@ -147,6 +151,11 @@ Result<LoadedThread> ThreadStore::Load(const std::string& id) const {
     };
     if (type == "thread") {
       t.header = r;
+      t.sandbox_id = GetOptString(r, "sandbox").value_or("");
+      t.created_at = GetOptString(r, "created_at").value_or("");
+      t.model = GetOptString(r, "model").value_or("");
+    } else if (type == "sandbox") {
+      t.sandbox_id = GetOptString(r, "id").value_or(t.sandbox_id);
     } else if (type == "run_start") {
       ++t.runs;
       if (auto task = GetOptString(r, "task")) t.last_task = *task;

@@ -7,6 +7,8 @@
 //
 // Records ("type"):
 //   thread           {id, created_at, version, model?, sandbox?}  (first line)
+//   sandbox          {id, root, ts}     a later run in another sandbox (where
+//                                       the thread's files are from then on)
 //   run_start        {ts, task | resume}
 //   message          {message}          appended conversation message
 //   message_replace  {message}          same id, new content (HITL edit)
@@ -34,7 +36,16 @@ struct LoadedThread {
   AgentState state;
   size_t runs = 0;
   std::string last_task;
+  std::string sandbox_id;  // the sandbox of the latest run ("" = unknown)
+  std::string created_at;  // from the header
+  std::string model;       // from the header
 };
+
+// Thread ids: letters, digits, '-', '_' and '.', not starting with '.', at
+// most 200 characters (they name files).
+bool ValidThreadId(std::string_view id);
+inline constexpr const char* kThreadIdRules =
+    "letters, digits, '-', '_' and '.' (not first), at most 200 characters";
 
 struct ThreadInfo {
   std::string id;

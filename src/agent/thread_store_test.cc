@@ -153,6 +153,100 @@ TEST_F(ThreadTest, ResumeThreadById) {
   EXPECT_EQ((*list)[0].id, id);
 }
 
+// The same daemon under another id: a thread resumed "in another sandbox".
+class RenamedSandbox : public Sandbox {
+ public:
+  RenamedSandbox(Sandbox& inner, std::string id) : in_(inner), id_(std::move(id)) {}
+  std::string id() const override { return id_; }
+  std::string root() const override { return in_.root(); }
+  Result<ExecResult> Exec(const ExecRequest& r) override { return in_.Exec(r); }
+  Result<ExecResult> ExecStream(const ExecRequest& r, const OutputCallback& cb) override {
+    return in_.ExecStream(r, cb);
+  }
+  Result<FileInfo> Stat(const std::string& p) override { return in_.Stat(p); }
+  Result<std::vector<FileInfo>> List(const std::string& p) override { return in_.List(p); }
+  Result<ReadResult> Read(const std::string& p, const ReadOptions& o) override {
+    return in_.Read(p, o);
+  }
+  Status Write(const std::string& p, std::string_view c, uint32_t m) override {
+    return in_.Write(p, c, m);
+  }
+  Result<EditResult> Edit(const std::string& p, const std::string& o, const std::string& n,
+                          bool all) override {
+    return in_.Edit(p, o, n, all);
+  }
+  Status Mkdir(const std::string& p, bool parents) override { return in_.Mkdir(p, parents); }
+  Status Move(const std::string& f, const std::string& t, bool o) override {
+    return in_.Move(f, t, o);
+  }
+  Status Delete(const std::string& p, bool r) override { return in_.Delete(p, r); }
+  Result<GlobResult> Glob(const std::string& pat, const std::string& p, size_t max) override {
+    return in_.Glob(pat, p, max);
+  }
+  Result<GrepResult> Grep(const GrepRequest& r) override { return in_.Grep(r); }
+  Result<std::string> Download(const std::string& p) override { return in_.Download(p); }
+  Status Upload(const std::string& p, std::string_view c, uint32_t m) override {
+    return in_.Upload(p, c, m);
+  }
+
+ private:
+  Sandbox& in_;
+  std::string id_;
+};
+
+TEST_F(ThreadTest, ResumedInAnotherSandboxTheModelIsToldOnce) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  auto store = std::make_shared<ThreadStore>(dir_);
+  RenamedSandbox first(sbd->client(), "sb-first"), second(sbd->client(), "sb-second");
+  auto run = [&](Sandbox& sb, std::vector<std::string> tasks) {
+    auto model = std::make_shared<ScriptedModel>();
+    for (size_t i = 0; i < tasks.size(); ++i) model->Text("ok");
+    DeepAgentOptions o;
+    o.model = model;
+    o.sandbox = &sb;
+    o.thread_store = store;
+    o.thread_id = "th-moved";
+    auto agent = MakeAgent(o);
+    for (const auto& t : tasks) EXPECT_TRUE(agent->Run(t).ok());
+    return std::make_pair(agent->sandbox_changed(), model->requests());
+  };
+  auto [changed1, reqs1] = run(first, {"make a file"});
+  EXPECT_FALSE(changed1);  // a new thread
+  EXPECT_EQ(reqs1.at(0).messages.back().text, "make a file");
+  // Another sandbox: the next task carries the note, the one after does not.
+  auto [changed2, reqs2] = run(second, {"is it there?", "and now?"});
+  EXPECT_TRUE(changed2);
+  const std::string& told = reqs2.at(0).messages.back().text;
+  EXPECT_TRUE(StartsWith(told,
+                         "<system-reminder>This conversation continues in a new sandbox "
+                         "(sb-second)."))
+      << told;
+  EXPECT_NE(told.find("sandbox sb-first"), std::string::npos) << told;
+  EXPECT_TRUE(EndsWith(told, "</system-reminder>\n\nis it there?")) << told;
+  EXPECT_EQ(reqs2.at(1).messages.back().text, "and now?");
+  auto loaded = store->Load("th-moved");
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->sandbox_id, "sb-second");
+  // The same sandbox again: nothing to say.
+  auto [changed3, reqs3] = run(second, {"still there?"});
+  EXPECT_FALSE(changed3);
+  EXPECT_EQ(reqs3.at(0).messages.back().text, "still there?");
+}
+
+TEST(ThreadIds, RulesAreCheckedUpFront) {
+  EXPECT_TRUE(ValidThreadId("th-20250101-120000-abc"));
+  EXPECT_TRUE(ValidThreadId("my.thread_2"));
+  EXPECT_FALSE(ValidThreadId(""));
+  EXPECT_FALSE(ValidThreadId(".hidden"));
+  EXPECT_FALSE(ValidThreadId("a/b"));
+  EXPECT_FALSE(ValidThreadId("with space"));
+  EXPECT_FALSE(ValidThreadId(std::string(201, 'a')));
+  ThreadStore store("/nonexistent-dir-for-test");
+  auto w = store.OpenWriter("a/b");
+  ASSERT_FALSE(w);
+  EXPECT_NE(w.error().message.find(kThreadIdRules), std::string::npos) << w.error().message;
+}
+
 TEST_F(ThreadTest, PausedInterruptSurvivesARestart) {
   DEEPBOX_AGENT_SANDBOX(sbd);
   Sandbox& sb = sbd->client();

@@ -35,6 +35,7 @@ struct ToolContext {
   std::string root;  // Sandbox::root(), cached
   const ToolCall* call = nullptr;
   const std::atomic<bool>* cancel = nullptr;
+  int cancel_fd = -1;  // readable once *cancel is set (ModelRequest::cancel_fd)
   const PermissionSet* permissions = nullptr;
   AgentState* state = nullptr;  // the running agent's state (todos)
   // Streams partial output of long-running tools (execute) to the caller.

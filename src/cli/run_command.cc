@@ -9,6 +9,7 @@
 #ifdef DEEPBOX_HAVE_AGENT
 #include "cli/run_config.h"
 #include "cli/run_session.h"
+#include "cli/run_threads.h"
 #include "local/network.h"
 #endif
 
@@ -26,8 +27,10 @@ void RegisterRunCommand(CLI::App& app) {
       "SandboxWarmPool with --sandbox k8s) and released when the run ends: on success,\n"
       "error, Ctrl-C and SIGTERM alike (unless --keep-sandbox).\n"
       "Without TASK: an interactive prompt if stdin is a terminal (each line is a task for\n"
-      "the same agent and sandbox; an empty line or Ctrl-D ends), else the task is read\n"
-      "from stdin.\n"
+      "the same agent and sandbox; arrow keys edit and recall earlier tasks, Ctrl-C cancels\n"
+      "the task being run, Ctrl-D or /exit ends), else the task is read from stdin.\n"
+      "Output: the transcript goes to stdout on a terminal; when stdout is not a terminal\n"
+      "(run TASK > answer.txt) only the final answer goes there, progress to stderr.\n"
       "Examples:\n"
       "  deepbox run \"Write fib.py that prints the first 10 Fibonacci numbers and run it\"\n"
       "  deepbox run --model replay:examples/fib/fib.replay.jsonl \"...\"   # offline\n"
@@ -57,12 +60,31 @@ void RegisterRunCommand(CLI::App& app) {
                 "Do not delete the sandbox at the end; print how to reach and delete it\n"
                 "(the TTL still applies). Ctrl-C still deletes it");
   cmd->add_option("--thread", flags->thread_id,
-                  "Continue the conversation thread ID (printed at the end of every run);\n"
-                  "a new ID starts a thread with that name. The sandbox is new either way");
+                  "Continue the conversation thread ID (printed at the end of every run;\n"
+                  "`deepbox threads ls` lists them); a new ID starts a thread with that name.\n"
+                  "IDs use letters, digits, '-', '_' and '.'. The sandbox is new unless\n"
+                  "--sandbox-id names the one kept from before (the model is told when its\n"
+                  "earlier files are not there)");
+  cmd->add_option("--sandbox-id", flags->sandbox_id,
+                  "Run in this existing sandbox instead of claiming one, e.g. one kept with\n"
+                  "--keep-sandbox: a local id (`deepbox sandbox ls`) or, with --sandbox k8s,\n"
+                  "NAMESPACE/CLAIM (`deepbox sandbox ls --provider k8s`). It is left as it was\n"
+                  "at the end; labels, --ttl and the limits are the sandbox's own");
+  cmd->add_option("--skills", flags->skills,
+                  "A skills directory on this machine (<dir>/<name>/SKILL.md; repeatable, later\n"
+                  "ones win): copied into the sandbox and listed to the agent. Default: those of\n"
+                  "~/.deepagents/agent/skills and ./.deepagents/skills that exist; `none` = none")
+      ->allow_extra_args(false);
+  cmd->add_option("--memory-file", flags->memory_files,
+                  "An AGENTS.md memory file on this machine (repeatable): copied into the\n"
+                  "sandbox and given to the agent with every request (its edits stay in the\n"
+                  "sandbox). Default: those of ~/.deepagents/agent/AGENTS.md and\n"
+                  "./.deepagents/AGENTS.md that exist; `none` = none")
+      ->allow_extra_args(false);
   cmd->add_flag("--json", flags->json,
                 "One JSON object per line on stdout for every event, ending with\n"
                 "{\"type\":\"result\",...} (stop reason, usage, cost, exit code); no spinner\n"
-                "and no colours");
+                "and no colours. Format: docs/run-json.md");
   cmd->add_option("--max-steps", flags->max_steps,
                   "Stop after N model turns (exit 6). Default 1000");
   cmd->add_flag("--no-color", flags->no_color, "No colours (also NO_COLOR=1)");
@@ -127,6 +149,22 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->footer(std::string(run::kRunEnvironmentHelp) + "\n" + run::kRunConfigFileHelp + "\n" +
               run::kRunExitCodesHelp);
   cmd->callback([flags] { SetExitCode(run::RunAgentCommand(*flags)); });
+
+  // `deepbox threads`: the conversations `run` saved (registered with run,
+  // whose threads they are).
+  CLI::App* threads = app.add_subcommand("threads", "Conversation threads saved by `deepbox run`");
+  threads->require_subcommand(1);
+  auto tflags = std::make_shared<run::ThreadsFlags>();
+  CLI::App* ls = threads->add_subcommand(
+      "ls",
+      "List the saved threads, newest first: id, last change, runs and the last task.\n"
+      "Continue one with: deepbox run --thread ID TASK");
+  ls->add_option("--threads-dir", tflags->threads_dir,
+                 "Where threads are saved. Env DEEPBOX_THREADS_DIR; default\n"
+                 "$XDG_STATE_HOME/deepbox/threads or ~/.local/state/deepbox/threads");
+  ls->add_flag("--json", tflags->json,
+               "A JSON array (id, path, modified_at, runs, last_task, ...)");
+  ls->callback([tflags] { SetExitCode(run::ThreadsListCommand(*tflags)); });
 }
 
 #else  // built without src/agent

@@ -5,11 +5,14 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <tuple>
 
+#include "agent/text.h"
+#include "agent/thread_store.h"
 #include "local/lifecycle/selector.h"
 #include "local/network.h"
 
@@ -47,10 +50,12 @@ const char kRunConfigFileHelp[] =
     "approve, labels (a map), ttl, keep_sandbox, max_steps, color, pool, network,\n"
     "memory, max_processes, cpus, disk, namespace, warm_pool, context, kubeconfig,\n"
     "router_url, router_token, ready_timeout, record, threads_dir, system_prompt,\n"
-    "anthropic_base_url, openai_base_url. Example:\n"
+    "anthropic_base_url, openai_base_url, skills (a list of directories), memory_files\n"
+    "(a list of AGENTS.md files). Example:\n"
     "  model: claude-sonnet-4-6\n"
     "  labels: {team: ml}\n"
     "  ttl: 1800\n"
+    "  skills: [~/my-skills]\n"
     "  memory: 4G        # local sandbox limits; 0 = none\n"
     "  disk: 20G\n";
 
@@ -119,6 +124,71 @@ Status ApplyLimit(std::string_view key, std::string_view text, RunConfig& c,
   return {};
 }
 
+// "~/x" -> "$HOME/x" ("" when HOME is unknown).
+std::string ExpandHome(const std::string& path, const std::optional<std::string>& home) {
+  if (path == "~" || path.starts_with("~/")) {
+    if (!home) return "";
+    return *home + path.substr(1);
+  }
+  return path;
+}
+
+// Skill directories and memory files: the defaults that exist, or the ones
+// asked for, which must exist ("none" alone = nothing).
+Status ResolveHostPaths(RunConfig& c, const std::optional<std::string>& home) {
+  struct Kind {
+    std::vector<std::string>& list;
+    bool explicit_;
+    const char* flag;
+    bool dir;
+    std::vector<std::string> defaults;
+  };
+  Kind kinds[] = {
+      {c.skills_dirs,
+       c.skills_explicit,
+       "--skills",
+       true,
+       {std::begin(kDefaultSkillsDirs), std::end(kDefaultSkillsDirs)}},
+      {c.memory_files,
+       c.memory_explicit,
+       "--memory-file",
+       false,
+       {std::begin(kDefaultMemoryFiles), std::end(kDefaultMemoryFiles)}},
+  };
+  for (Kind& k : kinds) {
+    std::vector<std::string> out;
+    if (!k.explicit_) {
+      for (const auto& d : k.defaults) {
+        std::string p = ExpandHome(d, home);
+        std::error_code ec;
+        if (p.empty()) continue;
+        if (k.dir ? std::filesystem::is_directory(p, ec) : std::filesystem::is_regular_file(p, ec))
+          out.push_back(std::filesystem::absolute(p, ec).lexically_normal().string());
+      }
+      k.list = std::move(out);
+      continue;
+    }
+    if (k.list.size() == 1 && k.list[0] == "none") {
+      k.list.clear();
+      continue;
+    }
+    for (const auto& given : k.list) {
+      std::string p = ExpandHome(given, home);
+      std::error_code ec;
+      bool ok = !p.empty() && (k.dir ? std::filesystem::is_directory(p, ec)
+                                     : std::filesystem::is_regular_file(p, ec));
+      if (!ok) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("{} {}: {}", k.flag, given,
+                                     k.dir ? "not a directory" : "not a readable file"));
+      }
+      out.push_back(std::filesystem::absolute(p, ec).lexically_normal().string());
+    }
+    k.list = std::move(out);
+  }
+  return {};
+}
+
 }  // namespace
 
 Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& c) {
@@ -183,6 +253,23 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
       if (auto st = ApplyLimit(key, *text, c); !st) {
         return tl::unexpected(KeyError(name, key, st.error().message));
       }
+    } else if (key == "skills" || key == "memory_files") {
+      std::vector<std::string> list;
+      if (v.IsScalar()) {
+        auto one = Scalar<std::string>(v, name, key, "a path or a list of paths");
+        if (!one) return tl::unexpected(one.error());
+        list.push_back(*one);
+      } else if (v.IsSequence()) {
+        for (size_t i = 0; i < v.size(); ++i) {
+          auto one = Scalar<std::string>(v[i], name, fmt::format("{}[{}]", key, i), "a path");
+          if (!one) return tl::unexpected(one.error());
+          list.push_back(*one);
+        }
+      } else {
+        return tl::unexpected(KeyError(name, key, "expected a path or a list of paths"));
+      }
+      (key == "skills" ? c.skills_dirs : c.memory_files) = std::move(list);
+      (key == "skills" ? c.skills_explicit : c.memory_explicit) = true;
     } else if (key == "labels") {
       if (!v.IsMap()) return tl::unexpected(KeyError(name, key, "expected a mapping K: V"));
       for (const auto& l : v) {
@@ -202,7 +289,7 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
                    "max_steps, color, pool, network, memory, max_processes, cpus, disk, "
                    "namespace, warm_pool, context, kubeconfig, router_url, router_token, "
                    "ready_timeout, record, threads_dir, system_prompt, anthropic_base_url, "
-                   "openai_base_url)"));
+                   "openai_base_url, skills, memory_files)"));
     }
   }
   return {};
@@ -304,6 +391,27 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   if (flags.json) c.json = true;
   if (flags.no_color) c.color = false;
   c.task = flags.task;
+  if (!flags.skills.empty()) {
+    c.skills_dirs = flags.skills;
+    c.skills_explicit = true;
+  }
+  if (!flags.memory_files.empty()) {
+    c.memory_files = flags.memory_files;
+    c.memory_explicit = true;
+  }
+  if (flags.sandbox_id) c.sandbox_id = *flags.sandbox_id;
+  // Checked here, before anything is claimed.
+  if (c.task && agent::IsBlank(*c.task)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "TASK is empty: give a task, or leave it out for the interactive prompt "
+                     "(or to read it from stdin)");
+  }
+  if (!c.thread_id.empty() && !agent::ValidThreadId(c.thread_id)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--thread '{}': not a valid thread id (use {})", c.thread_id,
+                                 agent::kThreadIdRules));
+  }
+  if (auto st = ResolveHostPaths(c, get("HOME")); !st) return tl::unexpected(st.error());
   // Validation.
   if (auto st = OneOf("--sandbox", c.sandbox, {"local", "k8s"}); !st)
     return tl::unexpected(st.error());

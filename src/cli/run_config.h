@@ -46,6 +46,9 @@ struct RunFlags {
   std::optional<std::string> threads_dir;
   std::optional<std::string> system_prompt;
   std::optional<std::string> task;
+  std::vector<std::string> skills;        // host directories ("none" = no skills)
+  std::vector<std::string> memory_files;  // host AGENTS.md files ("none" = no memory)
+  std::optional<std::string> sandbox_id;  // continue in this (kept) sandbox
 };
 
 inline constexpr const char* kDefaultModel = "claude-sonnet-4-6";
@@ -87,7 +90,23 @@ struct RunConfig {
   std::optional<std::string> openai_base_url;
   std::optional<std::string> task;
   std::string config_file;  // the file read, if any
+  // Host paths copied into the sandbox for the agent: skill directories
+  // (<dir>/<name>/SKILL.md) and memory files (AGENTS.md). Without --skills /
+  // --memory-file / their config keys: deepagents' default locations, those
+  // that exist (kDefaultSkillsDirs, kDefaultMemoryFiles).
+  std::vector<std::string> skills_dirs;
+  std::vector<std::string> memory_files;
+  bool skills_explicit = false;  // set by a flag or the config file (no defaults then)
+  bool memory_explicit = false;
+  std::string sandbox_id;  // "" = claim a new sandbox
 };
+
+// deepagents' locations (~ is $HOME; relative paths are the current
+// directory's project): user level first, then the project's, which wins.
+inline constexpr const char* kDefaultSkillsDirs[] = {"~/.deepagents/agent/skills",
+                                                     ".deepagents/skills"};
+inline constexpr const char* kDefaultMemoryFiles[] = {"~/.deepagents/agent/AGENTS.md",
+                                                      ".deepagents/AGENTS.md"};
 
 // Reads an environment variable (nullptr = unset); tests pass their own.
 using EnvLookup = std::function<const char*(const char*)>;

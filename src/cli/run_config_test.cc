@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -248,6 +249,61 @@ TEST(RunConfigTest, HelpListsTheLimitKeys) {
   for (const char* key : {"memory", "max_processes", "cpus", "disk"}) {
     EXPECT_THAT(kRunConfigFileHelp, HasSubstr(key));
   }
+}
+
+TEST(RunConfigTest, SkillsAndMemoryDefaultsFlagsAndConfig) {
+  char tmpl[] = "/tmp/deepbox-run-home-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::filesystem::path home = tmpl;
+  std::filesystem::create_directories(home / ".deepagents/agent/skills");
+  std::ofstream(home / ".deepagents/agent/AGENTS.md") << "memory\n";
+  auto env = FakeEnv({{"HOME", home.string()}});
+  // deepagents' default places, those that exist.
+  auto c = ResolveRunConfig({}, env);
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->skills_dirs, std::vector<std::string>{(home / ".deepagents/agent/skills").string()});
+  EXPECT_EQ(c->memory_files,
+            std::vector<std::string>{(home / ".deepagents/agent/AGENTS.md").string()});
+  // Flags replace them; `none` means none; a missing one is an error.
+  RunFlags flags;
+  flags.skills = {home.string()};
+  flags.memory_files = {"none"};
+  c = ResolveRunConfig(flags, env);
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->skills_dirs, std::vector<std::string>{home.string()});
+  EXPECT_TRUE(c->memory_files.empty());
+  flags.memory_files = {"~/nope.md"};
+  c = ResolveRunConfig(flags, env);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_EQ(c.error().message, "--memory-file ~/nope.md: not a readable file");
+  // The config file: a path or a list, ~ expanded.
+  std::string file = WriteTemp(
+      "skills: [~/.deepagents/agent/skills]\nmemory_files: ~/.deepagents/agent/AGENTS.md\n");
+  RunFlags from_file;
+  from_file.config_file = file;
+  c = ResolveRunConfig(from_file, env);
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->skills_dirs.size(), 1u);
+  EXPECT_EQ(c->memory_files.size(), 1u);
+  std::remove(file.c_str());
+  std::filesystem::remove_all(home);
+}
+
+TEST(RunConfigTest, TaskAndThreadAreCheckedUpFront) {
+  RunFlags flags;
+  flags.task = " \n ";
+  auto c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_FALSE(c.has_value());
+  EXPECT_THAT(c.error().message, HasSubstr("TASK is empty"));
+  flags.task = "ok";
+  flags.thread_id = "../escape";
+  c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_FALSE(c.has_value());
+  EXPECT_THAT(c.error().message,
+              HasSubstr("--thread '../escape': not a valid thread id (use letters"));
+  flags.thread_id = "th-ok_1.2";
+  c = ResolveRunConfig(flags, FakeEnv({}));
+  EXPECT_TRUE(c.has_value()) << c.error().message;
 }
 
 }  // namespace

@@ -4,16 +4,42 @@
 
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "local/lifecycle/provider.h"
 #ifdef DEEPBOX_HAVE_K8S
+#include "k8s/claim.h"
+#include "k8s/connection.h"
 #include "k8s/kubeconfig.h"
 #include "k8s/provider.h"
+#include "k8s/util.h"
 #endif
 
 namespace deepbox::run {
 
 namespace {
+
+// An existing sandbox the run only borrows: releasing it leaves it running.
+class AttachedLease : public SandboxLease {
+ public:
+  // `on_close` ends what the connection needs (a k8s port-forward).
+  AttachedLease(std::unique_ptr<Sandbox> sandbox, std::string describe,
+                std::function<void()> on_close = nullptr)
+      : sandbox_(std::move(sandbox)), describe_(std::move(describe)), on_close_(std::move(on_close)) {}
+  ~AttachedLease() override { (void)Release(); }
+  Sandbox& sandbox() override { return *sandbox_; }
+  Status Release() override {
+    if (on_close_) std::exchange(on_close_, nullptr)();
+    return {};
+  }
+  void Keep() override {}
+  std::string Describe() const override { return describe_; }
+
+ private:
+  std::unique_ptr<Sandbox> sandbox_;
+  std::string describe_;
+  std::function<void()> on_close_;
+};
 
 Result<RunProvider> MakeLocal(const RunConfig& config) {
   local::lifecycle::LocalProviderOptions o;
@@ -35,6 +61,16 @@ Result<RunProvider> MakeLocal(const RunConfig& config) {
       line += "; WARNING: " + meta->limits_note;
     }
     return line;
+  };
+  rp.attach = [other](const std::string& id) -> Result<std::unique_ptr<SandboxLease>> {
+    auto client = other->Connect(id);
+    if (!client) return tl::unexpected(client.error());
+    std::unique_ptr<Sandbox> sandbox = std::move(*client);
+    return std::unique_ptr<SandboxLease>(new AttachedLease(
+        std::move(sandbox),
+        fmt::format("{} (left running; run commands in it with: deepbox sandbox exec {} -- CMD; "
+                    "delete it with: deepbox sandbox rm {})",
+                    id, id, id)));
   };
   rp.force_delete = [other](const std::string& id) -> Status {
     auto st = other->Delete(id);
@@ -106,6 +142,60 @@ Result<RunProvider> MakeK8s(const RunConfig& config, const std::string& run_id) 
     auto deleted = other->RemoveBySelector(selector);
     if (!deleted) return tl::unexpected(deleted.error());
     return {};
+  };
+  // NAMESPACE/CLAIM: a Ready claim (one kept with --keep-sandbox), reached the
+  // way a new claim would be; the claim is left as it is.
+  rp.attach = [other, connection = po.connection](
+                  const std::string& id) -> Result<std::unique_ptr<SandboxLease>> {
+    size_t slash = id.find('/');
+    std::string ns = slash == std::string::npos ? other->namespace_name() : id.substr(0, slash);
+    std::string name = slash == std::string::npos ? id : id.substr(slash + 1);
+    if (!k8s::IsObjectName(ns) || !k8s::IsObjectName(name)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("'{}' is not NAMESPACE/CLAIM (as `deepbox sandbox ls "
+                                   "--provider k8s` shows)",
+                                   id));
+    }
+    auto claim = other->api().GetClaim(ns, name);
+    if (!claim) return tl::unexpected(claim.error());
+    bool ready = false;
+    if (const auto* conds = k8s::Find(*claim, {"status", "conditions"});
+        conds != nullptr && conds->is_array()) {
+      for (const auto& c : conds->get_array()) {
+        ready = ready || (k8s::FindString(c, {"type"}) == "Ready" &&
+                          k8s::FindString(c, {"status"}) == "True");
+      }
+    }
+    k8s::ClaimedSandbox c;
+    c.namespace_name = ns;
+    c.claim_name = name;
+    c.sandbox_name = k8s::FindString(*claim, {"status", "sandbox", "name"});
+    if (!ready || !k8s::IsObjectName(c.sandbox_name)) {
+      return MakeError(ErrorCode::kUnavailable,
+                       fmt::format("SandboxClaim {}/{} is not Ready (no sandbox to run in)", ns,
+                                   name));
+    }
+    if (const auto* ips = k8s::Find(*claim, {"status", "sandbox", "podIPs"});
+        ips != nullptr && ips->is_array()) {
+      for (const auto& ip : ips->get_array()) {
+        if (ip.is_string()) c.pod_ips.emplace_back(ip.get_string());
+      }
+    }
+    c.pod_ip = k8s::SelectPodIp(c.pod_ips);
+    auto conn = k8s::SandboxConnection::Open(connection, c);
+    if (!conn) return tl::unexpected(conn.error());
+    std::string sandbox_id = fmt::format("{}/{}", ns, name);
+    auto sandbox = k8s::ConnectSandboxd((*conn)->endpoint(), sandbox_id);
+    if (!sandbox) {
+      (*conn)->Close();
+      return tl::unexpected(sandbox.error());
+    }
+    std::shared_ptr<k8s::SandboxConnection> shared_conn(std::move(*conn));
+    return std::unique_ptr<SandboxLease>(new AttachedLease(
+        std::move(*sandbox),
+        fmt::format("{} (left as it was; delete it with: kubectl delete sandboxclaim -n {} {})",
+                    sandbox_id, ns, name),
+        [shared_conn] { shared_conn->Close(); }));
   };
   // The claim's own watch (issue 12 item 5): a claim deleted from outside
   // ends the run at once instead of when the daemon stops answering.

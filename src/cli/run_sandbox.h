@@ -36,6 +36,9 @@ struct RunProvider {
   std::function<std::function<void()>(const std::string& id,
                                       std::function<void(const Error&)> on_gone)>
       watch;
+  // A lease on an existing sandbox (--sandbox-id) that leaves it running when
+  // released; null where the provider cannot attach.
+  std::function<Result<std::unique_ptr<SandboxLease>>(const std::string& id)> attach;
 };
 
 // The label that identifies one `deepbox run` invocation's claim.

@@ -3,10 +3,14 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -18,7 +22,9 @@
 #include "agent/model/replay.h"
 #include "agent/text.h"
 #include "agent/thread_store.h"
+#include "cli/run_agent_files.h"
 #include "cli/run_exit_codes.h"
+#include "cli/run_prompt.h"
 #include "cli/run_sandbox.h"
 #include "cli/run_signals.h"
 #include "cli/run_ui.h"
@@ -47,12 +53,74 @@ const char* SignalName(int sig) {
   }
 }
 
+// Where the main thread is, for the signal thread: Ctrl-C in an interactive
+// session abandons the line at the prompt or cancels the task being run;
+// anywhere else (and SIGTERM/SIGHUP always) it ends the session.
+enum Phase : int { kSetup, kPrompt, kTurn, kEnding };
+
+// How long the session may take to wind down after a stop signal deleted the
+// sandbox, before the signal thread exits the process itself: model calls,
+// tools and prompts are cancellable, but a DNS lookup or TLS handshake to the
+// model API is not.
+constexpr std::chrono::milliseconds kStopGrace{1000};
+
+void WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return;  // a closed pipe: nothing more to do
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+void Fire(int fd) {
+  uint64_t one = 1;
+  while (::write(fd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
 // What the signal thread shares with the main thread.
 struct Shared {
-  std::atomic<bool> cancel{false};
+  std::atomic<bool> cancel{false};  // the current task (or the whole run) stops
+  UniqueFd cancel_fd;               // eventfd, readable while `cancel` is set
+  UniqueFd prompt_fd;               // eventfd: Ctrl-C at the interactive prompt
+  std::atomic<int> phase{kSetup};
+  std::atomic<bool> interactive{false};
+  std::atomic<bool> turn_cancelled{false};
+
   std::mutex mu;
-  std::function<Status()> force_delete;  // set while a sandbox is held
+  std::condition_variable cv;
+  bool stopping = false;                 // a stop signal arrived: the session ends
+  bool done = false;                     // Session::Run returned
+  bool held = false;                     // a sandbox is in use (claimed or attached)
+  std::function<Status()> force_delete;  // set while a claimed sandbox is held
   std::string cleanup_hint;              // how to delete a sandbox left behind
+  RunSummary snapshot;                   // what a result written by the signal thread says
+
+  bool Stopping() {
+    std::lock_guard<std::mutex> lock(mu);
+    return stopping;
+  }
+  void Cancel() {
+    cancel.store(true);
+    Fire(cancel_fd.get());
+  }
+  // Before a task of an interactive session: a Ctrl-C that cancelled the
+  // previous one must not cancel this one.
+  void ResetTurn() {
+    cancel.store(false);
+    turn_cancelled.store(false);
+    uint64_t n;
+    while (::read(cancel_fd.get(), &n, sizeof n) > 0) {
+    }
+  }
+  template <typename F>
+  void UpdateSnapshot(F f) {
+    std::lock_guard<std::mutex> lock(mu);
+    f(snapshot);
+  }
 };
 
 // The main flow; `summary` is filled as it goes.
@@ -89,6 +157,13 @@ int Session::Run(RunSummary& summary) {
   // before a sandbox is claimed.
   auto spec = agent::ParseModelSpec(config_.model);
   if (!spec) return Fail(summary, kRunExitUsage, spec.error(), "--model: ");
+  // A replay file that cannot be read is a bad --model argument.
+  std::optional<agent::ReplayFile> replay;
+  if (spec->provider == agent::ModelProvider::kReplay) {
+    auto file = agent::ReadReplayFile(spec->model);
+    if (!file) return Fail(summary, kRunExitUsage, file.error(), "--model: ");
+    replay = std::move(*file);
+  }
   agent::ModelConfig mc;
   if (config_.anthropic_base_url) mc.anthropic_base_url = config_.anthropic_base_url;
   if (config_.openai_base_url) mc.openai_base_url = config_.openai_base_url;
@@ -100,16 +175,26 @@ int Session::Run(RunSummary& summary) {
   if (!created) return Fail(summary, kRunExitModel, created.error());
   std::shared_ptr<agent::ChatModel> model(std::move(*created));
   summary.model = model->name();
-  if (spec->provider == agent::ModelProvider::kReplay) {
-    auto file = agent::ReadReplayFile(spec->model);
-    if (file) {
-      ui_.Notice(
-          fmt::format("replaying {}{}{}", spec->model,
-                      file->header.scripted ? " (a scripted conversation, not a live model)"
+  shared_.UpdateSnapshot([&](RunSummary& s) { s.model = summary.model; });
+  if (replay) {
+    ui_.Notice(
+        fmt::format("replaying {}{}{}", spec->model,
+                    replay->header.scripted ? " (a scripted conversation, not a live model)"
                                             : " (a recorded conversation)",
-                      file->header.description.empty() ? "" : ": " + file->header.description));
-    }
+                    replay->header.description.empty() ? "" : ": " + replay->header.description));
   }
+  // Warns once, on the first task, when the recording answered another one.
+  auto check_replayed_task = [&](const std::string& task) {
+    if (!replay || replay->turns.empty() || !replay->turns[0].task) return;
+    const std::string& recorded = *replay->turns[0].task;
+    if (agent::Trim(recorded) == agent::Trim(task)) return;
+    ui_.Notice(fmt::format(
+        "warning: the recording answers another task (\"{}\"); it replays the same answers "
+        "whatever the task is",
+        agent::CodePointCount(recorded) > 120
+            ? std::string(agent::CodePointPrefix(recorded, 119)) + "…"
+            : recorded));
+  };
   if (!config_.record_path.empty()) {
     ui_.Notice(fmt::format("recording the model conversation to {}", config_.record_path));
   }
@@ -131,6 +216,20 @@ int Session::Run(RunSummary& summary) {
     }
     first_task = t;
   }
+  std::unique_ptr<LinePrompt> prompt;
+  if (interactive) {
+    LinePrompt::Options po;
+    po.in_fd = STDIN_FILENO;
+    po.out_fd =
+        ui_.options().out_fd == STDOUT_FILENO && !config_.json ? STDOUT_FILENO : STDERR_FILENO;
+    po.history_file = DefaultHistoryFile();
+    po.color = ui_.options().color;
+    po.interrupt_fd = shared_.prompt_fd.get();
+    auto p = LinePrompt::Create(po);
+    if (!p) return Fail(summary, kRunExitUsage, p.error(), "the interactive prompt: ");
+    prompt = std::move(*p);
+    shared_.interactive.store(true);
+  }
   // The approval prompt reads the terminal even when stdin is a pipe.
   UniqueFd tty_fd;
   if (config_.approve == "manual") {
@@ -142,24 +241,55 @@ int Session::Run(RunSummary& summary) {
                         "available); use --approve auto"));
     }
   }
-  LineReader tty_reader(tty_fd ? tty_fd.get() : -1, watcher_.interrupt_fd());
+  // Ctrl-C cancels a question as it cancels the task that asked it.
+  LineReader tty_reader(tty_fd ? tty_fd.get() : -1, shared_.cancel_fd.get());
+  // Where the thread goes, checked before a sandbox is claimed.
+  auto thread_store = std::make_shared<agent::ThreadStore>(
+      config_.threads_dir.empty() ? agent::ThreadStore::DefaultDir() : config_.threads_dir);
+  if (auto st = CheckThreadsDir(thread_store->dir()); !st) {
+    return Fail(summary, kRunExitUsage, st.error(), "--threads-dir: ");
+  }
+  const bool resuming = !config_.thread_id.empty() && thread_store->Exists(config_.thread_id);
+  if (resuming) {
+    if (auto loaded = thread_store->Load(config_.thread_id); !loaded) {
+      return Fail(summary, kRunExitUsage, loaded.error(), "--thread: ");
+    }
+  }
+  // Skills and memory files are read from this machine now, copied into the
+  // sandbox once it is there.
+  auto agent_files = ReadAgentFiles(config_.skills_dirs, config_.memory_files);
+  if (!agent_files) return Fail(summary, kRunExitUsage, agent_files.error());
+  const bool stdout_tty = isatty(STDOUT_FILENO) == 1;
 
   // 3. The sandbox.
   const std::string run_id = agent::RandomHex(12);
   auto provider = MakeRunProvider(config_, run_id);
   if (!provider) return Fail(summary, kRunExitSandbox, provider.error());
   summary.provider = provider->provider->name();
+  const bool attached = !config_.sandbox_id.empty();
+  if (attached && !provider->attach) {
+    return Fail(summary, kRunExitUsage,
+                Error(ErrorCode::kUnimplemented,
+                      fmt::format("--sandbox-id: continuing in an existing {} sandbox is not "
+                                  "supported yet",
+                                  summary.provider)));
+  }
   ClaimOptions claim;
   claim.labels = config_.labels;
   claim.labels[kRunIdLabel] = run_id;
   claim.ttl = std::chrono::seconds(config_.ttl_seconds);
   claim.network = config_.network;
-  ui_.StartSpinner("Claiming a " + provider->description);
+  ui_.StartSpinner(attached ? "Connecting to sandbox " + config_.sandbox_id
+                            : "Claiming a " + provider->description);
   auto claim_start = Clock::now();
-  auto lease = provider->provider->Claim(claim);
+  auto lease = attached ? provider->attach(config_.sandbox_id) : provider->provider->Claim(claim);
   ui_.StopSpinner();
   if (!lease) {
-    if (watcher_.interrupted()) return Interrupted(summary);
+    if (shared_.Stopping()) return Interrupted(summary);
+    if (attached) {
+      return Fail(summary, kRunExitSandbox, lease.error(),
+                  "--sandbox-id " + config_.sandbox_id + ": ");
+    }
     // A k8s claim that worked but whose daemon cannot be reached says so
     // itself (k8s::kClaimedButUnreachable): it is no claim failure.
     return Fail(
@@ -171,22 +301,35 @@ int Session::Run(RunSummary& summary) {
   summary.sandbox_id = sandbox_id;
   {
     std::lock_guard<std::mutex> lock(shared_.mu);
-    shared_.force_delete = [fd = provider->force_delete, sandbox_id] { return fd(sandbox_id); };
+    shared_.held = true;
+    // A sandbox the run did not create is never deleted by it.
+    if (!attached) {
+      shared_.force_delete = [fd = provider->force_delete, sandbox_id] { return fd(sandbox_id); };
+    }
     shared_.cleanup_hint =
         summary.provider == "local"
             ? fmt::format("deepbox sandbox rm {}", sandbox_id)
             : fmt::format("kubectl delete sandboxclaim -l {}={}", kRunIdLabel, run_id);
+    shared_.snapshot.provider = summary.provider;
+    shared_.snapshot.sandbox_id = sandbox_id;
   }
   // Stops the sandbox's watch (set once the agent's sandbox exists below).
   std::function<void()> stop_watch;
   // Releases on every path below (the guard releases too, as a last resort).
   auto release = [&]() -> int {
     if (stop_watch) std::exchange(stop_watch, nullptr)();  // our own delete is no news
+    shared_.phase.store(kEnding);
     {
       std::lock_guard<std::mutex> lock(shared_.mu);
       shared_.force_delete = nullptr;
     }
-    if (config_.keep_sandbox && !watcher_.interrupted()) {
+    if (attached) {
+      (void)guard.Release();  // leaves it running
+      summary.sandbox_kept = true;
+      ui_.SandboxReleased(sandbox_id, true, guard.Describe());
+      return 0;
+    }
+    if (config_.keep_sandbox && !shared_.Stopping()) {
       guard.Keep();
       summary.sandbox_kept = true;
       ui_.SandboxReleased(sandbox_id, true, guard.Describe());
@@ -203,12 +346,20 @@ int Session::Run(RunSummary& summary) {
     ui_.SandboxReleased(sandbox_id, false, "");
     return 0;
   };
-  if (watcher_.interrupted()) {
+  if (shared_.Stopping()) {
     release();
     return Interrupted(summary);
   }
   ui_.SandboxReady(sandbox_id, summary.provider, Since(claim_start));
-  if (provider->limits_line) ui_.Notice(provider->limits_line(sandbox_id));
+  if (provider->limits_line && !attached) ui_.Notice(provider->limits_line(sandbox_id));
+  auto copied = CopyAgentFiles(guard.sandbox(), *agent_files);
+  if (!copied) {
+    int code = Fail(summary, kRunExitSandbox, copied.error(),
+                    "copying skills and memory into the sandbox: ");
+    release();
+    return code;
+  }
+  if (!copied->summary.empty()) ui_.Notice(copied->summary);
 
   // 4. The agent.
   WatchedSandbox watched(
@@ -217,7 +368,7 @@ int Session::Run(RunSummary& summary) {
   if (provider->watch) {
     stop_watch = provider->watch(sandbox_id, [&](const Error& why) {
       watched.MarkGone(why);
-      shared_.cancel.store(true);
+      shared_.Cancel();  // wakes a model call or tool waiting on cancel_fd
     });
   }
   // The watch calls into `watched`: it ends before `watched` does, on every path.
@@ -233,9 +384,9 @@ int Session::Run(RunSummary& summary) {
   ao.system_prompt = config_.system_prompt;
   ao.max_steps = config_.max_steps;
   ao.thread_id = config_.thread_id;
-  ao.thread_store = std::make_shared<agent::ThreadStore>(
-      config_.threads_dir.empty() ? agent::ThreadStore::DefaultDir() : config_.threads_dir);
-  const bool resuming = !config_.thread_id.empty() && ao.thread_store->Exists(config_.thread_id);
+  ao.thread_store = thread_store;
+  ao.skills_dirs = copied->skills_dirs;
+  ao.memory_paths = copied->memory_paths;
   if (config_.approve == "manual") {
     for (const char* tool : {"execute", "write_file", "edit_file", "delete"}) {
       ao.interrupt_on[tool] = agent::InterruptConfig{};
@@ -248,14 +399,21 @@ int Session::Run(RunSummary& summary) {
     return code;
   }
   summary.thread_id = (*agent)->thread_id();
+  shared_.UpdateSnapshot([&](RunSummary& s) { s.thread_id = summary.thread_id; });
   if (resuming) {
-    ui_.Notice(fmt::format("continuing thread {} ({} messages; this is a new sandbox)",
-                           summary.thread_id, (*agent)->state().messages.size()));
+    ui_.Notice(fmt::format(
+        "continuing thread {} ({} messages) {}", summary.thread_id,
+        (*agent)->state().messages.size(),
+        (*agent)->sandbox_changed()
+            ? "in a new sandbox: the files of its earlier runs are not here (the agent is told); "
+              "keep a sandbox with --keep-sandbox and continue in it with --sandbox-id ID"
+            : "in the same sandbox"));
   }
 
   agent::RunCallbacks callbacks;
   callbacks.on_event = [&](const agent::AgentEvent& e) { ui_.OnEvent(e); };
   callbacks.cancel = &shared_.cancel;
+  callbacks.cancel_fd = shared_.cancel_fd.get();
   if (config_.approve == "manual") {
     callbacks.on_interrupt = [&](const agent::InterruptRequest& request) {
       return ui_.Approve(request, tty_reader, tty_fd.get());
@@ -265,22 +423,47 @@ int Session::Run(RunSummary& summary) {
   int code = kRunExitOk;
   std::optional<std::string> task = first_task;
   if (interactive) {
-    ui_.Notice("type a task and press Enter; an empty line or Ctrl-D ends the session");
+    ui_.Notice(
+        "type a task and press Enter (arrow keys edit and recall earlier tasks); Ctrl-C "
+        "cancels the task being run, Ctrl-D or /exit ends the session");
   }
+  bool history_warned = false;
   for (;;) {
     if (interactive) {
-      ui_.Prompt(config_.json ? STDERR_FILENO : STDOUT_FILENO);
-      task = stdin_reader.ReadLine();
-      if (stdin_reader.interrupted()) {
+      shared_.phase.store(kPrompt);
+      auto read = shared_.Stopping() ? LinePrompt::Read{} : prompt->ReadLine();
+      shared_.phase.store(kSetup);
+      if (shared_.Stopping()) {
         code = Interrupted(summary);
         break;
       }
-      if (!task || agent::IsBlank(*task)) break;
+      if (read.outcome == LinePrompt::Outcome::kInterrupted) continue;
+      if (read.outcome == LinePrompt::Outcome::kEof) break;
+      std::string line(agent::Trim(read.line));
+      if (line.empty()) continue;
+      if (line == "/exit" || line == "/quit") break;
+      if (auto st = prompt->AddHistory(line); !st && !history_warned) {
+        history_warned = true;
+        ui_.Notice("the prompt history is not saved: " + st.error().message);
+      }
+      task = line;
+      shared_.ResetTurn();
+      tty_reader.ResetInterrupt();
+      shared_.phase.store(kTurn);
     }
+    if (summary.runs == 0) check_replayed_task(*task);
     ui_.RunStarted(*task, summary.thread_id, summary.model);
     auto t0 = Clock::now();
     agent::RunResult r = (*agent)->Run(*task, callbacks);
+    shared_.phase.store(kSetup);
     ui_.RunFinished(r, Since(t0));
+    // Redirected (run TASK > answer.txt): the answer alone on stdout, the
+    // transcript went to stderr.
+    if (!config_.json && !stdout_tty && !r.final_text.empty() &&
+        (r.stop_reason == agent::StopReason::kCompleted ||
+         r.stop_reason == agent::StopReason::kTruncated)) {
+      WriteAll(STDOUT_FILENO, r.final_text.back() == '\n' ? r.final_text : r.final_text + "\n");
+    }
     summary.runs++;
     summary.steps += r.steps;
     summary.usage += r.usage;
@@ -289,7 +472,7 @@ int Session::Run(RunSummary& summary) {
     summary.stop_reason = std::string(agent::StopReasonName(r.stop_reason));
     summary.error.reset();
     code = kRunExitOk;
-    if (watcher_.interrupted()) {
+    if (shared_.Stopping()) {
       code = Interrupted(summary);
       break;
     }
@@ -298,6 +481,12 @@ int Session::Run(RunSummary& summary) {
                   "the sandbox went away during the run (deleted from outside, expired or "
                   "crashed): ");
       break;
+    }
+    if (interactive && shared_.turn_cancelled.load()) {
+      // Ctrl-C during the task: the session goes on.
+      summary.stop_reason = "cancelled";
+      ui_.Notice("task cancelled (the conversation and the sandbox are kept)");
+      continue;
     }
     switch (r.stop_reason) {
       case agent::StopReason::kCompleted:
@@ -318,6 +507,11 @@ int Session::Run(RunSummary& summary) {
       case agent::StopReason::kError:
         code = Fail(summary, kRunExitModel,
                     r.error.value_or(Error(ErrorCode::kInternal, "the run failed")));
+        break;
+      case agent::StopReason::kTruncated:
+        code =
+            Fail(summary, kRunExitTruncated,
+                 r.error.value_or(Error(ErrorCode::kResourceExhausted, "truncated")), "warning: ");
         break;
     }
     if (!interactive) break;
@@ -341,7 +535,9 @@ int RunAgentCommand(const RunFlags& flags) {
   auto config = ResolveRunConfig(flags);
   UiOptions uo;
   uo.json = config ? config->json : flags.json;
-  uo.color = !uo.json && ColorWanted(config ? config->color : !flags.no_color, STDOUT_FILENO);
+  // Not a terminal: the transcript goes to stderr, stdout gets the answer.
+  if (!uo.json && isatty(STDOUT_FILENO) != 1) uo.out_fd = STDERR_FILENO;
+  uo.color = !uo.json && ColorWanted(config ? config->color : !flags.no_color, uo.out_fd);
   uo.spinner = !uo.json && isatty(STDERR_FILENO) == 1;
   RunUi ui(uo);
   RunSummary summary;
@@ -356,32 +552,78 @@ int RunAgentCommand(const RunFlags& flags) {
   summary.model = config->model;
 
   Shared shared;
-  auto watcher = SignalWatcher::Start([&](int sig, int count) {
-    shared.cancel.store(true);
+  shared.cancel_fd.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  shared.prompt_fd.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!shared.cancel_fd || !shared.prompt_fd) {
+    ui.ErrorLine(SyscallError("eventfd", errno).message);
+    return kRunExitSandbox;
+  }
+  shared.snapshot.model = config->model;
+  auto watcher = SignalWatcher::Start([&](int sig, int) {
+    if (sig == SIGINT && shared.interactive.load()) {
+      int phase = shared.phase.load();
+      if (phase == kPrompt) {
+        Fire(shared.prompt_fd.get());  // a fresh prompt
+        return;
+      }
+      if (phase == kTurn && !shared.turn_cancelled.exchange(true)) {
+        shared.Cancel();
+        ui.Notice(
+            "interrupted (Ctrl-C): cancelling the task (Ctrl-C again ends the session, Ctrl-D "
+            "or /exit at the prompt ends it normally)");
+        return;
+      }
+    }
+    bool again, held;
     std::function<Status()> force_delete;
     std::string hint;
     {
       std::lock_guard<std::mutex> lock(shared.mu);
+      again = shared.stopping;
+      shared.stopping = true;
+      held = shared.held && shared.phase.load() != kEnding;
       force_delete = shared.force_delete;
       hint = shared.cleanup_hint;
     }
-    if (count > 1) {
+    shared.Cancel();
+    Fire(shared.prompt_fd.get());
+    if (again) {
       ui.ErrorLine(
           fmt::format("{} again: exiting now{}", SignalName(sig),
                       hint.empty() ? "" : "; if the sandbox is left, delete it with: " + hint));
       _exit(kRunExitInterrupted);
     }
-    // Deleting the sandbox (even with --keep-sandbox) also ends a command
-    // running in it, so the agent stops promptly.
+    if (!held) {
+      ui.Notice(fmt::format("{}: stopping (press Ctrl-C again to exit at once)", SignalName(sig)));
+      return;
+    }
     if (force_delete) {
+      // Deleting the sandbox (even with --keep-sandbox) also ends a command
+      // running in it, so the agent stops promptly.
       ui.Notice(fmt::format("{}: stopping the agent and deleting the sandbox", SignalName(sig)));
       if (auto st = force_delete(); !st) {
         ui.ErrorLine(
             fmt::format("deleting the sandbox: {} (delete it with: {})", st.error().message, hint));
       }
     } else {
-      ui.Notice(fmt::format("{}: stopping (press Ctrl-C again to exit at once)", SignalName(sig)));
+      ui.Notice(fmt::format("{}: stopping the agent (the sandbox stays)", SignalName(sig)));
     }
+    // The run must end within moments now. Everything it waits on is
+    // cancellable except a connection being set up to the model API (name
+    // lookup, TLS handshake): do not wait for that.
+    std::unique_lock<std::mutex> lock(shared.mu);
+    if (shared.cv.wait_for(lock, kStopGrace, [&] { return shared.done; })) return;
+    RunSummary s = shared.snapshot;
+    lock.unlock();
+    ui.ErrorLine(
+        fmt::format("{}: the run did not stop within {} (waiting for the model API?): exiting now",
+                    SignalName(sig), RunUi::FormatDuration(kStopGrace)));
+    s.exit_code = kRunExitInterrupted;
+    s.stop_reason = "interrupted";
+    s.error = Error(ErrorCode::kCancelled, SignalName(sig));
+    s.wall = Since(wall_start);
+    ui.Result(s);
+    _exit(kRunExitInterrupted);
   });
   if (!watcher) {
     ui.ErrorLine(watcher.error().message);
@@ -393,6 +635,11 @@ int RunAgentCommand(const RunFlags& flags) {
     Session session(*config, ui, **watcher, shared);
     code = session.Run(summary);
   }
+  {
+    std::lock_guard<std::mutex> lock(shared.mu);
+    shared.done = true;
+  }
+  shared.cv.notify_all();
   summary.exit_code = code;
   summary.wall = Since(wall_start);
   watcher->reset();  // no callback may run past this point

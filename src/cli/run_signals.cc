@@ -124,6 +124,13 @@ std::optional<std::string> LineReader::ReadLine() {
   }
 }
 
+std::optional<char> LineReader::ReadByte() {
+  if (buffer_.empty() && !Fill()) return std::nullopt;
+  char c = buffer_.front();
+  buffer_.erase(0, 1);
+  return c;
+}
+
 std::optional<std::string> LineReader::ReadAll() {
   while (Fill()) {
   }

@@ -59,7 +59,15 @@ class LineReader {
   std::optional<std::string> ReadLine();
   // Everything until EOF (nullopt when interrupted).
   std::optional<std::string> ReadAll();
+  // One byte (a key, on a terminal in non-canonical mode); nullopt at EOF or
+  // when interrupted.
+  std::optional<char> ReadByte();
+  // Drops what was read ahead and not consumed yet.
+  void DiscardBuffered() { buffer_.clear(); }
   bool interrupted() const { return interrupted_; }
+  // After the interrupt fd was drained (a cancelled turn of an interactive
+  // session): reads work again.
+  void ResetInterrupt() { interrupted_ = false; }
 
  private:
   bool Fill();  // false at EOF / interrupt / error

@@ -2,9 +2,11 @@
 
 #include <fmt/format.h>
 #include <sys/ioctl.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <iterator>
@@ -88,20 +90,6 @@ std::optional<int> FailedExitCode(std::string_view preview) {
   size_t end = rest.find(']');
   if (end == std::string_view::npos) return std::nullopt;
   return ParseInteger<int>(rest.substr(0, end));
-}
-
-std::string_view DecisionVerb(DecisionType t) {
-  switch (t) {
-    case DecisionType::kApprove:
-      return "approved";
-    case DecisionType::kEdit:
-      return "edited";
-    case DecisionType::kReject:
-      return "rejected";
-    case DecisionType::kRespond:
-      return "answered";
-  }
-  return "";
 }
 
 }  // namespace
@@ -207,13 +195,52 @@ json::object RunUi::EventToJson(const AgentEvent& e) {
       o["total_usage"] = agent::UsageToJson(e.total_usage);
       break;
     case EventType::kRetry:
+      o["error"] = JsonString(e.text);
+      o["attempt"] = e.attempt;
+      o["max_attempts"] = e.max_attempts;
+      o["delay_ms"] = e.duration.count();
+      break;
+    case EventType::kToolCallRejected:
+      o["tool_call_id"] = JsonString(e.tool_call_id);
+      o["tool"] = JsonString(e.tool_name);
+      o["main_argument"] = JsonString(e.main_argument);
+      o["args"] = e.tool_args;
+      o["reason"] = JsonString(e.text);
       break;
   }
   return o;
 }
 
+std::string RunUi::SerializeEvent(const json::object& obj) {
+  // By hand at the top level: "version" goes right after "type", and money is
+  // a plain decimal (boost::json writes 0.0123 as 1.23E-2).
+  std::string line = "{";
+  auto key = [&](std::string_view k) {
+    if (line.size() > 1) line += ',';
+    line += json::serialize(json::string(k));
+    line += ':';
+  };
+  if (const auto* type = obj.if_contains("type")) {
+    key("type");
+    line += json::serialize(*type);
+  }
+  key("version");
+  line += std::to_string(kJsonEventsVersion);
+  for (const auto& [k, v] : obj) {
+    if (k == "type" || k == "version") continue;
+    key(k);
+    if (k.ends_with("_usd") && v.is_number()) {
+      line += fmt::format("{:.6f}", v.to_number<double>());
+    } else {
+      line += json::serialize(v);
+    }
+  }
+  line += '}';
+  return line;
+}
+
 void RunUi::EmitJson(json::object obj) {
-  std::string line = ToJson(obj) + "\n";
+  std::string line = SerializeEvent(obj) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
   WriteFd(options_.out_fd, line);
 }
@@ -503,9 +530,37 @@ void RunUi::OnEvent(const AgentEvent& e) {
           "\n");
       break;
     }
-    case EventType::kRetry:
-      if (main) SetSpinnerLocked("The model API is busy: retrying");
+    case EventType::kRetry: {
+      // Said on stderr even without a terminal: a run that seems stuck is
+      // often one waiting out a rate limit.
+      std::string what = fmt::format(
+          "the model API failed (attempt {} of {}): {}; retrying in {}", e.attempt, e.max_attempts,
+          SanitizeLineForTerminal(FirstLine(e.text)), FormatDuration(e.duration));
+      if (!e.agent.empty() && e.depth > 0) what = SanitizeLineForTerminal(e.agent) + ": " + what;
+      const bool color = options_.color && isatty(options_.err_fd) == 1;
+      std::string line = "deepbox: " + what;
+      WriteErr((color ? fmt::format("\x1b[{}m{}\x1b[0m", kYellow, line) : line) + "\n");
+      if (main) SetSpinnerLocked("Waiting to retry the model API");
       break;
+    }
+    case EventType::kToolCallRejected: {
+      // Refused before it ran; the model got the reason as the result.
+      EndTextLineLocked();
+      std::string indent(2 + 2 * static_cast<size_t>(e.depth), ' ');
+      std::string name = SanitizeLineForTerminal(e.tool_name.empty() ? "?" : e.tool_name);
+      if (e.depth > 0 && !e.agent.empty()) name = SanitizeLineForTerminal(e.agent) + " › " + name;
+      std::string arg = SanitizeLineForTerminal(FirstLine(e.main_argument));
+      size_t width = isatty(options_.out_fd) == 1 ? TerminalWidth(options_.out_fd) : 120;
+      size_t room = width > indent.size() + 30 ? width - indent.size() - 30 : 40;
+      std::string line = indent + Sgr(kRed, "✗") + " " + Sgr(kBold, name);
+      if (!arg.empty()) line += "  " + Truncate(arg, room);
+      line += "  " + Sgr(kDim, "· rejected before it ran") + "\n";
+      std::string why = SanitizeLineForTerminal(
+          FoldOutput(SanitizeForTerminal(e.text), std::min<size_t>(room + 10, 160)));
+      if (!why.empty()) line += indent + "  " + Sgr(kRed, "⎿ " + why) + "\n";
+      WriteOut(line);
+      break;
+    }
   }
 }
 
@@ -579,6 +634,144 @@ void RunUi::Prompt(int fd) {
   WriteFd(fd, options_.color ? fmt::format("\x1b[{};{}m›\x1b[0m ", kBold, kCyan) : "› ");
 }
 
+namespace {
+
+// Non-canonical, no echo, signals kept (Ctrl-C still cancels): one key at a
+// time. Restores the previous mode when destroyed.
+class KeyMode {
+ public:
+  explicit KeyMode(int fd) : fd_(fd) {
+    if (fd_ < 0 || tcgetattr(fd_, &saved_) != 0) return;
+    struct termios raw = saved_;
+    raw.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+    raw.c_cc[VMIN] = 1;
+    raw.c_cc[VTIME] = 0;
+    // Keys pressed before the question was shown must not answer it.
+    active_ = tcsetattr(fd_, TCSAFLUSH, &raw) == 0;
+  }
+  ~KeyMode() { Restore(); }
+  void Restore() {
+    if (active_) tcsetattr(fd_, TCSANOW, &saved_);
+    active_ = false;
+  }
+  bool active() const { return active_; }
+
+ private:
+  int fd_;
+  struct termios saved_ {};
+  bool active_ = false;
+};
+
+std::vector<std::string> Lines(std::string_view text) {
+  std::vector<std::string> out;
+  for (auto l : agent::SplitLines(text)) out.emplace_back(l);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> RunUi::LineDiff(std::string_view before, std::string_view after) {
+  std::vector<std::string> a = Lines(before), b = Lines(after);
+  std::vector<std::string> out;
+  // Longest common subsequence of lines; edits are short strings, so the
+  // table stays small (a huge edit falls back to all-removed, all-added).
+  size_t n = a.size(), m = b.size();
+  if (n * m > 250000) {
+    for (const auto& l : a) out.push_back("-" + l);
+    for (const auto& l : b) out.push_back("+" + l);
+    return out;
+  }
+  std::vector<std::vector<uint32_t>> lcs(n + 1, std::vector<uint32_t>(m + 1, 0));
+  for (size_t i = n; i-- > 0;) {
+    for (size_t j = m; j-- > 0;) {
+      lcs[i][j] = a[i] == b[j] ? lcs[i + 1][j + 1] + 1 : std::max(lcs[i + 1][j], lcs[i][j + 1]);
+    }
+  }
+  size_t i = 0, j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && a[i] == b[j]) {
+      out.push_back(" " + a[i]);
+      ++i;
+      ++j;
+    } else if (i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1])) {
+      out.push_back("-" + a[i++]);  // removals first, as diff shows them
+    } else {
+      out.push_back("+" + b[j++]);
+    }
+  }
+  return out;
+}
+
+std::string RunUi::DescribeAction(const agent::ActionRequest& a, bool color, size_t max_lines) {
+  auto sgr = [&](std::string_view code, std::string_view text) {
+    return color ? fmt::format("\x1b[{}m{}\x1b[0m", code, text) : std::string(text);
+  };
+  auto str = [&](std::string_view key) -> std::string {
+    const json::value* v = a.args.if_contains(key);
+    if (v == nullptr) return "";
+    if (v->is_string()) return std::string(v->get_string());
+    return ToJson(*v);
+  };
+  // Shows at most max_lines lines of a block, each after `bar`.
+  auto block = [&](const std::vector<std::string>& lines, const auto& style) {
+    std::string out;
+    size_t shown = std::min(lines.size(), max_lines);
+    for (size_t k = 0; k < shown; ++k)
+      out += "  " + style(SanitizeLineForTerminal(lines[k])) + "\n";
+    if (lines.size() > shown) {
+      out += "  " +
+             sgr(kDim, fmt::format("… {} more line{}", lines.size() - shown,
+                                   lines.size() - shown == 1 ? "" : "s")) +
+             "\n";
+    }
+    return out;
+  };
+  std::string name = SanitizeLineForTerminal(a.name);
+  std::string head = sgr(kYellow, "⏸ approve?") + " " + sgr(kBold, name);
+  std::string body;
+  if (a.name == "execute") {
+    std::string timeout = str("timeout");
+    head += timeout.empty() || timeout == "null" ? "" : sgr(kDim, " (timeout " + timeout + " s)");
+    auto lines = Lines(str("command"));
+    if (lines.empty()) lines.push_back("");
+    lines[0] = "$ " + lines[0];
+    for (size_t k = 1; k < lines.size(); ++k) lines[k] = "  " + lines[k];
+    body = block(lines, [&](const std::string& l) { return sgr(kBold, l); });
+  } else if (a.name == "write_file") {
+    std::string content = str("content");
+    auto lines = Lines(content);
+    head += " " + SanitizeLineForTerminal(str("file_path")) +
+            sgr(kDim, fmt::format(" (writes {} line{}, {} bytes; replaces the file if it exists)",
+                                  lines.size(), lines.size() == 1 ? "" : "s", content.size()));
+    body = block(lines, [&](const std::string& l) { return sgr(kGreen, "+" + l); });
+  } else if (a.name == "edit_file") {
+    const json::value* all = a.args.if_contains("replace_all");
+    bool replace_all = all != nullptr && all->is_bool() && all->get_bool();
+    head += " " + SanitizeLineForTerminal(str("file_path")) +
+            sgr(kDim, replace_all ? " (every occurrence)" : " (one occurrence)");
+    auto diff = LineDiff(str("old_string"), str("new_string"));
+    body = "  " + sgr(kDim, "--- before") + "\n  " + sgr(kDim, "+++ after") + "\n" +
+           block(diff, [&](const std::string& l) {
+             if (l.starts_with("-")) return sgr(kRed, l);
+             if (l.starts_with("+")) return sgr(kGreen, l);
+             return l;
+           });
+  } else if (a.name == "delete") {
+    head += " " + SanitizeLineForTerminal(str("file_path")) +
+            sgr(kDim, " (deletes it; a directory with everything in it)");
+  } else {
+    std::vector<std::string> lines;
+    for (const auto& [k, v] : a.args) {
+      std::string text = v.is_string() ? std::string(v.get_string()) : ToJson(v);
+      auto vl = Lines(text);
+      lines.push_back(std::string(k) + ": " + (vl.empty() ? "" : vl[0]) +
+                      (vl.size() > 1 ? fmt::format(" (+{} lines)", vl.size() - 1) : ""));
+    }
+    body = block(lines, [&](const std::string& l) { return sgr(kDim, l); });
+  }
+  return head + "\n" + body;
+}
+
 std::optional<std::vector<Decision>> RunUi::Approve(const agent::InterruptRequest& request,
                                                     LineReader& tty, int tty_fd) {
   {
@@ -598,9 +791,20 @@ std::optional<std::vector<Decision>> RunUi::Approve(const agent::InterruptReques
   auto sgr = [&](std::string_view code, std::string_view text) {
     return color ? fmt::format("\x1b[{}m{}\x1b[0m", code, text) : std::string(text);
   };
-  auto ask = [&](std::string_view prompt) -> std::optional<std::string> {
+  auto ask_line = [&](std::string_view prompt) -> std::optional<std::string> {
     WriteFd(tty_fd, prompt);
     return tty.ReadLine();
+  };
+  auto record = [&](const agent::ActionRequest& a, const Decision& d, std::string_view how) {
+    if (options_.json) {
+      json::object o;
+      o["type"] = "decision";
+      o["tool_call_id"] = JsonString(a.tool_call_id);
+      o["tool"] = JsonString(a.name);
+      o["decision"] = agent::DecisionToJson(d);
+      EmitJson(std::move(o));
+    }
+    WriteFd(tty_fd, "  " + sgr(kDim, std::string(how)) + "\n");
   };
   std::vector<Decision> decisions;
   for (size_t i = 0; i < request.action_requests.size(); ++i) {
@@ -613,31 +817,65 @@ std::optional<std::vector<Decision>> RunUi::Approve(const agent::InterruptReques
     auto is_allowed = [&](DecisionType t) {
       return std::find(allowed.begin(), allowed.end(), t) != allowed.end();
     };
-    std::string args = ToJson(a.args);
-    // JSON escapes C0 controls but not C1 or bidi controls: sanitize anyway.
-    WriteFd(tty_fd, fmt::format("{} {}\n  {}\n", sgr(kYellow, "⏸ approval needed:"),
-                                sgr(kBold, SanitizeLineForTerminal(a.name)),
-                                sgr(kDim, Truncate(SanitizeLineForTerminal(args), 600))));
-    std::string choices;
-    if (is_allowed(DecisionType::kApprove)) choices += "[a]pprove ";
-    if (is_allowed(DecisionType::kReject)) choices += "[r]eject ";
-    if (is_allowed(DecisionType::kEdit)) choices += "[e]dit args ";
-    if (is_allowed(DecisionType::kRespond)) choices += "re[s]pond ";
+    WriteFd(tty_fd, DescribeAction(a, color));
+    if (is_allowed(DecisionType::kApprove) && always_approved_.count(a.name) > 0) {
+      record(a, Decision::Approve(), "approved (always, as you chose for " + a.name + ")");
+      decisions.push_back(Decision::Approve());
+      continue;
+    }
+    std::string name = SanitizeLineForTerminal(a.name);
+    std::string keys;
+    if (is_allowed(DecisionType::kApprove)) keys += "[y]es  [a]lways for " + name + "  ";
+    if (is_allowed(DecisionType::kReject)) keys += "[n]o  [r]eject with a reason  ";
+    if (is_allowed(DecisionType::kEdit)) keys += "[e]dit the arguments  ";
+    if (is_allowed(DecisionType::kRespond)) keys += "re[s]pond instead  ";
     std::optional<Decision> decision;
+    std::string how;
     while (!decision) {
-      auto answer = ask(fmt::format("  {}> ", choices));
-      if (!answer) return std::nullopt;
-      std::string s = agent::AsciiLower(agent::Trim(*answer));
-      if ((s == "a" || s == "approve" || s == "y" || s == "yes") &&
-          is_allowed(DecisionType::kApprove)) {
+      std::optional<char> key;
+      {
+        // Before the question shows: what was typed ahead is dropped, what
+        // is typed after it answers.
+        KeyMode mode(tty_fd);
+        if (mode.active()) tty.DiscardBuffered();
+        WriteFd(tty_fd, "  " + keys + "› ");
+        key = tty.ReadByte();
+        if (key && *key != '\n' && !mode.active()) {
+          // Not a terminal after all: the answer is the first character of a line.
+          auto rest = tty.ReadLine();
+          if (!rest) key.reset();
+        }
+      }
+      if (!key || *key == '\x04') {  // interrupted, EOF, or Ctrl-D
+        WriteFd(tty_fd, "\n");
+        return std::nullopt;
+      }
+      char k = static_cast<char>(std::tolower(static_cast<unsigned char>(*key)));
+      if (k == '\r' || k == '\n') {
+        WriteFd(tty_fd, "\n");
+        continue;
+      }
+      WriteFd(tty_fd, std::string(1, std::isprint(static_cast<unsigned char>(k)) ? k : '?') + "\n");
+      if (k == 'y' && is_allowed(DecisionType::kApprove)) {
         decision = Decision::Approve();
-      } else if ((s == "r" || s == "reject" || s == "n" || s == "no") &&
-                 is_allowed(DecisionType::kReject)) {
-        auto why = ask("  reason (optional): ");
+        how = "approved";
+      } else if (k == 'a' && is_allowed(DecisionType::kApprove)) {
+        always_approved_.insert(a.name);
+        decision = Decision::Approve();
+        how = "approved; later " + name + " calls run without asking";
+      } else if (k == 'n' && is_allowed(DecisionType::kReject)) {
+        decision = Decision::Reject();
+        how = "rejected";
+      } else if (k == 'r' && is_allowed(DecisionType::kReject)) {
+        auto why = ask_line("  reason (told to the model): ");
         if (!why) return std::nullopt;
         decision = Decision::Reject(std::string(agent::Trim(*why)));
-      } else if ((s == "e" || s == "edit") && is_allowed(DecisionType::kEdit)) {
-        auto text = ask("  new arguments (one JSON object): ");
+        how = "rejected";
+      } else if (k == 'e' && is_allowed(DecisionType::kEdit)) {
+        WriteFd(tty_fd,
+                "  " + sgr(kDim, "now: " + Truncate(SanitizeLineForTerminal(ToJson(a.args)), 400)) +
+                    "\n");
+        auto text = ask_line("  new arguments (one JSON object): ");
         if (!text) return std::nullopt;
         auto obj = ParseJsonObject(*text);
         if (!obj) {
@@ -647,24 +885,17 @@ std::optional<std::vector<Decision>> RunUi::Approve(const agent::InterruptReques
           continue;
         }
         decision = Decision::Edit(std::move(*obj));
-      } else if ((s == "s" || s == "respond") && is_allowed(DecisionType::kRespond)) {
-        auto text = ask("  response (returned to the model as the tool result): ");
+        how = "edited";
+      } else if (k == 's' && is_allowed(DecisionType::kRespond)) {
+        auto text = ask_line("  response (returned to the model as the tool result): ");
         if (!text) return std::nullopt;
         decision = Decision::Respond(*text);
+        how = "answered";
       } else {
-        WriteFd(tty_fd, "  please answer with one of: " + choices + "\n");
+        WriteFd(tty_fd, "  press one of the keys in brackets (Ctrl-C cancels)\n");
       }
     }
-    if (options_.json) {
-      json::object o;
-      o["type"] = "decision";
-      o["tool_call_id"] = a.tool_call_id;
-      o["tool"] = a.name;
-      o["decision"] = agent::DecisionToJson(*decision);
-      EmitJson(std::move(o));
-    } else {
-      WriteFd(tty_fd, "  " + sgr(kDim, std::string(DecisionVerb(decision->type))) + "\n");
-    }
+    record(a, *decision, how);
     decisions.push_back(std::move(*decision));
   }
   return decisions;

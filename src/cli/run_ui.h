@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -26,6 +27,9 @@
 namespace deepbox::run {
 
 class LineReader;
+
+// The --json stream's format version (docs/run-json.md), in every event.
+inline constexpr int kJsonEventsVersion = 1;
 
 struct UiOptions {
   bool json = false;
@@ -100,6 +104,16 @@ class RunUi {
   static std::string FormatTokens(int64_t n);  // 12,345
   static std::string FoldOutput(std::string_view preview, size_t max_chars);
   static json::object EventToJson(const agent::AgentEvent& event);
+  // One --json line (without the newline): `obj` with "version" after "type"
+  // and *_usd numbers as plain decimals (6 places).
+  static std::string SerializeEvent(const json::object& obj);
+  // What an approval request would change, for the prompt: the command of
+  // execute, the content of write_file, a line diff of edit_file's strings,
+  // the path of delete, other tools' arguments one per line.
+  static std::string DescribeAction(const agent::ActionRequest& action, bool color,
+                                    size_t max_lines = 40);
+  // " kept", "-removed", "+added" lines turning `before` into `after`.
+  static std::vector<std::string> LineDiff(std::string_view before, std::string_view after);
 
  private:
   struct Running {
@@ -133,6 +147,7 @@ class RunUi {
   bool streamed_text_ = false;              // the main agent streamed text this model turn
   std::map<std::string, Running> running_;  // tool_call_id -> running tool
   std::string last_todos_;
+  std::set<std::string> always_approved_;  // tools the user approved for the session
   std::chrono::steady_clock::time_point run_start_;
 };
 

@@ -260,8 +260,137 @@ TEST(RunUiTest, ApprovalPromptShowsHostileArgumentsInert) {
   close(tty[1]);
   std::string shown = Drain(tty[0]);
   EXPECT_TRUE(Inert(shown)) << shown;
-  EXPECT_THAT(shown, HasSubstr("approval needed: execute\n"));
+  EXPECT_THAT(shown, HasSubstr("approve? execute\n"));
   for (int fd : {tty[0], in[0], in[1], ev[0], ev[1]}) close(fd);
+}
+
+TEST(RunUiTest, RejectedCallsAndRetriesAreShown) {
+  Pipes p;
+  {
+    RunUi ui(
+        {.json = false, .color = false, .spinner = false, .out_fd = p.out[1], .err_fd = p.err[1]});
+    agent::AgentEvent r;
+    r.type = agent::EventType::kToolCallRejected;
+    r.tool_call_id = "toolu_9";
+    r.tool_name = "read_file";
+    r.main_argument = "/workspace/a.txt";
+    r.text = "1 validation error for read_file\nlimit\n  Input should be a valid integer";
+    ui.OnEvent(r);
+    r.tool_name = "no_such_tool";
+    r.main_argument = "";
+    r.text = "Error: no_such_tool is not a valid tool, try one of [ls, read_file].";
+    ui.OnEvent(r);
+    agent::AgentEvent retry;
+    retry.type = agent::EventType::kRetry;
+    retry.text = "Anthropic API rate limit (HTTP 429): slow down";
+    retry.attempt = 1;
+    retry.max_attempts = 6;
+    retry.duration = 7000ms;
+    ui.OnEvent(retry);
+  }
+  auto [out, err] = p.Finish();
+  EXPECT_THAT(out, HasSubstr("✗ read_file  /workspace/a.txt  · rejected before it ran\n"));
+  EXPECT_THAT(out, HasSubstr("⎿ 1 validation error for read_file  (+2 more lines)\n"));
+  EXPECT_THAT(out, HasSubstr("✗ no_such_tool  · rejected before it ran\n"));
+  EXPECT_THAT(out, HasSubstr("⎿ Error: no_such_tool is not a valid tool"));
+  EXPECT_THAT(err, HasSubstr("deepbox: the model API failed (attempt 1 of 6): Anthropic API rate "
+                             "limit (HTTP 429): slow down; retrying in 7.0s\n"));
+}
+
+TEST(RunUiTest, JsonEventsCarryAVersionAndPlainDecimalCost) {
+  Pipes p;
+  {
+    RunUi ui({.json = true, .out_fd = p.out[1], .err_fd = p.err[1]});
+    agent::RunResult r;
+    r.cost_usd = 0.0123;
+    ui.RunFinished(r, 10ms);
+    agent::AgentEvent retry;
+    retry.type = agent::EventType::kRetry;
+    retry.text = "busy";
+    retry.attempt = 2;
+    retry.max_attempts = 6;
+    retry.duration = 1500ms;
+    ui.OnEvent(retry);
+    RunSummary s;
+    s.cost_usd = 0.000004;
+    ui.Result(s);
+  }
+  auto [out, err] = p.Finish();
+  EXPECT_THAT(out, HasSubstr(R"({"type":"run_end","version":1,)"));
+  EXPECT_THAT(out, HasSubstr(R"("cost_usd":0.012300,)"));
+  EXPECT_THAT(
+      out, HasSubstr(R"({"type":"retry","version":1,"error":"busy","attempt":2,"max_attempts":6,)"
+                     R"("delay_ms":1500})"));
+  EXPECT_THAT(out, HasSubstr(R"("cost_usd":0.000004,)"));
+  EXPECT_THAT(out, Not(HasSubstr("E-")));
+  size_t start = 0;
+  for (size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1) {
+    auto o = ParseJsonObject(std::string_view(out).substr(start, nl - start));
+    ASSERT_TRUE(o.has_value()) << out;
+    EXPECT_EQ(o->at("version").as_int64(), kJsonEventsVersion);
+  }
+}
+
+TEST(RunUiTest, ApprovalsShowWhatWillChange) {
+  agent::ActionRequest exec{"t1", "execute", json::object{{"command", "rm -rf build\nmake"}}, ""};
+  EXPECT_EQ(RunUi::DescribeAction(exec, false),
+            "⏸ approve? execute\n  $ rm -rf build\n    make\n");
+  agent::ActionRequest write{
+      "t2", "write_file",
+      json::object{{"file_path", "/workspace/a.py"}, {"content", "one\ntwo\nthree\n"}}, ""};
+  EXPECT_EQ(
+      RunUi::DescribeAction(write, false, 2),
+      "⏸ approve? write_file /workspace/a.py (writes 3 lines, 14 bytes; replaces the file if "
+      "it exists)\n  +one\n  +two\n  … 1 more line\n");
+  agent::ActionRequest edit{"t3", "edit_file",
+                            json::object{{"file_path", "/workspace/a.py"},
+                                         {"old_string", "a = 1\nb = 2\nc = 3"},
+                                         {"new_string", "a = 1\nb = 20\nc = 3"}},
+                            ""};
+  EXPECT_EQ(RunUi::DescribeAction(edit, false),
+            "⏸ approve? edit_file /workspace/a.py (one occurrence)\n  --- before\n  +++ after\n"
+            "   a = 1\n  -b = 2\n  +b = 20\n   c = 3\n");
+  agent::ActionRequest del{"t4", "delete", json::object{{"file_path", "/workspace/old"}}, ""};
+  EXPECT_THAT(RunUi::DescribeAction(del, false), HasSubstr("delete /workspace/old (deletes it"));
+  // Nothing a model wrote reaches the terminal raw.
+  agent::ActionRequest evil{"t5", "execute", json::object{{"command", "ls\x1b]0;pwned\x07"}}, ""};
+  EXPECT_THAT(RunUi::DescribeAction(evil, false), Not(HasSubstr("\x1b")));
+}
+
+TEST(RunUiTest, ApprovalTakesOneKey) {
+  // Not a terminal here (a pipe): the key is the first character of a line;
+  // on a terminal no Enter is needed (tests/e2e/terminal_test.cc).
+  int tty[2], in[2], ev[2];
+  ASSERT_EQ(pipe2(tty, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(ev, O_CLOEXEC), 0);
+  ASSERT_EQ(write(in[1], "x\nn\ny\n", 6), 6);  // an unknown key, then no, then yes
+  agent::InterruptRequest req;
+  req.action_requests.push_back({"c1", "execute", json::object{{"command", "rm -rf /"}}, ""});
+  req.action_requests.push_back({"c2", "execute", json::object{{"command", "ls"}}, ""});
+  {
+    RunUi ui({.json = false, .color = false, .spinner = false, .out_fd = tty[1], .err_fd = tty[1]});
+    LineReader reader(in[0], ev[0]);
+    auto d = ui.Approve(req, reader, tty[1]);
+    ASSERT_TRUE(d);
+    ASSERT_EQ(d->size(), 2u);
+    EXPECT_EQ((*d)[0].type, agent::DecisionType::kReject);
+    EXPECT_EQ((*d)[1].type, agent::DecisionType::kApprove);
+  }
+  close(tty[1]);
+  std::string shown = Drain(tty[0]);
+  EXPECT_THAT(shown, HasSubstr("$ rm -rf /\n"));
+  EXPECT_THAT(shown, HasSubstr("press one of the keys in brackets"));
+  EXPECT_THAT(shown, HasSubstr("rejected\n"));
+  EXPECT_THAT(shown, HasSubstr("approved\n"));
+  for (int fd : {tty[0], in[0], in[1], ev[0], ev[1]}) close(fd);
+}
+
+TEST(RunUiTest, LineDiff) {
+  EXPECT_EQ(RunUi::LineDiff("a\nb\nc", "a\nc\nd"),
+            (std::vector<std::string>{" a", "-b", " c", "+d"}));
+  EXPECT_EQ(RunUi::LineDiff("", "x"), (std::vector<std::string>{"+x"}));
+  EXPECT_EQ(RunUi::LineDiff("x", ""), (std::vector<std::string>{"-x"}));
 }
 
 TEST(LineReaderTest, LinesAndInterrupt) {

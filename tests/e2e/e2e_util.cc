@@ -1,14 +1,19 @@
 #include "e2e_util.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -125,6 +130,70 @@ int Process::Wait() {
   return *code_;
 }
 
+std::optional<int> Process::WaitAtMost(std::chrono::seconds limit) {
+  if (code_) return code_;
+  if (pid_ <= 0) return -1;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      code_ = DecodeStatus(status);
+      return code_;
+    }
+    if (r < 0 && errno != EINTR) return std::nullopt;
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+SilentServer::SilentServer() {
+  listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  stop_fd_ = eventfd(0, EFD_CLOEXEC);
+  EXPECT_GE(listen_fd_, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(listen(listen_fd_, 16), 0);
+  socklen_t len = sizeof addr;
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.sin_port);
+  thread_ = std::thread([this] {
+    std::vector<int> conns;
+    for (;;) {
+      std::vector<pollfd> fds = {{stop_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}};
+      for (int c : conns) fds.push_back({c, POLLIN, 0});
+      if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) break;
+      if (fds[0].revents != 0) break;
+      if (fds[1].revents != 0) {
+        int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c >= 0) {
+          conns.push_back(c);
+          accepted_.fetch_add(1);
+        }
+      }
+      for (size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        char buf[4096];
+        if (read(fds[i].fd, buf, sizeof buf) <= 0) {
+          close(fds[i].fd);
+          conns.erase(std::find(conns.begin(), conns.end(), fds[i].fd));
+        }
+      }
+    }
+    for (int c : conns) close(c);
+  });
+}
+
+SilentServer::~SilentServer() {
+  uint64_t one = 1;
+  (void)!write(stop_fd_, &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+  close(listen_fd_);
+  close(stop_fd_);
+}
+
 PtyProcess::PtyProcess(const std::vector<std::string>& argv_in,
                        const std::vector<std::string>& env_in) {
   std::vector<std::string> argv = argv_in, env = env_in;
@@ -175,6 +244,18 @@ bool PtyProcess::WaitFor(const std::string& text, std::chrono::seconds limit) {
     if (!ReadSome(50)) return output_.find(text) != std::string::npos;
   }
   return true;
+}
+
+bool PtyProcess::WaitForNext(const std::string& text, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    if (size_t at = output_.find(text, next_); at != std::string::npos) {
+      next_ = at + text.size();
+      return true;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (!ReadSome(50) && output_.find(text, next_) == std::string::npos) return false;
+  }
 }
 
 void PtyProcess::Write(const std::string& text) {

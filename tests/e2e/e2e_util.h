@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/json.h"
@@ -27,8 +29,11 @@ inline const std::string kSourceDir = DEEPBOX_SOURCE_DIR;
 inline const std::string kDeepbox = kBinDir + "/deepbox";
 inline const std::string kExample = kBinDir + "/deepbox-fib-example";
 inline const std::string kFibReplay = kSourceDir + "/examples/fib/fib.replay.jsonl";
+// The example's last line: "in the pod" on k8s, "in the sandbox" for a local one.
 inline const std::string kVerified =
     "Sandbox verification passed: fib.py runs in the pod and prints the expected sequence.";
+inline const std::string kVerifiedLocal =
+    "Sandbox verification passed: fib.py runs in the sandbox and prints the expected sequence.";
 inline const std::string kExampleLabel = "deepagents.example/claim=true";
 
 std::string ReadFile(const fs::path& p);
@@ -53,6 +58,9 @@ class Process {
   std::string err() const { return ReadFile(err_); }
   // The exit code (128+N for a signal); waits.
   int Wait();
+  // The exit code, or nullopt if the process still runs after `limit` (a
+  // safety net against hangs: the test fails instead of waiting forever).
+  std::optional<int> WaitAtMost(std::chrono::seconds limit);
 
  private:
   pid_t pid_ = -1;
@@ -68,6 +76,9 @@ class PtyProcess {
   ~PtyProcess();
   // Reads until the output contains `text` (true) or the process is done.
   bool WaitFor(const std::string& text, std::chrono::seconds limit = 120s);
+  // The same, but only output after the previous WaitForNext match counts
+  // (the second prompt, not the first one again).
+  bool WaitForNext(const std::string& text, std::chrono::seconds limit = 120s);
   void Write(const std::string& text);
   int Wait();  // reads everything, then the exit code
   const std::string& output() const { return output_; }
@@ -78,7 +89,26 @@ class PtyProcess {
   int master_ = -1;
   bool eof_ = false;
   std::string output_;
+  size_t next_ = 0;  // WaitForNext searches from here
   std::optional<int> code_;
+};
+
+// A TCP server on 127.0.0.1 that accepts connections and never answers (it
+// reads and discards what it gets): a model API that stalls before its first
+// byte, over HTTP (no response head) or HTTPS (no TLS handshake).
+class SilentServer {
+ public:
+  SilentServer();
+  ~SilentServer();
+  int port() const { return port_; }
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
 };
 
 // Every test gets its own local state directory and threads directory.

@@ -47,7 +47,7 @@ TEST_F(ExampleTest, ReplaysTheRecordingWithoutAnApiKeyAndVerifies) {
   EXPECT_THAT(r.err, HasSubstr("[tool] execute python3 /workspace/fib.py"));
   EXPECT_THAT(r.out, HasSubstr("Agent's final message:"));
   EXPECT_THAT(r.out, HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
-  EXPECT_THAT(r.out, HasSubstr(kVerified));
+  EXPECT_THAT(r.out, HasSubstr(kVerifiedLocal));
   EXPECT_THAT(Sandboxes(kExampleLabel), IsEmpty());
 }
 
@@ -59,7 +59,7 @@ TEST_F(ExampleTest, TalksToAnthropicOverHttpWhenAKeyIsSet) {
   auto r = Run({kExample}, FakeEnv(server));
   EXPECT_EQ(r.code, run::kRunExitOk) << r.out << r.err;
   EXPECT_THAT(r.err, Not(HasSubstr("replaying")));
-  EXPECT_THAT(r.out, HasSubstr(kVerified));
+  EXPECT_THAT(r.out, HasSubstr(kVerifiedLocal));
   EXPECT_EQ(server.pending_turns(), 0u);
   ASSERT_GE(server.requests().size(), 1u);
   EXPECT_EQ(server.requests()[0].json.at("model").as_string(), "claude-sonnet-4-6");
@@ -72,7 +72,7 @@ TEST_F(ExampleTest, WrongSequenceFailsVerification) {
   auto r = Run({kExample}, FakeEnv(server));
   EXPECT_EQ(r.code, run::kRunExitVerification) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("Sandbox verification failed: fib.py does not print the sequence"));
-  EXPECT_THAT(r.out, Not(HasSubstr(kVerified)));
+  EXPECT_THAT(r.out, Not(HasSubstr(kVerifiedLocal)));
   EXPECT_THAT(Sandboxes(kExampleLabel), IsEmpty());
 }
 

@@ -48,15 +48,32 @@ TEST_F(RunTest, ReplaysTheFibonacciRecording) {
   auto r = Run(RunArgs({"--model", "replay:" + kFibReplay, kTask}));
   EXPECT_EQ(r.code, run::kRunExitOk) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("a scripted conversation, not a live model"));
-  EXPECT_THAT(r.out, HasSubstr("I'll plan this first"));
-  EXPECT_THAT(r.out, HasSubstr("✓ write_file  /workspace/fib.py"));
-  EXPECT_THAT(r.out, HasSubstr("✓ execute  python3 /workspace/fib.py"));
-  EXPECT_THAT(r.out, HasSubstr("⎿ 0  (+9 more lines)"));  // the real output, folded
-  EXPECT_THAT(r.out, HasSubstr("☰ Todos"));
-  EXPECT_THAT(r.out, HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
+  // stdout is not a terminal: the transcript goes to stderr, the answer alone
+  // to stdout (run TASK > answer.txt).
+  EXPECT_THAT(r.err, HasSubstr("I'll plan this first"));
+  EXPECT_THAT(r.err, HasSubstr("✓ write_file  /workspace/fib.py"));
+  EXPECT_THAT(r.err, HasSubstr("✓ execute  python3 /workspace/fib.py"));
+  EXPECT_THAT(r.err, HasSubstr("⎿ 0  (+9 more lines)"));  // the real output, folded
+  EXPECT_THAT(r.err, HasSubstr("☰ Todos"));
   EXPECT_THAT(r.err, HasSubstr("6 steps · tokens"));
+  EXPECT_EQ(r.out,
+            "I wrote `/workspace/fib.py` and ran it with `python3 /workspace/fib.py` in the "
+            "sandbox. It defines `fibonacci(n)` (iterative, starting from 0, 1) and prints the "
+            "first 10 Fibonacci numbers, one per line:\n\n0, 1, 1, 2, 3, 5, 8, 13, 21, 34\n\nThe "
+            "script exited with status 0.\n");
   EXPECT_THAT(r.out + r.err, Not(HasSubstr("\x1b[")));  // not a terminal: no colours
+  // The recording was made for the example's longer task: said, not fatal.
+  EXPECT_THAT(r.err, HasSubstr("warning: the recording answers another task"));
   EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+TEST_F(RunTest, ReplayOfItsOwnTaskSaysNothingAboutTasks) {
+  auto r = Run(RunArgs({"--model", "replay:" + kFibReplay,
+                        "Write a Python script /workspace/fib.py that prints the first 10 "
+                        "Fibonacci numbers (starting 0, 1), then run it with `python3 "
+                        "/workspace/fib.py` and tell me what it printed."}));
+  EXPECT_EQ(r.code, run::kRunExitOk) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("answers another task")));
 }
 
 TEST_F(RunTest, JsonEventsAgainstTheFakeAnthropicServer) {
@@ -143,6 +160,61 @@ INSTANTIATE_TEST_SUITE_P(Signals, RunSignalTest, ::testing::Values(SIGINT, SIGTE
                            return info.param == SIGINT ? "SIGINT" : "SIGTERM";
                          });
 
+// One Ctrl-C ends the run promptly whatever the model API is doing; `how`
+// says whether the run wound down by itself (cancelled) or was abandoned
+// after the grace period (a connection being set up cannot be cancelled).
+void ExpectOneCtrlCEndsTheRun(RunTest& t, Process& p, bool abandoned) {
+  kill(p.pid(), SIGINT);
+  auto code = p.WaitAtMost(60s);
+  ASSERT_TRUE(code.has_value()) << "one Ctrl-C did not end the run\n" << p.err();
+  EXPECT_EQ(*code, run::kRunExitInterrupted) << p.err();
+  auto events = JsonLines(p.out());
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().at("type").as_string(), "result");
+  EXPECT_EQ(events.back().at("exit_code").as_int64(), run::kRunExitInterrupted);
+  EXPECT_EQ(events.back().at("stop_reason").as_string(), "interrupted");
+  EXPECT_EQ(p.err().find("did not stop within") != std::string::npos, abandoned) << p.err();
+  (void)t;
+}
+
+TEST_F(RunTest, OneCtrlCWhileTheModelStreamIsSilent) {
+  FakeAnthropicServer server({.api_key = kKey});
+  server.Enqueue(ScriptedTurn::SilentStall("Let me think"));
+  Process p(RunArgs({"--json", kTask}), Env(FakeEnv(server)), dir_);
+  ASSERT_TRUE(Eventually([&] {
+    return p.out().find(R"("type":"text_delta")") != std::string::npos;
+  })) << p.out()
+      << p.err();
+  WaitForSandbox(kLabel);
+  ExpectOneCtrlCEndsTheRun(*this, p, /*abandoned=*/false);
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+TEST_F(RunTest, OneCtrlCWhileTheModelApiNeverAnswers) {
+  SilentServer api;
+  Process p(RunArgs({"--json", kTask}),
+            Env({{"ANTHROPIC_API_KEY", kKey},
+                 {"ANTHROPIC_BASE_URL", "http://127.0.0.1:" + std::to_string(api.port())}}),
+            dir_);
+  WaitForSandbox(kLabel);
+  ASSERT_TRUE(Eventually([&] { return api.accepted() >= 1; }));
+  ExpectOneCtrlCEndsTheRun(*this, p, /*abandoned=*/false);
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+TEST_F(RunTest, OneCtrlCWhileTheTlsHandshakeStalls) {
+  SilentServer api;
+  Process p(RunArgs({"--json", kTask}),
+            Env({{"ANTHROPIC_API_KEY", kKey},
+                 {"ANTHROPIC_BASE_URL", "https://127.0.0.1:" + std::to_string(api.port())}}),
+            dir_);
+  WaitForSandbox(kLabel);
+  ASSERT_TRUE(Eventually([&] { return api.accepted() >= 1; }));
+  ExpectOneCtrlCEndsTheRun(*this, p, /*abandoned=*/true);
+  EXPECT_THAT(p.out(), HasSubstr("stopping the agent and deleting the sandbox"));  // a notice
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
 TEST_F(RunTest, SandboxDeletedUnderTheAgentIsAClearSandboxError) {
   FakeAnthropicServer server({.api_key = kKey});
   server.Enqueue(ScriptedTurn::ToolCalls(
@@ -219,10 +291,204 @@ TEST_F(RunTest, RecordThenReplay) {
   auto r = Run(RunArgs({"--record", rec, kTask}), FakeEnv(server));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("recording the model conversation to " + rec));
+  // The recording holds the prompts: owner-only.
+  EXPECT_EQ(fs::status(rec).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
   r = Run(RunArgs({"--model", "replay:" + rec, kTask}));
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("(a recorded conversation)"));
+  EXPECT_THAT(r.err, Not(HasSubstr("answers another task")));  // the task it recorded
   EXPECT_THAT(r.out, HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
+  r = Run(RunArgs({"--model", "replay:" + rec, "something else entirely"}));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("warning: the recording answers another task (\"" +
+                               std::string(kTask) + "\")"));
+}
+
+// Whether a --json run claimed a sandbox at all.
+bool ClaimedASandbox(const std::string& out) {
+  for (const auto& e : JsonLines(out)) {
+    if (GetOptString(e, "type").value_or("") == "sandbox") return true;
+  }
+  return false;
+}
+
+TEST_F(RunTest, BadArgumentsAreRefusedBeforeASandboxIsClaimed) {
+  auto r = Run(RunArgs({"--json", "--model", "replay:/nonexistent/rec.jsonl", kTask}));
+  EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/nonexistent/rec.jsonl"));
+  EXPECT_FALSE(ClaimedASandbox(r.out));
+  r = Run(RunArgs({"--json", "--model", "replay:" + kFibReplay, "  "}));
+  EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("TASK is empty"));
+  EXPECT_FALSE(ClaimedASandbox(r.out));
+  r = Run(RunArgs({"--json", "--model", "replay:" + kFibReplay, "--thread", "my thread/1", kTask}));
+  EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--thread 'my thread/1': not a valid thread id (use letters, "
+                               "digits, '-', '_' and '.'"));
+  EXPECT_FALSE(ClaimedASandbox(r.out));
+  WriteFile(dir_ / "a-file", "x");
+  r = Run(RunArgs({"--json", "--model", "replay:" + kFibReplay, "--threads-dir",
+                   (dir_ / "a-file" / "threads").string(), kTask}));
+  EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--threads-dir: "));
+  EXPECT_FALSE(ClaimedASandbox(r.out));
+  r = Run(RunArgs({"--json", "--model", "replay:" + kFibReplay, "--skills",
+                   (dir_ / "no-such-dir").string(), kTask}));
+  EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("no-such-dir: not a directory"));
+  EXPECT_FALSE(ClaimedASandbox(r.out));
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+TEST_F(RunTest, ATruncatedAnswerIsNotASuccess) {
+  FakeAnthropicServer server({.api_key = kKey});
+  server.Enqueue(ScriptedTurn::Text("The numbers are 0, 1, 1, 2").WithStopReason("max_tokens"));
+  auto r = Run(RunArgs({kTask}), FakeEnv(server));
+  EXPECT_EQ(r.code, run::kRunExitTruncated) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("warning: the answer is incomplete: the model stopped at its "
+                               "output token limit"));
+  EXPECT_EQ(r.out, "The numbers are 0, 1, 1, 2\n");  // what there is, still printed
+  server.Enqueue(ScriptedTurn::Text("cut").WithStopReason("max_tokens"));
+  r = Run(RunArgs({"--json", kTask}), FakeEnv(server));
+  EXPECT_EQ(r.code, run::kRunExitTruncated);
+  auto events = JsonLines(r.out);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().at("stop_reason").as_string(), "truncated");
+  EXPECT_EQ(events.back().at("exit_code").as_int64(), run::kRunExitTruncated);
+}
+
+TEST_F(RunTest, RejectedToolCallsAndRetriesAreShown) {
+  FakeAnthropicServer server({.api_key = kKey});
+  server.Enqueue(ScriptedTurn::RateLimited("0"));
+  server.Enqueue(ScriptedTurn::ToolCalls(
+      {ScriptedToolCall("toolu_x", "no_such_tool", {{"path", "/"}}),
+       ScriptedToolCall::Raw("toolu_y", "write_file", R"({"file_path": "/workspace/a", )")}));
+  server.Enqueue(ScriptedTurn::Text("gave up"));
+  auto r = Run(RunArgs({kTask}), FakeEnv(server));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the model API failed (attempt 1 of 6): "));
+  EXPECT_THAT(r.err, HasSubstr("retrying in 0ms"));
+  EXPECT_THAT(r.err, HasSubstr("✗ no_such_tool  · rejected before it ran"));
+  EXPECT_THAT(r.err, HasSubstr("⎿ Error: no_such_tool is not a valid tool"));
+  EXPECT_THAT(r.err, HasSubstr("✗ write_file  · rejected before it ran"));  // no arguments
+  EXPECT_THAT(r.err, HasSubstr("could not be executed - arguments were malformed"));
+  // And in the event stream.
+  server.Enqueue(ScriptedTurn::RateLimited("0"));
+  server.Enqueue(
+      ScriptedTurn::ToolCalls({ScriptedToolCall("toolu_z", "no_such_tool", {{"path", "/"}})}));
+  server.Enqueue(ScriptedTurn::Text("gave up"));
+  r = Run(RunArgs({"--json", kTask}), FakeEnv(server));
+  EXPECT_EQ(r.code, 0) << r.err;
+  auto events = JsonLines(r.out);
+  const json::object* retry = Find(events, "retry");
+  ASSERT_NE(retry, nullptr) << r.out;
+  EXPECT_EQ(retry->at("attempt").as_int64(), 1);
+  EXPECT_THAT(std::string(retry->at("error").as_string()), HasSubstr("429"));
+  const json::object* rejected = Find(events, "tool_call_rejected", "no_such_tool");
+  ASSERT_NE(rejected, nullptr) << r.out;
+  EXPECT_EQ(rejected->at("tool_call_id").as_string(), "toolu_z");
+  EXPECT_THAT(std::string(rejected->at("reason").as_string()), HasSubstr("not a valid tool"));
+  for (const auto& e : events) EXPECT_EQ(e.at("version").as_int64(), 1) << ToJson(e);
+}
+
+TEST_F(RunTest, SkillsAndMemoryFromThisMachineReachTheAgent) {
+  fs::create_directories(dir_ / "skills" / "greeting");
+  WriteFile(dir_ / "skills" / "greeting" / "SKILL.md",
+            "---\nname: greeting\ndescription: Greets people in Esperanto.\n---\nSay saluton.\n");
+  WriteFile(dir_ / "AGENTS.md", "The user prefers tabs over spaces.\n");
+  FakeAnthropicServer server({.api_key = kKey});
+  server.Enqueue(ScriptedTurn::ToolCalls(
+      {ScriptedToolCall("toolu_r", "execute",
+                        {{"command", "cat /workspace/.deepagents/skills/1/greeting/SKILL.md"}})}));
+  server.Enqueue(ScriptedTurn::Text("done"));
+  auto r = Run(RunArgs({"--skills", (dir_ / "skills").string(), "--memory-file",
+                        (dir_ / "AGENTS.md").string(), kTask}),
+               FakeEnv(server));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("1 skill from " + (dir_ / "skills").string()));
+  EXPECT_THAT(r.err, HasSubstr("⎿ ---  (+4 more lines)"));  // the copy is there
+  ASSERT_GE(server.requests().size(), 1u);
+  std::string system = ToJson(server.requests()[0].json.at("system"));
+  EXPECT_THAT(system, HasSubstr("greeting"));
+  EXPECT_THAT(system, HasSubstr("Greets people in Esperanto."));
+  EXPECT_THAT(system, HasSubstr("The user prefers tabs over spaces."));
+  // deepagents' default places, under $HOME, without flags.
+  fs::create_directories(dir_ / "home" / ".deepagents" / "agent" / "skills" / "hello");
+  WriteFile(dir_ / "home" / ".deepagents" / "agent" / "skills" / "hello" / "SKILL.md",
+            "---\nname: hello\ndescription: Says hello.\n---\nHello.\n");
+  WriteFile(dir_ / "home" / ".deepagents" / "agent" / "AGENTS.md", "Default memory here.\n");
+  server.Enqueue(ScriptedTurn::Text("done"));
+  auto env = FakeEnv(server);
+  env["HOME"] = (dir_ / "home").string();
+  r = Run(RunArgs({kTask}), env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  system = ToJson(server.requests().back().json.at("system"));
+  EXPECT_THAT(system, HasSubstr("Says hello."));
+  EXPECT_THAT(system, HasSubstr("Default memory here."));
+  // `none` turns the defaults off.
+  server.Enqueue(ScriptedTurn::Text("done"));
+  r = Run(RunArgs({"--skills", "none", "--memory-file", "none", kTask}), env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  system = ToJson(server.requests().back().json.at("system"));
+  EXPECT_THAT(system, Not(HasSubstr("Says hello.")));
+  EXPECT_THAT(system, Not(HasSubstr("Default memory here.")));
+}
+
+// The last user message the fake server received, as text.
+std::string LastUserText(const json::object& body) {
+  const auto& msgs = body.at("messages").as_array();
+  const json::value& content = msgs.back().at("content");
+  if (content.is_string()) return std::string(content.as_string());
+  std::string text;
+  for (const auto& block : content.as_array()) {
+    if (const auto* t = block.as_object().if_contains("text")) text += t->as_string();
+  }
+  return text;
+}
+
+TEST_F(RunTest, AThreadContinuesInItsSandboxOrIsToldItIsNew) {
+  // Run 1 keeps its sandbox, with a file in it.
+  auto r = Run(
+      RunArgs({"--keep-sandbox", "--thread", "th-keep", "--model", "replay:" + kFibReplay, kTask}));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto list = Sandboxes(kLabel);
+  ASSERT_EQ(list.size(), 1u);
+  std::string id(list[0].at("id").as_string());
+  // Run 2 continues in it: the file is there and the model is told nothing.
+  FakeAnthropicServer server({.api_key = kKey});
+  server.Enqueue(ScriptedTurn::ToolCalls({ScriptedToolCall(
+      "toolu_c", "execute", {{"command", "python3 /workspace/fib.py | tail -1"}})}));
+  server.Enqueue(ScriptedTurn::Text("still there"));
+  r = Run(RunArgs({"--thread", "th-keep", "--sandbox-id", id, "run it again"}), FakeEnv(server));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("continuing thread th-keep"));
+  EXPECT_THAT(r.err, HasSubstr("in the same sandbox"));
+  EXPECT_THAT(r.err, HasSubstr("⎿ 34"));
+  EXPECT_EQ(LastUserText(server.requests().at(0).json), "run it again");
+  EXPECT_THAT(r.err, HasSubstr("deepbox sandbox rm " + id));  // left running, as it was
+  ASSERT_EQ(Sandboxes(kLabel).size(), 1u);
+  // Run 3 gets a new sandbox: the model is told its files are gone.
+  server.Enqueue(ScriptedTurn::Text("I will recreate it"));
+  r = Run(RunArgs({"--thread", "th-keep", "and again"}), FakeEnv(server));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("in a new sandbox: the files of its earlier runs are not here"));
+  std::string told = LastUserText(server.requests().back().json);
+  EXPECT_THAT(told, HasSubstr("<system-reminder>This conversation continues in a new sandbox"));
+  EXPECT_THAT(told, HasSubstr("sandbox " + id));
+  EXPECT_THAT(told, HasSubstr("and again"));
+  // `threads ls` knows the thread and its last task.
+  auto ls = Run({kDeepbox, "threads", "ls"});
+  EXPECT_EQ(ls.code, 0) << ls.err;
+  EXPECT_THAT(ls.out, HasSubstr("th-keep"));
+  EXPECT_THAT(ls.out, HasSubstr("and again"));
+  ls = Run({kDeepbox, "threads", "ls", "--json"});
+  auto arr = ParseJson(ls.out);
+  ASSERT_TRUE(arr && arr->is_array()) << ls.out;
+  ASSERT_EQ(arr->as_array().size(), 1u);
+  EXPECT_EQ(arr->as_array()[0].at("id").as_string(), "th-keep");
+  EXPECT_EQ(arr->as_array()[0].at("runs").as_int64(), 3);
+  EXPECT_EQ(Run({kDeepbox, "sandbox", "rm", id}).code, 0);
 }
 
 TEST_F(RunTest, KeepSandboxLeavesItAndSaysHowToDeleteIt) {

@@ -132,13 +132,86 @@ TEST_F(TerminalTest, InteractivePromptRunsEachLineOnTheSameSandbox) {
   ASSERT_TRUE(p.WaitFor("wrote a.txt")) << p.output();
   p.Write("read it\r");  // read at the next prompt
   ASSERT_TRUE(p.WaitFor("read it back")) << p.output();
-  p.Write("\r");  // an empty line ends the session
+  p.Write("/exit\r");
   EXPECT_EQ(p.Wait(), 0) << p.output();
   EXPECT_THAT(p.output(), HasSubstr("kept between tasks"));  // the folded execute output
   EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
 }
 
-TEST_F(TerminalTest, ManualApprovalAsksOnTheTerminal) {
+TEST_F(TerminalTest, InteractivePromptEditsLinesAndRecallsHistory) {
+  FakeAnthropicServer server({.api_key = "sk-ant-e2e"});
+  server.Enqueue(ScriptedTurn::Text("first answer"));
+  server.Enqueue(ScriptedTurn::Text("second answer"));
+  PtyProcess p(Args({}), TermEnv({{"ANTHROPIC_API_KEY", "sk-ant-e2e"},
+                                  {"ANTHROPIC_BASE_URL", server.url()}}));
+  ASSERT_TRUE(p.WaitFor("Ctrl-D or /exit ends the session")) << p.output();
+  ASSERT_TRUE(p.WaitForNext("›")) << p.output();  // the prompt
+  // A typo fixed with the arrow keys: the cursor moves, nothing of the escape
+  // sequence reaches the model.
+  p.Write("wrte a file");
+  for (int i = 0; i < 9; ++i) p.Write("\x1b[D");  // Left: to just after "wr"
+  p.Write("i\r");
+  ASSERT_TRUE(p.WaitFor("first answer")) << p.output();
+  ASSERT_TRUE(p.WaitForNext("›")) << p.output();
+  // Up recalls the line.
+  p.Write("\x1b[A\r");
+  ASSERT_TRUE(p.WaitFor("second answer")) << p.output();
+  ASSERT_TRUE(p.WaitForNext("›")) << p.output();
+  p.Write("\x04");  // Ctrl-D on an empty line ends the session
+  EXPECT_EQ(p.Wait(), 0) << p.output();
+  auto requests = server.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  auto last_user_text = [](const json::object& body) {
+    const auto& msgs = body.at("messages").as_array();
+    const auto& content = msgs.back().at("content");
+    if (content.is_string()) return std::string(content.as_string());
+    return std::string(content.as_array().back().at("text").as_string());
+  };
+  EXPECT_EQ(last_user_text(requests[0].json), "write a file");
+  EXPECT_EQ(last_user_text(requests[1].json), "write a file");
+  // History is kept for the next session, readable by its owner only.
+  fs::path history = dir_ / "xdg" / "deepbox" / "run_history";
+  ASSERT_TRUE(fs::exists(history));
+  EXPECT_THAT(ReadFile(history), HasSubstr("write"));
+  EXPECT_EQ(fs::status(history).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+TEST_F(TerminalTest, CtrlCCancelsTheTaskNotTheSession) {
+  FakeAnthropicServer server({.api_key = "sk-ant-e2e"});
+  server.Enqueue(ScriptedTurn::ToolCalls(
+      {ScriptedToolCall("toolu_sleep", "execute", {{"command", "sleep 1000"}})}));
+  server.Enqueue(ScriptedTurn::Text("still here"));
+  PtyProcess p(Args({}), TermEnv({{"ANTHROPIC_API_KEY", "sk-ant-e2e"},
+                                  {"ANTHROPIC_BASE_URL", server.url()}}));
+  ASSERT_TRUE(p.WaitForNext("›")) << p.output();  // the prompt
+  // Ctrl-C at the prompt abandons the line only.
+  p.Write("never sent");
+  p.Write("\x03");
+  ASSERT_TRUE(p.WaitForNext("›")) << p.output();  // a fresh prompt
+  p.Write("sleep for a while\r");
+  ASSERT_TRUE(p.WaitFor("execute sleep 1000")) << p.output();
+  std::string id = WaitForSandbox(kLabel);
+  p.Write("\x03");
+  ASSERT_TRUE(p.WaitFor("task cancelled")) << p.output();
+  ASSERT_TRUE(p.WaitForNext("›")) << p.output();  // the session goes on
+  p.Write("are you there?\r");
+  ASSERT_TRUE(p.WaitFor("still here")) << p.output();
+  // Same sandbox throughout.
+  auto list = Sandboxes(kLabel);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].at("id").as_string(), id);
+  p.Write("/exit\r");
+  EXPECT_EQ(p.Wait(), 0) << p.output();
+  auto requests = server.requests();
+  ASSERT_EQ(requests.size(), 2u);  // the abandoned line was never sent
+  EXPECT_THAT(ToJson(requests[1].json), HasSubstr("are you there?"));
+  EXPECT_THAT(ToJson(requests[1].json), Not(HasSubstr("never sent")));
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+TEST_F(TerminalTest, ManualApprovalShowsTheChangeAndTakesOneKey) {
   WriteFile(
       dir_ / "approve.jsonl",
       R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
@@ -149,29 +222,76 @@ TEST_F(TerminalTest, ManualApprovalAsksOnTheTerminal) {
       "\n"
       R"({"request": {"tool_results": ["t2"]}, "response": {"tool_calls": [{"id": "t3", "name": "execute", "input": {"command": "echo original"}}]}})"
       "\n"
-      R"({"request": {"tool_results": ["t3"]}, "response": {"text": "all done"}})"
+      R"({"request": {"tool_results": ["t3"]}, "response": {"tool_calls": [{"id": "t4", "name": "write_file", "input": {"file_path": "/workspace/a.txt", "content": "alpha\nbeta\n"}}]}})"
+      "\n"
+      R"({"request": {"tool_results": ["t4"]}, "response": {"tool_calls": [{"id": "t5", "name": "edit_file", "input": {"file_path": "/workspace/a.txt", "old_string": "beta", "new_string": "gamma"}}]}})"
+      "\n"
+      R"({"request": {"tool_results": ["t5"]}, "response": {"tool_calls": [{"id": "t6", "name": "execute", "input": {"command": "cat /workspace/a.txt"}}]}})"
+      "\n"
+      R"({"request": {"tool_results": ["t6"]}, "response": {"tool_calls": [{"id": "t7", "name": "execute", "input": {"command": "echo asked-no-more"}}]}})"
+      "\n"
+      R"({"request": {"tool_results": ["t7"]}, "response": {"text": "all done"}})"
       "\n");
   PtyProcess p(Args({"--approve", "manual", "--model",
                      "replay:" + (dir_ / "approve.jsonl").string(), kTask}),
                TermEnv());
-  ASSERT_TRUE(p.WaitFor("approval needed")) << p.output();
-  ASSERT_TRUE(p.WaitFor("> "));
-  p.Write("a\r");
-  ASSERT_TRUE(p.WaitFor("approved-run")) << p.output();
-  ASSERT_TRUE(p.WaitFor("echo never-run"));
-  p.Write("r\r");
-  ASSERT_TRUE(p.WaitFor("reason (optional)"));
+  // The command itself, and a single key answers (no Enter). A key counts
+  // once its question is shown (typed earlier, it is dropped).
+  ASSERT_TRUE(p.WaitFor("$ echo approved-run")) << p.output();
+  ASSERT_TRUE(p.WaitForNext("[y]es"));
+  p.Write("y");
+  ASSERT_TRUE(p.WaitFor("⎿ approved-run")) << p.output();
+  ASSERT_TRUE(p.WaitFor("$ echo never-run"));
+  ASSERT_TRUE(p.WaitForNext("[y]es"));
+  p.Write("r");
+  ASSERT_TRUE(p.WaitFor("reason (told to the model)"));
   p.Write("not this one\r");
-  ASSERT_TRUE(p.WaitFor("echo original")) << p.output();
-  p.Write("e\r");
+  ASSERT_TRUE(p.WaitFor("$ echo original")) << p.output();
+  ASSERT_TRUE(p.WaitForNext("[y]es"));
+  p.Write("e");
   ASSERT_TRUE(p.WaitFor("new arguments"));
   p.Write(R"({"command": "echo edited-run"})"
           "\r");
+  // write_file shows the content, edit_file a diff.
+  ASSERT_TRUE(p.WaitFor("(writes 2 lines")) << p.output();
+  ASSERT_TRUE(p.WaitFor("+beta"));
+  ASSERT_TRUE(p.WaitForNext("[y]es"));
+  p.Write("y");
+  ASSERT_TRUE(p.WaitFor("+++ after")) << p.output();
+  ASSERT_TRUE(p.WaitFor("+gamma"));
+  ASSERT_TRUE(p.WaitForNext("[y]es"));
+  p.Write("y");
+  // "always": this execute and the next run without another question.
+  ASSERT_TRUE(p.WaitFor("$ cat /workspace/a.txt")) << p.output();
+  ASSERT_TRUE(p.WaitForNext("[y]es"));
+  p.Write("a");
   ASSERT_TRUE(p.WaitFor("all done")) << p.output();
   EXPECT_EQ(p.Wait(), 0) << p.output();
-  EXPECT_THAT(p.output(), HasSubstr("edited-run"));
+  const std::string& out = p.output();
+  EXPECT_THAT(out, HasSubstr("edited-run"));
+  EXPECT_THAT(out, HasSubstr("approved (always, as you chose for execute)"));
+  EXPECT_THAT(out, HasSubstr("⎿ asked-no-more"));
+  EXPECT_THAT(out, HasSubstr("⎿ alpha  (+1 more line)"));  // cat after the edit: alpha, gamma
   // The rejected command never ran: its output never appears (only its command line).
-  EXPECT_THAT(p.output(), Not(HasSubstr("⎿ never-run")));
+  EXPECT_THAT(out, Not(HasSubstr("⎿ never-run")));
+  EXPECT_THAT(out, Not(HasSubstr(R"({"command":"echo approved-run"})")));  // not raw JSON
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+TEST_F(TerminalTest, CtrlCAtTheApprovalPromptEndsTheRun) {
+  WriteFile(
+      dir_ / "ask.jsonl",
+      R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+      "\n"
+      R"({"response": {"tool_calls": [{"id": "t1", "name": "execute", "input": {"command": "echo x"}}]}})"
+      "\n");
+  PtyProcess p(
+      Args({"--approve", "manual", "--model", "replay:" + (dir_ / "ask.jsonl").string(), kTask}),
+      TermEnv());
+  ASSERT_TRUE(p.WaitFor("[y]es")) << p.output();
+  p.Write("\x03");
+  EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.output();
+  EXPECT_THAT(p.output(), HasSubstr("interrupted (Ctrl-C)"));
   EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
 }
 

@@ -435,7 +435,7 @@ Result<ModelResponse> AnthropicModel::Generate(const ModelRequest& request,
   auto attempt = [&]() -> AttemptResult {
     StreamState state(callbacks);
     auto post = internal::StreamingPost(*client_, "/v1/messages", headers, body, options_.http,
-                                        request.cancel,
+                                        request.cancel, request.cancel_fd,
                                         [&](const net::SseEvent& ev) { return state.OnEvent(ev); });
     if (!post) {
       if (post.error().code == ErrorCode::kCancelled) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/model/testing/fake_anthropic.h"
+#include "agent/model/testing/late_cancel.h"
 
 namespace deepbox::agent {
 namespace {
@@ -58,13 +59,17 @@ struct Observed {
   std::vector<std::string> deltas;
   std::vector<std::pair<std::string, std::string>> tool_starts;
   int retries = 0;
+  std::vector<RetryNotice> notices;
   StreamCallbacks Callbacks() {
     StreamCallbacks cb;
     cb.on_text_delta = [this](std::string_view d) { deltas.emplace_back(d); };
     cb.on_tool_call_start = [this](const std::string& id, const std::string& name) {
       tool_starts.emplace_back(id, name);
     };
-    cb.on_retry = [this] { ++retries; };
+    cb.on_retry = [this](const RetryNotice& n) {
+      ++retries;
+      notices.push_back(n);
+    };
     return cb;
   }
   std::string Joined() const {
@@ -301,6 +306,12 @@ TEST(AnthropicTest, RetriesA429HonouringRetryAfter) {
   EXPECT_EQ(r->message.text, "finally");
   EXPECT_EQ(server.request_count(), 3u);
   EXPECT_EQ(obs.retries, 2);
+  ASSERT_EQ(obs.notices.size(), 2u);
+  EXPECT_EQ(obs.notices[0].attempt, 1);
+  EXPECT_EQ(obs.notices[0].max_attempts, 6);
+  EXPECT_EQ(obs.notices[0].delay, milliseconds(7000));
+  EXPECT_EQ(obs.notices[0].error.code, ErrorCode::kResourceExhausted);
+  EXPECT_EQ(obs.notices[1].delay, milliseconds(1234));
   EXPECT_THAT(rr.delays, ElementsAre(milliseconds(7000), milliseconds(1234)));
 }
 
@@ -463,6 +474,30 @@ TEST(AnthropicTest, CancellationMidStreamAbortsTheCall) {
   EXPECT_FALSE(seen.empty());
   EXPECT_EQ(server.request_count(), 1u);
   EXPECT_EQ(server.pending_turns(), 1u);
+}
+
+TEST(AnthropicTest, CancelFdEndsAWaitOnASilentServer) {
+  // A stream that goes quiet: no bytes arrive to notice the flag with, so
+  // only the fd can end the wait (before it, Ctrl-C waited for the idle timeout).
+  FakeAnthropicServer server;
+  server.Enqueue(ScriptedTurn::SilentStall("Thinking about it"));
+  RetryRecorder rr;
+  AnthropicOptions o;
+  o.api_key = "sk-ant-test";
+  o.base_url = server.url();
+  o.http.read_idle_timeout = milliseconds(60000);
+  o.http.retry = rr.Policy(0);
+  auto model = AnthropicModel::Create(o);
+  ASSERT_TRUE(model);
+  testing::LateCancel ctrl_c;
+  ModelRequest req = SimpleRequest();
+  req.cancel = ctrl_c.flag();
+  req.cancel_fd = ctrl_c.fd();
+  StreamCallbacks cb;
+  cb.on_text_delta = [&](std::string_view) { ctrl_c.ArmForThisThread(); };
+  auto r = (*model)->Generate(req, cb);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kCancelled) << r.error().ToString();
 }
 
 TEST(AnthropicTest, TheRequestTimeoutEndsAStalledStream) {

@@ -19,6 +19,7 @@ Result<std::unique_ptr<net::HttpClient>> MakeHttpClient(const std::string& base_
 Result<PostOutcome> StreamingPost(net::HttpClient& client, const std::string& target,
                                   const net::Headers& headers, const std::string& body,
                                   const HttpOptions& options, const std::atomic<bool>* cancel,
+                                  int cancel_fd,
                                   const std::function<bool(const net::SseEvent&)>& on_event) {
   constexpr size_t kMaxErrorBody = 1 << 20;
   net::ClientRequest req;
@@ -27,6 +28,7 @@ Result<PostOutcome> StreamingPost(net::HttpClient& client, const std::string& ta
   req.headers = headers;
   req.body = body;
   req.timeout = options.request_timeout;
+  req.cancel_fd = cancel_fd;
   PostOutcome out;
   net::SseParser parser([&](const net::SseEvent& ev) { return on_event(ev); });
   auto on_head = [&](const net::Response& head) {

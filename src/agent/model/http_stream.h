@@ -27,11 +27,13 @@ struct PostOutcome {
 };
 
 // Sends the POST; for a 2xx event stream, hands each event to on_event (false
-// stops). Checks *cancel whenever bytes arrive. Transport failures come back
+// stops). Checks *cancel whenever bytes arrive; `cancel_fd` (-1 = none), once
+// readable, ends a wait for the server at once. Transport failures come back
 // as the client's error (UNAVAILABLE / TIMEOUT).
 Result<PostOutcome> StreamingPost(net::HttpClient& client, const std::string& target,
                                   const net::Headers& headers, const std::string& body,
                                   const HttpOptions& options, const std::atomic<bool>* cancel,
+                                  int cancel_fd,
                                   const std::function<bool(const net::SseEvent&)>& on_event);
 
 // Whether a transport failure (from StreamingPost) is worth retrying:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,13 +93,25 @@ struct ModelRequest {
   bool prompt_caching = true;  // where the provider supports it
   // Set to true from another thread (Ctrl-C) to abort the call promptly.
   const std::atomic<bool>* cancel = nullptr;
+  // Optional fd (eventfd/pipe) made readable together with *cancel: it also
+  // ends a wait on a silent server at once (a stalled stream would otherwise
+  // only notice *cancel when the next bytes arrive).
+  int cancel_fd = -1;
+};
+
+// A retryable failure of one attempt: the client waits `delay`, then tries again.
+struct RetryNotice {
+  int attempt = 0;  // the attempt that failed (1 = the first)
+  int max_attempts = 0;
+  std::chrono::milliseconds delay{0};
+  Error error;  // why it failed
 };
 
 // Streaming observers; all optional. Called on the calling thread.
 struct StreamCallbacks {
   std::function<void(std::string_view)> on_text_delta;
   std::function<void(const std::string& id, const std::string& name)> on_tool_call_start;
-  std::function<void()> on_retry;  // a retryable failure; the client is backing off
+  std::function<void(const RetryNotice&)> on_retry;  // the client is backing off
 };
 
 struct ModelResponse {

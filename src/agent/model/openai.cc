@@ -408,7 +408,7 @@ Result<ModelResponse> OpenAiModel::Generate(const ModelRequest& request,
   auto attempt = [&]() -> AttemptResult {
     StreamState state(callbacks);
     auto post = internal::StreamingPost(*client_, "/chat/completions", headers, body, options_.http,
-                                        request.cancel,
+                                        request.cancel, request.cancel_fd,
                                         [&](const net::SseEvent& ev) { return state.OnEvent(ev); });
     if (!post) {
       if (post.error().code == ErrorCode::kCancelled) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/model/testing/fake_openai.h"
+#include "agent/model/testing/late_cancel.h"
 
 namespace deepbox::agent {
 namespace {
@@ -185,7 +186,7 @@ TEST(OpenAiTest, RetriesRateLimitsDropsAndStreamErrors) {
   auto model = MakeModel(server, rr.Policy());
   int retries = 0;
   StreamCallbacks cb;
-  cb.on_retry = [&] { ++retries; };
+  cb.on_retry = [&](const RetryNotice&) { ++retries; };
   auto r = model->Generate(SimpleRequest(), cb);
   ASSERT_TRUE(r) << r.error().ToString();
   EXPECT_EQ(r->message.text, "made it");
@@ -246,6 +247,29 @@ TEST(OpenAiTest, CancellationMidStream) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kCancelled);
   EXPECT_EQ(server.request_count(), 1u);
+}
+
+TEST(OpenAiTest, CancelFdEndsAWaitOnASilentServer) {
+  FakeOpenAiServer server;
+  server.Enqueue(ScriptedTurn::SilentStall("Let me"));
+  RetryRecorder rr;
+  OpenAiOptions o;
+  o.model = "gpt-4o";
+  o.api_key = "sk-test";
+  o.base_url = server.url();
+  o.http.read_idle_timeout = milliseconds(60000);
+  o.http.retry = rr.Policy(0);
+  auto model = OpenAiModel::Create(o);
+  ASSERT_TRUE(model);
+  testing::LateCancel ctrl_c;
+  ModelRequest req = SimpleRequest();
+  req.cancel = ctrl_c.flag();
+  req.cancel_fd = ctrl_c.fd();
+  StreamCallbacks cb;
+  cb.on_text_delta = [&](std::string_view) { ctrl_c.ArmForThisThread(); };
+  auto r = (*model)->Generate(req, cb);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kCancelled) << r.error().ToString();
 }
 
 TEST(OpenAiTest, OverHttps) {

@@ -1,6 +1,9 @@
 #include "agent/model/replay.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -142,7 +145,13 @@ json::object RequestSummary(const ModelRequest& request) {
                                    {"name", JsonString(m.tool_name)},
                                    {"is_error", m.is_error}});
   }
-  return json::object{{"messages", request.messages.size()}, {"tool_results", std::move(results)}};
+  json::object summary{{"messages", request.messages.size()}, {"tool_results", std::move(results)}};
+  // A call that starts a task (the last message is the user's): the task, so
+  // a replay can tell when it is given another one.
+  if (!request.messages.empty() && request.messages.back().role == Role::kUser) {
+    summary["task"] = JsonString(request.messages.back().text);
+  }
+  return summary;
 }
 
 Result<ReplayFile> ParseReplay(std::string_view text, std::string_view name) {
@@ -198,6 +207,7 @@ Result<ReplayFile> ParseReplay(std::string_view text, std::string_view name) {
         if (!ids) return fail(ids.error().message);
         turn.expected_tool_results = std::move(*ids);
       }
+      if (auto task = GetOptString(req->as_object(), "task")) turn.task = std::move(*task);
     }
     file.turns.push_back(std::move(turn));
   }
@@ -338,12 +348,21 @@ RecordingModel::~RecordingModel() {
 Result<std::unique_ptr<RecordingModel>> RecordingModel::Create(std::unique_ptr<ChatModel> inner,
                                                                const std::string& path,
                                                                std::string description) {
-  std::FILE* f = std::fopen(path.c_str(), "we");
-  if (f == nullptr) {
+  // Owner-only: a recording holds the prompts, the files the model read and
+  // its answers.
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0 || ::fchmod(fd, 0600) != 0) {
     int err = errno;
+    if (fd >= 0) ::close(fd);
     Error e = SyscallError("open", err, path);
     e.message = fmt::format("recording to {}: {}", path, e.message);
     return tl::unexpected(e);
+  }
+  std::FILE* f = ::fdopen(fd, "w");
+  if (f == nullptr) {
+    int err = errno;
+    ::close(fd);
+    return tl::unexpected(SyscallError("fdopen", err, path));
   }
   ReplayHeader header;
   header.model = inner->name();

@@ -32,7 +32,10 @@
 //     "request" is what the recorder saw; on replay, request.tool_results
 //     (objects as above, or bare id strings) is checked: the request must end
 //     with tool results for exactly those ids (any order). request.messages
-//     is informational. Blank lines and lines starting with '#' are ignored.
+//     is informational, so is request.task (the user's message, on a call
+//     that starts a task: a replay with another task can warn). Blank lines
+//     and lines starting with '#' are ignored. Recordings are written mode
+//     0600 (they hold the prompts).
 //
 // Replay checks (errors are INVALID_ARGUMENT, naming the file and the turn):
 // the expected tool results are present; each replayed tool call names a tool
@@ -69,6 +72,9 @@ struct ReplayTurn {
   ModelResponse response{};
   // request.tool_results ids, when the file states them.
   std::optional<std::vector<std::string>> expected_tool_results{};
+  // request.task: the user's task when this call started one (informational:
+  // older recordings lack it; used for warnings only).
+  std::optional<std::string> task{};
 };
 
 struct ReplayFile {

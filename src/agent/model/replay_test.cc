@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -290,6 +291,13 @@ TEST_F(ReplayTest, RecordThenReplayRoundTrip) {
   EXPECT_EQ(file->header.model, "anthropic:claude-sonnet-4-6");
   EXPECT_EQ(*file->turns[1].expected_tool_results,
             (std::vector<std::string>{"toolu_1", "toolu_2"}));
+  // The task is recorded with the call that started it, and the file is
+  // private (it holds the prompts).
+  EXPECT_EQ(file->turns[0].task.value_or("?"), "go");
+  EXPECT_FALSE(file->turns[1].task.has_value());
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
 
   auto replay = ReplayModel::Open(path);
   ASSERT_TRUE(replay);

@@ -86,7 +86,7 @@ bool IsRetryableStatus(int status, const net::Headers& headers) {
 Error CancelledError() { return Error(ErrorCode::kCancelled, "model call cancelled"); }
 
 Result<ModelResponse> RunWithRetries(const RetryPolicy& policy, const std::atomic<bool>* cancel,
-                                     const std::function<void()>& on_retry,
+                                     const std::function<void(const RetryNotice&)>& on_retry,
                                      const std::function<AttemptResult()>& attempt) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
   std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -105,7 +105,14 @@ Result<ModelResponse> RunWithRetries(const RetryPolicy& policy, const std::atomi
     }
     milliseconds delay = BackoffDelay(policy, retry, unit(rng));
     if (auto hint = r.error().retry_after; hint && *hint <= policy.max_retry_after) delay = *hint;
-    if (on_retry) on_retry();
+    if (on_retry) {
+      RetryNotice notice;
+      notice.attempt = retry + 1;
+      notice.max_attempts = max_retries + 1;
+      notice.delay = delay;
+      notice.error = r.error().error;
+      on_retry(notice);
+    }
     bool slept = policy.sleep ? policy.sleep(delay, cancel) : SleepUnlessCancelled(delay, cancel);
     if (!slept) return tl::unexpected(CancelledError());
   }

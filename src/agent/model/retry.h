@@ -56,7 +56,7 @@ Error CancelledError();
 // spent (the error then says how many attempts were made), or *cancel is set
 // (CANCELLED). on_retry, if set, runs before each backoff wait.
 Result<ModelResponse> RunWithRetries(const RetryPolicy& policy, const std::atomic<bool>* cancel,
-                                     const std::function<void()>& on_retry,
+                                     const std::function<void(const RetryNotice&)>& on_retry,
                                      const std::function<AttemptResult()>& attempt);
 
 }  // namespace deepbox::agent

@@ -79,8 +79,13 @@ TEST(RetryLoopTest, UsesTheServerHintThenBackoffAndCountsAttempts) {
     return true;
   };
   int calls = 0, retries = 0;
+  std::vector<RetryNotice> notices;
   auto r = RunWithRetries(
-      p, nullptr, [&] { ++retries; },
+      p, nullptr,
+      [&](const RetryNotice& n) {
+        ++retries;
+        notices.push_back(n);
+      },
       [&]() -> AttemptResult {
         ++calls;
         AttemptError e{Error(ErrorCode::kUnavailable, "busy"), true, std::nullopt};
@@ -96,6 +101,14 @@ TEST(RetryLoopTest, UsesTheServerHintThenBackoffAndCountsAttempts) {
   EXPECT_EQ(delays[0], milliseconds(4321));
   EXPECT_LE(delays[1], milliseconds(200));
   EXPECT_LE(delays[2], milliseconds(400));
+  // Each retry is announced with what failed, the attempt and the wait.
+  ASSERT_EQ(notices.size(), 3u);
+  EXPECT_EQ(notices[0].attempt, 1);
+  EXPECT_EQ(notices[2].attempt, 3);
+  EXPECT_EQ(notices[0].max_attempts, 4);
+  EXPECT_EQ(notices[0].delay, milliseconds(4321));
+  EXPECT_EQ(notices[1].delay, delays[1]);
+  EXPECT_EQ(notices[0].error.message, "busy");
 }
 
 TEST(RetryLoopTest, StopsAtOnceOnAFinalError) {
@@ -116,7 +129,7 @@ TEST(RetryLoopTest, CancellationDuringTheWaitEndsTheCall) {
   RetryPolicy p;  // the real sleeper; a 1-hour hint
   int calls = 0;
   auto r = RunWithRetries(
-      p, &cancel, [&] { cancel = true; },
+      p, &cancel, [&](const RetryNotice&) { cancel = true; },
       [&]() -> AttemptResult {
         ++calls;
         return tl::unexpected(

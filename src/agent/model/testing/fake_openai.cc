@@ -200,6 +200,13 @@ void FakeOpenAiServer::Handle(net::Request& request, net::ResponseWriter& w) {
       }
       return;
     }
+    case ScriptedTurn::Kind::kSilentStall: {
+      auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+      while (!core_->stopping() && !w.ClientGone() && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      return;
+    }
     default:
       break;
   }

@@ -64,6 +64,13 @@ ScriptedTurn ScriptedTurn::Stall(std::string text_before) {
   return t;
 }
 
+ScriptedTurn ScriptedTurn::SilentStall(std::string text_before) {
+  ScriptedTurn t;
+  t.kind = Kind::kSilentStall;
+  t.text = std::move(text_before);
+  return t;
+}
+
 ScriptedTurn ScriptedTurn::FromResponse(const ModelResponse& response) {
   ScriptedTurn t;
   t.text = response.message.text;

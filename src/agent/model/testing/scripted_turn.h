@@ -37,6 +37,7 @@ struct ScriptedTurn {
     kDropMidStream,  // starts the stream (and streams `text`), then closes the connection
     kStreamError,    // starts the stream (and streams `text`), then an error event
     kStall,          // streams `text`, then only pings until the client goes away
+    kSilentStall,    // streams `text`, then nothing at all until the client goes away
   };
   Kind kind = Kind::kResponse;
   std::string text{};
@@ -59,6 +60,7 @@ struct ScriptedTurn {
   static ScriptedTurn StreamError(std::string type = "overloaded_error",
                                   std::string message = "Overloaded", std::string text_before = "");
   static ScriptedTurn Stall(std::string text_before);
+  static ScriptedTurn SilentStall(std::string text_before);
   static ScriptedTurn FromResponse(const ModelResponse& response);
 
   ScriptedTurn& WithUsage(Usage u) {
