@@ -133,7 +133,7 @@ TEST(AgentLoop, SamePathCallsAreSerializedInCallOrder) {
     auto tools = ToolMessages(r.messages);
     ASSERT_EQ(tools.size(), 5u);
     EXPECT_EQ(tools[2].text, "Successfully replaced 1 instance(s) of the string in '" + p + "'");
-    EXPECT_EQ(tools[3].text, "1  beta");
+    EXPECT_EQ(tools[3].text, "@@ lines 1-1 of 1 @@\nbeta");
     EXPECT_FALSE(tools[4].is_error) << tools[4].text;
     EXPECT_EQ(*sb.Download(p), "gamma");
   }

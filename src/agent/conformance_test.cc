@@ -103,7 +103,7 @@ TEST_F(Conformance, write_special_characters) {
 TEST_F(Conformance, write_empty_file) {
   Write(P("empty.txt"), "");
   EXPECT_EQ(Get("empty.txt"), "");
-  EXPECT_EQ(Read(P("empty.txt")), kEmptyContentWarning);
+  EXPECT_EQ(Read(P("empty.txt")), "@@ lines 1-1 @@\n" + std::string(kEmptyContentWarning));
 }
 
 TEST_F(Conformance, write_path_with_spaces) {
@@ -139,7 +139,7 @@ TEST_F(Conformance, write_content_with_only_newlines) {
 
 TEST_F(Conformance, read_basic_file) {
   Put("r.txt", "line1\nline2\nline3");
-  EXPECT_EQ(Read(P("r.txt")), "1  line1\n2  line2\n3  line3");
+  EXPECT_EQ(Read(P("r.txt")), "@@ lines 1-3 of 3 @@\nline1\nline2\nline3");
 }
 
 TEST_F(Conformance, read_binary_file) {
@@ -181,42 +181,37 @@ TEST_F(Conformance, read_directory_path) {
 
 TEST_F(Conformance, read_empty_file) {
   Put("e.txt", "");
-  EXPECT_EQ(Read(P("e.txt")), "System reminder: File exists but has empty contents");
+  // deepagents 0.7.32 shows its reminder as a one-line window.
+  EXPECT_EQ(Read(P("e.txt")),
+            "@@ lines 1-1 @@\nSystem reminder: File exists but has empty contents");
 }
 
 TEST_F(Conformance, read_with_offset) {
   Put("o.txt", "line1\nline2\nline3\nline4\nline5\n");
-  EXPECT_EQ(Read(P("o.txt"), 2), "3  line3\n4  line4\n5  line5");
+  EXPECT_EQ(Read(P("o.txt"), 2), "@@ lines 3-5 of 5 @@\nline3\nline4\nline5");
 }
 
 TEST_F(Conformance, read_with_limit) {
   Put("l.txt", "line1\nline2\nline3\nline4\nline5\n");
   EXPECT_EQ(Read(P("l.txt"), std::nullopt, 2),
-            "1  line1\n2  line2\n\n[Read 2 lines (lines 1-2 of 5 total). 3 lines remaining from "
-            "offset 2.]");
+            "@@ lines 1-2 of 5 | next offset 2 @@\nline1\nline2");
 }
 
 TEST_F(Conformance, read_with_offset_and_limit) {
   Put("ol.txt", "line1\nline2\nline3\nline4\nline5");
-  EXPECT_EQ(Read(P("ol.txt"), 1, 2),
-            "2  line2\n3  line3\n\n[Read 2 lines (lines 2-3 of 5 total). 2 lines remaining from "
-            "offset 3.]");
+  EXPECT_EQ(Read(P("ol.txt"), 1, 2), "@@ lines 2-3 of 5 | next offset 3 @@\nline2\nline3");
 }
 
 TEST_F(Conformance, read_unicode_content) {
   Put("u.txt", "héllo\n世界\n🌍\n");
-  EXPECT_EQ(Read(P("u.txt")), "1  héllo\n2  世界\n3  🌍");
+  EXPECT_EQ(Read(P("u.txt")), "@@ lines 1-3 of 3 @@\nhéllo\n世界\n🌍");
 }
 
 TEST_F(Conformance, read_file_with_very_long_lines) {
   Put("long.txt", "short\n" + std::string(12000, 'x') + "\nend\n");
-  std::string out = Read(P("long.txt"));
-  auto rows = SplitOn(out, '\n');
-  ASSERT_EQ(rows.size(), 5u);
-  EXPECT_EQ(rows[0], "  1  short");
-  EXPECT_TRUE(StartsWith(rows[2], "2.1  x"));
-  EXPECT_EQ(rows[3], "2.2  " + std::string(2000, 'x'));
-  EXPECT_EQ(rows[4], "  3  end");
+  // Lines are verbatim (no line-number gutter, no continuation rows).
+  EXPECT_EQ(Read(P("long.txt")),
+            "@@ lines 1-3 of 3 @@\nshort\n" + std::string(12000, 'x') + "\nend");
 }
 
 TEST_F(Conformance, read_with_zero_limit) {
@@ -224,33 +219,38 @@ TEST_F(Conformance, read_with_zero_limit) {
   EXPECT_EQ(Read(P("z.txt"), std::nullopt, 0), NoLinesRequestedWarning(0));
   // The empty-file reminder wins over the zero-limit one.
   Put("z0.txt", "");
-  EXPECT_EQ(Read(P("z0.txt"), std::nullopt, 0), kEmptyContentWarning);
+  EXPECT_EQ(Read(P("z0.txt"), std::nullopt, 0),
+            "@@ lines 1-1 @@\n" + std::string(kEmptyContentWarning));
 }
 
 TEST_F(Conformance, read_offset_beyond_file_length) {
   Put("s.txt", "a\nb\nc\n");
   EXPECT_EQ(run_->Err("read_file", Args({{"file_path", P("s.txt")}, {"offset", 10}})),
-            "Error: Line offset 10 exceeds file length (3 lines)");
+            "Error: File '" + P("s.txt") + "': Line offset 10 exceeds file length (3 lines)");
 }
 
 TEST_F(Conformance, read_offset_at_exact_file_length) {
   Put("s.txt", "a\nb\nc");
   EXPECT_EQ(run_->Err("read_file", Args({{"file_path", P("s.txt")}, {"offset", 3}})),
-            "Error: Line offset 3 exceeds file length (3 lines)");
+            "Error: File '" + P("s.txt") + "': Line offset 3 exceeds file length (3 lines)");
 }
 
 TEST_F(Conformance, read_negative_offset_is_clamped) {
   Put("n.txt", "a\nb\n");
   EXPECT_EQ(Read(P("n.txt"), -1),
-            "1  a\n2  b\n\n[Requested offset -1 is before the start of the file; read from line "
-            "1 instead.]");
+            "[Requested offset -1 is before the start of the file; read from line 1 instead.]\n"
+            "@@ lines 1-2 of 2 @@\na\nb");
 }
 
 TEST_F(Conformance, read_empty_line_window) {
   Put("blank.txt", "x\n\ny\n");
-  EXPECT_EQ(Read(P("blank.txt"), 1, 1), kEmptyContentWarning);
+  // A blank window of a file with content elsewhere shows its (blank) row.
+  EXPECT_EQ(Read(P("blank.txt"), 1, 1), "@@ lines 2-2 of 3 | next offset 2 @@\n");
+  // Only when the blank window is the whole file is it an empty file.
+  Put("blank2.txt", "\n \n\t\n");
+  EXPECT_EQ(Read(P("blank2.txt")), kEmptyContentWarning);
   Put("crlf.txt", "a\r\nb\r\n");
-  EXPECT_EQ(Read(P("crlf.txt")), "1  a\n2  b");
+  EXPECT_EQ(Read(P("crlf.txt")), "@@ lines 1-2 of 2 @@\na\nb");
 }
 
 TEST_F(Conformance, read_very_large_file_in_chunks) {
@@ -261,16 +261,14 @@ TEST_F(Conformance, read_very_large_file_in_chunks) {
     std::string out = Read(P("big.txt"), page * 100, 100);
     auto rows = SplitOn(out, '\n');
     int first = page * 100 + 1;
-    EXPECT_EQ(std::string(Trim(rows[0])),
-              std::to_string(first) + "  line " + std::to_string(first));
     int last = first + 99;
-    std::string notice =
-        page == 24 ? ""
-                   : "\n\n[Read 100 lines (lines " + std::to_string(first) + "-" +
-                         std::to_string(last) + " of 2500 total). " + std::to_string(2500 - last) +
-                         " lines remaining from offset " + std::to_string(last) + ".]";
-    EXPECT_TRUE(EndsWith(out, std::to_string(last) + "  line " + std::to_string(last) + notice))
-        << "page " << page;
+    std::string header = "@@ lines " + std::to_string(first) + "-" + std::to_string(last) +
+                         " of 2500" + (page == 24 ? "" : " | next offset " + std::to_string(last)) +
+                         " @@";
+    ASSERT_EQ(rows.size(), 101u);
+    EXPECT_EQ(rows[0], header);
+    EXPECT_EQ(rows[1], "line " + std::to_string(first));
+    EXPECT_EQ(rows[100], "line " + std::to_string(last)) << "page " << page;
   }
 }
 
@@ -282,7 +280,7 @@ TEST_F(Conformance, read_large_file_budget) {
   EXPECT_LE(CodePointCount(out), 80000u);
   EXPECT_NE(out.find("[Output was truncated due to size limits. The file content is very large."),
             std::string::npos);
-  EXPECT_NE(out.find("lines remaining from offset"), std::string::npos);
+  EXPECT_NE(out.find(" | truncated due to size @@"), std::string::npos);
 }
 
 TEST_F(Conformance, read_path_is_sanitized) {

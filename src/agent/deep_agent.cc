@@ -34,7 +34,7 @@ std::string EnvironmentPrompt(std::string_view root_sv) {
          "- The file tools (ls, read_file, write_file, edit_file, delete, glob, grep) take "
          "absolute paths: use paths under " +
          root + " (for example " + root + "/main.py). Relative paths are resolved against " + root +
-         ". Paths outside it are not accessible.\n"
+         ". The rest of the sandbox's filesystem is readable too (mostly read-only).\n"
          "- `execute` runs shell commands with " +
          root +
          " as the current directory.\n"

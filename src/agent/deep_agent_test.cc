@@ -50,9 +50,7 @@ TEST(DeepAgentE2E, FibonacciTask) {
             "{'content': 'Run it', 'status': 'pending'}]");
   EXPECT_EQ(tools[1].text, "Updated file " + root + "/fib.sh");
   EXPECT_EQ(tools[2].text, "0 1 1 2 3 5 8 13 21 34 \n\n[Command succeeded with exit code 0]");
-  EXPECT_EQ(tools[3].text,
-            "1  a=0; b=1; i=0\n\n[Read 1 line (lines 1-1 of 3 total). 2 lines remaining from "
-            "offset 1.]");
+  EXPECT_EQ(tools[3].text, "@@ lines 1-1 of 3 | next offset 1 @@\na=0; b=1; i=0");
   EXPECT_TRUE(
       StartsWith(model->requests()[0].system, "You are a coding assistant.\n\n## Environment"));
   EXPECT_EQ(log.of(EventType::kTodoUpdate).size(), 1u);

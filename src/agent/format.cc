@@ -16,8 +16,15 @@ const char kGrepTruncationNote[] =
     "The matches above are valid but incomplete. Narrow the search (a more specific pattern or a "
     "narrower path), or raise max_count, to see the rest.";
 const char kGlobTruncationNote[] =
-    "Note: the search stopped early because it hit its time limit. The paths above are valid but "
-    "incomplete. Narrow the search (a more specific pattern or a narrower path) to see the rest.";
+    "Note: the search stopped early because it hit its time or size limit. The paths above are "
+    "valid but incomplete. Narrow the search (a more specific pattern or a narrower path) to see "
+    "the rest.";
+const char kGlobUnreadableNote[] =
+    "Note: some directories could not be read, so the paths above are valid but incomplete. "
+    "Narrowing the search will NOT reveal the missing files -- they are inaccessible. Continue "
+    "with what is listed, or report the access problem rather than retrying.";
+const char kEmptyOldStringError[] =
+    "Error: old_string cannot be empty. Provide the exact text to replace.";
 const char kRegexLiteralHint[] =
     "Note: grep matches literal text, not regex, so characters like "
     "`|`, `.*`, and `\\.` are searched verbatim. Search for the literal "
@@ -35,7 +42,7 @@ std::string NoLinesRequestedWarning(int64_t limit) {
 }
 
 std::string ReadFileTruncationMessage(std::string_view file_path) {
-  return "\n\n[Output was truncated due to size limits. "
+  return "[Output was truncated due to size limits. "
          "The file content is very large. "
          "Consider reformatting the file to make it easier to navigate. "
          "For example, if this is JSON, use execute(command='jq . " +
@@ -49,29 +56,33 @@ std::string GlobTimeoutMessage() {
 }
 
 std::string TooLargeToolMessage(std::string_view tool_call_id, std::string_view file_path,
-                                std::string_view content_sample) {
+                                const ContentPreview& preview) {
+  // deepagents shortens ids only where the model sees them.
+  constexpr size_t kVisibleIdLimit = 32;
+  std::string id(CodePointCount(tool_call_id) > kVisibleIdLimit
+                     ? std::string(CodePointPrefix(tool_call_id, kVisibleIdLimit)) + "..."
+                     : std::string(tool_call_id));
   std::string out = "Tool result too large, the result of this tool call ";
-  out.append(tool_call_id);
+  out += id;
   out += " was saved in the filesystem at this path: ";
   out.append(file_path);
   out +=
       "\n\nYou can read the result from the filesystem by using the read_file tool, but make "
       "sure to only read part of the result at a time.\n\nYou can do this by specifying an offset "
       "and limit in the read_file tool call. For example, to read the first 100 lines, you can "
-      "use the read_file tool with offset=0 and limit=100.\n\nHere is a preview showing the head "
-      "and tail of the result (lines of the form `... [N lines truncated] ...` indicate omitted "
-      "lines in the middle of the content):\n\n";
-  out.append(content_sample);
+      "use the read_file tool with offset=0 and limit=100.\n\n";
+  out += PreviewNote(preview, "result");
+  out += "\n\n";
+  out += preview.text;
   out += "\n";
   return out;
 }
 
-std::string TooLargeHumanMessage(std::string_view file_path, std::string_view content_sample) {
+std::string TooLargeHumanMessage(std::string_view file_path, const ContentPreview& preview) {
   return "Message content too large and was saved to the filesystem at: " + std::string(file_path) +
          "\n\nYou can read the full content using the read_file tool with pagination (offset "
-         "and limit parameters).\n\nHere is a preview showing the head and tail of the "
-         "content:\n\n" +
-         std::string(content_sample) + "\n";
+         "and limit parameters).\n\n" +
+         PreviewNote(preview, "content") + "\n\n" + preview.text + "\n";
 }
 
 std::string DanglingToolCallMessage(std::string_view name, std::string_view id) {
@@ -154,113 +165,131 @@ std::string FormatContentWithLineNumbers(std::string_view content, int64_t start
   return FormatLinesWithNumbers(lines, start_line);
 }
 
-std::string RemainingLinesNotice(const ReadWindow& w) {
-  if (!w.start_line || !w.end_line || !w.next_offset) return "";
-  int64_t read_count = *w.end_line - *w.start_line + 1;
-  const char* read_unit = read_count == 1 ? "line" : "lines";
-  if (!w.total_lines) {
-    return "\n\n[Read " + std::to_string(read_count) + " " + read_unit + " (lines " +
-           std::to_string(*w.start_line) + "-" + std::to_string(*w.end_line) +
-           "). More lines remain from offset " + std::to_string(*w.next_offset) + ".]";
+std::vector<std::string> ReadHeaderFields(const ReadWindow& w) {
+  if (!w.start_line || !w.end_line) return {};
+  std::string span = "lines " + std::to_string(*w.start_line) + "-" + std::to_string(*w.end_line);
+  if (w.total_lines) span += " of " + std::to_string(*w.total_lines);
+  std::vector<std::string> fields{std::move(span)};
+  if (w.next_offset && (!w.total_lines || *w.end_line < *w.total_lines)) {
+    fields.push_back("next offset " + std::to_string(*w.next_offset));
   }
-  if (*w.end_line >= *w.total_lines) return "";
-  int64_t remaining = *w.total_lines - *w.end_line;
-  const char* remaining_unit = remaining == 1 ? "line" : "lines";
-  return "\n\n[Read " + std::to_string(read_count) + " " + read_unit + " (lines " +
-         std::to_string(*w.start_line) + "-" + std::to_string(*w.end_line) + " of " +
-         std::to_string(*w.total_lines) + " total). " + std::to_string(remaining) + " " +
-         remaining_unit + " remaining from offset " + std::to_string(*w.next_offset) + ".]";
-}
-
-std::string ClampedOffsetNotice(int64_t offset) {
-  if (offset >= 0) return "";
-  return "\n\n[Requested offset " + std::to_string(offset) +
-         " is before the start of the file; read from line 1 instead.]";
+  return fields;
 }
 
 namespace {
 
-// int() of the integer part of a row marker; nullopt if not a number.
-std::optional<int64_t> RowSourceLine(std::string_view row) {
-  size_t i = 0;
-  while (i < row.size() && (row[i] == ' ' || row[i] == '\t')) ++i;
-  row.remove_prefix(i);
-  size_t sep = row.find("  ");
-  std::string_view marker = sep == std::string_view::npos ? row : row.substr(0, sep);
-  size_t dot = marker.find('.');
-  if (dot != std::string_view::npos) marker = marker.substr(0, dot);
-  if (marker.empty()) return std::nullopt;
-  int64_t v = 0;
-  for (char c : marker) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
+std::string Header(const std::vector<std::string>& fields) {
+  return "@@ " + Join(fields, " | ") + " @@";
+}
+
+// Code points of AssembleRead(body, fields, notices) for a body of
+// `body_chars` code points, without building it.
+size_t AssembledChars(size_t body_chars, const std::vector<std::string>& fields,
+                      const std::vector<std::string>& notices) {
+  size_t n = CodePointCount(Header(fields)) + 1 + body_chars;
+  for (const auto& notice : notices) n += CodePointCount(notice) + 1;
+  return n;
 }
 
 }  // namespace
 
-std::string TruncatePaginatedRead(std::string_view content, std::string_view file_path,
-                                  const ReadWindow& window, size_t char_limit) {
-  std::string notice = RemainingLinesNotice(window);
-  size_t content_chars = CodePointCount(content);
-  size_t notice_chars = CodePointCount(notice);
-  if (char_limit == 0 || content_chars + notice_chars < char_limit) {
-    return std::string(content) + notice;
+std::string AssembleRead(std::string_view body, const std::vector<std::string>& fields,
+                         const std::vector<std::string>& notices) {
+  std::string out;
+  for (const auto& notice : notices) {
+    out += notice;
+    out += "\n";
   }
-  std::string msg = ReadFileTruncationMessage(file_path);
-  size_t msg_chars = CodePointCount(msg);
+  out += Header(fields);
+  out += "\n";
+  out.append(body);
+  return out;
+}
+
+std::string ClampedOffsetNotice(int64_t offset) {
+  if (offset >= 0) return "";
+  return "[Requested offset " + std::to_string(offset) +
+         " is before the start of the file; read from line 1 instead.]";
+}
+
+std::string TruncatePaginatedRead(std::string_view body, std::string_view file_path,
+                                  const ReadWindow& window, size_t char_limit,
+                                  const std::vector<std::string>& notices) {
+  std::vector<std::string> fields = ReadHeaderFields(window);
+  const size_t body_chars = CodePointCount(body);
+  if (char_limit == 0 || AssembledChars(body_chars, fields, notices) < char_limit) {
+    return AssembleRead(body, fields, notices);
+  }
+  std::vector<std::string> cut_notices = notices;
+  cut_notices.push_back(ReadFileTruncationMessage(file_path));
   if (window.start_line && window.end_line) {
-    auto rows = SplitOn(content, '\n');
-    // (char position, byte position, source line)
+    // One safe cut per whole source line: (chars, bytes, source line) at its end.
     struct Boundary {
       size_t chars;
       size_t bytes;
       int64_t line;
     };
     std::vector<Boundary> boundaries;
-    size_t pos_chars = 0;
-    size_t pos_bytes = 0;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      pos_chars += CodePointCount(rows[i]);
-      pos_bytes += rows[i].size();
-      auto source = RowSourceLine(rows[i]);
-      if (!source || *source > *window.end_line) break;
-      std::optional<int64_t> next;
-      if (i + 1 < rows.size()) next = RowSourceLine(rows[i + 1]);
-      if (next != source) boundaries.push_back({pos_chars, pos_bytes, *source});
-      pos_chars += 1;
-      pos_bytes += 1;
+    size_t chars = 0;
+    size_t bytes = 0;
+    int64_t line = *window.start_line;
+    for (std::string_view row : SplitOn(body, '\n')) {
+      // Rows past the window (a page's truncation banner) are not content.
+      if (line > *window.end_line) break;
+      chars += CodePointCount(row);
+      bytes += row.size();
+      boundaries.push_back({chars, bytes, line});
+      chars += 1;
+      bytes += 1;
+      ++line;
     }
     for (auto it = boundaries.rbegin(); it != boundaries.rend(); ++it) {
       ReadWindow adjusted{window.start_line, it->line, it->line, window.total_lines};
-      std::string adjusted_notice = RemainingLinesNotice(adjusted);
-      if (it->chars + msg_chars + CodePointCount(adjusted_notice) <= char_limit) {
-        return std::string(content.substr(0, it->bytes)) + msg + adjusted_notice;
+      std::vector<std::string> adjusted_fields = ReadHeaderFields(adjusted);
+      adjusted_fields.emplace_back("truncated due to size");
+      if (AssembledChars(it->chars, adjusted_fields, cut_notices) <= char_limit) {
+        return AssembleRead(body.substr(0, it->bytes), adjusted_fields, cut_notices);
       }
     }
   }
-  size_t max_chars = char_limit > msg_chars ? char_limit - msg_chars : 0;
-  return std::string(CodePointPrefix(content, max_chars)) + msg;
+  // Not even one whole line fits: no offset reaches the rest of it.
+  std::string_view first = body.substr(0, std::min(body.find('\n'), body.size()));
+  const size_t oversized = CodePointCount(first);
+  ReadWindow clipped{window.start_line, window.start_line, std::nullopt, window.total_lines};
+  auto fields_for = [&](size_t shown) {
+    std::vector<std::string> f = ReadHeaderFields(clipped);
+    f.emplace_back("truncated mid-line");
+    f.push_back(std::to_string(shown) + " of " + std::to_string(oversized) + " chars");
+    return f;
+  };
+  const size_t reserved = AssembledChars(0, fields_for(oversized), cut_notices);
+  const size_t shown = std::min(oversized, char_limit > reserved ? char_limit - reserved : 0);
+  return AssembleRead(CodePointPrefix(body, shown), fields_for(shown), cut_notices);
 }
 
 // ------------------------------------------------------------------ ls / glob
 
 std::string TruncateIfTooLong(std::string_view text) {
   if (CodePointCount(text) > kToolResultCharLimit) {
-    return std::string(CodePointPrefix(text, kToolResultCharLimit)) + "\n" + kTruncationGuidance;
+    const size_t keep = kToolResultCharLimit - CodePointCount(kTruncationGuidance) - 1;
+    return std::string(CodePointPrefix(text, keep)) + "\n" + kTruncationGuidance;
   }
   return std::string(text);
 }
 
 std::vector<std::string> TruncateIfTooLong(const std::vector<std::string>& items) {
-  size_t total = 0;
-  for (const auto& item : items) total += CodePointCount(item);
-  if (total <= kToolResultCharLimit) return items;
-  size_t keep = items.size() * kToolResultCharLimit / total;
-  std::vector<std::string> out(items.begin(), items.begin() + static_cast<ptrdiff_t>(keep));
-  out.emplace_back(kTruncationGuidance);
-  return out;
+  // The list is rendered with repr: each item costs its repr plus ", ".
+  const size_t budget = kToolResultCharLimit - CodePointCount(PyRepr(kTruncationGuidance)) - 2;
+  size_t used = 0;
+  for (size_t kept = 0; kept < items.size(); ++kept) {
+    used += CodePointCount(PyRepr(items[kept])) + 2;
+    if (used > budget) {
+      std::vector<std::string> out(items.begin(), items.begin() + static_cast<ptrdiff_t>(kept));
+      out.emplace_back(kTruncationGuidance);
+      return out;
+    }
+  }
+  return items;
 }
 
 std::string FormatFilePaths(const std::vector<std::string>& paths) {
@@ -268,9 +297,12 @@ std::string FormatFilePaths(const std::vector<std::string>& paths) {
   return PyReprList(TruncateIfTooLong(paths));
 }
 
-std::string FormatGlobResult(const std::vector<std::string>& paths, bool truncated) {
+std::string FormatGlobResult(const std::vector<std::string>& paths, GlobTruncation truncation) {
   std::string content = FormatFilePaths(paths);
-  if (truncated) content += "\n\n" + std::string(kGlobTruncationNote);
+  if (truncation == GlobTruncation::kBudget) content += "\n\n" + std::string(kGlobTruncationNote);
+  if (truncation == GlobTruncation::kUnreadable) {
+    content += "\n\n" + std::string(kGlobUnreadableNote);
+  }
   return content;
 }
 
@@ -331,23 +363,53 @@ std::string FormatGrepToolResult(const std::vector<GrepLine>& matches, GrepMode 
 
 // ------------------------------------------------------------------ eviction
 
-std::string CreateContentPreview(std::string_view content, size_t head_lines, size_t tail_lines) {
+ContentPreview CreateContentPreview(std::string_view content, size_t head_lines,
+                                    size_t tail_lines) {
+  constexpr size_t kPreviewLineChars = 1000;
   auto lines = SplitLines(content);
-  auto cut = [](std::string_view l) { return CodePointPrefix(l, 1000); };
+  bool clipped = false;
+  auto clip = [&](std::string_view l) {
+    if (CodePointCount(l) > kPreviewLineChars) clipped = true;
+    return CodePointPrefix(l, kPreviewLineChars);
+  };
+  ContentPreview out;
   if (lines.size() <= head_lines + tail_lines) {
     std::vector<std::string_view> preview;
-    for (auto l : lines) preview.push_back(cut(l));
-    return FormatLinesWithNumbers(preview, 1);
+    for (auto l : lines) preview.push_back(clip(l));
+    out.text = FormatLinesWithNumbers(preview, 1);
+    out.lines_clipped = clipped;
+    return out;
   }
   std::vector<std::string_view> head;
   std::vector<std::string_view> tail;
-  for (size_t i = 0; i < head_lines; ++i) head.push_back(cut(lines[i]));
-  for (size_t i = lines.size() - tail_lines; i < lines.size(); ++i) tail.push_back(cut(lines[i]));
-  std::string out = FormatLinesWithNumbers(head, 1);
-  out += "\n... [" + std::to_string(lines.size() - head_lines - tail_lines) +
-         " lines truncated] ...\n";
-  out += FormatLinesWithNumbers(tail, static_cast<int64_t>(lines.size() - tail_lines + 1));
+  for (size_t i = 0; i < head_lines; ++i) head.push_back(clip(lines[i]));
+  for (size_t i = lines.size() - tail_lines; i < lines.size(); ++i) tail.push_back(clip(lines[i]));
+  out.text = FormatLinesWithNumbers(head, 1);
+  out.text += "\n... [" + std::to_string(lines.size() - head_lines - tail_lines) +
+              " lines truncated] ...\n";
+  out.text += FormatLinesWithNumbers(tail, static_cast<int64_t>(lines.size() - tail_lines + 1));
+  out.lines_omitted = true;
+  out.lines_clipped = clipped;
   return out;
+}
+
+std::string PreviewNote(const ContentPreview& preview, std::string_view subject) {
+  std::string note = preview.lines_omitted ? "Here is a preview showing the head and tail of the "
+                                           : "Here is a preview of the ";
+  note.append(subject);
+  std::vector<std::string> caveats;
+  if (preview.lines_omitted) {
+    caveats.emplace_back(
+        "lines of the form `... [N lines truncated] ...` indicate omitted lines in the middle of "
+        "the content");
+  }
+  if (preview.lines_clipped) {
+    caveats.emplace_back(
+        "the output contains lines longer than 1000 characters; this preview shows only their "
+        "first 1000 characters");
+  }
+  if (!caveats.empty()) note += " (" + Join(caveats, "; ") + ")";
+  return note + ":";
 }
 
 // ------------------------------------------------------------------ execute

@@ -31,16 +31,23 @@ extern const char kEmptyContentWarning[];  // "System reminder: File exists but 
 extern const char kTruncationGuidance[];   // "... [results truncated, try being more specific ...]"
 extern const char kGrepTruncationNote[];
 extern const char kGlobTruncationNote[];
+extern const char kGlobUnreadableNote[];
+extern const char kEmptyOldStringError[];  // "Error: old_string cannot be empty. ..."
 extern const char kRegexLiteralHint[];
 extern const char kSandboxReadTruncationMsg[];
 
 std::string NoLinesRequestedWarning(int64_t limit);
+// "[Output was truncated ...jq . {path}...]" (without the leading blank line:
+// it is a notice above the read header).
 std::string ReadFileTruncationMessage(std::string_view file_path);
 std::string GlobTimeoutMessage();  // "Error: glob timed out after 10.0s. ..."
+struct ContentPreview;
+// The stub replacing an evicted tool result (ids over 32 chars shortened, as
+// deepagents shows them).
 std::string TooLargeToolMessage(std::string_view tool_call_id, std::string_view file_path,
-                                std::string_view content_sample);
+                                const ContentPreview& preview);
 // A user message saved to the filesystem (deepagents TOO_LARGE_HUMAN_MSG).
-std::string TooLargeHumanMessage(std::string_view file_path, std::string_view content_sample);
+std::string TooLargeHumanMessage(std::string_view file_path, const ContentPreview& preview);
 // PatchToolCalls: "Tool call {name} with id {id} was cancelled - ..."
 std::string DanglingToolCallMessage(std::string_view name, std::string_view id);
 // task with an unknown subagent_type.
@@ -57,7 +64,8 @@ std::string InvalidToolMessage(std::string_view name, const std::vector<std::str
 // ------------------------------------------------------------------ read_file
 
 // One rendered row per line, lines over 5 000 chars split into N, N.1, N.2
-// rows; markers right-aligned to the widest marker, then two spaces.
+// rows; markers right-aligned to the widest marker, then two spaces
+// (deepagents format_content_with_line_numbers: eviction previews).
 std::string FormatLinesWithNumbers(const std::vector<std::string_view>& lines, int64_t start_line);
 // String form: split on "\n", a trailing empty line dropped.
 std::string FormatContentWithLineNumbers(std::string_view content, int64_t start_line = 1);
@@ -70,26 +78,36 @@ struct ReadWindow {
   std::optional<int64_t> total_lines;  // nullopt when unknown
 };
 
-// "\n\n[Read 2 lines (lines 1-2 of 5 total). 3 lines remaining from offset 2.]",
-// the unknown-total variant, or "" when nothing remains.
-std::string RemainingLinesNotice(const ReadWindow& window);
-// "\n\n[Requested offset -1 is before the start of the file; ...]" or "".
+// The status header's fields: "lines A-B[ of T]", then "next offset N" when
+// the window stopped short of the end (deepagents _window_fields).
+std::vector<std::string> ReadHeaderFields(const ReadWindow& window);
+// Notices (one per line), "@@ f1 | f2 @@", then the verbatim source body.
+std::string AssembleRead(std::string_view body, const std::vector<std::string>& fields,
+                         const std::vector<std::string>& notices);
+// "[Requested offset -1 is before the start of the file; read from line 1
+// instead.]" or "" (a notice above the header).
 std::string ClampedOffsetNotice(int64_t offset);
-// Applies the 80 000-char budget: cut at the last whole source line that fits
-// with the truncation message and a recomputed notice.
-std::string TruncatePaginatedRead(std::string_view content, std::string_view file_path,
-                                  const ReadWindow& window,
-                                  size_t char_limit = kToolResultCharLimit);
+// The rendered read: header and body, cut to `char_limit` code points at the
+// last whole source line that fits ("truncated due to size", resume offset
+// adjusted), or inside the first line ("truncated mid-line") when none fits;
+// the truncation message then sits above the header.
+std::string TruncatePaginatedRead(std::string_view body, std::string_view file_path,
+                                  const ReadWindow& window, size_t char_limit,
+                                  const std::vector<std::string>& notices = {});
 
 // ------------------------------------------------------------------ ls / glob
 
-// truncate_if_too_long for strings: > 80 000 chars -> prefix + "\n" + guidance.
+// truncate_if_too_long for strings: > 80 000 chars -> a prefix, "\n", guidance
+// (80 000 chars in all).
 std::string TruncateIfTooLong(std::string_view text);
-// truncate_if_too_long for lists (keeps a proportional prefix + guidance).
+// truncate_if_too_long for lists: items while their reprs (plus ", ") fit the
+// budget, then the guidance as the last item.
 std::vector<std::string> TruncateIfTooLong(const std::vector<std::string>& items);
 // "No files found" or the Python repr of the (truncated) list.
 std::string FormatFilePaths(const std::vector<std::string>& paths);
-std::string FormatGlobResult(const std::vector<std::string>& paths, bool truncated);
+// Why a glob stopped early.
+enum class GlobTruncation { kNone, kBudget, kUnreadable };
+std::string FormatGlobResult(const std::vector<std::string>& paths, GlobTruncation truncation);
 
 // ------------------------------------------------------------------ grep
 
@@ -111,9 +129,18 @@ std::string FormatGrepToolResult(const std::vector<GrepLine>& matches, GrepMode 
 
 // ------------------------------------------------------------------ eviction
 
-// Head 5 / tail 5 numbered preview (lines cut at 1 000 chars).
-std::string CreateContentPreview(std::string_view content, size_t head_lines = 5,
-                                 size_t tail_lines = 5);
+// A line-numbered head 5 / tail 5 preview and what it left out (deepagents
+// ContentPreview): whole lines omitted behind a marker, lines clipped at
+// 1 000 chars. The notes of TooLarge*Message say exactly that.
+struct ContentPreview {
+  std::string text;
+  bool lines_omitted = false;
+  bool lines_clipped = false;
+};
+ContentPreview CreateContentPreview(std::string_view content, size_t head_lines = 5,
+                                    size_t tail_lines = 5);
+// "Here is a preview of the {subject}:" or the head/tail variant with its caveats.
+std::string PreviewNote(const ContentPreview& preview, std::string_view subject);
 
 // ------------------------------------------------------------------ execute
 

@@ -53,21 +53,20 @@ TEST(FormatLineNumbers, SplitsByCharactersNotBytes) {
   EXPECT_EQ(rows[1], "1.1  é");
 }
 
-TEST(ReadNotices, RemainingLines) {
-  EXPECT_EQ(RemainingLinesNotice({1, 2, 2, 5}),
-            "\n\n[Read 2 lines (lines 1-2 of 5 total). 3 lines remaining from offset 2.]");
-  EXPECT_EQ(RemainingLinesNotice({2, 2, 2, 3}),
-            "\n\n[Read 1 line (lines 2-2 of 3 total). 1 line remaining from offset 2.]");
-  EXPECT_EQ(RemainingLinesNotice({1, 100, 100, std::nullopt}),
-            "\n\n[Read 100 lines (lines 1-100). More lines remain from offset 100.]");
-  EXPECT_EQ(RemainingLinesNotice({1, 5, std::nullopt, 5}), "");
-  EXPECT_EQ(RemainingLinesNotice({std::nullopt, std::nullopt, std::nullopt, std::nullopt}), "");
+TEST(ReadHeader, Fields) {
+  EXPECT_EQ(ReadHeaderFields({1, 2, 2, 5}),
+            (std::vector<std::string>{"lines 1-2 of 5", "next offset 2"}));
+  EXPECT_EQ(ReadHeaderFields({1, 100, 100, std::nullopt}),
+            (std::vector<std::string>{"lines 1-100", "next offset 100"}));
+  EXPECT_EQ(ReadHeaderFields({1, 5, std::nullopt, 5}),
+            (std::vector<std::string>{"lines 1-5 of 5"}));
+  EXPECT_EQ(ReadHeaderFields({1, 5, 5, 5}), (std::vector<std::string>{"lines 1-5 of 5"}));
+  EXPECT_TRUE(ReadHeaderFields({std::nullopt, std::nullopt, std::nullopt, std::nullopt}).empty());
 }
 
 TEST(ReadNotices, ClampedOffsetAndReminders) {
   EXPECT_EQ(ClampedOffsetNotice(-1),
-            "\n\n[Requested offset -1 is before the start of the file; read from line 1 "
-            "instead.]");
+            "[Requested offset -1 is before the start of the file; read from line 1 instead.]");
   EXPECT_EQ(ClampedOffsetNotice(0), "");
   EXPECT_EQ(std::string(kEmptyContentWarning),
             "System reminder: File exists but has empty contents");
@@ -78,58 +77,64 @@ TEST(ReadNotices, ClampedOffsetAndReminders) {
             "System reminder: no lines were read because `limit` was -3. ");
 }
 
-TEST(ReadBudget, UnderBudgetKeepsContentAndNotice) {
-  std::string c = FormatContentWithLineNumbers("a\nb", 1);
-  EXPECT_EQ(TruncatePaginatedRead(c, "/w/f", {1, 2, 2, 5}),
-            c + "\n\n[Read 2 lines (lines 1-2 of 5 total). 3 lines remaining from offset 2.]");
+TEST(ReadBudget, UnderBudgetIsHeaderAndBody) {
+  EXPECT_EQ(TruncatePaginatedRead("a\nb", "/w/f", {1, 2, 2, 5}, 80000),
+            "@@ lines 1-2 of 5 | next offset 2 @@\na\nb");
+  EXPECT_EQ(TruncatePaginatedRead("a\nb", "/w/f", {1, 100, 100, std::nullopt}, 80000),
+            "@@ lines 1-100 | next offset 100 @@\na\nb");
+  EXPECT_EQ(TruncatePaginatedRead("a\nb", "/w/f", {1, 2, std::nullopt, 2}, 80000,
+                                  {ClampedOffsetNotice(-1)}),
+            "[Requested offset -1 is before the start of the file; read from line 1 instead.]\n"
+            "@@ lines 1-2 of 2 @@\na\nb");
 }
 
-TEST(ReadBudget, CutsAtLastWholeLineAndRecomputesNotice) {
+TEST(ReadBudget, CutsAtLastWholeLineAndAdjustsTheHeader) {
   // 100 lines of 1 000 chars: ~100 KB, over the 80 000-char budget.
-  std::string raw;
-  for (int i = 0; i < 100; ++i) raw += std::string(1000, 'a' + (i % 26)) + "\n";
-  std::string numbered = FormatContentWithLineNumbers(raw, 1);
-  std::string out = TruncatePaginatedRead(numbered, "/w/big.json", {1, 100, std::nullopt, 100});
-  EXPECT_LE(CodePointCount(out), 80000u);
+  std::string body;
+  for (int i = 0; i < 100; ++i) {
+    if (i) body += "\n";
+    body += std::string(1000, static_cast<char>('a' + (i % 26)));
+  }
+  std::string out = TruncatePaginatedRead(body, "/w/big.json", {1, 100, std::nullopt, 100}, 80000);
+  // What deepagents 0.7.32 gives for the same window.
+  EXPECT_EQ(CodePointCount(out), 79468u);
   std::string msg = ReadFileTruncationMessage("/w/big.json");
-  size_t at = out.find(msg);
-  ASSERT_NE(at, std::string::npos);
-  // Content ends with a complete row.
-  std::string body = out.substr(0, at);
-  auto rows = Rows(body);
-  EXPECT_EQ(rows.back().size(), 5u + 1000u);
-  int shown = static_cast<int>(rows.size());
-  EXPECT_EQ(out.substr(at + msg.size()),
-            "\n\n[Read " + std::to_string(shown) + " lines (lines 1-" + std::to_string(shown) +
-                " of 100 total). " + std::to_string(100 - shown) + " lines remaining from offset " +
-                std::to_string(shown) + ".]");
+  EXPECT_TRUE(StartsWith(out, msg + "\n@@ lines 1-79 of 100 | next offset 79 | truncated due to "
+                                    "size @@\naaaa"));
   EXPECT_NE(msg.find("execute(command='jq . /w/big.json')"), std::string::npos);
+  EXPECT_TRUE(EndsWith(out, std::string(1000, static_cast<char>('a' + 78 % 26))));
 }
 
-TEST(ReadBudget, SingleHugeLineFallsBackToSizeWarningOnly) {
-  std::string numbered = FormatContentWithLineNumbers(std::string(200000, 'z'), 1);
-  std::string out = TruncatePaginatedRead(numbered, "/w/x", {1, 1, std::nullopt, 1});
-  std::string msg = ReadFileTruncationMessage("/w/x");
-  EXPECT_EQ(CodePointCount(out), 80000u);
-  EXPECT_TRUE(EndsWith(out, msg));
+TEST(ReadBudget, SingleHugeLineIsCutMidLine) {
+  std::string out =
+      TruncatePaginatedRead(std::string(200000, 'z'), "/w/x", {1, 1, std::nullopt, 1}, 80000);
+  EXPECT_EQ(CodePointCount(out), 79999u);
+  EXPECT_TRUE(StartsWith(out, ReadFileTruncationMessage("/w/x") +
+                                  "\n@@ lines 1-1 of 1 | truncated mid-line | 79615 of 200000 "
+                                  "chars @@\nzzz"));
 }
 
 TEST(FilePaths, PythonListRepr) {
   EXPECT_EQ(FormatFilePaths({}), "No files found");
   EXPECT_EQ(FormatFilePaths({"/a", "/b"}), "['/a', '/b']");
   EXPECT_EQ(FormatFilePaths({"/it's"}), "[\"/it's\"]");
-  EXPECT_EQ(FormatGlobResult({"/a.py"}, false), "['/a.py']");
-  EXPECT_EQ(FormatGlobResult({"/a.py"}, true), "['/a.py']\n\n" + std::string(kGlobTruncationNote));
+  EXPECT_EQ(FormatGlobResult({"/a.py"}, GlobTruncation::kNone), "['/a.py']");
+  EXPECT_EQ(FormatGlobResult({"/a.py"}, GlobTruncation::kBudget),
+            "['/a.py']\n\n" + std::string(kGlobTruncationNote));
+  EXPECT_EQ(FormatGlobResult({"/a.py"}, GlobTruncation::kUnreadable),
+            "['/a.py']\n\n" + std::string(kGlobUnreadableNote));
   EXPECT_EQ(GlobTimeoutMessage(),
             "Error: glob timed out after 10.0s. Try a more specific pattern or a narrower path.");
 }
 
-TEST(FilePaths, LongListsAreTruncatedProportionally) {
+TEST(FilePaths, LongListsKeepWhatFitsTheBudget) {
   std::vector<std::string> paths(2000, "/" + std::string(99, 'p'));  // 200 000 chars
   std::string out = FormatFilePaths(paths);
   EXPECT_NE(out.find(kTruncationGuidance), std::string::npos);
-  // 2000 * 80000 / 200000 = 800 entries kept.
-  EXPECT_EQ(TruncateIfTooLong(paths).size(), 801u);
+  // Each item costs its repr (102) plus ", ": 768 fit, then the guidance.
+  auto kept = TruncateIfTooLong(paths);
+  EXPECT_EQ(kept.size(), 769u);
+  EXPECT_EQ(kept.back(), kTruncationGuidance);
 }
 
 TEST(Grep, OutputModes) {
@@ -170,13 +175,13 @@ TEST(Grep, BodyCappedAt80000Chars) {
   for (int i = 0; i < 1000; ++i) m.push_back({"/w/f", i + 1, std::string(100, 'q')});
   std::string out = FormatGrepToolResult(m, GrepMode::kContent, "q", false, true);
   EXPECT_TRUE(EndsWith(out, std::string("\n") + kTruncationGuidance));
-  EXPECT_EQ(CodePointCount(out), 80000u + 1 + CodePointCount(kTruncationGuidance));
+  EXPECT_EQ(CodePointCount(out), 80000u);
 }
 
 TEST(Truncate, StringOverLimit) {
   EXPECT_EQ(TruncateIfTooLong(std::string(80000, 'a')), std::string(80000, 'a'));
   EXPECT_EQ(TruncateIfTooLong(std::string(80001, 'a')),
-            std::string(80000, 'a') +
+            std::string(80000 - 1 - CodePointCount(kTruncationGuidance), 'a') +
                 "\n... [results truncated, try being more specific with "
                 "your parameters]");
 }
@@ -184,22 +189,42 @@ TEST(Truncate, StringOverLimit) {
 TEST(Eviction, PreviewHeadAndTail) {
   std::string content;
   for (int i = 1; i <= 20; ++i) content += "row" + std::to_string(i) + "\n";
-  EXPECT_EQ(CreateContentPreview(content),
+  ContentPreview p = CreateContentPreview(content);
+  EXPECT_EQ(p.text,
             "1  row1\n2  row2\n3  row3\n4  row4\n5  row5\n... [10 lines truncated] ...\n"
             "16  row16\n17  row17\n18  row18\n19  row19\n20  row20");
-  EXPECT_EQ(CreateContentPreview("a\nb"), "1  a\n2  b");
-  std::string wide(3000, 'w');
-  EXPECT_EQ(CreateContentPreview(wide), "1  " + std::string(1000, 'w'));
+  EXPECT_TRUE(p.lines_omitted);
+  EXPECT_FALSE(p.lines_clipped);
+  p = CreateContentPreview("a\nb");
+  EXPECT_EQ(p.text, "1  a\n2  b");
+  EXPECT_FALSE(p.lines_omitted);
+  p = CreateContentPreview(std::string(3000, 'w'));
+  EXPECT_EQ(p.text, "1  " + std::string(1000, 'w'));
+  EXPECT_TRUE(p.lines_clipped);
+  EXPECT_EQ(PreviewNote(p, "result"),
+            "Here is a preview of the result (the output contains lines longer than 1000 "
+            "characters; this preview shows only their first 1000 characters):");
 }
 
 TEST(Eviction, TooLargeMessage) {
-  std::string msg = TooLargeToolMessage("toolu_1", "/workspace/large_tool_results/toolu_1", "1  a");
-  EXPECT_TRUE(
-      StartsWith(msg,
-                 "Tool result too large, the result of this tool call toolu_1 was saved in the "
-                 "filesystem at this path: /workspace/large_tool_results/toolu_1\n\n"));
-  EXPECT_NE(msg.find("read_file tool with offset=0 and limit=100."), std::string::npos);
-  EXPECT_TRUE(EndsWith(msg, "indicate omitted lines in the middle of the content):\n\n1  a\n"));
+  EXPECT_EQ(TooLargeToolMessage("toolu_1", "/workspace/large_tool_results/toolu_1",
+                                CreateContentPreview("a")),
+            "Tool result too large, the result of this tool call toolu_1 was saved in the "
+            "filesystem at this path: /workspace/large_tool_results/toolu_1\n\nYou can read the "
+            "result from the filesystem by using the read_file tool, but make sure to only read "
+            "part of the result at a time.\n\nYou can do this by specifying an offset and limit "
+            "in the read_file tool call. For example, to read the first 100 lines, you can use "
+            "the read_file tool with offset=0 and limit=100.\n\nHere is a preview of the "
+            "result:\n\n1  a\n");
+  std::string content;
+  for (int i = 1; i <= 20; ++i) content += "row" + std::to_string(i) + "\n";
+  std::string msg = TooLargeToolMessage(std::string(40, 'x'), "/p", CreateContentPreview(content));
+  EXPECT_TRUE(StartsWith(msg, "Tool result too large, the result of this tool call " +
+                                  std::string(32, 'x') + "... was saved"));
+  EXPECT_NE(msg.find("Here is a preview showing the head and tail of the result (lines of the "
+                     "form `... [N lines truncated] ...` indicate omitted lines in the middle of "
+                     "the content):\n\n1  row1\n"),
+            std::string::npos);
 }
 
 TEST(Execute, StatusLines) {
@@ -227,11 +252,11 @@ TEST(Messages, ExactStrings) {
             "<summary>\nS\n</summary>");
   EXPECT_EQ(SummaryMessageText("S", std::nullopt),
             "Here is a summary of the conversation to date:\n\nS");
-  EXPECT_EQ(TooLargeHumanMessage("/w/conversation_history/m.md", "1  a"),
+  EXPECT_EQ(TooLargeHumanMessage("/w/conversation_history/m.md", CreateContentPreview("a")),
             "Message content too large and was saved to the filesystem at: "
             "/w/conversation_history/m.md\n\nYou can read the full content using the read_file "
-            "tool with pagination (offset and limit parameters).\n\nHere is a preview showing "
-            "the head and tail of the content:\n\n1  a\n");
+            "tool with pagination (offset and limit parameters).\n\nHere is a preview of the "
+            "content:\n\n1  a\n");
   EXPECT_EQ(InvalidToolMessage("nope", {"ls", "read_file"}),
             "Error: nope is not a valid tool, try one of [ls, read_file].");
 }

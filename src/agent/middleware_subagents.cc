@@ -6,10 +6,12 @@
 namespace deepbox::agent {
 
 const char kGeneralPurposeName[] = "general-purpose";
+// deepagents 0.7.32's text (DEFAULT_GENERAL_PURPOSE_DESCRIPTION), verbatim.
 const char kGeneralPurposeDescription[] =
     "General-purpose agent for researching complex questions, searching for files and content, "
-    "and carrying out multi-step tasks. When a keyword or file search may take several "
-    "attempts, delegate it to this agent. It has the same tools as the main agent.";
+    "and executing multi-step tasks. When you are searching for a keyword or file and are not "
+    "confident that you will find the right match in the first few tries use this agent to "
+    "perform the search for you. This agent has access to all tools as the main agent.";
 const char kDefaultSubagentPrompt[] =
     "You are a sub-agent working on one task for a calling agent, with the standard tools "
     "available to complete it. The calling agent sees only your final message, not your "
@@ -38,29 +40,33 @@ class TaskTool : public Tool {
       list += "- " + name + ": " + desc;
     }
     spec_.name = "task";
+    // deepagents 0.7.32's task tool (TASK_TOOL_DESCRIPTION, TaskToolSchema), verbatim.
     spec_.description =
-        "Launch a short-lived sub-agent to carry out a complex, multi-step task in its own, "
-        "isolated context window.\n\n"
-        "Available agent types:\n" +
+        "Launch an ephemeral subagent to handle a complex, multi-step task.\n\n"
+        "Available agent types and the tools they have access to:\n" +
         list +
-        "\n\nUsage notes:\n"
-        "- Choose the agent with subagent_type.\n"
-        "- Independent tasks can run concurrently: put several task calls in one response.\n"
-        "- Each call is stateless: the sub-agent sees only the description you write and "
-        "returns one final report. Include all the context it needs and say exactly what it "
-        "should return.\n"
-        "- The report is not shown to the user; summarize what matters for them yourself.\n"
-        "- Say whether the sub-agent should create or change things, analyze, or only "
-        "research, since it cannot see the user's request.\n"
-        "- If an agent's description says to use it proactively, do so without being asked.\n"
-        "- When general-purpose is the only type, use it for any complex or context-heavy "
-        "task; it has the same tools as you.";
+        "\n\nSpecify subagent_type to select the agent. Usage notes:\n"
+        "- Launch multiple agents concurrently when their tasks are independent, using a single "
+        "message with multiple tool calls.\n"
+        "- Each invocation is stateless by default: the agent sees only the prompt you give it "
+        "and returns a single final report. Put full detail in the prompt and state exactly what "
+        "it should return \u2014 unless an agent type below says it inherits your conversation "
+        "instead.\n"
+        "- The agent's report is not shown to the user; relay a summary yourself.\n"
+        "- Tell the agent whether to create content, analyze, or only research, since it can't "
+        "necessarily see the user's intent unless it inherits your conversation, as noted per "
+        "agent type below.\n"
+        "- If an agent's description says to use it proactively, do so without waiting to be "
+        "asked.\n"
+        "- When only general-purpose is available, use it for any complex, context-heavy task; "
+        "it has the same capabilities as the main agent.";
     spec_.input_schema = SchemaObject(
-        {{"description", SchemaString("A detailed description of the task for the sub-agent "
-                                      "to do on its own, with all the context it needs and the "
-                                      "expected output format.")},
-         {"subagent_type", SchemaString("Which sub-agent to use: one of the types listed in "
-                                        "this tool's description.")}},
+        {{"description", SchemaString("A detailed description of the task for the subagent to "
+                                      "perform autonomously. Include all necessary context and "
+                                      "specify the expected output format.")},
+         {"subagent_type", SchemaString("The type of subagent to use. Must be one of the "
+                                        "available agent types listed in the tool "
+                                        "description.")}},
         {"description", "subagent_type"});
   }
 

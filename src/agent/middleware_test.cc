@@ -84,7 +84,9 @@ TEST(Eviction, FileToolsAreNeverEvicted) {
   RunResult r = agent->Run("go");
   auto tools = ToolMessages(r.messages);
   ASSERT_EQ(tools.size(), 2u);
-  EXPECT_TRUE(StartsWith(tools[0].text, " 1  aaa"));  // read_file: budget-cut, not evicted
+  // read_file: budget-cut (its truncation notice above the header), not evicted.
+  EXPECT_TRUE(StartsWith(tools[0].text, "[Output was truncated due to size limits."));
+  EXPECT_NE(tools[0].text.find("| truncated due to size @@\naaa"), std::string::npos);
   EXPECT_TRUE(StartsWith(tools[1].text, "Tool result too large"));  // execute: evicted
   EXPECT_TRUE(sb.Stat(sb.root() + "/large_tool_results/x"));
 }
@@ -456,8 +458,8 @@ TEST(Interrupts, AskPermissionInterruptsMatchingPathsOnly) {
   RunResult done = agent->Resume({Decision::Approve(), Decision::Reject()});
   ASSERT_TRUE(done.ok());
   auto tools = ToolMessages(done.messages);
-  EXPECT_EQ(tools[0].text, "1  key");
-  EXPECT_EQ(tools[1].text, "1  pub");
+  EXPECT_EQ(tools[0].text, "@@ lines 1-1 of 1 @@\nkey");
+  EXPECT_EQ(tools[1].text, "@@ lines 1-1 of 1 @@\npub");
   EXPECT_TRUE(tools[2].is_error);
 }
 

@@ -54,6 +54,31 @@ bool Nullable(const json::object& prop) {
   return false;
 }
 
+// pydantic writes `T | None` as {"anyOf": [T, {"type": "null"}], ...}: the
+// non-null branch is what to check.
+const json::object& NonNullBranch(const json::object& prop) {
+  const json::value* any = prop.if_contains("anyOf");
+  if (!any || !any->is_array()) return prop;
+  for (const auto& branch : any->get_array()) {
+    if (!branch.is_object()) continue;
+    const json::value* t = branch.get_object().if_contains("type");
+    if (t && t->is_string() && t->get_string() == "null") continue;
+    return branch.get_object();
+  }
+  return prop;
+}
+
+bool AnyOfNull(const json::object& prop) {
+  const json::value* any = prop.if_contains("anyOf");
+  if (!any || !any->is_array()) return false;
+  for (const auto& branch : any->get_array()) {
+    if (!branch.is_object()) continue;
+    const json::value* t = branch.get_object().if_contains("type");
+    if (t && t->is_string() && t->get_string() == "null") return true;
+  }
+  return false;
+}
+
 std::optional<int64_t> AsInt(const json::value& v) {
   if (v.is_int64()) return v.get_int64();
   if (v.is_uint64()) return std::nullopt;  // above INT64_MAX
@@ -101,10 +126,10 @@ std::optional<std::string> ValidateToolArgs(const ToolSpec& spec, const json::ob
     for (const auto& kv : args) {
       const json::value* pv = props->if_contains(kv.key());
       if (!pv || !pv->is_object()) continue;
-      const json::object& prop = pv->get_object();
+      const json::object& prop = NonNullBranch(pv->get_object());
       const json::value& v = kv.value();
       std::string field(kv.key());
-      if (v.is_null() && Nullable(prop)) continue;
+      if (v.is_null() && (Nullable(prop) || AnyOfNull(pv->get_object()))) continue;
       auto type = TypeName(prop);
       if (!type) continue;
       if (*type == "string") {

@@ -12,28 +12,36 @@ class ExecuteTool : public Tool {
  public:
   explicit ExecuteTool(ExecuteToolOptions o) : options_(o) {
     spec_.name = "execute";
+    // deepagents 0.7.32's execute tool (with the glob and grep tools offered).
     spec_.description =
-        "Run a shell command in the isolated sandbox and return its combined stdout/stderr "
-        "followed by the exit code (very large output is truncated).\n\n"
+        "Executes a shell command in an isolated sandbox and returns combined stdout/stderr "
+        "with the exit code (truncated if very large).\n"
+        "\n"
         "Usage:\n"
-        "- Commands run with the workspace root as the working directory.\n"
-        "- Quote paths that contain spaces (e.g. cat \"/path/with spaces/file.txt\").\n"
-        "- Chain commands with ';' or '&&' ('&&' when a command depends on the one before); do "
-        "not separate commands with newlines except inside quoted strings.\n"
-        "- Prefer absolute paths and avoid `cd`, so the working directory stays stable. Use "
-        "the optional timeout (seconds) to override the default for long commands.\n"
-        "- You MUST avoid using search commands like find and grep: use the glob and grep "
-        "tools instead. Use read_file rather than cat/head/tail to read files.\n"
-        "    - execute(command=\"find . -name '*.py'\")  # use the glob tool instead\n"
-        "    - execute(command=\"grep -r 'pattern' .\")  # use the grep tool instead";
+        "- Quote paths containing spaces (e.g. cd \"/path/with spaces\").\n"
+        "- Chain commands with ';' or '&&' (use '&&' when a command depends on the previous); "
+        "do not use newlines except inside quoted strings.\n"
+        "- Use absolute paths and avoid `cd` so the working directory stays stable; use "
+        "the optional timeout to override the default.\n"
+        "- You MUST avoid using search commands like find and grep. Instead use the grep, "
+        "glob tools to search. Use read_file rather than cat/head/tail.\n"
+        "    - execute(command=\"find . -name '*.py'\")  # Use glob tool instead\n"
+        "    - execute(command=\"grep -r 'pattern' .\")  # Use grep tool instead\n"
+        "\n"
+        "Only available on backends implementing SandboxBackendProtocol; otherwise it returns "
+        "an error.";
+    json::object integer;
+    integer["type"] = "integer";
+    json::object null_type;
+    null_type["type"] = "null";
     json::object timeout;
-    timeout["type"] = json::array{"integer", "null"};
+    timeout["anyOf"] = json::array{integer, null_type};
     timeout["default"] = nullptr;
     timeout["description"] =
-        "Optional timeout in seconds for this command, overriding the default. 0 means the "
-        "longest allowed timeout.";
+        "Optional timeout in seconds for this command. Overrides the default timeout.";
     spec_.input_schema = SchemaObject(
-        {{"command", SchemaString("Shell command to run in the sandbox.")}, {"timeout", timeout}},
+        {{"command", SchemaString("Shell command to execute in the sandbox environment.")},
+         {"timeout", timeout}},
         {"command"});
   }
 

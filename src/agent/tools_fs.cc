@@ -9,9 +9,138 @@
 #include "agent/permissions.h"
 #include "agent/text.h"
 #include "common/base64.h"
+#include "common/utf8.h"
 
 namespace deepbox::agent {
 namespace {
+
+// ------------------------------------------------------------------ descriptions
+// deepagents 0.7.32's tool descriptions and argument descriptions, verbatim
+// (deepagents/middleware/filesystem.py): the model must see the same tools.
+
+constexpr char kLsDescription[] =
+    "Lists all files in a directory.\n\n"
+    "This is useful for exploring the filesystem and finding the right file to read or edit.\n"
+    "You should almost ALWAYS use this tool before using the read_file or edit_file tools.";
+
+constexpr char kReadFileDescription[] =
+    "Reads a file from the filesystem. Assume any path the user provides is valid; reading a "
+    "missing file returns an error.\n\n"
+    "Usage:\n"
+    "- By default, it reads up to 100 lines starting from the beginning of the file. Use "
+    "`offset`/`limit` to page through large files instead of reading them whole.\n"
+    "- A status header, `@@ field | field | ... @@`, sits above the file content, and every line "
+    "after it is verbatim file content. When content is truncated, there may be an explanation "
+    "before the header. Never include the header when editing.\n"
+    "- Speculatively batch multiple `read_file` calls in one response when several files may be "
+    "useful.\n"
+    "- An empty file returns a system-reminder warning in place of contents.\n"
+    "- Large tool results may be offloaded to a file; the tool message gives the path. Read that "
+    "path here, paging with `offset`/`limit`.\n"
+    "- Images (`.png`, `.jpg`, etc.), audio, video, and PDFs return multimodal content blocks "
+    "(https://docs.langchain.com/oss/python/langchain/messages#multimodal).\n"
+    "- For images and PDFs, pagination via `offset`/`limit` is text-only - supply `file_path` "
+    "only\n"
+    "- Always read a file before editing it.";
+
+constexpr char kEditFileDescription[] =
+    "Performs exact string replacements in files.\n\n"
+    "Usage:\n"
+    "- You must read the file before editing; this tool errors otherwise.\n"
+    "- Preserve the exact source indentation from the read output, and never include the read "
+    "status header in old_string or new_string.\n"
+    "- Prefer editing an existing file over creating a new one.\n"
+    "- Only use emojis if the user explicitly requests it.";
+
+constexpr char kWriteFileDescription[] =
+    "Writes content to a file. Creates the file if it does not exist; replaces it entirely if it "
+    "does.\n\n"
+    "Usage:\n"
+    "- Use this tool when you intend to create a new file or replace the whole file. You do not "
+    "need to read the file first.\n"
+    "- Prefer to edit existing files (with the edit_file tool) over creating new ones when "
+    "possible.";
+
+constexpr char kDeleteDescription[] =
+    "Deletes a file or directory from the filesystem.\n\n"
+    "Usage:\n"
+    "- Permanently removes the file or directory at the given absolute path.\n"
+    "- Deleting a directory removes it and everything inside it, recursively. Prefer\n"
+    "  deleting a directory in one call over deleting each file individually.\n"
+    "- This cannot be undone, so only delete paths you are sure are no longer needed.";
+
+constexpr char kGlobDescription[] =
+    "Find files matching a glob pattern, returning absolute paths.\n\n"
+    "Supports `*` (any characters within a path segment), `**` (any directories), `?` (single "
+    "character), `[abc]` (one character from a set), and `{a,b}` (alternatives), e.g. `*.py`, "
+    "`src/**/*.py`, `*.{yml,yaml}`.\n\n"
+    "A pattern without `/` matches the file name at any depth under the search root (`*.py` "
+    "matches `src/app/main.py`). A pattern containing `/` matches the search-root-relative path "
+    "(`src/**/*.py`). A leading `/` anchors to the search root (`/*.py` matches only top-level "
+    "Python files).\n\n"
+    "Leading-dot names are only matched when the pattern segment itself starts with `.` (use "
+    "`.env`, or `.github/**/*.yml`). Because `**` will not descend into dot-directories, the bare "
+    "form `*.yml` is *broader* than `**/*.yml` and is usually what you want.";
+
+// With execute available (deepbox always offers it with the file tools).
+constexpr char kGrepDescription[] =
+    "Search for a LITERAL text pattern across files (NOT regex).\n\n"
+    "The pattern is matched verbatim: regex metacharacters are ordinary characters, not "
+    "operators. To match any of several strings, run a separate grep for each; "
+    "`grep(pattern=\"foo|bar\")` searches for the literal text \"foo|bar\", and `.*` or `\\.` "
+    "match those characters literally.\n"
+    "- If you genuinely need regex, use the execute tool with `rg '<regex>'` instead.\n\n"
+    "Returns matching files or content per `output_mode`. Offloaded large tool results live under "
+    "the artifacts root (`/large_tool_results/` by default); grep that directory to search them "
+    "when you do not know the exact path.";
+
+constexpr char kGrepGlobDescription[] =
+    "Glob pattern (NOT regex) limiting which files are searched (e.g. '*.py', '*.ts'). A pattern "
+    "without '/' matches the file name at any depth; a pattern containing '/' matches the "
+    "search-root-relative path (e.g. 'src/**/*.py'). This is an in-tool file filter, not a call "
+    "to the separate glob tool. Brace expansion (e.g. '*.{ts,tsx}') is not supported on all "
+    "backends; run a separate search per extension for reliable results.";
+
+constexpr char kGrepOutputModeDescription[] =
+    "Shape of the returned text. 'files_with_matches' (default): newline-separated matching file "
+    "paths. 'content': matching lines grouped by file under a '<path>:' header, each line "
+    "indented and formatted '<line_number>: <line text>' (only the matched line, no surrounding "
+    "context). 'count': one '<path>: <match_count>' line per file.";
+
+constexpr char kGlobPatternDescription[] =
+    "Glob pattern to match files (e.g., '*.py', '**/*.py', '/subdir/**/*.md'). A pattern without "
+    "'/' matches the file name at any depth; a pattern containing '/' matches the "
+    "search-root-relative path; a leading '/' anchors to the search root ('/*.py' matches only "
+    "top-level files). Leading-dot names are excluded unless the pattern segment starts with '.', "
+    "so prefer the bare form '*.py' over '**/*.py' -- '**' will not descend into dot-directories "
+    "like '.github'.";
+
+// deepagents' sandbox read: pages are capped at 500 KiB of text (this banner
+// included); files up to 1 MiB get a line count when the page stops early.
+constexpr int64_t kMaxLineCountBytes = 1024 * 1024;
+constexpr char kPageTruncationMsg[] =
+    "\n\n[Output was truncated due to size limits. "
+    "This paginated read result exceeded the sandbox stdout limit. "
+    "Continue reading with a larger offset or smaller limit to inspect the rest of the file.]";
+
+// ------------------------------------------------------------------ schemas
+
+// pydantic's form of `T | None = None`.
+json::object Optional(json::object type, std::string description) {
+  json::object null_type;
+  null_type["type"] = "null";
+  json::object o;
+  o["anyOf"] = json::array{std::move(type), std::move(null_type)};
+  o["default"] = nullptr;
+  o["description"] = std::move(description);
+  return o;
+}
+
+json::object Type(std::string_view name) {
+  json::object o;
+  o["type"] = name;
+  return o;
+}
 
 // ------------------------------------------------------------------ helpers
 
@@ -36,29 +165,39 @@ std::vector<std::string> FilterReadable(const ToolContext& ctx, std::vector<std:
   return out;
 }
 
-// deepagents error codes for a failed ls.
-std::string LsCode(const Error& e) {
-  switch (e.code) {
-    case ErrorCode::kNotFound:
-      return "path_not_found";
-    case ErrorCode::kNotDirectory:
-      return "not_a_directory";
-    case ErrorCode::kPermissionDenied:
-      return "permission_denied";
-    default:
-      return e.message;
+// The checks every file tool starts with, in deepagents' order: the path
+// argument is validated (validate_path, relative paths resolved against the
+// workspace), then checked against the permission rules. The absolute path,
+// or the tool's error result.
+using CheckedPath = tl::expected<std::string, ToolResult>;
+CheckedPath CheckPath(const ToolContext& ctx, std::string_view raw, std::optional<FsOperation> op) {
+  auto path = ResolveToolPath(raw, ctx.root);
+  if (!path) return tl::unexpected(ToolResult::Err("Error: " + path.error().message));
+  if (op && Denied(ctx, *op, *path)) {
+    return tl::unexpected(ToolResult::Err(PermissionDeniedMessage(*op, *path)));
   }
+  return *path;
 }
 
-// deepagents error codes for a failed read.
-std::string ReadCode(const Error& e) {
+// deepagents' error codes (the words its sandbox scripts and FileOperationError
+// use), from the daemon's error codes; never an errno text.
+enum class CodeSet { kLs, kRead, kTransfer };
+std::string Code(CodeSet set, const Error& e) {
   switch (e.code) {
     case ErrorCode::kNotFound:
-      return "file_not_found";
-    case ErrorCode::kIsDirectory:
-      return "not_a_file";
+      return set == CodeSet::kLs ? "path_not_found" : "file_not_found";
     case ErrorCode::kPermissionDenied:
       return "permission_denied";
+    case ErrorCode::kNotDirectory:
+      return set == CodeSet::kLs     ? "not_a_directory"
+             : set == CodeSet::kRead ? "file_not_found"
+                                     : "invalid_path";
+    case ErrorCode::kIsDirectory:
+      return set == CodeSet::kRead ? "not_a_file" : "is_directory";
+    case ErrorCode::kInvalidArgument:
+      return set == CodeSet::kLs     ? "not_a_directory"
+             : set == CodeSet::kRead ? "not_a_file"
+                                     : "invalid_path";
     default:
       return e.message;
   }
@@ -68,9 +207,30 @@ std::string FileError(const std::string& path, const std::string& code) {
   return "Error: File '" + path + "': " + code;
 }
 
-// Resolves the tool's path argument or produces the deepagents error.
-Result<std::string> Resolve(const ToolContext& ctx, std::string_view path) {
-  return ResolveToolPath(path, ctx.root);
+// Whether `head` (a file's first bytes) fails to decode as UTF-8 the way
+// deepagents checks it: incrementally, so a sequence cut at the end is fine.
+bool UndecodableUtf8(std::string_view head) {
+  size_t i = 0;
+  while (i < head.size()) {
+    const auto c = static_cast<unsigned char>(head[i]);
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xE  ? 3
+                 : (c >> 3) == 0x1E ? 4
+                                    : 0;
+    if (len == 0 || (len == 2 && c < 0xC2) || (len == 4 && c > 0xF4)) return true;
+    for (size_t k = 1; k < len; ++k) {
+      if (i + k >= head.size()) return false;  // cut at the end: more would follow
+      const auto d = static_cast<unsigned char>(head[i + k]);
+      if ((d & 0xC0) != 0x80) return true;
+      if (k == 1 && ((c == 0xE0 && d < 0xA0) || (c == 0xED && d > 0x9F) ||
+                     (c == 0xF0 && d < 0x90) || (c == 0xF4 && d > 0x8F))) {
+        return true;
+      }
+    }
+    i += len;
+  }
+  return false;
 }
 
 std::string PathLane(const json::object& args, std::string_view root) {
@@ -93,35 +253,37 @@ class BaseFsTool : public Tool {
   FsToolOptions options_;
 };
 
+// A file mutation: same-path calls of one turn run in call order.
+class MutatingFsTool : public BaseFsTool {
+ public:
+  using BaseFsTool::BaseFsTool;
+  ToolScheduling Scheduling(const json::object& args, std::string_view root) const override {
+    return {PathLane(args, root)};
+  }
+};
+
 // ------------------------------------------------------------------ ls
 
 class LsTool : public BaseFsTool {
  public:
   explicit LsTool(FsToolOptions o) : BaseFsTool(o) {
     spec_.name = "ls";
-    spec_.description =
-        "List the entries (files and directories) of one directory, as absolute paths.\n\n"
-        "Use it to explore the filesystem and find the right file before you read or edit "
-        "one; check what exists before calling read_file or edit_file.";
+    spec_.description = kLsDescription;
     spec_.input_schema = SchemaObject(
-        {{"path", SchemaString("Absolute path of the directory to list (e.g. the workspace "
-                               "root). Must be absolute, not relative.")}},
+        {{"path", SchemaString("Absolute path to the directory to list. Must be absolute, not "
+                               "relative.")}},
         {"path"});
   }
 
   ToolResult Invoke(ToolContext& ctx, const json::object& args) override {
-    auto path = Resolve(ctx, ArgString(args, "path"));
-    if (!path) return ToolResult::Err("Error: " + path.error().message);
-    if (Denied(ctx, FsOperation::kRead, *path)) {
-      return ToolResult::Err(PermissionDeniedMessage(FsOperation::kRead, *path));
-    }
+    auto path = CheckPath(ctx, ArgString(args, "path"), FsOperation::kRead);
+    if (!path) return path.error();
     auto list = ctx.sandbox->List(*path);
-    if (!list) {
-      return ToolResult::Err("Error: Path '" + *path + "': " + LsCode(list.error()));
-    }
+    if (!list)
+      return ToolResult::Err("Error: Path '" + *path + "': " + Code(CodeSet::kLs, list.error()));
     std::vector<std::string> paths;
     paths.reserve(list->size());
-    for (const auto& e : *list) paths.push_back(e.path.empty() ? JoinPath(*path, e.name) : e.path);
+    for (const auto& e : *list) paths.push_back(JoinPath(*path, e.name));
     return ToolResult::Ok(FormatFilePaths(FilterReadable(ctx, std::move(paths))));
   }
 };
@@ -132,29 +294,9 @@ class ReadFileTool : public BaseFsTool {
  public:
   explicit ReadFileTool(FsToolOptions o) : BaseFsTool(o) {
     spec_.name = "read_file";
-    spec_.description =
-        "Read a file from the sandbox filesystem. Assume a path the user gives is valid; a "
-        "missing file returns an error.\n\n"
-        "Usage:\n"
-        "- By default it returns up to 100 lines from the start of the file. Page through "
-        "large files with `offset` (0-based first line) and `limit` (line count) rather than "
-        "reading them whole.\n"
-        "- Each output line is its line number (starting at `offset` + 1), two spaces, then the "
-        "source text. The numbers are not part of the file: never put them into edit_file "
-        "strings.\n"
-        "- Lines longer than 5,000 characters are split into continuation rows numbered like "
-        "5.1, 5.2; `limit` counts source lines, not rows.\n"
-        "- When several files may be useful, read them in parallel: several read_file calls in "
-        "one response.\n"
-        "- An empty file returns a system reminder instead of content.\n"
-        "- Large tool results may be saved to a file (under large_tool_results/ in the "
-        "workspace); the tool message names the path. Read it here, paging with "
-        "`offset`/`limit`.\n"
-        "- Images (.png, .jpg, .gif, .webp) are returned as images; pagination applies to text "
-        "only, so pass just `file_path` for them.\n"
-        "- Always read a file before editing it.";
+    spec_.description = kReadFileDescription;
     spec_.input_schema = SchemaObject(
-        {{"file_path", SchemaString("Absolute path of the file to read. Must be absolute, not "
+        {{"file_path", SchemaString("Absolute path to the file to read. Must be absolute, not "
                                     "relative.")},
          {"offset", SchemaInteger("Line number to start reading from (0-indexed). Use for "
                                   "pagination of large files.",
@@ -170,85 +312,117 @@ class ReadFileTool : public BaseFsTool {
   }
 
   ToolResult Invoke(ToolContext& ctx, const json::object& args) override {
-    auto path = Resolve(ctx, ArgString(args, "file_path"));
-    if (!path) return ToolResult::Err("Error: " + path.error().message);
-    if (Denied(ctx, FsOperation::kRead, *path)) {
-      return ToolResult::Err(PermissionDeniedMessage(FsOperation::kRead, *path));
-    }
-    int64_t offset = ArgOptInt(args, "offset").value_or(0);
-    int64_t limit = ArgOptInt(args, "limit").value_or(kDefaultReadLimit);
+    auto path = CheckPath(ctx, ArgString(args, "file_path"), FsOperation::kRead);
+    if (!path) return path.error();
+    const int64_t offset = ArgOptInt(args, "offset").value_or(0);
+    const int64_t limit = ArgOptInt(args, "limit").value_or(kDefaultReadLimit);
+    const int64_t off = std::max<int64_t>(offset, 0);
+    const int64_t lim = std::max<int64_t>(limit, 0);
     Sandbox& sb = *ctx.sandbox;
 
-    std::string_view type = FileTypeForPath(*path);
-    if (type != "text") {
-      auto st = sb.Stat(*path);
-      if (!st) return ToolResult::Err(FileError(*path, ReadCode(st.error())));
-      if (st->is_dir()) return ToolResult::Err(FileError(*path, "not_a_file"));
-      if (st->size == 0) return ToolResult::Ok(kEmptyContentWarning);
-      return ReadBinary(sb, *path, st->size, type);
-    }
-
-    int64_t off = std::max<int64_t>(offset, 0);
-    int64_t lim = std::max<int64_t>(limit, 0);
+    // One request: the page's lines, the size, the line count, a binary verdict.
     ReadOptions ro;
     ro.line_offset = off;
     ro.line_limit = std::max<int64_t>(lim, 1);
-    ro.max_bytes = static_cast<size_t>(kMaxReadPageBytes);
+    // More than the page cap below, so the cap decides where a page ends.
+    ro.max_bytes = static_cast<size_t>(kMaxReadPageBytes) + 4096;
     auto r = sb.Read(*path, ro);
-    if (!r) return ToolResult::Err(FileError(*path, ReadCode(r.error())));
-    if (r->size == 0) return ToolResult::Ok(kEmptyContentWarning);
-    if (r->binary) return ReadBinary(sb, *path, r->size, "file");
-    if (lim == 0) return ToolResult::Ok(NoLinesRequestedWarning(limit));
-
-    // The window's lines (joined with "\n", "\r" already stripped); a line cut
-    // by the page byte cap is the last one and is not counted as read.
-    std::string_view content = r->content;
-    bool partial_tail = r->truncated;
-    std::vector<std::string_view> lines = SplitOn(content, '\n');
-    size_t got = static_cast<size_t>(std::max<int64_t>(r->lines_returned, 0));
-    if (lines.size() > got) lines.resize(got);
-    for (auto& l : lines) {
-      if (!l.empty() && l.back() == '\r') l.remove_suffix(1);
-    }
-    if (static_cast<int64_t>(lines.size()) > lim) lines.resize(static_cast<size_t>(lim));
-    int64_t returned = static_cast<int64_t>(lines.size()) - (partial_tail ? 1 : 0);
+    if (!r) return ToolResult::Err(FileError(*path, Code(CodeSet::kRead, r.error())));
     // No file has INT64_MAX / 4 lines: lines there come from a hostile daemon,
     // and the line arithmetic below would overflow.
-    if (lines.empty() || off > INT64_MAX / 4) {
-      int64_t total = r->total_lines >= 0 ? r->total_lines : off;
-      return ToolResult::Err("Error: Line offset " + std::to_string(off) +
-                             " exceeds file length (" + std::to_string(total) + " lines)");
+    if (off > INT64_MAX / 4) {
+      return ToolResult::Err(
+          FileError(*path, "Line offset " + std::to_string(off) + " exceeds file length (" +
+                               std::to_string(std::max<int64_t>(r->total_lines, 0)) + " lines)"));
     }
-    std::string window_text;
-    for (size_t i = 0; i < lines.size(); ++i) {
-      if (i) window_text.push_back('\n');
-      window_text.append(lines[i]);
+    std::vector<std::string> notices;
+    if (std::string clamp = ClampedOffsetNotice(offset); !clamp.empty()) notices.push_back(clamp);
+    if (r->size == 0) {
+      // deepagents' sandbox read answers an empty file with the reminder as
+      // its content, which is then shown as a one-line window.
+      ReadWindow w{off + 1, off + 1, std::nullopt, std::nullopt};
+      return ToolResult::Ok(
+          TruncatePaginatedRead(kEmptyContentWarning, *path, w, options_.read_char_limit, notices));
     }
-    if (IsBlank(window_text)) return ToolResult::Ok(kEmptyContentWarning);
-    if (r->truncated) {
-      // As deepagents' sandbox read: the page banner follows the text.
-      window_text += kSandboxReadTruncationMsg;
-      if (returned <= 0) returned = 1;
+    std::string_view type = FileTypeForPath(*path);
+    if (type != "text") return ReadBinary(sb, *path, r->size, type);
+    if (r->binary) {
+      // The daemon also calls NUL bytes binary; deepagents only what does not
+      // decode as UTF-8 in the first 8 KiB.
+      ReadOptions head;
+      head.byte_offset = 0;
+      head.byte_length = 8192;
+      auto h = sb.Read(*path, head);
+      if (!h) return ToolResult::Err(FileError(*path, Code(CodeSet::kRead, h.error())));
+      if (UndecodableUtf8(h->content)) return ReadBinary(sb, *path, r->size, "file");
     }
+    if (lim == 0) return ToolResult::Ok(NoLinesRequestedWarning(limit));
 
+    // The page, as deepagents' read script builds it: lines joined by "\n"
+    // within the byte cap; a line cut by the cap is shown in part but not
+    // counted, and the cap's banner follows.
+    std::vector<std::string_view> lines = SplitOn(r->content, '\n');
+    const size_t got = static_cast<size_t>(std::max<int64_t>(r->lines_returned, 0));
+    if (lines.size() > got) lines.resize(got);
+    if (static_cast<int64_t>(lines.size()) > lim) lines.resize(static_cast<size_t>(lim));
+    if (lines.empty()) {
+      int64_t total = r->total_lines >= 0 ? r->total_lines : off;
+      return ToolResult::Err(FileError(*path, "Line offset " + std::to_string(off) +
+                                                  " exceeds file length (" + std::to_string(total) +
+                                                  " lines)"));
+    }
+    const size_t cap = static_cast<size_t>(kMaxReadPageBytes) - (sizeof(kPageTruncationMsg) - 1);
+    std::string text;
+    int64_t returned = 0;
+    bool truncated = false;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const size_t piece = lines[i].size() + (i == 0 ? 0 : 1);
+      if (text.size() + piece > cap) {
+        truncated = true;
+        std::string cut = i == 0 ? std::string(lines[i]) : "\n" + std::string(lines[i]);
+        cut.resize(cap - text.size());
+        text.append(cut.substr(0, Utf8CompletePrefix(cut)));
+        break;
+      }
+      if (i) text.push_back('\n');
+      text.append(lines[i]);
+      ++returned;
+    }
+    // Lines consumed from the file: the partly shown one counts.
+    const int64_t consumed = returned + (truncated ? 1 : 0);
+    if (truncated) {
+      text += kPageTruncationMsg;
+      if (returned == 0) returned = 1;  // still progress past an overlong line
+    }
     ReadWindow w;
     w.start_line = off + 1;
     w.end_line = off + returned;
-    std::optional<int64_t> total;
-    if (r->total_lines >= 0) {
-      total = r->total_lines;
-    } else if (!r->more_lines && !r->truncated) {
-      total = *w.end_line;
-    }
-    w.total_lines = total;
-    if (total) {
-      if (*w.end_line < *total) w.next_offset = *w.end_line;
+    // deepagents knows the total when the page reached the end of the file,
+    // or counts it for files up to 1 MiB.
+    const bool at_eof = r->total_lines >= 0 && off + consumed >= r->total_lines;
+    if (r->total_lines >= 0 && (at_eof || r->size <= kMaxLineCountBytes)) {
+      w.total_lines = r->total_lines;
+      if (*w.end_line < *w.total_lines) w.next_offset = *w.end_line;
     } else {
       w.next_offset = *w.end_line;
     }
-    std::string numbered = FormatContentWithLineNumbers(window_text, *w.start_line);
-    return ToolResult::Ok(TruncatePaginatedRead(numbered, *path, w, options_.read_char_limit) +
-                          ClampedOffsetNotice(offset));
+    // A blank window that is the whole file is an empty file to the model.
+    if (IsBlank(text) && *w.start_line == 1 && w.total_lines == w.end_line) {
+      return ToolResult::Ok(kEmptyContentWarning);
+    }
+    // Blank last rows a "\n" join loses come back, as deepagents pads them.
+    std::vector<std::string_view> rows = SplitOn(text, '\n');
+    if (!rows.empty() && rows.back().empty()) rows.pop_back();
+    const int64_t want = *w.end_line - *w.start_line + 1;
+    std::string body;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (i) body.push_back('\n');
+      body.append(rows[i]);
+    }
+    for (int64_t i = static_cast<int64_t>(rows.size()); i < want; ++i) {
+      if (i) body.push_back('\n');
+    }
+    return ToolResult::Ok(TruncatePaginatedRead(body, *path, w, options_.read_char_limit, notices));
   }
 
  private:
@@ -258,8 +432,7 @@ class ReadFileTool : public BaseFsTool {
                                                  std::to_string(kMaxBinaryBytes) + " bytes"));
     }
     auto bytes = sb.Download(path);
-    if (!bytes) return ToolResult::Err(FileError(path, ReadCode(bytes.error())));
-    if (bytes->empty()) return ToolResult::Ok(kEmptyContentWarning);
+    if (!bytes) return ToolResult::Err(FileError(path, Code(CodeSet::kRead, bytes.error())));
     std::string mime = MimeTypeForPath(path);
     if (type == "image") {
       ToolResult result;
@@ -276,37 +449,26 @@ class ReadFileTool : public BaseFsTool {
 
 // ------------------------------------------------------------------ write_file
 
-class WriteFileTool : public BaseFsTool {
+class WriteFileTool : public MutatingFsTool {
  public:
-  explicit WriteFileTool(FsToolOptions o) : BaseFsTool(o) {
+  explicit WriteFileTool(FsToolOptions o) : MutatingFsTool(o) {
     spec_.name = "write_file";
-    spec_.description =
-        "Write a file: create it if missing, or replace its entire content if it exists. "
-        "Missing parent directories are created.\n\n"
-        "Usage:\n"
-        "- Use it to create a new file or to rewrite a whole file; reading the file first is "
-        "not required.\n"
-        "- To change part of an existing file, prefer edit_file.";
+    spec_.description = kWriteFileDescription;
     spec_.input_schema = SchemaObject(
-        {{"file_path", SchemaString("Absolute path of the file to write. Must be absolute, not "
-                                    "relative.")},
-         {"content", SchemaString("The full text content of the file. Required.")}},
+        {{"file_path", SchemaString("Absolute path where the file should be written. Must be "
+                                    "absolute, not relative.")},
+         {"content", SchemaString("The text content to write to the file. This parameter is "
+                                  "required.")}},
         {"file_path", "content"});
   }
 
-  ToolScheduling Scheduling(const json::object& args, std::string_view root) const override {
-    return {PathLane(args, root)};
-  }
-
   ToolResult Invoke(ToolContext& ctx, const json::object& args) override {
-    auto path = Resolve(ctx, ArgString(args, "file_path"));
-    if (!path) return ToolResult::Err("Error: " + path.error().message);
-    if (Denied(ctx, FsOperation::kWrite, *path)) {
-      return ToolResult::Err(PermissionDeniedMessage(FsOperation::kWrite, *path));
-    }
+    auto path = CheckPath(ctx, ArgString(args, "file_path"), FsOperation::kWrite);
+    if (!path) return path.error();
     auto st = ctx.sandbox->Write(*path, ArgString(args, "content"));
     if (!st) {
-      return ToolResult::Err("Failed to write file '" + *path + "': " + st.error().message);
+      return ToolResult::Err("Failed to write file '" + *path +
+                             "': " + Code(CodeSet::kTransfer, st.error()));
     }
     return ToolResult::Ok("Updated file " + *path);
   }
@@ -314,44 +476,31 @@ class WriteFileTool : public BaseFsTool {
 
 // ------------------------------------------------------------------ edit_file
 
-class EditFileTool : public BaseFsTool {
+class EditFileTool : public MutatingFsTool {
  public:
-  explicit EditFileTool(FsToolOptions o) : BaseFsTool(o) {
+  explicit EditFileTool(FsToolOptions o) : MutatingFsTool(o) {
     spec_.name = "edit_file";
-    spec_.description =
-        "Replace an exact string in a file.\n\n"
-        "Usage:\n"
-        "- Read the file with read_file before editing it.\n"
-        "- Copy the text exactly as read_file showed it, keeping its indentation, and never "
-        "include the line-number prefix (number plus two spaces) in old_string or new_string.\n"
-        "- old_string must occur exactly once unless replace_all is true; add surrounding "
-        "context to make it unique.\n"
-        "- Prefer editing existing files to creating new ones.\n"
-        "- Do not add emojis unless the user asks for them.";
+    spec_.description = kEditFileDescription;
     spec_.input_schema = SchemaObject(
-        {{"file_path", SchemaString("Absolute path of the file to edit. Must be absolute, not "
+        {{"file_path", SchemaString("Absolute path to the file to edit. Must be absolute, not "
                                     "relative.")},
-         {"old_string", SchemaString("The exact text to replace. Must be unique in the file "
-                                     "unless replace_all is true.")},
-         {"new_string", SchemaString("The replacement text (must differ from old_string).")},
-         {"replace_all", SchemaBoolean("Replace every occurrence of old_string. If false "
-                                       "(default), old_string must be unique.",
+         {"old_string", SchemaString("The exact text to find and replace. Must be unique in the "
+                                     "file unless replace_all is True.")},
+         {"new_string", SchemaString("The text to replace old_string with. Must be different "
+                                     "from old_string.")},
+         {"replace_all", SchemaBoolean("If True, replace all occurrences of old_string. If "
+                                       "False (default), old_string must be unique.",
                                        false)}},
         {"file_path", "old_string", "new_string"});
   }
 
-  ToolScheduling Scheduling(const json::object& args, std::string_view root) const override {
-    return {PathLane(args, root)};
-  }
-
   ToolResult Invoke(ToolContext& ctx, const json::object& args) override {
-    auto path = Resolve(ctx, ArgString(args, "file_path"));
-    if (!path) return ToolResult::Err("Error: " + path.error().message);
-    if (Denied(ctx, FsOperation::kWrite, *path)) {
-      return ToolResult::Err(PermissionDeniedMessage(FsOperation::kWrite, *path));
-    }
+    auto path = CheckPath(ctx, ArgString(args, "file_path"), FsOperation::kWrite);
+    if (!path) return path.error();
     std::string old_s = ArgString(args, "old_string");
     std::string new_s = ArgString(args, "new_string");
+    // Checked before the file is looked at, as deepagents' backends do.
+    if (old_s.empty()) return ToolResult::Err(kEmptyOldStringError);
     bool replace_all = ArgBool(args, "replace_all", false);
     Sandbox& sb = *ctx.sandbox;
     auto r = sb.Edit(*path, old_s, new_s, replace_all);  // the daemon retries CRLF/LF
@@ -367,12 +516,15 @@ class EditFileTool : public BaseFsTool {
       case ErrorCode::kNotFound: {
         // NOT_FOUND covers both a missing file and a missing string.
         auto st = sb.Stat(path);
-        if (!st && st.error().code == ErrorCode::kNotFound) {
+        if (!st && (st.error().code == ErrorCode::kNotFound ||
+                    st.error().code == ErrorCode::kNotDirectory)) {
           return "Error: File '" + path + "' not found";
         }
         if (st && st->is_dir()) return "Error: '" + path + "' is not a regular file";
         return "Error: String not found in file: '" + old_s + "'";
       }
+      case ErrorCode::kNotDirectory:
+        return "Error: File '" + path + "' not found";
       case ErrorCode::kConflict:
         return "Error: String '" + old_s +
                "' appears multiple times. Use replace_all=True to replace all occurrences.";
@@ -399,30 +551,20 @@ class EditFileTool : public BaseFsTool {
 
 // ------------------------------------------------------------------ delete
 
-class DeleteTool : public BaseFsTool {
+class DeleteTool : public MutatingFsTool {
  public:
-  explicit DeleteTool(FsToolOptions o) : BaseFsTool(o) {
+  explicit DeleteTool(FsToolOptions o) : MutatingFsTool(o) {
     spec_.name = "delete";
-    spec_.description =
-        "Delete a file or a directory.\n\n"
-        "Usage:\n"
-        "- Permanently removes the file or directory at the given absolute path.\n"
-        "- A directory is removed recursively with everything inside it; delete a directory "
-        "in one call rather than file by file.\n"
-        "- This cannot be undone: delete only paths you are sure are no longer needed.";
+    spec_.description = kDeleteDescription;
     spec_.input_schema = SchemaObject(
-        {{"file_path", SchemaString("Absolute path of the file or directory to delete. Must be "
-                                    "absolute, not relative.")}},
+        {{"file_path", SchemaString("Absolute path to the file to delete. Must be absolute, not "
+                                    "relative.")}},
         {"file_path"});
   }
 
-  ToolScheduling Scheduling(const json::object& args, std::string_view root) const override {
-    return {PathLane(args, root)};
-  }
-
   ToolResult Invoke(ToolContext& ctx, const json::object& args) override {
-    auto path = Resolve(ctx, ArgString(args, "file_path"));
-    if (!path) return ToolResult::Err("Error: " + path.error().message);
+    auto path = CheckPath(ctx, ArgString(args, "file_path"), std::nullopt);
+    if (!path) return path.error();
     Sandbox& sb = *ctx.sandbox;
     auto st = sb.Stat(*path);
     if (ctx.permissions && !ctx.permissions->empty()) {
@@ -434,7 +576,7 @@ class DeleteTool : public BaseFsTool {
       }
     }
     if (!st) {
-      if (st.error().code == ErrorCode::kNotFound) {
+      if (st.error().code == ErrorCode::kNotFound || st.error().code == ErrorCode::kNotDirectory) {
         return ToolResult::Err("Error: '" + *path + "' not found");
       }
       return ToolResult::Err("Error deleting file '" + *path + "': " + st.error().message);
@@ -456,56 +598,45 @@ class GlobTool : public BaseFsTool {
  public:
   explicit GlobTool(FsToolOptions o) : BaseFsTool(o) {
     spec_.name = "glob";
-    spec_.description =
-        "Find files whose paths match a glob pattern; returns absolute paths (files only).\n\n"
-        "Syntax: `*` (any characters within one path segment), `**` (any number of "
-        "directories), `?` (one character), `[abc]` / `[!a]` (character classes) and `{a,b}` "
-        "(alternatives), e.g. `*.py`, `src/**/*.py`, `*.{yml,yaml}`.\n\n"
-        "A pattern without `/` matches the file name at any depth below the search root "
-        "(`*.py` finds `src/app/main.py`). A pattern with `/` matches the path relative to the "
-        "search root (`src/**/*.py`); a leading `/` anchors it to the root (`/*.py` finds only "
-        "top-level files).\n\n"
-        "Names starting with `.` match only when the pattern segment itself starts with `.` "
-        "(`.env`, `.github/**/*.yml`). `**` does not descend into dot-directories, so the bare "
-        "`*.yml` is broader than `**/*.yml` and is usually what you want.";
-    spec_.input_schema = SchemaObject(
-        {{"pattern", SchemaString("Glob pattern, e.g. '*.py', '**/*.py', 'src/**/*.md'. "
-                                  "Without '/' it matches file names at any depth; with '/' "
-                                  "the path relative to the search root.")},
-         {"path",
-          [] {
-            json::object o;
-            o["type"] = json::array{"string", "null"};
-            o["description"] = "Directory to search from. Defaults to the workspace root.";
-            o["default"] = nullptr;
-            return o;
-          }()}},
-        {"pattern"});
+    spec_.description = kGlobDescription;
+    spec_.input_schema =
+        SchemaObject({{"pattern", SchemaString(kGlobPatternDescription)},
+                      {"path", Optional(Type("string"),
+                                        "Base directory to search from. Defaults to the "
+                                        "backend's default root.")}},
+                     {"pattern"});
   }
 
   ToolResult Invoke(ToolContext& ctx, const json::object& args) override {
     auto path_arg = ArgOptString(args, "path");
-    auto path = Resolve(ctx, path_arg.value_or(ctx.root));
-    if (!path) return ToolResult::Err("Error: " + path.error().message);
-    if (Denied(ctx, FsOperation::kRead, *path)) {
-      return ToolResult::Err(PermissionDeniedMessage(FsOperation::kRead, *path));
-    }
+    auto path = CheckPath(ctx, path_arg.value_or(ctx.root), FsOperation::kRead);
+    if (!path) return path.error();
     std::string pattern = ArgString(args, "pattern");
     Sandbox* sb = ctx.sandbox;
+    // deepagents' glob refuses to climb out of the search root, once it found
+    // the root.
+    const std::string slashed = ReplaceAll(pattern, "\\", "/");
+    for (std::string_view seg : SplitOn(slashed, '/')) {
+      if (seg != "..") continue;
+      auto st = sb->Stat(*path);
+      std::string code = !st                           ? Code(CodeSet::kLs, st.error())
+                         : st->type == FileType::kFile ? "not_a_directory"
+                                                       : "invalid_pattern";
+      return ToolResult::Err("Error: Path '" + *path + "': " + code);
+    }
     std::string dir = *path;
     auto result = CallWithTimeout<Result<GlobResult>>(
         [sb, pattern, dir] { return sb->Glob(pattern, dir, 10000); }, options_.glob_timeout);
     if (!result) return ToolResult::Err(GlobTimeoutMessage());
     if (!*result) {
-      const Error& e = result->error();
-      std::string code = e.code == ErrorCode::kNotFound           ? "path_not_found"
-                         : e.code == ErrorCode::kNotDirectory     ? "not_a_directory"
-                         : e.code == ErrorCode::kPermissionDenied ? "permission_denied"
-                                                                  : e.message;
-      return ToolResult::Err("Error: Path '" + *path + "': " + code);
+      return ToolResult::Err("Error: Path '" + *path + "': " + Code(CodeSet::kLs, result->error()));
     }
     GlobResult& g = **result;
-    return ToolResult::Ok(FormatGlobResult(FilterReadable(ctx, std::move(g.paths)), g.truncated));
+    // An unreadable directory outranks a budget cut: narrowing cannot help.
+    GlobTruncation why = g.unreadable  ? GlobTruncation::kUnreadable
+                         : g.truncated ? GlobTruncation::kBudget
+                                       : GlobTruncation::kNone;
+    return ToolResult::Ok(FormatGlobResult(FilterReadable(ctx, std::move(g.paths)), why));
   }
 };
 
@@ -515,53 +646,25 @@ class GrepTool : public BaseFsTool {
  public:
   explicit GrepTool(FsToolOptions o) : BaseFsTool(o) {
     spec_.name = "grep";
-    spec_.description =
-        "Search files for a LITERAL text pattern (not a regex).\n\n"
-        "The pattern is matched character for character: regex metacharacters have no special "
-        "meaning. To find any of several strings, run one grep per string; "
-        "`grep(pattern=\"foo|bar\")` looks for the literal text \"foo|bar\", and `.*` or `\\.` "
-        "match those characters literally.\n"
-        "- If you really need a regex, use the execute tool with `rg '<regex>'` (or "
-        "`grep -E`).\n\n"
-        "Returns matching files, matching lines or per-file counts according to "
-        "`output_mode`. Large tool results saved to files live under large_tool_results/ in "
-        "the workspace; grep that directory when you do not know the exact path.";
-    json::object path_prop;
-    path_prop["type"] = json::array{"string", "null"};
-    path_prop["description"] = "Directory (or file) to search. Defaults to the workspace root.";
-    path_prop["default"] = nullptr;
-    json::object glob_prop;
-    glob_prop["type"] = json::array{"string", "null"};
-    glob_prop["description"] =
-        "Glob (not regex) limiting which files are searched, e.g. '*.py'. Without '/' it "
-        "matches the file name at any depth; with '/' the path relative to the search root "
-        "(e.g. 'src/**/*.py'). This filters files inside grep; it does not call the glob tool. "
-        "Brace expansion ('*.{ts,tsx}') may not be supported everywhere: run one search per "
-        "extension for reliable results.";
-    glob_prop["default"] = nullptr;
-    json::object mode_prop;
-    mode_prop["type"] = "string";
-    mode_prop["enum"] = json::array{"files_with_matches", "content", "count"};
-    mode_prop["default"] = "files_with_matches";
-    mode_prop["description"] =
-        "Shape of the answer. 'files_with_matches' (default): matching file paths, one per "
-        "line. 'content': the matching lines grouped under a '<path>:' header, each indented "
-        "as '<line_number>: <line text>' (matched lines only, no context). 'count': one "
-        "'<path>: <match_count>' line per file.";
-    json::object max_prop;
-    max_prop["type"] = json::array{"integer", "null"};
-    max_prop["exclusiveMinimum"] = 0;
-    max_prop["default"] = nullptr;
-    max_prop["description"] =
-        "Optional cap on the total number of matches across all files (default 1000). When "
-        "the cap is hit the result says it was truncated; narrow the pattern or path to see "
-        "the rest.";
+    spec_.description = kGrepDescription;
+    json::object mode = Type("string");
+    mode["enum"] = json::array{"files_with_matches", "content", "count"};
+    mode["default"] = "files_with_matches";
+    mode["description"] = kGrepOutputModeDescription;
+    json::object positive = Type("integer");
+    positive["exclusiveMinimum"] = 0;
     spec_.input_schema = SchemaObject(
-        {{"pattern", SchemaString("Text to search for (a literal string, not a regex).")},
-         {"path", path_prop},
-         {"glob", glob_prop},
-         {"output_mode", mode_prop},
-         {"max_count", max_prop}},
+        {{"pattern", SchemaString("Text pattern to search for (literal string, not regex).")},
+         {"path", Optional(Type("string"),
+                           "Directory to search in. Defaults to current working directory.")},
+         {"glob", Optional(Type("string"), kGrepGlobDescription)},
+         {"output_mode", mode},
+         {"max_count",
+          Optional(positive,
+                   "Optional cap on the total number of matches returned across all files. "
+                   "Leave unset to use the configured default. When the cap is hit, results "
+                   "are truncated and a note says so; narrow the pattern or path to see the "
+                   "rest.")}},
         {"pattern"});
   }
 
@@ -569,12 +672,9 @@ class GrepTool : public BaseFsTool {
     std::string pattern = ArgString(args, "pattern");
     std::string path = ctx.root;
     if (auto p = ArgOptString(args, "path")) {
-      auto resolved = Resolve(ctx, *p);
-      if (!resolved) return ToolResult::Err("Error: " + resolved.error().message);
-      if (Denied(ctx, FsOperation::kRead, *resolved)) {
-        return ToolResult::Err(PermissionDeniedMessage(FsOperation::kRead, *resolved));
-      }
-      path = *resolved;
+      auto checked = CheckPath(ctx, *p, FsOperation::kRead);
+      if (!checked) return checked.error();
+      path = *checked;
     }
     std::string mode_s = ArgString(args, "output_mode", "files_with_matches");
     GrepMode mode = mode_s == "content" ? GrepMode::kContent
@@ -583,36 +683,78 @@ class GrepTool : public BaseFsTool {
     int64_t cap = ArgOptInt(args, "max_count").value_or(options_.grep_max_count);
     if (cap <= 0) cap = options_.grep_max_count;
 
-    GrepRequest req;
-    req.pattern = pattern;
-    req.regex = false;
-    req.path = path;
-    req.glob = ArgOptString(args, "glob").value_or("");
-    req.output_mode = GrepOutputMode::kContent;
-    req.max_count = static_cast<size_t>(cap) + 1;  // one past the cap proves truncation
-    auto r = ctx.sandbox->Grep(req);
-    if (!r) {
-      const Error& e = r.error();
-      std::string code = e.code == ErrorCode::kNotFound           ? "path_not_found"
-                         : e.code == ErrorCode::kPermissionDenied ? "permission_denied"
-                                                                  : e.message;
-      return ToolResult::Err("Path '" + path + "': " + code);
-    }
-    bool truncated = r->truncated;
-    if (static_cast<int64_t>(r->matches.size()) > cap) {
+    auto found = Search(*ctx.sandbox, pattern, path, ArgOptString(args, "glob").value_or(""), cap);
+    if (!found) return ToolResult::Err(found.error());
+    bool truncated = found->truncated;
+    std::vector<GrepMatch>& matches = found->matches;
+    if (static_cast<int64_t>(matches.size()) > cap) {
       truncated = true;
-      r->matches.resize(static_cast<size_t>(cap));
+      matches.resize(static_cast<size_t>(cap));
     }
-    bool had_matches = !r->matches.empty();
+    bool had_matches = !matches.empty();
     std::vector<GrepLine> lines;
-    lines.reserve(r->matches.size());
-    for (auto& m : r->matches) {
+    lines.reserve(matches.size());
+    for (auto& m : matches) {
       if (Denied(ctx, FsOperation::kRead, m.path)) continue;
       std::string text = std::move(m.text);
-      while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+      // grep prints the line without its "\n" (a "\r" before it stays).
+      if (!text.empty() && text.back() == '\n') text.pop_back();
       lines.push_back({std::move(m.path), m.line, std::move(text)});
     }
     return ToolResult::Ok(FormatGrepToolResult(lines, mode, pattern, truncated, had_matches));
+  }
+
+ private:
+  // The matches of a literal search, as deepagents' sandbox grep (grep -rF or
+  // rg -F) finds them: a base that cannot be searched has no matches, and
+  // .git directories below the base are skipped. One more than `cap` tells
+  // "exactly cap" from "cut".
+  static tl::expected<GrepResult, std::string> Search(Sandbox& sb, const std::string& pattern,
+                                                      const std::string& base,
+                                                      const std::string& glob, int64_t cap) {
+    GrepRequest req;
+    req.pattern = pattern;
+    req.regex = false;
+    req.path = base;
+    // deepagents escapes braces for rg (GNU grep --include has none either).
+    req.glob = glob.find('/') == std::string::npos
+                   ? ReplaceAll(ReplaceAll(glob, "{", "\\{"), "}", "\\}")
+                   : glob;
+    req.output_mode = GrepOutputMode::kContent;
+    size_t want = static_cast<size_t>(cap) + 1;
+    constexpr size_t kLargest = 1000000;
+    for (;;) {
+      req.max_count = std::min(want, kLargest);
+      auto r = sb.Grep(req);
+      if (!r) {
+        switch (r.error().code) {
+          case ErrorCode::kNotFound:
+          case ErrorCode::kPermissionDenied:
+          case ErrorCode::kNotDirectory:
+            return GrepResult{};
+          default:
+            return tl::unexpected("Path '" + base + "': " + r.error().message);
+        }
+      }
+      const size_t returned = r->matches.size();
+      std::erase_if(r->matches, [&](const GrepMatch& m) { return UnderGitDir(base, m.path); });
+      if (!r->truncated || r->matches.size() >= want || req.max_count >= kLargest) {
+        return std::move(*r);
+      }
+      want = std::min(kLargest, want * 4 + returned);
+    }
+  }
+
+  // True when a directory named .git lies between `base` and the match.
+  static bool UnderGitDir(std::string_view base, std::string_view path) {
+    if (!PathIsWithin(path, base) || path.size() <= base.size()) return false;
+    std::string_view rel = path.substr(base == "/" ? 1 : base.size() + 1);
+    size_t slash = rel.rfind('/');
+    if (slash == std::string_view::npos) return false;
+    for (std::string_view dir : SplitOn(rel.substr(0, slash), '/')) {
+      if (dir == ".git") return true;
+    }
+    return false;
   }
 };
 

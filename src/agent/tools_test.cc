@@ -50,6 +50,28 @@ TEST(ReadFileTool, HugeOffsetAgainstAHostileDaemonIsAnError) {
             std::string::npos);
 }
 
+// The optional arguments are pydantic's `T | None` (anyOf [T, null]), as
+// deepagents declares them; their values are still checked.
+TEST(ToolSchemas, OptionalArgumentsAreValidated) {
+  ToolPtr grep = MakeGrepTool();
+  EXPECT_EQ(ValidateToolArgs(grep->spec(), Args({{"pattern", "x"}, {"max_count", 5}})),
+            std::nullopt);
+  json::object none = Args({{"pattern", "x"}});
+  none["max_count"] = nullptr;
+  none["path"] = nullptr;
+  EXPECT_EQ(ValidateToolArgs(grep->spec(), none), std::nullopt);
+  auto zero = ValidateToolArgs(grep->spec(), Args({{"pattern", "x"}, {"max_count", 0}}));
+  ASSERT_TRUE(zero.has_value());
+  EXPECT_NE(zero->find("max_count: Input should be greater than 0"), std::string::npos) << *zero;
+  auto text = ValidateToolArgs(grep->spec(), Args({{"pattern", "x"}, {"path", 3}}));
+  ASSERT_TRUE(text.has_value());
+  EXPECT_NE(text->find("path: Input should be a valid string"), std::string::npos) << *text;
+  ToolPtr execute = MakeExecuteTool();
+  auto timeout = ValidateToolArgs(execute->spec(), Args({{"command", "x"}, {"timeout", "soon"}}));
+  ASSERT_TRUE(timeout.has_value());
+  EXPECT_NE(timeout->find("timeout: Input should be a valid integer"), std::string::npos);
+}
+
 TEST(ExecuteTool, SuccessFailureAndStderr) {
   DEEPBOX_AGENT_SANDBOX(sbd);
   ToolRunner run(sbd->client(), AllTools());
@@ -161,8 +183,9 @@ TEST(Paths, RelativePathsLandInTheWorkspaceRoot) {
   ToolRunner run(sb, AllTools());
   EXPECT_EQ(run.Ok("write_file", Args({{"file_path", "fib.py"}, {"content", "print(1)\n"}})),
             "Updated file " + sb.root() + "/fib.py");
-  EXPECT_EQ(run.Ok("read_file", Args({{"file_path", "./fib.py"}})), "1  print(1)");
-  // Outside the root the daemon refuses.
+  EXPECT_EQ(run.Ok("read_file", Args({{"file_path", "./fib.py"}})),
+            "@@ lines 1-1 of 1 @@\nprint(1)");
+  // This test daemon is confined to its root (it is not a sandbox's init).
   EXPECT_EQ(run.Err("read_file", Args({{"file_path", "/etc/hostname"}})),
             "Error: File '/etc/hostname': permission_denied");
   EXPECT_EQ(run.Ok("glob", Args({{"pattern", "*.py"}})), "['" + sb.root() + "/fib.py']");
@@ -190,7 +213,8 @@ TEST(Permissions, DenyAndFilter) {
                                        {"old_string", "needle"},
                                        {"new_string", "x"}})),
             "Error: permission denied for write on " + root + "/ro/doc.txt");
-  EXPECT_EQ(run.Ok("read_file", Args({{"file_path", root + "/ro/doc.txt"}})), "1  needle");
+  EXPECT_EQ(run.Ok("read_file", Args({{"file_path", root + "/ro/doc.txt"}})),
+            "@@ lines 1-1 of 1 @@\nneedle");
   // Listings leave denied entries out.
   EXPECT_EQ(run.Err("ls", Args({{"path", root + "/secrets"}})),
             "Error: permission denied for read on " + root + "/secrets");
