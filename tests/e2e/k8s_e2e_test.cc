@@ -119,6 +119,42 @@ TEST_F(K8sTest, RunClaimsFromTheWarmPoolAndDeletesTheClaim) {
   EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
 }
 
+TEST_F(K8sTest, ContinuesInAKeptClaimWithSandboxId) {
+  auto r = Run({kDeepbox, "run", "--sandbox", "k8s", "--keep-sandbox", "--json", "--thread",
+                "th-k8s", "--model", "replay:" + RelativeFibReplay(), kTask},
+               K8sEnv());
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto events = JsonLines(r.out);
+  ASSERT_FALSE(events.empty());
+  std::string id(events.back().at("sandbox_id").as_string());  // NAMESPACE/CLAIM
+  ASSERT_THAT(ClaimNames(server_->store(), "default"), ::testing::SizeIs(1));
+  // The same thread in the same claim: fib.py is there, the model is told
+  // nothing about a new sandbox, and the claim is left as it was.
+  std::string rerun = (dir_ / "rerun.jsonl").string();
+  WriteFile(
+      rerun,
+      R"({"deepbox_replay": 1, "scripted": true, "model": "anthropic:claude-sonnet-4-6"})"
+      "\n"
+      R"({"response": {"tool_calls": [{"id": "r1", "name": "execute", "input": {"command": "python3 fib.py | tail -1"}}]}})"
+      "\n"
+      R"({"request": {"tool_results": ["r1"]}, "response": {"text": "still 34"}})"
+      "\n");
+  r = Run({kDeepbox, "run", "--sandbox", "k8s", "--sandbox-id", id, "--thread", "th-k8s", "--model",
+           "replay:" + rerun, "run it again"},
+          K8sEnv());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("in the same sandbox"));
+  EXPECT_THAT(r.err, HasSubstr("⎿ 34"));
+  EXPECT_THAT(r.err, HasSubstr("kubectl delete sandboxclaim -n default"));
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), ::testing::SizeIs(1));
+  // Not NAMESPACE/CLAIM, or no such claim: said before anything runs.
+  r = Run({kDeepbox, "run", "--sandbox", "k8s", "--sandbox-id", "default/no-such-claim", "--model",
+           "replay:" + rerun, "x"},
+          K8sEnv());
+  EXPECT_EQ(r.code, run::kRunExitSandbox) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--sandbox-id default/no-such-claim"));
+}
+
 TEST_F(K8sTest, DefaultConnectionIsAKubectlPortForward) {
   // `kubectl` on PATH is the fake one: a real TCP proxy to the test router.
   fs::create_directories(dir_ / "bin");
