@@ -25,7 +25,9 @@ class AttachedLease : public SandboxLease {
   // `on_close` ends what the connection needs (a k8s port-forward).
   AttachedLease(std::unique_ptr<Sandbox> sandbox, std::string describe,
                 std::function<void()> on_close = nullptr)
-      : sandbox_(std::move(sandbox)), describe_(std::move(describe)), on_close_(std::move(on_close)) {}
+      : sandbox_(std::move(sandbox)),
+        describe_(std::move(describe)),
+        on_close_(std::move(on_close)) {}
   ~AttachedLease() override { (void)Release(); }
   Sandbox& sandbox() override { return *sandbox_; }
   Status Release() override {
@@ -171,9 +173,9 @@ Result<RunProvider> MakeK8s(const RunConfig& config, const std::string& run_id) 
     c.claim_name = name;
     c.sandbox_name = k8s::FindString(*claim, {"status", "sandbox", "name"});
     if (!ready || !k8s::IsObjectName(c.sandbox_name)) {
-      return MakeError(ErrorCode::kUnavailable,
-                       fmt::format("SandboxClaim {}/{} is not Ready (no sandbox to run in)", ns,
-                                   name));
+      return MakeError(
+          ErrorCode::kUnavailable,
+          fmt::format("SandboxClaim {}/{} is not Ready (no sandbox to run in)", ns, name));
     }
     if (const auto* ips = k8s::Find(*claim, {"status", "sandbox", "podIPs"});
         ips != nullptr && ips->is_array()) {
