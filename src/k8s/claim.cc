@@ -315,7 +315,7 @@ Result<std::unique_ptr<ClaimWatch>> ClaimWatch::Start(SandboxApi& api, std::stri
   }
   if (!w->Inspect(*claim)) return w;
   std::string rv = FindString(*claim, {"metadata", "resourceVersion"});
-  w->thread_ = std::thread([raw = w.get(), rv] { raw->Loop(rv); });
+  w->thread_ = std::thread([raw = w.get(), rv, known = *claim] { raw->Loop(rv, known); });
   return w;
 }
 
@@ -364,16 +364,18 @@ bool ClaimWatch::Inspect(const json::object& claim) {
   return true;
 }
 
-void ClaimWatch::Loop(std::string resource_version) {
-  (void)resource_version;
+void ClaimWatch::Loop(std::string resource_version, json::object claim) {
   WatchOptions wo;
   wo.field_selector = "metadata.name=" + name_;
-  // List, then watch: the client then knows the claim, so a re-list after a
+  // Watch from the version Start() read, so a deletion right after that read
+  // is in the stream; with the claim known to the client, a re-list after a
   // 410 Gone (etcd compacted past our version while we were disconnected)
-  // that no longer shows it reports a DELETED.
-  wo.resource_version = "";
+  // that no longer shows it reports a DELETED. (A fresh list here instead
+  // would miss a deletion between the read and the list.)
+  wo.resource_version = resource_version;
+  wo.known_objects.push_back(std::move(claim));
   wo.cancel_fd = stop_fd_.get();
-  bool seen = false;
+  bool seen = !resource_version.empty();
   auto watched = api_->WatchClaims(ns_, wo, [&](const WatchEvent& ev) {
     if (stopped_.load()) return false;
     if (ev.type == WatchEventType::kBookmark) {

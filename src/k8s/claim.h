@@ -110,7 +110,7 @@ class ClaimWatch {
 
  private:
   ClaimWatch() = default;
-  void Loop(std::string resource_version);
+  void Loop(std::string resource_version, json::object claim);
   bool Inspect(const json::object& claim);  // false: gone (on_gone called)
   void Gone(Error e);
 

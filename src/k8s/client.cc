@@ -482,6 +482,7 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
   std::string rv = options.resource_version;
   bool need_list = rv.empty();
   std::map<std::string, json::object> known;  // by name: for DELETED after a re-list
+  for (const auto& o : options.known_objects) known[ObjectName(o)] = o;
   int failures = 0;
   const std::string path = type.Path(ns);
   auto timeout_error = [&] {

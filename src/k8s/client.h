@@ -91,6 +91,9 @@ struct WatchOptions {
   // "" = list first, then watch from the list's version; "0" = the server's
   // current state as ADDED events, then changes; else resume after it.
   std::string resource_version;
+  // Objects the caller already holds (read at resource_version): a re-list
+  // after 410 Gone that no longer shows one of them reports its DELETED.
+  std::vector<json::object> known_objects;
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   bool allow_bookmarks = true;
   // An fd (eventfd/pipe) that ends the watch with CANCELLED once readable:
