@@ -565,6 +565,12 @@ TEST_F(RunTest, HelpDocumentsEveryFlagAndVariable) {
                         "DEEPBOX_MODEL",
                         "Exit codes",
                         "130 interrupted",
+                        "7 answer truncated",
+                        "--sandbox-id",
+                        "--skills",
+                        "--memory-file",
+                        "docs/run-json.md",
+                        "Ctrl-D or /exit ends",
                         "default deepagents-warmpool",
                         "Default 3600"}) {
     EXPECT_THAT(r.out, HasSubstr(s));
