@@ -72,8 +72,8 @@ int RunSandboxCp(const SandboxCpArgs& args) {
     const Ref& bad = src.malformed_id ? src : dst;
     if (bad.malformed_id) {
       return UsageError(fmt::format(
-          "'{}' is not a sandbox id (ids use letters, digits, '_', '.' and '-', at most 64, e.g. "
-          "sb-0123456789ab); for a host path with a colon, write ./{}",
+          "'{}' is not a sandbox id (a local id is sb- and 12 hex digits, e.g. sb-0123456789ab; "
+          "a Kubernetes one is NAMESPACE/CLAIM); for a host path with a colon, write ./{}",
           bad.id, bad.path));
     }
     return UsageError(

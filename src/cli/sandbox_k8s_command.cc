@@ -97,7 +97,12 @@ Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeK8sProvider(const ClusterFl
   }
   ko.namespace_override = ns;
   auto rest = k8s::LoadDefaultConfig(ko);
-  if (!rest) return tl::unexpected(rest.error());
+  if (!rest) {
+    // A missing kubeconfig is a failed command (1), not "no such sandbox" (3).
+    Error e = rest.error();
+    if (e.code == ErrorCode::kNotFound) e.code = ErrorCode::kUnavailable;
+    return tl::unexpected(e);
+  }
   k8s::K8sProviderOptions po;
   po.rest = *rest;
   po.namespace_name = ns;

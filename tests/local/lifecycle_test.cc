@@ -629,6 +629,15 @@ TEST_F(LifecycleTest, CopyFilesAndDirectoriesBothWays) {
   EXPECT_EQ(r.code, 1) << r.err;
   r = Cli({"sandbox", "cp", "sb-000000000000:/x", (host / "m").string()});
   EXPECT_EQ(r.code, 3) << r.err;
+  // The message says what an id looks like (sb-xxxx is neither form).
+  r = Cli({"sandbox", "cp", "sb-xxxx:/x", (host / "m").string()});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("sb- and 12 hex digits"));
+  // No kubeconfig is a failed command (1), not "no such sandbox" (3).
+  r = Cli(
+      {"sandbox", "ls", "--provider", "k8s", "--kubeconfig", (host / "no-kubeconfig").string()});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("does not exist"));
 }
 
 // Issue 16: the daemon's socket is the host's (never visible inside), and the
