@@ -3,7 +3,9 @@
 #   python/run-tests.sh [BUILD_DIR] [PYTEST_ARGS...]     (default build/dev)
 # Creates BUILD_DIR/python-venv with the pinned dependencies of
 # python/requirements-test.txt (from PyPI), installs the package, and runs
-# pytest on real sandboxes made by BUILD_DIR/bin/deepbox. The dcode test gets
+# pytest on real sandboxes made by BUILD_DIR/bin/deepbox (test_k8s.py also
+# starts BUILD_DIR/bin/deepbox-fake-cluster, a fake Kubernetes cluster on
+# 127.0.0.1, and skips with a message when it is not built). The dcode test gets
 # its own venv (BUILD_DIR/python-dcode-venv, python/requirements-dcode.txt):
 # deepagents-code pins another deepagents. When PyPI cannot be reached the
 # step is skipped with a message (exit 0). pytest's "no tests ran" (5) is not

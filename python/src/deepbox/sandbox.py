@@ -37,11 +37,23 @@ def find_deepbox_bin(explicit: str | None = None) -> str:
     return found
 
 
-def run_cli(args: Sequence[str], *, deepbox_bin: str | None = None, timeout: float | None = 600) -> str:
-    """Runs ``deepbox ARGS...`` and returns its stdout; a failure raises ``CLIError``."""
+def run_cli(
+    args: Sequence[str],
+    *,
+    deepbox_bin: str | None = None,
+    timeout: float | None = 600,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """Runs ``deepbox ARGS...`` and returns its stdout; a failure raises ``CLIError``.
+
+    ``env``: variables set for the command on top of this process's environment.
+    """
     argv = [find_deepbox_bin(deepbox_bin), *args]
+    full_env = {**os.environ, **env} if env else None
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=full_env
+        )
     except FileNotFoundError as e:
         raise DeepboxError(f"cannot run {argv[0]}: {e}") from e
     except subprocess.TimeoutExpired as e:
@@ -169,13 +181,19 @@ class Sandbox:
             args += ["--router-url", router_url]
         if ready_timeout is not None:
             args += ["--ready-timeout", f"{ready_timeout:g}"]
-        out = run_cli(args, deepbox_bin=deepbox_bin)
+        # The CLI takes the router token from its environment only (never argv,
+        # which other users can read); the record it prints omits it.
+        token = router_token if router_token is not None else os.environ.get("AGENT_SANDBOX_ROUTER_TOKEN")
+        env = {"AGENT_SANDBOX_ROUTER_TOKEN": router_token} if router_token is not None else None
+        out = run_cli(args, deepbox_bin=deepbox_bin, env=env)
         meta = _parse_json_object(out, "deepbox sandbox create --provider k8s --json")
         url = meta.get("url") or router_url
         if not isinstance(url, str):
-            raise DeepboxError("the claim's record has no daemon url")
+            raise DeepboxError(
+                "the claim's record has no daemon url (no router: set router_url or AGENT_SANDBOX_ROUTER_URL)"
+            )
         headers = meta.get("headers") if isinstance(meta.get("headers"), dict) else {}
-        client = DaemonClient(url, token=router_token, headers={str(k): str(v) for k, v in headers.items()})
+        client = DaemonClient(url, token=token or None, headers={str(k): str(v) for k, v in headers.items()})
         return cls(
             str(meta.get("id", meta.get("name", ""))),
             client,

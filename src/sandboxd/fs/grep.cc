@@ -596,16 +596,19 @@ Result<GrepResult> Grep(const Root& root, std::string_view pattern, const GrepOp
   std::atomic<uint64_t> searched{0};
   auto worker = [&]() {
     Searcher searcher(*spec, options);
+    Root::FsVerdicts verdicts;
     while (!stop.load(std::memory_order_relaxed)) {
       const size_t i = next.fetch_add(1);
       if (i >= files.size()) break;
-      // Never follow a symlink, even one swapped in since the walk.
-      auto fd = single_file ? root.Open(base_rel, O_RDONLY | O_NONBLOCK | O_NOCTTY)
-                            : root.OpenBeneathNoSymlinks(base->get(), files[i],
-                                                         O_RDONLY | O_NONBLOCK | O_NOCTTY);
-      if (!fd) continue;
       struct stat fst;
-      if (::fstat(fd->get(), &fst) != 0 || !S_ISREG(fst.st_mode)) continue;
+      // Never follow a symlink, even one swapped in since the walk.
+      Result<UniqueFd> fd = single_file ? root.Open(base_rel, O_RDONLY | O_NONBLOCK | O_NOCTTY)
+                                        : root.OpenBeneathNoSymlinksStat(
+                                              base->get(), files[i],
+                                              O_RDONLY | O_NONBLOCK | O_NOCTTY, &fst, &verdicts);
+      if (!fd) continue;
+      if (single_file && ::fstat(fd->get(), &fst) != 0) continue;
+      if (!S_ISREG(fst.st_mode)) continue;
       searched.fetch_add(1, std::memory_order_relaxed);
       if (fst.st_size == 0) continue;
       FileHits& h = hits[i];

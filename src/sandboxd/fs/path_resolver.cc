@@ -271,6 +271,23 @@ Result<UniqueFd> Root::OpenBeneathNoSymlinks(int dirfd, std::string_view rel, in
   return fd;
 }
 
+Result<UniqueFd> Root::OpenBeneathNoSymlinksStat(int dirfd, std::string_view rel, int flags,
+                                                 struct stat* st, FsVerdicts* verdicts) const {
+  auto fd = OpenBeneathImpl(dirfd, rel, flags);
+  if (!fd) return fd;
+  if (::fstat(fd->get(), st) != 0) return MakeSyscallError("fstat", errno, rel);
+  if (!options_.refuse_pseudo_fs) return fd;
+  for (const auto& [dev, served] : verdicts->served_) {
+    if (dev != st->st_dev) continue;
+    if (served) return fd;
+    break;  // a refused device: CheckServed builds the error
+  }
+  auto checked = CheckServed(fd->get(), rel);
+  verdicts->served_.emplace_back(st->st_dev, checked.has_value());
+  if (!checked) return tl::unexpected(checked.error());
+  return fd;
+}
+
 Result<UniqueFd> Root::OpenBeneathImpl(int dirfd, std::string_view rel, int flags) const {
   flags |= O_CLOEXEC;
   std::string path = rel.empty() ? std::string(".") : std::string(rel);

@@ -18,6 +18,7 @@
 // component-by-component walk with O_NOFOLLOW does the same job in user space.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <string>
@@ -106,6 +107,19 @@ class Root {
   // root, following no symlink at all. Tree walks open each directory with it
   // from their base directory, holding one fd at a time however deep.
   Result<UniqueFd> OpenBeneathNoSymlinks(int dirfd, std::string_view rel, int flags) const;
+
+  // The pseudo-filesystem verdicts of the devices (st_dev) a walk has met: a
+  // device is one mounted filesystem, so its type is asked (fstatfs) once.
+  class FsVerdicts {
+   private:
+    friend class Root;
+    std::vector<std::pair<dev_t, bool>> served_;  // few: one per mount met
+  };
+  // As OpenBeneathNoSymlinks, and fstat()s the result into `st`; the
+  // pseudo-filesystem check costs an fstatfs per new device in `verdicts`,
+  // not one per file (grep opens every file of a tree).
+  Result<UniqueFd> OpenBeneathNoSymlinksStat(int dirfd, std::string_view rel, int flags,
+                                             struct stat* st, FsVerdicts* verdicts) const;
 
   // A directory entry named by its parent directory fd and its name: what
   // operations that must not follow the final component (lstat, unlink,

@@ -415,6 +415,24 @@ TEST(RootTest, PseudoFilesystemsAreRefused) {
     auto proc = root->OpenBeneathNoSymlinks(slash->get(), "proc", O_RDONLY | O_DIRECTORY);
     ASSERT_FALSE(proc);
     EXPECT_EQ(proc.error().code, ErrorCode::kPermissionDenied);
+    // Grep's opens remember each device's verdict: a served file first, then
+    // procfs (a new device: asked and refused), then both again from the cache.
+    Root::FsVerdicts verdicts;
+    auto ws_rel = root->ToRelative(tmp.Path("ws"));
+    ASSERT_TRUE(ws_rel);
+    for (int round = 0; round < 2; ++round) {
+      struct stat st;
+      auto served =
+          root->OpenBeneathNoSymlinksStat(slash->get(), *ws_rel + "/f", O_RDONLY, &st, &verdicts);
+      ASSERT_TRUE(served) << served.error().ToString();
+      EXPECT_EQ(ReadFd(served->get()), "plain");
+      EXPECT_EQ(st.st_size, 5);
+      for (const char* bad : {"proc/version", "proc/1/status"}) {
+        auto refused = root->OpenBeneathNoSymlinksStat(slash->get(), bad, O_RDONLY, &st, &verdicts);
+        ASSERT_FALSE(refused) << bad << " was served (round " << round << ")";
+        EXPECT_EQ(refused.error().code, ErrorCode::kPermissionDenied) << bad;
+      }
+    }
   }
   // Without the option, the same root serves them (what the option changes).
   auto open = Root::Open("/");
