@@ -1,5 +1,5 @@
 // Kubernetes watch streams (and list answers) through the real KubeClient
-// and HTTP stack, from a server on a unix socket. Input: a flags byte (bits
+// and HTTP stack, from a server on loopback TCP. Input: a flags byte (bits
 // 0-5: how the body is cut into HTTP chunks; bit 6: the body answers the
 // initial list instead of the watch), then the body: newline-separated watch
 // events, or a list. Every later request gets 403, which must end the watch.
@@ -16,7 +16,8 @@ const deepbox::k8s::ResourceType kClaims{"extensions.agents.x-k8s.io", "v1beta1"
                                          "SandboxClaim"};
 
 struct Fixture {
-  StreamServer server{"k8s-watch"};
+  // KubeClient takes only http(s) servers: loopback TCP.
+  StreamServer server{"k8s-watch", StreamServer::Listen::kLoopbackTcp};
   std::unique_ptr<deepbox::k8s::KubeClient> client = [this] {
     deepbox::k8s::RestConfig rc;
     rc.server = server.url();

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 namespace deepbox::fuzz {
 
-StreamServer::StreamServer(std::string_view tag) : dir_(tag) {
+StreamServer::StreamServer(std::string_view tag, Listen listen) : dir_(tag), listen_(listen) {
   socket_path_ = dir_.Path("sock");
-  auto endpoint = net::Endpoint::Parse("unix:" + socket_path_);
+  auto endpoint =
+      net::Endpoint::Parse(listen == Listen::kUnix ? "unix:" + socket_path_ : "127.0.0.1:0");
   if (!endpoint) Fail("fixture: " + endpoint.error().ToString());
   net::ServerOptions options;
   options.read_timeout = std::chrono::milliseconds(5000);
@@ -17,6 +19,11 @@ StreamServer::StreamServer(std::string_view tag) : dir_(tag) {
   if (!s) Fail("fixture: " + s.error().ToString());
   server_ = std::move(*s);
   server_->Start();
+}
+
+std::string StreamServer::url() const {
+  if (listen_ == Listen::kUnix) return "unix:" + socket_path_;
+  return "http://127.0.0.1:" + std::to_string(server_->port());
 }
 
 void StreamServer::Script(int status, std::string content_type, std::string body, unsigned seed,

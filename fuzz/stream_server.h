@@ -1,4 +1,4 @@
-// A real HTTP server on a unix socket that answers every request with the
+// A real HTTP server on a unix socket (or loopback TCP) that answers every request with the
 // bytes the current fuzz input holds, streamed in chunks: what the model
 // clients' stream decoders and the Kubernetes watch client read in
 // production, through their real HTTP clients.
@@ -16,9 +16,11 @@ namespace deepbox::fuzz {
 
 class StreamServer {
  public:
-  explicit StreamServer(std::string_view tag);
-  // "unix:/tmp/.../sock"
-  std::string url() const { return "unix:" + socket_path_; }
+  enum class Listen { kUnix, kLoopbackTcp };
+  explicit StreamServer(std::string_view tag, Listen listen = Listen::kUnix);
+  // "unix:/tmp/.../sock", or "http://127.0.0.1:PORT" for clients (the
+  // Kubernetes one) that take only http(s) URLs.
+  std::string url() const;
 
   // The next requests get `status`, `content_type` and `body` cut into pieces
   // (sizes from `seed`); after `answers` requests, 403 with an empty JSON
@@ -32,6 +34,7 @@ class StreamServer {
 
   TempTree dir_;
   std::string socket_path_;
+  Listen listen_;
   mutable std::mutex mu_;
   int status_ = 200;
   std::string content_type_;
