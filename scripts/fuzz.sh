@@ -9,6 +9,7 @@
 #   FUZZ_TARGETS="a b"  only these targets (names as in fuzz/corpus/)
 #   FUZZ_BUILD_DIR=DIR  build directory (default build/fuzz, the preset's)
 #   FUZZ_ARGS="..."     more libFuzzer flags for every target
+#   FUZZ_SKIP_BUILD=1   run what is built (while another build goes on)
 #
 # New inputs each run finds are kept in $FUZZ_BUILD_DIR/corpus/<target> (not
 # committed); a crash input worth keeping goes to fuzz/corpus/<target>/ as a
@@ -20,7 +21,9 @@ seconds=${1:-30}
 build=${FUZZ_BUILD_DIR:-build/fuzz}
 jobs=${FUZZ_JOBS:-$(nproc)}
 
-if [[ "$build" == build/fuzz ]]; then
+if [[ "${FUZZ_SKIP_BUILD:-0}" == 1 ]]; then
+  :
+elif [[ "$build" == build/fuzz ]]; then
   cmake --preset fuzz >/dev/null
   cmake --build --preset fuzz
 else
