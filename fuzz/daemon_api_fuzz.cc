@@ -63,6 +63,7 @@ class MemoryBody : public deepbox::net::BodyReader {
   explicit MemoryBody(std::string_view body) : body_(body), length_(body.size()) {}
   deepbox::Result<size_t> Read(char* data, size_t size) override {
     size_t n = std::min({size, body_.size(), size_t{333}});
+    if (n == 0) return size_t{0};  // an empty body's data() may be null
     std::memcpy(data, body_.data(), n);
     body_.remove_prefix(n);
     return n;

@@ -74,6 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t piece = 1 + size % 700;  // odd read sizes, as a socket gives them
     dfs::TarSource source = [&](char* buf, size_t cap) -> deepbox::Result<size_t> {
       size_t n = std::min({cap, piece, archive.size()});
+      if (n == 0) return size_t{0};
       std::memcpy(buf, archive.data(), n);
       archive.remove_prefix(n);
       return n;
