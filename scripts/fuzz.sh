@@ -10,6 +10,7 @@
 #   FUZZ_BUILD_DIR=DIR  build directory (default build/fuzz, the preset's)
 #   FUZZ_ARGS="..."     more libFuzzer flags for every target
 #   FUZZ_SKIP_BUILD=1   run what is built (while another build goes on)
+#   FUZZ_EXCLUDE="a b"  not these targets (open findings, fuzz/README.md)
 #
 # New inputs each run finds are kept in $FUZZ_BUILD_DIR/corpus/<target> (not
 # committed); a crash input worth keeping goes to fuzz/corpus/<target>/ as a
@@ -35,7 +36,9 @@ fi
 # exist.
 targets=()
 for t in ${FUZZ_TARGETS:-$(ls fuzz/corpus)}; do
-  if [[ -x "$build/bin/${t}_fuzz" ]]; then
+  if [[ " ${FUZZ_EXCLUDE:-} " == *" $t "* ]]; then
+    echo "$t: excluded (FUZZ_EXCLUDE)"
+  elif [[ -x "$build/bin/${t}_fuzz" ]]; then
     targets+=("$t")
   elif [[ -n "${FUZZ_TARGETS:-}" ]]; then
     echo "$t: $build/bin/${t}_fuzz was not built" >&2
