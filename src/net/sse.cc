@@ -27,6 +27,9 @@ bool SseParser::Finish() {
   if (!pending_.empty()) {
     std::string rest = std::move(pending_);
     pending_.clear();
+    // A CR held back as a possible half of CRLF ends the line at the end of
+    // the stream; it is not part of the line.
+    if (rest.back() == '\r') rest.pop_back();
     if (!ProcessLine(rest)) return false;
   }
   return Dispatch();

@@ -48,5 +48,20 @@ TEST(SseTest, FinishFlushesUnterminatedEvent) {
   EXPECT_EQ(data[0], "tail");
 }
 
+// Found by fuzz/sse_fuzz.cc (corpus/sse/regress-trailing-cr-in-event-name): a
+// stream ending in CR kept the CR in the last line's value.
+TEST(SseTest, TrailingCrEndsTheLastLine) {
+  std::vector<SseEvent> got;
+  SseParser p([&](const SseEvent& e) {
+    got.push_back(e);
+    return true;
+  });
+  ASSERT_TRUE(p.Feed("data: x\nevent: done\r"));
+  ASSERT_TRUE(p.Finish());
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].event, "done");
+  EXPECT_EQ(got[0].data, "x");
+}
+
 }  // namespace
 }  // namespace deepbox::net

@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""Writes the seed inputs of fuzz/corpus/<target>/seed-*.
+
+Seeds are small, readable where the format allows, and cover each target's
+main paths. Inputs the fuzzer found (regressions) are named crash-* or
+regress-* and are never touched by this script. Run it from anywhere:
+    fuzz/make_seeds.py
+"""
+import gzip
+import io
+import json
+import os
+import tarfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Archives end after their two zero blocks, not padded to 10 KiB records.
+tarfile.RECORDSIZE = 2 * tarfile.BLOCKSIZE
+
+
+def put(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, "seed-" + name), "wb") as f:
+        f.write(data)
+
+
+def tar(members, fmt=tarfile.PAX_FORMAT, gz=False):
+    """members: (name, type, data_or_target, mode) with type f|d|l|h|c|p."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as t:
+        for name, kind, data, mode in members:
+            info = tarfile.TarInfo(name)
+            info.mode = mode
+            info.mtime = 1700000000
+            if kind == "f":
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+                continue
+            info.type = {"d": tarfile.DIRTYPE, "l": tarfile.SYMTYPE, "h": tarfile.LNKTYPE,
+                         "c": tarfile.CHRTYPE, "p": tarfile.FIFOTYPE}[kind]
+            if kind in "lh":
+                info.linkname = data
+            t.addfile(info)
+    raw = buf.getvalue()
+    return gzip.compress(raw, mtime=0) if gz else raw
+
+
+def http():
+    reqs = {
+        "health": "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+        "stat": 'POST /deepbox/v1/fs/stat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+                'Content-Length: 22\r\n\r\n{"path":"hello.txt"}\r\n',
+        "pipelined": "GET /deepbox/v1/info HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "GET /v1/files/src HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "HEAD /v1/files/hello.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "chunked_write": 'POST /deepbox/v1/fs/write HTTP/1.1\r\nHost: x\r\n'
+                         'Transfer-Encoding: chunked\r\n\r\n'
+                         '10\r\n{"path":"new.tx\r\n12\r\nt","content":"hi"}\r\n0\r\n\r\n',
+        "raw_put": "PUT /deepbox/v1/fs/raw?path=up.bin&mode=0600 HTTP/1.1\r\nHost: x\r\n"
+                   "Content-Length: 5\r\n\r\nhello",
+        "raw_put_continue": "PUT /deepbox/v1/fs/raw?path=up.bin HTTP/1.1\r\nHost: x\r\n"
+                            "Expect: 100-continue\r\nContent-Length: 3\r\n\r\nabc",
+        "raw_get": "GET /deepbox/v1/fs/raw?path=src%2Fmain.py HTTP/1.1\r\nHost: x\r\n\r\n",
+        "tar_download": 'POST /deepbox/v1/fs/tar/download HTTP/1.1\r\nHost: x\r\n'
+                        'Content-Length: 16\r\n\r\n{"paths":["src"]}',
+        "legacy_list": "GET /list/src HTTP/1.1\r\nHost: x\r\n\r\n",
+        "upload": "POST /upload HTTP/1.1\r\nHost: x\r\n"
+                  "Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 94\r\n\r\n"
+                  '--b\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\n\r\n'
+                  "data\r\n--b--\r\n",
+        "too_big": "POST /deepbox/v1/fs/write HTTP/1.1\r\nHost: x\r\n"
+                   "Content-Length: 99999999999\r\n\r\n{",
+        "bad_percent": "GET /v1/files/%zz HTTP/1.1\r\nHost: x\r\n\r\n",
+        "exec_refused": 'POST /deepbox/v1/exec HTTP/1.1\r\nHost: x\r\nContent-Length: 19\r\n\r\n'
+                        '{"argv":["/bin/true"]}',
+    }
+    for k, v in reqs.items():
+        put("http_server", k, v)
+
+
+def daemon_api():
+    routes = ["fs/stat", "fs/list", "fs/read", "fs/write", "fs/edit", "fs/mkdir", "fs/move",
+              "fs/delete", "fs/glob", "fs/grep", "fs/tar/download", "exec", "processes",
+              "exec/attach", "exec/cancel", "upload", "raw_get", "raw_put", "tar_upload",
+              "processes_get", "signal", "v1_get", "v1_put", "v1_post", "v1_delete",
+              "list", "exists", "download"]
+    idx = {r: i for i, r in enumerate(routes)}
+    bodies = {
+        "fs/stat": '{"path":"link_in"}',
+        "fs/list": '{"path":"src","recursive":true}',
+        "fs/read": '{"path":"hello.txt","offset":1,"limit":5}',
+        "fs/write": '{"path":"a/b/new.txt","content":"x","mode":"0640"}',
+        "fs/edit": '{"path":"hello.txt","old_string":"world","new_string":"there",'
+                   '"replace_all":true}',
+        "fs/mkdir": '{"path":"d1/d2","parents":true}',
+        "fs/move": '{"source":"hello.txt","destination":"src/h.txt"}',
+        "fs/delete": '{"path":"src","recursive":true}',
+        "fs/glob": '{"pattern":"**/*.py","path":"/"}',
+        "fs/grep": '{"pattern":"TODO","regex":false,"output_mode":"content","glob":"*.py"}',
+        "fs/tar/download": '{"paths":["src","hello.txt"]}',
+        "exec": '{"argv":["ls","-l"],"cwd":"src","env":{"A":"1"},"timeout_ms":1000,'
+                '"output_encoding":"base64","stdin":"x"}',
+        "processes": '{"shell":"sleep 1","cwd":"/"}',
+        "exec/attach": '{"exec_id":"e1","after":0}',
+        "exec/cancel": '{"exec_id":"e1"}',
+        "upload": '--deepboxfuzz\r\nContent-Disposition: form-data; name="file"; '
+                  'filename="up.txt"\r\n\r\ncontent\r\n--deepboxfuzz--\r\n',
+        "signal": '{"signal":"SIGTERM"}',
+        "v1_put": "new content",
+        "v1_post": '--deepboxfuzz\r\nContent-Disposition: form-data; name="file"; '
+                   'filename="x.txt"\r\n\r\nx\r\n--deepboxfuzz--\r\n',
+    }
+    queries = {"raw_get": "path=hello.txt", "raw_put": "path=up.bin&mode=0600",
+               "tar_upload": "path=up", "v1_get": "", "list": ""}
+    for r in routes:
+        body = bodies.get(r, "")
+        if r == "tar_upload":
+            body = tar([("x", "d", b"", 0o755), ("x/y.txt", "f", b"y", 0o644)]).decode("latin-1")
+        data = bytes([idx[r]]) + (queries.get(r, "") + "\n").encode() + body.encode("latin-1")
+        put("daemon_api", r.replace("/", "_"), data)
+
+
+def path_resolver():
+    put("path_resolver", "basic", "a/b/c.txt\n/a/../a/b\n@/d/file\n@\n.\n\n..\n")
+    put("path_resolver", "symlinks", "a/link_rel/file\nabs_in/e\nabs_out/passwd\nesc_rel/secret\n"
+        "a/esc_file\nsibling/secret\nsibling_abs\nloop1\nself/self/a\nup/root\ndotdot_in/a\n"
+        "file_link\ndangling\nslash/etc\nd/e/deep_up\nd/e/abs_self_parent/x\nmagic/etc\n")
+    put("path_resolver", "absolute", "%/outside/secret\n%/rootevil/secret\n%/root/../outside\n"
+        "@/../root/a\n@evil/secret\n//a//b/\n@/./a/./b/../b\n")
+
+
+def glob():
+    for i, p in enumerate(["*.py\nsrc/main.py\na.py", "**/*.py", "src/**", ".*/**/*",
+                           "{a,src/*}.py", "**/[!a-m]*.{txt,py}", "/src/*/er/*",
+                           "*\\*.txt", "q/?", "unicode/?.txt", "**/.env", "x/**/**/w.py",
+                           "{{a,b},{c,d}}.t?t", "[[]", "sp ace/*"]):
+        put("glob", str(i), p)
+
+
+def grep():
+    text = "hello world\nTODO: fix\r\nfoo bar baz\n\nlast line without newline"
+    cases = [(0, "TODO", text), (1, "fo+ ba[rz]", text), (3, "(?i)HELLO|^$", text),
+             (2, "world", text), (1 | 4, "o", text), (8, "a", text), (1, r"\bbar\b", text),
+             (16, "xyz", "abc" * 1500 + "xyz\n"), (1 | 16, "x.z", "abc" * 1500 + "xyz\n"),
+             (0, "nul", "has\0nul\n"), (1, "(a|b)*c", "ababc\n" * 5), (1, "$", "a\nb\n"),
+             (0, "é", "café\ncafe\n")]
+    for i, (flags, pat, t) in enumerate(cases):
+        put("grep", str(i), bytes([flags]) + pat.encode() + b"\n" + t.encode())
+
+
+def tar_extract():
+    f = tarfile
+    put("tar_extract", "basic", tar([("a", "d", b"", 0o755), ("a/b.txt", "f", b"hello", 0o644),
+                                     ("a/link", "l", "b.txt", 0o777)]))
+    put("tar_extract", "gnu_gz", tar([("long/" + "n" * 120, "f", b"x", 0o600)],
+                                     fmt=f.GNU_FORMAT, gz=True))
+    put("tar_extract", "ustar", tar([("u.txt", "f", b"u" * 700, 0o4755)], fmt=f.USTAR_FORMAT))
+    put("tar_extract", "escape_dotdot", tar([("../../outside/keep", "f", b"evil", 0o644)]))
+    put("tar_extract", "escape_abs", tar([("/tmp/evil", "f", b"evil", 0o644)]))
+    put("tar_extract", "symlink_then_file", tar([("l", "l", "../../outside", 0o777),
+                                                 ("l/keep", "f", b"evil", 0o644)]))
+    put("tar_extract", "planted_link", tar([("out_link/keep", "f", b"evil", 0o644),
+                                            ("abs_file_link", "f", b"evil", 0o644)]))
+    put("tar_extract", "hardlink", tar([("h", "h", "../../outside/keep", 0o644),
+                                        ("h2", "h", "out_link/keep", 0o644)]))
+    put("tar_extract", "devices", tar([("null", "c", b"", 0o666), ("fifo", "p", b"", 0o644)]))
+    put("tar_extract", "dir_replace", tar([("sibling_link", "d", b"", 0o755),
+                                           ("sibling_link/x", "f", b"x", 0o644)]))
+
+
+def sse():
+    put("sse", "basic", b"\x00event: ping\ndata: {}\n\ndata: a\ndata: b\nid: 7\n\n")
+    put("sse", "crlf", b"\x05event: x\r\ndata: 1\r\n\r\n: comment\r\ndata:2\r\r")
+    put("sse", "unterminated", b"\x02data: tail")
+
+
+def anthropic():
+    ev = lambda name, obj: f"event: {name}\ndata: {json.dumps(obj)}\n\n"
+    full = (ev("message_start", {"type": "message_start", "message": {
+                "model": "claude", "usage": {"input_tokens": 10}}}) +
+            ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                       "content_block": {"type": "text", "text": ""}}) +
+            ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                       "delta": {"type": "text_delta", "text": "Hi"}}) +
+            ev("content_block_stop", {"type": "content_block_stop", "index": 0}) +
+            ev("content_block_start", {"type": "content_block_start", "index": 1,
+                                       "content_block": {"type": "tool_use", "id": "t1",
+                                                         "name": "ls"}}) +
+            ev("content_block_delta", {"type": "content_block_delta", "index": 1,
+                                       "delta": {"type": "input_json_delta",
+                                                 "partial_json": "{\"path\": \"/\"}"}}) +
+            ev("content_block_stop", {"type": "content_block_stop", "index": 1}) +
+            ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                                 "usage": {"output_tokens": 5}}) +
+            ev("ping", {"type": "ping"}) + ev("message_stop", {"type": "message_stop"}))
+    put("anthropic_stream", "full", b"\x07" + full.encode())
+    put("anthropic_stream", "error_event", b"\x01" + ev("error", {"type": "error", "error": {
+        "type": "overloaded_error", "message": "busy"}}).encode())
+    put("anthropic_stream", "status_529", b"\xc0" + json.dumps(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "x"}}).encode())
+
+
+def openai():
+    chunk = lambda obj: f"data: {json.dumps(obj)}\n\n"
+    full = (chunk({"id": "c", "model": "gpt-4o", "choices": [{"index": 0, "delta": {
+                "role": "assistant", "content": "Hi"}}]}) +
+            chunk({"choices": [{"index": 0, "delta": {"tool_calls": [{
+                "index": 0, "id": "call_1", "type": "function",
+                "function": {"name": "ls", "arguments": "{\"pa"}}]}}]}) +
+            chunk({"choices": [{"index": 0, "delta": {"tool_calls": [{
+                "index": 0, "function": {"arguments": "th\": \"/\"}"}}]}}]}) +
+            chunk({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}) +
+            chunk({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}}) +
+            "data: [DONE]\n\n")
+    put("openai_stream", "full", b"\x03" + full.encode())
+    put("openai_stream", "error", b"\x41" + json.dumps({"error": {"message": "x",
+                                                                  "type": "server_error"}}).encode())
+
+
+def replay():
+    header = {"deepbox_replay": 1, "description": "seed", "scripted": True,
+              "model": "anthropic:claude-sonnet-4-6"}
+    src = os.path.join(HERE, "..", "examples", "fib", "fib.replay.jsonl")
+    if os.path.exists(src):
+        with open(src, "rb") as f:
+            put("replay", "fib", f.read())
+    put("replay", "header_only", json.dumps(header) + "\n")
+
+
+def kubeconfig():
+    put("kubeconfig", "full", """apiVersion: v1
+kind: Config
+current-context: dev
+clusters:
+- name: c
+  cluster:
+    server: https://127.0.0.1:6443
+    certificate-authority: ca.crt
+    insecure-skip-tls-verify: false
+contexts:
+- name: dev
+  context: {cluster: c, user: u, namespace: team-a}
+users:
+- name: u
+  user:
+    tokenFile: token
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: kubectl-plugin
+      args: [get-token, --x]
+      env: [{name: A, value: "1"}]
+      provideClusterInfo: true
+""")
+    put("kubeconfig", "yaml_features", """a: &anchor {x: [1, 2.5, 0x1f, 0o17, .inf, -.Inf, ~, true]}
+b: *anchor
+c: |
+  block
+  text
+d: >-
+  folded
+e: "esc\\u00e9\\t"
+f: 'single ''quoted'''
+? complex key
+: value
+---
+- second document
+- 1e3
+""")
+    put("kubeconfig", "basic_auth", "clusters: [{name: c, cluster: {server: 'http://h:1'}}]\n"
+        "users: [{name: u, user: {username: a, password: b}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n")
+
+
+def k8s_watch():
+    obj = lambda name, rv: {"apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                            "kind": "SandboxClaim",
+                            "metadata": {"name": name, "resourceVersion": rv}}
+    lines = [{"type": "ADDED", "object": obj("a", "101")},
+             {"type": "MODIFIED", "object": obj("a", "102")},
+             {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "103"}}},
+             {"type": "DELETED", "object": obj("a", "104")}]
+    put("k8s_watch", "events", b"\x05" + "".join(json.dumps(l) + "\n" for l in lines).encode())
+    put("k8s_watch", "gone", b"\x01" + json.dumps({"type": "ERROR", "object": {
+        "kind": "Status", "code": 410, "reason": "Expired"}}).encode() + b"\n")
+    put("k8s_watch", "list", b"\x40" + json.dumps({"kind": "SandboxClaimList", "metadata": {
+        "resourceVersion": "200"}, "items": [obj("b", "150")]}).encode())
+
+
+def sandbox_copy():
+    members = [("r", "d", b"", 0o755), ("r/a.txt", "f", b"a", 0o644),
+               ("r/sub", "d", b"", 0o700), ("r/sub/l", "l", "../a.txt", 0o777)]
+    put("sandbox_copy", "dir", b"\x00" + tar(members))
+    put("sandbox_copy", "contents", b"\x01" + tar(members))
+    put("sandbox_copy", "escape", b"\x02" + tar([("r", "d", b"", 0o755),
+                                                 ("r/../../precious", "f", b"x", 0o644)]))
+    put("sandbox_copy", "link_then_write", b"\x03" + tar([
+        ("r", "d", b"", 0o755), ("r/.bashrc", "f", b"overwrite", 0o644),
+        ("r/l", "l", "../precious", 0o777), ("r/l", "f", b"through", 0o644)]))
+    put("sandbox_copy", "gnu", b"\x04" + tar([("r", "d", b"", 0o755),
+                                              ("r/" + "x" * 150, "f", b"long", 0o644)],
+                                             fmt=tarfile.GNU_FORMAT))
+
+
+def shlex():
+    for i, s in enumerate(["ls -la /tmp", "echo 'single quoted' \"double $x\" back\\ slash",
+                           "a\\\nb \"c\\\"d\" ''", "unterminated 'quote", "tab\tsep\r\nnl",
+                           "\"\\\\\\$\\`\"", "trailing\\"]):
+        put("shlex", str(i), s)
+
+
+def multipart():
+    put("multipart", "basic", "multipart/form-data; boundary=XyZ\n"
+        "--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a b.txt\"\r\n"
+        "Content-Type: text/plain\r\n\r\nhello\r\n--XyZ\r\n"
+        "Content-Disposition: form-data; name=\"path\"\r\n\r\n/tmp\r\n--XyZ--\r\n")
+    put("multipart", "quoted_boundary", "multipart/form-data; charset=x; boundary=\"a;b\"\n"
+        "--a;b\r\nContent-Disposition: form-data; name=\"f\\\"q\"\r\n\r\n\r\n--a;b--")
+
+
+def mcp_jsonrpc():
+    msgs = {
+        "request": {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": {"name": "ls", "arguments": {"path": "/"}}},
+        "string_id": {"jsonrpc": "2.0", "id": "a-1", "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}}},
+        "notification": {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        "result": {"jsonrpc": "2.0", "id": 7, "result": {"tools": []}},
+        "error": {"jsonrpc": "2.0", "id": 7, "error": {"code": -32601, "message": "no",
+                                                       "data": {"x": 1}}},
+        "batch": [{"jsonrpc": "2.0", "id": 1, "method": "ping"}],
+        "null_id": {"jsonrpc": "2.0", "id": None, "method": "ping"},
+        "float_id": {"jsonrpc": "2.0", "id": 1.5, "method": "ping"},
+    }
+    for k, v in msgs.items():
+        put("mcp_jsonrpc", k, json.dumps(v))
+
+
+if __name__ == "__main__":
+    for fn in [http, daemon_api, path_resolver, glob, grep, tar_extract, sse, anthropic, openai,
+               replay, kubeconfig, k8s_watch, sandbox_copy, shlex, multipart, mcp_jsonrpc]:
+        fn()
