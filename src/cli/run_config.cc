@@ -400,6 +400,8 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     c.memory_explicit = true;
   }
   if (flags.sandbox_id) c.sandbox_id = *flags.sandbox_id;
+  c.mcp_configs = flags.mcp_configs;
+  c.no_mcp = flags.no_mcp;
   // Checked here, before anything is claimed.
   if (c.task && agent::IsBlank(*c.task)) {
     return MakeError(ErrorCode::kInvalidArgument,
