@@ -78,7 +78,9 @@ async def full_flow(client, expect_version):
     assert "".join(m for _, m in progress) == "hello\noops\n"
     assert [v for v, _ in progress] == sorted(v for v, _ in progress)
 
-    # The file tools, with deepagents' output strings.
+    # The file tools, with deepagents' output strings. glob and grep get a path
+    # below /workspace: its lost+found (the workspace disk's) is unreadable,
+    # which they report, as the agent's own tools do.
     w = await client.call_tool("write_file", {"file_path": "/workspace/src/fib.py",
                                               "content": "print('fib')\nx = 1\n",
                                               "sandbox_id": sid})
@@ -89,10 +91,11 @@ async def full_flow(client, expect_version):
                                              "old_string": "x = 1", "new_string": "x = 2",
                                              "sandbox_id": sid})
     assert text(e) == "Successfully replaced 1 instance(s) of the string in '/workspace/src/fib.py'"
-    g = await client.call_tool("glob", {"pattern": "**/*.py", "sandbox_id": sid})
+    g = await client.call_tool("glob", {"pattern": "**/*.py", "path": "/workspace/src",
+                                        "sandbox_id": sid})
     assert text(g) == "['/workspace/src/fib.py']"
-    gr = await client.call_tool("grep", {"pattern": "x = 2", "sandbox_id": sid,
-                                         "output_mode": "content"})
+    gr = await client.call_tool("grep", {"pattern": "x = 2", "path": "/workspace/src",
+                                         "sandbox_id": sid, "output_mode": "content"})
     assert "/workspace/src/fib.py" in text(gr) and "x = 2" in text(gr)
     ls = await client.call_tool("ls", {"path": "/workspace", "sandbox_id": sid})
     assert "/workspace/src" in text(ls)
