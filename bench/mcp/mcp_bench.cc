@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "mcp/sandbox_tools.h"
@@ -42,17 +43,27 @@ Stats Summarize(std::vector<double> us) {
   return s;
 }
 
-template <typename Fn>
-Stats Time(int n, Fn fn) {
-  for (int i = 0; i < std::max(5, n / 20); ++i) fn();  // warm-up
-  std::vector<double> us;
-  us.reserve(n);
+// Times `a` and `b` alternately, call by call, so both see the same noise
+// (the machine is shared): p50/p99 of each.
+template <typename A, typename B>
+std::pair<Stats, Stats> TimeSideBySide(int n, A a, B b) {
+  for (int i = 0; i < std::max(5, n / 20); ++i) {  // warm-up
+    a();
+    b();
+  }
+  std::vector<double> ua, ub;
+  ua.reserve(n);
+  ub.reserve(n);
   for (int i = 0; i < n; ++i) {
     auto t0 = Clock::now();
-    fn();
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    a();
+    auto t1 = Clock::now();
+    b();
+    auto t2 = Clock::now();
+    ua.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    ub.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
   }
-  return Summarize(us);
+  return {Summarize(ua), Summarize(ub)};
 }
 
 class LineClient {
@@ -102,20 +113,6 @@ int main(int argc, char** argv) {
   std::string path = (*direct)->root() + "/bench.txt";
   if (!(*direct)->Write(path, content, 0644)) return 1;
 
-  // The floor: the daemon's own HTTP API through SandboxdClient.
-  Stats floor_read = Time(n, [&] {
-    ReadOptions o;
-    o.line_offset = 0;
-    o.line_limit = 100;
-    if (!(*direct)->Read(path, o)) std::abort();
-  });
-  Stats floor_exec = Time(n / 2, [&] {
-    ExecRequest r;
-    r.shell = "true";
-    auto res = (*direct)->ExecStream(r, [](OutputStream, std::string_view) { return true; });
-    if (!res) std::abort();
-  });
-
   // deepbox mcp over stdio pipes, in this process.
   auto registry = std::make_shared<mcp::ToolRegistry>();
   mcp::AddSandboxTools(*registry, broker);
@@ -142,10 +139,26 @@ int main(int argc, char** argv) {
     }
   };
   std::string sid = fmt::format(R"("sandbox_id":"{}")", id);
-  Stats mcp_read =
-      Time(n, [&] { call("read_file", fmt::format(R"({{"file_path":"{}",{}}})", path, sid)); });
-  Stats mcp_exec =
-      Time(n / 2, [&] { call("execute", fmt::format(R"({{"command":"true",{}}})", sid)); });
+  // The floor: the daemon's own HTTP API through SandboxdClient, each call
+  // alternating with the same operation through MCP.
+  auto [floor_read, mcp_read] = TimeSideBySide(
+      n,
+      [&] {
+        ReadOptions o;
+        o.line_offset = 0;
+        o.line_limit = 100;
+        if (!(*direct)->Read(path, o)) std::abort();
+      },
+      [&] { call("read_file", fmt::format(R"({{"file_path":"{}",{}}})", path, sid)); });
+  auto [floor_exec, mcp_exec] = TimeSideBySide(
+      n / 2,
+      [&] {
+        ExecRequest r;
+        r.shell = "true";
+        auto res = (*direct)->ExecStream(r, [](OutputStream, std::string_view) { return true; });
+        if (!res) std::abort();
+      },
+      [&] { call("execute", fmt::format(R"({{"command":"true",{}}})", sid)); });
   ::close(in[1]);
   serving.join();
   ::close(out[0]);

@@ -69,8 +69,9 @@ TEST(McpTools, HostStdioServersModernAndLegacy) {
       << problems.lines[0];
   auto describe = set->Describe();
   ASSERT_EQ(describe.size(), 2u);
-  EXPECT_EQ(describe[0], "legacy: 5 tools (stdio, protocol 2025-11-25)");
-  EXPECT_EQ(describe[1], "modern: 5 tools (stdio, protocol 2026-07-28)");
+  // In the order given (LoadMcpConfigs sorts by name).
+  EXPECT_EQ(describe[0], "modern: 5 tools (stdio, protocol 2026-07-28)");
+  EXPECT_EQ(describe[1], "legacy: 5 tools (stdio, protocol 2025-11-25)");
   for (const char* server : {"modern", "legacy"}) {
     auto echo = Find(*set, McpToolName(server, "echo"));
     ASSERT_TRUE(echo);
@@ -179,7 +180,9 @@ TEST(McpTools, TheAgentCallsThemThroughItsApprovalPath) {
   EXPECT_NE(tool_texts[1], "rejected");  // never ran
   // The model was offered the tool with the server's schema.
   bool offered = false;
-  for (const auto& s : model->requests().at(0).tools) {
+  const auto requests = model->requests();  // a copy: iterate what outlives the loop
+  ASSERT_FALSE(requests.empty());
+  for (const auto& s : requests[0].tools) {
     offered = offered || (s.name == "mcp__t__echo" && s.input_schema.contains("properties"));
   }
   EXPECT_TRUE(offered);
