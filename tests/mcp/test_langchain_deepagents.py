@@ -20,6 +20,14 @@ from conftest import DEEPBOX, sandbox_ids, wait_until
 FIB_PY = "a, b = 0, 1\nfor _ in range(10):\n    print(a)\n    a, b = b, a + b\n"
 
 
+def content_text(message):
+    """A tool message's text: langchain-mcp-adapters gives a list of content blocks."""
+    c = message.content
+    if isinstance(c, str):
+        return c
+    return "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in c)
+
+
 class ScriptedChatModel(BaseChatModel):
     """Turn 1 writes fib.py, turn 2 runs it, turn 3 reports what execute returned."""
 
@@ -46,7 +54,7 @@ class ScriptedChatModel(BaseChatModel):
         elif len(results) == 1:
             msg = call("deepbox_execute", {"command": "python3 /workspace/fib.py"})
         else:
-            msg = AIMessage(content=f"fib.py printed:\n{results[-1].content}")
+            msg = AIMessage(content=f"fib.py printed:\n{content_text(results[-1])}")
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
 
@@ -75,9 +83,9 @@ def test_deepagents_writes_and_runs_fib_through_deepbox_mcp(state):
     messages = out["messages"]
     tool_msgs = [m for m in messages if isinstance(m, ToolMessage)]
     assert [m.name for m in tool_msgs] == ["deepbox_write_file", "deepbox_execute"]
-    assert "Updated file /workspace/fib.py" in str(tool_msgs[0].content)
-    printed = str(tool_msgs[1].content)
-    assert "0\n1\n1\n2\n3\n5\n8\n13\n21\n34\n" in printed, printed
-    assert "[Command succeeded with exit code 0]" in printed
-    assert "34" in messages[-1].content
+    assert content_text(tool_msgs[0]) == "Updated file /workspace/fib.py"
+    printed = content_text(tool_msgs[1])
+    assert printed == ("0\n1\n1\n2\n3\n5\n8\n13\n21\n34\n\n"
+                       "[Command succeeded with exit code 0]"), printed
+    assert messages[-1].content.endswith("21\n34\n\n[Command succeeded with exit code 0]")
     wait_until(lambda: sandbox_ids(state) == [], what="the default sandbox deleted")
