@@ -2,7 +2,7 @@
 //   echo     {text: string}            -> the text back (structured {"text": ...})
 //   fail     {}                        -> an isError result
 //   progress {count: integer}          -> `count` progress notifications, then "done"
-//   wait     {}                        -> waits until cancelled (or 60 s), reports which
+//   wait     {}                        -> progress "waiting", then waits until cancelled (or 60 s)
 // A plain context for calling tools directly is provided too.
 #pragma once
 
@@ -70,6 +70,9 @@ inline std::shared_ptr<ToolRegistry> TestRegistry() {
           std::nullopt,
           {},
           [](const json::object&, ToolCallContext& ctx) {
+            // Tells a client that asked for progress that it is running (so a
+            // test can hang up mid-call, not before the call starts).
+            ctx.Progress(1, std::nullopt, "waiting");
             auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
             while (!ctx.cancelled() && std::chrono::steady_clock::now() < end) {
               std::this_thread::sleep_for(std::chrono::milliseconds(10));
