@@ -40,5 +40,6 @@ void RegisterSandboxCommands(CLI::App& app);  // deepbox sandbox ...
 void RegisterPoolCommands(CLI::App& app);     // deepbox pool ...
 void RegisterDoctorCommand(CLI::App& app);    // deepbox doctor
 void RegisterRunCommand(CLI::App& app);       // deepbox run (run_command.cc)
+void RegisterMcpCommand(CLI::App& app);       // deepbox mcp (mcp_command.cc)
 
 }  // namespace deepbox::cli

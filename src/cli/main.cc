@@ -300,6 +300,9 @@ int main(int argc, char** argv) {
   RegisterPoolCommands(app);
   RegisterDoctorCommand(app);
   RegisterRunCommand(app);
+#ifdef DEEPBOX_HAVE_MCP
+  RegisterMcpCommand(app);  // deepbox mcp (src/mcp, src/cli/mcp_command.cc)
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -81,6 +81,16 @@ void RegisterRunCommand(CLI::App& app) {
                   "sandbox). Default: those of ~/.deepagents/agent/AGENTS.md and\n"
                   "./.deepagents/AGENTS.md that exist; `none` = none")
       ->allow_extra_args(false);
+  cmd->add_option(
+         "--mcp-config", flags->mcp_configs,
+         "MCP servers for the agent from this .mcp.json-format file (repeatable), besides\n"
+         "~/.config/deepbox/.mcp.json and ./.mcp.json. Their tools appear as\n"
+         "mcp__<server>__<tool> and need approval under --approve manual. Host-side\n"
+         "servers (the default) run as you, outside the sandbox: they are your trusted\n"
+         "configuration. \"sandbox\": true in an entry starts a stdio server inside the\n"
+         "sandbox instead, with its isolation. Format: docs/mcp.md")
+      ->allow_extra_args(false);
+  cmd->add_flag("--no-mcp", flags->no_mcp, "Start no MCP servers (ignore every .mcp.json)");
   cmd->add_flag("--json", flags->json,
                 "One JSON object per line on stdout for every event, ending with\n"
                 "{\"type\":\"result\",...} (stop reason, usage, cost, exit code); no spinner\n"

@@ -400,6 +400,16 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     c.memory_explicit = true;
   }
   if (flags.sandbox_id) c.sandbox_id = *flags.sandbox_id;
+  c.mcp_configs = flags.mcp_configs;
+  c.no_mcp = flags.no_mcp;
+  // A missing --mcp-config file is a usage error before any sandbox is claimed.
+  for (const auto& file : c.mcp_configs) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(file, ec)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("--mcp-config {}: not a readable file", file));
+    }
+  }
   // Checked here, before anything is claimed.
   if (c.task && agent::IsBlank(*c.task)) {
     return MakeError(ErrorCode::kInvalidArgument,

@@ -49,6 +49,8 @@ struct RunFlags {
   std::vector<std::string> skills;        // host directories ("none" = no skills)
   std::vector<std::string> memory_files;  // host AGENTS.md files ("none" = no memory)
   std::optional<std::string> sandbox_id;  // continue in this (kept) sandbox
+  std::vector<std::string> mcp_configs;   // --mcp-config FILE (.mcp.json format)
+  bool no_mcp = false;                    // --no-mcp: no MCP servers at all
 };
 
 inline constexpr const char* kDefaultModel = "claude-sonnet-4-6";
@@ -99,6 +101,10 @@ struct RunConfig {
   bool skills_explicit = false;  // set by a flag or the config file (no defaults then)
   bool memory_explicit = false;
   std::string sandbox_id;  // "" = claim a new sandbox
+  // MCP servers (src/agent/mcp_config.h): the default .mcp.json files plus
+  // these, unless no_mcp.
+  std::vector<std::string> mcp_configs;
+  bool no_mcp = false;
 };
 
 // deepagents' locations (~ is $HOME; relative paths are the current

@@ -76,6 +76,20 @@ TEST(RunConfigTest, FlagsBeatEnvironmentBeatsFileBeatsDefaults) {
   std::remove(file.c_str());
 }
 
+TEST(RunConfigTest, McpConfigFilesMustExist) {
+  RunFlags flags;
+  flags.mcp_configs = {WriteTemp(R"({"mcpServers": {}})")};
+  flags.no_mcp = true;
+  auto c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ(c->mcp_configs, flags.mcp_configs);
+  EXPECT_TRUE(c->no_mcp);
+  flags.mcp_configs.push_back("/nonexistent/servers.json");
+  auto bad = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_FALSE(bad);
+  EXPECT_THAT(bad.error().message, HasSubstr("--mcp-config /nonexistent/servers.json"));
+}
+
 TEST(RunConfigTest, ReadyTimeoutFromFileEnvironmentAndFlag) {
   EXPECT_EQ(ResolveRunConfig({}, FakeEnv({}))->ready_timeout_seconds, 180);
   std::string file = WriteTemp("ready_timeout: 600\n");

@@ -29,6 +29,10 @@
 #include "cli/run_signals.h"
 #include "cli/run_ui.h"
 #include "common/unique_fd.h"
+#ifdef DEEPBOX_HAVE_MCP
+#include "agent/mcp_config.h"
+#include "agent/mcp_tools.h"
+#endif
 
 namespace deepbox::run {
 
@@ -315,8 +319,11 @@ int Session::Run(RunSummary& summary) {
   }
   // Stops the sandbox's watch (set once the agent's sandbox exists below).
   std::function<void()> stop_watch;
+  // Ends what uses the sandbox (MCP servers inside it) before it is released.
+  std::function<void()> before_release;
   // Releases on every path below (the guard releases too, as a last resort).
   auto release = [&]() -> int {
+    if (before_release) std::exchange(before_release, nullptr)();
     if (stop_watch) std::exchange(stop_watch, nullptr)();  // our own delete is no news
     shared_.phase.store(kEnding);
     {
@@ -392,6 +399,36 @@ int Session::Run(RunSummary& summary) {
       ao.interrupt_on[tool] = agent::InterruptConfig{};
     }
   }
+#ifdef DEEPBOX_HAVE_MCP
+  // MCP servers' tools (docs/mcp.md). A file that cannot be read or a server
+  // that cannot start is a notice, not the end of the run.
+  std::shared_ptr<agent::McpToolset> mcp_tools;
+  if (!config_.no_mcp) {
+    char cwd[4096];
+    std::string project = getcwd(cwd, sizeof cwd) != nullptr ? std::string(cwd) : ".";
+    auto set = agent::LoadMcpConfigs(agent::DefaultMcpConfigPaths(project), config_.mcp_configs,
+                                     agent::McpProcessEnv());
+    if (!set) {
+      int code = Fail(summary, kRunExitUsage, set.error(), "MCP configuration: ");
+      release();
+      return code;
+    }
+    for (const auto& problem : set->problems) ui_.Notice("MCP: " + problem);
+    if (!set->servers.empty()) {
+      agent::McpToolsetOptions mo;
+      mo.sandbox = &watched;
+      mo.on_problem = [this](const std::string& message) { ui_.Notice(message); };
+      mcp_tools = agent::McpToolset::Start(set->servers, std::move(mo));
+      for (const auto& line : mcp_tools->Describe()) ui_.Notice("MCP server " + line);
+      for (const auto& tool : mcp_tools->tools()) {
+        ao.tools.push_back(tool);
+        if (config_.approve == "manual") ao.interrupt_on[tool->name()] = agent::InterruptConfig{};
+      }
+    }
+  }
+  // Stops the servers before the sandbox they may run in is released.
+  if (mcp_tools) before_release = [mcp_tools] { mcp_tools->Close(); };
+#endif
   auto agent = agent::DeepAgent::Create(std::move(ao));
   if (!agent) {
     int code = Fail(summary, kRunExitUsage, agent.error(), "cannot start the agent: ");

@@ -550,6 +550,8 @@ TEST_F(RunTest, HelpDocumentsEveryFlagAndVariable) {
                         "--record",
                         "--router-url",
                         "--router-token",
+                        "--mcp-config",
+                        "--no-mcp",
                         "AGENT_SANDBOX_ROUTER_TOKEN",
                         "ANTHROPIC_API_KEY",
                         "ANTHROPIC_BASE_URL",

@@ -1,0 +1,64 @@
+// MCP servers' tools for deepbox's agent. Each configured server
+// (mcp_config.h) is started and asked for its tools, which the model sees as
+// `mcp__<server>__<tool>` (names reduced to [A-Za-z0-9_-], at most 64
+// characters). A call goes to the server with the model's arguments;
+// progress notifications stream as the tool's output; cancelling the run
+// cancels the call.
+//
+// Trust: a host-side server (the default) runs as the user, outside any
+// sandbox: it is the user's own configuration, trusted like any program they
+// run. `"sandbox": true` starts a stdio server inside the agent's sandbox,
+// with the sandbox's isolation, for servers one does not trust.
+//
+// A server that fails to start is reported once (on_problem) and left out; a
+// server that dies later is reported once, and its tools answer with an
+// error saying so from then on (they are withdrawn).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "agent/mcp_config.h"
+#include "agent/tool.h"
+#include "mcp/client.h"
+
+namespace deepbox::agent {
+
+struct McpToolsetOptions {
+  Sandbox* sandbox = nullptr;  // for "sandbox": true servers
+  // One line per problem: a server that did not start, or died.
+  std::function<void(const std::string& message)> on_problem;
+  mcp::ClientOptions client;
+};
+
+class McpToolset {
+ public:
+  // Starts every server (concurrently) and lists its tools.
+  static std::shared_ptr<McpToolset> Start(const std::vector<McpServerConfig>& servers,
+                                           McpToolsetOptions options);
+  ~McpToolset();
+
+  // The agent tools of every server that started, in server then tool order.
+  const std::vector<ToolPtr>& tools() const { return tools_; }
+  std::vector<std::string> tool_names() const;
+  // "name: N tools (stdio, 2026-07-28)" per running server.
+  std::vector<std::string> Describe() const;
+  // Closes every connection (stdio servers get EOF, HTTP sessions DELETE).
+  void Close();
+
+  struct Server;
+
+ private:
+  McpToolset() = default;
+  McpToolsetOptions options_;
+  std::vector<std::shared_ptr<Server>> servers_;
+  std::vector<ToolPtr> tools_;
+};
+
+// `mcp__<server>__<tool>`, reduced to the characters model APIs accept.
+std::string McpToolName(std::string_view server, std::string_view tool);
+
+}  // namespace deepbox::agent

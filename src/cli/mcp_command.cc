@@ -1,0 +1,67 @@
+// `deepbox mcp`: the command line of the MCP server (src/mcp/mcp_command.h).
+#include "mcp/mcp_command.h"
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+#include "cli/cli.h"
+
+namespace deepbox::cli {
+
+void RegisterMcpCommand(CLI::App& app) {
+  auto args = std::make_shared<mcp::McpArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "mcp",
+      "Serve deepbox sandboxes to MCP clients (Claude Code, Codex, Cursor, deepagents via\n"
+      "langchain-mcp-adapters): sandbox_create/list/delete, execute, ls, read_file,\n"
+      "write_file, edit_file, glob, grep, upload_file, download_file. Over stdio by\n"
+      "default (the client starts `deepbox mcp`); --listen serves Streamable HTTP on\n"
+      "http://HOST:PORT/mcp instead. Speaks MCP 2026-07-28 and the initialize handshake\n"
+      "of 2025-11-25 and 2025-06-18. Tools without sandbox_id use the client's default\n"
+      "sandbox, created on first use and deleted when the client disconnects (its TTL\n"
+      "deletes it if the server dies). Setup for each client: docs/mcp.md.");
+  cmd->add_option("--listen", args->listen,
+                  "Serve Streamable HTTP on HOST:PORT (e.g. 127.0.0.1:8765) instead of stdio");
+  cmd->add_flag("--no-auth", args->no_auth,
+                "HTTP without a bearer token: only for a loopback --listen address (any local\n"
+                "process can then use your sandboxes)");
+  cmd->add_option("--token-file", args->token_file,
+                  "HTTP bearer token clients must send (default: $DEEPBOX_MCP_TOKEN, else a\n"
+                  "random token printed on stderr)");
+  cmd->add_option("--allow-origin", args->allowed_origins,
+                  "An Origin allowed besides loopback ones (browsers' requests from elsewhere\n"
+                  "get 403)");
+  cmd->add_option("--session-idle", args->session_idle_seconds,
+                  "Seconds after which an idle HTTP session (2025 clients) ends and its default\n"
+                  "sandbox is deleted")
+      ->capture_default_str();
+  cmd->add_option("--provider", args->provider,
+                  "Where sandboxes are created by default: local (this machine) or k8s\n"
+                  "(SandboxClaims from an agent-sandbox warm pool)")
+      ->check(CLI::IsMember({"local", "k8s"}))
+      ->capture_default_str();
+  cmd->add_option("--label,-l", args->labels, "K=V label on every sandbox the server creates");
+  cmd->add_option("--ttl", args->ttl_seconds,
+                  "TTL in seconds of the sandboxes it creates (the default sandbox's backstop)")
+      ->capture_default_str();
+  cmd->add_option("--network", args->network,
+                  "Local sandboxes' network: none|public|allow=NAMES (default: host default)");
+  cmd->add_option("--pool", args->pool, "Local warm pool to take sandboxes from")
+      ->capture_default_str();
+  cmd->add_option("--namespace,-n", args->namespace_name,
+                  "k8s: namespace (default $AGENT_SANDBOX_NAMESPACE, else the context's)");
+  cmd->add_option("--context", args->context, "k8s: kubeconfig context");
+  cmd->add_option("--kubeconfig", args->kubeconfig, "k8s: kubeconfig file");
+  cmd->add_option("--warm-pool", args->warm_pool, "k8s: SandboxWarmPool to claim from")
+      ->capture_default_str();
+  cmd->add_option(
+      "--router-url", args->router_url,
+      "k8s: reach sandboxes through this sandbox router (token: $DEEPBOX_ROUTER_TOKEN)");
+  cmd->footer(
+      "Exit codes: 0 the client went away or a signal stopped the server; 1 it could not\n"
+      "start (e.g. the port is taken); 2 bad flags.\n"
+      "Environment: DEEPBOX_MCP_TOKEN (the HTTP bearer token), DEEPBOX_STATE_DIR.");
+  cmd->callback([args] { SetExitCode(mcp::RunMcp(*args)); });
+}
+
+}  // namespace deepbox::cli

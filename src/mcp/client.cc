@@ -1,0 +1,1015 @@
+#include "mcp/client.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "common/unique_fd.h"
+#include "common/utf8.h"
+#include "mcp/protocol.h"
+#include "net/http_client.h"
+#include "net/sse.h"
+#include "net/url.h"
+
+extern char** environ;
+
+namespace deepbox::mcp {
+namespace {
+
+constexpr size_t kStderrTail = 4096;
+constexpr size_t kMaxLine = 64u << 20;
+
+void KeepTail(std::string& tail, std::string_view data) {
+  tail.append(data);
+  if (tail.size() > kStderrTail) tail.erase(0, tail.size() - kStderrTail);
+}
+
+std::string TailText(const std::string& tail) {
+  std::string t = SanitizeUtf8(tail);
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  // The end says most (the last error), within reason.
+  if (t.size() > 600) t = "..." + t.substr(t.size() - 600);
+  return t;
+}
+
+// Splits a byte stream into lines; too long a line ends the stream.
+class LineSplitter {
+ public:
+  // Returns false once a line exceeded the limit.
+  bool Feed(std::string_view data, const std::function<void(std::string_view)>& on_line) {
+    size_t start = 0;
+    for (size_t i = 0; i < data.size(); ++i) {
+      if (data[i] != '\n') continue;
+      buf_.append(data.substr(start, i - start));
+      if (!buf_.empty() && buf_.back() == '\r') buf_.pop_back();
+      if (!buf_.empty()) on_line(buf_);
+      buf_.clear();
+      start = i + 1;
+    }
+    buf_.append(data.substr(start));
+    return buf_.size() <= kMaxLine;
+  }
+
+ private:
+  std::string buf_;
+};
+
+class ProcessChannel : public LineChannel {
+ public:
+  ProcessChannel(pid_t pid, UniqueFd in, UniqueFd out, UniqueFd err, std::string name)
+      : pid_(pid),
+        in_(std::move(in)),
+        out_(std::move(out)),
+        err_(std::move(err)),
+        name_(std::move(name)) {}
+  ~ProcessChannel() override { Close(); }
+
+  void Start(std::function<void(std::string_view)> on_line,
+             std::function<void(const Error&)> on_closed) override {
+    err_thread_ = std::thread([this] {
+      char buf[4096];
+      for (;;) {
+        ssize_t n = ::read(err_.get(), buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        std::lock_guard<std::mutex> lock(mu_);
+        KeepTail(stderr_, std::string_view(buf, static_cast<size_t>(n)));
+      }
+    });
+    out_thread_ =
+        std::thread([this, on_line = std::move(on_line), on_closed = std::move(on_closed)] {
+          LineSplitter split;
+          char buf[65536];
+          bool too_long = false;
+          for (;;) {
+            ssize_t n = ::read(out_.get(), buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            if (!split.Feed(std::string_view(buf, static_cast<size_t>(n)), on_line)) {
+              too_long = true;
+              ::kill(pid_, SIGKILL);
+              break;
+            }
+          }
+          int status = 0;
+          while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+          }
+          if (err_thread_.joinable()) err_thread_.join();
+          std::string why;
+          if (too_long) {
+            why = "sent a message longer than 64 MiB";
+          } else if (WIFEXITED(status)) {
+            why = fmt::format("exited with status {}", WEXITSTATUS(status));
+          } else if (WIFSIGNALED(status)) {
+            why = fmt::format("was killed by signal {}", WTERMSIG(status));
+          } else {
+            why = "ended";
+          }
+          std::string tail;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            tail = TailText(stderr_);
+            exited_ = true;
+          }
+          cv_.notify_all();
+          if (!tail.empty()) why += ": " + tail;
+          on_closed(Error(ErrorCode::kUnavailable, fmt::format("{} {}", name_, why)));
+        });
+  }
+
+  Status Send(std::string_view line) override {
+    std::string l(line);
+    l.push_back('\n');
+    std::lock_guard<std::mutex> lock(write_mu_);
+    if (!in_.valid()) return MakeError(ErrorCode::kUnavailable, name_ + " is closed");
+    std::string_view rest = l;
+    while (!rest.empty()) {
+      ssize_t n = ::write(in_.get(), rest.data(), rest.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return MakeSyscallError("write", errno, name_ + " stdin");
+      rest.remove_prefix(static_cast<size_t>(n));
+    }
+    return {};
+  }
+
+  void Close() override {
+    {
+      std::lock_guard<std::mutex> lock(write_mu_);
+      if (closed_) return;
+      closed_ = true;
+      in_.reset();  // EOF: the spec's graceful shutdown
+    }
+    auto wait = [&](std::chrono::milliseconds d) {
+      std::unique_lock<std::mutex> lock(mu_);
+      return cv_.wait_for(lock, d, [&] { return exited_; });
+    };
+    if (out_thread_.joinable()) {
+      if (!wait(std::chrono::seconds(2))) {
+        ::kill(pid_, SIGTERM);
+        if (!wait(std::chrono::seconds(2))) ::kill(pid_, SIGKILL);
+      }
+      out_thread_.join();
+    } else {
+      ::kill(pid_, SIGKILL);
+      int status;
+      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+    if (err_thread_.joinable()) err_thread_.join();
+  }
+
+ private:
+  pid_t pid_;
+  UniqueFd in_, out_, err_;
+  std::string name_;
+  std::mutex write_mu_;
+  bool closed_ = false;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool exited_ = false;
+  std::string stderr_;
+  std::thread out_thread_, err_thread_;
+};
+
+// A process inside a sandbox, through the daemon's streamed exec.
+class SandboxChannel : public LineChannel {
+ public:
+  SandboxChannel(Sandbox& sandbox, ExecRequest req, std::string name)
+      : sandbox_(sandbox), req_(std::move(req)), name_(std::move(name)) {}
+  ~SandboxChannel() override { Close(); }
+
+  void Start(std::function<void(std::string_view)> on_line,
+             std::function<void(const Error&)> on_closed) override {
+    thread_ = std::thread([this, on_line = std::move(on_line), on_closed = std::move(on_closed)] {
+      LineSplitter split;
+      ExecRequest req = req_;
+      req.stdin_stream = true;
+      req.on_started = [this](ExecInput& input) {
+        std::lock_guard<std::mutex> lock(mu_);
+        input_ = &input;
+        cv_.notify_all();
+      };
+      auto r = sandbox_.ExecStream(req, [&](OutputStream stream, std::string_view data) {
+        if (stop_.load()) return false;
+        if (stream == OutputStream::kStderr) {
+          std::lock_guard<std::mutex> lock(mu_);
+          KeepTail(stderr_, data);
+          return true;
+        }
+        return split.Feed(data, on_line);
+      });
+      std::string why;
+      if (!r) {
+        why = "failed: " + r.error().message;
+      } else if (r->kind == ExitKind::kExited) {
+        why = fmt::format("exited with status {}", r->exit_code);
+      } else if (r->kind == ExitKind::kSpawnFailed) {
+        why = "could not start: " + r->error;
+      } else {
+        why = fmt::format("ended ({})", ExitKindName(r->kind));
+      }
+      std::string tail;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        input_ = nullptr;
+        ended_ = true;
+        tail = TailText(stderr_);
+      }
+      cv_.notify_all();
+      if (!tail.empty()) why += ": " + tail;
+      on_closed(Error(ErrorCode::kUnavailable, fmt::format("{} {}", name_, why)));
+    });
+  }
+
+  Status Send(std::string_view line) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    // The first message may come before the daemon reported the start.
+    cv_.wait_for(lock, std::chrono::seconds(30), [&] { return input_ != nullptr || ended_; });
+    if (!input_) return MakeError(ErrorCode::kUnavailable, name_ + " is not running");
+    std::string l(line);
+    l.push_back('\n');
+    return input_->Write(l);
+  }
+
+  void Close() override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (closed_) return;
+      closed_ = true;
+      if (input_) (void)input_->Close();
+      if (!cv_.wait_for(lock, std::chrono::seconds(3), [&] { return ended_; })) {
+        stop_.store(true);  // the next output or keepalive kills it
+      }
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  Sandbox& sandbox_;
+  ExecRequest req_;
+  std::string name_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  ExecInput* input_ = nullptr;
+  bool ended_ = false;
+  bool closed_ = false;
+  std::atomic<bool> stop_{false};
+  std::string stderr_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<LineChannel>> SpawnProcessChannel(
+    const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+    const std::string& cwd) {
+  if (argv.empty()) return MakeError(ErrorCode::kInvalidArgument, "no command");
+  int in[2], out[2], err[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
+  UniqueFd in_r(in[0]), in_w(in[1]);
+  if (::pipe2(out, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
+  UniqueFd out_r(out[0]), out_w(out[1]);
+  if (::pipe2(err, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
+  UniqueFd err_r(err[0]), err_w(err[1]);
+
+  // Everything the child needs is built before the spawn.
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv(*e);
+    size_t eq = kv.find('=');
+    if (eq != std::string_view::npos) merged[std::string(kv.substr(0, eq))] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : env) merged[k] = v;
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = argv;
+  std::vector<char*> argvp;
+  for (auto& a : args) argvp.push_back(a.data());
+  argvp.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in_r.get(), 0);
+  posix_spawn_file_actions_adddup2(&fa, out_w.get(), 1);
+  posix_spawn_file_actions_adddup2(&fa, err_w.get(), 2);
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGHUP);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  // Its own process group: the terminal's Ctrl-C is the agent's, not the server's.
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  int rc = ::posix_spawnp(&pid, argvp[0], &fa, &attr, argvp.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return MakeSyscallError("posix_spawnp", rc, argv[0]);
+  return std::unique_ptr<LineChannel>(new ProcessChannel(pid, std::move(in_w), std::move(out_r),
+                                                         std::move(err_r), "`" + argv[0] + "`"));
+}
+
+Result<std::unique_ptr<LineChannel>> SandboxProcessChannel(
+    Sandbox& sandbox, const std::vector<std::string>& argv,
+    const std::map<std::string, std::string>& env, const std::string& cwd) {
+  if (argv.empty()) return MakeError(ErrorCode::kInvalidArgument, "no command");
+  ExecRequest req;
+  req.argv = argv;
+  req.env = env;
+  req.cwd = cwd;
+  return std::unique_ptr<LineChannel>(
+      new SandboxChannel(sandbox, std::move(req), "`" + argv[0] + "` (in the sandbox)"));
+}
+
+// ---------------------------------------------------------------- transports
+
+struct RpcRequest {
+  std::string method;
+  json::object params;
+  bool has_params = true;
+  std::function<void(const Message&)> on_notification;  // progress of this request
+  const std::atomic<bool>* cancel = nullptr;
+  int cancel_fd = -1;
+  std::chrono::milliseconds timeout{60000};
+};
+
+class RpcTransport {
+ public:
+  virtual ~RpcTransport() = default;
+  // The response (a result or an error message); CANCELLED, TIMEOUT or
+  // UNAVAILABLE when there is none.
+  virtual Result<Message> Request(const RpcRequest& r) = 0;
+  virtual Status Notify(const std::string& method, const json::object& params) = 0;
+  virtual std::optional<Error> failure() const = 0;
+  virtual void Close() = 0;
+  // HTTP only: what the headers say about the protocol in use.
+  virtual void SetProtocol(const std::string& version, bool modern) {
+    (void)version;
+    (void)modern;
+  }
+  virtual bool is_http() const { return false; }
+};
+
+namespace {
+
+class StdioRpc : public RpcTransport {
+ public:
+  explicit StdioRpc(std::unique_ptr<LineChannel> ch) : ch_(std::move(ch)) {
+    ch_->Start([this](std::string_view line) { OnLine(line); },
+               [this](const Error& e) {
+                 std::lock_guard<std::mutex> lock(mu_);
+                 failure_ = e;
+                 cv_.notify_all();
+               });
+  }
+  ~StdioRpc() override { Close(); }
+
+  Result<Message> Request(const RpcRequest& r) override {
+    auto slot = std::make_shared<Slot>();
+    slot->on_notification = r.on_notification;
+    int64_t id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failure_) return tl::unexpected(*failure_);
+      id = ++next_id_;
+      pending_[id] = slot;
+    }
+    json::object params = r.params;
+    if (r.on_notification) {
+      // Our progress tokens are the request ids.
+      json::object meta;
+      if (const json::value* m = params.if_contains("_meta"); m && m->is_object()) {
+        meta = m->get_object();
+      }
+      meta["progressToken"] = id;
+      params["_meta"] = std::move(meta);
+    }
+    auto done = [&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.erase(id);
+    };
+    if (auto st = ch_->Send(SerializeRequest(id, r.method, params)); !st) {
+      done();
+      return tl::unexpected(st.error());
+    }
+    auto deadline = std::chrono::steady_clock::now() + r.timeout;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (slot->response) {
+        pending_.erase(id);
+        return std::move(*slot->response);
+      }
+      if (failure_) {
+        pending_.erase(id);
+        return tl::unexpected(*failure_);
+      }
+      bool cancelled = r.cancel && r.cancel->load();
+      if (cancelled || std::chrono::steady_clock::now() >= deadline) {
+        pending_.erase(id);
+        lock.unlock();
+        json::object p;
+        p["requestId"] = id;
+        p["reason"] = cancelled ? "cancelled by the user" : "timed out";
+        (void)ch_->Send(SerializeNotification("notifications/cancelled", p));
+        if (cancelled) return MakeError(ErrorCode::kCancelled, "cancelled");
+        return MakeError(
+            ErrorCode::kTimeout,
+            fmt::format("no answer to {} within {} s", r.method,
+                        std::chrono::duration_cast<std::chrono::seconds>(r.timeout).count()));
+      }
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+    }
+  }
+
+  Status Notify(const std::string& method, const json::object& params) override {
+    return ch_->Send(SerializeNotification(method, params));
+  }
+  std::optional<Error> failure() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failure_;
+  }
+  void Close() override { ch_->Close(); }
+
+ private:
+  struct Slot {
+    std::optional<Message> response;
+    std::function<void(const Message&)> on_notification;
+  };
+
+  void OnLine(std::string_view line) {
+    auto m = ParseMessage(line);
+    if (!m) return;  // not ours to answer: a client ignores what it cannot read
+    if (m->is_response()) {
+      auto id = JsonToInt64(m->id);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!id) return;
+      auto it = pending_.find(*id);
+      if (it == pending_.end()) return;  // late (cancelled or timed out)
+      it->second->response = std::move(*m);
+      cv_.notify_all();
+      return;
+    }
+    if (m->is_notification() && m->method == "notifications/progress") {
+      auto token = JsonToInt64(ProgressTokenOf(m->params));
+      std::shared_ptr<Slot> slot;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!token) return;
+        auto it = pending_.find(*token);
+        if (it == pending_.end()) return;
+        slot = it->second;
+      }
+      if (slot->on_notification) slot->on_notification(*m);
+      return;
+    }
+    if (m->is_request()) {
+      // We offer no client features (sampling, roots, elicitation).
+      (void)ch_->Send(
+          SerializeError(m->id, RpcError(kMethodNotFound, "Method not found: " + m->method)));
+    }
+  }
+
+  static json::value ProgressTokenOf(const json::object& params) {
+    const json::value* t = params.if_contains("progressToken");
+    return t ? *t : json::value(nullptr);
+  }
+
+  std::unique_ptr<LineChannel> ch_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t next_id_ = 0;
+  std::map<int64_t, std::shared_ptr<Slot>> pending_;
+  std::optional<Error> failure_;
+};
+
+class HttpRpc : public RpcTransport {
+ public:
+  HttpRpc(std::unique_ptr<net::HttpClient> http, std::string target, net::Headers headers)
+      : http_(std::move(http)), target_(std::move(target)), headers_(std::move(headers)) {}
+  ~HttpRpc() override { Close(); }
+
+  bool is_http() const override { return true; }
+  void SetProtocol(const std::string& version, bool modern) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    version_ = version;
+    modern_ = modern;
+  }
+
+  Result<Message> Request(const RpcRequest& r) override {
+    int64_t id;
+    std::string version, session;
+    bool modern;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return MakeError(ErrorCode::kUnavailable, "the MCP connection is closed");
+      id = ++next_id_;
+      version = version_;
+      session = session_;
+      modern = modern_;
+    }
+    json::object params = r.params;
+    if (r.on_notification) {
+      json::object meta;
+      if (const json::value* m = params.if_contains("_meta"); m && m->is_object()) {
+        meta = m->get_object();
+      }
+      meta["progressToken"] = id;
+      params["_meta"] = std::move(meta);
+    }
+    net::ClientRequest req;
+    req.method = "POST";
+    req.target = target_;
+    req.headers = headers_;
+    req.headers.Set("Content-Type", "application/json");
+    req.headers.Set("Accept", "application/json, text/event-stream");
+    if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
+    if (!session.empty() && !modern) req.headers.Set("Mcp-Session-Id", session);
+    if (modern) {
+      req.headers.Set("Mcp-Method", r.method);
+      if (const json::value* n = params.if_contains("name"); n && n->is_string()) {
+        req.headers.Set("Mcp-Name", EncodeHeaderValue(n->get_string()));
+      }
+    }
+    req.body = SerializeRequest(id, r.method, params);
+    req.timeout = r.timeout;
+    req.cancel_fd = r.cancel_fd;
+    // A silent stream must end at once on cancellation too: an eventfd the
+    // client's waits watch, signalled from the cancel flag.
+    UniqueFd cancel_event;
+    std::atomic<bool> finished{false};
+    std::thread cancel_watch;
+    if (r.cancel && r.cancel_fd < 0) {
+      cancel_event.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+      if (cancel_event.valid()) {
+        req.cancel_fd = cancel_event.get();
+        cancel_watch = std::thread([&] {
+          while (!finished.load()) {
+            if (r.cancel->load()) {
+              uint64_t one = 1;
+              (void)!::write(cancel_event.get(), &one, sizeof one);
+              return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          }
+        });
+      }
+    }
+    struct Joiner {
+      std::atomic<bool>& finished;
+      std::thread& t;
+      ~Joiner() {
+        finished.store(true);
+        if (t.joinable()) t.join();
+      }
+    } joiner{finished, cancel_watch};
+    std::optional<Message> answer;
+    std::string ctype;
+    std::string body;
+    int status = 0;
+    net::SseParser sse([&](const net::SseEvent& e) {
+      auto m = ParseMessage(e.data);
+      if (!m) return true;
+      if (m->is_response()) {
+        answer = std::move(*m);
+        return false;  // the stream's work is done
+      }
+      if (m->is_notification() && r.on_notification) r.on_notification(*m);
+      return true;
+    });
+    bool sse_mode = false;
+    auto res = http_->SendStreaming(
+        req,
+        [&](const net::Response& head) {
+          status = head.status;
+          ctype = head.headers.Get("Content-Type").value_or("");
+          sse_mode = ctype.rfind("text/event-stream", 0) == 0;
+          if (auto sid = head.headers.Get("Mcp-Session-Id"); sid && r.method == "initialize") {
+            std::lock_guard<std::mutex> lock(mu_);
+            session_ = *sid;
+          }
+          return true;
+        },
+        [&](std::string_view data) {
+          if (r.cancel && r.cancel->load()) return false;  // closing the stream cancels
+          if (sse_mode) return sse.Feed(data);
+          if (body.size() + data.size() > (64u << 20)) return false;
+          body.append(data);
+          return true;
+        });
+    if (r.cancel && r.cancel->load()) {
+      if (!modern) CancelLegacy(id, session, version);
+      return MakeError(ErrorCode::kCancelled, "cancelled");
+    }
+    if (!res) return tl::unexpected(res.error());
+    if (sse_mode) {
+      if (!answer) sse.Finish();
+      if (answer) return std::move(*answer);
+      return MakeError(
+          ErrorCode::kUnavailable,
+          fmt::format("the server closed the stream of {} without an answer", r.method));
+    }
+    if (ctype.rfind("application/json", 0) == 0) {
+      auto m = ParseMessage(body);
+      if (m && m->is_response()) return std::move(*m);
+    }
+    // No JSON-RPC answer: an HTTP-level rejection.
+    Message err;
+    err.kind = MessageKind::kError;
+    err.id = id;
+    err.error =
+        RpcError(status == 404 ? kMethodNotFound : kInvalidRequest,
+                 fmt::format("HTTP {}: {}", status,
+                             SanitizeUtf8(body.substr(0, std::min<size_t>(200, body.size())))));
+    err.error.data = json::object{{"http_status", status}};
+    return err;
+  }
+
+  Status Notify(const std::string& method, const json::object& params) override {
+    std::string version, session;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      version = version_;
+      session = session_;
+    }
+    net::ClientRequest req;
+    req.method = "POST";
+    req.target = target_;
+    req.headers = headers_;
+    req.headers.Set("Content-Type", "application/json");
+    req.headers.Set("Accept", "application/json, text/event-stream");
+    if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
+    if (!session.empty()) req.headers.Set("Mcp-Session-Id", session);
+    req.body = SerializeNotification(method, params);
+    req.timeout = std::chrono::seconds(30);
+    auto res = http_->Send(req);
+    if (!res) return tl::unexpected(res.error());
+    if (res->status >= 300) {
+      return MakeError(ErrorCode::kUnavailable,
+                       fmt::format("{} was refused with HTTP {}", method, res->status));
+    }
+    return {};
+  }
+
+  std::optional<Error> failure() const override { return std::nullopt; }
+
+  void Close() override {
+    std::string session, version;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      closed_ = true;
+      session = session_;
+      version = version_;
+    }
+    if (session.empty()) return;
+    // Ends the legacy session (the server then deletes what belongs to it).
+    net::ClientRequest req;
+    req.method = "DELETE";
+    req.target = target_;
+    req.headers = headers_;
+    req.headers.Set("Mcp-Session-Id", session);
+    if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
+    req.timeout = std::chrono::seconds(10);
+    (void)http_->Send(req);
+  }
+
+ private:
+  void CancelLegacy(int64_t id, const std::string& session, const std::string& version) {
+    if (session.empty()) return;
+    json::object p;
+    p["requestId"] = id;
+    p["reason"] = "cancelled by the user";
+    (void)Notify("notifications/cancelled", p);
+    (void)version;
+  }
+
+  std::unique_ptr<net::HttpClient> http_;
+  std::string target_;
+  net::Headers headers_;
+  std::mutex mu_;
+  int64_t next_id_ = 0;
+  std::string version_;
+  std::string session_;
+  bool modern_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- client
+
+McpClient::McpClient(std::unique_ptr<RpcTransport> t, ClientOptions o)
+    : transport_(std::move(t)), options_(std::move(o)) {}
+
+McpClient::~McpClient() { Close(); }
+
+void McpClient::Close() {
+  if (transport_) transport_->Close();
+}
+
+std::optional<Error> McpClient::failure() const { return transport_->failure(); }
+
+Result<std::unique_ptr<McpClient>> McpClient::ConnectStdio(std::unique_ptr<LineChannel> channel,
+                                                           ClientOptions options) {
+  std::unique_ptr<McpClient> c(
+      new McpClient(std::make_unique<StdioRpc>(std::move(channel)), std::move(options)));
+  if (auto st = c->Negotiate(); !st) {
+    c->Close();
+    return tl::unexpected(st.error());
+  }
+  return c;
+}
+
+Result<std::unique_ptr<McpClient>> McpClient::ConnectHttp(const std::string& url,
+                                                          const net::Headers& headers,
+                                                          ClientOptions options) {
+  auto u = net::ParseUrl(url);
+  if (!u || (u->scheme != "http" && u->scheme != "https")) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("'{}' is not an http(s) URL", url));
+  }
+  std::string base =
+      fmt::format("{}://{}:{}", u->scheme,
+                  u->host.find(':') != std::string::npos ? "[" + u->host + "]" : u->host, u->port);
+  net::ClientOptions co;
+  co.read_idle_timeout = std::chrono::hours(1);  // a tool may run long and stay silent
+  auto http = net::HttpClient::Create(base, co);
+  if (!http) return tl::unexpected(http.error());
+  std::string target = u->path.empty() ? "/" : u->path;
+  if (!u->query.empty()) target += "?" + u->query;
+  std::unique_ptr<McpClient> c(new McpClient(
+      std::make_unique<HttpRpc>(std::move(*http), target, headers), std::move(options)));
+  if (auto st = c->Negotiate(); !st) {
+    c->Close();
+    return tl::unexpected(st.error());
+  }
+  return c;
+}
+
+json::object McpClient::Params(json::object params, const json::value& progress_token) const {
+  if (!modern_ && progress_token.is_null()) return params;
+  json::object meta;
+  if (const json::value* m = params.if_contains("_meta"); m && m->is_object()) {
+    meta = m->get_object();
+  }
+  if (modern_) {
+    meta[kMetaProtocolVersion] = version_;
+    meta[kMetaClientCapabilities] = json::object{};
+    json::object info;
+    info["name"] = options_.client_name;
+    info["version"] = options_.client_version;
+    meta[kMetaClientInfo] = std::move(info);
+  }
+  if (!progress_token.is_null()) meta["progressToken"] = progress_token;
+  params["_meta"] = std::move(meta);
+  return params;
+}
+
+namespace {
+
+bool IsModernError(int code) {
+  return code == kHeaderMismatch || code == kMissingRequiredClientCapability ||
+         code == kUnsupportedProtocolVersion;
+}
+
+Error RpcFailure(const std::string& what, const RpcError& e) {
+  return Error(ErrorCode::kUnavailable, fmt::format("{}: {} ({})", what, e.message, e.code));
+}
+
+}  // namespace
+
+Status McpClient::Negotiate() {
+  // 1. The modern probe.
+  modern_ = true;
+  version_ = std::string(kModernVersion);
+  transport_->SetProtocol(version_, true);
+  RpcRequest probe;
+  probe.method = "server/discover";
+  probe.params = Params({});
+  probe.timeout = transport_->is_http() ? options_.request_timeout : options_.probe_timeout;
+  auto r = transport_->Request(probe);
+  if (!r && r.error().code != ErrorCode::kTimeout) return tl::unexpected(r.error());
+  bool legacy = !r;  // stdio silence: a legacy server that ignores pre-initialize requests
+  if (r && r->kind == MessageKind::kResult) {
+    const json::value* sv = r->result.if_contains("supportedVersions");
+    bool has_modern = false;
+    if (sv && sv->is_array()) {
+      for (const auto& v : sv->get_array()) {
+        has_modern = has_modern || (v.is_string() && IsModernVersion(v.get_string()));
+      }
+    }
+    if (has_modern) {
+      if (const json::value* m = r->result.if_contains("_meta"); m && m->is_object()) {
+        if (const json::value* si = m->get_object().if_contains(kMetaServerInfo);
+            si && si->is_object()) {
+          server_info_ = si->get_object();
+        }
+      }
+      if (const json::value* i = r->result.if_contains("instructions"); i && i->is_string()) {
+        instructions_ = std::string(i->get_string());
+      }
+      return {};
+    }
+    legacy = true;  // a server answering discover with handshake versions only
+  } else if (r && r->kind == MessageKind::kError) {
+    if (IsModernError(r->error.code)) {
+      bool legacy_offered = false;
+      if (r->error.data.is_object()) {
+        if (const json::value* s = r->error.data.get_object().if_contains("supported");
+            s && s->is_array()) {
+          for (const auto& v : s->get_array()) {
+            legacy_offered = legacy_offered || (v.is_string() && IsLegacyVersion(v.get_string()));
+          }
+        }
+      }
+      if (!legacy_offered) {
+        return tl::unexpected(
+            RpcFailure("the MCP server speaks no protocol version deepbox does", r->error));
+      }
+    }
+    legacy = true;
+  }
+  if (!legacy) return {};
+  // 2. The legacy handshake.
+  modern_ = false;
+  version_.clear();
+  transport_->SetProtocol("", false);
+  RpcRequest init;
+  init.method = "initialize";
+  init.params["protocolVersion"] = std::string(kLatestLegacyVersion);
+  init.params["capabilities"] = json::object{};
+  json::object info;
+  info["name"] = options_.client_name;
+  info["version"] = options_.client_version;
+  init.params["clientInfo"] = std::move(info);
+  init.timeout = options_.request_timeout;
+  auto ir = transport_->Request(init);
+  if (!ir) return tl::unexpected(ir.error());
+  if (ir->kind == MessageKind::kError) return tl::unexpected(RpcFailure("initialize", ir->error));
+  const json::value* v = ir->result.if_contains("protocolVersion");
+  if (!v || !v->is_string() || !IsLegacyVersion(v->get_string())) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("the MCP server offers protocol version {}, which deepbox does "
+                                 "not speak",
+                                 v ? ToJson(*v) : std::string("(none)")));
+  }
+  version_ = std::string(v->get_string());
+  if (const json::value* si = ir->result.if_contains("serverInfo"); si && si->is_object()) {
+    server_info_ = si->get_object();
+  }
+  if (const json::value* i = ir->result.if_contains("instructions"); i && i->is_string()) {
+    instructions_ = std::string(i->get_string());
+  }
+  transport_->SetProtocol(version_, false);
+  return transport_->Notify("notifications/initialized", {});
+}
+
+Result<std::vector<RemoteTool>> McpClient::ListTools() {
+  std::vector<RemoteTool> out;
+  std::string cursor;
+  for (int page = 0; page < 100; ++page) {
+    RpcRequest req;
+    req.method = "tools/list";
+    json::object p;
+    if (!cursor.empty()) p["cursor"] = cursor;
+    req.params = Params(std::move(p));
+    req.timeout = options_.request_timeout;
+    auto r = transport_->Request(req);
+    if (!r) return tl::unexpected(r.error());
+    if (r->kind == MessageKind::kError) return tl::unexpected(RpcFailure("tools/list", r->error));
+    const json::value* tools = r->result.if_contains("tools");
+    if (!tools || !tools->is_array()) {
+      return MakeError(ErrorCode::kUnavailable, "tools/list: the answer has no tools array");
+    }
+    for (const auto& t : tools->get_array()) {
+      if (!t.is_object()) continue;
+      const json::object& o = t.get_object();
+      const json::value* name = o.if_contains("name");
+      if (!name || !name->is_string() || name->get_string().empty()) continue;
+      RemoteTool rt;
+      rt.name = std::string(name->get_string());
+      if (const json::value* d = o.if_contains("description"); d && d->is_string()) {
+        rt.description = std::string(d->get_string());
+      }
+      if (const json::value* d = o.if_contains("title"); d && d->is_string()) {
+        rt.title = std::string(d->get_string());
+      }
+      if (const json::value* s = o.if_contains("inputSchema"); s && s->is_object()) {
+        rt.input_schema = s->get_object();
+      }
+      if (!rt.input_schema.contains("type")) rt.input_schema["type"] = "object";
+      out.push_back(std::move(rt));
+    }
+    const json::value* next = r->result.if_contains("nextCursor");
+    if (!next || !next->is_string() || next->get_string().empty()) return out;
+    cursor = std::string(next->get_string());
+  }
+  return out;
+}
+
+ToolCallResult ToolCallResultFromJson(const json::object& result) {
+  ToolCallResult out;
+  if (const json::value* e = result.if_contains("isError"); e && e->is_bool()) {
+    out.is_error = e->get_bool();
+  }
+  auto add = [&](const std::string& s) {
+    if (!out.text.empty()) out.text += "\n";
+    out.text += s;
+  };
+  if (const json::value* c = result.if_contains("content"); c && c->is_array()) {
+    for (const auto& b : c->get_array()) {
+      if (!b.is_object()) continue;
+      const json::object& o = b.get_object();
+      std::string type = o.contains("type") && o.at("type").is_string()
+                             ? std::string(o.at("type").get_string())
+                             : "";
+      auto str = [&](const json::object& obj, const char* k) {
+        const json::value* v = obj.if_contains(k);
+        return v && v->is_string() ? std::string(v->get_string()) : std::string();
+      };
+      if (type == "text") {
+        add(str(o, "text"));
+      } else if (type == "image") {
+        out.images.push_back({str(o, "mimeType"), str(o, "data")});
+      } else if (type == "audio") {
+        add(fmt::format("[audio: {}, {} bytes of base64]", str(o, "mimeType"),
+                        str(o, "data").size()));
+      } else if (type == "resource_link") {
+        add(fmt::format("[resource: {}]", str(o, "uri")));
+      } else if (type == "resource") {
+        const json::value* r = o.if_contains("resource");
+        if (r && r->is_object()) {
+          const json::object& ro = r->get_object();
+          if (ro.contains("text")) {
+            add(str(ro, "text"));
+          } else {
+            add(fmt::format("[resource {} ({}, {} bytes of base64)]", str(ro, "uri"),
+                            str(ro, "mimeType"), str(ro, "blob").size()));
+          }
+        }
+      }
+    }
+  }
+  if (const json::value* s = result.if_contains("structuredContent")) {
+    out.structured = *s;
+    if (out.text.empty()) out.text = ToJson(*s);
+  }
+  return out;
+}
+
+Result<ToolCallResult> McpClient::CallTool(const std::string& name, const json::object& arguments,
+                                           const CallOptions& options) {
+  RpcRequest req;
+  req.method = "tools/call";
+  json::object p;
+  p["name"] = name;
+  p["arguments"] = arguments;
+  req.params = Params(std::move(p));
+  req.cancel = options.cancel;
+  req.cancel_fd = options.cancel_fd;
+  req.timeout = options.timeout;
+  if (options.on_progress) {
+    req.on_notification = [&](const Message& m) {
+      const json::value* pr = m.params.if_contains("progress");
+      if (!pr || !pr->is_number()) return;
+      std::optional<double> total;
+      if (const json::value* t = m.params.if_contains("total"); t && t->is_number()) {
+        total = t->to_number<double>();
+      }
+      std::string msg;
+      if (const json::value* s = m.params.if_contains("message"); s && s->is_string()) {
+        msg = std::string(s->get_string());
+      }
+      options.on_progress(pr->to_number<double>(), total, msg);
+    };
+  }
+  auto r = transport_->Request(req);
+  if (!r) return tl::unexpected(r.error());
+  if (r->kind == MessageKind::kError) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("{} ({})", r->error.message, r->error.code));
+  }
+  return ToolCallResultFromJson(r->result);
+}
+
+}  // namespace deepbox::mcp

@@ -1,0 +1,208 @@
+#include "mcp/mcp_command.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "common/terminal_text.h"
+#include "local/lifecycle/selector.h"
+#include "local/network.h"
+#include "mcp/http_transport.h"
+#include "mcp/providers.h"
+#include "mcp/sandbox_tools.h"
+#include "mcp/server.h"
+#include "mcp/stdio.h"
+
+namespace deepbox::mcp {
+namespace {
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "deepbox mcp: %s\n", SanitizeForTerminal(message).c_str());
+  return code;
+}
+
+void Log(const std::string& message) { std::fprintf(stderr, "deepbox mcp: %s\n", message.c_str()); }
+
+constexpr const char* kInstructions =
+    "deepbox runs commands and file operations in isolated Linux sandboxes. Without a "
+    "sandbox_id, tools use this client's default sandbox (created on first use, deleted when "
+    "the client disconnects). Paths are real sandbox paths; relative ones are relative to the "
+    "workspace root (/workspace). Use execute for commands; ls, read_file, write_file, "
+    "edit_file, glob and grep for files; upload_file/download_file for binary files.";
+
+std::string RandomToken() {
+  unsigned char raw[24];
+  size_t got = 0;
+  while (got < sizeof raw) {
+    ssize_t n = ::getrandom(raw + got, sizeof raw - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  std::string out;
+  for (unsigned char c : raw) out += fmt::format("{:02x}", c);
+  return out;
+}
+
+Result<std::string> LoadToken(const McpArgs& args) {
+  if (!args.token_file.empty()) {
+    std::ifstream in(args.token_file);
+    if (!in) return MakeSyscallError("open", errno, args.token_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string t = ss.str();
+    while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
+    if (t.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("--token-file {}: the file is empty", args.token_file));
+    }
+    return t;
+  }
+  if (const char* env = std::getenv("DEEPBOX_MCP_TOKEN"); env != nullptr && *env != '\0') {
+    return std::string(env);
+  }
+  return std::string();
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  return host == "127.0.0.1" || host == "::1" || host == "localhost" || host.rfind("127.", 0) == 0;
+}
+
+}  // namespace
+
+int RunMcp(const McpArgs& args) {
+  // Signals end the server through a signalfd, so every wait can watch it.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) {
+    return Fail(kExitError, "pthread_sigmask failed");
+  }
+  int sfd = ::signalfd(-1, &set, SFD_CLOEXEC);
+  if (sfd < 0) return Fail(kExitError, SyscallError("signalfd", errno).message);
+
+  BrokerOptions bo;
+  bo.default_provider = args.provider;
+  bo.defaults.labels[kMcpLabel] = "true";
+  for (const auto& l : args.labels) {
+    auto kv = local::lifecycle::ParseLabel(l);
+    if (!kv) return Fail(kExitUsage, "--label: " + kv.error().message);
+    bo.defaults.labels[kv->first] = kv->second;
+  }
+  if (args.ttl_seconds < 0) return Fail(kExitUsage, "--ttl must be >= 0");
+  bo.defaults.ttl = std::chrono::seconds(args.ttl_seconds);
+  if (!args.network.empty()) {
+    if (auto p = local::ParseNetworkPolicy(args.network); !p) {
+      return Fail(kExitUsage, "--network: " + p.error().message);
+    }
+  }
+  bo.defaults.network = args.network;
+
+  std::vector<std::unique_ptr<SandboxBackend>> backends;
+  local::lifecycle::LocalProviderOptions lo;
+  lo.pool = args.pool;
+  auto local = MakeLocalBackend(lo);
+  if (!local) return Fail(kExitError, "local sandboxes: " + local.error().message);
+  backends.push_back(std::move(*local));
+  bool want_k8s = args.provider == "k8s" || !args.namespace_name.empty() || !args.context.empty() ||
+                  !args.kubeconfig.empty() || !args.router_url.empty();
+  if (want_k8s) {
+    K8sBackendOptions ko;
+    ko.namespace_name = args.namespace_name;
+    ko.context = args.context;
+    ko.kubeconfig = args.kubeconfig;
+    ko.warm_pool = args.warm_pool;
+    ko.router_url = args.router_url;
+    if (const char* t = std::getenv("DEEPBOX_ROUTER_TOKEN"); t != nullptr) ko.router_token = t;
+    auto k8s = MakeK8sBackend(ko);
+    if (!k8s) return Fail(kExitError, "Kubernetes: " + k8s.error().message);
+    backends.push_back(std::move(*k8s));
+  }
+  auto broker = std::make_shared<SandboxBroker>(bo, std::move(backends));
+  auto registry = std::make_shared<ToolRegistry>();
+  SandboxToolsOptions to;
+  to.default_ttl_seconds = args.ttl_seconds;
+  AddSandboxTools(*registry, broker, to);
+  ServerConfig sc;
+  sc.instructions = kInstructions;
+  McpServer server(registry, sc);
+
+  if (args.listen.empty()) {
+    // stdout carries MCP messages only: keep a private copy of it (and of
+    // stdin) and point fds 0 and 1 elsewhere, so nothing else (a child, a
+    // library) can write into the protocol stream or hold the client's pipes.
+    int in = ::fcntl(0, F_DUPFD_CLOEXEC, 3);
+    int out = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+    if (in < 0 || out < 0) return Fail(kExitError, SyscallError("fcntl(F_DUPFD)", errno).message);
+    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull >= 0) {
+      ::dup2(devnull, 0);
+      ::close(devnull);
+    }
+    ::dup2(2, 1);
+    StdioOptions so;
+    so.in_fd = in;
+    so.out_fd = out;
+    so.stop_fd = sfd;
+    so.on_close = [&] { broker->ReleaseOwner(so.owner); };
+    auto st = ServeStdio(server, so);
+    broker->ReleaseAll();
+    ::close(in);
+    ::close(out);
+    if (!st) return Fail(kExitError, st.error().message);
+    return 0;
+  }
+
+  auto endpoint = net::Endpoint::Parse(args.listen);
+  if (!endpoint || endpoint->is_unix || endpoint->is_fd) {
+    return Fail(kExitUsage, fmt::format("--listen {}: expected HOST:PORT", args.listen));
+  }
+  HttpTransportOptions ho;
+  ho.allowed_origins = args.allowed_origins;
+  ho.session_idle_timeout = std::chrono::seconds(args.session_idle_seconds);
+  ho.on_owner_gone = [broker](const std::string& owner) { broker->ReleaseOwner(owner); };
+  if (args.no_auth) {
+    if (!IsLoopbackHost(endpoint->host)) {
+      return Fail(kExitUsage,
+                  fmt::format("--no-auth is only allowed on a loopback address (127.0.0.1, ::1), "
+                              "not {}",
+                              endpoint->host.empty() ? "all interfaces" : endpoint->host));
+    }
+  } else {
+    auto token = LoadToken(args);
+    if (!token) return Fail(kExitUsage, token.error().message);
+    ho.bearer_token = *token;
+    if (ho.bearer_token.empty()) {
+      ho.bearer_token = RandomToken();
+      Log("bearer token (send it as Authorization: Bearer TOKEN; set DEEPBOX_MCP_TOKEN or "
+          "--token-file to choose one): " +
+          ho.bearer_token);
+    }
+  }
+  auto http = McpHttpServer::Start(server, *endpoint, ho);
+  if (!http) return Fail(kExitError, http.error().message);
+  std::string host =
+      endpoint->host.find(':') != std::string::npos ? "[" + endpoint->host + "]" : endpoint->host;
+  Log(fmt::format("serving MCP (Streamable HTTP) on http://{}:{}/mcp", host, (*http)->port()));
+  signalfd_siginfo info;
+  while (::read(sfd, &info, sizeof info) < 0 && errno == EINTR) {
+  }
+  Log("stopping");
+  (*http)->Stop();
+  broker->ReleaseAll();
+  return 0;
+}
+
+}  // namespace deepbox::mcp

@@ -1,0 +1,35 @@
+// `deepbox mcp`: deepbox's sandboxes as an MCP server, over stdio (the
+// default: a client starts `deepbox mcp` and talks on its stdin/stdout) or
+// Streamable HTTP (--listen HOST:PORT, endpoint /mcp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace deepbox::mcp {
+
+struct McpArgs {
+  std::string listen;      // "" = stdio; else HOST:PORT for Streamable HTTP
+  bool no_auth = false;    // HTTP without a bearer token (loopback listeners only)
+  std::string token_file;  // the bearer token ("" = $DEEPBOX_MCP_TOKEN, else a fresh one)
+  std::vector<std::string> allowed_origins;
+  int64_t session_idle_seconds = 1800;  // HTTP legacy sessions
+
+  std::string provider = "local";   // local | k8s: where sandboxes are created
+  std::vector<std::string> labels;  // K=V on every sandbox created
+  int64_t ttl_seconds = 3600;
+  std::string network;  // "" = host default
+  std::string pool = "default";
+  // k8s
+  std::string namespace_name;
+  std::string context;
+  std::string kubeconfig;
+  std::string warm_pool = "deepagents-warmpool";
+  std::string router_url;
+};
+
+// Returns the process exit code (0, or 1/2 with a message on stderr).
+int RunMcp(const McpArgs& args);
+
+}  // namespace deepbox::mcp

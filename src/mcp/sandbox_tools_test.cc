@@ -1,0 +1,244 @@
+#include "mcp/sandbox_tools.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "agent/testing/tool_runner.h"
+#include "common/base64.h"
+#include "mcp/testing/daemon_backend.h"
+#include "mcp/testing/test_registry.h"
+
+namespace deepbox::mcp {
+namespace {
+
+using agent::testing::Args;
+
+class ToolsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(deepbox::testing::ScopedSandboxd::DefaultBinary().c_str(), X_OK) != 0) {
+      GTEST_SKIP() << "no deepbox-sandboxd binary";
+    }
+    auto b = std::make_unique<testing::DaemonBackend>();
+    backend_ = b.get();
+    std::vector<std::unique_ptr<SandboxBackend>> v;
+    v.push_back(std::move(b));
+    broker_ = std::make_shared<SandboxBroker>(BrokerOptions{}, std::move(v));
+    AddSandboxTools(registry_, broker_);
+  }
+
+  json::object Call(const std::string& name, json::object args,
+                    testing::PlainContext* ctx = nullptr) {
+    testing::PlainContext local;
+    json::object params;
+    params["name"] = name;
+    params["arguments"] = std::move(args);
+    auto r = registry_.Call(params, ctx ? *ctx : local);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? *r : json::object{};
+  }
+  static std::string Text(const json::object& result) {
+    return std::string(result.at("content").at(0).at("text").as_string());
+  }
+  static std::string SandboxOf(const json::object& result) {
+    return std::string(result.at("_meta").at(kMetaSandboxId).as_string());
+  }
+
+  testing::DaemonBackend* backend_ = nullptr;
+  std::shared_ptr<SandboxBroker> broker_;
+  ToolRegistry registry_;
+};
+
+TEST_F(ToolsTest, SchemasAreStrictAndTakeASandboxId) {
+  std::vector<std::string> names;
+  for (const auto& t : registry_.tools()) {
+    names.push_back(t.name);
+    EXPECT_EQ(t.input_schema.at("additionalProperties"), false) << t.name;
+    EXPECT_EQ(t.input_schema.at("type"), "object") << t.name;
+    bool lifecycle = t.name == "sandbox_create" || t.name == "sandbox_list";
+    EXPECT_EQ(t.input_schema.at("properties").as_object().contains("sandbox_id"), !lifecycle)
+        << t.name;
+  }
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"sandbox_create", "sandbox_list", "sandbox_delete", "execute",
+                                      "ls", "read_file", "write_file", "edit_file", "glob", "grep",
+                                      "upload_file", "download_file"}));
+}
+
+TEST_F(ToolsTest, FileToolsAnswerExactlyAsTheAgentsTools) {
+  auto w =
+      Call("write_file", Args({{"file_path", "notes/a.txt"}, {"content", "alpha\nbeta\ngamma\n"}}));
+  ASSERT_EQ(w.at("isError"), false) << Text(w);
+  std::string id = SandboxOf(w);
+  EXPECT_EQ(backend_->created(), 1);  // the default sandbox, made by the first call
+
+  // The same calls through the agent's own tools on the same sandbox.
+  auto sandbox = broker_->Get(id);
+  ASSERT_TRUE(sandbox);
+  agent::testing::ToolRunner runner(**sandbox, agent::MakeFilesystemTools());
+  struct Case {
+    const char* tool;
+    json::object args;
+  } cases[] = {
+      {"read_file", Args({{"file_path", "notes/a.txt"}})},
+      {"read_file", Args({{"file_path", "notes/a.txt"}, {"offset", 1}, {"limit", 1}})},
+      {"read_file", Args({{"file_path", "missing.txt"}})},
+      {"ls", Args({{"path", "notes"}})},
+      {"glob", Args({{"pattern", "**/*.txt"}})},
+      {"grep", Args({{"pattern", "eta"}})},
+      {"grep", Args({{"pattern", "a"}, {"output_mode", "count"}})},
+  };
+  for (auto& c : cases) {
+    auto mcp = Call(c.tool, c.args);
+    auto direct = runner.Run(c.tool, c.args);
+    EXPECT_EQ(Text(mcp), direct.text) << c.tool << " " << ToJson(c.args);
+    EXPECT_EQ(mcp.at("isError").as_bool(), direct.is_error) << c.tool;
+    EXPECT_EQ(SandboxOf(mcp), id);
+  }
+  auto e =
+      Call("edit_file",
+           Args({{"file_path", "notes/a.txt"}, {"old_string", "beta"}, {"new_string", "BETA"}}));
+  auto e2 = runner.Run(
+      "edit_file",
+      Args({{"file_path", "notes/a.txt"}, {"old_string", "BETA"}, {"new_string", "beta"}}));
+  EXPECT_EQ(e.at("isError"), false) << Text(e);
+  EXPECT_FALSE(e2.is_error) << e2.text;
+  EXPECT_EQ(Text(e), e2.text);  // the message names the file, not the strings
+  auto again = Call("write_file", Args({{"file_path", "notes/a.txt"}, {"content", "x"}}));
+  auto direct_again =
+      runner.Run("write_file", Args({{"file_path", "notes/a.txt"}, {"content", "x"}}));
+  EXPECT_EQ(Text(again), direct_again.text);
+  EXPECT_EQ(again.at("isError").as_bool(), direct_again.is_error);
+}
+
+TEST_F(ToolsTest, BadArgumentsAreActionableToolErrors) {
+  auto r = Call("read_file", Args({{"file_path", "/workspace/a"}, {"offset", "5"}}));
+  EXPECT_EQ(r.at("isError"), true);
+  EXPECT_EQ(Text(r),
+            "Invalid arguments for tool read_file:\n - 'offset' must be an integer, not a "
+            "string\nFix the arguments and call the tool again.");
+  r = Call("execute", Args({{"cmd", "ls"}}));
+  EXPECT_EQ(r.at("isError"), true);
+  EXPECT_NE(Text(r).find("missing required argument 'command'"), std::string::npos);
+  EXPECT_NE(Text(r).find("unknown argument 'cmd'"), std::string::npos);
+  EXPECT_EQ(backend_->created(), 0);  // nothing ran, no sandbox made
+  r = Call("execute", Args({{"command", "true"}, {"sandbox_id", "sb-00000000dead"}}));
+  EXPECT_EQ(r.at("isError"), true);
+  EXPECT_NE(Text(r).find("no sandbox 'sb-00000000dead'"), std::string::npos) << Text(r);
+}
+
+TEST_F(ToolsTest, ExecuteStreamsProgressAndReportsTheExitStatus) {
+  testing::PlainContext ctx;
+  auto r = Call("execute", Args({{"command", "echo one; echo two >&2; exit 3"}}), &ctx);
+  ASSERT_EQ(r.at("isError"), false) << Text(r);
+  EXPECT_EQ(Text(r), "one\ntwo\n\n[Command failed with exit code 3]");
+  EXPECT_EQ(r.at("structuredContent").at("exit_code"), 3);
+  EXPECT_EQ(r.at("structuredContent").at("timed_out"), false);
+  EXPECT_EQ(r.at("structuredContent").at("sandbox_id"), json::value(SandboxOf(r)));
+  std::string streamed;
+  double last = 0;
+  for (const auto& [p, m] : ctx.progress) {
+    EXPECT_GT(p, last);
+    last = p;
+    streamed += m;
+  }
+  EXPECT_EQ(streamed, "one\ntwo\n");
+
+  auto t = Call("execute", Args({{"command", "sleep 30"}, {"timeout", 1}}));
+  EXPECT_EQ(t.at("structuredContent").at("exit_code"), 124);
+  EXPECT_EQ(t.at("structuredContent").at("timed_out"), true);
+  EXPECT_NE(Text(t).find("Command timed out after 1 seconds"), std::string::npos) << Text(t);
+}
+
+TEST_F(ToolsTest, CancellingExecuteKillsTheCommand) {
+  testing::PlainContext ctx;
+  std::thread canceller([&] {
+    // Cancel once the command has started (it printed its marker).
+    for (int i = 0; i < 3000; ++i) {
+      bool started = false;
+      for (const auto& [p, m] : ctx.progress) started = started || m.find("started") != m.npos;
+      if (started) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ctx.cancel = true;
+  });
+  auto r =
+      Call("execute", Args({{"command", "echo $$ > pid; echo started; exec sleep 300"}}), &ctx);
+  canceller.join();
+  EXPECT_NE(Text(r).find("[Command cancelled]"), std::string::npos) << Text(r);
+  // The daemon kills its process group; give the kill a moment to land.
+  std::string state;
+  for (int i = 0; i < 300; ++i) {
+    state = Text(Call("execute", Args({{"command",
+                                        "kill -0 $(cat pid) 2>/dev/null && echo alive "
+                                        "|| echo gone"}})));
+    if (state.find("gone") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(state.find("gone"), std::string::npos) << state;
+}
+
+TEST_F(ToolsTest, BinaryFilesRoundTrip) {
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes.push_back(static_cast<char>(i));
+  bytes += std::string("\0\xff\x80", 3);
+  auto up = Call("upload_file", Args({{"file_path", "bin/data.bin"},
+                                      {"content_base64", Base64Encode(bytes)},
+                                      {"mode", 0755}}));
+  ASSERT_EQ(up.at("isError"), false) << Text(up);
+  auto sb = broker_->Get(SandboxOf(up));
+  ASSERT_TRUE(sb);
+  std::string root = (*sb)->root();
+  EXPECT_EQ(up.at("structuredContent").at("path"), json::value(root + "/bin/data.bin"));
+  EXPECT_EQ(up.at("structuredContent").at("size"), static_cast<int64_t>(bytes.size()));
+  auto down = Call("download_file", Args({{"file_path", "bin/data.bin"}}));
+  ASSERT_EQ(down.at("isError"), false) << Text(down);
+  const auto& res = down.at("content").at(1).at("resource");
+  EXPECT_EQ(res.at("uri"), json::value("file://" + root + "/bin/data.bin"));
+  EXPECT_EQ(Base64Decode(std::string(res.at("blob").as_string())), bytes);
+  auto mode = Call("execute", Args({{"command", "stat -c %a bin/data.bin"}}));
+  EXPECT_EQ(Text(mode).substr(0, 4), "755\n");
+  auto bad = Call("upload_file", Args({{"file_path", "x"}, {"content_base64", "!!!"}}));
+  EXPECT_EQ(bad.at("isError"), true);
+  auto dir = Call("download_file", Args({{"file_path", "bin"}}));
+  EXPECT_EQ(dir.at("isError"), true);
+}
+
+TEST_F(ToolsTest, Lifecycle) {
+  auto c = Call("sandbox_create",
+                Args({{"labels", json::object{{"team", "ml"}}}, {"ttl_seconds", 120}}));
+  ASSERT_EQ(c.at("isError"), false) << Text(c);
+  std::string id = std::string(c.at("structuredContent").at("sandbox_id").as_string());
+  EXPECT_EQ(c.at("structuredContent").at("labels").at("team"), "ml");
+  auto w =
+      Call("write_file", Args({{"file_path", "f"}, {"content", "in " + id}, {"sandbox_id", id}}));
+  EXPECT_EQ(SandboxOf(w), id);
+  EXPECT_EQ(backend_->created(), 1);  // no default sandbox was needed
+
+  auto l = Call("sandbox_list", Args({{"selector", "team=ml"}}));
+  ASSERT_EQ(l.at("isError"), false) << Text(l);
+  ASSERT_EQ(l.at("structuredContent").at("sandboxes").as_array().size(), 1u);
+  EXPECT_EQ(l.at("structuredContent").at("default_sandbox_id"), nullptr);
+  auto none = Call("sandbox_list", Args({{"selector", "team=web"}}));
+  EXPECT_EQ(Text(none), "No sandboxes.");
+  auto bad = Call("sandbox_create", Args({{"labels", json::object{{"bad key!", "v"}}}}));
+  EXPECT_EQ(bad.at("isError"), true);
+  auto badsel = Call("sandbox_list", Args({{"selector", "=="}}));
+  EXPECT_EQ(badsel.at("isError"), true);
+
+  auto d = Call("sandbox_delete", Args({{"sandbox_id", id}}));
+  EXPECT_EQ(Text(d), "Deleted sandbox " + id + ".");
+  EXPECT_FALSE(backend_->Exists(id));
+  auto gone = Call("read_file", Args({{"file_path", "f"}, {"sandbox_id", id}}));
+  EXPECT_EQ(gone.at("isError"), true);
+
+  auto md = Call("sandbox_create", Args({{"make_default", true}}));
+  std::string def = std::string(md.at("structuredContent").at("sandbox_id").as_string());
+  auto uses = Call("execute", Args({{"command", "true"}}));
+  EXPECT_EQ(SandboxOf(uses), def);
+}
+
+}  // namespace
+}  // namespace deepbox::mcp

@@ -1,0 +1,31 @@
+"""An MCP server written with the official Python SDK, for deepbox's agent
+as a client (test_agent_client.py): `echo`, and `crash`, which exits the
+process mid-call. Usage: sdk_tools_server.py [stdio | http PORT]."""
+
+import os
+import sys
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("sdk-tools")
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Returns its text."""
+    return f"sdk says: {text}"
+
+
+@server.tool()
+def crash() -> str:
+    """Exits the server."""
+    sys.stderr.write("sdk server crashing on purpose\n")
+    sys.stderr.flush()
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")
