@@ -440,6 +440,8 @@ TEST_F(LauncherTest, WorkspaceDiskLimit) {
     EXPECT_TRUE(sp->limits().workspace_disk.enforced);
     for (int i = 0; i < 500 && !std::filesystem::exists(workspace_ / "flag"); ++i) usleep(10000);
     ASSERT_TRUE(std::filesystem::exists(workspace_ / "flag"));
+    // No root-only lost+found for glob/grep to trip over.
+    EXPECT_FALSE(std::filesystem::exists(workspace_ / "lost+found"));
     EXPECT_TRUE(std::filesystem::exists(image));
     std::ifstream mi("/proc/self/mountinfo");
     std::stringstream ss;

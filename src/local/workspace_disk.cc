@@ -116,6 +116,14 @@ Result<WorkspaceDisk> WorkspaceDisk::Create(const std::filesystem::path& image,
   }
   disk.mount_dir_ = mount_dir;
   disk.mounted_ = true;
+  // mkfs leaves a root-owned 0700 lost+found in what is the agent's
+  // /workspace: every glob and grep there would report an unreadable
+  // directory. Only e2fsck uses it (and recreates it), and the disk lives
+  // only as long as its sandbox.
+  std::filesystem::path lost = mount_dir / "lost+found";
+  if (rmdir(lost.c_str()) != 0 && errno != ENOENT) {
+    return MakeSyscallError("rmdir", errno, lost.string());
+  }
   return disk;
 }
 
