@@ -322,6 +322,13 @@ struct AgentLoop::Impl {
       ModelRequest req;
       req.system = config.system_prompt;
       req.tools = specs;
+      if (std::any_of(config.tools.begin(), config.tools.end(),
+                      [](const ToolPtr& t) { return !t->Available(); })) {
+        req.tools.clear();
+        for (size_t i = 0; i < config.tools.size(); ++i) {
+          if (config.tools[i]->Available()) req.tools.push_back(specs[i]);
+        }
+      }
       req.max_tokens = config.max_tokens;
       req.cancel = run.hooks.cancel;
       req.cancel_fd = run.hooks.cancel_fd;

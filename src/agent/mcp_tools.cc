@@ -73,6 +73,7 @@ class McpTool : public Tool {
     spec_.input_schema = remote.input_schema;
   }
   const ToolSpec& spec() const override { return spec_; }
+  bool Available() const override { return !server_->dead_reason(); }
 
   ToolResult Invoke(ToolContext& ctx, const json::object& args) override {
     if (auto dead = server_->dead_reason()) {

@@ -11,8 +11,9 @@
 // with the sandbox's isolation, for servers one does not trust.
 //
 // A server that fails to start is reported once (on_problem) and left out; a
-// server that dies later is reported once, and its tools answer with an
-// error saying so from then on (they are withdrawn).
+// server that dies later is reported once, and its tools are withdrawn: the
+// model is no longer offered them, and a call by name answers with an error
+// saying why.
 #pragma once
 
 #include <functional>

@@ -107,6 +107,36 @@ TEST(McpTools, AServerThatCrashesIsReportedOnceAndWithdrawn) {
   EXPECT_NE(problems.lines[0].find("its tools are withdrawn"), std::string::npos);
 }
 
+// Withdrawn means the model is no longer offered them: the turn after the
+// crash lists none of the dead server's tools, the others stay.
+TEST(McpTools, ADeadServersToolsLeaveTheModelsToolList) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  auto set = McpToolset::Start({Stdio("boom", {TestServer()}), Stdio("ok", {TestServer()})}, {});
+  ASSERT_TRUE(Find(*set, "mcp__boom__crash"));
+  auto model = std::make_shared<testing::ScriptedModel>();
+  model->Tools({testing::Call("c1", "mcp__boom__crash", {})});
+  model->Text("done");
+  DeepAgentOptions ao;
+  ao.model = model;
+  ao.sandbox = &sbd->client();
+  ao.tools = set->tools();
+  auto agent = DeepAgent::Create(std::move(ao));
+  ASSERT_TRUE(agent) << agent.error().message;
+  auto result = (*agent)->Run("crash it", RunCallbacks{});
+  EXPECT_EQ(result.stop_reason, StopReason::kCompleted);
+  const auto requests = model->requests();
+  ASSERT_EQ(requests.size(), 2u);
+  auto offered = [](const auto& request, std::string_view prefix) {
+    int n = 0;
+    for (const auto& s : request.tools) n += s.name.rfind(prefix, 0) == 0;
+    return n;
+  };
+  EXPECT_GT(offered(requests[0], "mcp__boom__"), 0);
+  EXPECT_EQ(offered(requests[1], "mcp__boom__"), 0);
+  EXPECT_EQ(offered(requests[1], "mcp__ok__"), offered(requests[0], "mcp__ok__"));
+  EXPECT_GT(offered(requests[1], "read_file"), 0);
+}
+
 TEST(McpTools, StdioServerInsideTheSandbox) {
   DEEPBOX_AGENT_SANDBOX(sbd);
   McpToolsetOptions o;

@@ -70,6 +70,10 @@ class Tool {
   virtual std::string MainArgument(const json::object& args) const;
   // Whether large results may be evicted to the filesystem.
   virtual bool Evictable() const { return true; }
+  // false: left out of the tools offered to the model from the next turn on
+  // (e.g. the tools of an MCP server that died); a call by name still gets
+  // the tool's own error.
+  virtual bool Available() const { return true; }
 };
 
 using ToolPtr = std::shared_ptr<Tool>;
