@@ -832,25 +832,27 @@ std::optional<std::vector<Decision>> RunUi::Approve(const agent::InterruptReques
     std::optional<Decision> decision;
     std::string how;
     while (!decision) {
-      std::optional<char> key;
+      // The key as 0..255, or -1 when interrupted or at EOF. (An int, not an
+      // optional<char>: GCC 12 at -O3 takes the latter for uninitialized.)
+      int key = -1;
       {
         // Before the question shows: what was typed ahead is dropped, what
         // is typed after it answers.
         KeyMode mode(tty_fd);
         if (mode.active()) tty.DiscardBuffered();
         WriteFd(tty_fd, "  " + keys + "› ");
-        key = tty.ReadByte();
-        if (key && *key != '\n' && !mode.active()) {
+        if (auto byte = tty.ReadByte()) key = static_cast<unsigned char>(*byte);
+        if (key >= 0 && key != '\n' && !mode.active()) {
           // Not a terminal after all: the answer is the first character of a line.
           auto rest = tty.ReadLine();
-          if (!rest) key.reset();
+          if (!rest) key = -1;
         }
       }
-      if (!key || *key == '\x04') {  // interrupted, EOF, or Ctrl-D
+      if (key < 0 || key == '\x04') {  // interrupted, EOF, or Ctrl-D
         WriteFd(tty_fd, "\n");
         return std::nullopt;
       }
-      char k = static_cast<char>(std::tolower(static_cast<unsigned char>(*key)));
+      char k = static_cast<char>(std::tolower(key));
       if (k == '\r' || k == '\n') {
         WriteFd(tty_fd, "\n");
         continue;
