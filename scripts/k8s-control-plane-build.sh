@@ -55,7 +55,7 @@ export GOTOOLCHAIN=local
 export GOWORK=off
 work=$out/work
 rm -rf "$work"
-mkdir -p "$work/kubernetes" "$work/etcd" "$bin"
+mkdir -p "$work/kubernetes" "$work/etcd" "$work/out" "$bin"
 
 timed() {  # timed NAME CMD... : runs CMD, logs its duration
   local name=$1 start=$SECONDS
@@ -66,6 +66,7 @@ timed() {  # timed NAME CMD... : runs CMD, logs its duration
 
 # etcd: its server module is a main package ("etcd") whose own go.mod uses
 # replace directives, so it is built from a wrapper module, not `go install`.
+build_start=$SECONDS
 cd "$work/etcd"
 cat >go.mod <<MOD
 module deepbox.local/etcdbuild
@@ -74,7 +75,7 @@ go 1.26
 
 require go.etcd.io/etcd/server/v3 $ETCD_VERSION
 MOD
-timed etcd go build -trimpath -o "$bin/etcd.tmp" go.etcd.io/etcd/server/v3
+timed etcd go build -p 2 -trimpath -ldflags "-s -w" -o "$bin/etcd.tmp" go.etcd.io/etcd/server/v3
 mv "$bin/etcd.tmp" "$bin/etcd"
 
 # Kubernetes: a wrapper module requiring k8s.io/kubernetes and replacing each
@@ -109,13 +110,14 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
   ldflags+=" -X $pkg.gitTreeState=clean"
 done
-for cmd in kube-apiserver kube-controller-manager kubectl; do
-  timed "$cmd" go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd.tmp" \
-    "k8s.io/kubernetes/cmd/$cmd"
-  mv "$bin/$cmd.tmp" "$bin/$cmd"
-done
+# One `go build` for the three: one action graph, so their shared packages
+# compile once and the links run side by side. -p 2: CI has 2 cores.
+timed "kube-apiserver, kube-controller-manager and kubectl" go build -p 2 -trimpath \
+  -ldflags "$ldflags" -o "$work/out/" k8s.io/kubernetes/cmd/kube-apiserver \
+  k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+for cmd in kube-apiserver kube-controller-manager kubectl; do mv "$work/out/$cmd" "$bin/$cmd"; done
 
 rm -rf "$work"
 touch "$out/complete"
-log "done: $bin"
+log "done in $((SECONDS - build_start)) s: $bin"
 echo "$bin"
