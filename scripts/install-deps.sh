@@ -13,4 +13,4 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libspdlog-dev libfmt-dev libcli11-dev libarchive-dev libexpected-dev libutfcpp-dev \
   libedit-dev libgtest-dev libgmock-dev googletest libbenchmark-dev \
   ripgrep bubblewrap util-linux iproute2 iptables nftables passt slirp4netns tmux procps openssl \
-  python3 python3-venv clang-format patchelf
+  python3 python3-venv clang-format patchelf curl
