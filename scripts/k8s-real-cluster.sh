@@ -9,7 +9,7 @@
 #
 #   scripts/k8s-real-cluster.sh up DIR BUILD_DIR   start; writes DIR/env (KUBECONFIG=...)
 #   scripts/k8s-real-cluster.sh down DIR [BUILD_DIR] stop everything started by `up`
-#   scripts/k8s-real-cluster.sh restart-apiserver DIR
+#   scripts/k8s-real-cluster.sh restart-apiserver|stop-apiserver|start-apiserver DIR
 #   scripts/k8s-real-cluster.sh compact DIR        compact etcd at its current revision
 # Environment: DEEPBOX_K8S_BIN (the control plane's bin directory; default:
 # what k8s-control-plane-build.sh prints); DEEPBOX_K8S_CRDS, DEEPBOX_K8S_AGENT_ARGS
@@ -19,7 +19,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cmd=${1:-}
 dir=${2:-}
 log() { echo "k8s-real-cluster: $*" >&2; }
-[[ -n $cmd && -n $dir ]] || { log "usage: $0 up|down|restart-apiserver|compact DIR [BUILD_DIR]"; exit 2; }
+[[ -n $cmd && -n $dir ]] || { log "usage: $0 up|down|restart-apiserver|stop-apiserver|start-apiserver|compact DIR [BUILD_DIR]"; exit 2; }
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -168,6 +168,33 @@ for f in sorted(os.listdir(src)):
     names.setdefault("listKind", names["kind"] + "List")
     for v in crd["spec"]["versions"]:
         v.setdefault("subresources", {"status": {}})
+    # The facts keep x-kubernetes-list-type but not the map keys, which the
+    # API server requires for list-type map: the pod spec's keys (as in
+    # core/v1), else the list is made atomic (only server-side apply merging
+    # differs).
+    keys = {"containers": ["name"], "initContainers": ["name"], "ephemeralContainers": ["name"],
+            "ports": ["containerPort", "protocol"], "env": ["name"], "volumeMounts": ["mountPath"],
+            "volumeDevices": ["devicePath"], "claims": ["name"], "volumes": ["name"],
+            "imagePullSecrets": ["name"], "schedulingGates": ["name"], "hostAliases": ["ip"],
+            "resourceClaims": ["name"],
+            "topologySpreadConstraints": ["topologyKey", "whenUnsatisfiable"]}
+    def fix(node, name=None):
+        if isinstance(node, dict):
+            if node.get("x-kubernetes-list-type") == "map" and not node.get("x-kubernetes-list-map-keys"):
+                if name in keys:
+                    node["x-kubernetes-list-map-keys"] = keys[name]
+                else:
+                    node["x-kubernetes-list-type"] = "atomic"
+            for k, v in node.items():
+                if k == "properties" and isinstance(v, dict):
+                    for pk, pv in v.items():
+                        fix(pv, pk)
+                else:
+                    fix(v, name if k == "items" else None)
+        elif isinstance(node, list):
+            for v in node:
+                fix(v, name)
+    fix(crd)
     with open(os.path.join(dst, f.replace(".schema.yaml", ".json")), "w") as out:
         json.dump(crd, out)
 PY
@@ -227,6 +254,13 @@ down)
 restart-apiserver)
   bin=$(cat "$dir/bin")
   stop_pid apiserver
+  start_apiserver
+  ;;
+stop-apiserver)
+  stop_pid apiserver
+  ;;
+start-apiserver)
+  bin=$(cat "$dir/bin")
   start_apiserver
   ;;
 compact)
