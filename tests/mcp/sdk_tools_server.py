@@ -1,8 +1,10 @@
 """An MCP server written with the official Python SDK, for deepbox's agent
-as a client (test_agent_client.py): `echo`, and `crash`, which exits the
-process mid-call. Usage: sdk_tools_server.py [stdio | http PORT]."""
+as a client (test_agent_client.py): `echo`; `where`, which says where the
+server runs (uid, hostname, /workspace/marker.txt); and `crash`, which exits
+the process mid-call. Usage: sdk_tools_server.py [stdio | http PORT]."""
 
 import os
+import socket
 import sys
 
 from mcp.server.mcpserver import MCPServer
@@ -14,6 +16,17 @@ server = MCPServer("sdk-tools")
 def echo(text: str) -> str:
     """Returns its text."""
     return f"sdk says: {text}"
+
+
+@server.tool()
+def where() -> str:
+    """Says where this server runs: its uid, hostname and /workspace/marker.txt."""
+    try:
+        with open("/workspace/marker.txt") as f:
+            marker = f.read().strip()
+    except OSError as e:
+        marker = f"unreadable ({e.strerror})"
+    return f"uid={os.getuid()} hostname={socket.gethostname()} marker={marker}"
 
 
 @server.tool()
