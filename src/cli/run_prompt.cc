@@ -187,8 +187,15 @@ LinePrompt::Read LinePrompt::ReadLine() {
   Impl& I = *impl_;
   I.interrupted = false;
   el_resize(I.el);  // the window may have changed since the last line
+  // The terminal goes to edit (raw) mode before the prompt shows: el_gets
+  // draws the prompt first, and a key typed as soon as it appears (Ctrl-D,
+  // an arrow) would otherwise meet the line discipline in canonical mode:
+  // echoed as ^[[A, or taken as end-of-file and lost. el_gets restores the
+  // mode when it returns; the second call covers the interrupted path.
+  el_set(I.el, EL_PREP_TERM, 1);
   int count = 0;
   const char* line = el_gets(I.el, &count);
+  el_set(I.el, EL_PREP_TERM, 0);
   Read r;
   if (I.interrupted) {
     // libedit left the cursor after the abandoned text.
