@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string>
 #include <string_view>
 
 #include "common/unique_fd.h"
@@ -55,6 +56,12 @@ struct LinePrompt::Impl {
   FILE* out = nullptr;  // el_init wants stdio streams
   std::string prompt;
   bool interrupted = false;
+  // The terminal opened again, non-blocking: a private open file description
+  // (stdin's flags are shared with the shell). Ctrl-C flushes the terminal's
+  // input queue, so bytes poll() reported can be gone by the time read()
+  // runs; a blocking read() would then wait past the interrupt.
+  UniqueFd read_fd;
+  int ReadFd() const { return read_fd ? read_fd.get() : options.in_fd; }
 
   ~Impl() {
     if (el != nullptr) el_end(el);
@@ -76,7 +83,7 @@ struct LinePrompt::Impl {
   static constexpr int kStop = -2;
   int ReadByte() {
     for (;;) {
-      struct pollfd fds[2] = {{options.in_fd, POLLIN, 0}, {options.interrupt_fd, POLLIN, 0}};
+      struct pollfd fds[2] = {{ReadFd(), POLLIN, 0}, {options.interrupt_fd, POLLIN, 0}};
       int nfds = options.interrupt_fd >= 0 ? 2 : 1;
       if (::poll(fds, static_cast<nfds_t>(nfds), -1) < 0) {
         if (errno == EINTR) continue;
@@ -90,7 +97,7 @@ struct LinePrompt::Impl {
       }
       if (fds[0].revents == 0) continue;
       unsigned char byte;
-      ssize_t n = ::read(options.in_fd, &byte, 1);
+      ssize_t n = ::read(ReadFd(), &byte, 1);
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n < 0) return kStop;
       if (n == 0) return kEof;
@@ -156,6 +163,9 @@ Result<std::unique_ptr<LinePrompt>> LinePrompt::Create(Options options) {
     ::close(out_fd);
     return MakeSyscallError("fdopen", e);
   }
+  std::string reopen = "/proc/self/fd/" + std::to_string(options.in_fd);
+  impl->read_fd.reset(::open(reopen.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  // (Not reopenable, e.g. no /proc: the shared fd, blocking as before.)
   FILE* in = options.in_fd == STDIN_FILENO ? stdin : nullptr;
   if (in == nullptr) {
     return MakeError(ErrorCode::kInvalidArgument, "the prompt reads standard input only");
