@@ -28,7 +28,11 @@ class HttpTest : public ::testing::Test {
     auto s = McpHttpServer::Start(server_, net::Endpoint::Parse("127.0.0.1:0").value(), o);
     ASSERT_TRUE(s) << s.error().message;
     http_ = std::move(*s);
-    auto c = net::HttpClient::Create(fmt::format("http://127.0.0.1:{}", http_->port()));
+    // Named options, not the default argument: GCC 12 at -O3 takes the
+    // temporary's strings for uninitialized (-Werror=maybe-uninitialized).
+    net::ClientOptions client_options;
+    auto c =
+        net::HttpClient::Create(fmt::format("http://127.0.0.1:{}", http_->port()), client_options);
     ASSERT_TRUE(c);
     client_ = std::move(*c);
   }
