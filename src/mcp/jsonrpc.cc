@@ -2,11 +2,32 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace deepbox::mcp {
 namespace {
 
 ParseFailure Invalid(std::string message, json::value id = nullptr) {
   return ParseFailure{RpcError(kInvalidRequest, std::move(message)), std::move(id)};
+}
+
+// A number beyond double's range parses as infinity, which JSON cannot
+// express: echoing it (an error's data, a tool's arguments) would send the
+// peer invalid JSON. (Boost.JSON caps nesting depth, so the recursion is
+// bounded.)
+bool HasNonFiniteNumber(const json::value& v) {
+  if (v.is_double()) return !std::isfinite(v.get_double());
+  if (v.is_array()) {
+    for (const auto& e : v.get_array()) {
+      if (HasNonFiniteNumber(e)) return true;
+    }
+  }
+  if (v.is_object()) {
+    for (const auto& kv : v.get_object()) {
+      if (HasNonFiniteNumber(kv.value())) return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -26,6 +47,11 @@ tl::expected<Message, ParseFailure> ParseMessage(std::string_view text) {
   if (ec) {
     return tl::unexpected(
         ParseFailure{RpcError(kParseError, fmt::format("Parse error: {}", ec.message())), nullptr});
+  }
+  if (HasNonFiniteNumber(v)) {
+    return tl::unexpected(ParseFailure{
+        RpcError(kParseError, "Parse error: a number is out of range (beyond double precision)"),
+        nullptr});
   }
   if (v.is_array()) {
     return tl::unexpected(Invalid("Invalid Request: JSON-RPC batches are not supported by MCP"));

@@ -38,6 +38,19 @@ TEST(JsonRpc, NotJsonIsAParseError) {
   }
 }
 
+// Found by fuzz/mcp_jsonrpc: 1e4002 parsed as infinity and was echoed back
+// as "Infinity", which is not JSON.
+TEST(JsonRpc, NumbersBeyondDoubleAreAParseError) {
+  for (const char* text :
+       {R"({"jsonrpc":"2.0","id":7,"error":{"code":31,"message":"no","data":{"x":1e4002}}})",
+        R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"a":[-1e999]}})"}) {
+    auto r = ParseMessage(text);
+    ASSERT_FALSE(r) << text;
+    EXPECT_EQ(r.error().error.code, kParseError) << text;
+  }
+  EXPECT_TRUE(ParseMessage(R"({"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1e300}})"));
+}
+
 TEST(JsonRpc, InvalidRequestsNameWhatIsWrongAndKeepTheId) {
   struct Case {
     const char* text;

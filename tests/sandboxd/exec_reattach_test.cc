@@ -227,7 +227,8 @@ TEST_F(ExecReattachTest, RepeatedCutsOfTheAttachAreResumedToo) {
 // The daemon never runs one exec id twice: a second exec/stream with the same
 // id attaches to the first run.
 TEST_F(ExecReattachTest, TheSameExecIdNeverRunsTwice) {
-  auto http = net::HttpClient::Create(daemon_->unix_url());
+  net::ClientOptions client_options;  // named: GCC 12 -O3 maybe-uninitialized on a temporary
+  auto http = net::HttpClient::Create(daemon_->unix_url(), client_options);
   ASSERT_TRUE(http);
   net::ClientRequest req;
   req.method = "POST";

@@ -43,7 +43,8 @@ class FilesRootTest : public ::testing::Test {
   }
   Sandbox& sb() { return daemon_->client(); }
   net::Response Get(const std::string& target) {
-    auto http = net::HttpClient::Create(daemon_->unix_url());
+    net::ClientOptions client_options;  // named: GCC 12 -O3 maybe-uninitialized on a temporary
+    auto http = net::HttpClient::Create(daemon_->unix_url(), client_options);
     EXPECT_TRUE(http);
     net::ClientRequest req;
     req.method = "GET";
