@@ -13,6 +13,7 @@
 
 #include "cli/run_config.h"
 #include "common/error.h"
+#include "sandbox/forwarding_sandbox.h"
 #include "sandbox/sandbox.h"
 
 namespace deepbox::run {
@@ -69,64 +70,20 @@ class LeaseGuard {
 // Forwards every call; when one fails in a way that may mean the sandbox is
 // gone (unavailable, timeout, internal), asks `probe`, and if the sandbox is
 // really gone records why (fatal()) and sets `cancel` so the agent stops.
-class WatchedSandbox : public Sandbox {
+class WatchedSandbox : public ForwardingSandbox {
  public:
   using Probe = std::function<std::optional<Error>()>;
   WatchedSandbox(Sandbox& inner, Probe probe, std::atomic<bool>* cancel)
-      : inner_(inner), probe_(std::move(probe)), cancel_(cancel) {}
+      : ForwardingSandbox(inner), probe_(std::move(probe)), cancel_(cancel) {}
 
   std::optional<Error> fatal() const;
   // The sandbox is known to be gone (a watch saw it deleted): record why and
   // cancel, as a failed call's probe would.
   void MarkGone(const Error& why);
 
-  std::string id() const override { return inner_.id(); }
-  std::string root() const override { return inner_.root(); }
-  Result<ExecResult> Exec(const ExecRequest& r) override { return Check(inner_.Exec(r)); }
-  Result<ExecResult> ExecStream(const ExecRequest& r, const OutputCallback& cb) override {
-    return Check(inner_.ExecStream(r, cb));
-  }
-  Result<FileInfo> Stat(const std::string& p) override { return Check(inner_.Stat(p)); }
-  Result<std::vector<FileInfo>> List(const std::string& p) override {
-    return Check(inner_.List(p));
-  }
-  Result<ReadResult> Read(const std::string& p, const ReadOptions& o) override {
-    return Check(inner_.Read(p, o));
-  }
-  Status Write(const std::string& p, std::string_view c, uint32_t mode) override {
-    return Check(inner_.Write(p, c, mode));
-  }
-  Result<EditResult> Edit(const std::string& p, const std::string& o, const std::string& n,
-                          bool all) override {
-    return Check(inner_.Edit(p, o, n, all));
-  }
-  Status Mkdir(const std::string& p, bool parents) override {
-    return Check(inner_.Mkdir(p, parents));
-  }
-  Status Move(const std::string& f, const std::string& t, bool overwrite) override {
-    return Check(inner_.Move(f, t, overwrite));
-  }
-  Status Delete(const std::string& p, bool recursive) override {
-    return Check(inner_.Delete(p, recursive));
-  }
-  Result<GlobResult> Glob(const std::string& pattern, const std::string& p, size_t max) override {
-    return Check(inner_.Glob(pattern, p, max));
-  }
-  Result<GrepResult> Grep(const GrepRequest& r) override { return Check(inner_.Grep(r)); }
-  Result<std::string> Download(const std::string& p) override { return Check(inner_.Download(p)); }
-  Status Upload(const std::string& p, std::string_view c, uint32_t mode) override {
-    return Check(inner_.Upload(p, c, mode));
-  }
-
  private:
-  template <typename R>
-  R Check(R r) {
-    if (!r) OnError(r.error());
-    return r;
-  }
-  void OnError(const Error& e);
+  void OnError(const Error& e) override;
 
-  Sandbox& inner_;
   Probe probe_;
   std::atomic<bool>* cancel_;
   mutable std::mutex mu_;

@@ -9,6 +9,7 @@
 #include "common/base64.h"
 #include "local/lifecycle/selector.h"
 #include "local/network.h"
+#include "sandbox/forwarding_sandbox.h"
 
 namespace deepbox::mcp {
 namespace {
@@ -16,9 +17,9 @@ namespace {
 // Forwards every call to the real sandbox and remembers what the MCP layer
 // needs beyond the tool's text: the exit status of a command, and whether the
 // sandbox stopped answering (its cached connection is then dropped).
-class ObservedSandbox : public Sandbox {
+class ObservedSandbox : public ForwardingSandbox {
  public:
-  explicit ObservedSandbox(Sandbox& inner) : inner_(inner) {}
+  explicit ObservedSandbox(Sandbox& inner) : ForwardingSandbox(inner) {}
 
   std::optional<ExecResult> exec_result() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -29,68 +30,17 @@ class ObservedSandbox : public Sandbox {
     return unreachable_;
   }
 
-  std::string id() const override { return inner_.id(); }
-  std::string root() const override { return inner_.root(); }
-  Result<ExecResult> Exec(const ExecRequest& r) override { return Note(inner_.Exec(r)); }
-  Result<ExecResult> ExecStream(const ExecRequest& r, const OutputCallback& cb) override {
-    auto res = Check(inner_.ExecStream(r, cb));
-    if (res) {
-      std::lock_guard<std::mutex> lock(mu_);
-      exec_ = *res;
-    }
-    return res;
-  }
-  Result<FileInfo> Stat(const std::string& p) override { return Check(inner_.Stat(p)); }
-  Result<std::vector<FileInfo>> List(const std::string& p) override {
-    return Check(inner_.List(p));
-  }
-  Result<ReadResult> Read(const std::string& p, const ReadOptions& o) override {
-    return Check(inner_.Read(p, o));
-  }
-  Status Write(const std::string& p, std::string_view c, uint32_t mode) override {
-    return Check(inner_.Write(p, c, mode));
-  }
-  Result<EditResult> Edit(const std::string& p, const std::string& o, const std::string& n,
-                          bool all) override {
-    return Check(inner_.Edit(p, o, n, all));
-  }
-  Status Mkdir(const std::string& p, bool parents) override {
-    return Check(inner_.Mkdir(p, parents));
-  }
-  Status Move(const std::string& f, const std::string& t, bool overwrite) override {
-    return Check(inner_.Move(f, t, overwrite));
-  }
-  Status Delete(const std::string& p, bool recursive) override {
-    return Check(inner_.Delete(p, recursive));
-  }
-  Result<GlobResult> Glob(const std::string& pattern, const std::string& p, size_t max) override {
-    return Check(inner_.Glob(pattern, p, max));
-  }
-  Result<GrepResult> Grep(const GrepRequest& r) override { return Check(inner_.Grep(r)); }
-  Result<std::string> Download(const std::string& p) override { return Check(inner_.Download(p)); }
-  Status Upload(const std::string& p, std::string_view c, uint32_t mode) override {
-    return Check(inner_.Upload(p, c, mode));
-  }
-
  private:
-  Result<ExecResult> Note(Result<ExecResult> r) {
-    r = Check(std::move(r));
-    if (r) {
-      std::lock_guard<std::mutex> lock(mu_);
-      exec_ = *r;
-    }
-    return r;
+  void OnExecResult(const ExecResult& r) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    exec_ = r;
   }
-  template <typename R>
-  R Check(R r) {
-    if (!r && r.error().code == ErrorCode::kUnavailable) {
-      std::lock_guard<std::mutex> lock(mu_);
-      unreachable_ = true;
-    }
-    return r;
+  void OnError(const Error& e) override {
+    if (e.code != ErrorCode::kUnavailable) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    unreachable_ = true;
   }
 
-  Sandbox& inner_;
   mutable std::mutex mu_;
   std::optional<ExecResult> exec_;
   bool unreachable_ = false;
