@@ -147,8 +147,7 @@ Result<RunProvider> MakeK8s(const RunConfig& config, const std::string& run_id) 
   };
   // NAMESPACE/CLAIM: a Ready claim (one kept with --keep-sandbox), reached the
   // way a new claim would be; the claim is left as it is.
-  rp.attach = [other, connection = po.connection](
-                  const std::string& id) -> Result<std::unique_ptr<SandboxLease>> {
+  rp.attach = [other](const std::string& id) -> Result<std::unique_ptr<SandboxLease>> {
     size_t slash = id.find('/');
     std::string ns = slash == std::string::npos ? other->namespace_name() : id.substr(0, slash);
     std::string name = slash == std::string::npos ? id : id.substr(slash + 1);
@@ -158,43 +157,14 @@ Result<RunProvider> MakeK8s(const RunConfig& config, const std::string& run_id) 
                                    "--provider k8s` shows)",
                                    id));
     }
-    auto claim = other->api().GetClaim(ns, name);
-    if (!claim) return tl::unexpected(claim.error());
-    bool ready = false;
-    if (const auto* conds = k8s::Find(*claim, {"status", "conditions"});
-        conds != nullptr && conds->is_array()) {
-      for (const auto& c : conds->get_array()) {
-        ready = ready || (k8s::FindString(c, {"type"}) == "Ready" &&
-                          k8s::FindString(c, {"status"}) == "True");
-      }
-    }
-    k8s::ClaimedSandbox c;
-    c.namespace_name = ns;
-    c.claim_name = name;
-    c.sandbox_name = k8s::FindString(*claim, {"status", "sandbox", "name"});
-    if (!ready || !k8s::IsObjectName(c.sandbox_name)) {
-      return MakeError(
-          ErrorCode::kUnavailable,
-          fmt::format("SandboxClaim {}/{} is not Ready (no sandbox to run in)", ns, name));
-    }
-    if (const auto* ips = k8s::Find(*claim, {"status", "sandbox", "podIPs"});
-        ips != nullptr && ips->is_array()) {
-      for (const auto& ip : ips->get_array()) {
-        if (ip.is_string()) c.pod_ips.emplace_back(ip.get_string());
-      }
-    }
-    c.pod_ip = k8s::SelectPodIp(c.pod_ips);
-    auto conn = k8s::SandboxConnection::Open(connection, c);
-    if (!conn) return tl::unexpected(conn.error());
+    // The same reading of the claim as `deepbox sandbox exec/cp` (Ready,
+    // not being deleted, pod IPs from the claim or its Sandbox).
     std::string sandbox_id = fmt::format("{}/{}", ns, name);
-    auto sandbox = k8s::ConnectSandboxd((*conn)->endpoint(), sandbox_id);
-    if (!sandbox) {
-      (*conn)->Close();
-      return tl::unexpected(sandbox.error());
-    }
-    std::shared_ptr<k8s::SandboxConnection> shared_conn(std::move(*conn));
+    auto connected = other->Connect(sandbox_id);
+    if (!connected) return tl::unexpected(connected.error());
+    std::shared_ptr<k8s::SandboxConnection> shared_conn(std::move(connected->connection));
     return std::unique_ptr<SandboxLease>(new AttachedLease(
-        std::move(*sandbox),
+        std::move(connected->client),
         fmt::format("{} (left as it was; delete it with: kubectl delete sandboxclaim -n {} {})",
                     sandbox_id, ns, name),
         [shared_conn] { shared_conn->Close(); }));

@@ -80,8 +80,8 @@ struct K8sHandle {
 
 class K8sBackend : public SandboxBackend {
  public:
-  K8sBackend(std::unique_ptr<k8s::K8sSandboxProvider> provider, k8s::ConnectionOptions conn)
-      : provider_(std::move(provider)), conn_(std::move(conn)) {}
+  explicit K8sBackend(std::unique_ptr<k8s::K8sSandboxProvider> provider)
+      : provider_(std::move(provider)) {}
   std::string name() const override { return "k8s"; }
   bool Owns(const std::string& id) const override {
     size_t slash = id.find('/');
@@ -155,49 +155,16 @@ class K8sBackend : public SandboxBackend {
         return std::shared_ptr<Sandbox>(h, &h->lease->sandbox());
       }
     }
-    size_t slash = id.find('/');
-    std::string ns = id.substr(0, slash), name = id.substr(slash + 1);
-    auto claim = provider_->api().GetClaim(ns, name);
-    if (!claim) return tl::unexpected(claim.error());
-    bool ready = false;
-    if (const auto* conds = k8s::Find(*claim, {"status", "conditions"});
-        conds != nullptr && conds->is_array()) {
-      for (const auto& c : conds->get_array()) {
-        ready = ready || (k8s::FindString(c, {"type"}) == "Ready" &&
-                          k8s::FindString(c, {"status"}) == "True");
-      }
-    }
-    k8s::ClaimedSandbox c;
-    c.namespace_name = ns;
-    c.claim_name = name;
-    c.sandbox_name = k8s::FindString(*claim, {"status", "sandbox", "name"});
-    if (!ready || !k8s::IsObjectName(c.sandbox_name)) {
-      return MakeError(ErrorCode::kUnavailable,
-                       fmt::format("SandboxClaim {} is not Ready (no sandbox to run in)", id));
-    }
-    if (const auto* ips = k8s::Find(*claim, {"status", "sandbox", "podIPs"});
-        ips != nullptr && ips->is_array()) {
-      for (const auto& ip : ips->get_array()) {
-        if (ip.is_string()) c.pod_ips.emplace_back(ip.get_string());
-      }
-    }
-    c.pod_ip = k8s::SelectPodIp(c.pod_ips);
-    auto conn = k8s::SandboxConnection::Open(conn_, c);
-    if (!conn) return tl::unexpected(conn.error());
-    auto sandbox = k8s::ConnectSandboxd((*conn)->endpoint(), id);
-    if (!sandbox) {
-      (*conn)->Close();
-      return tl::unexpected(sandbox.error());
-    }
+    auto connected = provider_->Connect(id);
+    if (!connected) return tl::unexpected(connected.error());
     auto h = std::make_shared<K8sHandle>();
-    h->conn = std::move(*conn);
-    h->sandbox = std::move(*sandbox);
+    h->conn = std::move(connected->connection);
+    h->sandbox = std::move(connected->client);
     return std::shared_ptr<Sandbox>(h, h->sandbox.get());
   }
 
  private:
   std::unique_ptr<k8s::K8sSandboxProvider> provider_;
-  k8s::ConnectionOptions conn_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<K8sHandle>> handles_;
 };
@@ -246,10 +213,9 @@ Result<std::unique_ptr<SandboxBackend>> MakeK8sBackend(const K8sBackendOptions& 
       po.connection.port_forward.kubectl_args.push_back("--context=" + rest->context);
     }
   }
-  k8s::ConnectionOptions conn = po.connection;
   auto provider = k8s::K8sSandboxProvider::Create(std::move(po));
   if (!provider) return tl::unexpected(provider.error());
-  return std::unique_ptr<SandboxBackend>(new K8sBackend(std::move(*provider), std::move(conn)));
+  return std::unique_ptr<SandboxBackend>(new K8sBackend(std::move(*provider)));
 #else
   (void)options;
   return MakeError(ErrorCode::kUnimplemented,
