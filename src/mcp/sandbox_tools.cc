@@ -46,6 +46,16 @@ class ObservedSandbox : public ForwardingSandbox {
   bool unreachable_ = false;
 };
 
+// An object schema: `strict` ones (tool inputs) refuse unknown properties.
+json::object ObjectSchema(json::object properties, json::array required, bool strict = false) {
+  json::object schema;
+  schema["type"] = "object";
+  schema["properties"] = std::move(properties);
+  schema["required"] = std::move(required);
+  if (strict) schema["additionalProperties"] = false;
+  return schema;
+}
+
 json::object SandboxIdProperty() {
   json::object p;
   p["type"] = "string";
@@ -128,8 +138,6 @@ ToolDef FromAgentTool(std::shared_ptr<Shared> s, agent::ToolPtr tool, std::strin
   def.annotations = std::move(annotations);
   bool is_execute = def.name == "execute";
   if (is_execute) {
-    json::object out;
-    out["type"] = "object";
     json::object props;
     props["sandbox_id"] = Prop("string", "The sandbox that ran the command");
     json::object code;
@@ -139,9 +147,8 @@ ToolDef FromAgentTool(std::shared_ptr<Shared> s, agent::ToolPtr tool, std::strin
         "start)";
     props["exit_code"] = std::move(code);
     props["timed_out"] = Prop("boolean", "Whether the command hit its timeout");
-    out["properties"] = std::move(props);
-    out["required"] = json::array{"sandbox_id", "exit_code", "timed_out"};
-    def.output_schema = std::move(out);
+    def.output_schema =
+        ObjectSchema(std::move(props), json::array{"sandbox_id", "exit_code", "timed_out"});
     def.description +=
         "\n\nWith a progressToken, output is streamed as notifications/progress while the "
         "command runs (message = the new output).";
@@ -209,8 +216,6 @@ ToolDef FromAgentTool(std::shared_ptr<Shared> s, agent::ToolPtr tool, std::strin
 // sandbox_create / sandbox_list / sandbox_delete ---------------------------
 
 json::object InfoSchema() {
-  json::object s;
-  s["type"] = "object";
   json::object p;
   p["sandbox_id"] = Prop("string", "Pass it as sandbox_id to the other tools");
   p["provider"] = Prop("string", "local or k8s");
@@ -226,9 +231,7 @@ json::object InfoSchema() {
   p["expires_at"] = std::move(exp);
   p["network"] = Prop("string", "Network mode (local sandboxes)");
   p["state"] = Prop("string", "Provider state");
-  s["properties"] = std::move(p);
-  s["required"] = json::array{"sandbox_id", "provider", "labels"};
-  return s;
+  return ObjectSchema(std::move(p), json::array{"sandbox_id", "provider", "labels"});
 }
 
 std::string DescribeInfo(const SandboxInfo& i) {
@@ -275,12 +278,7 @@ ToolDef CreateTool(std::shared_ptr<Shared> s) {
       Prop("string", "Local sandboxes: none (default), public, or allow=HOST[,HOST...]");
   props["make_default"] =
       Prop("boolean", "Use this sandbox for this client's calls that give no sandbox_id");
-  json::object schema;
-  schema["type"] = "object";
-  schema["properties"] = std::move(props);
-  schema["required"] = json::array{};
-  schema["additionalProperties"] = false;
-  def.input_schema = std::move(schema);
+  def.input_schema = ObjectSchema(std::move(props), json::array{}, /*strict=*/true);
   def.output_schema = InfoSchema();
   def.annotations = Annotations(false, false, false);
   def.handler = [s](const json::object& args, ToolCallContext& ctx) {
@@ -337,14 +335,7 @@ ToolDef ListTool(std::shared_ptr<Shared> s) {
   provider["enum"] = std::move(providers);
   props["provider"] = std::move(provider);
   props["selector"] = Prop("string", "Label selector, e.g. team=ml,env!=prod");
-  json::object schema;
-  schema["type"] = "object";
-  schema["properties"] = std::move(props);
-  schema["required"] = json::array{};
-  schema["additionalProperties"] = false;
-  def.input_schema = std::move(schema);
-  json::object out;
-  out["type"] = "object";
+  def.input_schema = ObjectSchema(std::move(props), json::array{}, /*strict=*/true);
   json::object op;
   json::object arr;
   arr["type"] = "array";
@@ -354,9 +345,7 @@ ToolDef ListTool(std::shared_ptr<Shared> s) {
   def_id["type"] = json::array{"string", "null"};
   def_id["description"] = "This client's default sandbox, if it has one";
   op["default_sandbox_id"] = std::move(def_id);
-  out["properties"] = std::move(op);
-  out["required"] = json::array{"sandboxes", "default_sandbox_id"};
-  def.output_schema = std::move(out);
+  def.output_schema = ObjectSchema(std::move(op), json::array{"sandboxes", "default_sandbox_id"});
   def.annotations = Annotations(true, false, true);
   def.handler = [s](const json::object& args, ToolCallContext& ctx) {
     auto list =
@@ -392,12 +381,7 @@ ToolDef DeleteTool(std::shared_ptr<Shared> s) {
       "sandbox_create or sandbox_list.";
   json::object props;
   props["sandbox_id"] = Prop("string", "The sandbox to delete");
-  json::object schema;
-  schema["type"] = "object";
-  schema["properties"] = std::move(props);
-  schema["required"] = json::array{"sandbox_id"};
-  schema["additionalProperties"] = false;
-  def.input_schema = std::move(schema);
+  def.input_schema = ObjectSchema(std::move(props), json::array{"sandbox_id"}, /*strict=*/true);
   def.annotations = Annotations(false, true, true);
   def.handler = [s](const json::object& args, ToolCallContext&) {
     std::string id = agent::ArgString(args, "sandbox_id");
@@ -429,20 +413,12 @@ ToolDef UploadTool(std::shared_ptr<Shared> s) {
   mode["maximum"] = 07777;
   props["mode"] = std::move(mode);
   props["sandbox_id"] = SandboxIdProperty();
-  json::object schema;
-  schema["type"] = "object";
-  schema["properties"] = std::move(props);
-  schema["required"] = json::array{"file_path", "content_base64"};
-  schema["additionalProperties"] = false;
-  def.input_schema = std::move(schema);
-  json::object out;
-  out["type"] = "object";
+  def.input_schema =
+      ObjectSchema(std::move(props), json::array{"file_path", "content_base64"}, /*strict=*/true);
   json::object op;
   op["path"] = Prop("string", "Absolute path written");
   op["size"] = Prop("integer", "Bytes written");
-  out["properties"] = std::move(op);
-  out["required"] = json::array{"path", "size"};
-  def.output_schema = std::move(out);
+  def.output_schema = ObjectSchema(std::move(op), json::array{"path", "size"});
   def.annotations = Annotations(false, true, true);
   def.handler = [s](const json::object& args, ToolCallContext& ctx) {
     return WithSandbox(*s, args, ctx, [&](Sandbox& sandbox, const std::string&) {
@@ -483,21 +459,12 @@ ToolDef DownloadTool(std::shared_ptr<Shared> s) {
   props["file_path"] =
       Prop("string", "Path in the sandbox: absolute, or relative to the workspace root");
   props["sandbox_id"] = SandboxIdProperty();
-  json::object schema;
-  schema["type"] = "object";
-  schema["properties"] = std::move(props);
-  schema["required"] = json::array{"file_path"};
-  schema["additionalProperties"] = false;
-  def.input_schema = std::move(schema);
-  json::object out;
-  out["type"] = "object";
+  def.input_schema = ObjectSchema(std::move(props), json::array{"file_path"}, /*strict=*/true);
   json::object op;
   op["path"] = Prop("string", "Absolute path read");
   op["size"] = Prop("integer", "Bytes");
   op["mime_type"] = Prop("string", "Guessed from the extension");
-  out["properties"] = std::move(op);
-  out["required"] = json::array{"path", "size", "mime_type"};
-  def.output_schema = std::move(out);
+  def.output_schema = ObjectSchema(std::move(op), json::array{"path", "size", "mime_type"});
   def.annotations = Annotations(true, false, true);
   def.handler = [s](const json::object& args, ToolCallContext& ctx) {
     return WithSandbox(*s, args, ctx, [&](Sandbox& sandbox, const std::string&) {
