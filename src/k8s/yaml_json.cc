@@ -1,11 +1,14 @@
 #include "k8s/yaml_json.h"
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <sstream>
 #include <string>
 
 namespace deepbox::k8s {
@@ -165,6 +168,76 @@ struct Converter {
   }
 };
 
+// yaml-cpp 0.7's LoadAll loops for ever, allocating, on some malformed
+// streams (`''e\n? `, found by fuzz/kubeconfig_fuzz.cc; upstream
+// jbeder/yaml-cpp#1319): a document whose first token no node rule takes is
+// "parsed" as a null without consuming that token, so the next document starts
+// at the same token again. This pass runs the same parser over the stream with
+// events counted only and stops when a document starts where the previous one
+// did; LoadAll runs only on streams that passed it.
+class ProgressCheck : public YAML::EventHandler {
+ public:
+  explicit ProgressCheck(size_t max_events) : max_events_(max_events) {}
+  void OnDocumentStart(const YAML::Mark& mark) override { document_start_ = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override { Count(); }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { Count(); }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {
+    Count();
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {
+    Count();
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
+    Count();
+  }
+  void OnMapEnd() override {}
+
+  const YAML::Mark& document_start() const { return document_start_; }
+  bool too_many_events() const { return events_ > max_events_; }
+
+ private:
+  void Count() { ++events_; }
+  size_t max_events_;
+  size_t events_ = 0;
+  YAML::Mark document_start_ = YAML::Mark::null_mark();
+};
+
+Error YamlError(std::string_view source, const YAML::Mark& mark, std::string_view what) {
+  if (mark.line >= 0) {
+    return Error(ErrorCode::kInvalidArgument, fmt::format("{}: line {}, column {}: {}", source,
+                                                          mark.line + 1, mark.column + 1, what));
+  }
+  return Error(ErrorCode::kInvalidArgument, fmt::format("{}: {}", source, what));
+}
+
+// Throws what the parser throws (a YAML::Exception), as LoadAll would.
+Status CheckParserProgress(const std::string& text, std::string_view source,
+                           const YamlLimits& limits) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  ProgressCheck check(limits.max_nodes);
+  std::optional<int> previous_start;
+  while (parser.HandleNextDocument(check)) {
+    const int start = check.document_start().pos;
+    if (previous_start && *previous_start == start) {
+      return tl::unexpected(YamlError(source, check.document_start(),
+                                      "malformed YAML: the parser cannot go past this token"));
+    }
+    if (check.too_many_events()) {
+      return tl::unexpected(
+          YamlError(source, check.document_start(),
+                    fmt::format("more than {} nodes before alias expansion", limits.max_nodes)));
+    }
+    previous_start = start;
+  }
+  return {};
+}
+
 }  // namespace
 
 json::value ResolvePlainScalar(std::string_view s) {
@@ -198,16 +271,15 @@ Result<std::vector<json::value>> YamlToJsonDocuments(std::string_view text, std:
     return MakeError(ErrorCode::kResourceExhausted,
                      fmt::format("{}: larger than {} bytes", source, limits.max_bytes));
   }
+  const std::string owned(text);
   std::vector<YAML::Node> docs;
   try {
-    docs = YAML::LoadAll(std::string(text));
-  } catch (const YAML::Exception& e) {
-    if (e.mark.line >= 0) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       fmt::format("{}: line {}, column {}: {}", source, e.mark.line + 1,
-                                   e.mark.column + 1, e.msg));
+    if (auto checked = CheckParserProgress(owned, source, limits); !checked) {
+      return tl::unexpected(checked.error());
     }
-    return MakeError(ErrorCode::kInvalidArgument, fmt::format("{}: {}", source, e.msg));
+    docs = YAML::LoadAll(owned);
+  } catch (const YAML::Exception& e) {
+    return tl::unexpected(YamlError(source, e.mark, e.msg));
   }
   std::vector<json::value> out;
   Converter conv{limits, source};

@@ -60,6 +60,26 @@ TEST(YamlJsonTest, MultipleDocuments) {
   ASSERT_FALSE(one);
 }
 
+TEST(YamlJsonTest, EmptyDocumentsInTheMiddleAreKept) {
+  auto docs = YamlToJsonDocuments("a: 1\n---\n---\nb: 2\n", "m");
+  ASSERT_TRUE(docs) << docs.error().ToString();
+  ASSERT_EQ(docs->size(), 3u);
+  EXPECT_TRUE((*docs)[1].is_null());
+  EXPECT_EQ(ToJson((*docs)[2]), R"({"b":2})");
+}
+
+// yaml-cpp 0.7's LoadAll never returns on these (each document "parses" as a
+// null without consuming a token; fuzz/README.md): an error instead. Without
+// the guard this test hangs and ctest's timeout fails it.
+TEST(YamlJsonTest, StreamsTheParserCannotGetPastAreAnError) {
+  for (std::string_view text : {"''e\n? ", "''e\n? \n"}) {
+    auto docs = YamlToJsonDocuments(text, "kubeconfig k");
+    ASSERT_FALSE(docs) << text;
+    EXPECT_NE(docs.error().message.find("kubeconfig k: line 2"), std::string::npos)
+        << docs.error().message;
+  }
+}
+
 TEST(YamlJsonTest, ErrorsNameTheSourceAndPosition) {
   auto v = YamlToJson("a: 1\nb: [1, 2\n", "kubeconfig /x/config");
   ASSERT_FALSE(v);
