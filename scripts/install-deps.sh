@@ -14,4 +14,4 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libedit-dev libgtest-dev libgmock-dev googletest libbenchmark-dev \
   ripgrep bubblewrap util-linux iproute2 iptables nftables passt slirp4netns tmux procps openssl \
   python3 python3-venv clang-format patchelf \
-  clang-14 libclang-rt-14-dev curl
+  clang-14 libclang-rt-14-dev curl mold
