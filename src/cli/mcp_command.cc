@@ -52,15 +52,19 @@ void RegisterMcpCommand(CLI::App& app) {
                   "k8s: namespace (default $AGENT_SANDBOX_NAMESPACE, else the context's)");
   cmd->add_option("--context", args->context, "k8s: kubeconfig context");
   cmd->add_option("--kubeconfig", args->kubeconfig, "k8s: kubeconfig file");
-  cmd->add_option("--warm-pool", args->warm_pool, "k8s: SandboxWarmPool to claim from")
-      ->capture_default_str();
-  cmd->add_option(
-      "--router-url", args->router_url,
-      "k8s: reach sandboxes through this sandbox router (token: $DEEPBOX_ROUTER_TOKEN)");
+  cmd->add_option("--warm-pool", args->warm_pool,
+                  "k8s: SandboxWarmPool to claim from (default: $AGENT_SANDBOX_WARMPOOL, else\n"
+                  "deepagents-warmpool)");
+  cmd->add_option("--router-url", args->router_url,
+                  "k8s: reach sandboxes through this sandbox router (default:\n"
+                  "$AGENT_SANDBOX_ROUTER_URL, else a kubectl port-forward; its bearer token:\n"
+                  "$AGENT_SANDBOX_ROUTER_TOKEN)");
   cmd->footer(
       "Exit codes: 0 the client went away or a signal stopped the server; 1 it could not\n"
       "start (e.g. the port is taken); 2 bad flags.\n"
-      "Environment: DEEPBOX_MCP_TOKEN (the HTTP bearer token), DEEPBOX_STATE_DIR.");
+      "Environment: DEEPBOX_MCP_TOKEN (the HTTP bearer token), DEEPBOX_STATE_DIR; k8s:\n"
+      "KUBECONFIG, AGENT_SANDBOX_NAMESPACE, AGENT_SANDBOX_WARMPOOL, AGENT_SANDBOX_ROUTER_URL,\n"
+      "AGENT_SANDBOX_ROUTER_TOKEN.");
   cmd->callback([args] { SetExitCode(mcp::RunMcp(*args)); });
 }
 

@@ -123,9 +123,15 @@ int RunMcp(const McpArgs& args) {
     ko.namespace_name = args.namespace_name;
     ko.context = args.context;
     ko.kubeconfig = args.kubeconfig;
-    ko.warm_pool = args.warm_pool;
-    ko.router_url = args.router_url;
-    if (const char* t = std::getenv("DEEPBOX_ROUTER_TOKEN"); t != nullptr) ko.router_token = t;
+    // The same environment as `deepbox run` and `deepbox sandbox --provider k8s`.
+    auto env = [](const char* name) -> std::string {
+      const char* v = std::getenv(name);
+      return v != nullptr ? v : "";
+    };
+    ko.warm_pool = args.warm_pool.empty() ? env("AGENT_SANDBOX_WARMPOOL") : args.warm_pool;
+    if (ko.warm_pool.empty()) ko.warm_pool = "deepagents-warmpool";
+    ko.router_url = args.router_url.empty() ? env("AGENT_SANDBOX_ROUTER_URL") : args.router_url;
+    ko.router_token = env("AGENT_SANDBOX_ROUTER_TOKEN");
     auto k8s = MakeK8sBackend(ko);
     if (!k8s) return Fail(kExitError, "Kubernetes: " + k8s.error().message);
     backends.push_back(std::move(*k8s));

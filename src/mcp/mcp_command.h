@@ -25,8 +25,8 @@ struct McpArgs {
   std::string namespace_name;
   std::string context;
   std::string kubeconfig;
-  std::string warm_pool = "deepagents-warmpool";
-  std::string router_url;
+  std::string warm_pool;   // "" = $AGENT_SANDBOX_WARMPOOL, else deepagents-warmpool
+  std::string router_url;  // "" = $AGENT_SANDBOX_ROUTER_URL, else a kubectl port-forward
 };
 
 // Returns the process exit code (0, or 1/2 with a message on stderr).

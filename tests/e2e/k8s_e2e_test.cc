@@ -20,6 +20,9 @@
 #include "k8s/testing/fixtures.h"
 #include "k8s/testing/test_router.h"
 #include "k8s/util.h"
+#ifdef DEEPBOX_E2E_HAVE_MCP
+#include "mcp/client.h"
+#endif
 #include "sandbox/testing/scoped_sandboxd.h"
 
 namespace deepbox::e2e {
@@ -420,6 +423,53 @@ TEST_F(K8sTest, SandboxCreateExecCpAndRmOnKubernetes) {
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
 }
+
+#ifdef DEEPBOX_E2E_HAVE_MCP
+// `deepbox mcp --provider k8s`, driven by the production MCP client over
+// stdio as Claude Code would: a claim created elsewhere (`sandbox create
+// --provider k8s`, kept) is used by its NAMESPACE/CLAIM id, which goes
+// through K8sSandboxProvider::Connect (Ready check, router headers); a claim
+// that does not exist is a tool error naming it, and the server deletes
+// nothing it did not create.
+TEST_F(K8sTest, McpToolsReachAKeptClaimByItsId) {
+  auto env = K8sEnv();
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600", "--json"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  const std::string id = k8s::FindString(*rec, {"id"});
+  const std::string claim = k8s::FindString(*rec, {"claim"});
+  ASSERT_EQ(id, "default/" + claim);
+
+  env["DEEPBOX_STATE_DIR"] = (dir_ / "state").string();
+  env["XDG_STATE_HOME"] = (dir_ / "xdg").string();
+  {
+    auto channel = mcp::SpawnProcessChannel({kDeepbox, "mcp", "--provider", "k8s"}, env, dir_);
+    ASSERT_TRUE(channel) << channel.error().ToString();
+    auto client = mcp::McpClient::ConnectStdio(std::move(*channel));
+    ASSERT_TRUE(client) << client.error().ToString();
+    auto ran = (*client)->CallTool(
+        "execute", {{"command", "echo via-mcp > mcp.txt && cat mcp.txt"}, {"sandbox_id", id}});
+    ASSERT_TRUE(ran) << ran.error().ToString();
+    EXPECT_FALSE(ran->is_error) << ran->text;
+    EXPECT_THAT(ran->text, HasSubstr("via-mcp"));
+    EXPECT_EQ(ReadFile(daemon_->root() + "/mcp.txt"), "via-mcp\n");
+    auto read = (*client)->CallTool("read_file", {{"file_path", "mcp.txt"}, {"sandbox_id", id}});
+    ASSERT_TRUE(read) << read.error().ToString();
+    EXPECT_THAT(read->text, HasSubstr("via-mcp"));
+
+    auto missing = (*client)->CallTool(
+        "execute", {{"command", "true"}, {"sandbox_id", "default/no-such-claim"}});
+    ASSERT_TRUE(missing) << missing.error().ToString();
+    EXPECT_TRUE(missing->is_error) << missing->text;
+    EXPECT_THAT(missing->text, HasSubstr("no-such-claim"));
+  }  // the client closes the server's stdin: it exits
+  // The kept claim is still there: the server only deletes what it created.
+  EXPECT_EQ(SortedClaims("default"), std::vector<std::string>{claim});
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", id}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+#endif
 
 // Issue 12 item 5: the run keeps the claim's watch open and stops at once
 // (exit 3) when the claim is deleted from outside, not when the daemon stops
