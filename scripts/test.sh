@@ -11,8 +11,35 @@
 #                                   server (scripts/k8s-real-test.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Sets cpu_seconds to the CPU time used so far by this script's finished
+# children: bash's `times`, run in this shell (in a subshell, as $(...) would
+# make it, it reports that subshell's own: zero), read back through a file.
+cpu_seconds=0
+read_children_cpu() {
+  local file shell_line child_line
+  file=$(mktemp)
+  times >"$file"
+  { read -r shell_line; read -r child_line; } <"$file"
+  rm -f "$file"
+  # child_line: "XmY.YYYs XmY.YYYs" (user, system)
+  cpu_seconds=$(echo "$child_line" | awk '{ t = 0; for (i = 1; i <= 2; i++) {
+    split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60 + a[2] } printf "%d", t }')
+}
+# Runs one step and says on stderr what it cost, so a CI log shows where its
+# minutes go (the background control-plane build is counted where it is waited for).
+step() {
+  local name=$1 t0=$SECONDS c0
+  shift
+  read_children_cpu
+  c0=$cpu_seconds
+  "$@"
+  read_children_cpu
+  echo "== step '$name': $((SECONDS - t0)) s wall, $((cpu_seconds - c0)) s CPU" \
+    "(total so far: $SECONDS s)" >&2
+}
 if [[ "${SKIP_DEPS:-0}" != 1 ]]; then
-  ./scripts/install-deps.sh
+  step "install deps" ./scripts/install-deps.sh
 fi
 # The k8s-real step's control plane (scripts/k8s-control-plane-build.sh: Go,
 # from the module proxy, cached outside the clone): cold it is ~1.2 GB of
@@ -36,41 +63,41 @@ if [[ "${SKIP_K8S_REAL:-0}" != 1 ]]; then
   k8s_build_pid=$!
 fi
 if [[ "${SKIP_FORMAT:-0}" != 1 ]]; then
-  ./scripts/check-format.sh
+  step "format check" ./scripts/check-format.sh
 fi
-cmake --preset dev
-cmake --build --preset dev
+step "dev configure" cmake --preset dev
+step "dev build" cmake --build --preset dev
 # The suite runs two tests at a time; sandbox tests need root (CI is root).
 # The k8s-real tests need the real control plane: their own step below.
-ctest --preset dev -LE k8s-real "$@"
+step "dev tests" ctest --preset dev -LE k8s-real "$@"
 # Every target of the release build, compiled with -Werror (GCC warns
 # differently at -O3); its tests ran above in the sanitizer build, except the
 # check of the release binaries' hardening (FORTIFY_SOURCE is release-only).
 # Cost: about 10 min on 2 cores (277 objects at ~3.8 CPU-s each, measured
 # from a random sample; fuzz/README.md "Cost in CI").
 if [[ "${SKIP_RELEASE:-0}" != 1 ]]; then
-  cmake --preset ci-release
-  cmake --build --preset ci-release
-  ctest --test-dir build/ci-release -R '^hardening_test\.' --output-on-failure
+  step "release configure" cmake --preset ci-release
+  step "release build" cmake --build --preset ci-release
+  step "hardening test" ctest --test-dir build/ci-release -R '^hardening_test\.' --output-on-failure
 fi
 # Every fuzz target for a fixed time (16 targets, 2 at a time: about 4.5 minutes
 # at 30 s) after compiling the fuzz preset (clang, 155 objects; see
 # fuzz/README.md "Cost in CI"); a crash, leak, sanitizer report or violated
 # property fails.
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
-  ./scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+  step "fuzz (build + run)" ./scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
 fi
 # The Python package (python/README.md): pinned dependencies from PyPI into
 # build/dev/python-venv, then pytest on real sandboxes (skipped with a message
 # when PyPI is unreachable). SKIP_PYTHON=1 skips it.
 if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
-  ./python/run-tests.sh build/dev
+  step "python package" ./python/run-tests.sh build/dev
 fi
 # Against a real kube-apiserver + etcd + kube-controller-manager
 # (tests/k8s/real/README.md). Cost: ~1-2 min (9 tests 46-78 s, cluster up
 # 10-22 s, measured on a loaded 2-core machine), plus whatever of the control
 # plane's build is not done by now (cold: up to ~15 min of 2 cores; cached: 0).
-if [[ -n $k8s_build_pid ]]; then
+wait_for_control_plane() {
   if ! wait "$k8s_build_pid"; then
     cat build/k8s-control-plane-build.log >&2
     echo "k8s-real: FAILED to build the control plane (log above); SKIP_K8S_REAL=1 skips" \
@@ -78,5 +105,8 @@ if [[ -n $k8s_build_pid ]]; then
     exit 1
   fi
   k8s_build_pid=
+}
+if [[ -n $k8s_build_pid ]]; then
+  step "k8s control plane (rest of its build; its CPU all of it)" wait_for_control_plane
 fi
-./scripts/k8s-real-test.sh build/dev
+step "k8s-real tests" ./scripts/k8s-real-test.sh build/dev  # (says so when skipped)
