@@ -207,6 +207,21 @@ double CpuUsedUs(const SandboxMeta& m) {
   return us;
 }
 
+// What the sandbox's memory cgroup is charged: its processes' pages (not the
+// supervisor's) and the kernel memory they caused (page tables, slab, tmpfs).
+// Not moved by other processes of the machine, unlike MemAvailable. Bytes, 0 if
+// the sandbox has no memory cgroup.
+uint64_t CgroupMemoryBytes(const SandboxMeta& m) {
+  for (const auto& cg : m.cgroups) {
+    for (const char* file : {"/memory.current", "/memory.usage_in_bytes"}) {
+      std::ifstream in(cg + file);
+      uint64_t v = 0;
+      if (in >> v) return v;
+    }
+  }
+  return 0;
+}
+
 // Median of a few MemAvailable samples (other processes make it move).
 uint64_t MemAvailableSteadyKb() {
   std::vector<uint64_t> v;
@@ -264,7 +279,9 @@ struct ScalePoint {
   Stats create_cmd{"create -> first command", {}, {}};
   Stats cli_create{"CLI create", {}, {}};
   double rss_mib = 0, pss_mib = 0, avail_drop_mib = 0;  // per idle sandbox
+  double cgroup_mib = 0;                                // per idle sandbox
   double idle_cpu_ms_per_s = 0;                         // per idle sandbox
+  std::map<std::string, std::vector<double>> steps;     // the supervisors' timings, ms
 };
 
 }  // namespace
@@ -483,8 +500,9 @@ int main(int argc, char** argv) {
     // Memory: every process of every idle sandbox; MemAvailable also counts
     // what no process maps (page tables, kernel stacks, cgroups, namespaces).
     const uint64_t avail_now = MemAvailableSteadyKb();
-    double rss_sum = 0, pss_sum = 0;
+    double rss_sum = 0, pss_sum = 0, cgroup_sum = 0;
     for (const auto& m : idle) {
+      cgroup_sum += static_cast<double>(CgroupMemoryBytes(m));
       for (pid_t p : SandboxPids(m)) {
         rss_sum += static_cast<double>(SmapsField(p, "Rss:"));
         pss_sum += static_cast<double>(SmapsField(p, "Pss:"));
@@ -492,6 +510,7 @@ int main(int argc, char** argv) {
     }
     pt.rss_mib = rss_sum / n / 1024;
     pt.pss_mib = pss_sum / n / 1024;
+    pt.cgroup_mib = cgroup_sum / n / 1024 / 1024;
     pt.avail_drop_mib =
         static_cast<double>(avail_base > avail_now ? avail_base - avail_now : 0) / n / 1024;
     // CPU of the idle sandboxes over 3 s (timers, housekeeping): should be ~0.
@@ -520,6 +539,9 @@ int main(int argc, char** argv) {
         return 1;
       }
       pt.create.ms.push_back(t_create);
+      for (const auto& [k, v] : m->timings) {
+        if (v.is_number()) pt.steps[std::string(k)].push_back(v.to_number<double>() / 1000.0);
+      }
       pt.create_cmd.ms.push_back(t_cmd);
       if (c) c->reset();
       (void)(*provider)->Delete(m->id);
@@ -595,20 +617,41 @@ int main(int argc, char** argv) {
                 pt.cli_create.Pct(99), ratio(pt.cli_create.Pct(50), base.cli_create.Pct(50)),
                 pt.fill_ms_per_create);
   }
-  std::printf("\n%6s  %18s  %18s  %22s  %16s\n", "N", "PSS MiB/sbx", "RSS MiB/sbx",
-              "MemAvailable drop/sbx", "idle CPU ms/s/sbx");
+  std::printf("\n%6s  %18s  %18s  %18s  %22s  %17s\n", "N", "PSS MiB/sbx", "RSS MiB/sbx",
+              "memcg MiB/sbx", "MemAvailable drop/sbx", "idle CPU ms/s/sbx");
   for (const auto& pt : scale) {
-    std::printf("%6d  %9.2f %7.2fx  %9.2f %7.2fx  %11.2f MiB %6.2fx  %16.3f\n", pt.n, pt.pss_mib,
-                ratio(pt.pss_mib, base.pss_mib), pt.rss_mib, ratio(pt.rss_mib, base.rss_mib),
-                pt.avail_drop_mib, ratio(pt.avail_drop_mib, base.avail_drop_mib),
-                pt.idle_cpu_ms_per_s);
+    std::printf("%6d  %9.2f %7.2fx  %9.2f %7.2fx  %9.2f %7.2fx  %11.2f MiB %6.2fx  %17.3f\n", pt.n,
+                pt.pss_mib, ratio(pt.pss_mib, base.pss_mib), pt.rss_mib,
+                ratio(pt.rss_mib, base.rss_mib), pt.cgroup_mib,
+                ratio(pt.cgroup_mib, base.cgroup_mib), pt.avail_drop_mib,
+                ratio(pt.avail_drop_mib, base.avail_drop_mib), pt.idle_cpu_ms_per_s);
+  }
+  // Where a create's time goes as N grows (the supervisor's own timings).
+  std::printf("\n%-30s", "create split p50 ms");
+  for (const auto& pt : scale) std::printf(" %9s", fmt::format("N={}", pt.n).c_str());
+  std::printf("  %s\n", "last/first");
+  for (const char* step : {"spawn", "prepare", "cgroup", "clone", "cgroup attach", "launch",
+                           "daemon ready", "total"}) {
+    std::printf("%-30s", step);
+    for (const auto& pt : scale) {
+      auto it = pt.steps.find(step);
+      std::printf(" %9.2f", it == pt.steps.end() ? 0.0 : Stats{step, it->second, {}}.Pct(50));
+    }
+    const ScalePoint& top = scale.back();
+    auto first = base.steps.find(step);
+    auto last = top.steps.find(step);
+    if (first != base.steps.end() && last != top.steps.end()) {
+      std::printf("  %9.2fx", ratio(Stats{step, last->second, {}}.Pct(50),
+                                    Stats{step, first->second, {}}.Pct(50)));
+    }
+    std::printf("\n");
   }
   const ScalePoint& top = scale.back();
   uint64_t total_avail = MemAvailableKb();
-  double per = std::max(top.pss_mib, top.avail_drop_mib);
+  double per = std::max({top.pss_mib, top.cgroup_mib, top.avail_drop_mib});
   std::printf(
-      "\nDensity (N=%d): fit in the %.0f MiB available now: ~%.0f idle sandboxes (by the larger "
-      "of PSS and MemAvailable drop)\n",
+      "\nDensity (N=%d): fit in the %.0f MiB available now: ~%.0f idle sandboxes (by the largest "
+      "of PSS, memcg and MemAvailable drop)\n",
       top.n, static_cast<double>(total_avail) / 1024,
       per > 0 ? static_cast<double>(total_avail) / 1024 / per : 0);
   std::printf(
