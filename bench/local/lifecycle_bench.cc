@@ -276,8 +276,8 @@ struct ScalePoint {
   int n = 0;
   double fill_ms_per_create = 0;  // mean create time while growing to N
   Stats create{"create", {}, {}};
-  Stats create_cmd{"create -> first command", {}, {}};
   Stats cli_create{"CLI create", {}, {}};
+  Stats bare_create{"create without limits", {}, {}};
   double rss_mib = 0, pss_mib = 0, avail_drop_mib = 0;  // per idle sandbox
   double cgroup_mib = 0;                                // per idle sandbox
   double idle_cpu_ms_per_s = 0;                         // per idle sandbox
@@ -315,6 +315,15 @@ int main(int argc, char** argv) {
   auto provider = LocalSandboxProvider::Create(o);
   if (!provider) {
     std::fprintf(stderr, "%s\n", provider.error().ToString().c_str());
+    return 1;
+  }
+  // The same without any limit (no cgroup limits, no /workspace disk): what
+  // the default limits cost, measured under the same load.
+  LocalProviderOptions bare_options = o;
+  bare_options.limits = SandboxLimits{};
+  auto bare = LocalSandboxProvider::Create(bare_options);
+  if (!bare) {
+    std::fprintf(stderr, "%s\n", bare.error().ToString().c_str());
     return 1;
   }
   ClaimOptions claim;
@@ -520,36 +529,35 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(3s);
     for (const auto& m : idle) cpu_after += CpuUsedUs(m);
     pt.idle_cpu_ms_per_s = (cpu_after - cpu_before) / 1000 / n / (Since(t_idle) / 1000);
-    // The next sandbox, with N existing: through the provider (create, and
-    // create -> first command) and through the CLI (`deepbox sandbox create`,
-    // which also looks for a warm one of the default pool first).
+    // The next sandbox, with N existing: through the provider (with the
+    // default limits, and without limits) and through the CLI (`deepbox
+    // sandbox create`, which also looks for a warm one of the default pool).
     for (int i = 0; i < samples; ++i) {
       auto t0 = Clock::now();
       auto m = (*provider)->CreateSandbox(claim, false);
-      double t_create = Since(t0);
+      double ms = Since(t0);
       if (!m) {
         std::fprintf(stderr, "scaling: create at N=%d: %s\n", n, m.error().ToString().c_str());
         return 1;
       }
-      auto c = (*provider)->Connect(*m);
-      auto r = c ? (*c)->Exec(first_cmd) : Result<ExecResult>(tl::unexpected(c.error()));
-      double t_cmd = Since(t0);
-      if (!r || r->exit_code != 0) {
-        std::fprintf(stderr, "scaling: first command at N=%d failed\n", n);
-        return 1;
-      }
-      pt.create.ms.push_back(t_create);
+      pt.create.ms.push_back(ms);
       for (const auto& [k, v] : m->timings) {
         if (v.is_number()) pt.steps[std::string(k)].push_back(v.to_number<double>() / 1000.0);
       }
-      pt.create_cmd.ms.push_back(t_cmd);
-      if (c) c->reset();
       (void)(*provider)->Delete(m->id);
-    }
-    for (int i = 0; i < samples; ++i) {
-      auto t0 = Clock::now();
+      t0 = Clock::now();
+      m = (*bare)->CreateSandbox(claim, false);
+      ms = Since(t0);
+      if (!m) {
+        std::fprintf(stderr, "scaling: create without limits at N=%d: %s\n", n,
+                     m.error().ToString().c_str());
+        return 1;
+      }
+      pt.bare_create.ms.push_back(ms);
+      (void)(*provider)->Delete(m->id);
+      t0 = Clock::now();
       std::string id = CliCreate(o.deepbox_binary, tmpl);
-      double ms = Since(t0);
+      ms = Since(t0);
       if (id.empty()) {
         std::fprintf(stderr, "scaling: `deepbox sandbox create` at N=%d failed\n", n);
         return 1;
@@ -605,16 +613,17 @@ int main(int argc, char** argv) {
   auto ratio = [](double v, double b) { return b > 0 ? v / b : 0.0; };
   std::printf(
       "\nScaling: N idle sandboxes (network none; limits: %s),\n"
-      "%d creates of the next sandbox timed at each N; ratios against N=%d of this run\n\n",
+      "%d creates of the next sandbox timed at each N (and as many without limits and through\n"
+      "the CLI, interleaved); ratios against N=%d of this run\n\n",
       (*provider)->options().limits.Describe().c_str(), samples, base.n);
-  std::printf("%6s  %22s  %22s  %22s  %12s\n", "N", "create p50/p99 ms", "+ first cmd p50/p99",
-              "CLI create p50/p99", "fill ms/sbx");
+  std::printf("%6s  %22s  %22s  %22s  %12s\n", "N", "create p50/p99 ms", "CLI create p50/p99",
+              "no limits p50/p99", "fill ms/sbx");
   for (const auto& pt : scale) {
     std::printf("%6d  %7.1f %6.1f %6.2fx  %7.1f %6.1f %6.2fx  %7.1f %6.1f %6.2fx  %12.1f\n", pt.n,
                 pt.create.Pct(50), pt.create.Pct(99), ratio(pt.create.Pct(50), base.create.Pct(50)),
-                pt.create_cmd.Pct(50), pt.create_cmd.Pct(99),
-                ratio(pt.create_cmd.Pct(50), base.create_cmd.Pct(50)), pt.cli_create.Pct(50),
-                pt.cli_create.Pct(99), ratio(pt.cli_create.Pct(50), base.cli_create.Pct(50)),
+                pt.cli_create.Pct(50), pt.cli_create.Pct(99),
+                ratio(pt.cli_create.Pct(50), base.cli_create.Pct(50)), pt.bare_create.Pct(50),
+                pt.bare_create.Pct(99), ratio(pt.bare_create.Pct(50), base.bare_create.Pct(50)),
                 pt.fill_ms_per_create);
   }
   std::printf("\n%6s  %18s  %18s  %18s  %22s  %17s\n", "N", "PSS MiB/sbx", "RSS MiB/sbx",

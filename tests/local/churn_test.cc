@@ -9,6 +9,7 @@
 //
 //   DEEPBOX_CHURN_SECONDS    how long the pool is churned (default 12; the
 //                            manual run and the benchmark use 60)
+//   DEEPBOX_CHURN_CLAIMERS   concurrent claimers of the pool (default 4)
 //   DEEPBOX_CHURN_SANDBOXES  sandboxes of the concurrent create (default 100;
 //                            fewer only if this machine's memory cannot hold
 //                            them, which the test prints)
@@ -618,7 +619,7 @@ TEST_F(ChurnTest, HundredConcurrentCreatesFromTenProcessesThenDeleteLeaveNothing
 // to exactly 20, and stopping it and removing everything leaves nothing.
 TEST_F(ChurnTest, WarmPoolOfTwentyUnderChurn) {
   constexpr int kReplicas = 20;
-  constexpr int kClaimers = 4;
+  const int kClaimers = EnvInt("DEEPBOX_CHURN_CLAIMERS", 4);
   const int seconds = EnvInt("DEEPBOX_CHURN_SECONDS", 12);
   const std::string pool_name = "churn";
   const int fds_before = CountFds(getpid());
