@@ -326,6 +326,17 @@ class ChurnTest : public ::testing::Test {
     return ReadFile(state_ / "io" / fmt::format("pool-{}.log", name));
   }
 
+  // The pool daemon logged that it has all `replicas` and creates none: it is
+  // waiting in poll(2), holding only its own fds (a create in flight holds
+  // the supervisor's socket).
+  bool PoolAtRest(const std::string& name, int replicas) {
+    std::string log = Trimmed(PoolLog(name));
+    std::string last = log.substr(log.rfind('\n') == std::string::npos ? 0 : log.rfind('\n') + 1);
+    std::string at_rest = fmt::format("pool '{}': {}/{} warm", name, replicas, replicas);
+    return last.size() >= at_rest.size() &&
+           last.compare(last.size() - at_rest.size(), at_rest.size(), at_rest) == 0;
+  }
+
   // Warm and ready members of `pool` (claimable now).
   std::vector<SandboxMeta> WarmOf(const std::string& pool) {
     std::vector<SandboxMeta> out;
@@ -627,6 +638,7 @@ TEST_F(ChurnTest, WarmPoolOfTwentyUnderChurn) {
   pid_t pool = StartPool(pool_name, kReplicas);
   ASSERT_TRUE(Eventually([&] { return WarmOf(pool_name).size() == kReplicas; }, 180s))
       << PoolLog(pool_name);
+  ASSERT_TRUE(Eventually([&] { return PoolAtRest(pool_name, kReplicas); })) << PoolLog(pool_name);
   // The daemon's own fds at rest (it adds none per sandbox it makes).
   int pool_fds = CountFds(pool);
 
@@ -717,6 +729,7 @@ TEST_F(ChurnTest, WarmPoolOfTwentyUnderChurn) {
   for (const auto& m : *list) members += m.pool == pool_name && m.state == "warm";
   EXPECT_EQ(members, kReplicas);
   EXPECT_EQ(list->size(), static_cast<size_t>(kReplicas)) << "claimed sandboxes left running";
+  ASSERT_TRUE(Eventually([&] { return PoolAtRest(pool_name, kReplicas); })) << PoolLog(pool_name);
   EXPECT_EQ(CountFds(pool), pool_fds) << "the pool daemon leaked fds under churn";
   for (const auto& p : Look().processes) {
     EXPECT_EQ(p.find("zombie"), std::string::npos) << p << " (never reaped)";
