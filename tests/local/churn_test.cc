@@ -641,6 +641,13 @@ TEST_F(ChurnTest, WarmPoolOfTwentyUnderChurn) {
   ASSERT_TRUE(Eventually([&] { return PoolAtRest(pool_name, kReplicas); })) << PoolLog(pool_name);
   // The daemon's own fds at rest (it adds none per sandbox it makes).
   int pool_fds = CountFds(pool);
+  // One claim abandoned half-way, as a claimer killed between its rename of
+  // the marker and its meta.json update leaves it: the pool must take it back
+  // (pool.h), or it lives forever, uncounted and unclaimable.
+  const std::string abandoned = WarmOf(pool_name).front().id;
+  ASSERT_EQ(rename((state_ / "sandboxes" / abandoned / "warm").c_str(),
+                   (state_ / "sandboxes" / abandoned / "claimed").c_str()),
+            0);
 
   std::mutex mu;
   std::vector<std::string> claimed, failures;
@@ -718,6 +725,12 @@ TEST_F(ChurnTest, WarmPoolOfTwentyUnderChurn) {
   EXPECT_GT(warm_claims, 0) << "the pool served no claim";
   EXPECT_EQ(PoolLog(pool_name).find("failed"), std::string::npos) << PoolLog(pool_name);
 
+  EXPECT_TRUE(Eventually([&] { return !fs::exists(state_ / "sandboxes" / abandoned); }))
+      << "the half-claimed " << abandoned << " was never taken back\n"
+      << PoolLog(pool_name);
+  EXPECT_NE(PoolLog(pool_name).find("removed " + abandoned + " (its claim was abandoned"),
+            std::string::npos)
+      << PoolLog(pool_name);
   // Back to exactly kReplicas warm ones (and no extra being made).
   ASSERT_TRUE(Eventually([&] { return WarmOf(pool_name).size() == kReplicas; }, 180s))
       << WarmOf(pool_name).size() << " warm\n"
