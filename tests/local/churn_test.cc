@@ -441,7 +441,7 @@ class ChurnTest : public ::testing::Test {
     return out;
   }
 
-  // Processes (not this one) holding the pipe `inode`.
+  // Those of `procs` that hold an fd whose link reads `link` (e.g. "pipe:[123]").
   static std::vector<pid_t> Holders(const std::vector<ProcessRef>& procs, const std::string& link) {
     std::vector<pid_t> out;
     for (const auto& p : procs) {
@@ -550,7 +550,7 @@ TEST_F(ChurnTest, HundredConcurrentCreatesFromTenProcessesThenDeleteLeaveNothing
   // result afterwards means something).
   HostView during = Look();
   EXPECT_GE(during.processes.size(), 2u * created.size());
-  EXPECT_EQ(during.state.size(), created.size() + 0) << during.Describe();
+  EXPECT_EQ(during.state.size(), created.size()) << during.Describe();
   if (WorkspaceDiskSupported()) {
     EXPECT_EQ(during.loops.size(), created.size());
     EXPECT_EQ(during.mounts.size(), created.size());
