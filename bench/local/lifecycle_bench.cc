@@ -1,7 +1,9 @@
 // Local sandbox lifecycle benchmark, side by side with bwrap and unshare on the
-// same machine in the same run, plus density. See README.md.
+// same machine in the same run, plus how the cost grows with the number of
+// idle sandboxes (scaling). See README.md.
 //
-//   bench_local_lifecycle [--iterations N] [--warm-replicas N] [--density N]
+//   bench_local_lifecycle [--iterations N] [--warm-replicas N] [--scaling 1,10,100]
+//                         [--scaling-samples K] [--density N]
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -139,17 +141,162 @@ uint64_t MemAvailableKb() {
 
 int Arg(int argc, char** argv, const char* name, int dflt) {
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], name) == 0) {
+      char* end = nullptr;
+      long v = std::strtol(argv[i + 1], &end, 10);
+      return end != nullptr && *end == '\0' && v >= 0 && v < 1000000 ? static_cast<int>(v) : dflt;
+    }
   }
   return dflt;
 }
+
+// "1,10,100" -> {1, 10, 100} (sorted, positive, unique); empty on a bad list.
+std::vector<int> IntList(const std::string& text) {
+  std::vector<int> out;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || end == nullptr || *end != '\0' || v <= 0 || v > 100000) return {};
+    out.push_back(static_cast<int>(v));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string StrArg(int argc, char** argv, const char* name, const std::string& dflt) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  }
+  return dflt;
+}
+
+// CPU time used so far by a sandbox's processes: its cgroup v2 dir's
+// cpu.stat (every process of the sandbox, exact) + its supervisor (outside
+// the cgroup; clock ticks). Microseconds.
+double CpuUsedUs(const SandboxMeta& m) {
+  double us = 0;
+  for (const auto& cg : m.cgroups) {
+    std::ifstream in(cg + "/cpu.stat");
+    std::string key;
+    uint64_t v = 0;
+    bool found = false;
+    while (in >> key >> v) {
+      if (key == "usage_usec") {
+        us += static_cast<double>(v);
+        found = true;
+        break;
+      }
+    }
+    if (found) break;
+  }
+  std::ifstream stat(fmt::format("/proc/{}/stat", m.supervisor.pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  size_t close = text.rfind(") ");
+  if (close != std::string::npos) {
+    std::istringstream fields(text.substr(close + 2));
+    std::string f;
+    uint64_t utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && fields >> f; ++i) {  // field 3 is the state
+      if (i == 14) utime = std::strtoull(f.c_str(), nullptr, 10);
+      if (i == 15) stime = std::strtoull(f.c_str(), nullptr, 10);
+    }
+    us += static_cast<double>(utime + stime) * 1e6 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  }
+  return us;
+}
+
+// What the sandbox's memory cgroup is charged: its processes' pages (not the
+// supervisor's) and the kernel memory they caused (page tables, slab, tmpfs).
+// Not moved by other processes of the machine, unlike MemAvailable. Bytes, 0 if
+// the sandbox has no memory cgroup.
+uint64_t CgroupMemoryBytes(const SandboxMeta& m) {
+  for (const auto& cg : m.cgroups) {
+    for (const char* file : {"/memory.current", "/memory.usage_in_bytes"}) {
+      std::ifstream in(cg + file);
+      uint64_t v = 0;
+      if (in >> v) return v;
+    }
+  }
+  return 0;
+}
+
+// Median of a few MemAvailable samples (other processes make it move).
+uint64_t MemAvailableSteadyKb() {
+  std::vector<uint64_t> v;
+  for (int i = 0; i < 5; ++i) {
+    if (i > 0) std::this_thread::sleep_for(100ms);
+    v.push_back(MemAvailableKb());
+  }
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Spawns `deepbox sandbox create --network none --json` with the bench's state
+// dir and returns the id it printed ("" on failure).
+std::string CliCreate(const std::string& deepbox, const std::string& state_dir) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return {};
+  std::vector<std::string> args = {deepbox, "sandbox", "create", "--network",
+                                   "none",  "--ttl",   "600"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::string env_state = "DEEPBOX_STATE_DIR=" + state_dir;
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(env_state.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  close(pipefd[1]);
+  std::string out;
+  if (rc == 0) {
+    char buf[256];
+    for (ssize_t n; (n = read(pipefd[0], buf, sizeof(buf))) > 0;) {
+      out.append(buf, static_cast<size_t>(n));
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) out.clear();
+  }
+  close(pipefd[0]);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return Store::ValidId(out) ? out : std::string();
+}
+
+// One point of the scaling section: N idle sandboxes exist.
+struct ScalePoint {
+  int n = 0;
+  double fill_ms_per_create = 0;  // mean create time while growing to N
+  Stats create{"create", {}, {}};
+  Stats cli_create{"CLI create", {}, {}};
+  Stats bare_create{"create without limits", {}, {}};
+  double rss_mib = 0, pss_mib = 0, avail_drop_mib = 0;  // per idle sandbox
+  double cgroup_mib = 0;                                // per idle sandbox
+  double idle_cpu_ms_per_s = 0;                         // per idle sandbox
+  std::map<std::string, std::vector<double>> steps;     // the supervisors' timings, ms
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const int iterations = Arg(argc, argv, "--iterations", 50);
   const int replicas = Arg(argc, argv, "--warm-replicas", 4);
-  const int density = Arg(argc, argv, "--density", 50);
+  const int density = Arg(argc, argv, "--density", 100);
+  const std::vector<int> points =
+      IntList(StrArg(argc, argv, "--scaling", fmt::format("1,10,{}", std::max(density, 10))));
+  const int samples = std::max(1, Arg(argc, argv, "--scaling-samples", 20));
+  if (points.empty()) {
+    std::fprintf(stderr, "--scaling: give a list of positive counts, e.g. 1,10,100\n");
+    return 2;
+  }
 
   char exe[4096];
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -168,6 +315,15 @@ int main(int argc, char** argv) {
   auto provider = LocalSandboxProvider::Create(o);
   if (!provider) {
     std::fprintf(stderr, "%s\n", provider.error().ToString().c_str());
+    return 1;
+  }
+  // The same without any limit (no cgroup limits, no /workspace disk): what
+  // the default limits cost, measured under the same load.
+  LocalProviderOptions bare_options = o;
+  bare_options.limits = SandboxLimits{};
+  auto bare = LocalSandboxProvider::Create(bare_options);
+  if (!bare) {
+    std::fprintf(stderr, "%s\n", bare.error().ToString().c_str());
     return 1;
   }
   ClaimOptions claim;
@@ -324,31 +480,93 @@ int main(int argc, char** argv) {
     rows.push_back(*s);
   }
 
-  // 4. Density: idle sandboxes, memory of all their processes (supervisor included).
+  // 4. Scaling: N idle sandboxes (1, 10, 100 by default), and at each N the
+  // time to create one more, the memory per idle sandbox and the CPU an idle
+  // sandbox uses. Ratios are against the smallest N of this run.
+  std::vector<ScalePoint> scale;
   std::vector<SandboxMeta> idle;
-  uint64_t avail_before = MemAvailableKb();
-  for (int i = 0; i < density; ++i) {
-    auto m = (*provider)->CreateSandbox(claim, false);
-    if (!m) {
-      std::fprintf(stderr, "density: stopped at %d: %s\n", i, m.error().ToString().c_str());
-      break;
+  const uint64_t avail_base = MemAvailableSteadyKb();
+  for (int n : points) {
+    ScalePoint pt;
+    pt.n = n;
+    double fill_ms = 0;
+    int filled = 0;
+    while (static_cast<int>(idle.size()) < n) {
+      auto t0 = Clock::now();
+      auto m = (*provider)->CreateSandbox(claim, false);
+      if (!m) {
+        std::fprintf(stderr, "scaling: stopped at %zu idle sandboxes: %s\n", idle.size(),
+                     m.error().ToString().c_str());
+        break;
+      }
+      fill_ms += Since(t0);
+      ++filled;
+      idle.push_back(*m);
     }
-    idle.push_back(*m);
-  }
-  std::this_thread::sleep_for(500ms);  // let them settle (idle)
-  uint64_t avail_after = MemAvailableKb();
-  double rss_sum = 0, pss_sum = 0;
-  for (const auto& m : idle) {
-    for (pid_t p : SandboxPids(m)) {
-      rss_sum += static_cast<double>(SmapsField(p, "Rss:"));
-      pss_sum += static_cast<double>(SmapsField(p, "Pss:"));
+    if (static_cast<int>(idle.size()) < n) break;
+    pt.fill_ms_per_create = filled > 0 ? fill_ms / filled : 0;
+    std::this_thread::sleep_for(1s);  // let them settle (idle)
+    // Memory: every process of every idle sandbox; MemAvailable also counts
+    // what no process maps (page tables, kernel stacks, cgroups, namespaces).
+    const uint64_t avail_now = MemAvailableSteadyKb();
+    double rss_sum = 0, pss_sum = 0, cgroup_sum = 0;
+    for (const auto& m : idle) {
+      cgroup_sum += static_cast<double>(CgroupMemoryBytes(m));
+      for (pid_t p : SandboxPids(m)) {
+        rss_sum += static_cast<double>(SmapsField(p, "Rss:"));
+        pss_sum += static_cast<double>(SmapsField(p, "Pss:"));
+      }
     }
+    pt.rss_mib = rss_sum / n / 1024;
+    pt.pss_mib = pss_sum / n / 1024;
+    pt.cgroup_mib = cgroup_sum / n / 1024 / 1024;
+    pt.avail_drop_mib =
+        static_cast<double>(avail_base > avail_now ? avail_base - avail_now : 0) / n / 1024;
+    // CPU of the idle sandboxes over 3 s (timers, housekeeping): should be ~0.
+    double cpu_before = 0, cpu_after = 0;
+    for (const auto& m : idle) cpu_before += CpuUsedUs(m);
+    auto t_idle = Clock::now();
+    std::this_thread::sleep_for(3s);
+    for (const auto& m : idle) cpu_after += CpuUsedUs(m);
+    pt.idle_cpu_ms_per_s = (cpu_after - cpu_before) / 1000 / n / (Since(t_idle) / 1000);
+    // The next sandbox, with N existing: through the provider (with the
+    // default limits, and without limits) and through the CLI (`deepbox
+    // sandbox create`, which also looks for a warm one of the default pool).
+    for (int i = 0; i < samples; ++i) {
+      auto t0 = Clock::now();
+      auto m = (*provider)->CreateSandbox(claim, false);
+      double ms = Since(t0);
+      if (!m) {
+        std::fprintf(stderr, "scaling: create at N=%d: %s\n", n, m.error().ToString().c_str());
+        return 1;
+      }
+      pt.create.ms.push_back(ms);
+      for (const auto& [k, v] : m->timings) {
+        if (v.is_number()) pt.steps[std::string(k)].push_back(v.to_number<double>() / 1000.0);
+      }
+      (void)(*provider)->Delete(m->id);
+      t0 = Clock::now();
+      m = (*bare)->CreateSandbox(claim, false);
+      ms = Since(t0);
+      if (!m) {
+        std::fprintf(stderr, "scaling: create without limits at N=%d: %s\n", n,
+                     m.error().ToString().c_str());
+        return 1;
+      }
+      pt.bare_create.ms.push_back(ms);
+      (void)(*provider)->Delete(m->id);
+      t0 = Clock::now();
+      std::string id = CliCreate(o.deepbox_binary, tmpl);
+      ms = Since(t0);
+      if (id.empty()) {
+        std::fprintf(stderr, "scaling: `deepbox sandbox create` at N=%d failed\n", n);
+        return 1;
+      }
+      pt.cli_create.ms.push_back(ms);
+      (void)(*provider)->Delete(id);
+    }
+    scale.push_back(std::move(pt));
   }
-  double count = std::max<double>(1, static_cast<double>(idle.size()));
-  double rss_mib = rss_sum / count / 1024, pss_mib = pss_sum / count / 1024;
-  double avail_mib =
-      static_cast<double>(avail_before > avail_after ? avail_before - avail_after : 0) / count /
-      1024;
   for (const auto& m : idle) (void)(*provider)->Delete(m.id);
   (void)RemoveTree(tmpl);
 
@@ -390,17 +608,60 @@ int main(int argc, char** argv) {
     split.emplace_back(k, s.Pct(50));
   }
   for (const auto& [k, v] : split) std::printf("  %-28s %8.3f\n", k.c_str(), v);
-  std::printf("\nDensity: %zu idle sandboxes (network none)\n", idle.size());
+  if (scale.empty()) return 1;
+  const ScalePoint& base = scale.front();
+  auto ratio = [](double v, double b) { return b > 0 ? v / b : 0.0; };
   std::printf(
-      "  memory per idle sandbox: RSS %.2f MiB, PSS %.2f MiB (supervisor + daemon), "
-      "MemAvailable drop %.2f MiB\n",
-      rss_mib, pss_mib, avail_mib);
+      "\nScaling: N idle sandboxes (network none; limits: %s),\n"
+      "%d creates of the next sandbox timed at each N (and as many without limits and through\n"
+      "the CLI, interleaved); ratios against N=%d of this run\n\n",
+      (*provider)->options().limits.Describe().c_str(), samples, base.n);
+  std::printf("%6s  %22s  %22s  %22s  %12s\n", "N", "create p50/p99 ms", "CLI create p50/p99",
+              "no limits p50/p99", "fill ms/sbx");
+  for (const auto& pt : scale) {
+    std::printf("%6d  %7.1f %6.1f %6.2fx  %7.1f %6.1f %6.2fx  %7.1f %6.1f %6.2fx  %12.1f\n", pt.n,
+                pt.create.Pct(50), pt.create.Pct(99), ratio(pt.create.Pct(50), base.create.Pct(50)),
+                pt.cli_create.Pct(50), pt.cli_create.Pct(99),
+                ratio(pt.cli_create.Pct(50), base.cli_create.Pct(50)), pt.bare_create.Pct(50),
+                pt.bare_create.Pct(99), ratio(pt.bare_create.Pct(50), base.bare_create.Pct(50)),
+                pt.fill_ms_per_create);
+  }
+  std::printf("\n%6s  %18s  %18s  %18s  %22s  %17s\n", "N", "PSS MiB/sbx", "RSS MiB/sbx",
+              "memcg MiB/sbx", "MemAvailable drop/sbx", "idle CPU ms/s/sbx");
+  for (const auto& pt : scale) {
+    std::printf("%6d  %9.2f %7.2fx  %9.2f %7.2fx  %9.2f %7.2fx  %11.2f MiB %6.2fx  %17.3f\n", pt.n,
+                pt.pss_mib, ratio(pt.pss_mib, base.pss_mib), pt.rss_mib,
+                ratio(pt.rss_mib, base.rss_mib), pt.cgroup_mib,
+                ratio(pt.cgroup_mib, base.cgroup_mib), pt.avail_drop_mib,
+                ratio(pt.avail_drop_mib, base.avail_drop_mib), pt.idle_cpu_ms_per_s);
+  }
+  // Where a create's time goes as N grows (the supervisor's own timings).
+  std::printf("\n%-30s", "create split p50 ms");
+  for (const auto& pt : scale) std::printf(" %9s", fmt::format("N={}", pt.n).c_str());
+  std::printf("  %s\n", "last/first");
+  for (const char* step : {"spawn", "prepare", "cgroup", "clone", "cgroup attach", "launch",
+                           "daemon ready", "total"}) {
+    std::printf("%-30s", step);
+    for (const auto& pt : scale) {
+      auto it = pt.steps.find(step);
+      std::printf(" %9.2f", it == pt.steps.end() ? 0.0 : Stats{step, it->second, {}}.Pct(50));
+    }
+    const ScalePoint& top = scale.back();
+    auto first = base.steps.find(step);
+    auto last = top.steps.find(step);
+    if (first != base.steps.end() && last != top.steps.end()) {
+      std::printf("  %9.2fx", ratio(Stats{step, last->second, {}}.Pct(50),
+                                    Stats{step, first->second, {}}.Pct(50)));
+    }
+    std::printf("\n");
+  }
+  const ScalePoint& top = scale.back();
   uint64_t total_avail = MemAvailableKb();
-  double per = std::max(pss_mib, avail_mib);
+  double per = std::max({top.pss_mib, top.cgroup_mib, top.avail_drop_mib});
   std::printf(
-      "  fit in the %.0f MiB available now: ~%.0f idle sandboxes (by the larger of PSS and "
-      "MemAvailable drop)\n",
-      static_cast<double>(total_avail) / 1024,
+      "\nDensity (N=%d): fit in the %.0f MiB available now: ~%.0f idle sandboxes (by the largest "
+      "of PSS, memcg and MemAvailable drop)\n",
+      top.n, static_cast<double>(total_avail) / 1024,
       per > 0 ? static_cast<double>(total_avail) / 1024 / per : 0);
   std::printf(
       "  goal: < 4 MiB per idle sandbox; agent-sandbox/gVisor: ~65 MB Sentry RAM per pod\n");

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -81,14 +82,24 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
                   provider.options().limits.Describe()));
   std::string last_status;
   int failures = 0;
+  // Half-claimed sandboxes (see pool.h) -> when this daemon first saw them so.
+  std::map<std::string, std::chrono::steady_clock::time_point> half_claimed;
   for (;;) {
     auto all = provider.List();
     if (!all) return tl::unexpected(all.error());
-    std::vector<SandboxMeta> members, misfits;
+    std::vector<SandboxMeta> members, misfits, abandoned;
+    std::map<std::string, std::chrono::steady_clock::time_point> still_half_claimed;
+    const auto now = std::chrono::steady_clock::now();
     int ready = 0;
     for (auto& m : *all) {
       if (m.pool != options.name || m.state != "warm") continue;
-      if (access(store.Paths(m.id).claimed.c_str(), F_OK) == 0) continue;  // being claimed
+      if (access(store.Paths(m.id).claimed.c_str(), F_OK) == 0) {  // being claimed
+        auto seen = half_claimed.find(m.id);
+        auto since = seen == half_claimed.end() ? now : seen->second;
+        still_half_claimed[m.id] = since;
+        if (now - since >= kAbandonedClaimAfter) abandoned.push_back(m);
+        continue;
+      }
       if (m.network_requested != options.network || m.rootfs != rootfs ||
           m.limits != provider.options().limits) {
         misfits.push_back(m);
@@ -105,6 +116,22 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
     int extra = static_cast<int>(members.size()) - options.replicas;
     for (int i = 0; i < extra; ++i) {
       if (members[static_cast<size_t>(i)].ready) trim.push_back(members[static_cast<size_t>(i)]);
+    }
+    half_claimed = std::move(still_half_claimed);
+    for (const auto& m : abandoned) {
+      // Under the lock, only if still warm: a claimer that completes its claim
+      // first keeps it; one that comes later fails (provider.cc, ClaimWarm).
+      auto taken = store.Update(m.id, [](SandboxMeta& x) -> Status {
+        if (x.state != "warm") return MakeError(ErrorCode::kConflict, "claimed meanwhile");
+        x.state = "claimed";
+        return {};
+      });
+      if (!taken) continue;
+      half_claimed.erase(m.id);
+      auto st = provider.Delete(m.id);
+      log(st ? fmt::format("removed {} (its claim was abandoned half-way {} s ago)", m.id,
+                           kAbandonedClaimAfter.count())
+             : fmt::format("removing {} (abandoned claim): {}", m.id, st.error().message));
     }
     for (const auto& m : trim) {
       SandboxPaths p = store.Paths(m.id);

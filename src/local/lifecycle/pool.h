@@ -6,8 +6,18 @@
 // of its pool that exist and creates only the missing ones. Stopping it
 // leaves the warm sandboxes running (drain with
 // `deepbox sandbox rm --selector deepbox.dev/pool=NAME`).
+//
+// A claim is two steps (rename of the `warm` marker, then meta.json's state
+// set to claimed). A claimer killed between them leaves a sandbox that no
+// claimer can take (no marker), that the pool does not count (being claimed)
+// and that nothing deletes (warm sandboxes have no TTL); the same for a
+// deleter killed after its rename. The daemon takes such a sandbox back once
+// it has seen it half-claimed for kAbandonedClaimAfter, under the sandbox's
+// lock (a claimer still alive then fails its step two and moves on), and
+// deletes it.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 
@@ -15,6 +25,8 @@
 #include "local/lifecycle/provider.h"
 
 namespace deepbox::local::lifecycle {
+
+inline constexpr std::chrono::seconds kAbandonedClaimAfter{10};
 
 struct PoolOptions {
   std::string name = "default";

@@ -288,7 +288,12 @@ Result<std::optional<SandboxMeta>> LocalSandboxProvider::ClaimWarm(const std::st
     // The claim itself: exactly one rename(2) of the marker can succeed.
     if (rename(paths.warm.c_str(), paths.claimed.c_str()) != 0) continue;
     int64_t now = NowMs();
-    auto updated = store_.Update(id, [&](SandboxMeta& m) {
+    auto updated = store_.Update(id, [&](SandboxMeta& m) -> Status {
+      // The pool daemon takes back a claim abandoned half-way (pool.h); under
+      // this lock exactly one of us turns the sandbox from warm to claimed.
+      if (m.state != "warm") {
+        return MakeError(ErrorCode::kConflict, "taken back by its pool (claim too slow)");
+      }
       m.state = "claimed";
       m.labels = options.labels;
       m.claimed_at_ms = now;
@@ -299,7 +304,7 @@ Result<std::optional<SandboxMeta>> LocalSandboxProvider::ClaimWarm(const std::st
       }
       return Status{};
     });
-    if (!updated) continue;                        // deleted under us
+    if (!updated) continue;                        // deleted or taken back under us
     (void)SignalRef(updated->supervisor, SIGHUP);  // re-read labels + TTL
     store_.NotifyPool(pool);
     return std::optional<SandboxMeta>(*updated);

@@ -2,7 +2,9 @@
 // supervisor process (supervisor.h), recorded under the state dir (state.h).
 //
 //   Claim   a warm sandbox from the pool if one matches (rename of its `warm`
-//           marker: two claimers never win the same one), else a cold create.
+//           marker: two claimers never win the same one; then its state set
+//           to claimed under its lock, unless the pool took back a claim
+//           abandoned between the two, see pool.h), else a cold create.
 //           Labels and TTL are set either way; the lease's Release deletes.
 //           "Matches" means the same rootfs, network and exactly the same
 //           limits (SandboxLimits): a claim never gets weaker limits than it
