@@ -1,6 +1,7 @@
 #include "net/http_server.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 
 #include <algorithm>
@@ -265,6 +266,32 @@ Result<std::string> ReadWholeBody(BeastStream& stream, boost::beast::flat_buffer
   return body;
 }
 
+// Starts `fn` on a detached thread. Unlike std::thread, a failure (EAGAIN:
+// the pids cgroup, RLIMIT_NPROC or memory are exhausted, which a sandbox's
+// processes can cause) is a value, not an exception that would end the
+// daemon.
+Status StartDetachedThread(std::function<void()> fn) {
+  auto* heap = new std::function<void()>(std::move(fn));
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  int rc = pthread_create(
+      &thread, &attr,
+      [](void* arg) -> void* {
+        std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(arg));
+        (*f)();
+        return nullptr;
+      },
+      heap);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    delete heap;
+    return MakeSyscallError("pthread_create", rc);
+  }
+  return {};
+}
+
 }  // namespace
 
 void HttpServer::Impl::AcceptLoop() {
@@ -285,13 +312,23 @@ void HttpServer::Impl::AcceptLoop() {
       }
       ++active;
     }
-    std::thread([this, c = std::move(conn)]() mutable {
-      ServeConnection(std::move(c));
+    // The connection lives on the heap until its thread has it, so that a
+    // thread that cannot start leaves it here to be answered.
+    auto shared = std::make_shared<Conn>(std::move(conn));
+    auto started = StartDetachedThread([this, shared] {
+      ServeConnection(std::move(*shared));
       if (options.tls) ReleaseThreadTlsState();
       std::lock_guard lock(mu);
       --active;
       cv.notify_all();
-    }).detach();
+    });
+    if (!started) {
+      SendSimpleError(*shared, 503, "cannot serve this connection: " + started.error().message,
+                      options);
+      std::lock_guard lock(mu);
+      --active;
+      cv.notify_all();
+    }
   }
 }
 
