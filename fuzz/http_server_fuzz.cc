@@ -36,7 +36,8 @@ struct Server {
       return deepbox::sandboxd::Daemon::StreamsRequestBody(head);
     };
     options.idle_timeout = 3s;
-    options.read_timeout = 3s;
+    options.header_timeout = 3s;
+    options.body_timeout = 3s;
     options.write_timeout = 3s;
     options.max_body_bytes = 1 << 20;
     auto endpoint = deepbox::net::Endpoint::Parse("unix:" + socket_path);

@@ -12,7 +12,8 @@ StreamServer::StreamServer(std::string_view tag, Listen listen) : dir_(tag), lis
       net::Endpoint::Parse(listen == Listen::kUnix ? "unix:" + socket_path_ : "127.0.0.1:0");
   if (!endpoint) Fail("fixture: " + endpoint.error().ToString());
   net::ServerOptions options;
-  options.read_timeout = std::chrono::milliseconds(5000);
+  options.header_timeout = std::chrono::milliseconds(5000);
+  options.body_timeout = std::chrono::milliseconds(5000);
   options.idle_timeout = std::chrono::milliseconds(5000);
   auto s = net::HttpServer::Create(
       *endpoint, [this](net::Request& req, net::ResponseWriter& w) { Handle(req, w); }, options);

@@ -128,6 +128,20 @@ class SigpipeGuard {
   sigset_t old_set_;
 };
 
+// Since when a write has been waiting for the peer: set at the first wait
+// after progress, so the fast path (the socket takes the bytes) reads no clock.
+class StallClock {
+ public:
+  void Progress() { since_ = Deadline{}; }
+  Deadline Blocked() {
+    if (since_ == Deadline{}) since_ = Clock::now();
+    return since_;
+  }
+
+ private:
+  Deadline since_{};
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------- Endpoint
@@ -284,6 +298,19 @@ Status Conn::WaitFor(short events, Deadline deadline) {
     }
     return {};  // readable/writable or error: the next syscall reports which
   }
+}
+
+Status Conn::WaitToWrite(short events, Deadline deadline, Deadline blocked_since) {
+  if (write_stall_.count() > 0 && blocked_since + write_stall_ < deadline) {
+    if (auto w = WaitFor(events, blocked_since + write_stall_); !w) {
+      if (w.error().code != ErrorCode::kTimeout) return w;
+      return MakeError(ErrorCode::kTimeout,
+                       fmt::format("the peer accepted no data for {} ms (stalled reader)",
+                                   write_stall_.count()));
+    }
+    return {};
+  }
+  return WaitFor(events, deadline);
 }
 
 Result<Conn> Conn::Connect(const Endpoint& endpoint, Deadline deadline) {
@@ -454,6 +481,7 @@ Result<size_t> Conn::ReadSome(char* data, size_t size, Deadline deadline) {
 }
 
 Status Conn::WriteAll(std::string_view data, Deadline deadline) {
+  StallClock stall;
   while (!data.empty()) {
     if (ssl_ != nullptr) {
       ERR_clear_error();
@@ -462,11 +490,16 @@ Status Conn::WriteAll(std::string_view data, Deadline deadline) {
           SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
       if (r > 0) {
         data.remove_prefix(static_cast<size_t>(r));
+        stall.Progress();
         continue;
       }
       int err = SSL_get_error(ssl_, r);
       if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-        if (auto w = WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline); !w) return w;
+        if (auto w = WaitToWrite(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline,
+                                 stall.Blocked());
+            !w) {
+          return w;
+        }
         continue;
       }
       if (err == SSL_ERROR_SYSCALL) return MakeSyscallError("SSL_write", errno ? errno : EPIPE);
@@ -475,11 +508,12 @@ Status Conn::WriteAll(std::string_view data, Deadline deadline) {
     ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
     if (n >= 0) {
       data.remove_prefix(static_cast<size_t>(n));
+      stall.Progress();
       continue;
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN) {
-      if (auto w = WaitFor(POLLOUT, deadline); !w) return w;
+      if (auto w = WaitToWrite(POLLOUT, deadline, stall.Blocked()); !w) return w;
       continue;
     }
     return MakeSyscallError("send", errno);
@@ -507,6 +541,7 @@ Status Conn::WriteAllGather(const std::string_view* parts, size_t count, Deadlin
   iovec iov[kMaxIov];
   size_t next = 0;  // first part not yet in iov
   size_t skip = 0;  // bytes of parts[next] already sent (partial write)
+  StallClock stall;
   while (next < count) {
     size_t n = 0;
     for (size_t i = next; i < count && n < kMaxIov; ++i) {
@@ -524,11 +559,12 @@ Status Conn::WriteAllGather(const std::string_view* parts, size_t count, Deadlin
     if (sent < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
-        if (auto w = WaitFor(POLLOUT, deadline); !w) return w;
+        if (auto w = WaitToWrite(POLLOUT, deadline, stall.Blocked()); !w) return w;
         continue;
       }
       return MakeSyscallError("sendmsg", errno);
     }
+    stall.Progress();
     auto left = static_cast<size_t>(sent);
     while (next < count) {
       size_t avail = parts[next].size() - skip;

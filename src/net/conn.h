@@ -95,6 +95,10 @@ class Conn {
 
   // An eventfd/pipe whose readability interrupts waits (server shutdown).
   void set_cancel_fd(int fd) { cancel_fd_ = fd; }
+  // Writes also fail (TIMEOUT) once the peer has accepted no byte for this
+  // long, whatever their deadline: a bound on a stalled reader that lets a
+  // slow but moving one take as long as it needs. Zero: deadlines only.
+  void set_write_stall_timeout(std::chrono::milliseconds timeout) { write_stall_ = timeout; }
   // True if the peer has closed or reset the connection (non-blocking check).
   bool PeerClosed() const;
   void ShutdownWrite();
@@ -104,9 +108,14 @@ class Conn {
 
  private:
   Status WaitFor(short events, Deadline deadline);
+  // Waits until the socket can take more of a write (`events`), at most until
+  // `deadline` or `write_stall_` after `blocked_since` (the end of the last
+  // progress).
+  Status WaitToWrite(short events, Deadline deadline, Deadline blocked_since);
   UniqueFd fd_;
   SSL* ssl_ = nullptr;
   int cancel_fd_ = -1;
+  std::chrono::milliseconds write_stall_{0};
 };
 
 // A listening socket. For unix sockets a stale socket file is replaced and the

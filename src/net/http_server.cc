@@ -1,6 +1,7 @@
 #include "net/http_server.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 
 #include <algorithm>
@@ -41,24 +42,44 @@ namespace {
 
 constexpr size_t kInitialReadBuffer = 16 << 10;
 
+enum class BodyState { kDone, kPending, kTimedOut };
+
+constexpr std::string_view kBodyTooSlow =
+    "the request body did not arrive in time (body deadline: the server's body timeout and "
+    "minimum rate)";
+
+// The answer to a body the body deadline cut (the connection then closes).
+Response RequestTimeout() {
+  return Response::Json(408,
+                        ToJson(ErrorToJson(Error(ErrorCode::kTimeout, std::string(kBodyTooSlow)))));
+}
+
+// Every write of a response is bounded by the connection's write stall
+// timeout (ServerOptions::write_timeout, set on the Conn), not by a deadline
+// for the whole response.
 class ConnWriter : public ResponseWriter {
  public:
-  // `body_done` (optional) says whether the request body was read to its end:
-  // if not, the connection cannot carry another request and is closed.
+  // `body_state` (optional) says how reading the request body went: if it was
+  // not read to its end, the connection cannot carry another request and is
+  // closed; if the body deadline cut it, the answer is the server's 408.
   ConnWriter(Conn& conn, const ServerOptions& options, bool head, bool keep_alive,
-             std::function<bool()> body_done = nullptr)
+             std::function<BodyState()> body_state = nullptr)
       : conn_(conn),
         stream_(conn),
         options_(options),
         head_(head),
         keep_alive_(keep_alive),
-        body_done_(std::move(body_done)) {}
+        body_state_(std::move(body_state)) {}
 
-  Status Send(const Response& response) override {
+  Status Send(const Response& handler_response) override {
     if (started_) return MakeError(ErrorCode::kInternal, "response already started");
     started_ = true;
-    if (body_done_ && !body_done_()) keep_alive_ = false;
-    stream_.set_deadline(DeadlineAfter(options_.write_timeout));
+    const BodyState body = body_state_ ? body_state_() : BodyState::kDone;
+    if (body != BodyState::kDone) keep_alive_ = false;
+    // The handler's answer to a body that did not come in time (its read
+    // failed) is replaced by the server's own.
+    const Response timed_out = body == BodyState::kTimedOut ? RequestTimeout() : Response{};
+    const Response& response = body == BodyState::kTimedOut ? timed_out : handler_response;
     boost::system::error_code ec;
     if (head_) {
       http::response<http::empty_body> res{static_cast<http::status>(response.status), 11};
@@ -86,8 +107,7 @@ class ConnWriter : public ResponseWriter {
     if (started_) return MakeError(ErrorCode::kInternal, "response already started");
     started_ = true;
     streaming_ = true;
-    if (body_done_ && !body_done_()) keep_alive_ = false;
-    stream_.set_deadline(DeadlineAfter(options_.write_timeout));
+    if (body_state_ && body_state_() != BodyState::kDone) keep_alive_ = false;
     http::response<http::empty_body> res{static_cast<http::status>(status), 11};
     CopyHeaders(headers, res);
     res.chunked(true);
@@ -108,14 +128,14 @@ class ConnWriter : public ResponseWriter {
     std::string frame = fmt::format("{:x}\r\n", data.size());
     frame.append(data);
     frame += "\r\n";
-    auto s = conn_.WriteAll(frame, DeadlineAfter(options_.write_timeout));
+    auto s = conn_.WriteAll(frame, Deadline::max());
     if (!s) failed_ = true;
     return s;
   }
 
   Status EndStream() override {
     if (!streaming_ || failed_) return MakeError(ErrorCode::kInternal, "no open stream");
-    auto s = conn_.WriteAll("0\r\n\r\n", DeadlineAfter(options_.write_timeout));
+    auto s = conn_.WriteAll("0\r\n\r\n", Deadline::max());
     if (!s) {
       failed_ = true;
       return s;
@@ -141,7 +161,7 @@ class ConnWriter : public ResponseWriter {
   const ServerOptions& options_;
   bool head_;
   bool keep_alive_;
-  std::function<bool()> body_done_;
+  std::function<BodyState()> body_state_;
   bool started_ = false;
   bool streaming_ = false;
   bool finished_ = false;
@@ -168,10 +188,47 @@ void SendSimpleError(Conn& conn, int status, std::string_view message, const Ser
   ConnWriter w(conn, opts, false, false);
   ErrorCode code = status == 413   ? ErrorCode::kResourceExhausted
                    : status == 503 ? ErrorCode::kUnavailable
+                   : status == 408 ? ErrorCode::kTimeout
                                    : ErrorCode::kInvalidArgument;
   (void)w.Send(Response::Json(status, ToJson(ErrorToJson(Error(code, std::string(message))))));
   if (linger) LingeringClose(conn);
 }
+
+// The body deadline (ServerOptions::body_timeout and body_min_rate): when the
+// next byte of the body is due.
+class BodyClock {
+ public:
+  explicit BodyClock(const ServerOptions& options)
+      : silence_(options.body_timeout), min_rate_(options.body_min_rate) {}
+  // The body starts now (after the headers, or after a 100 Continue).
+  void Start() { start_ = last_ = Clock::now(); }
+  void Received(size_t n) {
+    if (n == 0) return;
+    received_ += n;
+    last_ = Clock::now();
+  }
+  Deadline Next() const {
+    if (silence_.count() <= 0) return Deadline::max();
+    Deadline due = last_ + silence_;
+    if (min_rate_ > 0) {
+      // Credit for what came: received / min_rate seconds, in double and
+      // capped at ~30 years so no length overflows the clock.
+      const double seconds =
+          std::min(static_cast<double>(received_) / static_cast<double>(min_rate_), 1e9);
+      auto credit =
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+      due = std::min(due, start_ + silence_ + credit);
+    }
+    return due;
+  }
+
+ private:
+  std::chrono::milliseconds silence_;
+  uint64_t min_rate_;
+  Deadline start_{};
+  Deadline last_{};
+  uint64_t received_ = 0;
+};
 
 using BodyParser = http::request_parser<http::buffer_body>;
 
@@ -184,27 +241,34 @@ class ParserBodyReader : public BodyReader {
         stream_(stream),
         buffer_(buffer),
         parser_(parser),
-        options_(options),
-        send_continue_(send_continue) {}
+        clock_(options),
+        send_continue_(send_continue) {
+    clock_.Start();
+  }
 
   Result<size_t> Read(char* data, size_t size) override {
     if (failed_) return tl::unexpected(*failed_);
     if (size == 0) return size_t{0};
     if (send_continue_) {  // the handler wants the body: now ask for it
       send_continue_ = false;
-      (void)conn_.WriteAll("HTTP/1.1 100 Continue\r\n\r\n", DeadlineAfter(options_.write_timeout));
+      (void)conn_.WriteAll("HTTP/1.1 100 Continue\r\n\r\n", Deadline::max());
+      clock_.Start();  // the client waited for this before sending
     }
     while (!parser_.is_done()) {
       parser_.get().body().data = data;
       parser_.get().body().size = size;
       boost::system::error_code ec;
-      stream_.set_deadline(DeadlineAfter(options_.read_timeout));  // per silence
+      stream_.set_deadline(clock_.Next());
       http::read_some(stream_, buffer_, parser_, ec);
       if (ec == http::error::need_buffer) ec = {};
       size_t n = size - parser_.get().body().size;
+      clock_.Received(n);
       if (ec) {
         Error e = stream_.last_error();
-        if (e.code != ErrorCode::kTimeout && e.code != ErrorCode::kCancelled) {
+        if (e.code == ErrorCode::kTimeout) {
+          timed_out_ = true;
+          e.message = std::string(kBodyTooSlow);
+        } else if (e.code != ErrorCode::kCancelled) {
           e = Error(ErrorCode::kInvalidArgument,
                     "the request body ended early or is malformed: " + ec.message());
         }
@@ -220,21 +284,25 @@ class ParserBodyReader : public BodyReader {
     if (!cl) return std::nullopt;
     return static_cast<uint64_t>(*cl);
   }
-  bool done() const { return parser_.is_done() && !failed_; }
+  BodyState state() const {
+    if (timed_out_) return BodyState::kTimedOut;
+    return parser_.is_done() && !failed_ ? BodyState::kDone : BodyState::kPending;
+  }
 
  private:
   Conn& conn_;
   BeastStream& stream_;
   boost::beast::flat_buffer& buffer_;
   BodyParser& parser_;
-  const ServerOptions& options_;
+  BodyClock clock_;
   bool send_continue_;
+  bool timed_out_ = false;
   std::optional<Error> failed_;
 };
 
 // Reads a whole body of at most `limit` bytes (413 beyond it).
 Result<std::string> ReadWholeBody(BeastStream& stream, boost::beast::flat_buffer& buffer,
-                                  BodyParser& parser, size_t limit, Deadline deadline) {
+                                  BodyParser& parser, size_t limit, BodyClock& clock) {
   std::string body;
   // Grows with what arrives: an announced length alone must not cost memory.
   if (auto cl = parser.content_length()) {
@@ -245,15 +313,17 @@ Result<std::string> ReadWholeBody(BeastStream& stream, boost::beast::flat_buffer
     parser.get().body().data = scratch;
     parser.get().body().size = sizeof scratch;
     boost::system::error_code ec;
-    stream.set_deadline(deadline);
+    stream.set_deadline(clock.Next());
     http::read_some(stream, buffer, parser, ec);
     if (ec == http::error::need_buffer) ec = {};
     size_t n = sizeof scratch - parser.get().body().size;
+    clock.Received(n);
     if (ec) {
       Error e = stream.last_error();
-      if (e.code == ErrorCode::kTimeout || e.code == ErrorCode::kCancelled) {
-        return tl::unexpected(e);
+      if (e.code == ErrorCode::kTimeout) {
+        return MakeError(ErrorCode::kTimeout, std::string(kBodyTooSlow));
       }
+      if (e.code == ErrorCode::kCancelled) return tl::unexpected(e);
       return MakeError(ErrorCode::kInvalidArgument, "malformed HTTP request: " + ec.message());
     }
     if (body.size() + n > limit) {
@@ -263,6 +333,32 @@ Result<std::string> ReadWholeBody(BeastStream& stream, boost::beast::flat_buffer
     body.append(scratch, n);
   }
   return body;
+}
+
+// Starts `fn` on a detached thread. Unlike std::thread, a failure (EAGAIN:
+// the pids cgroup, RLIMIT_NPROC or memory are exhausted, which a sandbox's
+// processes can cause) is a value, not an exception that would end the
+// daemon.
+Status StartDetachedThread(std::function<void()> fn) {
+  auto* heap = new std::function<void()>(std::move(fn));
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  int rc = pthread_create(
+      &thread, &attr,
+      [](void* arg) -> void* {
+        std::unique_ptr<std::function<void()>> f(static_cast<std::function<void()>*>(arg));
+        (*f)();
+        return nullptr;
+      },
+      heap);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) {
+    delete heap;
+    return MakeSyscallError("pthread_create", rc);
+  }
+  return {};
 }
 
 }  // namespace
@@ -277,6 +373,7 @@ void HttpServer::Impl::AcceptLoop() {
       continue;
     }
     Conn conn(std::move(*fd));
+    conn.set_write_stall_timeout(options.write_timeout);
     {
       std::lock_guard lock(mu);
       if (active >= options.max_connections) {
@@ -285,38 +382,74 @@ void HttpServer::Impl::AcceptLoop() {
       }
       ++active;
     }
-    std::thread([this, c = std::move(conn)]() mutable {
-      ServeConnection(std::move(c));
+    // The connection lives on the heap until its thread has it, so that a
+    // thread that cannot start leaves it here to be answered.
+    auto shared = std::make_shared<Conn>(std::move(conn));
+    auto started = StartDetachedThread([this, shared] {
+      ServeConnection(std::move(*shared));
       if (options.tls) ReleaseThreadTlsState();
       std::lock_guard lock(mu);
       --active;
       cv.notify_all();
-    }).detach();
+    });
+    if (!started) {
+      SendSimpleError(*shared, 503, "cannot serve this connection: " + started.error().message,
+                      options);
+      std::lock_guard lock(mu);
+      --active;
+      cv.notify_all();
+    }
   }
 }
 
 void HttpServer::Impl::ServeConnection(Conn conn) {
+  const Deadline accepted = Clock::now();
   conn.set_cancel_fd(cancel_fd.get());
+  conn.set_write_stall_timeout(options.write_timeout);
+  auto after = [](Deadline from, std::chrono::milliseconds d) {
+    return d.count() <= 0 ? Deadline::max() : from + d;
+  };
   if (options.tls) {
-    if (!conn.StartTlsServer(*options.tls, DeadlineAfter(options.read_timeout))) return;
+    if (!conn.StartTlsServer(*options.tls, after(accepted, options.header_timeout))) return;
   }
   BeastStream stream(conn);
   boost::beast::flat_buffer buffer;
   // Room for a typical request in one read (Beast reads at most the free
   // capacity, and a small buffer means one recv per few hundred bytes).
   buffer.reserve(kInitialReadBuffer);
-  while (!stopping) {
+  for (bool first = true; !stopping; first = false) {
+    // The header deadline runs from the request's first byte; a new
+    // connection's first request is due from accept (a client that connects
+    // and stays silent is a slow header too).
+    Deadline header_deadline = after(accepted, options.header_timeout);
+    boost::system::error_code ec;
+    if (!first) {
+      if (buffer.size() == 0) {
+        // Kept alive, nothing pipelined: wait for the next request to begin.
+        stream.set_deadline(DeadlineAfter(options.idle_timeout));
+        size_t n = stream.read_some(buffer.prepare(kInitialReadBuffer), ec);
+        buffer.commit(n);
+        if (ec || n == 0) return;  // idle too long, closed, or shutting down: no answer
+      }
+      header_deadline = after(Clock::now(), options.header_timeout);
+    }
     BodyParser parser;
     parser.header_limit(static_cast<std::uint32_t>(options.max_header_bytes));
     parser.body_limit(boost::none);  // checked below, per route
-    boost::system::error_code ec;
-    stream.set_deadline(DeadlineAfter(options.idle_timeout));
+    stream.set_deadline(header_deadline);
     http::read_header(stream, buffer, parser, ec);
     if (ec) {
       if (ec == http::error::header_limit) {
         SendSimpleError(conn, 431, "request headers too large", options);
-      } else if (ec != boost::asio::error::eof && ec != boost::asio::error::timed_out &&
-                 ec != boost::asio::error::connection_aborted && ec != http::error::end_of_stream) {
+      } else if (ec == boost::asio::error::timed_out) {
+        // Part of a request came, too slowly: say so (a connection that sent
+        // nothing is just closed).
+        if (buffer.size() > 0) {
+          SendSimpleError(conn, 408, "the request headers did not arrive in time", options,
+                          /*linger=*/true);
+        }
+      } else if (ec != boost::asio::error::eof && ec != boost::asio::error::connection_aborted &&
+                 ec != http::error::end_of_stream) {
         SendSimpleError(conn, 400, "malformed HTTP request: " + ec.message(), options);
       }
       return;
@@ -348,14 +481,14 @@ void HttpServer::Impl::ServeConnection(Conn conn) {
       ParserBodyReader reader(conn, stream, buffer, parser, options, wants_continue);
       req.body_reader = &reader;
       ConnWriter writer(conn, options, req.method == "HEAD", keep_alive,
-                        [&reader] { return reader.done(); });
+                        [&reader] { return reader.state(); });
       handler(req, writer);
       req.body_reader = nullptr;
       if (!writer.started()) {
         (void)writer.Send(Response::Json(
             500, R"({"error":{"code":"INTERNAL","message":"handler sent no response"}})"));
       }
-      if (!reader.done()) {  // answered before the whole body came
+      if (reader.state() != BodyState::kDone) {  // answered before the whole body came
         LingeringClose(conn);
         return;
       }
@@ -370,14 +503,17 @@ void HttpServer::Impl::ServeConnection(Conn conn) {
                       /*linger=*/!wants_continue);
       return;
     }
+    BodyClock clock(options);
     if (wants_continue && !parser.is_done()) {
-      (void)conn.WriteAll("HTTP/1.1 100 Continue\r\n\r\n", DeadlineAfter(options.write_timeout));
+      (void)conn.WriteAll("HTTP/1.1 100 Continue\r\n\r\n", Deadline::max());
     }
-    auto body = ReadWholeBody(stream, buffer, parser, options.max_body_bytes,
-                              DeadlineAfter(options.read_timeout));
+    clock.Start();
+    auto body = ReadWholeBody(stream, buffer, parser, options.max_body_bytes, clock);
     if (!body) {
       if (body.error().code == ErrorCode::kResourceExhausted) {
         SendSimpleError(conn, 413, body.error().message, options, /*linger=*/true);
+      } else if (body.error().code == ErrorCode::kTimeout) {
+        SendSimpleError(conn, 408, body.error().message, options, /*linger=*/true);
       } else if (body.error().code == ErrorCode::kInvalidArgument) {
         SendSimpleError(conn, 400, body.error().message, options);
       }

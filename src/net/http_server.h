@@ -1,7 +1,11 @@
 // A small, robust HTTP/1.1 server: thread per connection, keep-alive, chunked
 // streaming responses, TLS optional, unix or TCP listeners. Handlers are plain
 // blocking functions, which keeps the daemon's code simple; every socket wait
-// has a deadline and shutdown interrupts idle connections.
+// has a deadline (ServerOptions) and shutdown interrupts idle connections.
+// Nothing is queued for a slow reader: a streamed response goes to the socket
+// as the handler produces it, so a slow reader blocks its handler (and e.g.
+// the command whose output it streams) instead of growing a buffer; a Send()
+// response is held once, as the handler built it.
 #pragma once
 
 #include <chrono>
@@ -36,12 +40,39 @@ struct ServerOptions {
   size_t max_body_bytes = 256u << 20;  // larger buffered bodies get 413
   // Requests for which this returns true (it sees method, path, query and
   // headers) are not buffered: the handler reads request.body_reader as the
-  // bytes arrive, with no size cap (read_timeout then bounds each silence,
-  // not the whole body). For uploads of any size in bounded memory.
+  // bytes arrive, with no size cap (the body deadline below still applies).
+  // For uploads of any size in bounded memory.
   std::function<bool(const Request& head)> stream_request_body;
   size_t max_header_bytes = 64u << 10;
-  std::chrono::milliseconds idle_timeout{60000};  // keep-alive wait for the next request
-  std::chrono::milliseconds read_timeout{60000};  // to receive one whole request
+
+  // Deadlines, one per phase of a request, so that a slow or silent client
+  // holds its connection (and thread) for a bounded time while a large
+  // transfer at any sane rate is never cut. Zero disables one.
+  //
+  // A kept-alive connection waits this long for the first byte of its next
+  // request, then is closed without an answer.
+  std::chrono::milliseconds idle_timeout{60000};
+  // The request line and headers must be complete this long after their
+  // first byte (on a new connection: after accept, which also bounds the TLS
+  // handshake and a client that never sends). 408, then close: a slowloris
+  // client dripping header bytes cannot keep a connection.
+  std::chrono::milliseconds header_timeout{20000};
+  // The body: no silence longer than body_timeout, and on average at least
+  // body_min_rate bytes/s after a grace of body_timeout (the next byte is due
+  // by body start + body_timeout + received / body_min_rate). 408, then close.
+  // Not a whole-body deadline: streamed uploads have no size cap, so any fixed
+  // time would cut a big enough one. And not a silence bound alone: that lets
+  // a client hold a connection forever with one byte per body_timeout (slow
+  // POST). The rate bound is Apache mod_reqtimeout's MinRate. Time a streaming
+  // handler spends between its reads counts too (it is never near 1 KiB/s).
+  std::chrono::milliseconds body_timeout{60000};
+  uint64_t body_min_rate = 1024;  // bytes/s; 0: the silence bound only
+  // Writes: the connection is cut when the peer accepts no byte for this long
+  // (a stalled reader). A bound on progress, not on the whole response, so a
+  // large download to a slow but moving reader completes. The kernel accepts
+  // data in socket-buffer-sized steps, so a reader slower than about
+  // (socket buffer / 4) / write_timeout (tens of KiB per write_timeout) counts
+  // as stalled: 1 byte/s is.
   std::chrono::milliseconds write_timeout{60000};
   size_t max_connections = 1024;    // beyond it new connections get 503 and are closed
   std::shared_ptr<TlsContext> tls;  // non-null: HTTPS

@@ -3,9 +3,11 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -62,6 +64,38 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// Every connection holds a descriptor and a request a few more (an exec's
+// pipes and pidfd), so the soft RLIMIT_NOFILE (often 1024) would cap the
+// connections below --http-max-connections' 1024 and turn the rest into
+// accept() failures (EMFILE) that leave clients waiting. The soft limit goes
+// up to the hard one (children get the original back: spawn.h), and the
+// default connection cap leaves room for two descriptors per connection plus
+// the daemon's own: min(1024, (limit - 64) / 2). Returns that cap.
+Result<size_t> RaiseOpenFilesLimit() {
+  struct rlimit nofile {};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) != 0) {
+    return MakeSyscallError("getrlimit", errno, "RLIMIT_NOFILE");
+  }
+  const rlim_t started_with = nofile.rlim_cur;
+  if (nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &nofile) != 0) {
+      return MakeSyscallError("setrlimit", errno, "RLIMIT_NOFILE");
+    }
+  }
+  if (auto s = sandboxd::proc::SetChildOpenFilesLimit(started_with); !s) {
+    return tl::unexpected(s.error());
+  }
+  // The daemon's own descriptors (listeners, eventfds, epoll, reaper) are
+  // about 20; a sandbox configured with a tiny limit still gets a few
+  // connections.
+  constexpr size_t kDefaultMaxConnections = 1024;
+  const rlim_t own = std::min<rlim_t>(64, nofile.rlim_cur / 4);
+  const rlim_t room = (nofile.rlim_cur - own) / 2;
+  return std::clamp<size_t>(static_cast<size_t>(std::min<rlim_t>(room, kDefaultMaxConnections)), 4,
+                            kDefaultMaxConnections);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,6 +121,11 @@ int main(int argc, char** argv) {
   double default_timeout_s = 1800;
   double shutdown_timeout_s = 10;
   double idle_timeout_s = 60;
+  double header_timeout_s = 20;
+  double body_timeout_s = 60;
+  uint64_t body_min_rate = 1024;
+  double write_timeout_s = 300;
+  size_t max_connections = 0;
   size_t stream_chunk_size = 0;
   app.add_option("--listen", listen,
                  "Where to listen: unix:/path/to.sock, HOST:PORT, or fd:N (a listening\n"
@@ -128,13 +167,45 @@ int main(int argc, char** argv) {
   app.add_option("--shutdown-timeout", shutdown_timeout_s,
                  "Seconds running requests get after SIGTERM before processes are killed")
       ->capture_default_str();
-  app.add_option("--http-idle-timeout", idle_timeout_s, "Keep-alive idle timeout in seconds")
+  app.add_option("--http-idle-timeout", idle_timeout_s,
+                 "Seconds a kept-alive connection waits for its next request")
       ->capture_default_str();
+  app.add_option("--http-header-timeout", header_timeout_s,
+                 "Seconds a request's line and headers may take from their first byte\n"
+                 "(a new connection: from accept); then 408 and close")
+      ->capture_default_str();
+  app.add_option("--http-body-timeout", body_timeout_s,
+                 "Longest silence in a request body, in seconds, and the grace before\n"
+                 "--http-body-min-rate applies; then 408 and close")
+      ->capture_default_str();
+  app.add_option("--http-body-min-rate", body_min_rate,
+                 "Least average rate of a request body in bytes/s after the grace\n"
+                 "(0 = silence bound only). Uploads have no size cap, so no fixed\n"
+                 "time bounds a body; this rate bounds a client that drips one")
+      ->capture_default_str();
+  app.add_option("--http-write-timeout", write_timeout_s,
+                 "Seconds a response may make no progress (the client takes no byte)\n"
+                 "before the connection is cut; a slow but moving download is not cut")
+      ->capture_default_str();
+  app.add_option("--http-max-connections", max_connections,
+                 "Connections served at once (more get 503); default: 1024, or fewer\n"
+                 "when RLIMIT_NOFILE leaves too little room");
   app.add_option("--stream-chunk-size", stream_chunk_size,
                  "Accepted for upstream compatibility (ignored)");
   app.add_option("--shell", config.shell, "Shell used for shell-string commands")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  for (auto [name, value] : {std::pair{"--http-idle-timeout", idle_timeout_s},
+                             {"--http-header-timeout", header_timeout_s},
+                             {"--http-body-timeout", body_timeout_s},
+                             {"--http-write-timeout", write_timeout_s}}) {
+    if (!(value >= 0 && value <= 86400 * 365)) {
+      return Fail(fmt::format("{} must be between 0 and one year of seconds", name));
+    }
+  }
+  // Before any thread starts (children of every thread get the original).
+  auto fd_room = RaiseOpenFilesLimit();
+  if (!fd_room) return Fail(fd_room.error().ToString());
 
   if (!token_file.empty()) {
     std::ifstream in(token_file);
@@ -184,10 +255,14 @@ int main(int argc, char** argv) {
   auto daemon = sandboxd::Daemon::Create(config);
   if (!daemon) return Fail(daemon.error().message);
 
+  auto seconds = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
   net::ServerOptions options;
-  options.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(idle_timeout_s * 1000));
-  options.read_timeout = 300s;
-  options.write_timeout = 300s;
+  options.idle_timeout = seconds(idle_timeout_s);
+  options.header_timeout = seconds(header_timeout_s);
+  options.body_timeout = seconds(body_timeout_s);
+  options.body_min_rate = body_min_rate;
+  options.write_timeout = seconds(write_timeout_s);
+  options.max_connections = max_connections > 0 ? max_connections : *fd_room;
   options.server_header = "deepbox-sandboxd/" + std::string(sandboxd::kVersion);
   options.stream_request_body = &sandboxd::Daemon::StreamsRequestBody;
   std::vector<std::unique_ptr<net::HttpServer>> servers;

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <system_error>
 #include <thread>
 
 #include "common/utf8.h"
@@ -632,7 +633,16 @@ Result<GrepResult> Grep(const Root& root, std::string_view pattern, const GrepOp
   } else {
     std::vector<std::thread> pool;
     pool.reserve(threads - 1);
-    for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+    for (size_t t = 1; t < threads; ++t) {
+      // No thread to be had (the sandbox's processes may have used up its
+      // pids limit): search with fewer rather than let the exception end
+      // the daemon.
+      try {
+        pool.emplace_back(worker);
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
     worker();
     for (auto& t : pool) t.join();
   }

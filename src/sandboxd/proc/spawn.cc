@@ -6,10 +6,12 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -38,6 +40,7 @@ enum ChildStep : int {
   kStepDup,
   kStepControllingTty,
   kStepCloseRange,
+  kStepRlimit,
   kStepChdir,
   kStepSigmask,
   kStepExecve,
@@ -55,6 +58,8 @@ const char* StepCall(int step) {
       return "ioctl(TIOCSCTTY)";
     case kStepCloseRange:
       return "close_range";
+    case kStepRlimit:
+      return "prlimit(RLIMIT_NOFILE)";
     case kStepChdir:
       return "chdir";
     case kStepSigmask:
@@ -81,6 +86,11 @@ struct ChildArgs {
   int fds[3] = {-1, -1, -1};  // all >= 3, installed as 0, 1, 2
   bool setpgid = true;
   bool controlling_tty = false;  // setsid() instead of setpgid(), then fd 0 becomes the ctty
+  // The kernel's struct rlimit64 for prlimit64(2); set_nofile false: inherit.
+  bool set_nofile = false;
+  struct {
+    uint64_t cur, max;
+  } nofile{};
   volatile int step = kStepNone;
   volatile int err = 0;
 };
@@ -137,6 +147,11 @@ __attribute__((no_sanitize("address", "undefined"))) int ChildMain(void* arg) {
   if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     a->err = errno;
     a->step = kStepCloseRange;
+    return 127;
+  }
+  if (a->set_nofile && syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &a->nofile, nullptr) != 0) {
+    a->err = errno;
+    a->step = kStepRlimit;
     return 127;
   }
   if (a->cwd != nullptr && syscall(SYS_chdir, a->cwd) != 0) {
@@ -208,6 +223,10 @@ int DevNull() {
 }
 
 bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
+
+// SetChildOpenFilesLimit: written once at startup, before any thread spawns.
+bool g_child_nofile_set = false;
+struct rlimit g_child_nofile {};
 
 // PATH of an environment given as "K=V" strings (nullptr: environ).
 std::string_view FindPath(const std::vector<std::string>* env) {
@@ -444,6 +463,11 @@ Result<Child> Spawn(const SpawnRequest& request) {
   args.cwd = request.cwd.empty() ? nullptr : request.cwd.c_str();
   args.setpgid = request.new_process_group;
   args.controlling_tty = request.controlling_tty;
+  if (g_child_nofile_set) {
+    args.set_nofile = true;
+    args.nofile.cur = g_child_nofile.rlim_cur;
+    args.nofile.max = g_child_nofile.rlim_max;
+  }
 
   static thread_local ChildStack stack;
   auto top = stack.Top();
@@ -477,6 +501,15 @@ Result<Child> Spawn(const SpawnRequest& request) {
 }
 
 void IgnoreSigpipe() { ::signal(SIGPIPE, SIG_IGN); }
+
+Status SetChildOpenFilesLimit(uint64_t soft) {
+  if (getrlimit(RLIMIT_NOFILE, &g_child_nofile) != 0) {
+    return MakeSyscallError("getrlimit", errno, "RLIMIT_NOFILE");
+  }
+  g_child_nofile.rlim_cur = std::min<rlim_t>(soft, g_child_nofile.rlim_max);
+  g_child_nofile_set = true;
+  return {};
+}
 
 ssize_t WriteNoSigpipe(int fd, const void* data, size_t size) {
   // Block SIGPIPE for this thread; if the write raised one, consume it before
