@@ -14,5 +14,15 @@ function(deepbox_test name)
     set(T_LABELS unit)
   endif()
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60 TEST_PREFIX "${name}."
-    PROPERTIES LABELS "${T_LABELS}" TIMEOUT 300)
+    PROPERTIES TIMEOUT 300)
+  # Labels are set by a script CTest reads after the discovered tests: through
+  # gtest_discover_tests' PROPERTIES a list ("unit;mcp") is split into LABELS
+  # unit and a property named mcp, and the second label is lost. The
+  # discovery script leaves the tests' names in ${name}_TESTS.
+  set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake")
+  file(WRITE "${labels_file}"
+    "if(${name}_TESTS)\n"
+    "  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${T_LABELS}\")\n"
+    "endif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
 endfunction()
