@@ -129,6 +129,7 @@ Result<ClaimedSandbox> Claimer::Claim(const ClaimRequest& request) {
         fmt::format("creating SandboxClaim '{}' in namespace '{}': {}", name, ns, e.message);
     return tl::unexpected(e);
   }
+  if (request.observer) request.observer(ClaimStep::kCreated, name);
   std::string rv = FindString(*created, {"metadata", "resourceVersion"});
   auto result = Wait(request, name, rv.empty() ? "0" : rv);
   if (!result) {
@@ -235,6 +236,7 @@ Result<ClaimedSandbox> Claimer::Wait(const ClaimRequest& request, const std::str
         }
       }
       done = std::move(c);
+      if (request.observer) request.observer(ClaimStep::kReady, name);
       return false;
     }
     return true;

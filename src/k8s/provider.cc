@@ -200,6 +200,7 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Claim(const ClaimOptio
   req.shutdown_after = options.ttl;
   req.ready_timeout = options_.ready_timeout;
   req.created_by = options_.created_by;
+  req.observer = options_.observer;
   auto claimed = claimer_->Claim(req);
   if (!claimed) return tl::unexpected(claimed.error());
 
@@ -234,6 +235,7 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Claim(const ClaimOptio
     (*conn)->Close();
     return fail(unreachable(e));
   }
+  if (options_.observer) options_.observer(ClaimStep::kConnected, claimed->claim_name);
   auto* conn_ptr = conn->get();
   auto guarded = std::make_unique<GuardedSandbox>(std::move(*sandbox), conn_ptr, id);
   return std::unique_ptr<SandboxLease>(

@@ -41,6 +41,7 @@ struct K8sProviderOptions {
   std::string created_by = "deepbox";
   ConnectionOptions connection;
   SandboxFactory sandbox_factory;  // null = SandboxdClient
+  ClaimObserver observer;          // optional: each claim's milestones
 };
 
 // A claim made to outlive this process (`deepbox sandbox create --provider
