@@ -20,9 +20,14 @@
 // real_bench.py on a REAL API server (bench/k8s/README.md): the production
 // K8sSandboxProvider (KUBECONFIG, AGENT_SANDBOX_ROUTER_URL), driven by one
 // command per stdin line, one JSON line of milliseconds per command:
-//   reuse   one claim with the process's provider (as the SDK's in-process row)
-//   fresh   one claim with a provider made for it: kubeconfig, TLS, discovery
-//           (what one `deepbox run --sandbox k8s` does after its start)
+//   reuse   one claim with the process's provider (as the SDK's in-process row),
+//           check_daemon = false: the first command is the daemon's check
+//   checked the same with check_daemon = true (the default: Claim() returns
+//           once the daemon answered)
+//   fresh   one claim with a provider made for it: kubeconfig, TLS, the API
+//           version (as one process does after its start)
+//   quiet   reuse, with a 3 s pause at the Ready event (not counted): what
+//           follows runs after the cluster's own work on the claim settled
 //   conc N  N claims at once from the process's provider, a thread each
 // Each claim reports when the create was answered, when its Ready event
 // arrived on the watch, when its daemon answered and when `true`'s result
@@ -350,9 +355,10 @@ class Bench {
 struct Timeline {
   Clock::time_point start, created, ready, connected, done;
   // "quiet": a pause at the Ready event, so that what follows runs after the
-  // cluster's own work on the claim (the pool's refill) has settled; `ready`
-  // is then the end of the pause and `start` moves by the pause.
+  // cluster's own work on the claim (the pool's refill) has settled; the
+  // pause is not counted.
   std::chrono::milliseconds pause{0};
+  Clock::duration paused{};
 };
 
 // The claim in progress on this thread (the provider's observer runs on the
@@ -364,7 +370,8 @@ std::string Env(const char* name) {
   return v == nullptr ? "" : v;
 }
 
-Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeRealProvider(const std::string& ns) {
+Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeRealProvider(const std::string& ns,
+                                                                   bool check_daemon) {
   // As `deepbox run --sandbox k8s --router-url URL` makes it.
   auto rest = k8s::LoadDefaultConfig({});
   if (!rest) return tl::unexpected(rest.error());
@@ -375,6 +382,8 @@ Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeRealProvider(const std::str
   o.connection.mode = k8s::ConnectionMode::kDirect;
   o.connection.direct_url = Env("AGENT_SANDBOX_ROUTER_URL");
   o.connection.router_token = Env("AGENT_SANDBOX_ROUTER_TOKEN");
+  // A program that runs a command at once: its first call is the daemon's check.
+  o.check_daemon = check_daemon;
   if (o.connection.direct_url.empty()) {
     return MakeError(ErrorCode::kInvalidArgument, "AGENT_SANDBOX_ROUTER_URL is not set");
   }
@@ -386,12 +395,11 @@ Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeRealProvider(const std::str
         current_claim->created = now;
         break;
       case k8s::ClaimStep::kReady:
+        current_claim->ready = now;
         if (current_claim->pause.count() > 0) {
           std::this_thread::sleep_for(current_claim->pause);
-          current_claim->start += Clock::now() - now;
-          now = Clock::now();
+          current_claim->paused = Clock::now() - now;
         }
-        current_claim->ready = now;
         break;
       case k8s::ClaimStep::kConnected:
         current_claim->connected = now;
@@ -437,7 +445,8 @@ Status ReleaseAll(std::vector<Result<std::unique_ptr<SandboxLease>>>& leases) {
 std::string TimelineJson(const Timeline& t) {
   auto at = [&](Clock::time_point p) { return Ms(p - t.start); };
   return fmt::format(R"({{"created":{:.3f},"ready":{:.3f},"connected":{:.3f},"done":{:.3f}}})",
-                     at(t.created), at(t.ready), at(t.connected), at(t.done));
+                     at(t.created), at(t.ready), at(t.connected - t.paused),
+                     at(t.done - t.paused));
 }
 
 std::string ErrorJson(const Error& e) {
@@ -447,27 +456,29 @@ std::string ErrorJson(const Error& e) {
 }
 
 int RunReal(const std::string& ns) {
-  auto provider = MakeRealProvider(ns);
-  if (!provider) {
-    std::fprintf(stderr, "bench_k8s_claim real: %s\n", provider.error().ToString().c_str());
+  auto provider = MakeRealProvider(ns, false);
+  auto checking = MakeRealProvider(ns, true);
+  if (!provider || !checking) {
+    if (!provider) checking = tl::unexpected(provider.error());
+    std::fprintf(stderr, "bench_k8s_claim real: %s\n", checking.error().ToString().c_str());
     return 1;
   }
   std::string line;
   while (std::getline(std::cin, line)) {
     std::string out;
-    if (line == "reuse" || line == "fresh" || line == "quiet") {
+    if (line == "reuse" || line == "fresh" || line == "quiet" || line == "checked") {
       Timeline t;
       if (line == "quiet") t.pause = std::chrono::milliseconds(3000);
       t.start = Clock::now();
       std::vector<Result<std::unique_ptr<SandboxLease>>> leases;
       if (line == "fresh") {
-        auto own = MakeRealProvider(ns);
+        auto own = MakeRealProvider(ns, false);
         leases.push_back(own ? ClaimOnce(**own, t) : tl::unexpected(own.error()));
         // (the lease is released before its provider goes)
         Status s = ReleaseAll(leases);
         out = s ? TimelineJson(t) : ErrorJson(s.error());
       } else {
-        leases.push_back(ClaimOnce(**provider, t));
+        leases.push_back(ClaimOnce(line == "checked" ? **checking : **provider, t));
         Status s = ReleaseAll(leases);
         out = s ? TimelineJson(t) : ErrorJson(s.error());
       }

@@ -112,10 +112,10 @@ def main():
         return answer
 
     rows = {"deepbox in process, reused provider": [], "deepbox in process, new provider": [],
-            "deepbox whole process": []}
+            "deepbox in process, check_daemon": [], "deepbox whole process": []}
     if not skip_sdk:
         rows.update({"SDK in process": [], "SDK whole process": []})
-    split = {"reuse": [], "fresh": []}  # the in-process timelines
+    split = {"reuse": [], "fresh": [], "checked": [], "quiet": []}  # in-process timelines
     sdk = None
     try:
         pool_ready(1)
@@ -123,20 +123,23 @@ def main():
             sdk = subprocess.Popen([sdk_python, os.path.join(HERE, "sdk_claim.py"), ns, router,
                                     "loop", str(iterations)], env=env, stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, text=True)
-        order = ["db-in", "db-fresh", "deepbox", "sdk-in", "sdk"]
+        order = ["db-in", "db-fresh", "db-checked", "db-quiet", "deepbox", "sdk-in", "sdk"]
         if skip_sdk:
-            order = order[:3]
+            order = order[:5]
         for i in range(iterations):
             # Alternating order, the same servers.
             for what in (order if i % 2 == 0 else order[::-1]):
                 reset()
-                if what in ("db-in", "db-fresh"):
-                    mode = "reuse" if what == "db-in" else "fresh"
+                if what.startswith("db-"):
+                    mode = {"db-in": "reuse", "db-fresh": "fresh", "db-checked": "checked",
+                            "db-quiet": "quiet"}[what]
                     t = deepbox_in(mode)
                     split[mode].append(t)
-                    name = ("deepbox in process, reused provider" if mode == "reuse" else
-                            "deepbox in process, new provider")
-                    rows[name].append(t["done"])
+                    name = {"reuse": "deepbox in process, reused provider",
+                            "fresh": "deepbox in process, new provider",
+                            "checked": "deepbox in process, check_daemon"}.get(mode)
+                    if name:
+                        rows[name].append(t["done"])
                 elif what == "deepbox":
                     rows["deepbox whole process"].append(deepbox_once())
                 elif what == "sdk":
@@ -181,7 +184,9 @@ def main():
         print(f"{name:38s}{pct(xs, .5):9.1f}{pct(xs, .9):9.1f}")
     print("\ndeepbox in process, split at the claim's Ready event on the watch:")
     print(f"{'':38s}{'p50':>9s}{'p90':>9s}  (ms)")
-    for mode, label in (("reuse", "reused provider"), ("fresh", "new provider")):
+    for mode, label in (("reuse", "reused provider"), ("fresh", "new provider"),
+                        ("checked", "reused provider, check_daemon = true (the default)"),
+                        ("quiet", "reused provider, 3 s pause at the Ready event (not counted)")):
         ts = split[mode]
         parts = [("total", [t["done"] for t in ts]),
                  ("(a) start -> Ready event", [t["ready"] for t in ts]),

@@ -42,7 +42,8 @@ bool IsTerminalClaimReason(std::string_view reason);
 enum class ClaimStep {
   kCreated,    // the API server answered the create
   kReady,      // the watch delivered the claim's Ready event
-  kConnected,  // its daemon answered (K8sSandboxProvider::Claim)
+  kConnected,  // the lease is ready: its daemon answered (K8sSandboxProvider::Claim; at
+               // once with check_daemon = false)
 };
 using ClaimObserver = std::function<void(ClaimStep step, const std::string& claim_name)>;
 

@@ -87,9 +87,11 @@ class LoopbackProxy {
     char buf[65536];
     bool open[2] = {true, true};  // client->backend, backend->client
     while (open[0] || open[1]) {
+      // A finished direction's fd is left out (-1): poll reports POLLHUP
+      // whatever the events asked, and a half-closed connection would spin.
       pollfd fds[3] = {{stop_.get(), POLLIN, 0},
-                       {client.get(), static_cast<short>(open[0] ? POLLIN : 0), 0},
-                       {backend.get(), static_cast<short>(open[1] ? POLLIN : 0), 0}};
+                       {open[0] ? client.get() : -1, POLLIN, 0},
+                       {open[1] ? backend.get() : -1, POLLIN, 0}};
       if (::poll(fds, 3, -1) < 0) {
         if (errno == EINTR) continue;
         return;
