@@ -371,7 +371,7 @@ std::string Env(const char* name) {
 }
 
 Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeRealProvider(const std::string& ns,
-                                                                   bool check_daemon) {
+                                                                  bool check_daemon) {
   // As `deepbox run --sandbox k8s --router-url URL` makes it.
   auto rest = k8s::LoadDefaultConfig({});
   if (!rest) return tl::unexpected(rest.error());
@@ -445,8 +445,7 @@ Status ReleaseAll(std::vector<Result<std::unique_ptr<SandboxLease>>>& leases) {
 std::string TimelineJson(const Timeline& t) {
   auto at = [&](Clock::time_point p) { return Ms(p - t.start); };
   return fmt::format(R"({{"created":{:.3f},"ready":{:.3f},"connected":{:.3f},"done":{:.3f}}})",
-                     at(t.created), at(t.ready), at(t.connected - t.paused),
-                     at(t.done - t.paused));
+                     at(t.created), at(t.ready), at(t.connected - t.paused), at(t.done - t.paused));
 }
 
 std::string ErrorJson(const Error& e) {

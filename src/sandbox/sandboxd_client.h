@@ -16,7 +16,7 @@
 namespace deepbox::net {
 class HttpClient;
 struct ClientRequest;
-}
+}  // namespace deepbox::net
 
 namespace deepbox {
 
