@@ -35,6 +35,7 @@
 #include <dirent.h>
 #include <fmt/format.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -354,6 +355,10 @@ class Bench {
 // One claim's milestones.
 struct Timeline {
   Clock::time_point start, created, ready, connected, done;
+  // This thread's CPU time at the Ready event and at the result: deepbox's
+  // own work in between, whatever the machine's load adds to the wall time.
+  std::chrono::nanoseconds cpu_ready{0}, cpu_done{0};
+  double second_ms = 0;  // a second `true` right after (connections warm)
   // "quiet": a pause at the Ready event, so that what follows runs after the
   // cluster's own work on the claim (the pool's refill) has settled; the
   // pause is not counted.
@@ -364,6 +369,12 @@ struct Timeline {
 // The claim in progress on this thread (the provider's observer runs on the
 // claiming thread).
 thread_local Timeline* current_claim = nullptr;
+
+std::chrono::nanoseconds ThreadCpu() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -396,6 +407,7 @@ Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeRealProvider(const std::str
         break;
       case k8s::ClaimStep::kReady:
         current_claim->ready = now;
+        current_claim->cpu_ready = ThreadCpu();
         if (current_claim->pause.count() > 0) {
           std::this_thread::sleep_for(current_claim->pause);
           current_claim->paused = Clock::now() - now;
@@ -422,11 +434,15 @@ Result<std::unique_ptr<SandboxLease>> ClaimOnce(k8s::K8sSandboxProvider& provide
   req.argv = {"true"};
   auto r = (*lease)->sandbox().Exec(req);
   t.done = Clock::now();
+  t.cpu_done = ThreadCpu();
   current_claim = nullptr;
   if (!r) return tl::unexpected(r.error());
   if (r->kind != ExitKind::kExited || r->exit_code != 0) {
     return MakeError(ErrorCode::kInternal, "`true` failed in the sandbox");
   }
+  auto again = Clock::now();
+  if (auto r2 = (*lease)->sandbox().Exec(req); !r2) return tl::unexpected(r2.error());
+  t.second_ms = Ms(Clock::now() - again);
   return lease;
 }
 
@@ -444,8 +460,11 @@ Status ReleaseAll(std::vector<Result<std::unique_ptr<SandboxLease>>>& leases) {
 
 std::string TimelineJson(const Timeline& t) {
   auto at = [&](Clock::time_point p) { return Ms(p - t.start); };
-  return fmt::format(R"({{"created":{:.3f},"ready":{:.3f},"connected":{:.3f},"done":{:.3f}}})",
-                     at(t.created), at(t.ready), at(t.connected - t.paused), at(t.done - t.paused));
+  return fmt::format(R"({{"created":{:.3f},"ready":{:.3f},"connected":{:.3f},"done":{:.3f},)"
+                     R"("cpu_after_ready":{:.3f},"second":{:.3f}}})",
+                     at(t.created), at(t.ready), at(t.connected - t.paused), at(t.done - t.paused),
+                     std::chrono::duration<double, std::milli>(t.cpu_done - t.cpu_ready).count(),
+                     t.second_ms);
 }
 
 std::string ErrorJson(const Error& e) {

@@ -193,7 +193,9 @@ def main():
                  ("    of which start -> create answered", [t["created"] for t in ts]),
                  ("(b) Ready event -> result", [t["done"] - t["ready"] for t in ts]),
                  ("    of which daemon's first answer", [t["connected"] - t["ready"] for t in ts]),
-                 ("    of which the exec of `true`", [t["done"] - t["connected"] for t in ts])]
+                 ("    of which the exec of `true`", [t["done"] - t["connected"] for t in ts]),
+                 ("    deepbox's CPU time in (b)", [t["cpu_after_ready"] for t in ts]),
+                 ("a second `true` right after", [t["second"] for t in ts])]
         print(f"  {label}")
         for name, xs in parts:
             print(f"  {name:36s}{pct(xs, .5):9.1f}{pct(xs, .9):9.1f}")
@@ -213,13 +215,22 @@ def main():
         m = statistics.median(xs)
         print(f"5 concurrent claims, {what}: p50 {m:.1f} ms ({m / one[what]:.2f}x one claim; "
               f"rounds {', '.join(f'{x:.0f}' for x in xs)})")
-    print("\n5 concurrent claims in process, per round: Ready events (ms from the start, in "
-          "order) | deepbox's time after each Ready event (b)")
+    print("\n5 concurrent claims in process, per round, each claim in the order of its Ready "
+          "event (ms from the start):\n  create answered | Ready event | (b) deepbox's time after "
+          "it")
     for claims in conc_claims:
-        readies = sorted(c["ready"] for c in claims)
-        after = sorted(c["done"] - c["ready"] for c in claims)
-        print(f"  ready {' '.join(f'{x:6.1f}' for x in readies)} | "
-              f"(b) {' '.join(f'{x:5.1f}' for x in after)}")
+        claims = sorted(claims, key=lambda c: c["ready"])
+        created = " ".join(f"{c['created']:5.1f}" for c in claims)
+        ready = " ".join(f"{c['ready']:6.1f}" for c in claims)
+        after = " ".join(f"{c['done'] - c['ready']:5.1f}" for c in claims)
+        print(f"  created {created} | ready {ready} | (b) {after}")
+    gaps = [b["ready"] - a["ready"] for claims in conc_claims
+            for a, b in zip(sorted(claims, key=lambda c: c["ready"]),
+                            sorted(claims, key=lambda c: c["ready"])[1:])]
+    if gaps:
+        after = statistics.median(c["done"] - c["ready"] for r in conc_claims for c in r)
+        print(f"  between one claim's Ready event and the next: p50 "
+              f"{statistics.median(gaps):.1f} ms; (b) p50 {after:.1f} ms")
 
 
 if __name__ == "__main__":
