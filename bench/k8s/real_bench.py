@@ -4,21 +4,26 @@ side in one run against the same cluster, warm pool and router.
   real_bench.py CLUSTER_DIR DEEPBOX_BIN SDK_PYTHON [ITERATIONS]
 CLUSTER_DIR is what scripts/k8s-real-cluster.sh up wrote; bench_k8s_claim is
 taken from DEEPBOX_BIN's directory (or $BENCH_K8S_CLAIM). Rows:
-  deepbox in process: `bench_k8s_claim real` (the production
-      K8sSandboxProvider in a started process): claim, Ready, `true`; split
+  deepbox in process: `bench_k8s_claim real`, the production
+      K8sSandboxProvider in a started process: claim, Ready, `true`; split
       into (a) until the claim's Ready event arrived on the watch and (b)
-      deepbox's own time after it until `true`'s result (b = connect: the
-      daemon's first answer through the router; + exec). "reused provider" as
-      the SDK's in-process row; "new provider" also reads the kubeconfig, sets
-      up TLS and (cached nowhere) finds the API version, as one `deepbox run`;
+      deepbox's time after it until `true`'s result (b = the lease handed
+      out + the exec), with this thread's CPU time in (b) and a second `true`
+      right after. "reused provider": check_daemon = false (the first command
+      is the daemon's check), the provider kept across claims as the SDK's
+      in-process row keeps its client; "new provider": made for the claim
+      (kubeconfig, TLS); "check_daemon": the default, Claim() returns once
+      the daemon answered; "quiet": reused, with a 3 s pause at the Ready
+      event (not counted), so that (b) runs after the pool's refill (the node
+      agent starting the next pod on this machine) has settled;
   deepbox whole process: `deepbox sandbox create --provider k8s --json` then
       `deepbox sandbox exec ID -- true`, wall time of both processes;
   SDK whole process: `python sdk_claim.py ... once` (interpreter start,
       imports, create_sandbox, commands.run("true")), wall time;
   SDK in process: create_sandbox + commands.run("true") in a started process;
   5 concurrent claims: 5 at once on a pool of 5, wall time to the last result
-      (in process: 5 threads sharing one provider; per claim, when its Ready
-      event came and deepbox's time after it).
+      (in process: 5 threads sharing one provider; per claim, when its create
+      was answered, when its Ready event came, and deepbox's time after it).
 Between iterations (untimed) the claims are deleted and the pool refilled.
 BENCH_SKIP_SDK=1 leaves the SDK rows out (a quick deepbox-only run).
 """
