@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -71,6 +72,12 @@ class LoopbackProxy {
       int c = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) continue;
       UniqueFd client(c);
+      // The daemon's answers come in pieces (a stream's head, then its
+      // events): with Nagle on, each small piece after the first waits for
+      // the router's delayed ACK (40 ms). A pod's own socket is the daemon's,
+      // which sets TCP_NODELAY as every deepbox listener does.
+      int one = 1;
+      (void)::setsockopt(client.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       std::lock_guard lock(mu_);
       conns_.emplace_back(
           [this, fd = std::make_shared<UniqueFd>(std::move(client))] { Relay(std::move(*fd)); });
