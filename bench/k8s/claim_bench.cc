@@ -15,9 +15,27 @@
 // real TCP proxy), shows what a process spawn per claim costs.
 //
 //   bench_k8s_claim [ITERATIONS=100]
+//
+// `bench_k8s_claim real NAMESPACE` is the in-process deepbox side of
+// real_bench.py on a REAL API server (bench/k8s/README.md): the production
+// K8sSandboxProvider (KUBECONFIG, AGENT_SANDBOX_ROUTER_URL), driven by one
+// command per stdin line, one JSON line of milliseconds per command:
+//   reuse   one claim with the process's provider (as the SDK's in-process row),
+//           check_daemon = false: the first command is the daemon's check
+//   checked the same with check_daemon = true (the default: Claim() returns
+//           once the daemon answered)
+//   fresh   one claim with a provider made for it: kubeconfig, TLS, the API
+//           version (as one process does after its start)
+//   quiet   reuse, with a 3 s pause at the Ready event (not counted): what
+//           follows runs after the cluster's own work on the claim settled
+//   conc N  N claims at once from the process's provider, a thread each
+// Each claim reports when the create was answered, when its Ready event
+// arrived on the watch, when its daemon answered and when `true`'s result
+// came, all from the start of the command.
 #include <dirent.h>
 #include <fmt/format.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,13 +44,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <iostream>
+#include <latch>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/json.h"
 #include "k8s/claim.h"
+#include "k8s/kubeconfig.h"
 #include "k8s/provider.h"
 #include "k8s/testing/fake_api_server.h"
 #include "k8s/testing/fake_cluster.h"
@@ -328,10 +350,203 @@ class Bench {
   int spawned_ = 0;
 };
 
+// ------------------------------------------------------------------ real mode
+
+// One claim's milestones.
+struct Timeline {
+  Clock::time_point start, created, ready, connected, done;
+  // This thread's CPU time at the Ready event and at the result: deepbox's
+  // own work in between, whatever the machine's load adds to the wall time.
+  std::chrono::nanoseconds cpu_ready{0}, cpu_done{0};
+  double second_ms = 0;  // a second `true` right after (connections warm)
+  // "quiet": a pause at the Ready event, so that what follows runs after the
+  // cluster's own work on the claim (the pool's refill) has settled; the
+  // pause is not counted.
+  std::chrono::milliseconds pause{0};
+  Clock::duration paused{};
+};
+
+// The claim in progress on this thread (the provider's observer runs on the
+// claiming thread).
+thread_local Timeline* current_claim = nullptr;
+
+std::chrono::nanoseconds ThreadCpu() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeRealProvider(const std::string& ns,
+                                                                  bool check_daemon) {
+  // As `deepbox run --sandbox k8s --router-url URL` makes it.
+  auto rest = k8s::LoadDefaultConfig({});
+  if (!rest) return tl::unexpected(rest.error());
+  k8s::K8sProviderOptions o;
+  o.rest = std::move(*rest);
+  o.namespace_name = ns;
+  if (std::string pool = Env("AGENT_SANDBOX_WARMPOOL"); !pool.empty()) o.warm_pool = pool;
+  o.connection.mode = k8s::ConnectionMode::kDirect;
+  o.connection.direct_url = Env("AGENT_SANDBOX_ROUTER_URL");
+  o.connection.router_token = Env("AGENT_SANDBOX_ROUTER_TOKEN");
+  // A program that runs a command at once: its first call is the daemon's check.
+  o.check_daemon = check_daemon;
+  if (o.connection.direct_url.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument, "AGENT_SANDBOX_ROUTER_URL is not set");
+  }
+  o.observer = [](k8s::ClaimStep step, const std::string&) {
+    if (current_claim == nullptr) return;
+    auto now = Clock::now();
+    switch (step) {
+      case k8s::ClaimStep::kCreated:
+        current_claim->created = now;
+        break;
+      case k8s::ClaimStep::kReady:
+        current_claim->ready = now;
+        current_claim->cpu_ready = ThreadCpu();
+        if (current_claim->pause.count() > 0) {
+          std::this_thread::sleep_for(current_claim->pause);
+          current_claim->paused = Clock::now() - now;
+        }
+        break;
+      case k8s::ClaimStep::kConnected:
+        current_claim->connected = now;
+        break;
+    }
+  };
+  return k8s::K8sSandboxProvider::Create(std::move(o));
+}
+
+// Claim -> Ready -> `true`. The caller deletes the claim (untimed): a
+// concurrent claim's deletion must not load the cluster while others wait.
+Result<std::unique_ptr<SandboxLease>> ClaimOnce(k8s::K8sSandboxProvider& provider, Timeline& t) {
+  current_claim = &t;
+  auto lease = provider.Claim({});
+  if (!lease) {
+    current_claim = nullptr;
+    return tl::unexpected(lease.error());
+  }
+  ExecRequest req;
+  req.argv = {"true"};
+  auto r = (*lease)->sandbox().Exec(req);
+  t.done = Clock::now();
+  t.cpu_done = ThreadCpu();
+  current_claim = nullptr;
+  if (!r) return tl::unexpected(r.error());
+  if (r->kind != ExitKind::kExited || r->exit_code != 0) {
+    return MakeError(ErrorCode::kInternal, "`true` failed in the sandbox");
+  }
+  auto again = Clock::now();
+  if (auto r2 = (*lease)->sandbox().Exec(req); !r2) return tl::unexpected(r2.error());
+  t.second_ms = Ms(Clock::now() - again);
+  return lease;
+}
+
+Status ReleaseAll(std::vector<Result<std::unique_ptr<SandboxLease>>>& leases) {
+  Status out;
+  for (auto& l : leases) {
+    if (!l) {
+      if (out) out = tl::unexpected(l.error());
+      continue;
+    }
+    if (auto s = (*l)->Release(); !s && out) out = s;
+  }
+  return out;
+}
+
+std::string TimelineJson(const Timeline& t) {
+  auto at = [&](Clock::time_point p) { return Ms(p - t.start); };
+  return fmt::format(R"({{"created":{:.3f},"ready":{:.3f},"connected":{:.3f},"done":{:.3f},)"
+                     R"("cpu_after_ready":{:.3f},"second":{:.3f}}})",
+                     at(t.created), at(t.ready), at(t.connected - t.paused), at(t.done - t.paused),
+                     std::chrono::duration<double, std::milli>(t.cpu_done - t.cpu_ready).count(),
+                     t.second_ms);
+}
+
+std::string ErrorJson(const Error& e) {
+  json::object o;
+  o["error"] = e.ToString();
+  return json::serialize(o);
+}
+
+int RunReal(const std::string& ns) {
+  auto provider = MakeRealProvider(ns, false);
+  auto checking = MakeRealProvider(ns, true);
+  if (!provider || !checking) {
+    if (!provider) checking = tl::unexpected(provider.error());
+    std::fprintf(stderr, "bench_k8s_claim real: %s\n", checking.error().ToString().c_str());
+    return 1;
+  }
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::string out;
+    if (line == "reuse" || line == "fresh" || line == "quiet" || line == "checked") {
+      Timeline t;
+      if (line == "quiet") t.pause = std::chrono::milliseconds(3000);
+      t.start = Clock::now();
+      std::vector<Result<std::unique_ptr<SandboxLease>>> leases;
+      if (line == "fresh") {
+        auto own = MakeRealProvider(ns, false);
+        leases.push_back(own ? ClaimOnce(**own, t) : tl::unexpected(own.error()));
+        // (the lease is released before its provider goes)
+        Status s = ReleaseAll(leases);
+        out = s ? TimelineJson(t) : ErrorJson(s.error());
+      } else {
+        leases.push_back(ClaimOnce(line == "checked" ? **checking : **provider, t));
+        Status s = ReleaseAll(leases);
+        out = s ? TimelineJson(t) : ErrorJson(s.error());
+      }
+    } else if (line.starts_with("conc ")) {
+      int n = std::atoi(line.c_str() + 5);
+      if (n <= 0 || n > 64) n = 1;
+      std::vector<Timeline> ts(static_cast<size_t>(n));
+      std::vector<Result<std::unique_ptr<SandboxLease>>> leases(static_cast<size_t>(n));
+      std::latch go(n + 1);
+      std::vector<std::thread> threads;
+      for (int i = 0; i < n; ++i) {
+        threads.emplace_back([&, i] {
+          go.arrive_and_wait();
+          leases[static_cast<size_t>(i)] = ClaimOnce(**provider, ts[static_cast<size_t>(i)]);
+        });
+      }
+      auto start = Clock::now();
+      for (auto& t : ts) t.start = start;
+      go.arrive_and_wait();
+      for (auto& th : threads) th.join();
+      Status s = ReleaseAll(leases);
+      if (!s) {
+        out = ErrorJson(s.error());
+      } else {
+        std::string claims;
+        for (const auto& t : ts) claims += (claims.empty() ? "" : ",") + TimelineJson(t);
+        out = "{\"claims\":[" + claims + "]}";
+      }
+    } else {
+      out = ErrorJson(Error(ErrorCode::kInvalidArgument, "unknown command: " + line));
+    }
+    std::printf("%s\n", out.c_str());
+    std::fflush(stdout);
+  }
+  std::fprintf(stderr, "bench_k8s_claim real: requests the rate limiter delayed: %d\n",
+               (*provider)->client().metrics().throttled_waits);
+  return 0;
+}
+
 }  // namespace
 }  // namespace deepbox::bench
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "real") {
+    if (argc != 3) {
+      std::fprintf(stderr, "usage: bench_k8s_claim real NAMESPACE  (commands on stdin)\n");
+      return 2;
+    }
+    return deepbox::bench::RunReal(argv[2]);
+  }
   int iterations = argc > 1 ? std::atoi(argv[1]) : 100;
   if (iterations <= 0) {
     std::fprintf(stderr, "usage: bench_k8s_claim [ITERATIONS=100]\n");

@@ -96,8 +96,12 @@ Result<ClaimedSandbox> Claimer::Claim(const ClaimRequest& request) {
 
   Result<json::object> created = MakeError(ErrorCode::kInternal, "not attempted");
   for (int attempt = 0; attempt < 2; ++attempt) {
-    auto type = api_.ClaimType();
-    if (!type) return tl::unexpected(type.error());
+    // No discovery request before the first create: v1beta1 (the storage
+    // version) unless the server said otherwise; a 404 asks it then.
+    std::optional<ResourceType> known = api_.KnownClaimType();
+    Result<ResourceType> type = known ? *known
+                                      : ResourceType{std::string(kExtensionsGroup), "v1beta1",
+                                                     "sandboxclaims", "SandboxClaim"};
     std::string tmpl;
     if (type->version == "v1alpha1") {
       // v1alpha1 claims name the template; the pool tells us which.
@@ -113,10 +117,17 @@ Result<ClaimedSandbox> Claimer::Claim(const ClaimRequest& request) {
       tmpl = FindString(*pool, {"spec", "sandboxTemplateRef", "name"});
     }
     json::object obj = BuildClaimObject(request, name, type->ApiVersion(), tmpl, now);
-    created = api_.CreateClaim(ns, obj);
-    // A 404 on create means the resource type is not served at this version.
+    created = api_.CreateClaim(*type, ns, obj);
+    if (created && !known) api_.RememberClaimVersion(type->version);
+    // A 404 on create: the resource type may not be served at this version.
     if (!created && created.error().code == ErrorCode::kNotFound && attempt == 0 &&
         type->version == "v1beta1") {
+      if (!known) {
+        // Ask the server now (a group it does not serve at all is a clear error).
+        auto discovered = api_.ClaimType();
+        if (!discovered) return tl::unexpected(discovered.error());
+        if (discovered->version != "v1beta1") continue;
+      }
       api_.FallBackToV1alpha1();
       continue;
     }
@@ -129,6 +140,7 @@ Result<ClaimedSandbox> Claimer::Claim(const ClaimRequest& request) {
         fmt::format("creating SandboxClaim '{}' in namespace '{}': {}", name, ns, e.message);
     return tl::unexpected(e);
   }
+  if (request.observer) request.observer(ClaimStep::kCreated, name);
   std::string rv = FindString(*created, {"metadata", "resourceVersion"});
   auto result = Wait(request, name, rv.empty() ? "0" : rv);
   if (!result) {
@@ -235,6 +247,7 @@ Result<ClaimedSandbox> Claimer::Wait(const ClaimRequest& request, const std::str
         }
       }
       done = std::move(c);
+      if (request.observer) request.observer(ClaimStep::kReady, name);
       return false;
     }
     return true;

@@ -37,6 +37,16 @@ inline constexpr std::string_view kClaimNamePrefix = "sandbox-claim-";
 // Ready=False reasons the controller will not recover from (as the SDK).
 bool IsTerminalClaimReason(std::string_view reason);
 
+// Milestones of one claim, for an observer (benchmarks, diagnostics). Called
+// on the thread that claims, as each happens.
+enum class ClaimStep {
+  kCreated,    // the API server answered the create
+  kReady,      // the watch delivered the claim's Ready event
+  kConnected,  // the lease is ready: its daemon answered (K8sSandboxProvider::Claim; at
+               // once with check_daemon = false)
+};
+using ClaimObserver = std::function<void(ClaimStep step, const std::string& claim_name)>;
+
 struct ClaimRequest {
   std::string warm_pool;  // SandboxWarmPool name (required)
   std::string namespace_name = "default";
@@ -48,6 +58,7 @@ struct ClaimRequest {
   // The SDKs identify themselves ("python-client", "go-client"); the
   // controller counts other values as "unknown" in its metrics.
   std::string created_by = "deepbox";
+  ClaimObserver observer;  // optional
 };
 
 struct ClaimedSandbox {

@@ -316,6 +316,33 @@ TEST_F(ClaimTest, SurvivesAnApiserverRestartMidWatch) {
   EXPECT_EQ(c->pod_ip, "10.244.0.10");
 }
 
+// GET /apis/<group> requests (discovery), not the resources under it.
+int DiscoveryRequests(const FakeApiServer& server) {
+  int n = 0;
+  for (const auto& req : server.requests()) {
+    n += req.method == "GET" && req.path == "/apis/extensions.agents.x-k8s.io" ? 1 : 0;
+  }
+  return n;
+}
+
+// The first claim asks nothing before its create (one round trip less for
+// every process that claims): v1beta1, and the version is then known.
+TEST_F(ClaimTest, CreatesWithoutAskingForTheApiVersion) {
+  Init();
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 1);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1; }));
+  auto c = claimer_->Claim(Request());
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->api_version, "extensions.agents.x-k8s.io/v1beta1");
+  EXPECT_EQ(DiscoveryRequests(*server_), 0);
+  ASSERT_TRUE(api_->KnownClaimType());
+  EXPECT_EQ(api_->KnownClaimType()->version, "v1beta1");
+  // The watch and the delete use it without asking either.
+  ASSERT_TRUE(claimer_->Release("default", c->claim_name));
+  EXPECT_EQ(DiscoveryRequests(*server_), 0);
+}
+
 TEST_F(ClaimTest, FallsBackToV1alpha1) {
   FakeApiServerOptions so;
   so.extension_versions = {"v1alpha1"};
@@ -331,6 +358,32 @@ TEST_F(ClaimTest, FallsBackToV1alpha1) {
   EXPECT_EQ(FindString(*claim, {"spec", "sandboxTemplateRef", "name"}), "deepbox-sandbox-template");
   EXPECT_EQ(FindString(*claim, {"spec", "warmpool"}), "deepagents-warmpool");
   EXPECT_EQ(controller_->adoptions(), 1);
+  // The v1beta1 create's 404 asked the server once; later claims know.
+  EXPECT_EQ(server_->CountRequests("POST", "/v1beta1/"), 1);
+  EXPECT_EQ(DiscoveryRequests(*server_), 1);
+  ASSERT_TRUE(claimer_->Release("default", c->claim_name));
+  ASSERT_TRUE(WaitUntil(
+      [&] { return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1; }));
+  auto again = claimer_->Claim(Request());
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_EQ(again->api_version, "extensions.agents.x-k8s.io/v1alpha1");
+  EXPECT_EQ(server_->CountRequests("POST", "/v1beta1/"), 1);
+  EXPECT_EQ(DiscoveryRequests(*server_), 1);
+}
+
+// Without discovery up front, a cluster without agent-sandbox's extensions
+// still gets the clear error (the create's 404 asks the server why).
+TEST_F(ClaimTest, AServerWithoutTheExtensionsSaysSo) {
+  FakeApiServerOptions so;
+  so.extension_versions = {};
+  Init(so);
+  auto c = claimer_->Claim(Request());
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, ErrorCode::kNotFound);
+  EXPECT_NE(c.error().message.find("is the agent-sandbox controller installed with its extensions"),
+            std::string::npos)
+      << c.error().message;
+  EXPECT_EQ(DiscoveryRequests(*server_), 1);
 }
 
 TEST_F(ClaimTest, FallsBackToV1alpha1WhenDiscoveryIsHiddenAndCreate404s) {

@@ -782,6 +782,18 @@ void SandboxApi::FallBackToV1alpha1() {
   versions_[std::string(kExtensionsGroup)] = "v1alpha1";
 }
 
+std::optional<ResourceType> SandboxApi::KnownClaimType() {
+  std::lock_guard lock(mu_);
+  auto it = versions_.find(kExtensionsGroup);
+  if (it == versions_.end()) return std::nullopt;
+  return ResourceType{std::string(kExtensionsGroup), it->second, "sandboxclaims", "SandboxClaim"};
+}
+
+void SandboxApi::RememberClaimVersion(const std::string& version) {
+  std::lock_guard lock(mu_);
+  versions_.try_emplace(std::string(kExtensionsGroup), version);
+}
+
 Result<ResourceType> SandboxApi::ClaimType() {
   auto v = Version(kExtensionsGroup);
   if (!v) return tl::unexpected(v.error());
@@ -804,6 +816,11 @@ Result<json::object> SandboxApi::CreateClaim(std::string_view ns, const json::ob
   auto t = ClaimType();
   if (!t) return tl::unexpected(t.error());
   return client_.Create(*t, ns, claim);
+}
+
+Result<json::object> SandboxApi::CreateClaim(const ResourceType& type, std::string_view ns,
+                                             const json::object& claim) {
+  return client_.Create(type, ns, claim);
 }
 
 Result<json::object> SandboxApi::GetClaim(std::string_view ns, std::string_view name) {

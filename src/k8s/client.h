@@ -191,8 +191,14 @@ class SandboxApi {
   // Forget v1beta1 for the extensions group (a 404 on create showed the
   // server does not serve it although discovery could not be read).
   void FallBackToV1alpha1();
+  // The claim type as far as known without a request: from discovery or a
+  // create that worked (RememberClaimVersion); nullopt before either.
+  std::optional<ResourceType> KnownClaimType();
+  void RememberClaimVersion(const std::string& version);
 
   Result<json::object> CreateClaim(std::string_view ns, const json::object& claim);
+  Result<json::object> CreateClaim(const ResourceType& type, std::string_view ns,
+                                   const json::object& claim);
   Result<json::object> GetClaim(std::string_view ns, std::string_view name);
   Result<ObjectList> ListClaims(std::string_view ns, const ListOptions& options = {});
   Status DeleteClaim(std::string_view ns, std::string_view name);  // NOT_FOUND when gone

@@ -142,10 +142,11 @@ class K8sLease : public SandboxLease {
 }  // namespace
 
 Result<std::unique_ptr<Sandbox>> ConnectSandboxd(const DaemonEndpoint& endpoint,
-                                                 const std::string& id) {
+                                                 const std::string& id, bool check) {
   SandboxdClientOptions opts;
   opts.id = id;
   opts.default_headers = endpoint.headers;
+  opts.read_info_on_connect = check;
   auto c = SandboxdClient::Connect(endpoint.base_url, opts);
   if (!c) return tl::unexpected(NameRouterError(c.error(), endpoint));
   return std::unique_ptr<Sandbox>(std::move(*c));
@@ -161,7 +162,6 @@ Result<std::unique_ptr<K8sSandboxProvider>> K8sSandboxProvider::Create(K8sProvid
   p->client_ = std::move(*client);
   p->api_ = std::make_unique<SandboxApi>(*p->client_);
   p->claimer_ = std::make_unique<Claimer>(*p->api_);
-  if (!options.sandbox_factory) options.sandbox_factory = ConnectSandboxd;
   // kubectl must talk to the same cluster as we do (KUBECONFIG is inherited).
   auto& kubectl_args = options.connection.port_forward.kubectl_args;
   if (kubectl_args.empty()) {
@@ -179,6 +179,11 @@ Result<std::unique_ptr<K8sSandboxProvider>> K8sSandboxProvider::Create(K8sProvid
 K8sSandboxProvider::~K8sSandboxProvider() = default;
 
 Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Claim(const ClaimOptions& options) {
+  return ClaimWith(options, options_.check_daemon);
+}
+
+Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::ClaimWith(const ClaimOptions& options,
+                                                                    bool check_daemon) {
   if (!options.rootfs.empty()) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "a root filesystem cannot be chosen on Kubernetes: the image comes from "
@@ -200,6 +205,7 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Claim(const ClaimOptio
   req.shutdown_after = options.ttl;
   req.ready_timeout = options_.ready_timeout;
   req.created_by = options_.created_by;
+  req.observer = options_.observer;
   auto claimed = claimer_->Claim(req);
   if (!claimed) return tl::unexpected(claimed.error());
 
@@ -225,7 +231,8 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Claim(const ClaimOptio
   Result<std::unique_ptr<Sandbox>> sandbox = MakeError(ErrorCode::kInternal, "not attempted");
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
-    sandbox = options_.sandbox_factory((*conn)->endpoint(), id);
+    sandbox = options_.sandbox_factory ? options_.sandbox_factory((*conn)->endpoint(), id)
+                                       : ConnectSandboxd((*conn)->endpoint(), id, check_daemon);
     if (sandbox || sandbox.error().code != ErrorCode::kUnavailable) break;
   }
   if (!sandbox) {
@@ -234,6 +241,7 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Claim(const ClaimOptio
     (*conn)->Close();
     return fail(unreachable(e));
   }
+  if (options_.observer) options_.observer(ClaimStep::kConnected, claimed->claim_name);
   auto* conn_ptr = conn->get();
   auto guarded = std::make_unique<GuardedSandbox>(std::move(*sandbox), conn_ptr, id);
   return std::unique_ptr<SandboxLease>(
@@ -271,7 +279,7 @@ bool ClaimReady(const json::object& claim) {
 }  // namespace
 
 Result<KeptClaim> K8sSandboxProvider::ClaimAndKeep(const ClaimOptions& options) {
-  auto lease = Claim(options);
+  auto lease = ClaimWith(options, /*check_daemon=*/true);
   if (!lease) return tl::unexpected(lease.error());
   auto* k8s_lease = dynamic_cast<K8sLease*>(lease->get());
   if (k8s_lease == nullptr) return MakeError(ErrorCode::kInternal, "not a Kubernetes lease");

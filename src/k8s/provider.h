@@ -41,6 +41,15 @@ struct K8sProviderOptions {
   std::string created_by = "deepbox";
   ConnectionOptions connection;
   SandboxFactory sandbox_factory;  // null = SandboxdClient
+  ClaimObserver observer;          // optional: each claim's milestones
+  // Claim() returns once the daemon answered (GET /deepbox/v1/info through
+  // the router): a router or token problem fails the claim, which is deleted
+  // (what `deepbox run` wants before it spends a model call). false: Claim()
+  // returns at the claim's Ready event and the first call is the check (the
+  // pod's readiness probe already saw the daemon answer), one round trip
+  // through the router less before a first command's result. (With the
+  // default sandbox_factory; ClaimAndKeep always checks.)
+  bool check_daemon = true;
 };
 
 // A claim made to outlive this process (`deepbox sandbox create --provider
@@ -93,6 +102,7 @@ class K8sSandboxProvider : public SandboxProvider {
 
  private:
   K8sSandboxProvider() = default;
+  Result<std::unique_ptr<SandboxLease>> ClaimWith(const ClaimOptions& options, bool check_daemon);
   K8sProviderOptions options_;
   std::string namespace_;
   std::unique_ptr<KubeClient> client_;
@@ -105,8 +115,9 @@ class K8sSandboxProvider : public SandboxProvider {
 // ("cannot claim a sandbox: ") leave such errors as they are.
 inline constexpr std::string_view kClaimedButUnreachable = "claimed sandbox ";
 
-// The default SandboxFactory: a SandboxdClient on the endpoint.
+// The default SandboxFactory: a SandboxdClient on the endpoint; with
+// `check`, once the daemon answered.
 Result<std::unique_ptr<Sandbox>> ConnectSandboxd(const DaemonEndpoint& endpoint,
-                                                 const std::string& id);
+                                                 const std::string& id, bool check = true);
 
 }  // namespace deepbox::k8s

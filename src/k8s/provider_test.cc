@@ -276,6 +276,82 @@ TEST_F(ProviderTest, DirectConnectionAndRejectedOptions) {
   EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
 }
 
+// check_daemon = false: Claim() returns at the claim's Ready event without a
+// request to the daemon; the first command is the first request (one round
+// trip less before its result); what /info tells is read when first needed.
+TEST_F(ProviderTest, WithoutTheDaemonCheckTheFirstCommandIsTheFirstRequest) {
+  K8sProviderOptions o = Options();
+  o.connection.mode = ConnectionMode::kDirect;
+  o.connection.direct_url = router_->url();
+  o.check_daemon = false;
+  std::vector<ClaimStep> steps;
+  o.observer = [&](ClaimStep step, const std::string&) { steps.push_back(step); };
+  auto provider = K8sSandboxProvider::Create(o);
+  ASSERT_TRUE(provider);
+  size_t before = router_->requests().size();
+  auto lease = (*provider)->Claim({});
+  ASSERT_TRUE(lease) << lease.error().ToString();
+  EXPECT_EQ((std::vector<ClaimStep>{ClaimStep::kCreated, ClaimStep::kReady, ClaimStep::kConnected}),
+            steps);
+  EXPECT_EQ(router_->requests().size(), before);
+  ExecRequest req;
+  req.argv = {"sh", "-c", "printf 'caf\\303\\251'"};
+  auto r = (*lease)->sandbox().Exec(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->stdout_data, "caf\xc3\xa9");
+  auto routed = router_->requests();
+  ASSERT_EQ(routed.size(), before + 1);
+  EXPECT_EQ(routed.back().target, "/deepbox/v1/exec");
+  EXPECT_EQ(routed.back().status, 200);
+  // The root comes from /info, read now.
+  EXPECT_EQ((*lease)->sandbox().root(), daemon_->root());
+  routed = router_->requests();
+  ASSERT_EQ(routed.size(), before + 2);
+  EXPECT_EQ(routed.back().target, "/deepbox/v1/info");
+  // A streamed command works the same way.
+  std::string out;
+  req.argv = {"echo", "streamed"};
+  auto streamed = (*lease)->sandbox().ExecStream(req, [&](OutputStream, std::string_view d) {
+    out.append(d);
+    return true;
+  });
+  ASSERT_TRUE(streamed) << streamed.error().ToString();
+  EXPECT_EQ(out, "streamed\n");
+  ASSERT_TRUE((*lease)->Release());
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+}
+
+// Without the check, a router that refuses us fails the first call (named
+// as the router's, with what to check) instead of the claim; a kept claim
+// (`deepbox sandbox create`) is still checked before it is handed out.
+TEST_F(ProviderTest, WithoutTheDaemonCheckTheFirstCallNamesTheRouter) {
+  K8sProviderOptions o = Options();
+  o.connection.mode = ConnectionMode::kDirect;
+  o.connection.direct_url = router_->url();
+  o.connection.router_token = "wrong";  // the router answers 401
+  o.check_daemon = false;
+  auto provider = K8sSandboxProvider::Create(o);
+  ASSERT_TRUE(provider);
+  auto lease = (*provider)->Claim({});
+  ASSERT_TRUE(lease) << lease.error().ToString();
+  ExecRequest req;
+  req.argv = {"true"};
+  auto r = (*lease)->sandbox().Exec(req);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kUnauthenticated);
+  EXPECT_NE(r.error().message.find("the sandbox router at " + router_->url() +
+                                   " answered HTTP 401: Invalid token."),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_NE(r.error().message.find("--router-token"), std::string::npos) << r.error().message;
+  ASSERT_TRUE((*lease)->Release());
+  ASSERT_TRUE(cluster_->WaitPoolReady());
+  auto kept = (*provider)->ClaimAndKeep({});
+  ASSERT_FALSE(kept);
+  EXPECT_TRUE(kept.error().message.starts_with(kClaimedButUnreachable)) << kept.error().message;
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+}
+
 // Back-to-back claims over a direct router connection: each takes the
 // refilled warm sandbox, answers, and leaves no claim behind. (The latency of
 // this path is measured by bench/k8s, not here.)

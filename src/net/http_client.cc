@@ -20,6 +20,8 @@ using internal::BeastStream;
 
 namespace {
 
+constexpr std::string_view kCannotConnect = "cannot connect to ";
+
 struct PooledConn {
   Conn conn;
   boost::beast::flat_buffer buffer;
@@ -55,7 +57,7 @@ struct HttpClient::Impl {
     auto conn = Conn::Connect(endpoint, deadline);
     if (!conn) {
       Error e = conn.error();
-      e.message = fmt::format("cannot connect to {}: {}", base_url, e.message);
+      e.message = fmt::format("{}{}: {}", kCannotConnect, base_url, e.message);
       if (e.code != ErrorCode::kTimeout) e.code = ErrorCode::kUnavailable;
       return tl::unexpected(e);
     }
@@ -308,6 +310,10 @@ Result<bool> HttpClient::Impl::SendBody(Conn& conn, const ClientRequest& req, De
     }
     sent += *n;
   }
+}
+
+bool NothingSent(const Error& error) {
+  return error.code == ErrorCode::kUnavailable && error.message.starts_with(kCannotConnect);
 }
 
 HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

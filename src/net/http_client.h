@@ -49,6 +49,10 @@ struct ClientRequest {
   int cancel_fd = -1;
 };
 
+// Whether an error of Send/SendStreaming says that no connection could be
+// made: nothing of the request was sent, so sending it again is safe.
+bool NothingSent(const Error& error);
+
 class HttpClient {
  public:
   // base_url: "http://host:port", "https://host", or "unix:/path/to.sock".

@@ -288,34 +288,69 @@ Result<std::unique_ptr<SandboxdClient>> SandboxdClient::Connect(const std::strin
   std::unique_ptr<SandboxdClient> client(new SandboxdClient());
   client->http_ = std::move(*http);
   client->options_ = std::move(options);
+  client->id_ = client->options_.id;
+  // Without an id the daemon's hostname is it: /info is needed now.
+  if (!client->options_.read_info_on_connect && !client->id_.empty()) return client;
+  if (auto s = client->EnsureInfo(); !s) return tl::unexpected(s.error());
+  if (client->id_.empty()) client->id_ = client->hostname_;
+  return client;
+}
+
+Status SandboxdClient::EnsureInfo() const {
+  if (info_known_.load(std::memory_order_acquire)) return {};
+  std::lock_guard lock(info_mu_);
+  if (info_known_.load(std::memory_order_relaxed)) return {};
   net::ClientRequest req;
   req.target = "/deepbox/v1/info";
-  req.timeout = client->options_.connect_timeout + 5000ms;
-  auto r = client->http_->Send(req);
+  req.timeout = options_.connect_timeout + 5000ms;
+  auto r = Send(req);
   if (!r) {
     return MakeError(r.error().code, fmt::format("sandbox daemon at {} is not reachable: {}",
-                                                 base_url, r.error().message));
+                                                 http_->base_url(), r.error().message));
   }
   if (r->status != 200)
     return tl::unexpected(ErrorFromResponse(*r, "connecting to sandbox daemon"));
   auto info = ParseJsonObject(r->body);
   if (!info) return tl::unexpected(info.error());
   AnswerReader fields(*info);
-  client->root_ = fields.Str("root");
+  std::string root = fields.Str("root");
   std::string hostname = fields.Str("hostname");
   if (auto s = fields.status(); !s) return tl::unexpected(s.error());
+  root_ = std::move(root);
+  hostname_ = std::move(hostname);
   // Optional capabilities of newer daemons; an older one lists none.
   if (auto it = info->find("features"); it != info->end() && it->value().is_array()) {
     for (const auto& f : it->value().as_array()) {
       if (!f.is_string()) continue;
-      if (f.as_string() == "exec_output_base64") client->exec_base64_ = true;
-      if (f.as_string() == "exec_stdin_stream") client->exec_stdin_stream_ = true;
-      if (f.as_string() == "exec_tty") client->exec_tty_ = true;
-      if (f.as_string() == "exec_attach") client->exec_attach_ = true;
+      if (f.as_string() == "exec_output_base64") exec_base64_ = true;
+      if (f.as_string() == "exec_stdin_stream") exec_stdin_stream_ = true;
+      if (f.as_string() == "exec_tty") exec_tty_ = true;
+      if (f.as_string() == "exec_attach") exec_attach_ = true;
     }
   }
-  client->id_ = client->options_.id.empty() ? hostname : client->options_.id;
-  return client;
+  info_known_.store(true, std::memory_order_release);
+  return {};
+}
+
+std::string SandboxdClient::root() const {
+  if (!EnsureInfo()) return "";
+  return root_;  // written once, before info_known_
+}
+
+Result<net::Response> SandboxdClient::Send(const net::ClientRequest& request) const {
+  auto r = http_->Send(request);
+  // Until the daemon first answered (a client that did not read /info on
+  // connect), a connection that could not be made is tried again: nothing
+  // was sent, and the daemon (or the way to it) may be a moment from up.
+  auto wait = 50ms;
+  for (int retry = 0; !r && !options_.read_info_on_connect && !answered_.load() &&
+                      net::NothingSent(r.error()) && retry < 4;
+       ++retry, wait *= 2) {
+    std::this_thread::sleep_for(wait);
+    r = http_->Send(request);
+  }
+  if (r) answered_.store(true);
+  return r;
 }
 
 bool SandboxdClient::Healthy() {
@@ -334,7 +369,7 @@ Result<std::string> SandboxdClient::PostJson(const std::string& target, const st
   req.headers.Set("Content-Type", "application/json");
   req.body = body;
   req.timeout = timeout;
-  auto r = http_->Send(req);
+  auto r = Send(req);
   if (!r) {
     Error e = r.error();
     e.message = fmt::format("sandbox {}: {}", id_, e.message);
@@ -355,7 +390,10 @@ Result<ExecResult> SandboxdClient::Exec(const ExecRequest& request) {
   if (request.stdin_stream || request.tty) {
     return MakeError(ErrorCode::kInvalidArgument, "stdin_stream and tty need ExecStream");
   }
-  auto body = PostJson("/deepbox/v1/exec", ToJson(ExecBody(request, exec_base64_)),
+  // Before /info was read the exact bytes are asked for all the same: a daemon
+  // without the feature ignores the field and answers text, which is read too.
+  const bool base64 = info_known_.load(std::memory_order_acquire) ? exec_base64_ : true;
+  auto body = PostJson("/deepbox/v1/exec", ToJson(ExecBody(request, base64)),
                        CommandDeadline(request, options_.request_slack));
   if (!body) return tl::unexpected(body.error());
   auto o = ParseJsonObject(*body);
@@ -372,7 +410,12 @@ Result<ExecResult> SandboxdClient::Exec(const ExecRequest& request) {
 
 Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
                                               const OutputCallback& on_output) {
-  if ((request.stdin_stream && !exec_stdin_stream_) || (request.tty && !exec_tty_)) {
+  // An interactive command needs features an older daemon lacks: know them first.
+  if (request.stdin_stream || request.tty) {
+    if (auto s = EnsureInfo(); !s) return tl::unexpected(s.error());
+  }
+  const bool known = info_known_.load(std::memory_order_acquire);
+  if (known && ((request.stdin_stream && !exec_stdin_stream_) || (request.tty && !exec_tty_))) {
     return MakeError(ErrorCode::kUnimplemented,
                      fmt::format("the daemon of sandbox {} (deepbox-sandboxd) is too old for "
                                  "{}: it does not offer it",
@@ -380,9 +423,12 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
   }
   // A non-interactive exec gets an id: if a proxy or router cuts the stream,
   // the client re-attaches to the rest of it instead of running it again.
-  json::object exec_body = ExecBody(request, exec_base64_);
+  // Before /info was read: base64 output and an exec id all the same (a
+  // daemon without the features ignores both); a cut stream is re-attached
+  // only once /info says the daemon can.
+  json::object exec_body = ExecBody(request, known ? exec_base64_ : true);
   std::string exec_id;
-  if (!request.stdin_stream && exec_attach_) {
+  if (!request.stdin_stream && (known ? exec_attach_ : true)) {
     exec_id = "x" + RandomHexId(16);
     exec_body["exec_id"] = exec_id;
   }
@@ -516,6 +562,12 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
                       std::chrono::steady_clock::now() < deadline && (!r || status == 200);
        ++tries) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50) * (1 << std::min(tries, 5)));
+    if (!info_known_.load(std::memory_order_acquire)) {
+      // The id was sent unchecked: only a daemon that lists exec_attach kept
+      // it (another would run the command again, or not know the id).
+      if (!EnsureInfo()) continue;
+      if (!exec_attach_) break;
+    }
     json::object attach;
     attach["exec_id"] = exec_id;
     attach["after"] = events;
@@ -758,7 +810,7 @@ Result<std::string> SandboxdClient::Download(const std::string& path) {
   net::ClientRequest req;
   req.target = "/deepbox/v1/fs/raw?path=" + net::PercentEncode(path);
   req.timeout = options_.file_op_timeout;
-  auto r = http_->Send(req);
+  auto r = Send(req);
   if (!r) return tl::unexpected(r.error());
   if (r->status != 200) return tl::unexpected(ErrorFromResponse(*r, "download"));
   return std::move(r->body);
@@ -771,7 +823,7 @@ Status SandboxdClient::Upload(const std::string& path, std::string_view content,
   req.headers.Set("Content-Type", "application/octet-stream");
   req.body = std::string(content);
   req.timeout = options_.file_op_timeout;
-  auto r = http_->Send(req);
+  auto r = Send(req);
   if (!r) return tl::unexpected(r.error());
   if (r->status != 200) return tl::unexpected(ErrorFromResponse(*r, "upload"));
   return {};

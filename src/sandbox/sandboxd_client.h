@@ -3,9 +3,11 @@
 // on Kubernetes it is the sandbox router, with X-Sandbox-* default headers.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "net/http.h"
@@ -13,7 +15,8 @@
 
 namespace deepbox::net {
 class HttpClient;
-}
+struct ClientRequest;
+}  // namespace deepbox::net
 
 namespace deepbox {
 
@@ -25,6 +28,13 @@ struct SandboxdClientOptions {
   // Extra time allowed beyond a command's own timeout before the client gives up.
   std::chrono::milliseconds request_slack{30000};
   std::chrono::milliseconds file_op_timeout{120000};
+  // Connect() reads /deepbox/v1/info at once, so a dead daemon fails there.
+  // false (needs `id`): no request until the first call, which is then the
+  // check (one round trip less before a first command's result); what /info
+  // tells (root, exec features) is read when first needed, and until the
+  // daemon first answered a connection that cannot be made (nothing sent) is
+  // retried with backoff.
+  bool read_info_on_connect = true;
 };
 
 class SandboxdClient : public Sandbox {
@@ -35,7 +45,7 @@ class SandboxdClient : public Sandbox {
   ~SandboxdClient() override;
 
   std::string id() const override { return id_; }
-  std::string root() const override { return root_; }
+  std::string root() const override;  // "" if /info cannot be read
 
   Result<ExecResult> Exec(const ExecRequest& request) override;
   Result<ExecResult> ExecStream(const ExecRequest& request,
@@ -78,16 +88,26 @@ class SandboxdClient : public Sandbox {
   struct Call;
   Result<std::string> PostJson(const std::string& target, const std::string& body,
                                std::chrono::milliseconds timeout);
+  // Reads /info once (later calls return at once).
+  Status EnsureInfo() const;
+  // http_->Send, retrying a connection that cannot be made until the daemon
+  // first answered (read_info_on_connect = false only).
+  Result<net::Response> Send(const net::ClientRequest& request) const;
 
   std::unique_ptr<net::HttpClient> http_;
   SandboxdClientOptions options_;
   std::string id_;
-  std::string root_;
+  // What /info says; written once under info_mu_, then read freely.
+  mutable std::mutex info_mu_;
+  mutable std::atomic<bool> info_known_{false};
+  mutable std::atomic<bool> answered_{false};  // the daemon (or router) answered once
+  mutable std::string root_;
+  mutable std::string hostname_;
   // Exec features the daemon lists in /info (docs/sandboxd-api.md).
-  bool exec_base64_ = false;        // exact output bytes (base64 in JSON)
-  bool exec_stdin_stream_ = false;  // stdin fed while the command runs
-  bool exec_tty_ = false;           // pseudo-terminal
-  bool exec_attach_ = false;        // exec ids and /exec/attach (re-attach to a cut stream)
+  mutable bool exec_base64_ = false;        // exact output bytes (base64 in JSON)
+  mutable bool exec_stdin_stream_ = false;  // stdin fed while the command runs
+  mutable bool exec_tty_ = false;           // pseudo-terminal
+  mutable bool exec_attach_ = false;        // exec ids and /exec/attach (re-attach to a cut stream)
 };
 
 }  // namespace deepbox

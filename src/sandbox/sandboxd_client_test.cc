@@ -2,9 +2,14 @@
 // naming what was wrong, never a crash (issue 16: "mode":"zz" used to abort the
 // CLI through an uncaught std::stoul).
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <chrono>
+#include <filesystem>
 #include <string>
+#include <thread>
 
+#include "net/http_server.h"
 #include "sandbox/testing/hostile_daemon.h"
 
 namespace deepbox {
@@ -192,6 +197,120 @@ TEST(SandboxdClientHostileConnectTest, BadInfoIsAnError) {
   EXPECT_FALSE((*d)->Connect());
   (*d)->Answer("/deepbox/v1/info", R"({"root":"/workspace",)");
   EXPECT_FALSE((*d)->Connect());
+}
+
+// read_info_on_connect = false (a k8s claim's first command): no request
+// until the first call, and what the call needs of /info it does without it.
+// The canned daemon is an older one: /info lists no features, exec answers text.
+TEST(SandboxdClientLazyInfoTest, TheFirstCallIsTheFirstRequest) {
+  auto d = HostileDaemon::Start();
+  ASSERT_TRUE(d) << d.error().ToString();
+  (*d)->Answer("/deepbox/v1/exec",
+               R"({"status":"exited","exit_code":0,"stdout":"hi\n","stderr":"","output":"hi\n"})");
+  SandboxdClientOptions o;
+  o.id = "ns/claim";
+  o.read_info_on_connect = false;
+  auto c = (*d)->Connect(o);
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_TRUE((*d)->requests().empty());
+  EXPECT_EQ((*c)->id(), "ns/claim");
+  ExecRequest req;
+  req.argv = {"echo", "hi"};
+  auto r = (*c)->Exec(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->stdout_data, "hi\n");
+  auto seen = (*d)->requests();
+  ASSERT_EQ(seen.size(), 1u);
+  // The exact bytes are asked for unchecked (an older daemon ignores it).
+  EXPECT_TRUE(seen[0].starts_with("POST /deepbox/v1/exec {")) << seen[0];
+  EXPECT_NE(seen[0].find(R"("output_encoding":"base64")"), std::string::npos) << seen[0];
+  // /info once, when first needed.
+  EXPECT_EQ((*c)->root(), "/workspace");
+  EXPECT_EQ((*c)->root(), "/workspace");
+  seen = (*d)->requests();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_TRUE(seen[1].starts_with("GET /deepbox/v1/info")) << seen[1];
+}
+
+// Streams: interactive ones learn the daemon's features before anything is
+// run; a cut stream is re-sent or re-attached only once /info says the daemon
+// keeps exec ids (an older one would run the command twice).
+TEST(SandboxdClientLazyInfoTest, StreamsNeverRunACommandTwiceOnAnOlderDaemon) {
+  auto d = HostileDaemon::Start();
+  ASSERT_TRUE(d) << d.error().ToString();
+  (*d)->AnswerStream("/deepbox/v1/exec/stream", {"{\"type\":\"stdout\",\"data\":\"x\"}\n"});
+  SandboxdClientOptions o;
+  o.id = "ns/claim";
+  o.read_info_on_connect = false;
+  auto c = (*d)->Connect(o);
+  ASSERT_TRUE(c) << c.error().ToString();
+  ExecRequest req;
+  req.argv = {"cat"};
+  req.stdin_stream = true;
+  auto interactive = (*c)->ExecStream(req, [](OutputStream, std::string_view) { return true; });
+  ASSERT_FALSE(interactive);
+  EXPECT_EQ(interactive.error().code, ErrorCode::kUnimplemented);
+  auto seen = (*d)->requests();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(seen[0].starts_with("GET /deepbox/v1/info")) << seen[0];
+
+  auto d2 = HostileDaemon::Start();
+  ASSERT_TRUE(d2) << d2.error().ToString();
+  (*d2)->AnswerStream("/deepbox/v1/exec/stream", {"{\"type\":\"stdout\",\"data\":\"x\"}\n"});
+  auto c2 = (*d2)->Connect(o);
+  ASSERT_TRUE(c2) << c2.error().ToString();
+  req.stdin_stream = false;
+  std::string out;
+  auto cut = (*c2)->ExecStream(req, [&](OutputStream, std::string_view data) {
+    out.append(data);
+    return true;
+  });
+  ASSERT_FALSE(cut);
+  EXPECT_NE(cut.error().message.find("without an exit status"), std::string::npos)
+      << cut.error().message;
+  EXPECT_EQ(out, "x");
+  seen = (*d2)->requests();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_TRUE(seen[0].starts_with("POST /deepbox/v1/exec/stream")) << seen[0];
+  EXPECT_TRUE(seen[1].starts_with("GET /deepbox/v1/info")) << seen[1];
+}
+
+// Until the daemon first answered, a connection that cannot be made (nothing
+// sent) is tried again with backoff: here the daemon's socket appears 100 ms
+// after the first call began (the retries span 750 ms). With /info read on
+// connect (the default), a missing daemon fails Connect at once.
+TEST(SandboxdClientLazyInfoTest, TheFirstConnectionIsRetriedUntilTheDaemonListens) {
+  char tmpl[] = "/tmp/deepbox-lazy-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  std::string socket = dir + "/sandboxd.sock";
+  EXPECT_FALSE(SandboxdClient::Connect("unix:" + socket));
+  SandboxdClientOptions o;
+  o.id = "ns/claim";
+  o.read_info_on_connect = false;
+  auto c = SandboxdClient::Connect("unix:" + socket, o);
+  ASSERT_TRUE(c) << c.error().ToString();
+  std::unique_ptr<net::HttpServer> server;
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto ep = net::Endpoint::Parse("unix:" + socket);
+    ASSERT_TRUE(ep);
+    auto s = net::HttpServer::Create(*ep, [](net::Request&, net::ResponseWriter& w) {
+      (void)w.Send(net::Response::Json(200, R"({"status":"exited","exit_code":3})"));
+    });
+    ASSERT_TRUE(s) << s.error().ToString();
+    server = std::move(*s);
+    server->Start();
+  });
+  ExecRequest req;
+  req.argv = {"false"};
+  auto r = (*c)->Exec(req);
+  later.join();
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->exit_code, 3);
+  server->Stop(std::chrono::milliseconds(1000));
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace

@@ -220,7 +220,7 @@ void FakeController::Loop() {
     {
       std::unique_lock lock(mu_);
       // Ticks drive delays and expiry; store events wake it at once.
-      cv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return stop_ || dirty_; });
+      cv_.wait_for(lock, options_.tick, [&] { return stop_ || dirty_; });
       if (stop_) return;
       dirty_ = false;
     }

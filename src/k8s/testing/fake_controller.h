@@ -42,6 +42,10 @@ struct FakeControllerOptions {
   // is, with its IPs; deletions are left to the garbage collector.
   bool real_pods = false;
   std::string node_name = "deepbox-node";
+  // How often a pass runs with no store event (delays, expiry). Store events
+  // wake the controller at once. Every pass reads the whole store: over a
+  // real API server (RemoteStore) a short tick costs CPU the pods share.
+  std::chrono::milliseconds tick{10};
 };
 
 class FakeController {

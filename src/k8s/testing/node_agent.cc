@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -71,6 +72,12 @@ class LoopbackProxy {
       int c = ::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) continue;
       UniqueFd client(c);
+      // The daemon's answers come in pieces (a stream's head, then its
+      // events): with Nagle on, each small piece after the first waits for
+      // the router's delayed ACK (40 ms). A pod's own socket is the daemon's,
+      // which sets TCP_NODELAY as every deepbox listener does.
+      int one = 1;
+      (void)::setsockopt(client.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       std::lock_guard lock(mu_);
       conns_.emplace_back(
           [this, fd = std::make_shared<UniqueFd>(std::move(client))] { Relay(std::move(*fd)); });
@@ -87,9 +94,11 @@ class LoopbackProxy {
     char buf[65536];
     bool open[2] = {true, true};  // client->backend, backend->client
     while (open[0] || open[1]) {
+      // A finished direction's fd is left out (-1): poll reports POLLHUP
+      // whatever the events asked, and a half-closed connection would spin.
       pollfd fds[3] = {{stop_.get(), POLLIN, 0},
-                       {client.get(), static_cast<short>(open[0] ? POLLIN : 0), 0},
-                       {backend.get(), static_cast<short>(open[1] ? POLLIN : 0), 0}};
+                       {open[0] ? client.get() : -1, POLLIN, 0},
+                       {open[1] ? backend.get() : -1, POLLIN, 0}};
       if (::poll(fds, 3, -1) < 0) {
         if (errno == EINTR) continue;
         return;

@@ -233,13 +233,16 @@ Result<json::object> RemoteStore::Update(const ResourceKey& key, const std::stri
   if (!type) return tl::unexpected(type.error());
   // The controller re-applies its desired state every pass: nothing to write
   // (and no request) when the cached object already is that.
-  if (auto cached = Get(key, name); cached) {
+  auto cached = Get(key, name);
+  if (cached) {
     json::object next = *cached;
     mutate(next);
     if (next == *cached) return cached;
   }
   for (int attempt = 0;; ++attempt) {
-    auto current = client_->Get(*type, key.ns, name);
+    // First from the cache (its resourceVersion makes a stale copy a 409),
+    // then, after a conflict, as the server has it now.
+    auto current = attempt == 0 && cached ? cached : client_->Get(*type, key.ns, name);
     if (!current) return tl::unexpected(current.error());
     json::object next = *current;
     mutate(next);

@@ -89,6 +89,8 @@ int main(int argc, char** argv) {
     deepbox::k8s::testing::FakeControllerOptions co;
     co.real_pods = true;
     co.node_name = node;
+    // Store events drive it; the tick is for expiry only (TTLs are whole seconds).
+    co.tick = std::chrono::milliseconds(250);
     controller = std::make_unique<deepbox::k8s::testing::FakeController>(shared_store, co);
     controller->Start();
   }

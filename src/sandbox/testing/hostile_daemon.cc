@@ -38,6 +38,11 @@ void HostileDaemon::Answer(const std::string& path, std::string body, int status
   answers_[path] = Canned{status, std::move(body), {}, false};
 }
 
+std::vector<std::string> HostileDaemon::requests() {
+  std::lock_guard lock(mu_);
+  return requests_;
+}
+
 void HostileDaemon::AnswerStream(const std::string& path, std::vector<std::string> chunks) {
   std::lock_guard lock(mu_);
   answers_[path] = Canned{200, {}, std::move(chunks), true};
@@ -52,6 +57,7 @@ void HostileDaemon::Handle(net::Request& request, net::ResponseWriter& writer) {
   Canned canned;
   {
     std::lock_guard lock(mu_);
+    requests_.push_back(request.method + " " + request.path + " " + request.body);
     auto it = answers_.find(request.path);
     if (it == answers_.end()) {
       (void)writer.Send(net::Response::Json(

@@ -30,6 +30,9 @@ class HostileDaemon {
   // in turn (e.g. NDJSON events of exec/stream).
   void AnswerStream(const std::string& path, std::vector<std::string> chunks);
 
+  // "METHOD /path body" of every request so far, in order.
+  std::vector<std::string> requests();
+
   std::string unix_url() const { return "unix:" + socket_; }
   const std::string& socket_path() const { return socket_; }
   Result<std::unique_ptr<SandboxdClient>> Connect(SandboxdClientOptions options = {}) const;
@@ -48,6 +51,7 @@ class HostileDaemon {
   std::string socket_;
   std::mutex mu_;
   std::map<std::string, Canned> answers_;
+  std::vector<std::string> requests_;
   std::unique_ptr<net::HttpServer> server_;
 };
 
