@@ -37,6 +37,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_fixture.h"
 #include "common/json.h"
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
@@ -50,18 +51,12 @@ namespace deepbox::local::lifecycle {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::CliResult;
+using testing::Eventually;
 using ::testing::IsEmpty;
+using testing::kDeepbox;
+using testing::ReadFile;
 using Clock = std::chrono::steady_clock;
-
-const std::string kBinDir = DEEPBOX_BIN_DIR;
-const std::string kDeepbox = kBinDir + "/deepbox";
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string Trimmed(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
@@ -91,16 +86,6 @@ int CountFds(pid_t pid) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(fmt::format("/proc/{}/fd", pid), ec)) (void)e, ++n;
   return n;
-}
-
-// Polls `done` until it holds or `limit` passes (a safety net, not an assertion on time).
-bool Eventually(const std::function<bool()>& done, std::chrono::seconds limit = 60s) {
-  auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return done();
 }
 
 // Every sandbox dir ever created under <state>/sandboxes, also those that
@@ -206,24 +191,11 @@ std::vector<fs::path> SandboxCgroupParents(std::vector<std::string>* notes) {
   return out;
 }
 
-class ChurnTest : public ::testing::Test {
+class ChurnTest : public testing::LocalCliTest {
  protected:
   void SetUp() override {
-    if (!UserNamespacesAvailable()) GTEST_SKIP() << "user namespaces are not available here";
-    if (access(kDeepbox.c_str(), X_OK) != 0) GTEST_SKIP() << kDeepbox << " is not built";
-    std::string tmpl = "/tmp/dbx-XXXXXX";  // short: socket paths must fit 107 bytes
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    state_ = tmpl;
-    setenv("DEEPBOX_STATE_DIR", state_.c_str(), 1);
-    LocalProviderOptions o;
-    o.state_dir = state_;
-    o.deepbox_binary = kDeepbox;
-    o.sandboxd_binary = kBinDir + "/deepbox-sandboxd";
-    o.pool = "";
-    auto p = LocalSandboxProvider::Create(o);
-    ASSERT_TRUE(p.has_value()) << p.error().ToString();
-    provider_ = std::move(*p);
-    fs::create_directories(state_ / "io");
+    LocalCliTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     ASSERT_TRUE(ids_.Start(state_ / "sandboxes").has_value());
     cgroup_parents_ = SandboxCgroupParents(&notes_);
     std::string why;
@@ -232,98 +204,6 @@ class ChurnTest : public ::testing::Test {
     }
     if (geteuid() != 0) notes_.push_back("cgroups: none expected (not root)");
     for (const auto& n : notes_) std::printf("[ leak check ] %s\n", n.c_str());
-  }
-
-  void TearDown() override {
-    for (pid_t pid : daemons_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (provider_) {
-      auto list = provider_->List();
-      if (list) {
-        for (const auto& m : *list) (void)provider_->Delete(m.id);
-      }
-    }
-    if (!state_.empty()) (void)RemoveTree(state_);
-    unsetenv("DEEPBOX_STATE_DIR");
-  }
-
-  struct CliResult {
-    int code = -1;
-    std::string out;
-    std::string err;
-  };
-
-  // Runs `deepbox ARGS` to completion (thread-safe). It inherits every fd of
-  // this process that is not close-on-exec, the marker pipe among them.
-  CliResult Cli(const std::vector<std::string>& args) {
-    int n = counter_++;
-    fs::path out = state_ / "io" / fmt::format("out-{}", n);
-    fs::path err = state_ / "io" / fmt::format("err-{}", n);
-    std::vector<std::string> full = {kDeepbox};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    CliResult r;
-    if (rc != 0) {
-      r.err = "posix_spawn: " + std::string(strerror(rc));
-      return r;
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = ReadFile(out);
-    r.err = ReadFile(err);
-    std::error_code ec;
-    fs::remove(out, ec);
-    fs::remove(err, ec);
-    return r;
-  }
-
-  // The pool daemon dies with this test process (PR_SET_PDEATHSIG), even if it crashes.
-  pid_t StartPool(const std::string& name, int replicas) {
-    std::string err = (state_ / "io" / fmt::format("pool-{}.log", name)).string();
-    std::vector<std::string> args = {
-        kDeepbox,    "pool", "serve", "--name", name, "--replicas", std::to_string(replicas),
-        "--network", "none"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {  // async-signal-safe calls only
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-      int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-      if (e < 0 || null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(e, 2) < 0) _exit(1);
-      execve(argv[0], argv.data(), environ);
-      _exit(127);
-    }
-    EXPECT_GT(pid, 0);
-    daemons_.push_back(pid);
-    return pid;
-  }
-
-  void StopDaemon(pid_t pid) {
-    kill(pid, SIGTERM);
-    waitpid(pid, nullptr, 0);
-    daemons_.erase(std::remove(daemons_.begin(), daemons_.end(), pid), daemons_.end());
-  }
-
-  std::string PoolLog(const std::string& name) {
-    return ReadFile(state_ / "io" / fmt::format("pool-{}.log", name));
   }
 
   // The pool daemon logged that it has all `replicas` and creates none: it is
@@ -335,20 +215,6 @@ class ChurnTest : public ::testing::Test {
     std::string at_rest = fmt::format("pool '{}': {}/{} warm", name, replicas, replicas);
     return last.size() >= at_rest.size() &&
            last.compare(last.size() - at_rest.size(), at_rest.size(), at_rest) == 0;
-  }
-
-  // Warm and ready members of `pool` (claimable now).
-  std::vector<SandboxMeta> WarmOf(const std::string& pool) {
-    std::vector<SandboxMeta> out;
-    auto list = provider_->List();
-    if (!list) return out;
-    for (auto& m : *list) {
-      if (m.pool == pool && m.state == "warm" && m.ready &&
-          fs::exists(state_ / "sandboxes" / m.id / "warm")) {
-        out.push_back(m);
-      }
-    }
-    return out;
   }
 
   // Everything of this state dir's sandboxes on the host now (see HostView).
@@ -453,13 +319,9 @@ class ChurnTest : public ::testing::Test {
     return out;
   }
 
-  fs::path state_;
-  std::unique_ptr<LocalSandboxProvider> provider_;
   IdRecorder ids_;
   std::vector<fs::path> cgroup_parents_;
   std::vector<std::string> notes_;
-  std::vector<pid_t> daemons_;
-  std::atomic<int> counter_{0};
 };
 
 // 100 sandboxes from 10 lanes of concurrent `deepbox sandbox create`

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_fixture.h"
 #include "common/json.h"
 #include "local/lifecycle/provider.h"
 #include "local/namespaces.h"
@@ -32,112 +33,16 @@ namespace deepbox::local::lifecycle {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Eventually;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using testing::kBinDir;
+using testing::kDeepbox;
 using ::testing::Not;
+using testing::ReadFile;
 
-const std::string kBinDir = DEEPBOX_BIN_DIR;
-const std::string kDeepbox = kBinDir + "/deepbox";
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct CliResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-// Polls `done` until it holds or `limit` passes (a safety net, not an assertion on time).
-bool Eventually(const std::function<bool()>& done, std::chrono::seconds limit = 60s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return done();
-}
-
-class LifecycleTest : public ::testing::Test {
+class LifecycleTest : public testing::LocalCliTest {
  protected:
-  void SetUp() override {
-    if (!UserNamespacesAvailable()) GTEST_SKIP() << "user namespaces are not available here";
-    if (access(kDeepbox.c_str(), X_OK) != 0) GTEST_SKIP() << kDeepbox << " is not built";
-    std::string tmpl = "/tmp/dbx-XXXXXX";  // short: socket paths must fit 107 bytes
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    state_ = tmpl;
-    setenv("DEEPBOX_STATE_DIR", state_.c_str(), 1);
-    LocalProviderOptions o;
-    o.state_dir = state_;
-    o.deepbox_binary = kDeepbox;
-    o.sandboxd_binary = kBinDir + "/deepbox-sandboxd";
-    o.pool = "";
-    auto p = LocalSandboxProvider::Create(o);
-    ASSERT_TRUE(p.has_value()) << p.error().ToString();
-    provider_ = std::move(*p);
-  }
-
-  void TearDown() override {
-    for (pid_t pid : daemons_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (provider_) {
-      auto list = provider_->List();
-      if (list) {
-        for (const auto& m : *list) (void)provider_->Delete(m.id);
-      }
-    }
-    if (!state_.empty()) (void)RemoveTree(state_);
-    unsetenv("DEEPBOX_STATE_DIR");
-  }
-
-  std::unique_ptr<LocalSandboxProvider> Provider(const std::string& pool) {
-    LocalProviderOptions o = provider_->options();
-    o.pool = pool;
-    auto p = LocalSandboxProvider::Create(o);
-    EXPECT_TRUE(p.has_value());
-    return std::move(*p);
-  }
-
-  pid_t Spawn(const std::vector<std::string>& args, const fs::path& out, const fs::path& err,
-              const std::string& stdin_data = "") {
-    std::vector<std::string> full = {kDeepbox};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    fs::path in = state_ / fmt::format("stdin-{}", counter_++);
-    std::ofstream(in) << stdin_data;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    EXPECT_EQ(rc, 0);
-    return pid;
-  }
-
-  CliResult Cli(const std::vector<std::string>& args, const std::string& stdin_data = "") {
-    int n = counter_++;
-    fs::path out = state_ / fmt::format("out-{}", n), err = state_ / fmt::format("err-{}", n);
-    pid_t pid = Spawn(args, out, err, stdin_data);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    CliResult r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = ReadFile(out);
-    r.err = ReadFile(err);
-    return r;
-  }
-
   // A TTL is the safety net should this test crash before its TearDown.
   std::string CreateCli(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {"sandbox", "create", "--cold", "--ttl", "900"};
@@ -188,57 +93,6 @@ class LifecycleTest : public ::testing::Test {
     }
     return out;
   }
-
-  std::vector<SandboxMeta> WarmOf(const std::string& pool) {
-    std::vector<SandboxMeta> out;
-    auto list = provider_->List();
-    if (!list) return out;
-    for (auto& m : *list) {
-      if (m.pool == pool && m.state == "warm" && m.ready &&
-          fs::exists(state_ / "sandboxes" / m.id / "warm")) {
-        out.push_back(m);
-      }
-    }
-    return out;
-  }
-
-  // The pool daemon dies with this test process (PR_SET_PDEATHSIG), even if it crashes.
-  pid_t StartPool(const std::string& name, int replicas) {
-    int n = counter_++;
-    std::string out = (state_ / fmt::format("pool-out-{}", n)).string();
-    std::string err = (state_ / fmt::format("pool-err-{}", n)).string();
-    std::vector<std::string> args = {
-        kDeepbox,    "pool", "serve", "--name", name, "--replicas", std::to_string(replicas),
-        "--network", "none"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {  // async-signal-safe calls only
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-      int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(1);
-      execve(argv[0], argv.data(), environ);
-      _exit(127);
-    }
-    EXPECT_GT(pid, 0);
-    daemons_.push_back(pid);
-    return pid;
-  }
-
-  void StopDaemon(pid_t pid, int sig) {
-    kill(pid, sig);
-    waitpid(pid, nullptr, 0);
-    daemons_.erase(std::remove(daemons_.begin(), daemons_.end(), pid), daemons_.end());
-  }
-
-  fs::path state_;
-  std::unique_ptr<LocalSandboxProvider> provider_;
-  std::vector<pid_t> daemons_;
-  int counter_ = 0;
 };
 
 TEST_F(LifecycleTest, CreateExecRmLeavesNothing) {

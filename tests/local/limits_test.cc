@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_fixture.h"
 #include "common/json.h"
 #include "local/lifecycle/provider.h"
 #include "local/namespaces.h"
@@ -28,100 +29,19 @@ namespace deepbox::local::lifecycle {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Eventually;
 using ::testing::HasSubstr;
+using testing::kDeepbox;
 using ::testing::Not;
-
-const std::string kBinDir = DEEPBOX_BIN_DIR;
-const std::string kDeepbox = kBinDir + "/deepbox";
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct CliResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-// Polls `done` until it holds or `limit` passes (a safety net, not an assertion on time).
-bool Eventually(const std::function<bool()>& done, std::chrono::seconds limit = 120s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (done()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return done();
-}
+using testing::ReadFile;
 
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }
 
-class LimitsTest : public ::testing::Test {
+class LimitsTest : public testing::LocalCliTest {
  protected:
-  void SetUp() override {
-    if (!UserNamespacesAvailable()) GTEST_SKIP() << "user namespaces are not available here";
-    if (access(kDeepbox.c_str(), X_OK) != 0) GTEST_SKIP() << kDeepbox << " is not built";
-    std::string tmpl = "/tmp/dbl-XXXXXX";  // short: socket paths must fit 107 bytes
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    state_ = tmpl;
-    setenv("DEEPBOX_STATE_DIR", state_.c_str(), 1);
-    LocalProviderOptions o;
-    o.state_dir = state_;
-    o.deepbox_binary = kDeepbox;
-    o.sandboxd_binary = kBinDir + "/deepbox-sandboxd";
-    o.pool = "";
-    auto p = LocalSandboxProvider::Create(o);
-    ASSERT_TRUE(p.has_value()) << p.error().ToString();
-    provider_ = std::move(*p);
-  }
-
-  void TearDown() override {
-    for (pid_t pid : daemons_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-    if (provider_) {
-      auto list = provider_->List();
-      if (list) {
-        for (const auto& m : *list) (void)provider_->Delete(m.id);
-      }
-    }
-    if (!state_.empty()) (void)RemoveTree(state_);
-    unsetenv("DEEPBOX_STATE_DIR");
-  }
-
-  CliResult Cli(const std::vector<std::string>& args) {
-    int n = counter_++;
-    fs::path out = state_ / fmt::format("out-{}", n), err = state_ / fmt::format("err-{}", n);
-    std::vector<std::string> full = {kDeepbox};
-    full.insert(full.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    EXPECT_EQ(rc, 0);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    CliResult r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = ReadFile(out);
-    r.err = ReadFile(err);
-    return r;
-  }
-
   // `sandbox create --json` (a TTL is the safety net should this test crash).
   SandboxMeta Create(const std::vector<std::string>& extra) {
     std::vector<std::string> args = {"sandbox", "create",    "--json", "--ttl",
@@ -135,33 +55,6 @@ class LimitsTest : public ::testing::Test {
     auto meta = SandboxMeta::FromJson(*obj);
     EXPECT_TRUE(meta.has_value());
     return meta ? *meta : SandboxMeta{};
-  }
-
-  // The pool daemon dies with this test process (PR_SET_PDEATHSIG), even if it crashes.
-  void StartPool(const std::string& name, const std::vector<std::string>& extra) {
-    int n = counter_++;
-    std::string out = (state_ / fmt::format("pool-out-{}", n)).string();
-    std::string err = (state_ / fmt::format("pool-err-{}", n)).string();
-    pool_logs_.push_back(err);
-    std::vector<std::string> args = {kDeepbox,     "pool", "serve",     "--name", name,
-                                     "--replicas", "1",    "--network", "none"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {  // async-signal-safe calls only
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-      int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(1);
-      execve(argv[0], argv.data(), environ);
-      _exit(127);
-    }
-    ASSERT_GT(pid, 0);
-    daemons_.push_back(pid);
   }
 
   bool OneWarm(const std::string& pool) {
@@ -200,12 +93,6 @@ class LimitsTest : public ::testing::Test {
     EXPECT_NE(r.code, 0) << "40 processes ran under a limit of 20";
     EXPECT_THAT(r.out, Not(HasSubstr("forked 40")));
   }
-
-  fs::path state_;
-  std::unique_ptr<LocalSandboxProvider> provider_;
-  std::vector<pid_t> daemons_;
-  std::vector<std::string> pool_logs_;
-  int counter_ = 0;
 };
 
 TEST_F(LimitsTest, CreateTakesDockerStyleSizesAndEnforcesThem) {
@@ -333,7 +220,7 @@ TEST_F(LimitsTest, ExplicitPublicNetworkIsPublicOrFails) {
     EXPECT_EQ(r.code, 4) << r.out << r.err;
     EXPECT_THAT(r.err, HasSubstr("network 'public' was requested but is not available"));
     EXPECT_EQ(r.out, "");
-    EXPECT_TRUE(Eventually([&] { return provider_->store().Ids()->empty(); }))
+    EXPECT_TRUE(Eventually([&] { return provider_->store().Ids()->empty(); }, 120s))
         << "the refused sandbox was not deleted";
   }
   // The default may fall back to none, and then says so.
@@ -351,8 +238,8 @@ TEST_F(LimitsTest, ExplicitPublicNetworkIsPublicOrFails) {
 // Issue 17, High #1: a create that asks for limits used to take a warm
 // sandbox made with others (none at all) and run without them.
 TEST_F(LimitsTest, WarmSandboxWithOtherLimitsIsNotClaimed) {
-  StartPool("p", {});
-  ASSERT_TRUE(Eventually([&] { return OneWarm("p"); }));
+  StartPool("p", 1);
+  ASSERT_TRUE(Eventually([&] { return OneWarm("p"); }, 120s));
   SandboxMeta m = Create({"--pool", "p", "--memory", "67108864", "--max-processes", "20"});
   ASSERT_TRUE(Store::ValidId(m.id));
   EXPECT_EQ(m.pool, "") << "a warm sandbox with other limits was claimed";
@@ -363,8 +250,8 @@ TEST_F(LimitsTest, WarmSandboxWithOtherLimitsIsNotClaimed) {
   EXPECT_EQ(d.pool, "p");
   EXPECT_EQ(d.limits, DefaultSandboxLimits());
   // So does one asking for none from a pool serving none.
-  StartPool("open", {"--memory", "0", "--max-processes", "0", "--cpus", "0", "--disk", "0"});
-  ASSERT_TRUE(Eventually([&] { return OneWarm("open"); }));
+  StartPool("open", 1, {"--memory", "0", "--max-processes", "0", "--cpus", "0", "--disk", "0"});
+  ASSERT_TRUE(Eventually([&] { return OneWarm("open"); }, 120s));
   EXPECT_EQ(Create({"--pool", "open"}).pool, "");
   SandboxMeta open = Create({"--pool", "open", "--memory", "0", "--max-processes", "none", "--cpus",
                              "0", "--disk", "unlimited"});
@@ -373,8 +260,8 @@ TEST_F(LimitsTest, WarmSandboxWithOtherLimitsIsNotClaimed) {
 }
 
 TEST_F(LimitsTest, WarmSandboxWithTheSameLimitsIsClaimedAndEnforced) {
-  StartPool("small", {"--memory", "64M", "--max-processes", "20"});
-  ASSERT_TRUE(Eventually([&] { return OneWarm("small"); }));
+  StartPool("small", 1, {"--memory", "64M", "--max-processes", "20"});
+  ASSERT_TRUE(Eventually([&] { return OneWarm("small"); }, 120s));
   // Another spelling of the same limits matches.
   SandboxMeta m = Create({"--pool", "small", "--memory", "65536K", "--max-processes", "20"});
   ASSERT_TRUE(Store::ValidId(m.id));
@@ -382,10 +269,10 @@ TEST_F(LimitsTest, WarmSandboxWithTheSameLimitsIsClaimedAndEnforced) {
   EXPECT_EQ(m.state, "claimed");
   EXPECT_EQ(m.limits.memory_bytes, 64ULL << 20);
   ExpectSmallLimitsEnforced(m);
-  EXPECT_THAT(ReadFile(pool_logs_.back()),
+  EXPECT_THAT(PoolLog("small"),
               HasSubstr("warm sandboxes get memory 64 MiB, processes 20, CPUs 2"));
   // The pool refills; a claimer with the defaults does not take its sandboxes.
-  ASSERT_TRUE(Eventually([&] { return OneWarm("small"); }));
+  ASSERT_TRUE(Eventually([&] { return OneWarm("small"); }, 120s));
   SandboxMeta d = Create({"--pool", "small"});
   EXPECT_EQ(d.pool, "");
   EXPECT_EQ(d.limits, DefaultSandboxLimits());
@@ -393,8 +280,8 @@ TEST_F(LimitsTest, WarmSandboxWithTheSameLimitsIsClaimedAndEnforced) {
 
 // The C++ API: the provider's limits decide what it may claim.
 TEST_F(LimitsTest, ProviderClaimWarmMatchesLimitsExactly) {
-  StartPool("api", {"--memory", "64M"});
-  ASSERT_TRUE(Eventually([&] { return OneWarm("api"); }));
+  StartPool("api", 1, {"--memory", "64M"});
+  ASSERT_TRUE(Eventually([&] { return OneWarm("api"); }, 120s));
   LocalProviderOptions o = provider_->options();
   o.pool = "api";
   auto defaults = LocalSandboxProvider::Create(o);

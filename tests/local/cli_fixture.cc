@@ -1,0 +1,172 @@
+#include "cli_fixture.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "local/namespaces.h"
+
+extern char** environ;
+
+namespace deepbox::local::lifecycle::testing {
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool Eventually(const std::function<bool()>& done, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return done();
+}
+
+void LocalCliTest::SetUp() {
+  if (!UserNamespacesAvailable()) GTEST_SKIP() << "user namespaces are not available here";
+  if (access(kDeepbox.c_str(), X_OK) != 0) GTEST_SKIP() << kDeepbox << " is not built";
+  std::string tmpl = "/tmp/dbx-XXXXXX";  // short: socket paths must fit 107 bytes
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  state_ = tmpl;
+  fs::create_directories(state_ / "io");
+  setenv("DEEPBOX_STATE_DIR", state_.c_str(), 1);
+  LocalProviderOptions o;
+  o.state_dir = state_;
+  o.deepbox_binary = kDeepbox;
+  o.sandboxd_binary = kBinDir + "/deepbox-sandboxd";
+  o.pool = "";
+  auto p = LocalSandboxProvider::Create(o);
+  ASSERT_TRUE(p.has_value()) << p.error().ToString();
+  provider_ = std::move(*p);
+}
+
+void LocalCliTest::TearDown() {
+  for (pid_t pid : daemons_) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  if (provider_) {
+    auto list = provider_->List();
+    if (list) {
+      for (const auto& m : *list) (void)provider_->Delete(m.id);
+    }
+  }
+  if (!state_.empty()) (void)RemoveTree(state_);
+  unsetenv("DEEPBOX_STATE_DIR");
+}
+
+pid_t LocalCliTest::Spawn(const std::vector<std::string>& args, const fs::path& out,
+                          const fs::path& err, const std::string& stdin_data) {
+  std::vector<std::string> full = {kDeepbox};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  fs::path in = "/dev/null";
+  if (!stdin_data.empty()) {
+    in = state_ / "io" / fmt::format("stdin-{}", counter_++);
+    std::ofstream(in) << stdin_data;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  EXPECT_EQ(rc, 0) << "posix_spawn(" << kDeepbox << "): " << std::strerror(rc);
+  return rc == 0 ? pid : -1;
+}
+
+CliResult LocalCliTest::Cli(const std::vector<std::string>& args, const std::string& stdin_data) {
+  int n = counter_++;
+  fs::path out = state_ / "io" / fmt::format("out-{}", n);
+  fs::path err = state_ / "io" / fmt::format("err-{}", n);
+  CliResult r;
+  pid_t pid = Spawn(args, out, err, stdin_data);
+  if (pid < 0) return r;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(out);
+  r.err = ReadFile(err);
+  std::error_code ec;
+  fs::remove(out, ec);
+  fs::remove(err, ec);
+  return r;
+}
+
+pid_t LocalCliTest::StartPool(const std::string& name, int replicas,
+                              const std::vector<std::string>& extra) {
+  std::string err = (state_ / "io" / fmt::format("pool-{}.log", name)).string();
+  std::vector<std::string> args = {
+      kDeepbox,    "pool", "serve", "--name", name, "--replicas", std::to_string(replicas),
+      "--network", "none"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {  // async-signal-safe calls only
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (e < 0 || null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(e, 2) < 0) _exit(1);
+    execve(argv[0], argv.data(), environ);
+    _exit(127);
+  }
+  EXPECT_GT(pid, 0) << "fork: " << std::strerror(errno);
+  if (pid > 0) daemons_.push_back(pid);
+  return pid;
+}
+
+std::string LocalCliTest::PoolLog(const std::string& name) {
+  return ReadFile(state_ / "io" / fmt::format("pool-{}.log", name));
+}
+
+void LocalCliTest::StopDaemon(pid_t pid, int sig) {
+  kill(pid, sig);
+  waitpid(pid, nullptr, 0);
+  daemons_.erase(std::remove(daemons_.begin(), daemons_.end(), pid), daemons_.end());
+}
+
+std::unique_ptr<LocalSandboxProvider> LocalCliTest::Provider(const std::string& pool) {
+  LocalProviderOptions o = provider_->options();
+  o.pool = pool;
+  auto p = LocalSandboxProvider::Create(o);
+  EXPECT_TRUE(p.has_value()) << p.error().ToString();
+  return p ? std::move(*p) : nullptr;
+}
+
+std::vector<SandboxMeta> LocalCliTest::WarmOf(const std::string& pool) {
+  std::vector<SandboxMeta> out;
+  auto list = provider_->List();
+  if (!list) return out;
+  for (auto& m : *list) {
+    if (m.pool == pool && m.state == "warm" && m.ready &&
+        fs::exists(state_ / "sandboxes" / m.id / "warm")) {
+      out.push_back(m);
+    }
+  }
+  return out;
+}
+
+}  // namespace deepbox::local::lifecycle::testing
