@@ -77,6 +77,17 @@ class SandboxdLoadTest : public ::testing::Test {
     ASSERT_TRUE(d) << d.error().ToString();
     daemon_ = std::move(*d);
   }
+  // Starts the daemon with `soft` as the soft RLIMIT_NOFILE it inherits (as
+  // from a usual shell), then gives this process its own limit back.
+  void StartWithSoftOpenFiles(rlim_t soft, bool tcp) {
+    struct rlimit saved {};
+    ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+    struct rlimit inherited = saved;
+    inherited.rlim_cur = soft;
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &inherited), 0);
+    Start({}, tcp);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  }
   std::string Unix() const { return daemon_->unix_url(); }
   std::string Tcp() const { return fmt::format("127.0.0.1:{}", daemon_->tcp_port()); }
   Sandbox& sb() { return daemon_->client(); }
@@ -104,13 +115,8 @@ TEST_F(SandboxdLoadTest, ThousandConcurrentConnectionsAreAllServed) {
   // The daemon starts with the usual soft limit of 1024 descriptors (it must
   // raise its own); this process then takes room for its 1,000 clients.
   if (!RaiseOpenFiles(4096)) GTEST_SKIP() << "needs RLIMIT_NOFILE 4096 (root can raise it)";
-  struct rlimit saved {};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
-  struct rlimit usual = saved;
-  usual.rlim_cur = 1024;
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &usual), 0);
-  Start();
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  StartWithSoftOpenFiles(1024, /*tcp=*/true);
+  if (HasFatalFailure()) return;
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(sb().Write(fmt::format("many/f{}.txt", i), fmt::format("content-{}", i), 0644));
   }
@@ -168,13 +174,10 @@ TEST_F(SandboxdLoadTest, ThousandConcurrentConnectionsAreAllServed) {
 // it below its 1024 connections) and gives commands the limit it started with.
 TEST_F(SandboxdLoadTest, DaemonRaisesItsOpenFilesLimitAndCommandsKeepTheOriginal) {
   if (!RaiseOpenFiles(4096)) GTEST_SKIP() << "needs RLIMIT_NOFILE 4096 (root can raise it)";
-  struct rlimit saved {};
+  StartWithSoftOpenFiles(256, /*tcp=*/false);
+  if (HasFatalFailure()) return;
+  struct rlimit saved {};  // the hard limit: the daemon's soft limit is raised to it
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
-  struct rlimit low = saved;
-  low.rlim_cur = 256;
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
-  Start({}, /*tcp=*/false);
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
   std::string limits = ReadHostFile(fmt::format("/proc/{}/limits", daemon_->pid()));
   EXPECT_NE(limits.find(fmt::format("Max open files            {:<21}{:<21}files", saved.rlim_max,
                                     saved.rlim_max)),
