@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -30,11 +33,16 @@ const testing::ResourceKey kSandboxKey{"agents.x-k8s.io", "sandboxes", "default"
 
 class ClaimTest : public ::testing::Test {
  protected:
-  void Init(FakeApiServerOptions server_opts = {}, FakeControllerOptions ctl_opts = {}) {
+  // `wrap`: what the controller sees of the server's store (e.g. SlowAdoptions).
+  void Init(
+      FakeApiServerOptions server_opts = {}, FakeControllerOptions ctl_opts = {},
+      const std::function<std::shared_ptr<testing::StoreApi>(std::shared_ptr<testing::StoreApi>)>&
+          wrap = nullptr) {
     auto server = FakeApiServer::Start(server_opts);
     ASSERT_TRUE(server) << server.error().ToString();
     server_ = std::move(*server);
-    controller_ = std::make_unique<FakeController>(server_->shared_store(), ctl_opts);
+    std::shared_ptr<testing::StoreApi> store = server_->shared_store();
+    controller_ = std::make_unique<FakeController>(wrap ? wrap(store) : store, ctl_opts);
     controller_->Start();
     ClientOptions co;
     co.initial_backoff = 5ms;
@@ -154,6 +162,109 @@ TEST_F(ClaimTest, AdoptsAWarmMemberOverOneWatch) {
   EXPECT_TRUE(WaitUntil([&] { return !server_->store().Get(kSandboxKey, c->sandbox_name); }));
   EXPECT_TRUE(WaitUntil(
       [&] { return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 1; }));
+}
+
+// The controller's store with every Sandbox write held for a while after the
+// object was read, as over a real API server: two claim workers that chose
+// the same warm member both get to write it unless the controller prevents it.
+class SlowAdoptions : public testing::StoreApi {
+ public:
+  explicit SlowAdoptions(std::shared_ptr<testing::StoreApi> inner) : inner_(std::move(inner)) {}
+  Result<json::object> Create(const testing::ResourceKey& key, json::object object) override {
+    return inner_->Create(key, std::move(object));
+  }
+  Result<json::object> Get(const testing::ResourceKey& key,
+                           const std::string& name) const override {
+    return inner_->Get(key, name);
+  }
+  std::vector<json::object> List(const testing::ResourceKey& key,
+                                 int64_t* rv = nullptr) const override {
+    return inner_->List(key, rv);
+  }
+  Result<json::object> Update(const testing::ResourceKey& key, const std::string& name,
+                              const std::function<void(json::object&)>& mutate) override {
+    // Only real changes wait (the status passes rewrite nothing).
+    if (auto current = inner_->Get(key, name); current && key.plural == "sandboxes") {
+      json::object next = *current;
+      mutate(next);
+      if (next != *current) std::this_thread::sleep_for(20ms);
+    }
+    return inner_->Update(key, name, mutate);
+  }
+  Result<json::object> Delete(const testing::ResourceKey& key, const std::string& name) override {
+    return inner_->Delete(key, name);
+  }
+  std::vector<std::string> Namespaces() const override { return inner_->Namespaces(); }
+  void AddListener(std::function<void(const testing::StoreEvent&)> listener) override {
+    inner_->AddListener(std::move(listener));
+  }
+
+ private:
+  std::shared_ptr<testing::StoreApi> inner_;
+};
+
+std::shared_ptr<testing::StoreApi> Slow(std::shared_ptr<testing::StoreApi> store) {
+  return std::make_shared<SlowAdoptions>(std::move(store));
+}
+
+// With claim workers (as the k8s-real test agent runs it, like upstream's
+// concurrent claim reconciles), claims made together are adopted together,
+// and each warm member goes to one claim only.
+TEST_F(ClaimTest, ConcurrentClaimsEachAdoptTheirOwnWarmMember) {
+  FakeControllerOptions co;
+  co.claim_workers = 4;
+  Init({}, co, Slow);
+  constexpr int kClaims = 12;
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", kClaims);
+  ASSERT_TRUE(WaitUntil([&] {
+    return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == kClaims;
+  }));
+  std::vector<std::future<Result<ClaimedSandbox>>> claims;
+  for (int i = 0; i < kClaims; ++i) {
+    claims.push_back(std::async(std::launch::async, [this] { return claimer_->Claim(Request()); }));
+  }
+  std::set<std::string> sandboxes;
+  for (auto& f : claims) {
+    auto c = f.get();
+    ASSERT_TRUE(c) << c.error().ToString();
+    EXPECT_TRUE(c->sandbox_name.starts_with("deepagents-warmpool-")) << c->sandbox_name;
+    EXPECT_TRUE(sandboxes.insert(c->sandbox_name).second) << c->sandbox_name << " given twice";
+    auto sb = server_->store().Get(kSandboxKey, c->sandbox_name);
+    ASSERT_TRUE(sb);
+    auto claim = server_->store().Get(kClaimKey, c->claim_name);
+    ASSERT_TRUE(claim);
+    EXPECT_EQ(FindString(*sb, {"metadata", "labels", "agents.x-k8s.io/claim-uid"}),
+              FindString(*claim, {"metadata", "uid"}));
+  }
+  EXPECT_EQ(controller_->adoptions(), kClaims);
+  EXPECT_EQ(controller_->cold_starts(), 0);
+}
+
+// More claims at once than Ready members: the members go to one claim each,
+// the others start cold (the refill's pods are not Ready yet).
+TEST_F(ClaimTest, ConcurrentClaimsBeyondThePoolStartCold) {
+  FakeControllerOptions co;
+  co.claim_workers = 4;
+  co.pod_start_delay = 3s;  // no refilled member is Ready while the claims are reconciled
+  Init({}, co, Slow);
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 3);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return PoolReadyReplicas(server_->store(), "default", "deepagents-warmpool") == 3; }));
+  std::vector<std::future<Result<ClaimedSandbox>>> claims;
+  for (int i = 0; i < 6; ++i) {
+    claims.push_back(std::async(std::launch::async, [this] { return claimer_->Claim(Request()); }));
+  }
+  std::set<std::string> sandboxes;
+  int warm = 0;
+  for (auto& f : claims) {
+    auto c = f.get();
+    ASSERT_TRUE(c) << c.error().ToString();
+    EXPECT_TRUE(sandboxes.insert(c->sandbox_name).second) << c->sandbox_name << " given twice";
+    if (c->sandbox_name != c->claim_name) ++warm;
+  }
+  EXPECT_EQ(warm, 3);
+  EXPECT_EQ(controller_->adoptions(), 3);
+  EXPECT_EQ(controller_->cold_starts(), 3);
 }
 
 TEST_F(ClaimTest, ColdStartsWhenThePoolIsEmpty) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "net/conn.h"
+
 namespace deepbox::k8s::testing {
 
 namespace {
@@ -155,6 +157,9 @@ void FakeController::Start() {
     dirty_ = true;
     cv_.notify_all();
   });
+  for (int i = 0; i < options_.claim_workers; ++i) {
+    claim_workers_.emplace_back([this] { ClaimWorker(); });
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -164,7 +169,52 @@ void FakeController::Stop() {
     stop_ = true;
   }
   cv_.notify_all();
+  claim_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  for (auto& t : claim_workers_) t.join();
+  claim_workers_.clear();
+}
+
+void FakeController::EnqueueClaim(const std::string& ns, const std::string& name) {
+  std::string key = ns + "/" + name;
+  {
+    std::lock_guard lock(mu_);
+    if (!claims_pending_.insert(key).second) return;
+    claim_queue_.push_back(std::move(key));
+  }
+  claim_cv_.notify_one();
+}
+
+void FakeController::ClaimWorker() {
+  for (;;) {
+    std::string key;
+    {
+      std::unique_lock lock(mu_);
+      claim_cv_.wait(lock, [&] { return stop_ || !claim_queue_.empty(); });
+      if (stop_) break;
+      key = std::move(claim_queue_.front());
+      claim_queue_.pop_front();
+    }
+    std::string ns = key.substr(0, key.find('/'));
+    std::string name = key.substr(key.find('/') + 1);
+    // Read again: another pass may have bound it (or it went) since it was queued.
+    auto claim = store_->Get(Claims(ns), name);
+    if (claim && FindString(*claim, {"status", "sandbox", "name"}).empty() &&
+        FindString(*claim, {"metadata", "annotations", kSandboxNameAnnotation}).empty()) {
+      std::chrono::steady_clock::time_point seen;
+      {
+        std::lock_guard lock(mu_);
+        seen = first_seen_.try_emplace(Uid(*claim), std::chrono::steady_clock::now()).first->second;
+      }
+      ReconcileUnboundClaim(ns, *claim, seen);
+    }
+    // No pass is asked for here: the worker's own writes wake one, and a claim
+    // left unbound (delay, a failed write, a missing pool) waits for the tick
+    // or a change rather than spinning.
+    std::lock_guard lock(mu_);
+    claims_pending_.erase(key);
+  }
+  net::ReleaseThreadTlsState();  // RemoteStore's requests from this thread used TLS
 }
 
 void FakeController::Kick() { ReconcileAll(); }
@@ -400,12 +450,6 @@ void FakeController::ReconcileClaims(const std::string& ns) {
   auto now = std::chrono::steady_clock::now();
   SystemTime wall_now = options_.clock();
   std::string wall = FormatRfc3339(wall_now);
-  std::string fail_reason, fail_message;
-  {
-    std::lock_guard lock(mu_);
-    fail_reason = fail_reason_;
-    fail_message = fail_message_;
-  }
   auto set_status = [&](const std::string& name, const std::function<void(json::object&)>& fn) {
     (void)store_->Update(Claims(ns), name, fn);
   };
@@ -470,138 +514,182 @@ void FakeController::ReconcileClaims(const std::string& ns) {
       continue;
     }
 
-    if (!fail_reason.empty()) {
-      not_ready(name, fail_reason, fail_message);
+    if (options_.claim_workers > 0) {
+      EnqueueClaim(ns, name);
       continue;
     }
+    ReconcileUnboundClaim(ns, claim, seen);
+  }
+}
 
-    // Resolve pool and template (v1beta1: warmPoolRef; v1alpha1: template + warmpool).
-    std::string api = FindString(claim, {"apiVersion"});
-    std::string pool_name, tmpl_name;
-    std::optional<json::object> pool;
-    if (api.ends_with("/v1alpha1")) {
-      tmpl_name = FindString(claim, {"spec", "sandboxTemplateRef", "name"});
-      std::string wp = FindString(claim, {"spec", "warmpool"});
-      if (wp.empty()) wp = "default";
-      if (wp != "none") {
-        for (const auto& p : store_->List(Pools(ns))) {
-          bool match = wp == "default"
-                           ? FindString(p, {"spec", "sandboxTemplateRef", "name"}) == tmpl_name
-                           : Name(p) == wp;
-          if (match) pool = p;
-        }
-        if (!pool && wp != "default") {
-          not_ready(name, "WarmPoolNotFound",
-                    fmt::format("SandboxWarmPool.extensions.agents.x-k8s.io \"{}\" not found", wp));
-          continue;
-        }
+void FakeController::ReconcileUnboundClaim(const std::string& ns, const json::object& claim,
+                                           std::chrono::steady_clock::time_point seen) {
+  auto now = std::chrono::steady_clock::now();
+  std::string wall = FormatRfc3339(options_.clock());
+  std::string fail_reason, fail_message;
+  {
+    std::lock_guard lock(mu_);
+    fail_reason = fail_reason_;
+    fail_message = fail_message_;
+  }
+  auto set_status = [&](const std::string& name, const std::function<void(json::object&)>& fn) {
+    (void)store_->Update(Claims(ns), name, fn);
+  };
+  auto not_ready = [&](const std::string& name, std::string_view reason, std::string message) {
+    set_status(name, [&](json::object& o) { SetReady(o, false, reason, message, wall); });
+  };
+  std::string name = Name(claim);
+  std::string uid = Uid(claim);
+  if (!fail_reason.empty()) {
+    not_ready(name, fail_reason, fail_message);
+    return;
+  }
+
+  // Resolve pool and template (v1beta1: warmPoolRef; v1alpha1: template + warmpool).
+  std::string api = FindString(claim, {"apiVersion"});
+  std::string pool_name, tmpl_name;
+  std::optional<json::object> pool;
+  if (api.ends_with("/v1alpha1")) {
+    tmpl_name = FindString(claim, {"spec", "sandboxTemplateRef", "name"});
+    std::string wp = FindString(claim, {"spec", "warmpool"});
+    if (wp.empty()) wp = "default";
+    if (wp != "none") {
+      for (const auto& p : store_->List(Pools(ns))) {
+        bool match = wp == "default"
+                         ? FindString(p, {"spec", "sandboxTemplateRef", "name"}) == tmpl_name
+                         : Name(p) == wp;
+        if (match) pool = p;
       }
-    } else {
-      pool_name = FindString(claim, {"spec", "warmPoolRef", "name"});
-      auto p = store_->Get(Pools(ns), pool_name);
-      if (!p) {
-        not_ready(
-            name, "WarmPoolNotFound",
-            fmt::format("SandboxWarmPool.extensions.agents.x-k8s.io \"{}\" not found", pool_name));
-        continue;
+      if (!pool && wp != "default") {
+        not_ready(name, "WarmPoolNotFound",
+                  fmt::format("SandboxWarmPool.extensions.agents.x-k8s.io \"{}\" not found", wp));
+        return;
       }
-      pool = *p;
-      tmpl_name = FindString(*p, {"spec", "sandboxTemplateRef", "name"});
     }
-    if (pool) pool_name = Name(*pool);
-    auto tmpl = store_->Get(Templates(ns), tmpl_name);
-    if (!tmpl) {
+  } else {
+    pool_name = FindString(claim, {"spec", "warmPoolRef", "name"});
+    auto p = store_->Get(Pools(ns), pool_name);
+    if (!p) {
       not_ready(
-          name, "TemplateNotFound",
-          fmt::format("SandboxTemplate.extensions.agents.x-k8s.io \"{}\" not found", tmpl_name));
-      continue;
+          name, "WarmPoolNotFound",
+          fmt::format("SandboxWarmPool.extensions.agents.x-k8s.io \"{}\" not found", pool_name));
+      return;
     }
-    if (std::string bad = CheckPodMetadata(claim); !bad.empty()) {
-      not_ready(name, "InvalidMetadata", bad);
-      continue;
-    }
-    bool has_env = Find(claim, {"spec", "env"}) != nullptr;
-    bool has_vct = Find(claim, {"spec", "volumeClaimTemplates"}) != nullptr;
-    std::string env_policy = FindString(*tmpl, {"spec", "envVarsInjectionPolicy"});
-    std::string vct_policy = FindString(*tmpl, {"spec", "volumeClaimTemplatesPolicy"});
-    if (has_env && env_policy != "Allowed" && env_policy != "Overrides") {
-      not_ready(name, "EnvVarsInjectionRejected",
-                "the template does not allow environment variable injection");
-      continue;
-    }
-    if (has_vct && vct_policy != "Allowed" && vct_policy != "Overrides") {
-      not_ready(name, "VolumeClaimTemplatesError",
-                "the template does not allow volume claim templates");
-      continue;
-    }
-    if (now - seen < options_.adoption_delay) continue;  // the controller is "busy"
+    pool = *p;
+    tmpl_name = FindString(*p, {"spec", "sandboxTemplateRef", "name"});
+  }
+  if (pool) pool_name = Name(*pool);
+  auto tmpl = store_->Get(Templates(ns), tmpl_name);
+  if (!tmpl) {
+    not_ready(
+        name, "TemplateNotFound",
+        fmt::format("SandboxTemplate.extensions.agents.x-k8s.io \"{}\" not found", tmpl_name));
+    return;
+  }
+  if (std::string bad = CheckPodMetadata(claim); !bad.empty()) {
+    not_ready(name, "InvalidMetadata", bad);
+    return;
+  }
+  bool has_env = Find(claim, {"spec", "env"}) != nullptr;
+  bool has_vct = Find(claim, {"spec", "volumeClaimTemplates"}) != nullptr;
+  std::string env_policy = FindString(*tmpl, {"spec", "envVarsInjectionPolicy"});
+  std::string vct_policy = FindString(*tmpl, {"spec", "volumeClaimTemplatesPolicy"});
+  if (has_env && env_policy != "Allowed" && env_policy != "Overrides") {
+    not_ready(name, "EnvVarsInjectionRejected",
+              "the template does not allow environment variable injection");
+    return;
+  }
+  if (has_vct && vct_policy != "Allowed" && vct_policy != "Overrides") {
+    not_ready(name, "VolumeClaimTemplatesError",
+              "the template does not allow volume claim templates");
+    return;
+  }
+  if (now - seen < options_.adoption_delay) return;  // the controller is "busy"
 
-    // A Ready warm member with a pod IP, unless env/VCTs force a cold start.
-    std::optional<json::object> candidate;
-    if (pool && !has_env && !has_vct) {
-      for (const auto& sb : store_->List(Sandboxes(ns))) {
-        if (Label(sb, kPoolLabel) == NameHash(pool_name) && Owner(sb).second == Uid(*pool) &&
-            IsReady(sb) && !PodIps(sb).empty()) {
-          candidate = sb;
-          break;
-        }
-      }
-    }
-    const json::value* pod_meta = Find(claim, {"spec", "additionalPodMetadata"});
-    if (candidate) {
-      std::string sb_name = Name(*candidate);
-      auto adopted = store_->Update(Sandboxes(ns), sb_name, [&](json::object& o) {
-        auto& meta = Obj(o, "metadata");
-        auto& labels = Obj(meta, "labels");
-        labels.erase(kPoolLabel);
-        labels.erase(kTemplateHashLabel);
-        labels[kLaunchTypeLabel] = "warm";
-        labels[kClaimUidLabel] = uid;
-        meta["ownerReferences"] = OwnerRef(claim, "SandboxClaim");
-        if (pod_meta != nullptr) {
-          Obj(Obj(Obj(o, "spec"), "podTemplate"), "metadata")["additionalPodMetadata"] = *pod_meta;
-        }
-      });
-      if (!adopted) continue;
-      {
-        std::lock_guard lock(mu_);
-        ++adoptions_;  // counted before the claim shows it (tests read it then)
-      }
-      set_status(name, [&](json::object& o) {
-        Obj(Obj(o, "metadata"), "annotations")[kSandboxNameAnnotation] = sb_name;
-        auto& sbs = Obj(Obj(o, "status"), "sandbox");
-        sbs["name"] = sb_name;
-        sbs["podIPs"] = PodIps(*adopted);
-        const json::object* cond = ReadyCondition(*adopted);
-        SetReady(o, true, cond ? FindString(*cond, {"reason"}) : "DependenciesReady",
-                 cond ? FindString(*cond, {"message"}) : "", wall);
-      });
-      continue;
-    }
-    // Cold start: a Sandbox named after the claim.
-    json::object sb;
-    sb["apiVersion"] = "agents.x-k8s.io/v1beta1";
-    sb["kind"] = "Sandbox";
-    auto& meta = Obj(sb, "metadata");
-    meta["name"] = name;
-    auto& labels = Obj(meta, "labels");
-    labels[kLaunchTypeLabel] = "cold";
-    labels[kClaimUidLabel] = uid;
-    labels[kCreatedByLabel] = "controller";
-    meta["ownerReferences"] = OwnerRef(claim, "SandboxClaim");
-    auto& spec = Obj(sb, "spec");
-    if (const auto* pt = Find(*tmpl, {"spec", "podTemplate"})) spec["podTemplate"] = *pt;
-    if (!store_->Create(Sandboxes(ns), std::move(sb))) continue;
+  // A Ready warm member with a pod IP, unless env/VCTs force a cold start.
+  // Workers adopting for other claims at the same time each reserve their
+  // candidate, and the write itself changes nothing unless the Sandbox is
+  // still a pool member as the store has it now (after a 409 the store
+  // re-reads it and asks again): no Sandbox goes to two claims.
+  const json::value* pod_meta = Find(claim, {"spec", "additionalPodMetadata"});
+  std::string pool_uid = pool ? Uid(*pool) : "";
+  auto in_pool = [&](const json::object& sb) {
+    return Label(sb, kPoolLabel) == NameHash(pool_name) && Owner(sb).second == pool_uid;
+  };
+  std::optional<json::object> adopted;
+  bool write_failed = false;
+  for (const auto& sb :
+       pool && !has_env && !has_vct ? store_->List(Sandboxes(ns)) : std::vector<json::object>{}) {
+    if (!in_pool(sb) || !IsReady(sb) || PodIps(sb).empty()) continue;
+    std::string sb_name = Name(sb);
     {
       std::lock_guard lock(mu_);
-      ++cold_starts_;
+      if (!reserved_.insert(ns + "/" + sb_name).second) continue;
+    }
+    auto written = store_->Update(Sandboxes(ns), sb_name, [&](json::object& o) {
+      if (!in_pool(o)) return;  // taken meanwhile: left as it is
+      auto& meta = Obj(o, "metadata");
+      auto& labels = Obj(meta, "labels");
+      labels.erase(kPoolLabel);
+      labels.erase(kTemplateHashLabel);
+      labels[kLaunchTypeLabel] = "warm";
+      labels[kClaimUidLabel] = uid;
+      meta["ownerReferences"] = OwnerRef(claim, "SandboxClaim");
+      if (pod_meta != nullptr) {
+        Obj(Obj(Obj(o, "spec"), "podTemplate"), "metadata")["additionalPodMetadata"] = *pod_meta;
+      }
+    });
+    {
+      std::lock_guard lock(mu_);
+      reserved_.erase(ns + "/" + sb_name);
+    }
+    if (written && Label(*written, kClaimUidLabel) == uid) {
+      adopted = std::move(*written);
+      break;
+    }
+    write_failed = write_failed || !written;
+  }
+  if (!adopted && write_failed) return;  // a later pass tries again, before any cold start
+  if (adopted) {
+    std::string sb_name = Name(*adopted);
+    {
+      std::lock_guard lock(mu_);
+      ++adoptions_;  // counted before the claim shows it (tests read it then)
     }
     set_status(name, [&](json::object& o) {
-      Obj(Obj(o, "metadata"), "annotations")[kSandboxNameAnnotation] = name;
-      Obj(Obj(o, "status"), "sandbox")["name"] = name;
-      SetReady(o, false, "SandboxNotReady", "Sandbox is not ready", wall);
+      Obj(Obj(o, "metadata"), "annotations")[kSandboxNameAnnotation] = sb_name;
+      auto& sbs = Obj(Obj(o, "status"), "sandbox");
+      sbs["name"] = sb_name;
+      sbs["podIPs"] = PodIps(*adopted);
+      const json::object* cond = ReadyCondition(*adopted);
+      SetReady(o, true, cond ? FindString(*cond, {"reason"}) : "DependenciesReady",
+               cond ? FindString(*cond, {"message"}) : "", wall);
     });
+    return;
   }
+  // Cold start: a Sandbox named after the claim.
+  json::object sb;
+  sb["apiVersion"] = "agents.x-k8s.io/v1beta1";
+  sb["kind"] = "Sandbox";
+  auto& meta = Obj(sb, "metadata");
+  meta["name"] = name;
+  auto& labels = Obj(meta, "labels");
+  labels[kLaunchTypeLabel] = "cold";
+  labels[kClaimUidLabel] = uid;
+  labels[kCreatedByLabel] = "controller";
+  meta["ownerReferences"] = OwnerRef(claim, "SandboxClaim");
+  auto& spec = Obj(sb, "spec");
+  if (const auto* pt = Find(*tmpl, {"spec", "podTemplate"})) spec["podTemplate"] = *pt;
+  if (!store_->Create(Sandboxes(ns), std::move(sb))) return;
+  {
+    std::lock_guard lock(mu_);
+    ++cold_starts_;
+  }
+  set_status(name, [&](json::object& o) {
+    Obj(Obj(o, "metadata"), "annotations")[kSandboxNameAnnotation] = name;
+    Obj(Obj(o, "status"), "sandbox")["name"] = name;
+    SetReady(o, false, "SandboxNotReady", "Sandbox is not ready", wall);
+  });
 }
 
 }  // namespace deepbox::k8s::testing

@@ -11,12 +11,15 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/json.h"
 #include "k8s/testing/object_store.h"
@@ -46,6 +49,12 @@ struct FakeControllerOptions {
   // wake the controller at once. Every pass reads the whole store: over a
   // real API server (RemoteStore) a short tick costs CPU the pods share.
   std::chrono::milliseconds tick{10};
+  // Unbound claims are reconciled by this many worker threads, each claim by
+  // one at a time, as the upstream controller does (its claim controller
+  // runs 50 concurrent reconciles): claims arriving together are adopted
+  // together. 0: inline in the pass, which Kick() then completes (the unit
+  // tests' in-memory store, where a pass takes microseconds).
+  int claim_workers = 0;
 };
 
 class FakeController {
@@ -75,6 +84,12 @@ class FakeController {
   void ReconcilePools(const std::string& ns);
   void ReconcileSandboxes(const std::string& ns);
   void ReconcileClaims(const std::string& ns);
+  // Pool and template checks, then adoption of a warm member or a cold start.
+  void ReconcileUnboundClaim(const std::string& ns, const json::object& claim,
+                             std::chrono::steady_clock::time_point seen);
+  // claim_workers > 0: queues "ns/name" unless it is queued or being worked on.
+  void EnqueueClaim(const std::string& ns, const std::string& name);
+  void ClaimWorker();
   // real_pods: the Sandbox's pod (created when missing); whether it is Ready,
   // and its IPs.
   bool SyncPod(const std::string& ns, const json::object& sandbox, bool expired, json::array& ips);
@@ -87,6 +102,11 @@ class FakeController {
   bool stop_ = false;
   bool dirty_ = true;
   std::thread thread_;
+  std::vector<std::thread> claim_workers_;
+  std::condition_variable claim_cv_;
+  std::deque<std::string> claim_queue_;   // "ns/name"
+  std::set<std::string> claims_pending_;  // queued or being worked on
+  std::set<std::string> reserved_;        // "ns/name" of Sandboxes being adopted
   int next_ip_ = 10;
   int adoptions_ = 0;
   int cold_starts_ = 0;

@@ -91,6 +91,8 @@ int main(int argc, char** argv) {
     co.node_name = node;
     // Store events drive it; the tick is for expiry only (TTLs are whole seconds).
     co.tick = std::chrono::milliseconds(250);
+    // Claims arriving together are adopted together, as upstream does.
+    co.claim_workers = 8;
     controller = std::make_unique<deepbox::k8s::testing::FakeController>(shared_store, co);
     controller->Start();
   }
