@@ -24,6 +24,9 @@ taken from DEEPBOX_BIN's directory (or $BENCH_K8S_CLAIM). Rows:
   5 concurrent claims: 5 at once on a pool of 5, wall time to the last result
       (in process: 5 threads sharing one provider; per claim, when its create
       was answered, when its Ready event came, and deepbox's time after it).
+  busy CPU: the whole machine's (nice'd processes left out), while one claim
+      and while 5 concurrent claims ran, and by command: whether the
+      machine's two cores, not the client, bound the concurrent rounds.
 Between iterations (untimed) the claims are deleted and the pool refilled.
 BENCH_SKIP_SDK=1 leaves the SDK rows out (a quick deepbox-only run).
 """
@@ -41,6 +44,28 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+TICK_MS = 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_pid():
+    """{pid: (comm, utime+stime in ms)} of the processes not nice'd."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        comm = raw[raw.index("(") + 1:raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2:].split()
+        if int(fields[16]) > 0:  # nice
+            continue
+        out[pid] = (comm, (int(fields[11]) + int(fields[12])) * TICK_MS)
+    return out
 
 
 def loadavg():
@@ -108,10 +133,28 @@ def main():
     inproc = subprocess.Popen([bench, "real", ns], env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
 
+    # The machine's busy CPU while the in-process claims ran (one claim,
+    # reused provider; 5 concurrent: from the start until every claim ran its
+    # commands, as bench_k8s_claim reports it), and by command over the whole
+    # 5-concurrent exchange (deletes included): how much of the two cores the
+    # claims' work took.
+    cpu_rounds = {"reuse": [], "conc 5": []}
+    cpu_commands = {}
+
     def deepbox_in(command):
+        before_cmd = cpu_by_pid() if command == "conc 5" else None
         inproc.stdin.write(command + "\n")
         inproc.stdin.flush()
         answer = json.loads(inproc.stdout.readline())
+        if command in cpu_rounds and "busy" in answer:
+            cpu_rounds[command].append((answer["wall"], answer["busy"]))
+        if before_cmd is not None:
+            # By pid (a kernel worker's name changes with its work item), then
+            # summed by name; kernel workers as one.
+            for pid, (comm, ms) in cpu_by_pid().items():
+                comm = "kernel workers" if comm.startswith("kworker") else comm
+                cpu_commands[comm] = (cpu_commands.get(comm, 0) + ms -
+                                      before_cmd.get(pid, (comm, 0))[1])
         if "error" in answer:
             raise SystemExit(f"bench_k8s_claim real ({command}): {answer['error']}")
         return answer
@@ -229,6 +272,24 @@ def main():
         ready = " ".join(f"{c['ready']:6.1f}" for c in claims)
         after = " ".join(f"{c['done'] - c['ready']:5.1f}" for c in claims)
         print(f"  created {created} | ready {ready} | (b) {after}")
+    cores = os.cpu_count()
+    print(f"\nbusy CPU of the whole machine while the claims ran, to their second `true` "
+          f"(nice'd processes left out; {cores} cores; /proc/stat, 10 ms ticks), mean of the "
+          f"rounds:")
+    for command, label in (("reuse", "one claim (reused provider)"),
+                           ("conc 5", "5 concurrent claims")):
+        xs = cpu_rounds[command]
+        if xs:
+            wall, busy = sum(w for w, _ in xs), sum(b for _, b in xs)
+            print(f"  {label:28s} wall {wall / len(xs):7.1f} ms/round, busy CPU "
+                  f"{busy / len(xs):7.1f} ms/round = {busy / (wall * cores) * 100:3.0f}% "
+                  f"of {cores} cores")
+    rounds = len(cpu_rounds["conc 5"])
+    if rounds:
+        top = sorted(cpu_commands.items(), key=lambda kv: -kv[1])[:8]
+        print("  5 concurrent, CPU by command over the whole exchange, deletes included "
+              "(ms/round, processes alive at its end): " +
+              ", ".join(f"{c} {ms / rounds:.0f}" for c, ms in top if ms > 0))
     gaps = [b["ready"] - a["ready"] for claims in conc_claims
             for a, b in zip(sorted(claims, key=lambda c: c["ready"]),
                             sorted(claims, key=lambda c: c["ready"])[1:])]

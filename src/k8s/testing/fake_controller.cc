@@ -247,6 +247,11 @@ void FakeController::SetPodsBecomeReady(bool ready) {
   cv_.notify_all();
 }
 
+void FakeController::SetAdoptionDelay(std::chrono::milliseconds delay) {
+  std::lock_guard lock(mu_);
+  options_.adoption_delay = delay;
+}
+
 int FakeController::adoptions() const {
   std::lock_guard lock(mu_);
   return adoptions_;
@@ -604,7 +609,12 @@ void FakeController::ReconcileUnboundClaim(const std::string& ns, const json::ob
               "the template does not allow volume claim templates");
     return;
   }
-  if (now - seen < options_.adoption_delay) return;  // the controller is "busy"
+  std::chrono::milliseconds delay;
+  {
+    std::lock_guard lock(mu_);
+    delay = options_.adoption_delay;
+  }
+  if (now - seen < delay) return;  // the controller is "busy"
 
   // A Ready warm member with a pod IP, unless env/VCTs force a cold start.
   // Workers adopting for other claims at the same time each reserve their

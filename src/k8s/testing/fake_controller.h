@@ -74,6 +74,8 @@ class FakeController {
   // forwards it.
   void ExpireSandbox(const std::string& ns, const std::string& name);
   void SetPodsBecomeReady(bool ready);
+  // From now on (benchmarks: the same cluster with and without it).
+  void SetAdoptionDelay(std::chrono::milliseconds delay);
 
   int adoptions() const;
   int cold_starts() const;
