@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 
 #include "sandboxd/fs/fs_util.h"
 
@@ -251,41 +252,67 @@ Segment CompileSegment(std::string_view text, bool allow_globstar) {
   return seg;
 }
 
-// Expands the first brace group with a top-level comma, recursively.
-Status ExpandBraces(const std::string& pat, std::vector<std::string>* out) {
+// Escapes every '{' that has no matching '}', so that it is a literal, in one
+// pass (a '}' closes the nearest open '{'). Doing it inside ExpandBraces, one
+// brace and one rescan of the whole pattern at a time, was quadratic and
+// recursed once per brace: a 4 KB pattern of unmatched braces took seconds.
+std::string EscapeUnmatchedBraces(const std::string& pat) {
+  std::vector<size_t> open;
+  std::vector<bool> unmatched(pat.size(), false);
   for (size_t i = 0; i < pat.size(); ++i) {
     if (pat[i] == '\\') {
       ++i;
-      continue;
+    } else if (pat[i] == '{') {
+      open.push_back(i);
+    } else if (pat[i] == '}' && !open.empty()) {
+      open.pop_back();
     }
-    if (pat[i] != '{') continue;
-    int depth = 0;
-    std::vector<size_t> commas;
-    size_t close = std::string::npos;
-    for (size_t j = i; j < pat.size(); ++j) {
-      char c = pat[j];
-      if (c == '\\') {
-        ++j;
-      } else if (c == '{') {
-        ++depth;
-      } else if (c == '}') {
-        if (--depth == 0) {
-          close = j;
-          break;
-        }
-      } else if (c == ',' && depth == 1) {
-        commas.push_back(j);
+  }
+  if (open.empty()) return pat;
+  for (size_t i : open) unmatched[i] = true;
+  std::string out;
+  out.reserve(pat.size() + open.size());
+  for (size_t i = 0; i < pat.size(); ++i) {
+    if (unmatched[i]) out += '\\';
+    out += pat[i];
+  }
+  return out;
+}
+
+// Expands the leftmost brace group with a top-level comma, recursively. Every
+// '{' has its '}' (EscapeUnmatchedBraces ran first). One pass finds the group
+// (rescanning from each '{' made nested groups quadratic, for every expansion).
+Status ExpandBraces(const std::string& pat, std::vector<std::string>* out) {
+  struct Group {
+    size_t open;
+    std::vector<size_t> commas;  // at its top level
+  };
+  std::vector<Group> open_groups;
+  std::optional<Group> first;  // the leftmost group with a comma
+  size_t first_close = 0;
+  for (size_t i = 0; i < pat.size(); ++i) {
+    char c = pat[i];
+    if (c == '\\') {
+      ++i;
+    } else if (c == '{') {
+      open_groups.push_back({i, {}});
+    } else if (c == ',' && !open_groups.empty()) {
+      open_groups.back().commas.push_back(i);
+    } else if (c == '}' && !open_groups.empty()) {
+      Group g = std::move(open_groups.back());
+      open_groups.pop_back();
+      if (!g.commas.empty() && (!first || g.open < first->open)) {
+        first = std::move(g);
+        first_close = i;
       }
     }
-    if (close == std::string::npos) {  // unbalanced: a literal '{'
-      return ExpandBraces(pat.substr(0, i) + "\\{" + pat.substr(i + 1), out);
-    }
-    if (commas.empty()) continue;  // "{a}" is literal; inner groups come later
-    std::string prefix = pat.substr(0, i);
-    std::string suffix = pat.substr(close + 1);
-    size_t start = i + 1;
-    commas.push_back(close);
-    for (size_t end : commas) {
+  }
+  if (first) {  // "{a}" alone is literal
+    std::string prefix = pat.substr(0, first->open);
+    std::string suffix = pat.substr(first_close + 1);
+    size_t start = first->open + 1;
+    first->commas.push_back(first_close);
+    for (size_t end : first->commas) {
       if (auto st = ExpandBraces(prefix + pat.substr(start, end - start) + suffix, out); !st) {
         return st;
       }
@@ -339,7 +366,7 @@ Result<GlobMatcher> GlobMatcher::Compile(std::string_view pattern) {
     return MakeError(ErrorCode::kInvalidArgument, "glob pattern too long or contains NUL");
   }
   std::vector<std::string> expanded;
-  if (auto st = ExpandBraces(std::string(pattern), &expanded); !st) {
+  if (auto st = ExpandBraces(EscapeUnmatchedBraces(std::string(pattern)), &expanded); !st) {
     return tl::unexpected(st.error());
   }
   auto impl = std::make_unique<Impl>();

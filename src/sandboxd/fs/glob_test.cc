@@ -204,5 +204,30 @@ TEST(GlobMatcherTest, MatchesPaths) {
   EXPECT_FALSE(r->Matches("a19"));
 }
 
+// Braces without a partner are literal; a group without a top-level comma is
+// literal while the groups inside it still expand.
+TEST(GlobMatcherTest, UnmatchedAndLiteralBraces) {
+  auto m = [](std::string_view pattern, std::string_view path) {
+    auto g = GlobMatcher::Compile(pattern);
+    EXPECT_TRUE(g) << pattern;
+    return g && g->Matches(path);
+  };
+  EXPECT_TRUE(m("{{a,b}", "{a"));
+  EXPECT_TRUE(m("{{a,b}", "{b"));
+  EXPECT_FALSE(m("{{a,b}", "a"));
+  EXPECT_TRUE(m("{a,b}}", "b}"));
+  EXPECT_TRUE(m("{x{a,b}y}", "{xby}"));
+  EXPECT_FALSE(m("{x{a,b}y}", "xby"));
+  EXPECT_TRUE(m("{a,{b,c}d}", "cd"));
+  EXPECT_TRUE(m("a{,b", "a{,b"));
+  EXPECT_TRUE(m("\\{a,b}", "{a,b}"));
+  // Thousands of them: literal, and (fuzzing found) no longer one rescan of
+  // the pattern and one recursion per brace.
+  std::string opens(4000, '{');
+  EXPECT_TRUE(m(opens, opens));
+  std::string nested = std::string(1000, '{') + "{a,b}" + std::string(1000, '}');
+  EXPECT_TRUE(m(nested, std::string(1000, '{') + "b" + std::string(1000, '}')));
+}
+
 }  // namespace
 }  // namespace deepbox::sandboxd::fs
