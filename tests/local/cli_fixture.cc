@@ -69,26 +69,32 @@ void LocalCliTest::TearDown() {
   unsetenv("DEEPBOX_STATE_DIR");
 }
 
-pid_t LocalCliTest::Spawn(const std::vector<std::string>& args, const fs::path& out,
-                          const fs::path& err, const std::string& stdin_data) {
+int SpawnDeepbox(const std::vector<std::string>& args, const fs::path& in, const fs::path& out,
+                 const fs::path& err, pid_t* pid) {
   std::vector<std::string> full = {kDeepbox};
   full.insert(full.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : full) argv.push_back(a.data());
   argv.push_back(nullptr);
-  fs::path in = "/dev/null";
-  if (!stdin_data.empty()) {
-    in = state_ / "io" / fmt::format("stdin-{}", counter_++);
-    std::ofstream(in) << stdin_data;
-  }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ);
+  int rc = posix_spawn(pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
+  return rc;
+}
+
+pid_t LocalCliTest::Spawn(const std::vector<std::string>& args, const fs::path& out,
+                          const fs::path& err, const std::string& stdin_data) {
+  fs::path in = "/dev/null";
+  if (!stdin_data.empty()) {
+    in = state_ / "io" / fmt::format("stdin-{}", counter_++);
+    std::ofstream(in) << stdin_data;
+  }
+  pid_t pid = -1;
+  int rc = SpawnDeepbox(args, in, out, err, &pid);
   EXPECT_EQ(rc, 0) << "posix_spawn(" << kDeepbox << "): " << std::strerror(rc);
   return rc == 0 ? pid : -1;
 }

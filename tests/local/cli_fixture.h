@@ -26,6 +26,11 @@ inline const std::string kDeepbox = kBinDir + "/deepbox";
 
 std::string ReadFile(const fs::path& path);
 
+// Starts deepbox with `args`, stdin from `in`, stdout and stderr to `out` and
+// `err` (created or truncated). Returns posix_spawn's result; *pid on success.
+int SpawnDeepbox(const std::vector<std::string>& args, const fs::path& in, const fs::path& out,
+                 const fs::path& err, pid_t* pid);
+
 // Polls `done` until it holds or `limit` passes (a safety net, not an
 // assertion on time).
 bool Eventually(const std::function<bool()>& done,

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_fixture.h"
 #include "local/lifecycle/provider.h"
 #include "local/namespaces.h"
 
@@ -111,20 +112,11 @@ class ExecCliTest : public ::testing::Test {
 
   // Runs deepbox with stdin from `stdin_file` (or empty), stdout and stderr to files.
   static CliResult Cli(const std::vector<std::string>& args, const fs::path& stdin_file = {}) {
-    std::vector<std::string> full = {kDeepbox};
-    full.insert(full.end(), args.begin(), args.end());
-    auto argv = Argv(full);
     fs::path in = stdin_file.empty() ? File("stdin") : stdin_file;
     if (stdin_file.empty()) WriteFile(in, "");
     fs::path out = File("out"), err = File("err");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     pid_t pid = -1;
-    int rc = posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
+    int rc = testing::SpawnDeepbox(args, in, out, err, &pid);
     CliResult r;
     if (rc != 0) return r;
     int status = 0;
