@@ -161,6 +161,15 @@ int main(int argc, char** argv) {
   app.add_option("--max-output", config.max_output_bytes,
                  "Default cap on captured output per stream, in bytes")
       ->capture_default_str();
+  double exec_record_retention_s = 600;
+  app.add_option("--exec-record-retention", exec_record_retention_s,
+                 "Seconds an identified exec's record (exec_id: re-attach after a cut\n"
+                 "stream) is kept after its command ended")
+      ->capture_default_str();
+  app.add_option("--process-log-bytes", config.max_log_bytes,
+                 "Output kept per background process, in bytes (the oldest is dropped\n"
+                 "beyond it)")
+      ->capture_default_str();
   app.add_option("--metadata-env-prefix", config.metadata_env_prefix,
                  "Environment prefix exposed by /v1/metadata")
       ->capture_default_str();
@@ -198,11 +207,13 @@ int main(int argc, char** argv) {
   for (auto [name, value] : {std::pair{"--http-idle-timeout", idle_timeout_s},
                              {"--http-header-timeout", header_timeout_s},
                              {"--http-body-timeout", body_timeout_s},
-                             {"--http-write-timeout", write_timeout_s}}) {
+                             {"--http-write-timeout", write_timeout_s},
+                             {"--exec-record-retention", exec_record_retention_s}}) {
     if (!(value >= 0 && value <= 86400 * 365)) {
       return Fail(fmt::format("{} must be between 0 and one year of seconds", name));
     }
   }
+  if (config.max_log_bytes == 0) return Fail("--process-log-bytes must be at least 1");
   // Before any thread starts (children of every thread get the original).
   auto fd_room = RaiseOpenFilesLimit();
   if (!fd_room) return Fail(fd_room.error().ToString());
@@ -224,6 +235,8 @@ int main(int argc, char** argv) {
   ::unsetenv("SANDBOXD_TOKEN");
   config.default_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(default_timeout_s * 1000));
+  config.exec_record_retention =
+      std::chrono::milliseconds(static_cast<int64_t>(exec_record_retention_s * 1000));
   auto shutdown_grace = std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout_s * 1000));
 
   if (listen.empty()) {

@@ -47,7 +47,9 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   daemon->files_root_ = std::move(files_root);
   daemon->processes_ = std::move(*table);
   daemon->exec_sessions_ = std::make_unique<ExecSessions>();
-  daemon->exec_records_ = std::make_unique<ExecRecords>();
+  ExecRecordsOptions record_options;
+  record_options.keep_after_exit = daemon->config_.exec_record_retention;
+  daemon->exec_records_ = std::make_unique<ExecRecords>(record_options);
   return daemon;
 }
 

@@ -44,6 +44,9 @@ struct DaemonConfig {
   // Upstream python-runtime /execute timeout (SANDBOX_EXEC_TIMEOUT_SECONDS).
   std::chrono::milliseconds legacy_exec_timeout{300 * 1000};
   size_t max_log_bytes = 8 << 20;  // per background process
+  // How long an identified exec's record (exec_id, for re-attaching) is kept
+  // after its command ended.
+  std::chrono::milliseconds exec_record_retention{10 * 60 * 1000};
 };
 
 class Daemon {

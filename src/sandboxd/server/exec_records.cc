@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <vector>
 
 namespace deepbox::sandboxd {
@@ -100,15 +103,30 @@ bool ExecRecords::ValidId(std::string_view id) {
   });
 }
 
+ExecRecord::~ExecRecord() {
+#ifndef NDEBUG
+  // A record destroyed while a guard still holds its mutex: that guard will
+  // unlock freed memory (the 10-minute daemon crash). Caught here in debug
+  // builds, since the write happens inside glibc where ASan cannot see it.
+  if (!mu_.try_lock()) {
+    std::fputs("deepbox-sandboxd: an exec record was destroyed while locked\n", stderr);
+    std::abort();
+  }
+  mu_.unlock();
+#endif
+}
+
 void ExecRecords::ExpireLocked(std::chrono::steady_clock::time_point now) {
   for (auto it = records_.begin(); it != records_.end();) {
-    const auto& r = *it->second;
-    std::lock_guard lock(r.mu_);
-    if (r.finished_ && now - r.finished_at_ >= options_.keep_after_exit) {
-      it = records_.erase(it);
-    } else {
-      ++it;
+    bool expired = false;
+    {
+      // Decided under the record's lock, erased after it is released: the map
+      // may hold the last reference, and erasing frees the mutex itself.
+      const ExecRecord& r = *it->second;
+      std::lock_guard lock(r.mu_);
+      expired = r.finished_ && now - r.finished_at_ >= options_.keep_after_exit;
     }
+    it = expired ? records_.erase(it) : std::next(it);
   }
 }
 

@@ -35,6 +35,10 @@ struct ExecRecordsOptions {
 
 class ExecRecord {
  public:
+  ~ExecRecord();
+  ExecRecord(const ExecRecord&) = delete;
+  ExecRecord& operator=(const ExecRecord&) = delete;
+
   // Appends one event (a complete NDJSON line) and wakes followers.
   void Append(std::string line);
   // The last event; the record is complete.

@@ -1,5 +1,6 @@
 #include "sandboxd/server/exec_records.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -90,6 +91,28 @@ TEST(ExecRecordsTest, FinishedRecordsExpireAndMakeRoom) {
   b->Finish("exit\n");
   std::this_thread::sleep_for(80ms);
   EXPECT_FALSE(records.Find("exec-bbbbbbbb"));  // expired
+}
+
+// The records the map alone holds expire in one sweep (the daemon crash of
+// 2026-12-03: the record was freed while the sweep's guard held its mutex).
+// With no retention every finished record expires at the next Begin or Find;
+// the debug build aborts if a record is destroyed while locked.
+TEST(ExecRecordsTest, RecordsOnlyTheMapHoldsExpireTogetherWithoutRetention) {
+  ExecRecordsOptions o;
+  o.keep_after_exit = 0ms;
+  ExecRecords records(o);
+  for (int round = 0; round < 50; ++round) {
+    for (int i = 0; i < 5; ++i) {
+      auto r = records.Begin(fmt::format("exec-{:04d}-{}", round, i), nullptr);
+      ASSERT_TRUE(r) << r.error().ToString();
+      (*r)->Append("e\n");
+      (*r)->Finish("exit\n");
+    }  // the map holds the only reference now
+    auto running = records.Begin(fmt::format("exec-{:04d}-running", round), nullptr);
+    ASSERT_TRUE(running);
+    EXPECT_FALSE(records.Find(fmt::format("exec-{:04d}-0", round)));  // swept, with the others
+    EXPECT_EQ(records.size(), 1u + static_cast<size_t>(round));       // the running ones stay
+  }
 }
 
 TEST(ExecRecordsTest, AFollowerStopsWhenAskedOrWhenItsSinkFails) {
