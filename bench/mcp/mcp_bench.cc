@@ -100,7 +100,8 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<mcp::SandboxBackend>> v;
   v.push_back(std::move(backend));
   auto broker = std::make_shared<mcp::SandboxBroker>(mcp::BrokerOptions{}, std::move(v));
-  auto info = broker->Create("", {});
+  // Created as the stdio client it is then used by.
+  auto info = broker->Create({}, mcp::kStdioOwner);
   if (!info) {
     std::fprintf(stderr, "cannot start the daemon: %s\n", info.error().message.c_str());
     return 1;
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
   serving.join();
   ::close(out[0]);
   broker->ReleaseAll();
-  (void)broker->Delete(id);
+  (void)broker->Delete(id, mcp::kStdioOwner);
 
   std::printf("%-22s %12s %12s %14s %14s %8s\n", "op", "mcp p50 us", "mcp p99 us", "floor p50 us",
               "floor p99 us", "ratio");

@@ -18,8 +18,10 @@ void RegisterMcpCommand(CLI::App& app) {
       "default (the client starts `deepbox mcp`); --listen serves Streamable HTTP on\n"
       "http://HOST:PORT/mcp instead. Speaks MCP 2026-07-28 and the initialize handshake\n"
       "of 2025-11-25 and 2025-06-18. Tools without sandbox_id use the client's default\n"
-      "sandbox, created on first use and deleted when the client disconnects (its TTL\n"
-      "deletes it if the server dies). Setup for each client: docs/mcp.md.");
+      "sandbox, created on first use and deleted when the client disconnects (stateless\n"
+      "HTTP clients have none; a later server deletes it if this one dies). Each client\n"
+      "sees only the sandboxes it created; --network, --ttl and --max-sandboxes* bound\n"
+      "what clients may ask for. Setup for each client: docs/mcp.md.");
   cmd->add_option("--listen", args->listen,
                   "Serve Streamable HTTP on HOST:PORT (e.g. 127.0.0.1:8765) instead of stdio");
   cmd->add_flag("--no-auth", args->no_auth,
@@ -42,10 +44,29 @@ void RegisterMcpCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--label,-l", args->labels, "K=V label on every sandbox the server creates");
   cmd->add_option("--ttl", args->ttl_seconds,
-                  "TTL in seconds of the sandboxes it creates (the default sandbox's backstop)")
+                  "TTL in seconds of the sandboxes it creates, and the longest a client may ask\n"
+                  "for (0 = never expire; only then may clients ask for 0)")
       ->capture_default_str();
   cmd->add_option("--network", args->network,
-                  "Local sandboxes' network: none|public|allow=NAMES (default: host default)");
+                  "Local sandboxes' network, none|public|allow=NAMES: the default and the widest\n"
+                  "a client may ask for (none < allow= a subset < public)")
+      ->capture_default_str();
+  cmd->add_flag("--allow-client-network", args->allow_client_network,
+                "Let clients ask sandbox_create for any network, wider than --network");
+  cmd->add_flag("--shared", args->shared,
+                "Let every client of this server see, use and delete the sandboxes any of them\n"
+                "created (default: each client only its own)");
+  cmd->add_option("--attach-selector", args->attach_selector,
+                  "Label selector (k=v,...) of sandboxes made elsewhere (deepbox sandbox create,\n"
+                  "deepbox run, an earlier server) that clients may see and use, not delete\n"
+                  "(default: none are visible)");
+  cmd->add_option("--max-sandboxes", args->max_sandboxes,
+                  "Live sandboxes this server may have at once, default ones included (0 = no\n"
+                  "cap)")
+      ->capture_default_str();
+  cmd->add_option("--max-sandboxes-per-client", args->max_sandboxes_per_client,
+                  "Live sandboxes one client may have at once (0 = no cap)")
+      ->capture_default_str();
   cmd->add_option("--pool", args->pool, "Local warm pool to take sandboxes from")
       ->capture_default_str();
   cmd->add_option("--namespace,-n", args->namespace_name,

@@ -41,6 +41,14 @@ constexpr const char* kInstructions =
     "the client disconnects). Paths are real sandbox paths; relative ones are relative to the "
     "workspace root (/workspace). Use execute for commands; ls, read_file, write_file, "
     "edit_file, glob and grep for files; upload_file/download_file for binary files.";
+constexpr const char* kHttpInstructions =
+    "deepbox runs commands and file operations in isolated Linux sandboxes. Clients of the "
+    "stateless protocol (MCP 2026-07-28) have no default sandbox: call sandbox_create first "
+    "and pass its sandbox_id to every tool; session clients (the initialize handshake) may omit "
+    "sandbox_id to use their default sandbox, deleted when the session ends. Paths are real "
+    "sandbox paths; relative ones are relative to the workspace root (/workspace). Use execute "
+    "for commands; ls, read_file, write_file, edit_file, glob and grep for files; "
+    "upload_file/download_file for binary files.";
 
 std::string RandomToken() {
   unsigned char raw[24];
@@ -95,20 +103,35 @@ int RunMcp(const McpArgs& args) {
 
   BrokerOptions bo;
   bo.default_provider = args.provider;
-  bo.defaults.labels[kMcpLabel] = "true";
   for (const auto& l : args.labels) {
     auto kv = local::lifecycle::ParseLabel(l);
     if (!kv) return Fail(kExitUsage, "--label: " + kv.error().message);
+    if (kv->first.rfind(kReservedLabelPrefix, 0) == 0) {
+      return Fail(kExitUsage, fmt::format("--label {}: the {} labels are deepbox's own", l,
+                                          kReservedLabelPrefix));
+    }
     bo.defaults.labels[kv->first] = kv->second;
   }
   if (args.ttl_seconds < 0) return Fail(kExitUsage, "--ttl must be >= 0");
   bo.defaults.ttl = std::chrono::seconds(args.ttl_seconds);
-  if (!args.network.empty()) {
-    if (auto p = local::ParseNetworkPolicy(args.network); !p) {
-      return Fail(kExitUsage, "--network: " + p.error().message);
-    }
+  std::string network = args.network.empty() ? "none" : args.network;
+  if (auto p = local::ParseNetworkPolicy(network); !p) {
+    return Fail(kExitUsage, "--network: " + p.error().message);
   }
-  bo.defaults.network = args.network;
+  bo.defaults.network = network;
+  bo.allow_client_network = args.allow_client_network;
+  bo.shared = args.shared;
+  if (!args.attach_selector.empty()) {
+    auto sel = local::lifecycle::Selector::Parse(args.attach_selector);
+    if (!sel) return Fail(kExitUsage, "--attach-selector: " + sel.error().message);
+    if (sel->empty()) return Fail(kExitUsage, "--attach-selector: the selector is empty");
+    bo.attach_selector = args.attach_selector;
+  }
+  if (args.max_sandboxes < 0 || args.max_sandboxes_per_client < 0) {
+    return Fail(kExitUsage, "--max-sandboxes and --max-sandboxes-per-client must be >= 0");
+  }
+  bo.max_per_server = static_cast<size_t>(args.max_sandboxes);
+  bo.max_per_client = static_cast<size_t>(args.max_sandboxes_per_client);
 
   std::vector<std::unique_ptr<SandboxBackend>> backends;
   local::lifecycle::LocalProviderOptions lo;
@@ -137,12 +160,16 @@ int RunMcp(const McpArgs& args) {
     backends.push_back(std::move(*k8s));
   }
   auto broker = std::make_shared<SandboxBroker>(bo, std::move(backends));
+  // Default sandboxes of servers that died without cleaning up (SIGKILL).
+  for (const auto& id : broker->ReapOrphanedDefaults()) {
+    Log(fmt::format("deleted {}, the default sandbox of a deepbox mcp that is gone", id));
+  }
   auto registry = std::make_shared<ToolRegistry>();
   SandboxToolsOptions to;
-  to.default_ttl_seconds = args.ttl_seconds;
+  to.stateless_clients = !args.listen.empty();
   AddSandboxTools(*registry, broker, to);
   ServerConfig sc;
-  sc.instructions = kInstructions;
+  sc.instructions = args.listen.empty() ? kInstructions : kHttpInstructions;
   McpServer server(registry, sc);
 
   if (args.listen.empty()) {

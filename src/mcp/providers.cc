@@ -134,6 +134,7 @@ class K8sBackend : public SandboxBackend {
     return out;
   }
   Status Delete(const std::string& id) override {
+    if (auto st = InNamespace(id); !st) return st;
     size_t slash = id.find('/');
     std::shared_ptr<K8sHandle> h;
     {
@@ -147,6 +148,7 @@ class K8sBackend : public SandboxBackend {
     return provider_->api().DeleteClaim(id.substr(0, slash), id.substr(slash + 1));
   }
   Result<std::shared_ptr<Sandbox>> Connect(const std::string& id) override {
+    if (auto st = InNamespace(id); !st) return tl::unexpected(st.error());
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = handles_.find(id);
@@ -163,7 +165,20 @@ class K8sBackend : public SandboxBackend {
     return std::shared_ptr<Sandbox>(h, h->sandbox.get());
   }
 
+  bool has_network() const override { return false; }
+
  private:
+  // Claims of other namespaces are out of bounds, whatever the kubeconfig's
+  // rights there: the server acts for its clients only in its own.
+  Status InNamespace(const std::string& id) const {
+    const std::string& ns = provider_->namespace_name();
+    if (id.compare(0, id.find('/'), ns) == 0 && id.find('/') == ns.size()) return {};
+    return MakeError(ErrorCode::kPermissionDenied,
+                     fmt::format("sandbox '{}' is outside namespace '{}', the only one this "
+                                 "server uses",
+                                 id, ns));
+  }
+
   std::unique_ptr<k8s::K8sSandboxProvider> provider_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<K8sHandle>> handles_;

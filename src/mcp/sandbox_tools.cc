@@ -2,21 +2,83 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <functional>
 #include <mutex>
 
+#include "agent/middleware_eviction.h"
 #include "agent/paths.h"
+#include "agent/text.h"
 #include "agent/tool.h"
 #include "common/base64.h"
-#include "local/lifecycle/selector.h"
-#include "local/network.h"
+#include "common/utf8.h"
 #include "sandbox/forwarding_sandbox.h"
 
 namespace deepbox::mcp {
 namespace {
 
+// The output of a command as the model sees it (valid UTF-8): its first
+// head_cap bytes, its last tail_cap bytes and how many there were.
+class OutputCapture {
+ public:
+  OutputCapture(size_t head_cap, size_t tail_cap) : head_cap_(head_cap), tail_cap_(tail_cap) {}
+
+  // Raw bytes of the command; returns the text they complete (for progress).
+  std::string Add(std::string_view raw) {
+    pending_.append(raw);
+    size_t n = Utf8CompletePrefix(pending_);
+    if (n == 0) return {};
+    std::string text = SanitizeUtf8(std::string_view(pending_).substr(0, n));
+    pending_.erase(0, n);
+    Append(text);
+    return text;
+  }
+  std::string Flush() {  // a sequence cut at the end
+    if (pending_.empty()) return {};
+    std::string text = SanitizeUtf8(pending_);
+    pending_.clear();
+    Append(text);
+    return text;
+  }
+
+  uint64_t total() const { return total_; }
+  const std::string& head() const { return head_; }
+  // The last min(total, tail_cap) bytes.
+  std::string_view tail() const {
+    std::string_view t = tail_;
+    return t.size() > tail_cap_ ? t.substr(t.size() - tail_cap_) : t;
+  }
+  // Everything, if it was kept (total <= head_cap + tail_cap).
+  bool complete() const { return total_ <= head_cap_ + tail_cap_; }
+  std::string All() const {
+    std::string out = head_;
+    uint64_t rest = total_ - head_.size();
+    std::string_view t = tail();
+    if (rest > 0) out.append(t.substr(t.size() - static_cast<size_t>(rest)));
+    return out;
+  }
+
+ private:
+  void Append(std::string_view text) {
+    total_ += text.size();
+    if (head_.size() < head_cap_) head_.append(text.substr(0, head_cap_ - head_.size()));
+    tail_.append(text);
+    if (tail_.size() > 2 * tail_cap_ + 65536) tail_.erase(0, tail_.size() - tail_cap_);
+  }
+
+  size_t head_cap_;
+  size_t tail_cap_;
+  std::string pending_;
+  std::string head_;
+  std::string tail_;
+  uint64_t total_ = 0;
+};
+
 // Forwards every call to the real sandbox and remembers what the MCP layer
 // needs beyond the tool's text: the exit status of a command, and whether the
-// sandbox stopped answering (its cached connection is then dropped).
+// sandbox stopped answering. With a capture, a streamed command's output goes
+// to it (and to `progress`) instead of to the tool, which then sees only its
+// keepalives: its text is the status lines alone.
 class ObservedSandbox : public ForwardingSandbox {
  public:
   explicit ObservedSandbox(Sandbox& inner) : ForwardingSandbox(inner) {}
@@ -28,6 +90,33 @@ class ObservedSandbox : public ForwardingSandbox {
   bool unreachable() const {
     std::lock_guard<std::mutex> lock(mu_);
     return unreachable_;
+  }
+  void Capture(OutputCapture* capture, std::function<void(std::string_view)> progress) {
+    capture_ = capture;
+    progress_ = std::move(progress);
+  }
+
+  Result<ExecResult> ExecStream(const ExecRequest& r, const OutputCallback& cb) override {
+    if (!capture_) return ForwardingSandbox::ExecStream(r, cb);
+    auto forward = [&](OutputStream stream, std::string_view data) -> bool {
+      std::string text;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        text = capture_->Add(data);
+      }
+      if (!text.empty() && progress_) progress_(text);
+      return cb(stream, std::string_view());  // its cancellation check
+    };
+    auto res = ForwardingSandbox::ExecStream(r, forward);
+    std::string rest;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (res && capture_->total() == 0 && !res->combined.empty()) capture_->Add(res->combined);
+      rest = capture_->Flush();
+    }
+    if (!rest.empty() && progress_) progress_(rest);
+    if (res) res->combined.clear();
+    return res;
   }
 
  private:
@@ -44,7 +133,105 @@ class ObservedSandbox : public ForwardingSandbox {
   mutable std::mutex mu_;
   std::optional<ExecResult> exec_;
   bool unreachable_ = false;
+  OutputCapture* capture_ = nullptr;
+  std::function<void(std::string_view)> progress_;
 };
+
+// The largest cut <= `at` of valid UTF-8 `text` on a character boundary,
+// at a line end when one is in the last quarter before `at`.
+size_t HeadCut(std::string_view text, size_t at) {
+  if (at >= text.size()) return text.size();
+  size_t nl = text.rfind('\n', at == 0 ? 0 : at - 1);
+  if (nl != std::string_view::npos && nl + 1 >= at - at / 4) return nl + 1;
+  while (at > 0 && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) --at;
+  return at;
+}
+// The smallest start >= `at` (a character boundary; after a line end when
+// one is in the first quarter of what follows).
+size_t TailCut(std::string_view text, size_t at) {
+  if (at == 0) return 0;
+  size_t keep = text.size() - at;
+  size_t nl = text.find('\n', at - 1);
+  if (nl != std::string_view::npos && nl + 1 <= at + keep / 4) return nl + 1;
+  while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) ++at;
+  return at;
+}
+
+// The MCP text of execute: the captured output (whole, or head + tail with
+// the omitted byte count and where the whole is saved) + the tool's status
+// lines (`footer`: the agent tool's text for a command without output).
+std::string ExecuteText(const OutputCapture& out, const std::string& footer,
+                        const std::string& saved_path, const std::string& save_error,
+                        size_t inline_cap) {
+  std::string text;
+  if (out.total() <= inline_cap) {
+    text = out.head();
+  } else {
+    size_t half = inline_cap / 2;
+    std::string_view head = out.head();
+    head = head.substr(0, HeadCut(head, half));
+    std::string_view tail = out.tail();
+    if (tail.size() > half) tail = tail.substr(TailCut(tail, tail.size() - half));
+    uint64_t omitted = out.total() - head.size() - tail.size();
+    std::string where;
+    if (!saved_path.empty()) {
+      where = out.complete() ? fmt::format("All of it is saved in {}", saved_path)
+                             : fmt::format("Its first {} and last {} bytes are saved in {}",
+                                           out.head().size(), out.tail().size(), saved_path);
+      where += ": page through it with read_file (offset/limit) or search it with grep.";
+    } else {
+      where = "It could not be saved in the sandbox: " + save_error;
+    }
+    text = fmt::format(
+        "{}\n\n... [{} bytes omitted: the output was {} bytes; its first {} and last {} are "
+        "shown. {}] ...\n\n{}",
+        head, omitted, out.total(), head.size(), tail.size(), where, tail);
+  }
+  if (!footer.empty() && footer[0] != '\n' && !text.empty() && text.back() != '\n') text += "\n";
+  return text + footer;
+}
+
+// The deepagents descriptions, made true for MCP: nothing is offloaded but
+// execute's long output (by this server), and edit_file does not require a
+// read first.
+std::string McpDescription(const std::string& tool, std::string d, size_t inline_cap,
+                           int64_t default_timeout, int64_t max_timeout) {
+  auto replace = [&](std::string_view from, std::string_view to) {
+    if (size_t at = d.find(from); at != std::string::npos) d.replace(at, from.size(), to);
+  };
+  if (tool == "execute") {
+    replace(
+        "\n\nOnly available on backends implementing SandboxBackendProtocol; otherwise it returns "
+        "an error.",
+        "");
+    replace(" (truncated if very large)", "");
+    replace("; use the optional timeout to override the default.",
+            fmt::format("; the default timeout is {} seconds, and the optional timeout (at most "
+                        "{}, 0 = {}) overrides it.",
+                        default_timeout, max_timeout, max_timeout));
+    d += fmt::format(
+        "\n\nOutput longer than {} bytes keeps its first and last {} bytes with the number of "
+        "bytes omitted between them; the whole output is saved to a file in the sandbox whose "
+        "path the result gives (read it with read_file, search it with grep).",
+        inline_cap, inline_cap / 2);
+  } else if (tool == "read_file") {
+    replace(
+        "- Large tool results may be offloaded to a file; the tool message gives the path. Read "
+        "that path here, paging with `offset`/`limit`.",
+        "- execute saves long output to a file and gives its path; read that path here, paging "
+        "with `offset`/`limit`.");
+  } else if (tool == "grep") {
+    replace(
+        "Offloaded large tool results live under the artifacts root (`/large_tool_results/` by "
+        "default); grep that directory to search them when you do not know the exact path.",
+        "Long execute output is saved under the workspace's large_tool_results/ directory; grep "
+        "that directory to search it.");
+  } else if (tool == "edit_file") {
+    replace("- You must read the file before editing; this tool errors otherwise.\n",
+            "- Read the file before editing it, to match its exact text.\n");
+  }
+  return d;
+}
 
 // An object schema: `strict` ones (tool inputs) refuse unknown properties.
 json::object ObjectSchema(json::object properties, json::array required, bool strict = false) {
@@ -56,24 +243,29 @@ json::object ObjectSchema(json::object properties, json::array required, bool st
   return schema;
 }
 
-json::object SandboxIdProperty() {
+json::object SandboxIdProperty(bool stateless_clients) {
   json::object p;
   p["type"] = "string";
   p["description"] =
-      "Sandbox to use (from sandbox_create or sandbox_list). Omit it to use this client's "
-      "default sandbox, created on first use and deleted when the client disconnects.";
+      stateless_clients
+          ? "Sandbox to use (from sandbox_create or sandbox_list). Clients of the stateless "
+            "protocol (MCP 2026-07-28 over HTTP) must pass it: call sandbox_create first. "
+            "Session clients may omit it to use their default sandbox, created on first use "
+            "and deleted when the session ends."
+          : "Sandbox to use (from sandbox_create or sandbox_list). Omit it to use this client's "
+            "default sandbox, created on first use and deleted when the client disconnects.";
   return p;
 }
 
 // The agent tool's schema, strict, plus sandbox_id.
-json::object StrictSchema(const json::object& base, bool with_sandbox_id) {
+json::object StrictSchema(const json::object& base, bool with_sandbox_id, bool stateless_clients) {
   json::object s = base;
   s["type"] = "object";
   json::object props;
   if (const json::value* p = s.if_contains("properties"); p && p->is_object()) {
     props = p->get_object();
   }
-  if (with_sandbox_id) props["sandbox_id"] = SandboxIdProperty();
+  if (with_sandbox_id) props["sandbox_id"] = SandboxIdProperty(stateless_clients);
   s["properties"] = std::move(props);
   if (!s.contains("required")) s["required"] = json::array{};
   s["additionalProperties"] = false;
@@ -112,8 +304,9 @@ std::optional<std::string> SandboxIdArg(const json::object& args) {
 }
 
 // Runs `fn` on the resolved sandbox, with the bookkeeping every sandbox tool
-// shares: resolving (maybe creating the default), _meta, dropping a dead
-// connection.
+// shares: resolving (maybe creating the default), _meta, telling the model
+// that its default sandbox is new, one clear error for a sandbox that stopped
+// answering.
 template <typename Fn>
 ToolOutcome WithSandbox(Shared& s, const json::object& args, ToolCallContext& ctx, Fn fn) {
   auto resolved = s.broker->Resolve(SandboxIdArg(args), ctx.owner());
@@ -123,9 +316,54 @@ ToolOutcome WithSandbox(Shared& s, const json::object& args, ToolCallContext& ct
   }
   ObservedSandbox observed(*resolved->sandbox);
   ToolOutcome out = fn(observed, resolved->id);
-  if (observed.unreachable()) s.broker->Forget(resolved->id);
+  if (observed.unreachable()) {
+    out = ToolOutcome::Error(s.broker->Unreachable(resolved->id, ctx.owner()));
+  }
+  if (!resolved->notice.empty()) {
+    if (!out.content.empty() && out.content[0].as_object().contains("text")) {
+      json::object& first = out.content[0].as_object();
+      first["text"] = resolved->notice + "\n\n" + std::string(first["text"].as_string());
+    } else {
+      out.content.insert(out.content.begin(), json::value(TextContent(resolved->notice)));
+    }
+  }
   out.meta[kMetaSandboxId] = JsonString(resolved->id);
   return out;
+}
+
+ToolOutcome ToMcp(const agent::ToolResult& r) {
+  ToolOutcome out;
+  out.is_error = r.is_error;
+  out.content.push_back(TextContent(r.text));
+  for (const auto& img : r.images) {
+    out.content.push_back(ImageContent(img.base64_data, img.media_type));
+  }
+  return out;
+}
+
+json::object ExecuteStatus(const std::string& id, const std::optional<ExecResult>& e) {
+  json::object st;
+  st["sandbox_id"] = JsonString(id);
+  st["exit_code"] = nullptr;
+  st["timed_out"] = false;
+  if (!e) return st;
+  switch (e->kind) {
+    case ExitKind::kExited:
+      st["exit_code"] = e->exit_code;
+      break;
+    case ExitKind::kSignaled:
+    case ExitKind::kKilled:
+      st["exit_code"] = 128 + (e->signal ? e->signal : 9);
+      break;
+    case ExitKind::kTimedOut:
+      st["exit_code"] = 124;
+      st["timed_out"] = true;
+      break;
+    case ExitKind::kSpawnFailed:
+      st["exit_code"] = 127;
+      break;
+  }
+  return st;
 }
 
 ToolDef FromAgentTool(std::shared_ptr<Shared> s, agent::ToolPtr tool, std::string title,
@@ -133,8 +371,11 @@ ToolDef FromAgentTool(std::shared_ptr<Shared> s, agent::ToolPtr tool, std::strin
   ToolDef def;
   def.name = tool->name();
   def.title = std::move(title);
-  def.description = tool->spec().description;
-  def.input_schema = StrictSchema(tool->spec().input_schema, true);
+  const auto& eo = s->options.execute;
+  def.description =
+      McpDescription(def.name, tool->spec().description, s->options.max_inline_output_bytes,
+                     eo.default_timeout_seconds, eo.max_timeout_seconds);
+  def.input_schema = StrictSchema(tool->spec().input_schema, true, s->options.stateless_clients);
   def.annotations = std::move(annotations);
   bool is_execute = def.name == "execute";
   if (is_execute) {
@@ -147,6 +388,9 @@ ToolDef FromAgentTool(std::shared_ptr<Shared> s, agent::ToolPtr tool, std::strin
         "start)";
     props["exit_code"] = std::move(code);
     props["timed_out"] = Prop("boolean", "Whether the command hit its timeout");
+    props["output_bytes"] = Prop("integer", "Bytes of output the command wrote (as text)");
+    props["output_file"] =
+        Prop("string", "Where the whole output is saved, when it was too long to return");
     def.output_schema =
         ObjectSchema(std::move(props), json::array{"sandbox_id", "exit_code", "timed_out"});
     def.description +=
@@ -155,6 +399,7 @@ ToolDef FromAgentTool(std::shared_ptr<Shared> s, agent::ToolPtr tool, std::strin
   }
   def.handler = [s, tool, is_execute](const json::object& args, ToolCallContext& ctx) {
     return WithSandbox(*s, args, ctx, [&](Sandbox& sandbox, const std::string& id) {
+      auto* observed = static_cast<ObservedSandbox*>(&sandbox);
       json::object targs = args;
       targs.erase("sandbox_id");
       agent::ToolCall call;
@@ -166,45 +411,53 @@ ToolDef FromAgentTool(std::shared_ptr<Shared> s, agent::ToolPtr tool, std::strin
       tctx.root = sandbox.root();
       tctx.call = &call;
       tctx.cancel = ctx.cancel_flag();
+      if (!is_execute) return ToMcp(tool->Invoke(tctx, targs));
+
+      // execute: the output is captured here (head and tail), the tool's
+      // text is its status lines.
+      const SandboxToolsOptions& o = s->options;
+      size_t tail_cap = std::max(o.max_saved_output_bytes / 4, o.max_inline_output_bytes);
+      size_t head_cap = std::max(o.max_saved_output_bytes, tail_cap + 1) - tail_cap;
+      OutputCapture capture(head_cap, tail_cap);
       double sent = 0;
+      std::function<void(std::string_view)> progress;
       if (ctx.wants_progress()) {
-        tctx.on_output = [&](std::string_view text) {
-          if (text.empty()) return;
+        progress = [&](std::string_view text) {
           sent += static_cast<double>(text.size());
           ctx.Progress(sent, std::nullopt, text);
         };
       }
+      observed->Capture(&capture, progress);
       agent::ToolResult r = tool->Invoke(tctx, targs);
-      ToolOutcome out;
-      out.is_error = r.is_error;
-      out.content.push_back(TextContent(r.text));
-      for (const auto& img : r.images) {
-        out.content.push_back(ImageContent(img.base64_data, img.media_type));
-      }
-      if (is_execute && !r.is_error) {
-        auto* obs = static_cast<ObservedSandbox*>(&sandbox);
-        json::object st;
-        st["sandbox_id"] = JsonString(id);
-        st["exit_code"] = nullptr;
-        st["timed_out"] = false;
-        if (auto e = obs->exec_result()) {
-          switch (e->kind) {
-            case ExitKind::kExited:
-              st["exit_code"] = e->exit_code;
-              break;
-            case ExitKind::kSignaled:
-            case ExitKind::kKilled:
-              st["exit_code"] = 128 + (e->signal ? e->signal : 9);
-              break;
-            case ExitKind::kTimedOut:
-              st["exit_code"] = 124;
-              st["timed_out"] = true;
-              break;
-            case ExitKind::kSpawnFailed:
-              st["exit_code"] = 127;
-              break;
-          }
+      observed->Capture(nullptr, nullptr);
+      if (r.is_error && r.text.rfind("Error:", 0) == 0) return ToMcp(r);  // it did not run
+      std::string saved, save_error;
+      if (capture.total() > o.max_inline_output_bytes && !observed->unreachable()) {
+        std::string path = agent::EvictionMiddleware::EvictionPath(
+            sandbox.root(), "execute_" + agent::RandomHex(12));
+        std::string whole =
+            capture.complete()
+                ? capture.All()
+                : fmt::format("{}\n\n... [{} bytes not saved] ...\n\n{}", capture.head(),
+                              capture.total() - capture.head().size() - capture.tail().size(),
+                              capture.tail());
+        std::string full = whole;
+        if (!r.text.empty() && r.text[0] != '\n' && !full.empty() && full.back() != '\n') {
+          full += '\n';
         }
+        full += r.text;
+        if (auto st = sandbox.Write(path, full); st) {
+          saved = path;
+        } else {
+          save_error = st.error().message;
+        }
+      }
+      r.text = ExecuteText(capture, r.text, saved, save_error, o.max_inline_output_bytes);
+      ToolOutcome out = ToMcp(r);
+      if (!r.is_error) {
+        json::object st = ExecuteStatus(id, observed->exec_result());
+        st["output_bytes"] = static_cast<int64_t>(capture.total());
+        if (!saved.empty()) st["output_file"] = JsonString(saved);
         out.structured = json::value(std::move(st));
       }
       return out;
@@ -243,17 +496,29 @@ std::string DescribeInfo(const SandboxInfo& i) {
 }
 
 ToolDef CreateTool(std::shared_ptr<Shared> s) {
+  const BrokerOptions& bo = s->broker->options();
+  int64_t server_ttl = bo.defaults.ttl.count();
+  const std::string& net = bo.defaults.network;
   ToolDef def;
   def.name = "sandbox_create";
   def.title = "Create a sandbox";
   def.description = fmt::format(
       "Create an isolated sandbox (a fresh Linux environment with a /workspace directory) and "
-      "return its id. Pass the id as sandbox_id to execute and the file tools. Tools called "
-      "without sandbox_id use a default sandbox of this client instead, so create one only to "
-      "work in several sandboxes or to choose labels, TTL or network. A sandbox lives until "
-      "sandbox_delete or its TTL (default {} seconds) expires, even after this client "
-      "disconnects.",
-      s->options.default_ttl_seconds);
+      "return its id. Pass the id as sandbox_id to execute and the file tools. {}A sandbox "
+      "lives until sandbox_delete or its TTL ({}) expires, even after this client "
+      "disconnects.{}",
+      s->options.stateless_clients
+          ? "Clients of the stateless protocol (MCP 2026-07-28 over HTTP) have no default "
+            "sandbox and must create one; session clients' calls without sandbox_id use a "
+            "default sandbox instead. "
+          : "Tools called without sandbox_id use a default sandbox of this client instead, so "
+            "create one only to work in several sandboxes or to choose labels, TTL or "
+            "network. ",
+      server_ttl > 0 ? fmt::format("default and maximum {} seconds", server_ttl)
+                     : std::string("default: never"),
+      bo.max_per_client > 0
+          ? fmt::format(" A client may have at most {} live sandboxes.", bo.max_per_client)
+          : std::string());
   json::object props;
   json::object provider = Prop("string", "Where the sandbox runs (default: the server's)");
   json::array providers;
@@ -263,51 +528,63 @@ ToolDef CreateTool(std::shared_ptr<Shared> s) {
   json::object labels =
       Prop("object",
            "Labels (Kubernetes label syntax), e.g. {\"team\": \"ml\"}, to find it with "
-           "sandbox_list");
+           "sandbox_list; keys under deepbox.dev/ are reserved");
   json::object str;
   str["type"] = "string";
   labels["additionalProperties"] = std::move(str);
   props["labels"] = std::move(labels);
-  json::object ttl = Prop("integer",
-                          "Seconds until the sandbox is deleted automatically; 0 = "
-                          "never");
-  ttl["minimum"] = 0;
-  ttl["maximum"] = 7 * 24 * 3600;
+  json::object ttl = Prop(
+      "integer", server_ttl > 0 ? fmt::format("Seconds until the sandbox is deleted automatically "
+                                              "(default and maximum: {})",
+                                              server_ttl)
+                                : std::string("Seconds until the sandbox is deleted automatically; "
+                                              "0 = never (the default)"));
+  ttl["minimum"] = 0;  // 0 gets the handler's explanation
+  if (server_ttl > 0) ttl["maximum"] = server_ttl;
   props["ttl_seconds"] = std::move(ttl);
-  props["network"] =
-      Prop("string", "Local sandboxes: none (default), public, or allow=HOST[,HOST...]");
+  std::string net_text;
+  if (bo.allow_client_network) {
+    net_text = fmt::format(
+        "Local sandboxes' network: none, public, or allow=HOST[,HOST...] (default: {})", net);
+  } else if (net == "none") {
+    net_text = "Local sandboxes' network: none, the default and the only one this server allows";
+  } else if (net == "public") {
+    net_text =
+        "Local sandboxes' network: none, allow=HOST[,HOST...], or public (the default, and the "
+        "widest this server allows)";
+  } else {
+    net_text = fmt::format(
+        "Local sandboxes' network: {} (the default, and the widest this server allows), none, "
+        "or an allow= list of some of its names",
+        net);
+  }
+  props["network"] = Prop("string", net_text);
   props["make_default"] =
       Prop("boolean", "Use this sandbox for this client's calls that give no sandbox_id");
   def.input_schema = ObjectSchema(std::move(props), json::array{}, /*strict=*/true);
   def.output_schema = InfoSchema();
   def.annotations = Annotations(false, false, false);
   def.handler = [s](const json::object& args, ToolCallContext& ctx) {
-    ClaimOptions o;
+    CreateRequest req;
     if (const json::value* l = args.if_contains("labels"); l && l->is_object()) {
       for (const auto& kv : l->get_object()) {
-        std::string v(kv.value().get_string());
-        if (auto st = local::lifecycle::ValidateLabelKey(kv.key()); !st) {
-          return ToolOutcome::Error(ErrorText(st.error()));
-        }
-        if (auto st = local::lifecycle::ValidateLabelValue(kv.key(), v); !st) {
-          return ToolOutcome::Error(ErrorText(st.error()));
-        }
-        o.labels[kv.key()] = v;
+        req.labels[kv.key()] = std::string(kv.value().get_string());
       }
     }
-    int64_t ttl = s->options.default_ttl_seconds;
-    if (const json::value* t = args.if_contains("ttl_seconds")) ttl = JsonToInt64(*t).value_or(ttl);
-    o.ttl = std::chrono::seconds(ttl);
-    std::string provider = agent::ArgString(args, "provider");
+    if (const json::value* t = args.if_contains("ttl_seconds")) req.ttl_seconds = JsonToInt64(*t);
+    req.provider = agent::ArgString(args, "provider");
     if (auto n = agent::ArgOptString(args, "network")) {
-      if (auto p = local::ParseNetworkPolicy(*n); !p) {
-        return ToolOutcome::Error(ErrorText(p.error()));
-      }
-      o.network = *n;
+      if (n->empty()) return ToolOutcome::Error("Error: network must not be empty");
+      req.network = *n;
     }
-    auto info = s->broker->Create(provider, o);
-    if (!info) return ToolOutcome::Error(ErrorText(info.error()));
     bool make_default = agent::ArgBool(args, "make_default", false);
+    if (make_default && SandboxBroker::Stateless(ctx.owner())) {
+      return ToolOutcome::Error(
+          "Error: make_default is not available to stateless clients (MCP 2026-07-28 over "
+          "HTTP): they have no default sandbox; pass sandbox_id to every call instead");
+    }
+    auto info = s->broker->Create(req, ctx.owner());
+    if (!info) return ToolOutcome::Error(ErrorText(info.error()));
     if (make_default) s->broker->SetDefault(ctx.owner(), info->id, false);
     ToolOutcome out = ToolOutcome::Text(fmt::format(
         "Created sandbox {} ({}). Pass sandbox_id=\"{}\" to execute and the file tools{}; "
@@ -326,8 +603,9 @@ ToolDef ListTool(std::shared_ptr<Shared> s) {
   def.name = "sandbox_list";
   def.title = "List sandboxes";
   def.description =
-      "List sandboxes, optionally only those matching a label selector (Kubernetes syntax: "
-      "k=v, k!=v, k, !k, comma-separated).";
+      "List the sandboxes this client may use (those it created, and any the operator "
+      "shares), optionally only those matching a label selector (Kubernetes syntax: k=v, k!=v, "
+      "k, !k, comma-separated).";
   json::object props;
   json::object provider = Prop("string", "Which provider's sandboxes (default: the server's)");
   json::array providers;
@@ -348,8 +626,8 @@ ToolDef ListTool(std::shared_ptr<Shared> s) {
   def.output_schema = ObjectSchema(std::move(op), json::array{"sandboxes", "default_sandbox_id"});
   def.annotations = Annotations(true, false, true);
   def.handler = [s](const json::object& args, ToolCallContext& ctx) {
-    auto list =
-        s->broker->List(agent::ArgString(args, "provider"), agent::ArgString(args, "selector"));
+    auto list = s->broker->List(agent::ArgString(args, "provider"),
+                                agent::ArgString(args, "selector"), ctx.owner());
     if (!list) return ToolOutcome::Error(ErrorText(list.error()));
     auto def_id = s->broker->DefaultId(ctx.owner());
     std::string text;
@@ -383,9 +661,9 @@ ToolDef DeleteTool(std::shared_ptr<Shared> s) {
   props["sandbox_id"] = Prop("string", "The sandbox to delete");
   def.input_schema = ObjectSchema(std::move(props), json::array{"sandbox_id"}, /*strict=*/true);
   def.annotations = Annotations(false, true, true);
-  def.handler = [s](const json::object& args, ToolCallContext&) {
+  def.handler = [s](const json::object& args, ToolCallContext& ctx) {
     std::string id = agent::ArgString(args, "sandbox_id");
-    auto st = s->broker->Delete(id);
+    auto st = s->broker->Delete(id, ctx.owner());
     if (!st) return ToolOutcome::Error(ErrorText(st.error()));
     ToolOutcome out = ToolOutcome::Text(fmt::format("Deleted sandbox {}.", id));
     out.meta[kMetaSandboxId] = JsonString(id);
@@ -412,7 +690,7 @@ ToolDef UploadTool(std::shared_ptr<Shared> s) {
   mode["minimum"] = 0;
   mode["maximum"] = 07777;
   props["mode"] = std::move(mode);
-  props["sandbox_id"] = SandboxIdProperty();
+  props["sandbox_id"] = SandboxIdProperty(s->options.stateless_clients);
   def.input_schema =
       ObjectSchema(std::move(props), json::array{"file_path", "content_base64"}, /*strict=*/true);
   json::object op;
@@ -458,7 +736,7 @@ ToolDef DownloadTool(std::shared_ptr<Shared> s) {
   json::object props;
   props["file_path"] =
       Prop("string", "Path in the sandbox: absolute, or relative to the workspace root");
-  props["sandbox_id"] = SandboxIdProperty();
+  props["sandbox_id"] = SandboxIdProperty(s->options.stateless_clients);
   def.input_schema = ObjectSchema(std::move(props), json::array{"file_path"}, /*strict=*/true);
   json::object op;
   op["path"] = Prop("string", "Absolute path read");
@@ -504,6 +782,10 @@ void AddSandboxTools(ToolRegistry& registry, std::shared_ptr<SandboxBroker> brok
   auto s = std::make_shared<Shared>();
   s->broker = std::move(broker);
   s->options = options;
+  if (s->options.execute.default_timeout_seconds == 0) {
+    s->options.execute.default_timeout_seconds = 1800;  // the daemon's own default
+  }
+  options = s->options;
   registry.Add(CreateTool(s));
   registry.Add(ListTool(s));
   registry.Add(DeleteTool(s));

@@ -1,5 +1,6 @@
 #include "mcp/sandbox_tools.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,6 +15,9 @@ namespace deepbox::mcp {
 namespace {
 
 using agent::testing::Args;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
 
 class ToolsTest : public ::testing::Test {
  protected:
@@ -21,12 +25,16 @@ class ToolsTest : public ::testing::Test {
     if (::access(deepbox::testing::ScopedSandboxd::DefaultBinary().c_str(), X_OK) != 0) {
       GTEST_SKIP() << "no deepbox-sandboxd binary";
     }
+    Make({});
+  }
+  void Make(SandboxToolsOptions options) {
     auto b = std::make_unique<testing::DaemonBackend>();
     backend_ = b.get();
     std::vector<std::unique_ptr<SandboxBackend>> v;
     v.push_back(std::move(b));
     broker_ = std::make_shared<SandboxBroker>(BrokerOptions{}, std::move(v));
-    AddSandboxTools(registry_, broker_);
+    registry_ = ToolRegistry();
+    AddSandboxTools(registry_, broker_, options);
   }
 
   json::object Call(const std::string& name, json::object args,
@@ -238,6 +246,144 @@ TEST_F(ToolsTest, Lifecycle) {
   std::string def = std::string(md.at("structuredContent").at("sandbox_id").as_string());
   auto uses = Call("execute", Args({{"command", "true"}}));
   EXPECT_EQ(SandboxOf(uses), def);
+}
+
+TEST_F(ToolsTest, LongOutputKeepsItsHeadAndTailAndIsSavedWhole) {
+  // 300 000 bytes of "y\n", then the line a model needs.
+  auto r = Call("execute",
+                Args({{"command", "yes | head -c 300000; echo IMPORTANT-ERROR-AT-END; exit 1"}}));
+  ASSERT_EQ(r.at("isError"), false) << Text(r).substr(0, 200);
+  std::string t = Text(r);
+  EXPECT_LE(t.size(), 81000u);
+  EXPECT_THAT(t, StartsWith("y\ny\ny\n"));
+  EXPECT_THAT(t, HasSubstr("IMPORTANT-ERROR-AT-END\n\n[Command failed with exit code 1]"));
+  EXPECT_THAT(t, HasSubstr("the output was 300023 bytes"));
+  const auto& st = r.at("structuredContent");
+  EXPECT_EQ(st.at("exit_code"), 1);
+  EXPECT_EQ(st.at("output_bytes"), 300023);
+  std::string path(st.at("output_file").as_string());
+  auto sb = broker_->Get(SandboxOf(r));
+  ASSERT_TRUE(sb);
+  EXPECT_THAT(path, StartsWith((*sb)->root() + "/large_tool_results/execute_"));
+  EXPECT_THAT(t, HasSubstr("All of it is saved in " + path));
+  // The omitted count is what is missing between the two parts shown.
+  size_t open = t.find("\n\n... [");
+  size_t close = t.find("] ...\n\n");
+  ASSERT_NE(open, std::string::npos);
+  ASSERT_NE(close, std::string::npos);
+  uint64_t omitted = std::stoull(t.substr(open + 7));
+  size_t shown =
+      open + (t.size() - close - 7) - std::string("\n[Command failed with exit code 1]").size();
+  EXPECT_EQ(omitted + shown, 300023u);
+  std::string expected;
+  for (int i = 0; i < 150000; ++i) expected += "y\n";
+  expected += "IMPORTANT-ERROR-AT-END\n\n[Command failed with exit code 1]";
+  auto saved = (*sb)->Download(path);
+  ASSERT_TRUE(saved) << saved.error().message;
+  EXPECT_EQ(*saved, expected);
+  // A short output is returned whole, as before.
+  auto small = Call("execute", Args({{"command", "echo hi"}}));
+  EXPECT_EQ(Text(small), "hi\n\n[Command succeeded with exit code 0]");
+  EXPECT_FALSE(small.at("structuredContent").as_object().contains("output_file"));
+}
+
+TEST_F(ToolsTest, OutputBeyondTheSavedCapKeepsItsHeadAndTailInTheFile) {
+  SandboxToolsOptions o;
+  o.max_inline_output_bytes = 1000;
+  o.max_saved_output_bytes = 20000;
+  Make(o);
+  auto r = Call("execute", Args({{"command", "yes | head -c 100000; echo END"}}));
+  std::string t = Text(r);
+  EXPECT_LE(t.size(), 1700u) << t;
+  EXPECT_THAT(t, HasSubstr("END\n\n[Command succeeded with exit code 0]"));
+  EXPECT_THAT(t, HasSubstr("the output was 100004 bytes"));
+  std::string path(r.at("structuredContent").at("output_file").as_string());
+  EXPECT_THAT(t, HasSubstr("Its first 15000 and last 5000 bytes are saved in " + path));
+  auto sb = broker_->Get(SandboxOf(r));
+  auto saved = (*sb)->Download(path);
+  ASSERT_TRUE(saved);
+  EXPECT_THAT(*saved, HasSubstr("\n\n... [80004 bytes not saved] ...\n\n"));
+  EXPECT_THAT(*saved, StartsWith("y\ny\n"));
+  EXPECT_THAT(*saved, HasSubstr("y\nEND\n\n[Command succeeded with exit code 0]"));
+}
+
+TEST_F(ToolsTest, ASandboxThatDiesIsOneClearErrorAndItsReplacementIsAnnounced) {
+  auto w = Call("write_file", Args({{"file_path", "work.txt"}, {"content", "work"}}));
+  std::string id = SandboxOf(w);
+  std::string socket = backend_->daemon(id)->socket_path();
+  backend_->daemon(id)->Kill();
+  auto r = Call("read_file", Args({{"file_path", "work.txt"}}));
+  EXPECT_EQ(r.at("isError"), true);
+  std::string t = Text(r);
+  EXPECT_THAT(t, HasSubstr("sandbox '" + id + "' is gone: its daemon was killed"));
+  EXPECT_THAT(t, HasSubstr("Its files are lost"));
+  EXPECT_THAT(t, HasSubstr("the next call without sandbox_id starts a new, empty default"));
+  EXPECT_THAT(t, Not(HasSubstr("unix:")));
+  EXPECT_THAT(t, Not(HasSubstr(socket)));
+  EXPECT_THAT(t, Not(HasSubstr("connect(")));
+  EXPECT_THAT(t, Not(HasSubstr("ECONNREFUSED")));
+  auto next = Call("read_file", Args({{"file_path", "work.txt"}}));
+  std::string fresh = SandboxOf(next);
+  EXPECT_NE(fresh, id);
+  EXPECT_THAT(Text(next),
+              StartsWith("Note: this call ran in a new, empty default sandbox (" + fresh + ")"));
+  EXPECT_THAT(Text(next), HasSubstr("the files it held are lost"));
+  EXPECT_THAT(Text(next), HasSubstr("file_not_found"));
+  auto third = Call("execute", Args({{"command", "echo ok"}}));
+  EXPECT_EQ(Text(third), "ok\n\n[Command succeeded with exit code 0]");
+
+  // An explicit sandbox: no replacement, the same clear error each time.
+  auto c = Call("sandbox_create", Args({}));
+  std::string made(c.at("structuredContent").at("sandbox_id").as_string());
+  ASSERT_TRUE(Call("execute", Args({{"command", "true"}, {"sandbox_id", made}})).at("isError") ==
+              false);
+  backend_->daemon(made)->Kill();
+  int before = backend_->created();
+  for (int i = 0; i < 2; ++i) {
+    auto e = Call("execute", Args({{"command", "true"}, {"sandbox_id", made}}));
+    EXPECT_EQ(e.at("isError"), true);
+    EXPECT_THAT(Text(e), HasSubstr("sandbox '" + made + "' is gone"));
+    EXPECT_THAT(Text(e), Not(HasSubstr("unix:")));
+    if (i == 0) {
+      EXPECT_THAT(Text(e), HasSubstr("create a new sandbox with sandbox_create"));
+    }
+  }
+  EXPECT_EQ(backend_->created(), before);
+}
+
+TEST_F(ToolsTest, DescriptionsAreTrueForMcp) {
+  for (const auto& tool : registry_.tools()) {
+    for (const char* deepagents_only : {"SandboxBackendProtocol", "Offloaded large tool results",
+                                        "may be offloaded", "this tool errors otherwise"}) {
+      EXPECT_THAT(tool.description, Not(HasSubstr(deepagents_only))) << tool.name;
+    }
+    if (tool.name == "execute") {
+      EXPECT_THAT(tool.description, HasSubstr("the default timeout is 1800 seconds"));
+      EXPECT_THAT(tool.description, HasSubstr("Output longer than 80000 bytes"));
+    }
+    if (tool.input_schema.at("properties").as_object().contains("sandbox_id") &&
+        tool.name != "sandbox_delete") {
+      EXPECT_THAT(
+          std::string(
+              tool.input_schema.at("properties").at("sandbox_id").at("description").as_string()),
+          HasSubstr("Omit it to use this client's default sandbox"))
+          << tool.name;
+    }
+  }
+  SandboxToolsOptions http;
+  http.stateless_clients = true;
+  Make(http);
+  const ToolDef* read = registry_.Find("read_file");
+  ASSERT_NE(read, nullptr);
+  EXPECT_THAT(
+      std::string(
+          read->input_schema.at("properties").at("sandbox_id").at("description").as_string()),
+      HasSubstr("must pass it: call sandbox_create first"));
+  const ToolDef* create = registry_.Find("sandbox_create");
+  EXPECT_THAT(
+      std::string(
+          create->input_schema.at("properties").at("network").at("description").as_string()),
+      HasSubstr("none, the default and the only one this server allows"));
 }
 
 }  // namespace

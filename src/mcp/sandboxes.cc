@@ -1,8 +1,130 @@
 #include "mcp/sandboxes.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <charconv>
+
+#include "agent/text.h"
+#include "local/lifecycle/selector.h"
+#include "local/lifecycle/state.h"
+#include "local/network.h"
 
 namespace deepbox::mcp {
+namespace {
+
+namespace lc = local::lifecycle;
+
+uint64_t PidNamespaceInode() {
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+bool ParseU64(std::string_view s, uint64_t* out) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+std::string NotAnId(const std::string& id) {
+  return fmt::format(
+      "'{}' is not a sandbox id (local ids look like sb-1a2b3c4d5e6f, Kubernetes ones like "
+      "NAMESPACE/CLAIM)",
+      id);
+}
+
+Error NotVisible(const std::string& id) {
+  return Error(ErrorCode::kNotFound,
+               fmt::format("no sandbox '{}' that this client can use (a client sees only the "
+                           "sandboxes it created with sandbox_create, and its default sandbox)",
+                           id));
+}
+
+Error NotAnswering(const std::string& id) {
+  return Error(ErrorCode::kUnavailable,
+               fmt::format("sandbox {} is not answering right now (it may be starting, or its "
+                           "daemon restarting); try again in a moment",
+                           id));
+}
+
+// allow= entry -> (pattern, extra port or -1).
+std::pair<std::string_view, int> SplitEntry(std::string_view entry) {
+  int port = -1;
+  if (size_t colon = entry.rfind(':'); colon != std::string_view::npos) {
+    uint64_t p = 0;
+    if (ParseU64(entry.substr(colon + 1), &p) && p < 65536) port = static_cast<int>(p);
+    entry = entry.substr(0, colon);
+  }
+  return {entry, port};
+}
+
+// Whether allow-list `max` allows every name and port that `entry` allows.
+bool EntryWithin(std::string_view entry, const std::vector<std::string>& max) {
+  auto [pattern, extra] = SplitEntry(entry);
+  std::vector<int> ports = {80, 443};
+  if (extra >= 0) ports.push_back(extra);
+  for (int port : ports) {
+    if (pattern.substr(0, 2) != "*.") {
+      if (!local::AllowlistMatches(max, pattern, port)) return false;
+      continue;
+    }
+    std::string_view domain = pattern.substr(2);  // every subdomain of it
+    bool covered = false;
+    for (const auto& m : max) {
+      auto [mp, mport] = SplitEntry(m);
+      if (!(port == 80 || port == 443 || port == mport)) continue;
+      if (mp.substr(0, 2) != "*.") continue;  // a name never covers a wildcard
+      std::string_view md = mp.substr(2);
+      if (domain == md || (domain.size() > md.size() &&
+                           domain.substr(domain.size() - md.size() - 1) == "." + std::string(md))) {
+        covered = true;
+        break;
+      }
+    }
+    if (!covered) return false;
+  }
+  return true;
+}
+
+std::string DescribeTtl(int64_t seconds) {
+  return seconds == 0 ? "never expire" : fmt::format("{} seconds", seconds);
+}
+
+}  // namespace
+
+std::string ServerInstanceId() {
+  auto self = lc::SelfRef();
+  pid_t pid = self ? self->pid : ::getpid();
+  uint64_t start = self ? self->start_time : 0;
+  return fmt::format("{}-{}-{}", pid, start, PidNamespaceInode());
+}
+
+bool ServerInstanceGone(std::string_view instance) {
+  uint64_t v[3];
+  for (int i = 0; i < 3; ++i) {
+    size_t dash = i < 2 ? instance.find('-') : instance.size();
+    if (dash == std::string_view::npos || !ParseU64(instance.substr(0, dash), &v[i])) return false;
+    instance.remove_prefix(i < 2 ? dash + 1 : dash);
+  }
+  if (v[0] == 0 || v[0] > 0x7fffffff || v[2] == 0 || v[2] != PidNamespaceInode()) return false;
+  return !lc::ProcessAlive(lc::ProcessRef{static_cast<pid_t>(v[0]), v[1]});
+}
+
+bool NetworkWithin(std::string_view want_text, std::string_view max_text) {
+  auto want = local::ParseNetworkPolicy(want_text);
+  auto max = local::ParseNetworkPolicy(max_text);
+  if (!want || !max) return false;
+  if (max->mode == local::NetworkMode::kPublic || want->mode == local::NetworkMode::kNone)
+    return true;
+  if (max->mode == local::NetworkMode::kNone || want->mode == local::NetworkMode::kPublic)
+    return false;
+  for (const auto& e : want->allow) {
+    if (!EntryWithin(e, max->allow)) return false;
+  }
+  return true;
+}
 
 json::object SandboxInfo::ToJson() const {
   json::object o;
@@ -24,7 +146,10 @@ json::object SandboxInfo::ToJson() const {
 
 SandboxBroker::SandboxBroker(BrokerOptions options,
                              std::vector<std::unique_ptr<SandboxBackend>> backends)
-    : options_(std::move(options)), backends_(std::move(backends)) {}
+    : options_(std::move(options)), backends_(std::move(backends)) {
+  if (options_.instance_id.empty()) options_.instance_id = ServerInstanceId();
+  if (options_.defaults.network.empty()) options_.defaults.network = "none";
+}
 
 SandboxBroker::~SandboxBroker() = default;
 
@@ -49,49 +174,241 @@ SandboxBackend* SandboxBroker::BackendFor(const std::string& id) {
   return nullptr;
 }
 
-Result<SandboxInfo> SandboxBroker::Create(const std::string& provider,
-                                          const ClaimOptions& options) {
+Result<SandboxBackend*> SandboxBroker::BackendOrError(const std::string& provider) {
   SandboxBackend* b = BackendNamed(provider);
-  if (!b) {
-    std::string known;
-    for (const auto& n : providers()) known += (known.empty() ? "" : ", ") + n;
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("unknown provider '{}' (this server has: {})",
-                                 provider.empty() ? options_.default_provider : provider, known));
+  if (b) return b;
+  std::string known;
+  for (const auto& n : providers()) known += (known.empty() ? "" : ", ") + n;
+  return MakeError(ErrorCode::kInvalidArgument,
+                   fmt::format("unknown provider '{}' (this server has: {})",
+                               provider.empty() ? options_.default_provider : provider, known));
+}
+
+std::string SandboxBroker::ClientId(const std::string& owner) {
+  if (owner == kStdioOwner) return "stdio";
+  if (Stateless(owner)) return "stateless";
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& id = clients_[owner];
+  if (id.empty()) id = "c" + agent::RandomHex(15);  // never the session id itself
+  return id;
+}
+
+Result<SandboxInfo> SandboxBroker::Create(const CreateRequest& request, const std::string& owner) {
+  return CreateFor(request, owner, /*is_default=*/false);
+}
+
+Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const std::string& owner,
+                                             bool is_default) {
+  auto backend = BackendOrError(request.provider);
+  if (!backend) return tl::unexpected(backend.error());
+  SandboxBackend* b = *backend;
+  ClaimOptions o;
+  o.labels = options_.defaults.labels;
+  for (const auto& [k, v] : request.labels) {
+    if (k.rfind(kReservedLabelPrefix, 0) == 0) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("label '{}' is reserved: deepbox sets the {} labels itself", k,
+                                   kReservedLabelPrefix));
+    }
+    if (auto st = lc::ValidateLabelKey(k); !st) return tl::unexpected(st.error());
+    if (auto st = lc::ValidateLabelValue(k, v); !st) return tl::unexpected(st.error());
+    o.labels[k] = v;
   }
-  ClaimOptions o = options;
-  for (const auto& [k, v] : options_.defaults.labels) o.labels.try_emplace(k, v);
-  return b->Create(o);
+
+  // TTL: the server's is the default and the longest.
+  int64_t server_ttl = options_.defaults.ttl.count();
+  int64_t ttl = request.ttl_seconds.value_or(server_ttl);
+  if (ttl < 0) {
+    return MakeError(ErrorCode::kInvalidArgument, "ttl_seconds must be at least 0");
+  }
+  if (server_ttl > 0 && (ttl == 0 || ttl > server_ttl)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("ttl_seconds {} ({}) is not allowed: this server's sandboxes "
+                                 "live at most {} seconds (deepbox mcp --ttl {}); ask for at most "
+                                 "that, or omit ttl_seconds",
+                                 ttl, DescribeTtl(ttl), server_ttl, server_ttl));
+  }
+  o.ttl = std::chrono::seconds(ttl);
+
+  // Network: the server's is the default and the widest.
+  if (b->has_network()) {
+    const std::string& max = options_.defaults.network;
+    std::string want = request.network.empty() ? max : request.network;
+    if (auto p = local::ParseNetworkPolicy(want); !p) return tl::unexpected(p.error());
+    if (!options_.allow_client_network && !NetworkWithin(want, max)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("network '{}' is not allowed: this server gives its clients' "
+                                   "sandboxes at most network '{}' (deepbox mcp --network {}; "
+                                   "only --allow-client-network lets clients ask for more)",
+                                   want, max, max));
+    }
+    o.network = want;
+  } else if (!request.network.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("network cannot be chosen for {} sandboxes (the "
+                                 "SandboxTemplate's networkPolicy decides); omit it",
+                                 b->name()));
+  }
+
+  // Caps on live sandboxes, counting creates under way.
+  std::string client = ClientId(owner);
+  auto over = [&]() -> std::optional<Error> {
+    auto pit = pending_.find(client);
+    size_t mine = pit == pending_.end() ? 0 : pit->second;
+    for (const auto& [id, r] : created_) mine += r.client == client ? 1 : 0;
+    size_t total = created_.size() + pending_total_;
+    if (options_.max_per_client > 0 && mine >= options_.max_per_client) {
+      return Error(ErrorCode::kResourceExhausted,
+                   fmt::format("this client already has {} live sandboxes, the most this server "
+                               "allows per client (deepbox mcp --max-sandboxes-per-client {}): "
+                               "delete one with sandbox_delete first",
+                               mine, options_.max_per_client));
+    }
+    if (options_.max_per_server > 0 && total >= options_.max_per_server) {
+      return Error(ErrorCode::kResourceExhausted,
+                   fmt::format("this server already has {} live sandboxes, the most it allows "
+                               "(deepbox mcp --max-sandboxes {}): delete one with "
+                               "sandbox_delete, or try again later",
+                               total, options_.max_per_server));
+    }
+    return std::nullopt;
+  };
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (over()) {
+      lock.unlock();
+      PruneRecords();  // some may have expired or been deleted elsewhere
+      lock.lock();
+      if (auto e = over()) return tl::unexpected(*e);
+    }
+    ++pending_[client];
+    ++pending_total_;
+  }
+  o.labels[kMcpLabel] = "true";
+  o.labels[kMcpServerLabel] = options_.instance_id;
+  o.labels[kMcpOwnerLabel] = client;
+  if (is_default) o.labels[kMcpDefaultLabel] = "true";
+  auto info = b->Create(o);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (--pending_[client] == 0) pending_.erase(client);
+  --pending_total_;
+  if (!info) return tl::unexpected(info.error());
+  created_[info->id] = Record{client, is_default};
+  return info;
+}
+
+void SandboxBroker::PruneRecords() {
+  for (auto& b : backends_) {
+    auto list = b->List(std::string(kMcpServerLabel) + "=" + options_.instance_id);
+    if (!list) continue;
+    std::set<std::string> live;
+    for (const auto& i : *list) live.insert(i.id);
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = created_.begin(); it != created_.end();) {
+      if (b->Owns(it->first) && !live.count(it->first)) {
+        it = created_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
+bool SandboxBroker::Attached(SandboxBackend* b, const std::string& id) {
+  if (options_.attach_selector.empty()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (attached_.count(id)) return true;
+  }
+  auto list = b->List(options_.attach_selector);
+  if (!list) return false;
+  for (const auto& i : *list) {
+    if (i.id != id) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    attached_.insert(id);
+    return true;
+  }
+  return false;
+}
+
+Status SandboxBroker::Check(const std::string& id, const std::string& owner, Access access) {
+  SandboxBackend* b = BackendFor(id);
+  if (!b) return MakeError(ErrorCode::kInvalidArgument, NotAnId(id));
+  std::string client = ClientId(owner);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = created_.find(id);
+    if (it != created_.end()) {
+      if (options_.shared || it->second.client == client) return {};
+      return tl::unexpected(NotVisible(id));
+    }
+  }
+  if (Attached(b, id)) {
+    if (access == Access::kUse) return {};
+    return MakeError(ErrorCode::kPermissionDenied,
+                     fmt::format("sandbox {} was not created by this server (the operator lets "
+                                 "clients use it, --attach-selector), so it cannot be deleted "
+                                 "here; `deepbox sandbox rm {}` does that",
+                                 id, id));
+  }
+  return tl::unexpected(NotVisible(id));
 }
 
 Result<std::vector<SandboxInfo>> SandboxBroker::List(const std::string& provider,
-                                                     const std::string& selector) {
-  SandboxBackend* b = BackendNamed(provider);
-  if (!b) {
-    return MakeError(ErrorCode::kInvalidArgument, fmt::format("unknown provider '{}'", provider));
+                                                     const std::string& selector,
+                                                     const std::string& owner) {
+  auto backend = BackendOrError(provider);
+  if (!backend) return tl::unexpected(backend.error());
+  auto sel = lc::Selector::Parse(selector);
+  if (!sel) return tl::unexpected(sel.error());
+  std::optional<lc::Selector> attach;
+  if (!options_.attach_selector.empty()) {
+    auto a = lc::Selector::Parse(options_.attach_selector);
+    if (a) attach = std::move(*a);
   }
-  return b->List(selector);
+  auto list = (*backend)->List(selector);
+  if (!list) return tl::unexpected(list.error());
+  std::string client = ClientId(owner);
+  std::vector<SandboxInfo> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& i : *list) {
+    auto it = created_.find(i.id);
+    bool visible = it != created_.end() && (options_.shared || it->second.client == client);
+    if (!visible && it == created_.end() && attach && attach->Matches(i.labels)) {
+      attached_.insert(i.id);
+      visible = true;
+    }
+    if (visible) out.push_back(std::move(i));
+  }
+  return out;
 }
 
-Status SandboxBroker::Delete(const std::string& id) {
+Status SandboxBroker::Delete(const std::string& id, const std::string& owner) {
+  if (auto st = Check(id, owner, Access::kDelete); !st) return st;
   SandboxBackend* b = BackendFor(id);
-  if (!b) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("'{}' is not a sandbox id (local ids look like sb-1a2b3c4d5e6f, "
-                                 "Kubernetes ones like NAMESPACE/CLAIM)",
-                                 id));
-  }
   Forget(id);
   auto st = b->Delete(id);
-  // A deleted default is no longer anybody's default.
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [owner, slot] : defaults_) {
-    if (slot->mu.try_lock()) {
-      if (slot->id == id) slot->id.clear();
-      slot->mu.unlock();
-    }
+  if (st || st.error().code == ErrorCode::kNotFound) {
+    std::lock_guard<std::mutex> lock(mu_);
+    created_.erase(id);
   }
+  // A deleted default is no longer anybody's default.
+  DropDefault(id, fmt::format("sandbox {} was deleted with sandbox_delete", id));
   return st;
+}
+
+void SandboxBroker::DropDefault(const std::string& id, const std::string& why) {
+  std::vector<std::shared_ptr<DefaultSlot>> slots;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [owner, slot] : defaults_) slots.push_back(slot);
+  }
+  for (auto& slot : slots) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    if (slot->id != id) continue;
+    slot->id.clear();
+    slot->lost = why;
+  }
 }
 
 Result<std::shared_ptr<Sandbox>> SandboxBroker::Get(const std::string& id) {
@@ -101,14 +418,13 @@ Result<std::shared_ptr<Sandbox>> SandboxBroker::Get(const std::string& id) {
     if (it != connections_.end()) return it->second;
   }
   SandboxBackend* b = BackendFor(id);
-  if (!b) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("'{}' is not a sandbox id (local ids look like sb-1a2b3c4d5e6f, "
-                                 "Kubernetes ones like NAMESPACE/CLAIM)",
-                                 id));
-  }
+  if (!b) return MakeError(ErrorCode::kInvalidArgument, NotAnId(id));
   auto sb = b->Connect(id);
-  if (!sb) return tl::unexpected(sb.error());
+  if (!sb) {
+    // Its socket path and errno mean nothing to a model (and are the host's).
+    if (sb.error().code == ErrorCode::kUnavailable) return tl::unexpected(NotAnswering(id));
+    return tl::unexpected(sb.error());
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = connections_.emplace(id, *sb);
   return it->second;
@@ -134,34 +450,77 @@ Result<SandboxBroker::Resolved> SandboxBroker::Resolve(const std::optional<std::
                                                        const std::string& owner) {
   Resolved r;
   if (id && !id->empty()) {
+    if (auto st = Check(*id, owner, Access::kUse); !st) return tl::unexpected(st.error());
     auto sb = Get(*id);
     if (!sb) return tl::unexpected(sb.error());
     r.sandbox = *sb;
     r.id = *id;
     return r;
   }
+  if (Stateless(owner)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "sandbox_id is required: this client speaks the stateless protocol "
+                     "(MCP 2026-07-28 over HTTP), whose requests do not tell one client from "
+                     "another, so there is no default sandbox. Call sandbox_create first and "
+                     "pass its sandbox_id to every call.");
+  }
   auto slot = Slot(owner);
   std::lock_guard<std::mutex> lock(slot->mu);
   if (slot->id.empty()) {
-    ClaimOptions o;
-    o.labels[kMcpDefaultLabel] = "true";
-    o.ttl = options_.defaults.ttl;
-    o.network = options_.defaults.network;
-    auto info = Create("", o);
+    auto info = CreateFor(CreateRequest{}, owner, /*is_default=*/true);
     if (!info) return tl::unexpected(info.error());
     slot->id = info->id;
     slot->delete_on_release = true;
     r.created = true;
+    if (!slot->lost.empty()) {
+      r.notice = fmt::format(
+          "Note: this call ran in a new, empty default sandbox ({}). The previous default "
+          "sandbox is gone ({}), and the files it held are lost.",
+          info->id, slot->lost);
+      slot->lost.clear();
+    }
   }
   auto sb = Get(slot->id);
   if (!sb) {
-    // It is gone (expired, deleted by hand): the next call makes a new one.
-    if (sb.error().code == ErrorCode::kNotFound) slot->id.clear();
+    if (sb.error().code == ErrorCode::kNotFound) {
+      // It is gone (expired, deleted by hand, died): the next call makes a
+      // new one, and says so.
+      std::string why = sb.error().message;
+      slot->id.clear();
+      slot->lost = why;
+      return MakeError(ErrorCode::kNotFound,
+                       fmt::format("{}. It was this client's default sandbox: its files are lost, "
+                                   "and the next call without sandbox_id starts a new, empty "
+                                   "default sandbox.",
+                                   why));
+    }
     return tl::unexpected(sb.error());
   }
   r.sandbox = *sb;
   r.id = slot->id;
   return r;
+}
+
+std::string SandboxBroker::Unreachable(const std::string& id, const std::string& owner) {
+  Forget(id);
+  SandboxBackend* b = BackendFor(id);
+  if (!b) return "Error: " + NotAnId(id);
+  bool was_default = DefaultId(owner) == id;
+  auto c = b->Connect(id);
+  if (c) {
+    return fmt::format(
+        "Error: sandbox {} stopped answering during this call (its daemon restarted?), so the "
+        "call may not have completed; its files are still there. Try again.",
+        id);
+  }
+  if (c.error().code != ErrorCode::kNotFound) return "Error: " + NotAnswering(id).message;
+  // Its record stays (until a prune), so later calls get the same answer.
+  std::string why = c.error().message;
+  DropDefault(id, why);
+  return fmt::format("Error: {}. Its files are lost{}", why,
+                     was_default ? "; it was this client's default sandbox, and the next call "
+                                   "without sandbox_id starts a new, empty default sandbox."
+                                 : "; create a new sandbox with sandbox_create.");
 }
 
 void SandboxBroker::SetDefault(const std::string& owner, const std::string& id,
@@ -170,6 +529,7 @@ void SandboxBroker::SetDefault(const std::string& owner, const std::string& id,
   std::lock_guard<std::mutex> lock(slot->mu);
   slot->id = id;
   slot->delete_on_release = delete_on_release;
+  slot->lost.clear();
 }
 
 std::optional<std::string> SandboxBroker::DefaultId(const std::string& owner) {
@@ -183,6 +543,7 @@ void SandboxBroker::ReleaseOwner(const std::string& owner) {
   std::shared_ptr<DefaultSlot> slot;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    clients_.erase(owner);
     auto it = defaults_.find(owner);
     if (it == defaults_.end()) return;
     slot = it->second;
@@ -199,6 +560,8 @@ void SandboxBroker::ReleaseOwner(const std::string& owner) {
   Forget(id);
   if (del) {
     if (SandboxBackend* b = BackendFor(id)) (void)b->Delete(id);
+    std::lock_guard<std::mutex> lock(mu_);
+    created_.erase(id);
   }
 }
 
@@ -211,6 +574,22 @@ void SandboxBroker::ReleaseAll() {
   for (const auto& o : owners) ReleaseOwner(o);
   std::lock_guard<std::mutex> lock(mu_);
   connections_.clear();
+}
+
+std::vector<std::string> SandboxBroker::ReapOrphanedDefaults() {
+  std::vector<std::string> out;
+  for (auto& b : backends_) {
+    if (b->name() != "local") continue;  // a pid means something on this host only
+    auto list = b->List(std::string(kMcpDefaultLabel) + "=true");
+    if (!list) continue;
+    for (const auto& i : *list) {
+      auto it = i.labels.find(kMcpServerLabel);
+      if (it == i.labels.end() || it->second == options_.instance_id) continue;
+      if (!ServerInstanceGone(it->second)) continue;
+      if (b->Delete(i.id)) out.push_back(i.id);
+    }
+  }
+  return out;
 }
 
 }  // namespace deepbox::mcp

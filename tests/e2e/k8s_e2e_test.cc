@@ -427,13 +427,15 @@ TEST_F(K8sTest, SandboxCreateExecCpAndRmOnKubernetes) {
 #ifdef DEEPBOX_E2E_HAVE_MCP
 // `deepbox mcp --provider k8s`, driven by the production MCP client over
 // stdio as Claude Code would: a claim created elsewhere (`sandbox create
-// --provider k8s`, kept) is used by its NAMESPACE/CLAIM id, which goes
-// through K8sSandboxProvider::Connect (Ready check, router headers); a claim
-// that does not exist is a tool error naming it, and the server deletes
-// nothing it did not create.
+// --provider k8s`, kept) is invisible to MCP clients until the operator
+// attaches it by label; then it is used by its NAMESPACE/CLAIM id, which goes
+// through K8sSandboxProvider::Connect (Ready check, router headers), and it
+// cannot be deleted; a claim that does not exist is a tool error naming it.
 TEST_F(K8sTest, McpToolsReachAKeptClaimByItsId) {
   auto env = K8sEnv();
-  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600", "--json"}, env);
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600", "--json", "-l",
+                "who=cli"},
+               env);
   ASSERT_EQ(r.code, 0) << r.err;
   auto rec = ParseJsonObject(r.out);
   ASSERT_TRUE(rec) << r.out;
@@ -444,7 +446,19 @@ TEST_F(K8sTest, McpToolsReachAKeptClaimByItsId) {
   env["DEEPBOX_STATE_DIR"] = (dir_ / "state").string();
   env["XDG_STATE_HOME"] = (dir_ / "xdg").string();
   {
+    // Not attached: invisible.
     auto channel = mcp::SpawnProcessChannel({kDeepbox, "mcp", "--provider", "k8s"}, env, dir_);
+    ASSERT_TRUE(channel) << channel.error().ToString();
+    auto client = mcp::McpClient::ConnectStdio(std::move(*channel));
+    ASSERT_TRUE(client) << client.error().ToString();
+    auto ran = (*client)->CallTool("execute", {{"command", "true"}, {"sandbox_id", id}});
+    ASSERT_TRUE(ran) << ran.error().ToString();
+    EXPECT_TRUE(ran->is_error) << ran->text;
+    EXPECT_THAT(ran->text, HasSubstr("that this client can use"));
+  }
+  {
+    auto channel = mcp::SpawnProcessChannel(
+        {kDeepbox, "mcp", "--provider", "k8s", "--attach-selector", "who=cli"}, env, dir_);
     ASSERT_TRUE(channel) << channel.error().ToString();
     auto client = mcp::McpClient::ConnectStdio(std::move(*channel));
     ASSERT_TRUE(client) << client.error().ToString();
@@ -463,6 +477,10 @@ TEST_F(K8sTest, McpToolsReachAKeptClaimByItsId) {
     ASSERT_TRUE(missing) << missing.error().ToString();
     EXPECT_TRUE(missing->is_error) << missing->text;
     EXPECT_THAT(missing->text, HasSubstr("no-such-claim"));
+    auto del = (*client)->CallTool("sandbox_delete", {{"sandbox_id", id}});
+    ASSERT_TRUE(del) << del.error().ToString();
+    EXPECT_TRUE(del->is_error) << del->text;
+    EXPECT_THAT(del->text, HasSubstr("cannot be deleted here"));
   }  // the client closes the server's stdin: it exits
   // The kept claim is still there: the server only deletes what it created.
   EXPECT_EQ(SortedClaims("default"), std::vector<std::string>{claim});

@@ -44,7 +44,7 @@ def sandbox_of(result):
     return result.meta["dev.deepbox/sandbox_id"]
 
 
-async def full_flow(client, expect_version):
+async def full_flow(client, expect_version, stateless=False):
     assert client.protocol_version == expect_version
     assert client.server_info.name == "deepbox"
     assert client.server_capabilities.tools is not None
@@ -74,7 +74,8 @@ async def full_flow(client, expect_version):
         progress_callback=on_progress)
     assert not ran.is_error
     assert text(ran) == "hello\noops\n\n[Command failed with exit code 3]"
-    assert ran.structured_content == {"sandbox_id": sid, "exit_code": 3, "timed_out": False}
+    assert ran.structured_content == {"sandbox_id": sid, "exit_code": 3, "timed_out": False,
+                                      "output_bytes": 11}
     assert "".join(m for _, m in progress) == "hello\noops\n"
     assert [v for v, _ in progress] == sorted(v for v, _ in progress)
 
@@ -118,11 +119,16 @@ async def full_flow(client, expect_version):
     import hashlib
     assert hashlib.sha256(blob).hexdigest() in text(check)
 
-    # Without sandbox_id: the client's default sandbox.
+    # Without sandbox_id: the client's default sandbox (stateless clients have none).
     d = await client.call_tool("execute", {"command": "pwd"})
-    default_id = sandbox_of(d)
-    assert default_id != sid
-    assert text(d) == "/workspace\n\n[Command succeeded with exit code 0]"
+    if stateless:
+        assert d.is_error
+        assert "sandbox_id is required" in text(d) and "sandbox_create" in text(d)
+        default_id = None
+    else:
+        default_id = sandbox_of(d)
+        assert default_id != sid
+        assert text(d) == "/workspace\n\n[Command succeeded with exit code 0]"
     listed = await client.call_tool("sandbox_list", {})
     assert listed.structured_content["default_sandbox_id"] == default_id
 
@@ -148,15 +154,14 @@ def test_stdio(state, mode, version):
 def test_http(state, http_server, mode, version):
     async def main():
         async with Client(http_transport(http_server), mode=mode) as client:
-            return await full_flow(client, version)
+            return await full_flow(client, version, stateless=mode == "auto")
 
     default_id = anyio.run(main)
     if mode == "legacy":
         # The SDK ends its session with DELETE: the session's default sandbox goes.
         wait_until(lambda: default_id not in sandbox_ids(state), what="default sandbox deleted")
-    # Stateless (2026-07-28) requests share the server's default, deleted when it stops.
     assert http_server.stop() == 0
-    assert default_id not in sandbox_ids(state)
+    assert sandbox_ids(state) == []
 
 
 def test_unknown_tool_and_wrong_argument_types(state):
@@ -339,3 +344,185 @@ def test_http_client_that_disconnects_mid_command(state, http_server):
         return r.returncode != 0
 
     wait_until(killed, what="the command killed")
+
+
+# --- walls between clients, and the server's limits (issue 21 M2/M3) -------------------------
+
+def stdio_server(state, *args):
+    return StdioServerParameters(command=DEEPBOX, args=["mcp", *args],
+                                 env=dict(os.environ, DEEPBOX_STATE_DIR=state))
+
+
+def test_http_sessions_cannot_see_use_or_delete_each_others_sandboxes(state, http_server):
+    async def main():
+        async with Client(http_transport(http_server), mode="legacy") as a, \
+                Client(http_transport(http_server), mode="legacy") as b:
+            wa = await a.call_tool("execute", {"command": "echo A-secret > secret.txt"})
+            assert not wa.is_error, text(wa)
+            a_default = sandbox_of(wa)
+            made = await a.call_tool("sandbox_create", {"labels": {"who": "a"}})
+            a_made = made.structured_content["sandbox_id"]
+            assert made.structured_content["labels"]["deepbox.dev/mcp-owner"]
+
+            listed = await b.call_tool("sandbox_list", {})
+            assert listed.structured_content["sandboxes"] == []
+            for sid in (a_default, a_made):
+                r = await b.call_tool("read_file", {"file_path": "secret.txt", "sandbox_id": sid})
+                assert r.is_error and f"no sandbox '{sid}' that this client can use" in text(r)
+                e = await b.call_tool("execute", {"command": "echo B >> secret.txt",
+                                                  "sandbox_id": sid})
+                assert e.is_error
+                d = await b.call_tool("sandbox_delete", {"sandbox_id": sid})
+                assert d.is_error and f"no sandbox '{sid}'" in text(d)
+            # B's own default is another sandbox; A's files are untouched.
+            wb = await b.call_tool("execute", {"command": "cat secret.txt"})
+            assert sandbox_of(wb) not in (a_default, a_made)
+            again = await a.call_tool("read_file", {"file_path": "secret.txt"})
+            assert "A-secret" in text(again) and sandbox_of(again) == a_default
+            mine = await a.call_tool("sandbox_list", {})
+            assert {s["sandbox_id"] for s in mine.structured_content["sandboxes"]} == {
+                a_default, a_made}
+            forged = await b.call_tool("sandbox_create",
+                                       {"labels": {"deepbox.dev/mcp-owner": "x"}})
+            assert forged.is_error and "reserved" in text(forged)
+
+    anyio.run(main)
+
+
+def test_sandboxes_made_elsewhere_are_invisible_unless_attached(state):
+    cli = run_deepbox(state, "sandbox", "create", "--ttl", "600", "--network", "none",
+                      "-l", "deepbox.dev/mcp=cli", "-l", "who=cli").stdout.strip()
+
+    async def main(args, attached):
+        async with Client(stdio_server(state, "--ttl", "900", *args)) as client:
+            listed = await client.call_tool("sandbox_list", {})
+            ids = [s["sandbox_id"] for s in listed.structured_content["sandboxes"]]
+            assert ids == ([cli] if attached else [])
+            ran = await client.call_tool("execute", {"command": "echo hi", "sandbox_id": cli})
+            assert ran.is_error != attached, text(ran)
+            d = await client.call_tool("sandbox_delete", {"sandbox_id": cli})
+            assert d.is_error
+            if attached:
+                assert "cannot be deleted here" in text(d)
+
+    anyio.run(main, [], False)
+    anyio.run(main, ["--attach-selector", "who=cli"], True)
+    assert cli in sandbox_ids(state)
+    run_deepbox(state, "sandbox", "rm", cli)
+
+
+def test_the_servers_network_ttl_and_caps_bound_sandbox_create(state):
+    async def main():
+        async with Client(stdio_server(state, "--network", "none", "--ttl", "900",
+                                       "--max-sandboxes-per-client", "2")) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            net = tools["sandbox_create"].input_schema["properties"]["network"]["description"]
+            assert "none, the default and the only one this server allows" in net
+            for network in ("public", "allow=example.com"):
+                r = await client.call_tool("sandbox_create", {"network": network})
+                assert r.is_error
+                assert f"network '{network}' is not allowed" in text(r)
+                assert "--network none" in text(r)
+            zero = await client.call_tool("sandbox_create", {"ttl_seconds": 0})
+            assert zero.is_error and "at most 900 seconds (deepbox mcp --ttl 900)" in text(zero)
+            long = await client.call_tool("sandbox_create", {"ttl_seconds": 901})
+            assert long.is_error
+            assert sandbox_ids(state) == []
+            first = await client.call_tool("sandbox_create", {})
+            assert first.structured_content["network"] == "none"
+            assert first.structured_content["expires_at"] is not None
+            second = await client.call_tool("execute", {"command": "true"})  # the default counts
+            assert not second.is_error
+            third = await client.call_tool("sandbox_create", {})
+            assert third.is_error
+            assert "--max-sandboxes-per-client 2" in text(third)
+            assert len(sandbox_ids(state)) == 2
+
+    anyio.run(main)
+
+
+def test_stateless_http_clients_get_no_shared_default(state, http_server):
+    async def main():
+        async with Client(http_transport(http_server)) as x, \
+                Client(http_transport(http_server)) as y:
+            assert x.protocol_version == "2026-07-28"
+            for c in (x, y):
+                r = await c.call_tool("write_file", {"file_path": "x.txt", "content": "X"})
+                assert r.is_error and "sandbox_id is required" in text(r)
+                assert "sandbox_create" in text(r)
+        assert sandbox_ids(state) == []
+
+    anyio.run(main)
+
+
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def test_a_new_server_reaps_the_default_sandbox_of_a_dead_one(state):
+    env = dict(os.environ, DEEPBOX_STATE_DIR=state)
+    server = subprocess.Popen([DEEPBOX, "mcp", "--ttl", "900"], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "execute", "arguments": {"command": "true"},
+                           "_meta": MODERN_META}}
+        server.stdin.write(json.dumps(call) + "\n")
+        server.stdin.flush()
+        reply = json.loads(server.stdout.readline())
+        orphan = reply["result"]["_meta"]["dev.deepbox/sandbox_id"]
+    finally:
+        server.kill()  # SIGKILL: no cleanup
+        server.wait()
+    assert orphan in sandbox_ids(state)
+    mine = run_deepbox(state, "sandbox", "create", "--ttl", "600", "--network", "none",
+                       "-l", "deepbox.dev/mcp=cli").stdout.strip()
+    raw_stdio(state, ['{"jsonrpc":"2.0","id":1,"method":"ping"}'])
+    assert sandbox_ids(state) == [mine]  # the orphan only
+    run_deepbox(state, "sandbox", "rm", mine)
+
+
+def supervisor_pid(state, sid):
+    with open(os.path.join(state, "sandboxes", sid, "meta.json")) as f:
+        return json.load(f)["supervisor"]["pid"]
+
+
+def test_a_dead_sandbox_is_one_clear_error_and_its_replacement_is_announced(state):
+    async def main():
+        async with Client(stdio_server(state, "--ttl", "900")) as client:
+            w = await client.call_tool("write_file", {"file_path": "work.txt", "content": "w"})
+            old = sandbox_of(w)
+            os.kill(supervisor_pid(state, old), signal.SIGKILL)
+            # `sandbox ls` notices (and cleans up) a sandbox whose supervisor died.
+            wait_until(lambda: old not in sandbox_ids(state), what="the sandbox reaped")
+            r = await client.call_tool("read_file", {"file_path": "work.txt"})
+            assert r.is_error
+            assert old in text(r) and "is gone" in text(r), text(r)
+            assert "files are lost" in text(r)
+            assert state not in text(r) and "unix:" not in text(r)
+            assert "ECONNREFUSED" not in text(r)
+            n = await client.call_tool("read_file", {"file_path": "work.txt"})
+            new = sandbox_of(n)
+            assert new != old
+            assert text(n).startswith(f"Note: this call ran in a new, empty default sandbox ({new})")
+            assert "file_not_found" in text(n)
+
+    anyio.run(main)
+
+
+def test_long_execute_output_keeps_head_and_tail(state):
+    async def main():
+        async with Client(stdio_server(state, "--ttl", "900")) as client:
+            r = await client.call_tool("execute", {"command":
+                "yes | head -c 5000000; echo; echo IMPORTANT-ERROR-AT-END; exit 1"})
+            t = text(r)
+            assert len(t) < 82000
+            assert "IMPORTANT-ERROR-AT-END\n\n[Command failed with exit code 1]" in t
+            assert "bytes omitted" in t
+            path = r.structured_content["output_file"]
+            assert f"All of it is saved in {path}" in t
+            tail = await client.call_tool("execute", {"command": f"wc -c < {path}; tail -c 60 {path}"})
+            assert text(tail).startswith(str(5000000 + 1 + 23 + len("\n[Command failed with exit code 1]")))
+            assert "IMPORTANT-ERROR-AT-END" in text(tail)
+
+    anyio.run(main)

@@ -1,5 +1,6 @@
 // Test support: a SandboxBackend whose sandboxes are real deepbox-sandboxd
-// daemons (ScopedSandboxd, no isolation), named like local sandboxes.
+// daemons (ScopedSandboxd, no isolation), named like local sandboxes. As the
+// local provider does, it reports a sandbox whose daemon died (Kill) as gone.
 #pragma once
 
 #include <fmt/format.h>
@@ -31,6 +32,7 @@ class DaemonBackend : public SandboxBackend {
     info.state = "claimed";
     daemons_[info.id] = {std::move(*d), info};
     ++created_;
+    last_options_ = options;
     return info;
   }
   Result<std::vector<SandboxInfo>> List(const std::string& selector) override {
@@ -56,6 +58,10 @@ class DaemonBackend : public SandboxBackend {
     if (it == daemons_.end()) {
       return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox '{}'", id));
     }
+    if (it->second.first->pid() <= 0) {
+      return MakeError(ErrorCode::kNotFound,
+                       fmt::format("sandbox '{}' is gone: its daemon was killed", id));
+    }
     auto c = it->second.first->Connect();
     if (!c) return tl::unexpected(c.error());
     return std::shared_ptr<Sandbox>(std::move(*c));
@@ -73,6 +79,10 @@ class DaemonBackend : public SandboxBackend {
     std::lock_guard<std::mutex> lock(mu_);
     return created_;
   }
+  ClaimOptions last_options() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_options_;
+  }
   deepbox::testing::ScopedSandboxd* daemon(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = daemons_.find(id);
@@ -83,6 +93,7 @@ class DaemonBackend : public SandboxBackend {
   std::mutex mu_;
   uint64_t counter_ = 0;
   int created_ = 0;
+  ClaimOptions last_options_;
   std::map<std::string, std::pair<std::unique_ptr<deepbox::testing::ScopedSandboxd>, SandboxInfo>>
       daemons_;
 };
