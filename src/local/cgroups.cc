@@ -2,8 +2,11 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <limits.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -424,6 +427,77 @@ LimitSupport ProbeCgroupSupport(const CgroupHostInfo& host) {
     return s;
   }
   return cg->support();
+}
+
+bool IsSandboxCgroupPath(const CgroupHostInfo& host, std::string_view id, std::string_view dir) {
+  if (!ValidId(id) || dir.empty() || dir.front() != '/' || dir.back() == '/') return false;
+  for (const auto& part : Split(dir.substr(1), '/')) {
+    if (part.empty() || part == "." || part == "..") return false;
+  }
+  std::string tail = fmt::format("/deepbox/{}", id);
+  if (dir.size() <= tail.size() || dir.substr(dir.size() - tail.size()) != tail) return false;
+  std::vector<std::string> mounts;
+  if (!host.v2_mount.empty()) mounts.push_back(host.v2_mount);
+  for (const auto& [controller, mount] : host.v1_mounts) mounts.push_back(mount);
+  for (std::string mount : mounts) {
+    while (!mount.empty() && mount.back() == '/') mount.pop_back();
+    if (mount.empty()) continue;  // a hierarchy mounted at "/" is no host we know
+    // ".../deepbox/<id>" itself must lie beneath the mount, not be it.
+    if (dir.size() >= mount.size() + tail.size() &&
+        dir.substr(0, mount.size() + 1) == mount + "/") {
+      return true;
+    }
+  }
+  return false;
+}
+
+Status CheckSandboxCgroupDir(const CgroupHostInfo& host, std::string_view id,
+                             const std::string& dir) {
+  if (!IsSandboxCgroupPath(host, id, dir)) {
+    return MakeError(ErrorCode::kPermissionDenied,
+                     fmt::format("{} is not a cgroup of sandbox {} (those are <a cgroup "
+                                 "hierarchy>/.../deepbox/{})",
+                                 dir, id, id));
+  }
+  char real[PATH_MAX];
+  if (realpath(dir.c_str(), real) == nullptr) return MakeSyscallError("realpath", errno, dir);
+  if (dir != real) {
+    return MakeError(ErrorCode::kPermissionDenied,
+                     fmt::format("cgroup dir {} goes through a symbolic link (to {})", dir, real));
+  }
+  UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return MakeSyscallError("open(O_DIRECTORY|O_NOFOLLOW)", errno, dir);
+  struct statfs sfs {};
+  if (fstatfs(fd.get(), &sfs) != 0) return MakeSyscallError("fstatfs", errno, dir);
+  if (sfs.f_type != CGROUP2_SUPER_MAGIC && sfs.f_type != CGROUP_SUPER_MAGIC) {
+    return MakeError(ErrorCode::kPermissionDenied,
+                     fmt::format("{} is not on a cgroup file system", dir));
+  }
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return MakeSyscallError("fstat", errno, dir);
+  if (st.st_uid != geteuid()) {
+    return MakeError(ErrorCode::kPermissionDenied,
+                     fmt::format("cgroup dir {} belongs to uid {}, not to uid {} who makes "
+                                 "sandbox cgroups here",
+                                 dir, st.st_uid, geteuid()));
+  }
+  return {};
+}
+
+Result<std::vector<std::string>> ProcessCgroupDirs(pid_t pid) {
+  auto mountinfo = ReadFile("/proc/self/mountinfo");
+  if (!mountinfo) return tl::unexpected(mountinfo.error());
+  auto cgroup = ReadFile(fmt::format("/proc/{}/cgroup", pid));
+  if (!cgroup) return tl::unexpected(cgroup.error());
+  CgroupHostInfo info = ParseCgroupHostInfo(*mountinfo, *cgroup);
+  std::vector<std::string> dirs;
+  if (!info.v2_mount.empty() && !info.v2_self.empty()) {
+    dirs.push_back(JoinPath(info.v2_mount, info.v2_self));
+  }
+  for (const auto& [controller, self] : info.v1_self) {
+    dirs.push_back(JoinPath(info.v1_mounts.at(controller), self));
+  }
+  return dirs;
 }
 
 }  // namespace deepbox::local

@@ -81,4 +81,19 @@ class SandboxCgroup {
 // Creates and removes a probe cgroup to find what this host really enforces.
 LimitSupport ProbeCgroupSupport(const CgroupHostInfo& host);
 
+// Whether `dir` can name a cgroup of sandbox `id` as SandboxCgroup::Create
+// makes them: strictly beneath the mount of a hierarchy in `host`, ending in
+// "/deepbox/<id>", with no ".", "..", empty or trailing components. Text only.
+// A host-side reaper acts on a recorded cgroup dir only if this holds (and
+// CheckSandboxCgroupDir): a record never makes it kill anything else.
+bool IsSandboxCgroupPath(const CgroupHostInfo& host, std::string_view id, std::string_view dir);
+// IsSandboxCgroupPath, then on disk: no symlink anywhere in the path, a
+// directory on a cgroup file system, owned by this process's effective uid (the
+// kernel gives a cgroup dir its creator's uid). NOT_FOUND if it does not exist.
+Status CheckSandboxCgroupDir(const CgroupHostInfo& host, std::string_view id,
+                             const std::string& dir);
+// The cgroup dirs process `pid` is in, one per hierarchy mounted here (from
+// /proc/PID/cgroup, resolved like DetectCgroups resolves our own).
+Result<std::vector<std::string>> ProcessCgroupDirs(pid_t pid);
+
 }  // namespace deepbox::local

@@ -1,5 +1,6 @@
 #include "local/cgroups.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -191,6 +193,90 @@ TEST_F(CgroupLiveTest, ProbeReportsHonestly) {
   std::string d = s.Describe();
   EXPECT_THAT(d, HasSubstr("cgroup layout"));
   EXPECT_TRUE(s.kill_all.enforced);
+}
+
+// A host-side reaper touches a recorded cgroup dir only if it has the shape
+// SandboxCgroup::Create gives them (issue 21, H2: a planted record listed
+// /sys/fs/cgroup/pids/victim and the reaper killed it).
+TEST(CgroupsTest, SandboxCgroupPathsHaveOneShape) {
+  CgroupHostInfo host = ParseCgroupHostInfo(kHybridMountinfo, kHybridSelf);
+  const std::string id = "sb-0123456789ab";
+  for (const char* ok : {"/sys/fs/cgroup/unified/deepbox/sb-0123456789ab",
+                         "/sys/fs/cgroup/pids/deepbox/sb-0123456789ab",
+                         "/sys/fs/cgroup/memory/process_api/abc/deepbox/sb-0123456789ab"}) {
+    EXPECT_TRUE(IsSandboxCgroupPath(host, id, ok)) << ok;
+  }
+  for (const char* bad : {
+           "/sys/fs/cgroup/pids/victim",                                // not deepbox/<id>
+           "/sys/fs/cgroup/pids",                                       // a whole hierarchy
+           "/sys/fs/cgroup/unified",                                    //
+           "/sys/fs/cgroup/pids/deepbox/sb-111111111111",               // another sandbox
+           "/sys/fs/cgroup/pids/deepbox/sb-0123456789ab/",              // trailing slash
+           "/sys/fs/cgroup/pids//deepbox/sb-0123456789ab",              // empty component
+           "/sys/fs/cgroup/pids/x/../deepbox/sb-0123456789ab",          // ..
+           "/sys/fs/cgroup/pids/./deepbox/sb-0123456789ab",             // .
+           "/sys/fs/cgroup/pids/deepbox/sb-0123456789ab/../../victim",  // .. at the end
+           "/sys/fs/cgroup/systemd/deepbox/sb-0123456789ab",            // no controller: unused
+           "/sys/fs/cgroup/deepbox/sb-0123456789ab",                    // the tmpfs, no hierarchy
+           "/tmp/deepbox/sb-0123456789ab",                              // not a cgroup at all
+           "sys/fs/cgroup/pids/deepbox/sb-0123456789ab",                // relative
+           "",
+       }) {
+    EXPECT_FALSE(IsSandboxCgroupPath(host, id, bad)) << bad;
+  }
+  EXPECT_FALSE(IsSandboxCgroupPath(host, "../x", "/sys/fs/cgroup/pids/deepbox/../x"));
+  EXPECT_FALSE(IsSandboxCgroupPath(CgroupHostInfo{}, id, "/deepbox/sb-0123456789ab"));
+}
+
+// The right shape is not enough: the dir must be on cgroupfs, reached without
+// a symlink, and ours.
+TEST(CgroupsTest, SandboxCgroupDirIsCheckedOnDisk) {
+  std::string tmpl = "/tmp/deepbox-cgcheck-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  const std::string root = tmpl;
+  const std::string id = "sb-0123456789ab";
+  CgroupHostInfo host;
+  host.v2_mount = root + "/mnt";  // a "hierarchy" that is a plain directory
+  std::filesystem::create_directories(root + "/mnt/deepbox/" + id);
+  std::filesystem::create_directories(root + "/elsewhere/deepbox/" + id);
+  std::filesystem::create_directories(root + "/mnt/link");
+  std::filesystem::create_directory_symlink(root + "/elsewhere/deepbox",
+                                            root + "/mnt/link/deepbox");
+  auto st = CheckSandboxCgroupDir(host, id, root + "/mnt/deepbox/" + id);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_THAT(st.error().message, HasSubstr("not on a cgroup file system"));
+  st = CheckSandboxCgroupDir(host, id, root + "/mnt/link/deepbox/" + id);
+  ASSERT_FALSE(st.has_value());
+  EXPECT_THAT(st.error().message, HasSubstr("symbolic link"));
+  st = CheckSandboxCgroupDir(host, id, root + "/mnt/deepbox/sb-111111111111");
+  ASSERT_FALSE(st.has_value());
+  EXPECT_EQ(st.error().code, ErrorCode::kPermissionDenied);  // wrong id: the shape check
+  st = CheckSandboxCgroupDir(host, "sb-111111111111", root + "/mnt/deepbox/sb-111111111111");
+  ASSERT_FALSE(st.has_value());
+  EXPECT_EQ(st.error().code, ErrorCode::kNotFound);
+  std::filesystem::remove_all(root);
+}
+
+TEST_F(CgroupLiveTest, RealSandboxCgroupsPassTheCheckAndProcessesAreFound) {
+  const std::string id = "sb-" + std::string("cafe") + fmt::format("{:08x}", getpid() & 0xffffffff);
+  auto cg = SandboxCgroup::Create(host_, id, LimitsWith(&Limits::max_processes, 50));
+  ASSERT_TRUE(cg.has_value()) << cg.error().ToString();
+  for (const auto& d : cg->dirs()) {
+    auto st = CheckSandboxCgroupDir(host_, id, d);
+    EXPECT_TRUE(st.has_value()) << d << ": " << st.error().ToString();
+    EXPECT_FALSE(CheckSandboxCgroupDir(host_, "sb-111111111111", d).has_value()) << d;
+  }
+  pid_t a = Sleeper();
+  ASSERT_TRUE(cg->AttachAll(a).has_value());
+  auto dirs = ProcessCgroupDirs(a);
+  ASSERT_TRUE(dirs.has_value()) << dirs.error().ToString();
+  for (const auto& d : cg->dirs()) EXPECT_THAT(*dirs, ::testing::Contains(d));
+  auto mine = ProcessCgroupDirs(getpid());
+  ASSERT_TRUE(mine.has_value());
+  for (const auto& d : cg->dirs()) EXPECT_THAT(*mine, ::testing::Not(::testing::Contains(d)));
+  ASSERT_TRUE(cg->KillAll().has_value());
+  int status = 0;
+  ASSERT_EQ(waitpid(a, &status, 0), a);
 }
 
 TEST(CgroupsTest, RejectsBadIds) {

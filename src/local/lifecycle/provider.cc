@@ -49,13 +49,14 @@ int64_t AgeSeconds(const fs::path& p) {
   return static_cast<int64_t>(time(nullptr) - st.st_mtime);
 }
 
-// Sends `sig` to a process identified by pid + start time; returns its pidfd
-// (to wait on) or an invalid fd if it is gone.
-UniqueFd SignalRef(const ProcessRef& ref, int sig) {
+// Sends `sig` to the supervisor of sandbox `id` that `ref` names (pid + start
+// time, and only if it is that supervisor: IsSupervisorOf); returns its pidfd
+// (to wait on) or an invalid fd if it is gone or is not one.
+UniqueFd SignalSupervisor(const ProcessRef& ref, const std::string& id, int sig) {
   if (!ref.valid()) return UniqueFd();
   UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, ref.pid, 0)));
   if (!pidfd) return UniqueFd();
-  if (!ProcessAlive(ref)) return UniqueFd();
+  if (!IsSupervisorOf(ref, id)) return UniqueFd();  // checked after the pidfd pins the process
   if (syscall(SYS_pidfd_send_signal, pidfd.get(), sig, nullptr, 0) != 0) return UniqueFd();
   return pidfd;
 }
@@ -284,7 +285,7 @@ Result<std::optional<SandboxMeta>> LocalSandboxProvider::ClaimWarm(const std::st
     if (!options.network.empty() && meta->network != options.network) continue;
     if (meta->rootfs != rootfs) continue;
     if (meta->limits != options_.limits) continue;  // never weaker (nor stricter) limits
-    if (!ProcessAlive(meta->supervisor)) continue;
+    if (!IsSupervisorOf(meta->supervisor, id)) continue;
     // The claim itself: exactly one rename(2) of the marker can succeed.
     if (rename(paths.warm.c_str(), paths.claimed.c_str()) != 0) continue;
     int64_t now = NowMs();
@@ -304,8 +305,8 @@ Result<std::optional<SandboxMeta>> LocalSandboxProvider::ClaimWarm(const std::st
       }
       return Status{};
     });
-    if (!updated) continue;                        // deleted or taken back under us
-    (void)SignalRef(updated->supervisor, SIGHUP);  // re-read labels + TTL
+    if (!updated) continue;                                   // deleted or taken back under us
+    (void)SignalSupervisor(updated->supervisor, id, SIGHUP);  // re-read labels + TTL
     store_.NotifyPool(pool);
     return std::optional<SandboxMeta>(*updated);
   }
@@ -319,7 +320,7 @@ Result<SandboxMeta> LocalSandboxProvider::CreateSandbox(const ClaimOptions& opti
       auto warm = ClaimWarm(options_.pool, options);
       if (!warm) return tl::unexpected(warm.error());
       if (!*warm) break;
-      if (ProcessAlive((*warm)->supervisor)) return **warm;
+      if (IsSupervisorOf((*warm)->supervisor, (*warm)->id)) return **warm;
       (void)Delete((*warm)->id);  // its supervisor died right after the claim
     }
   }
@@ -381,12 +382,14 @@ Result<std::vector<SandboxMeta>> LocalSandboxProvider::List(const Selector& sele
   for (const auto& id : *ids) {
     auto meta = store_.Read(id);
     if (!meta) {
+      // Not ours alone (state.h, "Trust"): left as it is, for its owner to see.
+      if (meta.error().code == ErrorCode::kPermissionDenied) continue;
       // No (valid) record: a supervisor that died before writing one, or one
       // that is writing it right now.
       if (AgeSeconds(store_.Paths(id).dir) > 60) (void)store_.Reap(id, std::nullopt);
       continue;
     }
-    if (!ProcessAlive(meta->supervisor)) {
+    if (!IsSupervisorOf(meta->supervisor, id)) {
       (void)store_.WriteTombstone(Tombstone{
           id, "supervisor-died", "its supervisor process died; it was cleaned up", NowMs()});
       (void)store_.Reap(id, *meta);
@@ -406,7 +409,7 @@ Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id) {
     if (meta.error().code == ErrorCode::kNotFound) return tl::unexpected(GoneError(id));
     return meta;
   }
-  if (!ProcessAlive(meta->supervisor)) {
+  if (!IsSupervisorOf(meta->supervisor, id)) {
     (void)store_.WriteTombstone(Tombstone{
         id, "supervisor-died", "its supervisor process died; it was cleaned up", NowMs()});
     (void)store_.Reap(id, *meta);
@@ -426,10 +429,35 @@ Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id) {
 }
 
 Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const SandboxMeta& meta) {
+  if (!Store::ValidId(meta.id)) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad sandbox id '{}'", meta.id));
+  }
+  // The socket where this sandbox's supervisor had it bound, never a path
+  // from the record (state.h, "Trust"), and as DaemonSocket made it: a socket
+  // of ours in a directory of ours closed to everyone else. (Missing: the
+  // client's first request says so, as for a daemon that just went away.)
+  fs::path socket = store_.Paths(meta.id).socket;
+  fs::path dir = socket.parent_path();
+  UniqueFd dfd(open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  int open_errno = dfd ? 0 : errno, stat_errno = 0;
+  struct stat dst {
+  }, sst{};
+  if (dfd && fstatat(dfd.get(), socket.filename().c_str(), &sst, AT_SYMLINK_NOFOLLOW) != 0) {
+    stat_errno = errno;
+  }
+  bool missing = open_errno == ENOENT || stat_errno == ENOENT;
+  bool ours = dfd && stat_errno == 0 && fstat(dfd.get(), &dst) == 0 && dst.st_uid == geteuid() &&
+              (dst.st_mode & 077) == 0 && S_ISSOCK(sst.st_mode) && sst.st_uid == geteuid();
+  if (!missing && !ours) {
+    return MakeError(ErrorCode::kPermissionDenied,
+                     fmt::format("sandbox '{}': not connecting to {}: it must be a socket of uid "
+                                 "{} in a directory only that uid can use",
+                                 meta.id, socket.string(), geteuid()));
+  }
   SandboxdClientOptions o;
   o.id = meta.id;
   o.connect_timeout = 5000ms;
-  auto client = SandboxdClient::Connect("unix:" + meta.socket, o);
+  auto client = SandboxdClient::Connect("unix:" + socket.string(), o);
   if (!client) {
     return MakeError(client.error().code,
                      fmt::format("sandbox '{}': {}", meta.id, client.error().message));
@@ -464,7 +492,7 @@ Status LocalSandboxProvider::Delete(const std::string& id) {
   }
   SandboxPaths paths = store_.Paths(id);
   (void)rename(paths.warm.c_str(), paths.claimed.c_str());  // no claimer may take it now
-  UniqueFd pidfd = SignalRef(meta->supervisor, SIGTERM);
+  UniqueFd pidfd = SignalSupervisor(meta->supervisor, id, SIGTERM);
   if (pidfd) WaitExit(pidfd.get(), 30s);
   if (fs::exists(paths.dir)) {
     auto reaped = store_.Reap(id, *meta);
@@ -484,7 +512,7 @@ Result<std::vector<std::string>> LocalSandboxProvider::DeleteMatching(const Sele
   std::vector<UniqueFd> pidfds;
   for (const auto& m : *list) {
     (void)rename(store_.Paths(m.id).warm.c_str(), store_.Paths(m.id).claimed.c_str());
-    pidfds.push_back(SignalRef(m.supervisor, SIGTERM));
+    pidfds.push_back(SignalSupervisor(m.supervisor, m.id, SIGTERM));
   }
   std::vector<std::string> ids;
   Status result;

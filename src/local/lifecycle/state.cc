@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mount.h>
@@ -21,6 +22,7 @@
 #include <thread>
 
 #include "common/unique_fd.h"
+#include "local/cgroups.h"
 #include "local/network.h"
 
 namespace deepbox::local::lifecycle {
@@ -28,19 +30,135 @@ namespace {
 
 using namespace std::chrono_literals;
 
-Result<std::string> ReadWholeFile(const fs::path& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return MakeSyscallError("open", errno, path.string());
+Result<std::string> ReadAll(int fd, const fs::path& path) {
   std::string out;
   char buf[8192];
   for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    ssize_t n = read(fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return MakeSyscallError("read", errno, path.string());
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
   }
   return out;
+}
+
+Result<std::string> ReadWholeFile(const fs::path& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return MakeSyscallError("open", errno, path.string());
+  return ReadAll(fd.get(), path);
+}
+
+std::string Mode(mode_t m) { return fmt::format("{:04o}", m & 07777); }
+
+// The rule for everything deepbox trusts in the state dir (state.h, "Trust"):
+// owned by the effective uid, not writable by group or others.
+Status CheckOurs(int fd, const fs::path& path, std::string_view what, bool want_dir) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return MakeSyscallError("fstat", errno, path.string());
+  if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
+    return MakeError(ErrorCode::kPermissionDenied,
+                     fmt::format("{} {} is not a {}", what, path.string(),
+                                 want_dir ? "directory" : "regular file"));
+  }
+  const uid_t me = geteuid();
+  if (st.st_uid == me && (st.st_mode & 022) == 0) return {};
+  std::string todo = st.st_uid == me
+                         ? fmt::format("If you made it so, `chmod go-w {}`", path.string())
+                         : fmt::format(
+                               "Someone else made it: do not use it; remove it or point "
+                               "DEEPBOX_STATE_DIR at a new directory (deepbox creates it 0700)");
+  return MakeError(ErrorCode::kPermissionDenied,
+                   fmt::format("refusing to use {} {}: it is owned by uid {} with mode {}, and "
+                               "deepbox trusts it only if it is owned by uid {} and not writable "
+                               "by group or others (whoever can write it decides which processes "
+                               "deepbox kills and which daemon it talks to). {}",
+                               what, path.string(), st.st_uid, Mode(st.st_mode), me, todo));
+}
+
+// Opens `name` beneath `parent_fd` (creating it 0700 first if `create`) as a
+// directory, never through a symlink, and checks it (CheckOurs).
+Result<UniqueFd> OpenOurDir(int parent_fd, const std::string& name, const fs::path& path,
+                            std::string_view what, bool create) {
+  if (create && mkdirat(parent_fd, name.c_str(), 0700) != 0 && errno != EEXIST) {
+    return MakeSyscallError("mkdir", errno, path.string());
+  }
+  UniqueFd fd(openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
+    int e = errno;
+    struct stat st {};
+    if ((e == ELOOP || e == ENOTDIR) &&
+        fstatat(parent_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+      return MakeError(ErrorCode::kPermissionDenied,
+                       fmt::format("refusing to use {} {}: it is a symbolic link, which deepbox "
+                                   "does not follow there (it could be re-pointed at any time); "
+                                   "use the directory itself",
+                                   what, path.string()));
+    }
+    return MakeSyscallError("open(O_DIRECTORY|O_NOFOLLOW)", e, path.string());
+  }
+  if (auto st = CheckOurs(fd.get(), path, what, true); !st) return tl::unexpected(st.error());
+  return fd;
+}
+
+// Each directory from / down to `dir` (symlinks resolved) may be changed only
+// by root or us, or is sticky (like /tmp: others cannot rename our entries):
+// otherwise its owner could swap the state dir for their own after the checks.
+Status CheckAncestors(const fs::path& dir, const fs::path& state_dir) {
+  char buf[PATH_MAX];
+  if (realpath(dir.c_str(), buf) == nullptr) {
+    return MakeSyscallError("realpath", errno, dir.string());
+  }
+  fs::path cur;
+  for (const auto& part : fs::path(buf)) {
+    cur /= part;
+    struct stat st {};
+    if (stat(cur.c_str(), &st) != 0) return MakeSyscallError("stat", errno, cur.string());
+    bool owner_ok = st.st_uid == 0 || st.st_uid == geteuid();
+    bool others_write = (st.st_mode & 022) != 0 && (st.st_mode & S_ISVTX) == 0;
+    if (!owner_ok || others_write) {
+      return MakeError(
+          ErrorCode::kPermissionDenied,
+          fmt::format("refusing to use the state directory {}: it is inside {} (owned by uid {}, "
+                      "mode {}), which {} could change, replacing the state directory with their "
+                      "own. Point DEEPBOX_STATE_DIR at a directory whose parents only you or root "
+                      "can change",
+                      state_dir.string(), cur.string(), st.st_uid, Mode(st.st_mode),
+                      !owner_ok ? fmt::format("uid {}", st.st_uid) : "other users"));
+    }
+  }
+  return {};
+}
+
+// A sandbox's record, read beneath its checked dir (`dir` is
+// sandboxes/<id> or its trash name), from a checked meta.json.
+Result<std::string> ReadRecordText(const fs::path& dir) {
+  auto dfd = OpenOurDir(AT_FDCWD, dir.string(), dir, "the sandbox directory", false);
+  if (!dfd) return tl::unexpected(dfd.error());
+  fs::path path = dir / "meta.json";
+  UniqueFd fd(openat(dfd->get(), "meta.json", O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd && errno == ELOOP) {
+    return MakeError(ErrorCode::kPermissionDenied,
+                     fmt::format("refusing to read {}: it is a symbolic link", path.string()));
+  }
+  if (!fd) return MakeSyscallError("open", errno, path.string());
+  if (auto st = CheckOurs(fd.get(), path, "the sandbox record", false); !st) {
+    return tl::unexpected(st.error());
+  }
+  return ReadAll(fd.get(), path);
+}
+
+Result<SandboxMeta> ParseRecord(const std::string& id, const std::string& text,
+                                const fs::path& path) {
+  auto obj = ParseJsonObject(text);
+  if (!obj) return tl::unexpected(obj.error());
+  auto meta = SandboxMeta::FromJson(*obj);
+  if (!meta) return meta;
+  if (meta->id != id) {
+    return MakeError(ErrorCode::kInternal, fmt::format("{} is the record of '{}', not of '{}'",
+                                                       path.string(), meta->id, id));
+  }
+  return meta;
 }
 
 Status WriteAll(int fd, std::string_view data, const fs::path& what) {
@@ -119,13 +237,50 @@ ProcessRef RefFromJson(const json::object& o, std::string_view key) {
   return r;
 }
 
-// Kills a process identified by pid + start time, race-free through a pidfd.
-void KillRef(const ProcessRef& ref) {
-  if (!ref.valid()) return;
+// SIGKILLs a sandbox's init: that very process (pid + start time, race-free
+// through a pidfd), and only if it lives in one of `cgroups`, the sandbox's
+// own (already checked). Without a cgroup nothing is sent: the init died with
+// its supervisor anyway (PR_SET_PDEATHSIG), and a pid alone proves nothing.
+void KillInit(const ProcessRef& ref, const std::vector<std::string>& cgroups) {
+  if (!ref.valid() || cgroups.empty()) return;
   UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, ref.pid, 0)));
   if (!pidfd) return;
-  if (!ProcessAlive(ref)) return;  // checked after the pidfd pins the process
+  auto dirs = ProcessCgroupDirs(ref.pid);
+  if (!dirs) return;
+  bool inside = std::any_of(dirs->begin(), dirs->end(), [&](const std::string& d) {
+    return std::any_of(cgroups.begin(), cgroups.end(),
+                       [&](const std::string& c) { return d == c || d.rfind(c + "/", 0) == 0; });
+  });
+  if (!inside) return;
+  // Checked after the pidfd and the cgroup read: both were about this process.
+  if (!ProcessAlive(ref)) return;
   (void)syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+}
+
+// The dirs of `dirs` that are sandbox `id`'s cgroups (CheckSandboxCgroupDir);
+// missing ones are skipped, the first refusal goes to *refused.
+std::vector<std::string> OwnCgroups(const std::string& id, const std::vector<std::string>& dirs,
+                                    Status* refused) {
+  std::vector<std::string> out;
+  if (dirs.empty()) return out;
+  auto host = DetectCgroups();
+  if (!host) {
+    if (*refused) *refused = tl::unexpected(host.error());
+    return out;
+  }
+  for (const auto& d : dirs) {
+    struct stat sb {};
+    if (lstat(d.c_str(), &sb) != 0 && errno == ENOENT) continue;  // gone: nothing to do
+    auto st = CheckSandboxCgroupDir(*host, id, d);
+    if (st) {
+      out.push_back(d);
+    } else if (st.error().code != ErrorCode::kNotFound && *refused) {
+      *refused = MakeError(st.error().code,
+                           fmt::format("sandbox {}: not touching cgroup {} named in its record: {}",
+                                       id, d, st.error().message));
+    }
+  }
+  return out;
 }
 
 // Detaches any mount left beneath `dir` in our mount namespace (defensive: the
@@ -245,6 +400,43 @@ bool ProcessAlive(const ProcessRef& ref) {
   return st && *st == ref.start_time;
 }
 
+bool IsSupervisorOf(const ProcessRef& ref, std::string_view id) {
+  if (!ref.valid() || !Store::ValidId(id)) return false;
+  auto cmdline = ReadWholeFile(fmt::format("/proc/{}/cmdline", ref.pid));
+  auto status = ReadWholeFile(fmt::format("/proc/{}/status", ref.pid));
+  if (!cmdline || !status) return false;
+  // After the reads: what they said was about this very process (an older
+  // start time cannot come back under a reused pid).
+  if (!ProcessAlive(ref)) return false;
+  // "Uid:\treal\teffective\tsaved\tfs"
+  size_t at = status->find("\nUid:");
+  if (at == std::string::npos) return false;
+  std::istringstream uids(status->substr(at + 5, status->find('\n', at + 1) - at - 5));
+  long real = -1, effective = -1;
+  if (!(uids >> real >> effective) || real != static_cast<long>(geteuid()) ||
+      effective != static_cast<long>(geteuid())) {
+    return false;
+  }
+  std::vector<std::string_view> args;
+  std::string_view rest = *cmdline;
+  while (!rest.empty()) {
+    size_t end = rest.find('\0');
+    args.push_back(rest.substr(0, end));
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end + 1);
+  }
+  // supervisor.cc: DEEPBOX __supervise --ready-fd N --request JSON
+  if (args.size() < 2 || args[1] != "__supervise") return false;
+  for (size_t i = 2; i + 1 < args.size(); ++i) {
+    if (args[i] != "--request") continue;
+    auto req = ParseJsonObject(args[i + 1]);
+    if (!req) return false;
+    auto named = GetString(*req, "id");
+    return named && *named == id;
+  }
+  return false;
+}
+
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -325,6 +517,10 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
   SandboxMeta m;
   auto id = GetString(o, "id");
   if (!id) return tl::unexpected(id.error());
+  if (!Store::ValidId(*id)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("bad sandbox id '{}' in a record", *id));
+  }
   m.id = *id;
   if (auto it = o.find("labels"); it != o.end() && it->value().is_object()) {
     for (const auto& [k, v] : it->value().as_object()) {
@@ -374,18 +570,29 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
 }
 
 Status Store::Init() const {
-  for (const fs::path& p : {root_, root_ / "sandboxes", root_ / "trash", root_ / "tombstones",
-                            root_ / "pools", root_ / "net"}) {
-    if (mkdir(p.c_str(), 0700) == 0) continue;
-    if (errno == ENOENT && p == root_) {
-      std::error_code ec;
-      fs::create_directories(p, ec);
-      if (ec)
-        return MakeError(ErrorCode::kInternal, "mkdir -p " + p.string() + ": " + ec.message());
-      if (chmod(p.c_str(), 0700) != 0) return MakeSyscallError("chmod", errno, p.string());
-      continue;
+  fs::path root = root_.lexically_normal();
+  if (!root.has_filename()) root = root.parent_path();  // "/x/" -> "/x"
+  if (!root.is_absolute() || !root.has_filename()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("the state directory must be an absolute path below /, not '{}'",
+                                 root_.string()));
+  }
+  // Missing parents are made 0700 too (they are ours then).
+  fs::path cur;
+  for (const auto& part : root.parent_path()) {
+    cur /= part;
+    if (mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) {
+      return MakeSyscallError("mkdir", errno, cur.string());
     }
-    if (errno != EEXIST) return MakeSyscallError("mkdir", errno, p.string());
+  }
+  if (auto st = CheckAncestors(root.parent_path(), root_); !st) return st;
+  UniqueFd parent(open(root.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!parent) return MakeSyscallError("open", errno, root.parent_path().string());
+  auto top = OpenOurDir(parent.get(), root.filename().string(), root_, "the state directory", true);
+  if (!top) return tl::unexpected(top.error());
+  for (const char* sub : {"sandboxes", "trash", "tombstones", "pools", "net"}) {
+    auto fd = OpenOurDir(top->get(), sub, root_ / sub, "the state directory's subdirectory", true);
+    if (!fd) return tl::unexpected(fd.error());
   }
   return {};
 }
@@ -426,11 +633,10 @@ Result<SandboxMeta> Store::Read(const std::string& id) const {
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("'{}' is not a sandbox id (they look like sb-0123456789ab)", id));
   }
-  auto text = ReadWholeFile(Paths(id).meta);
+  SandboxPaths paths = Paths(id);
+  auto text = ReadRecordText(paths.dir);
   if (!text) return tl::unexpected(text.error());
-  auto obj = ParseJsonObject(*text);
-  if (!obj) return tl::unexpected(obj.error());
-  return SandboxMeta::FromJson(*obj);
+  return ParseRecord(id, *text, paths.meta);
 }
 
 Status Store::Write(const SandboxMeta& meta) const {
@@ -439,8 +645,11 @@ Status Store::Write(const SandboxMeta& meta) const {
 
 Result<SandboxMeta> Store::Update(const std::string& id,
                                   const std::function<Status(SandboxMeta&)>& change) const {
+  if (!ValidId(id)) return MakeError(ErrorCode::kInvalidArgument, "bad sandbox id " + id);
   auto paths = Paths(id);
-  UniqueFd lock(open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  auto dir = OpenOurDir(AT_FDCWD, paths.dir.string(), paths.dir, "the sandbox directory", false);
+  if (!dir) return tl::unexpected(dir.error());
+  UniqueFd lock(openat(dir->get(), "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!lock) return MakeSyscallError("open", errno, paths.lock.string());
   while (flock(lock.get(), LOCK_EX) != 0) {
     if (errno != EINTR) return MakeSyscallError("flock", errno, paths.lock.string());
@@ -531,6 +740,15 @@ void Store::ReleaseNetSlot(uint32_t slot) const {
   (void)unlink((root_ / "net" / fmt::format("slot-{}", slot)).c_str());
 }
 
+std::string Store::NetSlotOwner(uint32_t slot) const {
+  if (slot >= kMaxPublicSlots) return "";
+  fs::path p = root_ / "net" / fmt::format("slot-{}", slot);
+  UniqueFd fd(open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd || !CheckOurs(fd.get(), p, "the net slot reservation", false)) return "";
+  auto text = ReadAll(fd.get(), p);
+  return text && ValidId(*text) ? *text : "";
+}
+
 void Store::NotifyPool(const std::string& pool) const {
   fs::path p = pool_dir(pool) / "wake";
   UniqueFd fd(open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
@@ -548,20 +766,17 @@ Result<bool> Store::Reap(const std::string& id, const std::optional<SandboxMeta>
   }
   std::optional<SandboxMeta> meta = given;
   if (!meta) {
-    auto text = ReadWholeFile(dst / "meta.json");
-    if (text) {
-      auto obj = ParseJsonObject(*text);
-      if (obj) {
-        auto m = SandboxMeta::FromJson(*obj);
-        if (m) meta = *m;
-      }
+    if (auto text = ReadRecordText(dst)) {
+      if (auto m = ParseRecord(id, *text, dst / "meta.json")) meta = *m;
     }
   }
+  if (meta && meta->id != id) meta.reset();  // not this sandbox's record: act on nothing in it
   Status result;
   if (meta) {
-    KillRef(meta->init);  // SIGKILL to a PID namespace's init kills all of it
-    if (auto st = KillAndRemoveCgroups(meta->cgroups); !st) result = st;
-    if (meta->net_slot) {
+    std::vector<std::string> cgroups = OwnCgroups(id, meta->cgroups, &result);
+    KillInit(meta->init, cgroups);  // SIGKILL to a PID namespace's init kills all of it
+    if (auto st = KillAndRemoveCgroups(id, cgroups); !st && result) result = st;
+    if (meta->net_slot && NetSlotOwner(*meta->net_slot) == id) {
       PublicNetworkConfig cfg;
       (void)RunInNetns(-1, {cfg.nft_path, "delete", "table", "inet",
                             fmt::format("deepbox_s{}", *meta->net_slot)});
@@ -585,21 +800,19 @@ Status RemoveTree(const fs::path& path) {
   return RemoveTreeAt(pfd.get(), path.filename().c_str(), path.string(), 0);
 }
 
-Status KillAndRemoveCgroups(const std::vector<std::string>& dirs) {
+Status KillAndRemoveCgroups(const std::string& id, const std::vector<std::string>& dirs) {
   Status result;
-  std::vector<std::string> present;
-  for (const auto& d : dirs) {
-    struct stat st;
-    if (stat(d.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) present.push_back(d);
-  }
-  if (present.empty()) return {};
+  std::vector<std::string> present = OwnCgroups(id, dirs, &result);
+  if (present.empty()) return result;
   for (const auto& d : present) {
     struct stat st;
     if (stat((d + "/cgroup.kill").c_str(), &st) == 0) (void)WriteSmallFile(d + "/cgroup.kill", "1");
   }
   std::string freezer;
-  for (const auto& d : present) {
-    if (d.find("/freezer/") != std::string::npos) freezer = d;
+  if (auto host = DetectCgroups(); host && host->v1_mounts.count("freezer")) {
+    for (const auto& d : present) {
+      if (d.rfind(host->v1_mounts.at("freezer") + "/", 0) == 0) freezer = d;
+    }
   }
   auto deadline = std::chrono::steady_clock::now() + 5s;
   for (;;) {

@@ -16,6 +16,24 @@
 //   tombstones/<id>             why a sandbox went away by itself (TTL, crash)
 //   pools/<name>/               a pool's wake-up file (claims touch it)
 //   net/slot-<n>                public-network slot reservations
+//
+// Trust. Whoever can write the state dir decides what deepbox kills, removes
+// and connects to, so (Store::Init) the state dir and each of the subdirs
+// above are opened O_DIRECTORY|O_NOFOLLOW and fstat'ed: owned by the effective
+// uid and not writable by group or others (deepbox makes them 0700), and each
+// directory above the state dir may be changed only by root or that uid (or is
+// sticky, like /tmp), so none can be renamed away and replaced later. Each
+// sandboxes/<id> and its meta.json are checked the same way before a record is
+// read. Independently, a record is never believed about what to act on:
+//   - the daemon socket is Paths(id).socket (`socket` in meta.json is
+//     informational);
+//   - a cgroup is touched only if it is <a cgroup hierarchy>/.../deepbox/<id>
+//     for the record's own id, on cgroupfs and ours (local/cgroups.h);
+//   - the sandbox's init is signalled only if that pid (and start time) lives
+//     in such a cgroup; the supervisor only if it is `deepbox __supervise` for
+//     that id, running as our uid (IsSupervisorOf);
+//   - a net slot's nft table and veth are deleted only if net/slot-<n> names
+//     the sandbox.
 #pragma once
 
 #include <sys/types.h>
@@ -53,6 +71,11 @@ Result<uint64_t> ProcessStartTime(pid_t pid);
 Result<ProcessRef> SelfRef();
 // True if that very process still exists (zombies count as gone).
 bool ProcessAlive(const ProcessRef& ref);
+// True if that very process is alive and is the supervisor of sandbox `id`:
+// `deepbox __supervise` (supervisor.h) whose --request names `id`, running as
+// this process's effective uid. What a record names as its supervisor is
+// signalled (and its sandbox counted alive) only if this holds.
+bool IsSupervisorOf(const ProcessRef& ref, std::string_view id);
 
 int64_t NowMs();                                      // wall clock, ms since the epoch
 std::string FormatTime(int64_t unix_ms);              // RFC 3339 UTC, ms precision
@@ -76,8 +99,8 @@ struct SandboxMeta {
   ProcessRef supervisor;
   ProcessRef init;                   // the sandbox's init (deepbox-sandboxd), host pid
   std::vector<std::string> cgroups;  // host cgroup dirs of the sandbox
-  std::string socket;                // host path of the daemon's unix socket
-  json::object timings;              // setup steps in microseconds
+  std::string socket;  // host path of the daemon's socket (informational: Paths(id).socket is used)
+  json::object timings;  // setup steps in microseconds
   std::optional<int64_t> claimed_at_ms;
 
   json::object ToJson() const;
@@ -100,7 +123,9 @@ struct SandboxPaths {
 class Store {
  public:
   explicit Store(fs::path root) : root_(std::move(root)) {}
-  // Creates the directory tree (0700).
+  // Creates the directory tree (0700) and checks it (see "Trust" above):
+  // PERMISSION_DENIED, naming the directory, its owner and mode and what to
+  // do, if any part of it is not deepbox's alone. Call it before anything else.
   Status Init() const;
 
   const fs::path& root() const { return root_; }
@@ -110,6 +135,9 @@ class Store {
   static std::string NewId();
   static bool ValidId(std::string_view id);
 
+  // NOT_FOUND if there is no record, PERMISSION_DENIED if its dir or file is
+  // not ours alone (a symlink, another owner, group/world-writable), an error
+  // too if the record names another id.
   Result<SandboxMeta> Read(const std::string& id) const;
   // Atomic replace of meta.json (the sandbox dir must exist).
   Status Write(const SandboxMeta& meta) const;
@@ -126,6 +154,8 @@ class Store {
   // Public-network slots: O_EXCL files, so two sandboxes never share one.
   Result<uint32_t> ReserveNetSlot(const std::string& id) const;
   void ReleaseNetSlot(uint32_t slot) const;
+  // The id a slot's reservation names ("" if none, or not a file of ours).
+  std::string NetSlotOwner(uint32_t slot) const;
 
   fs::path pool_dir(const std::string& pool) const { return root_ / "pools" / pool; }
   // Wakes a pool daemon (it watches its dir with inotify).
@@ -134,7 +164,10 @@ class Store {
   // Removes a sandbox whose supervisor is gone: kills whatever is left of it
   // (its cgroups, its init), removes its network, cgroup and state dirs. The
   // dir is first renamed into trash/, so concurrent reapers never collide.
-  // Returns false if somebody else got there first.
+  // Returns false if somebody else got there first. What the record (`meta`,
+  // else the one on disk) names is checked first (see "Trust" above): a
+  // record of another id is ignored, cgroups that are not this sandbox's are
+  // refused (an error after the dir is removed), anything else is skipped.
   Result<bool> Reap(const std::string& id, const std::optional<SandboxMeta>& meta) const;
 
  private:
@@ -145,8 +178,10 @@ class Store {
 // sandbox may have taken away (chmod 000 dirs).
 Status RemoveTree(const fs::path& path);
 
-// Kills every process in the given cgroup dirs (cgroup.kill, freezer or a
-// SIGKILL loop) and removes the dirs. Best effort; the first error is returned.
-Status KillAndRemoveCgroups(const std::vector<std::string>& dirs);
+// Kills every process in the given cgroup dirs of sandbox `id` (cgroup.kill,
+// freezer or a SIGKILL loop) and removes the dirs. A dir that is not one of
+// that sandbox's (local::CheckSandboxCgroupDir) is refused and left alone;
+// missing ones are skipped. Best effort; the first error is returned.
+Status KillAndRemoveCgroups(const std::string& id, const std::vector<std::string>& dirs);
 
 }  // namespace deepbox::local::lifecycle
