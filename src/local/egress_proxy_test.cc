@@ -118,7 +118,8 @@ def read_all(s):
         got += d
     return got
 def show(b):
-    return b.decode(errors="replace").replace("\r\n", " | ")[:600]
+    # One line whatever came back (the test server's bodies end in "\n").
+    return b.decode(errors="replace").replace("\r\n", " | ").replace("\n", " | ")[:600]
 # Several requests on one connection: everything that comes back, in one line.
 def raw(name, data):
     try:

@@ -33,7 +33,7 @@
 //   DNS 53            on 203.0.113.53, 2001:db8:1::53 and 10.99.0.10:
 //                     public.test, allowed.test, www.allowed.test,
 //                     other.test, plain.test -> 203.0.113.10 + 2001:db8:1::10;
-//                     hostself.allowed.test -> 203.0.113.1 + 2001:db8::1 (the
+//                     hostself.allowed.test -> 203.0.113.1 (the
 //                     world's own); doc.allowed.test -> 198.51.100.10;
 //                     private.test, rebind.allowed.test -> 10.99.0.10;
 //                     metadata.test -> 169.254.169.254; mixed.allowed.test ->
@@ -222,7 +222,7 @@ inline std::string TestDnsAnswer(const std::string& query) {
       {"www.allowed.test", {"203.0.113.10", "2001:db8:1::10"}},
       {"other.test", {"203.0.113.10", "2001:db8:1::10"}},
       {"plain.test", {"203.0.113.10", "2001:db8:1::10"}},
-      {"hostself.allowed.test", {"203.0.113.1", "2001:db8::1"}},
+      {"hostself.allowed.test", {"203.0.113.1"}},
       {"doc.allowed.test", {"198.51.100.10"}},
       {"private.test", {"10.99.0.10"}},
       {"rebind.allowed.test", {"10.99.0.10"}},
