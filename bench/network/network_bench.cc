@@ -312,6 +312,7 @@ int main(int argc, char** argv) {
   SandboxSpec base;
   base.public_network.uplink_netns = world.ns().path();
   base.public_network.nameservers = testing::TestWorld::Nameservers();
+  base.public_network.allowed_cidrs = testing::TestWorld::AllowedCidrs();  // documentation hosts
   {
     Row row{"veth + NAT (kernel, ip_forward=1)"};
     SandboxSpec s = base;
@@ -371,9 +372,10 @@ int main(int argc, char** argv) {
     Row row{"allow= proxy (CONNECT tunnel, pasta-free)"};
     SandboxSpec s = base;
     s.network = NetworkMode::kAllow;
-    // Entries with a port allow it besides 80 and 443.
-    s.public_network.allow = {fmt::format("allowed.test:{}", kDownloadPort),
-                              fmt::format("allowed.test:{}", kConnectPort)};
+    // Entries with a port allow it besides 80 and 443; "!plain": the tunnel
+    // carries the raw download (not TLS).
+    s.public_network.allow = {fmt::format("allowed.test:{}!plain", kDownloadPort),
+                              fmt::format("allowed.test:{}!plain", kConnectPort)};
     s.public_network.nameservers = {testing::TestWorld::kDns4};
     row.result = run_sandbox(s, "proxy", nullptr);
     rows.push_back(row);

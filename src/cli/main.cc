@@ -129,10 +129,14 @@ void RegisterSandboxCommands(CLI::App& app) {
   create
       ->add_option("--network", create_args->network,
                    "none: loopback only; public: internet egress (IPv4 and IPv6),\n"
-                   "private/metadata/loopback ranges and host services refused, no\n"
-                   "ingress; allow=NAME[,NAME...]: only those names over HTTP(S), e.g.\n"
-                   "allow=pypi.org,files.pythonhosted.org,*.github.com, through a filtering\n"
-                   "proxy (HTTP(S)_PROXY is set inside). Default: public where this host\n"
+                   "private/metadata/loopback/special-purpose ranges, the host's LAN and\n"
+                   "its services refused (DEEPBOX_NETWORK_ALLOW_CIDRS=CIDR,... reopens named\n"
+                   "ranges), no ingress; allow=NAME[,NAME...]: only those names over\n"
+                   "HTTP(S), e.g. allow=pypi.org,files.pythonhosted.org,*.github.com, through\n"
+                   "a filtering proxy (HTTP(S)_PROXY is set inside; a CONNECT tunnel must\n"
+                   "carry TLS for that name unless the entry ends in !plain, e.g.\n"
+                   "git.example.com:22!plain). A wildcard for a CDN's names allows domain\n"
+                   "fronting to any site on it. Default: public where this host\n"
                    "supports it, else none (with a warning); an explicit public or allow\n"
                    "that this host cannot provide fails (exit 4). See `deepbox doctor`")
       ->check(NetworkValidator());

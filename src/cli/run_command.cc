@@ -112,10 +112,12 @@ void RegisterRunCommand(CLI::App& app) {
                   "local: warm pool to take a ready sandbox from (`deepbox pool serve`).\n"
                   "Default: default");
   cmd->add_option("--network", flags->network,
-                  "local: none (loopback only), public (internet egress, private ranges\n"
-                  "refused) or allow=NAME[,NAME...] (only those names over HTTP(S), e.g.\n"
-                  "allow=pypi.org,*.github.com). Default: public where the host supports\n"
-                  "it, else none")
+                  "local: none (loopback only), public (internet egress, private and\n"
+                  "special-purpose ranges and the host's LAN refused; see\n"
+                  "DEEPBOX_NETWORK_ALLOW_CIDRS in docs/security.md) or allow=NAME[,NAME...]\n"
+                  "(only those names over HTTP(S), e.g. allow=pypi.org,*.github.com;\n"
+                  "NAME:PORT!plain for a non-TLS CONNECT tunnel). Default: public where the\n"
+                  "host supports it, else none")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
             auto p = local::ParseNetworkPolicy(v);

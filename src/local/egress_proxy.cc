@@ -20,6 +20,8 @@ namespace deepbox::local {
 
 namespace {
 constexpr size_t kMaxHead = 16384;
+constexpr char kOneRequest[] =
+    "one request per connection: a further request on it was not sent (Connection: close)";
 constexpr size_t kMaxTlsRecord = 5 + 16384 + 2048;
 
 uint32_t Be(std::string_view s, size_t at, int bytes) {
@@ -134,6 +136,66 @@ std::vector<std::string> EgressProxyEnv() {
           "https_proxy=" + url,
           "NO_PROXY=localhost,127.0.0.1,::1",
           "no_proxy=localhost,127.0.0.1,::1"};
+}
+
+size_t HttpBodyFramer::Consume(std::string_view data) {
+  constexpr size_t kMaxLine = 4096;
+  size_t used = 0;
+  while (used < data.size() && state_ != kDone && state_ != kFailed) {
+    if (state_ == kData) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(left_, data.size() - used));
+      used += n;
+      left_ -= n;
+      if (left_ == 0) state_ = chunked_ ? kDataEnd : kDone;
+      continue;
+    }
+    // Line states: kSize ("1a;ext"), kDataEnd (the CRLF after a chunk), kTrailer.
+    char c = data[used++];
+    if (c != '\n') {
+      if (state_ == kDataEnd && (c != '\r' || !line_.empty())) {
+        state_ = kFailed;  // only CRLF may follow a chunk's data
+        continue;
+      }
+      line_ += c;
+      if (line_.size() > kMaxLine) state_ = kFailed;
+      continue;
+    }
+    if (line_.empty() || line_.back() != '\r') {
+      state_ = kFailed;
+      continue;
+    }
+    line_.pop_back();
+    std::string line = std::move(line_);
+    line_.clear();
+    if (state_ == kDataEnd) {
+      state_ = line.empty() ? kSize : kFailed;
+    } else if (state_ == kTrailer) {
+      if (line.empty()) state_ = kDone;
+    } else {  // kSize
+      std::string_view hex = std::string_view(line).substr(0, line.find(';'));
+      while (!hex.empty() && (hex.back() == ' ' || hex.back() == '\t')) hex.remove_suffix(1);
+      if (hex.empty() || hex.size() > 15) {
+        state_ = kFailed;
+        continue;
+      }
+      uint64_t v = 0;
+      for (char h : hex) {
+        int d = h >= '0' && h <= '9'   ? h - '0'
+                : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                       : -1;
+        if (d < 0) {
+          state_ = kFailed;
+          break;
+        }
+        v = v * 16 + static_cast<uint64_t>(d);
+      }
+      if (state_ == kFailed) continue;
+      left_ = v;
+      state_ = v == 0 ? kTrailer : kData;
+    }
+  }
+  return used;
 }
 
 Result<std::string> ParseTlsSni(std::string_view r) {
@@ -296,7 +358,7 @@ Result<UniqueFd> EgressProxy::Upstream(const std::string& host, int port, std::s
     *refusal = fmt::format("{} is an address: only allowed names are reachable", host);
     return MakeError(ErrorCode::kPermissionDenied, *refusal);
   }
-  if (!AllowlistMatches(options_.allow, host, port)) {
+  if (!MatchAllowlist(options_.allow, host, port).matched) {
     *refusal = fmt::format("{}:{} is not on this sandbox's allowlist", host, port);
     return MakeError(ErrorCode::kPermissionDenied, *refusal);
   }
@@ -304,11 +366,31 @@ Result<UniqueFd> EgressProxy::Upstream(const std::string& host, int port, std::s
   if (!addrs) return tl::unexpected(addrs.error());
   if (addrs->empty()) return MakeError(ErrorCode::kNotFound, host + " has no address");
   for (const auto& a : *addrs) {
-    if (AddressBlocked(reinterpret_cast<const sockaddr*>(&a))) {
+    const auto* sa = reinterpret_cast<const sockaddr*>(&a);
+    if (AddressRefused(sa, options_.allowed_cidrs)) {
       *refusal = fmt::format(
-          "{} resolves to {}, a blocked (private, loopback, link-local or "
-          "reserved) address",
+          "{} resolves to {}, a blocked (private, loopback, link-local, reserved or "
+          "special-purpose) address",
           host, AddressText(a));
+      return MakeError(ErrorCode::kPermissionDenied, *refusal);
+    }
+    // Where the uplink would send it now (this thread lives in the uplink netns).
+    auto kind = ClassifyRoute(sa);
+    if (!kind) {
+      *refusal =
+          fmt::format("cannot check the route to {}: {}", AddressText(a), kind.error().message);
+      return MakeError(ErrorCode::kPermissionDenied, *refusal);
+    }
+    if (*kind == RouteKind::kLocal) {
+      *refusal = fmt::format("{} resolves to {}, an address of the host", host, AddressText(a));
+      return MakeError(ErrorCode::kPermissionDenied, *refusal);
+    }
+    if ((*kind == RouteKind::kOnLink || *kind == RouteKind::kGateway) &&
+        !AddressInCidrs(sa, options_.allowed_cidrs)) {
+      *refusal =
+          fmt::format("{} resolves to {}, {}", host, AddressText(a),
+                      *kind == RouteKind::kGateway ? "the host's gateway"
+                                                   : "on a network directly connected to the host");
       return MakeError(ErrorCode::kPermissionDenied, *refusal);
     }
   }
@@ -343,6 +425,14 @@ Result<UniqueFd> EgressProxy::Upstream(const std::string& host, int port, std::s
         last = SyscallError("connect", err, AddressText(a));
         continue;
       }
+    }
+    // An address the host gained between the route check and connect().
+    sockaddr_storage local{};
+    socklen_t ll = sizeof(local);
+    if (getsockname(s.get(), reinterpret_cast<sockaddr*>(&local), &ll) == 0 &&
+        AddressText(local) == AddressText(a)) {
+      *refusal = fmt::format("{} resolves to {}, an address of the host", host, AddressText(a));
+      return MakeError(ErrorCode::kPermissionDenied, *refusal);
     }
     return s;
   }
@@ -385,8 +475,10 @@ void EgressProxy::Serve(int client) {
     }
     auto up = Upstream(host, port, &refusal);
     if (!up) return Refuse(client, refusal.empty() ? 502 : 403, up.error().message);
+    const bool plain = MatchAllowlist(options_.allow, host, port).plain;
     if (!WriteAll(client, "HTTP/1.1 200 Connection established\r\n\r\n")) return;
-    // The tunnel's first bytes: a TLS ClientHello must name the same host.
+    // The tunnel's first bytes: a TLS ClientHello must name the same host
+    // (anything, for a "!plain" entry).
     std::string hello = rest;
     while (hello.size() < 5 ||
            (static_cast<uint8_t>(hello[0]) == 0x16 && hello.size() < 5 + Be(hello, 3, 2))) {
@@ -398,26 +490,29 @@ void EgressProxy::Serve(int client) {
       hello.append(buf, static_cast<size_t>(n));
       if (static_cast<uint8_t>(hello[0]) != 0x16) break;  // not TLS: a plain tunnel
     }
-    if (static_cast<uint8_t>(hello[0]) == 0x16) {
+    // The tunnel is already open: a refusal just closes it.
+    const bool tls = static_cast<uint8_t>(hello[0]) == 0x16;
+    if (!tls && !plain) {
+      return CountRefusal(
+          fmt::format("the tunnel to {}:{} does not start with a TLS ClientHello (an entry "
+                      "'{}:{}!plain' would allow that)",
+                      host, port, host, port));
+    }
+    if (tls) {
       auto sni = ParseTlsSni(hello);
-      if (!sni) {
-        std::lock_guard<std::mutex> lock(stats_mu_);
-        ++stats_.refused;
-        stats_.last_refusal = sni.error().message;
-        return;
+      if (!sni && !plain) return CountRefusal(sni.error().message);
+      if (sni && sni->empty() && !plain) {
+        return CountRefusal(fmt::format("the TLS ClientHello to {} names no server (SNI)", host));
       }
-      if (!sni->empty() && *sni != host) {
-        std::lock_guard<std::mutex> lock(stats_mu_);
-        ++stats_.refused;
-        stats_.last_refusal = fmt::format("TLS server name {} differs from CONNECT {}", *sni, host);
-        return;  // the tunnel is already open: just close it
+      if (sni && !sni->empty() && *sni != host) {
+        return CountRefusal(fmt::format("TLS server name {} differs from CONNECT {}", *sni, host));
       }
     }
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.allowed;
     }
-    return Relay(client, up->get(), hello);
+    return Relay(client, up->get(), hello, nullptr, /*expect_tls=*/!plain);
   }
 
   // Plain HTTP: absolute-form target http://host[:port]/path.
@@ -438,34 +533,74 @@ void EgressProxy::Serve(int client) {
                     fmt::format("Host header {} differs from the URL's {}", host_header, host));
     }
   }
+  // The body: exactly what the head declares (request smuggling: never both).
+  int cl_count = 0, te_count = 0;
+  std::string cl = HeaderValue(head, "content-length", &cl_count);
+  std::string te = Lower(HeaderValue(head, "transfer-encoding", &te_count));
+  HttpBodyFramer body = HttpBodyFramer::None();
+  if (te_count > 0) {
+    if (cl_count > 0 || te_count > 1) {
+      return Refuse(client, 400, "both Content-Length and Transfer-Encoding, or two of them");
+    }
+    size_t comma = te.rfind(',');
+    std::string last = te.substr(comma == std::string::npos ? 0 : comma + 1);
+    while (!last.empty() && (last.front() == ' ' || last.front() == '\t')) last.erase(0, 1);
+    if (last != "chunked") return Refuse(client, 400, "a Transfer-Encoding that is not chunked");
+    body = HttpBodyFramer::Chunked();
+  } else if (cl_count > 0) {
+    if (cl_count > 1 || cl.empty() || cl.size() > 18 ||
+        cl.find_first_not_of("0123456789") != std::string::npos) {
+      return Refuse(client, 400, "a bad or repeated Content-Length");
+    }
+    body = HttpBodyFramer::Length(std::stoull(cl));
+  }
   auto up = Upstream(host, port, &refusal);
   if (!up) return Refuse(client, refusal.empty() ? 502 : 403, up.error().message);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.allowed;
   }
-  // Origin-form request line; Proxy-* headers stay with us.
+  // Origin-form request line; Proxy-* and hop-by-hop headers stay with us: one
+  // request per connection ("Connection: close"), no upgrade.
   std::string out = fmt::format("{} {} {}\r\n", method, path, version);
   size_t pos = line_end + 2;
   while (pos < head.size()) {
     size_t e = head.find("\r\n", pos);
     std::string h = head.substr(pos, e - pos);
     pos = e + 2;
-    if (Lower(h.substr(0, 6)) == "proxy-") continue;
+    std::string name = Lower(h.substr(0, h.find(':')));
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\t')) name.pop_back();
+    if (name.rfind("proxy-", 0) == 0 || name == "connection" || name == "keep-alive" ||
+        name == "upgrade") {
+      continue;
+    }
     out += h + "\r\n";
   }
   if (host_header.empty()) out += fmt::format("Host: {}\r\n", authority);
-  out += "\r\n";
-  Relay(client, up->get(), out + rest);
+  out += "Connection: close\r\n\r\n";
+  size_t n = body.Consume(rest);
+  if (body.failed()) return CountRefusal("a broken chunked request body");
+  out.append(rest, 0, n);
+  if (n < rest.size()) CountRefusal(kOneRequest);
+  Relay(client, up->get(), std::move(out), &body);
 }
 
-void EgressProxy::Relay(int a, int b, std::string pending_to_b) {
+void EgressProxy::CountRefusal(const std::string& why) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.refused;
+  stats_.last_refusal = why;
+}
+
+void EgressProxy::Relay(int a, int b, std::string pending_to_b, HttpBodyFramer* body,
+                        bool expect_tls) {
   for (int fd : {a, b}) {
     int flags = fcntl(fd, F_GETFL);
     if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   }
   std::string to_b = std::move(pending_to_b), to_a;
   bool a_eof = false, b_eof = false, a_shut = false, b_shut = false;
+  bool b_spoke = false;     // expect_tls: b's first byte was checked
+  bool extra_seen = false;  // a further request was dropped (counted once here)
   char buf[65536];
   for (;;) {
     if (a_eof && to_b.empty() && !b_shut) {
@@ -476,6 +611,8 @@ void EgressProxy::Relay(int a, int b, std::string pending_to_b) {
       shutdown(a, SHUT_WR);
       a_shut = true;
     }
+    // Plain HTTP: one request, so the upstream's answer ending ends the connection.
+    if (body != nullptr && a_shut) return;
     if (a_shut && b_shut) return;
     pollfd p[3] = {{a, 0, 0}, {b, 0, 0}, {stop_.get(), POLLIN, 0}};
     if (!a_eof && to_b.size() < sizeof(buf)) p[0].events |= POLLIN;
@@ -488,7 +625,29 @@ void EgressProxy::Relay(int a, int b, std::string pending_to_b) {
     auto pump_in = [&](int fd, bool* eof, std::string* out) -> bool {
       ssize_t n = recv(fd, buf, sizeof(buf), 0);
       if (n > 0) {
-        out->append(buf, static_cast<size_t>(n));
+        std::string_view got(buf, static_cast<size_t>(n));
+        if (fd == a && body != nullptr) {
+          // Only the declared body goes on; a further request never does.
+          size_t used = body->Consume(got);
+          if (body->failed()) {
+            CountRefusal("a broken chunked request body");
+            return false;
+          }
+          if (used < got.size() && !extra_seen) {
+            extra_seen = true;
+            CountRefusal(kOneRequest);
+          }
+          got = got.substr(0, used);
+        }
+        if (fd == b && expect_tls && !b_spoke) {
+          b_spoke = true;
+          uint8_t first = static_cast<uint8_t>(got[0]);
+          if (first != 0x16 && first != 0x15) {
+            CountRefusal("the upstream did not answer the ClientHello with TLS");
+            return false;
+          }
+        }
+        out->append(got.data(), got.size());
       } else if (n == 0) {
         *eof = true;
       } else if (errno != EAGAIN && errno != EINTR) {

@@ -78,7 +78,7 @@ def hello_for(sni):
     name = sni.encode()
     lst = b"\x00" + len(name).to_bytes(2, "big") + name
     body = len(lst).to_bytes(2, "big") + lst
-    ext = b"\x00\x00" + len(body).to_bytes(2, "big") + body
+    ext = b"\x00\x00" + len(body).to_bytes(2, "big") + body if sni else b""
     h = b"\x03\x03" + b"r" * 32 + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00" + len(ext).to_bytes(2, "big") + ext
     hs = b"\x01\x00" + len(h).to_bytes(2, "big") + h
     return b"\x16\x03\x01" + len(hs).to_bytes(2, "big") + hs
@@ -100,11 +100,65 @@ def talk(name, request, after=b""):
             d = s.recv(4096)
             if not d: break
             rest += d
-        print(name, "OK" if " 200 " in status and rest else "REFUSED", status, rest.decode(errors="replace").strip()[:120])
+        text = rest.decode(errors="replace").strip().replace("\r\n", " | ").replace("\n", " ")
+        print(name, "OK" if " 200 " in status and rest else "REFUSED", status, text[:160])
     except Exception as e:
         print(name, "BLOCKED", type(e).__name__, e)
-def connect(name, target, sni):
-    talk(name, ("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode(), hello_for(sni))
+def connect(name, target, sni, after=None):
+    talk(name, ("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode(),
+         hello_for(sni) if after is None else after)
+def read_all(s):
+    got = b""
+    while True:
+        try:
+            d = s.recv(4096)
+        except socket.timeout:
+            break
+        if not d: break
+        got += d
+    return got
+def show(b):
+    # One line whatever came back (the test server's bodies end in "\n").
+    return b.decode(errors="replace").replace("\r\n", " | ").replace("\n", " | ")[:600]
+# Several requests on one connection: everything that comes back, in one line.
+def raw(name, data):
+    try:
+        s = socket.create_connection(P, timeout=5)
+        s.settimeout(5)
+        s.sendall(data)
+        print(name, "GOT", show(read_all(s)))
+    except Exception as e:
+        print(name, "BLOCKED", type(e).__name__, e)
+# Keep-alive: the first answer, then a second request on the same connection.
+def keepalive(name, first, second):
+    try:
+        s = socket.create_connection(P, timeout=5)
+        s.settimeout(5)
+        s.sendall(first)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            d = s.recv(4096)
+            if not d: break
+            got += d
+        head, _, body = got.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        while len(body) < length:
+            d = s.recv(4096)
+            if not d: break
+            body += d
+        try:
+            s.sendall(second)
+            again = read_all(s)
+        except Exception as e:
+            again = type(e).__name__.encode()
+        print(name, "FIRST", show(body), "SECOND", show(again))
+    except Exception as e:
+        print(name, "BLOCKED", type(e).__name__, e)
+def req(url, host, extra=""):
+    return ("GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (url, host, extra)).encode()
 def get(name, url, host=None):
     h = host or url.split("/")[2]
     talk(name, ("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % (url, h)).encode())
@@ -120,6 +174,26 @@ connect("port_8080", "allowed.test:8080", "allowed.test")
 get("http_other", "http://other.test/")
 get("http_host_mismatch", "http://allowed.test/", "other.test")
 get("http_metadata", "http://metadata.test/latest/meta-data/")
+# M5: one request per connection, whatever comes after it.
+raw("pipelined", req("http://allowed.test/first", "allowed.test") +
+    req("http://other.test/second", "other.test") + req("/third", "secret-vhost.internal"))
+keepalive("keepalive", req("http://allowed.test/first", "allowed.test"),
+          req("/second", "other.test"))
+raw("smuggled_cl", b"POST http://allowed.test/post HTTP/1.1\r\nHost: allowed.test\r\n"
+    b"Content-Length: 5\r\n\r\nhello" + req("/smuggled", "other.test"))
+raw("smuggled_chunked", b"POST http://allowed.test/post HTTP/1.1\r\nHost: allowed.test\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + req("/smuggled", "other.test"))
+raw("cl_and_te", b"POST http://allowed.test/post HTTP/1.1\r\nHost: allowed.test\r\n"
+    b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+connect("connect_plaintext", "allowed.test:443", "",
+        req("/inside", "other.test", "Connection: close\r\n"))
+connect("connect_no_sni", "allowed.test:443", "")
+connect("connect_plain_entry", "plain.test:443", "",
+        req("/inside", "plain.test", "Connection: close\r\n"))
+# L1: an allowed name that resolves to the host's own address; L2: to a
+# documentation address (refused unless the operator allows it).
+connect("https_hostself", "hostself.allowed.test:443", "hostself.allowed.test")
+get("http_doc", "http://doc.allowed.test/doc")
 for name, host, port in [("direct4", "203.0.113.10", 8080), ("direct6", "2001:db8:1::10", 8080),
                          ("direct_private", "10.99.0.10", 8080), ("direct_metadata", "169.254.169.254", 80)]:
     try:
@@ -148,7 +222,8 @@ class AllowModeTest : public testing::SandboxFixture {
     }
     ASSERT_EQ(world_.Build("dbxworld" + std::to_string(getpid())), "");
     spec_.network = NetworkMode::kAllow;
-    spec_.public_network.allow = {"allowed.test", "*.allowed.test"};
+    spec_.public_network.allow = {"allowed.test", "*.allowed.test", "plain.test!plain"};
+    spec_.public_network.allowed_cidrs = TestWorld::AllowedCidrs();
     spec_.public_network.uplink_netns = world_.ns().path();
     spec_.public_network.nameservers = {TestWorld::kDns4};
     std::ofstream(workspace_ / "checks.py") << kChecks;
@@ -182,6 +257,28 @@ class AllowModeTest : public testing::SandboxFixture {
     EXPECT_THAT(m["https_rebind"], HasSubstr("blocked"));
     EXPECT_THAT(m["https_ip"], HasSubstr("403"));
     EXPECT_EQ(m["env"], "http://127.0.0.1:3128");
+    // M5: only the first request of a connection reaches the upstream.
+    EXPECT_THAT(m["pipelined"], HasSubstr(tok + " 203.0.113.10 GET /first HTTP/1.1")) << out;
+    EXPECT_THAT(m["keepalive"], HasSubstr(tok + " 203.0.113.10 GET /first HTTP/1.1")) << out;
+    EXPECT_THAT(m["smuggled_cl"], HasSubstr(tok + " 203.0.113.10 POST /post HTTP/1.1")) << out;
+    EXPECT_THAT(m["smuggled_chunked"], HasSubstr(tok + " 203.0.113.10 POST /post HTTP/1.1")) << out;
+    for (const char* line : {"pipelined", "keepalive", "smuggled_cl", "smuggled_chunked"}) {
+      for (const char* path : {"/second", "/third", "/smuggled"}) {
+        EXPECT_THAT(m[line], Not(HasSubstr(path))) << line << "\n" << out;
+      }
+    }
+    EXPECT_THAT(m["cl_and_te"], HasSubstr("400")) << out;
+    EXPECT_THAT(m["cl_and_te"], Not(HasSubstr(tok))) << out;
+    // CONNECT: not TLS, or TLS without SNI: closed; a "!plain" entry: carried.
+    for (const char* no : {"connect_plaintext", "connect_no_sni"}) {
+      EXPECT_THAT(m[no], Not(HasSubstr(tok))) << no << "\n" << out;
+      EXPECT_THAT(m[no], Not(HasSubstr("OK"))) << no << "\n" << out;
+    }
+    EXPECT_THAT(m["connect_plain_entry"], HasSubstr(tok + " 203.0.113.10 GET /inside")) << out;
+    // L1: the host's own address, although inside the operator's exceptions.
+    EXPECT_THAT(m["https_hostself"], HasSubstr("403")) << out;
+    EXPECT_THAT(m["https_hostself"], HasSubstr("an address of the host")) << out;
+    EXPECT_THAT(m["https_hostself"], Not(HasSubstr(tok))) << out;
   }
 
   TestWorld world_;
@@ -192,6 +289,54 @@ TEST_F(AllowModeTest, OnlyAllowedNamesAsRoot) {
   ASSERT_TRUE(r.has_value()) << r.error().ToString();
   EXPECT_EQ(r->network, NetworkMode::kAllow);
   ExpectPolicy(r->output);
+  // L2: a documentation address is refused by default.
+  auto m = Lines(r->output);
+  EXPECT_THAT(m["http_doc"], HasSubstr("403")) << r->output;
+  EXPECT_THAT(m["http_doc"], HasSubstr("198.51.100.10")) << r->output;
+  EXPECT_THAT(m["http_doc"], Not(HasSubstr(world_.token()))) << r->output;
+}
+
+// L2: the operator's exceptions (the environment variable) open exactly that
+// documentation address, and still never the host's own.
+TEST_F(AllowModeTest, OperatorAllowsADocumentationAddress) {
+  setenv(kAllowCidrsEnv, "198.51.100.10/32", 1);
+  auto r = Run("python3 /workspace/checks.py 2>&1");
+  unsetenv(kAllowCidrsEnv);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  auto m = Lines(r->output);
+  EXPECT_THAT(m["http_doc"], HasSubstr("OK HTTP/1.1 200 OK " + world_.token() +
+                                       " 198.51.100.10 GET /doc HTTP/1.1"))
+      << r->output;
+  EXPECT_THAT(m["https_hostself"], HasSubstr("403")) << r->output;
+}
+
+TEST_F(AllowModeTest, OperatorExceptionsAreChecked) {
+  setenv(kAllowCidrsEnv, "127.0.0.0/8", 1);
+  auto r = Run("true");
+  unsetenv(kAllowCidrsEnv);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_THAT(r.error().message, HasSubstr("can never be allowed"));
+}
+
+TEST(HttpBodyFramerTest, FramesLengthAndChunkedBodies) {
+  HttpBodyFramer none = HttpBodyFramer::None();
+  EXPECT_EQ(none.Consume("GET / HTTP/1.1\r\n"), 0u);
+  HttpBodyFramer len = HttpBodyFramer::Length(5);
+  EXPECT_EQ(len.Consume("hel"), 3u);
+  EXPECT_EQ(len.Consume("loGET"), 2u);
+  EXPECT_TRUE(len.done());
+  // Chunked, fed one byte at a time: the body ends after the trailer's empty line.
+  std::string body = "5;ext=1\r\nhello\r\nA\r\n0123456789\r\n0\r\nX-T: 1\r\n\r\n";
+  HttpBodyFramer ch = HttpBodyFramer::Chunked();
+  size_t used = 0;
+  for (char c : body + "GET /next") used += ch.Consume(std::string_view(&c, 1));
+  EXPECT_EQ(used, body.size());
+  EXPECT_TRUE(ch.done());
+  for (const char* bad : {"zz\r\n", "5\r\nhelloXX", "5\nhello", "1234567890abcdef0\r\n"}) {
+    HttpBodyFramer b = HttpBodyFramer::Chunked();
+    b.Consume(bad);
+    EXPECT_TRUE(b.failed()) << bad;
+  }
 }
 
 TEST_F(AllowModeTest, OnlyAllowedNamesUnprivileged) {

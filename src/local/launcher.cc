@@ -241,6 +241,7 @@ SandboxProcess& SandboxProcess::operator=(SandboxProcess&& other) noexcept {
     disk_ = std::exchange(other.disk_, std::nullopt);
     public_addrs_ = std::exchange(other.public_addrs_, std::nullopt);
     pasta_ = std::exchange(other.pasta_, std::nullopt);
+    host_watch_ = std::move(other.host_watch_);
     proxy_ = std::move(other.proxy_);
     uplink_ = other.uplink_;
     timings_ = other.timings_;
@@ -268,6 +269,7 @@ void SandboxProcess::Destroy() {
     pid_ = -1;
   }
   pidfd_.reset();
+  host_watch_.reset();  // its thread writes into the sandbox's netns: first
   if (cgroup_) {
     (void)cgroup_->KillAll();
     (void)cgroup_->Remove();
@@ -425,6 +427,17 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   std::vector<std::string> nameservers;
   std::optional<UplinkDns> pasta_dns;
   PublicNetworkConfig net_config = spec.public_network;
+  if (spec.network == NetworkMode::kPublic || spec.network == NetworkMode::kAllow) {
+    // The operator's exceptions: the spec's and the environment's, checked alike.
+    auto from_env = AllowedCidrsFromEnv();
+    if (!from_env) return tl::unexpected(from_env.error());
+    std::string all;
+    for (const auto& c : spec.public_network.allowed_cidrs) all += c + ",";
+    for (const auto& c : *from_env) all += c + ",";
+    auto allowed = ParseAllowedCidrs(all);
+    if (!allowed) return tl::unexpected(allowed.error());
+    net_config.allowed_cidrs = *allowed;
+  }
   if (spec.network == NetworkMode::kPublic) {
     NetworkProbe probe = CachedProbe(spec.public_network);
     if (!probe.public_possible) {
@@ -585,19 +598,21 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     if (!net) return tl::unexpected(net.error());
     sp.public_addrs_ = net->addresses();
     sp.net_ = std::move(*net);
+    // The uplink's subnets and gateways, kept current (its own addresses are
+    // also dropped by the uplink's input chain). Init has not been released yet.
+    auto watch = HostAddressWatch::Start(sp.pid_, net_config);
+    if (!watch) return tl::unexpected(watch.error());
+    sp.host_watch_ = std::move(*watch);
   } else if (sp.uplink_ == Uplink::kPasta) {
-    // The rules first (refusing the uplink's own addresses too), then pasta
-    // brings the interface up: there is no moment without the policy.
-    UniqueFd uplink_ns;
-    if (!net_config.uplink_netns.empty()) {
-      uplink_ns.reset(open(net_config.uplink_netns.c_str(), O_RDONLY | O_CLOEXEC));
-      if (!uplink_ns) return MakeSyscallError("open", errno, net_config.uplink_netns);
-    }
-    auto host_addrs = NetnsAddresses(uplink_ns ? uplink_ns.get() : -1, net_config.ip_path);
-    if (!host_addrs) return tl::unexpected(host_addrs.error());
-    auto r = RunInSandboxNetns(sp.pid_, {net_config.nft_path, "-f", "-"},
-                               SandboxNftRules(net_config, *host_addrs));
+    // The rules first, with the uplink's own addresses, subnets and gateways
+    // (kept current from now on), then pasta brings the interface up: there is
+    // no moment without the policy.
+    auto r =
+        RunInSandboxNetns(sp.pid_, {net_config.nft_path, "-f", "-"}, SandboxNftRules(net_config));
     if (!r) return tl::unexpected(r.error());
+    auto watch = HostAddressWatch::Start(sp.pid_, net_config);
+    if (!watch) return tl::unexpected(watch.error());
+    sp.host_watch_ = std::move(*watch);
     // pasta logs to a file of the runtime dir: holding the sandbox's stdout or
     // stderr would keep them open after the sandbox exits.
     fs::path log_path = spec.runtime_dir / "uplink.log";
@@ -625,6 +640,7 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     if (!listener) return tl::unexpected(listener.error());
     EgressProxyOptions po;
     po.allow = net_config.allow;
+    po.allowed_cidrs = net_config.allowed_cidrs;
     po.uplink_netns = net_config.uplink_netns;
     for (const auto& ns :
          net_config.nameservers.empty() ? HostNameservers() : net_config.nameservers) {

@@ -117,6 +117,9 @@ class SandboxProcess {
   Uplink uplink() const { return uplink_; }
   // Allow mode: the proxy's counters; nullptr otherwise.
   const EgressProxy* proxy() const { return proxy_.get(); }
+  // Public mode: what keeps the uplink's own addresses, subnets and gateways
+  // refused while they change; nullptr otherwise.
+  const HostAddressWatch* host_watch() const { return host_watch_.get(); }
   // Why public mode fell back to none ("" when it did not).
   const std::string& network_note() const { return network_note_; }
   const std::filesystem::path& socket_dir() const { return socket_dir_; }
@@ -145,6 +148,7 @@ class SandboxProcess {
   std::optional<SandboxCgroup> cgroup_;
   std::optional<PublicNetwork> net_;
   std::optional<PastaUplink> pasta_;
+  std::unique_ptr<HostAddressWatch> host_watch_;  // public mode: keeps the host sets current
   std::unique_ptr<EgressProxy> proxy_;
   Uplink uplink_ = Uplink::kNone;
   std::optional<WorkspaceDisk> disk_;

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/capability.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -15,9 +17,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 namespace deepbox::local {
@@ -71,9 +75,13 @@ Status ValidateAllowEntry(std::string_view entry) {
                      fmt::format("bad allow entry '{}': {}", entry, why));
   };
   std::string_view name = entry;
-  if (size_t colon = entry.rfind(':'); colon != std::string_view::npos) {
-    std::string_view port = entry.substr(colon + 1);
-    name = entry.substr(0, colon);
+  if (size_t bang = name.find('!'); bang != std::string_view::npos) {
+    if (name.substr(bang) != "!plain") return bad("the only flag is '!plain'");
+    name = name.substr(0, bang);
+  }
+  if (size_t colon = name.rfind(':'); colon != std::string_view::npos) {
+    std::string_view port = name.substr(colon + 1);
+    name = name.substr(0, colon);
     if (port.empty() || port.size() > 5) return bad("port must be 1..65535");
     int value = 0;
     for (char c : port) {
@@ -143,29 +151,43 @@ Result<NetworkPolicy> ParseNetworkPolicy(std::string_view text) {
   return policy;
 }
 
-bool AllowlistMatches(const std::vector<std::string>& allow, std::string_view name_in, int port) {
+AllowMatch MatchAllowlist(const std::vector<std::string>& allow, std::string_view name_in,
+                          int port) {
+  AllowMatch result;
   std::string name = Lower(name_in);
   if (!name.empty() && name.back() == '.') name.pop_back();
-  if (name.empty()) return false;
+  if (name.empty()) return result;
   for (const auto& entry : allow) {
     std::string_view pattern = entry;
+    bool plain = false;
+    if (size_t bang = pattern.find('!'); bang != std::string_view::npos) {
+      plain = pattern.substr(bang) == "!plain";
+      pattern = pattern.substr(0, bang);
+    }
     bool port_ok = port == 80 || port == 443;
     if (size_t colon = pattern.rfind(':'); colon != std::string_view::npos) {
       port_ok = port_ok || pattern.substr(colon + 1) == std::to_string(port);
       pattern = pattern.substr(0, colon);
     }
     if (!port_ok) continue;
+    bool hit = false;
     if (pattern.substr(0, 2) == "*.") {
       std::string_view suffix = pattern.substr(1);  // ".github.com"
-      if (name.size() > suffix.size() &&
-          std::string_view(name).substr(name.size() - suffix.size()) == suffix) {
-        return true;
-      }
-    } else if (name == pattern) {
-      return true;
+      hit = name.size() > suffix.size() &&
+            std::string_view(name).substr(name.size() - suffix.size()) == suffix;
+    } else {
+      hit = name == pattern;
+    }
+    if (hit) {
+      result.matched = true;
+      result.plain = result.plain || plain;
     }
   }
-  return false;
+  return result;
+}
+
+bool AllowlistMatches(const std::vector<std::string>& allow, std::string_view name, int port) {
+  return MatchAllowlist(allow, name, port).matched;
 }
 
 int BringUpLoopbackRaw(ChildCall* call) {
@@ -195,16 +217,21 @@ int BringUpLoopbackRaw(ChildCall* call) {
 
 const std::vector<std::string>& BlockedIpv4Ranges() {
   static const std::vector<std::string> v = {
-      "0.0.0.0/8",       // "this network"
-      "10.0.0.0/8",      // RFC 1918
-      "100.64.0.0/10",   // CGNAT (also every sandbox's own /30)
-      "127.0.0.0/8",     // loopback (of the host, via the uplink)
-      "169.254.0.0/16",  // link-local, cloud metadata 169.254.169.254
-      "172.16.0.0/12",   // RFC 1918
-      "192.0.0.0/24",    // IETF protocol assignments
-      "192.168.0.0/16",  // RFC 1918
-      "224.0.0.0/4",     // multicast
-      "240.0.0.0/4",     // reserved + broadcast
+      "0.0.0.0/8",        // "this network"
+      "10.0.0.0/8",       // RFC 1918
+      "100.64.0.0/10",    // CGNAT (also every sandbox's own /30)
+      "127.0.0.0/8",      // loopback (of the host, via the uplink)
+      "169.254.0.0/16",   // link-local, cloud metadata 169.254.169.254
+      "172.16.0.0/12",    // RFC 1918
+      "192.0.0.0/24",     // IETF protocol assignments
+      "192.0.2.0/24",     // documentation (TEST-NET-1)
+      "192.88.99.0/24",   // 6to4 relay anycast (deprecated)
+      "192.168.0.0/16",   // RFC 1918
+      "198.18.0.0/15",    // benchmarking
+      "198.51.100.0/24",  // documentation (TEST-NET-2)
+      "203.0.113.0/24",   // documentation (TEST-NET-3)
+      "224.0.0.0/4",      // multicast
+      "240.0.0.0/4",      // reserved + broadcast
   };
   return v;
 }
@@ -215,7 +242,14 @@ const std::vector<std::string>& BlockedIpv6Ranges() {
         "::/127",          // unspecified + loopback
         "::ffff:0:0/96",   // IPv4-mapped (all of it)
         "64:ff9b:1::/48",  // local-use NAT64
+        "100::/64",        // discard-only
+        "100:0:0:1::/64",  // dummy prefix (RFC 9780)
         "2001::/32",       // Teredo (tunnels to an embedded IPv4 server)
+        "2001:2::/48",     // benchmarking
+        "2001:10::/28",    // ORCHID (deprecated)
+        "2001:db8::/32",   // documentation
+        "3fff::/20",       // documentation (RFC 9637)
+        "5f00::/16",       // SRv6 SIDs
         "fc00::/7",        // ULA
         "fe80::/10",       // link-local
         "fec0::/10",       // site-local (deprecated)
@@ -306,6 +340,418 @@ bool AddressBlocked(std::string_view literal) {
   return true;
 }
 
+namespace {
+// "a.b.c.d", "a.b.c.d/n", "v6", "v6/n" -> a Cidr with the host bits cleared.
+std::optional<Cidr> ParseCidr(std::string_view text) {
+  std::string s(text);
+  Cidr c{};
+  size_t slash = s.find('/');
+  std::string ip = s.substr(0, slash);
+  if (inet_pton(AF_INET, ip.c_str(), c.bytes) == 1) {
+    c.family = AF_INET;
+  } else if (inet_pton(AF_INET6, ip.c_str(), c.bytes) == 1) {
+    c.family = AF_INET6;
+  } else {
+    return std::nullopt;
+  }
+  int max = c.family == AF_INET ? 32 : 128;
+  c.len = max;
+  if (slash != std::string::npos) {
+    std::string_view len = std::string_view(s).substr(slash + 1);
+    if (len.empty() || len.size() > 3) return std::nullopt;
+    int v = 0;
+    for (char ch : len) {
+      if (ch < '0' || ch > '9') return std::nullopt;
+      v = v * 10 + (ch - '0');
+    }
+    if (v > max) return std::nullopt;
+    c.len = v;
+  }
+  for (int bit = c.len; bit < max; ++bit)
+    c.bytes[bit / 8] &= static_cast<unsigned char>(~(0x80 >> (bit % 8)));
+  return c;
+}
+
+std::string CidrText(const Cidr& c) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  inet_ntop(c.family, c.bytes, buf, sizeof(buf));
+  int max = c.family == AF_INET ? 32 : 128;
+  return c.len == max ? std::string(buf) : fmt::format("{}/{}", buf, c.len);
+}
+
+// a contains b.
+bool Contains(const Cidr& a, const Cidr& b) {
+  return a.family == b.family && a.len <= b.len && InCidr(a, b.bytes);
+}
+bool Overlaps(const Cidr& a, const Cidr& b) { return Contains(a, b) || Contains(b, a); }
+
+std::vector<Cidr> ParseCidrs(const std::vector<std::string>& list) {
+  std::vector<Cidr> out;
+  for (const auto& s : list) {
+    if (auto c = ParseCidr(s)) out.push_back(*c);
+  }
+  return out;
+}
+
+// Ranges no operator exception may open: the host's (and the sandbox's own)
+// loopback, "this host", link-local (cloud metadata), multicast, reserved,
+// and the IPv4-mapped form (which would reach them too).
+const std::vector<Cidr>& NeverAllowed() {
+  static const std::vector<Cidr> v =
+      ParseCidrs({"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
+                  "::/127", "::ffff:0:0/96", "fe80::/10", "fec0::/10", "ff00::/8"});
+  return v;
+}
+
+bool AddressBytes(const struct sockaddr* addr, Cidr* out) {
+  if (addr == nullptr) return false;
+  *out = Cidr{};
+  if (addr->sa_family == AF_INET) {
+    out->family = AF_INET;
+    out->len = 32;
+    memcpy(out->bytes, &reinterpret_cast<const sockaddr_in*>(addr)->sin_addr, 4);
+    return true;
+  }
+  if (addr->sa_family == AF_INET6) {
+    out->family = AF_INET6;
+    out->len = 128;
+    memcpy(out->bytes, &reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr, 16);
+    return true;
+  }
+  return false;
+}
+
+// Sorted, unique, and no entry inside another.
+std::vector<std::string> Normalise(std::vector<Cidr> v) {
+  std::sort(v.begin(), v.end(), [](const Cidr& a, const Cidr& b) {
+    if (a.family != b.family) return a.family < b.family;
+    int c = memcmp(a.bytes, b.bytes, 16);
+    if (c != 0) return c < 0;
+    return a.len < b.len;
+  });
+  std::vector<Cidr> kept;
+  for (const auto& c : v) {
+    if (!kept.empty() && Contains(kept.back(), c)) continue;
+    kept.push_back(c);
+  }
+  std::vector<std::string> out;
+  for (const auto& c : kept) out.push_back(CidrText(c));
+  return out;
+}
+}  // namespace
+
+Result<std::vector<std::string>> ParseAllowedCidrs(std::string_view text) {
+  std::vector<Cidr> cidrs;
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t end = text.find_first_of(", \t\n", i);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view item = text.substr(i, end - i);
+    i = end + 1;
+    if (item.empty()) continue;
+    auto c = ParseCidr(item);
+    if (!c) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("{}: '{}' is not an address or CIDR (e.g. 192.0.2.0/24)",
+                                   kAllowCidrsEnv, item));
+    }
+    for (const auto& never : NeverAllowed()) {
+      if (Overlaps(*c, never)) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("{}: '{}' overlaps {}, which can never be allowed "
+                                     "(loopback, link-local, multicast or reserved)",
+                                     kAllowCidrsEnv, item, CidrText(never)));
+      }
+    }
+    cidrs.push_back(*c);
+  }
+  return Normalise(std::move(cidrs));
+}
+
+Result<std::vector<std::string>> AllowedCidrsFromEnv() {
+  const char* env = std::getenv(kAllowCidrsEnv);
+  if (env == nullptr) return std::vector<std::string>{};
+  return ParseAllowedCidrs(env);
+}
+
+bool AddressInCidrs(const struct sockaddr* addr, const std::vector<std::string>& allowed) {
+  Cidr a;
+  if (!AddressBytes(addr, &a)) return false;
+  for (const auto& s : allowed) {
+    auto c = ParseCidr(s);
+    if (c && Contains(*c, a)) return true;
+  }
+  return false;
+}
+
+bool AddressRefused(const struct sockaddr* addr, const std::vector<std::string>& allowed) {
+  if (!AddressBlocked(addr)) return false;
+  Cidr a;
+  if (!AddressBytes(addr, &a)) return true;
+  for (const auto& never : NeverAllowed()) {
+    if (Contains(never, a)) return true;
+  }
+  return !AddressInCidrs(addr, allowed);
+}
+
+namespace {
+// Device routes shorter than these are not a LAN (e.g. wg-quick's 0.0.0.0/1).
+constexpr int kMinOnLinkPrefix4 = 16;
+constexpr int kMinOnLinkPrefix6 = 48;
+
+class Netlink {
+ public:
+  Status Open() {
+    fd_.reset(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+    if (!fd_) return MakeSyscallError("socket", errno, "AF_NETLINK");
+    return {};
+  }
+  // Sends `req` and collects every reply message until DONE (dump) or the
+  // first non-multipart answer. An NLMSG_ERROR with an error becomes the result.
+  Result<std::vector<std::string>> Ask(void* req, size_t len, bool dump) {
+    auto* h = static_cast<nlmsghdr*>(req);
+    h->nlmsg_seq = ++seq_;
+    sockaddr_nl kernel{};
+    kernel.nl_family = AF_NETLINK;
+    if (sendto(fd_.get(), req, len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
+      return MakeSyscallError("sendto", errno, "rtnetlink");
+    }
+    std::vector<std::string> out;
+    std::vector<char> buf(1 << 16);
+    for (;;) {
+      ssize_t n = recv(fd_.get(), buf.data(), buf.size(), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return MakeSyscallError("recv", errno, "rtnetlink");
+      // Each message: a header, then nlmsg_len bytes in all, 4-aligned.
+      size_t off = 0, total = static_cast<size_t>(n);
+      while (off + sizeof(nlmsghdr) <= total) {
+        auto* m = reinterpret_cast<nlmsghdr*>(buf.data() + off);
+        if (m->nlmsg_len < sizeof(nlmsghdr) || m->nlmsg_len > total - off) break;
+        off += NLMSG_ALIGN(m->nlmsg_len);
+        if (m->nlmsg_seq != seq_) continue;
+        if (m->nlmsg_type == NLMSG_DONE) return out;
+        if (m->nlmsg_type == NLMSG_ERROR) {
+          if (m->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr))) {
+            return MakeError(ErrorCode::kInternal, "rtnetlink: a short error message");
+          }
+          auto* e = static_cast<nlmsgerr*>(NLMSG_DATA(m));
+          if (e->error != 0) return MakeSyscallError("rtnetlink", -e->error);
+          return out;
+        }
+        out.emplace_back(reinterpret_cast<char*>(m), m->nlmsg_len);
+        if (!dump) return out;
+      }
+    }
+  }
+
+ private:
+  UniqueFd fd_;
+  uint32_t seq_ = 0;
+};
+
+struct RouteInfo {
+  int family = 0;
+  int type = 0;
+  int table = 0;
+  int dst_len = 0;
+  bool has_dst = false;
+  Cidr dst{};
+  std::vector<Cidr> gateways;
+};
+
+bool AttrAddress(int family, const rtattr* a, Cidr* out) {
+  size_t n = RTA_PAYLOAD(a);
+  size_t want = family == AF_INET ? 4 : 16;
+  if (n != want) return false;
+  *out = Cidr{};
+  out->family = family;
+  out->len = family == AF_INET ? 32 : 128;
+  memcpy(out->bytes, RTA_DATA(a), want);
+  return true;
+}
+
+RouteInfo ParseRoute(const std::string& msg) {
+  RouteInfo r;
+  if (msg.size() < NLMSG_LENGTH(sizeof(rtmsg))) return r;  // type 0: ignored
+  const auto* h = reinterpret_cast<const nlmsghdr*>(msg.data());
+  const auto* rt = static_cast<const rtmsg*>(NLMSG_DATA(h));
+  r.family = rt->rtm_family;
+  r.type = rt->rtm_type;
+  r.table = rt->rtm_table;
+  r.dst_len = rt->rtm_dst_len;
+  int len = static_cast<int>(h->nlmsg_len) - static_cast<int>(NLMSG_LENGTH(sizeof(rtmsg)));
+  for (const rtattr* a = RTM_RTA(rt); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+    Cidr c;
+    if (a->rta_type == RTA_TABLE && RTA_PAYLOAD(a) == 4) {
+      memcpy(&r.table, RTA_DATA(a), 4);
+    } else if (a->rta_type == RTA_DST && AttrAddress(r.family, a, &c)) {
+      r.dst = c;
+      r.has_dst = true;
+    } else if (a->rta_type == RTA_GATEWAY && AttrAddress(r.family, a, &c)) {
+      r.gateways.push_back(c);
+    } else if (a->rta_type == RTA_MULTIPATH) {
+      const auto* nh = static_cast<const rtnexthop*>(RTA_DATA(a));
+      int left = static_cast<int>(RTA_PAYLOAD(a));
+      while (RTNH_OK(nh, left)) {
+        int alen = static_cast<int>(nh->rtnh_len) - static_cast<int>(RTNH_LENGTH(0));
+        for (const rtattr* na = RTNH_DATA(nh); RTA_OK(na, alen); na = RTA_NEXT(na, alen)) {
+          if (na->rta_type == RTA_GATEWAY && AttrAddress(r.family, na, &c)) r.gateways.push_back(c);
+        }
+        left -= NLMSG_ALIGN(nh->rtnh_len);
+        nh = RTNH_NEXT(nh);
+      }
+    }
+  }
+  r.dst.family = r.family;
+  r.dst.len = r.dst_len;
+  return r;
+}
+
+bool IsOnLinkRoute(const RouteInfo& r) {
+  if (r.type != RTN_UNICAST || !r.gateways.empty() || r.dst_len == 0) return false;
+  return r.dst_len >= (r.family == AF_INET ? kMinOnLinkPrefix4 : kMinOnLinkPrefix6);
+}
+
+// Whether a default refusal already covers `c` (and no exception reopens it).
+bool AlreadyRefused(const Cidr& c, const std::vector<Cidr>& allowed) {
+  static const std::vector<Cidr> v4 = ParseRanges(BlockedIpv4Ranges(), AF_INET);
+  static const std::vector<Cidr> v6 = ParseRanges(BlockedIpv6Ranges(), AF_INET6);
+  for (const auto& never : NeverAllowed()) {
+    if (Contains(never, c)) return true;
+  }
+  for (const auto& a : allowed) {
+    if (Overlaps(a, c)) return false;
+  }
+  for (const auto& b : c.family == AF_INET ? v4 : v6) {
+    if (Contains(b, c)) return true;
+  }
+  return false;
+}
+}  // namespace
+
+Result<RouteKind> ClassifyRoute(const struct sockaddr* addr) {
+  Cidr dst;
+  if (!AddressBytes(addr, &dst)) return RouteKind::kUnroutable;
+  Netlink nl;
+  if (auto st = nl.Open(); !st) return tl::unexpected(st.error());
+  struct {
+    nlmsghdr h;
+    rtmsg r;
+    char attrs[64];
+  } req{};
+  size_t alen = dst.family == AF_INET ? 4 : 16;
+  req.h.nlmsg_type = RTM_GETROUTE;
+  req.h.nlmsg_flags = NLM_F_REQUEST;
+  req.r.rtm_family = static_cast<unsigned char>(dst.family);
+  req.r.rtm_dst_len = static_cast<unsigned char>(dst.len);
+  req.r.rtm_flags = RTM_F_FIB_MATCH;
+  auto* a = reinterpret_cast<rtattr*>(req.attrs);
+  a->rta_type = RTA_DST;
+  a->rta_len = static_cast<unsigned short>(RTA_LENGTH(alen));
+  memcpy(RTA_DATA(a), dst.bytes, alen);
+  req.h.nlmsg_len = static_cast<uint32_t>(NLMSG_LENGTH(sizeof(rtmsg)) + RTA_SPACE(alen));
+  auto answer = nl.Ask(&req, req.h.nlmsg_len, false);
+  if (!answer) {
+    // ENETUNREACH, EHOSTUNREACH, ...: nothing would carry it.
+    return RouteKind::kUnroutable;
+  }
+  if (answer->empty()) return RouteKind::kUnroutable;
+  RouteInfo r = ParseRoute(answer->front());
+  if (r.type == RTN_LOCAL || r.type == RTN_BROADCAST || r.type == RTN_ANYCAST) {
+    return RouteKind::kLocal;
+  }
+  if (r.type != RTN_UNICAST) return RouteKind::kUnroutable;
+  for (const auto& g : r.gateways) {
+    if (memcmp(g.bytes, dst.bytes, alen) == 0) return RouteKind::kGateway;
+  }
+  if (IsOnLinkRoute(r)) return RouteKind::kOnLink;
+  return RouteKind::kVia;
+}
+
+Result<HostNetworkSets> ReadHostNetworkSets(const std::vector<std::string>& allowed_text) {
+  std::vector<Cidr> allowed = ParseCidrs(allowed_text);
+  Netlink nl;
+  if (auto st = nl.Open(); !st) return tl::unexpected(st.error());
+  std::vector<Cidr> self, near;
+  auto keep = [&](std::vector<Cidr>* into, const Cidr& c) {
+    if (!AlreadyRefused(c, allowed)) into->push_back(c);
+  };
+  struct {
+    nlmsghdr h;
+    ifaddrmsg m;
+  } areq{};
+  areq.h.nlmsg_len = NLMSG_LENGTH(sizeof(ifaddrmsg));
+  areq.h.nlmsg_type = RTM_GETADDR;
+  areq.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  areq.m.ifa_family = AF_UNSPEC;
+  auto addrs = nl.Ask(&areq, areq.h.nlmsg_len, true);
+  if (!addrs) return tl::unexpected(addrs.error());
+  for (const auto& msg : *addrs) {
+    const auto* h = reinterpret_cast<const nlmsghdr*>(msg.data());
+    if (h->nlmsg_type != RTM_NEWADDR || msg.size() < NLMSG_LENGTH(sizeof(ifaddrmsg))) continue;
+    const auto* ifa = static_cast<const ifaddrmsg*>(NLMSG_DATA(h));
+    int len = static_cast<int>(h->nlmsg_len) - static_cast<int>(NLMSG_LENGTH(sizeof(ifaddrmsg)));
+    for (const rtattr* a = IFA_RTA(ifa); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+      Cidr c;
+      // IFA_LOCAL is the address (IFA_ADDRESS the peer on point-to-point v4).
+      bool mine =
+          a->rta_type == IFA_LOCAL || (ifa->ifa_family == AF_INET6 && a->rta_type == IFA_ADDRESS);
+      if (mine && AttrAddress(ifa->ifa_family, a, &c)) keep(&self, c);
+    }
+  }
+  struct {
+    nlmsghdr h;
+    rtmsg r;
+  } rreq{};
+  rreq.h.nlmsg_len = NLMSG_LENGTH(sizeof(rtmsg));
+  rreq.h.nlmsg_type = RTM_GETROUTE;
+  rreq.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  rreq.r.rtm_family = AF_UNSPEC;
+  auto routes = nl.Ask(&rreq, rreq.h.nlmsg_len, true);
+  if (!routes) return tl::unexpected(routes.error());
+  for (const auto& msg : *routes) {
+    const auto* h = reinterpret_cast<const nlmsghdr*>(msg.data());
+    if (h->nlmsg_type != RTM_NEWROUTE) continue;
+    RouteInfo r = ParseRoute(msg);
+    if (r.family != AF_INET && r.family != AF_INET6) continue;
+    if (r.type == RTN_LOCAL) {
+      if (r.has_dst) keep(&self, r.dst);
+      continue;
+    }
+    for (const auto& g : r.gateways) keep(&near, g);
+    if (IsOnLinkRoute(r) && r.table != RT_TABLE_LOCAL) {
+      Cidr net = r.dst;
+      net.len = r.dst_len;
+      for (int bit = net.len; bit < (net.family == AF_INET ? 32 : 128); ++bit) {
+        net.bytes[bit / 8] &= static_cast<unsigned char>(~(0x80 >> (bit % 8)));
+      }
+      keep(&near, net);
+    }
+  }
+  HostNetworkSets sets;
+  sets.self = Normalise(std::move(self));
+  sets.near = Normalise(std::move(near));
+  return sets;
+}
+
+std::string HostSetsNftScript(const HostNetworkSets& sets) {
+  std::string out;
+  auto add = [&](const char* name, const std::vector<std::string>& list, bool v4) {
+    out += fmt::format("flush set inet deepbox {}\n", name);
+    std::string elems;
+    for (const auto& e : list) {
+      if ((e.find(':') == std::string::npos) != v4) continue;
+      elems += (elems.empty() ? "" : ", ") + e;
+    }
+    if (!elems.empty()) out += fmt::format("add element inet deepbox {} {{ {} }}\n", name, elems);
+  };
+  add("self4", sets.self, true);
+  add("self6", sets.self, false);
+  add("near4", sets.near, true);
+  add("near6", sets.near, false);
+  return out;
+}
+
 SlotAddresses AddressesForSlot(uint32_t slot) {
   uint32_t base = (100u << 24) | (100u << 16) | ((slot % kMaxPublicSlots) * 4u);
   auto ip = [](uint32_t a) {
@@ -349,8 +795,21 @@ std::vector<std::string> UsableNameservers(const PublicNetworkConfig& c) {
 }
 }  // namespace
 
-std::string SandboxNftRules(const PublicNetworkConfig& config,
-                            const std::vector<std::string>& host_addresses) {
+namespace {
+// "  set NAME { type ipvN_addr; flags interval; auto-merge; elements = { ... } }"
+std::string NftSet(const char* name, bool v4, const std::vector<std::string>& elems) {
+  std::string list;
+  for (const auto& e : elems) {
+    if ((e.find(':') == std::string::npos) != v4) continue;
+    list += (list.empty() ? "" : ", ") + e;
+  }
+  return fmt::format("  set {} {{ type {}; flags interval; auto-merge;{} }}\n", name,
+                     v4 ? "ipv4_addr" : "ipv6_addr",
+                     list.empty() ? "" : " elements = { " + list + " }");
+}
+}  // namespace
+
+std::string SandboxNftRules(const PublicNetworkConfig& config, const HostNetworkSets& host) {
   std::string dns;
   for (const auto& ns : config.nameservers) {
     const char* fam = IsIpv4(ns) ? "ip" : IsIpv6(ns) ? "ip6" : nullptr;
@@ -359,31 +818,29 @@ std::string SandboxNftRules(const PublicNetworkConfig& config,
     dns += fmt::format(
         "    {0} daddr {1} udp dport 53 accept\n    {0} daddr {1} tcp dport 53 accept\n", fam, ns);
   }
-  std::vector<std::string> v4 = BlockedIpv4Ranges(), v6 = BlockedIpv6Ranges();
-  for (const auto& a : host_addresses) {
-    if (IsIpv4(a)) v4.push_back(a);
-    if (IsIpv6(a)) v6.push_back(a);
-  }
-  for (const auto& a : config.extra_blocked) {
-    if (IsIpv4(a) || a.find('.') != std::string::npos)
-      v4.push_back(a);
-    else
-      v6.push_back(a);
-  }
+  std::vector<std::string> blocked = BlockedIpv4Ranges();
+  for (const auto& r : BlockedIpv6Ranges()) blocked.push_back(r);
+  for (const auto& a : config.extra_blocked) blocked.push_back(a);
   // Neighbour discovery must pass (multicast and link-local destinations are
-  // otherwise refused); ICMPv6 errors ride on conntrack (related).
+  // otherwise refused); ICMPv6 errors ride on conntrack (related). The uplink's
+  // own addresses are refused before the operator's exceptions are accepted.
   return fmt::format(
       "table inet deepbox {{\n"
-      "  set blocked4 {{ type ipv4_addr; flags interval; auto-merge; elements = {{ {} }} }}\n"
-      "  set blocked6 {{ type ipv6_addr; flags interval; auto-merge; elements = {{ {} }} }}\n"
+      "{}{}{}{}{}{}{}{}"
       "  chain output {{\n"
       "    type filter hook output priority 0; policy accept;\n"
       "    oifname \"lo\" accept\n"
       "    icmpv6 type {{ nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit }} "
       "ip6 hoplimit 255 accept\n"
       "{}"
+      "    ip daddr @self4 reject with icmpx type admin-prohibited\n"
+      "    ip6 daddr @self6 reject with icmpx type admin-prohibited\n"
+      "    ip daddr @allow4 accept\n"
+      "    ip6 daddr @allow6 accept\n"
       "    ip daddr @blocked4 reject with icmpx type admin-prohibited\n"
       "    ip6 daddr @blocked6 reject with icmpx type admin-prohibited\n"
+      "    ip daddr @near4 reject with icmpx type admin-prohibited\n"
+      "    ip6 daddr @near6 reject with icmpx type admin-prohibited\n"
       "  }}\n"
       "  chain input {{\n"
       "    type filter hook input priority 0; policy drop;\n"
@@ -393,7 +850,11 @@ std::string SandboxNftRules(const PublicNetworkConfig& config,
       "ip6 hoplimit 255 accept\n"
       "  }}\n"
       "}}\n",
-      Join(v4), Join(v6), dns);
+      NftSet("blocked4", true, blocked), NftSet("blocked6", false, blocked),
+      NftSet("self4", true, host.self), NftSet("self6", false, host.self),
+      NftSet("near4", true, host.near), NftSet("near6", false, host.near),
+      NftSet("allow4", true, config.allowed_cidrs), NftSet("allow6", false, config.allowed_cidrs),
+      dns);
 }
 
 std::string SandboxAllowModeNftRules() {
@@ -419,6 +880,13 @@ std::string UplinkNftRules(const PublicNetworkConfig& config) {
         "    iifname \"{}\" ip daddr {} meta l4proto {{ tcp, udp }} th dport 53 "
         "accept\n",
         a.host_if, ns);
+  }
+  std::string allowed;
+  for (const auto& c : config.allowed_cidrs) {
+    if (c.find(':') == std::string::npos) allowed += (allowed.empty() ? "" : ", ") + c;
+  }
+  if (!allowed.empty()) {
+    dns += fmt::format("    iifname \"{}\" ip daddr {{ {} }} accept\n", a.host_if, allowed);
   }
   return fmt::format(
       "table inet deepbox_s{0} {{\n"
@@ -517,6 +985,8 @@ Result<std::string> RunJoined(int userns_fd, int netns_fd, const std::vector<std
   return output;
 }
 
+}  // namespace
+
 // Opens /proc/PID/ns/{user,net}; the user namespace only when not root (root
 // already holds CAP_NET_ADMIN over every network namespace).
 Status OpenSandboxNamespaces(pid_t pid, UniqueFd* userns, UniqueFd* netns) {
@@ -530,7 +1000,12 @@ Status OpenSandboxNamespaces(pid_t pid, UniqueFd* userns, UniqueFd* netns) {
   if (!*netns) return MakeSyscallError("open", errno, p);
   return {};
 }
-}  // namespace
+
+Result<std::string> RunInOpenNamespaces(int userns_fd, int netns_fd,
+                                        const std::vector<std::string>& argv,
+                                        std::string_view input) {
+  return RunJoined(userns_fd, netns_fd, argv, input);
+}
 
 Result<std::string> RunInNetns(int netns_fd, const std::vector<std::string>& argv,
                                std::string_view input) {
@@ -639,26 +1114,6 @@ Result<UniqueFd> ListenInSandboxNetns(pid_t pid, const std::string& ip, int port
   int fd;
   memcpy(&fd, CMSG_DATA(cm), sizeof(int));
   return UniqueFd(fd);
-}
-
-Result<std::vector<std::string>> NetnsAddresses(int netns_fd, const std::string& ip_path) {
-  auto out = RunInNetns(netns_fd, {ip_path, "-o", "addr", "show"});
-  if (!out) return tl::unexpected(out.error());
-  std::vector<std::string> addrs;
-  std::istringstream in(*out);
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream words(line);
-    std::string w, prev;
-    while (words >> w) {
-      if (prev == "inet" || prev == "inet6") {
-        std::string a = w.substr(0, w.find('/'));
-        if (IsIpv4(a) || IsIpv6(a)) addrs.push_back(a);
-        break;
-      }
-      prev = w;
-    }
-  }
-  return addrs;
 }
 
 namespace {

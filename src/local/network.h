@@ -5,8 +5,18 @@
 //             itself (ioctl SIOCSIFFLAGS) before it drops its capabilities.
 //   public:   the Kubernetes secure default: egress to the public internet;
 //             nothing to private, CGNAT, loopback, link-local (metadata),
-//             multicast or reserved addresses (IPv4, IPv6 and the IPv6 forms
-//             that embed IPv4), nor to the host's own addresses.
+//             multicast, reserved or other IANA special-purpose ranges that
+//             are not globally reachable (documentation, benchmarking, ...;
+//             IPv4, IPv6 and the IPv6 forms that embed IPv4), nor to the
+//             host's own addresses, its directly connected subnets and its
+//             gateways. The last three are read from the uplink netns with
+//             rtnetlink and kept current while the sandbox lives
+//             (HostAddressWatch, uplink.h).
+//   Operator exceptions: DEEPBOX_NETWORK_ALLOW_CIDRS (kAllowCidrsEnv) names
+//             CIDRs that become reachable although a default refuses them
+//             (e.g. a LAN mirror, or a lab whose "internet" is 198.51.100/24).
+//             Loopback, link-local, multicast and the host's own addresses
+//             can never be allowed (ParseAllowedCidrs says so).
 //   allow=L:  only the names of L (e.g. pypi.org,*.github.com), over HTTP and
 //             HTTPS through a per-sandbox filtering proxy (egress_proxy.h);
 //             every other packet leaving the sandbox is dropped.
@@ -50,14 +60,23 @@ struct NetworkPolicy {
   NetworkMode mode = NetworkMode::kNone;
   // kAllow: lower-case names; "*.example.com" matches every subdomain (not
   // example.com itself); "name:port" allows that port besides 80 and 443.
+  // A "!plain" suffix ("git.example.com:22!plain") lets a CONNECT tunnel to
+  // that entry carry anything; without it the tunnel's first bytes must be a
+  // TLS ClientHello whose server name is the CONNECT host (egress_proxy.h).
   std::vector<std::string> allow;
   std::string ToString() const;  // "none" | "public" | "allow=a,b" (parses back)
 };
 // "none" | "public" | "allow=NAME[,NAME...]"; names are checked (letters,
-// digits, '-', '.', an optional leading "*.", an optional ":port").
+// digits, '-', '.', an optional leading "*.", an optional ":port", an
+// optional "!plain").
 Result<NetworkPolicy> ParseNetworkPolicy(std::string_view text);
-// True if `name` (a DNS name, any case, optional trailing dot) and `port`
+struct AllowMatch {
+  bool matched = false;
+  bool plain = false;  // a matching entry has "!plain"
+};
+// Whether `name` (a DNS name, any case, optional trailing dot) and `port`
 // are allowed by `allow`.
+AllowMatch MatchAllowlist(const std::vector<std::string>& allow, std::string_view name, int port);
 bool AllowlistMatches(const std::vector<std::string>& allow, std::string_view name, int port);
 
 // The mechanism that carries a sandbox's traffic.
@@ -76,6 +95,44 @@ const std::vector<std::string>& BlockedIpv6Ranges();
 bool AddressBlocked(const struct sockaddr* addr);
 bool AddressBlocked(std::string_view literal);  // unparsable: true
 
+// The operator's exceptions (see the header comment): the environment
+// variable holds CIDRs or addresses separated by commas or spaces.
+inline constexpr const char* kAllowCidrsEnv = "DEEPBOX_NETWORK_ALLOW_CIDRS";
+// Normalised ("192.0.2.0/24", "2001:db8::/32"); an error names the bad entry,
+// or the range that can never be allowed (loopback, 0/8, ::, link-local,
+// multicast, 240/4, ::ffff:0:0/96, fec0::/10) if one overlaps it.
+Result<std::vector<std::string>> ParseAllowedCidrs(std::string_view text);
+Result<std::vector<std::string>> AllowedCidrsFromEnv();  // unset or empty: none
+// True if `addr` lies in one of `allowed` (normalised CIDRs).
+bool AddressInCidrs(const struct sockaddr* addr, const std::vector<std::string>& allowed);
+// AddressBlocked unless an operator exception allows it.
+bool AddressRefused(const struct sockaddr* addr, const std::vector<std::string>& allowed);
+
+// What the uplink netns would do with a destination (rtnetlink route lookup
+// in the CALLING THREAD's network namespace, RTM_F_FIB_MATCH).
+enum class RouteKind {
+  kVia,         // through a gateway (or a device default route): the internet
+  kLocal,       // an address of this netns itself (or a broadcast address)
+  kOnLink,      // a directly connected subnet (no gateway, prefix >= /16 v4, /48 v6)
+  kGateway,     // the gateway of the route that matches it
+  kUnroutable,  // no route, blackhole, prohibit, ...
+};
+Result<RouteKind> ClassifyRoute(const struct sockaddr* addr);
+
+// The calling thread's netns as the sandbox rules need it (rtnetlink dumps):
+// `self` = its own addresses, `near` = its directly connected subnets and its
+// gateways. Entries that a blocked range already refuses (and no allowed CIDR
+// overlaps) and loopback/link-local ones are left out; the rest is sorted,
+// without duplicates or nested entries.
+struct HostNetworkSets {
+  std::vector<std::string> self;
+  std::vector<std::string> near;
+  bool operator==(const HostNetworkSets& o) const { return self == o.self && near == o.near; }
+};
+Result<HostNetworkSets> ReadHostNetworkSets(const std::vector<std::string>& allowed);
+// One nft transaction that replaces the dynamic sets of SandboxNftRules.
+std::string HostSetsNftScript(const HostNetworkSets& sets);
+
 enum class UplinkChoice { kAuto, kVeth, kPasta };
 
 struct PublicNetworkConfig {
@@ -89,7 +146,10 @@ struct PublicNetworkConfig {
   std::vector<std::string> nameservers;
   UplinkChoice uplink = UplinkChoice::kAuto;  // public mode
   std::vector<std::string> allow;             // allow mode: see NetworkPolicy
-  // Extra addresses refused from inside (the uplink's own are added at launch).
+  // Operator exceptions (ParseAllowedCidrs form); Launch adds kAllowCidrsEnv's.
+  std::vector<std::string> allowed_cidrs;
+  // Extra addresses refused from inside (the uplink's own are kept current by
+  // HostAddressWatch).
   std::vector<std::string> extra_blocked;
   std::string ip_path = "/usr/sbin/ip";
   std::string nft_path = "/usr/sbin/nft";
@@ -106,10 +166,12 @@ struct SlotAddresses {
 SlotAddresses AddressesForSlot(uint32_t slot);
 
 // The nftables scripts (exposed for tests and review).
-// Inside the sandbox, veth and pasta (public): refuse every blocked range and
-// `host_addresses` (the uplink netns's own), except port 53 of the nameservers.
-std::string SandboxNftRules(const PublicNetworkConfig& config,
-                            const std::vector<std::string>& host_addresses = {});
+// Inside the sandbox, veth and pasta (public): refuse, in this order, the
+// uplink netns's own addresses (set self4/self6: never allowed), then accept
+// config.allowed_cidrs, then refuse every blocked range and the uplink's
+// connected subnets and gateways (near4/near6); port 53 of the nameservers
+// is accepted first. `host` fills self/near (HostAddressWatch rewrites them).
+std::string SandboxNftRules(const PublicNetworkConfig& config, const HostNetworkSets& host = {});
 // Inside the sandbox, allow mode: only loopback (where the proxy listens).
 std::string SandboxAllowModeNftRules();
 std::string UplinkNftRules(const PublicNetworkConfig& config);
@@ -135,12 +197,16 @@ Result<std::string> RunInNetns(int netns_fd, const std::vector<std::string>& arg
 // Works unprivileged when the launcher owns that user namespace.
 Result<std::string> RunInSandboxNetns(pid_t pid, const std::vector<std::string>& argv,
                                       std::string_view input = {});
+// The namespaces RunInSandboxNetns joins, opened once (userns only when not root).
+Status OpenSandboxNamespaces(pid_t pid, UniqueFd* userns, UniqueFd* netns);
+// RunInSandboxNetns with namespaces opened by OpenSandboxNamespaces.
+Result<std::string> RunInOpenNamespaces(int userns_fd, int netns_fd,
+                                        const std::vector<std::string>& argv,
+                                        std::string_view input = {});
 // A TCP listener on `ip`:`port` created inside the network namespace of `pid`
 // (joining its user namespace first; `lo` is brought up). The socket stays in
 // that netns whichever process holds it: the proxy serves the sandbox with it.
 Result<UniqueFd> ListenInSandboxNetns(pid_t pid, const std::string& ip, int port);
-// The addresses of the netns `netns_fd` (-1: current), from `ip -o addr`.
-Result<std::vector<std::string>> NetnsAddresses(int netns_fd, const std::string& ip_path);
 
 // RAII: the veth pair, the sandbox-side rules and the uplink table.
 class PublicNetwork {

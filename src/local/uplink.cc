@@ -3,10 +3,14 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -249,6 +253,119 @@ void PastaUplink::Stop() {
   }
   pid_ = -1;
   pidfd_.reset();
+}
+
+Result<std::unique_ptr<HostAddressWatch>> HostAddressWatch::Start(
+    pid_t sandbox_pid, const PublicNetworkConfig& config) {
+  std::unique_ptr<HostAddressWatch> w(new HostAddressWatch());
+  w->config_ = config;
+  if (!config.uplink_netns.empty()) {
+    w->uplink_ns_.reset(open(config.uplink_netns.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!w->uplink_ns_) return MakeSyscallError("open", errno, config.uplink_netns);
+  }
+  if (auto st = OpenSandboxNamespaces(sandbox_pid, &w->sandbox_userns_, &w->sandbox_netns_); !st) {
+    return tl::unexpected(st.error());
+  }
+  w->stop_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!w->stop_) return MakeSyscallError("eventfd", errno);
+  std::promise<std::string> ready;
+  std::future<std::string> ready_result = ready.get_future();
+  w->thread_ = std::thread([raw = w.get(), &ready] {
+    // The socket belongs to the netns of the thread that creates it.
+    if (raw->uplink_ns_ && setns(raw->uplink_ns_.get(), CLONE_NEWNET) != 0) {
+      ready.set_value(SyscallError("setns", errno, "the uplink network namespace").message);
+      return;
+    }
+    UniqueFd nl(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_ROUTE));
+    if (!nl) {
+      ready.set_value(SyscallError("socket", errno, "AF_NETLINK").message);
+      return;
+    }
+    sockaddr_nl groups{};
+    groups.nl_family = AF_NETLINK;
+    groups.nl_groups =
+        RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE;
+    if (bind(nl.get(), reinterpret_cast<sockaddr*>(&groups), sizeof(groups)) != 0) {
+      ready.set_value(SyscallError("bind", errno, "rtnetlink address and route groups").message);
+      return;
+    }
+    raw->Loop(nl.get(), &ready);
+  });
+  std::string why = ready_result.get();
+  if (!why.empty()) {
+    w->thread_.join();
+    return MakeError(ErrorCode::kUnavailable, "watching the uplink's addresses: " + why);
+  }
+  return w;
+}
+
+HostAddressWatch::~HostAddressWatch() {
+  if (stop_) {
+    uint64_t one = 1;
+    (void)!write(stop_.get(), &one, sizeof(one));
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+HostNetworkSets HostAddressWatch::current() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_;
+}
+
+std::string HostAddressWatch::last_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_error_;
+}
+
+Status HostAddressWatch::Apply(const HostNetworkSets& sets) {
+  auto r = RunInOpenNamespaces(sandbox_userns_.get(), sandbox_netns_.get(),
+                               {config_.nft_path, "-f", "-"}, HostSetsNftScript(sets));
+  if (!r) return tl::unexpected(r.error());
+  std::lock_guard<std::mutex> lock(mu_);
+  current_ = sets;
+  ++rewrites_;
+  return {};
+}
+
+void HostAddressWatch::Loop(int nl, std::promise<std::string>* ready) {
+  auto first = ReadHostNetworkSets(config_.allowed_cidrs);
+  if (!first) {
+    ready->set_value(first.error().ToString());
+    return;
+  }
+  if (auto st = Apply(*first); !st) {
+    ready->set_value(st.error().ToString());
+    return;
+  }
+  ready->set_value("");  // `ready` dies with Start's frame: never touch it again
+  std::vector<char> buf(1 << 16);
+  bool retry = false;  // the last rewrite failed: try again in a second
+  for (;;) {
+    pollfd p[2] = {{nl, POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+    int rc = poll(p, 2, retry ? 1000 : -1);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0 || p[1].revents) return;
+    // Drain every pending notification (ENOBUFS: some were lost; re-read anyway).
+    for (;;) {
+      ssize_t n = recv(nl, buf.data(), buf.size(), 0);
+      if (n < 0 && (errno == EINTR || errno == ENOBUFS)) continue;
+      if (n <= 0) break;
+    }
+    auto sets = ReadHostNetworkSets(config_.allowed_cidrs);
+    if (!sets) {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_error_ = sets.error().ToString();
+      retry = true;
+      continue;
+    }
+    retry = false;
+    if (*sets == current()) continue;
+    if (auto st = Apply(*sets); !st) {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_error_ = st.error().ToString();
+      retry = true;
+    }
+  }
 }
 
 }  // namespace deepbox::local

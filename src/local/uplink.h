@@ -37,7 +37,12 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <future>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -96,6 +101,43 @@ class PastaUplink {
  private:
   pid_t pid_ = -1;
   UniqueFd pidfd_;
+};
+
+// Keeps the sandbox's nft sets self4/self6/near4/near6 (SandboxNftRules)
+// equal to the uplink netns's own addresses, connected subnets and gateways
+// (ReadHostNetworkSets), whatever they become while the sandbox lives: an
+// address or route the uplink gains later (an IPv6 temporary address, a new
+// interface or VPN, a DHCP lease) is refused too. A thread in the launcher
+// joins the uplink netns, subscribes to rtnetlink's address and route groups
+// BEFORE it reads the current state (no change can fall between), and
+// rewrites the sets in one nft transaction whenever they change. The window
+// between a change and the rewrite is the time of one `nft -f` (milliseconds).
+// Used by both public uplinks (veth and pasta).
+class HostAddressWatch {
+ public:
+  // Returns once the sets hold the current state (an error otherwise).
+  static Result<std::unique_ptr<HostAddressWatch>> Start(pid_t sandbox_pid,
+                                                         const PublicNetworkConfig& config);
+  ~HostAddressWatch();  // stops and joins the thread
+  HostAddressWatch(const HostAddressWatch&) = delete;
+  HostAddressWatch& operator=(const HostAddressWatch&) = delete;
+
+  HostNetworkSets current() const;  // what the sandbox's sets hold now
+  uint64_t rewrites() const { return rewrites_.load(); }
+  std::string last_error() const;
+
+ private:
+  HostAddressWatch() = default;
+  void Loop(int netlink_fd, std::promise<std::string>* ready);
+  Status Apply(const HostNetworkSets& sets);
+
+  PublicNetworkConfig config_;
+  UniqueFd uplink_ns_, sandbox_userns_, sandbox_netns_, stop_;
+  std::thread thread_;
+  mutable std::mutex mu_;
+  HostNetworkSets current_;
+  std::string last_error_;
+  std::atomic<uint64_t> rewrites_{0};
 };
 
 }  // namespace deepbox::local

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "local/launcher.h"
@@ -100,6 +101,9 @@ tcp("metadata", "169.254.169.254", 8080)
 tcp("mapped", "::ffff:10.99.0.10", 8080)
 tcp("nat64", "64:ff9b::a63:a", 8080)
 tcp("hostaddr4", "203.0.113.1", 8081)
+tcp("gateway4", "203.0.113.254", 8080)
+tcp("gateway6", "2001:db8::ffff", 8080)
+tcp("doc4", "198.51.100.10", 8080)
 tcp("hostaddr6", "2001:db8::1", 8081)
 tcp("loopback", "127.0.0.1", 8081)
 tcp("loopback6", "::1", 8081)
@@ -124,6 +128,7 @@ class PastaUplinkTest : public testing::SandboxFixture {
     spec_.public_network.uplink = UplinkChoice::kPasta;
     spec_.public_network.uplink_netns = world_.ns().path();
     spec_.public_network.nameservers = TestWorld::Nameservers();
+    spec_.public_network.allowed_cidrs = TestWorld::AllowedCidrs();
     std::ofstream(workspace_ / "checks.py") << kChecks;
   }
 
@@ -148,7 +153,7 @@ class PastaUplinkTest : public testing::SandboxFixture {
     EXPECT_THAT(m["dns"], HasSubstr("2001:db8:1::10")) << out;
     for (const char* no :
          {"private4", "private6", "cgnat", "metadata", "mapped", "nat64", "hostaddr4", "hostaddr6",
-          "loopback", "loopback6", "udp_private", "dns_private"}) {
+          "loopback", "loopback6", "udp_private", "dns_private", "gateway4", "gateway6"}) {
       EXPECT_THAT(m[no], HasSubstr("BLOCKED")) << no << "\n" << out;
       EXPECT_THAT(m[no], Not(HasSubstr(tok))) << no;
     }
@@ -162,6 +167,76 @@ TEST_F(PastaUplinkTest, PolicyAsRoot) {
   ASSERT_TRUE(r.has_value()) << r.error().ToString();
   EXPECT_EQ(r->network, NetworkMode::kPublic) << r->network_note;
   ExpectPolicy(r->output);
+  // L2: a documentation address outside the operator's exceptions.
+  EXPECT_THAT(Lines(r->output)["doc4"], HasSubstr("BLOCKED")) << r->output;
+}
+
+// L2: the operator's environment variable opens that documentation address.
+TEST_F(PastaUplinkTest, OperatorAllowsADocumentationAddress) {
+  setenv(kAllowCidrsEnv, "198.51.100.10", 1);
+  auto r = Run("python3 /workspace/checks.py 2>&1");
+  unsetenv(kAllowCidrsEnv);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  auto m = Lines(r->output);
+  EXPECT_THAT(m["doc4"], HasSubstr("OK " + world_.token() + " 198.51.100.10")) << r->output;
+  EXPECT_THAT(m["hostaddr4"], HasSubstr("BLOCKED")) << r->output;
+  EXPECT_THAT(m["gateway4"], HasSubstr("BLOCKED")) << r->output;
+}
+
+// M8: an address the host (the world) gains after the sandbox started is
+// refused too: the watch rewrites the sandbox's sets. 203.0.113.100 and
+// 2001:db8:1::100 lie inside the operator's exceptions, so only "it is the
+// host's own" refuses them.
+TEST_F(PastaUplinkTest, HostAddressAddedLaterIsRefused) {
+  std::ofstream(workspace_ / "late.py") << R"PY(
+import socket
+for name, host in [("late4", "203.0.113.100"), ("late6", "2001:db8:1::100"),
+                   ("public4", "203.0.113.10")]:
+    try:
+        s = socket.create_connection((host, 8081 if name.startswith("late") else 8080), timeout=3)
+        s.settimeout(3)
+        print(name, "OK", s.recv(200).decode().strip())
+    except Exception as e:
+        print(name, "BLOCKED", type(e).__name__)
+)PY";
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  UniqueFd r(fds[0]), w(fds[1]);
+  SandboxSpec spec = spec_;
+  spec.argv = {
+      "/bin/sh", "-c",
+      "while [ ! -e /workspace/go ]; do sleep 0.05; done; python3 /workspace/late.py 2>&1"};
+  spec.stdout_fd = w.get();
+  spec.stderr_fd = w.get();
+  auto sp = Launch(spec);
+  w.reset();
+  ASSERT_TRUE(sp.has_value()) << sp.error().ToString();
+  ASSERT_EQ(sp->uplink(), Uplink::kPasta);
+  ASSERT_NE(sp->host_watch(), nullptr);
+  auto added = world_.ns().Ip(
+      "addr add 203.0.113.100/32 dev lo\naddr add 2001:db8:1::100/128 dev lo nodad\n");
+  ASSERT_TRUE(added.has_value()) << added.error().ToString();
+  // Wait (bounded) until the watch has rewritten the sets; the assertion is on
+  // what the sandbox reaches, not on how long this took.
+  auto has = [&](const std::string& a) {
+    auto self = sp->host_watch()->current().self;
+    return std::find(self.begin(), self.end(), a) != self.end();
+  };
+  for (int i = 0; i < 500 && !(has("203.0.113.100") && has("2001:db8:1::100")); ++i) {
+    usleep(10000);
+  }
+  std::ofstream(workspace_ / "go") << "";
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(r.get(), buf, sizeof(buf))) > 0;) out.append(buf, n);
+  ASSERT_TRUE(sp->Wait(std::chrono::milliseconds(60000)).has_value());
+  auto m = Lines(out);
+  EXPECT_THAT(m["public4"], HasSubstr("OK " + world_.token())) << out;
+  EXPECT_THAT(m["late4"], HasSubstr("BLOCKED")) << out;
+  EXPECT_THAT(m["late6"], HasSubstr("BLOCKED")) << out;
+  EXPECT_THAT(out, Not(HasSubstr(world_.token() + " 203.0.113.100"))) << out;
+  EXPECT_THAT(out, Not(HasSubstr(world_.token() + " 2001:db8:1::100"))) << out;
+  EXPECT_EQ(sp->host_watch()->last_error(), "");
 }
 
 TEST_F(PastaUplinkTest, RulesCannotBeFlushedFromInside) {

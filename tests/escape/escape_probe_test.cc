@@ -964,6 +964,8 @@ class PublicNetworkEscape : public EscapeTest {
     spec_.public_network.uplink_netns = uplink_->path();
     spec_.public_network.slot = 151;
     spec_.public_network.nameservers = {"198.18.0.53"};
+    // Benchmarking range: refused by default; the operator's exception opens it.
+    spec_.public_network.allowed_cidrs = {"198.18.0.2/32"};
   }
 
   // Starts a public sandbox and checks the public-like test host answers (so a
@@ -1079,6 +1081,10 @@ class WorldEscape : public EscapeTest {
     ASSERT_EQ(world_.Build(token_), "");
     spec_.public_network.uplink_netns = world_.ns().path();
     spec_.public_network.nameservers = local::testing::TestWorld::Nameservers();
+    // Documentation addresses: the world's hosts are reachable only through
+    // the operator's exceptions (the world's own, its gateway and 198.51.100.10
+    // stay refused).
+    spec_.public_network.allowed_cidrs = local::testing::TestWorld::AllowedCidrs();
   }
 
   void UsePasta() {
@@ -1179,24 +1185,42 @@ class WorldEscape : public EscapeTest {
   std::vector<ProbeCall> PastaCalls() const {
     return {PublicControl(),
             {"egress_ranges",
-             {token_, "10.99.0.10:8080", "[fd00:99::10]:8080", "100.64.0.10:8080",
-              "169.254.169.254:80", "169.254.169.254:8080", "[::ffff:10.99.0.10]:8080",
-              "[::ffff:169.254.169.254]:80", "[64:ff9b::a63:a]:8080", "203.0.113.1:8081",
-              "[2001:db8::1]:8081", "127.0.0.1:8081", "[::1]:8081", "udp:10.99.0.10:9053",
-              "udp:[fd00:99::10]:9053", "udp:169.254.169.254:9053", "udp:10.99.0.10:53"}},
+             {token_,
+              "10.99.0.10:8080",
+              "[fd00:99::10]:8080",
+              "100.64.0.10:8080",
+              "169.254.169.254:80",
+              "169.254.169.254:8080",
+              "[::ffff:10.99.0.10]:8080",
+              "[::ffff:169.254.169.254]:80",
+              "[64:ff9b::a63:a]:8080",
+              "203.0.113.1:8081",
+              "[2001:db8::1]:8081",
+              "127.0.0.1:8081",
+              "[::1]:8081",
+              "udp:10.99.0.10:9053",
+              "udp:[fd00:99::10]:9053",
+              "udp:169.254.169.254:9053",
+              "udp:10.99.0.10:53",
+              "203.0.113.254:8080",
+              "[2001:db8::ffff]:8080",
+              "198.51.100.10:8080",
+              "203.0.113.1:443"}},
             {"netlink_admin", {}},
             {"egress_ranges", {token_, "10.99.0.10:8080", "169.254.169.254:80"}}};
   }
 
   std::vector<ProbeCall> AllowCalls() const {
     return {{"proxy_bypass",
-             {token_, "allowed.test", "other.test", "rebind.allowed.test", "203.0.113.10"}},
+             {token_, "allowed.test", "other.test", "rebind.allowed.test", "203.0.113.10",
+              "hostself.allowed.test"}},
             {"egress_ranges",
              {token_, "[2001:db8:1::10]:8080", "10.99.0.10:8080", "169.254.169.254:80",
               "203.0.113.1:8081", "udp:203.0.113.53:53", "udp:[2001:db8:1::53]:53"}},
             {"netlink_admin", {}},
             {"proxy_bypass",
-             {token_, "allowed.test", "other.test", "rebind.allowed.test", "203.0.113.10"}}};
+             {token_, "allowed.test", "other.test", "rebind.allowed.test", "203.0.113.10",
+              "hostself.allowed.test"}}};
   }
 
   void ExpectAllHeld(const std::vector<ProbeRun>& runs, const std::vector<ProbeCall>& calls,

@@ -3,26 +3,38 @@
 // their uplink (pasta, the proxy) in there, so nothing a test does ever
 // leaves this machine. Its test hosts sit one hop away in a "hosts" netns.
 //
+// Every address is a documentation one (never a real host): sandboxes refuse
+// those ranges by default (L2), so the world's "public" hosts are reachable
+// only through the operator exceptions its tests set (AllowedCidrs(): the
+// hosts' 203.0.113.0/25 and 2001:db8:1::/48). Build() checks with `ip route
+// get` that each test address is routed into the hosts netns before any
+// test sends a packet.
 // world (the "host"):   w0 203.0.113.1/24, 2001:db8::1/64; default routes via
 //                       203.0.113.254 / 2001:db8::ffff (the hosts netns);
-//                       TCP 8081 on every address (its "services", loopback
-//                       included) sends "TOKEN <addr>\n"
+//                       TCP 8081 and 443 on every address (its "services",
+//                       loopback included) send "TOKEN <addr>\n"
 // hosts (the internet): w1 203.0.113.254/24, 2001:db8::ffff/64, and on lo:
 //     203.0.113.10, 2001:db8:1::10   public test host
 //     203.0.113.53, 2001:db8:1::53   test DNS server (names under .test)
 //     10.99.0.10, fd00:99::10      private host
 //     100.64.0.10                  CGNAT host
 //     169.254.169.254              fake cloud metadata
+//     198.51.100.10                documentation host outside AllowedCidrs()
 // Servers in hosts (forked children, on every address):
 //   TCP 8080 (v4+v6)  sends "TOKEN <local address>\n" on connect
-//   TCP 80, 443       waits for the client's first bytes, then answers: an
-//                     HTTP response "TOKEN <addr> <request line>" or, after a
-//                     TLS ClientHello, "TOKEN <addr> tls\n" (not real TLS)
+//   TCP 80, 443       waits for the client's first bytes, then answers: HTTP
+//                     responses "TOKEN <addr> <request line>\n", one per
+//                     request on the connection (keep-alive unless the request
+//                     says "Connection: close"; Content-Length bodies are
+//                     skipped) or, after a TLS ClientHello, a TLS-looking
+//                     record (type 0x16) holding "TOKEN <addr> tls\n"
 //   UDP 9053          answers every datagram with "TOKEN udp" (one socket per
 //                     address: a reply must come from the address asked)
 //   DNS 53            on 203.0.113.53, 2001:db8:1::53 and 10.99.0.10:
 //                     public.test, allowed.test, www.allowed.test,
-//                     other.test -> 203.0.113.10 + 2001:db8:1::10;
+//                     other.test, plain.test -> 203.0.113.10 + 2001:db8:1::10;
+//                     hostself.allowed.test -> 203.0.113.1 (the
+//                     world's own); doc.allowed.test -> 198.51.100.10;
 //                     private.test, rebind.allowed.test -> 10.99.0.10;
 //                     metadata.test -> 169.254.169.254; mixed.allowed.test ->
 //                     203.0.113.10 + 10.99.0.10; anything else NXDOMAIN.
@@ -44,6 +56,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -208,6 +221,9 @@ inline std::string TestDnsAnswer(const std::string& query) {
       {"allowed.test", {"203.0.113.10", "2001:db8:1::10"}},
       {"www.allowed.test", {"203.0.113.10", "2001:db8:1::10"}},
       {"other.test", {"203.0.113.10", "2001:db8:1::10"}},
+      {"plain.test", {"203.0.113.10", "2001:db8:1::10"}},
+      {"hostself.allowed.test", {"203.0.113.1"}},
+      {"doc.allowed.test", {"198.51.100.10"}},
       {"private.test", {"10.99.0.10"}},
       {"rebind.allowed.test", {"10.99.0.10"}},
       {"metadata.test", {"169.254.169.254"}},
@@ -298,8 +314,15 @@ class TestWorld {
   static constexpr const char* kPrivate6 = "fd00:99::10";
   static constexpr const char* kCgnat4 = "100.64.0.10";
   static constexpr const char* kMetadata4 = "169.254.169.254";
+  static constexpr const char* kDoc4 = "198.51.100.10";
   static constexpr const char* kUplinkAddr4 = "203.0.113.1";  // the world's own (host) address
   static constexpr const char* kUplinkAddr6 = "2001:db8::1";
+  static constexpr const char* kGateway4 = "203.0.113.254";  // the world's gateway
+  static constexpr const char* kGateway6 = "2001:db8::ffff";
+  // The operator exceptions that make the public test host reachable (set them
+  // in PublicNetworkConfig::allowed_cidrs). The world's own 203.0.113.1 lies
+  // inside and must still be refused; its gateway and kDoc4 lie outside.
+  static std::vector<std::string> AllowedCidrs() { return {"203.0.113.0/25", "2001:db8:1::/48"}; }
 
   // Builds the namespace and starts the servers; "" or why it failed.
   std::string Build(const std::string& token) {
@@ -326,8 +349,17 @@ class TestWorld {
         "addr add 10.99.0.10/32 dev lo\naddr add 100.64.0.10/32 dev lo\n"
         "addr add 169.254.169.254/32 dev lo\n"
         "addr add 2001:db8:1::10/128 dev lo\naddr add 2001:db8:1::53/128 dev lo\n"
-        "addr add fd00:99::10/128 dev lo\n");
+        "addr add fd00:99::10/128 dev lo\naddr add 198.51.100.10/32 dev lo\n");
     if (!r) return r.error().ToString();
+    // Before the first packet: every test address is routed into the hosts netns.
+    for (const char* a : {kPublic4, kPublic6, kDns4, kDns6, kPrivate4, kPrivate6, kCgnat4,
+                          kMetadata4, kDoc4, kGateway4, kGateway6}) {
+      auto route = ns_.Sh(std::string("/usr/sbin/ip route get ") + a);
+      if (!route) return route.error().ToString();
+      if (route->find(" dev w0 ") == std::string::npos) {
+        return std::string("the test world routes ") + a + " elsewhere: " + *route;
+      }
+    }
     const std::string tok = token_;
     auto line = [tok](int s) {
       for (;;) {
@@ -346,25 +378,46 @@ class TestWorld {
           char buf[8192];
           std::string got;
           pollfd p{c, POLLIN, 0};
-          while (poll(&p, 1, 5000) > 0) {
-            ssize_t n = read(c, buf, sizeof(buf));
-            if (n <= 0) break;
-            got.append(buf, static_cast<size_t>(n));
-            if (static_cast<uint8_t>(got[0]) == 0x16 || got.find("\r\n\r\n") != std::string::npos) {
-              break;
+          for (;;) {
+            // One request head (or a ClientHello), then its Content-Length body.
+            size_t head_end = std::string::npos;
+            while ((got.empty() || static_cast<uint8_t>(got[0]) != 0x16) &&
+                   (head_end = got.find("\r\n\r\n")) == std::string::npos) {
+              if (poll(&p, 1, 5000) <= 0) _exit(0);
+              ssize_t n = read(c, buf, sizeof(buf));
+              if (n <= 0) _exit(0);
+              got.append(buf, static_cast<size_t>(n));
             }
-          }
-          std::string msg;
-          if (!got.empty() && static_cast<uint8_t>(got[0]) == 0x16) {
-            msg = tok + " " + LocalAddressOf(c) + " tls\n";
-          } else {
+            if (static_cast<uint8_t>(got[0]) == 0x16) {
+              std::string body = tok + " " + LocalAddressOf(c) + " tls\n";
+              std::string msg = std::string("\x16\x03\x03", 3) +
+                                static_cast<char>(body.size() >> 8) +
+                                static_cast<char>(body.size() & 255) + body;
+              (void)!write(c, msg.data(), msg.size());
+              _exit(0);
+            }
+            std::string head = got.substr(0, head_end + 2), lower = head;
+            for (char& ch : lower) ch = static_cast<char>(tolower(static_cast<unsigned char>(ch)));
+            size_t length = 0;
+            if (size_t at = lower.find("\r\ncontent-length:"); at != std::string::npos) {
+              length = std::strtoul(lower.c_str() + at + 17, nullptr, 10);
+            }
+            bool close_after = lower.find("\r\nconnection: close") != std::string::npos;
+            got.erase(0, head_end + 4);
+            while (got.size() < length) {
+              if (poll(&p, 1, 5000) <= 0) _exit(0);
+              ssize_t n = read(c, buf, sizeof(buf));
+              if (n <= 0) _exit(0);
+              got.append(buf, static_cast<size_t>(n));
+            }
+            got.erase(0, length);
             std::string body =
-                tok + " " + LocalAddressOf(c) + " " + got.substr(0, got.find('\r')) + "\n";
-            msg = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
-                  "\r\nConnection: close\r\n\r\n" + body;
+                tok + " " + LocalAddressOf(c) + " " + head.substr(0, head.find('\r')) + "\n";
+            std::string msg = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                              (close_after ? "\r\nConnection: close" : "") + "\r\n\r\n" + body;
+            (void)!write(c, msg.data(), msg.size());
+            if (close_after) _exit(0);
           }
-          (void)!write(c, msg.data(), msg.size());
-          _exit(0);
         }
         close(c);
         while (waitpid(-1, nullptr, WNOHANG) > 0) {
@@ -413,6 +466,8 @@ class TestWorld {
     // The "host's" own services, on its loopback and its addresses.
     servers_.push_back(std::make_unique<WorldServer>(
         ns_.fd(), [] { return BindAny(SOCK_STREAM, 8081); }, line));
+    servers_.push_back(std::make_unique<WorldServer>(
+        ns_.fd(), [] { return BindAny(SOCK_STREAM, 443); }, line));
     for (const auto& s : servers_) {
       if (!s->ready()) return "a test server could not start";
     }

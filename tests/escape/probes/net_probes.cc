@@ -195,6 +195,16 @@ std::string ClientHello(const std::string& sni) {
   return std::string("\x16\x03\x01", 3) + be16(hs.size()) + hs;
 }
 
+// A ClientHello with no server_name extension at all.
+std::string ClientHelloNoSni() {
+  std::string hello = std::string("\x03\x03", 2) + std::string(32, 'r') + std::string(1, '\0') +
+                      std::string("\x00\x02\x13\x01", 4) + std::string("\x01\x00", 2);
+  std::string hs = std::string("\x01\x00", 2) + static_cast<char>(hello.size() >> 8) +
+                   static_cast<char>(hello.size() & 255) + hello;
+  return std::string("\x16\x03\x01", 3) + static_cast<char>(hs.size() >> 8) +
+         static_cast<char>(hs.size() & 255) + hs;
+}
+
 // Sends one netlink request and returns the error of its ack (0 = success,
 // -errno = refused); 1 when no ack came.
 int NetlinkAck(int proto, const void* msg, size_t len, uint32_t seq) {
@@ -273,9 +283,12 @@ ESCAPE_PROBE(sandbox_to_sandbox,
 
 ESCAPE_PROBE(proxy_bypass,
              "get past the allowlist proxy at 127.0.0.1:3128 (ARGS: TOKEN ALLOWED OTHER REBIND "
-             "IP): CONNECT to another name, to an allowed name with a private answer, to an IP, "
-             "with another name's SNI, to another port; GET with a foreign Host or URL; direct "
-             "TCP/UDP to the IP. Breach when TOKEN comes back (the allowed name must answer)") {
+             "IP [HOSTSELF]): CONNECT to another name, to an allowed name with a private answer, "
+             "to an IP, with another name's SNI, to another port, with plain text or a ClientHello "
+             "without SNI inside; GET with a foreign Host or URL, a second request on the "
+             "connection (pipelined or after a Content-Length body) for another Host; an allowed "
+             "name that resolves to the host's own address; direct TCP/UDP to the IP. Breach "
+             "when TOKEN comes back (the allowed name must answer)") {
   const std::string token = Arg(args, 0), allowed = Arg(args, 1), other = Arg(args, 2),
                     rebind = Arg(args, 3), ip = Arg(args, 4);
   if (ip.empty()) return r.Error("usage: TOKEN ALLOWED OTHER REBIND IP");
@@ -289,7 +302,32 @@ ESCAPE_PROBE(proxy_bypass,
   auto get_req = [](const std::string& url, const std::string& host) {
     return "GET " + url + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
   };
-  const std::vector<Try> tries = {
+  // A second request reaching the upstream echoes its marker path.
+  const std::string second = "GET http://" + other + "/dbx-second HTTP/1.1\r\nHost: " + other +
+                             "\r\nConnection: close\r\n\r\n";
+  const std::string keep =
+      "GET http://" + allowed + "/first HTTP/1.1\r\nHost: " + allowed + "\r\n\r\n";
+  const std::string post = "POST http://" + allowed + "/post HTTP/1.1\r\nHost: " + allowed +
+                           "\r\nContent-Length: 2\r\n\r\nhi";
+  for (const auto& [what, request] : std::vector<std::pair<std::string, std::string>>{
+           {"a pipelined second request for Host " + other, keep + second},
+           {"a second request after a Content-Length body", post + second}}) {
+    std::string why;
+    std::string got = TcpFetch("127.0.0.1", 3128, &why, request);
+    if (Contains(got, "dbx-second")) {
+      r.Breach(what + " reached the upstream");
+    } else {
+      r.Held(what + ": " + (got.empty() ? why : got.substr(0, got.find('\r'))));
+    }
+  }
+  const std::string hostself = Arg(args, 5);
+  std::vector<Try> tries = {
+      {"CONNECT " + allowed + ":443 with plain text inside",
+       "CONNECT " + allowed + ":443 HTTP/1.1\r\nHost: " + allowed +
+           ":443\r\n\r\nGET / HTTP/1.1\r\nHost: " + other + "\r\nConnection: close\r\n\r\n"},
+      {"CONNECT " + allowed + ":443 with a ClientHello without SNI",
+       "CONNECT " + allowed + ":443 HTTP/1.1\r\nHost: " + allowed + ":443\r\n\r\n" +
+           ClientHelloNoSni()},
       {"CONNECT " + other + ":443", connect_req(other + ":443", other)},
       {"CONNECT " + rebind + ":443 (private answer)", connect_req(rebind + ":443", rebind)},
       {"CONNECT " + ip + ":443", connect_req(ip + ":443", allowed)},
@@ -302,6 +340,10 @@ ESCAPE_PROBE(proxy_bypass,
       {"GET http://" + ip + "/", get_req("http://" + ip + "/", ip)},
       {"GET / Host " + allowed, get_req("/", allowed)},
   };
+  if (!hostself.empty()) {
+    tries.push_back({"CONNECT " + hostself + ":443 (the host's own address)",
+                     connect_req(hostself + ":443", hostself)});
+  }
   {  // Positive control: the allowed name answers, so a refusal below is the proxy's.
     std::string why;
     std::string got = TcpFetch("127.0.0.1", 3128, &why, connect_req(allowed + ":443", allowed));
