@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <optional>
@@ -21,6 +22,7 @@
 #include "agent/testing/tool_runner.h"
 #include "agent/tools_execute.h"
 #include "cli_fixture.h"
+#include "common/json.h"
 #include "local/launcher.h"
 #include "local/lifecycle/provider.h"
 #include "local/lifecycle/supervisor.h"

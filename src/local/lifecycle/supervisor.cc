@@ -462,12 +462,16 @@ void Supervisor::Serve() {
 }
 
 bool Supervisor::DaemonDied(const std::string& how) {
-  std::string last = how + (stderr_tail_.empty() ? "" : "; last stderr: " + stderr_tail_);
+  std::string tail = stderr_tail_;
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+  std::string last = how;  // what ended the daemon, then why a restart failed
+  std::string said = tail.empty() ? "" : "; its last stderr: " + tail;
   // A warm sandbox nobody claimed holds nobody's files: it goes (its pool
   // makes another). Taking its marker keeps claimers away.
   if (rename(paths_.warm.c_str(), paths_.claimed.c_str()) == 0) {
-    Log("the sandbox daemon " + last + ": deleting this unclaimed warm sandbox");
-    Delete(Tombstone{req_.id, "daemon-exited", "its daemon (deepbox-sandboxd) " + last, NowMs()});
+    Log("the sandbox daemon " + last + ": deleting this unclaimed warm sandbox" + said);
+    Delete(Tombstone{req_.id, "daemon-exited", "its daemon (deepbox-sandboxd) " + last + said,
+                     NowMs()});
     return false;
   }
   for (;;) {
@@ -476,16 +480,16 @@ bool Supervisor::DaemonDied(const std::string& how) {
         std::chrono::duration_cast<std::chrono::milliseconds>(kDaemonRestartWindow).count();
     std::erase_if(restart_times_, [&](int64_t t) { return now - t > window_ms; });
     if (static_cast<int>(restart_times_.size()) >= kMaxDaemonRestarts) {
-      Break(fmt::format("its daemon (deepbox-sandboxd) died {} times within {} s (last: {})",
-                        restart_times_.size() + 1, kDaemonRestartWindow.count(), last));
+      Break(fmt::format("its daemon (deepbox-sandboxd) died {} times within {} s (last: {}{})",
+                        restart_times_.size() + 1, kDaemonRestartWindow.count(), last, said));
       return true;
     }
     restart_times_.push_back(now);
     const int n = meta_.restarts + 1;
     Log(
         fmt::format("the sandbox daemon {}: restarting it over the same /workspace (restart {}; "
-                    "at most {} within {} s)",
-                    last, n, kMaxDaemonRestarts, kDaemonRestartWindow.count()));
+                    "at most {} within {} s){}",
+                    last, n, kMaxDaemonRestarts, kDaemonRestartWindow.count(), said));
     stderr_tail_.clear();
     auto marked = store_.Update(req_.id, [&](SandboxMeta& m) {
       m.ready = false;
@@ -503,8 +507,9 @@ bool Supervisor::DaemonDied(const std::string& how) {
       Delete(std::nullopt);
       return false;
     }
-    last = "its restart failed: " + st.error().message;
-    Log(last);
+    last = "could not be restarted: " + st.error().message;
+    said.clear();
+    Log("the sandbox daemon " + last);
   }
 }
 
