@@ -20,9 +20,12 @@ function(deepbox_test name)
   # unit and a property named mcp, and the second label is lost. The
   # discovery script leaves the tests' names in ${name}_TESTS.
   set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake")
+  # Every test requires deepbox_host_clean: the leftover check runs after all
+  # of them (tests/CMakeLists.txt).
   file(WRITE "${labels_file}"
     "if(${name}_TESTS)\n"
-    "  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${T_LABELS}\")\n"
+    "  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${T_LABELS}\"\n"
+    "                       FIXTURES_REQUIRED deepbox_host_clean)\n"
     "endif()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
 endfunction()

@@ -130,6 +130,10 @@ class ExecuteTool : public Tool {
         exit_code = 127;
         break;
     }
+    if (std::string oom = OomKillNote(*r); !oom.empty()) {
+      if (!output.empty() && output.back() != '\n') output += "\n";
+      output += "Command " + oom;
+    }
     if (ctx.cancelled()) {
       return ToolResult::Err(FormatExecuteOutput(SanitizeUtf8(output), exit_code, truncated) +
                              "\n[Command cancelled]");

@@ -159,7 +159,10 @@ int RunSandboxLs(const SandboxLsArgs& args) {
   std::string out = fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {}\n", "ID", "STATE", "AGE",
                                 "EXPIRES", "NETWORK", "LABELS");
   for (const auto& m : *list) {
-    std::string state = m.ready ? m.state : "starting";
+    std::string state = m.ready             ? m.state
+                        : !m.broken.empty() ? "broken"
+                        : m.restarts > 0    ? "restarting"
+                                            : "starting";
     if (m.expired(now)) state = "expiring";
     std::string expires = m.expires_at_ms ? "in " + FormatAge(*m.expires_at_ms - now) : "never";
     // meta.json is not trusted either: one line per sandbox, whatever it holds.

@@ -275,7 +275,8 @@ int RunSandboxExec(const SandboxExecArgs& args) {
     std::shared_ptr<local::lifecycle::LocalSandboxProvider> local(std::move(*provider));
     shell.why_gone = [local, id = args.id]() -> std::optional<Error> {
       auto meta = local->Get(id);
-      if (!meta) return meta.error();
+      // A daemon restarting or broken: the request's own error says so.
+      if (!meta && meta.error().code != ErrorCode::kUnavailable) return meta.error();
       return std::nullopt;
     };
   }
@@ -346,6 +347,7 @@ int RunSandboxExec(const SandboxExecArgs& args) {
     return Say(kExecDeepboxFailed,
                (shell.explain ? shell.explain(result.error()) : result.error()).message);
   }
+  if (std::string oom = OomKillNote(*result); !oom.empty()) Say(0, "the command was " + oom);
   switch (result->kind) {
     case ExitKind::kExited:
       return result->exit_code;

@@ -65,6 +65,19 @@ struct ChildContext {
 
 [[noreturn]] void RunChild(const ChildContext& c) {
   ChildReporter rep(c.report_fd);
+  // Init starts with no signal blocked or ignored, whatever the launcher's
+  // (a supervisor relaunching a sandbox serves its own signals on a signalfd).
+  sigset_t none;
+  sigemptyset(&none);
+  (void)sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; ++s) {
+    struct sigaction old {};
+    if (sigaction(s, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) {
+      (void)sigaction(s, &dfl, nullptr);
+    }
+  }
   close(c.sync_wr);
   char go = 0;
   ssize_t n;
@@ -299,6 +312,10 @@ Status SandboxProcess::Kill() {
   return {};
 }
 
+std::optional<WorkspaceDisk> SandboxProcess::TakeWorkspaceDisk() {
+  return std::exchange(disk_, std::nullopt);
+}
+
 Result<std::vector<pid_t>> SandboxProcess::Pids() const {
   if (cgroup_) return cgroup_->Pids();
   return MakeError(ErrorCode::kUnavailable, "sandbox has no cgroup");
@@ -403,7 +420,7 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     sp.daemon_socket_ = ds->path();
     daemon_socket = std::move(*ds);
   }
-  if (spec.limits.workspace_bytes) {
+  if (spec.limits.workspace_bytes && !spec.workspace_disk_mounted) {
     if (WorkspaceDiskSupported()) {
       std::error_code ec;
       if (!fs::is_empty(spec.workspace_dir, ec)) {

@@ -65,6 +65,10 @@ struct SandboxSpec {
   // limits.workspace_bytes: an ext4 image <runtime_dir>/workspace.img is mounted on
   // workspace_dir (which must then be empty); its content is deleted with the sandbox.
   Limits limits;
+  // The caller already holds limits.workspace_bytes' disk mounted on
+  // workspace_dir (a restart over the same workspace, see TakeWorkspaceDisk):
+  // it is bound as it is, and it outlives this sandbox.
+  bool workspace_disk_mounted = false;
   std::optional<uint32_t> host_id;  // host uid/gid for sandbox 1000 (root only)
   bool proc_subset_pid = false;
   bool die_with_parent = true;  // PR_SET_PDEATHSIG: fires when the launching THREAD exits
@@ -137,6 +141,10 @@ class SandboxProcess {
   Status Kill();
   // Pids of the sandbox's processes in the host PID namespace (cgroup based).
   Result<std::vector<pid_t>> Pids() const;
+  // Hands the /workspace disk (if this sandbox made one) to the caller, so
+  // that destroying this sandbox keeps the image, its mount and its files:
+  // the next Launch over the same workspace sets workspace_disk_mounted.
+  std::optional<WorkspaceDisk> TakeWorkspaceDisk();
 
  private:
   friend Result<SandboxProcess> Launch(const SandboxSpec& spec);

@@ -351,10 +351,22 @@ Result<std::unique_ptr<HttpClient>> HttpClient::Create(std::string_view base_url
   return std::unique_ptr<HttpClient>(new HttpClient(std::move(impl)));
 }
 
+namespace {
+// The retry of a request whose reused connection failed: if no new one can
+// be made, the server went away (it was not a stale idle connection), and the
+// first failure (the request was sent, the connection broke) is what happened.
+Result<Response> AfterRetry(Result<Response> first, Result<Response> again) {
+  if (!again && NothingSent(again.error())) return first;
+  return again;
+}
+}  // namespace
+
 Result<Response> HttpClient::Send(const ClientRequest& request) {
   bool retryable = false;
   auto r = impl_->Attempt(request, nullptr, nullptr, retryable);
-  if (!r && retryable) r = impl_->Attempt(request, nullptr, nullptr, retryable);
+  if (!r && retryable) {
+    r = AfterRetry(std::move(r), impl_->Attempt(request, nullptr, nullptr, retryable));
+  }
   return r;
 }
 
@@ -363,7 +375,9 @@ Result<Response> HttpClient::SendStreaming(const ClientRequest& request,
                                            const std::function<bool(std::string_view)>& on_data) {
   bool retryable = false;
   auto r = impl_->Attempt(request, &on_head, &on_data, retryable);
-  if (!r && retryable) r = impl_->Attempt(request, &on_head, &on_data, retryable);
+  if (!r && retryable) {
+    r = AfterRetry(std::move(r), impl_->Attempt(request, &on_head, &on_data, retryable));
+  }
   return r;
 }
 

@@ -1,5 +1,8 @@
 #include "sandbox/sandbox.h"
 
+#include <iterator>
+#include <string>
+
 namespace deepbox {
 
 std::string_view ExitKindName(ExitKind kind) {
@@ -16,6 +19,21 @@ std::string_view ExitKindName(ExitKind kind) {
       return "spawn_failed";
   }
   return "exited";
+}
+
+std::string OomKillNote(const ExecResult& result) {
+  if (!result.oom_killed) return "";
+  std::string note = "killed at the sandbox's memory limit";
+  const uint64_t b = result.memory_limit_bytes;
+  if (b == 0) return note;
+  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  size_t u = 0;
+  uint64_t n = b;
+  while (u + 1 < std::size(kUnits) && n % 1024 == 0) {
+    n /= 1024;
+    ++u;
+  }
+  return note + " (" + std::to_string(n) + " " + kUnits[u] + ")";
 }
 
 std::string_view FileTypeName(FileType type) {

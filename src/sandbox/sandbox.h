@@ -84,7 +84,15 @@ struct ExecResult {
   bool truncated() const { return stdout_truncated || stderr_truncated; }
   std::chrono::milliseconds duration{0};
   std::string error;  // kSpawnFailed: why
+  // Killed by the kernel at the sandbox's memory limit (a provider that can
+  // tell: the local one reads its cgroup's OOM-kill count around the command).
+  bool oom_killed = false;
+  uint64_t memory_limit_bytes = 0;  // that limit, when known (0: unknown)
 };
+
+// "killed at the sandbox's memory limit (256 MiB)" for a result with
+// oom_killed ("... memory limit" without a known limit), else "".
+std::string OomKillNote(const ExecResult& result);
 
 enum class OutputStream { kStdout, kStderr };
 // `data` is the command's output, byte for byte (binary output stays intact;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -353,6 +354,40 @@ Result<net::Response> SandboxdClient::Send(const net::ClientRequest& request) co
   return r;
 }
 
+Error SandboxdClient::Lost(Error e, std::string_view what) const {
+  // Cancelled and timed out are the caller's; "cannot connect" sent nothing.
+  if (e.code != ErrorCode::kUnavailable || net::NothingSent(e)) return e;
+  std::string why = options_.lost_connection_reason ? options_.lost_connection_reason() : "";
+  if (why.empty()) {
+    return Error(ErrorCode::kUnavailable,
+                 fmt::format("sandbox {}: the connection to its daemon broke during the {} (the "
+                             "daemon restarted or died), which may not have completed: {}",
+                             id_, what, e.message));
+  }
+  return Error(
+      ErrorCode::kUnavailable,
+      fmt::format("sandbox {}: {} during the {}, which may not have completed", id_, why, what));
+}
+
+std::optional<uint64_t> SandboxdClient::OomKills() const {
+  if (!options_.oom_kill_count) return std::nullopt;
+  return options_.oom_kill_count();
+}
+
+void SandboxdClient::NoteOomKill(std::optional<uint64_t> before, ExecResult& result) const {
+  if (!before) return;
+  // SIGKILL itself, or a shell that reports its child's (128 + 9).
+  const bool killed = ((result.kind == ExitKind::kSignaled || result.kind == ExitKind::kKilled) &&
+                       result.signal == SIGKILL) ||
+                      (result.kind == ExitKind::kExited && result.exit_code == 128 + SIGKILL);
+  if (!killed) return;
+  auto after = OomKills();
+  if (after && *after > *before) {
+    result.oom_killed = true;
+    result.memory_limit_bytes = options_.memory_limit_bytes;
+  }
+}
+
 bool SandboxdClient::Healthy() {
   net::ClientRequest req;
   req.target = "/deepbox/v1/health";
@@ -372,6 +407,9 @@ Result<std::string> SandboxdClient::PostJson(const std::string& target, const st
   auto r = Send(req);
   if (!r) {
     Error e = r.error();
+    if (!net::NothingSent(e) && e.code == ErrorCode::kUnavailable) {
+      return tl::unexpected(Lost(e, target == "/deepbox/v1/exec" ? "command" : "request"));
+    }
     e.message = fmt::format("sandbox {}: {}", id_, e.message);
     return tl::unexpected(e);
   }
@@ -393,6 +431,7 @@ Result<ExecResult> SandboxdClient::Exec(const ExecRequest& request) {
   // Before /info was read the exact bytes are asked for all the same: a daemon
   // without the feature ignores the field and answers text, which is read too.
   const bool base64 = info_known_.load(std::memory_order_acquire) ? exec_base64_ : true;
+  const auto oom_before = OomKills();
   auto body = PostJson("/deepbox/v1/exec", ToJson(ExecBody(request, base64)),
                        CommandDeadline(request, options_.request_slack));
   if (!body) return tl::unexpected(body.error());
@@ -405,6 +444,7 @@ Result<ExecResult> SandboxdClient::Exec(const ExecRequest& request) {
   out.stderr_data = OutputField(r, *o, "stderr");
   out.combined = OutputField(r, *o, "output");
   if (auto s = r.status(); !s) return tl::unexpected(s.error());
+  NoteOomKill(oom_before, out);
   return out;
 }
 
@@ -554,8 +594,19 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
   int status = 0;
   std::string error_body;
   const std::string first_body = ToJson(exec_body);
+  const auto oom_before = OomKills();
   auto r = attempt("/deepbox/v1/exec/stream", first_body, status, error_body);
   bool reached_daemon = status != 0;
+  // The stream was cut after the daemon took the command (no exit came):
+  // re-attached below, unless the daemon is gone or restarted.
+  auto cut = [&] { return !failure && !result && status == 200; };
+  std::optional<Error> lost;
+  auto note_cut = [&] {
+    if (lost || !cut()) return;
+    lost = r ? Error(ErrorCode::kUnavailable, "output stream ended without an exit status")
+             : r.error();
+  };
+  note_cut();
   // Re-attach while the stream keeps being cut (never re-running the command:
   // the daemon answers a repeated exec id by attaching to the first run).
   for (int tries = 0; !exec_id.empty() && !failure && !result && tries < 6 &&
@@ -576,6 +627,15 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
     r = attempt(reached_daemon ? "/deepbox/v1/exec/attach" : "/deepbox/v1/exec/stream", body,
                 status, error_body);
     reached_daemon = reached_daemon || status != 0;
+    note_cut();
+  }
+  // Still no exit after a cut: the daemon could not be reached again, or it
+  // no longer knows the command (it restarted: its records went with it).
+  if (lost && !failure && !result &&
+      (!r || status == 200 || (status == 404 && reached_daemon && !exec_id.empty()))) {
+    Error e = Lost(*lost, "command");
+    if (e.message == lost->message) e.message = fmt::format("sandbox {}: {}", id_, e.message);
+    return tl::unexpected(e);
   }
   if (failure) {
     // A named exec outlives its stream (for re-attaching): stop it explicitly.
@@ -607,6 +667,7 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
     result->stdout_truncated = true;
     result->stderr_truncated = true;
   }
+  NoteOomKill(oom_before, *result);
   return *result;
 }
 
@@ -811,7 +872,7 @@ Result<std::string> SandboxdClient::Download(const std::string& path) {
   req.target = "/deepbox/v1/fs/raw?path=" + net::PercentEncode(path);
   req.timeout = options_.file_op_timeout;
   auto r = Send(req);
-  if (!r) return tl::unexpected(r.error());
+  if (!r) return tl::unexpected(Lost(r.error(), "download"));
   if (r->status != 200) return tl::unexpected(ErrorFromResponse(*r, "download"));
   return std::move(r->body);
 }
@@ -824,7 +885,7 @@ Status SandboxdClient::Upload(const std::string& path, std::string_view content,
   req.body = std::string(content);
   req.timeout = options_.file_op_timeout;
   auto r = Send(req);
-  if (!r) return tl::unexpected(r.error());
+  if (!r) return tl::unexpected(Lost(r.error(), "upload"));
   if (r->status != 200) return tl::unexpected(ErrorFromResponse(*r, "upload"));
   return {};
 }
@@ -855,7 +916,7 @@ Status SandboxdClient::DownloadTo(const std::string& path,
         return sink_status.has_value();
       });
   if (!sink_status) return sink_status;
-  if (!r) return tl::unexpected(r.error());
+  if (!r) return tl::unexpected(Lost(r.error(), "download"));
   if (status != 200) {
     net::Response answer;
     answer.status = status;
@@ -875,7 +936,7 @@ Status SandboxdClient::UploadFrom(
   req.body_source = source;
   req.body_length = length;
   auto r = http_->Send(req);
-  if (!r) return tl::unexpected(r.error());
+  if (!r) return tl::unexpected(Lost(r.error(), "upload"));
   if (r->status != 200) return tl::unexpected(ErrorFromResponse(*r, "upload " + path));
   return {};
 }

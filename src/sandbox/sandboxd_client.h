@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "net/http.h"
@@ -35,6 +36,18 @@ struct SandboxdClientOptions {
   // daemon first answered a connection that cannot be made (nothing sent) is
   // retried with backoff.
   bool read_info_on_connect = true;
+  // Why a request's connection broke after it was sent (the daemon closed or
+  // reset it without a full answer), as the provider knows it, e.g. "its
+  // daemon (deepbox-sandboxd) restarted"; "" when it does not know. The
+  // request's error then says so, and that the request may not have
+  // completed. Called on the failing call's thread; may wait briefly.
+  std::function<std::string()> lost_connection_reason;
+  // The sandbox's count of OOM kills (its cgroup's memory events), read
+  // before and after each exec: a command killed by SIGKILL while it grew is
+  // reported as ExecResult::oom_killed. nullopt: cannot be read (no memory
+  // controller); unset: not observable by this provider.
+  std::function<std::optional<uint64_t>()> oom_kill_count;
+  uint64_t memory_limit_bytes = 0;  // the limit those kills enforce (0: unknown)
 };
 
 class SandboxdClient : public Sandbox {
@@ -93,6 +106,11 @@ class SandboxdClient : public Sandbox {
   // http_->Send, retrying a connection that cannot be made until the daemon
   // first answered (read_info_on_connect = false only).
   Result<net::Response> Send(const net::ClientRequest& request) const;
+  // A transport failure of a request that was sent: the connection broke
+  // (the daemon died or restarted) → one clear error, else `e` as it is.
+  Error Lost(Error e, std::string_view what) const;
+  std::optional<uint64_t> OomKills() const;
+  void NoteOomKill(std::optional<uint64_t> before, ExecResult& result) const;
 
   std::unique_ptr<net::HttpClient> http_;
   SandboxdClientOptions options_;

@@ -313,5 +313,43 @@ TEST(SandboxdClientLazyInfoTest, TheFirstConnectionIsRetriedUntilTheDaemonListen
   std::filesystem::remove_all(dir, ec);
 }
 
+// Issue 29: a stream cut before its exit (the daemon died under it) is one
+// error saying the command may not have completed, and why when the provider
+// knows (the local one: its daemon restarted).
+TEST(SandboxdClientLostConnectionTest, ACutCommandMayNotHaveCompleted) {
+  for (bool knows : {false, true}) {
+    auto d = HostileDaemon::Start();
+    ASSERT_TRUE(d) << d.error().ToString();
+    (*d)->AnswerStream("/deepbox/v1/exec/stream", {"{\"type\":\"stdout\",\"data\":\"x\"}\n"});
+    SandboxdClientOptions o;
+    o.id = "sb-1";
+    int asked = 0;
+    if (knows) {
+      o.lost_connection_reason = [&asked] {
+        ++asked;
+        return std::string("its daemon (deepbox-sandboxd) restarted");
+      };
+    }
+    auto c = (*d)->Connect(o);
+    ASSERT_TRUE(c) << c.error().ToString();
+    ExecRequest req;
+    req.argv = {"sleep", "600"};
+    auto r = (*c)->ExecStream(req, [](OutputStream, std::string_view) { return true; });
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+    if (knows) {
+      EXPECT_EQ(r.error().message,
+                "sandbox sb-1: its daemon (deepbox-sandboxd) restarted during the command, which "
+                "may not have completed");
+      EXPECT_EQ(asked, 1);
+    } else {
+      EXPECT_NE(r.error().message.find("the connection to its daemon broke during the command"),
+                std::string::npos)
+          << r.error().message;
+      EXPECT_NE(r.error().message.find("may not have completed"), std::string::npos);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepbox

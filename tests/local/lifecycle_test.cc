@@ -421,16 +421,7 @@ TEST_F(LifecycleTest, DeadSupervisorIsReapedByNextLs) {
   EXPECT_THAT(r.err, HasSubstr("supervisor process died"));
 }
 
-TEST_F(LifecycleTest, DaemonDeathDeletesTheSandbox) {
-  std::string id = CreateCli({"--network", "none"});
-  auto meta = provider_->store().Read(id);
-  ASSERT_TRUE(meta.has_value());
-  ASSERT_EQ(kill(meta->init.pid, SIGKILL), 0);
-  EXPECT_TRUE(Eventually([&] { return Leftovers(*meta).empty(); })) << Leftovers(*meta);
-  auto got = provider_->Get(id);
-  ASSERT_FALSE(got.has_value());
-  EXPECT_THAT(got.error().message, HasSubstr("its daemon"));
-}
+// A daemon's death no longer deletes its sandbox: restart_test.cc.
 
 TEST_F(LifecycleTest, CopyFilesAndDirectoriesBothWays) {
   std::string id = CreateCli({"--network", "none"});

@@ -7,10 +7,14 @@
 // leaves the warm sandboxes running (drain with
 // `deepbox sandbox rm --selector deepbox.dev/pool=NAME`).
 //
+// A warm sandbox nobody claims expires after kWarmLifetime (supervisor.h):
+// even one whose pool is gone for good does not run for ever; the daemon
+// replaces it. A claim gives it the claimer's TTL (or none).
+//
 // A claim is two steps (rename of the `warm` marker, then meta.json's state
 // set to claimed). A claimer killed between them leaves a sandbox that no
 // claimer can take (no marker), that the pool does not count (being claimed)
-// and that nothing deletes (warm sandboxes have no TTL); the same for a
+// and that nothing deletes but its kWarmLifetime; the same for a
 // deleter killed after its rename. The daemon takes such a sandbox back once
 // it has seen it half-claimed for kAbandonedClaimAfter, under the sandbox's
 // lock (a claimer still alive then fails its step two and moves on), and

@@ -13,7 +13,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <charconv>
+#include <memory>
 
 #include "common/unique_fd.h"
 #include "local/lifecycle/supervisor.h"
@@ -112,6 +115,85 @@ class LocalLease : public SandboxLease {
   bool kept_ = false;
   bool released_ = false;
 };
+
+// Why the connection to sandbox `id`'s daemon broke under a request: its
+// init died (the daemon is PID 1: the PID namespace with it), and the
+// supervisor restarts it, or gave up (broken), or the sandbox was deleted.
+// `seen`: the restarts this client knew of. "" if the daemon did not die.
+std::string WhyConnectionLost(const Store& store, const std::string& id, std::atomic<int>& seen) {
+  auto meta = store.Read(id);
+  if (!meta) return "the sandbox was deleted";
+  auto said = [&](const SandboxMeta& m) -> std::string {
+    if (!m.broken.empty()) {
+      return "its daemon (deepbox-sandboxd) died and was not restarted (the sandbox is broken; "
+             "its files are kept)";
+    }
+    if (m.restarts > seen.load()) {
+      seen.store(m.restarts);
+      return "its daemon (deepbox-sandboxd) restarted (its files are kept)";
+    }
+    return "";
+  };
+  if (std::string s = said(*meta); !s.empty()) return s;
+  // The connection breaks as the daemon exits; the kernel then ends the rest
+  // of its PID namespace before init is gone: wait for that, briefly.
+  const ProcessRef init = meta->init;
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, init.pid, 0)));
+  if (pidfd && ProcessAlive(init)) {
+    struct pollfd p = {pidfd.get(), POLLIN, 0};
+    while (poll(&p, 1, 2000) < 0 && errno == EINTR) {
+    }
+    if (ProcessAlive(init)) return "";  // it lives: the connection broke otherwise
+  }
+  // It died: the supervisor restarts it (or gives up); its record says which.
+  for (int i = 0; i < 500; ++i) {
+    auto m = store.Read(id);
+    if (!m) return "the sandbox was deleted";
+    if (std::string s = said(*m); !s.empty()) return s;
+    usleep(10000);
+  }
+  return "its daemon (deepbox-sandboxd) died";
+}
+
+// The files holding a sandbox's OOM-kill count: memory.events (cgroup v2) or
+// memory.oom_control (v1) of its cgroup dirs (only ours: <...>/deepbox/<id>).
+std::vector<std::string> OomKillFiles(const SandboxMeta& meta) {
+  std::vector<std::string> out;
+  for (const auto& dir : meta.cgroups) {
+    if (dir.rfind("/sys/fs/cgroup/", 0) != 0 || !dir.ends_with("/deepbox/" + meta.id) ||
+        dir.find("/../") != std::string::npos) {
+      continue;
+    }
+    for (const char* name : {"/memory.events", "/memory.oom_control"}) {
+      if (access((dir + name).c_str(), R_OK) == 0) out.push_back(dir + name);
+    }
+  }
+  return out;
+}
+
+// The "oom_kill N" lines summed; nullopt if no file can be read (no memory controller).
+std::optional<uint64_t> ReadOomKills(const std::vector<std::string>& files) {
+  std::optional<uint64_t> total;
+  for (const auto& f : files) {
+    UniqueFd fd(open(f.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) continue;
+    char buf[4096];
+    ssize_t n = read(fd.get(), buf, sizeof(buf) - 1);
+    if (n <= 0) continue;
+    std::string_view text(buf, static_cast<size_t>(n));
+    for (size_t at = 0; at < text.size();) {
+      size_t nl = text.find('\n', at);
+      std::string_view line = text.substr(at, nl == std::string_view::npos ? nl : nl - at);
+      at = nl == std::string_view::npos ? text.size() : nl + 1;
+      if (line.rfind("oom_kill ", 0) != 0) continue;
+      uint64_t v = 0;
+      auto digits = line.substr(9);
+      auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+      if (ec == std::errc()) total = total.value_or(0) + v;
+    }
+  }
+  return total;
+}
 
 }  // namespace
 
@@ -421,7 +503,20 @@ Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id) {
         fmt::format("sandbox '{}' expired at {} (its TTL ran out); it is being deleted", id,
                     FormatTime(*meta->expires_at_ms)));
   }
+  if (!meta->broken.empty()) {
+    return MakeError(
+        ErrorCode::kUnavailable,
+        fmt::format("sandbox '{}' is broken: {}; its daemon is not restarted again. "
+                    "Its files are kept in {} until its TTL or `deepbox sandbox rm {}`",
+                    id, meta->broken, store_.Paths(id).workspace.string(), id));
+  }
   if (!meta->ready) {
+    if (meta->restarts > 0) {
+      return MakeError(ErrorCode::kUnavailable,
+                       fmt::format("sandbox '{}': its daemon (deepbox-sandboxd) is restarting "
+                                   "(its files are kept); try again in a moment",
+                                   id));
+    }
     return MakeError(ErrorCode::kUnavailable,
                      fmt::format("sandbox '{}' is still starting; try again in a moment", id));
   }
@@ -457,6 +552,14 @@ Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const Sand
   SandboxdClientOptions o;
   o.id = meta.id;
   o.connect_timeout = 5000ms;
+  o.lost_connection_reason = [store = store_, id = meta.id,
+                              seen = std::make_shared<std::atomic<int>>(meta.restarts)] {
+    return WhyConnectionLost(store, id, *seen);
+  };
+  if (meta.limits.memory_bytes) {
+    o.memory_limit_bytes = *meta.limits.memory_bytes;
+    o.oom_kill_count = [files = OomKillFiles(meta)]() { return ReadOomKills(files); };
+  }
   auto client = SandboxdClient::Connect("unix:" + socket.string(), o);
   if (!client) {
     return MakeError(client.error().code,

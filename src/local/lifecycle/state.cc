@@ -502,6 +502,8 @@ json::object SandboxMeta::ToJson() const {
   o["limits"] = limits.ToJson();
   if (!limits_note.empty()) o["limits_note"] = JsonString(limits_note);
   o["ready"] = ready;
+  if (restarts > 0) o["restarts"] = restarts;
+  if (!broken.empty()) o["broken"] = JsonString(broken);
   o["supervisor"] = RefToJson(supervisor);
   o["init"] = RefToJson(init);
   json::array cg;
@@ -555,6 +557,8 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
   if (auto it = o.find("ready"); it != o.end() && it->value().is_bool()) {
     m.ready = it->value().as_bool();
   }
+  m.restarts = static_cast<int>(IntOr(o, "restarts", 0, 0, INT32_MAX));
+  m.broken = GetOptString(o, "broken").value_or("");
   m.supervisor = RefFromJson(o, "supervisor");
   m.init = RefFromJson(o, "init");
   if (auto it = o.find("cgroups"); it != o.end() && it->value().is_array()) {

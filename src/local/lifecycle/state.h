@@ -96,6 +96,10 @@ struct SandboxMeta {
   SandboxLimits limits;                  // as requested (a claim must match them exactly)
   std::string limits_note;               // requested limits this host did not enforce
   bool ready = false;                    // the daemon answered its health check
+  // Daemon restarts by the supervisor (supervisor.h); broken: why it stopped
+  // restarting it (the sandbox and its files stay until its TTL or rm).
+  int restarts = 0;
+  std::string broken;
   ProcessRef supervisor;
   ProcessRef init;                   // the sandbox's init (deepbox-sandboxd), host pid
   std::vector<std::string> cgroups;  // host cgroup dirs of the sandbox
@@ -110,7 +114,7 @@ struct SandboxMeta {
 
 struct Tombstone {
   std::string id;
-  std::string reason;  // "expired" | "daemon-exited" | "supervisor-died"
+  std::string reason;  // "expired" | "daemon-exited" | "supervisor-died" | "state-removed"
   std::string detail;
   int64_t at_ms = 0;
 };

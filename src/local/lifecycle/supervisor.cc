@@ -24,6 +24,7 @@
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
 #include "local/launcher.h"
+#include "local/lifecycle/pool.h"
 #include "local/namespaces.h"
 #include "local/network.h"
 #include "net/conn.h"
@@ -37,6 +38,8 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr size_t kStderrTail = 8192;
+// How often the supervisor looks whether its state dir is still there.
+constexpr int kStateCheckMs = 2000;
 
 int64_t MonoNs() {
   struct timespec ts;
@@ -112,9 +115,16 @@ class Supervisor {
   Status LaunchSandbox();
   Status WaitHealthy();
   void Serve();
+  // The daemon died: restart it (false: the sandbox was deleted meanwhile).
+  bool DaemonDied(const std::string& how);
+  Status Restart();
+  void Break(const std::string& why);
+  // The state dir (or our record in it) was removed or replaced.
+  bool StateRemoved() const;
+  bool HoldsStateDir() const;
   void Delete(const std::optional<Tombstone>& why);
   void Fail(const Error& e);
-  void ArmTimer();
+  void ArmTimer(std::optional<int64_t> at_ms = std::nullopt);
   void DrainStderr();
   bool HandleSignals();  // true: delete requested
 
@@ -123,7 +133,12 @@ class Supervisor {
   SandboxPaths paths_;
   UniqueFd ready_;
   SandboxMeta meta_;
+  // The /workspace disk once a restart took it from a dead sandbox; declared
+  // before sp_, so it is unmounted after every process is gone.
+  std::optional<WorkspaceDisk> disk_;
   SandboxProcess sp_;
+  UniqueFd dir_fd_;                     // the sandbox's state dir (O_PATH): is it still ours?
+  std::vector<int64_t> restart_times_;  // NowMs() of the restarts within the window
   UniqueFd stderr_r_;
   std::string stderr_tail_;
   UniqueFd sigfd_;
@@ -139,6 +154,8 @@ Status Supervisor::Prepare() {
     return MakeSyscallError("mkdir", errno, paths_.dir.string());
   }
   dir_created_ = true;
+  dir_fd_.reset(open(paths_.dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd_) return MakeSyscallError("open", errno, paths_.dir.string());
   // Our own messages go to the sandbox's log.
   UniqueFd log(open(paths_.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (log) dup2(log.get(), STDERR_FILENO);
@@ -149,6 +166,13 @@ Status Supervisor::Prepare() {
   meta_.labels = req_.labels;
   meta_.created_at_ms = NowMs();
   if (req_.ttl_seconds > 0) meta_.expires_at_ms = meta_.created_at_ms + req_.ttl_seconds * 1000;
+  // A warm sandbox nobody claims does not live for ever (a claim sets the
+  // claimer's TTL): the pool replaces it.
+  if (!req_.pool.empty() && !meta_.expires_at_ms) {
+    meta_.expires_at_ms =
+        meta_.created_at_ms +
+        std::chrono::duration_cast<std::chrono::milliseconds>(kWarmLifetime).count();
+  }
   meta_.pool = req_.pool;
   meta_.state = req_.pool.empty() ? "claimed" : "warm";
   meta_.network_requested = req_.network;
@@ -225,6 +249,7 @@ Status Supervisor::LaunchSandbox() {
     spec.public_network.uplink = meta_.net_slot ? UplinkChoice::kVeth : UplinkChoice::kPasta;
   }
   spec.limits = req_.limits.ToLaunchLimits();
+  spec.workspace_disk_mounted = disk_.has_value();  // a restart: the same disk, mounted
   spec.die_with_parent = true;  // we are the launching (main) thread: our death kills it
   spec.use_cgroups = geteuid() == 0;
   int fds[2];
@@ -263,7 +288,19 @@ Status Supervisor::LaunchSandbox() {
     meta_.timings[SetupStepName(static_cast<SetupStep>(i))] = Us(t.ns[i]);
   }
   meta_.timings["launch"] = Us(t.total_ns);
-  return store_.Write(meta_);
+  // Only what the launch decides: a claim may have changed labels and TTL.
+  const bool restart = !restart_times_.empty();
+  auto updated = store_.Update(req_.id, [&](SandboxMeta& m) {
+    m.init = meta_.init;
+    m.network = meta_.network;
+    m.network_note = meta_.network_note;
+    m.limits_note = meta_.limits_note;
+    if (!restart) m.timings = meta_.timings;
+    return Status{};
+  });
+  if (!updated) return tl::unexpected(updated.error());
+  meta_ = *updated;
+  return {};
 }
 
 void Supervisor::DrainStderr() {
@@ -352,10 +389,11 @@ Status Supervisor::WaitHealthy() {
   }
 }
 
-void Supervisor::ArmTimer() {
+void Supervisor::ArmTimer(std::optional<int64_t> at_ms) {
   struct itimerspec its {};
-  if (meta_.expires_at_ms) {
-    int64_t at = std::max<int64_t>(*meta_.expires_at_ms, 1);
+  if (!at_ms) at_ms = meta_.expires_at_ms;
+  if (at_ms) {
+    int64_t at = std::max<int64_t>(*at_ms, 1);
     its.it_value.tv_sec = at / 1000;
     its.it_value.tv_nsec = (at % 1000) * 1000000;
   }
@@ -366,15 +404,25 @@ void Supervisor::ArmTimer() {
 
 void Supervisor::Serve() {
   for (;;) {
-    struct pollfd pfds[4] = {{sp_.pidfd(), POLLIN, 0},
+    // No pidfd once broken (see Break): only a delete or the TTL end it.
+    struct pollfd pfds[4] = {{sp_.pid() > 0 ? sp_.pidfd() : -1, POLLIN, 0},
                              {sigfd_.get(), POLLIN, 0},
                              {timerfd_.get(), POLLIN, 0},
                              {stderr_r_ ? stderr_r_.get() : -1, POLLIN, 0}};
-    int rc = poll(pfds, 4, -1);
+    int rc = poll(pfds, 4, kStateCheckMs);
     if (rc < 0) {
       if (errno == EINTR) continue;
       Log(SyscallError("poll", errno).message);
       Delete(std::nullopt);
+      return;
+    }
+    if (StateRemoved()) {
+      // Nothing could list, reach or delete this sandbox any more: it ends.
+      Log(
+          fmt::format("the state directory {} (or this sandbox's record in it) was removed: "
+                      "deleting the sandbox",
+                      paths_.dir.string()));
+      Delete(Tombstone{req_.id, "state-removed", "its state directory was removed", NowMs()});
       return;
     }
     if (pfds[3].revents) DrainStderr();
@@ -387,6 +435,16 @@ void Supervisor::Serve() {
       (void)!read(timerfd_.get(), &ticks, sizeof(ticks));
       if (auto m = store_.Read(req_.id)) meta_ = *m;  // a claim may have changed the TTL
       if (meta_.expired(NowMs())) {
+        // A warm sandbox goes only if no claimer has its marker (the rename
+        // decides); one being claimed gets its claimer's TTL in a moment,
+        // unless that claim was abandoned half-way (see pool.h).
+        const int64_t abandoned_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(kAbandonedClaimAfter).count();
+        if (meta_.state == "warm" && rename(paths_.warm.c_str(), paths_.claimed.c_str()) != 0 &&
+            NowMs() < *meta_.expires_at_ms + abandoned_ms) {
+          ArmTimer(NowMs() + 1000);
+          continue;
+        }
         Log("TTL reached: deleting");
         Delete(Tombstone{req_.id, "expired",
                          "its TTL ran out at " + FormatTime(*meta_.expires_at_ms), NowMs()});
@@ -398,14 +456,108 @@ void Supervisor::Serve() {
       DrainStderr();
       auto st = sp_.TryWait();
       std::string how = st && *st ? (*st)->ToString() : "ended";
-      Log("the sandbox daemon " + how + ": deleting");
-      Delete(Tombstone{req_.id, "daemon-exited",
-                       "its daemon (deepbox-sandboxd) " + how +
-                           (stderr_tail_.empty() ? "" : "; last stderr: " + stderr_tail_),
-                       NowMs()});
-      return;
+      if (!DaemonDied(how)) return;
     }
   }
+}
+
+bool Supervisor::DaemonDied(const std::string& how) {
+  std::string tail = stderr_tail_;
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+  std::string last = how;  // what ended the daemon, then why a restart failed
+  std::string said = tail.empty() ? "" : "; its last stderr: " + tail;
+  // A warm sandbox nobody claimed holds nobody's files: it goes (its pool
+  // makes another). Taking its marker keeps claimers away.
+  if (rename(paths_.warm.c_str(), paths_.claimed.c_str()) == 0) {
+    Log("the sandbox daemon " + last + ": deleting this unclaimed warm sandbox" + said);
+    Delete(Tombstone{req_.id, "daemon-exited", "its daemon (deepbox-sandboxd) " + last + said,
+                     NowMs()});
+    return false;
+  }
+  for (;;) {
+    const int64_t now = NowMs();
+    const int64_t window_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(kDaemonRestartWindow).count();
+    std::erase_if(restart_times_, [&](int64_t t) { return now - t > window_ms; });
+    if (static_cast<int>(restart_times_.size()) >= kMaxDaemonRestarts) {
+      Break(fmt::format("its daemon (deepbox-sandboxd) died {} times within {} s (last: {}{})",
+                        restart_times_.size() + 1, kDaemonRestartWindow.count(), last, said));
+      return true;
+    }
+    restart_times_.push_back(now);
+    const int n = meta_.restarts + 1;
+    Log(
+        fmt::format("the sandbox daemon {}: restarting it over the same /workspace (restart {}; "
+                    "at most {} within {} s){}",
+                    last, n, kMaxDaemonRestarts, kDaemonRestartWindow.count(), said));
+    stderr_tail_.clear();
+    auto marked = store_.Update(req_.id, [&](SandboxMeta& m) {
+      m.ready = false;
+      m.restarts = n;
+      return Status{};
+    });
+    if (marked) meta_ = *marked;
+    meta_.restarts = n;
+    auto st = Restart();
+    if (st) {
+      Log(fmt::format("restarted: the daemon (pid {}) is ready", sp_.pid()));
+      return true;
+    }
+    if (st.error().code == ErrorCode::kCancelled) {  // deleted while restarting
+      Delete(std::nullopt);
+      return false;
+    }
+    last = "could not be restarted: " + st.error().message;
+    said.clear();
+    Log("the sandbox daemon " + last);
+  }
+}
+
+Status Supervisor::Restart() {
+  // Whatever is left of the old sandbox goes, except its /workspace (a plain
+  // dir of ours, or the disk we take over): cgroups, network, socket, root.
+  (void)sp_.Kill();
+  if (auto disk = sp_.TakeWorkspaceDisk()) disk_ = std::move(*disk);
+  sp_ = SandboxProcess();
+  if (auto st = LaunchSandbox(); !st) return st;
+  if (auto st = WaitHealthy(); !st) return st;
+  auto updated = store_.Update(req_.id, [&](SandboxMeta& m) {
+    m.ready = true;
+    m.init = meta_.init;
+    return Status{};
+  });
+  if (!updated) return tl::unexpected(updated.error());
+  meta_ = *updated;
+  return {};
+}
+
+void Supervisor::Break(const std::string& why) {
+  Log(why + ": not restarting it again; the sandbox is kept, broken, with its files in " +
+      paths_.workspace.string() + ", until its TTL or `deepbox sandbox rm " + req_.id + "`");
+  (void)sp_.Kill();
+  if (auto disk = sp_.TakeWorkspaceDisk()) disk_ = std::move(*disk);
+  sp_ = SandboxProcess();  // no process, cgroup or network is left; the files are
+  stderr_r_.reset();
+  auto updated = store_.Update(req_.id, [&](SandboxMeta& m) {
+    m.ready = false;
+    m.broken = why;
+    return Status{};
+  });
+  if (updated) meta_ = *updated;
+}
+
+bool Supervisor::HoldsStateDir() const {
+  struct stat held, now;
+  if (!dir_fd_ || fstat(dir_fd_.get(), &held) != 0) return false;
+  if (held.st_nlink == 0 || stat(paths_.dir.c_str(), &now) != 0) return false;
+  return now.st_dev == held.st_dev && now.st_ino == held.st_ino;
+}
+
+bool Supervisor::StateRemoved() const {
+  if (!dir_fd_) return false;
+  if (!HoldsStateDir()) return true;  // removed, or renamed away and replaced
+  // A recursive removal that could not remove the mounted workspace leaves the dir.
+  return access(paths_.meta.c_str(), F_OK) != 0 && errno == ENOENT;
 }
 
 void Supervisor::Delete(const std::optional<Tombstone>& why) {
@@ -414,6 +566,7 @@ void Supervisor::Delete(const std::optional<Tombstone>& why) {
   if (why) (void)store_.WriteTombstone(*why);
   (void)sp_.Kill();
   sp_ = SandboxProcess();  // reaps init; removes cgroups, network, runtime dirs
+  disk_.reset();           // a restarted sandbox's /workspace disk: unmounted, image deleted
   if (meta_.net_slot) store_.ReleaseNetSlot(*meta_.net_slot);
   if (!dir_created_) return;
   uint64_t r = 0;
@@ -424,6 +577,13 @@ void Supervisor::Delete(const std::optional<Tombstone>& why) {
       Log("removing " + trash.string() + ": " + st.error().message);
   } else if (errno != ENOENT) {
     (void)RemoveTree(paths_.dir);
+  } else if (HoldsStateDir()) {
+    // The state dir is being removed (trash/ is gone) but not our dir yet
+    // (its workspace was a mount point until now): what is left of it goes,
+    // and the parents it leaves empty.
+    (void)RemoveTree(paths_.dir);
+    (void)rmdir(store_.sandboxes_dir().c_str());
+    (void)rmdir(store_.root().c_str());
   }
 }
 

@@ -11,9 +11,27 @@
 //   4. reports readiness (or the error) to the creator over a pipe,
 //   5. then waits for: the TTL (expires_at; deletes), SIGHUP (re-reads
 //      meta.json: a claim changed labels/TTL), SIGTERM/SIGINT (deletes), the
-//      sandbox's init dying (deletes, leaves a tombstone saying why).
+//      removal of its state dir or of its record in it (deletes: nothing
+//      could list, reach or delete the sandbox any more; checked every 2 s),
+//      and the sandbox's init dying (restarts it, see below).
 // Deleting kills every process of the sandbox, lets the launcher remove its
 // cgroups, network and runtime dirs, and removes the workspace and the state dir.
+// Only the TTL, a delete (rm, a lease's release) or the removal of the state
+// dir delete the files in /workspace.
+//
+// The daemon is the PID 1 of the sandbox's PID namespace: when it dies, every
+// process of the sandbox dies with it, and its namespaces go. A restart is
+// therefore a relaunch of the whole sandbox over the same /workspace (the
+// plain dir, or the disk image, which stays mounted on the host meanwhile:
+// SandboxProcess::TakeWorkspaceDisk), with the same id, socket path, network
+// (mode, allowlist and veth slot) and limits; its record shows `ready: false`
+// while it restarts, then a new init and `restarts` + 1; each restart is a
+// line in supervisor.log. A request in flight loses its connection (the
+// client says the daemon restarted, see SandboxdClientOptions). After
+// kMaxDaemonRestarts restarts within kDaemonRestartWindow the next death is
+// not restarted: the sandbox stays, broken (`broken` in its record says why),
+// with no process left and its files kept, until its TTL or rm. An unclaimed
+// warm sandbox whose daemon dies is deleted instead (it holds nobody's files).
 #pragma once
 
 #include <chrono>
@@ -25,6 +43,12 @@
 #include "local/lifecycle/state.h"
 
 namespace deepbox::local::lifecycle {
+
+inline constexpr int kMaxDaemonRestarts = 5;
+inline constexpr std::chrono::seconds kDaemonRestartWindow{60};
+// The lifetime of a warm sandbox nobody claims (its pool replaces it); a
+// claim gives it the claimer's TTL instead.
+inline constexpr std::chrono::minutes kWarmLifetime{30};
 
 struct SupervisorRequest {
   std::string state_dir;
