@@ -51,7 +51,8 @@ Result<RunProvider> MakeLocal(const RunConfig& config) {
   auto provider = local::lifecycle::LocalSandboxProvider::Create(o);
   if (!provider) return tl::unexpected(provider.error());
   if (config.pool_explicit) {
-    if (auto st = CheckPoolExists(**provider, config.pool); !st) return tl::unexpected(st.error());
+    if (auto st = cli::CheckPoolExists(**provider, config.pool); !st)
+      return tl::unexpected(st.error());
   }
   // A second handle for the signal thread and the probe: independent of the
   // lease's (a provider is cheap: the state directory and two paths).
