@@ -82,7 +82,12 @@ std::optional<McpServerConfig> ParseServer(const std::string& name, const json::
   s.name = name;
   s.source = source;
   std::vector<std::string> missing;
-  auto expand = [&](std::string_view t) { return ExpandEnvVars(t, env, &missing); };
+  bool unexpanded = false;  // ${...} in a file whose variables are not expanded
+  auto expand = [&](std::string_view t) {
+    if (env) return ExpandEnvVars(t, env, &missing);
+    if (t.find("${") != std::string_view::npos) unexpanded = true;
+    return std::string(t);
+  };
   std::string type = Str(o, "type").value_or("");
   auto url = Str(o, "url");
   auto command = Str(o, "command");
@@ -160,6 +165,13 @@ std::optional<McpServerConfig> ParseServer(const std::string& name, const json::
       return std::nullopt;
     }
   }
+  if (unexpanded) {
+    *why =
+        "uses ${...}, which is expanded only in your own ~/.config/deepbox/.mcp.json and in "
+        "files given with --mcp-config (a project's .mcp.json gets none of your environment); "
+        "give this file with --mcp-config to use it";
+    return std::nullopt;
+  }
   if (!missing.empty()) {
     std::string list;
     for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
@@ -209,7 +221,7 @@ Result<McpConfigSet> ParseMcpConfig(std::string_view text, const std::string& so
   return set;
 }
 
-std::vector<std::string> DefaultMcpConfigPaths(const std::string& project_dir) {
+std::vector<std::string> DefaultMcpConfigPaths() {
   std::vector<std::string> out;
   std::string config_home;
   if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) {
@@ -218,11 +230,17 @@ std::vector<std::string> DefaultMcpConfigPaths(const std::string& project_dir) {
     config_home = std::string(h) + "/.config";
   }
   if (!config_home.empty()) out.push_back(config_home + "/deepbox/.mcp.json");
-  if (!project_dir.empty()) out.push_back(project_dir + "/.mcp.json");
   return out;
 }
 
 Result<McpConfigSet> LoadMcpConfigs(const std::vector<std::string>& defaults,
+                                    const std::vector<std::string>& explicit_files,
+                                    const McpEnvLookup& env) {
+  return LoadMcpConfigs(defaults, {}, explicit_files, env);
+}
+
+Result<McpConfigSet> LoadMcpConfigs(const std::vector<std::string>& defaults,
+                                    const std::vector<McpConfigText>& unexpanded,
                                     const std::vector<std::string>& explicit_files,
                                     const McpEnvLookup& env) {
   std::map<std::string, McpServerConfig> by_name;
@@ -235,6 +253,14 @@ Result<McpConfigSet> LoadMcpConfigs(const std::vector<std::string>& defaults,
     auto text = ReadFile(path);
     if (!text) continue;  // an absent default file is the common case
     auto set = ParseMcpConfig(*text, path, env);
+    if (!set) {
+      out.problems.push_back(set.error().message);
+      continue;
+    }
+    merge(*set);
+  }
+  for (const auto& file : unexpanded) {
+    auto set = ParseMcpConfig(file.text, file.source, McpEnvLookup{});
     if (!set) {
       out.problems.push_back(set.error().message);
       continue;

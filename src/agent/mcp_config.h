@@ -9,14 +9,18 @@
 //
 // A server with `url` is Streamable HTTP ("type" "http", "streamable_http" or
 // "streamable-http"); one with `command` is stdio. `${VAR}` and
-// `${VAR:-default}` are expanded in command, args, env, cwd, url and headers;
-// an unset VAR without a default makes that server unusable (reported, the
-// others load). deepbox's extension: `"sandbox": true` runs a stdio server
-// inside the agent's sandbox instead of on the host.
+// `${VAR:-default}` are expanded in command, args, env, cwd, url and headers
+// of the user's own files (below) and --mcp-config files; an unset VAR
+// without a default makes that server unusable (reported, the others load).
+// A project's .mcp.json is never expanded: a server there that uses ${...}
+// is reported and left out (a planted file must not send the user's API keys
+// anywhere). deepbox's extension: `"sandbox": true` runs a stdio server inside
+// the agent's sandbox instead of on the host.
 //
 // Files, later ones overriding servers of the same name:
 // $XDG_CONFIG_HOME/deepbox/.mcp.json (default ~/.config/deepbox/.mcp.json),
-// <project>/.mcp.json, then each --mcp-config FILE.
+// <project>/.mcp.json (only once the user trusted it: src/cli/project_trust.h),
+// then each --mcp-config FILE.
 #pragma once
 
 #include <functional>
@@ -54,15 +58,29 @@ struct McpConfigSet {
   std::vector<std::string> problems;     // one line each: "file: server 'x': why"
 };
 
-// One file's servers; a malformed file is an error, a malformed server entry a problem.
+// One file's servers; a malformed file is an error, a malformed server entry a
+// problem. An empty `env` (McpEnvLookup{}) expands nothing: a server whose
+// fields use ${...} is then a problem.
 Result<McpConfigSet> ParseMcpConfig(std::string_view text, const std::string& source,
                                     const McpEnvLookup& env);
 
-// The default files (they may not exist): the user's, then the project's.
-std::vector<std::string> DefaultMcpConfigPaths(const std::string& project_dir);
+// The user's own default file (it may not exist); the project's .mcp.json is
+// not among them: it is read and trusted by the caller (src/cli/project_trust.h).
+std::vector<std::string> DefaultMcpConfigPaths();
 
-// Loads `defaults` (missing files skipped) then `explicit_files` (which must
-// exist and parse), merging by server name.
+// A file's text already read by the caller (the exact bytes it trusted).
+struct McpConfigText {
+  std::string source;
+  std::string text;
+};
+
+// Loads `defaults` (missing files skipped, ${VAR} expanded), then `unexpanded`
+// (nothing expanded: a project's .mcp.json), then `explicit_files` (which
+// must exist and parse; expanded), merging by server name.
+Result<McpConfigSet> LoadMcpConfigs(const std::vector<std::string>& defaults,
+                                    const std::vector<McpConfigText>& unexpanded,
+                                    const std::vector<std::string>& explicit_files,
+                                    const McpEnvLookup& env);
 Result<McpConfigSet> LoadMcpConfigs(const std::vector<std::string>& defaults,
                                     const std::vector<std::string>& explicit_files,
                                     const McpEnvLookup& env);

@@ -21,6 +21,7 @@ struct LimitFlags {
 
 struct ProviderFlags {
   std::string pool = "default";  // warm pool claims are taken from
+  bool pool_given = false;       // --pool was on the command line (it must exist then)
   LimitFlags limits;
 };
 

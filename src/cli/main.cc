@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/cli.h"
@@ -52,6 +53,10 @@ constexpr const char* kExecHelp =
     "         killed it, e.g. at its memory limit)\n"
     "  141    stdout or stderr was closed (e.g. `| head -1`): the command was stopped,\n"
     "         silently, as SIGPIPE would stop it\n"
+    "  130, 143, 129  Ctrl-C (SIGINT), SIGTERM or SIGHUP: without -t the command in the\n"
+    "         sandbox is stopped too (SIGTERM, SIGKILL after a grace period) and deepbox\n"
+    "         waits for it to end (up to 10 s; a second signal does not wait); with -t\n"
+    "         the signal ends the session and the command with it\n"
     "With 2, 3 and 124 to 127 deepbox also prints a message on stderr, which tells them\n"
     "from the same codes of the command itself.\n"
     "Environment: DEEPBOX_STATE_DIR (state directory; default /run/deepbox as root,\n"
@@ -77,8 +82,10 @@ void AddLimitFlags(CLI::App* cmd, LimitFlags& f) {
 void AddProviderFlags(CLI::App* cmd, ProviderFlags& f) {
   cmd->add_option("--pool", f.pool,
                   "Warm pool to take a ready sandbox from when one matches\n"
-                  "(see `deepbox pool serve`); without one, the sandbox is created cold")
-      ->capture_default_str();
+                  "(see `deepbox pool serve`); without one, the sandbox is created cold.\n"
+                  "A pool named here must have been served in this state directory (exit 2)")
+      ->capture_default_str()
+      ->each([&f](const std::string&) { f.pool_given = true; });
   AddLimitFlags(cmd, f.limits);
 }
 
@@ -233,8 +240,12 @@ void RegisterSandboxCommands(CLI::App& app) {
       "  deepbox sandbox cp ID:out.txt ./out.txt       (sandbox -> host)\n"
       "A sandbox path is absolute or relative to /workspace. If DST is an existing\n"
       "directory (or ends in /), SRC is copied into it under its own name; DIR/. copies\n"
-      "a directory's contents. Symlinks are copied as symlinks, never followed; FIFOs,\n"
-      "sockets and devices are skipped with a note. Any size up to the free disk space:\n"
+      "a directory's contents. Symlinks are copied as symlinks, never followed; into a\n"
+      "sandbox, a symlink that points outside the copied tree (an absolute target, or\n"
+      "one that climbs out with ..) is skipped with a one-line note, and so are FIFOs,\n"
+      "sockets and devices; out of a sandbox, symlinks come as they are, and a note\n"
+      "names every .mcp.json or .deepagents/ written (files `deepbox run` reads: it uses\n"
+      "them only after asking you). Any size up to the free disk space:\n"
       "both directions stream, files are replaced atomically, and a failed copy removes\n"
       "what it created. The sandbox is not trusted: names come from SRC and DST, and\n"
       "nothing is written outside DST.\n"
@@ -287,6 +298,46 @@ void RegisterDoctorCommand(CLI::App& app) {
   doctor->callback([args] { SetExitCode(RunDoctor(*args)); });
 }
 
+namespace {
+
+// An unknown or missing subcommand (`deepbox frob`, `deepbox sandbox frob`,
+// `deepbox sandbox`): says which ones exist (CLI11 would only say that one is
+// required, or that an argument was not expected). nullopt: CLI11 parses.
+std::optional<int> CheckSubcommands(CLI::App& app, int argc, char** argv) {
+  auto all = [](CLI::App* a) { return a->get_subcommands([](CLI::App*) { return true; }); };
+  CLI::App* cur = &app;
+  std::string path = "deepbox";
+  auto names = [&](CLI::App* a) {
+    std::string list;
+    for (CLI::App* s : all(a)) list += (list.empty() ? "" : ", ") + s->get_name();
+    return list;
+  };
+  for (int i = 1; i < argc; ++i) {
+    if (all(cur).empty()) return std::nullopt;  // a command: its own arguments follow
+    std::string arg = argv[i];
+    if (arg.starts_with("-")) return std::nullopt;  // --help, --version, ...
+    CLI::App* next = nullptr;
+    for (CLI::App* s : all(cur)) {
+      if (s->check_name(arg)) next = s;
+    }
+    if (next == nullptr) {
+      std::fprintf(stderr, "deepbox: %s: unknown command '%s' (commands: %s; see `%s --help`)\n",
+                   path.c_str(), arg.c_str(), names(cur).c_str(), path.c_str());
+      return kExitUsage;
+    }
+    cur = next;
+    path += " " + cur->get_name();
+  }
+  if (!all(cur).empty() && cur->get_require_subcommand_min() > 0) {
+    std::fprintf(stderr, "deepbox: %s: a command is required (commands: %s; see `%s --help`)\n",
+                 path.c_str(), names(cur).c_str(), path.c_str());
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 }  // namespace deepbox::cli
 
 int main(int argc, char** argv) {
@@ -307,6 +358,7 @@ int main(int argc, char** argv) {
 #ifdef DEEPBOX_HAVE_MCP
   RegisterMcpCommand(app);  // deepbox mcp (src/mcp, src/cli/mcp_command.cc)
 #endif
+  if (auto code = CheckSubcommands(app, argc, argv)) return *code;
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/project_trust.h"
+
 namespace deepbox::run {
 
 namespace fs = std::filesystem;
@@ -147,10 +149,11 @@ Result<CopiedAgentFiles> CopyAgentFiles(Sandbox& sandbox, const AgentFiles& file
 
 Status CheckThreadsDir(const std::string& dir) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
+  // 0700 for every directory created, and the threads directory itself
+  // (thread files hold tasks and tool output; their names say when each run was).
+  if (auto st = MakePrivateDirs(dir); !st) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("cannot create {}: {}", dir, ec.message()));
+                     fmt::format("cannot create {}: {}", dir, st.error().message));
   }
   if (!fs::is_directory(dir, ec)) {
     return MakeError(ErrorCode::kInvalidArgument, fmt::format("{} is not a directory", dir));

@@ -73,22 +73,33 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_option("--skills", flags->skills,
                   "A skills directory on this machine (<dir>/<name>/SKILL.md; repeatable, later\n"
                   "ones win): copied into the sandbox and listed to the agent. Default: those of\n"
-                  "~/.deepagents/agent/skills and ./.deepagents/skills that exist; `none` = none")
+                  "~/.deepagents/agent/skills and ./.deepagents/skills that exist (the project's\n"
+                  "as for ./.mcp.json: only once trusted, never through a symlink); `none` = none")
       ->allow_extra_args(false);
   cmd->add_option("--memory-file", flags->memory_files,
                   "An AGENTS.md memory file on this machine (repeatable): copied into the\n"
                   "sandbox and given to the agent with every request (its edits stay in the\n"
                   "sandbox). Default: those of ~/.deepagents/agent/AGENTS.md and\n"
-                  "./.deepagents/AGENTS.md that exist; `none` = none")
+                  "./.deepagents/AGENTS.md that exist (the project's only once trusted, as\n"
+                  "./.mcp.json); `none` = none")
       ->allow_extra_args(false);
   cmd->add_option(
          "--mcp-config", flags->mcp_configs,
          "MCP servers for the agent from this .mcp.json-format file (repeatable), besides\n"
-         "~/.config/deepbox/.mcp.json and ./.mcp.json. Their tools appear as\n"
-         "mcp__<server>__<tool> and need approval under --approve manual. Host-side\n"
-         "servers (the default) run as you, outside the sandbox: they are your trusted\n"
-         "configuration. \"sandbox\": true in an entry starts a stdio server inside the\n"
-         "sandbox instead, with its isolation. Format: docs/mcp.md")
+         "~/.config/deepbox/.mcp.json. Their tools appear as mcp__<server>__<tool> and\n"
+         "need approval under --approve manual. Host-side servers (the default) run as\n"
+         "you, outside the sandbox: they are your trusted configuration (${VAR} is\n"
+         "expanded in this file and in ~/.config/deepbox/.mcp.json only). \"sandbox\": true\n"
+         "in an entry starts a stdio server inside the sandbox instead, with its\n"
+         "isolation. Format: docs/mcp.md.\n"
+         "Project files: ./.mcp.json, ./.deepagents/AGENTS.md and ./.deepagents/skills of\n"
+         "the directory you run in are untrusted (a cloned repository or a directory\n"
+         "copied out of a sandbox can plant them). On a terminal deepbox shows them (the\n"
+         "servers' commands and URLs) and asks once; the answer is kept in\n"
+         "~/.local/state/deepbox/trusted-projects for exactly those contents (a changed\n"
+         "file is asked about again). Without a terminal (or with --json) they are\n"
+         "ignored with a notice: name them (--mcp-config ./.mcp.json, ...) to use them.\n"
+         "A project's .mcp.json never gets ${VAR} expanded")
       ->allow_extra_args(false);
   cmd->add_flag("--no-mcp", flags->no_mcp, "Start no MCP servers (ignore every .mcp.json)");
   cmd->add_flag("--json", flags->json,
@@ -106,11 +117,17 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_option("--system-prompt", flags->system_prompt,
                   "Instructions placed before deepbox's own (default: deepbox's base prompt)");
   cmd->add_option("--threads-dir", flags->threads_dir,
-                  "Where threads are saved. Env DEEPBOX_THREADS_DIR; default\n"
-                  "$XDG_STATE_HOME/deepbox/threads or ~/.local/state/deepbox/threads");
+                  "Where threads are saved (created 0700). Env DEEPBOX_THREADS_DIR; default\n"
+                  "$DEEPBOX_STATE_DIR/threads when DEEPBOX_STATE_DIR is set, else\n"
+                  "$XDG_STATE_HOME/deepbox/threads, else ~/.local/state/deepbox/threads");
+  cmd->add_option("--model-idle-timeout", flags->model_idle_timeout_seconds,
+                  "Give up on a model stream (and retry it) after SECONDS without a byte from\n"
+                  "the API, before its answer starts too. Env DEEPBOX_MODEL_IDLE_TIMEOUT;\n"
+                  "default 90. On a terminal, \"Waiting for the model…\" shows after 5 s of\n"
+                  "silence");
   cmd->add_option("--pool", flags->pool,
-                  "local: warm pool to take a ready sandbox from (`deepbox pool serve`).\n"
-                  "Default: default");
+                  "local: warm pool to take a ready sandbox from (`deepbox pool serve`;\n"
+                  "a pool named here must have been served, else exit 2). Default: default");
   cmd->add_option("--network", flags->network,
                   "local: none (loopback only), public (internet egress, private and\n"
                   "special-purpose ranges and the host's LAN refused; see\n"
@@ -173,7 +190,8 @@ void RegisterRunCommand(CLI::App& app) {
       "Continue one with: deepbox run --thread ID TASK");
   ls->add_option("--threads-dir", tflags->threads_dir,
                  "Where threads are saved. Env DEEPBOX_THREADS_DIR; default\n"
-                 "$XDG_STATE_HOME/deepbox/threads or ~/.local/state/deepbox/threads");
+                 "$DEEPBOX_STATE_DIR/threads when DEEPBOX_STATE_DIR is set, else\n"
+                 "$XDG_STATE_HOME/deepbox/threads, else ~/.local/state/deepbox/threads");
   ls->add_flag("--json", tflags->json,
                "A JSON array (id, path, modified_at, runs, last_task, ...)");
   ls->callback([tflags] { SetExitCode(run::ThreadsListCommand(*tflags)); });

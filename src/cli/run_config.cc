@@ -31,8 +31,11 @@ const char kRunEnvironmentHelp[] =
     "  DEEPBOX_CONFIG           --config (default: none)\n"
     "  DEEPBOX_STATE_DIR        local sandboxes' state directory (default /run/deepbox as\n"
     "                           root, else $XDG_RUNTIME_DIR/deepbox)\n"
-    "  DEEPBOX_THREADS_DIR      --threads-dir (default $XDG_STATE_HOME/deepbox/threads,\n"
-    "                           else ~/.local/state/deepbox/threads)\n"
+    "  DEEPBOX_THREADS_DIR      --threads-dir: where threads are written (default\n"
+    "                           $DEEPBOX_STATE_DIR/threads when DEEPBOX_STATE_DIR is set,\n"
+    "                           else $XDG_STATE_HOME/deepbox/threads, else\n"
+    "                           ~/.local/state/deepbox/threads)\n"
+    "  DEEPBOX_MODEL_IDLE_TIMEOUT --model-idle-timeout in seconds (default 90)\n"
     "  DEEPBOX_SANDBOXD         the deepbox-sandboxd binary (default: next to deepbox)\n"
     "  KUBECONFIG               k8s: kubeconfig files, ':'-separated (default: in-cluster\n"
     "                           config in a pod, else ~/.kube/config); --kubeconfig wins\n"
@@ -49,7 +52,8 @@ const char kRunConfigFileHelp[] =
     "Config file (--config FILE, YAML or JSON; every key optional): sandbox, model,\n"
     "approve, labels (a map), ttl, keep_sandbox, max_steps, color, pool, network,\n"
     "memory, max_processes, cpus, disk, namespace, warm_pool, context, kubeconfig,\n"
-    "router_url, router_token, ready_timeout, record, threads_dir, system_prompt,\n"
+    "router_url, router_token, ready_timeout, record, threads_dir, model_idle_timeout,\n"
+    "system_prompt,\n"
     "anthropic_base_url, openai_base_url, skills (a list of directories), memory_files\n"
     "(a list of AGENTS.md files). Example:\n"
     "  model: claude-sonnet-4-6\n"
@@ -61,6 +65,19 @@ const char kRunConfigFileHelp[] =
 
 EnvLookup ProcessEnv() {
   return [](const char* name) -> const char* { return std::getenv(name); };
+}
+
+std::string DefaultThreadsDir(const EnvLookup& env) {
+  if (const char* t = env("DEEPBOX_THREADS_DIR"); t != nullptr && *t != '\0') return t;
+  if (const char* s = env("DEEPBOX_STATE_DIR"); s != nullptr && *s != '\0') {
+    return std::string(s) + "/threads";
+  }
+  if (const char* x = env("XDG_STATE_HOME"); x != nullptr && *x == '/') {
+    return std::string(x) + "/deepbox/threads";
+  }
+  const char* home = env("HOME");
+  return std::string(home != nullptr && *home != '\0' ? home : "/tmp") +
+         "/.local/state/deepbox/threads";
 }
 
 Result<std::pair<std::string, std::string>> ParseLabelFlag(std::string_view label) {
@@ -159,6 +176,12 @@ Status ResolveHostPaths(RunConfig& c, const std::optional<std::string>& home) {
     std::vector<std::string> out;
     if (!k.explicit_) {
       for (const auto& d : k.defaults) {
+        // The working directory's own (.deepagents/...): project files, read
+        // later beneath a directory fd and only once trusted (project_trust.h).
+        if (!d.starts_with("~")) {
+          (k.dir ? c.project_skills : c.project_memory) = true;
+          continue;
+        }
         std::string p = ExpandHome(d, home);
         std::error_code ec;
         if (p.empty()) continue;
@@ -224,6 +247,7 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
       auto s = Scalar<std::string>(v, name, key, "a string");
       if (!s) return tl::unexpected(s.error());
       *it->second = *s;
+      if (key == "pool") c.pool_explicit = true;
     } else if (key == "anthropic_base_url" || key == "openai_base_url") {
       auto s = Scalar<std::string>(v, name, key, "a string");
       if (!s) return tl::unexpected(s.error());
@@ -238,6 +262,13 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
       if (!n) return tl::unexpected(n.error());
       if (*n <= 0) return tl::unexpected(KeyError(name, key, "must be > 0"));
       c.ready_timeout_seconds = *n;
+    } else if (key == "model_idle_timeout") {
+      auto n = Scalar<double>(v, name, key, "a number of seconds");
+      if (!n) return tl::unexpected(n.error());
+      if (!(*n > 0) || *n > 86400) {
+        return tl::unexpected(KeyError(name, key, "must be > 0 and at most 86400 seconds"));
+      }
+      c.model_idle_timeout_seconds = *n;
     } else if (key == "max_steps") {
       auto n = Scalar<int>(v, name, key, "a number");
       if (!n) return tl::unexpected(n.error());
@@ -288,7 +319,8 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
                    "unknown setting (known: sandbox, model, approve, labels, ttl, keep_sandbox, "
                    "max_steps, color, pool, network, memory, max_processes, cpus, disk, "
                    "namespace, warm_pool, context, kubeconfig, router_url, router_token, "
-                   "ready_timeout, record, threads_dir, system_prompt, anthropic_base_url, "
+                   "ready_timeout, record, threads_dir, model_idle_timeout, system_prompt, "
+                   "anthropic_base_url, "
                    "openai_base_url, skills, memory_files)"));
     }
   }
@@ -334,6 +366,17 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     c.ready_timeout_seconds = n;
   }
   if (auto v = get("DEEPBOX_THREADS_DIR")) c.threads_dir = *v;
+  if (auto v = get("DEEPBOX_MODEL_IDLE_TIMEOUT")) {
+    double n = 0;
+    auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+    if (ec != std::errc() || end != v->data() + v->size() || !(n > 0) || n > 86400) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("DEEPBOX_MODEL_IDLE_TIMEOUT={}: expected a number of seconds "
+                                   "> 0 (at most 86400)",
+                                   *v));
+    }
+    c.model_idle_timeout_seconds = n;
+  }
   if (get("KUBECONFIG")) c.kubeconfig.clear();  // the variable wins over the file
   if (get("NO_COLOR")) c.color = false;
   if (get("ANTHROPIC_BASE_URL")) c.anthropic_base_url.reset();
@@ -346,6 +389,7 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   set(c.model, flags.model);
   set(c.approve, flags.approve);
   set(c.pool, flags.pool);
+  if (flags.pool) c.pool_explicit = true;
   set(c.network, flags.network);
   set(c.namespace_name, flags.namespace_name);
   set(c.warm_pool, flags.warm_pool);
@@ -373,6 +417,14 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
       return MakeError(ErrorCode::kInvalidArgument, "--ready-timeout: must be > 0 seconds");
     }
     c.ready_timeout_seconds = *flags.ready_timeout_seconds;
+  }
+  if (flags.model_idle_timeout_seconds) {
+    double n = *flags.model_idle_timeout_seconds;
+    if (!(n > 0) || n > 86400) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "--model-idle-timeout: give seconds > 0 (at most 86400)");
+    }
+    c.model_idle_timeout_seconds = n;
   }
   if (flags.max_steps) {
     if (*flags.max_steps <= 0) {
@@ -422,6 +474,7 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
                                  agent::kThreadIdRules));
   }
   if (auto st = ResolveHostPaths(c, get("HOME")); !st) return tl::unexpected(st.error());
+  if (c.threads_dir.empty()) c.threads_dir = DefaultThreadsDir(env);
   // Validation.
   if (auto st = OneOf("--sandbox", c.sandbox, {"local", "k8s"}); !st)
     return tl::unexpected(st.error());

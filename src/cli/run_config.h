@@ -44,6 +44,7 @@ struct RunFlags {
   std::optional<int64_t> ready_timeout_seconds;
   std::optional<std::string> record_path;
   std::optional<std::string> threads_dir;
+  std::optional<double> model_idle_timeout_seconds;
   std::optional<std::string> system_prompt;
   std::optional<std::string> task;
   std::vector<std::string> skills;        // host directories ("none" = no skills)
@@ -58,6 +59,13 @@ inline constexpr const char* kDefaultWarmPool = "deepagents-warmpool";
 inline constexpr int64_t kDefaultTtlSeconds = 3600;
 inline constexpr int kDefaultMaxSteps = 1000;
 inline constexpr int64_t kDefaultReadyTimeoutSeconds = 180;  // the upstream SDK's
+// Longest silence on a model stream before the attempt is given up (and
+// retried). Both APIs keep a live stream busy: Anthropic sends `ping` events
+// between content, OpenAI-compatible servers stream tokens as they come, so 90
+// s with no byte at all is a stalled connection or server; five minutes (the
+// old value) times six attempts left a run silent for half an hour. A
+// reasoning model that thinks silently for longer needs a larger value.
+inline constexpr double kDefaultModelIdleTimeoutSeconds = 90;
 
 // The effective settings.
 struct RunConfig {
@@ -72,7 +80,8 @@ struct RunConfig {
   bool color = true;  // allowed (NO_COLOR / --no-color / config); a TTY is still required
   int max_steps = kDefaultMaxSteps;
   std::string pool = "default";
-  std::string network;  // "" = the host's default
+  bool pool_explicit = false;  // --pool or the config file's pool: it must exist
+  std::string network;         // "" = the host's default
   // Local sandboxes' limits: safe defaults, overridden by the config file's
   // memory/max_processes/cpus/disk and the flags of the same names.
   local::lifecycle::SandboxLimits limits = local::lifecycle::DefaultSandboxLimits();
@@ -85,7 +94,8 @@ struct RunConfig {
   std::string router_token;  // "" = no Authorization header to the router
   int64_t ready_timeout_seconds = kDefaultReadyTimeoutSeconds;  // k8s: claim -> Ready bound
   std::string record_path;
-  std::string threads_dir;  // "" = the thread store's default
+  std::string threads_dir;  // "" = DefaultThreadsDir()
+  double model_idle_timeout_seconds = kDefaultModelIdleTimeoutSeconds;
   std::string system_prompt;
   // Model endpoints from the config file, used when the environment has none.
   std::optional<std::string> anthropic_base_url;
@@ -100,6 +110,12 @@ struct RunConfig {
   std::vector<std::string> memory_files;
   bool skills_explicit = false;  // set by a flag or the config file (no defaults then)
   bool memory_explicit = false;
+  // Without them: the working directory's .deepagents/skills and
+  // .deepagents/AGENTS.md are wanted too. They are not in the lists above:
+  // they are project files, read without following symlinks and used only
+  // once the user trusted them (project_trust.h).
+  bool project_skills = false;
+  bool project_memory = false;
   std::string sandbox_id;  // "" = claim a new sandbox
   // MCP servers (src/agent/mcp_config.h): the default .mcp.json files plus
   // these, unless no_mcp.
@@ -108,7 +124,8 @@ struct RunConfig {
 };
 
 // deepagents' locations (~ is $HOME; relative paths are the current
-// directory's project): user level first, then the project's, which wins.
+// directory's project, see RunConfig::project_skills): user level first, then
+// the project's, which wins.
 inline constexpr const char* kDefaultSkillsDirs[] = {"~/.deepagents/agent/skills",
                                                      ".deepagents/skills"};
 inline constexpr const char* kDefaultMemoryFiles[] = {"~/.deepagents/agent/AGENTS.md",
@@ -123,6 +140,13 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env =
 
 // Parses a config file's text (YAML; JSON is accepted as YAML) into `config`.
 Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& config);
+
+// Where threads go without --threads-dir / DEEPBOX_THREADS_DIR / threads_dir:
+// $DEEPBOX_STATE_DIR/threads when DEEPBOX_STATE_DIR is set (a user who moves
+// deepbox's state elsewhere, e.g. to isolate a session, expects the threads to
+// move with it), else $XDG_STATE_HOME/deepbox/threads, else
+// ~/.local/state/deepbox/threads.
+std::string DefaultThreadsDir(const EnvLookup& env = ProcessEnv());
 
 // K=V -> (K, V), with the local provider's label rules.
 Result<std::pair<std::string, std::string>> ParseLabelFlag(std::string_view label);

@@ -303,6 +303,98 @@ TEST(RunConfigTest, SkillsAndMemoryDefaultsFlagsAndConfig) {
   std::filesystem::remove_all(home);
 }
 
+// Issue 21 M7: the working directory's .deepagents/ is a project file, never
+// among the host paths read by path (those follow symlinks): it is read by
+// ReadProjectInputs, beneath a directory fd, once trusted.
+TEST(RunConfigTest, ProjectSkillsAndMemoryAreNotReadByPath) {
+  char tmpl[] = "/tmp/deepbox-run-proj-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::filesystem::path proj = tmpl;
+  std::filesystem::create_directories(proj / ".deepagents/skills/s");
+  std::ofstream(proj / ".deepagents/AGENTS.md") << "memory\n";
+  auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(proj);
+  auto c = ResolveRunConfig({}, FakeEnv({{"HOME", "/nonexistent-home"}}));
+  std::filesystem::current_path(cwd);
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_TRUE(c->skills_dirs.empty());
+  EXPECT_TRUE(c->memory_files.empty());
+  EXPECT_TRUE(c->project_skills);
+  EXPECT_TRUE(c->project_memory);
+  // Given explicitly, they are the user's own choice: read as given.
+  RunFlags flags;
+  flags.skills = {(proj / ".deepagents/skills").string()};
+  flags.memory_files = {(proj / ".deepagents/AGENTS.md").string()};
+  c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->skills_dirs.size(), 1u);
+  EXPECT_EQ(c->memory_files.size(), 1u);
+  EXPECT_FALSE(c->project_skills);
+  EXPECT_FALSE(c->project_memory);
+  std::filesystem::remove_all(proj);
+}
+
+// Issue 29 L6: the model stream's idle timeout is a flag, a variable and a key.
+TEST(RunConfigTest, ModelIdleTimeout) {
+  auto c = ResolveRunConfig({}, FakeEnv({}));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->model_idle_timeout_seconds, 90);
+  EXPECT_LT(c->model_idle_timeout_seconds, 300);
+  c = ResolveRunConfig({}, FakeEnv({{"DEEPBOX_MODEL_IDLE_TIMEOUT", "12.5"}}));
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->model_idle_timeout_seconds, 12.5);
+  RunFlags flags;
+  flags.model_idle_timeout_seconds = 3;
+  c = ResolveRunConfig(flags, FakeEnv({{"DEEPBOX_MODEL_IDLE_TIMEOUT", "12.5"}}));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->model_idle_timeout_seconds, 3);
+  flags.model_idle_timeout_seconds = 0;
+  c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_FALSE(c.has_value());
+  EXPECT_THAT(c.error().message, HasSubstr("--model-idle-timeout"));
+  c = ResolveRunConfig({}, FakeEnv({{"DEEPBOX_MODEL_IDLE_TIMEOUT", "90s"}}));
+  ASSERT_FALSE(c.has_value());
+  EXPECT_THAT(c.error().message, HasSubstr("DEEPBOX_MODEL_IDLE_TIMEOUT=90s"));
+  std::string file = WriteTemp("model_idle_timeout: 45\n");
+  RunFlags from_file;
+  from_file.config_file = file;
+  c = ResolveRunConfig(from_file, FakeEnv({}));
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->model_idle_timeout_seconds, 45);
+  std::remove(file.c_str());
+  EXPECT_THAT(kRunEnvironmentHelp, HasSubstr("DEEPBOX_MODEL_IDLE_TIMEOUT"));
+}
+
+// Issue 29 L12: threads follow DEEPBOX_STATE_DIR unless DEEPBOX_THREADS_DIR is
+// set; the help says where they go.
+TEST(RunConfigTest, ThreadsDirFollowsTheStateDir) {
+  EXPECT_EQ(DefaultThreadsDir(FakeEnv({{"HOME", "/h"}})), "/h/.local/state/deepbox/threads");
+  EXPECT_EQ(DefaultThreadsDir(FakeEnv({{"HOME", "/h"}, {"XDG_STATE_HOME", "/x"}})),
+            "/x/deepbox/threads");
+  EXPECT_EQ(DefaultThreadsDir(FakeEnv({{"HOME", "/h"}, {"DEEPBOX_STATE_DIR", "/s"}})),
+            "/s/threads");
+  EXPECT_EQ(
+      DefaultThreadsDir(FakeEnv({{"DEEPBOX_STATE_DIR", "/s"}, {"DEEPBOX_THREADS_DIR", "/t"}})),
+      "/t");
+  auto c = ResolveRunConfig({}, FakeEnv({{"DEEPBOX_STATE_DIR", "/s"}}));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->threads_dir, "/s/threads");
+  EXPECT_THAT(kRunEnvironmentHelp, HasSubstr("DEEPBOX_THREADS_DIR"));
+  EXPECT_THAT(kRunEnvironmentHelp, HasSubstr("~/.local/state/deepbox/threads"));
+  EXPECT_THAT(kRunEnvironmentHelp, HasSubstr("$DEEPBOX_STATE_DIR/threads"));
+}
+
+TEST(RunConfigTest, PoolGivenIsExplicit) {
+  auto c = ResolveRunConfig({}, FakeEnv({}));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_FALSE(c->pool_explicit);
+  RunFlags flags;
+  flags.pool = "mine";
+  c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_TRUE(c.has_value());
+  EXPECT_TRUE(c->pool_explicit);
+}
+
 TEST(RunConfigTest, TaskAndThreadAreCheckedUpFront) {
   RunFlags flags;
   flags.task = " \n ";

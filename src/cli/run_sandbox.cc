@@ -6,6 +6,7 @@
 #include <thread>
 #include <utility>
 
+#include "cli/provider_util.h"
 #include "local/lifecycle/provider.h"
 #ifdef DEEPBOX_HAVE_K8S
 #include "k8s/claim.h"
@@ -49,6 +50,10 @@ Result<RunProvider> MakeLocal(const RunConfig& config) {
   o.limits = config.limits;
   auto provider = local::lifecycle::LocalSandboxProvider::Create(o);
   if (!provider) return tl::unexpected(provider.error());
+  if (config.pool_explicit) {
+    if (auto st = cli::CheckPoolExists(**provider, config.pool); !st)
+      return tl::unexpected(st.error());
+  }
   // A second handle for the signal thread and the probe: independent of the
   // lease's (a provider is cheap: the state directory and two paths).
   auto side = local::lifecycle::LocalSandboxProvider::Create(o);

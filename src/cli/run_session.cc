@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,6 +23,7 @@
 #include "agent/model/replay.h"
 #include "agent/text.h"
 #include "agent/thread_store.h"
+#include "cli/project_trust.h"
 #include "cli/run_agent_files.h"
 #include "cli/run_exit_codes.h"
 #include "cli/run_prompt.h"
@@ -150,11 +152,87 @@ class Session {
     return kRunExitInterrupted;
   }
 
+  // The working directory's project files that may be used: those the user
+  // trusted (asked now on a terminal, or earlier for the same contents);
+  // none without a terminal (one notice says what was ignored and how to use
+  // it). nullopt: interrupted while asking.
+  std::optional<ProjectInputs> TrustedProjectInputs(LineReader& reader, bool stdin_tty);
+
   RunConfig config_;
   RunUi& ui_;
   SignalWatcher& watcher_;
   Shared& shared_;
 };
+
+#ifdef DEEPBOX_HAVE_MCP
+// Whether `file` (given with --mcp-config) is the working directory's .mcp.json.
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat sa {
+  }, sb{};
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+#endif
+
+std::optional<ProjectInputs> Session::TrustedProjectInputs(LineReader& reader, bool stdin_tty) {
+  ProjectInputs none;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof cwd) == nullptr) return none;
+  none.dir = cwd;
+  bool want_mcp = false;
+#ifdef DEEPBOX_HAVE_MCP
+  want_mcp = !config_.no_mcp;
+  for (const auto& f : config_.mcp_configs) {
+    if (SameFile(f, none.dir + "/.mcp.json")) want_mcp = false;  // named: used as given
+  }
+#endif
+  auto read = ReadProjectInputs(none.dir, want_mcp, config_.project_memory, config_.project_skills);
+  if (!read) {
+    ui_.Notice("not using this directory's project files: " + read.error().message);
+    return none;
+  }
+  for (const auto& r : read->refused) ui_.Notice(r);
+  if (read->empty()) return none;
+  const std::string hash = read->Hash();
+  TrustStore store(DefaultTrustDir());
+  const bool can_ask = stdin_tty && isatty(STDERR_FILENO) == 1 && !config_.json;
+  std::vector<std::string> lines = read->Describe();
+  if (can_ask && store.IsTrusted(read->dir, hash)) return std::move(*read);
+  if (can_ask) {
+    std::string q = "deepbox: this directory has project files that deepbox run would use:\n";
+    for (const auto& l : lines) q += "  " + l + "\n";
+    q += "Trust them only if you wrote or reviewed them: a cloned repository or a directory "
+         "copied out of a sandbox can run any program here through .mcp.json.\n"
+         "Use them (and remember this answer until they change)? [y/N] ";
+    WriteAll(STDERR_FILENO, q);
+    auto answer = reader.ReadLine();
+    if (!answer) {
+      WriteAll(STDERR_FILENO, "\n");
+      if (reader.interrupted()) return std::nullopt;
+      answer = "";
+    }
+    std::string a(agent::Trim(*answer));
+    if (a == "y" || a == "Y" || a == "yes" || a == "YES" || a == "Yes") {
+      if (auto st = store.Trust(read->dir, hash); !st) {
+        ui_.Notice("could not record the decision (you will be asked again): " +
+                   st.error().message);
+      }
+      return std::move(*read);
+    }
+    ui_.Notice("not using this directory's project files (you will be asked again next time)");
+    return none;
+  }
+  std::string what;
+  for (const auto& l : lines) {
+    if (l.starts_with("    ")) continue;  // a server of .mcp.json
+    what += (what.empty() ? "" : "; ") + l.substr(0, l.find(": "));
+  }
+  ui_.Notice("ignoring this directory's project files (" + what +
+             "): without a terminal to ask on, deepbox run uses a project's files only when named "
+             "(--mcp-config ./.mcp.json, --memory-file ./.deepagents/AGENTS.md, --skills "
+             "./.deepagents/skills); on a terminal it asks once and remembers the answer");
+  return none;
+}
 
 int Session::Run(RunSummary& summary) {
   // 1. The model: a missing API key or an unreadable replay file fails here,
@@ -171,6 +249,8 @@ int Session::Run(RunSummary& summary) {
   agent::ModelConfig mc;
   if (config_.anthropic_base_url) mc.anthropic_base_url = config_.anthropic_base_url;
   if (config_.openai_base_url) mc.openai_base_url = config_.openai_base_url;
+  mc.read_idle_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(config_.model_idle_timeout_seconds * 1000));
   mc.record_path = config_.record_path;
   if (!config_.record_path.empty()) {
     mc.record_description = fmt::format("Recorded by `deepbox run` from {}", config_.model);
@@ -249,7 +329,7 @@ int Session::Run(RunSummary& summary) {
   LineReader tty_reader(tty_fd ? tty_fd.get() : -1, shared_.cancel_fd.get());
   // Where the thread goes, checked before a sandbox is claimed.
   auto thread_store = std::make_shared<agent::ThreadStore>(
-      config_.threads_dir.empty() ? agent::ThreadStore::DefaultDir() : config_.threads_dir);
+      config_.threads_dir.empty() ? DefaultThreadsDir() : config_.threads_dir);
   if (auto st = CheckThreadsDir(thread_store->dir()); !st) {
     return Fail(summary, kRunExitUsage, st.error(), "--threads-dir: ");
   }
@@ -259,16 +339,27 @@ int Session::Run(RunSummary& summary) {
       return Fail(summary, kRunExitUsage, loaded.error(), "--thread: ");
     }
   }
+  // Project files of the working directory (.mcp.json, .deepagents/): used
+  // only once the user trusted exactly these contents (project_trust.h).
+  auto project = TrustedProjectInputs(stdin_reader, stdin_tty);
+  if (!project) return Interrupted(summary);
   // Skills and memory files are read from this machine now, copied into the
   // sandbox once it is there.
   auto agent_files = ReadAgentFiles(config_.skills_dirs, config_.memory_files);
   if (!agent_files) return Fail(summary, kRunExitUsage, agent_files.error());
+  if (project->skills) agent_files->skills.push_back(std::move(*project->skills));
+  if (project->memory) agent_files->memory.push_back(std::move(*project->memory));
   const bool stdout_tty = isatty(STDOUT_FILENO) == 1;
 
   // 3. The sandbox.
   const std::string run_id = agent::RandomHex(12);
   auto provider = MakeRunProvider(config_, run_id);
-  if (!provider) return Fail(summary, kRunExitSandbox, provider.error());
+  if (!provider) {
+    // A --pool that names no pool is a usage error (CheckPoolExists).
+    const bool bad_pool = provider.error().code == ErrorCode::kInvalidArgument &&
+                          provider.error().message.starts_with("--pool ");
+    return Fail(summary, bad_pool ? kRunExitUsage : kRunExitSandbox, provider.error());
+  }
   summary.provider = provider->provider->name();
   const bool attached = !config_.sandbox_id.empty();
   if (attached && !provider->attach) {
@@ -404,10 +495,10 @@ int Session::Run(RunSummary& summary) {
   // that cannot start is a notice, not the end of the run.
   std::shared_ptr<agent::McpToolset> mcp_tools;
   if (!config_.no_mcp) {
-    char cwd[4096];
-    std::string project = getcwd(cwd, sizeof cwd) != nullptr ? std::string(cwd) : ".";
-    auto set = agent::LoadMcpConfigs(agent::DefaultMcpConfigPaths(project), config_.mcp_configs,
-                                     agent::McpProcessEnv());
+    std::vector<agent::McpConfigText> project_mcp;
+    if (project->mcp_json) project_mcp.push_back({project->dir + "/.mcp.json", *project->mcp_json});
+    auto set = agent::LoadMcpConfigs(agent::DefaultMcpConfigPaths(), project_mcp,
+                                     config_.mcp_configs, agent::McpProcessEnv());
     if (!set) {
       int code = Fail(summary, kRunExitUsage, set.error(), "MCP configuration: ");
       release();
@@ -576,6 +667,10 @@ int RunAgentCommand(const RunFlags& flags) {
   if (!uo.json && isatty(STDOUT_FILENO) != 1) uo.out_fd = STDERR_FILENO;
   uo.color = !uo.json && ColorWanted(config ? config->color : !flags.no_color, uo.out_fd);
   uo.spinner = !uo.json && isatty(STDERR_FILENO) == 1;
+  if (config) {
+    uo.model_idle_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(config->model_idle_timeout_seconds * 1000));
+  }
   RunUi ui(uo);
   RunSummary summary;
   if (!config) {

@@ -8,6 +8,7 @@
 
 #include "agent/text.h"
 #include "agent/thread_store.h"
+#include "cli/run_config.h"
 #include "cli/run_exit_codes.h"
 #include "common/json.h"
 #include "common/terminal_text.h"
@@ -28,10 +29,8 @@ int ThreadsListCommand(const ThreadsFlags& flags) {
   std::string dir;
   if (flags.threads_dir) {
     dir = *flags.threads_dir;
-  } else if (const char* env = std::getenv("DEEPBOX_THREADS_DIR"); env && *env) {
-    dir = env;
   } else {
-    dir = agent::ThreadStore::DefaultDir();
+    dir = DefaultThreadsDir();  // DEEPBOX_THREADS_DIR, DEEPBOX_STATE_DIR/threads, XDG, ~
   }
   agent::ThreadStore store(dir);
   auto list = store.List();

@@ -32,6 +32,7 @@ using agent::Decision;
 using agent::DecisionType;
 using agent::EventType;
 
+constexpr const char* kThinking = "Thinking";
 constexpr const char* kFrames[] = {"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"};
 constexpr const char* kBold = "1";
 constexpr const char* kDim = "2";
@@ -305,6 +306,16 @@ void RunUi::DrawSpinnerLocked() {
   }
   auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - start);
+  // The model has sent nothing for a while: say so (a stalled API or network
+  // looks like a long think otherwise), and when deepbox gives up on it.
+  if (label == kThinking && elapsed >= kModelWaitNotice) {
+    label = "Waiting for the model… (nothing received yet";
+    if (options_.model_idle_timeout.count() > 0) {
+      label += "; retried after " + FormatDuration(options_.model_idle_timeout) +
+               " of silence, --model-idle-timeout";
+    }
+    label += ")";
+  }
   std::string time = fmt::format("{:.1f}s", static_cast<double>(elapsed.count()) / 1000.0);
   size_t width = TerminalWidth(options_.err_fd);
   size_t room = width > time.size() + 6 ? width - time.size() - 6 : 10;
@@ -392,7 +403,7 @@ void RunUi::RunStarted(std::string_view task, const std::string& thread_id,
   std::lock_guard<std::mutex> lock(mu_);
   streamed_text_ = false;
   spinner_label_.clear();
-  SetSpinnerLocked("Thinking");
+  SetSpinnerLocked(kThinking);
   DrawSpinnerLocked();
 }
 
@@ -482,7 +493,7 @@ void RunUi::OnEvent(const AgentEvent& e) {
     case EventType::kToolCallEnd:
       running_.erase(e.tool_call_id);
       ToolEndLocked(e);
-      if (running_.empty()) SetSpinnerLocked("Thinking");
+      if (running_.empty()) SetSpinnerLocked(kThinking);
       break;
     case EventType::kToolOutput:
       if (auto it = running_.find(e.tool_call_id); it != running_.end()) {

@@ -37,7 +37,13 @@ struct UiOptions {
   bool spinner = false;  // a spinner on stderr (stderr is a terminal, not --json)
   int out_fd = 1;
   int err_fd = 2;
+  // The model's stream idle timeout (--model-idle-timeout), for the status
+  // shown while the model has sent nothing for kModelWaitNotice.
+  std::chrono::milliseconds model_idle_timeout{0};
 };
+
+// After this long without a token, "Thinking" becomes "Waiting for the model…".
+inline constexpr std::chrono::seconds kModelWaitNotice{5};
 
 // Colours when allowed (no NO_COLOR, no --no-color) and `fd` is a terminal.
 bool ColorWanted(bool allowed, int fd);

@@ -91,7 +91,11 @@ Result<std::unique_ptr<local::lifecycle::LocalSandboxProvider>> MakeProvider(
   auto limits = ResolveLimitFlags(flags.limits);
   if (!limits) return tl::unexpected(limits.error());
   o.limits = *limits;
-  return local::lifecycle::LocalSandboxProvider::Create(std::move(o));
+  auto provider = local::lifecycle::LocalSandboxProvider::Create(std::move(o));
+  if (provider && flags.pool_given) {
+    if (auto st = CheckPoolExists(**provider, flags.pool); !st) return tl::unexpected(st.error());
+  }
+  return provider;
 }
 
 int RunSandboxCreate(const SandboxCreateArgs& args) {

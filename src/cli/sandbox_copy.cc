@@ -452,6 +452,27 @@ Result<HostTarget> ResolveHostTarget(const std::string& dst, const std::string& 
 // `top` beneath its root). Members must be named `prefix`/... (the sandbox
 // path relative to the daemon's root): the one equal to `prefix` is the
 // directory itself.
+std::string JoinHostPath(const std::string& dir, const std::string& rel) {
+  if (dir.empty()) return rel;
+  return dir.back() == '/' ? dir + rel : dir + "/" + rel;
+}
+
+// Files `deepbox run` reads from the directory it runs in (a project's
+// .mcp.json and .deepagents/): a copy out of a sandbox that writes one says so.
+void NoteDeepboxFile(const std::vector<std::string>& rel, CopyStats& stats) {
+  std::string path;
+  for (const auto& c : rel) {
+    path = path.empty() ? c : path + "/" + c;
+    if (c == ".deepagents" || (c == ".mcp.json" && &c == &rel.back())) {
+      if (std::find(stats.deepbox_files.begin(), stats.deepbox_files.end(), path) ==
+          stats.deepbox_files.end()) {
+        stats.deepbox_files.push_back(path);
+      }
+      return;
+    }
+  }
+}
+
 Status ExtractUntrusted(const ArchiveApi& A, int fd, HostDestination& dest,
                         const std::vector<std::string>& top, const std::vector<std::string>& prefix,
                         CopyStats& stats) {
@@ -494,6 +515,7 @@ Status ExtractUntrusted(const ArchiveApi& A, int fd, HostDestination& dest,
     std::vector<std::string> rel(top);
     rel.insert(rel.end(), parts->begin() + static_cast<std::ptrdiff_t>(prefix.size()),
                parts->end());
+    NoteDeepboxFile(rel, stats);
     const auto type = A.archive_entry_filetype(e);
     const uint32_t perm = static_cast<uint32_t>(A.archive_entry_perm(e)) & 0777;
     if (A.archive_entry_hardlink(e) != nullptr) return hostile("hard link '" + Shown(name) + "'");
@@ -653,10 +675,9 @@ class TarProducer {
           if (n < 0) return MakeSyscallError("readlinkat", errno, Shown(where));
           target.resize(static_cast<size_t>(n));
           if (!LinkStaysInside(rel, target)) {
-            Skip(where, fmt::format("a symlink to {} outside the copied tree; the sandbox "
-                                    "keeps only links within it",
-                                    Shown(target))
-                            .c_str());
+            SkipBecause(where, fmt::format("a symlink to {}, outside the copied tree (only "
+                                           "links within it are copied)",
+                                           Shown(target)));
             continue;
           }
           if (auto s = AddSymlink(rel, target, st.st_mode & 0777); !s) return s;
@@ -715,8 +736,11 @@ class TarProducer {
   }
 
   void Skip(const std::string& where, const char* what) {
-    std::string line =
-        fmt::format("{} ({}: only files, directories and symlinks are copied)", Shown(where), what);
+    SkipBecause(where, fmt::format("{} (only files, directories and symlinks are copied)", what));
+  }
+  // One sentence: "skipping WHERE: WHY".
+  void SkipBecause(const std::string& where, const std::string& why) {
+    std::string line = fmt::format("{}: {}", Shown(where), why);
     if (warnings_ != nullptr) std::fprintf(warnings_, "deepbox: skipping %s\n", line.c_str());
     stats_.skipped.push_back(line);
   }
@@ -765,6 +789,22 @@ Result<std::string> CopyNameFromArgument(const std::string& src) {
 
 Result<CopyStats> SandboxCopier::FromSandbox(const std::string& sandbox_src,
                                              const std::string& host_dst) {
+  auto copied = FromSandboxQuietly(sandbox_src, host_dst);
+  if (copied && !copied->deepbox_files.empty() && warnings_ != nullptr) {
+    std::string list;
+    for (const auto& f : copied->deepbox_files) list += (list.empty() ? "" : ", ") + Shown(f);
+    std::fprintf(warnings_,
+                 "deepbox: note: this copy from the sandbox wrote %s, which `deepbox run` reads "
+                 "in the directory it runs in (MCP servers it would start on this machine, "
+                 "memory and skills for the model); a sandbox can plant them, so `deepbox run` "
+                 "uses them only after asking you\n",
+                 list.c_str());
+  }
+  return copied;
+}
+
+Result<CopyStats> SandboxCopier::FromSandboxQuietly(const std::string& sandbox_src,
+                                                    const std::string& host_dst) {
   auto name = CopyNameFromArgument(sandbox_src);
   if (!name) return tl::unexpected(name.error());
   auto info = client_.Stat(sandbox_src);
@@ -774,6 +814,7 @@ Result<CopyStats> SandboxCopier::FromSandbox(const std::string& sandbox_src,
   CopyStats stats;
   HostDestination dest(std::move(target->dir), target->dir_shown);
   const bool contents = target->name.empty();
+  if (!contents) NoteDeepboxFile({target->name}, stats);
   if (contents && !info->is_dir()) {
     return MakeError(ErrorCode::kNotDirectory,
                      fmt::format("{} is not a directory (DIR/. copies a directory's contents)",
@@ -791,6 +832,7 @@ Result<CopyStats> SandboxCopier::FromSandbox(const std::string& sandbox_src,
     if (auto s = file.Commit(); !s) return tl::unexpected(s.error());
     stats.files = 1;
     stats.bytes = file.bytes();
+    for (auto& f : stats.deepbox_files) f = JoinHostPath(target->dir_shown, f);
     return stats;
   }
   if (info->type == FileType::kSymlink) {
@@ -798,6 +840,7 @@ Result<CopyStats> SandboxCopier::FromSandbox(const std::string& sandbox_src,
       return tl::unexpected(s.error());
     }
     stats.symlinks = 1;
+    for (auto& f : stats.deepbox_files) f = JoinHostPath(target->dir_shown, f);
     return stats;
   }
   if (!info->is_dir()) {
@@ -885,6 +928,7 @@ Result<CopyStats> SandboxCopier::FromSandbox(const std::string& sandbox_src,
     dest.Rollback();
     return tl::unexpected(result.error());
   }
+  for (auto& f : stats.deepbox_files) f = JoinHostPath(target->dir_shown, f);
   return stats;
 }
 

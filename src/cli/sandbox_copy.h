@@ -34,6 +34,10 @@ struct CopyStats {
   uint64_t bytes = 0;
   // Host entries that cannot be copied (FIFOs, sockets, devices), as shown.
   std::vector<std::string> skipped;
+  // Out of a sandbox: what was written that `deepbox run` reads from the
+  // directory it runs in (.mcp.json files, .deepagents/ directories), as host
+  // paths; FromSandbox also says so on `warnings`.
+  std::vector<std::string> deepbox_files;
 };
 
 class SandboxCopier {
@@ -51,6 +55,7 @@ class SandboxCopier {
   Result<CopyStats> FromSandbox(const std::string& sandbox_src, const std::string& host_dst);
 
  private:
+  Result<CopyStats> FromSandboxQuietly(const std::string& sandbox_src, const std::string& host_dst);
   SandboxdClient& client_;
   std::FILE* warnings_;
 };

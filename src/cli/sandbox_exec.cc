@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,7 +29,9 @@
 #include "cli/commands.h"
 #include "cli/provider_util.h"
 #include "cli/sandbox_k8s.h"
+#include "common/terminal_text.h"
 #include "common/unique_fd.h"
+#include "local/lifecycle/provider.h"
 
 namespace deepbox::cli {
 namespace {
@@ -91,25 +94,54 @@ std::optional<TerminalSize> HostTerminalSize() {
   return std::nullopt;
 }
 
-// What runs beside ExecStream once the command has started: the stdin pump
-// (-i) and the signal thread (-t). Both wait on `stop_` too, so Stop() ends
+// How long a stopped exec waits for the command's `killed` exit after
+// /exec/cancel (the daemon sends SIGTERM at its next keepalive, at most 2 s
+// away, then SIGKILL after its grace): then deepbox exits anyway.
+constexpr int kCancelWaitMs = 10000;
+
+// Dies of `sig` (the shell sees 128+sig and, for SIGINT, stops a script as
+// it should), after giving the terminal back.
+[[noreturn]] void DieOf(int sig, RawTerminal* raw) {
+  if (raw != nullptr) raw->Restore();
+  ::signal(sig, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  ::raise(sig);
+  ::_exit(128 + sig);  // not reached
+}
+
+// What runs beside ExecStream: the stdin pump (-i, once the command has
+// started) and the signal thread. Both wait on `stop_` too, so Stop() ends
 // them whatever they wait for; a Write() in flight returns once the command
 // has ended, which it has when ExecStream returns.
+//
+// Signals: with -t, SIGWINCH resizes the sandbox's terminal and a stop signal
+// ends deepbox (the daemon kills a session's command when its stream closes).
+// Without -t, SIGINT, SIGTERM and SIGHUP stop the command in the sandbox, as
+// `docker exec` does: /exec/cancel for its exec id (SIGTERM, then SIGKILL
+// after the daemon's grace), the stream read on to the `killed` exit (or for
+// kCancelWaitMs at most), then deepbox dies of the signal (130, 143, 129). A
+// second signal does not wait.
 class Session {
  public:
-  Session(bool pump_stdin, bool watch_signals, RawTerminal* raw)
-      : pump_stdin_(pump_stdin), watch_signals_(watch_signals), raw_(raw) {}
+  Session(bool pump_stdin, bool tty, RawTerminal* raw)
+      : pump_stdin_(pump_stdin), tty_(tty), raw_(raw) {}
   ~Session() { Stop(); }
 
-  // Before ExecStream (and before any thread exists, so that every thread
-  // inherits the mask): the signals the signal thread takes.
+  // Before anything that may start a thread (so that every thread inherits
+  // the mask): the signals the signal thread takes.
   Status Prepare() {
     stop_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!stop_) return MakeSyscallError("eventfd", errno);
-    if (!watch_signals_) return {};
     sigset_t set;
     sigemptyset(&set);
-    for (int sig : {SIGWINCH, SIGTERM, SIGHUP, SIGINT, SIGQUIT}) sigaddset(&set, sig);
+    for (int sig : {SIGTERM, SIGHUP, SIGINT}) sigaddset(&set, sig);
+    if (tty_) {
+      sigaddset(&set, SIGWINCH);
+      sigaddset(&set, SIGQUIT);
+    }
     if (int rc = pthread_sigmask(SIG_BLOCK, &set, &old_mask_); rc != 0) {
       return MakeSyscallError("pthread_sigmask", rc);
     }
@@ -119,16 +151,35 @@ class Session {
     return {};
   }
 
-  // on_started: the command runs.
+  // The sandbox is reached: without -t, stop signals are taken from here on
+  // (one before the command was sent ends deepbox at once).
+  void Connected(SandboxdClient* client) {
+    client_ = client;
+    if (!tty_) signal_thread_ = std::thread([this] { WatchSignals(); });
+  }
+  // ExecRequest::on_exec_id.
+  void Named(const std::string& exec_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    exec_id_ = exec_id;
+    named_ = true;
+  }
+
+  // on_started: the command runs (stdin_stream requests only).
   void Started(ExecInput& input) {
     input_ = &input;
     if (pump_stdin_) pump_ = std::thread([this] { Pump(); });
-    if (watch_signals_) {
+    if (tty_) {
       // A resize between our size query and now would be lost: send the size once more.
       if (auto size = HostTerminalSize()) (void)input.Resize(*size);
       signal_thread_ = std::thread([this] { WatchSignals(); });
     }
   }
+
+  // For on_output: false once a stop signal could not be passed on by id
+  // (closing the stream then stops the command).
+  bool abandoned() const { return abandon_.load(); }
+  // The stop signal that arrived (0 = none).
+  int stop_signal() const { return stop_signal_.load(); }
 
   void Stop() {
     if (stop_) {
@@ -173,10 +224,13 @@ class Session {
   void WatchSignals() {
     for (;;) {
       pollfd fds[2] = {{signals_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
-      if (::poll(fds, 2, -1) < 0) {
+      const int first = stop_signal_.load();
+      int rc = ::poll(fds, 2, first != 0 ? kCancelWaitMs : -1);
+      if (rc < 0) {
         if (errno == EINTR) continue;
         return;
       }
+      if (rc == 0) DieOf(first, raw_);  // the command did not end in time
       if (fds[1].revents != 0) return;
       signalfd_siginfo info{};
       if (::read(signals_.get(), &info, sizeof info) != static_cast<ssize_t>(sizeof info)) {
@@ -184,33 +238,103 @@ class Session {
       }
       const int sig = static_cast<int>(info.ssi_signo);
       if (sig == SIGWINCH) {
-        if (auto size = HostTerminalSize()) (void)input_->Resize(*size);
+        if (input_ != nullptr) {
+          if (auto size = HostTerminalSize()) (void)input_->Resize(*size);
+        }
         continue;
       }
-      // Asked to stop: give the terminal back, then die of the signal. The
-      // daemon sees the connection close and kills the command.
-      if (raw_ != nullptr) raw_->Restore();
-      ::signal(sig, SIG_DFL);
-      sigset_t one;
-      sigemptyset(&one);
-      sigaddset(&one, sig);
-      pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
-      ::raise(sig);
-      ::_exit(128 + sig);  // not reached
+      // -t: give the terminal back, then die of the signal; the daemon sees
+      // the connection close and kills the command. A second signal: the same.
+      if (tty_ || first != 0) DieOf(sig, raw_);
+      std::string id;
+      bool named = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        id = exec_id_;
+        named = named_;
+      }
+      if (!named) DieOf(sig, raw_);  // nothing was sent yet: nothing runs
+      stop_signal_.store(sig);
+      std::fprintf(stderr, "deepbox: %s: stopping the command in the sandbox\n",
+                   sig == SIGINT    ? "interrupted"
+                   : sig == SIGTERM ? "terminated"
+                                    : "hung up");
+      // Without an id (an older daemon), or before the daemon knew it, the
+      // stream is closed instead at its next event, which stops the command.
+      if (id.empty() || client_ == nullptr || !client_->CancelExec(id)) abandon_.store(true);
     }
   }
 
   const bool pump_stdin_;
-  const bool watch_signals_;
+  const bool tty_;
   RawTerminal* raw_;
+  SandboxdClient* client_ = nullptr;
   ExecInput* input_ = nullptr;
   UniqueFd stop_;
   UniqueFd signals_;
   sigset_t old_mask_{};
   bool masked_ = false;
+  std::mutex mu_;
+  std::string exec_id_;
+  bool named_ = false;
+  std::atomic<bool> abandon_{false};
+  std::atomic<int> stop_signal_{0};
   std::thread pump_;
   std::thread signal_thread_;
 };
+
+// The daemon's socket refused a connection, or is not there: the daemon
+// died (or is being restarted), whatever the supervisor's record says yet.
+bool DaemonSocketDead(const Error& e) {
+  return e.message.find("connect(") != std::string::npos &&
+         (e.message.find("ECONNREFUSED") != std::string::npos ||
+          e.message.find("(ENOENT)") != std::string::npos);
+}
+
+// After the daemon's socket went dead: the supervisor deletes the sandbox
+// (and records why) within moments, or restarts its daemon. The provider's
+// answer once it knows: the "is gone" error, or nullopt if the daemon
+// answers again (or nothing was decided within a bound).
+std::optional<Error> WaitUntilGone(local::lifecycle::LocalSandboxProvider& provider,
+                                   const std::string& id) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto meta = provider.Get(id);
+    if (!meta && meta.error().code == ErrorCode::kNotFound) return meta.error();
+    if (meta) {
+      auto client = provider.Connect(*meta);
+      if (client) return std::nullopt;
+      if (!DaemonSocketDead(client.error())) return std::nullopt;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return std::nullopt;
+}
+
+// A sandbox that went away: exit 3 (NOT_FOUND) with its reason on one line
+// (a tombstone's detail can end in a daemon's last stderr lines).
+int SayGone(const Error& gone) {
+  std::string line;
+  bool space = false;
+  for (char c : gone.message) {
+    if (c == '\n' || c == '\r') {
+      space = true;
+      continue;
+    }
+    if (space) {
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      // "...detected\n (at ...)": the line break ends a sentence of the tail.
+      if (!line.empty() && c != ' ' && c != '(') line += ';';
+      if (!line.empty()) line += ' ';
+      space = false;
+      if (c == ' ') continue;
+    }
+    if (c == ' ' && !line.empty() && line.back() == ' ') continue;
+    line += c;
+  }
+  return Say(gone.code == ErrorCode::kNotFound ? kExitNotFound : kExecDeepboxFailed,
+             SanitizeLineForTerminal(line));
+}
 
 std::string ReadAllStdin() {
   std::string data;
@@ -253,14 +377,20 @@ int RunSandboxExec(const SandboxExecArgs& args) {
                "pipe stdin into the command)");
   }
 
+  RawTerminal raw;
+  const bool raw_mode = args.tty && args.interactive && stdin_tty;
+  Session session(/*pump_stdin=*/args.interactive, /*tty=*/args.tty, raw_mode ? &raw : nullptr);
+  // Before the connection (a k8s port-forward starts threads): signals go to
+  // the signal thread, never to a default action in another thread.
+  if (auto st = session.Prepare(); !st) return Say(kExecDeepboxFailed, st.error().message);
+
   // The sandbox: a local one, or a Kubernetes claim (NAMESPACE/CLAIM,
   // sandbox_k8s.h); from here on both are a daemon client.
   ShellSandbox shell;
+  std::shared_ptr<local::lifecycle::LocalSandboxProvider> local_provider;
   auto connect_failed = [](const Error& e) {
-    return Say(e.code == ErrorCode::kNotFound          ? kExitNotFound
-               : e.code == ErrorCode::kInvalidArgument ? kExitUsage
-                                                       : kExecDeepboxFailed,
-               e.message);
+    if (e.code == ErrorCode::kNotFound) return SayGone(e);
+    return Say(e.code == ErrorCode::kInvalidArgument ? kExitUsage : kExecDeepboxFailed, e.message);
   };
   if (IsK8sSandboxId(args.id)) {
     auto k8s = ConnectK8sSandbox(args.id);
@@ -269,18 +399,28 @@ int RunSandboxExec(const SandboxExecArgs& args) {
   } else {
     auto provider = MakeProvider(ProviderFlags{});
     if (!provider) return Say(kExecDeepboxFailed, provider.error().message);
-    auto client = (*provider)->Connect(args.id);
-    if (!client) return connect_failed(client.error());
-    shell.client = std::move(*client);
     std::shared_ptr<local::lifecycle::LocalSandboxProvider> local(std::move(*provider));
+    auto client = local->Connect(args.id);
+    if (!client) {
+      // A daemon that just died: its socket refuses (or is gone) while its
+      // supervisor has not yet recorded why. Ask the provider, briefly.
+      if (DaemonSocketDead(client.error())) {
+        if (auto gone = WaitUntilGone(*local, args.id)) return SayGone(*gone);
+        client = local->Connect(args.id);  // up again (its supervisor restarted it)
+      }
+      if (!client) return connect_failed(client.error());
+    }
+    shell.client = std::move(*client);
     shell.why_gone = [local, id = args.id]() -> std::optional<Error> {
       auto meta = local->Get(id);
       // A daemon restarting or broken: the request's own error says so.
       if (!meta && meta.error().code != ErrorCode::kUnavailable) return meta.error();
       return std::nullopt;
     };
+    local_provider = local;
   }
   auto& client = shell.client;
+  session.Connected(client.get());
 
   // A terminal also needs the session (for resizes) without -i.
   req.stdin_stream = args.interactive || args.tty;
@@ -290,16 +430,13 @@ int RunSandboxExec(const SandboxExecArgs& args) {
     const char* term = std::getenv("TERM");
     if (term != nullptr && *term != '\0' && !req.env.contains("TERM")) req.env["TERM"] = term;
   }
-  RawTerminal raw;
-  const bool raw_mode = args.tty && args.interactive && stdin_tty;
-  Session session(/*pump_stdin=*/args.interactive, /*watch_signals=*/args.tty,
-                  raw_mode ? &raw : nullptr);
-  if (auto st = session.Prepare(); !st) return Say(kExecDeepboxFailed, st.error().message);
   req.on_started = [&](ExecInput& input) { session.Started(input); };
+  req.on_exec_id = [&](const std::string& id) { session.Named(id); };
 
   bool output_closed = false;
   int write_errno = 0;
   auto on_output = [&](OutputStream s, std::string_view data) {
+    if (session.abandoned()) return false;  // a stop signal: the stream closes
     if (data.empty()) {
       // A keepalive: a silent command's reader may have left meanwhile (a
       // pipe whose read end is closed polls POLLERR).
@@ -325,6 +462,9 @@ int RunSandboxExec(const SandboxExecArgs& args) {
   auto result = client->ExecStream(req, on_output);
   session.Stop();
   raw.Restore();
+  // Stopped by a signal: the command was stopped with it (its `killed` exit
+  // arrived, or the stream was closed); deepbox dies of the same signal.
+  if (int sig = session.stop_signal(); sig != 0) DieOf(sig, nullptr);
   if (!result && result.error().code == ErrorCode::kUnimplemented && !args.tty) {
     // An older daemon cannot stream stdin: read it all, then run (the
     // command has not started).
@@ -340,9 +480,10 @@ int RunSandboxExec(const SandboxExecArgs& args) {
                                                  SyscallError("write", write_errno).message));
     }
     // The sandbox may have expired or been deleted while the command ran.
-    if (auto gone = shell.why_gone ? shell.why_gone() : std::nullopt) {
-      return Say(gone->code == ErrorCode::kNotFound ? kExitNotFound : kExecDeepboxFailed,
-                 gone->message);
+    if (auto gone = shell.why_gone ? shell.why_gone() : std::nullopt) return SayGone(*gone);
+    // The daemon died under the command (its supervisor has not said so yet).
+    if (local_provider && DaemonSocketDead(result.error())) {
+      if (auto gone = WaitUntilGone(*local_provider, args.id)) return SayGone(*gone);
     }
     return Say(kExecDeepboxFailed,
                (shell.explain ? shell.explain(result.error()) : result.error()).message);

@@ -66,6 +66,12 @@ struct ExecRequest {
   // stderr and its controlling terminal): all output arrives as kStdout, with
   // the terminal's line discipline applied ("\n" becomes "\r\n").
   std::optional<TerminalSize> tty;
+  // ExecStream without stdin_stream: called on the calling thread, before the
+  // command is sent, with the id the client named the exec by ("" when the
+  // daemon cannot take one). A client that can cancel execs by id (e.g.
+  // SandboxdClient::CancelExec, from any thread) stops the command with it
+  // while the stream goes on to its `killed` exit.
+  std::function<void(const std::string& exec_id)> on_exec_id;
 };
 
 enum class ExitKind { kExited, kSignaled, kTimedOut, kKilled, kSpawnFailed };

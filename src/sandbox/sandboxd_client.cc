@@ -448,6 +448,14 @@ Result<ExecResult> SandboxdClient::Exec(const ExecRequest& request) {
   return out;
 }
 
+Status SandboxdClient::CancelExec(const std::string& exec_id) {
+  json::object cancel;
+  cancel["exec_id"] = exec_id;
+  auto r = PostJson("/deepbox/v1/exec/cancel", ToJson(cancel), 5000ms);
+  if (!r) return tl::unexpected(r.error());
+  return {};
+}
+
 Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
                                               const OutputCallback& on_output) {
   // An interactive command needs features an older daemon lacks: know them first.
@@ -472,6 +480,7 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
     exec_id = "x" + RandomHexId(16);
     exec_body["exec_id"] = exec_id;
   }
+  if (request.on_exec_id && !request.stdin_stream) request.on_exec_id(exec_id);
   // 0: no client deadline (the daemon's default timeout applies).
   const auto limit = CommandDeadline(request, options_.request_slack);
   const auto deadline = limit.count() > 0 ? std::chrono::steady_clock::now() + limit

@@ -81,6 +81,12 @@ class SandboxdClient : public Sandbox {
   // Whether the daemon answers its health check now.
   bool Healthy();
 
+  // Stops a named exec (ExecRequest::on_exec_id): its process group gets
+  // SIGTERM at its next output or keepalive, SIGKILL after the daemon's grace,
+  // and its stream ends with a `killed` exit. NOT_FOUND: no such exec (ended
+  // and forgotten, or not started yet). Safe from any thread.
+  Status CancelExec(const std::string& exec_id);
+
   // Bounded-memory transfers (deepbox sandbox cp): the file's bytes go to
   // `sink` as they arrive; an error from the sink stops the download.
   Status DownloadTo(const std::string& path,

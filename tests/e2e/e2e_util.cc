@@ -195,8 +195,9 @@ SilentServer::~SilentServer() {
 }
 
 PtyProcess::PtyProcess(const std::vector<std::string>& argv_in,
-                       const std::vector<std::string>& env_in) {
+                       const std::vector<std::string>& env_in, const fs::path& dir) {
   std::vector<std::string> argv = argv_in, env = env_in;
+  const std::string cwd = dir.string();
   auto cargv = CStrings(argv);
   auto cenv = CStrings(env);
   struct winsize ws {};
@@ -207,6 +208,7 @@ PtyProcess::PtyProcess(const std::vector<std::string>& argv_in,
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
     execve(cargv[0], cargv.data(), cenv.data());
     _exit(127);
   }

@@ -72,7 +72,9 @@ class Process {
 // controlling terminal), 120x40.
 class PtyProcess {
  public:
-  PtyProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env);
+  // `dir`: its working directory (default: this process's).
+  PtyProcess(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+             const fs::path& dir = {});
   ~PtyProcess();
   // Reads until the output contains `text` (true) or the process is done.
   bool WaitFor(const std::string& text, std::chrono::seconds limit = 120s);

@@ -271,7 +271,12 @@ TEST_F(RunTest, TaskFromStdinAndThreadContinues) {
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().at("final_text").as_string(), "first answer");
   EXPECT_EQ(events.back().at("thread_id").as_string(), "th-e2e");
-  EXPECT_TRUE(fs::exists(dir_ / "xdg" / "deepbox" / "threads" / "th-e2e.jsonl"));
+  // DEEPBOX_STATE_DIR is set (Env()) and DEEPBOX_THREADS_DIR is not: the
+  // threads follow the state directory (issue 29 L12), in a 0700 directory (issue 21 L5).
+  EXPECT_TRUE(fs::exists(dir_ / "state" / "threads" / "th-e2e.jsonl"));
+  EXPECT_FALSE(fs::exists(dir_ / "xdg" / "deepbox" / "threads"));
+  EXPECT_EQ(fs::status(dir_ / "state" / "threads").permissions() & fs::perms::all,
+            fs::perms::owner_all);
   // The same thread again: the model now sees the earlier messages.
   FakeAnthropicServer server({.api_key = kKey});
   server.Enqueue(ScriptedTurn::Text("second answer"));
@@ -532,51 +537,97 @@ TEST_F(RunTest, ConfigFileAndUsageErrors) {
 TEST_F(RunTest, HelpDocumentsEveryFlagAndVariable) {
   auto r = Run({kDeepbox, "run", "--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* s : {"--sandbox",
-                        "--model",
-                        "--approve",
-                        "--label",
-                        "--ttl",
-                        "--keep-sandbox",
-                        "--thread",
-                        "--json",
-                        "--max-steps",
-                        "--namespace",
-                        "--warm-pool",
-                        "--context",
-                        "--kubeconfig",
-                        "--config",
-                        "--no-color",
-                        "--record",
-                        "--router-url",
-                        "--router-token",
-                        "--mcp-config",
-                        "--no-mcp",
-                        "AGENT_SANDBOX_ROUTER_TOKEN",
-                        "ANTHROPIC_API_KEY",
-                        "ANTHROPIC_BASE_URL",
-                        "OPENAI_API_KEY",
-                        "OPENAI_BASE_URL",
-                        "SSL_CERT_FILE",
-                        "KUBECONFIG",
-                        "AGENT_SANDBOX_NAMESPACE",
-                        "AGENT_SANDBOX_WARMPOOL",
-                        "AGENT_SANDBOX_ROUTER_URL",
-                        "DEEPBOX_STATE_DIR",
-                        "NO_COLOR",
-                        "DEEPBOX_MODEL",
-                        "Exit codes",
-                        "130 interrupted",
-                        "7 answer truncated",
-                        "--sandbox-id",
-                        "--skills",
-                        "--memory-file",
-                        "docs/run-json.md",
-                        "Ctrl-D or /exit ends",
-                        "default deepagents-warmpool",
-                        "Default 3600"}) {
+  for (const char* s :
+       {"--sandbox", "--model", "--approve", "--label", "--ttl", "--keep-sandbox", "--thread",
+        "--json", "--max-steps", "--namespace", "--warm-pool", "--context", "--kubeconfig",
+        "--config", "--no-color", "--record", "--router-url", "--router-token", "--mcp-config",
+        "--no-mcp", "AGENT_SANDBOX_ROUTER_TOKEN", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
+        "OPENAI_API_KEY", "OPENAI_BASE_URL", "SSL_CERT_FILE", "KUBECONFIG",
+        "AGENT_SANDBOX_NAMESPACE", "AGENT_SANDBOX_WARMPOOL", "AGENT_SANDBOX_ROUTER_URL",
+        "DEEPBOX_STATE_DIR", "NO_COLOR", "DEEPBOX_MODEL", "Exit codes", "130 interrupted",
+        "7 answer truncated", "--sandbox-id", "--skills", "--memory-file", "docs/run-json.md",
+        "Ctrl-D or /exit ends", "default deepagents-warmpool", "Default 3600",
+        // Issue 29 L12 / L6, issue 21 H1.
+        "DEEPBOX_THREADS_DIR", "~/.local/state/deepbox/threads", "$DEEPBOX_STATE_DIR/threads",
+        "--model-idle-timeout", "DEEPBOX_MODEL_IDLE_TIMEOUT", "Project files: ./.mcp.json",
+        "trusted-projects"}) {
     EXPECT_THAT(r.out, HasSubstr(s));
   }
+}
+
+// Issue 21 H1/M7: project files planted in the working directory. Without a
+// terminal nothing of them is used (no stdio server runs, no ${VAR} reaches a
+// URL, no memory or skills reach the model), and one notice says how to use
+// them; named with --mcp-config, the file is used.
+TEST_F(RunTest, UntrustedProjectFilesAreIgnoredWithoutATerminal) {
+  fs::path proj = dir_ / "proj";
+  fs::create_directories(proj / ".deepagents" / "skills" / "planted");
+  const fs::path marker = dir_ / "PWNED";
+  WriteFile(proj / ".mcp.json",
+            R"({"mcpServers": {"helper": {"command": "sh", "args": ["-c", "echo ran >> )" +
+                marker.string() + R"("]}}})");
+  WriteFile(proj / ".deepagents" / "AGENTS.md", "PLANTED-MEMORY-91c2\n");
+  WriteFile(proj / ".deepagents" / "skills" / "planted" / "SKILL.md",
+            "---\nname: planted\ndescription: PLANTED-SKILL-5d1e\n---\n");
+  FakeAnthropicServer server({.api_key = kKey});
+  server.Enqueue(ScriptedTurn::Text("done"));
+  Process p(RunArgs({kTask}), Env(FakeEnv(server)), proj);
+  ASSERT_EQ(p.Wait(), 0) << p.err();
+  EXPECT_FALSE(fs::exists(marker)) << "a planted stdio MCP server ran on the host";
+  const std::string err = p.err();
+  size_t first = err.find("ignoring this directory's project files");
+  ASSERT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find("ignoring this directory's project files", first + 1), std::string::npos);
+  EXPECT_THAT(err, HasSubstr("--mcp-config ./.mcp.json"));
+  ASSERT_EQ(server.requests().size(), 1u);
+  const std::string sent = ToJson(server.requests()[0].json);
+  EXPECT_THAT(sent, Not(HasSubstr("PLANTED-MEMORY-91c2")));
+  EXPECT_THAT(sent, Not(HasSubstr("PLANTED-SKILL-5d1e")));
+  // Named explicitly, the file is the user's own choice: used.
+  server.Enqueue(ScriptedTurn::Text("done"));
+  Process named(RunArgs({"--mcp-config", "./.mcp.json", kTask}), Env(FakeEnv(server)), proj);
+  ASSERT_EQ(named.Wait(), 0) << named.err();
+  EXPECT_TRUE(Eventually([&] { return fs::exists(marker); }, 30s)) << named.err();
+  EXPECT_THAT(named.err(), Not(HasSubstr("PLANTED")));
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+// Issue 29 L6: a model API that accepts the connection and never answers is
+// given up on after --model-idle-timeout (and retried), not after 300 s.
+TEST_F(RunTest, StalledModelStreamHitsTheIdleTimeout) {
+  SilentServer api;
+  Process p(RunArgs({"--json", "--model-idle-timeout", "1", kTask}),
+            Env({{"ANTHROPIC_API_KEY", kKey},
+                 {"ANTHROPIC_BASE_URL", "http://127.0.0.1:" + std::to_string(api.port())}}),
+            dir_);
+  // A retry event (the first attempt timed out), well before any 300 s timer.
+  ASSERT_TRUE(
+      Eventually([&] { return p.out().find("\"type\":\"retry\"") != std::string::npos; }, 60s))
+      << p.out() << p.err();
+  EXPECT_GE(api.accepted(), 1);
+  kill(p.pid(), SIGTERM);
+  EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.err();
+  // The environment variable does the same.
+  SilentServer api2;
+  Process q(RunArgs({"--json", kTask}),
+            Env({{"ANTHROPIC_API_KEY", kKey},
+                 {"ANTHROPIC_BASE_URL", "http://127.0.0.1:" + std::to_string(api2.port())},
+                 {"DEEPBOX_MODEL_IDLE_TIMEOUT", "1"}}),
+            dir_);
+  ASSERT_TRUE(
+      Eventually([&] { return q.out().find("\"type\":\"retry\"") != std::string::npos; }, 60s))
+      << q.out() << q.err();
+  kill(q.pid(), SIGTERM);
+  EXPECT_EQ(q.Wait(), run::kRunExitInterrupted) << q.err();
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+// Issue 29 L8: a misspelt --pool is a usage error, before anything is claimed.
+TEST_F(RunTest, UnknownPoolIsAUsageError) {
+  auto r = Run(RunArgs({"--pool", "nosuchpool", "--model", "replay:" + kFibReplay, kTask}));
+  EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--pool nosuchpool: no such warm pool"));
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
 }
 
 }  // namespace

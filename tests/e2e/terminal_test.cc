@@ -312,5 +312,72 @@ TEST_F(TerminalTest, CtrlCOnTheTerminalDuringAToolCall) {
   EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
 }
 
+// Issue 21 H1: on a terminal, a project's .mcp.json is shown (the servers'
+// commands) and used only after "y"; the answer is kept for exactly those
+// contents (not asked again), and a changed file is asked about again.
+TEST_F(TerminalTest, ProjectFilesAreAskedAboutOnceAndBoundToTheirContent) {
+  fs::path proj = dir_ / "proj";
+  fs::create_directories(proj);
+  const fs::path marker = dir_ / "ran";
+  auto plant = [&](const std::string& word) {
+    WriteFile(proj / ".mcp.json",
+              R"({"mcpServers": {"lint": {"command": "sh", "args": ["-c", "echo )" + word + " >> " +
+                  marker.string() + R"("]}}})");
+  };
+  plant("first");
+  const std::string question = "Use them (and remember this answer until they change)? [y/N]";
+  {
+    PtyProcess p(Args({"--model", "replay:" + kFibReplay, kTask}), TermEnv(), proj);
+    ASSERT_TRUE(p.WaitFor(question)) << p.output();
+    EXPECT_THAT(p.output(), HasSubstr("lint: sh -c 'echo first >> " + marker.string() + "'"));
+    EXPECT_FALSE(fs::exists(marker)) << "the server ran before the answer";
+    p.Write("y\r");
+    EXPECT_EQ(p.Wait(), 0) << p.output();
+  }
+  ASSERT_TRUE(Eventually([&] { return fs::exists(marker); }, 30s));
+  EXPECT_EQ(ReadFile(marker), "first\n");
+  // The decision is kept outside the directory, owner-only.
+  fs::path trust = dir_ / "xdg" / "deepbox" / "trusted-projects";
+  EXPECT_EQ(fs::status(trust).permissions() & fs::perms::all, fs::perms::owner_all);
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(proj)) entries += e.path().filename() != "" ? 1 : 0;
+  EXPECT_EQ(entries, 1u);  // only .mcp.json: nothing is recorded in the directory
+  {
+    PtyProcess p(Args({"--model", "replay:" + kFibReplay, kTask}), TermEnv(), proj);
+    EXPECT_EQ(p.Wait(), 0) << p.output();
+    EXPECT_THAT(p.output(), Not(HasSubstr(question)));
+  }
+  ASSERT_TRUE(Eventually([&] { return ReadFile(marker) == "first\nfirst\n"; }, 30s))
+      << ReadFile(marker);
+  // Changed: asked again; "n" (or Enter) uses nothing.
+  plant("second");
+  {
+    PtyProcess p(Args({"--model", "replay:" + kFibReplay, kTask}), TermEnv(), proj);
+    ASSERT_TRUE(p.WaitFor(question)) << p.output();
+    EXPECT_THAT(p.output(), HasSubstr("echo second"));
+    p.Write("\r");
+    EXPECT_EQ(p.Wait(), 0) << p.output();
+    EXPECT_THAT(p.output(), HasSubstr("not using this directory's project files"));
+  }
+  EXPECT_EQ(ReadFile(marker), "first\nfirst\n");
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
+// Issue 29 L6: a model that sends nothing shows "Waiting for the model…" on a
+// terminal after a few seconds, with when deepbox gives up on the stream.
+TEST_F(TerminalTest, StalledModelShowsWaitingForTheModel) {
+  SilentServer api;
+  PtyProcess p(Args({"--model-idle-timeout", "30", kTask}),
+               TermEnv({{"ANTHROPIC_API_KEY", "sk-ant-e2e"},
+                        {"ANTHROPIC_BASE_URL", "http://127.0.0.1:" + std::to_string(api.port())}}));
+  ASSERT_TRUE(
+      p.WaitFor("Waiting for the model… (nothing received yet; retried after 30.0s of "
+                "silence, --model-idle-timeout)"))
+      << p.output();
+  p.Write("\x03");
+  EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.output();
+  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+}
+
 }  // namespace
 }  // namespace deepbox::e2e

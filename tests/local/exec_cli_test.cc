@@ -282,6 +282,112 @@ TEST_F(ExecCliTest, HelpDocumentsEveryExitCode) {
   }
 }
 
+// ---------------------------------------------------------------- signals
+
+// Issue 29 M5: Ctrl-C (SIGINT), SIGTERM or SIGHUP on `exec` without -t stops
+// the command in the sandbox, not only the client: the counter it writes
+// stops growing, and deepbox exits 128+N.
+class ExecSignalTest : public ExecCliTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(ExecSignalTest, StopSignalStopsTheCommandInTheSandbox) {
+  const int sig = GetParam();
+  const std::string count = fmt::format("/workspace/count-{}", sig);
+  fs::path in = File("stdin"), out = File("out"), err = File("err");
+  WriteFile(in, "");
+  pid_t pid = -1;
+  ASSERT_EQ(testing::SpawnDeepbox(
+                {"sandbox", "exec", Id(), "--", "sh", "-c",
+                 "i=0; while :; do i=$((i+1)); echo $i > " + count + "; sleep 0.1; done"},
+                in, out, err, &pid),
+            0);
+  auto value = [&] {
+    auto r = Cli({"sandbox", "exec", Id(), "--", "cat", count});
+    return r.code == 0 ? std::stol("0" + r.out) : -1L;
+  };
+  ASSERT_TRUE(Eventually([&] { return value() >= 3; })) << ReadFile(err);
+  ASSERT_EQ(kill(pid, sig), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_EQ(ExitCodeOf(status), 128 + sig) << ReadFile(err);
+  EXPECT_THAT(ReadFile(err), HasSubstr("stopping the command in the sandbox"));
+  // Stopped: the counter no longer moves (it moved every 0.1 s).
+  long stopped = value();
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(value(), stopped) << "the command kept running after the signal";
+  auto ps = Cli({"sandbox", "exec", Id(), "--", "sh", "-c", "ps -eo args | grep -c '[w]hile :'"});
+  EXPECT_EQ(ps.out, "0\n") << ps.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, ExecSignalTest, ::testing::Values(SIGINT, SIGTERM, SIGHUP),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return std::string(info.param == SIGINT    ? "SIGINT"
+                                              : info.param == SIGTERM ? "SIGTERM"
+                                                                      : "SIGHUP");
+                         });
+
+// ---------------------------------------------------------------- exit codes
+
+// Issue 29 L7: right after a sandbox's daemon died, exec says "is gone" (exit
+// 3) in one line, not 125 with the raw connect() error; or, if the daemon
+// was restarted meanwhile, the command just runs.
+TEST_F(ExecCliTest, DaemonThatJustDiedIsGoneNotAConnectError) {
+  auto created = Cli({"sandbox", "create", "--cold", "--ttl", "300", "--network", "none"});
+  ASSERT_EQ(created.code, 0) << created.err;
+  std::string id = created.out.substr(0, created.out.find('\n'));
+  LocalProviderOptions o;
+  o.state_dir = state_->string();
+  o.deepbox_binary = kDeepbox;
+  auto provider = LocalSandboxProvider::Create(o);
+  ASSERT_TRUE(provider) << provider.error().message;
+  auto meta = (*provider)->Get(id);
+  ASSERT_TRUE(meta) << meta.error().message;
+  ASSERT_GT(meta->init.pid, 0);
+  ASSERT_EQ(kill(meta->init.pid, SIGKILL), 0);
+  auto r = Cli({"sandbox", "exec", id, "--", "echo", "alive"});
+  EXPECT_NE(r.code, 125) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("connect(")));
+  if (r.code == 3) {
+    EXPECT_THAT(r.err, HasSubstr("is gone"));
+    // One line: no stray newline inside the message.
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+  } else {
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out, "alive\n");
+  }
+  (void)Cli({"sandbox", "rm", id});
+}
+
+// Issue 29 L8 / L6: a misspelt --pool is a usage error; an unknown
+// subcommand names the ones that exist.
+TEST_F(ExecCliTest, UnknownPoolAndSubcommandsAreUsageErrors) {
+  auto r = Cli({"sandbox", "create", "--pool", "nosuchpool", "--network", "none"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--pool nosuchpool: no such warm pool"));
+  EXPECT_EQ(r.out, "");
+  r = Cli({"sandbox", "frob"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown command 'frob'"));
+  EXPECT_THAT(r.err, HasSubstr("create, exec, ls, rm, cp"));
+  r = Cli({"frob"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown command 'frob'"));
+  EXPECT_THAT(r.err, HasSubstr("sandbox, pool, doctor"));
+  r = Cli({"sandbox"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("a command is required (commands: create, exec, ls, rm, cp"));
+  // Flags and real commands still parse.
+  EXPECT_EQ(Cli({"sandbox", "ls", "-q"}).code, 0);
+  EXPECT_EQ(Cli({"--version"}).code, 0);
+}
+
+// Issue 29 L10: `cp --help` says what happens to a symlink out of the tree.
+TEST_F(ExecCliTest, CpHelpStatesWhatHappensToSymlinks) {
+  auto r = Cli({"sandbox", "cp", "--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_THAT(r.out, HasSubstr("a symlink that points outside the copied tree"));
+  EXPECT_THAT(r.out, HasSubstr("is skipped with a one-line note"));
+}
+
 // ---------------------------------------------------------------- -i
 
 // The second line is written only after the command answered the first:

@@ -25,6 +25,7 @@ HttpOptions MakeHttpOptions(const ModelConfig& config) {
   if (http.ca_pem.empty()) http.ca_file = Resolve(config.ca_file, "SSL_CERT_FILE");
   http.connect_timeout = config.connect_timeout;
   http.request_timeout = config.request_timeout;
+  http.read_idle_timeout = config.read_idle_timeout;
   http.retry = config.retry;
   return http;
 }

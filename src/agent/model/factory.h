@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "agent/model/http_options.h"
 #include "agent/model/model.h"
 #include "agent/model/replay.h"
 #include "agent/model/retry.h"
@@ -32,6 +33,8 @@ struct ModelConfig {
 
   std::chrono::milliseconds connect_timeout{10000};
   std::chrono::milliseconds request_timeout{600000};  // one attempt, streaming included
+  // Longest silence on a stream before the attempt is given up (HttpOptions).
+  std::chrono::milliseconds read_idle_timeout{HttpOptions{}.read_idle_timeout};
   RetryPolicy retry{};
   int max_tokens = 0;            // 0 = per-model default (Anthropic requires one)
   int64_t max_input_tokens = 0;  // 0 = the model's profile (set it for local servers)

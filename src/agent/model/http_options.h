@@ -16,7 +16,9 @@ struct HttpOptions {
   std::chrono::milliseconds connect_timeout{10000};
   // Whole-call deadline of one attempt, streaming included (0 = none).
   std::chrono::milliseconds request_timeout{600000};
-  // Longest silence on the stream (the APIs send pings meanwhile).
+  // Longest silence on the stream (the APIs send pings meanwhile), before the
+  // response head too; `deepbox run` sets it (--model-idle-timeout, default
+  // 90 s: src/cli/run_config.h).
   std::chrono::milliseconds read_idle_timeout{300000};
   RetryPolicy retry{};
 };
