@@ -31,8 +31,12 @@ void RegisterMcpCommand(CLI::App& app) {
                   "HTTP bearer token clients must send (default: $DEEPBOX_MCP_TOKEN, else a\n"
                   "random token printed on stderr)");
   cmd->add_option("--allow-origin", args->allowed_origins,
-                  "An Origin allowed besides loopback ones (browsers' requests from elsewhere\n"
-                  "get 403)");
+                  "An Origin allowed besides loopback ones with the listener's port\n"
+                  "(browsers' requests from elsewhere get 403)");
+  cmd->add_option("--allow-host", args->allowed_hosts,
+                  "A Host header value allowed besides the listener's own (NAME for any port,\n"
+                  "or NAME:PORT), e.g. a reverse proxy's name; others get 421. On a loopback\n"
+                  "listener the own ones are localhost, 127.x.y.z and [::1] with its port");
   cmd->add_option("--session-idle", args->session_idle_seconds,
                   "Seconds after which an idle HTTP session (2025 clients) ends and its default\n"
                   "sandbox is deleted")

@@ -1,10 +1,13 @@
 #include "mcp/http_transport.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 #include <sys/random.h>
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -17,13 +20,72 @@
 
 namespace deepbox::mcp {
 
-bool IsLoopbackOrigin(std::string_view origin) {
+bool IsLoopbackOrigin(std::string_view origin, int port) {
   auto url = net::ParseUrl(origin);
   if (!url || (url->scheme != "http" && url->scheme != "https")) return false;
+  if (port != 0 && url->port != port) return false;
   return url->host == "localhost" || url->host == "127.0.0.1" || url->host == "::1";
 }
 
+bool IsLoopbackHostName(std::string_view host) {
+  if (net::EqualsIgnoreCase(host, "localhost")) return true;
+  std::string text(host);
+  in_addr v4{};
+  if (::inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+  }
+  return false;
+}
+
 namespace {
+
+struct HostPort {
+  std::string name;  // brackets removed
+  int port = 80;     // the port of http:// when absent
+  bool has_port = false;
+};
+
+// A Host header value ("localhost:8765", "[::1]:8765", "example.com");
+// nullopt when malformed.
+std::optional<HostPort> ParseHostHeader(std::string_view value) {
+  std::string_view name;
+  std::string_view port_text;
+  if (value.starts_with("[")) {
+    auto close = value.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    name = value.substr(1, close - 1);
+    std::string_view after = value.substr(close + 1);
+    if (!after.empty()) {
+      if (!after.starts_with(":")) return std::nullopt;
+      port_text = after.substr(1);
+      if (port_text.empty()) return std::nullopt;
+    }
+  } else {
+    auto colon = value.find(':');
+    name = value.substr(0, colon);
+    if (colon != std::string_view::npos) {
+      port_text = value.substr(colon + 1);
+      if (port_text.empty() || port_text.find(':') != std::string_view::npos) return std::nullopt;
+    }
+  }
+  if (name.empty()) return std::nullopt;
+  HostPort out;
+  out.name = std::string(name);
+  if (!port_text.empty()) {
+    auto [p, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), out.port);
+    if (ec != std::errc() || p != port_text.data() + port_text.size() || out.port <= 0 ||
+        out.port > 65535) {
+      return std::nullopt;
+    }
+    out.has_port = true;
+  }
+  return out;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -120,6 +182,11 @@ struct McpHttpServer::Impl {
   const McpServer* server = nullptr;
   HttpTransportOptions options;
   std::unique_ptr<net::HttpServer> http;
+  // The listener, for the Host and Origin checks (set before serving starts).
+  int port = 0;
+  bool loopback_listener = false;
+  bool wildcard_listener = false;
+  std::vector<std::string> own_names;  // a non-loopback listener's address and --listen name
 
   std::mutex mu;
   std::condition_variable cv;
@@ -128,6 +195,10 @@ struct McpHttpServer::Impl {
   bool stopping = false;
   std::thread janitor;
 
+  // The checks on a request's head (Host, Origin, bearer token): the
+  // refusal, or nullopt.
+  std::optional<net::Response> Authorize(const net::Request& head) const;
+  bool HostAllowed(std::string_view name, int port) const;
   void Handle(net::Request& req, net::ResponseWriter& w);
   void HandlePost(net::Request& req, net::ResponseWriter& w);
   void RunRequest(const Message& msg, const std::shared_ptr<HttpSession>& session, bool accepts_sse,
@@ -136,21 +207,58 @@ struct McpHttpServer::Impl {
   void Janitor();
 };
 
-void McpHttpServer::Impl::Handle(net::Request& req, net::ResponseWriter& w) {
-  if (req.path != options.path) {
-    (void)w.Send(net::Response::Text(404, "Not Found\n"));
-    return;
+bool McpHttpServer::Impl::HostAllowed(std::string_view name, int host_port) const {
+  for (const auto& allowed : options.allowed_hosts) {
+    auto entry = ParseHostHeader(allowed);
+    // An entry without a port allows any.
+    if (entry && net::EqualsIgnoreCase(entry->name, name) &&
+        (!entry->has_port || entry->port == host_port)) {
+      return true;
+    }
+  }
+  // All interfaces and no name configured: no name to compare with.
+  if (wildcard_listener && options.allowed_hosts.empty()) return true;
+  if (host_port != port) return false;
+  if (IsLoopbackHostName(name)) return loopback_listener || wildcard_listener;
+  if (loopback_listener || wildcard_listener) return false;
+  for (const auto& own : own_names) {
+    if (net::EqualsIgnoreCase(own, name)) return true;
+  }
+  return false;
+}
+
+std::optional<net::Response> McpHttpServer::Impl::Authorize(const net::Request& req) const {
+  // Host first: a request for another name (DNS rebinding) learns nothing.
+  auto host = req.Header("Host");
+  if (!host) {
+    return JsonRpcErrorResponse(
+        400, nullptr, RpcError(kInvalidRequest, "Bad Request: the Host header is missing"));
+  }
+  auto parsed_host = ParseHostHeader(*host);
+  if (!parsed_host || !HostAllowed(parsed_host->name, parsed_host->port)) {
+    std::string expected = loopback_listener
+                               ? fmt::format("localhost, 127.0.0.1 or [::1] with port {}", port)
+                               : fmt::format("this server's address or name with port {}", port);
+    return JsonRpcErrorResponse(
+        421, nullptr,
+        RpcError(kInvalidRequest,
+                 fmt::format("Misdirected Request: Host '{}' does not name this server "
+                             "(expected {}, or a name given with --allow-host)",
+                             SanitizeUtf8(*host), expected)));
   }
   if (auto origin = req.Header("Origin")) {
-    bool ok = IsLoopbackOrigin(*origin) ||
+    bool ok = IsLoopbackOrigin(*origin, port) ||
               std::find(options.allowed_origins.begin(), options.allowed_origins.end(), *origin) !=
                   options.allowed_origins.end();
     if (!ok) {
-      (void)w.Send(JsonRpcErrorResponse(
+      std::string why =
+          IsLoopbackOrigin(*origin)
+              ? fmt::format(" (a loopback origin must have this server's port, {})", port)
+              : std::string();
+      return JsonRpcErrorResponse(
           403, nullptr,
-          RpcError(kInvalidRequest,
-                   fmt::format("Forbidden: origin '{}' is not allowed", SanitizeUtf8(*origin)))));
-      return;
+          RpcError(kInvalidRequest, fmt::format("Forbidden: origin '{}' is not allowed{}",
+                                                SanitizeUtf8(*origin), why)));
     }
   }
   if (!options.bearer_token.empty()) {
@@ -162,9 +270,17 @@ void McpHttpServer::Impl::Handle(net::Request& req, net::ResponseWriter& w) {
     if (!ok) {
       net::Response r = net::Response::Text(401, "Unauthorized: a bearer token is required\n");
       r.headers.Set("WWW-Authenticate", "Bearer realm=\"deepbox mcp\"");
-      (void)w.Send(r);
-      return;
+      return r;
     }
+  }
+  return std::nullopt;
+}
+
+// Runs after Authorize passed (ServerOptions::authorize_head).
+void McpHttpServer::Impl::Handle(net::Request& req, net::ResponseWriter& w) {
+  if (req.path != options.path) {
+    (void)w.Send(net::Response::Text(404, "Not Found\n"));
+    return;
   }
   if (req.method == "POST") {
     HandlePost(req, w);
@@ -464,12 +580,22 @@ McpHttpServer::~McpHttpServer() { Stop(); }
 Result<std::unique_ptr<McpHttpServer>> McpHttpServer::Start(const McpServer& server,
                                                             const net::Endpoint& endpoint,
                                                             HttpTransportOptions options) {
+  for (const auto& host : options.allowed_hosts) {
+    if (!ParseHostHeader(host)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("allowed host '{}': expected NAME or NAME:PORT", host));
+    }
+  }
   auto impl = std::make_unique<Impl>();
   impl->server = &server;
   impl->options = std::move(options);
   Impl* raw = impl.get();
   net::ServerOptions so;
   so.max_body_bytes = impl->options.max_body_bytes;
+  so.max_buffered_body_bytes = impl->options.max_buffered_body_bytes;
+  so.max_connections_per_peer = impl->options.max_connections_per_peer;
+  so.buffered_body_deadline = impl->options.body_deadline;
+  so.authorize_head = [raw](const net::Request& head) { return raw->Authorize(head); };
   so.server_header = "deepbox-mcp";
   // A long tool call writes nothing for minutes on a JSON reply.
   so.write_timeout = std::chrono::minutes(10);
@@ -477,6 +603,16 @@ Result<std::unique_ptr<McpHttpServer>> McpHttpServer::Start(const McpServer& ser
       endpoint, [raw](net::Request& req, net::ResponseWriter& w) { raw->Handle(req, w); }, so);
   if (!http) return tl::unexpected(http.error());
   impl->http = std::move(*http);
+  // Bound but not yet accepting: what the head checks compare with.
+  impl->port = impl->http->port();
+  // A unix socket has no address to compare with: as all interfaces.
+  const std::string bound = impl->http->bound_address().value_or("::");
+  impl->loopback_listener = IsLoopbackHostName(bound);
+  impl->wildcard_listener = bound == "0.0.0.0" || bound == "::";
+  if (!impl->loopback_listener && !impl->wildcard_listener) {
+    impl->own_names.push_back(bound);
+    if (!endpoint.host.empty()) impl->own_names.push_back(endpoint.host);
+  }
   impl->http->Start();
   impl->janitor = std::thread([raw] { raw->Janitor(); });
   return std::unique_ptr<McpHttpServer>(new McpHttpServer(std::move(impl)));

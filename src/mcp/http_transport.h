@@ -1,10 +1,20 @@
 // The Streamable HTTP transport of the server: one endpoint (POST; GET and
 // DELETE as the spec says), on src/net's HTTP server.
 //
-//  * Security: the Origin header, when present, must be a loopback origin (or
-//    one allowed explicitly), else 403; a bearer token is required unless the
-//    caller disabled it (only allowed for a loopback listener, see
+//  * Security, checked on each request's head before a byte of its body is
+//    read (a refused request costs no buffer; it is answered and closed):
+//    the Host header must name this server (421 otherwise): on a loopback
+//    listener a loopback name or address (localhost, 127.x.y.z, [::1]) with
+//    the listener's port, on one bound to an address that address or the
+//    --listen name with its port, or one of allowed_hosts. The Origin
+//    header, when present, must be a loopback origin with the listener's
+//    port (or one allowed explicitly), else 403. A bearer token is required
+//    unless the caller disabled it (only allowed for a loopback listener, see
 //    mcp_command.cc); a wrong or missing token gets 401.
+//  * Memory: a body is at most max_body_bytes (the largest upload_file,
+//    413 beyond it); buffered bodies of all clients together hold at most
+//    max_buffered_body_bytes (503 beyond it); each peer address has at most
+//    max_connections_per_peer connections at once.
 //  * Modern requests (2026-07-28 _meta) are stateless: MCP-Protocol-Version,
 //    Mcp-Method and Mcp-Name must match the body (400, -32020); an
 //    Mcp-Session-Id header on them is ignored.
@@ -29,14 +39,34 @@
 
 namespace deepbox::mcp {
 
+// The request body an upload_file of `transfer_bytes` needs: its base64 (4
+// characters per 3 bytes) and 1 MiB for the rest of the JSON-RPC message.
+constexpr size_t BodyBytesForTransfer(size_t transfer_bytes) {
+  return (transfer_bytes + 2) / 3 * 4 + (size_t{1} << 20);
+}
+// SandboxToolsOptions::max_transfer_bytes (src/mcp/sandbox_tools.h), which
+// this library cannot include; tests/mcp uploads a file of the size
+// upload_file announces through HTTP, so the two cannot drift apart.
+inline constexpr size_t kMaxUploadFileBytes = size_t{32} << 20;
+
 struct HttpTransportOptions {
   std::string path = "/mcp";
   std::string bearer_token;  // "" = no authentication
-  // Origins accepted besides http(s)://localhost|127.0.0.1|[::1][:port].
+  // Origins accepted besides http(s)://localhost|127.0.0.1|[::1] with the
+  // listener's port.
   std::vector<std::string> allowed_origins;
+  // Host header values accepted besides the listener's own names (see
+  // above): "name" (any port) or "name:port", e.g. the name of a reverse
+  // proxy that passes the client's Host on.
+  std::vector<std::string> allowed_hosts;
   std::chrono::milliseconds session_idle_timeout{std::chrono::minutes(30)};
   size_t max_sessions = 256;
-  size_t max_body_bytes = 64u << 20;
+  size_t max_body_bytes = BodyBytesForTransfer(kMaxUploadFileBytes);
+  size_t max_buffered_body_bytes = 3 * BodyBytesForTransfer(kMaxUploadFileBytes);
+  size_t max_connections_per_peer = 64;
+  // A whole request body must arrive within this long (a 32 MiB upload_file
+  // needs about 50 KB/s), besides the server's minimum rate.
+  std::chrono::milliseconds body_deadline{std::chrono::minutes(15)};
   // An owner's client is gone (its legacy session ended, or the server
   // stops): "session:<id>" for sessions, "http" for the stateless requests.
   std::function<void(const std::string& owner)> on_owner_gone;
@@ -60,7 +90,11 @@ class McpHttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Whether `origin` ("http://127.0.0.1:8080") names this machine's loopback.
-bool IsLoopbackOrigin(std::string_view origin);
+// Whether `origin` ("http://127.0.0.1:8080") names this machine's loopback,
+// and, when `port` is not 0, that port (80 or 443 when the origin has none).
+bool IsLoopbackOrigin(std::string_view origin, int port = 0);
+// Whether `host` (no brackets, no port) is a loopback name or address:
+// localhost, 127.x.y.z, ::1 (or ::ffff:127.x.y.z).
+bool IsLoopbackHostName(std::string_view host);
 
 }  // namespace deepbox::mcp

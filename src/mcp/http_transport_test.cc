@@ -100,8 +100,179 @@ TEST_F(HttpTest, RefusesForeignOrigins) {
   auto res = Send(r);
   EXPECT_EQ(res.status, 403);
   EXPECT_EQ(Body(res).at("error").at("code"), kInvalidRequest);
-  r.headers.Set("Origin", "http://localhost:3000");
+  r.headers.Set("Origin", fmt::format("http://localhost:{}", http_->port()));
   EXPECT_EQ(Send(r).status, 200);
+}
+
+// Raw HTTP to `port`: the whole answer (the server closes after a refusal;
+// else the request says Connection: close).
+std::string RawExchange(int port, const std::string& bytes, bool shutdown = true) {
+  auto conn = net::Conn::Connect(net::Endpoint::Parse(fmt::format("127.0.0.1:{}", port)).value(),
+                                 net::DeadlineAfter(std::chrono::seconds(5)));
+  EXPECT_TRUE(conn) << conn.error().message;
+  if (!conn) return "";
+  EXPECT_TRUE(conn->WriteAll(bytes, net::DeadlineAfter(std::chrono::seconds(30))));
+  if (shutdown) conn->ShutdownWrite();
+  std::string out;
+  char buf[4096];
+  const auto until = net::DeadlineAfter(std::chrono::seconds(30));
+  for (;;) {
+    auto n = conn->ReadSome(buf, sizeof buf, until);
+    if (!n || *n == 0) break;
+    out.append(buf, *n);
+  }
+  return out;
+}
+
+int StatusOf(const std::string& response) {
+  if (!response.starts_with("HTTP/1.1 ") || response.size() < 12) return 0;
+  return std::stoi(response.substr(9, 3));
+}
+
+const std::string kToolsList =
+    std::string(R"({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{)") + kMeta + "}}}";
+
+// A modern tools/list with `host` as its Host header ("" = none).
+std::string RawToolsList(const std::string& host, const std::string& extra = "") {
+  return "POST /mcp HTTP/1.1\r\n" + (host.empty() ? "" : "Host: " + host + "\r\n") +
+         "Content-Type: application/json\r\nAccept: application/json\r\n"
+         "Authorization: Bearer " +
+         kToken +
+         "\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\n"
+         "Connection: close\r\n" +
+         extra + fmt::format("Content-Length: {}\r\n\r\n", kToolsList.size()) + kToolsList;
+}
+
+// M4: the token and Origin are checked on the head. A client that announces
+// 60 MiB and sends 1 MiB gets its refusal at once; before, the server waited
+// for (and buffered) the whole body and only then said 401.
+TEST_F(HttpTest, RefusalsComeOnTheHeadBeforeTheBody) {
+  const int port = http_->port();
+  const std::string host = fmt::format("Host: 127.0.0.1:{}\r\n", port);
+  const std::string bearer = std::string("Authorization: Bearer ") + kToken + "\r\n";
+  struct Case {
+    std::string headers;
+    int status;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {host, 401, "a bearer token is required"},
+      {host + "Authorization: Bearer wrong\r\n", 401, "a bearer token is required"},
+      {host + bearer + "Origin: https://evil.example\r\n", 403, "origin 'https://evil.example'"},
+      {host + bearer + "Origin: null\r\n", 403, "origin 'null'"},
+      {"Host: evil.test\r\n" + bearer, 421, "Host 'evil.test' does not name this server"},
+  };
+  for (const auto& c : cases) {
+    std::string got = RawExchange(port, "POST /mcp HTTP/1.1\r\n" + c.headers +
+                                            "Content-Type: application/json\r\n"
+                                            "Content-Length: 62914560\r\n\r\n" +
+                                            std::string(1u << 20, 'x'));
+    EXPECT_EQ(StatusOf(got), c.status) << c.headers << got.substr(0, 400);
+    EXPECT_NE(got.find("Connection: close"), std::string::npos) << got.substr(0, 400);
+    EXPECT_NE(got.find(c.says), std::string::npos) << got.substr(0, 400);
+  }
+}
+
+// M4: the body cap is what the largest upload_file needs, not 64 MiB.
+TEST_F(HttpTest, BodiesAreCappedAtTheLargestUpload) {
+  // SandboxToolsOptions::max_transfer_bytes (tests/mcp uploads that much).
+  constexpr size_t kUploadMax = size_t{32} << 20;
+  const size_t base64 = (kUploadMax + 2) / 3 * 4;
+  const size_t cap = HttpTransportOptions{}.max_body_bytes;
+  EXPECT_GE(cap, base64 + 4096);
+  EXPECT_LE(cap, base64 + (2u << 20));
+  // One byte over: 413 on the head, before the body.
+  std::string got =
+      RawExchange(http_->port(), fmt::format("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n"
+                                             "Authorization: Bearer {}\r\n"
+                                             "Content-Type: application/json\r\n"
+                                             "Content-Length: {}\r\n\r\n",
+                                             http_->port(), kToken, cap + 1));
+  EXPECT_EQ(StatusOf(got), 413) << got;
+  // The largest upload passes: a call carrying as much base64 as it does (an
+  // argument `fail` does not take: a tool error, so the body was read whole).
+  auto res = Send(Post(Call("fail", R"({"blob":")" + std::string(base64, 'A') + R"("})"),
+                       "tools/call", "fail"));
+  ASSERT_EQ(res.status, 200) << res.body.substr(0, 400);
+  auto result = Body(res).at("result");
+  EXPECT_EQ(result.at("isError"), true);
+  EXPECT_NE(std::string(result.at("content").at(0).at("text").as_string()).find("'blob'"),
+            std::string::npos)
+      << res.body;
+}
+
+// L3: the Host header must name the listener (a loopback one: a loopback name
+// or address with its port).
+TEST_F(HttpTest, HostMustNameTheListener) {
+  const int port = http_->port();
+  for (const std::string& host :
+       {fmt::format("127.0.0.1:{}", port), fmt::format("localhost:{}", port),
+        fmt::format("LocalHost:{}", port), fmt::format("127.9.8.7:{}", port),
+        fmt::format("[::1]:{}", port)}) {
+    std::string got = RawExchange(port, RawToolsList(host), /*shutdown=*/false);
+    EXPECT_EQ(StatusOf(got), 200) << host << ": " << got.substr(0, 400);
+  }
+  for (const std::string& host :
+       {std::string("evil.test:") + std::to_string(port), std::string("evil.test"),
+        std::string("localhost:1"), std::string("127.0.0.1"),
+        std::string("127.0.0.1.evil.test:") + std::to_string(port),
+        std::string("[::2]:") + std::to_string(port),
+        std::string("localhost:") + std::to_string(port) + ":1"}) {
+    std::string got = RawExchange(port, RawToolsList(host), /*shutdown=*/false);
+    EXPECT_EQ(StatusOf(got), 421) << host << ": " << got.substr(0, 400);
+    EXPECT_NE(got.find(fmt::format("expected localhost, 127.0.0.1 or [::1] with port {}", port)),
+              std::string::npos)
+        << got;
+  }
+  std::string got = RawExchange(port, RawToolsList(""), /*shutdown=*/false);
+  EXPECT_EQ(StatusOf(got), 400) << got;
+  EXPECT_NE(got.find("the Host header is missing"), std::string::npos) << got;
+}
+
+// Names allowed besides the listener's: NAME for any port, NAME:PORT for that one.
+TEST_F(HttpTest, AllowedHostsAreAcceptedBesides) {
+  HttpTransportOptions o;
+  o.bearer_token = kToken;
+  o.allowed_hosts = {"proxy.example", "other.example:8443"};
+  auto s = McpHttpServer::Start(server_, net::Endpoint::Parse("127.0.0.1:0").value(), o);
+  ASSERT_TRUE(s) << s.error().message;
+  const int other = (*s)->port();
+  for (const std::string& host :
+       {std::string("proxy.example"), std::string("PROXY.example:443"),
+        std::string("other.example:8443"), fmt::format("localhost:{}", other)}) {
+    std::string got = RawExchange(other, RawToolsList(host), /*shutdown=*/false);
+    EXPECT_EQ(StatusOf(got), 200) << host << ": " << got.substr(0, 400);
+  }
+  o.allowed_hosts.push_back("bad:port");
+  auto bad = McpHttpServer::Start(server_, net::Endpoint::Parse("127.0.0.1:0").value(), o);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().message, "allowed host 'bad:port': expected NAME or NAME:PORT");
+  std::string got = RawExchange(other, RawToolsList("other.example"), /*shutdown=*/false);
+  EXPECT_EQ(StatusOf(got), 421) << got.substr(0, 400);
+  got = RawExchange(other, RawToolsList("evil.test:" + std::to_string(other)), false);
+  EXPECT_EQ(StatusOf(got), 421) << got.substr(0, 400);
+}
+
+// L3: a loopback Origin must carry the listener's port: a page on another
+// local port (a dev server showing untrusted content) is another origin.
+TEST_F(HttpTest, LoopbackOriginsMustHaveTheListenersPort) {
+  const int port = http_->port();
+  auto r = Post(Call("echo", R"({"text":"a"})"), "tools/call", "echo");
+  for (const std::string& origin :
+       {fmt::format("http://localhost:{}", port), fmt::format("http://127.0.0.1:{}", port),
+        fmt::format("https://[::1]:{}", port)}) {
+    r.headers.Set("Origin", origin);
+    EXPECT_EQ(Send(r).status, 200) << origin;
+  }
+  r.headers.Set("Origin", "http://localhost:9999");
+  auto res = Send(r);
+  EXPECT_EQ(res.status, 403);
+  EXPECT_NE(res.body.find("a loopback origin must have this server's port"), std::string::npos)
+      << res.body;
+  r.headers.Set("Origin", "http://localhost");
+  EXPECT_EQ(Send(r).status, 403);
+  r.headers.Set("Origin", "null");
+  EXPECT_EQ(Send(r).status, 403);
 }
 
 TEST_F(HttpTest, ModernRequestsAreStatelessAndValidated) {
@@ -272,6 +443,19 @@ TEST_F(HttpTest, StopEndsSessionsAndTheStatelessOwner) {
 }
 
 TEST(HttpOrigin, Loopback) {
+  EXPECT_TRUE(IsLoopbackOrigin("http://127.0.0.1:8080", 8080));
+  EXPECT_FALSE(IsLoopbackOrigin("http://127.0.0.1:8080", 8081));
+  EXPECT_TRUE(IsLoopbackOrigin("http://localhost", 80));
+  EXPECT_TRUE(IsLoopbackOrigin("https://localhost", 443));
+  EXPECT_FALSE(IsLoopbackOrigin("https://localhost", 80));
+  EXPECT_TRUE(IsLoopbackHostName("localhost"));
+  EXPECT_TRUE(IsLoopbackHostName("127.1.2.3"));
+  EXPECT_TRUE(IsLoopbackHostName("::1"));
+  EXPECT_TRUE(IsLoopbackHostName("::ffff:127.0.0.1"));
+  EXPECT_FALSE(IsLoopbackHostName("127.1"));
+  EXPECT_FALSE(IsLoopbackHostName("128.0.0.1"));
+  EXPECT_FALSE(IsLoopbackHostName("localhost.evil.test"));
+  EXPECT_FALSE(IsLoopbackHostName("0.0.0.0"));
   EXPECT_TRUE(IsLoopbackOrigin("http://127.0.0.1:8080"));
   EXPECT_TRUE(IsLoopbackOrigin("http://localhost"));
   EXPECT_TRUE(IsLoopbackOrigin("https://[::1]:3000"));

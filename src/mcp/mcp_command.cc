@@ -204,6 +204,7 @@ int RunMcp(const McpArgs& args) {
   }
   HttpTransportOptions ho;
   ho.allowed_origins = args.allowed_origins;
+  ho.allowed_hosts = args.allowed_hosts;
   ho.session_idle_timeout = std::chrono::seconds(args.session_idle_seconds);
   ho.on_owner_gone = [broker](const std::string& owner) { broker->ReleaseOwner(owner); };
   if (args.no_auth) {

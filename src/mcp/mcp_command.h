@@ -14,7 +14,8 @@ struct McpArgs {
   bool no_auth = false;    // HTTP without a bearer token (loopback listeners only)
   std::string token_file;  // the bearer token ("" = $DEEPBOX_MCP_TOKEN, else a fresh one)
   std::vector<std::string> allowed_origins;
-  int64_t session_idle_seconds = 1800;  // HTTP legacy sessions
+  std::vector<std::string> allowed_hosts;  // Host header values besides the listener's own
+  int64_t session_idle_seconds = 1800;     // HTTP legacy sessions
 
   std::string provider = "local";     // local | k8s: where sandboxes are created
   std::vector<std::string> labels;    // K=V on every sandbox created

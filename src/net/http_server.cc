@@ -1,8 +1,11 @@
 #include "net/http_server.h"
 
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +13,7 @@
 #include <boost/beast/http.hpp>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -33,8 +37,13 @@ struct HttpServer::Impl {
   std::mutex mu;
   std::condition_variable cv;
   size_t active = 0;
+  // Connections per peer address (only with max_connections_per_peer).
+  std::map<std::string, size_t> per_peer;
+  // Bytes of buffered bodies held (max_buffered_body_bytes).
+  std::atomic<size_t> buffered{0};
 
   void AcceptLoop();
+  void Finished(const std::string& peer);
   void ServeConnection(Conn conn);
 };
 
@@ -46,7 +55,7 @@ enum class BodyState { kDone, kPending, kTimedOut };
 
 constexpr std::string_view kBodyTooSlow =
     "the request body did not arrive in time (body deadline: the server's body timeout and "
-    "minimum rate)";
+    "minimum rate, and its whole-body deadline if it has one)";
 
 // The answer to a body the body deadline cut (the connection then closes).
 Response RequestTimeout() {
@@ -194,40 +203,73 @@ void SendSimpleError(Conn& conn, int status, std::string_view message, const Ser
   if (linger) LingeringClose(conn);
 }
 
-// The body deadline (ServerOptions::body_timeout and body_min_rate): when the
-// next byte of the body is due.
+// The body deadline (ServerOptions::body_timeout, body_min_rate and, for a
+// buffered body, buffered_body_deadline): when the next byte of the body is
+// due. A token bucket: the first byte is due body_timeout after the start;
+// each byte received pushes the deadline 1/min_rate s further, but never
+// beyond now + body_timeout, so a client ahead of the rate banks at most
+// body_timeout of credit (not received/min_rate: hours for a big body sent
+// fast, which a client could then spend dripping a byte a minute).
 class BodyClock {
  public:
-  explicit BodyClock(const ServerOptions& options)
-      : silence_(options.body_timeout), min_rate_(options.body_min_rate) {}
+  BodyClock(const ServerOptions& options, bool buffered)
+      : silence_(options.body_timeout),
+        min_rate_(options.body_min_rate),
+        whole_(buffered ? options.buffered_body_deadline : std::chrono::milliseconds(0)) {}
   // The body starts now (after the headers, or after a 100 Continue).
-  void Start() { start_ = last_ = Clock::now(); }
+  void Start() {
+    start_ = Clock::now();
+    due_ = silence_.count() > 0 ? start_ + silence_ : Deadline::max();
+  }
   void Received(size_t n) {
-    if (n == 0) return;
-    received_ += n;
-    last_ = Clock::now();
+    if (n == 0 || silence_.count() <= 0) return;
+    const Deadline cap = Clock::now() + silence_;
+    if (min_rate_ == 0) {
+      due_ = cap;
+      return;
+    }
+    // n / min_rate seconds, in double and capped at ~30 years so that no
+    // length overflows the clock.
+    const double seconds = std::min(static_cast<double>(n) / static_cast<double>(min_rate_), 1e9);
+    const auto credit =
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    due_ = due_ >= cap || cap - due_ <= credit ? cap : due_ + credit;
   }
   Deadline Next() const {
-    if (silence_.count() <= 0) return Deadline::max();
-    Deadline due = last_ + silence_;
-    if (min_rate_ > 0) {
-      // Credit for what came: received / min_rate seconds, in double and
-      // capped at ~30 years so no length overflows the clock.
-      const double seconds =
-          std::min(static_cast<double>(received_) / static_cast<double>(min_rate_), 1e9);
-      auto credit =
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-      due = std::min(due, start_ + silence_ + credit);
-    }
-    return due;
+    if (whole_.count() > 0) return std::min(due_, start_ + whole_);
+    return due_;
   }
 
  private:
   std::chrono::milliseconds silence_;
   uint64_t min_rate_;
+  std::chrono::milliseconds whole_;
   Deadline start_{};
-  Deadline last_{};
-  uint64_t received_ = 0;
+  Deadline due_ = Deadline::max();
+};
+
+// A request's share of ServerOptions::max_buffered_body_bytes, reserved as
+// its body arrives and given back when it ends.
+class BodyBudget {
+ public:
+  BodyBudget(std::atomic<size_t>& used, size_t cap) : used_(used), cap_(cap) {}
+  BodyBudget(const BodyBudget&) = delete;
+  BodyBudget& operator=(const BodyBudget&) = delete;
+  ~BodyBudget() { used_.fetch_sub(held_); }
+  bool Reserve(size_t n) {
+    size_t now = used_.load();
+    do {
+      if (cap_ != 0 && (now > cap_ || n > cap_ - now)) return false;
+    } while (!used_.compare_exchange_weak(now, now + n));
+    held_ += n;
+    return true;
+  }
+  size_t cap() const { return cap_; }
+
+ private:
+  std::atomic<size_t>& used_;
+  size_t cap_;
+  size_t held_ = 0;
 };
 
 using BodyParser = http::request_parser<http::buffer_body>;
@@ -241,7 +283,7 @@ class ParserBodyReader : public BodyReader {
         stream_(stream),
         buffer_(buffer),
         parser_(parser),
-        clock_(options),
+        clock_(options, /*buffered=*/false),
         send_continue_(send_continue) {
     clock_.Start();
   }
@@ -300,9 +342,12 @@ class ParserBodyReader : public BodyReader {
   std::optional<Error> failed_;
 };
 
-// Reads a whole body of at most `limit` bytes (413 beyond it).
+// Reads a whole body of at most `limit` bytes (RESOURCE_EXHAUSTED beyond it:
+// 413), holding its bytes in `budget` (UNAVAILABLE when the server's is used
+// up: 503).
 Result<std::string> ReadWholeBody(BeastStream& stream, boost::beast::flat_buffer& buffer,
-                                  BodyParser& parser, size_t limit, BodyClock& clock) {
+                                  BodyParser& parser, size_t limit, BodyClock& clock,
+                                  BodyBudget& budget) {
   std::string body;
   // Grows with what arrives: an announced length alone must not cost memory.
   if (auto cl = parser.content_length()) {
@@ -330,9 +375,37 @@ Result<std::string> ReadWholeBody(BeastStream& stream, boost::beast::flat_buffer
       return MakeError(ErrorCode::kResourceExhausted,
                        fmt::format("request body exceeds {} bytes", limit));
     }
+    if (!budget.Reserve(n)) {
+      return MakeError(ErrorCode::kUnavailable,
+                       fmt::format("the server is holding as many request bodies as it may ({} "
+                                   "bytes in all); try again later",
+                                   budget.cap()));
+    }
     body.append(scratch, n);
   }
   return body;
+}
+
+// The numeric IP address of a socket's own end (getsockname) or its peer's
+// (getpeername); "" for a unix socket. With `unmap`, an IPv4-mapped IPv6
+// address is given as IPv4.
+std::string SocketAddress(int fd, bool peer, bool unmap) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  auto* sa = reinterpret_cast<sockaddr*>(&ss);
+  if ((peer ? ::getpeername(fd, sa, &len) : ::getsockname(fd, sa, &len)) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, text, sizeof text);
+  } else if (ss.ss_family == AF_INET6) {
+    const in6_addr& a = reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr;
+    if (unmap && IN6_IS_ADDR_V4MAPPED(&a)) {
+      ::inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof text);
+    } else {
+      ::inet_ntop(AF_INET6, &a, text, sizeof text);
+    }
+  }
+  return text;
 }
 
 // Starts `fn` on a detached thread. Unlike std::thread, a failure (EAGAIN:
@@ -374,32 +447,52 @@ void HttpServer::Impl::AcceptLoop() {
     }
     Conn conn(std::move(*fd));
     conn.set_write_stall_timeout(options.write_timeout);
+    const std::string peer = options.max_connections_per_peer > 0
+                                 ? SocketAddress(conn.fd(), /*peer=*/true, /*unmap=*/true)
+                                 : std::string();
     {
       std::lock_guard lock(mu);
       if (active >= options.max_connections) {
         SendSimpleError(conn, 503, "too many connections", options);
         continue;
       }
+      if (!peer.empty()) {
+        size_t& from_peer = per_peer[peer];
+        if (from_peer >= options.max_connections_per_peer) {
+          SendSimpleError(conn, 503,
+                          fmt::format("too many connections from {} (at most {} at once)", peer,
+                                      options.max_connections_per_peer),
+                          options);
+          continue;
+        }
+        ++from_peer;
+      }
       ++active;
     }
     // The connection lives on the heap until its thread has it, so that a
     // thread that cannot start leaves it here to be answered.
     auto shared = std::make_shared<Conn>(std::move(conn));
-    auto started = StartDetachedThread([this, shared] {
+    auto started = StartDetachedThread([this, shared, peer] {
       ServeConnection(std::move(*shared));
       if (options.tls) ReleaseThreadTlsState();
-      std::lock_guard lock(mu);
-      --active;
-      cv.notify_all();
+      Finished(peer);
     });
     if (!started) {
       SendSimpleError(*shared, 503, "cannot serve this connection: " + started.error().message,
                       options);
-      std::lock_guard lock(mu);
-      --active;
-      cv.notify_all();
+      Finished(peer);
     }
   }
+}
+
+void HttpServer::Impl::Finished(const std::string& peer) {
+  std::lock_guard lock(mu);
+  if (!peer.empty()) {
+    auto it = per_peer.find(peer);
+    if (it != per_peer.end() && --it->second == 0) per_peer.erase(it);
+  }
+  --active;
+  cv.notify_all();
 }
 
 void HttpServer::Impl::ServeConnection(Conn conn) {
@@ -455,6 +548,9 @@ void HttpServer::Impl::ServeConnection(Conn conn) {
       return;
     }
     const auto& head = parser.get();
+    // Before the request, so that its body is freed before the bytes are
+    // given back.
+    BodyBudget budget(buffered, options.max_buffered_body_bytes);
     Request req;
     req.method = std::string(head.method_string());
     req.target = std::string(head.target());
@@ -474,6 +570,15 @@ void HttpServer::Impl::ServeConnection(Conn conn) {
     const bool wants_continue =
         EqualsIgnoreCase(std::string_view(expect.data(), expect.size()), "100-continue");
     bool keep_alive = head.keep_alive() && !stopping;
+    if (options.authorize_head) {
+      if (auto refusal = options.authorize_head(req)) {
+        // Refused on its head: answered and closed, the body never read.
+        ConnWriter writer(conn, options, req.method == "HEAD", /*keep_alive=*/false);
+        (void)writer.Send(*refusal);
+        if (!parser.is_done() && !wants_continue) LingeringClose(conn);
+        return;
+      }
+    }
     const bool streamed =
         !parser.is_done() && options.stream_request_body && options.stream_request_body(req);
 
@@ -503,15 +608,17 @@ void HttpServer::Impl::ServeConnection(Conn conn) {
                       /*linger=*/!wants_continue);
       return;
     }
-    BodyClock clock(options);
+    BodyClock clock(options, /*buffered=*/true);
     if (wants_continue && !parser.is_done()) {
       (void)conn.WriteAll("HTTP/1.1 100 Continue\r\n\r\n", Deadline::max());
     }
     clock.Start();
-    auto body = ReadWholeBody(stream, buffer, parser, options.max_body_bytes, clock);
+    auto body = ReadWholeBody(stream, buffer, parser, options.max_body_bytes, clock, budget);
     if (!body) {
       if (body.error().code == ErrorCode::kResourceExhausted) {
         SendSimpleError(conn, 413, body.error().message, options, /*linger=*/true);
+      } else if (body.error().code == ErrorCode::kUnavailable) {
+        SendSimpleError(conn, 503, body.error().message, options, /*linger=*/true);
       } else if (body.error().code == ErrorCode::kTimeout) {
         SendSimpleError(conn, 408, body.error().message, options, /*linger=*/true);
       } else if (body.error().code == ErrorCode::kInvalidArgument) {
@@ -575,6 +682,12 @@ const Endpoint& HttpServer::endpoint() const { return impl_->listener.endpoint()
 size_t HttpServer::active_connections() const {
   std::lock_guard lock(impl_->mu);
   return impl_->active;
+}
+size_t HttpServer::buffered_body_bytes() const { return impl_->buffered.load(); }
+std::optional<std::string> HttpServer::bound_address() const {
+  std::string address = SocketAddress(impl_->listener.fd(), /*peer=*/false, /*unmap=*/false);
+  if (address.empty()) return std::nullopt;
+  return address;
 }
 
 }  // namespace deepbox::net

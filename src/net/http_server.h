@@ -11,6 +11,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -44,6 +45,22 @@ struct ServerOptions {
   // For uploads of any size in bounded memory.
   std::function<bool(const Request& head)> stream_request_body;
   size_t max_header_bytes = 64u << 10;
+  // Called with every request's head (method, path, query, headers; no body)
+  // before a byte of its body is read or a 100 Continue is sent. A response
+  // it returns is sent at once with `Connection: close` and the handler is not
+  // called: the body is never read (what the client still sends is discarded
+  // for a moment so that it sees the answer, then the connection closes). For
+  // checks such as authentication that must cost a refused client no buffer.
+  std::function<std::optional<Response>(const Request& head)> authorize_head;
+  // Buffered (not streamed) request bodies of all connections together hold
+  // at most this many bytes at once: a connection reserves its body's bytes
+  // as they arrive and releases them when its handler returns. The request
+  // that would cross it gets 503 and the connection closes. 0: no cap.
+  size_t max_buffered_body_bytes = size_t{1} << 30;
+  // Connections at once from one peer IP address (TCP; IPv4-mapped IPv6
+  // counts as IPv4); beyond it a new connection gets 503 and is closed.
+  // 0: no cap (behind a proxy every client has the proxy's address).
+  size_t max_connections_per_peer = 0;
 
   // Deadlines, one per phase of a request, so that a slow or silent client
   // holds its connection (and thread) for a bounded time while a large
@@ -57,16 +74,23 @@ struct ServerOptions {
   // handshake and a client that never sends). 408, then close: a slowloris
   // client dripping header bytes cannot keep a connection.
   std::chrono::milliseconds header_timeout{20000};
-  // The body: no silence longer than body_timeout, and on average at least
-  // body_min_rate bytes/s after a grace of body_timeout (the next byte is due
-  // by body start + body_timeout + received / body_min_rate). 408, then close.
-  // Not a whole-body deadline: streamed uploads have no size cap, so any fixed
-  // time would cut a big enough one. And not a silence bound alone: that lets
-  // a client hold a connection forever with one byte per body_timeout (slow
-  // POST). The rate bound is Apache mod_reqtimeout's MinRate. Time a streaming
-  // handler spends between its reads counts too (it is never near 1 KiB/s).
+  // The body: no silence longer than body_timeout, and at least body_min_rate
+  // bytes/s after a grace of body_timeout, with at most body_timeout of
+  // credit banked by a client that was ahead of the rate (a token bucket:
+  // each byte pushes the deadline for the next one 1/body_min_rate s further,
+  // but never beyond now + body_timeout). 408, then close. So a client that
+  // sent most of a body fast cannot then hold its connection and buffer for
+  // hours with a byte a minute. Not a whole-body deadline by default:
+  // streamed uploads have no size cap, so any fixed time would cut a big
+  // enough one. And not a silence bound alone: that lets a client hold a
+  // connection forever with one byte per body_timeout (slow POST). The rate
+  // bound is Apache mod_reqtimeout's MinRate. Time a streaming handler spends
+  // between its reads counts too (it is never near 1 KiB/s).
   std::chrono::milliseconds body_timeout{60000};
   uint64_t body_min_rate = 1024;  // bytes/s; 0: the silence bound only
+  // A buffered body (capped by max_body_bytes) must be complete this long
+  // after it starts, whatever its rate. 408, then close. Zero: none.
+  std::chrono::milliseconds buffered_body_deadline{0};
   // Writes: the connection is cut when the peer accepts no byte for this long
   // (a stalled reader). A bound on progress, not on the whole response, so a
   // large download to a slow but moving reader completes. The kernel accepts
@@ -99,6 +123,11 @@ class HttpServer {
   int port() const;
   const Endpoint& endpoint() const;
   size_t active_connections() const;
+  // Bytes of buffered request bodies held now (see max_buffered_body_bytes).
+  size_t buffered_body_bytes() const;
+  // The numeric address the TCP listener is bound to ("127.0.0.1", "::1",
+  // "0.0.0.0", "::"); nullopt for a unix socket.
+  std::optional<std::string> bound_address() const;
 
   struct Impl;
 

@@ -1,5 +1,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -663,6 +664,248 @@ TEST_F(StreamedBodyTest, MalformedChunkedBodyIsAReadErrorForTheHandler) {
   }
   EXPECT_NE(got.find("400"), std::string::npos) << got;
   EXPECT_NE(got.find("read error"), std::string::npos) << got;
+}
+
+}  // namespace
+}  // namespace deepbox::net
+
+// ------------------------------------------------------- request limits
+
+namespace deepbox::net {
+namespace {
+
+Conn Dial(int port) {
+  auto c =
+      Conn::Connect(*Endpoint::Parse("127.0.0.1:" + std::to_string(port)), DeadlineAfter(5000ms));
+  EXPECT_TRUE(c) << c.error().ToString();
+  return c ? std::move(*c) : Conn();
+}
+
+// Everything the server sends until it closes (or 30 s pass).
+std::string ReadToClose(Conn& conn) {
+  std::string out;
+  char buf[4096];
+  const Deadline until = DeadlineAfter(30000ms);
+  for (;;) {
+    auto n = conn.ReadSome(buf, sizeof buf, until);
+    if (!n || *n == 0) break;
+    out.append(buf, *n);
+  }
+  return out;
+}
+
+// One response with a Content-Length on a kept-alive connection.
+std::string ReadOneResponse(Conn& conn) {
+  std::string out;
+  char buf[4096];
+  const Deadline until = DeadlineAfter(30000ms);
+  for (;;) {
+    auto end = out.find("\r\n\r\n");
+    if (end != std::string::npos) {
+      auto cl = out.find("Content-Length: ");
+      size_t length = cl == std::string::npos ? 0 : std::stoul(out.substr(cl + 16));
+      if (out.size() >= end + 4 + length) return out;
+    }
+    auto n = conn.ReadSome(buf, sizeof buf, until);
+    if (!n || *n == 0) return out;
+    out.append(buf, *n);
+  }
+}
+
+bool Readable(const Conn& conn) {
+  pollfd p{conn.fd(), POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1;
+}
+
+// Polls `pred` (a state another thread reaches) for up to 30 s.
+bool Eventually(const std::function<bool()>& pred) {
+  for (int i = 0; i < 3000 && !pred(); ++i) std::this_thread::sleep_for(10ms);
+  return pred();
+}
+
+std::string PostHead(const std::string& path, size_t length, const std::string& extra = "") {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(length) +
+         "\r\n" + extra + "\r\n";
+}
+
+// /size answers the size of the buffered body.
+std::unique_ptr<HttpServer> SizeServer(ServerOptions opts, std::atomic<int>* handled = nullptr) {
+  auto server = HttpServer::Create(
+      *Endpoint::Parse("127.0.0.1:0"),
+      [handled](Request& req, ResponseWriter& w) {
+        if (handled) ++*handled;
+        (void)w.Send(Response::Text(200, std::to_string(req.body.size())));
+      },
+      std::move(opts));
+  EXPECT_TRUE(server) << server.error().ToString();
+  if (!server) return nullptr;
+  (*server)->Start();
+  return std::move(*server);
+}
+
+TEST(HttpLimitsTest, AuthorizeHeadAnswersBeforeABodyByteIsRead) {
+  ServerOptions opts;
+  opts.max_body_bytes = 128u << 20;
+  opts.authorize_head = [](const Request& head) -> std::optional<Response> {
+    if (head.Header("X-Key") == std::optional<std::string>("k")) return std::nullopt;
+    return Response::Text(401, "no key\n");
+  };
+  std::atomic<int> handled{0};
+  auto server = SizeServer(opts, &handled);
+  ASSERT_TRUE(server);
+
+  // 64 MiB announced, 1 MiB sent: the answer comes without the rest.
+  Conn c = Dial(server->port());
+  ASSERT_TRUE(c.WriteAll(PostHead("/size", 64u << 20), DeadlineAfter(5000ms)));
+  ASSERT_TRUE(c.WriteAll(std::string(1u << 20, 'b'), DeadlineAfter(30000ms)));
+  c.ShutdownWrite();
+  std::string got = ReadToClose(c);
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 401 ")) << got;
+  EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+  EXPECT_NE(got.find("no key"), std::string::npos) << got;
+  EXPECT_EQ(handled.load(), 0);
+  EXPECT_EQ(server->buffered_body_bytes(), 0u);
+
+  // With Expect: 100-continue the refusal replaces the 100.
+  Conn e = Dial(server->port());
+  ASSERT_TRUE(
+      e.WriteAll(PostHead("/size", 64u << 20, "Expect: 100-continue\r\n"), DeadlineAfter(5000ms)));
+  got = ReadToClose(e);
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 401 ")) << got;
+  EXPECT_EQ(got.find("100 Continue"), std::string::npos) << got;
+
+  // Authorized: read and handled as before.
+  auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string(server->port()));
+  ASSERT_TRUE(client);
+  ClientRequest req;
+  req.method = "POST";
+  req.target = "/size";
+  req.headers.Set("X-Key", "k");
+  req.body = std::string(3u << 20, 'q');
+  auto r = (*client)->Send(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, std::to_string(3u << 20));
+  EXPECT_EQ(handled.load(), 1);
+}
+
+TEST(HttpLimitsTest, BufferedBodiesShareOneServerWideBudget) {
+  ServerOptions opts;
+  opts.max_body_bytes = 4u << 20;
+  opts.max_buffered_body_bytes = 1u << 20;
+  auto server = SizeServer(opts);
+  ASSERT_TRUE(server);
+  constexpr size_t kBody = 768u << 10;
+  constexpr size_t kFirst = 700u << 10;
+
+  // A holds 700 KiB of its body in the server.
+  Conn a = Dial(server->port());
+  ASSERT_TRUE(a.WriteAll(PostHead("/size", kBody, "Connection: close\r\n"), DeadlineAfter(5000ms)));
+  ASSERT_TRUE(a.WriteAll(std::string(kFirst, 'a'), DeadlineAfter(5000ms)));
+  ASSERT_TRUE(Eventually([&] { return server->buffered_body_bytes() == kFirst; }))
+      << server->buffered_body_bytes();
+
+  // B would take the budget over 1 MiB: 503 and closed.
+  Conn b = Dial(server->port());
+  ASSERT_TRUE(b.WriteAll(PostHead("/size", kBody), DeadlineAfter(5000ms)));
+  (void)b.WriteAll(std::string(kBody, 'b'), DeadlineAfter(5000ms));
+  b.ShutdownWrite();
+  std::string got = ReadToClose(b);
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 503 ")) << got;
+  EXPECT_NE(got.find("as many request bodies as it may (1048576 bytes in all)"), std::string::npos)
+      << got;
+  // B's share is given back as its connection ends.
+  EXPECT_TRUE(Eventually([&] { return server->buffered_body_bytes() == kFirst; }))
+      << server->buffered_body_bytes();
+
+  // A completes; its bytes are given back after its handler.
+  ASSERT_TRUE(a.WriteAll(std::string(kBody - kFirst, 'a'), DeadlineAfter(5000ms)));
+  got = ReadToClose(a);
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 200 ")) << got;
+  EXPECT_TRUE(got.ends_with("\r\n\r\n" + std::to_string(kBody))) << got;
+  EXPECT_TRUE(Eventually([&] { return server->buffered_body_bytes() == 0; }))
+      << server->buffered_body_bytes();
+
+  // A body that fits in the whole budget is served.
+  auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string(server->port()));
+  ASSERT_TRUE(client);
+  ClientRequest req;
+  req.method = "POST";
+  req.target = "/size";
+  req.body = std::string(900u << 10, 'c');
+  auto r = (*client)->Send(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, std::to_string(900u << 10));
+}
+
+TEST(HttpLimitsTest, ConnectionsPerPeerAreCapped) {
+  ServerOptions opts;
+  opts.max_connections_per_peer = 2;
+  auto server = SizeServer(opts);
+  ASSERT_TRUE(server);
+  const std::string get = "GET /size HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::vector<Conn> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(Dial(server->port()));
+    ASSERT_TRUE(held.back().WriteAll(get, DeadlineAfter(5000ms)));
+    std::string got = ReadOneResponse(held.back());
+    EXPECT_TRUE(got.starts_with("HTTP/1.1 200 ")) << got;
+  }
+  Conn third = Dial(server->port());
+  std::string got = ReadToClose(third);
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 503 ")) << got;
+  EXPECT_NE(got.find("too many connections from 127.0.0.1 (at most 2 at once)"), std::string::npos)
+      << got;
+  // One goes: a new one is served.
+  held.pop_back();
+  ASSERT_TRUE(Eventually([&] { return server->active_connections() == 1; }));
+  Conn again = Dial(server->port());
+  ASSERT_TRUE(again.WriteAll(get, DeadlineAfter(5000ms)));
+  got = ReadOneResponse(again);
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 200 ")) << got;
+}
+
+// A client that sent much of a body fast must not bank the credit of it
+// (received / min_rate: 1024 s here) and then hold its buffer with a drip.
+TEST(HttpLimitsTest, ADripAfterAFastStartIsCut) {
+  ServerOptions opts;
+  opts.max_body_bytes = 8u << 20;
+  opts.body_timeout = 2000ms;
+  opts.body_min_rate = 1024;
+  auto server = SizeServer(opts);
+  ASSERT_TRUE(server);
+  Conn c = Dial(server->port());
+  ASSERT_TRUE(c.WriteAll(PostHead("/size", 4u << 20), DeadlineAfter(5000ms)));
+  ASSERT_TRUE(c.WriteAll(std::string(1u << 20, 'f'), DeadlineAfter(5000ms)));
+  // A byte every 500 ms (2 B/s), for at most a minute.
+  int drips = 0;
+  for (; drips < 120 && !Readable(c); ++drips) {
+    std::this_thread::sleep_for(500ms);
+    (void)c.WriteAll("d", DeadlineAfter(5000ms));
+  }
+  std::string got = ReadToClose(c);
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 408 ")) << "after " << drips << " drips: " << got;
+  EXPECT_LT(drips, 120);
+}
+
+TEST(HttpLimitsTest, ABufferedBodyMeetsItsWholeDeadline) {
+  ServerOptions opts;
+  opts.max_body_bytes = 8u << 20;
+  opts.buffered_body_deadline = 1000ms;
+  auto server = SizeServer(opts);
+  ASSERT_TRUE(server);
+  Conn c = Dial(server->port());
+  ASSERT_TRUE(c.WriteAll(PostHead("/size", 4u << 20), DeadlineAfter(5000ms)));
+  // 20 KiB/s, well above the minimum rate, for at most 30 s.
+  int steps = 0;
+  for (; steps < 300 && !Readable(c); ++steps) {
+    std::this_thread::sleep_for(100ms);
+    (void)c.WriteAll(std::string(2048, 's'), DeadlineAfter(5000ms));
+  }
+  std::string got = ReadToClose(c);
+  EXPECT_TRUE(got.starts_with("HTTP/1.1 408 ")) << "after " << steps << " steps: " << got;
+  EXPECT_LT(steps, 300);
 }
 
 }  // namespace

@@ -188,9 +188,10 @@ int main(int argc, char** argv) {
                  "--http-body-min-rate applies; then 408 and close")
       ->capture_default_str();
   app.add_option("--http-body-min-rate", body_min_rate,
-                 "Least average rate of a request body in bytes/s after the grace\n"
-                 "(0 = silence bound only). Uploads have no size cap, so no fixed\n"
-                 "time bounds a body; this rate bounds a client that drips one")
+                 "Least rate of a request body in bytes/s after the grace, a client\n"
+                 "ahead of it banking at most --http-body-timeout of credit (0 = silence\n"
+                 "bound only). Uploads have no size cap, so no fixed time bounds a\n"
+                 "body; this rate bounds a client that drips one")
       ->capture_default_str();
   app.add_option("--http-write-timeout", write_timeout_s,
                  "Seconds a response may make no progress (the client takes no byte)\n"
