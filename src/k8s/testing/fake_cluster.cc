@@ -94,20 +94,28 @@ void FakeCluster::Kubelet() {
       cv_.wait(lock);
       continue;
     }
+    // As kubelet updates a downward API file: a new file swapped in.
+    auto write = [&](const std::string& text) {
+      std::string tmp = verifier_file_ + ".next";
+      {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << text;
+      }
+      std::filesystem::rename(tmp, verifier_file_);
+      written_ = text;
+    };
+    if (!written_.empty()) {
+      // The one daemon stands in for a new pod: its file starts empty (no
+      // owner yet), not with the previous claim's verifier.
+      write("");
+    }
     if (std::chrono::steady_clock::now() < pending_->first) {
       cv_.wait_until(lock, pending_->first);
       continue;
     }
     std::string verifier = std::move(pending_->second);
     pending_.reset();
-    // As kubelet updates a downward API file: a new file swapped in.
-    std::string tmp = verifier_file_ + ".next";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << verifier;
-    }
-    std::filesystem::rename(tmp, verifier_file_);
-    written_ = verifier;
+    write(verifier);
   }
 }
 
