@@ -37,6 +37,8 @@ if _BIN is None:
 else:
     os.environ["DEEPBOX_BIN"] = str(_BIN)
     os.environ["DEEPBOX_STATE_DIR"] = _STATE
+    # The key of the Kubernetes claims' daemon tokens: the session's, not the user's.
+    os.environ["DEEPBOX_K8S_CLAIM_KEY_FILE"] = os.path.join(_STATE, "k8s-claim-key")
     if not os.environ.get("DEEPBOX_SANDBOXD") and (_BIN.parent / "deepbox-sandboxd").is_file():
         os.environ["DEEPBOX_SANDBOXD"] = str(_BIN.parent / "deepbox-sandboxd")
     _doctor = subprocess.run([str(_BIN), "doctor"], capture_output=True, text=True, stdin=subprocess.DEVNULL)

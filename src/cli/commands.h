@@ -111,6 +111,7 @@ int RunPoolServe(const PoolServeArgs& args);
 
 struct DoctorArgs {
   bool json = false;
+  ClusterFlags cluster;  // --provider k8s: also check the cluster's NetworkPolicies
 };
 int RunDoctor(const DoctorArgs& args);
 

@@ -11,7 +11,9 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/sandbox_k8s.h"
 #include "common/json.h"
+#include "common/terminal_text.h"
 #include "local/launcher.h"
 #include "local/lifecycle/provider.h"
 #include "local/namespaces.h"
@@ -172,6 +174,17 @@ int RunDoctor(const DoctorArgs& args) {
     can_run = false;
   }
   line(fmt::format("state directory:  {}", state_text));
+  // --provider k8s: whether the sandbox pods are isolated by a NetworkPolicy
+  // (the daemons take only their claim's token either way).
+  if (args.cluster.provider == "k8s") {
+    K8sPolicyCheck np = CheckK8sNetworkPolicy(args.cluster);
+    json::object o;
+    o["checked"] = np.checked;
+    o["isolated"] = np.isolated;
+    o["detail"] = JsonString(np.text);
+    report["k8s_network_policy"] = std::move(o);
+    line(fmt::format("k8s NetworkPolicy: {}", SanitizeLineForTerminal(np.text)));
+  }
   report["sandboxes_can_run"] = can_run;
   line(can_run ? "=> local sandboxes can run on this host"
                : "=> local sandboxes can NOT run on this host (see above)");

@@ -295,6 +295,7 @@ void RegisterDoctorCommand(CLI::App& app) {
       "limits are enforced by what, the public network mode, the state directory.\n"
       "Exits 0 if sandboxes can run here, 4 if not.");
   doctor->add_flag("--json", args->json, "Print the report as JSON");
+  AddClusterFlags(doctor, args->cluster);
   doctor->callback([args] { SetExitCode(RunDoctor(*args)); });
 }
 

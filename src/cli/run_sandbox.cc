@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstdio>
 #include <thread>
 #include <utility>
 
 #include "cli/provider_util.h"
+#include "common/terminal_text.h"
 #include "local/lifecycle/provider.h"
 #ifdef DEEPBOX_HAVE_K8S
 #include "k8s/claim.h"
@@ -134,6 +136,9 @@ Result<RunProvider> MakeK8s(const RunConfig& config, const std::string& run_id) 
       po.connection.port_forward.kubectl_args.push_back("--context=" + rest->context);
     }
   }
+  po.on_warning = [](const std::string& w) {
+    std::fprintf(stderr, "deepbox: warning: %s\n", SanitizeLineForTerminal(w).c_str());
+  };
   auto provider = k8s::K8sSandboxProvider::Create(po);
   if (!provider) return tl::unexpected(provider.error());
   // The signal thread deletes the claim through its own client.

@@ -35,4 +35,17 @@ struct ShellSandbox {
 // bad id.
 Result<ShellSandbox> ConnectK8sSandbox(const std::string& id);
 
+// `deepbox doctor --provider k8s`: whether a NetworkPolicy isolates the
+// sandbox pods of the warm pool (AGENT_SANDBOX_WARMPOOL, else
+// deepagents-warmpool) in the namespace of `flags`. isolated: one does;
+// text: what was found (the provider's warning when none does, or why it
+// cannot be told).
+struct K8sPolicyCheck {
+  bool checked = false;
+  bool isolated = false;
+  std::string text;
+};
+struct ClusterFlags;
+K8sPolicyCheck CheckK8sNetworkPolicy(const ClusterFlags& flags);
+
 }  // namespace deepbox::cli

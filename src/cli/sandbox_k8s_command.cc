@@ -54,6 +54,9 @@ Result<ShellSandbox> ConnectK8sSandbox(const std::string&) {
   return MakeError(ErrorCode::kUnimplemented,
                    "this deepbox was built without the Kubernetes provider (src/k8s)");
 }
+K8sPolicyCheck CheckK8sNetworkPolicy(const ClusterFlags&) {
+  return {false, false, "this deepbox was built without the Kubernetes provider (src/k8s)"};
+}
 int RunK8sSandboxCreate(const SandboxCreateArgs&) {
   return ReportError(Error(ErrorCode::kUnimplemented,
                            "this deepbox was built without the Kubernetes provider (src/k8s)"));
@@ -137,6 +140,9 @@ Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeK8sProvider(const ClusterFl
   } else {
     po.connection.mode = k8s::ConnectionMode::kPortForward;
   }
+  po.on_warning = [](const std::string& w) {
+    std::fprintf(stderr, "deepbox: warning: %s\n", SanitizeLineForTerminal(w).c_str());
+  };
   return k8s::K8sSandboxProvider::Create(std::move(po));
 }
 
@@ -230,6 +236,30 @@ Result<ShellSandbox> ConnectK8sSandbox(const std::string& id) {
   return out;
 }
 
+K8sPolicyCheck CheckK8sNetworkPolicy(const ClusterFlags& flags) {
+  K8sPolicyCheck out;
+  auto provider = MakeK8sProvider(flags);
+  if (!provider) {
+    out.text = "cannot check: " + provider.error().message;
+    return out;
+  }
+  auto warning = (*provider)->NetworkPolicyWarning();
+  if (!warning) {
+    out.text = fmt::format("cannot check in namespace {} (warm pool {}): {}",
+                           (*provider)->namespace_name(), (*provider)->warm_pool(),
+                           warning.error().message);
+    return out;
+  }
+  out.checked = true;
+  out.isolated = warning->empty();
+  out.text = out.isolated ? fmt::format(
+                                "a NetworkPolicy in namespace {} selects the sandbox "
+                                "pods of warm pool {} for ingress",
+                                (*provider)->namespace_name(), (*provider)->warm_pool())
+                          : "WARNING - " + *warning;
+  return out;
+}
+
 int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   auto usage = [](std::string message) {
     return ReportError(Error(ErrorCode::kInvalidArgument, std::move(message)));
@@ -283,8 +313,9 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   }
   // What a client needs to reach the daemon (python/deepbox's Sandbox.claim):
   // the router's URL and the headers to send (the router token is not
-  // printed: the caller has it). Through a port-forward there is no lasting
-  // URL: "url" is null and "router" says what to forward to.
+  // printed: the caller has it; the claim's daemon token, X-Sandboxd-Token,
+  // is: the caller needs it, and holds the key it is derived from anyway). Through a port-forward
+  // there is no lasting URL: "url" is null and "router" says what to forward to.
   json::object o;
   o["id"] = id;
   o["provider"] = "k8s";

@@ -90,7 +90,12 @@ Result<ClaimedSandbox> Claimer::Claim(const ClaimRequest& request) {
   if (auto s = ValidateLabels(request.labels); !s) return tl::unexpected(s.error());
   if (auto s = ValidateLabels(request.pod_labels); !s) return tl::unexpected(s.error());
   const std::string& ns = request.namespace_name;
-  std::string name = std::string(kClaimNamePrefix) + RandomHex(8);
+  std::string name =
+      request.name.empty() ? std::string(kClaimNamePrefix) + RandomHex(8) : request.name;
+  if (!IsObjectName(name) || name.size() > 63) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("'{}' is not a claim name (a DNS label)", name.substr(0, 300)));
+  }
   auto now = clock_ ? clock_() : std::chrono::system_clock::now();
   auto start = std::chrono::steady_clock::now();
 

@@ -49,6 +49,9 @@ using ClaimObserver = std::function<void(ClaimStep step, const std::string& clai
 
 struct ClaimRequest {
   std::string warm_pool;  // SandboxWarmPool name (required)
+  // The claim's name; "" = sandbox-claim-<8 hex>. (The provider chooses it
+  // first: the name is part of the claim's daemon token, claim_token.h.)
+  std::string name;
   std::string namespace_name = "default";
   std::map<std::string, std::string> labels;           // on the claim
   std::map<std::string, std::string> pod_labels;       // spec.additionalPodMetadata
@@ -70,6 +73,8 @@ struct ClaimedSandbox {
   std::string api_version;                 // of the claim
   std::string requested_at;                // the annotation's value
   std::chrono::milliseconds wait_time{0};  // create -> Ready
+  // Sent in X-Sandboxd-Token to the claim's daemon (claim_token.h); "" = none.
+  std::string daemon_token;
 };
 
 // The claim object (pure; for tests). `v1alpha1_template` is the pool's

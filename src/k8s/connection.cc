@@ -12,6 +12,7 @@
 #include "common/terminal_text.h"
 #include "k8s/socket_owner.h"
 #include "k8s/util.h"
+#include "net/token_digest.h"
 
 namespace deepbox::k8s {
 
@@ -403,6 +404,10 @@ Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const Connect
     }
   }
   c->endpoint_.daemon_port = options.daemon_port;
+  // The claim's own token (claim_token.h), whichever way the daemon is reached.
+  if (!sandbox.daemon_token.empty()) {
+    c->endpoint_.headers.Set(std::string(net::kSandboxdTokenHeader), sandbox.daemon_token);
+  }
   return c;
 }
 

@@ -2,19 +2,49 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <thread>
 
+#include "k8s/claim_token.h"
+#include "net/token_digest.h"
 #include "sandbox/sandboxd_client.h"
 
 namespace deepbox::k8s {
 
 namespace {
 
+// f() again while the daemon says its owner's token verifier has not
+// arrived (AwaitingOwner), until `deadline`; then the error says what to check.
+template <typename F>
+auto RetryWhileAwaitingOwner(F&& f, std::chrono::steady_clock::time_point deadline)
+    -> decltype(f()) {
+  auto pause = std::chrono::milliseconds(20);
+  for (;;) {
+    auto r = f();
+    if (r || !AwaitingOwner(r.error())) return r;
+    if (std::chrono::steady_clock::now() + pause > deadline) {
+      Error e = r.error();
+      e.message +=
+          " -- the claim's token verifier (annotation deepbox.dev/sandboxd-token-sha256) did "
+          "not reach the pod in time: check that the controller propagates "
+          "spec.additionalPodMetadata.annotations to the pod and that the SandboxTemplate "
+          "mounts it for --token-sha256-file (deploy/k8s/sandbox-template.yaml)";
+      return tl::unexpected(e);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::milliseconds(500));
+  }
+}
+
 // Delegates to the daemon client, refusing (clearly) once the tunnel is gone.
 class GuardedSandbox : public Sandbox {
  public:
-  GuardedSandbox(std::unique_ptr<Sandbox> inner, SandboxConnection* conn, std::string id)
-      : inner_(std::move(inner)), conn_(conn), id_(std::move(id)) {}
+  GuardedSandbox(std::unique_ptr<Sandbox> inner, SandboxConnection* conn, std::string id,
+                 std::chrono::steady_clock::time_point owner_deadline)
+      : inner_(std::move(inner)),
+        conn_(conn),
+        id_(std::move(id)),
+        owner_deadline_(owner_deadline) {}
 
   std::string id() const override { return id_; }
   std::string root() const override { return inner_->root(); }
@@ -67,7 +97,9 @@ class GuardedSandbox : public Sandbox {
   template <typename F>
   auto Guard(F&& f) -> decltype(f()) {
     if (auto h = conn_->Health(); !h) return tl::unexpected(h.error());
-    auto r = f();
+    // A claim whose daemon was not checked (check_daemon = false) may be
+    // used before its token verifier reached the pod.
+    auto r = RetryWhileAwaitingOwner(f, owner_deadline_);
     if (!r && r.error().code == ErrorCode::kUnavailable) {
       if (auto h = conn_->Health(); !h) return tl::unexpected(h.error());
     }
@@ -78,6 +110,7 @@ class GuardedSandbox : public Sandbox {
   std::unique_ptr<Sandbox> inner_;
   SandboxConnection* conn_;
   std::string id_;
+  std::chrono::steady_clock::time_point owner_deadline_;
 };
 
 class K8sLease : public SandboxLease {
@@ -182,6 +215,100 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Claim(const ClaimOptio
   return ClaimWith(options, options_.check_daemon);
 }
 
+bool SelectorMatches(const json::value& selector,
+                     const std::map<std::string, std::string>& labels) {
+  if (selector.is_null()) return true;
+  if (!selector.is_object()) return false;
+  if (const auto* ml = Find(selector, {"matchLabels"}); ml != nullptr && !ml->is_null()) {
+    if (!ml->is_object()) return false;
+    for (const auto& kv : ml->get_object()) {
+      auto it = labels.find(std::string(kv.key()));
+      if (!kv.value().is_string() || it == labels.end() ||
+          it->second != std::string_view(kv.value().get_string())) {
+        return false;
+      }
+    }
+  }
+  if (const auto* me = Find(selector, {"matchExpressions"}); me != nullptr && !me->is_null()) {
+    if (!me->is_array()) return false;
+    for (const auto& e : me->get_array()) {
+      std::string key = FindString(e, {"key"});
+      std::string op = FindString(e, {"operator"});
+      auto it = labels.find(key);
+      bool in_values = false;
+      if (const auto* vs = Find(e, {"values"}); vs != nullptr && vs->is_array()) {
+        for (const auto& v : vs->get_array()) {
+          in_values = in_values || (it != labels.end() && v.is_string() &&
+                                    std::string_view(v.get_string()) == it->second);
+        }
+      }
+      bool ok = op == "In"             ? in_values
+                : op == "NotIn"        ? !in_values
+                : op == "Exists"       ? it != labels.end()
+                : op == "DoesNotExist" ? it == labels.end()
+                                       : false;
+      if (!ok) return false;
+    }
+  }
+  return true;
+}
+
+Result<std::string> K8sSandboxProvider::NetworkPolicyWarning() {
+  auto pool = api_->GetWarmPool(namespace_, options_.warm_pool);
+  if (!pool) return tl::unexpected(pool.error());
+  std::string tmpl_name = FindString(*pool, {"spec", "sandboxTemplateRef", "name"});
+  if (tmpl_name.empty()) {
+    return MakeError(
+        ErrorCode::kInvalidArgument,
+        fmt::format("SandboxWarmPool {}/{} names no template", namespace_, options_.warm_pool));
+  }
+  Result<json::object> tmpl = MakeError(ErrorCode::kInternal, "not attempted");
+  for (const char* version : {"v1beta1", "v1alpha1"}) {
+    tmpl = client_->Get(
+        {std::string(kExtensionsGroup), version, "sandboxtemplates", "SandboxTemplate"}, namespace_,
+        tmpl_name);
+    if (tmpl || tmpl.error().code != ErrorCode::kNotFound) break;
+  }
+  if (!tmpl) return tl::unexpected(tmpl.error());
+  // The pods' labels: the template's, and the one the controller adds (its
+  // managed NetworkPolicy selects on it).
+  std::map<std::string, std::string> labels;
+  if (const auto* l = Find(*tmpl, {"spec", "podTemplate", "metadata", "labels"});
+      l != nullptr && l->is_object()) {
+    for (const auto& kv : l->get_object()) {
+      if (kv.value().is_string())
+        labels[std::string(kv.key())] = std::string(kv.value().get_string());
+    }
+  }
+  labels["agents.x-k8s.io/sandbox-template-ref-hash"] = NameHash(tmpl_name);
+  auto policies =
+      client_->List({"networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"}, namespace_);
+  if (!policies) return tl::unexpected(policies.error());
+  for (const auto& np : policies->items) {
+    const json::value* selector = Find(np, {"spec", "podSelector"});
+    if (selector == nullptr || !SelectorMatches(*selector, labels)) continue;
+    // policyTypes absent: Ingress (plus Egress with egress rules).
+    const json::value* types = Find(np, {"spec", "policyTypes"});
+    bool ingress = types == nullptr || !types->is_array();
+    if (!ingress) {
+      for (const auto& t : types->get_array()) {
+        ingress = ingress || (t.is_string() && std::string_view(t.get_string()) == "Ingress");
+      }
+    }
+    if (ingress) return std::string();
+  }
+  std::string shown;
+  for (const auto& [k, v] : labels) shown += (shown.empty() ? "" : ",") + k + "=" + v;
+  return fmt::format(
+      "no NetworkPolicy in namespace {} selects the sandbox pods (SandboxTemplate {}, labels "
+      "{}) for ingress: any pod in the cluster can connect to their daemons (which refuse "
+      "requests without their claim's token, but still answer health checks) and nothing "
+      "limits their egress. Keep the template's networkPolicyManagement Managed (the "
+      "controller's secure default), or add a NetworkPolicy selecting these pods, and use a "
+      "CNI that enforces NetworkPolicy",
+      namespace_, tmpl_name, shown);
+}
+
 Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::ClaimWith(const ClaimOptions& options,
                                                                     bool check_daemon) {
   if (!options.rootfs.empty()) {
@@ -195,19 +322,32 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::ClaimWith(const ClaimO
                      "SandboxTemplate's networkPolicy decides (its secure default allows public "
                      "egress only)");
   }
+  if (options_.on_warning) {
+    std::call_once(policy_checked_, [&] {
+      auto warning = NetworkPolicyWarning();
+      if (warning && !warning->empty()) options_.on_warning(*warning);
+    });
+  }
   ClaimRequest req;
   req.warm_pool = options_.warm_pool;
   req.namespace_name = namespace_;
+  req.name = std::string(kClaimNamePrefix) + RandomHex(8);
+  // Only the claimer may drive the daemon: the claim carries its token's
+  // verifier for the pod, the token stays here (claim_token.h).
+  auto token = DaemonToken(namespace_, req.name);
+  if (!token) return tl::unexpected(token.error());
   req.labels = options_.labels;
   for (const auto& [k, v] : options.labels) req.labels[k] = v;
   req.pod_labels = options_.pod_labels;
   req.pod_annotations = options_.pod_annotations;
+  req.pod_annotations[std::string(kTokenVerifierAnnotation)] = net::TokenVerifier(*token);
   req.shutdown_after = options.ttl;
   req.ready_timeout = options_.ready_timeout;
   req.created_by = options_.created_by;
   req.observer = options_.observer;
   auto claimed = claimer_->Claim(req);
   if (!claimed) return tl::unexpected(claimed.error());
+  claimed->daemon_token = *token;
 
   auto fail = [&](Error e) -> Result<std::unique_ptr<SandboxLease>> {
     if (auto s = claimer_->Release(claimed->namespace_name, claimed->claim_name); !s) {
@@ -229,10 +369,15 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::ClaimWith(const ClaimO
   if (!conn) return fail(unreachable(conn.error()));
   // The pod is Ready, but the router may need a moment for a fresh pod IP.
   Result<std::unique_ptr<Sandbox>> sandbox = MakeError(ErrorCode::kInternal, "not attempted");
+  auto owner_deadline = std::chrono::steady_clock::now() + options_.owner_wait;
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempt));
-    sandbox = options_.sandbox_factory ? options_.sandbox_factory((*conn)->endpoint(), id)
-                                       : ConnectSandboxd((*conn)->endpoint(), id, check_daemon);
+    sandbox = RetryWhileAwaitingOwner(
+        [&] {
+          return options_.sandbox_factory ? options_.sandbox_factory((*conn)->endpoint(), id)
+                                          : ConnectSandboxd((*conn)->endpoint(), id, check_daemon);
+        },
+        owner_deadline);
     if (sandbox || sandbox.error().code != ErrorCode::kUnavailable) break;
   }
   if (!sandbox) {
@@ -243,7 +388,8 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::ClaimWith(const ClaimO
   }
   if (options_.observer) options_.observer(ClaimStep::kConnected, claimed->claim_name);
   auto* conn_ptr = conn->get();
-  auto guarded = std::make_unique<GuardedSandbox>(std::move(*sandbox), conn_ptr, id);
+  auto guarded =
+      std::make_unique<GuardedSandbox>(std::move(*sandbox), conn_ptr, id, owner_deadline);
   return std::unique_ptr<SandboxLease>(
       new K8sLease(*claimer_, std::move(*claimed), std::move(*conn), std::move(guarded)));
 }
@@ -332,12 +478,17 @@ Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
     }
   }
   out.claimed.pod_ip = SelectPodIp(out.claimed.pod_ips);
+  auto token = DaemonToken(ns, name);
+  if (!token) return tl::unexpected(token.error());
+  out.claimed.daemon_token = *token;
   auto conn = SandboxConnection::Open(options_.connection, out.claimed);
   if (!conn) return tl::unexpected(conn.error());
   SandboxdClientOptions opts;
   opts.id = fmt::format("{}/{}", ns, name);
   opts.default_headers = (*conn)->endpoint().headers;
-  auto client = SandboxdClient::Connect((*conn)->endpoint().base_url, opts);
+  auto client = RetryWhileAwaitingOwner(
+      [&] { return SandboxdClient::Connect((*conn)->endpoint().base_url, opts); },
+      std::chrono::steady_clock::now() + options_.owner_wait);
   if (!client) {
     Error e = NameRouterError(client.error(), (*conn)->endpoint());
     (*conn)->Close();
@@ -346,6 +497,30 @@ Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
   out.connection = std::move(*conn);
   out.client = std::move(*client);
   return out;
+}
+
+Result<std::string> K8sSandboxProvider::DaemonToken(std::string_view ns, std::string_view name) {
+  std::lock_guard lock(key_mu_);
+  if (claim_key_.empty()) {
+    std::string path =
+        options_.claim_key_file.empty() ? DefaultClaimKeyPath() : options_.claim_key_file;
+    auto key = LoadOrCreateClaimKey(path);
+    if (!key) {
+      Error e = key.error();
+      e.message = fmt::format(
+          "the key for the claims' daemon tokens: {} (set DEEPBOX_K8S_CLAIM_KEY_FILE to use "
+          "another file)",
+          e.message);
+      return tl::unexpected(e);
+    }
+    claim_key_ = std::move(*key);
+  }
+  return DeriveClaimToken(claim_key_, ns, name);
+}
+
+bool AwaitingOwner(const Error& error) {
+  return error.code == ErrorCode::kUnauthenticated &&
+         error.message.find("has no owner yet") != std::string::npos;
 }
 
 std::optional<Error> K8sSandboxProvider::WhyGone(std::string_view id) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,6 +51,18 @@ struct K8sProviderOptions {
   // through the router less before a first command's result. (With the
   // default sandbox_factory; ClaimAndKeep always checks.)
   bool check_daemon = true;
+  // The user's claim key (claim_token.h): "" = DefaultClaimKeyPath().
+  std::string claim_key_file;
+  // How long a call may wait for the claim's token verifier to reach a pod
+  // that already is Ready (the daemon then says "no owner yet"): the
+  // controller writes the annotation, kubelet refreshes the downward API
+  // volume, usually within a second or two.
+  std::chrono::milliseconds owner_wait{60000};
+  // Called once, before the first claim, with the warning of
+  // NetworkPolicyWarning() (no NetworkPolicy isolates the sandbox pods);
+  // not called when one does or when that cannot be told (e.g. no RBAC to
+  // read policies). Null: no check.
+  std::function<void(const std::string& warning)> on_warning;
 };
 
 // A claim made to outlive this process (`deepbox sandbox create --provider
@@ -90,6 +103,13 @@ class K8sSandboxProvider : public SandboxProvider {
   // namespace) while it is in use: on_gone as soon as it is deleted or expires.
   Result<std::unique_ptr<ClaimWatch>> WatchClaim(std::string_view id, ClaimWatch::OnGone on_gone);
 
+  // "" when a NetworkPolicy in the namespace selects the warm pool's pods for
+  // ingress (their template's pod labels plus the controller's
+  // sandbox-template-ref-hash label); else a warning that says what that
+  // means and what to do. An error when it cannot be told (the pool or its
+  // template missing, no permission to read them or the policies).
+  Result<std::string> NetworkPolicyWarning();
+
   // Deletes the claims matching `label_selector` in `ns` ("" = the provider's
   // namespace) and nothing else; returns their names.
   Result<std::vector<std::string>> RemoveBySelector(std::string_view label_selector,
@@ -108,7 +128,25 @@ class K8sSandboxProvider : public SandboxProvider {
   std::unique_ptr<KubeClient> client_;
   std::unique_ptr<SandboxApi> api_;
   std::unique_ptr<Claimer> claimer_;
+  std::mutex key_mu_;
+  std::string claim_key_;  // loaded on first use
+  std::once_flag policy_checked_;
+
+ public:
+  // The daemon token of claim ns/name (claim_token.h).
+  Result<std::string> DaemonToken(std::string_view ns, std::string_view name);
 };
+
+// Whether a Kubernetes label selector (a NetworkPolicy's podSelector:
+// matchLabels and matchExpressions In / NotIn / Exists / DoesNotExist)
+// selects an object with `labels`; an empty selector selects everything, an
+// unknown operator nothing.
+bool SelectorMatches(const json::value& selector, const std::map<std::string, std::string>& labels);
+
+// Whether a daemon refused a call only because its claim's token verifier has
+// not reached it yet (deepbox-sandboxd's "no owner yet"): nothing ran, the
+// call may be repeated.
+bool AwaitingOwner(const Error& error);
 
 // How a failed Claim() says that the claim itself succeeded (it is Ready)
 // and only the way to its daemon failed: callers that prefix claim failures

@@ -8,15 +8,21 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "k8s/claim_token.h"
 #include "k8s/testing/fake_api_server.h"
 #include "k8s/testing/fake_cluster.h"
 #include "k8s/testing/fake_controller.h"
 #include "k8s/testing/fixtures.h"
 #include "k8s/testing/test_router.h"
+#include "net/http_client.h"
+#include "net/token_digest.h"
 #include "sandbox/testing/scoped_sandboxd.h"
 
 namespace deepbox::k8s {
@@ -26,8 +32,26 @@ using namespace std::chrono_literals;
 using testing::ClaimNames;
 using testing::FakeApiServer;
 using testing::FakeController;
+using testing::ResourceKey;
 using testing::TestRouter;
 using testing::WaitUntil;
+
+// A private temporary directory (the claim key's), removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/deepbox-k8s-key-XXXXXX";
+    if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 class ProviderTest : public ::testing::Test {
  protected:
@@ -48,6 +72,7 @@ class ProviderTest : public ::testing::Test {
   K8sProviderOptions Options() {
     K8sProviderOptions o;
     o.rest = server_->ClientConfig();
+    o.claim_key_file = key_dir_.path() + "/claim-key";
     o.labels = {{"deepagents.example/claim", "true"}};
     o.ready_timeout = 30s;
     o.connection.router_token = "router-secret";
@@ -62,6 +87,7 @@ class ProviderTest : public ::testing::Test {
   FakeController* controller_ = nullptr;
   deepbox::testing::ScopedSandboxd* daemon_ = nullptr;
   TestRouter* router_ = nullptr;
+  TempDir key_dir_;
 };
 
 TEST_F(ProviderTest, ClaimRunCommandsAndRelease) {
@@ -373,6 +399,295 @@ TEST_F(ProviderTest, RepeatedClaimsThroughADirectConnection) {
     ASSERT_TRUE((*lease)->Release());
     EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
   }
+}
+
+// Issue 21 M6: the provider (and `deepbox doctor --provider k8s`) warns when
+// no NetworkPolicy isolates the sandbox pods.
+TEST_F(ProviderTest, WarnsWhenNoNetworkPolicySelectsTheSandboxPods) {
+  std::vector<std::string> warnings;
+  K8sProviderOptions o = Options();
+  o.connection.mode = ConnectionMode::kDirect;
+  o.connection.direct_url = router_->url();
+  o.on_warning = [&](const std::string& w) { warnings.push_back(w); };
+  auto provider = K8sSandboxProvider::Create(o);
+  ASSERT_TRUE(provider);
+  auto w = (*provider)->NetworkPolicyWarning();
+  ASSERT_TRUE(w) << w.error().ToString();
+  EXPECT_NE(w->find("no NetworkPolicy in namespace default selects the sandbox pods"),
+            std::string::npos)
+      << *w;
+  EXPECT_NE(w->find("deepbox-sandbox-template"), std::string::npos) << *w;
+  // Said once, at the first claim.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(cluster_->WaitPoolReady());
+    auto lease = (*provider)->Claim({});
+    ASSERT_TRUE(lease) << lease.error().ToString();
+    ASSERT_TRUE((*lease)->Release());
+  }
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], *w);
+
+  const ResourceKey nps{"networking.k8s.io", "networkpolicies", "default"};
+  auto add_policy = [&](const std::string& name, const std::string& spec) {
+    auto obj = ParseJsonObject(fmt::format(
+        R"({{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{{"name":"{}"}},"spec":{}}})",
+        name, spec));
+    ASSERT_TRUE(obj);
+    ASSERT_TRUE(server_->store().Create(nps, *obj));
+  };
+  std::string hash = NameHash("deepbox-sandbox-template");
+  // Policies that do not isolate these pods' ingress change nothing.
+  add_policy("others", R"({"podSelector":{"matchLabels":{"app":"db"}}})");
+  add_policy(
+      "egress-only",
+      fmt::format(
+          R"({{"podSelector":{{"matchLabels":{{"agents.x-k8s.io/sandbox-template-ref-hash":"{}"}}}},"policyTypes":["Egress"]}})",
+          hash));
+  add_policy(
+      "not-in",
+      fmt::format(
+          R"({{"podSelector":{{"matchExpressions":[{{"key":"agents.x-k8s.io/sandbox-template-ref-hash","operator":"NotIn","values":["{}"]}}]}}}})",
+          hash));
+  w = (*provider)->NetworkPolicyWarning();
+  ASSERT_TRUE(w);
+  EXPECT_FALSE(w->empty());
+  // The controller's managed policy does.
+  add_policy(
+      "deepbox-sandbox-template-network-policy",
+      fmt::format(
+          R"({{"podSelector":{{"matchLabels":{{"agents.x-k8s.io/sandbox-template-ref-hash":"{}"}}}},"policyTypes":["Ingress","Egress"],"ingress":[]}})",
+          hash));
+  w = (*provider)->NetworkPolicyWarning();
+  ASSERT_TRUE(w);
+  EXPECT_EQ(*w, "");
+}
+
+TEST(SelectorTest, MatchesAsKubernetesDoes) {
+  std::map<std::string, std::string> labels{{"a", "1"}, {"b", "2"}};
+  auto sel = [](const std::string& text) { return *ParseJson(text); };
+  EXPECT_TRUE(SelectorMatches(sel("{}"), labels));
+  EXPECT_TRUE(SelectorMatches(sel("null"), labels));
+  EXPECT_TRUE(SelectorMatches(sel(R"({"matchLabels":{"a":"1"}})"), labels));
+  EXPECT_FALSE(SelectorMatches(sel(R"({"matchLabels":{"a":"2"}})"), labels));
+  EXPECT_FALSE(SelectorMatches(sel(R"({"matchLabels":{"c":"1"}})"), labels));
+  EXPECT_TRUE(SelectorMatches(
+      sel(R"({"matchExpressions":[{"key":"b","operator":"In","values":["1","2"]}]})"), labels));
+  EXPECT_FALSE(SelectorMatches(
+      sel(R"({"matchExpressions":[{"key":"b","operator":"NotIn","values":["2"]}]})"), labels));
+  EXPECT_TRUE(SelectorMatches(
+      sel(R"({"matchExpressions":[{"key":"c","operator":"NotIn","values":["2"]}]})"), labels));
+  EXPECT_TRUE(
+      SelectorMatches(sel(R"({"matchExpressions":[{"key":"a","operator":"Exists"}]})"), labels));
+  EXPECT_FALSE(SelectorMatches(
+      sel(R"({"matchExpressions":[{"key":"a","operator":"DoesNotExist"}]})"), labels));
+  EXPECT_FALSE(SelectorMatches(
+      sel(R"({"matchExpressions":[{"key":"a","operator":"Gt","values":["0"]}]})"), labels));
+  EXPECT_FALSE(SelectorMatches(
+      sel(R"({"matchLabels":{"a":"1"},"matchExpressions":[{"key":"b","operator":"DoesNotExist"}]})"),
+      labels));
+}
+
+// ------------------------------------------------- per-claim daemon tokens
+
+TEST(ClaimTokenTest, KeyIsPrivateStableAndChecked) {
+  TempDir dir;
+  std::string path = dir.path() + "/sub/claim-key";
+  auto key = LoadOrCreateClaimKey(path);
+  ASSERT_TRUE(key) << key.error().ToString();
+  EXPECT_EQ(key->size(), 32u);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  ASSERT_EQ(::stat((dir.path() + "/sub").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  auto again = LoadOrCreateClaimKey(path);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, *key);
+  // Tokens: per key, namespace and name; the verifier is not the token.
+  std::string t = DeriveClaimToken(*key, "default", "sandbox-claim-1");
+  EXPECT_GE(t.size(), 43u);
+  EXPECT_NE(t, DeriveClaimToken(*key, "default", "sandbox-claim-2"));
+  EXPECT_NE(t, DeriveClaimToken(*key, "other", "sandbox-claim-1"));
+  EXPECT_NE(t, DeriveClaimToken(std::string(32, 'k'), "default", "sandbox-claim-1"));
+  EXPECT_EQ(t, DeriveClaimToken(*again, "default", "sandbox-claim-1"));
+  EXPECT_EQ(net::TokenVerifier(t).find(t), std::string::npos);
+  // Readable by others: refused, not used.
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  auto open = LoadOrCreateClaimKey(path);
+  ASSERT_FALSE(open);
+  EXPECT_NE(open.error().message.find("mode 0600"), std::string::npos) << open.error().message;
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  // A symlink is not followed.
+  std::string link = dir.path() + "/link";
+  ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+  EXPECT_FALSE(LoadOrCreateClaimKey(link));
+  // Garbage is refused.
+  std::string junk = dir.path() + "/junk";
+  { std::ofstream(junk) << "not a key\n"; }
+  ASSERT_EQ(::chmod(junk.c_str(), 0600), 0);
+  EXPECT_FALSE(LoadOrCreateClaimKey(junk));
+}
+
+// Issue 21 M6: the daemon (configured as deploy/k8s's template does) serves
+// only its claim's owner; a peer without the token -- through the router or
+// straight to the pod -- gets 401, the health checks stay open, and the
+// cluster holds only the token's SHA-256.
+class OwnerTokenTest : public ::testing::Test {
+ protected:
+  void Start(std::chrono::milliseconds verifier_delay) {
+    testing::FakeClusterOptions options;
+    options.owner_tokens = true;
+    options.verifier_delay = verifier_delay;
+    auto cluster = testing::FakeCluster::Start(std::move(options));
+    ASSERT_TRUE(cluster) << cluster.error().ToString();
+    cluster_ = std::move(*cluster);
+  }
+  K8sProviderOptions Options(const std::string& key_file) {
+    K8sProviderOptions o;
+    o.rest = cluster_->server().ClientConfig();
+    o.ready_timeout = 30s;
+    o.claim_key_file = key_file;
+    o.connection.mode = ConnectionMode::kDirect;
+    o.connection.direct_url = cluster_->router().url();
+    o.connection.router_token = "router-secret";
+    return o;
+  }
+  json::object Claim(const std::string& name) {
+    auto c = cluster_->server().store().Get(
+        {"extensions.agents.x-k8s.io", "sandboxclaims", "default"}, name);
+    EXPECT_TRUE(c);
+    return c ? *c : json::object();
+  }
+  // One request as a peer would send it: through the router (its token, the
+  // sandbox's coordinates) or straight to the "pod".
+  net::Response Peer(bool via_router, const std::string& method, const std::string& target,
+                     const std::string& sandbox, const std::string& daemon_token) {
+    auto http = net::HttpClient::Create(via_router ? cluster_->router().url()
+                                                   : cluster_->daemon().tcp_url());
+    EXPECT_TRUE(http);
+    net::ClientRequest req;
+    req.method = method;
+    req.target = target;
+    if (method == "POST") req.body = R"({"argv":["echo","pwned"]})";
+    if (via_router) {
+      req.headers = RouterHeaders({sandbox, "default", 8888, "10.244.0.10", "router-secret"});
+    }
+    if (!daemon_token.empty()) req.headers.Set("X-Sandboxd-Token", daemon_token);
+    auto r = (*http)->Send(req);
+    EXPECT_TRUE(r) << r.error().ToString();
+    return r ? *r : net::Response{};
+  }
+
+  TempDir dir_;
+  std::unique_ptr<testing::FakeCluster> cluster_;
+};
+
+TEST_F(OwnerTokenTest, OnlyTheClaimsOwnerDrivesItsDaemon) {
+  // The verifier reaches the "pod" a while after the claim is Ready: Claim()
+  // waits for it (the daemon says "no owner yet" until then).
+  Start(300ms);
+  ASSERT_FALSE(HasFatalFailure());
+  std::string key_a = dir_.path() + "/key-a";
+  auto provider = K8sSandboxProvider::Create(Options(key_a));
+  ASSERT_TRUE(provider) << provider.error().ToString();
+  auto lease = (*provider)->Claim({});
+  ASSERT_TRUE(lease) << lease.error().ToString();
+  auto names = ClaimNames(cluster_->server().store(), "default");
+  ASSERT_EQ(names.size(), 1u);
+  const std::string name = names[0];
+  json::object claim = Claim(name);
+  std::string sandbox = FindString(claim, {"status", "sandbox", "name"});
+  auto key = LoadOrCreateClaimKey(key_a);
+  ASSERT_TRUE(key);
+  const std::string token = DeriveClaimToken(*key, "default", name);
+  // The claim carries the verifier; nothing in the cluster holds the token.
+  EXPECT_EQ(
+      FindString(claim, {"spec", "additionalPodMetadata", "annotations", kTokenVerifierAnnotation}),
+      net::TokenVerifier(token));
+  std::string everything;
+  for (const char* plural : {"sandboxclaims", "sandboxes"}) {
+    std::string group =
+        std::string(plural) == "sandboxes" ? "agents.x-k8s.io" : "extensions.agents.x-k8s.io";
+    for (const auto& o : cluster_->server().store().List({group, plural, "default"})) {
+      everything += ToJson(o);
+    }
+  }
+  EXPECT_NE(everything.find(net::TokenVerifier(token)), std::string::npos);
+  EXPECT_EQ(everything.find(token), std::string::npos);
+
+  // The owner's lease works.
+  ExecRequest req;
+  req.argv = {"echo", "owner"};
+  auto r = (*lease)->sandbox().Exec(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->stdout_data, "owner\n");
+
+  // A peer with the router's token but not the claim's: 401 from the daemon.
+  for (bool via_router : {true, false}) {
+    for (auto [method, target] : {std::pair{"POST", "/deepbox/v1/exec"},
+                                  {"POST", "/execute"},
+                                  {"GET", "/deepbox/v1/info"},
+                                  {"GET", "/v1/files/"}}) {
+      auto peer = Peer(via_router, method, target, sandbox, "");
+      EXPECT_EQ(peer.status, 401) << via_router << " " << target << ": " << peer.body;
+      EXPECT_EQ(Peer(via_router, method, target, sandbox, "guess").status, 401);
+      // The verifier itself (readable in the pod and the claim) is no token.
+      EXPECT_EQ(Peer(via_router, method, target, sandbox, net::TokenVerifier(token)).status, 401);
+    }
+    // Probes are not locked out.
+    EXPECT_EQ(Peer(via_router, "GET", "/v1/health", sandbox, "").status, 200);
+    // With the token it goes through (the router forwards X-Sandboxd-Token).
+    auto ok = Peer(via_router, "POST", "/deepbox/v1/exec", sandbox, token);
+    EXPECT_EQ(ok.status, 200) << ok.body;
+  }
+
+  // Another process of the same user (same key) reconnects; another user
+  // (another key) cannot drive it.
+  auto again = K8sSandboxProvider::Create(Options(key_a));
+  ASSERT_TRUE(again);
+  auto connected = (*again)->Connect("default/" + name);
+  ASSERT_TRUE(connected) << connected.error().ToString();
+  auto r2 = connected->client->Exec(req);
+  ASSERT_TRUE(r2) << r2.error().ToString();
+  EXPECT_EQ(r2->stdout_data, "owner\n");
+  auto other = K8sSandboxProvider::Create(Options(dir_.path() + "/key-b"));
+  ASSERT_TRUE(other);
+  auto stranger = (*other)->Connect("default/" + name);
+  ASSERT_FALSE(stranger);
+  EXPECT_EQ(stranger.error().code, ErrorCode::kUnauthenticated) << stranger.error().ToString();
+  ASSERT_TRUE((*lease)->Release());
+}
+
+TEST_F(OwnerTokenTest, AnUncheckedClaimsFirstCallWaitsForTheVerifier) {
+  Start(400ms);
+  ASSERT_FALSE(HasFatalFailure());
+  K8sProviderOptions o = Options(dir_.path() + "/key");
+  o.check_daemon = false;  // Claim() returns at Ready, before the verifier arrives
+  auto provider = K8sSandboxProvider::Create(o);
+  ASSERT_TRUE(provider);
+  auto lease = (*provider)->Claim({});
+  ASSERT_TRUE(lease) << lease.error().ToString();
+  ExecRequest req;
+  req.argv = {"echo", "first"};
+  auto r = (*lease)->sandbox().Exec(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->stdout_data, "first\n");
+  ASSERT_TRUE((*lease)->Release());
+}
+
+TEST_F(OwnerTokenTest, AVerifierThatNeverArrivesIsAClearError) {
+  Start(1h);
+  ASSERT_FALSE(HasFatalFailure());
+  K8sProviderOptions o = Options(dir_.path() + "/key");
+  o.owner_wait = 300ms;
+  auto provider = K8sSandboxProvider::Create(o);
+  ASSERT_TRUE(provider);
+  auto lease = (*provider)->Claim({});
+  ASSERT_FALSE(lease);
+  EXPECT_EQ(lease.error().code, ErrorCode::kUnauthenticated);
+  EXPECT_NE(lease.error().message.find("did not reach the pod"), std::string::npos)
+      << lease.error().message;
+  EXPECT_TRUE(ClaimNames(cluster_->server().store(), "default").empty());
 }
 
 }  // namespace

@@ -153,8 +153,15 @@ int main(int argc, char** argv) {
   app.add_option("--grpc-port", grpc_port,
                  "Accepted for upstream compatibility; deepbox serves no gRPC (ignored)");
   app.add_option("--token-file", token_file,
-                 "File holding a bearer token every request must carry\n"
-                 "(or set SANDBOXD_TOKEN)");
+                 "File holding the token every request but the health checks must\n"
+                 "carry, in X-Sandboxd-Token or as Authorization: Bearer (or set\n"
+                 "SANDBOXD_TOKEN)");
+  app.add_option("--token-sha256-file", config.token_sha256_file,
+                 "File holding only the token's verifier, 'sha256:' + base64url of\n"
+                 "its SHA-256 (deploy/k8s: the claim's annotation through a downward\n"
+                 "API volume), re-read when it changes. While it is missing or empty\n"
+                 "only the health checks (/, /healthz, /v1/health,\n"
+                 "/deepbox/v1/health) are served: an unclaimed pod takes no command");
   app.add_option("--default-timeout", default_timeout_s,
                  "Default command timeout in seconds (0 = none)")
       ->capture_default_str();
@@ -232,6 +239,9 @@ int main(int argc, char** argv) {
   } else if (const char* t = std::getenv("SANDBOXD_TOKEN"); t != nullptr && *t != '\0') {
     config.token = t;
   }
+  if (!config.token.empty() && !config.token_sha256_file.empty()) {
+    return Fail("--token-sha256-file and --token-file/SANDBOXD_TOKEN exclude each other");
+  }
   // The token must not leak into commands' environments.
   ::unsetenv("SANDBOXD_TOKEN");
   config.default_timeout =
@@ -293,7 +303,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "deepbox-sandboxd %s: listening on %s, root %s, files root %s%s\n",
                  std::string(sandboxd::kVersion).c_str(), where.c_str(), config.root_dir.c_str(),
                  (*daemon)->files_root().path().c_str(),
-                 config.token.empty() ? "" : ", token required");
+                 !config.token.empty()               ? ", token required"
+                 : !config.token_sha256_file.empty() ? ", token (by verifier) required"
+                                                     : "");
     servers.push_back(std::move(*server));
   }
   for (auto& s : servers) s->Start();

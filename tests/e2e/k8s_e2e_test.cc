@@ -48,6 +48,7 @@ class K8sTest : public E2eTest {
     // at -O3 reports its std::function member as maybe-uninitialized (a
     // false positive).
     k8s::testing::FakeClusterOptions options;
+    Configure(options);
     auto cluster = FakeCluster::Start(std::move(options));
     ASSERT_TRUE(cluster) << cluster.error().ToString();
     cluster_ = std::move(*cluster);
@@ -62,6 +63,7 @@ class K8sTest : public E2eTest {
     cluster_.reset();
     E2eTest::TearDown();
   }
+  virtual void Configure(k8s::testing::FakeClusterOptions&) {}
   // The fake "pod" is a daemon whose root is a temporary directory, not
   // /workspace: this conversation uses paths relative to the root.
   std::string RelativeFibReplay() {
@@ -558,6 +560,91 @@ TEST_F(K8sTest, ExampleOnSigtermSaysTheToolWasInterrupted) {
   EXPECT_THAT(p.err(), ::testing::Not(HasSubstr("failed: \n")));
   EXPECT_THAT(p.err(), HasSubstr("[tool] execute stopped: interrupted"));
   EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
+}
+
+// Issue 21 M6: `deepbox doctor --provider k8s` says whether a NetworkPolicy
+// isolates the sandbox pods; `sandbox create` warns when none does.
+TEST_F(K8sTest, DoctorAndCreateWarnWithoutANetworkPolicy) {
+  auto env = K8sEnv();
+  auto flag = [](const json::object& report, const char* key) {
+    const json::value* v = k8s::Find(report, {"k8s_network_policy", key});
+    return v != nullptr && v->is_bool() && v->as_bool();
+  };
+  auto r = Run({kDeepbox, "doctor", "--provider", "k8s", "--json"}, env);
+  auto report = ParseJsonObject(r.out);
+  ASSERT_TRUE(report) << r.out << r.err;
+  EXPECT_TRUE(flag(*report, "checked")) << r.out;
+  EXPECT_FALSE(flag(*report, "isolated")) << r.out;
+  EXPECT_THAT(k8s::FindString(*report, {"k8s_network_policy", "detail"}),
+              HasSubstr("no NetworkPolicy in namespace default selects the sandbox pods"));
+  r = Run({kDeepbox, "doctor", "--provider", "k8s"}, env);
+  EXPECT_THAT(r.out, HasSubstr("k8s NetworkPolicy: WARNING - no NetworkPolicy"));
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("deepbox: warning: no NetworkPolicy in namespace default"));
+  ASSERT_TRUE(cluster_->WaitPoolReady());
+  // The controller's managed policy (as upstream names and selects it).
+  auto np = ParseJsonObject(fmt::format(
+      R"({{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{{"name":"deepbox-sandbox-template-network-policy"}},"spec":{{"podSelector":{{"matchLabels":{{"agents.x-k8s.io/sandbox-template-ref-hash":"{}"}}}},"policyTypes":["Ingress","Egress"]}}}})",
+      k8s::NameHash("deepbox-sandbox-template")));
+  ASSERT_TRUE(np);
+  ASSERT_TRUE(server_->store().Create({"networking.k8s.io", "networkpolicies", "default"}, *np));
+  r = Run({kDeepbox, "doctor", "--provider", "k8s", "--json"}, env);
+  report = ParseJsonObject(r.out);
+  ASSERT_TRUE(report) << r.out;
+  EXPECT_TRUE(flag(*report, "isolated")) << r.out;
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("NetworkPolicy")));
+}
+
+// Issue 21 M6 with the daemon configured as deploy/k8s's template does: a
+// claim's daemon takes only its owner's token, which every deepbox process
+// of the user derives (create, then exec and run in other processes), and
+// which no one else has.
+class K8sOwnerTest : public K8sTest {
+ protected:
+  void Configure(k8s::testing::FakeClusterOptions& o) override {
+    o.owner_tokens = true;
+    o.verifier_delay = std::chrono::milliseconds(200);
+  }
+};
+
+TEST_F(K8sOwnerTest, OnlyTheOwnerDrivesAClaimedSandbox) {
+  auto env = K8sEnv();
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600", "--json"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  std::string id = k8s::FindString(*rec, {"id"});
+  // What python/deepbox's Sandbox.claim sends: the claim's token among the headers.
+  std::string token = k8s::FindString(*rec, {"headers", "X-Sandboxd-Token"});
+  EXPECT_GE(token.size(), 43u) << r.out;
+  auto key = fs::path(dir_ / "xdg" / "deepbox" / "k8s-claim-key");
+  ASSERT_TRUE(fs::exists(key));
+  EXPECT_EQ(fs::status(key).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "echo", "owner"}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "owner\n");
+  // Another user (another key): refused by the daemon, nothing runs.
+  auto other = env;
+  other["DEEPBOX_K8S_CLAIM_KEY_FILE"] = (dir_ / "other-key").string();
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "touch", "pwned"}, other);
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("token"));
+  EXPECT_FALSE(fs::exists(daemon_->root() + "/pwned"));
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", id}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+
+  // deepbox run claims, waits for the verifier, and drives its sandbox.
+  ASSERT_TRUE(cluster_->WaitPoolReady());
+  r = Run({kDeepbox, "run", "--sandbox", "k8s", "--json", "--model",
+           "replay:" + RelativeFibReplay(), kTask},
+          env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
 }
 
 }  // namespace

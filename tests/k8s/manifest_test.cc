@@ -178,5 +178,42 @@ TEST(ManifestTest, TheTemplateIsHardenedAsDocumented) {
             std::string::npos);
 }
 
+// Issue 21 M6: the daemon takes only its claim's token, whose verifier
+// reaches it from the claim's annotation through a read-only downward API
+// mount; the probes stay on a health path (served without a token).
+TEST(ManifestTest, TheDaemonTakesOnlyItsClaimsToken) {
+  auto tmpl = Load("sandbox-template.yaml");
+  const json::value* pod = Find(tmpl, {"spec", "podTemplate", "spec"});
+  ASSERT_NE(pod, nullptr);
+  const auto& c = Find(*pod, {"containers"})->as_array().at(0);
+  std::string file;
+  for (const auto& a : Find(c, {"command"})->as_array()) {
+    std::string_view arg = a.as_string();
+    if (arg.starts_with("--token-sha256-file=")) file = arg.substr(20);
+  }
+  ASSERT_FALSE(file.empty()) << "the daemon must be started with --token-sha256-file";
+  std::string dir = file.substr(0, file.rfind('/'));
+  std::string item = file.substr(file.rfind('/') + 1);
+  std::string volume;
+  for (const auto& m : Find(c, {"volumeMounts"})->as_array()) {
+    if (FindString(m, {"mountPath"}) == dir) {
+      volume = FindString(m, {"name"});
+      EXPECT_EQ(*Find(m, {"readOnly"}), json::value(true));
+    }
+  }
+  ASSERT_FALSE(volume.empty()) << "nothing is mounted at " << dir;
+  std::string field;
+  for (const auto& v : Find(*pod, {"volumes"})->as_array()) {
+    if (FindString(v, {"name"}) != volume) continue;
+    for (const auto& i : Find(v, {"downwardAPI", "items"})->as_array()) {
+      if (FindString(i, {"path"}) == item) field = FindString(i, {"fieldRef", "fieldPath"});
+    }
+  }
+  EXPECT_EQ(field, "metadata.annotations['deepbox.dev/sandboxd-token-sha256']");
+  for (const char* probe : {"readinessProbe", "livenessProbe"}) {
+    EXPECT_EQ(FindString(c, {probe, "httpGet", "path"}), "/v1/health") << probe;
+  }
+}
+
 }  // namespace
 }  // namespace deepbox::k8s

@@ -13,6 +13,7 @@
 #include "common/json.h"
 #include "net/conn.h"
 #include "net/http_client.h"
+#include "net/token_digest.h"
 #include "net/url.h"
 #include "sandbox/testing/scoped_sandboxd.h"
 
@@ -403,17 +404,56 @@ TEST_F(SandboxdTest, HostileNumbersAre400sAndTheDaemonKeepsServing) {
   EXPECT_EQ(r->stdout_data, "alive\n");
 }
 
-TEST(SandboxdAuthTest, TokenRequiredOnEveryRequest) {
+// One request to a daemon's unix socket, with extra headers.
+net::Response Ask(const ScopedSandboxd& d, const std::string& method, const std::string& target,
+                  std::vector<std::pair<std::string, std::string>> headers = {},
+                  std::string body = "") {
+  auto http = net::HttpClient::Create(d.unix_url());
+  EXPECT_TRUE(http);
+  net::ClientRequest req;
+  req.method = method;
+  req.target = target;
+  req.body = std::move(body);
+  for (auto& [k, v] : headers) req.headers.Set(k, v);
+  auto r = (*http)->Send(req);
+  EXPECT_TRUE(r) << r.error().ToString();
+  return r ? *r : net::Response{};
+}
+
+constexpr const char* kExecBody = R"({"argv":["echo","ran"]})";
+
+TEST(SandboxdAuthTest, TokenRequiredOnEveryRequestButHealthChecks) {
   auto d = ScopedSandboxd::Start({.token = "s3cret"});
   ASSERT_TRUE(d) << d.error().ToString();
-  auto http = net::HttpClient::Create((*d)->unix_url());
-  for (std::string target : {"/deepbox/v1/health", "/", "/v1/health", "/deepbox/v1/info"}) {
-    net::ClientRequest req;
-    req.target = target;
-    auto r = (*http)->Send(req);
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 401) << target;
+  // The probes (Kubernetes httpGet carries no token) and nothing else.
+  for (std::string target : {"/", "/healthz", "/v1/health", "/deepbox/v1/health"}) {
+    EXPECT_EQ(Ask(**d, "GET", target).status, 200) << target;
   }
+  for (auto [method, target] : {std::pair{"GET", "/deepbox/v1/info"},
+                                {"POST", "/deepbox/v1/exec"},
+                                {"POST", "/execute"},
+                                {"GET", "/v1/files/"},
+                                {"GET", "/v1/metadata"},
+                                {"POST", "/v1/health"},
+                                {"GET", "/deepbox/v1/health/../info"}}) {
+    auto r = Ask(**d, method, target, {}, kExecBody);
+    EXPECT_EQ(r.status, 401) << method << " " << target;
+  }
+  // The dedicated header, or (as before) Authorization: Bearer.
+  auto r = Ask(**d, "POST", "/deepbox/v1/exec", {{"X-Sandboxd-Token", "s3cret"}}, kExecBody);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("ran"), std::string::npos) << r.body;
+  EXPECT_EQ(
+      Ask(**d, "POST", "/deepbox/v1/exec", {{"Authorization", "Bearer s3cret"}}, kExecBody).status,
+      200);
+  // X-Sandboxd-Token wins over Authorization (a router's token may be there).
+  EXPECT_EQ(
+      Ask(**d, "POST", "/deepbox/v1/exec",
+          {{"X-Sandboxd-Token", "router-token"}, {"Authorization", "Bearer s3cret"}}, kExecBody)
+          .status,
+      401);
+  EXPECT_EQ(Ask(**d, "POST", "/deepbox/v1/exec", {{"X-Sandboxd-Token", "s3cre"}}, kExecBody).status,
+            401);
   auto bad = (*d)->Connect({.token = "wrong"});
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, ErrorCode::kUnauthenticated);
@@ -422,6 +462,83 @@ TEST(SandboxdAuthTest, TokenRequiredOnEveryRequest) {
   auto e = (*d)->client().Exec(ExecRequest{.shell = "echo ${SANDBOXD_TOKEN:-unset}"});
   ASSERT_TRUE(e);
   EXPECT_EQ(e->stdout_data, "unset\n");
+}
+
+// --token-sha256-file (deploy/k8s: the claim's annotation in a downward API
+// file): closed until a verifier arrives, then only its token, and a new
+// verifier replaces the old one at once.
+TEST(SandboxdAuthTest, TokenVerifierFileAdmitsOnlyItsToken) {
+  char tmpl[] = "/tmp/deepbox-verifier-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  stdfs::path dir = tmpl;
+  stdfs::path file = dir / "token-sha256";
+  // As kubelet updates a downward API volume: a new file swapped in.
+  auto put = [&](const std::string& text) {
+    stdfs::path tmp = dir / "next";
+    std::ofstream(tmp) << text;
+    stdfs::rename(tmp, file);
+  };
+  auto d = ScopedSandboxd::Start(
+      {.extra_args = {"--token-sha256-file", file.string()}, .tcp = true, .connect = false});
+  ASSERT_TRUE(d) << d.error().ToString();
+  auto exec = [&](std::vector<std::pair<std::string, std::string>> headers) {
+    return Ask(**d, "POST", "/deepbox/v1/exec", std::move(headers), kExecBody);
+  };
+  // No verifier yet (a warm pod nobody claimed): health only.
+  EXPECT_EQ(Ask(**d, "GET", "/v1/health").status, 200);
+  auto r = exec({{"X-Sandboxd-Token", "anything"}});
+  EXPECT_EQ(r.status, 401);
+  EXPECT_NE(r.body.find("no owner yet"), std::string::npos) << r.body;
+  EXPECT_EQ(exec({}).status, 401);
+  put("");  // the annotation is absent: kubelet writes an empty file
+  EXPECT_EQ(exec({{"X-Sandboxd-Token", ""}}).status, 401);
+  put("not a verifier\n");
+  EXPECT_EQ(exec({{"X-Sandboxd-Token", "not a verifier"}}).status, 401);
+
+  put(net::TokenVerifier("owner-a"));
+  EXPECT_EQ(exec({}).status, 401);
+  EXPECT_EQ(exec({{"X-Sandboxd-Token", "owner-b"}}).status, 401);
+  EXPECT_EQ(exec({{"X-Sandboxd-Token", net::TokenVerifier("owner-a")}}).status, 401);
+  r = exec({{"X-Sandboxd-Token", "owner-a"}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("ran"), std::string::npos) << r.body;
+  // Over TCP as well (a peer pod reaches the daemon that way).
+  {
+    auto http = net::HttpClient::Create((*d)->tcp_url());
+    ASSERT_TRUE(http);
+    net::ClientRequest req;
+    req.method = "POST";
+    req.target = "/deepbox/v1/exec";
+    req.body = kExecBody;
+    auto peer = (*http)->Send(req);
+    ASSERT_TRUE(peer);
+    EXPECT_EQ(peer->status, 401);
+    req.headers.Set("X-Sandboxd-Token", "owner-a");
+    auto owner = (*http)->Send(req);
+    ASSERT_TRUE(owner);
+    EXPECT_EQ(owner->status, 200);
+  }
+  SandboxdClientOptions co;
+  co.default_headers.Set("X-Sandboxd-Token", "owner-a");
+  auto client = (*d)->Connect(co);
+  ASSERT_TRUE(client) << client.error().ToString();
+  EXPECT_TRUE((*client)->Stat("."));
+
+  put(net::TokenVerifier("owner-b"));
+  EXPECT_EQ(exec({{"X-Sandboxd-Token", "owner-a"}}).status, 401);
+  EXPECT_EQ(exec({{"X-Sandboxd-Token", "owner-b"}}).status, 200);
+  stdfs::remove(file);
+  EXPECT_EQ(exec({{"X-Sandboxd-Token", "owner-b"}}).status, 401);
+  EXPECT_EQ(Ask(**d, "GET", "/healthz").status, 200);
+  d->reset();
+  stdfs::remove_all(dir);
+}
+
+TEST(SandboxdAuthTest, TokenAndVerifierFileExcludeEachOther) {
+  auto d = ScopedSandboxd::Start({.extra_args = {"--token-sha256-file", "/nonexistent/v"},
+                                  .token = "s3cret",
+                                  .connect = false});
+  EXPECT_FALSE(d);
 }
 
 TEST(SandboxdLifecycleTest, SigtermShutsDownGracefully) {

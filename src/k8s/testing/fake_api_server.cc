@@ -28,6 +28,7 @@ constexpr KindInfo kKinds[] = {
     {"extensions.agents.x-k8s.io", "sandboxwarmpools", "SandboxWarmPool"},
     {"extensions.agents.x-k8s.io", "sandboxtemplates", "SandboxTemplate"},
     {"agents.x-k8s.io", "sandboxes", "Sandbox"},
+    {"networking.k8s.io", "networkpolicies", "NetworkPolicy"},
 };
 
 const KindInfo* FindKind(std::string_view group, std::string_view plural) {
@@ -465,6 +466,8 @@ void FakeApiServer::Handle(net::Request& req, net::ResponseWriter& w) {
   auto versions_of = [&](std::string_view group) -> const std::vector<std::string>* {
     if (group == "extensions.agents.x-k8s.io") return &options_.extension_versions;
     if (group == "agents.x-k8s.io") return &options_.sandbox_versions;
+    static const std::vector<std::string> kNetworking = {"v1"};
+    if (group == "networking.k8s.io") return &kNetworking;
     return nullptr;
   };
   auto group_json = [&](std::string_view group, const std::vector<std::string>& versions) {

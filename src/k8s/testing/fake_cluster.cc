@@ -1,6 +1,14 @@
 #include "k8s/testing/fake_cluster.h"
 
+#include <stdlib.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+
+#include "k8s/claim_token.h"
 #include "k8s/testing/fixtures.h"
+#include "k8s/util.h"
 
 namespace deepbox::k8s::testing {
 
@@ -13,7 +21,39 @@ Result<std::unique_ptr<FakeCluster>> FakeCluster::Start(FakeClusterOptions optio
   c->controller_ =
       std::make_unique<FakeController>(c->server_->shared_store(), c->options_.controller);
   c->controller_->Start();
-  auto daemon = deepbox::testing::ScopedSandboxd::Start();
+  deepbox::testing::SandboxdOptions daemon_options;
+  if (c->options_.owner_tokens) {
+    char tmpl[] = "/tmp/deepbox-fake-kubelet-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return MakeSyscallError("mkdtemp", errno);
+    c->verifier_dir_ = tmpl;
+    c->verifier_file_ = c->verifier_dir_ + "/token-sha256";
+    daemon_options.extra_args = {"--token-sha256-file", c->verifier_file_};
+    daemon_options.tcp = true;  // a "peer pod" reaches it directly
+    daemon_options.connect = false;
+    // kubelet: the claimed Sandbox's pod annotation into the file.
+    c->server_->store().AddListener([raw = c.get()](const StoreEvent& ev) {
+      if (ev.key.plural != "sandboxes" || ev.type == "DELETED") return;
+      const json::value* refs = Find(ev.object, {"metadata", "ownerReferences"});
+      bool claimed = false;
+      if (refs != nullptr && refs->is_array()) {
+        for (const auto& r : refs->get_array()) {
+          claimed = claimed || FindString(r, {"kind"}) == "SandboxClaim";
+        }
+      }
+      std::string verifier = FindString(
+          ev.object, {"spec", "podTemplate", "metadata", "annotations", kTokenVerifierAnnotation});
+      if (!claimed || verifier.empty()) return;
+      std::lock_guard lock(raw->mu_);
+      if (verifier == raw->written_ || (raw->pending_ && raw->pending_->second == verifier)) {
+        return;
+      }
+      raw->pending_.emplace(std::chrono::steady_clock::now() + raw->options_.verifier_delay,
+                            verifier);
+      raw->cv_.notify_all();
+    });
+    c->kubelet_ = std::thread([raw = c.get()] { raw->Kubelet(); });
+  }
+  auto daemon = deepbox::testing::ScopedSandboxd::Start(daemon_options);
   if (!daemon) return tl::unexpected(daemon.error());
   c->daemon_ = std::move(*daemon);
   auto router = TestRouter::Start(c->options_.router_token);
@@ -31,6 +71,52 @@ Result<std::unique_ptr<FakeCluster>> FakeCluster::Start(FakeClusterOptions optio
 
 FakeCluster::~FakeCluster() {
   if (controller_) controller_->Stop();
+  if (kubelet_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    kubelet_.join();
+  }
+  daemon_.reset();
+  if (!verifier_dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(verifier_dir_, ec);
+  }
+}
+
+void FakeCluster::Kubelet() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (stop_) return;
+    if (!pending_) {
+      cv_.wait(lock);
+      continue;
+    }
+    // As kubelet updates a downward API file: a new file swapped in.
+    auto write = [&](const std::string& text) {
+      std::string tmp = verifier_file_ + ".next";
+      {
+        std::ofstream out(tmp, std::ios::trunc);
+        out << text;
+      }
+      std::filesystem::rename(tmp, verifier_file_);
+      written_ = text;
+    };
+    if (!written_.empty()) {
+      // The one daemon stands in for a new pod: its file starts empty (no
+      // owner yet), not with the previous claim's verifier.
+      write("");
+    }
+    if (std::chrono::steady_clock::now() < pending_->first) {
+      cv_.wait_until(lock, pending_->first);
+      continue;
+    }
+    std::string verifier = std::move(pending_->second);
+    pending_.reset();
+    write(verifier);
+  }
 }
 
 bool FakeCluster::WaitPoolReady(std::chrono::milliseconds timeout) {

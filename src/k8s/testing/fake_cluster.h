@@ -6,8 +6,13 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include "common/error.h"
 #include "k8s/testing/fake_api_server.h"
@@ -24,6 +29,14 @@ struct FakeClusterOptions {
   std::string warm_pool = "deepagents-warmpool";
   std::string template_name = "deepbox-sandbox-template";
   int replicas = 1;
+  // The daemon checks claim tokens as deploy/k8s's template configures it
+  // (--token-sha256-file): kubelet's part -- the claimed Sandbox's pod
+  // annotation (deepbox.dev/sandboxd-token-sha256) into that file -- is
+  // played here, `verifier_delay` after the controller wrote it. The one
+  // daemon stands in for every pod: the last claimed Sandbox's verifier
+  // holds. Its client() is then absent (it would need a token).
+  bool owner_tokens = false;
+  std::chrono::milliseconds verifier_delay{0};
 };
 
 class FakeCluster {
@@ -39,6 +52,8 @@ class FakeCluster {
 
   // True once the warm pool reports all its replicas ready (false after `timeout`).
   bool WaitPoolReady(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  // owner_tokens: the verifier file the daemon reads.
+  const std::string& verifier_file() const { return verifier_file_; }
 
  private:
   FakeCluster() = default;
@@ -47,6 +62,16 @@ class FakeCluster {
   std::unique_ptr<FakeController> controller_;
   std::unique_ptr<deepbox::testing::ScopedSandboxd> daemon_;
   std::unique_ptr<TestRouter> router_;
+  std::string verifier_dir_;
+  std::string verifier_file_;
+  // owner_tokens: the verifier to write and when ("kubelet").
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::optional<std::pair<std::chrono::steady_clock::time_point, std::string>> pending_;
+  std::string written_;
+  std::thread kubelet_;
+  void Kubelet();
 };
 
 }  // namespace deepbox::k8s::testing

@@ -106,6 +106,19 @@ json::array PodIps(const json::object& sandbox) {
   return ips->get_array();
 }
 
+// The claim's additionalPodMetadata into the Sandbox's pod template
+// metadata, as upstream's mergePodMetadata (from there the Sandbox controller
+// puts it on the pod, also on a warm pod that is already running).
+void MergePodMetadata(json::object& sandbox, const json::value& pod_meta) {
+  auto& meta = Obj(Obj(Obj(sandbox, "spec"), "podTemplate"), "metadata");
+  for (std::string_view section : {"labels", "annotations"}) {
+    const json::value* m = Find(pod_meta, {section});
+    if (m == nullptr || !m->is_object()) continue;
+    auto& into = Obj(meta, section);
+    for (const auto& kv : m->get_object()) into[kv.key()] = kv.value();
+  }
+}
+
 bool ForbiddenKey(std::string_view key) {
   if (key == "cluster-autoscaler.kubernetes.io/safe-to-evict") return false;
   auto slash = key.find('/');
@@ -421,6 +434,10 @@ bool FakeController::SyncPod(const std::string& ns, const json::object& sandbox,
       meta["labels"] = *l;
     }
     Obj(meta, "labels")["agents.x-k8s.io/sandbox-name-hash"] = NameHash(name);
+    if (const auto* a = Find(sandbox, {"spec", "podTemplate", "metadata", "annotations"});
+        a != nullptr && a->is_object()) {
+      meta["annotations"] = *a;
+    }
     json::object owner = sandbox;
     owner["apiVersion"] = "agents.x-k8s.io/v1beta1";
     meta["ownerReferences"] = OwnerRef(owner, "Sandbox");
@@ -440,6 +457,25 @@ bool FakeController::SyncPod(const std::string& ns, const json::object& sandbox,
     (void)store_->Create(Pods(ns), std::move(p));  // Ready on a later pass
     ips.clear();
     return false;
+  }
+  // The pod template's labels and annotations onto the running pod (an
+  // adopted warm pod gets its claim's metadata without a restart).
+  for (std::string_view section : {"labels", "annotations"}) {
+    const json::value* want = Find(sandbox, {"spec", "podTemplate", "metadata", section});
+    if (want == nullptr || !want->is_object()) continue;
+    const json::value* have = Find(*pod, {"metadata", section});
+    bool differs = false;
+    for (const auto& kv : want->get_object()) {
+      const json::value* cur =
+          have != nullptr && have->is_object() ? have->get_object().if_contains(kv.key()) : nullptr;
+      if (cur == nullptr || *cur != kv.value()) differs = true;
+    }
+    if (!differs) continue;
+    auto updated = store_->Update(Pods(ns), name, [&](json::object& o) {
+      auto& into = Obj(Obj(o, "metadata"), section);
+      for (const auto& kv : want->get_object()) into[kv.key()] = kv.value();
+    });
+    if (updated) pod = std::move(*updated);
   }
   ips.clear();
   if (const auto* list = Find(*pod, {"status", "podIPs"}); list != nullptr && list->is_array()) {
@@ -645,9 +681,7 @@ void FakeController::ReconcileUnboundClaim(const std::string& ns, const json::ob
       labels[kLaunchTypeLabel] = "warm";
       labels[kClaimUidLabel] = uid;
       meta["ownerReferences"] = OwnerRef(claim, "SandboxClaim");
-      if (pod_meta != nullptr) {
-        Obj(Obj(Obj(o, "spec"), "podTemplate"), "metadata")["additionalPodMetadata"] = *pod_meta;
-      }
+      if (pod_meta != nullptr) MergePodMetadata(o, *pod_meta);
     });
     {
       std::lock_guard lock(mu_);
@@ -690,6 +724,7 @@ void FakeController::ReconcileUnboundClaim(const std::string& ns, const json::ob
   meta["ownerReferences"] = OwnerRef(claim, "SandboxClaim");
   auto& spec = Obj(sb, "spec");
   if (const auto* pt = Find(*tmpl, {"spec", "podTemplate"})) spec["podTemplate"] = *pt;
+  if (pod_meta != nullptr) MergePodMetadata(sb, *pod_meta);
   if (!store_->Create(Sandboxes(ns), std::move(sb))) return;
   {
     std::lock_guard lock(mu_);

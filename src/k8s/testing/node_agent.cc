@@ -1,21 +1,26 @@
 #include "k8s/testing/node_agent.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "k8s/subprocess.h"
 #include "k8s/util.h"
+#include "net/http_client.h"
 
 namespace deepbox::k8s::testing {
 
@@ -218,7 +223,13 @@ void NodeAgent::OnPod(const json::object& pod, bool deleted) {
     }
     return;
   }
-  if (pods_.contains(key)) return;
+  if (auto it = pods_.find(key); it != pods_.end()) {
+    // kubelet's part of a metadata change: the downward API files follow.
+    if (auto st = ProjectDownwardApi(it->second, pod); !st) {
+      std::fprintf(stderr, "node agent: pod %s: %s\n", key.c_str(), st.error().message.c_str());
+    }
+    return;
+  }
   if (auto st = Run(ns, name, pod); !st) {
     std::fprintf(stderr, "node agent: pod %s: %s\n", key.c_str(), st.error().message.c_str());
   }
@@ -263,13 +274,23 @@ Status NodeAgent::Run(const std::string& ns, const std::string& name, const json
   if (p.sandbox_id.empty() || socket.empty()) {
     return MakeError(ErrorCode::kInternal, "deepbox sandbox create printed no id or socket");
   }
+  if (const auto* init = Find(*meta, {"init", "pid"}); init != nullptr && init->is_int64()) {
+    p.root = fmt::format("/proc/{}/root", init->as_int64());
+  }
+  std::string key = ns + "/" + name;
+  auto backend = StartContainerDaemon(p, pod, socket);
+  if (!backend) {
+    pods_[key] = std::move(p);
+    StopPod(key);
+    return tl::unexpected(backend.error());
+  }
+  socket = *backend;
   // A free loopback address (another process may hold one).
   for (int tries = 0; tries < 240 && !p.proxy; ++tries) {
     p.ip = NextIp();
     auto proxy = LoopbackProxy::Start(p.ip, port, socket);
     if (proxy) p.proxy = std::move(*proxy);
   }
-  std::string key = ns + "/" + name;
   if (!p.proxy) {
     pods_[key] = std::move(p);
     StopPod(key);
@@ -315,6 +336,174 @@ Status NodeAgent::ReportRunning(const std::string& ns, const std::string& name,
     }
   }
   return MakeError(ErrorCode::kConflict, "pod status: too many conflicts");
+}
+
+namespace {
+
+// "metadata.annotations['k']" of `pod` as kubelet projects it ("" when absent).
+std::string FieldValue(const json::object& pod, std::string_view field_path) {
+  for (std::string_view section : {"annotations", "labels"}) {
+    std::string prefix = fmt::format("metadata.{}['", section);
+    if (field_path.starts_with(prefix) && field_path.ends_with("']")) {
+      std::string k(field_path.substr(prefix.size(), field_path.size() - prefix.size() - 2));
+      const json::value* m = Find(pod, {"metadata", section});
+      if (m == nullptr || !m->is_object()) return "";
+      const json::value* v = m->get_object().if_contains(k);
+      return v != nullptr && v->is_string() ? std::string(v->get_string()) : "";
+    }
+  }
+  if (field_path == "metadata.name") return FindString(pod, {"metadata", "name"});
+  if (field_path == "metadata.namespace") return FindString(pod, {"metadata", "namespace"});
+  return "";
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".next";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
+  if (!fd) return MakeSyscallError("open", errno, tmp);
+  if (::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    return MakeSyscallError("write", errno, tmp);
+  }
+  fd.reset();
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return MakeSyscallError("rename", errno, path);
+  return {};
+}
+
+bool ConnectsUnix(const std::string& path) {
+  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (!s || path.size() >= sizeof addr.sun_path) return false;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return ::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+}
+
+}  // namespace
+
+Result<std::string> NodeAgent::StartContainerDaemon(Pod& p, const json::object& pod,
+                                                    const std::string& init_socket) {
+  const json::value* containers = Find(pod, {"spec", "containers"});
+  if (containers == nullptr || !containers->is_array() || containers->get_array().empty()) {
+    return init_socket;
+  }
+  const json::value& c = containers->get_array().front();
+  std::vector<std::string> argv;
+  for (const char* field : {"command", "args"}) {
+    if (const auto* a = Find(c, {field}); a != nullptr && a->is_array()) {
+      for (const auto& v : a->get_array()) {
+        if (v.is_string()) argv.emplace_back(v.get_string());
+      }
+    }
+  }
+  if (argv.empty() || !argv[0].ends_with("/deepbox-sandboxd") || p.root.empty()) {
+    return init_socket;  // not the daemon: the sandbox's own serves the pod
+  }
+  // downwardAPI volumes -> their mount paths in the container.
+  std::map<std::string, std::string> remap;  // container path -> sandbox path
+  const std::string kVolumes = "/tmp/.deepbox-pod-volumes";
+  // Strict mkdir (no EEXIST): nothing of the sandbox has run yet, and these
+  // host-root writes through /proc/<init>/root must never follow its links.
+  if (::mkdir((p.root + kVolumes).c_str(), 0755) != 0) {
+    return MakeSyscallError("mkdir", errno, p.root + kVolumes);
+  }
+  const json::value* volumes = Find(pod, {"spec", "volumes"});
+  const json::value* mounts = Find(c, {"volumeMounts"});
+  if (volumes != nullptr && volumes->is_array() && mounts != nullptr && mounts->is_array()) {
+    for (const auto& v : volumes->get_array()) {
+      const json::value* items = Find(v, {"downwardAPI", "items"});
+      std::string vol = FindString(v, {"name"});
+      if (items == nullptr || !items->is_array() || !IsObjectName(vol)) continue;
+      std::string dir = kVolumes + "/" + vol;
+      if (::mkdir((p.root + dir).c_str(), 0755) != 0) {
+        return MakeSyscallError("mkdir", errno, p.root + dir);
+      }
+      for (const auto& item : items->get_array()) {
+        std::string path = FindString(item, {"path"});
+        std::string field = FindString(item, {"fieldRef", "fieldPath"});
+        if (path.empty() || path.find('/') != std::string::npos || path.starts_with(".")) continue;
+        p.projected[p.root + dir + "/" + path] = Pod::Projected{field, "", false};
+      }
+      for (const auto& m : mounts->get_array()) {
+        if (FindString(m, {"name"}) == vol) remap[FindString(m, {"mountPath"})] = dir;
+      }
+    }
+  }
+  if (auto s = ProjectDownwardApi(p, pod); !s) return tl::unexpected(s.error());
+  // The container's arguments, with its mounts' paths and its listener moved.
+  const std::string socket = "/tmp/.deepbox-pod-sandboxd.sock";
+  std::vector<std::string> args{"/.deepbox/sandboxd"};
+  for (size_t i = 1; i < argv.size(); ++i) {
+    std::string a = argv[i];
+    if (a == "--listen" || a == "--listen-host" || a == "--rest-port") {
+      ++i;  // and its value
+      continue;
+    }
+    if (a.starts_with("--listen=") || a.starts_with("--listen-host=") ||
+        a.starts_with("--rest-port=")) {
+      continue;
+    }
+    for (const auto& [from, to] : remap) {
+      if (from.empty()) continue;
+      size_t at = a.find(from);
+      if (at != std::string::npos && (at == 0 || a[at - 1] == '=') &&
+          (a.size() == at + from.size() || a[at + from.size()] == '/')) {
+        a.replace(at, from.size(), to);
+      }
+    }
+    args.push_back(std::move(a));
+  }
+  args.insert(args.end(), {"--listen", "unix:" + socket});
+  // As a container's PID 1 the daemon's file API sees "/" (--files-root
+  // auto); here it is not PID 1, so say it.
+  if (std::none_of(args.begin(), args.end(),
+                   [](const std::string& a) { return a.starts_with("--files-root"); })) {
+    args.push_back("--files-root=/");
+  }
+  json::object req;
+  json::array jargv;
+  for (const auto& a : args) jargv.emplace_back(a);
+  req["argv"] = std::move(jargv);
+  auto http = net::HttpClient::Create("unix:" + init_socket);
+  if (!http) return tl::unexpected(http.error());
+  net::ClientRequest start;
+  start.method = "POST";
+  start.target = "/deepbox/v1/processes";
+  start.body = ToJson(req);
+  auto r = (*http)->Send(start);
+  if (!r) return tl::unexpected(r.error());
+  if (r->status != 200) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("starting the container's daemon: HTTP {}: {}", r->status,
+                                 r->body.substr(0, 500)));
+  }
+  auto started = ParseJsonObject(r->body);
+  if (!started) return tl::unexpected(started.error());
+  std::string id = FindString(*started, {"id"});
+  std::string host_socket = p.root + socket;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!ConnectsUnix(host_socket)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      net::ClientRequest logs;
+      logs.target = "/deepbox/v1/processes/" + id + "/logs";
+      auto l = (*http)->Send(logs);
+      return MakeError(ErrorCode::kTimeout,
+                       fmt::format("the container's daemon did not listen within 30 s: {}",
+                                   l ? l->body.substr(0, 2000) : l.error().message));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return host_socket;
+}
+
+Status NodeAgent::ProjectDownwardApi(Pod& p, const json::object& pod) {
+  for (auto& [path, f] : p.projected) {
+    std::string value = FieldValue(pod, f.field_path);
+    if (f.written && value == f.content) continue;
+    if (auto s = WriteFileAtomically(path, value); !s) return s;
+    f.content = std::move(value);
+    f.written = true;
+  }
+  return {};
 }
 
 void NodeAgent::StopPod(const std::string& key) {

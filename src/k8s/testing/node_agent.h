@@ -5,6 +5,15 @@
 // proxy to the sandbox's unix socket), reports the pod Running and Ready with
 // that pod IP, and stops the sandbox when the pod is deleted (finishing a
 // graceful deletion as kubelet does).
+//
+// A pod whose first container runs deepbox-sandboxd (deploy/k8s's template)
+// gets that daemon, with the container's own arguments, as a process of the
+// sandbox (next to the sandbox's init daemon), and the pod IP leads to it:
+// its --listen is a unix socket in the sandbox's /tmp, the paths of the
+// container's downwardAPI volume mounts are directories the agent writes
+// from the host (owned by host root, so read-only to the sandbox's user, as
+// kubelet's are) and rewrites, like kubelet, when the pod's labels or
+// annotations change. Other pods are served by the sandbox's init daemon.
 #pragma once
 
 #include <atomic>
@@ -42,11 +51,27 @@ class NodeAgent {
     std::string sandbox_id;  // deepbox local sandbox
     std::string ip;
     std::unique_ptr<LoopbackProxy> proxy;
+    // The container's daemon (see above): the sandbox's root as the host
+    // sees it (/proc/<init>/root), and each downwardAPI file (host path ->
+    // field path, e.g. "metadata.annotations['k']") with what it holds.
+    std::string root;
+    struct Projected {
+      std::string field_path;
+      std::string content;
+      bool written = false;
+    };
+    std::map<std::string, Projected> projected;
   };
   void Loop();
   void OnPod(const json::object& pod, bool deleted);
   Status Run(const std::string& ns, const std::string& name, const json::object& pod);
   void StopPod(const std::string& key);
+  // The container's own deepbox-sandboxd (see above), started in the
+  // sandbox; the socket the pod IP leads to.
+  Result<std::string> StartContainerDaemon(Pod& p, const json::object& pod,
+                                           const std::string& init_socket);
+  // (Re)writes the pod's downwardAPI files from its current metadata.
+  Status ProjectDownwardApi(Pod& p, const json::object& pod);
   Status ReportRunning(const std::string& ns, const std::string& name, const std::string& ip);
   std::string NextIp();
 

@@ -83,6 +83,7 @@ Result<std::unique_ptr<ScopedSandboxd>> ScopedSandboxd::Start(SandboxdOptions op
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  if (!options.connect) return s;
   SandboxdClientOptions copts;
   copts.token = options.token;
   auto client = s->Connect(copts);

@@ -20,6 +20,9 @@ struct SandboxdOptions {
   std::string token;                    // passed via SANDBOXD_TOKEN
   bool tcp = false;                     // also listen on 127.0.0.1:<free port>
   std::string binary;                   // default: the build's bin/deepbox-sandboxd
+  // false: no client() (a daemon that answers only health checks until a
+  // token verifier arrives, --token-sha256-file); Connect() still works.
+  bool connect = true;
 };
 
 class ScopedSandboxd {
@@ -33,7 +36,7 @@ class ScopedSandboxd {
   std::string tcp_url() const;  // "" unless options.tcp
   int tcp_port() const { return port_; }
   pid_t pid() const { return pid_; }
-  SandboxdClient& client() { return *client_; }
+  SandboxdClient& client() { return *client_; }  // unless options.connect was false
   // A fresh client (e.g. with another token).
   Result<std::unique_ptr<SandboxdClient>> Connect(SandboxdClientOptions options = {}) const;
   // SIGKILLs the daemon (crash tests). Idempotent.

@@ -1,8 +1,17 @@
 #include "sandboxd/server/daemon.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include "common/json.h"
+#include "common/unique_fd.h"
+#include "net/token_digest.h"
 #include "sandboxd/proc/process_table.h"
 #include "sandboxd/server/exec_records.h"
 #include "sandboxd/server/exec_sessions.h"
@@ -65,24 +74,97 @@ void Daemon::BeginShutdown(std::chrono::milliseconds grace) {
   processes_->Shutdown(grace);
 }
 
-bool Daemon::Authorized(const net::Request& request) const {
-  if (config_.token.empty()) return true;
-  auto auth = request.Header("Authorization");
-  if (!auth || !auth->starts_with("Bearer ")) return false;
-  std::string_view given = std::string_view(*auth).substr(7);
-  // Constant-time comparison: the token is a secret.
-  if (given.size() != config_.token.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < given.size(); ++i) {
-    diff |= static_cast<unsigned char>(given[i] ^ config_.token[i]);
+bool IsHealthCheck(const net::Request& request) {
+  if (request.method != "GET" && request.method != "HEAD") return false;
+  const std::string& p = request.path;
+  return p == "/" || p == "/healthz" || p == "/v1/health" || p == "/deepbox/v1/health";
+}
+
+std::string Daemon::CurrentTokenDigest() const {
+  const std::string& path = config_.token_sha256_file;
+  std::lock_guard lock(verifier_mu_);
+  // stat follows the downward API's ..data symlink: an update (an atomic
+  // swap of that link) is a new inode.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (!verifier_.read || verifier_.ino != 0) {
+      std::fprintf(stderr,
+                   "deepbox-sandboxd: token verifier %s: %s; only health checks are served\n",
+                   path.c_str(), std::strerror(errno));
+    }
+    verifier_ = VerifierState{.read = true};
+    return {};
   }
-  return diff == 0;
+  int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  if (verifier_.read && verifier_.dev == st.st_dev && verifier_.ino == st.st_ino &&
+      verifier_.mtime_ns == mtime_ns && verifier_.size == st.st_size) {
+    return verifier_.digest;
+  }
+  VerifierState next{.read = true,
+                     .dev = st.st_dev,
+                     .ino = st.st_ino,
+                     .mtime_ns = mtime_ns,
+                     .size = st.st_size,
+                     .digest = {}};
+  std::string text;
+  if (UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)); fd) {
+    char buf[256];
+    for (;;) {
+      ssize_t n = ::read(fd.get(), buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      text.append(buf, static_cast<size_t>(n));
+      if (text.size() > 4096) break;  // a verifier is 50 bytes
+    }
+  }
+  if (auto digest = net::ParseTokenVerifier(text)) {
+    next.digest = std::move(*digest);
+    std::fprintf(stderr, "deepbox-sandboxd: token verifier %s read: token required\n",
+                 path.c_str());
+  } else {
+    std::fprintf(stderr,
+                 "deepbox-sandboxd: token verifier %s holds %s; only health checks are "
+                 "served\n",
+                 path.c_str(), text.empty() ? "nothing (not claimed yet)" : "no sha256: verifier");
+  }
+  verifier_ = std::move(next);
+  return verifier_.digest;
+}
+
+std::optional<Error> Daemon::Unauthorized(const net::Request& request) const {
+  const bool by_digest = !config_.token_sha256_file.empty();
+  if (config_.token.empty() && !by_digest) return std::nullopt;
+  if (IsHealthCheck(request)) return std::nullopt;
+  // The dedicated header first: behind a sandbox router, Authorization is the
+  // router's (upstream routers strip it; older ones pass it on).
+  std::optional<std::string> given = request.Header(net::kSandboxdTokenHeader);
+  if (!given) {
+    if (auto auth = request.Header("Authorization"); auth && auth->starts_with("Bearer ")) {
+      given = auth->substr(7);
+    }
+  }
+  if (!by_digest) {
+    if (given && net::ConstantTimeEquals(*given, config_.token)) return std::nullopt;
+    return Error(ErrorCode::kUnauthenticated,
+                 fmt::format("missing or invalid token ({}: …, or Authorization: Bearer …)",
+                             net::kSandboxdTokenHeader));
+  }
+  std::string digest = CurrentTokenDigest();
+  if (digest.empty()) {
+    return Error(ErrorCode::kUnauthenticated,
+                 "this sandbox has no owner yet: its token verifier has not arrived (on "
+                 "Kubernetes: the claim's annotation has not reached the pod)");
+  }
+  if (given && net::TokenMatchesDigest(*given, digest)) return std::nullopt;
+  return Error(ErrorCode::kUnauthenticated,
+               fmt::format("missing or invalid token: this sandbox takes only its owner's token "
+                           "({}: …)",
+                           net::kSandboxdTokenHeader));
 }
 
 void Daemon::Handle(net::Request& request, net::ResponseWriter& writer) {
-  if (!Authorized(request)) {
-    net::Response r = ErrorResponse(Error(
-        ErrorCode::kUnauthenticated, "missing or invalid bearer token (Authorization: Bearer …)"));
+  if (auto refused = Unauthorized(request)) {
+    net::Response r = ErrorResponse(*refused);
     r.headers.Set("WWW-Authenticate", "Bearer");
     (void)writer.Send(r);
     return;

@@ -3,9 +3,12 @@
 // requests for the deepbox API and the two upstream APIs.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -34,7 +37,16 @@ struct DaemonConfig {
   // see, relative paths still resolve against root_dir, kernel pseudo
   // filesystems are refused. The upstream APIs always use root_dir.
   std::string files_root;
-  std::string token;  // empty: no authentication
+  // Authentication (docs/sandboxd-api.md "Authentication"): every request but
+  // the health checks (IsHealthCheck) must carry a token, in X-Sandboxd-Token
+  // or as "Authorization: Bearer". `token`: that token. `token_sha256_file`:
+  // a file holding only its verifier ("sha256:" + base64url of the token's
+  // SHA-256, net/token_digest.h), re-read whenever it changes; while it is
+  // missing, empty or malformed no request but health is served. On
+  // Kubernetes it is a downward API file showing the claim's annotation
+  // (deploy/k8s/sandbox-template.yaml). Both empty: no authentication.
+  std::string token;
+  std::string token_sha256_file;
   std::chrono::milliseconds default_timeout{1800 * 1000};
   std::chrono::milliseconds kill_grace{2000};
   size_t max_output_bytes = 1 << 20;
@@ -69,7 +81,11 @@ class Daemon {
  private:
   Daemon(DaemonConfig config, fs::Root root);
 
-  bool Authorized(const net::Request& request) const;
+  // Why the request may not go on (UNAUTHENTICATED), or nullopt.
+  std::optional<Error> Unauthorized(const net::Request& request) const;
+  // The verifier's digest as token_sha256_file holds it now ("" when it holds
+  // none), re-read when the file's identity or mtime changed.
+  std::string CurrentTokenDigest() const;
   void HandleDeepbox(net::Request& request, net::ResponseWriter& writer);
   bool HandleUpstream(net::Request& request, net::ResponseWriter& writer);
 
@@ -118,7 +134,22 @@ class Daemon {
   std::unique_ptr<ExecRecords> exec_records_;
   std::chrono::steady_clock::time_point started_;
   std::atomic<bool> shutting_down_{false};
+  // token_sha256_file as last read.
+  struct VerifierState {
+    bool read = false;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    int64_t mtime_ns = 0;
+    off_t size = 0;
+    std::string digest;  // "" = none usable
+  };
+  mutable std::mutex verifier_mu_;
+  mutable VerifierState verifier_;
 };
+
+// GET/HEAD of /, /healthz, /v1/health and /deepbox/v1/health: answered
+// without a token (Kubernetes probes; they tell nothing but "up").
+bool IsHealthCheck(const net::Request& request);
 
 // {"error":{"code","message"}} with the code's HTTP status.
 net::Response ErrorResponse(const Error& error);

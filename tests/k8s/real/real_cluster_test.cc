@@ -19,6 +19,8 @@
 #include "cli/run_exit_codes.h"
 #include "e2e_util.h"
 #include "k8s/util.h"
+#include "net/http_client.h"
+#include "net/token_digest.h"
 
 namespace deepbox::e2e {
 namespace {
@@ -213,6 +215,112 @@ TEST_F(RealClusterTest, CreateExecCpRmAdoptsFromTheWarmPoolAndGarbageCollects) {
     return std::find(sbs.begin(), sbs.end(), sandbox) == sbs.end() &&
            std::find(pods.begin(), pods.end(), sandbox) == pods.end();
   })) << ClusterState(ns_);
+}
+
+// Issue 21 M6 on the real API server: the claim's token verifier goes
+// through its validation and storage, the controller puts it on the adopted
+// (already running) warm pod, the node agent's downward API file shows it to
+// the pod's daemon, started with the template's own arguments. A peer -- the
+// router without the claim's token, or a connection straight to the pod IP
+// -- gets 401 on everything but the health checks; the owner's token works;
+// an unclaimed warm pod takes no token at all.
+TEST_F(RealClusterTest, OnlyTheClaimsOwnerDrivesItsPod) {
+  auto env = DeepboxEnv(ns_);
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600", "--json"}, env);
+  ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns_);
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  std::string id = k8s::FindString(*rec, {"id"});
+  std::string claim = k8s::FindString(*rec, {"claim"});
+  std::string sandbox = k8s::FindString(*rec, {"sandbox"});
+  std::string pod_ip = k8s::FindString(*rec, {"headers", "X-Sandbox-Pod-IP"});
+  std::string token = k8s::FindString(*rec, {"headers", "X-Sandboxd-Token"});
+  ASSERT_GE(token.size(), 43u) << r.out;
+  EXPECT_TRUE(sandbox.starts_with("deepagents-warmpool-")) << sandbox;  // adopted, not restarted
+  const std::string verifier = net::TokenVerifier(token);
+  const std::string annotation = "deepbox.dev/sandboxd-token-sha256";
+  // Stored as written, copied onto the pod; the token itself nowhere.
+  auto stored = KubectlJson({"get", "sandboxclaim", claim, "-n", ns_});
+  EXPECT_EQ(k8s::FindString(stored, {"spec", "additionalPodMetadata", "annotations", annotation}),
+            verifier);
+  EXPECT_TRUE(Eventually([&] {
+    return k8s::FindString(KubectlJson({"get", "pod", sandbox, "-n", ns_}),
+                           {"metadata", "annotations", annotation}) == verifier;
+  })) << ClusterState(ns_);
+  auto all = Kubectl({"get", "sandboxclaims,sandboxes,pods", "-n", ns_, "-o", "json"});
+  ASSERT_EQ(all.code, 0) << all.err;
+  EXPECT_NE(all.out.find(verifier), std::string::npos);
+  EXPECT_EQ(all.out.find(token), std::string::npos);
+
+  auto ask = [&](const std::string& base, const std::string& method, const std::string& target,
+                 const std::string& daemon_token, bool router_headers) {
+    auto http = net::HttpClient::Create(base);
+    EXPECT_TRUE(http) << base;
+    net::ClientRequest req;
+    req.method = method;
+    req.target = target;
+    if (method == "POST")
+      req.body = R"({"argv":["sh","-c","id; echo pwned > /workspace/planted"]})";
+    if (router_headers) {
+      req.headers.Set("X-Sandbox-ID", sandbox);
+      req.headers.Set("X-Sandbox-Namespace", ns_);
+      req.headers.Set("X-Sandbox-Port", "8888");
+      req.headers.Set("X-Sandbox-Pod-IP", pod_ip);
+    }
+    if (!daemon_token.empty()) req.headers.Set("X-Sandboxd-Token", daemon_token);
+    auto out = (*http)->Send(req);
+    EXPECT_TRUE(out) << base << target << ": " << out.error().ToString();
+    return out ? *out : net::Response{};
+  };
+  const std::string pod = fmt::format("http://{}:8888", pod_ip);
+  const std::string router = cluster_["AGENT_SANDBOX_ROUTER_URL"];
+  for (const auto& [base, via_router] : {std::pair{pod, false}, {router, true}}) {
+    for (const char* target : {"/deepbox/v1/exec", "/execute", "/deepbox/v1/processes"}) {
+      for (const std::string& guess : {std::string(), std::string("guess"), verifier}) {
+        auto peer = ask(base, "POST", target, guess, via_router);
+        EXPECT_EQ(peer.status, 401) << base << target << " token '" << guess << "': " << peer.body;
+      }
+    }
+    EXPECT_EQ(ask(base, "GET", "/deepbox/v1/info", "", via_router).status, 401);
+    EXPECT_EQ(ask(base, "GET", "/v1/files/", "", via_router).status, 401);
+    // The probes' path stays open.
+    EXPECT_EQ(ask(base, "GET", "/v1/health", "", via_router).status, 200) << base;
+  }
+  // Nothing the peers sent ran.
+  r = Run(
+      {kDeepbox, "sandbox", "exec", id, "--", "sh", "-c", "test ! -e /workspace/planted && id -u"},
+      env);
+  EXPECT_EQ(r.code, 0) << r.err << ClusterState(ns_);
+  // The owner's token, straight to the pod and through the router.
+  auto owner = ask(pod, "POST", "/deepbox/v1/exec", token, false);
+  EXPECT_EQ(owner.status, 200) << owner.body;
+  EXPECT_EQ(ask(router, "POST", "/deepbox/v1/exec", token, true).status, 200);
+  // Another user's deepbox (another claim key) cannot drive it.
+  auto other = env;
+  other["DEEPBOX_K8S_CLAIM_KEY_FILE"] = (dir_ / "other-key").string();
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "true"}, other);
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("token"));
+
+  // The pool's refill is an unclaimed warm pod: it takes no token at all.
+  std::string warm;
+  ASSERT_TRUE(Eventually([&] {
+    for (const auto& p : Names("pods", ns_)) {
+      if (p != sandbox && p.starts_with("deepagents-warmpool-")) warm = p;
+    }
+    return !warm.empty() && PoolReady(ns_) >= 1;
+  })) << ClusterState(ns_);
+  auto warm_pod = KubectlJson({"get", "pod", warm, "-n", ns_});
+  std::string warm_ip = k8s::FindString(warm_pod, {"status", "podIP"});
+  ASSERT_FALSE(warm_ip.empty()) << ClusterState(ns_);
+  auto unclaimed =
+      ask(fmt::format("http://{}:8888", warm_ip), "POST", "/deepbox/v1/exec", token, false);
+  EXPECT_EQ(unclaimed.status, 401) << unclaimed.body;
+  EXPECT_THAT(unclaimed.body, HasSubstr("no owner yet"));
+  EXPECT_EQ(ask(fmt::format("http://{}:8888", warm_ip), "GET", "/v1/health", "", false).status,
+            200);
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", id}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
 }
 
 TEST_F(RealClusterTest, RunAndTheExampleEndToEnd) {
