@@ -14,12 +14,26 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepbox._http import Endpoint, Transport, parse_json_answer
-from deepbox.errors import DaemonError, ProtocolError
+from deepbox._http import MAX_ANSWER_BYTES, Endpoint, Transport, parse_json_answer
+from deepbox.errors import DaemonError, FileTooLargeError, ProtocolError
 
 # Seconds added to a command's own timeout before the HTTP request gives up:
 # the daemon kills the command at its timeout and answers right after.
 _EXEC_SLACK_S = 30.0
+# An error answer is a short JSON object.
+_ERROR_ANSWER_BYTES = 1 << 20
+# Listings and searches whose size the sandbox's files decide (a directory of
+# a million entries, a grep with many matches): the C++ client's cap.
+_LISTING_ANSWER_BYTES = 512 << 20
+
+
+def _json_cap(payload_bytes: int | None) -> int:
+    """The cap on a JSON answer that carries up to ``payload_bytes`` of content.
+
+    JSON text escapes a byte as at most 6 (``\\u00XX``); the fixed part is the
+    usual cap.
+    """
+    return MAX_ANSWER_BYTES + 6 * max(0, payload_bytes or 0)
 
 
 @dataclass
@@ -309,7 +323,11 @@ class DaemonClient:
         body = self._exec_body(
             command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes
         )
-        return _exec_result(self.transport.call("/deepbox/v1/exec", body, timeout=self._http_timeout(timeout)))
+        # stdout, stderr and their interleaving: up to 4 times the per-stream cap.
+        cap = _json_cap(4 * max_output_bytes) if max_output_bytes else MAX_ANSWER_BYTES
+        return _exec_result(
+            self.transport.call("/deepbox/v1/exec", body, timeout=self._http_timeout(timeout), max_bytes=cap)
+        )
 
     def exec_stream(
         self,
@@ -342,7 +360,7 @@ class DaemonClient:
         )
         try:
             if resp.status >= 400:
-                parse_json_answer(resp.status, resp.read())
+                parse_json_answer(resp.status, resp.read_capped(_ERROR_ANSWER_BYTES, "POST /deepbox/v1/exec/stream"))
                 raise ProtocolError(f"HTTP {resp.status} without an error body")
             for raw in resp.lines():
                 line = raw.strip()
@@ -391,7 +409,7 @@ class DaemonClient:
 
     def ls(self, path: str = "") -> list[FileInfo]:
         """The entries of a directory, sorted by name."""
-        obj = self.transport.call("/deepbox/v1/fs/list", {"path": path or self.root})
+        obj = self.transport.call("/deepbox/v1/fs/list", {"path": path or self.root}, max_bytes=_LISTING_ANSWER_BYTES)
         entries = obj.get("entries")
         if not isinstance(entries, list):
             raise ProtocolError("list answer without entries")
@@ -420,7 +438,7 @@ class DaemonClient:
             body["max_bytes"] = int(max_bytes)
         if binary:
             body["encoding"] = "base64"
-        obj = self.transport.call("/deepbox/v1/fs/read", body)
+        obj = self.transport.call("/deepbox/v1/fs/read", body, max_bytes=_json_cap(max_bytes))
         r = ReadResult(
             path=str(obj.get("path", path)),
             size=obj.get("size") if isinstance(obj.get("size"), int) else 0,
@@ -445,22 +463,37 @@ class DaemonClient:
         r = self.read(path)
         return r.content or ""
 
-    def read_bytes(self, path: str) -> bytes:
-        """The whole file, streamed (any size)."""
-        return b"".join(self.download_stream(path))
+    def read_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The whole file in memory.
 
-    def download_stream(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
-        """Yields a file's bytes as they arrive."""
+        ``max_bytes``: a file larger than this raises ``FileTooLargeError``
+        (refused on the declared size before anything is read, else as soon
+        as more arrives); ``None``: no cap (use :meth:`download_stream` for a
+        file that need not be held in memory).
+        """
+        return b"".join(self.download_stream(path, max_bytes=max_bytes))
+
+    def download_stream(
+        self, path: str, chunk_size: int = 1 << 20, *, max_bytes: int | None = None
+    ) -> Iterator[bytes]:
+        """Yields a file's bytes as they arrive (``FileTooLargeError`` beyond ``max_bytes``)."""
         q = urllib.parse.urlencode({"path": path})
         resp = self.transport.open("GET", f"/deepbox/v1/fs/raw?{q}")
         try:
             if resp.status >= 400:
-                parse_json_answer(resp.status, resp.read())
+                parse_json_answer(resp.status, resp.read_capped(_ERROR_ANSWER_BYTES, "GET /deepbox/v1/fs/raw"))
                 raise ProtocolError(f"HTTP {resp.status} without an error body")
+            declared = resp.content_length
+            if max_bytes is not None and declared is not None and declared > max_bytes:
+                raise FileTooLargeError(path, max_bytes, declared)
+            seen = 0
             while True:
-                chunk = resp.read1(chunk_size)
+                chunk = resp.read1(chunk_size if max_bytes is None else min(chunk_size, max_bytes - seen + 1))
                 if not chunk:
                     break
+                seen += len(chunk)
+                if max_bytes is not None and seen > max_bytes:
+                    raise FileTooLargeError(path, max_bytes, None)
                 yield chunk
         finally:
             resp.close()
@@ -517,7 +550,7 @@ class DaemonClient:
             body["path"] = path
         if max_results is not None:
             body["max_results"] = int(max_results)
-        obj = self.transport.call("/deepbox/v1/fs/glob", body)
+        obj = self.transport.call("/deepbox/v1/fs/glob", body, max_bytes=_LISTING_ANSWER_BYTES)
         paths = obj.get("paths")
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             raise ProtocolError("glob answer without paths")
@@ -547,7 +580,7 @@ class DaemonClient:
             body["glob"] = glob
         if max_count is not None:
             body["max_count"] = int(max_count)
-        obj = self.transport.call("/deepbox/v1/fs/grep", body)
+        obj = self.transport.call("/deepbox/v1/fs/grep", body, max_bytes=_LISTING_ANSWER_BYTES)
         out = GrepResult(truncated=bool(obj.get("truncated")))
         for m in obj.get("matches") or []:
             if isinstance(m, dict) and isinstance(m.get("path"), str) and isinstance(m.get("line"), int):

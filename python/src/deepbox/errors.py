@@ -67,6 +67,23 @@ class ProtocolError(DeepboxError):
     """The daemon's answer is not what the API promises (a malformed answer)."""
 
 
+class FileTooLargeError(DeepboxError):
+    """A file is larger than the ``max_bytes`` its reader allowed (``read_bytes``).
+
+    Attributes:
+        path: The file.
+        max_bytes: The cap.
+        size: Its size when the daemon declared it, else None.
+    """
+
+    def __init__(self, path: str, max_bytes: int, size: int | None) -> None:
+        what = f"{size} bytes" if size is not None else "larger"
+        super().__init__(f"{path} is {what}, more than max_bytes={max_bytes}")
+        self.path = path
+        self.max_bytes = max_bytes
+        self.size = size
+
+
 class CLIError(DeepboxError):
     """The ``deepbox`` command failed.
 

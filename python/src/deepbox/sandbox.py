@@ -297,8 +297,8 @@ class Sandbox:
     def read_text(self, path: str) -> str:
         return self.client.read_text(path)
 
-    def read_bytes(self, path: str) -> bytes:
-        return self.client.read_bytes(path)
+    def read_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        return self.client.read_bytes(path, max_bytes=max_bytes)
 
     def write(self, path: str, content: str | bytes | Iterable[bytes], *, mode: int | None = None) -> int:
         return self.client.write(path, content, mode=mode)
@@ -321,8 +321,8 @@ class Sandbox:
     def upload(self, path: str, data: bytes | Iterable[bytes]) -> int:
         return self.client.write(path, data)
 
-    def download(self, path: str) -> bytes:
-        return self.client.read_bytes(path)
+    def download(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        return self.client.read_bytes(path, max_bytes=max_bytes)
 
     def upload_many(self, files: Iterable[tuple[str, bytes]]) -> list[Any]:
         return self.client.upload_many(files)
