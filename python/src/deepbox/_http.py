@@ -127,6 +127,18 @@ class Response:
         self._resp.close()
         self._conn.close()
 
+    def shutdown(self) -> None:
+        """Cuts the connection at once, from any thread (a blocked reader sees EOF).
+
+        Never blocks and takes no lock, so a signal handler may call it.
+        """
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def read1(self, n: int = 65536) -> bytes:
         return self._resp.read1(n)
 

@@ -63,6 +63,25 @@ class DaemonUnavailableError(DeepboxError):
     """The daemon cannot be reached (the sandbox was deleted, expired or died)."""
 
 
+class SandboxGoneError(DaemonUnavailableError):
+    """The sandbox no longer exists: deleted, expired, or dead. Its files are lost.
+
+    Attributes:
+        sandbox_id: Its id.
+        cause: Why, as deepbox tells it (e.g. "sandbox 'sb-…' expired: its TTL
+            ran out at …; it was deleted").
+    """
+
+    def __init__(self, sandbox_id: str, cause: str) -> None:
+        super().__init__(cause)
+        self.sandbox_id = sandbox_id
+        self.cause = cause
+
+
+class ExecCancelledError(DeepboxError):
+    """The command was cancelled (``ExecCancel.cancel``); the daemon kills its process group."""
+
+
 class ProtocolError(DeepboxError):
     """The daemon's answer is not what the API promises (a malformed answer)."""
 

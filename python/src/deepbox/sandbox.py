@@ -13,13 +13,14 @@ import asyncio
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from deepbox.client import DaemonClient, ExecResult, FileInfo, GrepResult, ReadResult, StreamEvent
+from deepbox.client import DaemonClient, ExecCancel, ExecResult, FileInfo, GrepResult, ReadResult, StreamEvent
 from deepbox.errors import CLIError, DeepboxError, SandboxNotFoundError, UnsupportedHostError
 
 _EXIT_NOT_FOUND = 3
@@ -253,6 +254,24 @@ class Sandbox:
             pass  # already gone (expired, or deleted elsewhere)
         self.deleted = True
 
+    def gone_reason(self) -> str | None:
+        """Why the sandbox no longer exists, or None while it does.
+
+        Local sandboxes ask ``deepbox`` (``sandbox exec ID -- true``, whose
+        "no such sandbox" answer names the cause: an expired TTL, a dead
+        daemon or supervisor, or a deletion); others only know whether this
+        object deleted it. ``DeepboxError`` when deepbox cannot tell.
+        """
+        if self.deleted:
+            return f"sandbox '{self.id}' was deleted (by this program)"
+        if self.provider != "local":
+            return None
+        try:
+            run_cli(["sandbox", "exec", self.id, "--", "true"], deepbox_bin=self._deepbox_bin, timeout=60)
+        except SandboxNotFoundError as e:
+            return _gone_cause(self.id, e.message)
+        return None
+
     def __enter__(self) -> Sandbox:
         return self
 
@@ -274,9 +293,11 @@ class Sandbox:
         timeout: float | None = None,
         max_output_bytes: int | None = None,
         on_output: Callable[[str, bytes], None] | None = None,
+        cancel: ExecCancel | None = None,
     ) -> ExecResult:
         return self.client.exec(
-            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes, on_output=on_output
+            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes,
+            on_output=on_output, cancel=cancel,
         )
 
     def exec_stream(self, command: str | Sequence[str], **kwargs: Any) -> Any:
@@ -329,6 +350,18 @@ class Sandbox:
 
     def download_many(self, paths: Iterable[str]) -> list[Any]:
         return self.client.download_many(paths)
+
+
+def _gone_cause(sandbox_id: str, cli_message: str) -> str:
+    """The CLI's "no such sandbox" message as a cause, without the daemon's stderr tail."""
+    text = " ".join(cli_message.split())  # one line (the CLI may wrap)
+    if "; last stderr:" in text:
+        head, tail = text.split("; last stderr:", 1)
+        when = re.search(r" \(at [^()]*\)$", tail)
+        text = head + (when.group(0) if when else "")
+    if text.startswith(f"no sandbox '{sandbox_id}'"):
+        return f"sandbox '{sandbox_id}' was deleted (deepbox has no record of it any more)"
+    return text
 
 
 def _parse_json_object(out: str, what: str) -> dict[str, Any]:
