@@ -13,7 +13,7 @@ the tools still run for real in a real sandbox, and the verification is real.
 
 Usage::
 
-    python examples/python/main.py [--ttl 600] [--sandbox local|k8s]
+    python examples/python/main.py [--ttl 600] [--sandbox local|k8s] [--network none|public|allow=HOST,...]
 
 Environment: ``ANTHROPIC_API_KEY``, ``DEEPBOX_EXAMPLE_MODEL`` (default
 ``anthropic:claude-sonnet-4-6``), ``DEEPBOX_BIN``, ``AGENT_SANDBOX_NAMESPACE``
@@ -151,13 +151,19 @@ def claim(args: argparse.Namespace, run_id: str) -> Sandbox:
             ttl=args.ttl,
             router_url=os.environ.get("DEEPBOX_ROUTER_URL"),
         )
-    return Sandbox.create(labels=labels, ttl=args.ttl)
+    return Sandbox.create(labels=labels, ttl=args.ttl, network=args.network)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ttl", type=int, default=600, help="seconds until the sandbox deletes itself (default 600)")
     parser.add_argument("--sandbox", choices=("local", "k8s"), default="local")
+    parser.add_argument(
+        "--network",
+        default=None,
+        help="local sandboxes: none (loopback only), public, or allow=HOST[,HOST...] "
+        "(default: deepbox's, public where this host supports it); the flow itself needs no network",
+    )
     # Tests: force the scripted model, optionally one that writes a wrong script.
     parser.add_argument("--scripted", choices=("fib", "wrong"), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -170,8 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     model = make_model(args.scripted)
+    if args.network and args.sandbox == "k8s":
+        parser.error("--network applies to local sandboxes (a cluster's NetworkPolicy decides a pod's network)")
     sb = claim(args, uuid.uuid4().hex[:12])
-    print(f"Claimed sandbox {sb.id} (TTL {args.ttl} s)", file=sys.stderr)
+    network = sb.meta.get("network")
+    shown = f", network {network}" if isinstance(network, str) and network else ""
+    print(f"Claimed sandbox {sb.id} (TTL {args.ttl} s{shown})", file=sys.stderr)
     try:
         backend = DeepboxSandbox(sb)
         agent = create_deep_agent(model=model, backend=backend, system_prompt="You are a careful Python developer.")

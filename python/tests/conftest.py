@@ -113,9 +113,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Nothing may outlive the session: remove any sandbox a failed test left.
     if _BIN is not None and _WHY_NOT is None:
-        subprocess.run(
-            [str(_BIN), "sandbox", "rm", "--selector", "deepbox.test/python"],
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-        )
+        # deepagents-code/sandbox: the label of sandboxes dcode's provider made.
+        for selector in ("deepbox.test/python", "deepagents-code/sandbox"):
+            subprocess.run(
+                [str(_BIN), "sandbox", "rm", "--selector", selector],
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+            )
     shutil.rmtree(_STATE, ignore_errors=True)

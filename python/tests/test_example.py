@@ -17,7 +17,7 @@ MAIN = REPO / "examples" / "python" / "main.py"
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
     return subprocess.run(
-        [sys.executable, str(MAIN), "--ttl", "300", *args],
+        [sys.executable, str(MAIN), "--ttl", "300", "--network", "none", *args],
         capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL,
     )
 
@@ -31,6 +31,7 @@ def test_example_passes_offline(deepbox_bin: str) -> None:
     assert "scripted conversation, not a live model" in p.stderr
     assert "[tool] execute python3 /workspace/fib.py" in p.stderr
     sid = p.stderr.split("Claimed sandbox ", 1)[1].split()[0]
+    assert f"Claimed sandbox {sid} (TTL 300 s, network none)" in p.stderr
     assert f"Deleted sandbox {sid}" in p.stderr
     ls = subprocess.run([deepbox_bin, "sandbox", "ls", "-q"], capture_output=True, text=True)
     assert sid not in ls.stdout

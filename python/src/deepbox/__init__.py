@@ -14,17 +14,20 @@ over a unix socket or TCP, standard library only).
 """
 
 from deepbox._version import __version__
-from deepbox.client import DaemonClient, ExecResult, FileInfo, GrepMatch, GrepResult, ReadResult, StreamEvent
+from deepbox.client import DaemonClient, ExecCancel, ExecResult, FileInfo, GrepMatch, GrepResult, ReadResult, StreamEvent
 from deepbox.errors import (
     CLIError,
     ConflictError,
     DaemonError,
     DaemonUnavailableError,
     DeepboxError,
+    ExecCancelledError,
+    FileTooLargeError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     ProtocolError,
+    SandboxGoneError,
     SandboxNotFoundError,
     UnsupportedHostError,
 )
@@ -38,7 +41,10 @@ __all__ = [
     "DaemonError",
     "DaemonUnavailableError",
     "DeepboxError",
+    "ExecCancel",
+    "ExecCancelledError",
     "ExecResult",
+    "FileTooLargeError",
     "FileInfo",
     "GrepMatch",
     "GrepResult",
@@ -48,6 +54,7 @@ __all__ = [
     "ProtocolError",
     "ReadResult",
     "Sandbox",
+    "SandboxGoneError",
     "SandboxNotFoundError",
     "StreamEvent",
     "UnsupportedHostError",

@@ -23,6 +23,10 @@ DEFAULT_TIMEOUT_S = 300.0
 # A stream event line longer than this is refused (a hostile or broken daemon
 # must not make the client buffer without bound); data chunks are 64 KiB.
 MAX_LINE_BYTES = 16 << 20
+# The most a buffered (JSON) answer may hold unless a request says otherwise
+# (an exec or read that asked for big output gets a cap to match): a broken or
+# impersonated daemon must not make the client buffer without bound.
+MAX_ANSWER_BYTES = 64 << 20
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -86,6 +90,54 @@ class Response:
 
     def read(self, n: int = -1) -> bytes:
         return self._resp.read(n) if n >= 0 else self._resp.read()
+
+    @property
+    def content_length(self) -> int | None:
+        """The answer's declared ``Content-Length`` (None when chunked or absent)."""
+        value = self.headers.get("Content-Length")
+        try:
+            return int(value) if value is not None else None
+        except ValueError:
+            return None
+
+    def read_capped(self, max_bytes: int, what: str) -> bytes:
+        """The whole answer, refused with ``ProtocolError`` beyond ``max_bytes``.
+
+        A declared length over the cap is refused before any of the body is
+        read; a chunked answer is read up to one byte more than the cap. The
+        connection is closed on refusal (the rest is never read).
+        """
+        declared = self.content_length
+        if declared is not None and declared > max_bytes:
+            self._abandon()
+            raise ProtocolError(
+                f"the daemon's answer to {what} declares {declared} bytes, more than this client's cap of "
+                f"{_size(max_bytes)} (a broken or impersonated daemon?)"
+            )
+        data = self._resp.read(max_bytes + 1)
+        if len(data) > max_bytes or (not self._resp.isclosed() and self._resp.read(1)):
+            self._abandon()
+            raise ProtocolError(
+                f"the daemon's answer to {what} exceeds this client's cap of {_size(max_bytes)} "
+                "(a broken or impersonated daemon?)"
+            )
+        return data
+
+    def _abandon(self) -> None:
+        self._resp.close()
+        self._conn.close()
+
+    def shutdown(self) -> None:
+        """Cuts the connection at once, from any thread (a blocked reader sees EOF).
+
+        Never blocks and takes no lock, so a signal handler may call it.
+        """
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def read1(self, n: int = 65536) -> bytes:
         return self._resp.read1(n)
@@ -189,21 +241,36 @@ class Transport:
         *,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        max_bytes: int = MAX_ANSWER_BYTES,
     ) -> tuple[int, bytes]:
+        """Sends a request and returns (status, the whole answer); answers over ``max_bytes`` raise."""
         resp = self.open(method, path, body, headers=headers, timeout=timeout)
         try:
-            data = resp.read()
+            data = resp.read_capped(max_bytes, f"{method} {path.split('?', 1)[0]}")
         except (OSError, http.client.HTTPException) as e:
             resp.close()
             raise DaemonUnavailableError(f"daemon at {self.endpoint.address}: answer cut: {e}") from e
         resp.close()
         return resp.status, data
 
-    def call(self, path: str, payload: Mapping[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+    def call(
+        self,
+        path: str,
+        payload: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        max_bytes: int = MAX_ANSWER_BYTES,
+    ) -> dict[str, Any]:
         """POSTs a JSON body and returns the JSON answer; daemon errors raise."""
         body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        status, data = self.request("POST", path, body, headers={"Content-Type": "application/json"}, timeout=timeout)
+        status, data = self.request(
+            "POST", path, body, headers={"Content-Type": "application/json"}, timeout=timeout, max_bytes=max_bytes
+        )
         return parse_json_answer(status, data)
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n} bytes"
 
 
 def parse_json_answer(status: int, data: bytes) -> dict[str, Any]:

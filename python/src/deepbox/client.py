@@ -14,12 +14,26 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from deepbox._http import Endpoint, Transport, parse_json_answer
-from deepbox.errors import DaemonError, ProtocolError
+from deepbox._http import MAX_ANSWER_BYTES, Endpoint, Response, Transport, parse_json_answer
+from deepbox.errors import DaemonError, ExecCancelledError, FileTooLargeError, ProtocolError
 
 # Seconds added to a command's own timeout before the HTTP request gives up:
 # the daemon kills the command at its timeout and answers right after.
 _EXEC_SLACK_S = 30.0
+# An error answer is a short JSON object.
+_ERROR_ANSWER_BYTES = 1 << 20
+# Listings and searches whose size the sandbox's files decide (a directory of
+# a million entries, a grep with many matches): the C++ client's cap.
+_LISTING_ANSWER_BYTES = 512 << 20
+
+
+def _json_cap(payload_bytes: int | None) -> int:
+    """The cap on a JSON answer that carries up to ``payload_bytes`` of content.
+
+    JSON text escapes a byte as at most 6 (``\\u00XX``); the fixed part is the
+    usual cap.
+    """
+    return MAX_ANSWER_BYTES + 6 * max(0, payload_bytes or 0)
 
 
 @dataclass
@@ -67,6 +81,35 @@ class ExecResult:
     def text(self) -> str:
         """The interleaved output as text (invalid UTF-8 replaced)."""
         return self.output.decode("utf-8", errors="replace")
+
+
+class ExecCancel:
+    """Stops a running ``exec``/``exec_stream`` from another thread or a signal handler.
+
+    ``cancel()`` cuts the command's connection; the daemon then kills the
+    command's process group (at its next output, or within its 2 s keepalive)
+    and the call raises ``ExecCancelledError``. One object per command;
+    ``cancel()`` before the command starts keeps it from starting. Lock-free,
+    so a signal handler may call it.
+    """
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self._resp: Response | None = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        resp = self._resp
+        if resp is not None:
+            resp.shutdown()
+
+    def _attach(self, resp: Response) -> None:
+        self._resp = resp
+        if self.cancelled:  # cancelled meanwhile (cancel() saw no connection yet)
+            resp.shutdown()
+
+    def _detach(self) -> None:
+        self._resp = None
 
 
 @dataclass
@@ -280,6 +323,7 @@ class DaemonClient:
         timeout: float | None = None,
         max_output_bytes: int | None = None,
         on_output: Callable[[str, bytes], None] | None = None,
+        cancel: ExecCancel | None = None,
     ) -> ExecResult:
         """Runs a command to completion.
 
@@ -293,7 +337,14 @@ class DaemonClient:
             max_output_bytes: Cap per stream; the rest is drained and counted.
             on_output: Called as ``on_output("stdout"|"stderr", chunk)`` while
                 the command runs (the output is streamed).
+            cancel: An :class:`ExecCancel` that stops the command from another
+                thread (the output is streamed; ``ExecCancelledError`` is raised).
         """
+        if cancel is not None:
+            return self._exec_collected(
+                command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes,
+                on_output=on_output, cancel=cancel,
+            )
         if on_output is not None:
             result: ExecResult | None = None
             for ev in self.exec_stream(
@@ -309,7 +360,64 @@ class DaemonClient:
         body = self._exec_body(
             command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes
         )
-        return _exec_result(self.transport.call("/deepbox/v1/exec", body, timeout=self._http_timeout(timeout)))
+        # stdout, stderr and their interleaving: up to 4 times the per-stream cap.
+        cap = _json_cap(4 * max_output_bytes) if max_output_bytes else MAX_ANSWER_BYTES
+        return _exec_result(
+            self.transport.call("/deepbox/v1/exec", body, timeout=self._http_timeout(timeout), max_bytes=cap)
+        )
+
+    def _exec_collected(
+        self,
+        command: str | Sequence[str],
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        stdin: bytes | str | None,
+        timeout: float | None,
+        max_output_bytes: int | None,
+        on_output: Callable[[str, bytes], None] | None,
+        cancel: ExecCancel,
+    ) -> ExecResult:
+        """``exec`` over the stream (cancellable), keeping the output like ``/exec`` does.
+
+        The stream carries all the output: the per-stream cap (the request's,
+        else the daemon's) is applied here, and the rest counted as truncated.
+        """
+        if max_output_bytes is None:
+            limits = self.info().get("limits")
+            default = limits.get("max_output_bytes") if isinstance(limits, dict) else None
+            cap = default if isinstance(default, int) and default > 0 else 1 << 20
+        else:
+            cap = max(0, int(max_output_bytes))
+        kept: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray(), "output": bytearray()}
+        cut = {"stdout": False, "stderr": False, "output": False}
+
+        def keep(name: str, data: bytes) -> None:
+            buf = kept[name]
+            room = cap - len(buf)
+            if len(data) > room:
+                cut[name] = True
+                data = data[: max(0, room)]
+            buf += data
+
+        result: ExecResult | None = None
+        for ev in self.exec_stream(
+            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes, cancel=cancel
+        ):
+            if ev.type == "exit":
+                result = ev.result
+            elif ev.type in ("stdout", "stderr"):
+                keep(ev.type, ev.data)
+                keep("output", ev.data)
+                if on_output is not None:
+                    on_output(ev.type, ev.data)
+        if result is None:
+            raise ProtocolError("the output stream ended without an exit event")
+        result.stdout, result.stderr, result.output = bytes(kept["stdout"]), bytes(kept["stderr"]), bytes(kept["output"])
+        result.stdout_truncated = result.stdout_truncated or cut["stdout"]
+        result.stderr_truncated = result.stderr_truncated or cut["stderr"]
+        result.output_truncated = result.output_truncated or cut["output"]
+        return result
 
     def exec_stream(
         self,
@@ -321,18 +429,22 @@ class DaemonClient:
         timeout: float | None = None,
         max_output_bytes: int | None = None,
         include_keepalive: bool = False,
+        cancel: ExecCancel | None = None,
     ) -> Iterator[StreamEvent]:
         """Runs a command and yields its output as it is produced.
 
         Yields ``StreamEvent("stdout"|"stderr", data)`` chunks, then one
         ``StreamEvent("exit", result=...)`` (whose result carries no output).
         Closing the iterator early kills the command (the daemon kills it
-        when its client goes away).
+        when its client goes away); so does ``cancel.cancel()`` from another
+        thread, after which the iterator raises ``ExecCancelledError``.
         """
         body = self._exec_body(
             command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes
         )
         payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        if cancel is not None and cancel.cancelled:
+            raise ExecCancelledError("the command was cancelled before it started")
         resp = self.transport.open(
             "POST",
             "/deepbox/v1/exec/stream",
@@ -340,9 +452,11 @@ class DaemonClient:
             headers={"Content-Type": "application/json"},
             timeout=self._http_timeout(timeout),
         )
+        if cancel is not None:
+            cancel._attach(resp)
         try:
             if resp.status >= 400:
-                parse_json_answer(resp.status, resp.read())
+                parse_json_answer(resp.status, resp.read_capped(_ERROR_ANSWER_BYTES, "POST /deepbox/v1/exec/stream"))
                 raise ProtocolError(f"HTTP {resp.status} without an error body")
             for raw in resp.lines():
                 line = raw.strip()
@@ -372,7 +486,13 @@ class DaemonClient:
                     err = ev["error"]
                     parse_json_answer(500, json.dumps({"error": err}).encode())
             raise ProtocolError("the output stream ended without an exit event")
+        except Exception as e:
+            if cancel is not None and cancel.cancelled:
+                raise ExecCancelledError("the command was cancelled; the daemon kills its process group") from e
+            raise
         finally:
+            if cancel is not None:
+                cancel._detach()
             resp.close()
 
     # ---- files ------------------------------------------------------------
@@ -391,7 +511,7 @@ class DaemonClient:
 
     def ls(self, path: str = "") -> list[FileInfo]:
         """The entries of a directory, sorted by name."""
-        obj = self.transport.call("/deepbox/v1/fs/list", {"path": path or self.root})
+        obj = self.transport.call("/deepbox/v1/fs/list", {"path": path or self.root}, max_bytes=_LISTING_ANSWER_BYTES)
         entries = obj.get("entries")
         if not isinstance(entries, list):
             raise ProtocolError("list answer without entries")
@@ -420,7 +540,7 @@ class DaemonClient:
             body["max_bytes"] = int(max_bytes)
         if binary:
             body["encoding"] = "base64"
-        obj = self.transport.call("/deepbox/v1/fs/read", body)
+        obj = self.transport.call("/deepbox/v1/fs/read", body, max_bytes=_json_cap(max_bytes))
         r = ReadResult(
             path=str(obj.get("path", path)),
             size=obj.get("size") if isinstance(obj.get("size"), int) else 0,
@@ -445,22 +565,37 @@ class DaemonClient:
         r = self.read(path)
         return r.content or ""
 
-    def read_bytes(self, path: str) -> bytes:
-        """The whole file, streamed (any size)."""
-        return b"".join(self.download_stream(path))
+    def read_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        """The whole file in memory.
 
-    def download_stream(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
-        """Yields a file's bytes as they arrive."""
+        ``max_bytes``: a file larger than this raises ``FileTooLargeError``
+        (refused on the declared size before anything is read, else as soon
+        as more arrives); ``None``: no cap (use :meth:`download_stream` for a
+        file that need not be held in memory).
+        """
+        return b"".join(self.download_stream(path, max_bytes=max_bytes))
+
+    def download_stream(
+        self, path: str, chunk_size: int = 1 << 20, *, max_bytes: int | None = None
+    ) -> Iterator[bytes]:
+        """Yields a file's bytes as they arrive (``FileTooLargeError`` beyond ``max_bytes``)."""
         q = urllib.parse.urlencode({"path": path})
         resp = self.transport.open("GET", f"/deepbox/v1/fs/raw?{q}")
         try:
             if resp.status >= 400:
-                parse_json_answer(resp.status, resp.read())
+                parse_json_answer(resp.status, resp.read_capped(_ERROR_ANSWER_BYTES, "GET /deepbox/v1/fs/raw"))
                 raise ProtocolError(f"HTTP {resp.status} without an error body")
+            declared = resp.content_length
+            if max_bytes is not None and declared is not None and declared > max_bytes:
+                raise FileTooLargeError(path, max_bytes, declared)
+            seen = 0
             while True:
-                chunk = resp.read1(chunk_size)
+                chunk = resp.read1(chunk_size if max_bytes is None else min(chunk_size, max_bytes - seen + 1))
                 if not chunk:
                     break
+                seen += len(chunk)
+                if max_bytes is not None and seen > max_bytes:
+                    raise FileTooLargeError(path, max_bytes, None)
                 yield chunk
         finally:
             resp.close()
@@ -517,7 +652,7 @@ class DaemonClient:
             body["path"] = path
         if max_results is not None:
             body["max_results"] = int(max_results)
-        obj = self.transport.call("/deepbox/v1/fs/glob", body)
+        obj = self.transport.call("/deepbox/v1/fs/glob", body, max_bytes=_LISTING_ANSWER_BYTES)
         paths = obj.get("paths")
         if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
             raise ProtocolError("glob answer without paths")
@@ -547,7 +682,7 @@ class DaemonClient:
             body["glob"] = glob
         if max_count is not None:
             body["max_count"] = int(max_count)
-        obj = self.transport.call("/deepbox/v1/fs/grep", body)
+        obj = self.transport.call("/deepbox/v1/fs/grep", body, max_bytes=_LISTING_ANSWER_BYTES)
         out = GrepResult(truncated=bool(obj.get("truncated")))
         for m in obj.get("matches") or []:
             if isinstance(m, dict) and isinstance(m.get("path"), str) and isinstance(m.get("line"), int):

@@ -26,10 +26,14 @@ import asyncio
 import base64
 import codecs
 import dataclasses
+import functools
 import logging
 import posixpath
 import secrets
-from typing import Any
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from deepagents.backends.composite import CompositeBackend
 from deepagents.backends.protocol import (
@@ -49,9 +53,9 @@ from deepagents.backends.protocol import (
 )
 from deepagents.backends.sandbox import BaseSandbox
 
-from deepbox.client import DaemonClient
-from deepbox.errors import DaemonError, DeepboxError
-from deepbox.sandbox import Sandbox
+from deepbox.client import DaemonClient, ExecCancel
+from deepbox.errors import DaemonError, DaemonUnavailableError, DeepboxError, ExecCancelledError, SandboxGoneError
+from deepbox.sandbox import AsyncSandbox, Sandbox
 
 try:  # present in every deepagents 0.7; guarded so a rename degrades, not breaks
     from deepagents.backends.utils import EMPTY_OLD_STRING_ERROR, _get_backend_read_file_type
@@ -84,6 +88,10 @@ _BINARY_PROBE_BYTES = 8192
 # A daemon grep without a cap still needs one: the daemon's largest.
 _GREP_UNCAPPED = 1_000_000
 DEFAULT_EXECUTE_TIMEOUT = 1800
+# Tool calls answered with "the sandbox is gone" before the next one raises
+# SandboxGoneError (ending the agent's run): room for a turn of parallel calls
+# and a model that retries once, not for a loop.
+DEFAULT_MAX_CALLS_AFTER_GONE = 20
 
 
 def _make(cls: type, **kwargs: Any) -> Any:
@@ -126,17 +134,121 @@ _LS_CODES = {
 
 
 def _shell_transfer_error(stderr: str) -> str:
-    """Maps a coreutils message to a deepagents FileOperationError."""
+    """Maps a coreutils or shell (dash, bash) message to a deepagents FileOperationError.
+
+    Always one of deepagents' literals: dash says "cannot create P: Directory
+    nonexistent" where coreutils says "No such file or directory".
+    """
     text = stderr.lower()
-    if "no such file" in text:
+    if "no such file" in text or "directory nonexistent" in text or "nonexistent directory" in text:
         return "file_not_found"
     if "permission denied" in text or "operation not permitted" in text or "read-only file system" in text:
         return "permission_denied"
     if "is a directory" in text or "omitting directory" in text:
         return "is_directory"
-    if "not a directory" in text:
-        return "invalid_path"
-    return stderr.strip() or "unknown error"
+    logger.debug("transfer failed: %s", stderr.strip())
+    return "invalid_path"  # not a directory, exists, or anything else (as deepagents' own backends)
+
+
+# ---- Ctrl-C stops running commands ---------------------------------------
+
+# Commands running now (every DeepboxSandbox of this process), and the SIGINT
+# handler that was there before ours.
+_INFLIGHT: set[ExecCancel] = set()
+_PREV_SIGINT: Any = None
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    """Cancels every running command, then does what the previous handler did.
+
+    A sync ``agent.invoke`` runs tools in worker threads, which never see the
+    KeyboardInterrupt: without this, Ctrl-C would wait for the command.
+    """
+    for c in list(_INFLIGHT):
+        c.cancel()
+    prev = _PREV_SIGINT
+    if callable(prev):
+        prev(signum, frame)
+    else:
+        raise KeyboardInterrupt
+
+
+def _install_sigint_hook() -> None:
+    """Chains ``_on_sigint`` before the current Python SIGINT handler (main thread only)."""
+    global _PREV_SIGINT  # noqa: PLW0603
+    if threading.current_thread() is not threading.main_thread():
+        return
+    current = signal.getsignal(signal.SIGINT)
+    if current is _on_sigint or not callable(current):
+        return  # already ours; or SIG_IGN/SIG_DFL (Ctrl-C ignored, or it kills the process and its connections)
+    _PREV_SIGINT = current
+    signal.signal(signal.SIGINT, _on_sigint)
+
+
+# ---- a sandbox that went away --------------------------------------------
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The deepagents result that carries an error, per tool. deepagents' ls,
+# read_file and glob tools put "Error: " before the error themselves.
+_PREFIXED_BY_TOOL = {"ls", "read", "glob"}
+_ERROR_RESULTS: dict[str, Callable[[str], Any]] = {
+    "execute": lambda msg: ExecuteResponse(output=msg, exit_code=None),
+    "ls": lambda msg: LsResult(error=msg),
+    "read": lambda msg: ReadResult(error=msg),
+    "write": lambda msg: WriteResult(error=msg),
+    "edit": lambda msg: EditResult(error=msg),
+    "delete": lambda msg: DeleteResult(error=msg),
+    "grep": lambda msg: GrepResult(error=msg),
+    "glob": lambda msg: GlobResult(error=msg),
+}
+
+
+def _error_result(kind: str, message: str) -> Any:
+    """``message`` ("Error: ...") as the error result of the tool ``kind``."""
+    if kind in _PREFIXED_BY_TOOL:
+        message = message.removeprefix("Error: ")
+    return _ERROR_RESULTS[kind](message)
+
+
+def _tool(kind: str) -> Callable[[F], F]:
+    """One behaviour for every tool when the daemon cannot be reached.
+
+    The first such failure asks deepbox why (``Sandbox.gone_reason``). A
+    sandbox that is gone (deleted, expired, died) gives every later call the
+    same error, in the tool's own deepagents result form (``transfer``: raises
+    ``SandboxGoneError``, since deepagents' transfer error codes cannot say
+    it), without asking again; after ``max_calls_after_gone`` such answers
+    the next call raises ``SandboxGoneError`` so that a model that ignores
+    the error does not loop. A sandbox that still exists (its daemon
+    restarting) gets a retryable error. No message holds a host path.
+
+    Calls nested in another tool call (deepagents' stock code outside the
+    daemon's root calls ``execute``) leave the decision to the outer call.
+    """
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: DeepboxSandbox, *args: Any, **kwargs: Any) -> Any:
+            depth = getattr(self._calls, "depth", 0)
+            if depth:
+                return fn(self, *args, **kwargs)
+            if self._gone is not None:
+                return self._gone_answer(kind)
+            self._calls.depth = 1
+            try:
+                return fn(self, *args, **kwargs)
+            except SandboxGoneError as e:
+                self._gone = e
+                return self._gone_answer(kind)
+            except DaemonUnavailableError:
+                return self._unavailable_answer(kind)
+            finally:
+                self._calls.depth = 0
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 class _Core(BaseSandbox):
@@ -188,8 +300,9 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
     """A deepagents sandbox backend on a deepbox sandbox.
 
     Args:
-        sandbox: A :class:`deepbox.Sandbox`, a :class:`deepbox.DaemonClient`,
-            or a daemon address (``unix:/path``, a socket path, ``http://...``).
+        sandbox: A :class:`deepbox.Sandbox` or :class:`deepbox.AsyncSandbox`, a
+            :class:`deepbox.DaemonClient`, or a daemon address (``unix:/path``,
+            a socket path, ``http://...``).
         artifacts_root: Where deepagents' middleware puts evicted tool results
             and conversation history (default ``<daemon root>/.deepagents``).
         timeout: Default ``execute`` timeout in seconds (``timeout=None``).
@@ -197,18 +310,34 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
             daemon's, 1 MiB); beyond it ``truncated`` is set.
         delete_on_close: Delete the sandbox in :meth:`close` (and on exit of
             ``with``).
+        max_calls_after_gone: Once the sandbox is gone, tool calls answered
+            with that error before the next one raises ``SandboxGoneError``.
+        cancel_on_interrupt: Ctrl-C (SIGINT) cancels the running commands
+            (their process groups are killed) before Python's handler runs;
+            installed when constructed in the main thread.
     """
 
     def __init__(
         self,
-        sandbox: Sandbox | DaemonClient | str,
+        sandbox: Sandbox | AsyncSandbox | DaemonClient | str,
         *,
         artifacts_root: str | None = None,
         timeout: int = DEFAULT_EXECUTE_TIMEOUT,
         max_output_bytes: int | None = None,
         delete_on_close: bool = False,
         sandbox_id: str | None = None,
+        max_calls_after_gone: int = DEFAULT_MAX_CALLS_AFTER_GONE,
+        cancel_on_interrupt: bool = True,
     ) -> None:
+        if isinstance(sandbox, AsyncSandbox):
+            sandbox = sandbox.sync
+        self._calls = threading.local()
+        self._gone: SandboxGoneError | None = None
+        self._gone_answers = 0
+        self._gone_lock = threading.Lock()
+        self.max_calls_after_gone = max_calls_after_gone
+        if cancel_on_interrupt:
+            _install_sigint_hook()
         if isinstance(sandbox, Sandbox):
             self.sandbox: Sandbox | None = sandbox
             self.client = sandbox.client
@@ -257,6 +386,47 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
     def id(self) -> str:
         return self._id
 
+    # ---- a daemon that does not answer ------------------------------------
+
+    def _gone_message(self) -> str:
+        assert self._gone is not None
+        return (
+            f"Error: {self._gone.cause}. Its files are lost and no tool can run in it: "
+            "do not call more tools; tell the user."
+        )
+
+    def _gone_answer(self, kind: str) -> Any:
+        with self._gone_lock:
+            self._gone_answers += 1
+            over = self._gone_answers > self.max_calls_after_gone
+        if kind == "transfer" or over:
+            raise self._gone  # type: ignore[misc]
+        return _error_result(kind, self._gone_message())
+
+    def _unavailable_answer(self, kind: str) -> Any:
+        """After a DaemonUnavailableError: why (asked once), as the tool's error."""
+        who = f"sandbox '{self.sandbox.id}'" if self.sandbox is not None else "the sandbox"
+        message = f"Error: {who} cannot be reached: its daemon does not answer (deleted, expired, dead or restarting)."
+        if self.sandbox is not None:
+            try:
+                cause = self.sandbox.gone_reason()
+            except DeepboxError as e:
+                logger.debug("cannot tell why %s is unreachable: %s", who, e)
+            else:
+                if cause is not None:
+                    with self._gone_lock:
+                        if self._gone is None:
+                            self._gone = SandboxGoneError(self.sandbox.id, cause)
+                    return self._gone_answer(kind)
+                if self.sandbox.provider == "local":
+                    message = (
+                        f"Error: {who} did not answer this call (its daemon may be restarting); "
+                        "the sandbox still exists, so the call may be retried."
+                    )
+        if kind == "transfer":
+            raise DaemonUnavailableError(message.removeprefix("Error: "))
+        return _error_result(kind, message)
+
     # ---- routing ----------------------------------------------------------
 
     def _native(self, path: str | None) -> bool:
@@ -275,13 +445,24 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
 
         ``timeout`` in seconds (``None``: this backend's default; 0: the
         daemon's default). On timeout the process group is killed and the
-        exit code is 124.
+        exit code is 124. Ctrl-C (see ``cancel_on_interrupt``) kills it too.
         """
+        return self._execute(command, timeout, ExecCancel())
+
+    @_tool("execute")
+    def _execute(self, command: str, timeout: int | None, cancel: ExecCancel) -> ExecuteResponse:
         t = self.default_timeout if timeout is None else timeout
+        _INFLIGHT.add(cancel)
         try:
-            r = self.client.exec(command, timeout=t, max_output_bytes=self.max_output_bytes)
+            r = self.client.exec(command, timeout=t, max_output_bytes=self.max_output_bytes, cancel=cancel)
+        except DaemonUnavailableError:
+            raise
+        except ExecCancelledError:
+            return ExecuteResponse(output="Error: the command was cancelled (its process group was killed)", exit_code=None)
         except DeepboxError as e:
             return ExecuteResponse(output=f"Error: {e}", exit_code=None)
+        finally:
+            _INFLIGHT.discard(cancel)
         output = r.text
         if r.status == "spawn_failed":
             output = f"Error: {r.error or 'the command could not be started'}"
@@ -291,10 +472,19 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
         return ExecuteResponse(output=output, exit_code=r.returncode, truncated=r.truncated)
 
     async def aexecute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:  # noqa: ASYNC109
-        return await asyncio.to_thread(self.execute, command, timeout=timeout)
+        """``execute`` in a worker thread; cancelling the caller kills the command."""
+        cancel = ExecCancel()
+        task = asyncio.ensure_future(asyncio.to_thread(self._execute, command, timeout, cancel))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancel.cancel()
+            await asyncio.wait({task})  # ends at once: its connection is cut
+            raise
 
     # ---- ls ---------------------------------------------------------------
 
+    @_tool("ls")
     def ls(self, path: str) -> LsResult:
         if not self._native(path):
             return super().ls(path)
@@ -315,6 +505,7 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
 
     # ---- read -------------------------------------------------------------
 
+    @_tool("read")
     def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
         if not self._native(file_path):
             return super().read(file_path, offset, limit)
@@ -397,6 +588,7 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
 
     # ---- write / edit / delete --------------------------------------------
 
+    @_tool("write")
     def write(self, file_path: str, content: str) -> WriteResult:
         if not self._native(file_path):
             return super().write(file_path, content)
@@ -409,6 +601,7 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
     async def awrite(self, file_path: str, content: str) -> WriteResult:
         return await asyncio.to_thread(self.write, file_path, content)
 
+    @_tool("edit")
     def edit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:  # noqa: FBT001, FBT002
         if not old_string:
             return EditResult(error=EMPTY_OLD_STRING_ERROR)
@@ -442,6 +635,7 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
     async def aedit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:  # noqa: FBT001, FBT002
         return await asyncio.to_thread(self.edit, file_path, old_string, new_string, replace_all)
 
+    @_tool("delete")
     def delete(self, file_path: str) -> DeleteResult:
         if not self._native(file_path):
             return super().delete(file_path)
@@ -458,6 +652,7 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
 
     # ---- grep / glob ------------------------------------------------------
 
+    @_tool("grep")
     def grep(self, pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None) -> GrepResult:
         # GNU grep -F reads a pattern with newlines as alternatives; the
         # daemon refuses it. Rare enough to take the stock path.
@@ -497,6 +692,7 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
                 error=f"Error: grep timed out after {ASYNC_GREP_TIMEOUT}s. Try a more specific pattern or a narrower path."
             )
 
+    @_tool("glob")
     def glob(self, pattern: str, path: str | None = None) -> GlobResult:
         """Files matching ``pattern``; without ``path`` the search root is the daemon's root."""
         if not self._native(path):
@@ -526,8 +722,17 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
     # ---- transfers --------------------------------------------------------
 
     def _transfer_tmp(self) -> str:
-        return posixpath.join(self.root, ".deepbox", "transfer", secrets.token_hex(8))
+        # Directly in the root (no directory to leave behind), removed after use.
+        return posixpath.join(self.root, f".deepbox-transfer-{secrets.token_hex(8)}")
 
+    def _remove_tmp(self, tmp: str) -> None:
+        try:
+            self.client.delete(tmp)
+        except DeepboxError as e:  # never hides the transfer's own error
+            if not (isinstance(e, DaemonError) and e.code == "NOT_FOUND"):
+                logger.debug("could not remove transfer file %s: %s", tmp, e)
+
+    @_tool("transfer")
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         out: list[FileUploadResponse] = []
         for path, data in files:
@@ -541,19 +746,22 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
                 else:
                     out.append(FileUploadResponse(path=path, error=self._upload_outside(path, data)))
             except DaemonError as e:
-                out.append(FileUploadResponse(path=path, error=_TRANSFER_CODES.get(e.code, e.message)))
-            except DeepboxError as e:
-                out.append(FileUploadResponse(path=path, error=str(e)))
+                out.append(FileUploadResponse(path=path, error=_TRANSFER_CODES.get(e.code, "invalid_path")))
         return out
 
     def _upload_outside(self, path: str, data: bytes) -> str | None:
         # Streamed into the root natively, then copied out by the shell: any size.
         tmp = self._transfer_tmp()
-        self.client.write(tmp, data)
-        script = 'mkdir -p -- "$(dirname -- "$2")" && cat -- "$1" > "$2"; rc=$?; rm -f -- "$1"; exit $rc'
-        r = self.client.exec(["/bin/sh", "-c", script, "sh", tmp, path], timeout=300)
+        try:
+            self.client.write(tmp, data)
+            script = 'mkdir -p -- "$(dirname -- "$2")" && cat -- "$1" > "$2"; rc=$?; rm -f -- "$1"; exit $rc'
+            r = self.client.exec(["/bin/sh", "-c", script, "sh", tmp, path], timeout=300)
+        except BaseException:
+            self._remove_tmp(tmp)
+            raise
         return None if r.ok else _shell_transfer_error(r.stderr.decode("utf-8", "replace"))
 
+    @_tool("transfer")
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         out: list[FileDownloadResponse] = []
         for path in paths:
@@ -566,24 +774,19 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
                 else:
                     out.append(self._download_outside(path))
             except DaemonError as e:
-                out.append(FileDownloadResponse(path=path, error=_TRANSFER_CODES.get(e.code, e.message)))
-            except DeepboxError as e:
-                out.append(FileDownloadResponse(path=path, error=str(e)))
+                out.append(FileDownloadResponse(path=path, error=_TRANSFER_CODES.get(e.code, "invalid_path")))
         return out
 
     def _download_outside(self, path: str) -> FileDownloadResponse:
         tmp = self._transfer_tmp()
-        script = 'test -d "$1" && { echo "$1: Is a directory" >&2; exit 1; }; mkdir -p -- "$(dirname -- "$2")" && cat -- "$1" > "$2"'
-        r = self.client.exec(["/bin/sh", "-c", script, "sh", path, tmp], timeout=300)
+        script = 'test -d "$1" && { echo "$1: Is a directory" >&2; exit 1; }; cat -- "$1" > "$2"'
         try:
+            r = self.client.exec(["/bin/sh", "-c", script, "sh", path, tmp], timeout=300)
             if not r.ok:
                 return FileDownloadResponse(path=path, error=_shell_transfer_error(r.stderr.decode("utf-8", "replace")))
             return FileDownloadResponse(path=path, content=self.client.read_bytes(tmp))
         finally:
-            try:
-                self.client.delete(tmp)
-            except DaemonError:
-                logger.debug("could not remove transfer file %s", tmp)
+            self._remove_tmp(tmp)
 
     async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         return await asyncio.to_thread(self.upload_files, files)

@@ -63,8 +63,44 @@ class DaemonUnavailableError(DeepboxError):
     """The daemon cannot be reached (the sandbox was deleted, expired or died)."""
 
 
+class SandboxGoneError(DaemonUnavailableError):
+    """The sandbox no longer exists: deleted, expired, or dead. Its files are lost.
+
+    Attributes:
+        sandbox_id: Its id.
+        cause: Why, as deepbox tells it (e.g. "sandbox 'sb-…' expired: its TTL
+            ran out at …; it was deleted").
+    """
+
+    def __init__(self, sandbox_id: str, cause: str) -> None:
+        super().__init__(cause)
+        self.sandbox_id = sandbox_id
+        self.cause = cause
+
+
+class ExecCancelledError(DeepboxError):
+    """The command was cancelled (``ExecCancel.cancel``); the daemon kills its process group."""
+
+
 class ProtocolError(DeepboxError):
     """The daemon's answer is not what the API promises (a malformed answer)."""
+
+
+class FileTooLargeError(DeepboxError):
+    """A file is larger than the ``max_bytes`` its reader allowed (``read_bytes``).
+
+    Attributes:
+        path: The file.
+        max_bytes: The cap.
+        size: Its size when the daemon declared it, else None.
+    """
+
+    def __init__(self, path: str, max_bytes: int, size: int | None) -> None:
+        what = f"{size} bytes" if size is not None else "larger"
+        super().__init__(f"{path} is {what}, more than max_bytes={max_bytes}")
+        self.path = path
+        self.max_bytes = max_bytes
+        self.size = size
 
 
 class CLIError(DeepboxError):

@@ -13,13 +13,14 @@ import asyncio
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from deepbox.client import DaemonClient, ExecResult, FileInfo, GrepResult, ReadResult, StreamEvent
+from deepbox.client import DaemonClient, ExecCancel, ExecResult, FileInfo, GrepResult, ReadResult, StreamEvent
 from deepbox.errors import CLIError, DeepboxError, SandboxNotFoundError, UnsupportedHostError
 
 _EXIT_NOT_FOUND = 3
@@ -253,6 +254,24 @@ class Sandbox:
             pass  # already gone (expired, or deleted elsewhere)
         self.deleted = True
 
+    def gone_reason(self) -> str | None:
+        """Why the sandbox no longer exists, or None while it does.
+
+        Local sandboxes ask ``deepbox`` (``sandbox exec ID -- true``, whose
+        "no such sandbox" answer names the cause: an expired TTL, a dead
+        daemon or supervisor, or a deletion); others only know whether this
+        object deleted it. ``DeepboxError`` when deepbox cannot tell.
+        """
+        if self.deleted:
+            return f"sandbox '{self.id}' was deleted (by this program)"
+        if self.provider != "local":
+            return None
+        try:
+            run_cli(["sandbox", "exec", self.id, "--", "true"], deepbox_bin=self._deepbox_bin, timeout=60)
+        except SandboxNotFoundError as e:
+            return _gone_cause(self.id, e.message)
+        return None
+
     def __enter__(self) -> Sandbox:
         return self
 
@@ -274,9 +293,11 @@ class Sandbox:
         timeout: float | None = None,
         max_output_bytes: int | None = None,
         on_output: Callable[[str, bytes], None] | None = None,
+        cancel: ExecCancel | None = None,
     ) -> ExecResult:
         return self.client.exec(
-            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes, on_output=on_output
+            command, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output_bytes=max_output_bytes,
+            on_output=on_output, cancel=cancel,
         )
 
     def exec_stream(self, command: str | Sequence[str], **kwargs: Any) -> Any:
@@ -297,8 +318,8 @@ class Sandbox:
     def read_text(self, path: str) -> str:
         return self.client.read_text(path)
 
-    def read_bytes(self, path: str) -> bytes:
-        return self.client.read_bytes(path)
+    def read_bytes(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        return self.client.read_bytes(path, max_bytes=max_bytes)
 
     def write(self, path: str, content: str | bytes | Iterable[bytes], *, mode: int | None = None) -> int:
         return self.client.write(path, content, mode=mode)
@@ -321,14 +342,26 @@ class Sandbox:
     def upload(self, path: str, data: bytes | Iterable[bytes]) -> int:
         return self.client.write(path, data)
 
-    def download(self, path: str) -> bytes:
-        return self.client.read_bytes(path)
+    def download(self, path: str, *, max_bytes: int | None = None) -> bytes:
+        return self.client.read_bytes(path, max_bytes=max_bytes)
 
     def upload_many(self, files: Iterable[tuple[str, bytes]]) -> list[Any]:
         return self.client.upload_many(files)
 
     def download_many(self, paths: Iterable[str]) -> list[Any]:
         return self.client.download_many(paths)
+
+
+def _gone_cause(sandbox_id: str, cli_message: str) -> str:
+    """The CLI's "no such sandbox" message as a cause, without the daemon's stderr tail."""
+    text = " ".join(cli_message.split())  # one line (the CLI may wrap)
+    if "; last stderr:" in text:
+        head, tail = text.split("; last stderr:", 1)
+        when = re.search(r" \(at [^()]*\)$", tail)
+        text = head + (when.group(0) if when else "")
+    if text.startswith(f"no sandbox '{sandbox_id}'"):
+        return f"sandbox '{sandbox_id}' was deleted (deepbox has no record of it any more)"
+    return text
 
 
 def _parse_json_object(out: str, what: str) -> dict[str, Any]:
