@@ -160,15 +160,21 @@ def test_the_largest_upload_still_passes(http_server):
             upload = next(t for t in tools.tools if t.name == "upload_file")
             limit = int(re.search(r"At most (\d+) bytes", upload.description).group(1))
             blob = os.urandom(limit)
+            # A stateless client has no default sandbox: it names one it made.
+            created = await client.call_tool("sandbox_create", {})
+            assert not created.is_error, created.content[0].text
+            sid = created.structured_content["sandbox_id"]
             up = await client.call_tool("upload_file", {
-                "file_path": "big.bin", "content_base64": base64.b64encode(blob).decode()})
+                "file_path": "big.bin", "content_base64": base64.b64encode(blob).decode(),
+                "sandbox_id": sid})
             assert not up.is_error, up.content[0].text
             assert up.structured_content["size"] == limit
-            check = await client.call_tool("execute", {"command": "sha256sum big.bin"})
+            check = await client.call_tool("execute", {"command": "sha256sum big.bin",
+                                                       "sandbox_id": sid})
             assert hashlib.sha256(blob).hexdigest() in check.content[0].text
             # A byte more than the tool takes is the tool's error, not the transport's.
             over = await client.call_tool("upload_file", {
-                "file_path": "over.bin",
+                "file_path": "over.bin", "sandbox_id": sid,
                 "content_base64": base64.b64encode(blob + b"0123").decode()})
             assert over.is_error
             assert f"larger than {limit} bytes" in over.content[0].text
