@@ -286,6 +286,8 @@ class Session {
 // The daemon's socket refused a connection, or is not there: the daemon
 // died (or is being restarted), whatever the supervisor's record says yet.
 bool DaemonSocketDead(const Error& e) {
+  // The provider's own word while its supervisor relaunches the daemon.
+  if (e.message.find("is restarting") != std::string::npos) return true;
   return e.message.find("connect(") != std::string::npos &&
          (e.message.find("ECONNREFUSED") != std::string::npos ||
           e.message.find("(ENOENT)") != std::string::npos);
