@@ -15,7 +15,7 @@ pkg_check_modules(CAP REQUIRED IMPORTED_TARGET libcap)
 # Line editing for `deepbox run`'s interactive prompt (BSD licence; not readline: GPL).
 pkg_check_modules(LIBEDIT REQUIRED IMPORTED_TARGET libedit)
 find_package(LibArchive REQUIRED)
-if(DEEPBOX_BUILD_TESTS)
+if(DEEPBOX_BUILD_TESTS OR DEEPBOX_BUILD_HARDENING_TEST)
   find_package(GTest REQUIRED)
 endif()
 if(DEEPBOX_BUILD_BENCH)

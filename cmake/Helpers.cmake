@@ -1,11 +1,26 @@
+# deepbox_test_code(TARGET...): code that only tests run (test binaries, fakes,
+# fixtures) gets DEEPBOX_TEST_CODE_FLAGS after the build type's flags. The dev
+# preset sets -O0: the product code stays at -O1 under the sanitizers, and the
+# test code, which is most of the build, compiles in about half the CPU time.
+set(DEEPBOX_TEST_CODE_FLAGS "" CACHE STRING "Extra compile flags of test-only code")
+function(deepbox_test_code)
+  if(DEEPBOX_TEST_CODE_FLAGS)
+    separate_arguments(flags UNIX_COMMAND "${DEEPBOX_TEST_CODE_FLAGS}")
+    foreach(t ${ARGN})
+      target_compile_options(${t} PRIVATE ${flags})
+    endforeach()
+  endif()
+endfunction()
+
 # deepbox_test(NAME SOURCES a.cc b.cc LIBS lib1 lib2 [LABELS l1 l2])
 # One GoogleTest binary, registered with CTest test-by-test.
 function(deepbox_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
-  if(NOT DEEPBOX_BUILD_TESTS)
+  if(NOT DEEPBOX_BUILD_TESTS AND NOT (DEEPBOX_BUILD_HARDENING_TEST AND name STREQUAL "hardening_test"))
     return()
   endif()
   add_executable(${name} ${T_SOURCES})
+  deepbox_test_code(${name})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE
     DEEPBOX_BIN_DIR="${CMAKE_BINARY_DIR}/bin"

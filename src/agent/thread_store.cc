@@ -16,25 +16,10 @@
 
 #include "agent/codec.h"
 #include "agent/text.h"
+#include "common/make_dirs.h"
 
 namespace deepbox::agent {
 namespace {
-
-Status MkdirP(const std::string& dir) {
-  std::string cur;
-  for (std::string_view part : SplitOn(dir, '/')) {
-    if (part.empty()) {
-      if (cur.empty()) cur = "/";
-      continue;
-    }
-    if (!cur.empty() && cur.back() != '/') cur += "/";
-    cur.append(part);
-    if (::mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) {
-      return MakeSyscallError("mkdir", errno, cur);
-    }
-  }
-  return {};
-}
 
 bool ValidId(std::string_view id) {
   if (id.empty() || id.size() > 200 || id[0] == '.') return false;
@@ -117,7 +102,7 @@ Result<std::unique_ptr<ThreadWriter>> ThreadStore::OpenWriter(const std::string&
     return MakeError(ErrorCode::kInvalidArgument,
                      "invalid thread id '" + id + "' (use " + kThreadIdRules + ")");
   }
-  if (auto st = MkdirP(dir_); !st) return tl::unexpected(st.error());
+  if (auto st = MakeDirs(dir_, 0700); !st) return tl::unexpected(st.error());
   std::string path = PathFor(id);
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return MakeSyscallError("open", errno, path);

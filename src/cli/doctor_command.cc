@@ -139,6 +139,24 @@ int RunDoctor(const DoctorArgs& args) {
                          "(HTTP(S)_PROXY inside; names checked on CONNECT/SNI/Host and resolved "
                          "by the proxy; every other packet dropped)"
                        : "NO - " + allow_obstacle));
+  // Operator exceptions to the refused ranges (docs/security.md): a bad value
+  // fails every sandbox with network public or allow=, so say it here.
+  auto allowed_cidrs = local::AllowedCidrsFromEnv();
+  json::array jcidrs;
+  if (allowed_cidrs) {
+    for (const auto& c : *allowed_cidrs) jcidrs.emplace_back(c);
+  }
+  report["network_allow_cidrs"] = std::move(jcidrs);
+  if (!allowed_cidrs) {
+    report["network_allow_cidrs_error"] = JsonString(allowed_cidrs.error().message);
+    line(fmt::format("  reopened CIDRs: INVALID - {} (sandboxes with a network fail to start)",
+                     SanitizeLineForTerminal(allowed_cidrs.error().message)));
+  } else if (!allowed_cidrs->empty()) {
+    std::string joined;
+    for (const auto& c : *allowed_cidrs) joined += (joined.empty() ? "" : ", ") + c;
+    line(fmt::format("  reopened CIDRs: {} ({})", SanitizeLineForTerminal(joined),
+                     local::kAllowCidrsEnv));
+  }
   line(fmt::format("default network:  {}",
                    probe.public_possible
                        ? "public (via " + std::string(local::UplinkName(probe.uplink)) + ")"

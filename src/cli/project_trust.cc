@@ -16,6 +16,7 @@
 
 #include "agent/text.h"
 #include "common/json.h"
+#include "common/make_dirs.h"
 #include "common/terminal_text.h"
 #include "common/unique_fd.h"
 #ifdef DEEPBOX_HAVE_MCP
@@ -348,19 +349,7 @@ std::string DefaultTrustDir() {
 }
 
 Status MakePrivateDirs(const std::string& dir) {
-  if (dir.empty()) return MakeError(ErrorCode::kInvalidArgument, "empty directory name");
-  std::string cur;
-  for (std::string_view part : agent::SplitOn(dir, '/')) {
-    if (part.empty()) {
-      if (cur.empty()) cur = "/";
-      continue;
-    }
-    if (!cur.empty() && cur.back() != '/') cur += "/";
-    cur.append(part);
-    if (::mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST) {
-      return MakeSyscallError("mkdir", errno, cur);
-    }
-  }
+  if (auto st = MakeDirs(dir, 0700); !st) return st;
   // The last component: a directory of ours (not a symlink), 0700.
   UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return MakeSyscallError("open", errno, dir);

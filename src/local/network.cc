@@ -506,6 +506,21 @@ class Netlink {
     if (!fd_) return MakeSyscallError("socket", errno, "AF_NETLINK");
     return {};
   }
+  // Every object of a kind as the kernel lists them: RTM_GETADDR with
+  // ifaddrmsg, RTM_GETROUTE with rtmsg. The header is all zero, so its family
+  // is AF_UNSPEC (0): both address families.
+  template <typename FamilyHeader>
+  Result<std::vector<std::string>> Dump(uint16_t type) {
+    struct {
+      nlmsghdr h;
+      FamilyHeader m;
+    } req{};
+    static_assert(AF_UNSPEC == 0);
+    req.h.nlmsg_len = NLMSG_LENGTH(sizeof(FamilyHeader));
+    req.h.nlmsg_type = type;
+    req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+    return Ask(&req, req.h.nlmsg_len, true);
+  }
   // Sends `req` and collects every reply message until DONE (dump) or the
   // first non-multipart answer. An NLMSG_ERROR with an error becomes the result.
   Result<std::vector<std::string>> Ask(void* req, size_t len, bool dump) {
@@ -676,15 +691,7 @@ Result<HostNetworkSets> ReadHostNetworkSets(const std::vector<std::string>& allo
   auto keep = [&](std::vector<Cidr>* into, const Cidr& c) {
     if (!AlreadyRefused(c, allowed)) into->push_back(c);
   };
-  struct {
-    nlmsghdr h;
-    ifaddrmsg m;
-  } areq{};
-  areq.h.nlmsg_len = NLMSG_LENGTH(sizeof(ifaddrmsg));
-  areq.h.nlmsg_type = RTM_GETADDR;
-  areq.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  areq.m.ifa_family = AF_UNSPEC;
-  auto addrs = nl.Ask(&areq, areq.h.nlmsg_len, true);
+  auto addrs = nl.Dump<ifaddrmsg>(RTM_GETADDR);
   if (!addrs) return tl::unexpected(addrs.error());
   for (const auto& msg : *addrs) {
     const auto* h = reinterpret_cast<const nlmsghdr*>(msg.data());
@@ -699,15 +706,7 @@ Result<HostNetworkSets> ReadHostNetworkSets(const std::vector<std::string>& allo
       if (mine && AttrAddress(ifa->ifa_family, a, &c)) keep(&self, c);
     }
   }
-  struct {
-    nlmsghdr h;
-    rtmsg r;
-  } rreq{};
-  rreq.h.nlmsg_len = NLMSG_LENGTH(sizeof(rtmsg));
-  rreq.h.nlmsg_type = RTM_GETROUTE;
-  rreq.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  rreq.r.rtm_family = AF_UNSPEC;
-  auto routes = nl.Ask(&rreq, rreq.h.nlmsg_len, true);
+  auto routes = nl.Dump<rtmsg>(RTM_GETROUTE);
   if (!routes) return tl::unexpected(routes.error());
   for (const auto& msg : *routes) {
     const auto* h = reinterpret_cast<const nlmsghdr*>(msg.data());

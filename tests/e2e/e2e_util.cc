@@ -84,7 +84,7 @@ int DecodeStatus(int status) {
 }  // namespace
 
 Process::Process(const std::vector<std::string>& argv_in, const std::vector<std::string>& env_in,
-                 const fs::path& dir, const std::string& stdin_data) {
+                 const fs::path& dir, const std::string& stdin_data, const fs::path& cwd) {
   static int counter = 0;
   int n = counter++;
   out_ = dir / ("out-" + std::to_string(n));
@@ -99,6 +99,7 @@ Process::Process(const std::vector<std::string>& argv_in, const std::vector<std:
   posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
   // Its own process group, as a shell would start a job.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);

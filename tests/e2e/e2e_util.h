@@ -50,8 +50,10 @@ std::vector<std::string> MakeEnv(const std::map<std::string, std::string>& set);
 // A process whose stdout and stderr go to files.
 class Process {
  public:
+  // Output files go to `dir`; the process runs in `cwd` (this process's own
+  // working directory when empty).
   Process(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-          const fs::path& dir, const std::string& stdin_data = "");
+          const fs::path& dir, const std::string& stdin_data = "", const fs::path& cwd = {});
   ~Process();  // kills it if still running
   pid_t pid() const { return pid_; }
   std::string out() const { return ReadFile(out_); }

@@ -559,11 +559,7 @@ TEST_F(RunTest, HelpDocumentsEveryFlagAndVariable) {
 // terminal nothing of them is used (no stdio server runs, no ${VAR} reaches a
 // URL, no memory or skills reach the model), and one notice says how to use
 // them; named with --mcp-config, the file is used.
-// DISABLED (2026-12-03, lead): in the merged tree the planted server does not
-// run (asserted first, and by escape_project_files_test), but the one notice
-// "ignoring this directory's project files" is not printed here; not yet
-// understood. Re-enable once the notice is fixed.
-TEST_F(RunTest, DISABLED_UntrustedProjectFilesAreIgnoredWithoutATerminal) {
+TEST_F(RunTest, UntrustedProjectFilesAreIgnoredWithoutATerminal) {
   fs::path proj = dir_ / "proj";
   fs::create_directories(proj / ".deepagents" / "skills" / "planted");
   const fs::path marker = dir_ / "PWNED";
@@ -575,7 +571,7 @@ TEST_F(RunTest, DISABLED_UntrustedProjectFilesAreIgnoredWithoutATerminal) {
             "---\nname: planted\ndescription: PLANTED-SKILL-5d1e\n---\n");
   FakeAnthropicServer server({.api_key = kKey});
   server.Enqueue(ScriptedTurn::Text("done"));
-  Process p(RunArgs({kTask}), Env(FakeEnv(server)), proj);
+  Process p(RunArgs({kTask}), Env(FakeEnv(server)), dir_, "", proj);
   ASSERT_EQ(p.Wait(), 0) << p.err();
   EXPECT_FALSE(fs::exists(marker)) << "a planted stdio MCP server ran on the host";
   const std::string err = p.err();
@@ -589,7 +585,8 @@ TEST_F(RunTest, DISABLED_UntrustedProjectFilesAreIgnoredWithoutATerminal) {
   EXPECT_THAT(sent, Not(HasSubstr("PLANTED-SKILL-5d1e")));
   // Named explicitly, the file is the user's own choice: used.
   server.Enqueue(ScriptedTurn::Text("done"));
-  Process named(RunArgs({"--mcp-config", "./.mcp.json", kTask}), Env(FakeEnv(server)), proj);
+  Process named(RunArgs({"--mcp-config", "./.mcp.json", kTask}), Env(FakeEnv(server)), dir_, "",
+                proj);
   ASSERT_EQ(named.Wait(), 0) << named.err();
   EXPECT_TRUE(Eventually([&] { return fs::exists(marker); }, 30s)) << named.err();
   EXPECT_THAT(named.err(), Not(HasSubstr("PLANTED")));

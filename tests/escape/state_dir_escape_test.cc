@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "../local/cli_fixture.h"
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
 #include "local/lifecycle/provider.h"
@@ -51,7 +52,7 @@ using local::lifecycle::ProcessStartTime;
 using local::lifecycle::RemoveTree;
 using ::testing::HasSubstr;
 
-const std::string kDeepbox = std::string(DEEPBOX_BIN_DIR) + "/deepbox";
+using local::lifecycle::testing::kDeepbox;
 
 std::string ReadAll(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -264,20 +265,9 @@ class StateDirEscapeTest : public ::testing::Test {
     std::vector<char*> envp;
     for (auto& e : env_store) envp.push_back(e.data());
     envp.push_back(nullptr);
-    std::vector<std::string> argv_store = {kDeepbox};
-    argv_store.insert(argv_store.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_store) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
     pid_t pid = -1;
     CliResult r;
-    int rc = posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
+    int rc = local::lifecycle::testing::SpawnDeepbox(args, in, out, err, &pid, envp.data());
     if (rc != 0) {
       r.err = "posix_spawn: " + std::string(strerror(rc));
       return r;

@@ -70,7 +70,7 @@ void LocalCliTest::TearDown() {
 }
 
 int SpawnDeepbox(const std::vector<std::string>& args, const fs::path& in, const fs::path& out,
-                 const fs::path& err, pid_t* pid) {
+                 const fs::path& err, pid_t* pid, char* const* envp) {
   std::vector<std::string> full = {kDeepbox};
   full.insert(full.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -81,7 +81,8 @@ int SpawnDeepbox(const std::vector<std::string>& args, const fs::path& in, const
   posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  int rc = posix_spawn(pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ);
+  int rc = posix_spawn(pid, kDeepbox.c_str(), &fa, nullptr, argv.data(),
+                       envp != nullptr ? envp : environ);
   posix_spawn_file_actions_destroy(&fa);
   return rc;
 }

@@ -27,9 +27,10 @@ inline const std::string kDeepbox = kBinDir + "/deepbox";
 std::string ReadFile(const fs::path& path);
 
 // Starts deepbox with `args`, stdin from `in`, stdout and stderr to `out` and
-// `err` (created or truncated). Returns posix_spawn's result; *pid on success.
+// `err` (created or truncated), in `envp` (this process's environment when
+// null). Returns posix_spawn's result; *pid on success.
 int SpawnDeepbox(const std::vector<std::string>& args, const fs::path& in, const fs::path& out,
-                 const fs::path& err, pid_t* pid);
+                 const fs::path& err, pid_t* pid, char* const* envp = nullptr);
 
 // Polls `done` until it holds or `limit` passes (a safety net, not an
 // assertion on time).

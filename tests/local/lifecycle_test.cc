@@ -560,6 +560,28 @@ TEST_F(LifecycleTest, DoctorReportsHonestly) {
   }
 }
 
+// The operator's reopened ranges are shown, and a bad value is named before
+// a sandbox fails on it.
+TEST_F(LifecycleTest, DoctorShowsTheReopenedCidrs) {
+  auto r = Cli({"doctor"});
+  EXPECT_THAT(r.out, Not(HasSubstr("reopened CIDRs")));
+  setenv("DEEPBOX_NETWORK_ALLOW_CIDRS", "198.51.100.0/24, 203.0.113.7", 1);
+  r = Cli({"doctor"});
+  auto j = Cli({"doctor", "--json"});
+  setenv("DEEPBOX_NETWORK_ALLOW_CIDRS", "127.0.0.0/8", 1);
+  auto bad = Cli({"doctor"});
+  unsetenv("DEEPBOX_NETWORK_ALLOW_CIDRS");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("reopened CIDRs: 198.51.100.0/24, 203.0.113.7 "
+                               "(DEEPBOX_NETWORK_ALLOW_CIDRS)"));
+  auto obj = ParseJsonObject(j.out);
+  ASSERT_TRUE(obj.has_value()) << j.out;
+  ASSERT_TRUE(obj->at("network_allow_cidrs").is_array());
+  EXPECT_EQ(obj->at("network_allow_cidrs").as_array().size(), 2u);
+  EXPECT_THAT(bad.out, HasSubstr("reopened CIDRs: INVALID - DEEPBOX_NETWORK_ALLOW_CIDRS: "
+                                 "'127.0.0.0/8' overlaps"));
+}
+
 TEST_F(LifecycleTest, HelpDocumentsFlagsAndExitCodes) {
   auto r = Cli({"sandbox", "create", "--help"});
   EXPECT_EQ(r.code, 0);

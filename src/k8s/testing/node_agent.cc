@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "k8s/subprocess.h"
@@ -463,7 +464,10 @@ Result<std::string> NodeAgent::StartContainerDaemon(Pod& p, const json::object& 
   json::array jargv;
   for (const auto& a : args) jargv.emplace_back(a);
   req["argv"] = std::move(jargv);
-  auto http = net::HttpClient::Create("unix:" + init_socket);
+  // Named, not the default argument: GCC 12 at -O3 takes the temporary's
+  // TlsClientConfig strings for uninitialized (-Wmaybe-uninitialized).
+  net::ClientOptions options;
+  auto http = net::HttpClient::Create("unix:" + init_socket, std::move(options));
   if (!http) return tl::unexpected(http.error());
   net::ClientRequest start;
   start.method = "POST";
