@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "local/launcher.h"
 #include "local/testing/sandbox_fixture.h"
@@ -18,6 +20,16 @@
 
 namespace deepbox::local {
 namespace {
+
+// A /proc file of a process that may exit meanwhile: the read then fails with
+// ESRCH, which an istreambuf_iterator would throw; operator<< of a streambuf
+// catches it and gives what was read (nothing).
+std::string ReadProcFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  return text.str();
+}
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -257,8 +269,7 @@ TEST_F(PastaUplinkTest, PastaEndsWithTheSandbox) {
     ASSERT_EQ(sp->uplink(), Uplink::kPasta);
     // pasta is our child: find it.
     for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-      std::ifstream cmd(e.path() / "cmdline");
-      std::string c((std::istreambuf_iterator<char>(cmd)), {});
+      std::string c = ReadProcFile(e.path() / "cmdline");
       if (c.rfind("/usr/bin/pasta", 0) == 0 &&
           c.find(std::to_string(sp->pid())) != std::string::npos) {
         pasta = std::stoi(e.path().filename());
@@ -267,8 +278,7 @@ TEST_F(PastaUplinkTest, PastaEndsWithTheSandbox) {
     ASSERT_GT(pasta, 0);
   }
   // Reaped by ~SandboxProcess: the pid names no pasta any more (never signal it).
-  std::ifstream cmd("/proc/" + std::to_string(pasta) + "/cmdline");
-  std::string c((std::istreambuf_iterator<char>(cmd)), {});
+  std::string c = ReadProcFile("/proc/" + std::to_string(pasta) + "/cmdline");
   EXPECT_THAT(c, Not(HasSubstr("pasta")));
 }
 

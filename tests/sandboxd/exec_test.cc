@@ -2,11 +2,12 @@
 // SandboxdClient and raw HTTP: exact output bytes (base64, negotiated through
 // /info features, the text wire format unchanged for older clients), stdin
 // streamed while the command runs, and pseudo-terminals.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <condition_variable>
-#include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -208,10 +209,16 @@ TEST_F(ExecTest, CallerCancelStopsTheCommand) {
   auto pid_text = sb().Download("cancel.pid");
   ASSERT_TRUE(pid_text) << pid_text.error().ToString();
   const std::string stat = "/proc/" + pid_text->substr(0, pid_text->find('\n')) + "/stat";
+  // read(2), not an ifstream: a read of a stat file whose process exits
+  // between open and read fails with ESRCH, which libstdc++ throws.
   auto gone = [&] {
-    std::ifstream in(stat);
-    std::string text((std::istreambuf_iterator<char>(in)), {});
-    return text.empty() || text.find(") Z") != std::string::npos;
+    int fd = ::open(stat.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return true;
+    char buf[512];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    ::close(fd);
+    if (n <= 0) return true;
+    return std::string_view(buf, static_cast<size_t>(n)).find(") Z") != std::string_view::npos;
   };
   // A safety bound against a hang, not a timing check.
   for (int i = 0; i < 3000 && !gone(); ++i)
