@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/fsuid.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -358,6 +359,36 @@ std::string FieldValue(const json::object& pod, std::string_view field_path) {
   return "";
 }
 
+// Host root is not mapped in a sandbox's user namespace, so its writes into
+// the sandbox's own mounts (the tmpfs /tmp) fail with EOVERFLOW. They are made
+// as the sandbox's user instead: the owner of /proc/<init> (its host uid and
+// gid), on this thread only (setfsuid/setfsgid are per thread), while this
+// guard lives. The files are then the sandbox user's, as writable by it as
+// anything in its /tmp: this stand-in for kubelet does not make them read-only.
+class SandboxFsIdentity {
+ public:
+  explicit SandboxFsIdentity(const std::string& root) {
+    struct stat st {};
+    std::string proc = root.substr(0, root.rfind('/'));
+    if (::stat(proc.c_str(), &st) != 0) return;
+    old_gid_ = static_cast<gid_t>(::setfsgid(st.st_gid));
+    old_uid_ = static_cast<uid_t>(::setfsuid(st.st_uid));
+    active_ = true;
+  }
+  ~SandboxFsIdentity() {
+    if (!active_) return;
+    ::setfsuid(old_uid_);
+    ::setfsgid(old_gid_);
+  }
+  SandboxFsIdentity(const SandboxFsIdentity&) = delete;
+  SandboxFsIdentity& operator=(const SandboxFsIdentity&) = delete;
+
+ private:
+  bool active_ = false;
+  uid_t old_uid_ = 0;
+  gid_t old_gid_ = 0;
+};
+
 Status WriteFileAtomically(const std::string& path, const std::string& content) {
   std::string tmp = path + ".next";
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644));
@@ -402,33 +433,37 @@ Result<std::string> NodeAgent::StartContainerDaemon(Pod& p, const json::object& 
   // downwardAPI volumes -> their mount paths in the container.
   std::map<std::string, std::string> remap;  // container path -> sandbox path
   const std::string kVolumes = "/tmp/.deepbox-pod-volumes";
-  // Strict mkdir (no EEXIST): nothing of the sandbox has run yet, and these
-  // host-root writes through /proc/<init>/root must never follow its links.
-  if (::mkdir((p.root + kVolumes).c_str(), 0755) != 0) {
-    return MakeSyscallError("mkdir", errno, p.root + kVolumes);
-  }
-  const json::value* volumes = Find(pod, {"spec", "volumes"});
-  const json::value* mounts = Find(c, {"volumeMounts"});
-  if (volumes != nullptr && volumes->is_array() && mounts != nullptr && mounts->is_array()) {
-    for (const auto& v : volumes->get_array()) {
-      const json::value* items = Find(v, {"downwardAPI", "items"});
-      std::string vol = FindString(v, {"name"});
-      if (items == nullptr || !items->is_array() || !IsObjectName(vol)) continue;
-      std::string dir = kVolumes + "/" + vol;
-      if (::mkdir((p.root + dir).c_str(), 0755) != 0) {
-        return MakeSyscallError("mkdir", errno, p.root + dir);
-      }
-      for (const auto& item : items->get_array()) {
-        std::string path = FindString(item, {"path"});
-        std::string field = FindString(item, {"fieldRef", "fieldPath"});
-        if (path.empty() || path.find('/') != std::string::npos || path.starts_with(".")) continue;
-        p.projected[p.root + dir + "/" + path] = Pod::Projected{field, "", false};
-      }
-      for (const auto& m : mounts->get_array()) {
-        if (FindString(m, {"name"}) == vol) remap[FindString(m, {"mountPath"})] = dir;
+  {
+    SandboxFsIdentity as_sandbox_user(p.root);
+    // Strict mkdir (no EEXIST): nothing of the sandbox has run yet, and these
+    // host-root writes through /proc/<init>/root must never follow its links.
+    if (::mkdir((p.root + kVolumes).c_str(), 0755) != 0) {
+      return MakeSyscallError("mkdir", errno, p.root + kVolumes);
+    }
+    const json::value* volumes = Find(pod, {"spec", "volumes"});
+    const json::value* mounts = Find(c, {"volumeMounts"});
+    if (volumes != nullptr && volumes->is_array() && mounts != nullptr && mounts->is_array()) {
+      for (const auto& v : volumes->get_array()) {
+        const json::value* items = Find(v, {"downwardAPI", "items"});
+        std::string vol = FindString(v, {"name"});
+        if (items == nullptr || !items->is_array() || !IsObjectName(vol)) continue;
+        std::string dir = kVolumes + "/" + vol;
+        if (::mkdir((p.root + dir).c_str(), 0755) != 0) {
+          return MakeSyscallError("mkdir", errno, p.root + dir);
+        }
+        for (const auto& item : items->get_array()) {
+          std::string path = FindString(item, {"path"});
+          std::string field = FindString(item, {"fieldRef", "fieldPath"});
+          if (path.empty() || path.find('/') != std::string::npos || path.starts_with("."))
+            continue;
+          p.projected[p.root + dir + "/" + path] = Pod::Projected{field, "", false};
+        }
+        for (const auto& m : mounts->get_array()) {
+          if (FindString(m, {"name"}) == vol) remap[FindString(m, {"mountPath"})] = dir;
+        }
       }
     }
-  }
+  }  // as the sandbox's user
   if (auto s = ProjectDownwardApi(p, pod); !s) return tl::unexpected(s.error());
   // The container's arguments, with its mounts' paths and its listener moved.
   const std::string socket = "/tmp/.deepbox-pod-sandboxd.sock";
@@ -500,6 +535,7 @@ Result<std::string> NodeAgent::StartContainerDaemon(Pod& p, const json::object& 
 }
 
 Status NodeAgent::ProjectDownwardApi(Pod& p, const json::object& pod) {
+  SandboxFsIdentity as_sandbox_user(p.root);
   for (auto& [path, f] : p.projected) {
     std::string value = FieldValue(pod, f.field_path);
     if (f.written && value == f.content) continue;
