@@ -14,6 +14,7 @@
 
 #include "common/base64.h"
 #include "common/json.h"
+#include "common/unique_fd.h"
 #include "common/utf8.h"
 #include "net/http_client.h"
 #include "sandbox/testing/scoped_sandboxd.h"
@@ -212,11 +213,10 @@ TEST_F(ExecTest, CallerCancelStopsTheCommand) {
   // read(2), not an ifstream: a read of a stat file whose process exits
   // between open and read fails with ESRCH, which libstdc++ throws.
   auto gone = [&] {
-    int fd = ::open(stat.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return true;
+    UniqueFd fd(::open(stat.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) return true;
     char buf[512];
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    ::close(fd);
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n <= 0) return true;
     return std::string_view(buf, static_cast<size_t>(n)).find(") Z") != std::string_view::npos;
   };

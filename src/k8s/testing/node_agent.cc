@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -433,37 +434,37 @@ Result<std::string> NodeAgent::StartContainerDaemon(Pod& p, const json::object& 
   // downwardAPI volumes -> their mount paths in the container.
   std::map<std::string, std::string> remap;  // container path -> sandbox path
   const std::string kVolumes = "/tmp/.deepbox-pod-volumes";
-  {
-    SandboxFsIdentity as_sandbox_user(p.root);
-    // Strict mkdir (no EEXIST): nothing of the sandbox has run yet, and these
-    // host-root writes through /proc/<init>/root must never follow its links.
-    if (::mkdir((p.root + kVolumes).c_str(), 0755) != 0) {
-      return MakeSyscallError("mkdir", errno, p.root + kVolumes);
-    }
-    const json::value* volumes = Find(pod, {"spec", "volumes"});
-    const json::value* mounts = Find(c, {"volumeMounts"});
-    if (volumes != nullptr && volumes->is_array() && mounts != nullptr && mounts->is_array()) {
-      for (const auto& v : volumes->get_array()) {
-        const json::value* items = Find(v, {"downwardAPI", "items"});
-        std::string vol = FindString(v, {"name"});
-        if (items == nullptr || !items->is_array() || !IsObjectName(vol)) continue;
-        std::string dir = kVolumes + "/" + vol;
-        if (::mkdir((p.root + dir).c_str(), 0755) != 0) {
-          return MakeSyscallError("mkdir", errno, p.root + dir);
-        }
-        for (const auto& item : items->get_array()) {
-          std::string path = FindString(item, {"path"});
-          std::string field = FindString(item, {"fieldRef", "fieldPath"});
-          if (path.empty() || path.find('/') != std::string::npos || path.starts_with("."))
-            continue;
-          p.projected[p.root + dir + "/" + path] = Pod::Projected{field, "", false};
-        }
-        for (const auto& m : mounts->get_array()) {
-          if (FindString(m, {"name"}) == vol) remap[FindString(m, {"mountPath"})] = dir;
-        }
+  // Made as the sandbox's user (host root cannot write into its /tmp); ended
+  // before anything of the host is touched again.
+  std::optional<SandboxFsIdentity> as_sandbox_user(std::in_place, p.root);
+  // Strict mkdir (no EEXIST): nothing of the sandbox has run yet, and these
+  // writes through /proc/<init>/root must never follow its links.
+  if (::mkdir((p.root + kVolumes).c_str(), 0755) != 0) {
+    return MakeSyscallError("mkdir", errno, p.root + kVolumes);
+  }
+  const json::value* volumes = Find(pod, {"spec", "volumes"});
+  const json::value* mounts = Find(c, {"volumeMounts"});
+  if (volumes != nullptr && volumes->is_array() && mounts != nullptr && mounts->is_array()) {
+    for (const auto& v : volumes->get_array()) {
+      const json::value* items = Find(v, {"downwardAPI", "items"});
+      std::string vol = FindString(v, {"name"});
+      if (items == nullptr || !items->is_array() || !IsObjectName(vol)) continue;
+      std::string dir = kVolumes + "/" + vol;
+      if (::mkdir((p.root + dir).c_str(), 0755) != 0) {
+        return MakeSyscallError("mkdir", errno, p.root + dir);
+      }
+      for (const auto& item : items->get_array()) {
+        std::string path = FindString(item, {"path"});
+        std::string field = FindString(item, {"fieldRef", "fieldPath"});
+        if (path.empty() || path.find('/') != std::string::npos || path.starts_with(".")) continue;
+        p.projected[p.root + dir + "/" + path] = Pod::Projected{field, "", false};
+      }
+      for (const auto& m : mounts->get_array()) {
+        if (FindString(m, {"name"}) == vol) remap[FindString(m, {"mountPath"})] = dir;
       }
     }
-  }  // as the sandbox's user
+  }
+  as_sandbox_user.reset();
   if (auto s = ProjectDownwardApi(p, pod); !s) return tl::unexpected(s.error());
   // The container's arguments, with its mounts' paths and its listener moved.
   const std::string socket = "/tmp/.deepbox-pod-sandboxd.sock";
