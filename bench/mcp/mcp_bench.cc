@@ -23,7 +23,7 @@
 #include "mcp/sandbox_tools.h"
 #include "mcp/server.h"
 #include "mcp/stdio.h"
-#include "mcp/testing/daemon_backend.h"
+#include "mcp/testing/daemon_provider.h"
 
 using namespace deepbox;
 using Clock = std::chrono::steady_clock;
@@ -95,10 +95,10 @@ class LineClient {
 
 int main(int argc, char** argv) {
   int n = argc > 1 ? std::atoi(argv[1]) : 1000;
-  auto backend = std::make_unique<mcp::testing::DaemonBackend>();
-  auto* be = backend.get();
-  std::vector<std::unique_ptr<mcp::SandboxBackend>> v;
-  v.push_back(std::move(backend));
+  auto provider = std::make_unique<mcp::testing::DaemonProvider>();
+  auto* daemons = provider.get();
+  std::vector<std::unique_ptr<SandboxProvider>> v;
+  v.push_back(std::move(provider));
   auto broker = std::make_shared<mcp::SandboxBroker>(mcp::BrokerOptions{}, std::move(v));
   // Created as the stdio client it is then used by.
   auto info = broker->Create({}, mcp::kStdioOwner);
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::string id = info->id;
-  auto direct = be->daemon(id)->Connect();
+  auto direct = daemons->daemon(id)->Connect();
   if (!direct) return 1;
   std::string content(4096, 'x');
   for (size_t i = 80; i < content.size(); i += 81) content[i] = '\n';

@@ -93,6 +93,16 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args);
 int RunK8sSandboxLs(const SandboxLsArgs& args);
 int RunK8sSandboxRm(const SandboxRmArgs& args);
 
+// `deepbox sandbox pause|suspend|resume ID...` (sandbox_lifecycle_command.cc):
+// each id's provider (by its form) asked through the lifecycle interface.
+enum class SandboxModeVerb { kPause, kSuspend, kResume };
+struct SandboxModeArgs {
+  SandboxModeVerb verb = SandboxModeVerb::kPause;
+  std::vector<std::string> ids;
+  ClusterFlags cluster;  // how Kubernetes ids are reached
+};
+int RunSandboxMode(const SandboxModeArgs& args);
+
 struct SandboxCpArgs {
   std::string src;
   std::string dst;

@@ -12,6 +12,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/providers.h"
 #include "local/lifecycle/supervisor.h"
 #include "local/network.h"
 
@@ -232,6 +233,35 @@ void RegisterSandboxCommands(CLI::App& app) {
   AddClusterFlags(rm, rm_args->cluster);
   rm->callback([rm_args] { SetExitCode(RunSandboxRm(*rm_args)); });
 
+  // The durable-workspace verbs: same id, files, labels and TTL throughout.
+  struct ModeVerb {
+    const char* name;
+    SandboxModeVerb verb;
+    const char* help;
+  };
+  for (const ModeVerb& m :
+       {ModeVerb{"pause", SandboxModeVerb::kPause,
+                 "Freeze every process of sandboxes: they keep their memory and use no\n"
+                 "CPU until resumed (in milliseconds). Local sandboxes only (cgroup\n"
+                 "freezer); a paused sandbox resumes by itself when next used (exec, cp,\n"
+                 "an attached run). Its TTL keeps counting"},
+        ModeVerb{"suspend", SandboxModeVerb::kSuspend,
+                 "Suspend sandboxes: EVERY PROCESS IN THEM ENDS (memory and CPU are\n"
+                 "freed); /workspace, the labels and the TTL (which keeps counting) stay.\n"
+                 "`resume`, or the next use (exec, cp, an attached run), starts fresh\n"
+                 "processes on the same files"},
+        ModeVerb{"resume", SandboxModeVerb::kResume,
+                 "Resume paused or suspended sandboxes (a running one is left as it is)"}}) {
+    auto mode_args = std::make_shared<SandboxModeArgs>();
+    mode_args->verb = m.verb;
+    CLI::App* cmd = sandbox->add_subcommand(m.name, m.help);
+    cmd->add_option("ids", mode_args->ids, "Sandbox ids (k8s: NAMESPACE/CLAIM)")->required();
+    // The id says which provider; these say how Kubernetes ids are reached.
+    cmd->add_option("--context", mode_args->cluster.context, "k8s: kubeconfig context");
+    cmd->add_option("--kubeconfig", mode_args->cluster.kubeconfig, "k8s: kubeconfig file");
+    cmd->callback([mode_args] { SetExitCode(RunSandboxMode(*mode_args)); });
+  }
+
   auto cp_args = std::make_shared<SandboxCpArgs>();
   CLI::App* cp = sandbox->add_subcommand(
       "cp",
@@ -348,6 +378,7 @@ int main(int argc, char** argv) {
     return deepbox::local::lifecycle::SuperviseMain(argc, argv);
   }
   signal(SIGPIPE, SIG_IGN);  // a closed stdout is a write error, not a crash
+  RegisterBuiltinProviders();
   CLI::App app{"deepbox: run AI agents whose tools execute in isolated sandboxes.", "deepbox"};
   app.require_subcommand(1);
   app.footer(kExitCodesHelp);

@@ -138,6 +138,7 @@ Status ApplyLimit(std::string_view key, std::string_view text, RunConfig& c,
     c.limits.cpu_cores = *v;
   }
   c.limits_explicit = true;
+  c.limit_settings[key == "max_processes" ? "max-processes" : std::string(key)] = std::string(text);
   return {};
 }
 

@@ -86,7 +86,10 @@ struct RunConfig {
   // memory/max_processes/cpus/disk and the flags of the same names.
   local::lifecycle::SandboxLimits limits = local::lifecycle::DefaultSandboxLimits();
   bool limits_explicit = false;  // some limit came from the file or a flag
-  std::string namespace_name;    // "" = the kubeconfig context's namespace
+  // Those limits as typed, by the local provider's setting names ("memory",
+  // "max-processes", "cpus", "disk"): what the run makes its provider with.
+  std::map<std::string, std::string> limit_settings;
+  std::string namespace_name;  // "" = the kubeconfig context's namespace
   std::string warm_pool = kDefaultWarmPool;
   std::string context;
   std::string kubeconfig;    // "" = $KUBECONFIG, in-cluster, ~/.kube/config

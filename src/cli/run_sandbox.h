@@ -1,7 +1,6 @@
-// The sandbox side of `deepbox run`: building the provider the flags ask for
-// (local or k8s), a lease that any thread may release, a way to delete the
-// sandbox from the signal thread while the agent still uses it, and a
-// Sandbox decorator that notices when the sandbox went away under the agent.
+// The sandbox side of `deepbox run`: the providers the flags ask for, a
+// lease that any thread may release, and a Sandbox decorator that notices
+// when the sandbox went away under the agent.
 #pragma once
 
 #include <atomic>
@@ -14,39 +13,32 @@
 #include "cli/run_config.h"
 #include "common/error.h"
 #include "sandbox/forwarding_sandbox.h"
+#include "sandbox/provider.h"
 #include "sandbox/sandbox.h"
 
 namespace deepbox::run {
 
-// A provider plus what the CLI needs beyond the SandboxProvider interface.
-struct RunProvider {
+// The run's providers: `provider` claims (or attaches to) the sandbox;
+// `side` is a second handle on the same provider for the signal thread, the
+// watch and the probes (thread-safe, independent of the lease's).
+struct RunProviders {
   std::unique_ptr<SandboxProvider> provider;
-  std::string description;  // "local sandbox", "k8s warm pool default/deepagents-warmpool"
-  // Deletes the sandbox of `claim_labels` / `id` out of band (thread-safe; does
-  // not touch the lease or its Sandbox object, which the agent may be using).
-  std::function<Status(const std::string& id)> force_delete;
-  // Why the sandbox `id` is unusable now, or nullopt if it still answers.
-  std::function<std::optional<Error>(const std::string& id, Sandbox& sandbox)> probe;
-  // The limits sandbox `id` runs with, for the run's header ("" = nothing to say):
-  // "limits: memory 2 GiB, ..." plus what this host did not enforce.
-  std::function<std::string(const std::string& id)> limits_line;
-  // Watches sandbox `id` while the run uses it: `on_gone` (from another
-  // thread, at most once) as soon as it is deleted from outside or expires.
-  // The returned function stops the watch (before the run deletes it
-  // itself). Null where the provider has nothing to watch.
-  std::function<std::function<void()>(const std::string& id,
-                                      std::function<void(const Error&)> on_gone)>
-      watch;
-  // A lease on an existing sandbox (--sandbox-id) that leaves it running when
-  // released; null where the provider cannot attach.
-  std::function<Result<std::unique_ptr<SandboxLease>>(const std::string& id)> attach;
+  std::shared_ptr<SandboxProvider> side;  // shared: the signal thread's callbacks hold it
 };
 
 // The label that identifies one `deepbox run` invocation's claim.
 inline constexpr const char* kRunIdLabel = "deepbox.dev/run";
 
-// `run_id` becomes the kRunIdLabel value (k8s force_delete selects on it).
-Result<RunProvider> MakeRunProvider(const RunConfig& config, const std::string& run_id);
+// The providers of config.sandbox, made through the registry (registry.h)
+// with the run's resolved settings.
+Result<RunProviders> MakeRunProviders(const RunConfig& config);
+
+// Why sandbox `id` is unusable now (a call on it failed), or nullopt if it
+// still answers: what its provider knows (deleted, expired), else whether
+// it answers a stat of its root; a sandbox that stopped answering is
+// UNAVAILABLE once its provider has had a moment to notice a deletion.
+std::optional<Error> ProbeSandbox(SandboxProvider& provider, const std::string& id,
+                                  Sandbox& sandbox);
 
 // A lease that may be released from any thread, at most once.
 class LeaseGuard {

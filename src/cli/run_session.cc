@@ -353,35 +353,33 @@ int Session::Run(RunSummary& summary) {
 
   // 3. The sandbox.
   const std::string run_id = agent::RandomHex(12);
-  auto provider = MakeRunProvider(config_, run_id);
-  if (!provider) {
+  auto providers = MakeRunProviders(config_);
+  if (!providers) {
     // A --pool that names no pool is a usage error (CheckPoolExists).
-    const bool bad_pool = provider.error().code == ErrorCode::kInvalidArgument &&
-                          provider.error().message.starts_with("--pool ");
-    return Fail(summary, bad_pool ? kRunExitUsage : kRunExitSandbox, provider.error());
+    const bool bad_pool = providers.error().code == ErrorCode::kInvalidArgument &&
+                          providers.error().message.starts_with("--pool ");
+    return Fail(summary, bad_pool ? kRunExitUsage : kRunExitSandbox, providers.error());
   }
-  summary.provider = provider->provider->name();
+  SandboxProvider& provider = *providers->provider;
+  std::shared_ptr<SandboxProvider> side = providers->side;
+  summary.provider = provider.name();
   const bool attached = !config_.sandbox_id.empty();
-  if (attached && !provider->attach) {
-    return Fail(summary, kRunExitUsage,
-                Error(ErrorCode::kUnimplemented,
-                      fmt::format("--sandbox-id: continuing in an existing {} sandbox is not "
-                                  "supported yet",
-                                  summary.provider)));
-  }
   ClaimOptions claim;
   claim.labels = config_.labels;
   claim.labels[kRunIdLabel] = run_id;
   claim.ttl = std::chrono::seconds(config_.ttl_seconds);
   claim.network = config_.network;
   ui_.StartSpinner(attached ? "Connecting to sandbox " + config_.sandbox_id
-                            : "Claiming a " + provider->description);
+                            : "Claiming a " + provider.description());
   auto claim_start = Clock::now();
-  auto lease = attached ? provider->attach(config_.sandbox_id) : provider->provider->Claim(claim);
+  auto lease = attached ? provider.Attach(config_.sandbox_id) : provider.Claim(claim);
   ui_.StopSpinner();
   if (!lease) {
     if (shared_.Stopping()) return Interrupted(summary);
     if (attached) {
+      if (lease.error().code == ErrorCode::kUnimplemented) {
+        return Fail(summary, kRunExitUsage, lease.error(), "--sandbox-id: ");
+      }
       return Fail(summary, kRunExitSandbox, lease.error(),
                   "--sandbox-id " + config_.sandbox_id + ": ");
     }
@@ -399,7 +397,13 @@ int Session::Run(RunSummary& summary) {
     shared_.held = true;
     // A sandbox the run did not create is never deleted by it.
     if (!attached) {
-      shared_.force_delete = [fd = provider->force_delete, sandbox_id] { return fd(sandbox_id); };
+      // Out of band, from the signal thread: the side handle, never the
+      // lease or its Sandbox, which the agent may be using.
+      shared_.force_delete = [side, sandbox_id]() -> Status {
+        auto st = side->Delete(sandbox_id);
+        if (!st && st.error().code == ErrorCode::kNotFound) return {};
+        return st;
+      };
     }
     shared_.cleanup_hint =
         summary.provider == "local"
@@ -449,7 +453,14 @@ int Session::Run(RunSummary& summary) {
     return Interrupted(summary);
   }
   ui_.SandboxReady(sandbox_id, summary.provider, Since(claim_start));
-  if (provider->limits_line && !attached) ui_.Notice(provider->limits_line(sandbox_id));
+  if (!attached) {
+    // What it runs with, and what this host did not enforce.
+    if (auto info = side->Inspect(sandbox_id); info && !info->limits.empty()) {
+      std::string line = "limits: " + info->limits;
+      if (!info->limits_note.empty()) line += "; WARNING: " + info->limits_note;
+      ui_.Notice(line);
+    }
+  }
   auto copied = CopyAgentFiles(guard.sandbox(), *agent_files);
   if (!copied) {
     int code = Fail(summary, kRunExitSandbox, copied.error(),
@@ -461,13 +472,16 @@ int Session::Run(RunSummary& summary) {
 
   // 4. The agent.
   WatchedSandbox watched(
-      guard.sandbox(), [&, probe = provider->probe] { return probe(sandbox_id, guard.sandbox()); },
+      guard.sandbox(), [&] { return ProbeSandbox(*side, sandbox_id, guard.sandbox()); },
       &shared_.cancel);
-  if (provider->watch) {
-    stop_watch = provider->watch(sandbox_id, [&](const Error& why) {
-      watched.MarkGone(why);
-      shared_.Cancel();  // wakes a model call or tool waiting on cancel_fd
-    });
+  // A sandbox deleted from outside ends the run at once instead of when it
+  // stops answering (where the provider can watch; failed calls still probe).
+  if (auto watch = side->Watch(sandbox_id, [&](const Error& why) {
+        watched.MarkGone(why);
+        shared_.Cancel();  // wakes a model call or tool waiting on cancel_fd
+      })) {
+    std::shared_ptr<SandboxWatch> shared_watch(std::move(*watch));
+    stop_watch = [shared_watch] { shared_watch->Stop(); };
   }
   // The watch calls into `watched`: it ends before `watched` does, on every path.
   struct StopWatch {

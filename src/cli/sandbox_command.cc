@@ -58,44 +58,20 @@ int ReportError(const Error& error) {
   return ExitCodeFor(error);
 }
 
-Result<local::lifecycle::SandboxLimits> ResolveLimitFlags(const LimitFlags& flags) {
-  using namespace local::lifecycle;
-  SandboxLimits l = DefaultSandboxLimits();
-  if (flags.memory) {
-    auto v = ParseMemoryLimit(*flags.memory, "--memory");
-    if (!v) return tl::unexpected(v.error());
-    l.memory_bytes = *v;
-  }
-  if (flags.max_processes) {
-    auto v = ParseProcessLimit(*flags.max_processes, "--max-processes");
-    if (!v) return tl::unexpected(v.error());
-    l.max_processes = *v;
-  }
-  if (flags.cpus) {
-    auto v = ParseCpuLimit(*flags.cpus, "--cpus");
-    if (!v) return tl::unexpected(v.error());
-    l.cpu_cores = *v;
-  }
-  if (flags.disk) {
-    auto v = ParseDiskLimit(*flags.disk, "--disk");
-    if (!v) return tl::unexpected(v.error());
-    l.workspace_bytes = *v;
-  }
-  return l;
+ProviderRequest LocalRequest(const ProviderFlags& flags) {
+  ProviderRequest request;
+  // A pool set by the program ("" = only create, the pool daemon) counts as given.
+  if (flags.pool_given || flags.pool != ProviderFlags{}.pool) request.settings["pool"] = flags.pool;
+  if (flags.limits.memory) request.settings["memory"] = *flags.limits.memory;
+  if (flags.limits.max_processes) request.settings["max-processes"] = *flags.limits.max_processes;
+  if (flags.limits.cpus) request.settings["cpus"] = *flags.limits.cpus;
+  if (flags.limits.disk) request.settings["disk"] = *flags.limits.disk;
+  return request;
 }
 
 Result<std::unique_ptr<local::lifecycle::LocalSandboxProvider>> MakeProvider(
     const ProviderFlags& flags) {
-  local::lifecycle::LocalProviderOptions o;
-  o.pool = flags.pool;
-  auto limits = ResolveLimitFlags(flags.limits);
-  if (!limits) return tl::unexpected(limits.error());
-  o.limits = *limits;
-  auto provider = local::lifecycle::LocalSandboxProvider::Create(std::move(o));
-  if (provider && flags.pool_given) {
-    if (auto st = CheckPoolExists(**provider, flags.pool); !st) return tl::unexpected(st.error());
-  }
-  return provider;
+  return local::lifecycle::MakeLocalProvider(LocalRequest(flags));
 }
 
 int RunSandboxCreate(const SandboxCreateArgs& args) {
@@ -147,7 +123,7 @@ int RunSandboxLs(const SandboxLsArgs& args) {
   if (!selector) return ReportError(selector.error());
   auto provider = MakeProvider(ProviderFlags{});
   if (!provider) return ReportError(provider.error());
-  auto list = (*provider)->List(*selector);
+  auto list = (*provider)->ListMeta(*selector);
   if (!list) return ReportError(list.error());
   int64_t now = NowMs();
   if (args.json) {
@@ -163,10 +139,15 @@ int RunSandboxLs(const SandboxLsArgs& args) {
   std::string out = fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {}\n", "ID", "STATE", "AGE",
                                 "EXPIRES", "NETWORK", "LABELS");
   for (const auto& m : *list) {
-    std::string state = m.ready             ? m.state
-                        : !m.broken.empty() ? "broken"
-                        : m.restarts > 0    ? "restarting"
-                                            : "starting";
+    std::string state = m.ready ? m.state : m.restarts > 0 ? "restarting" : "starting";
+    if (m.requested_mode != m.mode) {  // on its way
+      state = m.requested_mode == "running"  ? "resuming"
+              : m.requested_mode == "paused" ? "pausing"
+                                             : "suspending";
+    } else if (m.mode != "running") {
+      state = m.mode;
+    }
+    if (!m.broken.empty()) state = "broken";
     if (m.expired(now)) state = "expiring";
     std::string expires = m.expires_at_ms ? "in " + FormatAge(*m.expires_at_ms - now) : "never";
     // meta.json is not trusted either: one line per sandbox, whatever it holds.

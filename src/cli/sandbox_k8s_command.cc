@@ -13,9 +13,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
+#include <cstdio>
 #include <iostream>
+#include <map>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cli/cli.h"
@@ -24,28 +27,33 @@
 #include "common/json.h"
 #include "common/terminal_text.h"
 #ifdef DEEPBOX_HAVE_K8S
-#include "k8s/kubeconfig.h"
 #include "k8s/provider.h"
+#include "k8s/settings.h"
 #include "k8s/util.h"
 #endif
 
 namespace deepbox::cli {
 
 bool IsK8sSandboxId(std::string_view id) {
+#ifdef DEEPBOX_HAVE_K8S
+  return k8s::IsK8sSandboxId(id);
+#else
+  // The same form as k8s::IsK8sSandboxId, so that such an id is answered
+  // "built without the Kubernetes provider" rather than "no such sandbox".
   size_t slash = id.find('/');
   if (slash == std::string_view::npos || id.find('/', slash + 1) != std::string_view::npos) {
     return false;
   }
-  auto name = [](std::string_view n) {
-    if (n.empty() || n.size() > 253) return false;
+  auto name = [](std::string_view n) {  // a DNS-1123 subdomain, as k8s::IsObjectName
+    auto end_ok = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+    if (n.empty() || n.size() > 253 || !end_ok(n.front()) || !end_ok(n.back())) return false;
     for (char c : n) {
-      if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) {
-        return false;
-      }
+      if (!end_ok(c) && c != '-' && c != '.') return false;
     }
     return true;
   };
   return name(id.substr(0, slash)) && name(id.substr(slash + 1));
+#endif
 }
 
 #ifndef DEEPBOX_HAVE_K8S
@@ -74,76 +82,25 @@ int RunK8sSandboxRm(const SandboxRmArgs&) {
 
 namespace {
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
-
-// How a claim's daemon is reached, as `deepbox run --sandbox k8s` does: a
-// router URL (flag, else AGENT_SANDBOX_ROUTER_URL), in a pod the pod IP,
-// else a kubectl port-forward to the router; AGENT_SANDBOX_ROUTER_TOKEN.
-struct ConnectFlags {
-  std::string warm_pool;             // "" = $AGENT_SANDBOX_WARMPOOL, else deepagents-warmpool
-  std::string router_url;            // "" = $AGENT_SANDBOX_ROUTER_URL
-  double ready_timeout_seconds = 0;  // 0 = $AGENT_SANDBOX_READY_TIMEOUT, else 180
-};
-
-Result<std::unique_ptr<k8s::K8sSandboxProvider>> MakeK8sProvider(const ClusterFlags& flags,
-                                                                 const ConnectFlags& connect = {}) {
-  k8s::KubeconfigOptions ko;
-  if (!flags.kubeconfig.empty()) ko.kubeconfig = flags.kubeconfig;
-  ko.context = flags.context;
-  std::string ns = flags.namespace_name;
-  if (ns.empty()) {
-    // The same default as `deepbox run --sandbox k8s`.
-    if (const char* env = std::getenv("AGENT_SANDBOX_NAMESPACE"); env != nullptr) ns = env;
-  }
-  ko.namespace_override = ns;
-  auto rest = k8s::LoadDefaultConfig(ko);
-  if (!rest) {
-    // A missing kubeconfig is a failed command (1), not "no such sandbox" (3).
-    Error e = rest.error();
-    if (e.code == ErrorCode::kNotFound) e.code = ErrorCode::kUnavailable;
-    return tl::unexpected(e);
-  }
-  k8s::K8sProviderOptions po;
-  po.rest = *rest;
-  po.namespace_name = ns;
-  // A one-shot command: an unreachable API server is reported within a
-  // second, not after the long retry budget a running agent's claim gets.
-  po.client.max_retries = 2;
-  po.warm_pool = !connect.warm_pool.empty() ? connect.warm_pool : Env("AGENT_SANDBOX_WARMPOOL");
-  if (po.warm_pool.empty()) po.warm_pool = "deepagents-warmpool";
-  double ready = connect.ready_timeout_seconds;
-  if (ready <= 0) {
-    if (std::string t = Env("AGENT_SANDBOX_READY_TIMEOUT"); !t.empty()) {
-      char* end = nullptr;
-      ready = std::strtod(t.c_str(), &end);
-      if (end == t.c_str() || *end != '\0' || !(ready > 0) || ready > 86400) {
-        return MakeError(ErrorCode::kInvalidArgument,
-                         "AGENT_SANDBOX_READY_TIMEOUT must be seconds from 1 to 86400");
-      }
-    }
-  }
-  if (ready > 86400) {
-    return MakeError(ErrorCode::kInvalidArgument, "--ready-timeout: at most 86400 seconds");
-  }
-  if (ready > 0) po.ready_timeout = std::chrono::milliseconds(static_cast<int64_t>(ready * 1000));
-  po.connection.router_token = Env("AGENT_SANDBOX_ROUTER_TOKEN");
-  std::string router =
-      !connect.router_url.empty() ? connect.router_url : Env("AGENT_SANDBOX_ROUTER_URL");
-  if (!router.empty()) {
-    po.connection.mode = k8s::ConnectionMode::kDirect;
-    po.connection.direct_url = router;
-  } else if (k8s::InClusterAvailable()) {
-    po.connection.mode = k8s::ConnectionMode::kInCluster;
-  } else {
-    po.connection.mode = k8s::ConnectionMode::kPortForward;
-  }
-  po.on_warning = [](const std::string& w) {
+// The provider for a one-shot command: only the settings given on the
+// command line (`extra`: create's --warm-pool, --router-url,
+// --ready-timeout), the rest from AGENT_SANDBOX_* as `deepbox run` reads
+// them (k8s/settings.h).
+Result<std::unique_ptr<k8s::K8sSandboxProvider>> K8sProviderFor(
+    const ClusterFlags& flags, std::map<std::string, std::string> extra = {}) {
+  ProviderRequest request;
+  request.settings = std::move(extra);
+  auto given = [&](std::string_view setting, const std::string& value) {
+    if (!value.empty()) request.settings[std::string(setting)] = value;
+  };
+  given(k8s::kNamespaceSetting, flags.namespace_name);
+  given(k8s::kContextSetting, flags.context);
+  given(k8s::kKubeconfigSetting, flags.kubeconfig);
+  request.one_shot = true;
+  request.on_warning = [](const std::string& w) {
     std::fprintf(stderr, "deepbox: warning: %s\n", SanitizeLineForTerminal(w).c_str());
   };
-  return k8s::K8sSandboxProvider::Create(std::move(po));
+  return k8s::MakeK8sProvider(request);
 }
 
 // Everything in these tables and messages comes from the API server: it is
@@ -221,7 +178,7 @@ std::optional<int64_t> MsFromNow(const std::string& rfc3339) {
 }  // namespace
 
 Result<ShellSandbox> ConnectK8sSandbox(const std::string& id) {
-  auto provider = MakeK8sProvider(ClusterFlags{});
+  auto provider = K8sProviderFor(ClusterFlags{});
   if (!provider) return tl::unexpected(provider.error());
   std::shared_ptr<k8s::K8sSandboxProvider> shared(std::move(*provider));
   auto connected = shared->Connect(id);
@@ -238,7 +195,7 @@ Result<ShellSandbox> ConnectK8sSandbox(const std::string& id) {
 
 K8sPolicyCheck CheckK8sNetworkPolicy(const ClusterFlags& flags) {
   K8sPolicyCheck out;
-  auto provider = MakeK8sProvider(flags);
+  auto provider = K8sProviderFor(flags);
   if (!provider) {
     out.text = "cannot check: " + provider.error().message;
     return out;
@@ -288,9 +245,14 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   }
   if (args.ttl_seconds < 0) return usage("--ttl: must be >= 0 (0 = no TTL)");
   claim.ttl = std::chrono::seconds(args.ttl_seconds);
-  ConnectFlags connect{args.warm_pool, args.router_url, args.ready_timeout_seconds};
   if (args.ready_timeout_seconds < 0) return usage("--ready-timeout: must be > 0");
-  auto provider = MakeK8sProvider(args.cluster, connect);
+  std::map<std::string, std::string> connect;
+  if (!args.warm_pool.empty()) connect[std::string(k8s::kWarmPoolSetting)] = args.warm_pool;
+  if (!args.router_url.empty()) connect[std::string(k8s::kRouterUrlSetting)] = args.router_url;
+  if (args.ready_timeout_seconds > 0) {
+    connect[std::string(k8s::kReadyTimeoutSetting)] = fmt::format("{}", args.ready_timeout_seconds);
+  }
+  auto provider = K8sProviderFor(args.cluster, std::move(connect));
   if (!provider) return Report(provider.error());
   auto kept = (*provider)->ClaimAndKeep(claim);
   if (!kept) {
@@ -352,7 +314,7 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
 }
 
 int RunK8sSandboxLs(const SandboxLsArgs& args) {
-  auto provider = MakeK8sProvider(args.cluster);
+  auto provider = K8sProviderFor(args.cluster);
   if (!provider) return Report(provider.error());
   const std::string& ns = (*provider)->namespace_name();
   k8s::ListOptions lo;
@@ -379,7 +341,7 @@ int RunK8sSandboxLs(const SandboxLsArgs& args) {
     std::string sandbox = k8s::FindString(item, {"status", "sandbox", "name"});
     auto age = MsFromNow(k8s::FindString(item, {"metadata", "creationTimestamp"}));
     auto expires = MsFromNow(k8s::FindString(item, {"spec", "lifecycle", "shutdownTime"}));
-    std::string expiry = !expires       ? "never"
+    std::string expiry = !expires ? "never"
                          : *expires < 0 ? "expired"
                                         : "in " + FormatAge(*expires);
     rows.push_back({name.empty() ? "-" : Cell(name), Cell(ClaimState(item)),
@@ -392,7 +354,7 @@ int RunK8sSandboxLs(const SandboxLsArgs& args) {
 }
 
 int RunK8sSandboxRm(const SandboxRmArgs& args) {
-  auto provider = MakeK8sProvider(args.cluster);
+  auto provider = K8sProviderFor(args.cluster);
   if (!provider) return Report(provider.error());
   const std::string ns = (*provider)->namespace_name();
   if (!args.selector.empty()) {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "k8s/claim_token.h"
+#include "k8s/settings.h"
 #include "net/token_digest.h"
 #include "sandbox/sandboxd_client.h"
 
@@ -322,6 +323,11 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::ClaimWith(const ClaimO
                      "SandboxTemplate's networkPolicy decides (its secure default allows public "
                      "egress only)");
   }
+  if (!options.allow_warm) {
+    return MakeError(ErrorCode::kUnimplemented,
+                     "a cold create is not available on Kubernetes: a claim takes whatever its "
+                     "warm pool has");
+  }
   if (options_.on_warning) {
     std::call_once(policy_checked_, [&] {
       auto warning = NetworkPolicyWarning();
@@ -438,7 +444,7 @@ Result<KeptClaim> K8sSandboxProvider::ClaimAndKeep(const ClaimOptions& options) 
 }
 
 Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
-  auto split = SplitClaimId(id, namespace_);
+  auto split = Resolve(id);
   if (!split) return tl::unexpected(split.error());
   const auto& [ns, name] = *split;
   auto claim = api_->GetClaim(ns, name);
@@ -523,9 +529,11 @@ bool AwaitingOwner(const Error& error) {
          error.message.find("has no owner yet") != std::string::npos;
 }
 
-std::optional<Error> K8sSandboxProvider::WhyGone(std::string_view id) {
+std::optional<Error> K8sSandboxProvider::WhyGone(const std::string& id) {
   auto split = SplitClaimId(id, namespace_);
   if (!split) return std::nullopt;
+  // Outside the namespace of a confined provider: refused, not looked up.
+  if (auto st = CheckNamespace(id, split->first); !st) return st.error();
   auto claim = api_->GetClaim(split->first, split->second);
   if (!claim) {
     if (claim.error().code == ErrorCode::kNotFound) {
@@ -544,7 +552,7 @@ std::optional<Error> K8sSandboxProvider::WhyGone(std::string_view id) {
 
 Result<std::unique_ptr<ClaimWatch>> K8sSandboxProvider::WatchClaim(std::string_view id,
                                                                    ClaimWatch::OnGone on_gone) {
-  auto split = SplitClaimId(id, namespace_);
+  auto split = Resolve(id);
   if (!split) return tl::unexpected(split.error());
   return ClaimWatch::Start(*api_, std::move(split->first), std::move(split->second),
                            std::move(on_gone));
@@ -552,7 +560,171 @@ Result<std::unique_ptr<ClaimWatch>> K8sSandboxProvider::WatchClaim(std::string_v
 
 Result<std::vector<std::string>> K8sSandboxProvider::RemoveBySelector(
     std::string_view label_selector, std::string_view ns) {
+  if (!ns.empty() && ns != namespace_ && options_.confine_to_namespace) {
+    return MakeError(ErrorCode::kPermissionDenied,
+                     fmt::format("namespace '{}' is out of reach: '{}' is the only one this "
+                                 "server uses",
+                                 ns.substr(0, 300), namespace_));
+  }
   return claimer_->DeleteBySelector(ns.empty() ? namespace_ : ns, label_selector);
+}
+
+Result<std::pair<std::string, std::string>> K8sSandboxProvider::Resolve(std::string_view id) const {
+  auto split = SplitClaimId(id, namespace_);
+  if (!split) return tl::unexpected(split.error());
+  if (auto st = CheckNamespace(id, split->first); !st) return tl::unexpected(st.error());
+  return split;
+}
+
+Status K8sSandboxProvider::CheckNamespace(std::string_view id, std::string_view ns) const {
+  // The whole namespace is compared: "team-a-other" is not "team-a".
+  if (!options_.confine_to_namespace || ns == namespace_) return {};
+  return MakeError(ErrorCode::kPermissionDenied,
+                   fmt::format("sandbox '{}' is outside namespace '{}', the only one this server "
+                               "uses",
+                               id.substr(0, 300), namespace_));
+}
+
+std::string K8sSandboxProvider::description() const {
+  return fmt::format("k8s sandbox from warm pool {}/{}", namespace_, options_.warm_pool);
+}
+
+bool K8sSandboxProvider::OwnsId(std::string_view id) const { return IsK8sSandboxId(id); }
+
+SandboxInfo InfoOfClaim(std::string_view ns, const json::object& claim) {
+  SandboxInfo i;
+  i.id = fmt::format("{}/{}", ns, FindString(claim, {"metadata", "name"}));
+  i.provider = "k8s";
+  if (const auto* l = Find(claim, {"metadata", "labels"}); l != nullptr && l->is_object()) {
+    for (const auto& kv : l->get_object()) {
+      if (kv.value().is_string()) {
+        i.labels[std::string(kv.key())] = std::string(kv.value().get_string());
+      }
+    }
+  }
+  i.created_at = FindString(claim, {"metadata", "creationTimestamp"});
+  i.expires_at = FindString(claim, {"spec", "lifecycle", "shutdownTime"});
+  i.state = ClaimReady(claim) ? "Ready" : "NotReady";
+  return i;
+}
+
+Result<SandboxInfo> K8sSandboxProvider::Create(const ClaimOptions& options) {
+  auto kept = ClaimAndKeep(options);
+  if (!kept) return tl::unexpected(kept.error());
+  const ClaimedSandbox& c = kept->claimed;
+  SandboxInfo info;
+  info.id = fmt::format("{}/{}", c.namespace_name, c.claim_name);
+  info.provider = "k8s";
+  // The claim's labels, as List and Inspect show them.
+  info.labels = options_.labels;
+  for (const auto& [k, v] : options.labels) info.labels[k] = v;
+  info.labels[std::string(kCreatedByLabel)] = options_.created_by;
+  info.state = "Ready";
+  // The claim's times were computed from the request time (claim.cc): the
+  // same shutdownTime, without reading the claim back.
+  if (auto requested = ParseRfc3339(c.requested_at); requested) {
+    info.created_at = FormatRfc3339(std::chrono::floor<std::chrono::seconds>(*requested));
+    if (options.ttl.count() > 0) {
+      info.expires_at =
+          FormatRfc3339(std::chrono::ceil<std::chrono::seconds>(*requested + options.ttl));
+    }
+  }
+  return info;
+}
+
+Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Attach(const std::string& id) {
+  size_t slash = id.find('/');
+  std::string ns = slash == std::string::npos ? namespace_ : id.substr(0, slash);
+  std::string name = slash == std::string::npos ? id : id.substr(slash + 1);
+  if (!IsObjectName(ns) || !IsObjectName(name)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("'{}' is not NAMESPACE/CLAIM (as `deepbox sandbox ls "
+                                 "--provider k8s` shows)",
+                                 std::string_view(id).substr(0, 300)));
+  }
+  std::string sandbox_id = fmt::format("{}/{}", ns, name);
+  if (auto st = CheckNamespace(id, ns); !st) return tl::unexpected(st.error());
+  // The same reading of the claim as `deepbox sandbox exec/cp` (Ready, not
+  // being deleted, pod IPs from the claim or its Sandbox).
+  auto connected = Connect(sandbox_id);
+  if (!connected) return tl::unexpected(connected.error());
+  std::shared_ptr<SandboxConnection> conn(std::move(connected->connection));
+  return std::unique_ptr<SandboxLease>(new BorrowedLease(
+      std::move(connected->client),
+      fmt::format("{} (left as it was; delete it with: kubectl delete sandboxclaim -n {} {})",
+                  sandbox_id, ns, name),
+      [conn] { conn->Close(); }));
+}
+
+Result<SandboxInfo> K8sSandboxProvider::Inspect(const std::string& id) {
+  auto split = Resolve(id);
+  if (!split) return tl::unexpected(split.error());
+  const auto& [ns, name] = *split;
+  auto claim = api_->GetClaim(ns, name);
+  if (!claim) {
+    Error e = claim.error();
+    if (e.code == ErrorCode::kNotFound) {
+      e.message = fmt::format("no SandboxClaim {} in namespace {}", name, ns);
+    }
+    return tl::unexpected(e);
+  }
+  return InfoOfClaim(ns, *claim);
+}
+
+Result<std::vector<SandboxInfo>> K8sSandboxProvider::List(const std::string& selector) {
+  ListOptions lo;
+  lo.label_selector = selector;
+  auto list = api_->ListClaims(namespace_, lo);
+  if (!list) return tl::unexpected(list.error());
+  std::vector<SandboxInfo> out;
+  out.reserve(list->items.size());
+  for (const auto& item : list->items) out.push_back(InfoOfClaim(namespace_, item));
+  return out;
+}
+
+Status K8sSandboxProvider::Delete(const std::string& id) {
+  auto split = Resolve(id);
+  if (!split) return tl::unexpected(split.error());
+  const auto& [ns, name] = *split;
+  auto st = api_->DeleteClaim(ns, name);
+  if (!st && st.error().code == ErrorCode::kNotFound) {
+    return MakeError(ErrorCode::kNotFound,
+                     fmt::format("no SandboxClaim {} in namespace {}", name, ns));
+  }
+  return st;
+}
+
+Result<std::vector<std::string>> K8sSandboxProvider::DeleteMatching(const std::string& selector) {
+  if (selector.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "a label selector is required (refusing to delete every claim)");
+  }
+  auto names = RemoveBySelector(selector);
+  if (!names) return tl::unexpected(names.error());
+  std::vector<std::string> ids;
+  ids.reserve(names->size());
+  for (const auto& name : *names) ids.push_back(fmt::format("{}/{}", namespace_, name));
+  return ids;
+}
+
+namespace {
+
+class K8sWatch : public SandboxWatch {
+ public:
+  explicit K8sWatch(std::unique_ptr<ClaimWatch> watch) : watch_(std::move(watch)) {}
+  void Stop() override { watch_->Stop(); }
+
+ private:
+  std::unique_ptr<ClaimWatch> watch_;  // its destructor stops it
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SandboxWatch>> K8sSandboxProvider::Watch(
+    const std::string& id, std::function<void(const Error&)> on_gone) {
+  auto w = WatchClaim(id, std::move(on_gone));
+  if (!w) return tl::unexpected(w.error());
+  return std::unique_ptr<SandboxWatch>(new K8sWatch(std::move(*w)));
 }
 
 }  // namespace deepbox::k8s

@@ -3,7 +3,9 @@
 // + a SandboxdClient; the lease's Release() deletes the claim and stops the
 // port-forward. The Sandbox it hands out is "<namespace>/<claim>" and checks
 // the tunnel's health before each call, so a dead port-forward is a clear
-// error rather than a connection refused.
+// error rather than a connection refused. The rest of the lifecycle
+// (sandbox/provider.h) works on claims: Create keeps one, Attach reaches an
+// existing one, Inspect/List read them, Delete/DeleteMatching delete them.
 #pragma once
 
 #include <chrono>
@@ -14,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -21,6 +24,7 @@
 #include "k8s/client.h"
 #include "k8s/connection.h"
 #include "k8s/kubeconfig.h"
+#include "sandbox/provider.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/sandboxd_client.h"
 
@@ -63,6 +67,11 @@ struct K8sProviderOptions {
   // not called when one does or when that cannot be told (e.g. no RBAC to
   // read policies). Null: no check.
   std::function<void(const std::string& warning)> on_warning;
+  // Every verb that takes an id (or a namespace) refuses one outside the
+  // provider's namespace with PERMISSION_DENIED, before any API request: a
+  // server acting for others (`deepbox mcp`) must not reach the other
+  // namespaces its kubeconfig may have rights in.
+  bool confine_to_namespace = false;
 };
 
 // A claim made to outlive this process (`deepbox sandbox create --provider
@@ -86,7 +95,33 @@ class K8sSandboxProvider : public SandboxProvider {
   ~K8sSandboxProvider() override;
 
   std::string name() const override { return "k8s"; }
+  // "k8s sandbox from warm pool NS/POOL".
+  std::string description() const override;
+  // NAMESPACE/CLAIM (IsK8sSandboxId).
+  bool OwnsId(std::string_view id) const override;
   Result<std::unique_ptr<SandboxLease>> Claim(const ClaimOptions& options) override;
+
+  // The lifecycle (sandbox/provider.h). Ids are NAMESPACE/CLAIM, or CLAIM in
+  // the provider's namespace; INVALID_ARGUMENT for anything else, and with
+  // confine_to_namespace PERMISSION_DENIED for another namespace.
+  // Create: ClaimAndKeep, as a SandboxInfo (state Ready).
+  Result<SandboxInfo> Create(const ClaimOptions& options) override;
+  // Connect, as a lease that leaves the claim as it is (Release() closes the
+  // connection).
+  Result<std::unique_ptr<SandboxLease>> Attach(const std::string& id) override;
+  Result<SandboxInfo> Inspect(const std::string& id) override;  // NOT_FOUND: no such claim
+  // The claims in the provider's namespace matching `selector` ("" = all).
+  Result<std::vector<SandboxInfo>> List(const std::string& selector) override;
+  Status Delete(const std::string& id) override;  // NOT_FOUND: no such claim
+  // RemoveBySelector in the provider's namespace; NAMESPACE/CLAIM ids.
+  Result<std::vector<std::string>> DeleteMatching(const std::string& selector) override;
+  // NOT_FOUND (the claim is gone or expiring) or nullopt, for a call that
+  // failed on a sandbox of Connect. A bad id: nullopt; when confined, an id
+  // of another namespace: PERMISSION_DENIED, without asking the API.
+  std::optional<Error> WhyGone(const std::string& id) override;
+  // WatchClaim as a SandboxWatch.
+  Result<std::unique_ptr<SandboxWatch>> Watch(const std::string& id,
+                                              std::function<void(const Error&)> on_gone) override;
 
   // Claims a sandbox, checks that its daemon answers, and leaves the claim in
   // place (its TTL, or `sandbox rm`, ends it).
@@ -95,9 +130,6 @@ class K8sSandboxProvider : public SandboxProvider {
   // reached the way a new claim would be. NOT_FOUND when there is no such
   // claim, UNAVAILABLE when it is not Ready, INVALID_ARGUMENT for a bad id.
   Result<ConnectedClaim> Connect(std::string_view id);
-  // NOT_FOUND (the claim is gone or expiring) or nullopt, for a call that
-  // failed on a sandbox of Connect.
-  std::optional<Error> WhyGone(std::string_view id);
 
   // Watches the claim `id` (NAMESPACE/CLAIM, or CLAIM in the provider's
   // namespace) while it is in use: on_gone as soon as it is deleted or expires.
@@ -123,6 +155,10 @@ class K8sSandboxProvider : public SandboxProvider {
  private:
   K8sSandboxProvider() = default;
   Result<std::unique_ptr<SandboxLease>> ClaimWith(const ClaimOptions& options, bool check_daemon);
+  // The namespace and claim name of `id` (SplitClaimId), refused outside the
+  // namespace when confined; no API request.
+  Result<std::pair<std::string, std::string>> Resolve(std::string_view id) const;
+  Status CheckNamespace(std::string_view id, std::string_view ns) const;
   K8sProviderOptions options_;
   std::string namespace_;
   std::unique_ptr<KubeClient> client_;
@@ -136,6 +172,11 @@ class K8sSandboxProvider : public SandboxProvider {
   // The daemon token of claim ns/name (claim_token.h).
   Result<std::string> DaemonToken(std::string_view ns, std::string_view name);
 };
+
+// What a SandboxClaim object of namespace `ns` says as a SandboxInfo: id
+// NS/NAME, its labels, created_at = creationTimestamp, expires_at =
+// spec.lifecycle.shutdownTime, state Ready or NotReady (its Ready condition).
+SandboxInfo InfoOfClaim(std::string_view ns, const json::object& claim);
 
 // Whether a Kubernetes label selector (a NetworkPolicy's podSelector:
 // matchLabels and matchExpressions In / NotIn / Exists / DoesNotExist)

@@ -14,6 +14,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "k8s/claim_token.h"
 #include "k8s/testing/fake_api_server.h"
@@ -399,6 +403,143 @@ TEST_F(ProviderTest, RepeatedClaimsThroughADirectConnection) {
     ASSERT_TRUE((*lease)->Release());
     EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
   }
+}
+
+// The lifecycle interface (sandbox/provider.h) on claims, as `deepbox sandbox
+// ...` and `deepbox mcp` use any provider: Create keeps a claim, Inspect and
+// List read it back alike, Attach borrows it, Watch sees it deleted, Delete
+// and DeleteMatching delete only what they name.
+TEST_F(ProviderTest, TheLifecycleThroughTheProviderInterface) {
+  K8sProviderOptions o = Options();
+  o.connection.mode = ConnectionMode::kDirect;
+  o.connection.direct_url = router_->url();
+  auto made = K8sSandboxProvider::Create(o);
+  ASSERT_TRUE(made) << made.error().ToString();
+  SandboxProvider& p = **made;
+  EXPECT_EQ(p.description(), "k8s sandbox from warm pool default/deepagents-warmpool");
+  EXPECT_TRUE(p.OwnsId("default/sandbox-claim-1a2b3c4d"));
+  EXPECT_FALSE(p.OwnsId("sb-1a2b3c"));
+
+  ClaimOptions co;
+  co.labels = {{"team", "ml"}};
+  co.ttl = 600s;
+  auto info = p.Create(co);
+  ASSERT_TRUE(info) << info.error().ToString();
+  auto claims = ClaimNames(server_->store(), "default");
+  ASSERT_EQ(claims.size(), 1u);
+  const std::string name = claims[0];
+  EXPECT_EQ(info->id, "default/" + name);
+  EXPECT_EQ(info->provider, "k8s");
+  EXPECT_EQ(info->state, "Ready");
+  EXPECT_EQ(info->labels["team"], "ml");
+  EXPECT_EQ(info->labels["deepagents.example/claim"], "true");
+  EXPECT_FALSE(info->created_at.empty());
+  auto stored =
+      server_->store().Get({"extensions.agents.x-k8s.io", "sandboxclaims", "default"}, name);
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(info->expires_at, FindString(*stored, {"spec", "lifecycle", "shutdownTime"}));
+  EXPECT_FALSE(info->expires_at.empty());
+
+  auto inspected = p.Inspect(info->id);
+  ASSERT_TRUE(inspected) << inspected.error().ToString();
+  EXPECT_EQ(inspected->id, info->id);
+  EXPECT_EQ(inspected->provider, "k8s");
+  EXPECT_EQ(inspected->state, "Ready");
+  EXPECT_EQ(inspected->labels, info->labels);
+  EXPECT_EQ(inspected->expires_at, info->expires_at);
+  EXPECT_EQ(inspected->created_at, FindString(*stored, {"metadata", "creationTimestamp"}));
+  auto bare = p.Inspect(name);  // a bare name is in the provider's namespace
+  ASSERT_TRUE(bare) << bare.error().ToString();
+  EXPECT_EQ(bare->id, info->id);
+  EXPECT_EQ(p.Inspect("a/b/c").error().code, ErrorCode::kInvalidArgument);
+  auto listed = p.List("team=ml");
+  ASSERT_TRUE(listed) << listed.error().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].id, info->id);
+  EXPECT_EQ((*listed)[0].state, "Ready");
+  EXPECT_EQ((*listed)[0].labels, info->labels);
+  auto none = p.List("team=other");
+  ASSERT_TRUE(none) << none.error().ToString();
+  EXPECT_TRUE(none->empty());
+
+  // Attached, it is only borrowed: released, the claim stays.
+  {
+    auto lease = p.Attach(info->id);
+    ASSERT_TRUE(lease) << lease.error().ToString();
+    ExecRequest req;
+    req.argv = {"echo", "attached"};
+    auto r = (*lease)->sandbox().Exec(req);
+    ASSERT_TRUE(r) << r.error().ToString();
+    EXPECT_EQ(r->stdout_data, "attached\n");
+    EXPECT_EQ((*lease)->Describe(),
+              fmt::format("default/{} (left as it was; delete it with: kubectl delete "
+                          "sandboxclaim -n default {})",
+                          name, name));
+    ASSERT_TRUE((*lease)->Release());
+  }
+  EXPECT_EQ(ClaimNames(server_->store(), "default").size(), 1u);
+  auto bad = p.Attach("Default/x");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.error().message.find("is not NAMESPACE/CLAIM"), std::string::npos)
+      << bad.error().message;
+
+  // The watch reports the deletion; then the claim is gone for every verb.
+  std::mutex mu;
+  std::optional<Error> gone;
+  auto watch = p.Watch(info->id, [&](const Error& e) {
+    std::lock_guard lock(mu);
+    gone = e;
+  });
+  ASSERT_TRUE(watch) << watch.error().ToString();
+  EXPECT_FALSE(p.WhyGone(info->id));
+  ASSERT_TRUE(p.Delete(info->id));
+  EXPECT_TRUE(WaitUntil([&] {
+    std::lock_guard lock(mu);
+    return gone.has_value();
+  }));
+  (*watch)->Stop();
+  {
+    std::lock_guard lock(mu);
+    ASSERT_TRUE(gone);
+    EXPECT_EQ(gone->code, ErrorCode::kNotFound) << gone->message;
+  }
+  auto why = p.WhyGone(info->id);
+  ASSERT_TRUE(why);
+  EXPECT_EQ(why->code, ErrorCode::kNotFound);
+  auto again = p.Delete(info->id);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, ErrorCode::kNotFound);
+  EXPECT_NE(again.error().message.find("no SandboxClaim " + name + " in namespace default"),
+            std::string::npos)
+      << again.error().message;
+  EXPECT_EQ(p.Inspect(info->id).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(p.Attach(info->id).error().code, ErrorCode::kNotFound);
+
+  // DeleteMatching deletes what matches (NAMESPACE/CLAIM ids), never everything.
+  EXPECT_EQ(p.DeleteMatching("").error().code, ErrorCode::kInvalidArgument);
+  ASSERT_TRUE(cluster_->WaitPoolReady());
+  auto ml = p.Create(co);
+  ASSERT_TRUE(ml) << ml.error().ToString();
+  ASSERT_TRUE(cluster_->WaitPoolReady());
+  ClaimOptions other;
+  other.labels = {{"team", "other"}};
+  auto kept = p.Create(other);
+  ASSERT_TRUE(kept) << kept.error().ToString();
+  EXPECT_EQ(kept->expires_at, "");  // no TTL
+  auto deleted = p.DeleteMatching("team=ml");
+  ASSERT_TRUE(deleted) << deleted.error().ToString();
+  EXPECT_EQ(*deleted, std::vector<std::string>{ml->id});
+  EXPECT_EQ(ClaimNames(server_->store(), "default"),
+            std::vector<std::string>{kept->id.substr(std::string("default/").size())});
+  ASSERT_TRUE(p.Delete(kept->id));
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+
+  // A warm pool cannot be asked for a cold sandbox.
+  ClaimOptions cold;
+  cold.allow_warm = false;
+  EXPECT_EQ(p.Create(cold).error().code, ErrorCode::kUnimplemented);
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
 }
 
 // Issue 21 M6: the provider (and `deepbox doctor --provider k8s`) warns when

@@ -500,4 +500,44 @@ Result<std::vector<std::string>> ProcessCgroupDirs(pid_t pid) {
   return dirs;
 }
 
+Status SetCgroupsFrozen(const std::vector<std::string>& dirs, bool frozen,
+                        std::chrono::milliseconds timeout) {
+  // What to write where, and what the kernel reports once it is done.
+  struct Freezer {
+    std::string control, value, report;  // report: a file whose text holds `done`
+    std::string done;
+  };
+  std::vector<Freezer> freezers;
+  for (const auto& dir : dirs) {
+    struct stat st;
+    if (stat((dir + "/cgroup.freeze").c_str(), &st) == 0) {
+      freezers.push_back({dir + "/cgroup.freeze", frozen ? "1" : "0", dir + "/cgroup.events",
+                          frozen ? "frozen 1" : "frozen 0"});
+    } else if (stat((dir + "/freezer.state").c_str(), &st) == 0) {
+      freezers.push_back({dir + "/freezer.state", frozen ? "FROZEN" : "THAWED",
+                          dir + "/freezer.state", frozen ? "FROZEN" : "THAWED"});
+    }
+  }
+  if (freezers.empty()) {
+    return MakeError(ErrorCode::kUnimplemented,
+                     "this sandbox has no cgroup freezer (its processes run without cgroups, "
+                     "or the host has neither cgroup v2 nor the v1 freezer controller)");
+  }
+  // One freezer is enough, and two would race each other's reports (a v1
+  // THAWED under a v2 freeze): the first, v2 where there is one.
+  const Freezer& f = freezers.front();
+  if (auto st = WriteFile(f.control, f.value); !st) return st;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto text = ReadFile(f.report);
+    if (!text) return tl::unexpected(text.error());
+    if (text->find(f.done) != std::string::npos) return {};
+    if (std::chrono::steady_clock::now() > deadline) {
+      return MakeError(ErrorCode::kTimeout, fmt::format("{} did not report '{}' within {} ms",
+                                                        f.report, f.done, timeout.count()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 }  // namespace deepbox::local

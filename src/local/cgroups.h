@@ -15,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <set>
@@ -92,6 +93,16 @@ bool IsSandboxCgroupPath(const CgroupHostInfo& host, std::string_view id, std::s
 // kernel gives a cgroup dir its creator's uid). NOT_FOUND if it does not exist.
 Status CheckSandboxCgroupDir(const CgroupHostInfo& host, std::string_view id,
                              const std::string& dir);
+// Freezes (frozen) or thaws every process in the given cgroup dirs of one
+// sandbox -- cgroup v2's cgroup.freeze where a dir has it, else the v1
+// freezer's freezer.state -- and waits until the kernel reports the change
+// done (a frozen process uses no CPU and keeps its memory; SIGKILL still
+// ends it). Missing dirs are skipped; UNIMPLEMENTED when none of them has a
+// freezer (no cgroups, or neither cgroup v2 nor the v1 freezer); TIMEOUT if
+// the kernel did not finish within `timeout`.
+Status SetCgroupsFrozen(const std::vector<std::string>& dirs, bool frozen,
+                        std::chrono::milliseconds timeout);
+
 // The cgroup dirs process `pid` is in, one per hierarchy mounted here (from
 // /proc/PID/cgroup, resolved like DetectCgroups resolves our own).
 Result<std::vector<std::string>> ProcessCgroupDirs(pid_t pid);

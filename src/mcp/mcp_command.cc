@@ -17,10 +17,10 @@
 #include "local/lifecycle/selector.h"
 #include "local/network.h"
 #include "mcp/http_transport.h"
-#include "mcp/providers.h"
 #include "mcp/sandbox_tools.h"
 #include "mcp/server.h"
 #include "mcp/stdio.h"
+#include "sandbox/registry.h"
 
 namespace deepbox::mcp {
 namespace {
@@ -133,33 +133,57 @@ int RunMcp(const McpArgs& args) {
   bo.max_per_server = static_cast<size_t>(args.max_sandboxes);
   bo.max_per_client = static_cast<size_t>(args.max_sandboxes_per_client);
 
-  std::vector<std::unique_ptr<SandboxBackend>> backends;
-  local::lifecycle::LocalProviderOptions lo;
-  lo.pool = args.pool;
-  auto local = MakeLocalBackend(lo);
-  if (!local) return Fail(kExitError, "local sandboxes: " + local.error().message);
-  backends.push_back(std::move(*local));
-  bool want_k8s = args.provider == "k8s" || !args.namespace_name.empty() || !args.context.empty() ||
-                  !args.kubeconfig.empty() || !args.router_url.empty();
-  if (want_k8s) {
-    K8sBackendOptions ko;
-    ko.namespace_name = args.namespace_name;
-    ko.context = args.context;
-    ko.kubeconfig = args.kubeconfig;
-    // The same environment as `deepbox run` and `deepbox sandbox --provider k8s`.
-    auto env = [](const char* name) -> std::string {
-      const char* v = std::getenv(name);
-      return v != nullptr ? v : "";
-    };
-    ko.warm_pool = args.warm_pool.empty() ? env("AGENT_SANDBOX_WARMPOOL") : args.warm_pool;
-    if (ko.warm_pool.empty()) ko.warm_pool = "deepagents-warmpool";
-    ko.router_url = args.router_url.empty() ? env("AGENT_SANDBOX_ROUTER_URL") : args.router_url;
-    ko.router_token = env("AGENT_SANDBOX_ROUTER_TOKEN");
-    auto k8s = MakeK8sBackend(ko);
-    if (!k8s) return Fail(kExitError, "Kubernetes: " + k8s.error().message);
-    backends.push_back(std::move(*k8s));
+  // The providers, made as every command makes them (sandbox/registry.h):
+  // local always (its orphaned defaults are reaped below), k8s when it is
+  // the default or one of its flags was given, each with the flags given
+  // for it (the rest come from its environment variables and defaults).
+  std::vector<std::string> names = {"local"};
+  if (args.provider != "local") names.push_back(args.provider);
+  bool k8s_flags = args.namespace_name || args.context || args.kubeconfig || args.warm_pool ||
+                   args.router_url || args.ready_timeout;
+  if (k8s_flags && args.provider != "k8s") names.push_back("k8s");
+  const ProviderRegistry& providers = ProviderRegistry::Global();
+  if (providers.Lookup(args.provider) == nullptr) {
+    std::string known;
+    for (const auto& n : providers.Names()) known += (known.empty() ? "" : ", ") + n;
+    return Fail(kExitUsage, fmt::format("--provider {}: unknown sandbox provider (this deepbox "
+                                        "has: {})",
+                                        args.provider, known.empty() ? "none" : known));
   }
-  auto broker = std::make_shared<SandboxBroker>(bo, std::move(backends));
+  std::vector<std::unique_ptr<SandboxProvider>> made;
+  for (const auto& name : names) {
+    ProviderRequest request;
+    auto set = [&](const char* setting, const std::optional<std::string>& value) {
+      if (value) request.settings[setting] = *value;
+    };
+    if (name == "local") {
+      set("pool", args.pool);
+    } else if (name == "k8s") {
+      set("namespace", args.namespace_name);
+      set("context", args.context);
+      set("kubeconfig", args.kubeconfig);
+      set("warm-pool", args.warm_pool);
+      set("router-url", args.router_url);
+      set("ready-timeout", args.ready_timeout);
+    }
+    request.created_by = "deepbox-mcp";
+    request.on_warning = [](const std::string& warning) {
+      Log("warning: " + SanitizeForTerminal(warning));
+    };
+    // The server acts for its clients: only within each provider's own
+    // scope (k8s: claims of its namespace), whatever its credentials reach.
+    request.confined = true;
+    auto p = providers.Make(name, request);
+    if (!p) {
+      std::string what = name == "local" ? "local sandboxes" : name == "k8s" ? "Kubernetes" : name;
+      // A bad flag or variable value is a usage error; anything else (no
+      // kubeconfig, no state directory) a failed start.
+      int code = p.error().code == ErrorCode::kInvalidArgument ? kExitUsage : kExitError;
+      return Fail(code, what + ": " + p.error().message);
+    }
+    made.push_back(std::move(*p));
+  }
+  auto broker = std::make_shared<SandboxBroker>(bo, std::move(made));
   // Default sandboxes of servers that died without cleaning up (SIGKILL).
   for (const auto& id : broker->ReapOrphanedDefaults()) {
     Log(fmt::format("deleted {}, the default sandbox of a deepbox mcp that is gone", id));

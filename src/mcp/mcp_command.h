@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,7 @@ struct McpArgs {
   std::vector<std::string> allowed_hosts;  // Host header values besides the listener's own
   int64_t session_idle_seconds = 1800;     // HTTP legacy sessions
 
-  std::string provider = "local";     // local | k8s: where sandboxes are created
+  std::string provider = "local";     // a registered provider: where sandboxes are created
   std::vector<std::string> labels;    // K=V on every sandbox created
   int64_t ttl_seconds = 3600;         // default and maximum (0 = never expire, any TTL allowed)
   std::string network = "none";       // local sandboxes: default and widest allowed
@@ -26,13 +27,16 @@ struct McpArgs {
   std::string attach_selector;        // sandboxes made elsewhere that clients may use
   int64_t max_sandboxes = 20;         // live sandboxes of this server (0 = no cap)
   int64_t max_sandboxes_per_client = 5;
-  std::string pool = "default";
-  // k8s
-  std::string namespace_name;
-  std::string context;
-  std::string kubeconfig;
-  std::string warm_pool;   // "" = $AGENT_SANDBOX_WARMPOOL, else deepagents-warmpool
-  std::string router_url;  // "" = $AGENT_SANDBOX_ROUTER_URL, else a kubectl port-forward
+  // The providers' settings (sandbox/registry.h), each only when its flag
+  // was given: the provider then falls back to its environment variable
+  // (AGENT_SANDBOX_* for k8s), else its default.
+  std::optional<std::string> pool;  // local warm pool
+  std::optional<std::string> namespace_name;
+  std::optional<std::string> context;
+  std::optional<std::string> kubeconfig;
+  std::optional<std::string> warm_pool;
+  std::optional<std::string> router_url;
+  std::optional<std::string> ready_timeout;  // seconds
 };
 
 // Returns the process exit code (0, or 1/2 with a message on stderr).

@@ -591,7 +591,7 @@ ToolDef CreateTool(std::shared_ptr<Shared> s) {
         "delete it with sandbox_delete when done.",
         info->id, DescribeInfo(*info), info->id,
         make_default ? " (it is also this client's default sandbox now)" : ""));
-    out.structured = json::value(info->ToJson());
+    out.structured = json::value(SandboxInfoJson(*info));
     out.meta[kMetaSandboxId] = JsonString(info->id);
     return out;
   };
@@ -636,7 +636,7 @@ ToolDef ListTool(std::shared_ptr<Shared> s) {
       text += DescribeInfo(i);
       if (def_id && *def_id == i.id) text += "  (default sandbox of this client)";
       text += "\n";
-      arr.push_back(i.ToJson());
+      arr.push_back(SandboxInfoJson(i));
     }
     if (text.empty()) text = "No sandboxes.\n";
     text.pop_back();

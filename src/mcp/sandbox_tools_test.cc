@@ -8,7 +8,7 @@
 
 #include "agent/testing/tool_runner.h"
 #include "common/base64.h"
-#include "mcp/testing/daemon_backend.h"
+#include "mcp/testing/daemon_provider.h"
 #include "mcp/testing/test_registry.h"
 
 namespace deepbox::mcp {
@@ -28,9 +28,9 @@ class ToolsTest : public ::testing::Test {
     Make({});
   }
   void Make(SandboxToolsOptions options) {
-    auto b = std::make_unique<testing::DaemonBackend>();
-    backend_ = b.get();
-    std::vector<std::unique_ptr<SandboxBackend>> v;
+    auto b = std::make_unique<testing::DaemonProvider>();
+    provider_ = b.get();
+    std::vector<std::unique_ptr<SandboxProvider>> v;
     v.push_back(std::move(b));
     broker_ = std::make_shared<SandboxBroker>(BrokerOptions{}, std::move(v));
     registry_ = ToolRegistry();
@@ -54,7 +54,7 @@ class ToolsTest : public ::testing::Test {
     return std::string(result.at("_meta").at(kMetaSandboxId).as_string());
   }
 
-  testing::DaemonBackend* backend_ = nullptr;
+  testing::DaemonProvider* provider_ = nullptr;
   std::shared_ptr<SandboxBroker> broker_;
   ToolRegistry registry_;
 };
@@ -80,7 +80,7 @@ TEST_F(ToolsTest, FileToolsAnswerExactlyAsTheAgentsTools) {
       Call("write_file", Args({{"file_path", "notes/a.txt"}, {"content", "alpha\nbeta\ngamma\n"}}));
   ASSERT_EQ(w.at("isError"), false) << Text(w);
   std::string id = SandboxOf(w);
-  EXPECT_EQ(backend_->created(), 1);  // the default sandbox, made by the first call
+  EXPECT_EQ(provider_->created(), 1);  // the default sandbox, made by the first call
 
   // The same calls through the agent's own tools on the same sandbox.
   auto sandbox = broker_->Get(id);
@@ -131,7 +131,7 @@ TEST_F(ToolsTest, BadArgumentsAreActionableToolErrors) {
   EXPECT_EQ(r.at("isError"), true);
   EXPECT_NE(Text(r).find("missing required argument 'command'"), std::string::npos);
   EXPECT_NE(Text(r).find("unknown argument 'cmd'"), std::string::npos);
-  EXPECT_EQ(backend_->created(), 0);  // nothing ran, no sandbox made
+  EXPECT_EQ(provider_->created(), 0);  // nothing ran, no sandbox made
   r = Call("execute", Args({{"command", "true"}, {"sandbox_id", "sb-00000000dead"}}));
   EXPECT_EQ(r.at("isError"), true);
   EXPECT_NE(Text(r).find("no sandbox 'sb-00000000dead'"), std::string::npos) << Text(r);
@@ -223,7 +223,7 @@ TEST_F(ToolsTest, Lifecycle) {
   auto w =
       Call("write_file", Args({{"file_path", "f"}, {"content", "in " + id}, {"sandbox_id", id}}));
   EXPECT_EQ(SandboxOf(w), id);
-  EXPECT_EQ(backend_->created(), 1);  // no default sandbox was needed
+  EXPECT_EQ(provider_->created(), 1);  // no default sandbox was needed
 
   auto l = Call("sandbox_list", Args({{"selector", "team=ml"}}));
   ASSERT_EQ(l.at("isError"), false) << Text(l);
@@ -238,7 +238,7 @@ TEST_F(ToolsTest, Lifecycle) {
 
   auto d = Call("sandbox_delete", Args({{"sandbox_id", id}}));
   EXPECT_EQ(Text(d), "Deleted sandbox " + id + ".");
-  EXPECT_FALSE(backend_->Exists(id));
+  EXPECT_FALSE(provider_->Exists(id));
   auto gone = Call("read_file", Args({{"file_path", "f"}, {"sandbox_id", id}}));
   EXPECT_EQ(gone.at("isError"), true);
 
@@ -310,8 +310,8 @@ TEST_F(ToolsTest, OutputBeyondTheSavedCapKeepsItsHeadAndTailInTheFile) {
 TEST_F(ToolsTest, ASandboxThatDiesIsOneClearErrorAndItsReplacementIsAnnounced) {
   auto w = Call("write_file", Args({{"file_path", "work.txt"}, {"content", "work"}}));
   std::string id = SandboxOf(w);
-  std::string socket = backend_->daemon(id)->socket_path();
-  backend_->daemon(id)->Kill();
+  std::string socket = provider_->daemon(id)->socket_path();
+  provider_->daemon(id)->Kill();
   auto r = Call("read_file", Args({{"file_path", "work.txt"}}));
   EXPECT_EQ(r.at("isError"), true);
   std::string t = Text(r);
@@ -337,8 +337,8 @@ TEST_F(ToolsTest, ASandboxThatDiesIsOneClearErrorAndItsReplacementIsAnnounced) {
   std::string made(c.at("structuredContent").at("sandbox_id").as_string());
   ASSERT_TRUE(Call("execute", Args({{"command", "true"}, {"sandbox_id", made}})).at("isError") ==
               false);
-  backend_->daemon(made)->Kill();
-  int before = backend_->created();
+  provider_->daemon(made)->Kill();
+  int before = provider_->created();
   for (int i = 0; i < 2; ++i) {
     auto e = Call("execute", Args({{"command", "true"}, {"sandbox_id", made}}));
     EXPECT_EQ(e.at("isError"), true);
@@ -348,7 +348,7 @@ TEST_F(ToolsTest, ASandboxThatDiesIsOneClearErrorAndItsReplacementIsAnnounced) {
       EXPECT_THAT(Text(e), HasSubstr("create a new sandbox with sandbox_create"));
     }
   }
-  EXPECT_EQ(backend_->created(), before);
+  EXPECT_EQ(provider_->created(), before);
 }
 
 TEST_F(ToolsTest, DescriptionsAreTrueForMcp) {

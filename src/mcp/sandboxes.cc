@@ -88,6 +88,16 @@ bool EntryWithin(std::string_view entry, const std::vector<std::string>& max) {
   return true;
 }
 
+// A connection to sandbox `id` that keeps its lease (a borrowed one: the
+// sandbox stays when the last user lets go) for as long as it is used.
+Result<std::shared_ptr<Sandbox>> AttachShared(SandboxProvider& provider, const std::string& id) {
+  auto lease = provider.Attach(id);
+  if (!lease) return tl::unexpected(lease.error());
+  std::shared_ptr<SandboxLease> shared(std::move(*lease));
+  Sandbox* sandbox = &shared->sandbox();
+  return std::shared_ptr<Sandbox>(std::move(shared), sandbox);
+}
+
 std::string DescribeTtl(int64_t seconds) {
   return seconds == 0 ? "never expire" : fmt::format("{} seconds", seconds);
 }
@@ -126,27 +136,27 @@ bool NetworkWithin(std::string_view want_text, std::string_view max_text) {
   return true;
 }
 
-json::object SandboxInfo::ToJson() const {
+json::object SandboxInfoJson(const SandboxInfo& info) {
   json::object o;
-  o["sandbox_id"] = JsonString(id);
-  o["provider"] = provider;
+  o["sandbox_id"] = JsonString(info.id);
+  o["provider"] = info.provider;
   json::object l;
-  for (const auto& [k, v] : labels) l[k] = JsonString(v);
+  for (const auto& [k, v] : info.labels) l[k] = JsonString(v);
   o["labels"] = std::move(l);
-  o["created_at"] = created_at;
-  if (expires_at.empty()) {
+  o["created_at"] = info.created_at;
+  if (info.expires_at.empty()) {
     o["expires_at"] = nullptr;
   } else {
-    o["expires_at"] = expires_at;
+    o["expires_at"] = info.expires_at;
   }
-  o["network"] = JsonString(network);
-  o["state"] = JsonString(state);
+  o["network"] = JsonString(info.network);
+  o["state"] = JsonString(info.state);
   return o;
 }
 
 SandboxBroker::SandboxBroker(BrokerOptions options,
-                             std::vector<std::unique_ptr<SandboxBackend>> backends)
-    : options_(std::move(options)), backends_(std::move(backends)) {
+                             std::vector<std::unique_ptr<SandboxProvider>> providers)
+    : options_(std::move(options)), providers_(std::move(providers)) {
   if (options_.instance_id.empty()) options_.instance_id = ServerInstanceId();
   if (options_.defaults.network.empty()) options_.defaults.network = "none";
 }
@@ -155,28 +165,28 @@ SandboxBroker::~SandboxBroker() = default;
 
 const std::vector<std::string> SandboxBroker::providers() const {
   std::vector<std::string> out;
-  for (const auto& b : backends_) out.push_back(b->name());
+  for (const auto& p : providers_) out.push_back(p->name());
   return out;
 }
 
-SandboxBackend* SandboxBroker::BackendNamed(const std::string& name) {
+SandboxProvider* SandboxBroker::ProviderNamed(const std::string& name) {
   const std::string& want = name.empty() ? options_.default_provider : name;
-  for (auto& b : backends_) {
-    if (b->name() == want) return b.get();
+  for (auto& p : providers_) {
+    if (p->name() == want) return p.get();
   }
   return nullptr;
 }
 
-SandboxBackend* SandboxBroker::BackendFor(const std::string& id) {
-  for (auto& b : backends_) {
-    if (b->Owns(id)) return b.get();
+SandboxProvider* SandboxBroker::ProviderFor(const std::string& id) {
+  for (auto& p : providers_) {
+    if (p->OwnsId(id)) return p.get();
   }
   return nullptr;
 }
 
-Result<SandboxBackend*> SandboxBroker::BackendOrError(const std::string& provider) {
-  SandboxBackend* b = BackendNamed(provider);
-  if (b) return b;
+Result<SandboxProvider*> SandboxBroker::ProviderOrError(const std::string& provider) {
+  SandboxProvider* p = ProviderNamed(provider);
+  if (p) return p;
   std::string known;
   for (const auto& n : providers()) known += (known.empty() ? "" : ", ") + n;
   return MakeError(ErrorCode::kInvalidArgument,
@@ -199,9 +209,9 @@ Result<SandboxInfo> SandboxBroker::Create(const CreateRequest& request, const st
 
 Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const std::string& owner,
                                              bool is_default) {
-  auto backend = BackendOrError(request.provider);
-  if (!backend) return tl::unexpected(backend.error());
-  SandboxBackend* b = *backend;
+  auto provider = ProviderOrError(request.provider);
+  if (!provider) return tl::unexpected(provider.error());
+  SandboxProvider* p = *provider;
   ClaimOptions o;
   o.labels = options_.defaults.labels;
   for (const auto& [k, v] : request.labels) {
@@ -231,10 +241,12 @@ Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const
   o.ttl = std::chrono::seconds(ttl);
 
   // Network: the server's is the default and the widest.
-  if (b->has_network()) {
+  if (p->enforces_network()) {
     const std::string& max = options_.defaults.network;
     std::string want = request.network.empty() ? max : request.network;
-    if (auto p = local::ParseNetworkPolicy(want); !p) return tl::unexpected(p.error());
+    if (auto policy = local::ParseNetworkPolicy(want); !policy) {
+      return tl::unexpected(policy.error());
+    }
     if (!options_.allow_client_network && !NetworkWithin(want, max)) {
       return MakeError(ErrorCode::kInvalidArgument,
                        fmt::format("network '{}' is not allowed: this server gives its clients' "
@@ -247,7 +259,7 @@ Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("network cannot be chosen for {} sandboxes (the "
                                  "SandboxTemplate's networkPolicy decides); omit it",
-                                 b->name()));
+                                 p->name()));
   }
 
   // Caps on live sandboxes, counting creates under way.
@@ -288,7 +300,7 @@ Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const
   o.labels[kMcpServerLabel] = options_.instance_id;
   o.labels[kMcpOwnerLabel] = client;
   if (is_default) o.labels[kMcpDefaultLabel] = "true";
-  auto info = b->Create(o);
+  auto info = p->Create(o);
   std::lock_guard<std::mutex> lock(mu_);
   if (--pending_[client] == 0) pending_.erase(client);
   --pending_total_;
@@ -298,14 +310,14 @@ Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const
 }
 
 void SandboxBroker::PruneRecords() {
-  for (auto& b : backends_) {
-    auto list = b->List(std::string(kMcpServerLabel) + "=" + options_.instance_id);
+  for (auto& p : providers_) {
+    auto list = p->List(std::string(kMcpServerLabel) + "=" + options_.instance_id);
     if (!list) continue;
     std::set<std::string> live;
     for (const auto& i : *list) live.insert(i.id);
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = created_.begin(); it != created_.end();) {
-      if (b->Owns(it->first) && !live.count(it->first)) {
+      if (p->OwnsId(it->first) && !live.count(it->first)) {
         it = created_.erase(it);
       } else {
         ++it;
@@ -314,13 +326,13 @@ void SandboxBroker::PruneRecords() {
   }
 }
 
-bool SandboxBroker::Attached(SandboxBackend* b, const std::string& id) {
+bool SandboxBroker::Attached(SandboxProvider* p, const std::string& id) {
   if (options_.attach_selector.empty()) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (attached_.count(id)) return true;
   }
-  auto list = b->List(options_.attach_selector);
+  auto list = p->List(options_.attach_selector);
   if (!list) return false;
   for (const auto& i : *list) {
     if (i.id != id) continue;
@@ -332,8 +344,8 @@ bool SandboxBroker::Attached(SandboxBackend* b, const std::string& id) {
 }
 
 Status SandboxBroker::Check(const std::string& id, const std::string& owner, Access access) {
-  SandboxBackend* b = BackendFor(id);
-  if (!b) return MakeError(ErrorCode::kInvalidArgument, NotAnId(id));
+  SandboxProvider* p = ProviderFor(id);
+  if (!p) return MakeError(ErrorCode::kInvalidArgument, NotAnId(id));
   std::string client = ClientId(owner);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -343,7 +355,7 @@ Status SandboxBroker::Check(const std::string& id, const std::string& owner, Acc
       return tl::unexpected(NotVisible(id));
     }
   }
-  if (Attached(b, id)) {
+  if (Attached(p, id)) {
     if (access == Access::kUse) return {};
     return MakeError(ErrorCode::kPermissionDenied,
                      fmt::format("sandbox {} was not created by this server (the operator lets "
@@ -357,8 +369,8 @@ Status SandboxBroker::Check(const std::string& id, const std::string& owner, Acc
 Result<std::vector<SandboxInfo>> SandboxBroker::List(const std::string& provider,
                                                      const std::string& selector,
                                                      const std::string& owner) {
-  auto backend = BackendOrError(provider);
-  if (!backend) return tl::unexpected(backend.error());
+  auto p = ProviderOrError(provider);
+  if (!p) return tl::unexpected(p.error());
   auto sel = lc::Selector::Parse(selector);
   if (!sel) return tl::unexpected(sel.error());
   std::optional<lc::Selector> attach;
@@ -366,7 +378,7 @@ Result<std::vector<SandboxInfo>> SandboxBroker::List(const std::string& provider
     auto a = lc::Selector::Parse(options_.attach_selector);
     if (a) attach = std::move(*a);
   }
-  auto list = (*backend)->List(selector);
+  auto list = (*p)->List(selector);
   if (!list) return tl::unexpected(list.error());
   std::string client = ClientId(owner);
   std::vector<SandboxInfo> out;
@@ -385,9 +397,9 @@ Result<std::vector<SandboxInfo>> SandboxBroker::List(const std::string& provider
 
 Status SandboxBroker::Delete(const std::string& id, const std::string& owner) {
   if (auto st = Check(id, owner, Access::kDelete); !st) return st;
-  SandboxBackend* b = BackendFor(id);
+  SandboxProvider* p = ProviderFor(id);
   Forget(id);
-  auto st = b->Delete(id);
+  auto st = p->Delete(id);
   if (st || st.error().code == ErrorCode::kNotFound) {
     std::lock_guard<std::mutex> lock(mu_);
     created_.erase(id);
@@ -417,9 +429,9 @@ Result<std::shared_ptr<Sandbox>> SandboxBroker::Get(const std::string& id) {
     auto it = connections_.find(id);
     if (it != connections_.end()) return it->second;
   }
-  SandboxBackend* b = BackendFor(id);
-  if (!b) return MakeError(ErrorCode::kInvalidArgument, NotAnId(id));
-  auto sb = b->Connect(id);
+  SandboxProvider* p = ProviderFor(id);
+  if (!p) return MakeError(ErrorCode::kInvalidArgument, NotAnId(id));
+  auto sb = AttachShared(*p, id);
   if (!sb) {
     // Its socket path and errno mean nothing to a model (and are the host's).
     if (sb.error().code == ErrorCode::kUnavailable) return tl::unexpected(NotAnswering(id));
@@ -503,19 +515,28 @@ Result<SandboxBroker::Resolved> SandboxBroker::Resolve(const std::optional<std::
 
 std::string SandboxBroker::Unreachable(const std::string& id, const std::string& owner) {
   Forget(id);
-  SandboxBackend* b = BackendFor(id);
-  if (!b) return "Error: " + NotAnId(id);
+  SandboxProvider* p = ProviderFor(id);
+  if (!p) return "Error: " + NotAnId(id);
   bool was_default = DefaultId(owner) == id;
-  auto c = b->Connect(id);
-  if (c) {
-    return fmt::format(
-        "Error: sandbox {} stopped answering during this call (its daemon restarted?), so the "
-        "call may not have completed; its files are still there. Try again.",
-        id);
+  // The provider's own account of a sandbox that is gone, else a fresh
+  // connection tells: it answers (the call hit a restart), it does not exist
+  // (a provider that cannot say why: its NOT_FOUND is the reason), or neither.
+  // (Only NOT_FOUND means gone: e.g. a refused id is no news about files.)
+  std::string why;
+  if (auto gone = p->WhyGone(id); gone && gone->code == ErrorCode::kNotFound) {
+    why = gone->message;
+  } else {
+    auto c = AttachShared(*p, id);
+    if (c) {
+      return fmt::format(
+          "Error: sandbox {} stopped answering during this call (its daemon restarted?), so the "
+          "call may not have completed; its files are still there. Try again.",
+          id);
+    }
+    if (c.error().code != ErrorCode::kNotFound) return "Error: " + NotAnswering(id).message;
+    why = c.error().message;
   }
-  if (c.error().code != ErrorCode::kNotFound) return "Error: " + NotAnswering(id).message;
   // Its record stays (until a prune), so later calls get the same answer.
-  std::string why = c.error().message;
   DropDefault(id, why);
   return fmt::format("Error: {}. Its files are lost{}", why,
                      was_default ? "; it was this client's default sandbox, and the next call "
@@ -559,7 +580,7 @@ void SandboxBroker::ReleaseOwner(const std::string& owner) {
   if (id.empty()) return;
   Forget(id);
   if (del) {
-    if (SandboxBackend* b = BackendFor(id)) (void)b->Delete(id);
+    if (SandboxProvider* p = ProviderFor(id)) (void)p->Delete(id);
     std::lock_guard<std::mutex> lock(mu_);
     created_.erase(id);
   }
@@ -578,15 +599,15 @@ void SandboxBroker::ReleaseAll() {
 
 std::vector<std::string> SandboxBroker::ReapOrphanedDefaults() {
   std::vector<std::string> out;
-  for (auto& b : backends_) {
-    if (b->name() != "local") continue;  // a pid means something on this host only
-    auto list = b->List(std::string(kMcpDefaultLabel) + "=true");
+  for (auto& p : providers_) {
+    if (p->name() != "local") continue;  // a pid means something on this host only
+    auto list = p->List(std::string(kMcpDefaultLabel) + "=true");
     if (!list) continue;
     for (const auto& i : *list) {
       auto it = i.labels.find(kMcpServerLabel);
       if (it == i.labels.end() || it->second == options_.instance_id) continue;
       if (!ServerInstanceGone(it->second)) continue;
-      if (b->Delete(i.id)) out.push_back(i.id);
+      if (p->Delete(i.id)) out.push_back(i.id);
     }
   }
   return out;

@@ -34,35 +34,14 @@
 
 #include "common/error.h"
 #include "common/json.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/provider.h"
 
 namespace deepbox::mcp {
 
-struct SandboxInfo {
-  std::string id;
-  std::string provider;  // local | k8s
-  std::map<std::string, std::string> labels;
-  std::string created_at;  // RFC 3339, "" unknown
-  std::string expires_at;  // RFC 3339, "" = no TTL
-  std::string network;     // local: none | public | allow=...; k8s: ""
-  std::string state;       // local: claimed/warm; k8s: Ready/NotReady
-  json::object ToJson() const;
-};
-
-// One provider's sandboxes.
-class SandboxBackend {
- public:
-  virtual ~SandboxBackend() = default;
-  virtual std::string name() const = 0;
-  // Whether `id` has this provider's form ("sb-..." locally, "ns/claim" on k8s).
-  virtual bool Owns(const std::string& id) const = 0;
-  virtual Result<SandboxInfo> Create(const ClaimOptions& options) = 0;
-  virtual Result<std::vector<SandboxInfo>> List(const std::string& selector) = 0;
-  virtual Status Delete(const std::string& id) = 0;  // NOT_FOUND when there is none
-  virtual Result<std::shared_ptr<Sandbox>> Connect(const std::string& id) = 0;
-  // Whether the server's network setting means anything here (local only).
-  virtual bool has_network() const { return name() == "local"; }
-};
+// The JSON of a sandbox in sandbox_create's and sandbox_list's results
+// (sandbox_id, provider, labels, created_at, expires_at or null, network,
+// state): what MCP clients read, so its fields stay as they are.
+json::object SandboxInfoJson(const SandboxInfo& info);
 
 // The labels deepbox mcp puts on every sandbox it creates: kMcpLabel=true,
 // the server instance, the creating client, and kMcpDefaultLabel=true on a
@@ -115,7 +94,9 @@ struct BrokerOptions {
 
 class SandboxBroker {
  public:
-  SandboxBroker(BrokerOptions options, std::vector<std::unique_ptr<SandboxBackend>> backends);
+  // One provider per name (local, k8s); the first whose OwnsId accepts an id
+  // is that sandbox's.
+  SandboxBroker(BrokerOptions options, std::vector<std::unique_ptr<SandboxProvider>> providers);
   ~SandboxBroker();
 
   // A new sandbox of `owner`, within the server's limits: INVALID_ARGUMENT
@@ -169,15 +150,15 @@ class SandboxBroker {
   static bool Stateless(const std::string& owner) { return owner == kStatelessOwner; }
 
  private:
-  SandboxBackend* BackendFor(const std::string& id);
-  SandboxBackend* BackendNamed(const std::string& name);
-  Result<SandboxBackend*> BackendOrError(const std::string& provider);
+  SandboxProvider* ProviderFor(const std::string& id);
+  SandboxProvider* ProviderNamed(const std::string& name);
+  Result<SandboxProvider*> ProviderOrError(const std::string& provider);
   Result<SandboxInfo> CreateFor(const CreateRequest& request, const std::string& owner,
                                 bool is_default);
   std::string ClientId(const std::string& owner);
   enum class Access { kUse, kDelete };
   Status Check(const std::string& id, const std::string& owner, Access access);
-  bool Attached(SandboxBackend* b, const std::string& id);
+  bool Attached(SandboxProvider* p, const std::string& id);
   void PruneRecords();
   // Clears `id` from every default slot, noting `why` for its owner.
   void DropDefault(const std::string& id, const std::string& why);
@@ -196,8 +177,9 @@ class SandboxBroker {
   };
 
   BrokerOptions options_;
-  std::vector<std::unique_ptr<SandboxBackend>> backends_;
+  std::vector<std::unique_ptr<SandboxProvider>> providers_;
   std::mutex mu_;
+  // Attach's connections, each owning its lease (AttachShared).
   std::map<std::string, std::shared_ptr<Sandbox>> connections_;
   std::map<std::string, std::shared_ptr<DefaultSlot>> defaults_;
   std::map<std::string, Record> created_;       // every sandbox this server created

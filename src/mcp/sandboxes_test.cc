@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "local/lifecycle/state.h"
-#include "mcp/testing/daemon_backend.h"
+#include "mcp/testing/daemon_provider.h"
 
 namespace deepbox::mcp {
 namespace {
@@ -30,9 +30,9 @@ class BrokerTest : public ::testing::Test {
   }
   void Make(BrokerOptions o) {
     broker_.reset();
-    auto b = std::make_unique<testing::DaemonBackend>();
-    backend_ = b.get();
-    std::vector<std::unique_ptr<SandboxBackend>> v;
+    auto b = std::make_unique<testing::DaemonProvider>();
+    provider_ = b.get();
+    std::vector<std::unique_ptr<SandboxProvider>> v;
     v.push_back(std::move(b));
     broker_ = std::make_unique<SandboxBroker>(o, std::move(v));
   }
@@ -44,7 +44,7 @@ class BrokerTest : public ::testing::Test {
     return out;
   }
 
-  testing::DaemonBackend* backend_ = nullptr;
+  testing::DaemonProvider* provider_ = nullptr;
   std::unique_ptr<SandboxBroker> broker_;
 };
 
@@ -60,7 +60,7 @@ TEST_F(BrokerTest, DefaultSandboxIsCreatedOnceAndDeletedWithItsOwner) {
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(backend_->created(), 1);
+  EXPECT_EQ(provider_->created(), 1);
   for (const auto& id : ids) EXPECT_EQ(id, ids[0]);
   auto listed = broker_->List("", std::string(kMcpDefaultLabel) + "=true", "owner-a");
   ASSERT_TRUE(listed);
@@ -72,10 +72,10 @@ TEST_F(BrokerTest, DefaultSandboxIsCreatedOnceAndDeletedWithItsOwner) {
   ASSERT_TRUE(other);
   EXPECT_NE(other->id, ids[0]);
   broker_->ReleaseOwner("owner-a");
-  EXPECT_FALSE(backend_->Exists(ids[0]));
-  EXPECT_TRUE(backend_->Exists(other->id));
+  EXPECT_FALSE(provider_->Exists(ids[0]));
+  EXPECT_TRUE(provider_->Exists(other->id));
   broker_->ReleaseAll();
-  EXPECT_EQ(backend_->count(), 0u);
+  EXPECT_EQ(provider_->count(), 0u);
 }
 
 TEST_F(BrokerTest, ExplicitSandboxesOutliveTheirCreator) {
@@ -91,10 +91,10 @@ TEST_F(BrokerTest, ExplicitSandboxesOutliveTheirCreator) {
   EXPECT_EQ(r->id, info->id);
   EXPECT_FALSE(r->created);
   broker_->ReleaseOwner("owner");
-  EXPECT_TRUE(backend_->Exists(info->id));
+  EXPECT_TRUE(provider_->Exists(info->id));
   // Its creator is gone: nobody may use it now (its TTL ends it).
   EXPECT_FALSE(broker_->Delete(info->id, "owner"));
-  EXPECT_TRUE(backend_->Exists(info->id));
+  EXPECT_TRUE(provider_->Exists(info->id));
 }
 
 TEST_F(BrokerTest, ClearErrors) {
@@ -124,6 +124,27 @@ TEST_F(BrokerTest, ClearErrors) {
   EXPECT_EQ(third->notice, "");
 }
 
+// What became of a sandbox that stopped answering, from the provider's
+// WhyGone or, where that cannot tell, from a fresh Attach.
+TEST_F(BrokerTest, UnreachableSaysWhatBecameOfTheSandbox) {
+  for (bool why_gone : {true, false}) {
+    provider_->set_why_gone(why_gone);
+    auto r = broker_->Resolve(std::nullopt, "o");
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_THAT(broker_->Unreachable(r->id, "o"),
+                HasSubstr("sandbox " + r->id + " stopped answering during this call"));
+    EXPECT_EQ(broker_->DefaultId("o"), r->id);  // still there, still the default
+    provider_->daemon(r->id)->Kill();
+    std::string t = broker_->Unreachable(r->id, "o");
+    EXPECT_THAT(t, HasSubstr("Error: sandbox '" + r->id +
+                             "' is gone: its daemon was killed. "
+                             "Its files are lost; it was this client's default sandbox"))
+        << why_gone;
+    EXPECT_EQ(broker_->DefaultId("o"), std::nullopt);
+    ASSERT_TRUE(broker_->Delete(r->id, "o"));
+  }
+}
+
 TEST_F(BrokerTest, ClientsSeeUseAndDeleteOnlyTheirOwnSandboxes) {
   auto a_default = broker_->Resolve(std::nullopt, "session:a");
   ASSERT_TRUE(a_default) << a_default.error().message;
@@ -151,7 +172,7 @@ TEST_F(BrokerTest, ClientsSeeUseAndDeleteOnlyTheirOwnSandboxes) {
     auto del = broker_->Delete(id, "session:b");
     ASSERT_FALSE(del);
     EXPECT_EQ(del.error().code, ErrorCode::kNotFound);
-    EXPECT_TRUE(backend_->Exists(id));
+    EXPECT_TRUE(provider_->Exists(id));
     EXPECT_TRUE(broker_->Resolve(id, "session:a"));
   }
   ASSERT_TRUE(broker_->Delete(a_made->id, "session:a"));
@@ -170,12 +191,12 @@ TEST_F(BrokerTest, ClientsSeeUseAndDeleteOnlyTheirOwnSandboxes) {
 TEST_F(BrokerTest, SandboxesTheServerDidNotCreateAreInvisibleUnlessAttached) {
   ClaimOptions cli;
   cli.labels["who"] = "cli";
-  auto foreign = backend_->Create(cli);  // as `deepbox sandbox create` would
+  auto foreign = provider_->Create(cli);  // as `deepbox sandbox create` would
   ASSERT_TRUE(foreign);
   ClaimOptions other_server;
   other_server.labels[kMcpLabel] = "true";
   other_server.labels[kMcpOwnerLabel] = "stdio";
-  auto earlier = backend_->Create(other_server);
+  auto earlier = provider_->Create(other_server);
   ASSERT_TRUE(earlier);
   for (const char* owner : {kStdioOwner, kStatelessOwner, "session:x"}) {
     EXPECT_TRUE(Ids(broker_->List("", "", owner)).empty()) << owner;
@@ -184,7 +205,7 @@ TEST_F(BrokerTest, SandboxesTheServerDidNotCreateAreInvisibleUnlessAttached) {
       ASSERT_FALSE(use);
       EXPECT_EQ(use.error().code, ErrorCode::kNotFound);
       EXPECT_FALSE(broker_->Delete(id, owner));
-      EXPECT_TRUE(backend_->Exists(id));
+      EXPECT_TRUE(provider_->Exists(id));
     }
   }
 
@@ -192,9 +213,9 @@ TEST_F(BrokerTest, SandboxesTheServerDidNotCreateAreInvisibleUnlessAttached) {
   BrokerOptions o;
   o.attach_selector = "who=cli";
   Make(o);
-  auto attached = backend_->Create(cli);
+  auto attached = provider_->Create(cli);
   ASSERT_TRUE(attached);
-  auto not_attached = backend_->Create(other_server);
+  auto not_attached = provider_->Create(other_server);
   ASSERT_TRUE(not_attached);
   EXPECT_EQ(Ids(broker_->List("", "", "session:x")), (std::vector<std::string>{attached->id}));
   EXPECT_TRUE(broker_->Resolve(attached->id, "session:y"));
@@ -202,7 +223,7 @@ TEST_F(BrokerTest, SandboxesTheServerDidNotCreateAreInvisibleUnlessAttached) {
   ASSERT_FALSE(del);
   EXPECT_EQ(del.error().code, ErrorCode::kPermissionDenied);
   EXPECT_THAT(del.error().message, HasSubstr("deepbox sandbox rm " + attached->id));
-  EXPECT_TRUE(backend_->Exists(attached->id));
+  EXPECT_TRUE(provider_->Exists(attached->id));
   EXPECT_FALSE(broker_->Resolve(not_attached->id, "session:x"));
 }
 
@@ -212,11 +233,37 @@ TEST_F(BrokerTest, StatelessClientsHaveNoDefaultSandbox) {
   EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
   EXPECT_THAT(r.error().message, HasSubstr("sandbox_id is required"));
   EXPECT_THAT(r.error().message, HasSubstr("Call sandbox_create first"));
-  EXPECT_EQ(backend_->created(), 0);
+  EXPECT_EQ(provider_->created(), 0);
   auto made = broker_->Create({}, kStatelessOwner);
   ASSERT_TRUE(made);
   EXPECT_TRUE(broker_->Resolve(made->id, kStatelessOwner));
   EXPECT_EQ(made->labels.at(kMcpOwnerLabel), "stateless");
+}
+
+// What sandbox_create and sandbox_list return: the fields clients read, in
+// this order, and nothing the provider knows besides (its limits).
+TEST(SandboxInfoJsonTest, TheFieldsClientsRead) {
+  SandboxInfo i;
+  i.id = "sb-000000000001";
+  i.provider = "local";
+  i.labels = {{"team", "ml"}, {kMcpLabel, "true"}};
+  i.created_at = "2026-01-02T03:04:05Z";
+  i.network = "none";
+  i.state = "claimed";
+  i.limits = "memory 2 GiB";
+  i.limits_note = "disk not enforced";
+  EXPECT_EQ(ToJson(json::value(SandboxInfoJson(i))),
+            R"({"sandbox_id":"sb-000000000001","provider":"local",)"
+            R"("labels":{"deepbox.dev/mcp":"true","team":"ml"},)"
+            R"("created_at":"2026-01-02T03:04:05Z","expires_at":null,"network":"none",)"
+            R"("state":"claimed"})");
+  i.expires_at = "2026-01-02T04:04:05Z";
+  i.network = "";
+  EXPECT_EQ(ToJson(json::value(SandboxInfoJson(i))),
+            R"({"sandbox_id":"sb-000000000001","provider":"local",)"
+            R"("labels":{"deepbox.dev/mcp":"true","team":"ml"},)"
+            R"("created_at":"2026-01-02T03:04:05Z","expires_at":"2026-01-02T04:04:05Z",)"
+            R"("network":"","state":"claimed"})");
 }
 
 TEST(NetworkWithinTest, NoneAllowSubsetPublic) {
@@ -244,8 +291,8 @@ TEST(NetworkWithinTest, NoneAllowSubsetPublic) {
 TEST_F(BrokerTest, TheServersNetworkAndTtlAreTheDefaultAndTheMaximum) {
   auto d = broker_->Create({}, "o");
   ASSERT_TRUE(d) << d.error().message;
-  EXPECT_EQ(backend_->last_options().network, "none");  // the MCP default
-  EXPECT_EQ(backend_->last_options().ttl, std::chrono::seconds(600));
+  EXPECT_EQ(provider_->last_options().network, "none");  // the MCP default
+  EXPECT_EQ(provider_->last_options().ttl, std::chrono::seconds(600));
   CreateRequest pub;
   pub.network = "public";
   auto p = broker_->Create(pub, "o");
@@ -268,8 +315,8 @@ TEST_F(BrokerTest, TheServersNetworkAndTtlAreTheDefaultAndTheMaximum) {
   CreateRequest t300;
   t300.ttl_seconds = 300;
   ASSERT_TRUE(broker_->Create(t300, "o"));
-  EXPECT_EQ(backend_->last_options().ttl, std::chrono::seconds(300));
-  EXPECT_EQ(backend_->created(), 2);  // nothing was made for the refused ones
+  EXPECT_EQ(provider_->last_options().ttl, std::chrono::seconds(300));
+  EXPECT_EQ(provider_->created(), 2);  // nothing was made for the refused ones
 
   BrokerOptions open;
   open.defaults.network = "allow=*.example.com";
@@ -279,13 +326,13 @@ TEST_F(BrokerTest, TheServersNetworkAndTtlAreTheDefaultAndTheMaximum) {
   sub.network = "allow=pkg.example.com";
   sub.ttl_seconds = 0;
   ASSERT_TRUE(broker_->Create(sub, "o"));
-  EXPECT_EQ(backend_->last_options().network, "allow=pkg.example.com");
-  EXPECT_EQ(backend_->last_options().ttl, std::chrono::seconds(0));
+  EXPECT_EQ(provider_->last_options().network, "allow=pkg.example.com");
+  EXPECT_EQ(provider_->last_options().ttl, std::chrono::seconds(0));
   EXPECT_FALSE(broker_->Create(pub, "o"));
   open.allow_client_network = true;
   Make(open);
   ASSERT_TRUE(broker_->Create(pub, "o"));
-  EXPECT_EQ(backend_->last_options().network, "public");
+  EXPECT_EQ(provider_->last_options().network, "public");
 }
 
 TEST_F(BrokerTest, LiveSandboxesAreCappedPerClientAndPerServer) {
@@ -309,11 +356,11 @@ TEST_F(BrokerTest, LiveSandboxesAreCappedPerClientAndPerServer) {
   ASSERT_FALSE(c1);
   EXPECT_EQ(c1.error().code, ErrorCode::kResourceExhausted);
   EXPECT_THAT(c1.error().message, HasSubstr("(deepbox mcp --max-sandboxes 3)"));
-  EXPECT_EQ(backend_->created(), 3);
+  EXPECT_EQ(provider_->created(), 3);
   // Deleted ones free their place, including those gone behind the server's back.
   ASSERT_TRUE(broker_->Delete(a2->id, "a"));
   ASSERT_TRUE(broker_->Create({}, "a"));
-  ASSERT_TRUE(backend_->Delete(b1->id));  // e.g. its TTL
+  ASSERT_TRUE(provider_->Delete(b1->id));  // e.g. its TTL
   EXPECT_TRUE(broker_->Create({}, "c"));
 }
 
@@ -344,7 +391,7 @@ TEST_F(BrokerTest, DefaultSandboxesOfServersThatAreGoneAreReaped) {
     c.labels[kMcpLabel] = "true";
     c.labels[kMcpServerLabel] = server;
     if (is_default) c.labels[kMcpDefaultLabel] = "true";
-    auto r = backend_->Create(c);
+    auto r = provider_->Create(c);
     EXPECT_TRUE(r);
     return r ? r->id : "";
   };
@@ -356,9 +403,9 @@ TEST_F(BrokerTest, DefaultSandboxesOfServersThatAreGoneAreReaped) {
   std::string malformed = make("x-y", true);
   auto reaped = broker_->ReapOrphanedDefaults();
   EXPECT_EQ(reaped, (std::vector<std::string>{orphan}));
-  EXPECT_FALSE(backend_->Exists(orphan));
+  EXPECT_FALSE(provider_->Exists(orphan));
   for (const auto& id : {explicit_one, alive, elsewhere, malformed}) {
-    EXPECT_TRUE(backend_->Exists(id)) << id;
+    EXPECT_TRUE(provider_->Exists(id)) << id;
   }
 }
 

@@ -1,6 +1,6 @@
 // The provider-neutral sandbox interface. The agent's tools call only this;
-// the local and Kubernetes providers hand out objects implementing it (both
-// backed by a deepbox-sandboxd daemon inside the sandbox).
+// the providers (provider.h) hand out objects implementing it (both backed
+// by a deepbox-sandboxd daemon inside the sandbox).
 //
 // Paths: absolute paths are real paths inside the sandbox (e.g.
 // "/workspace/fib.py"); relative paths are relative to the sandbox's
@@ -216,34 +216,6 @@ class Sandbox {
   virtual Result<std::string> Download(const std::string& path) = 0;
   virtual Status Upload(const std::string& path, std::string_view content,
                         uint32_t mode = 0644) = 0;
-};
-
-// ------------------------------------------------------------------ providers
-
-struct ClaimOptions {
-  std::map<std::string, std::string> labels;
-  std::chrono::seconds ttl{0};  // 0 = no expiry
-  std::string network;          // "" = provider default; "none" | "public"
-  std::string rootfs;           // local: an unpacked root filesystem directory
-};
-
-// A claimed sandbox. Destroying the lease releases (deletes) the sandbox
-// unless Keep() was called.
-class SandboxLease {
- public:
-  virtual ~SandboxLease() = default;
-  virtual Sandbox& sandbox() = 0;
-  virtual Status Release() = 0;  // idempotent
-  virtual void Keep() = 0;       // do not delete on destruction
-  // Human-readable: how to reach and delete a kept sandbox.
-  virtual std::string Describe() const = 0;
-};
-
-class SandboxProvider {
- public:
-  virtual ~SandboxProvider() = default;
-  virtual std::string name() const = 0;  // "local" | "k8s"
-  virtual Result<std::unique_ptr<SandboxLease>> Claim(const ClaimOptions& options) = 0;
 };
 
 }  // namespace deepbox

@@ -299,7 +299,7 @@ void E2eTest::TearDown() {
   o.sandboxd_binary = kBinDir + "/deepbox-sandboxd";
   if (fs::exists(o.state_dir)) {
     if (auto p = local::lifecycle::LocalSandboxProvider::Create(o)) {
-      if (auto list = (*p)->List()) {
+      if (auto list = (*p)->ListMeta()) {
         for (const auto& m : *list) (void)(*p)->Delete(m.id);
       }
     }

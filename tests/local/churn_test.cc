@@ -599,7 +599,7 @@ TEST_F(ChurnTest, WarmPoolOfTwentyUnderChurn) {
       << PoolLog(pool_name);
   std::this_thread::sleep_for(1500ms);  // a wrong refill would show up as a 21st
   int members = 0;
-  auto list = provider_->List();
+  auto list = provider_->ListMeta();
   ASSERT_TRUE(list.has_value());
   for (const auto& m : *list) members += m.pool == pool_name && m.state == "warm";
   EXPECT_EQ(members, kReplicas);

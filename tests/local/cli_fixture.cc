@@ -60,7 +60,7 @@ void LocalCliTest::TearDown() {
     waitpid(pid, nullptr, 0);
   }
   if (provider_) {
-    auto list = provider_->List();
+    auto list = provider_->ListMeta();
     if (list) {
       for (const auto& m : *list) (void)provider_->Delete(m.id);
     }
@@ -165,7 +165,7 @@ std::unique_ptr<LocalSandboxProvider> LocalCliTest::Provider(const std::string& 
 
 std::vector<SandboxMeta> LocalCliTest::WarmOf(const std::string& pool) {
   std::vector<SandboxMeta> out;
-  auto list = provider_->List();
+  auto list = provider_->ListMeta();
   if (!list) return out;
   for (auto& m : *list) {
     if (m.pool == pool && m.state == "warm" && m.ready &&

@@ -369,7 +369,7 @@ TEST_F(LifecycleTest, PoolDaemonKilledMidClaimThenRestartedAdopts) {
   EXPECT_EQ(adopted, 2) << "the warm sandboxes of the killed daemon were not adopted";
   std::this_thread::sleep_for(300ms);  // a wrong refill would show up as a 4th one
   int members = 0;
-  auto list = provider_->List();
+  auto list = provider_->ListMeta();
   ASSERT_TRUE(list.has_value());
   for (const auto& m : *list) members += m.pool == "k" && m.state == "warm";
   EXPECT_EQ(members, 3);

@@ -58,7 +58,7 @@ class LimitsTest : public testing::LocalCliTest {
   }
 
   bool OneWarm(const std::string& pool) {
-    auto list = provider_->List();
+    auto list = provider_->ListMeta();
     if (!list) return false;
     int n = 0;
     for (const auto& m : *list) {

@@ -85,7 +85,7 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
   // Half-claimed sandboxes (see pool.h) -> when this daemon first saw them so.
   std::map<std::string, std::chrono::steady_clock::time_point> half_claimed;
   for (;;) {
-    auto all = provider.List();
+    auto all = provider.ListMeta();
     if (!all) return tl::unexpected(all.error());
     std::vector<SandboxMeta> members, misfits, abandoned;
     std::map<std::string, std::chrono::steady_clock::time_point> still_half_claimed;

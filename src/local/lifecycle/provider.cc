@@ -16,7 +16,9 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "common/unique_fd.h"
 #include "local/lifecycle/supervisor.h"
@@ -455,7 +457,7 @@ Error LocalSandboxProvider::GoneError(const std::string& id) const {
   return Error(ErrorCode::kNotFound, fmt::format("no sandbox '{}' (see: deepbox sandbox ls)", id));
 }
 
-Result<std::vector<SandboxMeta>> LocalSandboxProvider::List(const Selector& selector) {
+Result<std::vector<SandboxMeta>> LocalSandboxProvider::ListMeta(const Selector& selector) {
   CleanTrash();
   store_.PruneTombstones(24h);
   auto ids = store_.Ids();
@@ -510,6 +512,8 @@ Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id) {
                     "Its files are kept in {} until its TTL or `deepbox sandbox rm {}`",
                     id, meta->broken, store_.Paths(id).workspace.string(), id));
   }
+  // Paused or suspended (or on its way): there, and woken by Connect.
+  if (meta->mode != "running" || meta->requested_mode != "running") return meta;
   if (!meta->ready) {
     if (meta->restarts > 0) {
       return MakeError(ErrorCode::kUnavailable,
@@ -571,6 +575,12 @@ Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const Sand
 Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const std::string& id) {
   auto meta = Get(id);
   if (!meta) return tl::unexpected(meta.error());
+  // Use wakes a paused or suspended sandbox (the caller waits for it).
+  if (meta->mode != "running" || meta->requested_mode != "running") {
+    if (auto st = Resume(id); !st) return tl::unexpected(st.error());
+    meta = Get(id);
+    if (!meta) return tl::unexpected(meta.error());
+  }
   return Connect(*meta);
 }
 
@@ -609,7 +619,7 @@ Result<std::vector<std::string>> LocalSandboxProvider::DeleteMatching(const Sele
     return MakeError(ErrorCode::kInvalidArgument,
                      "refusing to delete every sandbox: give a non-empty selector");
   }
-  auto list = List(selector);
+  auto list = ListMeta(selector);
   if (!list) return tl::unexpected(list.error());
   // Signal every supervisor first, then wait: they clean up in parallel.
   std::vector<UniqueFd> pidfds;
@@ -630,6 +640,165 @@ Result<std::vector<std::string>> LocalSandboxProvider::DeleteMatching(const Sele
   }
   if (!result) return tl::unexpected(result.error());
   return ids;
+}
+
+SandboxInfo InfoOf(const SandboxMeta& meta) {
+  SandboxInfo info;
+  info.id = meta.id;
+  info.provider = "local";
+  info.labels = meta.labels;
+  info.created_at = FormatTime(meta.created_at_ms);
+  if (meta.expires_at_ms) info.expires_at = FormatTime(*meta.expires_at_ms);
+  info.network = meta.network;
+  // Paused or suspended say so; else claimed (or warm).
+  info.state = meta.mode != "running" ? meta.mode : meta.state;
+  info.limits = meta.limits.Describe();
+  info.limits_note = meta.limits_note;
+  return info;
+}
+
+Status CheckPoolExists(const LocalSandboxProvider& provider, const std::string& pool) {
+  std::error_code ec;
+  if (fs::is_directory(provider.store().pool_dir(pool), ec)) return {};
+  std::vector<std::string> known;
+  for (const auto& e : fs::directory_iterator(provider.store().root() / "pools", ec)) {
+    if (e.is_directory(ec)) known.push_back(e.path().filename().string());
+  }
+  std::sort(known.begin(), known.end());
+  std::string list;
+  for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+  return MakeError(ErrorCode::kInvalidArgument,
+                   fmt::format("--pool {}: no such warm pool here ({}; a pool is started with "
+                               "`deepbox pool serve --name NAME`)",
+                               pool, list.empty() ? "none has been served" : "known: " + list));
+}
+
+Result<SandboxInfo> LocalSandboxProvider::Create(const ClaimOptions& options) {
+  auto meta = CreateSandbox(options, options.allow_warm);
+  if (!meta) return tl::unexpected(meta.error());
+  return InfoOf(*meta);
+}
+
+Result<std::unique_ptr<SandboxLease>> LocalSandboxProvider::Attach(const std::string& id) {
+  auto client = Connect(id);
+  if (!client) return tl::unexpected(client.error());
+  return std::unique_ptr<SandboxLease>(new BorrowedLease(
+      std::move(*client),
+      fmt::format("{} (left running; run commands in it with: deepbox sandbox exec {} -- CMD; "
+                  "delete it with: deepbox sandbox rm {})",
+                  id, id, id)));
+}
+
+Result<SandboxInfo> LocalSandboxProvider::Inspect(const std::string& id) {
+  auto meta = Get(id);
+  if (!meta) return tl::unexpected(meta.error());
+  return InfoOf(*meta);
+}
+
+Result<std::vector<SandboxInfo>> LocalSandboxProvider::List(const std::string& selector) {
+  auto parsed = Selector::Parse(selector);
+  if (!parsed) return tl::unexpected(parsed.error());
+  auto metas = ListMeta(*parsed);
+  if (!metas) return tl::unexpected(metas.error());
+  std::vector<SandboxInfo> out;
+  for (const auto& m : *metas) {
+    if (m.state == "warm") continue;  // the pool's stock, not anybody's yet
+    out.push_back(InfoOf(m));
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> LocalSandboxProvider::DeleteMatching(const std::string& selector) {
+  auto parsed = Selector::Parse(selector);
+  if (!parsed) return tl::unexpected(parsed.error());
+  return DeleteMatching(*parsed);
+}
+
+std::optional<Error> LocalSandboxProvider::WhyGone(const std::string& id) {
+  auto meta = Get(id);
+  if (!meta && meta.error().code == ErrorCode::kNotFound) return meta.error();
+  return std::nullopt;
+}
+
+Status LocalSandboxProvider::Pause(const std::string& id) { return RequestMode(id, "paused"); }
+Status LocalSandboxProvider::Suspend(const std::string& id) { return RequestMode(id, "suspended"); }
+Status LocalSandboxProvider::Resume(const std::string& id) { return RequestMode(id, "running"); }
+
+Status LocalSandboxProvider::RequestMode(const std::string& id, const std::string& mode) {
+  if (!Store::ValidId(id)) {
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad sandbox id '{}'", id));
+  }
+  const char* verb = mode == "paused" ? "pause" : mode == "suspended" ? "suspend" : "resume";
+  auto meta = store_.Read(id);
+  if (!meta) {
+    if (meta.error().code == ErrorCode::kNotFound) return tl::unexpected(GoneError(id));
+    return tl::unexpected(meta.error());
+  }
+  if (!IsSupervisorOf(meta->supervisor, id)) return tl::unexpected(GoneError(id));
+  if (meta->state == "warm") {
+    return MakeError(
+        ErrorCode::kConflict,
+        fmt::format("cannot {} sandbox '{}': it is a warm pool's, not claimed", verb, id));
+  }
+  if (!meta->broken.empty()) {
+    return MakeError(
+        ErrorCode::kUnavailable,
+        fmt::format("cannot {} sandbox '{}': it is broken ({})", verb, id, meta->broken));
+  }
+  if (meta->mode == mode && meta->requested_mode == mode) return {};  // already so
+  auto asked = store_.Update(id, [&](SandboxMeta& m) -> Status {
+    // Pausing keeps memory a suspended sandbox no longer has.
+    if (mode == "paused" && (m.mode == "suspended" || m.requested_mode == "suspended")) {
+      return MakeError(
+          ErrorCode::kConflict,
+          fmt::format("cannot pause sandbox '{}': it is suspended (resume it first)", id));
+    }
+    m.requested_mode = mode;
+    m.mode_error.clear();
+    return Status{};
+  });
+  if (!asked) {
+    if (asked.error().code == ErrorCode::kNotFound) return tl::unexpected(GoneError(id));
+    return tl::unexpected(asked.error());
+  }
+  UniqueFd pidfd = SignalSupervisor(asked->supervisor, id, SIGHUP);
+  if (!pidfd) return tl::unexpected(GoneError(id));
+  // The supervisor records the outcome; resuming a suspended sandbox takes
+  // a launch (as a create does), the rest milliseconds.
+  const auto timeout = mode == "running" ? options_.create_timeout + 5s : 30s;
+  const int64_t deadline = MonoNs() + std::chrono::nanoseconds(timeout).count();
+  for (;;) {
+    auto now = store_.Read(id);
+    if (!now) {
+      if (now.error().code == ErrorCode::kNotFound) return tl::unexpected(GoneError(id));
+      return tl::unexpected(now.error());
+    }
+    if (now->mode == mode && (mode != "running" || now->ready)) return {};
+    if (now->requested_mode != mode) {
+      if (!now->mode_error.empty()) {
+        return MakeError(ErrorCode::kUnavailable,
+                         fmt::format("could not {} sandbox '{}': {}", verb, id, now->mode_error));
+      }
+      // Somebody asked for something else meanwhile: theirs is the last word.
+      return MakeError(ErrorCode::kConflict,
+                       fmt::format("sandbox '{}': another {} request came first (it is now {})", id,
+                                   now->requested_mode, now->mode));
+    }
+    if (!now->broken.empty()) {
+      return MakeError(
+          ErrorCode::kUnavailable,
+          fmt::format("could not {} sandbox '{}': it broke ({})", verb, id, now->broken));
+    }
+    if (!IsSupervisorOf(now->supervisor, id)) return tl::unexpected(GoneError(id));
+    if (MonoNs() > deadline) {
+      return MakeError(
+          ErrorCode::kTimeout,
+          fmt::format("sandbox '{}' was not {} within {} s (it is {}; its log: {})", id, mode,
+                      std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), now->mode,
+                      store_.Paths(id).log.string()));
+    }
+    std::this_thread::sleep_for(1ms);
+  }
 }
 
 }  // namespace deepbox::local::lifecycle

@@ -32,7 +32,7 @@
 #include "common/error.h"
 #include "local/lifecycle/selector.h"
 #include "local/lifecycle/state.h"
-#include "sandbox/sandbox.h"
+#include "sandbox/provider.h"
 #include "sandbox/sandboxd_client.h"
 
 namespace deepbox::local::lifecycle {
@@ -56,12 +56,40 @@ Result<std::string> LocateSandboxd(const std::string& deepbox_binary);
 // $DEEPBOX_BINARY, else this program if it is `deepbox`, else `deepbox` next to it.
 Result<std::string> LocateDeepbox();
 
+// What the lifecycle interface says about a sandbox.
+SandboxInfo InfoOf(const SandboxMeta& meta);
+
+// A warm pool named by the user (--pool NAME, not the default) must exist: a
+// `deepbox pool serve --name NAME` has run in this state directory (its
+// pools/NAME/). INVALID_ARGUMENT (a usage error) naming the known ones; a
+// misspelt pool would otherwise silently create a cold sandbox.
+class LocalSandboxProvider;
+Status CheckPoolExists(const LocalSandboxProvider& provider, const std::string& pool);
+
 class LocalSandboxProvider : public SandboxProvider {
  public:
   static Result<std::unique_ptr<LocalSandboxProvider>> Create(LocalProviderOptions options = {});
 
+  // The lifecycle interface (sandbox/provider.h). List and DeleteMatching
+  // take a label selector's text; List leaves out the pool's warm sandboxes
+  // (nobody's yet: ListMeta shows them).
   std::string name() const override { return "local"; }
+  std::string description() const override { return "local sandbox"; }
+  bool OwnsId(std::string_view id) const override { return Store::ValidId(id); }
+  bool enforces_network() const override { return true; }
   Result<std::unique_ptr<SandboxLease>> Claim(const ClaimOptions& options) override;
+  Result<SandboxInfo> Create(const ClaimOptions& options) override;
+  Result<std::unique_ptr<SandboxLease>> Attach(const std::string& id) override;
+  Result<SandboxInfo> Inspect(const std::string& id) override;
+  Result<std::vector<SandboxInfo>> List(const std::string& selector) override;
+  Status Delete(const std::string& id) override;
+  Result<std::vector<std::string>> DeleteMatching(const std::string& selector) override;
+  std::optional<Error> WhyGone(const std::string& id) override;
+  // Pause, Suspend, Resume: asked of the sandbox's supervisor (its record's
+  // requested_mode, then SIGHUP), which does them; these wait until it has.
+  Status Pause(const std::string& id) override;
+  Status Suspend(const std::string& id) override;
+  Status Resume(const std::string& id) override;
 
   // Creates (or takes from the pool) without a lease: the sandbox lives until
   // deleted or its TTL. `allow_warm` false forces a cold create.
@@ -73,16 +101,16 @@ class LocalSandboxProvider : public SandboxProvider {
   Result<std::optional<SandboxMeta>> ClaimWarm(const std::string& pool,
                                                const ClaimOptions& options);
 
-  // Sandboxes matching `selector`, sorted by creation time. Reaps dead ones.
-  Result<std::vector<SandboxMeta>> List(const Selector& selector = {});
+  // Sandboxes matching `selector` (warm ones too), sorted by creation time.
+  // Reaps dead ones.
+  Result<std::vector<SandboxMeta>> ListMeta(const Selector& selector = {});
   // One sandbox, with clear errors: unknown, expired, gone, still starting.
   Result<SandboxMeta> Get(const std::string& id);
   // A client connected to the sandbox's daemon.
   Result<std::unique_ptr<SandboxdClient>> Connect(const std::string& id);
   Result<std::unique_ptr<SandboxdClient>> Connect(const SandboxMeta& meta);
-  // Deletes and waits until nothing is left. NOT_FOUND if there is no such sandbox.
-  Status Delete(const std::string& id);
-  // Deletes every sandbox matching (an empty selector is refused). Returns their ids.
+  // Deletes every sandbox matching (an empty selector is refused), warm ones
+  // too. Returns their ids. (Delete waits until nothing is left of it.)
   Result<std::vector<std::string>> DeleteMatching(const Selector& selector);
 
   const Store& store() const { return store_; }
@@ -94,6 +122,7 @@ class LocalSandboxProvider : public SandboxProvider {
   Result<SandboxMeta> CreateCold(const ClaimOptions& options, const std::string& pool);
   Status ValidateClaim(const ClaimOptions& options, std::string* rootfs) const;
   Error GoneError(const std::string& id) const;
+  Status RequestMode(const std::string& id, const std::string& mode);
   void CleanTrash() const;
 
   LocalProviderOptions options_;

@@ -512,7 +512,15 @@ json::object SandboxMeta::ToJson() const {
   o["socket"] = JsonString(socket);
   o["timings_us"] = timings;
   if (claimed_at_ms) o["claimed_at"] = FormatTime(*claimed_at_ms);
+  if (requested_mode != "running") o["requested_mode"] = requested_mode;
+  if (mode != "running") o["mode"] = mode;
+  if (mode_since_ms) o["mode_since"] = FormatTime(*mode_since_ms);
+  if (!mode_error.empty()) o["mode_error"] = JsonString(mode_error);
   return o;
+}
+
+bool ValidMode(std::string_view mode) {
+  return mode == "running" || mode == "paused" || mode == "suspended";
 }
 
 Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
@@ -542,6 +550,15 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
     if (t) m.claimed_at_ms = *t;
   }
   m.state = GetOptString(o, "state").value_or("claimed");
+  // An unknown mode reads as running: the supervisor then acts on nothing.
+  m.requested_mode = GetOptString(o, "requested_mode").value_or("running");
+  if (!ValidMode(m.requested_mode)) m.requested_mode = "running";
+  m.mode = GetOptString(o, "mode").value_or("running");
+  if (!ValidMode(m.mode)) m.mode = "running";
+  if (auto since = GetOptString(o, "mode_since")) {
+    if (auto t = ParseTime(*since)) m.mode_since_ms = *t;
+  }
+  m.mode_error = GetOptString(o, "mode_error").value_or("");
   m.pool = GetOptString(o, "pool").value_or("");
   m.network_requested = GetOptString(o, "network_requested").value_or("");
   m.network = GetOptString(o, "network").value_or("none");

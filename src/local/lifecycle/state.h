@@ -106,11 +106,24 @@ struct SandboxMeta {
   std::string socket;  // host path of the daemon's socket (informational: Paths(id).socket is used)
   json::object timings;  // setup steps in microseconds
   std::optional<int64_t> claimed_at_ms;
+  // Operating mode (issue 22): what pause, suspend or resume asked for
+  // (requested_mode) and what the supervisor has made of it (mode):
+  // "running"; "paused" (its processes frozen: memory kept, no CPU);
+  // "suspended" (no process left: memory and CPU freed, files kept).
+  std::string requested_mode = "running";
+  std::string mode = "running";
+  std::optional<int64_t> mode_since_ms;  // when `mode` was reached (not running)
+  // Why the supervisor could not reach requested_mode (it then set
+  // requested_mode back to mode); "" once a request succeeds.
+  std::string mode_error;
 
   json::object ToJson() const;
   static Result<SandboxMeta> FromJson(const json::object& o);
   bool expired(int64_t now_ms) const { return expires_at_ms && now_ms >= *expires_at_ms; }
 };
+
+// Whether `mode` is one of the operating modes above.
+bool ValidMode(std::string_view mode);
 
 struct Tombstone {
   std::string id;

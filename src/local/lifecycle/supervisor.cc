@@ -119,6 +119,9 @@ class Supervisor {
   bool DaemonDied(const std::string& how);
   Status Restart();
   void Break(const std::string& why);
+  // Makes the sandbox what meta_.requested_mode asks for and records the
+  // outcome (false: the sandbox was deleted meanwhile).
+  bool ApplyRequestedMode();
   // The state dir (or our record in it) was removed or replaced.
   bool StateRemoved() const;
   bool HoldsStateDir() const;
@@ -404,6 +407,10 @@ void Supervisor::ArmTimer(std::optional<int64_t> at_ms) {
 
 void Supervisor::Serve() {
   for (;;) {
+    // A pause, suspend or resume asked for (SIGHUP re-read the record).
+    if (meta_.requested_mode != meta_.mode && meta_.broken.empty() && meta_.state != "warm") {
+      if (!ApplyRequestedMode()) return;
+    }
     // No pidfd once broken (see Break): only a delete or the TTL end it.
     struct pollfd pfds[4] = {{sp_.pid() > 0 ? sp_.pidfd() : -1, POLLIN, 0},
                              {sigfd_.get(), POLLIN, 0},
@@ -531,6 +538,58 @@ Status Supervisor::Restart() {
   return {};
 }
 
+bool Supervisor::ApplyRequestedMode() {
+  const std::string want = meta_.requested_mode;
+  const std::string from = meta_.mode;
+  Log(fmt::format("{} requested (the sandbox is {})", want, from));
+  Status st;
+  if (want == "paused" && from == "running") {
+    st = SetCgroupsFrozen(meta_.cgroups, true, 10s);
+    if (!st) (void)SetCgroupsFrozen(meta_.cgroups, false, 10s);  // not half-frozen
+  } else if (want == "suspended") {
+    // Every process goes (memory and CPU freed); the /workspace files stay,
+    // the disk image mounted on the host as for a restart. A frozen
+    // sandbox is thawed first so that nothing waits on a frozen process.
+    if (from == "paused") (void)SetCgroupsFrozen(meta_.cgroups, false, 10s);
+    (void)sp_.Kill();
+    if (auto disk = sp_.TakeWorkspaceDisk()) disk_ = std::move(*disk);
+    sp_ = SandboxProcess();
+    stderr_r_.reset();
+  } else if (want == "running" && from == "paused") {
+    st = SetCgroupsFrozen(meta_.cgroups, false, 10s);
+  } else if (want == "running" && from == "suspended") {
+    // As a restart: a fresh sandbox and daemon over the same /workspace.
+    st = Restart();
+    if (!st && st.error().code == ErrorCode::kCancelled) {  // deleted while resuming
+      Delete(std::nullopt);
+      return false;
+    }
+  } else {
+    st = MakeError(ErrorCode::kConflict, fmt::format("a {} sandbox cannot be {}", from, want));
+  }
+  const std::string reached = st ? want : from;
+  if (!st) Log(fmt::format("{} failed: {}", want, st.error().message));
+  auto updated = store_.Update(req_.id, [&](SandboxMeta& m) {
+    m.mode = reached;
+    m.mode_since_ms = reached == "running" ? std::nullopt : std::optional<int64_t>(NowMs());
+    m.ready = reached != "suspended";
+    if (reached == "suspended") m.init = {};
+    // A newer request (made while this one ran) is left for the next round.
+    if (m.requested_mode == want) {
+      m.mode_error = st ? "" : st.error().message;
+      if (!st) m.requested_mode = from;
+    }
+    return Status{};
+  });
+  if (updated) {
+    meta_ = *updated;
+  } else {
+    meta_.mode = reached;
+    meta_.requested_mode = reached;  // no record to act on: do not loop
+  }
+  return true;
+}
+
 void Supervisor::Break(const std::string& why) {
   Log(why + ": not restarting it again; the sandbox is kept, broken, with its files in " +
       paths_.workspace.string() + ", until its TTL or `deepbox sandbox rm " + req_.id + "`");
@@ -564,6 +623,7 @@ void Supervisor::Delete(const std::optional<Tombstone>& why) {
   // Take it away from claimers first (a warm sandbox being deleted is not claimable).
   (void)rename(paths_.warm.c_str(), paths_.claimed.c_str());
   if (why) (void)store_.WriteTombstone(*why);
+  if (meta_.mode == "paused") (void)SetCgroupsFrozen(meta_.cgroups, false, 10s);
   (void)sp_.Kill();
   sp_ = SandboxProcess();  // reaps init; removes cgroups, network, runtime dirs
   disk_.reset();           // a restarted sandbox's /workspace disk: unmounted, image deleted

@@ -1,6 +1,7 @@
-// Test support: a SandboxBackend whose sandboxes are real deepbox-sandboxd
+// Test support: a SandboxProvider whose sandboxes are real deepbox-sandboxd
 // daemons (ScopedSandboxd, no isolation), named like local sandboxes. As the
-// local provider does, it reports a sandbox whose daemon died (Kill) as gone.
+// local provider does, it reports a sandbox whose daemon died (Kill) as gone,
+// from Attach and (unless set_why_gone(false)) from WhyGone.
 #pragma once
 
 #include <fmt/format.h>
@@ -8,18 +9,27 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "local/lifecycle/selector.h"
 #include "mcp/sandboxes.h"
+#include "sandbox/provider.h"
 #include "sandbox/testing/scoped_sandboxd.h"
 
 namespace deepbox::mcp::testing {
 
-class DaemonBackend : public SandboxBackend {
+class DaemonProvider : public SandboxProvider {
  public:
   std::string name() const override { return "local"; }
-  bool Owns(const std::string& id) const override { return id.rfind("sb-", 0) == 0; }
+  bool OwnsId(std::string_view id) const override { return id.rfind("sb-", 0) == 0; }
+  bool enforces_network() const override { return true; }
+
+  // The broker only makes lasting sandboxes (Create).
+  Result<std::unique_ptr<SandboxLease>> Claim(const ClaimOptions&) override {
+    return tl::unexpected(Unimplemented("claim", "a test provider: use Create"));
+  }
   Result<SandboxInfo> Create(const ClaimOptions& options) override {
     auto d = deepbox::testing::ScopedSandboxd::Start();
     if (!d) return tl::unexpected(d.error());
@@ -45,6 +55,11 @@ class DaemonBackend : public SandboxBackend {
     }
     return out;
   }
+  Result<SandboxInfo> Inspect(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto gone = GoneLocked(id)) return tl::unexpected(*gone);
+    return daemons_.at(id).second;
+  }
   Status Delete(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!daemons_.erase(id)) {
@@ -52,19 +67,23 @@ class DaemonBackend : public SandboxBackend {
     }
     return {};
   }
-  Result<std::shared_ptr<Sandbox>> Connect(const std::string& id) override {
+  Result<std::unique_ptr<SandboxLease>> Attach(const std::string& id) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = daemons_.find(id);
-    if (it == daemons_.end()) {
-      return MakeError(ErrorCode::kNotFound, fmt::format("no sandbox '{}'", id));
-    }
-    if (it->second.first->pid() <= 0) {
-      return MakeError(ErrorCode::kNotFound,
-                       fmt::format("sandbox '{}' is gone: its daemon was killed", id));
-    }
-    auto c = it->second.first->Connect();
+    if (auto gone = GoneLocked(id)) return tl::unexpected(*gone);
+    auto c = daemons_.at(id).first->Connect();
     if (!c) return tl::unexpected(c.error());
-    return std::shared_ptr<Sandbox>(std::move(*c));
+    return std::unique_ptr<SandboxLease>(
+        new BorrowedLease(std::move(*c), fmt::format("sandbox {}", id)));
+  }
+  std::optional<Error> WhyGone(const std::string& id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!why_gone_) return std::nullopt;
+    return GoneLocked(id);
+  }
+  // false: WhyGone cannot tell, as a provider without it (only Attach says).
+  void set_why_gone(bool on) {
+    std::lock_guard<std::mutex> lock(mu_);
+    why_gone_ = on;
   }
 
   bool Exists(const std::string& id) {
@@ -90,9 +109,24 @@ class DaemonBackend : public SandboxBackend {
   }
 
  private:
+  // NOT_FOUND for a sandbox that is not there (never made, deleted) or whose
+  // daemon was killed; nullopt while it lives.
+  std::optional<Error> GoneLocked(const std::string& id) const {
+    auto it = daemons_.find(id);
+    if (it == daemons_.end()) {
+      return Error(ErrorCode::kNotFound, fmt::format("no sandbox '{}'", id));
+    }
+    if (it->second.first->pid() <= 0) {
+      return Error(ErrorCode::kNotFound,
+                   fmt::format("sandbox '{}' is gone: its daemon was killed", id));
+    }
+    return std::nullopt;
+  }
+
   std::mutex mu_;
   uint64_t counter_ = 0;
   int created_ = 0;
+  bool why_gone_ = true;
   ClaimOptions last_options_;
   std::map<std::string, std::pair<std::unique_ptr<deepbox::testing::ScopedSandboxd>, SandboxInfo>>
       daemons_;

@@ -1,0 +1,33 @@
+#include "cli/providers.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "local/lifecycle/registration.h"
+#include "sandbox/registry.h"
+#ifdef DEEPBOX_HAVE_K8S
+#include "k8s/settings.h"
+#endif
+
+namespace deepbox::cli {
+
+void RegisterBuiltinProviders() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto& registry = ProviderRegistry::Global();
+    std::vector<ProviderRegistration> builtins;
+    builtins.push_back(local::lifecycle::LocalProviderRegistration());
+#ifdef DEEPBOX_HAVE_K8S
+    builtins.push_back(k8s::K8sProviderRegistration());
+#endif
+    for (auto& r : builtins) {
+      if (auto st = registry.Register(std::move(r)); !st) {
+        std::fprintf(stderr, "deepbox: %s\n", st.error().message.c_str());  // a build error
+        std::abort();
+      }
+    }
+  });
+}
+
+}  // namespace deepbox::cli

@@ -1,0 +1,159 @@
+// The provider interface: one object per kind of sandbox (local, k8s, ...)
+// that creates sandboxes and manages them for their whole life. Every
+// consumer (`deepbox run`, `deepbox sandbox ...`, `deepbox mcp`, the Python
+// package through the CLI) goes through it; a provider answers UNIMPLEMENTED,
+// with the reason, for a verb it cannot do.
+//
+// Ids: each provider has its own id form ("sb-1a2b3c" locally, "NAMESPACE/
+// CLAIM" on Kubernetes) and says whether an id is of that form (OwnsId), so
+// an id alone finds its provider (registry.h).
+//
+// Threads: a provider may be used from several threads at once (the MCP
+// server does), except where a method says otherwise.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "sandbox/sandbox.h"
+
+namespace deepbox {
+
+struct ClaimOptions {
+  std::map<std::string, std::string> labels;
+  std::chrono::seconds ttl{0};  // 0 = no expiry
+  std::string network;          // "" = provider default; "none" | "public" | "allow=..."
+  std::string rootfs;           // local: an unpacked root filesystem directory
+  bool allow_warm = true;       // false: never take a warm sandbox (a cold create)
+};
+
+// What a provider knows about one of its sandboxes.
+struct SandboxInfo {
+  std::string id;
+  std::string provider;  // the provider's name()
+  std::map<std::string, std::string> labels;
+  std::string created_at;   // RFC 3339, "" unknown
+  std::string expires_at;   // RFC 3339, "" = no TTL
+  std::string network;      // the effective network ("" where the provider does not enforce one)
+  std::string state;        // the provider's word: local claimed/warm; k8s Ready/NotReady
+  std::string limits;       // "memory 2 GiB, ..." ("" = the provider does not say)
+  std::string limits_note;  // requested limits the host did not enforce ("" = none)
+};
+
+// A sandbox in use. Destroying the lease releases it: a claimed sandbox is
+// deleted unless Keep() was called; a borrowed one (Attach) is left running.
+class SandboxLease {
+ public:
+  virtual ~SandboxLease() = default;
+  virtual Sandbox& sandbox() = 0;
+  virtual Status Release() = 0;  // idempotent
+  virtual void Keep() = 0;       // do not delete on destruction
+  // Human-readable: how to reach and delete a kept sandbox.
+  virtual std::string Describe() const = 0;
+};
+
+// A lease on a sandbox someone else owns: Release() only closes the
+// connection (`on_close`, e.g. the end of a port-forward) and never deletes.
+class BorrowedLease : public SandboxLease {
+ public:
+  BorrowedLease(std::unique_ptr<Sandbox> sandbox, std::string describe,
+                std::function<void()> on_close = nullptr);
+  ~BorrowedLease() override;
+  Sandbox& sandbox() override { return *sandbox_; }
+  Status Release() override;
+  void Keep() override {}
+  std::string Describe() const override { return describe_; }
+
+ private:
+  std::unique_ptr<Sandbox> sandbox_;
+  std::string describe_;
+  std::function<void()> on_close_;
+};
+
+// A watch on one sandbox (SandboxProvider::Watch). Destroying it stops it.
+class SandboxWatch {
+ public:
+  virtual ~SandboxWatch() = default;
+  // Ends the watch; on_gone is not called afterwards.
+  virtual void Stop() = 0;
+};
+
+struct SnapshotOptions {
+  std::string name;  // "" = the provider picks one
+};
+
+struct SnapshotInfo {
+  std::string name;
+  std::string provider;
+  std::string source_id;  // the sandbox it was taken of
+  std::string created_at;
+  int64_t size_bytes = -1;  // -1 unknown
+};
+
+class SandboxProvider {
+ public:
+  virtual ~SandboxProvider() = default;
+
+  virtual std::string name() const = 0;  // "local" | "k8s"
+  // For a person: "local sandbox", "k8s sandbox from warm pool ns/pool".
+  virtual std::string description() const { return name() + " sandbox"; }
+  // Whether `id` has this provider's id form (not whether it exists).
+  virtual bool OwnsId(std::string_view id) const = 0;
+  // Whether ClaimOptions::network means anything here.
+  virtual bool enforces_network() const { return false; }
+
+  // A new sandbox for as long as the lease lives (deleted on release).
+  virtual Result<std::unique_ptr<SandboxLease>> Claim(const ClaimOptions& options) = 0;
+  // A new sandbox that outlives this process: it lives until Delete or its TTL.
+  virtual Result<SandboxInfo> Create(const ClaimOptions& options);
+  // A lease on an existing sandbox that leaves it as it is when released.
+  // NOT_FOUND: no such sandbox; UNAVAILABLE: it exists but cannot be used now.
+  virtual Result<std::unique_ptr<SandboxLease>> Attach(const std::string& id);
+
+  virtual Result<SandboxInfo> Inspect(const std::string& id);
+  // The sandboxes matching a label selector (Kubernetes syntax; "" = all).
+  virtual Result<std::vector<SandboxInfo>> List(const std::string& selector);
+  // Deletes one sandbox. NOT_FOUND if there is none.
+  virtual Status Delete(const std::string& id);
+  // Deletes every sandbox matching (an empty selector is refused); their ids.
+  virtual Result<std::vector<std::string>> DeleteMatching(const std::string& selector);
+
+  // After a call on sandbox `id` failed: why it is gone (NOT_FOUND: deleted
+  // or expired), or nullopt if it still exists or that cannot be told.
+  virtual std::optional<Error> WhyGone(const std::string& id);
+  // on_gone (from another thread, at most once) as soon as sandbox `id` is
+  // deleted or expires while in use.
+  virtual Result<std::unique_ptr<SandboxWatch>> Watch(const std::string& id,
+                                                      std::function<void(const Error&)> on_gone);
+
+  // The durable-workspace verbs (issue 22). Each keeps the id, the files,
+  // the labels and the TTL (which keeps counting); the next use of a paused
+  // or suspended sandbox (Attach, an exec) resumes it.
+  //   Pause    freezes every process: memory kept, no CPU; resumes in ms.
+  //   Suspend  ends every process (memory and CPU freed); files stay.
+  //   Resume   either back to running (a suspended one gets fresh processes).
+  // Idempotent. CONFLICT for a transition that cannot be made (pausing a
+  // suspended sandbox), UNAVAILABLE for a broken one.
+  virtual Status Pause(const std::string& id);
+  virtual Status Suspend(const std::string& id);
+  virtual Status Resume(const std::string& id);
+  virtual Result<SnapshotInfo> Snapshot(const std::string& id, const SnapshotOptions& options);
+  virtual Result<SandboxInfo> CreateFromSnapshot(const std::string& snapshot,
+                                                 const ClaimOptions& options);
+  virtual Result<std::vector<SandboxInfo>> Fork(const std::string& id, int count,
+                                                const ClaimOptions& options);
+
+ protected:
+  // "the NAME provider cannot VERB sandboxes[: why]" as UNIMPLEMENTED.
+  Error Unimplemented(std::string_view verb, std::string_view why = "") const;
+};
+
+}  // namespace deepbox

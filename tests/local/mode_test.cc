@@ -1,0 +1,237 @@
+// Pause, suspend and resume of local sandboxes (issue 22), with the real
+// `deepbox` binary, supervisors, namespaces, cgroups and deepbox-sandboxd:
+// a paused sandbox's processes are frozen (the kernel says so) and carry
+// on where they were; a suspended one has no process, cgroup or socket left
+// and comes back with fresh processes on the same files; use (exec) wakes
+// either; the TTL keeps counting, and a delete or an expiry of a paused or
+// suspended sandbox leaves nothing behind.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "cli_fixture.h"
+#include "common/json.h"
+#include "local/lifecycle/provider.h"
+
+namespace deepbox::local::lifecycle {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Eventually;
+using ::testing::HasSubstr;
+using testing::ReadFile;
+
+class ModeTest : public testing::LocalCliTest {
+ protected:
+  void SetUp() override {
+    LocalCliTest::SetUp();
+    if (IsSkipped()) return;
+    if (geteuid() != 0) GTEST_SKIP() << "sandboxes have cgroups (and a freezer) only as root";
+  }
+
+  // The TTL is the safety net should this test crash before its TearDown.
+  std::string CreateCli(const std::string& ttl = "900") {
+    auto r =
+        Cli({"sandbox", "create", "--cold", "--ttl", ttl, "--network", "none", "-l", "team=x"});
+    EXPECT_EQ(r.code, 0) << r.err;
+    std::string id = r.out;
+    while (!id.empty() && id.back() == '\n') id.pop_back();
+    EXPECT_TRUE(Store::ValidId(id)) << "'" << id << "' " << r.err;
+    return id;
+  }
+
+  SandboxMeta Meta(const std::string& id) {
+    auto m = provider_->store().Read(id);
+    EXPECT_TRUE(m.has_value()) << m.error().ToString();
+    return m.value_or(SandboxMeta{});
+  }
+
+  // The sandbox's v2 cgroup (the freezer used where there is one), "" if none.
+  static std::string V2Cgroup(const SandboxMeta& m) {
+    for (const auto& cg : m.cgroups) {
+      if (fs::exists(cg + "/cgroup.freeze")) return cg;
+    }
+    return "";
+  }
+  // Whether the kernel reports the sandbox's processes frozen.
+  static bool KernelSaysFrozen(const SandboxMeta& m) {
+    std::string v2 = V2Cgroup(m);
+    if (!v2.empty()) return ReadFile(v2 + "/cgroup.events").find("frozen 1") != std::string::npos;
+    for (const auto& cg : m.cgroups) {
+      if (fs::exists(cg + "/freezer.state")) {
+        return ReadFile(cg + "/freezer.state").find("FROZEN") != std::string::npos;
+      }
+    }
+    return false;
+  }
+  // The STATE column of `sandbox ls` for sandbox `id`.
+  static std::string LsState(const std::string& ls_out, const std::string& id) {
+    for (size_t at = ls_out.find(id); at != std::string::npos;) {
+      size_t end = ls_out.find('\n', at);
+      std::string line = ls_out.substr(at, end - at);
+      std::vector<std::string> cols;
+      for (size_t p = 0; p < line.size();) {
+        size_t q = line.find(' ', p);
+        if (q == std::string::npos) q = line.size();
+        if (q > p) cols.push_back(line.substr(p, q - p));
+        p = q + 1;
+      }
+      return cols.size() > 1 ? cols[1] : "";
+    }
+    return "";
+  }
+
+  // Processes, cgroups, mounts of sandbox `m` still there.
+  static std::string Leftovers(const SandboxMeta& m) {
+    std::string out;
+    if (ProcessAlive(m.supervisor)) out += fmt::format("supervisor {} alive; ", m.supervisor.pid);
+    if (ProcessAlive(m.init)) out += fmt::format("init {} alive; ", m.init.pid);
+    for (const auto& cg : m.cgroups) {
+      if (fs::exists(cg)) out += "cgroup " + cg + "; ";
+    }
+    if (ReadFile("/proc/self/mountinfo").find(m.id) != std::string::npos) {
+      out += "a mount naming " + m.id + "; ";
+    }
+    return out;
+  }
+};
+
+TEST_F(ModeTest, PausedProcessesAreFrozenAndCarryOnWhereTheyWere) {
+  std::string id = CreateCli();
+  // A process that counts while it runs, started in the background.
+  auto started = Cli({"sandbox", "exec", id, "--", "sh", "-c",
+                      "(i=0; while :; do i=$((i+1)); echo $i > /workspace/count; "
+                      "sleep 0.02; done) >/dev/null 2>&1 & echo started"});
+  ASSERT_EQ(started.code, 0) << started.err;
+  ASSERT_TRUE(Eventually(
+      [&] { return fs::exists(state_ / "sandboxes" / id / "workspace" / "count"); }, 30s));
+  SandboxMeta before = Meta(id);
+  if (V2Cgroup(before).empty()) {
+    bool v1 = false;
+    for (const auto& cg : before.cgroups) v1 = v1 || fs::exists(cg + "/freezer.state");
+    if (!v1) GTEST_SKIP() << "this host gives sandboxes no cgroup freezer";
+  }
+  auto paused = Cli({"sandbox", "pause", id});
+  ASSERT_EQ(paused.code, 0) << paused.err;
+  EXPECT_EQ(paused.out, "paused " + id + "\n");
+  SandboxMeta m = Meta(id);
+  EXPECT_EQ(m.mode, "paused");
+  EXPECT_TRUE(m.mode_since_ms.has_value());
+  EXPECT_TRUE(KernelSaysFrozen(m));
+  EXPECT_EQ(m.init.pid, before.init.pid);  // the same processes, frozen
+  EXPECT_TRUE(ProcessAlive(m.init));
+  fs::path count = state_ / "sandboxes" / id / "workspace" / "count";
+  std::string frozen_at = ReadFile(count);
+  std::this_thread::sleep_for(300ms);  // ~15 ticks if it were running
+  EXPECT_EQ(ReadFile(count), frozen_at) << "a paused sandbox's process kept running";
+  auto ls = Cli({"sandbox", "ls"});
+  EXPECT_EQ(LsState(ls.out, id), "paused") << ls.out;
+  EXPECT_EQ(Cli({"sandbox", "pause", id}).code, 0);  // idempotent
+  // Use wakes it: the command runs, and so does the counter again.
+  auto woke = Cli({"sandbox", "exec", id, "--", "cat", "/workspace/count"});
+  ASSERT_EQ(woke.code, 0) << woke.err;
+  m = Meta(id);
+  EXPECT_EQ(m.mode, "running");
+  EXPECT_FALSE(KernelSaysFrozen(m));
+  EXPECT_EQ(m.init.pid, before.init.pid);
+  EXPECT_TRUE(Eventually([&] { return ReadFile(count) != frozen_at; }, 30s));
+  EXPECT_EQ(m.labels.at("team"), "x");
+  EXPECT_EQ(m.expires_at_ms, before.expires_at_ms);
+}
+
+TEST_F(ModeTest, SuspendEndsEveryProcessAndResumeKeepsTheFiles) {
+  std::string id = CreateCli();
+  ASSERT_EQ(Cli({"sandbox", "exec", id, "--", "sh", "-c",
+                 "printf 'kept\\0bytes' > /workspace/data && mkdir -p /workspace/d/e"})
+                .code,
+            0);
+  SandboxMeta before = Meta(id);
+  ASSERT_TRUE(ProcessAlive(before.init));
+  auto suspended = Cli({"sandbox", "suspend", id});
+  ASSERT_EQ(suspended.code, 0) << suspended.err;
+  EXPECT_EQ(suspended.out, "suspended " + id + "\n");
+  SandboxMeta m = Meta(id);
+  EXPECT_EQ(m.mode, "suspended");
+  EXPECT_FALSE(m.ready);
+  // Nothing of it runs any more: no init, no cgroup (memory and CPU freed).
+  EXPECT_FALSE(ProcessAlive(before.init));
+  for (const auto& cg : before.cgroups) EXPECT_FALSE(fs::exists(cg)) << cg;
+  EXPECT_TRUE(ProcessAlive(m.supervisor));  // which keeps its TTL
+  auto ls = Cli({"sandbox", "ls"});
+  EXPECT_EQ(LsState(ls.out, id), "suspended") << ls.out;
+  // Pausing needs the memory a suspended sandbox no longer has.
+  auto pause = Cli({"sandbox", "pause", id});
+  EXPECT_NE(pause.code, 0);
+  EXPECT_THAT(pause.err, HasSubstr("suspended (resume it first)"));
+  auto resumed = Cli({"sandbox", "resume", id});
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  m = Meta(id);
+  EXPECT_EQ(m.mode, "running");
+  EXPECT_TRUE(m.ready);
+  EXPECT_NE(m.init.pid, before.init.pid);  // fresh processes
+  EXPECT_TRUE(ProcessAlive(m.init));
+  EXPECT_EQ(m.restarts, 0);  // a resume is no crash
+  auto read = Cli({"sandbox", "exec", id, "--", "sh", "-c", "cat /workspace/data; ls -d d/e"});
+  ASSERT_EQ(read.code, 0) << read.err;
+  EXPECT_EQ(read.out, std::string("kept\0bytes", 10) + "d/e\n");
+  EXPECT_EQ(m.labels.at("team"), "x");
+  EXPECT_EQ(m.expires_at_ms, before.expires_at_ms);
+  EXPECT_EQ(Cli({"sandbox", "resume", id}).code, 0);  // idempotent
+}
+
+TEST_F(ModeTest, UseWakesASuspendedSandbox) {
+  std::string id = CreateCli();
+  ASSERT_EQ(Cli({"sandbox", "exec", id, "--", "sh", "-c", "echo hi > /workspace/f"}).code, 0);
+  ASSERT_EQ(Cli({"sandbox", "suspend", id}).code, 0);
+  auto r = Cli({"sandbox", "exec", id, "--", "cat", "/workspace/f"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "hi\n");
+  EXPECT_EQ(Meta(id).mode, "running");
+}
+
+TEST_F(ModeTest, DeleteOrExpiryOfAPausedOrSuspendedSandboxLeavesNothing) {
+  std::string paused = CreateCli();
+  std::string suspended = CreateCli();
+  std::string expiring = CreateCli("4");
+  ASSERT_EQ(Cli({"sandbox", "suspend", suspended}).code, 0);
+  SandboxMeta pm = Meta(paused);
+  if (Cli({"sandbox", "pause", paused}).code != 0) GTEST_SKIP() << "no cgroup freezer here";
+  ASSERT_EQ(Cli({"sandbox", "pause", expiring}).code, 0);
+  SandboxMeta sm = Meta(suspended), em = Meta(expiring);
+  auto rm = Cli({"sandbox", "rm", paused, suspended});
+  ASSERT_EQ(rm.code, 0) << rm.err;
+  EXPECT_EQ(Leftovers(pm), "");
+  EXPECT_EQ(Leftovers(sm), "");
+  EXPECT_FALSE(fs::exists(state_ / "sandboxes" / paused));
+  EXPECT_FALSE(fs::exists(state_ / "sandboxes" / suspended));
+  // The TTL kept counting while it was paused.
+  ASSERT_TRUE(Eventually([&] { return !fs::exists(state_ / "sandboxes" / expiring); }, 60s));
+  // Its supervisor exits once it has removed what it moved to the trash.
+  EXPECT_TRUE(Eventually([&] { return Leftovers(em).empty(); }, 30s)) << Leftovers(em);
+  auto gone = Cli({"sandbox", "resume", expiring});
+  EXPECT_EQ(gone.code, 3) << gone.err;  // no such sandbox
+  EXPECT_THAT(gone.err, HasSubstr("expired"));
+}
+
+TEST_F(ModeTest, BadIdsAndWarmSandboxesAreRefused) {
+  auto bad = Cli({"sandbox", "suspend", "../x"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("is no sandbox id"));
+  auto missing = Cli({"sandbox", "pause", "sb-0123456789ab"});
+  EXPECT_EQ(missing.code, 3) << missing.err;
+  StartPool("modes", 1);
+  ASSERT_TRUE(Eventually([&] { return !WarmOf("modes").empty(); }, 60s)) << PoolLog("modes");
+  std::string warm = WarmOf("modes")[0].id;
+  auto refused = Cli({"sandbox", "suspend", warm});
+  EXPECT_NE(refused.code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("warm pool's, not claimed"));
+}
+
+}  // namespace
+}  // namespace deepbox::local::lifecycle
