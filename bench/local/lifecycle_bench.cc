@@ -373,6 +373,56 @@ int main(int argc, char** argv) {
     rows.push_back(s);
   }
 
+  // 1b. The durable-workspace verbs (issue 22), next to the cold create
+  // above: the first command after a pause (unpause on use: the cgroup
+  // freezer) and after a suspend (resume on use: fresh processes on the same
+  // /workspace), and what pause and suspend themselves take.
+  {
+    auto m = (*provider)->CreateSandbox(claim, false);
+    if (!m) {
+      std::fprintf(stderr, "create: %s\n", m.error().ToString().c_str());
+      return 1;
+    }
+    Stats pause{"deepbox pause (freeze)", {}, {}};
+    Stats unpause{"deepbox paused -> first command", {}, {}};
+    Stats suspend{"deepbox suspend (processes end)", {}, {}};
+    Stats resume{"deepbox suspended -> first command", {}, {}};
+    auto first_command = [&](Stats& row, int i) {
+      auto t0 = Clock::now();
+      auto c = (*provider)->Connect(m->id);  // wakes it
+      auto r = c ? (*c)->Exec(first_cmd) : Result<ExecResult>(tl::unexpected(c.error()));
+      double ms = Since(t0);
+      if (!r || r->exit_code != 0) {
+        row.note = "failed: " + (r ? std::string("exit code") : r.error().message);
+        return false;
+      }
+      if (i >= 2) row.ms.push_back(ms);
+      return true;
+    };
+    for (int i = 0; i < iterations + 2; ++i) {
+      auto t0 = Clock::now();
+      auto st = (*provider)->Pause(m->id);
+      if (!st) {
+        pause.note = "not available here: " + st.error().message;
+        break;
+      }
+      if (i >= 2) pause.ms.push_back(Since(t0));
+      if (!first_command(unpause, i)) break;
+    }
+    for (int i = 0; i < iterations + 2; ++i) {
+      auto t0 = Clock::now();
+      auto st = (*provider)->Suspend(m->id, {});
+      if (!st) {
+        suspend.note = "failed: " + st.error().message;
+        break;
+      }
+      if (i >= 2) suspend.ms.push_back(Since(t0));
+      if (!first_command(resume, i)) break;
+    }
+    (void)(*provider)->Delete(m->id);
+    for (Stats* row : {&pause, &unpause, &suspend, &resume}) rows.push_back(*row);
+  }
+
   // 2. Warm: claim from a pool -> connect -> first command done.
   {
     std::string out = tmpl + "/pool.log";
@@ -587,7 +637,10 @@ int main(int argc, char** argv) {
     double ms;
     size_t row;
   };
-  double warm_p50 = rows.size() > 1 ? rows[1].Pct(50) : 0;
+  double warm_p50 = 0;
+  for (const auto& s : rows) {
+    if (s.name == "deepbox warm claim -> first command") warm_p50 = s.Pct(50);
+  }
   for (const Peer& p : {Peer{"E2B cold start ~150 ms (claim)", 150, 0},
                         Peer{"Daytona cold start < 90 ms (claim)", 90, 0},
                         Peer{"agent-sandbox warm claim 35 ms p50 (3p, low)", 35, 1},

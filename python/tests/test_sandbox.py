@@ -45,6 +45,26 @@ def test_create_labels_ttl_attach_delete(deepbox_bin: str) -> None:
     assert e.value.exit_code == 3
 
 
+def test_suspend_and_pause_keep_the_files_and_use_wakes(deepbox_bin: str) -> None:
+    with Sandbox.create(labels=LABEL, ttl=900, network="none") as sb:
+        sb.write("keep.txt", b"\x00kept\xff")
+        sb.suspend()
+        assert sb.state == "suspended"
+        # The next call resumes it: fresh processes, the same files.
+        assert sb.read_bytes("keep.txt") == b"\x00kept\xff"
+        assert sb.state == "running"
+        try:
+            sb.pause()
+        except CLIError as e:  # a host without a cgroup freezer (e.g. not root) says so
+            assert "no cgroup freezer" in e.message
+        else:
+            assert sb.state == "paused"
+            assert sb.exec("cat keep.txt").stdout == b"\x00kept\xff"
+            assert sb.state == "running"
+        sb.resume()  # a running sandbox: nothing to do
+        assert sb.exec("true").ok
+
+
 def test_context_manager_deletes(deepbox_bin: str) -> None:
     with Sandbox.create(labels=LABEL, ttl=900, network="none") as sb:
         sid = sb.id

@@ -40,6 +40,7 @@ struct ClusterFlags {
 struct SandboxCreateArgs {
   std::vector<std::string> labels;                 // K=V
   int64_t ttl_seconds = kDefaultCreateTtlSeconds;  // 0 = none (with a warning)
+  int64_t idle_suspend_seconds = 0;                // 0 = never
   std::string network;                             // "" = host default
   std::string rootfs;
   bool json = false;
@@ -100,6 +101,7 @@ struct SandboxModeArgs {
   SandboxModeVerb verb = SandboxModeVerb::kPause;
   std::vector<std::string> ids;
   ClusterFlags cluster;  // how Kubernetes ids are reached
+  bool force = false;    // suspend: even where the files are lost (k8s emptyDir)
 };
 int RunSandboxMode(const SandboxModeArgs& args);
 

@@ -151,6 +151,12 @@ void RegisterSandboxCommands(CLI::App& app) {
   create->add_option("--rootfs", create_args->rootfs,
                      "Root filesystem directory (e.g. an unpacked OCI image) instead of the\n"
                      "host's system directories (a missing one is a usage error, exit 2)");
+  create
+      ->add_option("--idle-suspend", create_args->idle_suspend_seconds,
+                   "Suspend the sandbox after SECONDS unused: no request, command or\n"
+                   "background process (its processes end, its files stay; the next use\n"
+                   "resumes it). 0 = never (the default). Local sandboxes only")
+      ->check(CLI::NonNegativeNumber);
   create->add_flag("--json", create_args->json, "Print the sandbox's record as JSON");
   create->add_flag("--cold", create_args->cold,
                    "Always create a new sandbox (skip the pool). A warm sandbox is only\n"
@@ -256,9 +262,13 @@ void RegisterSandboxCommands(CLI::App& app) {
     mode_args->verb = m.verb;
     CLI::App* cmd = sandbox->add_subcommand(m.name, m.help);
     cmd->add_option("ids", mode_args->ids, "Sandbox ids (k8s: NAMESPACE/CLAIM)")->required();
-    // The id says which provider; these say how Kubernetes ids are reached.
-    cmd->add_option("--context", mode_args->cluster.context, "k8s: kubeconfig context");
-    cmd->add_option("--kubeconfig", mode_args->cluster.kubeconfig, "k8s: kubeconfig file");
+    // The id's form says which provider; these say how Kubernetes ids are reached.
+    AddClusterFlags(cmd, mode_args->cluster);
+    if (m.verb == SandboxModeVerb::kSuspend) {
+      cmd->add_flag("--force", mode_args->force,
+                    "k8s: suspend even a sandbox whose /workspace is an emptyDir (not a\n"
+                    "volume): ITS FILES ARE LOST");
+    }
     cmd->callback([mode_args] { SetExitCode(RunSandboxMode(*mode_args)); });
   }
 

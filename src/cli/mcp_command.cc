@@ -51,6 +51,10 @@ void RegisterMcpCommand(CLI::App& app) {
                   "TTL in seconds of the sandboxes it creates, and the longest a client may ask\n"
                   "for (0 = never expire; only then may clients ask for 0)")
       ->capture_default_str();
+  cmd->add_option("--idle-suspend", args->idle_suspend_seconds,
+                  "Suspend a local sandbox it created after SECONDS unused (its processes\n"
+                  "end, its files stay; the next call resumes it); 0 = never")
+      ->capture_default_str();
   cmd->add_option("--network", args->network,
                   "Local sandboxes' network, none|public|allow=NAMES: the default and the widest\n"
                   "a client may ask for (none < allow= a subset < public)")

@@ -56,6 +56,10 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_option("--ttl", flags->ttl_seconds,
                   "Delete the sandbox SECONDS after the claim even if deepbox dies (k8s:\n"
                   "shutdown_after_seconds); 0 = no TTL. Default 3600");
+  cmd->add_option("--idle-suspend", flags->idle_suspend_seconds,
+                  "Suspend the sandbox after SECONDS unused (its processes end, its files\n"
+                  "stay; the next use resumes it); 0 = never. Default: 600 with\n"
+                  "--keep-sandbox, else never. Local sandboxes only");
   cmd->add_flag("--keep-sandbox", flags->keep_sandbox,
                 "Do not delete the sandbox at the end; print how to reach and delete it\n"
                 "(the TTL still applies). Ctrl-C still deletes it");

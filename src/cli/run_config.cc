@@ -413,6 +413,12 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     }
     c.ttl_seconds = *flags.ttl_seconds;
   }
+  if (flags.idle_suspend_seconds) {
+    if (*flags.idle_suspend_seconds < 0) {
+      return MakeError(ErrorCode::kInvalidArgument, "--idle-suspend: must be >= 0 (0 = never)");
+    }
+    c.idle_suspend_seconds = *flags.idle_suspend_seconds;
+  }
   if (flags.ready_timeout_seconds) {
     if (*flags.ready_timeout_seconds <= 0) {
       return MakeError(ErrorCode::kInvalidArgument, "--ready-timeout: must be > 0 seconds");

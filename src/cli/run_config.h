@@ -23,6 +23,7 @@ struct RunFlags {
   std::optional<std::string> approve;  // auto | manual
   std::vector<std::string> labels;     // K=V
   std::optional<int64_t> ttl_seconds;
+  std::optional<int64_t> idle_suspend_seconds;
   bool keep_sandbox = false;
   std::optional<std::string> thread_id;
   bool json = false;
@@ -56,6 +57,9 @@ struct RunFlags {
 
 inline constexpr const char* kDefaultModel = "claude-sonnet-4-6";
 inline constexpr const char* kDefaultWarmPool = "deepagents-warmpool";
+// How long a sandbox kept after a run (or made by `deepbox mcp`) may stay
+// unused before it is suspended (its files stay; the next use resumes it).
+inline constexpr int64_t kDefaultIdleSuspendSeconds = 600;
 inline constexpr int64_t kDefaultTtlSeconds = 3600;
 inline constexpr int kDefaultMaxSteps = 1000;
 inline constexpr int64_t kDefaultReadyTimeoutSeconds = 180;  // the upstream SDK's
@@ -74,6 +78,9 @@ struct RunConfig {
   std::string approve = "auto";
   std::map<std::string, std::string> labels;
   int64_t ttl_seconds = kDefaultTtlSeconds;
+  // A kept sandbox (--keep-sandbox) is suspended after this long unused;
+  // -1 = the default (kDefaultIdleSuspendSeconds when kept, else never).
+  int64_t idle_suspend_seconds = -1;
   bool keep_sandbox = false;
   std::string thread_id;  // "" = a new thread
   bool json = false;

@@ -369,6 +369,10 @@ int Session::Run(RunSummary& summary) {
   claim.labels[kRunIdLabel] = run_id;
   claim.ttl = std::chrono::seconds(config_.ttl_seconds);
   claim.network = config_.network;
+  claim.idle_suspend =
+      std::chrono::seconds(config_.idle_suspend_seconds >= 0 ? config_.idle_suspend_seconds
+                           : config_.keep_sandbox            ? kDefaultIdleSuspendSeconds
+                                                             : 0);
   ui_.StartSpinner(attached ? "Connecting to sandbox " + config_.sandbox_id
                             : "Claiming a " + provider.description());
   auto claim_start = Clock::now();

@@ -86,6 +86,11 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
     return ReportError(Error(ErrorCode::kInvalidArgument, "--ttl: must be >= 0 (0 = no TTL)"));
   }
   claim.ttl = std::chrono::seconds(args.ttl_seconds);
+  if (args.idle_suspend_seconds < 0) {
+    return ReportError(
+        Error(ErrorCode::kInvalidArgument, "--idle-suspend: must be >= 0 (0 = never)"));
+  }
+  claim.idle_suspend = std::chrono::seconds(args.idle_suspend_seconds);
   claim.network = args.network;
   claim.rootfs = args.rootfs;
   auto provider = MakeProvider(args.provider);

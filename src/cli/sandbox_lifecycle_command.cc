@@ -54,6 +54,13 @@ int RunSandboxMode(const SandboxModeArgs& args) {
                                            SanitizeLineForTerminal(id))));
       continue;
     }
+    if (args.cluster.k8s() && owner->name != "k8s") {
+      code = ReportError(Error(ErrorCode::kInvalidArgument,
+                               fmt::format("--provider k8s: '{}' is a {} sandbox id (Kubernetes "
+                                           "ids are NAMESPACE/CLAIM)",
+                                           SanitizeLineForTerminal(id), owner->name)));
+      continue;
+    }
     auto& provider = providers[owner->name];
     if (!provider) {
       auto made = ProviderRegistry::Global().Make(owner->name, RequestFor(*owner, args.cluster));
@@ -63,9 +70,10 @@ int RunSandboxMode(const SandboxModeArgs& args) {
       }
       provider = std::move(*made);
     }
-    Status st = args.verb == SandboxModeVerb::kPause     ? provider->Pause(id)
-                : args.verb == SandboxModeVerb::kSuspend ? provider->Suspend(id)
-                                                         : provider->Resume(id);
+    Status st = args.verb == SandboxModeVerb::kPause ? provider->Pause(id)
+                : args.verb == SandboxModeVerb::kSuspend
+                    ? provider->Suspend(id, SuspendOptions{args.force})
+                    : provider->Resume(id);
     if (!st) {
       code = ReportError(st.error());
       continue;

@@ -114,6 +114,8 @@ int RunMcp(const McpArgs& args) {
   }
   if (args.ttl_seconds < 0) return Fail(kExitUsage, "--ttl must be >= 0");
   bo.defaults.ttl = std::chrono::seconds(args.ttl_seconds);
+  if (args.idle_suspend_seconds < 0) return Fail(kExitUsage, "--idle-suspend must be >= 0");
+  bo.defaults.idle_suspend = std::chrono::seconds(args.idle_suspend_seconds);
   std::string network = args.network.empty() ? "none" : args.network;
   if (auto p = local::ParseNetworkPolicy(network); !p) {
     return Fail(kExitUsage, "--network: " + p.error().message);

@@ -18,14 +18,15 @@ struct McpArgs {
   std::vector<std::string> allowed_hosts;  // Host header values besides the listener's own
   int64_t session_idle_seconds = 1800;     // HTTP legacy sessions
 
-  std::string provider = "local";     // a registered provider: where sandboxes are created
-  std::vector<std::string> labels;    // K=V on every sandbox created
-  int64_t ttl_seconds = 3600;         // default and maximum (0 = never expire, any TTL allowed)
-  std::string network = "none";       // local sandboxes: default and widest allowed
-  bool allow_client_network = false;  // clients may ask for any network
-  bool shared = false;                // clients see and use each other's sandboxes
-  std::string attach_selector;        // sandboxes made elsewhere that clients may use
-  int64_t max_sandboxes = 20;         // live sandboxes of this server (0 = no cap)
+  std::string provider = "local";      // a registered provider: where sandboxes are created
+  std::vector<std::string> labels;     // K=V on every sandbox created
+  int64_t ttl_seconds = 3600;          // default and maximum (0 = never expire, any TTL allowed)
+  int64_t idle_suspend_seconds = 600;  // local sandboxes it creates: suspended after (0 = never)
+  std::string network = "none";        // local sandboxes: default and widest allowed
+  bool allow_client_network = false;   // clients may ask for any network
+  bool shared = false;                 // clients see and use each other's sandboxes
+  std::string attach_selector;         // sandboxes made elsewhere that clients may use
+  int64_t max_sandboxes = 20;          // live sandboxes of this server (0 = no cap)
   int64_t max_sandboxes_per_client = 5;
   // The providers' settings (sandbox/registry.h), each only when its flag
   // was given: the provider then falls back to its environment variable

@@ -672,6 +672,51 @@ ToolDef DeleteTool(std::shared_ptr<Shared> s) {
   return def;
 }
 
+// sandbox_pause / sandbox_suspend / sandbox_resume ---------------------------
+
+ToolDef ModeTool(std::shared_ptr<Shared> s, SandboxBroker::Mode mode) {
+  ToolDef def;
+  const char* done = "Resumed";
+  switch (mode) {
+    case SandboxBroker::Mode::kPause:
+      def.name = "sandbox_pause";
+      def.title = "Pause a sandbox";
+      def.description =
+          "Freeze every process of a sandbox: it keeps its memory and files and uses no CPU. "
+          "The next call that uses it (or sandbox_resume) resumes it within milliseconds. Its "
+          "TTL keeps counting.";
+      done = "Paused";
+      break;
+    case SandboxBroker::Mode::kSuspend:
+      def.name = "sandbox_suspend";
+      def.title = "Suspend a sandbox";
+      def.description =
+          "Suspend a sandbox: every process in it ends (memory and CPU are freed); its files "
+          "stay. The next call that uses it (or sandbox_resume) starts fresh processes on the "
+          "same files. Its TTL keeps counting.";
+      done = "Suspended";
+      break;
+    case SandboxBroker::Mode::kResume:
+      def.name = "sandbox_resume";
+      def.title = "Resume a sandbox";
+      def.description = "Resume a paused or suspended sandbox (a running one stays as it is).";
+      break;
+  }
+  json::object props;
+  props["sandbox_id"] = Prop("string", "The sandbox (from sandbox_create or sandbox_list)");
+  def.input_schema = ObjectSchema(std::move(props), json::array{"sandbox_id"}, /*strict=*/true);
+  def.annotations = Annotations(false, mode == SandboxBroker::Mode::kSuspend, true);
+  def.handler = [s, mode, done](const json::object& args, ToolCallContext& ctx) {
+    std::string id = agent::ArgString(args, "sandbox_id");
+    auto st = s->broker->ChangeMode(id, ctx.owner(), mode);
+    if (!st) return ToolOutcome::Error(ErrorText(st.error()));
+    ToolOutcome out = ToolOutcome::Text(fmt::format("{} sandbox {}.", done, id));
+    out.meta[kMetaSandboxId] = JsonString(id);
+    return out;
+  };
+  return def;
+}
+
 // upload_file / download_file ----------------------------------------------
 
 ToolDef UploadTool(std::shared_ptr<Shared> s) {
@@ -789,6 +834,9 @@ void AddSandboxTools(ToolRegistry& registry, std::shared_ptr<SandboxBroker> brok
   registry.Add(CreateTool(s));
   registry.Add(ListTool(s));
   registry.Add(DeleteTool(s));
+  registry.Add(ModeTool(s, SandboxBroker::Mode::kPause));
+  registry.Add(ModeTool(s, SandboxBroker::Mode::kSuspend));
+  registry.Add(ModeTool(s, SandboxBroker::Mode::kResume));
   registry.Add(FromAgentTool(s, agent::MakeExecuteTool(options.execute), "Run a shell command",
                              Annotations(false, true, false)));
   registry.Add(FromAgentTool(s, agent::MakeLsTool(options.fs), "List a directory",

@@ -69,10 +69,10 @@ TEST_F(ToolsTest, SchemasAreStrictAndTakeASandboxId) {
     EXPECT_EQ(t.input_schema.at("properties").as_object().contains("sandbox_id"), !lifecycle)
         << t.name;
   }
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"sandbox_create", "sandbox_list", "sandbox_delete", "execute",
-                                      "ls", "read_file", "write_file", "edit_file", "glob", "grep",
-                                      "upload_file", "download_file"}));
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "sandbox_create", "sandbox_list", "sandbox_delete", "sandbox_pause",
+                       "sandbox_suspend", "sandbox_resume", "execute", "ls", "read_file",
+                       "write_file", "edit_file", "glob", "grep", "upload_file", "download_file"}));
 }
 
 TEST_F(ToolsTest, FileToolsAnswerExactlyAsTheAgentsTools) {
@@ -362,7 +362,7 @@ TEST_F(ToolsTest, DescriptionsAreTrueForMcp) {
       EXPECT_THAT(tool.description, HasSubstr("Output longer than 80000 bytes"));
     }
     if (tool.input_schema.at("properties").as_object().contains("sandbox_id") &&
-        tool.name != "sandbox_delete") {
+        !tool.name.starts_with("sandbox_")) {
       EXPECT_THAT(
           std::string(
               tool.input_schema.at("properties").at("sandbox_id").at("description").as_string()),

@@ -239,6 +239,7 @@ Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const
                                  ttl, DescribeTtl(ttl), server_ttl, server_ttl));
   }
   o.ttl = std::chrono::seconds(ttl);
+  o.idle_suspend = options_.defaults.idle_suspend;  // the next call resumes it
 
   // Network: the server's is the default and the widest.
   if (p->enforces_network()) {
@@ -407,6 +408,21 @@ Status SandboxBroker::Delete(const std::string& id, const std::string& owner) {
   // A deleted default is no longer anybody's default.
   DropDefault(id, fmt::format("sandbox {} was deleted with sandbox_delete", id));
   return st;
+}
+
+Status SandboxBroker::ChangeMode(const std::string& id, const std::string& owner, Mode mode) {
+  if (auto st = Check(id, owner, Access::kDelete); !st) return st;
+  SandboxProvider* p = ProviderFor(id);
+  Forget(id);
+  switch (mode) {
+    case Mode::kPause:
+      return p->Pause(id);
+    case Mode::kSuspend:
+      return p->Suspend(id, SuspendOptions{});  // never losing files for a client
+    case Mode::kResume:
+      return p->Resume(id);
+  }
+  return {};
 }
 
 void SandboxBroker::DropDefault(const std::string& id, const std::string& why) {

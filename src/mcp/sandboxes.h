@@ -109,6 +109,11 @@ class SandboxBroker {
   // Deletes one of `owner`'s sandboxes (NOT_FOUND for one it may not see,
   // as for one that does not exist; PERMISSION_DENIED for an attached one).
   Status Delete(const std::string& id, const std::string& owner);
+  // Pauses, suspends or resumes one of `owner`'s sandboxes (provider.h; the
+  // same access as Delete: an attached one is PERMISSION_DENIED). Its cached
+  // connection is dropped: the next call reconnects, which wakes it.
+  enum class Mode { kPause, kSuspend, kResume };
+  Status ChangeMode(const std::string& id, const std::string& owner, Mode mode);
 
   // A (cached) connection to sandbox `id`, without any check (the server's
   // own bookkeeping and tests).

@@ -50,7 +50,7 @@ Result<std::unique_ptr<SandboxWatch>> SandboxProvider::Watch(const std::string&,
   return tl::unexpected(Unimplemented("watch"));
 }
 Status SandboxProvider::Pause(const std::string&) { return tl::unexpected(Unimplemented("pause")); }
-Status SandboxProvider::Suspend(const std::string&) {
+Status SandboxProvider::Suspend(const std::string&, const SuspendOptions&) {
   return tl::unexpected(Unimplemented("suspend"));
 }
 Status SandboxProvider::Resume(const std::string&) {

@@ -33,6 +33,10 @@ struct ClaimOptions {
   std::string network;          // "" = provider default; "none" | "public" | "allow=..."
   std::string rootfs;           // local: an unpacked root filesystem directory
   bool allow_warm = true;       // false: never take a warm sandbox (a cold create)
+  // Suspend the sandbox after this long without use (no request, no command
+  // or background process running); the next use resumes it. 0 = never.
+  // Local only so far (the k8s provider ignores it: upstream has no idle timer).
+  std::chrono::seconds idle_suspend{0};
 };
 
 // What a provider knows about one of its sandboxes.
@@ -84,6 +88,12 @@ class SandboxWatch {
   virtual ~SandboxWatch() = default;
   // Ends the watch; on_gone is not called afterwards.
   virtual void Stop() = 0;
+};
+
+struct SuspendOptions {
+  // Suspend even where the files do not survive it (k8s: a /workspace that
+  // is an emptyDir, not a volume): they are lost.
+  bool force = false;
 };
 
 struct SnapshotOptions {
@@ -143,7 +153,7 @@ class SandboxProvider {
   // Idempotent. CONFLICT for a transition that cannot be made (pausing a
   // suspended sandbox), UNAVAILABLE for a broken one.
   virtual Status Pause(const std::string& id);
-  virtual Status Suspend(const std::string& id);
+  virtual Status Suspend(const std::string& id, const SuspendOptions& options);
   virtual Status Resume(const std::string& id);
   virtual Result<SnapshotInfo> Snapshot(const std::string& id, const SnapshotOptions& options);
   virtual Result<SandboxInfo> CreateFromSnapshot(const std::string& snapshot,

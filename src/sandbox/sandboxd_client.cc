@@ -338,7 +338,12 @@ std::string SandboxdClient::root() const {
   return root_;  // written once, before info_known_
 }
 
+Status SandboxdClient::Wake() const {
+  return options_.before_request ? options_.before_request() : Status{};
+}
+
 Result<net::Response> SandboxdClient::Send(const net::ClientRequest& request) const {
+  if (auto st = Wake(); !st) return tl::unexpected(st.error());
   auto r = http_->Send(request);
   // Until the daemon first answered (a client that did not read /info on
   // connect), a connection that could not be made is tried again: nothing
@@ -518,6 +523,7 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
     }
     std::string pending;
     status = 0;
+    if (auto st = Wake(); !st) return Result<net::Response>(tl::unexpected(st.error()));
     return http_->SendStreaming(
         req,
         [&](const net::Response& head) {
@@ -910,6 +916,7 @@ Status SandboxdClient::DownloadTo(const std::string& path,
   Status sink_status;
   std::string error_body;
   int status = 0;
+  if (auto st = Wake(); !st) return tl::unexpected(st.error());
   auto r = http_->SendStreaming(
       req,
       [&](const net::Response& head) {
@@ -944,6 +951,7 @@ Status SandboxdClient::UploadFrom(
   req.headers.Set("Content-Type", "application/octet-stream");
   req.body_source = source;
   req.body_length = length;
+  if (auto st = Wake(); !st) return tl::unexpected(st.error());
   auto r = http_->Send(req);
   if (!r) return tl::unexpected(Lost(r.error(), "upload"));
   if (r->status != 200) return tl::unexpected(ErrorFromResponse(*r, "upload " + path));

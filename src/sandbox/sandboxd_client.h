@@ -48,6 +48,11 @@ struct SandboxdClientOptions {
   // controller); unset: not observable by this provider.
   std::function<std::optional<uint64_t>()> oom_kill_count;
   uint64_t memory_limit_bytes = 0;  // the limit those kills enforce (0: unknown)
+  // Called before each request (not on a running command's stdin): where a
+  // provider wakes a paused or suspended sandbox, the caller waiting. Must be
+  // cheap when there is nothing to do (the local one stats a file). An error
+  // fails the request, nothing sent.
+  std::function<Status()> before_request;
 };
 
 class SandboxdClient : public Sandbox {
@@ -115,6 +120,7 @@ class SandboxdClient : public Sandbox {
   // A transport failure of a request that was sent: the connection broke
   // (the daemon died or restarted) → one clear error, else `e` as it is.
   Error Lost(Error e, std::string_view what) const;
+  Status Wake() const;  // options_.before_request
   std::optional<uint64_t> OomKills() const;
   void NoteOomKill(std::optional<uint64_t> before, ExecResult& result) const;
 

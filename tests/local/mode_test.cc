@@ -18,6 +18,7 @@
 #include "cli_fixture.h"
 #include "common/json.h"
 #include "local/lifecycle/provider.h"
+#include "sandbox/sandbox.h"
 
 namespace deepbox::local::lifecycle {
 namespace {
@@ -36,9 +37,9 @@ class ModeTest : public testing::LocalCliTest {
   }
 
   // The TTL is the safety net should this test crash before its TearDown.
-  std::string CreateCli(const std::string& ttl = "900") {
-    auto r =
-        Cli({"sandbox", "create", "--cold", "--ttl", ttl, "--network", "none", "-l", "team=x"});
+  std::string CreateCli(const std::string& ttl = "900", const std::string& idle = "0") {
+    auto r = Cli({"sandbox", "create", "--cold", "--ttl", ttl, "--network", "none", "-l", "team=x",
+                  "--idle-suspend", idle});
     EXPECT_EQ(r.code, 0) << r.err;
     std::string id = r.out;
     while (!id.empty() && id.back() == '\n') id.pop_back();
@@ -193,6 +194,44 @@ TEST_F(ModeTest, UseWakesASuspendedSandbox) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "hi\n");
   EXPECT_EQ(Meta(id).mode, "running");
+}
+
+TEST_F(ModeTest, AClientKeptAcrossASuspendWakesTheSandbox) {
+  std::string id = CreateCli();
+  auto connected = provider_->Connect(id);
+  ASSERT_TRUE(connected) << connected.error().ToString();
+  Sandbox& client = **connected;
+  ASSERT_TRUE(client.Write("a.txt", "before"));
+  ASSERT_EQ(Cli({"sandbox", "suspend", id}).code, 0);  // another process
+  auto read = client.Read("a.txt", {});  // the same client: it resumes the sandbox first
+  ASSERT_TRUE(read) << read.error().ToString();
+  EXPECT_EQ(read->content, "before");
+  EXPECT_EQ(Meta(id).mode, "running");
+  if (Cli({"sandbox", "pause", id}).code != 0) return;  // no freezer here
+  ExecRequest req;
+  req.shell = "echo thawed";
+  auto r = client.Exec(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->stdout_data, "thawed\n");
+}
+
+TEST_F(ModeTest, IdleSuspendWaitsForRunningCommandsThenSuspends) {
+  std::string id = CreateCli("900", "2");
+  EXPECT_EQ(Meta(id).idle_suspend_seconds, 2);
+  // A command that outlives the idle time: it runs to its end, unharmed.
+  auto r = Cli({"sandbox", "exec", id, "--", "sh", "-c", "sleep 5; echo done > /workspace/f"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadFile(state_ / "sandboxes" / id / "workspace" / "f"), "done\n");
+  // Then, unused, it is suspended by its supervisor.
+  ASSERT_TRUE(Eventually([&] { return Meta(id).mode == "suspended"; }, 60s))
+      << ReadFile(state_ / "sandboxes" / id / "supervisor.log");
+  EXPECT_THAT(ReadFile(state_ / "sandboxes" / id / "supervisor.log"),
+              HasSubstr("unused for 2 s (--idle-suspend): suspending"));
+  // The next use resumes it, files intact; the idle timer starts again.
+  auto again = Cli({"sandbox", "exec", id, "--", "cat", "/workspace/f"});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(again.out, "done\n");
+  EXPECT_TRUE(Eventually([&] { return Meta(id).mode == "suspended"; }, 60s));
 }
 
 TEST_F(ModeTest, DeleteOrExpiryOfAPausedOrSuspendedSandboxLeavesNothing) {

@@ -21,7 +21,8 @@ from mcp.shared.exceptions import MCPError
 
 from conftest import DEEPBOX, HttpServer, run_deepbox, sandbox_ids, wait_until
 
-TOOLS = {"sandbox_create", "sandbox_list", "sandbox_delete", "execute", "ls", "read_file",
+TOOLS = {"sandbox_create", "sandbox_list", "sandbox_delete", "sandbox_pause", "sandbox_suspend",
+         "sandbox_resume", "execute", "ls", "read_file",
          "write_file", "edit_file", "glob", "grep", "upload_file", "download_file"}
 
 
@@ -131,6 +132,25 @@ async def full_flow(client, expect_version, stateless=False):
         assert text(d) == "/workspace\n\n[Command succeeded with exit code 0]"
     listed = await client.call_tool("sandbox_list", {})
     assert listed.structured_content["default_sandbox_id"] == default_id
+
+    # Suspended: no process left, the files kept; the next call wakes it.
+    susp = await client.call_tool("sandbox_suspend", {"sandbox_id": sid})
+    assert text(susp) == f"Suspended sandbox {sid}.", text(susp)
+    listed = await client.call_tool("sandbox_list", {})
+    assert {"sandbox_id": sid, "state": "suspended"}.items() <= next(
+        x for x in listed.structured_content["sandboxes"] if x["sandbox_id"] == sid).items()
+    woke = await client.call_tool("execute", {"command": "sha256sum data/blob.bin",
+                                              "sandbox_id": sid})
+    assert hashlib.sha256(blob).hexdigest() in text(woke), text(woke)
+    paused = await client.call_tool("sandbox_pause", {"sandbox_id": sid})
+    if paused.is_error:  # a host without a cgroup freezer (e.g. not root) says so
+        assert "no cgroup freezer" in text(paused), text(paused)
+    else:
+        assert text(paused) == f"Paused sandbox {sid}."
+        again = await client.call_tool("read_file", {"file_path": "src/fib.py", "sandbox_id": sid})
+        assert "x = 2" in text(again), text(again)
+    resumed = await client.call_tool("sandbox_resume", {"sandbox_id": sid})
+    assert text(resumed) == f"Resumed sandbox {sid}."
 
     deleted = await client.call_tool("sandbox_delete", {"sandbox_id": sid})
     assert text(deleted) == f"Deleted sandbox {sid}."

@@ -318,7 +318,7 @@ TEST_P(ProviderContractTest, VerbsAProviderLacksSayWhoCannot) {
   };
   const std::optional<Error> outcomes[] = {
       failure(provider_->Pause(made->id)),        failure(provider_->Resume(made->id)),
-      failure(provider_->Suspend(made->id)),      failure(provider_->Resume(made->id)),
+      failure(provider_->Suspend(made->id, {})),      failure(provider_->Resume(made->id)),
       failure(provider_->Snapshot(made->id, {})), failure(provider_->CreateFromSnapshot("s", {})),
       failure(provider_->Fork(made->id, 1, {}))};
   for (const auto& outcome : outcomes) {

@@ -65,6 +65,52 @@ class SandboxdTest : public ::testing::Test {
 
 // ---------------------------------------------------------------- basics
 
+// What an idle timer decides on: requests in flight (an exec while it runs),
+// background processes running, and the time since the last request ended;
+// the probe itself and the health checks are no activity.
+TEST_F(SandboxdTest, ActivityCountsRequestsAndProcessesButNotProbes) {
+  auto activity = [&] {
+    auto r = Get("/deepbox/v1/activity");
+    EXPECT_EQ(r.status, 200) << r.body;
+    auto o = ParseJsonObject(r.body);
+    EXPECT_TRUE(o) << r.body;
+    return o.value_or(json::object{});
+  };
+  ASSERT_EQ(Get("/deepbox/v1/info").status, 200);
+  auto first = activity();
+  EXPECT_EQ(first.at("requests_in_flight").as_int64(), 0);
+  EXPECT_EQ(first.at("processes_running").as_int64(), 0);
+  // Probes do not reset the idle time: it only grows.
+  int64_t idle = first.at("idle_ms").as_int64();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(Get("/deepbox/v1/health").status, 200);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int64_t now = activity().at("idle_ms").as_int64();
+    EXPECT_GE(now, idle);
+    idle = now;
+  }
+  EXPECT_GE(idle, 100);
+  // An exec in flight counts until it ends.
+  std::thread exec([&] { Post("/deepbox/v1/exec", R"({"shell":"sleep 1"})"); });
+  bool seen = false;
+  for (int i = 0; i < 500 && !seen; ++i) {
+    seen = activity().at("requests_in_flight").as_int64() == 1;
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  exec.join();
+  EXPECT_TRUE(seen);
+  auto after = activity();
+  EXPECT_EQ(after.at("requests_in_flight").as_int64(), 0);
+  EXPECT_LT(after.at("idle_ms").as_int64(), idle);  // the exec just ended
+  // A background process counts while it runs.
+  auto start = Post("/deepbox/v1/processes", R"({"shell":"sleep 30"})");
+  ASSERT_EQ(start.status, 200) << start.body;
+  EXPECT_EQ(activity().at("processes_running").as_int64(), 1);
+  std::string id(ParseJsonObject(start.body)->at("id").as_string());
+  EXPECT_EQ(Get("/deepbox/v1/processes/" + id, "DELETE").status, 200);
+  EXPECT_EQ(activity().at("processes_running").as_int64(), 0);
+}
+
 TEST_F(SandboxdTest, HealthAndInfoOnBothTransports) {
   for (bool tcp : {false, true}) {
     net::ClientRequest req;

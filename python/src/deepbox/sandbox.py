@@ -89,7 +89,8 @@ class Sandbox:
         cluster_args: Sequence[str] = (),
     ) -> None:
         self.id = sandbox_id
-        self.client = client
+        self._client = client
+        self._asleep = False  # paused or suspended by this object: woken on next use
         self.meta: dict[str, Any] = dict(meta or {})
         self.provider = provider
         self.owned = owned
@@ -99,6 +100,13 @@ class Sandbox:
 
     def __repr__(self) -> str:
         return f"Sandbox({self.id!r}, provider={self.provider!r})"
+
+    @property
+    def client(self) -> DaemonClient:
+        """The daemon client; using it wakes a sandbox this object paused or suspended."""
+        if self._asleep:
+            self.resume()
+        return self._client
 
     # ---- lifecycle --------------------------------------------------------
 
@@ -247,12 +255,57 @@ class Sandbox:
         """Deletes the sandbox (kills its processes, removes its files). Idempotent."""
         if self.deleted:
             return
-        self.client.close()
+        self._client.close()
         try:
             run_cli(["sandbox", "rm", *self._cluster_args, self.id], deepbox_bin=self._deepbox_bin)
         except SandboxNotFoundError:
             pass  # already gone (expired, or deleted elsewhere)
         self.deleted = True
+
+    def pause(self) -> None:
+        """Freezes every process of the sandbox: memory and files kept, no CPU.
+
+        Local sandboxes (a cgroup freezer); resumed by :meth:`resume` or by
+        the next ``deepbox`` command that uses it. The TTL keeps counting.
+        """
+        self._mode("pause")
+
+    def suspend(self) -> None:
+        """Ends every process of the sandbox (memory and CPU freed); its files stay.
+
+        :meth:`resume` (or the next ``deepbox`` command that uses it) starts
+        fresh processes on the same files. The TTL keeps counting.
+        """
+        self._mode("suspend")
+
+    def resume(self) -> None:
+        """Resumes a paused or suspended sandbox (a running one is left as it is)."""
+        self._mode("resume")
+
+    def _mode(self, verb: str) -> None:
+        if self.deleted:
+            raise SandboxNotFoundError(_EXIT_NOT_FOUND, f"sandbox '{self.id}' was deleted (by this program)",
+                                       ["sandbox", verb, self.id])
+        # Its connection ends with its processes (suspend) or would wait on
+        # frozen ones (pause): the next call reconnects.
+        self._client.close()
+        run_cli(["sandbox", verb, *self._cluster_args, self.id], deepbox_bin=self._deepbox_bin, timeout=300)
+        self._asleep = verb != "resume"
+
+    @property
+    def state(self) -> str:
+        """What ``deepbox sandbox ls`` says the sandbox is: running (claimed), paused, suspended...
+
+        Local sandboxes only; ``DeepboxError`` elsewhere.
+        """
+        if self.provider != "local":
+            raise DeepboxError(f"state: not known for {self.provider} sandboxes")
+        out = run_cli(["sandbox", "ls", "--json"], deepbox_bin=self._deepbox_bin)
+        for meta in json.loads(out):
+            if isinstance(meta, dict) and meta.get("id") == self.id:
+                mode = meta.get("mode", "running")
+                return "running" if mode == "running" else str(mode)
+        raise SandboxNotFoundError(_EXIT_NOT_FOUND, f"no such sandbox: {self.id}", ["sandbox", "ls", "--json"])
 
     def gone_reason(self) -> str | None:
         """Why the sandbox no longer exists, or None while it does.
@@ -279,7 +332,7 @@ class Sandbox:
         if self.owned:
             self.delete()
         else:
-            self.client.close()
+            self._client.close()
 
     # ---- processes and files (DaemonClient) -------------------------------
 

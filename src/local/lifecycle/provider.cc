@@ -18,6 +18,7 @@
 #include <charconv>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "common/unique_fd.h"
@@ -197,6 +198,46 @@ std::optional<uint64_t> ReadOomKills(const std::vector<std::string>& files) {
   return total;
 }
 
+// SandboxdClientOptions::before_request of a local sandbox: a client kept
+// while its sandbox was paused or suspended (by `sandbox pause`, the idle
+// timer, another process) wakes it before its next request. The record is
+// re-read only when its file changed (a stat per request otherwise).
+std::function<Status()> WakeOnUse(const LocalProviderOptions& options, const Store& store,
+                                  const SandboxMeta& meta) {
+  struct Seen {
+    std::mutex mu;
+    struct timespec mtime {};
+    ino_t ino = 0;
+  };
+  auto seen = std::make_shared<Seen>();
+  fs::path record = store.Paths(meta.id).meta;
+  struct stat st;
+  if (stat(record.c_str(), &st) == 0) {
+    seen->mtime = st.st_mtim;
+    seen->ino = st.st_ino;
+  }
+  return [options, store, id = meta.id, record, seen]() -> Status {
+    struct stat now;
+    if (stat(record.c_str(), &now) != 0) return {};  // gone: the request says so
+    std::lock_guard<std::mutex> lock(seen->mu);
+    if (now.st_ino == seen->ino && now.st_mtim.tv_sec == seen->mtime.tv_sec &&
+        now.st_mtim.tv_nsec == seen->mtime.tv_nsec) {
+      return {};
+    }
+    auto m = store.Read(id);
+    if (m && (m->mode != "running" || m->requested_mode != "running")) {
+      auto provider = LocalSandboxProvider::Create(options);
+      if (!provider) return tl::unexpected(provider.error());
+      if (auto woke = (*provider)->Resume(id); !woke) return woke;
+    }
+    if (stat(record.c_str(), &now) == 0) {
+      seen->mtime = now.st_mtim;
+      seen->ino = now.st_ino;
+    }
+    return {};
+  };
+}
+
 }  // namespace
 
 Result<std::string> ResolveRootfs(const std::string& rootfs) {
@@ -288,6 +329,9 @@ Status LocalSandboxProvider::ValidateClaim(const ClaimOptions& options, std::str
     }
   }
   if (options.ttl.count() < 0) return MakeError(ErrorCode::kInvalidArgument, "TTL must be >= 0");
+  if (options.idle_suspend.count() < 0) {
+    return MakeError(ErrorCode::kInvalidArgument, "the idle-suspend time must be >= 0");
+  }
   if (auto st = ValidateSandboxLimits(options_.limits); !st) return st;
   auto root = ResolveRootfs(options.rootfs);
   if (!root) return tl::unexpected(root.error());
@@ -305,6 +349,7 @@ Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options
   req.id = Store::NewId();
   req.labels = options.labels;
   req.ttl_seconds = options.ttl.count();
+  req.idle_suspend_seconds = options.idle_suspend.count();
   req.network = options.network;
   req.rootfs = rootfs;
   req.pool = pool;
@@ -382,6 +427,7 @@ Result<std::optional<SandboxMeta>> LocalSandboxProvider::ClaimWarm(const std::st
       m.state = "claimed";
       m.labels = options.labels;
       m.claimed_at_ms = now;
+      m.idle_suspend_seconds = options.idle_suspend.count();
       if (options.ttl.count() > 0) {
         m.expires_at_ms = now + options.ttl.count() * 1000;
       } else {
@@ -560,6 +606,7 @@ Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const Sand
                               seen = std::make_shared<std::atomic<int>>(meta.restarts)] {
     return WhyConnectionLost(store, id, *seen);
   };
+  o.before_request = WakeOnUse(options_, store_, meta);
   if (meta.limits.memory_bytes) {
     o.memory_limit_bytes = *meta.limits.memory_bytes;
     o.oom_kill_count = [files = OomKillFiles(meta)]() { return ReadOomKills(files); };
@@ -721,7 +768,10 @@ std::optional<Error> LocalSandboxProvider::WhyGone(const std::string& id) {
 }
 
 Status LocalSandboxProvider::Pause(const std::string& id) { return RequestMode(id, "paused"); }
-Status LocalSandboxProvider::Suspend(const std::string& id) { return RequestMode(id, "suspended"); }
+// The files always survive a local suspend (options.force changes nothing).
+Status LocalSandboxProvider::Suspend(const std::string& id, const SuspendOptions&) {
+  return RequestMode(id, "suspended");
+}
 Status LocalSandboxProvider::Resume(const std::string& id) { return RequestMode(id, "running"); }
 
 Status LocalSandboxProvider::RequestMode(const std::string& id, const std::string& mode) {

@@ -88,7 +88,7 @@ class LocalSandboxProvider : public SandboxProvider {
   // Pause, Suspend, Resume: asked of the sandbox's supervisor (its record's
   // requested_mode, then SIGHUP), which does them; these wait until it has.
   Status Pause(const std::string& id) override;
-  Status Suspend(const std::string& id) override;
+  Status Suspend(const std::string& id, const SuspendOptions& options) override;
   Status Resume(const std::string& id) override;
 
   // Creates (or takes from the pool) without a lease: the sandbox lives until

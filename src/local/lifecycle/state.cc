@@ -516,6 +516,7 @@ json::object SandboxMeta::ToJson() const {
   if (mode != "running") o["mode"] = mode;
   if (mode_since_ms) o["mode_since"] = FormatTime(*mode_since_ms);
   if (!mode_error.empty()) o["mode_error"] = JsonString(mode_error);
+  if (idle_suspend_seconds > 0) o["idle_suspend_seconds"] = idle_suspend_seconds;
   return o;
 }
 
@@ -559,6 +560,7 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
     if (auto t = ParseTime(*since)) m.mode_since_ms = *t;
   }
   m.mode_error = GetOptString(o, "mode_error").value_or("");
+  m.idle_suspend_seconds = IntOr(o, "idle_suspend_seconds", 0, 0, INT32_MAX);
   m.pool = GetOptString(o, "pool").value_or("");
   m.network_requested = GetOptString(o, "network_requested").value_or("");
   m.network = GetOptString(o, "network").value_or("none");

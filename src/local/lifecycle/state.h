@@ -116,6 +116,7 @@ struct SandboxMeta {
   // Why the supervisor could not reach requested_mode (it then set
   // requested_mode back to mode); "" once a request succeeds.
   std::string mode_error;
+  int64_t idle_suspend_seconds = 0;  // suspend after this long unused (0 = never)
 
   json::object ToJson() const;
   static Result<SandboxMeta> FromJson(const json::object& o);

@@ -122,6 +122,9 @@ class Supervisor {
   // Makes the sandbox what meta_.requested_mode asks for and records the
   // outcome (false: the sandbox was deleted meanwhile).
   bool ApplyRequestedMode();
+  // Whether the daemon reports nothing going on for idle_suspend_seconds
+  // (GET /deepbox/v1/activity; false when it cannot tell).
+  bool IdleLongEnough();
   // The state dir (or our record in it) was removed or replaced.
   bool StateRemoved() const;
   bool HoldsStateDir() const;
@@ -146,6 +149,7 @@ class Supervisor {
   std::string stderr_tail_;
   UniqueFd sigfd_;
   UniqueFd timerfd_;
+  std::unique_ptr<net::HttpClient> activity_http_;  // the idle timer's probe
   int64_t start_ns_ = 0;
   int64_t launched_ns_ = 0;
   bool dir_created_ = false;
@@ -169,6 +173,7 @@ Status Supervisor::Prepare() {
   meta_.labels = req_.labels;
   meta_.created_at_ms = NowMs();
   if (req_.ttl_seconds > 0) meta_.expires_at_ms = meta_.created_at_ms + req_.ttl_seconds * 1000;
+  meta_.idle_suspend_seconds = req_.idle_suspend_seconds;
   // A warm sandbox nobody claims does not live for ever (a claim sets the
   // claimer's TTL): the pool replaces it.
   if (!req_.pool.empty() && !meta_.expires_at_ms) {
@@ -407,6 +412,20 @@ void Supervisor::ArmTimer(std::optional<int64_t> at_ms) {
 
 void Supervisor::Serve() {
   for (;;) {
+    // The idle timer (--idle-suspend): checked at least every kStateCheckMs.
+    if (meta_.idle_suspend_seconds > 0 && meta_.mode == "running" &&
+        meta_.requested_mode == "running" && meta_.ready && meta_.broken.empty() &&
+        meta_.state == "claimed" && IdleLongEnough()) {
+      auto asked = store_.Update(req_.id, [&](SandboxMeta& m) {
+        if (m.requested_mode == "running") m.requested_mode = "suspended";
+        return Status{};
+      });
+      if (asked) {
+        meta_ = *asked;
+        Log(fmt::format("unused for {} s (--idle-suspend): suspending",
+                        meta_.idle_suspend_seconds));
+      }
+    }
     // A pause, suspend or resume asked for (SIGHUP re-read the record).
     if (meta_.requested_mode != meta_.mode && meta_.broken.empty() && meta_.state != "warm") {
       if (!ApplyRequestedMode()) return;
@@ -536,6 +555,33 @@ Status Supervisor::Restart() {
   if (!updated) return tl::unexpected(updated.error());
   meta_ = *updated;
   return {};
+}
+
+bool Supervisor::IdleLongEnough() {
+  if (!activity_http_) {
+    net::ClientOptions options;
+    options.connect_timeout = 250ms;
+    options.max_idle_connections = 1;
+    auto http = net::HttpClient::Create("unix:" + meta_.socket, std::move(options));
+    if (!http) return false;
+    activity_http_ = std::move(*http);
+  }
+  net::ClientRequest req;
+  req.target = "/deepbox/v1/activity";
+  req.timeout = 1000ms;
+  auto r = activity_http_->Send(req);
+  if (!r || r->status != 200) {
+    activity_http_->CloseIdle();
+    return false;
+  }
+  auto o = ParseJsonObject(r->body);
+  if (!o) return false;
+  auto number = [&](const char* key) -> int64_t {
+    auto it = o->find(key);
+    return it != o->end() && it->value().is_int64() ? it->value().as_int64() : -1;
+  };
+  return number("requests_in_flight") == 0 && number("processes_running") == 0 &&
+         number("idle_ms") >= meta_.idle_suspend_seconds * 1000;
 }
 
 bool Supervisor::ApplyRequestedMode() {
@@ -725,6 +771,7 @@ json::object SupervisorRequest::ToJson() const {
   for (const auto& [k, v] : labels) l[k] = v;
   o["labels"] = std::move(l);
   o["ttl_seconds"] = ttl_seconds;
+  o["idle_suspend_seconds"] = idle_suspend_seconds;
   o["network"] = network;
   o["rootfs"] = JsonString(rootfs);
   o["pool"] = pool;
@@ -749,6 +796,8 @@ Result<SupervisorRequest> SupervisorRequest::FromJson(const json::object& o) {
     }
   }
   r.ttl_seconds = GetOptInt(o, "ttl_seconds").value_or(std::nullopt).value_or(0);
+  r.idle_suspend_seconds =
+      std::max<int64_t>(0, GetOptInt(o, "idle_suspend_seconds").value_or(std::nullopt).value_or(0));
   r.network = GetOptString(o, "network").value_or("");
   r.rootfs = GetOptString(o, "rootfs").value_or("");
   r.pool = GetOptString(o, "pool").value_or("");

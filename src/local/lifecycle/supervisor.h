@@ -54,13 +54,14 @@ struct SupervisorRequest {
   std::string state_dir;
   std::string id;
   Labels labels;
-  int64_t ttl_seconds = 0;      // 0 = no expiry
-  std::string network;          // "" (host default) | "none" | "public"
-  std::string rootfs;           // "" = host system dirs
-  std::string pool;             // non-empty: a warm sandbox of that pool
-  std::string sandboxd_binary;  // absolute path
-  SandboxLimits limits;         // nullopt fields: no limit
-  int64_t requested_at_ns = 0;  // CLOCK_MONOTONIC at the creator (spawn timing)
+  int64_t ttl_seconds = 0;           // 0 = no expiry
+  int64_t idle_suspend_seconds = 0;  // suspend after this long unused (0 = never)
+  std::string network;               // "" (host default) | "none" | "public"
+  std::string rootfs;                // "" = host system dirs
+  std::string pool;                  // non-empty: a warm sandbox of that pool
+  std::string sandboxd_binary;       // absolute path
+  SandboxLimits limits;              // nullopt fields: no limit
+  int64_t requested_at_ns = 0;       // CLOCK_MONOTONIC at the creator (spawn timing)
 
   json::object ToJson() const;
   static Result<SupervisorRequest> FromJson(const json::object& o);

@@ -169,6 +169,25 @@ void Daemon::Handle(net::Request& request, net::ResponseWriter& writer) {
     (void)writer.Send(r);
     return;
   }
+  // Activity: every request but the health checks and the activity probe.
+  const bool probe = request.path == "/deepbox/v1/activity" || request.path == "/healthz" ||
+                     request.path == "/deepbox/v1/health" || request.path == "/v1/health" ||
+                     request.path == "/";
+  struct InFlight {
+    const Daemon* daemon;
+    std::atomic<int>& count;
+    std::atomic<int64_t>& last;
+    ~InFlight() {
+      if (daemon == nullptr) return;
+      last.store(std::chrono::steady_clock::now().time_since_epoch().count());
+      count.fetch_sub(1);
+    }
+  } in_flight{probe ? nullptr : this, in_flight_, last_request_ns_};
+  if (!probe) in_flight_.fetch_add(1);
+  if (request.path == "/deepbox/v1/activity" && request.method == "GET") {
+    (void)writer.Send(Activity());
+    return;
+  }
   if (request.path.starts_with("/deepbox/v1/") || request.path == "/healthz") {
     HandleDeepbox(request, writer);
     return;
@@ -176,6 +195,22 @@ void Daemon::Handle(net::Request& request, net::ResponseWriter& writer) {
   if (HandleUpstream(request, writer)) return;
   (void)writer.Send(ErrorResponse(Error(
       ErrorCode::kNotFound, fmt::format("no such endpoint: {} {}", request.method, request.path))));
+}
+
+net::Response Daemon::Activity() const {
+  const auto now = std::chrono::steady_clock::now();
+  int64_t last = last_request_ns_.load();
+  auto since =
+      last == 0
+          ? now - started_
+          : now - std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(last));
+  int running = 0;
+  for (const auto& p : processes_->List()) running += p.state == proc::ProcessState::kRunning;
+  json::object o;
+  o["requests_in_flight"] = in_flight_.load();
+  o["processes_running"] = running;
+  o["idle_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(since).count();
+  return JsonResponse(200, ToJson(o));
 }
 
 net::Response Daemon::Health() const {

@@ -91,6 +91,10 @@ class Daemon {
 
   // deepbox API pieces (deepbox_api.cc).
   net::Response Health() const;
+  // GET /deepbox/v1/activity: requests in flight, background processes
+  // running, and how long since the last request ended (what an idle timer
+  // decides on; neither it nor the health checks count as activity).
+  net::Response Activity() const;
   net::Response Info() const;
   net::Response Exec(const net::Request& request);
   void ExecStream(const net::Request& request, net::ResponseWriter& writer);
@@ -133,6 +137,8 @@ class Daemon {
   // Identified streamed execs, for re-attaching to a cut stream (exec_records.h).
   std::unique_ptr<ExecRecords> exec_records_;
   std::chrono::steady_clock::time_point started_;
+  std::atomic<int> in_flight_{0};
+  std::atomic<int64_t> last_request_ns_{0};  // steady clock; 0 = none since start
   std::atomic<bool> shutting_down_{false};
   // token_sha256_file as last read.
   struct VerifierState {
