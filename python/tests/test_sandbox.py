@@ -65,6 +65,30 @@ def test_suspend_and_pause_keep_the_files_and_use_wakes(deepbox_bin: str) -> Non
         assert sb.exec("true").ok
 
 
+def test_snapshot_restore_and_fork(deepbox_bin: str) -> None:
+    name = f"py-{os.getpid()}"
+    with Sandbox.create(labels=LABEL, ttl=900, network="none") as sb:
+        sb.write("dir/notes.txt", "v1\n")
+        record = sb.snapshot(name)
+        assert record["name"] == name and record["source_id"] == sb.id
+        sb.write("dir/notes.txt", "v2\n")
+        forks = sb.fork(2, ttl=900)
+        try:
+            assert [f.read_text("dir/notes.txt") for f in forks] == ["v2\n", "v2\n"]
+            forks[0].write("dir/notes.txt", "mine\n")
+            assert forks[1].read_text("dir/notes.txt") == "v2\n"
+        finally:
+            for f in forks:
+                f.delete()
+    try:
+        assert name in [s["name"] for s in Sandbox.snapshots()]
+        with Sandbox.create(labels=LABEL, ttl=900, network="none", from_snapshot=name) as restored:
+            assert restored.read_text("dir/notes.txt") == "v1\n"
+    finally:
+        Sandbox.delete_snapshot(name)
+    assert name not in [s["name"] for s in Sandbox.snapshots()]
+
+
 def test_context_manager_deletes(deepbox_bin: str) -> None:
     with Sandbox.create(labels=LABEL, ttl=900, network="none") as sb:
         sid = sb.id

@@ -41,6 +41,7 @@ struct SandboxCreateArgs {
   std::vector<std::string> labels;                 // K=V
   int64_t ttl_seconds = kDefaultCreateTtlSeconds;  // 0 = none (with a warning)
   int64_t idle_suspend_seconds = 0;                // 0 = never
+  std::string from_snapshot;                       // "" = an empty workspace
   std::string network;                             // "" = host default
   std::string rootfs;
   bool json = false;
@@ -104,6 +105,31 @@ struct SandboxModeArgs {
   bool force = false;    // suspend: even where the files are lost (k8s emptyDir)
 };
 int RunSandboxMode(const SandboxModeArgs& args);
+
+// `deepbox sandbox snapshot ID|ls|rm`, `sandbox fork ID -n K`
+// (sandbox_lifecycle_command.cc).
+struct SnapshotArgs {
+  std::string id;    // snapshot ID
+  std::string name;  // --name ("" = the provider picks one)
+  bool json = false;
+};
+int RunSandboxSnapshot(const SnapshotArgs& args);
+struct SnapshotLsArgs {
+  bool json = false;
+};
+int RunSnapshotLs(const SnapshotLsArgs& args);
+struct SnapshotRmArgs {
+  std::vector<std::string> names;
+};
+int RunSnapshotRm(const SnapshotRmArgs& args);
+struct SandboxForkArgs {
+  std::string id;
+  int count = 1;
+  std::vector<std::string> labels;
+  int64_t ttl_seconds = kDefaultCreateTtlSeconds;
+  bool json = false;
+};
+int RunSandboxFork(const SandboxForkArgs& args);
 
 struct SandboxCpArgs {
   std::string src;

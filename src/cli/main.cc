@@ -157,6 +157,9 @@ void RegisterSandboxCommands(CLI::App& app) {
                    "background process (its processes end, its files stay; the next use\n"
                    "resumes it). 0 = never (the default). Local sandboxes only")
       ->check(CLI::NonNegativeNumber);
+  create->add_option("--from-snapshot", create_args->from_snapshot,
+                     "A new sandbox holding the files of snapshot NAME (`deepbox sandbox\n"
+                     "snapshot ID`): never a warm one");
   create->add_flag("--json", create_args->json, "Print the sandbox's record as JSON");
   create->add_flag("--cold", create_args->cold,
                    "Always create a new sandbox (skip the pool). A warm sandbox is only\n"
@@ -272,6 +275,56 @@ void RegisterSandboxCommands(CLI::App& app) {
     cmd->callback([mode_args] { SetExitCode(RunSandboxMode(*mode_args)); });
   }
 
+  // Snapshots and forks: the workspace's files, not memory or processes.
+  auto snap_args = std::make_shared<SnapshotArgs>();
+  CLI::App* snap = sandbox->add_subcommand(
+      "snapshot",
+      "Copy a sandbox's files (its /workspace; not its memory or processes) into a\n"
+      "snapshot that outlives it; print its name. A running sandbox is paused for the\n"
+      "copy (where the host has a cgroup freezer) so that no file is caught half-\n"
+      "written, then resumed. `sandbox create --from-snapshot NAME` restores it.\n"
+      "All snapshots share a quota ($DEEPBOX_SNAPSHOT_QUOTA, default 20G).\n"
+      "  deepbox sandbox snapshot ls | rm NAME...");
+  snap->add_option("id", snap_args->id, "Sandbox id");
+  snap->add_option("--name", snap_args->name,
+                   "Snapshot name (letters, digits, _ . -; default ID-RANDOM)");
+  snap->add_flag("--json", snap_args->json, "Print the snapshot's record as JSON");
+  auto snap_ls_args = std::make_shared<SnapshotLsArgs>();
+  CLI::App* snap_ls = snap->add_subcommand("ls", "List snapshots, their sizes and the total");
+  snap_ls->alias("list");
+  snap_ls->add_flag("--json", snap_ls_args->json, "Print the records as a JSON array");
+  snap_ls->callback([snap_ls_args] { SetExitCode(RunSnapshotLs(*snap_ls_args)); });
+  auto snap_rm_args = std::make_shared<SnapshotRmArgs>();
+  CLI::App* snap_rm = snap->add_subcommand("rm", "Remove snapshots");
+  snap_rm->alias("delete");
+  snap_rm->add_option("names", snap_rm_args->names, "Snapshot names")->required();
+  snap_rm->callback([snap_rm_args] { SetExitCode(RunSnapshotRm(*snap_rm_args)); });
+  snap->callback([snap, snap_args] {
+    if (!snap->get_subcommands().empty()) return;  // ls / rm ran
+    if (snap_args->id.empty()) {
+      SetExitCode(ReportError(Error(ErrorCode::kInvalidArgument,
+                                    "give a sandbox id (or: deepbox sandbox snapshot ls | rm)")));
+      return;
+    }
+    SetExitCode(RunSandboxSnapshot(*snap_args));
+  });
+
+  auto fork_args = std::make_shared<SandboxForkArgs>();
+  CLI::App* fork_cmd = sandbox->add_subcommand(
+      "fork",
+      "Make new sandboxes holding a sandbox's files as they are now (its /workspace;\n"
+      "not its memory or processes), e.g. to try several fixes from one state. The\n"
+      "source is paused for the copy where it can be. Prints the new ids; all or none");
+  fork_cmd->add_option("id", fork_args->id, "Sandbox id")->required();
+  fork_cmd->add_option("-n,--count", fork_args->count, "How many (1-32)")->capture_default_str();
+  fork_cmd->add_option("--label,-l", fork_args->labels, "Label K=V on the new sandboxes")
+      ->allow_extra_args(false);
+  fork_cmd->add_option("--ttl", fork_args->ttl_seconds, "TTL of the new sandboxes (0 = none)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  fork_cmd->add_flag("--json", fork_args->json, "Print the new ids as a JSON array");
+  fork_cmd->callback([fork_args] { SetExitCode(RunSandboxFork(*fork_args)); });
+
   auto cp_args = std::make_shared<SandboxCpArgs>();
   CLI::App* cp = sandbox->add_subcommand(
       "cp",
@@ -360,6 +413,12 @@ std::optional<int> CheckSubcommands(CLI::App& app, int argc, char** argv) {
     CLI::App* next = nullptr;
     for (CLI::App* s : all(cur)) {
       if (s->check_name(arg)) next = s;
+    }
+    // A command with arguments of its own besides its subcommands (`sandbox
+    // snapshot ID` next to `sandbox snapshot ls`): CLI11 parses them.
+    if (next == nullptr &&
+        !cur->get_options([](const CLI::Option* o) { return o->get_positional(); }).empty()) {
+      return std::nullopt;
     }
     if (next == nullptr) {
       std::fprintf(stderr, "deepbox: %s: unknown command '%s' (commands: %s; see `%s --help`)\n",

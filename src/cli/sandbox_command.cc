@@ -75,6 +75,15 @@ Result<std::unique_ptr<local::lifecycle::LocalSandboxProvider>> MakeProvider(
 }
 
 int RunSandboxCreate(const SandboxCreateArgs& args) {
+  if (args.cluster.k8s() && !args.from_snapshot.empty()) {
+    return ReportError(Error(ErrorCode::kUnimplemented,
+                             "--from-snapshot: snapshots are local sandboxes' only so far"));
+  }
+  if (args.cluster.k8s() && args.idle_suspend_seconds > 0) {
+    return ReportError(Error(ErrorCode::kUnimplemented,
+                             "--idle-suspend: local sandboxes only (agent-sandbox has no idle "
+                             "timer; suspend a claim with `deepbox sandbox suspend`)"));
+  }
   if (args.cluster.k8s()) return RunK8sSandboxCreate(args);
   ClaimOptions claim;
   for (const auto& l : args.labels) {
@@ -95,6 +104,19 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
   claim.rootfs = args.rootfs;
   auto provider = MakeProvider(args.provider);
   if (!provider) return ReportError(provider.error());
+  if (!args.from_snapshot.empty()) {
+    // A new sandbox holding the snapshot's files (sandbox snapshot ID).
+    auto info = (*provider)->CreateFromSnapshot(args.from_snapshot, claim);
+    if (!info) return ReportError(info.error());
+    auto restored = (*provider)->Get(info->id);
+    if (!restored) return ReportError(restored.error());
+    if (args.json) {
+      std::cout << ToJson(restored->ToJson()) << std::endl;
+    } else {
+      std::cout << info->id << std::endl;
+    }
+    return kExitOk;
+  }
   auto meta = (*provider)->CreateSandbox(claim, !args.cold);
   if (!meta) {
     int code = ReportError(meta.error());

@@ -5,12 +5,16 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <iostream>
 #include <map>
 #include <memory>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/json.h"
 #include "common/terminal_text.h"
+#include "local/lifecycle/sandbox_limits.h"
+#include "local/lifecycle/selector.h"
 #include "sandbox/registry.h"
 
 namespace deepbox::cli {
@@ -33,7 +37,133 @@ ProviderRequest RequestFor(const ProviderRegistration& provider, const ClusterFl
   return request;
 }
 
+// The provider of sandbox `id` (by its form), or the error already reported.
+Result<std::unique_ptr<SandboxProvider>> ProviderOf(const std::string& id,
+                                                    const ClusterFlags& flags, int* code) {
+  const ProviderRegistration* owner = ProviderRegistry::Global().ForId(id);
+  if (owner == nullptr) {
+    Error e(ErrorCode::kInvalidArgument,
+            fmt::format("'{}' is no sandbox id (local: sb-..., Kubernetes: NAMESPACE/CLAIM; see "
+                        "`deepbox sandbox ls`)",
+                        SanitizeLineForTerminal(id)));
+    *code = ReportError(e);
+    return tl::unexpected(e);
+  }
+  auto made = ProviderRegistry::Global().Make(owner->name, RequestFor(*owner, flags));
+  if (!made) *code = ReportError(made.error());
+  return made;
+}
+
+json::object SnapshotJson(const SnapshotInfo& s) {
+  json::object o;
+  o["name"] = JsonString(s.name);
+  o["provider"] = s.provider;
+  o["source_id"] = JsonString(s.source_id);
+  o["created_at"] = JsonString(s.created_at);
+  o["size_bytes"] = s.size_bytes;
+  o["file_bytes"] = s.file_bytes;
+  if (!s.note.empty()) o["note"] = JsonString(s.note);
+  return o;
+}
+
+// Snapshots are kept by the local provider (the only one with them so far).
+Result<std::unique_ptr<SandboxProvider>> SnapshotProvider(int* code) {
+  ProviderRequest request;
+  request.one_shot = true;
+  auto made = ProviderRegistry::Global().Make("local", request);
+  if (!made) *code = ReportError(made.error());
+  return made;
+}
+
 }  // namespace
+
+int RunSandboxSnapshot(const SnapshotArgs& args) {
+  int code = kExitOk;
+  auto provider = ProviderOf(args.id, ClusterFlags{}, &code);
+  if (!provider) return code;
+  auto s = (*provider)->Snapshot(args.id, SnapshotOptions{args.name});
+  if (!s) return ReportError(s.error());
+  if (!s->note.empty()) {
+    std::fprintf(stderr, "deepbox: note: %s\n", SanitizeLineForTerminal(s->note).c_str());
+  }
+  if (args.json) {
+    std::cout << ToJson(SnapshotJson(*s)) << std::endl;
+  } else {
+    std::cout << s->name << std::endl;
+  }
+  return kExitOk;
+}
+
+int RunSnapshotLs(const SnapshotLsArgs& args) {
+  int code = kExitOk;
+  auto provider = SnapshotProvider(&code);
+  if (!provider) return code;
+  auto list = (*provider)->ListSnapshots();
+  if (!list) return ReportError(list.error());
+  if (args.json) {
+    json::array arr;
+    for (const auto& s : *list) arr.emplace_back(SnapshotJson(s));
+    std::cout << ToJson(arr) << std::endl;
+    return kExitOk;
+  }
+  std::string out = fmt::format("{:<32} {:<16} {:>10} {:>10}  {}\n", "NAME", "FROM", "ON DISK",
+                                "FILES", "CREATED");
+  uint64_t total = 0;
+  for (const auto& s : *list) {
+    auto size = [](int64_t b) {
+      return b < 0 ? std::string("?") : local::lifecycle::FormatBytes(static_cast<uint64_t>(b));
+    };
+    total += s.size_bytes > 0 ? static_cast<uint64_t>(s.size_bytes) : 0;
+    out += fmt::format("{:<32} {:<16} {:>10} {:>10}  {}\n", SanitizeLineForTerminal(s.name),
+                       SanitizeLineForTerminal(s.source_id), size(s.size_bytes), size(s.file_bytes),
+                       SanitizeLineForTerminal(s.created_at));
+  }
+  out += fmt::format("{} snapshot(s), {} on disk\n", list->size(),
+                     local::lifecycle::FormatBytes(total));
+  std::cout << out << std::flush;
+  return kExitOk;
+}
+
+int RunSnapshotRm(const SnapshotRmArgs& args) {
+  int code = kExitOk;
+  auto provider = SnapshotProvider(&code);
+  if (!provider) return code;
+  for (const auto& name : args.names) {
+    if (auto st = (*provider)->DeleteSnapshot(name); !st) {
+      code = ReportError(st.error());
+      continue;
+    }
+    std::printf("removed %s\n", name.c_str());
+  }
+  return code;
+}
+
+int RunSandboxFork(const SandboxForkArgs& args) {
+  int code = kExitOk;
+  auto provider = ProviderOf(args.id, ClusterFlags{}, &code);
+  if (!provider) return code;
+  ClaimOptions claim;
+  for (const auto& l : args.labels) {
+    auto kv = local::lifecycle::ParseLabel(l);
+    if (!kv) return ReportError(kv.error());
+    claim.labels[kv->first] = kv->second;
+  }
+  if (args.ttl_seconds < 0) {
+    return ReportError(Error(ErrorCode::kInvalidArgument, "--ttl: must be >= 0 (0 = no TTL)"));
+  }
+  claim.ttl = std::chrono::seconds(args.ttl_seconds);
+  auto made = (*provider)->Fork(args.id, args.count, claim);
+  if (!made) return ReportError(made.error());
+  if (args.json) {
+    json::array arr;
+    for (const auto& info : *made) arr.emplace_back(JsonString(info.id));
+    std::cout << ToJson(arr) << std::endl;
+  } else {
+    for (const auto& info : *made) std::cout << info.id << "\n";
+    std::cout << std::flush;
+  }
+  return kExitOk;
+}
 
 int RunSandboxMode(const SandboxModeArgs& args) {
   const char* verb = args.verb == SandboxModeVerb::kPause     ? "paused"

@@ -287,7 +287,8 @@ std::chrono::milliseconds KubeClient::Backoff(int attempt) const {
 }
 
 Result<KubeClient::RawResult> KubeClient::Send(std::string_view method, const std::string& target,
-                                               const std::string& body) {
+                                               const std::string& body,
+                                               std::string_view content_type) {
   bool refreshed = false;
   std::string what = fmt::format("{} {}", method, target);
   for (int attempt = 0;; ++attempt) {
@@ -300,7 +301,7 @@ Result<KubeClient::RawResult> KubeClient::Send(std::string_view method, const st
     req.body = body;
     req.timeout = options_.request_timeout;
     if (auto s = PrepareHeaders(req.headers); !s) return tl::unexpected(s.error());
-    if (!body.empty()) req.headers.Set("Content-Type", "application/json");
+    if (!body.empty()) req.headers.Set("Content-Type", std::string(content_type));
     auto r = (*transport)->http->Send(req);
     {
       std::lock_guard lock(mu_);
@@ -431,6 +432,23 @@ Result<ObjectList> KubeClient::List(const ResourceType& type, std::string_view n
     }
   } while (!cont.empty());
   return out;
+}
+
+Result<json::object> KubeClient::Patch(const ResourceType& type, std::string_view ns,
+                                       std::string_view name, const json::object& patch) {
+  std::string path = type.Path(ns, name);
+  auto r = Send("PATCH", path, ToJson(patch), "application/merge-patch+json");
+  if (!r) return tl::unexpected(r.error());
+  if (r->response.status != 200) {
+    return tl::unexpected(
+        ApiStatusError(ParseApiStatus(r->response.status, r->response.body), "PATCH " + path));
+  }
+  auto obj = ParseJsonObject(r->response.body);
+  if (!obj) {
+    return MakeError(ErrorCode::kInternal, fmt::format("kubernetes API PATCH {}: bad JSON: {}",
+                                                       path, obj.error().message));
+  }
+  return obj;
 }
 
 Status KubeClient::Delete(const ResourceType& type, std::string_view ns, std::string_view name,
@@ -852,6 +870,20 @@ Result<json::object> SandboxApi::GetSandbox(std::string_view ns, std::string_vie
   auto t = SandboxType();
   if (!t) return tl::unexpected(t.error());
   return client_.Get(*t, ns, name);
+}
+
+Result<json::object> SandboxApi::PatchSandbox(std::string_view ns, std::string_view name,
+                                              const json::object& patch) {
+  auto t = SandboxType();
+  if (!t) return tl::unexpected(t.error());
+  return client_.Patch(*t, ns, name, patch);
+}
+
+Result<WatchStats> SandboxApi::WatchSandboxes(std::string_view ns, const WatchOptions& options,
+                                              const std::function<bool(const WatchEvent&)>& fn) {
+  auto t = SandboxType();
+  if (!t) return tl::unexpected(t.error());
+  return client_.Watch(*t, ns, options, fn);
 }
 
 Result<json::object> SandboxApi::GetWarmPool(std::string_view ns, std::string_view name) {

@@ -131,6 +131,11 @@ class KubeClient {
                               const json::object& object);
   Result<ObjectList> List(const ResourceType& type, std::string_view ns,
                           const ListOptions& options = {});
+  // A JSON merge patch (RFC 7386) of one object; the object as written.
+  // Retried like every request: applying the same merge patch twice is
+  // harmless.
+  Result<json::object> Patch(const ResourceType& type, std::string_view ns, std::string_view name,
+                             const json::object& patch);
   // NOT_FOUND when it is already gone.
   Status Delete(const ResourceType& type, std::string_view ns, std::string_view name,
                 std::string_view propagation = "Background");
@@ -149,7 +154,8 @@ class KubeClient {
     int attempts = 0;
   };
   Result<RawResult> Send(std::string_view method, const std::string& target,
-                         const std::string& body = {});
+                         const std::string& body = {},
+                         std::string_view content_type = "application/json");
 
   ClientMetrics metrics() const;
 
@@ -205,6 +211,11 @@ class SandboxApi {
   Result<WatchStats> WatchClaims(std::string_view ns, const WatchOptions& options,
                                  const std::function<bool(const WatchEvent&)>& on_event);
   Result<json::object> GetSandbox(std::string_view ns, std::string_view name);
+  // A merge patch of a Sandbox (spec.operatingMode: operating_mode.h).
+  Result<json::object> PatchSandbox(std::string_view ns, std::string_view name,
+                                    const json::object& patch);
+  Result<WatchStats> WatchSandboxes(std::string_view ns, const WatchOptions& options,
+                                    const std::function<bool(const WatchEvent&)>& on_event);
   Result<json::object> GetWarmPool(std::string_view ns, std::string_view name);
 
  private:

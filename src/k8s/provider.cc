@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "k8s/claim_token.h"
+#include "k8s/operating_mode.h"
 #include "k8s/settings.h"
 #include "net/token_digest.h"
 #include "sandbox/sandboxd_client.h"
@@ -455,14 +456,25 @@ Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
     }
     return tl::unexpected(e);
   }
-  ConnectedClaim out;
-  out.claimed.namespace_name = ns;
-  out.claimed.claim_name = name;
-  out.claimed.sandbox_name = FindString(*claim, {"status", "sandbox", "name"});
   if (!FindString(*claim, {"metadata", "deletionTimestamp"}).empty()) {
     return MakeError(ErrorCode::kNotFound,
                      fmt::format("SandboxClaim {}/{} is being deleted", ns, name));
   }
+  if (!ClaimReady(*claim) && ReadySaysSuspended(*claim)) {
+    // The next use of a suspended sandbox resumes it (sandbox/provider.h).
+    if (auto st = SetOperatingMode(ns, name, /*suspend=*/false, /*force=*/false); !st) {
+      Error e = st.error();
+      e.message = fmt::format("SandboxClaim {}/{} is suspended, and resuming it failed: {}", ns,
+                              name, e.message);
+      return tl::unexpected(e);
+    }
+    claim = api_->GetClaim(ns, name);
+    if (!claim) return tl::unexpected(claim.error());
+  }
+  ConnectedClaim out;
+  out.claimed.namespace_name = ns;
+  out.claimed.claim_name = name;
+  out.claimed.sandbox_name = FindString(*claim, {"status", "sandbox", "name"});
   if (!ClaimReady(*claim) || !IsObjectName(out.claimed.sandbox_name)) {
     return MakeError(
         ErrorCode::kUnavailable,
@@ -604,7 +616,7 @@ SandboxInfo InfoOfClaim(std::string_view ns, const json::object& claim) {
   }
   i.created_at = FindString(claim, {"metadata", "creationTimestamp"});
   i.expires_at = FindString(claim, {"spec", "lifecycle", "shutdownTime"});
-  i.state = ClaimReady(claim) ? "Ready" : "NotReady";
+  i.state = ClaimReady(claim) ? "Ready" : ReadySaysSuspended(claim) ? "Suspended" : "NotReady";
   return i;
 }
 
@@ -645,7 +657,8 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Attach(const std::stri
   std::string sandbox_id = fmt::format("{}/{}", ns, name);
   if (auto st = CheckNamespace(id, ns); !st) return tl::unexpected(st.error());
   // The same reading of the claim as `deepbox sandbox exec/cp` (Ready, not
-  // being deleted, pod IPs from the claim or its Sandbox).
+  // being deleted, pod IPs from the claim or its Sandbox; a suspended one
+  // resumed first).
   auto connected = Connect(sandbox_id);
   if (!connected) return tl::unexpected(connected.error());
   std::shared_ptr<SandboxConnection> conn(std::move(connected->connection));
@@ -725,6 +738,212 @@ Result<std::unique_ptr<SandboxWatch>> K8sSandboxProvider::Watch(
   auto w = WatchClaim(id, std::move(on_gone));
   if (!w) return tl::unexpected(w.error());
   return std::unique_ptr<SandboxWatch>(new K8sWatch(std::move(*w)));
+}
+
+// ------------------------------------------------------------------ suspend / resume
+
+namespace {
+
+// "Suspended=True PodTerminated (Pod has been terminated...); Ready=..." for
+// messages (the server's words, cut short).
+std::string DescribeConditions(const json::object& object) {
+  std::string out;
+  for (std::string_view type : {kConditionSuspended, kConditionReady}) {
+    auto c = FindCondition(object, type);
+    if (!c) continue;
+    out += fmt::format("{}{}={} {}", out.empty() ? "" : "; ", type, c->status.substr(0, 16),
+                       c->reason.substr(0, 128));
+    if (!c->message.empty()) out += fmt::format(" ({})", c->message.substr(0, 300));
+  }
+  return out.empty() ? "no conditions yet" : out;
+}
+
+std::vector<std::string> Strings(const json::object& o,
+                                 std::initializer_list<std::string_view> path) {
+  std::vector<std::string> out;
+  if (const auto* a = Find(o, path); a != nullptr && a->is_array()) {
+    for (const auto& v : a->get_array()) {
+      if (v.is_string()) out.emplace_back(v.get_string());
+    }
+  }
+  return out;
+}
+
+using WatchFn = std::function<Result<WatchStats>(const WatchOptions&,
+                                                 const std::function<bool(const WatchEvent&)>&)>;
+
+// Watches one object (`what`, named `name`, as last read: `current`) until
+// done(object), its deletion (NOT_FOUND) or the deadline (TIMEOUT, saying
+// `late` and the conditions last seen); the object as it then was.
+Result<json::object> Await(const WatchFn& watch, std::string_view what, std::string_view late,
+                           const std::string& name, json::object current,
+                           const std::function<bool(const json::object&)>& done,
+                           std::chrono::steady_clock::time_point deadline) {
+  if (done(current)) return current;
+  WatchOptions wo;
+  wo.field_selector = "metadata.name=" + name;
+  wo.resource_version = FindString(current, {"metadata", "resourceVersion"});
+  wo.known_objects = {current};  // a re-list that lacks it reports its deletion
+  wo.deadline = deadline;
+  std::optional<Error> failure;
+  bool finished = false;
+  auto r = watch(wo, [&](const WatchEvent& ev) {
+    if (ev.type == WatchEventType::kBookmark) return true;
+    if (FindString(ev.object, {"metadata", "name"}) != name) return true;
+    if (ev.type == WatchEventType::kDeleted) {
+      failure = Error(ErrorCode::kNotFound, fmt::format("{} was deleted meanwhile", what));
+      return false;
+    }
+    current = ev.object;
+    finished = done(current);
+    return !finished;
+  });
+  if (failure) return tl::unexpected(*failure);
+  if (finished) return current;
+  if (!r && r.error().code != ErrorCode::kTimeout) return tl::unexpected(r.error());
+  return MakeError(ErrorCode::kTimeout, fmt::format("{}: {}", late, DescribeConditions(current)));
+}
+
+}  // namespace
+
+Status K8sSandboxProvider::Pause(const std::string&) {
+  return tl::unexpected(Unimplemented(
+      "pause", "Kubernetes has no pause: use suspend (the pod ends, files on a volume stay)"));
+}
+
+Status K8sSandboxProvider::Suspend(const std::string& id, const SuspendOptions& options) {
+  auto split = Resolve(id);
+  if (!split) return tl::unexpected(split.error());
+  return SetOperatingMode(split->first, split->second, /*suspend=*/true, options.force);
+}
+
+Status K8sSandboxProvider::Resume(const std::string& id) {
+  auto split = Resolve(id);
+  if (!split) return tl::unexpected(split.error());
+  return SetOperatingMode(split->first, split->second, /*suspend=*/false, /*force=*/false);
+}
+
+Status K8sSandboxProvider::SetOperatingMode(const std::string& ns, const std::string& name,
+                                            bool suspend, bool force) {
+  auto deadline = std::chrono::steady_clock::now() + options_.ready_timeout;
+  const std::string id = fmt::format("{}/{}", ns, name);
+  const std::string_view verb = suspend ? "suspend" : "resume";
+  auto claim = api_->GetClaim(ns, name);
+  if (!claim) {
+    Error e = claim.error();
+    if (e.code == ErrorCode::kNotFound) {
+      e.message = fmt::format("no SandboxClaim {} in namespace {}", name, ns);
+    }
+    return tl::unexpected(e);
+  }
+  if (!FindString(*claim, {"metadata", "deletionTimestamp"}).empty()) {
+    return MakeError(ErrorCode::kNotFound, fmt::format("SandboxClaim {} is being deleted", id));
+  }
+  // The claim's Sandbox, as the claim controller finds it (reference §2).
+  std::string sb_name = FindString(*claim, {"status", "sandbox", "name"});
+  if (sb_name.empty()) {
+    sb_name = FindString(*claim, {"metadata", "annotations", "agents.x-k8s.io/sandbox-name"});
+  }
+  if (sb_name.empty()) {
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("SandboxClaim {} has no Sandbox yet: nothing to {}", id, verb));
+  }
+  if (!IsObjectName(sb_name)) {
+    return MakeError(ErrorCode::kInternal,
+                     fmt::format("SandboxClaim {} is bound to a Sandbox with an invalid name '{}'",
+                                 id, sb_name.substr(0, 300)));
+  }
+  auto type = api_->SandboxType();
+  if (!type) return tl::unexpected(type.error());
+  if (type->version != "v1beta1") {
+    return tl::unexpected(Unimplemented(
+        verb, fmt::format("spec.operatingMode needs agents.x-k8s.io/v1beta1 (agent-sandbox "
+                          "v1.0 or later); this cluster serves Sandbox {}",
+                          type->version)));
+  }
+  const std::string what = fmt::format("Sandbox {} of SandboxClaim {}", sb_name, id);
+  auto sandbox = api_->GetSandbox(ns, sb_name);
+  if (!sandbox) {
+    Error e = sandbox.error();
+    if (e.code == ErrorCode::kNotFound) {
+      return MakeError(ErrorCode::kUnavailable, fmt::format("{} is missing", what));
+    }
+    return tl::unexpected(e);
+  }
+  // Never another claim's Sandbox, whatever the claim's status says.
+  if (const auto* refs = Find(*sandbox, {"metadata", "ownerReferences"});
+      refs != nullptr && refs->is_array()) {
+    std::string claim_uid = FindString(*claim, {"metadata", "uid"});
+    for (const auto& r : refs->get_array()) {
+      const json::value* controller = Find(r, {"controller"});
+      if (controller == nullptr || !controller->is_bool() || !controller->get_bool()) continue;
+      if (FindString(r, {"uid"}) != claim_uid) {
+        return MakeError(ErrorCode::kConflict,
+                         fmt::format("{} is controlled by another object, not by the claim: "
+                                     "not changing it",
+                                     what));
+      }
+    }
+  }
+  const std::string_view want = suspend ? kOperatingModeSuspended : kOperatingModeRunning;
+  if (OperatingMode(*sandbox) != want) {
+    if (suspend && !force) {
+      // Refused before anything changes: the pod's end would take the files.
+      auto backing = DescribeWorkspace(*sandbox);
+      if (!backing.survives_suspend) {
+        return MakeError(
+            ErrorCode::kConflict,
+            fmt::format("suspending sandbox {} would lose its files: {} is {}, not a persistent "
+                        "volume (deploy/k8s/sandbox-template-pvc.yaml keeps them on a "
+                        "PersistentVolumeClaim from volumeClaimTemplates); --force suspends "
+                        "anyway",
+                        id, kWorkspacePath, backing.description));
+      }
+    }
+    json::object spec;
+    spec["operatingMode"] = want;
+    json::object patch;
+    patch["spec"] = std::move(spec);
+    auto patched = api_->PatchSandbox(ns, sb_name, patch);
+    if (!patched) {
+      Error e = patched.error();
+      e.message = fmt::format("setting spec.operatingMode {} on {}: {}", want, what, e.message);
+      return tl::unexpected(e);
+    }
+    sandbox = std::move(*patched);
+  }
+  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(options_.ready_timeout).count();
+  WatchFn sandboxes = [&](const WatchOptions& o, const std::function<bool(const WatchEvent&)>& f) {
+    return api_->WatchSandboxes(ns, o, f);
+  };
+  auto reached = Await(
+      sandboxes, what,
+      suspend ? fmt::format("{} did not finish suspending within {} s (spec.operatingMode stays "
+                            "Suspended)",
+                            what, seconds)
+              : fmt::format("{} did not become Ready again within {} s", what, seconds),
+      sb_name, std::move(*sandbox), suspend ? SuspendSettled : RunningAndReady, deadline);
+  if (!reached) return tl::unexpected(reached.error());
+  if (suspend) return {};
+  // Connect reads the claim: wait until it is Ready with the new pod's IPs
+  // (the claim controller copies them from the Sandbox).
+  auto ips = Strings(*reached, {"status", "podIPs"});
+  WatchFn claims = [&](const WatchOptions& o, const std::function<bool(const WatchEvent&)>& f) {
+    return api_->WatchClaims(ns, o, f);
+  };
+  auto bound = Await(
+      claims, fmt::format("SandboxClaim {}", id),
+      fmt::format("SandboxClaim {} did not show its resumed Sandbox Ready within {} s", id,
+                  seconds),
+      name, std::move(*claim),
+      [&](const json::object& c) {
+        return ClaimReady(c) &&
+               (ips.empty() || Find(c, {"status", "sandbox", "podIPs"}) == nullptr ||
+                Strings(c, {"status", "sandbox", "podIPs"}) == ips);
+      },
+      deadline);
+  if (!bound) return tl::unexpected(bound.error());
+  return {};
 }
 
 }  // namespace deepbox::k8s

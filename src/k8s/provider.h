@@ -6,6 +6,8 @@
 // error rather than a connection refused. The rest of the lifecycle
 // (sandbox/provider.h) works on claims: Create keeps one, Attach reaches an
 // existing one, Inspect/List read them, Delete/DeleteMatching delete them.
+// Suspend/Resume set the claim's Sandbox's spec.operatingMode and wait for
+// the controller (operating_mode.h); Attach/Connect wake a suspended one.
 #pragma once
 
 #include <chrono>
@@ -122,13 +124,28 @@ class K8sSandboxProvider : public SandboxProvider {
   // WatchClaim as a SandboxWatch.
   Result<std::unique_ptr<SandboxWatch>> Watch(const std::string& id,
                                               std::function<void(const Error&)> on_gone) override;
+  // UNIMPLEMENTED: Kubernetes cannot freeze a pod.
+  Status Pause(const std::string& id) override;
+  // Sets spec.operatingMode Suspended on the claim's Sandbox and waits (up to
+  // ready_timeout) until the controller reports Suspended=True PodTerminated:
+  // the pod is gone, files on a PersistentVolumeClaim stay. CONFLICT, before
+  // any change, when /workspace is not on one (an emptyDir would be lost),
+  // unless options.force. NOT_FOUND: no such claim; UNAVAILABLE: it has no
+  // Sandbox; TIMEOUT: the controller did not finish in time (the mode stays
+  // set). Needs get, patch and watch on sandboxes (agents.x-k8s.io).
+  Status Suspend(const std::string& id, const SuspendOptions& options) override;
+  // Sets spec.operatingMode Running and waits until the Sandbox is Ready
+  // again and its claim shows the new pod's IPs (a fresh pod: processes
+  // start anew; files on a volume are back).
+  Status Resume(const std::string& id) override;
 
   // Claims a sandbox, checks that its daemon answers, and leaves the claim in
   // place (its TTL, or `sandbox rm`, ends it).
   Result<KeptClaim> ClaimAndKeep(const ClaimOptions& options);
   // NAMESPACE/CLAIM (or CLAIM in the provider's namespace): a Ready claim,
-  // reached the way a new claim would be. NOT_FOUND when there is no such
-  // claim, UNAVAILABLE when it is not Ready, INVALID_ARGUMENT for a bad id.
+  // reached the way a new claim would be; a suspended one is resumed first.
+  // NOT_FOUND when there is no such claim, UNAVAILABLE when it is not Ready,
+  // INVALID_ARGUMENT for a bad id.
   Result<ConnectedClaim> Connect(std::string_view id);
 
   // Watches the claim `id` (NAMESPACE/CLAIM, or CLAIM in the provider's
@@ -159,6 +176,8 @@ class K8sSandboxProvider : public SandboxProvider {
   // namespace when confined; no API request.
   Result<std::pair<std::string, std::string>> Resolve(std::string_view id) const;
   Status CheckNamespace(std::string_view id, std::string_view ns) const;
+  // Suspend (true) or Resume (false) of claim ns/name.
+  Status SetOperatingMode(const std::string& ns, const std::string& name, bool suspend, bool force);
   K8sProviderOptions options_;
   std::string namespace_;
   std::unique_ptr<KubeClient> client_;
@@ -175,7 +194,8 @@ class K8sSandboxProvider : public SandboxProvider {
 
 // What a SandboxClaim object of namespace `ns` says as a SandboxInfo: id
 // NS/NAME, its labels, created_at = creationTimestamp, expires_at =
-// spec.lifecycle.shutdownTime, state Ready or NotReady (its Ready condition).
+// spec.lifecycle.shutdownTime, state Ready, Suspended (Ready=False with the
+// reason SandboxSuspended, forwarded from its Sandbox) or NotReady.
 SandboxInfo InfoOfClaim(std::string_view ns, const json::object& claim);
 
 // Whether a Kubernetes label selector (a NetworkPolicy's podSelector:

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "k8s/claim_token.h"
+#include "k8s/operating_mode.h"
 #include "k8s/testing/fake_api_server.h"
 #include "k8s/testing/fake_cluster.h"
 #include "k8s/testing/fake_controller.h"
@@ -601,6 +602,310 @@ TEST_F(ProviderTest, WarnsWhenNoNetworkPolicySelectsTheSandboxPods) {
   w = (*provider)->NetworkPolicyWarning();
   ASSERT_TRUE(w);
   EXPECT_EQ(*w, "");
+}
+
+// ------------------------------------------------- suspend / resume
+
+// Upstream v1.0's spec.operatingMode (k8s/operating_mode.h), driven by the
+// provider and answered by the fake controller. (One daemon stands in for
+// every pod here, so files "survive" whatever backs /workspace; which
+// templates would keep them is what the refusal checks.)
+class SuspendTest : public ProviderTest {
+ protected:
+  const ResourceKey kSandboxes{"agents.x-k8s.io", "sandboxes", "default"};
+  const ResourceKey kClaimsKey{"extensions.agents.x-k8s.io", "sandboxclaims", "default"};
+  const ResourceKey kVolumeClaims{"", "persistentvolumeclaims", "default"};
+
+  // A template whose container mounts /workspace from an emptyDir or a
+  // volumeClaimTemplates entry, and a pool of one on it.
+  void SeedWorkspacePool(const std::string& pool, bool on_volume_claim) {
+    json::object t = testing::MakeTemplate(pool + "-template");
+    auto& spec = t["spec"].as_object();
+    auto& pod = spec["podTemplate"].as_object()["spec"].as_object();
+    pod["containers"].as_array()[0].as_object()["volumeMounts"] =
+        *ParseJson(R"([{"name":"workspace","mountPath":"/workspace/"}])");
+    if (on_volume_claim) {
+      spec["volumeClaimTemplates"] = *ParseJson(
+          R"([{"metadata":{"name":"workspace","labels":{"app":"deepbox"}},)"
+          R"("spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}])");
+    } else {
+      pod["volumes"] = *ParseJson(R"([{"name":"workspace","emptyDir":{"sizeLimit":"1Gi"}}])");
+    }
+    ASSERT_TRUE(
+        server_->store().Create({"extensions.agents.x-k8s.io", "sandboxtemplates", "default"}, t));
+    ASSERT_TRUE(
+        server_->store().Create({"extensions.agents.x-k8s.io", "sandboxwarmpools", "default"},
+                                testing::MakeWarmPool(pool, pool + "-template", 1)));
+    ASSERT_TRUE(WaitUntil(
+        [&] { return testing::PoolReadyReplicas(server_->store(), "default", pool) == 1; }));
+  }
+  std::unique_ptr<K8sSandboxProvider> Provider(const std::string& pool = "deepagents-warmpool",
+                                               std::chrono::milliseconds timeout = 30s) {
+    K8sProviderOptions o = Options();
+    o.warm_pool = pool;
+    o.ready_timeout = timeout;
+    o.connection.mode = ConnectionMode::kDirect;
+    o.connection.direct_url = router_->url();
+    auto made = K8sSandboxProvider::Create(o);
+    EXPECT_TRUE(made) << made.error().ToString();
+    return made ? std::move(*made) : nullptr;
+  }
+  json::object Get(const ResourceKey& key, const std::string& name) {
+    auto o = server_->store().Get(key, name);
+    EXPECT_TRUE(o) << name;
+    return o ? *o : json::object();
+  }
+  std::string SandboxOf(const std::string& id) {
+    return FindString(Get(kClaimsKey, id.substr(id.find('/') + 1)), {"status", "sandbox", "name"});
+  }
+  int Patches() { return server_->CountRequests("PATCH", "/sandboxes/"); }
+  std::string Run(SandboxProvider& p, const std::string& id, const std::string& word) {
+    auto lease = p.Attach(id);
+    if (!lease) return "attach: " + lease.error().ToString();
+    ExecRequest req;
+    req.argv = {"echo", word};
+    auto r = (*lease)->sandbox().Exec(req);
+    return r ? r->stdout_data : "exec: " + r.error().ToString();
+  }
+};
+
+TEST_F(SuspendTest, SuspendAndResumeAsUpstreamDoes) {
+  SeedWorkspacePool("pvc-pool", /*on_volume_claim=*/true);
+  ASSERT_FALSE(HasFatalFailure());
+  auto provider = Provider("pvc-pool");
+  ASSERT_TRUE(provider);
+  SandboxProvider& p = *provider;
+  auto info = p.Create({});
+  ASSERT_TRUE(info) << info.error().ToString();
+  const std::string sb = SandboxOf(info->id);
+  ASSERT_TRUE(sb.starts_with("pvc-pool-")) << sb;  // adopted from the pool
+  // The claim of its volumeClaimTemplates, named as upstream names it.
+  const std::string pvc_name = "workspace-" + sb;
+  json::object pvc = Get(kVolumeClaims, pvc_name);
+  EXPECT_EQ(FindString(pvc, {"metadata", "labels", "agents.x-k8s.io/sandbox-name-hash"}),
+            NameHash(sb));
+  EXPECT_EQ(FindString(pvc, {"metadata", "labels", "app"}), "deepbox");
+  EXPECT_EQ(FindString(pvc, {"spec", "resources", "requests", "storage"}), "1Gi");
+  const json::value* owners = Find(pvc, {"metadata", "ownerReferences"});
+  ASSERT_TRUE(owners != nullptr && owners->is_array() && owners->as_array().size() == 1);
+  EXPECT_EQ(FindString(owners->as_array()[0], {"kind"}), "Sandbox");
+  EXPECT_EQ(FindString(owners->as_array()[0], {"uid"}),
+            FindString(Get(kSandboxes, sb), {"metadata", "uid"}));
+  const std::string pvc_uid = FindString(pvc, {"metadata", "uid"});
+  json::object running = Get(kSandboxes, sb);
+  const std::string old_ips = ToJson(*Find(running, {"status", "podIPs"}));
+  EXPECT_TRUE(controller_->HasPod("default", sb));
+  auto suspended_cond = FindCondition(running, kConditionSuspended);
+  ASSERT_TRUE(suspended_cond);
+  EXPECT_EQ(suspended_cond->status, "False");
+  EXPECT_EQ(suspended_cond->reason, kReasonNotSuspended);
+
+  // The reasons of its Suspended condition as written (by resourceVersion:
+  // listeners run on the writers' threads, in no fixed order).
+  auto seen = std::make_shared<std::pair<std::mutex, std::map<int64_t, std::string>>>();
+  server_->store().AddListener([seen, sb](const testing::StoreEvent& ev) {
+    if (ev.key.plural != "sandboxes" || FindString(ev.object, {"metadata", "name"}) != sb) return;
+    auto c = FindCondition(ev.object, kConditionSuspended);
+    std::lock_guard lock(seen->first);
+    if (c) seen->second[ev.rv] = c->reason;
+  });
+  auto reasons = [seen] {
+    std::lock_guard lock(seen->first);
+    std::vector<std::string> out;
+    for (const auto& [rv, reason] : seen->second) {
+      if (out.empty() || out.back() != reason) out.push_back(reason);
+    }
+    return out;
+  };
+
+  ASSERT_TRUE(p.Suspend(info->id, {})) << "a volume claim keeps the files: no force needed";
+  json::object s = Get(kSandboxes, sb);
+  EXPECT_EQ(FindString(s, {"spec", "operatingMode"}), kOperatingModeSuspended);
+  auto cond = FindCondition(s, kConditionSuspended);
+  ASSERT_TRUE(cond);
+  EXPECT_EQ(cond->status, "True");
+  EXPECT_EQ(cond->reason, kReasonPodTerminated);
+  EXPECT_EQ(cond->observed_generation, Find(s, {"metadata", "generation"})->as_int64());
+  auto ready = FindCondition(s, kConditionReady);
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, "False");
+  EXPECT_EQ(ready->reason, kReasonSandboxSuspended);
+  EXPECT_EQ(Find(s, {"status", "podIPs"}), nullptr);
+  EXPECT_FALSE(controller_->HasPod("default", sb));
+  // The patch itself (the controller has not answered it yet), then the controller's.
+  ASSERT_TRUE(WaitUntil([&] { return reasons().size() >= 3; }))
+      << fmt::format("{}", fmt::join(reasons(), ", "));
+  EXPECT_EQ(reasons(), (std::vector<std::string>{std::string(kReasonNotSuspended),
+                                                 std::string(kReasonPodTerminating),
+                                                 std::string(kReasonPodTerminated)}));
+  // Its volume claim stays; the claim forwards Ready=False SandboxSuspended.
+  EXPECT_EQ(FindString(Get(kVolumeClaims, pvc_name), {"metadata", "uid"}), pvc_uid);
+  ASSERT_TRUE(WaitUntil([&] { return ReadySaysSuspended(Get(kClaimsKey, info->id.substr(8))); }));
+  auto inspected = p.Inspect(info->id);
+  ASSERT_TRUE(inspected) << inspected.error().ToString();
+  EXPECT_EQ(inspected->state, "Suspended");
+  auto listed = p.List("");
+  ASSERT_TRUE(listed);
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].state, "Suspended");
+  // Idempotent: nothing to patch.
+  int patches = Patches();
+  EXPECT_EQ(patches, 1);
+  ASSERT_TRUE(p.Suspend(info->id, {}));
+  EXPECT_EQ(Patches(), patches);
+
+  ASSERT_TRUE(p.Resume(info->id));
+  s = Get(kSandboxes, sb);
+  EXPECT_EQ(FindString(s, {"spec", "operatingMode"}), kOperatingModeRunning);
+  ready = FindCondition(s, kConditionReady);
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, "True");
+  EXPECT_EQ(ready->reason, kReasonDependenciesReady);
+  EXPECT_EQ(FindCondition(s, kConditionSuspended)->reason, kReasonNotSuspended);
+  EXPECT_TRUE(controller_->HasPod("default", sb));
+  // A new pod, a new address, and the claim already shows it.
+  const std::string new_ips = ToJson(*Find(s, {"status", "podIPs"}));
+  EXPECT_NE(new_ips, old_ips);
+  json::object claim = Get(kClaimsKey, info->id.substr(8));
+  EXPECT_EQ(ToJson(*Find(claim, {"status", "sandbox", "podIPs"})), new_ips);
+  EXPECT_EQ(p.Inspect(info->id)->state, "Ready");
+  EXPECT_EQ(FindString(Get(kVolumeClaims, pvc_name), {"metadata", "uid"}), pvc_uid);
+  EXPECT_EQ(Run(p, info->id, "resumed"), "resumed\n");
+  // The router was asked for the new pod.
+  EXPECT_NE(new_ips.find(router_->requests().back().pod_ip), std::string::npos);
+  patches = Patches();
+  ASSERT_TRUE(p.Resume(info->id));  // idempotent
+  EXPECT_EQ(Patches(), patches);
+
+  // The next use of a suspended sandbox resumes it: Connect (exec, cp).
+  ASSERT_TRUE(p.Suspend(info->id, {}));
+  EXPECT_FALSE(controller_->HasPod("default", sb));
+  auto connected = provider->Connect(info->id);
+  ASSERT_TRUE(connected) << connected.error().ToString();
+  ExecRequest req;
+  req.argv = {"echo", "woken"};
+  auto r = connected->client->Exec(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->stdout_data, "woken\n");
+  EXPECT_EQ(FindString(Get(kSandboxes, sb), {"spec", "operatingMode"}), kOperatingModeRunning);
+  connected->connection->Close();
+
+  // Deleting the claim takes its Sandbox, and with it the volume claim.
+  ASSERT_TRUE(p.Delete(info->id));
+  EXPECT_TRUE(WaitUntil([&] { return !server_->store().Get(kVolumeClaims, pvc_name); }));
+}
+
+TEST_F(SuspendTest, RefusesToLoseFilesUnlessForced) {
+  SeedWorkspacePool("tmp-pool", /*on_volume_claim=*/false);
+  ASSERT_FALSE(HasFatalFailure());
+  auto provider = Provider("tmp-pool");
+  ASSERT_TRUE(provider);
+  SandboxProvider& p = *provider;
+  auto info = p.Create({});
+  ASSERT_TRUE(info) << info.error().ToString();
+  const std::string sb = SandboxOf(info->id);
+  auto refused = p.Suspend(info->id, {});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kConflict);
+  EXPECT_EQ(refused.error().message,
+            fmt::format("suspending sandbox {} would lose its files: /workspace is an emptyDir, "
+                        "not a persistent volume (deploy/k8s/sandbox-template-pvc.yaml keeps "
+                        "them on a PersistentVolumeClaim from volumeClaimTemplates); --force "
+                        "suspends anyway",
+                        info->id));
+  EXPECT_EQ(Patches(), 0);  // refused before anything changed
+  EXPECT_EQ(OperatingMode(Get(kSandboxes, sb)), kOperatingModeRunning);
+  EXPECT_TRUE(controller_->HasPod("default", sb));
+
+  // The default fixture's template mounts nothing at /workspace.
+  auto plain = Provider();
+  ASSERT_TRUE(plain);
+  auto other = plain->Create(ClaimOptions{});
+  ASSERT_TRUE(other) << other.error().ToString();
+  auto refused_too = plain->Suspend(other->id, {});
+  ASSERT_FALSE(refused_too);
+  EXPECT_EQ(refused_too.error().code, ErrorCode::kConflict);
+  EXPECT_NE(refused_too.error().message.find(
+                "/workspace is not a volume (it is in the container's own filesystem)"),
+            std::string::npos)
+      << refused_too.error().message;
+
+  // --force: suspended all the same.
+  ASSERT_TRUE(p.Suspend(info->id, SuspendOptions{.force = true}));
+  EXPECT_FALSE(controller_->HasPod("default", sb));
+  EXPECT_TRUE(SuspendSettled(Get(kSandboxes, sb)));
+  ASSERT_TRUE(WaitUntil([&] { return p.Inspect(info->id)->state == "Suspended"; }));
+  // Already suspended: no refusal, nothing to do.
+  ASSERT_TRUE(p.Suspend(info->id, {}));
+
+  // Attach wakes it.
+  EXPECT_EQ(Run(p, info->id, "awake"), "awake\n");
+  EXPECT_EQ(OperatingMode(Get(kSandboxes, sb)), kOperatingModeRunning);
+  EXPECT_EQ(p.Inspect(info->id)->state, "Ready");
+
+  // A resume the controller does not finish in time: TIMEOUT, with what it saw.
+  ASSERT_TRUE(p.Suspend(info->id, SuspendOptions{.force = true}));
+  controller_->SetPodsBecomeReady(false);
+  auto hasty = Provider("tmp-pool", 1s);
+  ASSERT_TRUE(hasty);
+  auto late = hasty->Resume(info->id);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().code, ErrorCode::kTimeout);
+  EXPECT_NE(late.error().message.find(fmt::format("Sandbox {} of SandboxClaim {} did not become "
+                                                  "Ready again within 1 s: ",
+                                                  sb, info->id)),
+            std::string::npos)
+      << late.error().message;
+  EXPECT_NE(late.error().message.find("Ready=False DependenciesNotReady"), std::string::npos)
+      << late.error().message;
+  controller_->SetPodsBecomeReady(true);
+  ASSERT_TRUE(p.Resume(info->id));
+  EXPECT_EQ(Run(p, info->id, "late"), "late\n");
+}
+
+TEST_F(SuspendTest, MissingClaimsOtherNamespacesAndPause) {
+  auto provider = Provider();
+  ASSERT_TRUE(provider);
+  SandboxProvider& p = *provider;
+  for (bool suspend : {true, false}) {
+    auto st = suspend ? p.Suspend("default/sandbox-claim-00000000", {})
+                      : p.Resume("default/sandbox-claim-00000000");
+    ASSERT_FALSE(st);
+    EXPECT_EQ(st.error().code, ErrorCode::kNotFound);
+    EXPECT_EQ(st.error().message, "no SandboxClaim sandbox-claim-00000000 in namespace default");
+    EXPECT_EQ((suspend ? p.Suspend("a/b/c", {}) : p.Resume("a/b/c")).error().code,
+              ErrorCode::kInvalidArgument);
+  }
+  // A claim with no Sandbox (its pool does not exist): nothing to suspend.
+  ASSERT_TRUE(
+      testing::AddClaim(server_->store(), "default", "sandbox-claim-unbound", {}, "no-such-pool"));
+  ASSERT_TRUE(WaitUntil([&] {
+    return FindCondition(Get(kClaimsKey, "sandbox-claim-unbound"), kConditionReady).has_value();
+  }));
+  auto unbound = p.Suspend("sandbox-claim-unbound", {});
+  ASSERT_FALSE(unbound);
+  EXPECT_EQ(unbound.error().code, ErrorCode::kUnavailable);
+  EXPECT_NE(unbound.error().message.find("has no Sandbox yet"), std::string::npos);
+
+  // Kubernetes cannot freeze a pod.
+  auto paused = p.Pause("default/sandbox-claim-unbound");
+  ASSERT_FALSE(paused);
+  EXPECT_EQ(paused.error().code, ErrorCode::kUnimplemented);
+  EXPECT_EQ(paused.error().message,
+            "the k8s provider cannot pause sandboxes: Kubernetes has no pause: use suspend (the "
+            "pod ends, files on a volume stay)");
+
+  // Confined: another namespace is refused before any request.
+  K8sProviderOptions o = Options();
+  o.confine_to_namespace = true;
+  auto confined = K8sSandboxProvider::Create(o);
+  ASSERT_TRUE(confined);
+  size_t before = server_->requests().size();
+  EXPECT_EQ((*confined)->Suspend("other/sandbox-claim-1", {}).error().code,
+            ErrorCode::kPermissionDenied);
+  EXPECT_EQ((*confined)->Resume("other/sandbox-claim-1").error().code,
+            ErrorCode::kPermissionDenied);
+  EXPECT_EQ(server_->requests().size(), before);
 }
 
 TEST(SelectorTest, MatchesAsKubernetesDoes) {

@@ -280,6 +280,18 @@ bool CrdSchemas::Deprecated(std::string_view api_version, std::string_view kind)
   return it != versions_.end() && it->second.deprecated;
 }
 
+const json::value* CrdSchemas::FieldSchema(std::string_view api_version, std::string_view kind,
+                                           std::initializer_list<std::string_view> path) const {
+  auto it = versions_.find({std::string(api_version), std::string(kind)});
+  if (it == versions_.end()) return nullptr;
+  const json::value* at = &it->second.schema;
+  for (std::string_view step : path) {
+    at = Find(*at, {"properties", step});
+    if (at == nullptr) return nullptr;
+  }
+  return at;
+}
+
 std::vector<std::string> CrdSchemas::Validate(const json::value& object) const {
   if (!object.is_object()) return {"(root): a manifest document must be an object"};
   std::string api = FindString(object, {"apiVersion"});

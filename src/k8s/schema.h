@@ -6,6 +6,7 @@
 //   field
 #pragma once
 
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <string_view>
@@ -25,6 +26,11 @@ class CrdSchemas {
   bool Deprecated(std::string_view api_version, std::string_view kind) const;
   // All problems with one object (empty = valid).
   std::vector<std::string> Validate(const json::value& object) const;
+  // The schema of the field at `path` (property names from the root, e.g.
+  // {"spec", "operatingMode"}); nullptr when the kind or the field is not
+  // known. For tests that pin the facts the code relies on.
+  const json::value* FieldSchema(std::string_view api_version, std::string_view kind,
+                                 std::initializer_list<std::string_view> path) const;
 
  private:
   struct Version {

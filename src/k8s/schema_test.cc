@@ -1,6 +1,10 @@
 #include "k8s/schema.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include "k8s/operating_mode.h"
+#include "k8s/util.h"
 
 namespace deepbox::k8s {
 namespace {
@@ -121,6 +125,127 @@ TEST(SchemaTest, UnknownKindsAndMissingPieces) {
   EXPECT_FALSE(ValidateManifest(s, "a: [", "bad.yaml"));
   CrdSchemas empty;
   EXPECT_FALSE(empty.AddCrdYaml("kind: ConfigMap\n", "cm.yaml"));
+}
+
+TEST(SchemaTest, FieldSchemaFindsAFieldsFacts) {
+  auto s = Load();
+  const json::value* mode = s.FieldSchema("example.com/v1", "Widget", {"spec", "mode"});
+  ASSERT_NE(mode, nullptr);
+  EXPECT_EQ(ToJson(*Find(*mode, {"enum"})), R"(["Fast","Slow"])");
+  EXPECT_NE(s.FieldSchema("example.com/v1", "Widget", {"spec"}), nullptr);
+  EXPECT_EQ(s.FieldSchema("example.com/v1", "Widget", {"spec", "nope"}), nullptr);
+  EXPECT_EQ(s.FieldSchema("example.com/v1", "Gadget", {"spec"}), nullptr);
+}
+
+// The strings of agent-sandbox v1.0's suspend API (api/v1beta1/sandbox_types.go:
+// SandboxOperatingModeRunning/Suspended, SandboxConditionSuspended,
+// SandboxReasonSuspendedPodTerminated/PodTerminating/PodNotTerminated,
+// SandboxReasonNotSuspended, SandboxReasonSuspended, SandboxReasonDependenciesReady)
+// as the provider and the test controller spell them. The enum and default of
+// spec.operatingMode are checked against the recorded CRD in
+// tests/k8s/manifest_test.cc.
+TEST(OperatingModeTest, ConstantsAreUpstreams) {
+  EXPECT_EQ(kOperatingModeRunning, "Running");
+  EXPECT_EQ(kOperatingModeSuspended, "Suspended");
+  EXPECT_EQ(kConditionReady, "Ready");
+  EXPECT_EQ(kConditionSuspended, "Suspended");
+  EXPECT_EQ(kReasonPodTerminated, "PodTerminated");
+  EXPECT_EQ(kReasonPodTerminating, "PodTerminating");
+  EXPECT_EQ(kReasonPodNotTerminated, "PodNotTerminated");
+  EXPECT_EQ(kReasonNotSuspended, "NotSuspended");
+  EXPECT_EQ(kReasonSandboxSuspended, "SandboxSuspended");
+  EXPECT_EQ(kReasonDependenciesReady, "DependenciesReady");
+  EXPECT_EQ(VolumeClaimName("workspace", "pool-abc12"), "workspace-pool-abc12");
+}
+
+json::object Object(std::string_view text) {
+  auto o = ParseJsonObject(text);
+  EXPECT_TRUE(o) << text;
+  return o ? *o : json::object();
+}
+
+TEST(OperatingModeTest, ReadsTheControllersConditions) {
+  json::object sb = Object(R"({"metadata":{"generation":3},
+    "spec":{"operatingMode":"Suspended"},
+    "status":{"conditions":[
+      {"type":"Suspended","status":"True","reason":"PodTerminated","observedGeneration":3},
+      {"type":"Ready","status":"False","reason":"SandboxSuspended","observedGeneration":3}]}})");
+  EXPECT_EQ(OperatingMode(sb), "Suspended");
+  EXPECT_TRUE(SuspendSettled(sb));
+  EXPECT_FALSE(RunningAndReady(sb));
+  EXPECT_TRUE(ReadySaysSuspended(sb));
+  // Conditions of an older generation answer an older spec.
+  json::object stale = sb;
+  stale["metadata"].as_object()["generation"] = 4;
+  EXPECT_FALSE(SuspendSettled(stale));
+  // Still terminating, under either name upstream gave it.
+  for (std::string_view reason : {kReasonPodTerminating, kReasonPodNotTerminated}) {
+    json::object going = Object(fmt::format(
+        R"({{"spec":{{"operatingMode":"Suspended"}},"status":{{"conditions":[
+          {{"type":"Suspended","status":"False","reason":"{}"}}]}}}})",
+        reason));
+    EXPECT_FALSE(SuspendSettled(going)) << reason;
+  }
+  json::object running = Object(R"({"metadata":{"generation":5},"spec":{},
+    "status":{"conditions":[{"type":"Ready","status":"True","reason":"DependenciesReady",
+                             "observedGeneration":5},
+                            {"type":"Suspended","status":"False","reason":"NotSuspended"}]}})");
+  EXPECT_EQ(OperatingMode(running), "Running");  // the default
+  EXPECT_TRUE(RunningAndReady(running));
+  EXPECT_FALSE(SuspendSettled(running));
+  EXPECT_FALSE(ReadySaysSuspended(running));
+  // Hostile shapes read as nothing.
+  for (std::string_view text : {R"({"status":{"conditions":{"type":"Ready"}}})",
+                                R"({"status":{"conditions":[7,"Ready",{"type":3}]}})",
+                                R"({"spec":{"operatingMode":7},"status":[]})"}) {
+    json::object o = Object(text);
+    EXPECT_FALSE(FindCondition(o, kConditionReady)) << text;
+    EXPECT_FALSE(RunningAndReady(o) || SuspendSettled(o) || ReadySaysSuspended(o)) << text;
+  }
+}
+
+TEST(OperatingModeTest, TellsWhatHoldsTheWorkspace) {
+  auto blueprint = [](std::string_view mounts, std::string_view volumes, std::string_view vcts) {
+    return Object(fmt::format(R"({{"spec":{{"podTemplate":{{"spec":{{
+      "containers":[{{"name":"sidecar"}},{{"name":"c","volumeMounts":{}}}],"volumes":{}}}}},
+      "volumeClaimTemplates":{}}}}})",
+                              mounts, volumes, vcts));
+  };
+  const std::string ws = R"([{"name":"ws","mountPath":"/workspace"}])";
+  auto w = DescribeWorkspace(blueprint(ws, R"([{"name":"ws","emptyDir":{}}])", "[]"));
+  EXPECT_FALSE(w.survives_suspend);
+  EXPECT_EQ(w.volume, "ws");
+  EXPECT_EQ(w.description, "an emptyDir");
+  // A volumeClaimTemplates entry of that name replaces the pod volume.
+  w = DescribeWorkspace(blueprint(ws, R"([{"name":"ws","emptyDir":{}}])",
+                                  R"([{"metadata":{"name":"ws"},"spec":{}}])"));
+  EXPECT_TRUE(w.survives_suspend);
+  EXPECT_EQ(w.description, "a PersistentVolumeClaim from volumeClaimTemplates");
+  w = DescribeWorkspace(
+      blueprint(ws, R"([{"name":"ws","persistentVolumeClaim":{"claimName":"shared"}}])", "[]"));
+  EXPECT_TRUE(w.survives_suspend);
+  EXPECT_EQ(w.description, "the PersistentVolumeClaim shared");
+  w = DescribeWorkspace(blueprint(ws, R"([{"name":"ws","ephemeral":{}}])", "[]"));
+  EXPECT_FALSE(w.survives_suspend);
+  w = DescribeWorkspace(blueprint(ws, R"([{"name":"ws","hostPath":{"path":"/x"}}])", "[]"));
+  EXPECT_FALSE(w.survives_suspend);
+  EXPECT_EQ(w.description, "a hostPath volume");
+  w = DescribeWorkspace(blueprint(ws, "[{\"name\":\"ws\",\"\\u001b[2J\":{}}]", "[]"));
+  EXPECT_EQ(w.description, "a volume of another kind");  // never the server's raw key
+  // The closest mount above it counts; unrelated prefixes do not.
+  w = DescribeWorkspace(
+      blueprint(R"([{"name":"root","mountPath":"/"},{"name":"ws","mountPath":"/workspace/"},)"
+                R"({"name":"other","mountPath":"/workspace2"}])",
+                R"([{"name":"ws","emptyDir":{}}])", R"([{"metadata":{"name":"root"}}])"));
+  EXPECT_EQ(w.volume, "ws");
+  EXPECT_FALSE(w.survives_suspend);
+  w = DescribeWorkspace(blueprint(R"([{"name":"other","mountPath":"/workspace2"}])", "[]", "[]"));
+  EXPECT_EQ(w.volume, "");
+  EXPECT_EQ(w.description, "not a volume (it is in the container's own filesystem)");
+  w = DescribeWorkspace(blueprint(ws, "[]", "[]"));
+  EXPECT_FALSE(w.survives_suspend);
+  EXPECT_EQ(w.description, "a volume the pod template does not define");
+  EXPECT_FALSE(DescribeWorkspace(Object(R"({"spec":{"podTemplate":7}})")).survives_suspend);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "local/child.h"
 
+#include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +35,20 @@ int64_t MonotonicNs() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO; async-signal-safe per POSIX
   return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+void RestoreDefaultSignals() {
+  sigset_t none;
+  sigemptyset(&none);
+  (void)sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s = 1; s < NSIG; ++s) {
+    struct sigaction old {};
+    if (sigaction(s, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) {
+      (void)sigaction(s, &dfl, nullptr);
+    }
+  }
 }
 
 namespace {

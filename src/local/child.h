@@ -80,6 +80,11 @@ static_assert(sizeof(ChildRecord) == 24);
 
 // Async-signal-safe helpers for the child.
 int64_t MonotonicNs();
+// No signal blocked, none ignored: what a program exec'd from a launcher
+// (the sandbox's init, pasta, nft, ip) starts with, whatever the launching
+// process's own mask (a supervisor blocks the signals it reads on a
+// signalfd) and ignored signals (SIGPIPE).
+void RestoreDefaultSignals();
 
 class ChildReporter {
  public:

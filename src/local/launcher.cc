@@ -67,17 +67,7 @@ struct ChildContext {
   ChildReporter rep(c.report_fd);
   // Init starts with no signal blocked or ignored, whatever the launcher's
   // (a supervisor relaunching a sandbox serves its own signals on a signalfd).
-  sigset_t none;
-  sigemptyset(&none);
-  (void)sigprocmask(SIG_SETMASK, &none, nullptr);
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int s = 1; s < NSIG; ++s) {
-    struct sigaction old {};
-    if (sigaction(s, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) {
-      (void)sigaction(s, &dfl, nullptr);
-    }
-  }
+  RestoreDefaultSignals();
   close(c.sync_wr);
   char go = 0;
   ssize_t n;

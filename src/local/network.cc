@@ -24,6 +24,8 @@
 #include <optional>
 #include <sstream>
 
+#include "local/child.h"
+
 namespace deepbox::local {
 
 std::string_view NetworkModeName(NetworkMode mode) {
@@ -949,6 +951,7 @@ Result<std::string> RunJoined(int userns_fd, int netns_fd, const std::vector<std
     if (dup2(in_r.get(), 0) < 0 || dup2(out_w.get(), 1) < 0 || dup2(out_w.get(), 2) < 0) {
       _exit(126);
     }
+    RestoreDefaultSignals();
     execve(args[0], args.data(), envp);
     _exit(127);
   }

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "local/child.h"
 #include "local/namespaces.h"
 
 namespace deepbox::local {
@@ -186,6 +187,7 @@ Result<PastaUplink> PastaUplink::Start(pid_t sandbox_pid, const PublicNetworkCon
     if (in < 0 || dup2(in, 0) < 0 || dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0) _exit(126);
     if (dup2(ready_w.get(), kReadyFd) < 0) _exit(126);
     syscall(SYS_close_range, kReadyFd + 1, ~0U, 0);
+    RestoreDefaultSignals();
     execve(args[0], args.data(), envp);
     _exit(127);
   }

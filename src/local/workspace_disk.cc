@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/unique_fd.h"
+#include "local/child.h"
 
 namespace deepbox::local {
 namespace {
@@ -36,6 +37,7 @@ Status RunMkfs(const std::filesystem::path& image, uid_t uid, gid_t gid) {
       dup2(devnull, 0);
       dup2(devnull, 1);
     }
+    RestoreDefaultSignals();
     execve(argv[0], argv.data(), envp);
     _exit(127);
   }

@@ -132,14 +132,31 @@ class ProcessChannel : public LineChannel {
     l.push_back('\n');
     std::lock_guard<std::mutex> lock(write_mu_);
     if (!in_.valid()) return MakeError(ErrorCode::kUnavailable, name_ + " is closed");
+    // A server that exited makes the write fail with EPIPE, which must not
+    // raise SIGPIPE in a program that did not ignore it (a library user):
+    // blocked on this thread for the write, a pending one consumed after.
+    sigset_t pipe_only, old;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+    Status result;
     std::string_view rest = l;
     while (!rest.empty()) {
       ssize_t n = ::write(in_.get(), rest.data(), rest.size());
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return MakeSyscallError("write", errno, name_ + " stdin");
+      if (n <= 0) {
+        int err = errno;
+        if (err == EPIPE && !sigismember(&old, SIGPIPE)) {
+          struct timespec zero = {0, 0};
+          (void)sigtimedwait(&pipe_only, nullptr, &zero);
+        }
+        result = MakeSyscallError("write", err, name_ + " stdin");
+        break;
+      }
       rest.remove_prefix(static_cast<size_t>(n));
     }
-    return {};
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    return result;
   }
 
   void Close() override {
@@ -411,6 +428,11 @@ class StdioRpc : public RpcTransport {
     };
     if (auto st = ch_->Send(SerializeRequest(id, r.method, params)); !st) {
       done();
+      // A server that exited (EPIPE): its exit status and stderr say more
+      // than the write did, and the channel reports them in a moment.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(2), [&] { return failure_.has_value(); });
+      if (failure_) return tl::unexpected(*failure_);
       return tl::unexpected(st.error());
     }
     auto deadline = std::chrono::steady_clock::now() + r.timeout;

@@ -561,6 +561,11 @@ ToolDef CreateTool(std::shared_ptr<Shared> s) {
   props["network"] = Prop("string", net_text);
   props["make_default"] =
       Prop("boolean", "Use this sandbox for this client's calls that give no sandbox_id");
+  props["from_snapshot"] =
+      Prop("string", "Start with the files of this snapshot (a name sandbox_snapshot returned)");
+  props["fork_of"] = Prop("string",
+                          "Start with a copy of this sandbox's files as they are now (a "
+                          "sandbox_id): e.g. to try another approach from the same state");
   def.input_schema = ObjectSchema(std::move(props), json::array{}, /*strict=*/true);
   def.output_schema = InfoSchema();
   def.annotations = Annotations(false, false, false);
@@ -576,6 +581,11 @@ ToolDef CreateTool(std::shared_ptr<Shared> s) {
     if (auto n = agent::ArgOptString(args, "network")) {
       if (n->empty()) return ToolOutcome::Error("Error: network must not be empty");
       req.network = *n;
+    }
+    req.from_snapshot = agent::ArgString(args, "from_snapshot");
+    req.fork_of = agent::ArgString(args, "fork_of");
+    if (!req.from_snapshot.empty() && !req.fork_of.empty()) {
+      return ToolOutcome::Error("Error: give from_snapshot or fork_of, not both");
     }
     bool make_default = agent::ArgBool(args, "make_default", false);
     if (make_default && SandboxBroker::Stateless(ctx.owner())) {
@@ -717,6 +727,42 @@ ToolDef ModeTool(std::shared_ptr<Shared> s, SandboxBroker::Mode mode) {
   return def;
 }
 
+ToolDef SnapshotTool(std::shared_ptr<Shared> s) {
+  ToolDef def;
+  def.name = "sandbox_snapshot";
+  def.title = "Snapshot a sandbox's files";
+  def.description =
+      "Copy a sandbox's files (its /workspace; not its memory or processes) into a snapshot and "
+      "return the snapshot's name. Pass it as from_snapshot to sandbox_create to start a new "
+      "sandbox from that state (the snapshot outlives the sandbox, until this server stops). A "
+      "running sandbox is paused for the copy.";
+  json::object props;
+  props["sandbox_id"] = Prop("string", "The sandbox whose files to copy");
+  def.input_schema = ObjectSchema(std::move(props), json::array{"sandbox_id"}, /*strict=*/true);
+  json::object op;
+  op["name"] = Prop("string", "The snapshot's name (for sandbox_create's from_snapshot)");
+  op["size_bytes"] = Prop("integer", "Bytes it takes on disk");
+  def.output_schema = ObjectSchema(std::move(op), json::array{"name"});
+  def.annotations = Annotations(false, false, false);
+  def.handler = [s](const json::object& args, ToolCallContext& ctx) {
+    std::string id = agent::ArgString(args, "sandbox_id");
+    auto snap = s->broker->Snapshot(id, ctx.owner());
+    if (!snap) return ToolOutcome::Error(ErrorText(snap.error()));
+    ToolOutcome out = ToolOutcome::Text(fmt::format(
+        "Snapshot {} of sandbox {} taken ({} bytes on disk). Start a sandbox from it with "
+        "sandbox_create from_snapshot=\"{}\".{}",
+        snap->name, id, snap->size_bytes, snap->name,
+        snap->note.empty() ? "" : " Note: " + snap->note));
+    json::object st;
+    st["name"] = JsonString(snap->name);
+    st["size_bytes"] = snap->size_bytes;
+    out.structured = json::value(std::move(st));
+    out.meta[kMetaSandboxId] = JsonString(id);
+    return out;
+  };
+  return def;
+}
+
 // upload_file / download_file ----------------------------------------------
 
 ToolDef UploadTool(std::shared_ptr<Shared> s) {
@@ -837,6 +883,7 @@ void AddSandboxTools(ToolRegistry& registry, std::shared_ptr<SandboxBroker> brok
   registry.Add(ModeTool(s, SandboxBroker::Mode::kPause));
   registry.Add(ModeTool(s, SandboxBroker::Mode::kSuspend));
   registry.Add(ModeTool(s, SandboxBroker::Mode::kResume));
+  registry.Add(SnapshotTool(s));
   registry.Add(FromAgentTool(s, agent::MakeExecuteTool(options.execute), "Run a shell command",
                              Annotations(false, true, false)));
   registry.Add(FromAgentTool(s, agent::MakeLsTool(options.fs), "List a directory",

@@ -69,10 +69,11 @@ TEST_F(ToolsTest, SchemasAreStrictAndTakeASandboxId) {
     EXPECT_EQ(t.input_schema.at("properties").as_object().contains("sandbox_id"), !lifecycle)
         << t.name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{
-                       "sandbox_create", "sandbox_list", "sandbox_delete", "sandbox_pause",
-                       "sandbox_suspend", "sandbox_resume", "execute", "ls", "read_file",
-                       "write_file", "edit_file", "glob", "grep", "upload_file", "download_file"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"sandbox_create", "sandbox_list", "sandbox_delete",
+                                             "sandbox_pause", "sandbox_suspend", "sandbox_resume",
+                                             "sandbox_snapshot", "execute", "ls", "read_file",
+                                             "write_file", "edit_file", "glob", "grep",
+                                             "upload_file", "download_file"}));
 }
 
 TEST_F(ToolsTest, FileToolsAnswerExactlyAsTheAgentsTools) {

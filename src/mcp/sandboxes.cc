@@ -212,6 +212,24 @@ Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const
   auto provider = ProviderOrError(request.provider);
   if (!provider) return tl::unexpected(provider.error());
   SandboxProvider* p = *provider;
+  if (!request.from_snapshot.empty()) {
+    const std::string client = ClientId(owner);  // takes mu_ itself
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = snapshots_.find(request.from_snapshot);
+    // Another client's snapshot is as invisible as its sandboxes.
+    if (it == snapshots_.end() || it->second.first != client) {
+      return MakeError(ErrorCode::kNotFound,
+                       fmt::format("no snapshot '{}' of this client (sandbox_snapshot makes one)",
+                                   request.from_snapshot));
+    }
+    p = it->second.second;
+  }
+  if (!request.fork_of.empty()) {
+    if (auto st = Check(request.fork_of, owner, Access::kUse); !st) {
+      return tl::unexpected(st.error());
+    }
+    p = ProviderFor(request.fork_of);
+  }
   ClaimOptions o;
   o.labels = options_.defaults.labels;
   for (const auto& [k, v] : request.labels) {
@@ -301,7 +319,19 @@ Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const
   o.labels[kMcpServerLabel] = options_.instance_id;
   o.labels[kMcpOwnerLabel] = client;
   if (is_default) o.labels[kMcpDefaultLabel] = "true";
-  auto info = p->Create(o);
+  Result<SandboxInfo> info = tl::unexpected(Error(ErrorCode::kInternal, "not created"));
+  if (!request.from_snapshot.empty()) {
+    info = p->CreateFromSnapshot(request.from_snapshot, o);
+  } else if (!request.fork_of.empty()) {
+    auto forks = p->Fork(request.fork_of, 1, o);
+    if (forks && forks->size() == 1) {
+      info = (*forks)[0];
+    } else if (!forks) {
+      info = tl::unexpected(forks.error());
+    }
+  } else {
+    info = p->Create(o);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (--pending_[client] == 0) pending_.erase(client);
   --pending_total_;
@@ -423,6 +453,19 @@ Status SandboxBroker::ChangeMode(const std::string& id, const std::string& owner
       return p->Resume(id);
   }
   return {};
+}
+
+Result<SnapshotInfo> SandboxBroker::Snapshot(const std::string& id, const std::string& owner) {
+  if (auto st = Check(id, owner, Access::kUse); !st) return tl::unexpected(st.error());
+  SandboxProvider* p = ProviderFor(id);
+  std::string client = ClientId(owner);
+  SnapshotOptions so;
+  so.name = fmt::format("mcp-{}-{}", id, agent::RandomHex(8));
+  auto s = p->Snapshot(id, so);
+  if (!s) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshots_[s->name] = {client, p};
+  return s;
 }
 
 void SandboxBroker::DropDefault(const std::string& id, const std::string& why) {
@@ -609,6 +652,12 @@ void SandboxBroker::ReleaseAll() {
     for (const auto& [o, s] : defaults_) owners.push_back(o);
   }
   for (const auto& o : owners) ReleaseOwner(o);
+  std::map<std::string, std::pair<std::string, SandboxProvider*>> snapshots;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    snapshots.swap(snapshots_);
+  }
+  for (const auto& [name, taken] : snapshots) (void)taken.second->DeleteSnapshot(name);
   std::lock_guard<std::mutex> lock(mu_);
   connections_.clear();
 }

@@ -75,6 +75,10 @@ struct CreateRequest {
   std::map<std::string, std::string> labels;  // the client's (not deepbox.dev/)
   std::optional<int64_t> ttl_seconds;         // nullopt = the server's
   std::string network;                        // "" = the server's
+  // The new sandbox's files: a snapshot this client took (sandbox_snapshot),
+  // or a copy of one of its sandboxes as it is now (fork). "" = empty.
+  std::string from_snapshot;
+  std::string fork_of;
 };
 
 struct BrokerOptions {
@@ -114,6 +118,10 @@ class SandboxBroker {
   // connection is dropped: the next call reconnects, which wakes it.
   enum class Mode { kPause, kSuspend, kResume };
   Status ChangeMode(const std::string& id, const std::string& owner, Mode mode);
+  // A snapshot of a sandbox `owner` may use; only that client may restore
+  // it (CreateRequest::from_snapshot). The server names it. The server's
+  // snapshots are removed when it shuts down (ReleaseAll).
+  Result<SnapshotInfo> Snapshot(const std::string& id, const std::string& owner);
 
   // A (cached) connection to sandbox `id`, without any check (the server's
   // own bookkeeping and tests).
@@ -192,6 +200,8 @@ class SandboxBroker {
   std::map<std::string, size_t> pending_;       // client id -> creates under way
   size_t pending_total_ = 0;
   std::set<std::string> attached_;  // ids seen to match attach_selector
+  // Snapshots this server took: name -> (client id, provider).
+  std::map<std::string, std::pair<std::string, SandboxProvider*>> snapshots_;
 };
 
 }  // namespace deepbox::mcp

@@ -59,6 +59,12 @@ Status SandboxProvider::Resume(const std::string&) {
 Result<SnapshotInfo> SandboxProvider::Snapshot(const std::string&, const SnapshotOptions&) {
   return tl::unexpected(Unimplemented("snapshot"));
 }
+Result<std::vector<SnapshotInfo>> SandboxProvider::ListSnapshots() {
+  return tl::unexpected(Unimplemented("snapshot"));
+}
+Status SandboxProvider::DeleteSnapshot(const std::string&) {
+  return tl::unexpected(Unimplemented("snapshot"));
+}
 Result<SandboxInfo> SandboxProvider::CreateFromSnapshot(const std::string&, const ClaimOptions&) {
   return tl::unexpected(Unimplemented("restore snapshots into"));
 }

@@ -100,12 +100,16 @@ struct SnapshotOptions {
   std::string name;  // "" = the provider picks one
 };
 
+// A snapshot: a sandbox's files (its workspace) at one moment, kept apart
+// from it (it outlives the sandbox). Not its memory or processes.
 struct SnapshotInfo {
   std::string name;
   std::string provider;
   std::string source_id;  // the sandbox it was taken of
   std::string created_at;
-  int64_t size_bytes = -1;  // -1 unknown
+  int64_t size_bytes = -1;  // on disk; -1 unknown
+  int64_t file_bytes = -1;  // the files' apparent size
+  std::string note;         // e.g. how consistent it is ("" = taken while frozen)
 };
 
 class SandboxProvider {
@@ -155,9 +159,19 @@ class SandboxProvider {
   virtual Status Pause(const std::string& id);
   virtual Status Suspend(const std::string& id, const SuspendOptions& options);
   virtual Status Resume(const std::string& id);
+  // Snapshot: the sandbox's files as they are (a running sandbox is paused
+  // for the copy where the provider can, so no file is caught half-written
+  // by a process; the daemon's own writes are atomic anyway). CONFLICT for a
+  // name taken; RESOURCE_EXHAUSTED past the snapshot quota or a full disk
+  // (nothing is kept then, the sandbox is untouched).
   virtual Result<SnapshotInfo> Snapshot(const std::string& id, const SnapshotOptions& options);
+  virtual Result<std::vector<SnapshotInfo>> ListSnapshots();
+  virtual Status DeleteSnapshot(const std::string& name);
+  // A new sandbox (as Create) whose workspace holds the snapshot's files.
   virtual Result<SandboxInfo> CreateFromSnapshot(const std::string& snapshot,
                                                  const ClaimOptions& options);
+  // `count` new sandboxes (as Create) holding sandbox `id`'s files as they
+  // are now; all or none.
   virtual Result<std::vector<SandboxInfo>> Fork(const std::string& id, int count,
                                                 const ClaimOptions& options);
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "k8s/operating_mode.h"
 #include "k8s/schema.h"
 #include "k8s/util.h"
 #include "k8s/yaml_json.h"
@@ -213,6 +214,71 @@ TEST(ManifestTest, TheDaemonTakesOnlyItsClaimsToken) {
   for (const char* probe : {"readinessProbe", "livenessProbe"}) {
     EXPECT_EQ(FindString(c, {probe, "httpGet", "path"}), "/v1/health") << probe;
   }
+}
+
+// What Suspend/Resume write, as the recorded upstream CRD defines it:
+// spec.operatingMode is an enum of exactly the provider's two constants,
+// Running by default; a template can carry volumeClaimTemplates.
+TEST(ManifestTest, TheSuspendApiIsTheUpstreamCrds) {
+  const json::value* mode =
+      Schemas().FieldSchema("agents.x-k8s.io/v1beta1", "Sandbox", {"spec", "operatingMode"});
+  ASSERT_NE(mode, nullptr);
+  json::array expected{json::value(kOperatingModeRunning), json::value(kOperatingModeSuspended)};
+  ASSERT_NE(Find(*mode, {"enum"}), nullptr);
+  EXPECT_EQ(*Find(*mode, {"enum"}), json::value(expected));
+  EXPECT_EQ(FindString(*mode, {"default"}), kOperatingModeRunning);
+  EXPECT_EQ(FindString(*mode, {"type"}), "string");
+  EXPECT_NE(
+      Schemas().FieldSchema("agents.x-k8s.io/v1beta1", "Sandbox", {"spec", "volumeClaimTemplates"}),
+      nullptr);
+  EXPECT_NE(Schemas().FieldSchema("extensions.agents.x-k8s.io/v1beta1", "SandboxTemplate",
+                                  {"spec", "volumeClaimTemplates"}),
+            nullptr);
+  auto problems = ValidateManifest(Schemas(), R"(apiVersion: agents.x-k8s.io/v1beta1
+kind: Sandbox
+metadata: {name: s}
+spec:
+  operatingMode: Paused
+  podTemplate: {spec: {containers: [{name: c}]}}
+)",
+                                   "sb.yaml");
+  ASSERT_TRUE(problems);
+  ASSERT_EQ(problems->size(), 1u);
+  EXPECT_EQ(
+      (*problems)[0],
+      R"(sb.yaml: Sandbox s: spec.operatingMode: "Paused" is not one of "Running", "Suspended")");
+}
+
+// The volumeClaimTemplates variant is the default template with only
+// /workspace moved onto a PersistentVolumeClaim: what the provider's suspend
+// refusal tells the two apart by.
+TEST(ManifestTest, ThePvcVariantKeepsOnlyTheWorkspaceOnAClaim) {
+  auto tmpl = Load("sandbox-template.yaml");
+  auto pvc = Load("sandbox-template-pvc.yaml");
+  auto plain = DescribeWorkspace(tmpl);
+  EXPECT_FALSE(plain.survives_suspend);
+  EXPECT_EQ(plain.description, "an emptyDir");
+  auto kept = DescribeWorkspace(pvc);
+  EXPECT_TRUE(kept.survives_suspend) << kept.description;
+  EXPECT_EQ(kept.volume, "workspace");
+  const json::value* vcts = Find(pvc, {"spec", "volumeClaimTemplates"});
+  ASSERT_TRUE(vcts != nullptr && vcts->is_array());
+  ASSERT_EQ(vcts->as_array().size(), 1u);
+  EXPECT_EQ(FindString(vcts->as_array()[0], {"metadata", "name"}), "workspace");
+  EXPECT_EQ(FindString(vcts->as_array()[0], {"spec", "resources", "requests", "storage"}), "1Gi");
+  // Everything else as in the default (same name: warmpool.yaml uses either).
+  auto strip = [](json::object o) {
+    auto& spec = o["spec"].as_object();
+    spec.erase("volumeClaimTemplates");
+    auto& volumes = spec["podTemplate"].as_object()["spec"].as_object()["volumes"].as_array();
+    json::array rest;
+    for (const auto& v : volumes) {
+      if (FindString(v, {"name"}) != "workspace") rest.push_back(v);
+    }
+    volumes = std::move(rest);
+    return o;
+  };
+  EXPECT_EQ(ToJson(strip(pvc)), ToJson(strip(tmpl)));
 }
 
 }  // namespace

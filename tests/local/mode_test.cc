@@ -258,6 +258,33 @@ TEST_F(ModeTest, DeleteOrExpiryOfAPausedOrSuspendedSandboxLeavesNothing) {
   EXPECT_THAT(gone.err, HasSubstr("expired"));
 }
 
+// A supervisor's SIGHUP (sent by every claim of a warm sandbox and by pause,
+// suspend and resume) reaches its signalfd, never a thread of the launch that
+// left it unblocked: a public sandbox's uplink watcher is one.
+TEST_F(ModeTest, SighupNeverKillsTheSupervisorOfAPublicSandbox) {
+  auto r = Cli({"sandbox", "create", "--cold", "--ttl", "900", "--network", "public", "--json"});
+  if (r.code == 4) GTEST_SKIP() << "no public network on this host: " << r.err;
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto record = ParseJsonObject(r.out);
+  ASSERT_TRUE(record) << r.out;
+  std::string id(record->at("id").as_string());
+  SandboxMeta m = Meta(id);
+  if (m.network != "public") GTEST_SKIP() << "public fell back to " << m.network;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(kill(m.supervisor.pid, SIGHUP), 0);
+    auto exec = Cli({"sandbox", "exec", id, "--", "true"});
+    ASSERT_EQ(exec.code, 0) << exec.err;
+  }
+  EXPECT_TRUE(ProcessAlive(m.supervisor));
+  EXPECT_TRUE(Eventually([&] {
+    return ReadFile(state_ / "sandboxes" / id / "supervisor.log").find("meta.json re-read") !=
+           std::string::npos;
+  }));
+  ASSERT_EQ(Cli({"sandbox", "pause", id}).code, 0);
+  ASSERT_EQ(Cli({"sandbox", "resume", id}).code, 0);
+  EXPECT_TRUE(ProcessAlive(m.supervisor));
+}
+
 TEST_F(ModeTest, BadIdsAndWarmSandboxesAreRefused) {
   auto bad = Cli({"sandbox", "suspend", "../x"});
   EXPECT_EQ(bad.code, 2) << bad.err;

@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from conftest import DEEPBOX, HttpServer, run_deepbox, sandbox_ids, wait_until
 
 TOOLS = {"sandbox_create", "sandbox_list", "sandbox_delete", "sandbox_pause", "sandbox_suspend",
-         "sandbox_resume", "execute", "ls", "read_file",
+         "sandbox_resume", "sandbox_snapshot", "execute", "ls", "read_file",
          "write_file", "edit_file", "glob", "grep", "upload_file", "download_file"}
 
 
@@ -151,6 +151,23 @@ async def full_flow(client, expect_version, stateless=False):
         assert "x = 2" in text(again), text(again)
     resumed = await client.call_tool("sandbox_resume", {"sandbox_id": sid})
     assert text(resumed) == f"Resumed sandbox {sid}."
+
+    # A snapshot, a sandbox from it, and a fork: the same files, apart.
+    snap = await client.call_tool("sandbox_snapshot", {"sandbox_id": sid})
+    assert not snap.is_error, text(snap)
+    name = snap.structured_content["name"]
+    restored = await client.call_tool("sandbox_create", {"from_snapshot": name})
+    assert not restored.is_error, text(restored)
+    rid = restored.structured_content["sandbox_id"]
+    forked = await client.call_tool("sandbox_create", {"fork_of": sid})
+    assert not forked.is_error, text(forked)
+    fid = forked.structured_content["sandbox_id"]
+    for other in (rid, fid):
+        r = await client.call_tool("execute", {"command": "sha256sum data/blob.bin", "sandbox_id": other})
+        assert hashlib.sha256(blob).hexdigest() in text(r), text(r)
+        await client.call_tool("sandbox_delete", {"sandbox_id": other})
+    unknown = await client.call_tool("sandbox_create", {"from_snapshot": "not-ours"})
+    assert unknown.is_error and "no snapshot 'not-ours' of this client" in text(unknown)
 
     deleted = await client.call_tool("sandbox_delete", {"sandbox_id": sid})
     assert text(deleted) == f"Deleted sandbox {sid}."

@@ -124,6 +124,8 @@ class Sandbox:
         cpus: float | None = None,
         max_processes: int | None = None,
         disk: str | None = None,
+        idle_suspend: int | None = None,
+        from_snapshot: str | None = None,
         deepbox_bin: str | None = None,
     ) -> Sandbox:
         """Creates a local sandbox (or takes a warm one from ``pool``).
@@ -133,8 +135,15 @@ class Sandbox:
             ttl: Seconds until the sandbox deletes itself whatever happens to
                 this process (0 = never).
             network: ``"none"`` or ``"public"`` (default: public where possible).
+            idle_suspend: Suspend it after this many seconds unused (its
+                processes end, its files stay; the next use resumes it).
+            from_snapshot: Start with the files of this snapshot (:meth:`snapshot`).
         """
         args = ["sandbox", "create", "--json", "--ttl", str(int(ttl))]
+        if idle_suspend is not None:
+            args += ["--idle-suspend", str(int(idle_suspend))]
+        if from_snapshot:
+            args += ["--from-snapshot", from_snapshot]
         for k, v in (labels or {}).items():
             args += ["--label", f"{k}={v}"]
         if network:
@@ -291,6 +300,43 @@ class Sandbox:
         self._client.close()
         run_cli(["sandbox", verb, *self._cluster_args, self.id], deepbox_bin=self._deepbox_bin, timeout=300)
         self._asleep = verb != "resume"
+
+    def snapshot(self, name: str | None = None) -> dict[str, Any]:
+        """Copies the sandbox's files (not its memory or processes) into a snapshot.
+
+        Returns its record (``name``, ``source_id``, ``size_bytes`` on disk,
+        ``file_bytes``...). A running sandbox is paused for the copy where
+        the host can. Restore with ``Sandbox.create(from_snapshot=name)``.
+        """
+        args = ["sandbox", "snapshot", self.id, "--json"]
+        if name:
+            args += ["--name", name]
+        out = run_cli(args, deepbox_bin=self._deepbox_bin, timeout=3600)
+        return _parse_json_object(out, "deepbox sandbox snapshot --json")
+
+    def fork(self, count: int = 1, *, ttl: int = 600, labels: Mapping[str, str] | None = None) -> list[Sandbox]:
+        """``count`` new sandboxes holding this one's files as they are now (owned: deleted on exit)."""
+        args = ["sandbox", "fork", self.id, "-n", str(int(count)), "--json", "--ttl", str(int(ttl))]
+        for k, v in (labels or {}).items():
+            args += ["--label", f"{k}={v}"]
+        out = run_cli(args, deepbox_bin=self._deepbox_bin, timeout=3600)
+        forks = []
+        for sid in json.loads(out):
+            sb = Sandbox.attach(str(sid), deepbox_bin=self._deepbox_bin)
+            sb.owned = True  # made for the caller: deleted on exit
+            forks.append(sb)
+        return forks
+
+    @staticmethod
+    def snapshots(*, deepbox_bin: str | None = None) -> list[dict[str, Any]]:
+        """The snapshots kept here (``deepbox sandbox snapshot ls --json``)."""
+        out = run_cli(["sandbox", "snapshot", "ls", "--json"], deepbox_bin=deepbox_bin)
+        records = json.loads(out)
+        return [r for r in records if isinstance(r, dict)]
+
+    @staticmethod
+    def delete_snapshot(name: str, *, deepbox_bin: str | None = None) -> None:
+        run_cli(["sandbox", "snapshot", "rm", name], deepbox_bin=deepbox_bin)
 
     @property
     def state(self) -> str:

@@ -209,6 +209,24 @@ Result<std::vector<FieldReq>> ParseFieldSelector(std::string_view text) {
   return out;
 }
 
+// RFC 7386 JSON merge patch: objects merge key by key, null removes, any
+// other value replaces.
+void ApplyMergePatch(json::value& target, const json::value& patch) {
+  if (!patch.is_object()) {
+    target = patch;
+    return;
+  }
+  if (!target.is_object()) target = json::object();
+  auto& obj = target.as_object();
+  for (const auto& kv : patch.get_object()) {
+    if (kv.value().is_null()) {
+      obj.erase(kv.key());
+    } else {
+      ApplyMergePatch(obj[kv.key()], kv.value());
+    }
+  }
+}
+
 bool MatchesFields(const std::vector<FieldReq>& reqs, const json::object& obj) {
   for (const auto& f : reqs) {
     std::string v = f.field == "metadata.name" ? FindString(obj, {"metadata", "name"})
@@ -574,6 +592,78 @@ void FakeApiServer::Handle(net::Request& req, net::ResponseWriter& w) {
                        : error_response(obj.error(), name));
     } else if (req.method == "DELETE") {
       auto obj = store_->Delete(key, name);
+      (void)w.Send(obj ? net::Response::Json(200, ToJson(present(*obj)))
+                       : error_response(obj.error(), name));
+    } else if (req.method == "PATCH") {
+      // Merge patches only (what deepbox sends); the main resource, as for a
+      // CRD with a status subresource: status and the server's metadata stay.
+      std::string type = req.Header("Content-Type").value_or("");
+      if (type != "application/merge-patch+json") {
+        (void)w.Send(StatusResponse(415, "UnsupportedMediaType",
+                                    fmt::format("the body of the request was in an unknown "
+                                                "format - accepted media types include: "
+                                                "application/merge-patch+json (got '{}')",
+                                                type)));
+        return;
+      }
+      auto patch = ParseJsonObject(req.body);
+      if (!patch) {
+        (void)w.Send(StatusResponse(400, "BadRequest", patch.error().message));
+        return;
+      }
+      // The CRD's enum (spec.operatingMode: Running|Suspended).
+      if (kind->kind == std::string_view("Sandbox")) {
+        if (const auto* m = Find(*patch, {"spec", "operatingMode"});
+            m != nullptr && !m->is_null() &&
+            !(m->is_string() && (m->get_string() == "Running" || m->get_string() == "Suspended"))) {
+          (void)w.Send(StatusResponse(
+              422, "Invalid",
+              fmt::format("Sandbox.{} \"{}\" is invalid: spec.operatingMode: Unsupported value: "
+                          "{}: supported values: \"Running\", \"Suspended\"",
+                          group, name, ToJson(*m))));
+          return;
+        }
+      }
+      std::string want_rv = FindString(*patch, {"metadata", "resourceVersion"});
+      bool stale = false;
+      auto obj = store_->Update(key, name, [&](json::object& o) {
+        if (!want_rv.empty() && FindString(o, {"metadata", "resourceVersion"}) != want_rv) {
+          stale = true;
+          return;
+        }
+        json::object kept_meta;
+        if (const auto* m = o.if_contains("metadata"); m != nullptr && m->is_object()) {
+          kept_meta = m->get_object();
+        }
+        const json::value* kept_status = o.if_contains("status");
+        json::value status = kept_status != nullptr ? *kept_status : json::value();
+        json::value whole = o;
+        ApplyMergePatch(whole, *patch);
+        o = whole.as_object();
+        auto& meta = o["metadata"];
+        if (!meta.is_object()) meta = json::object();
+        for (std::string_view k : {"name", "namespace", "uid", "resourceVersion", "generation",
+                                   "creationTimestamp", "deletionTimestamp"}) {
+          if (const auto* v = kept_meta.if_contains(k)) {
+            meta.as_object()[k] = *v;
+          } else {
+            meta.as_object().erase(k);
+          }
+        }
+        if (status.is_null()) {
+          o.erase("status");
+        } else {
+          o["status"] = status;
+        }
+      });
+      if (obj && stale) {
+        (void)w.Send(StatusResponse(
+            409, "Conflict",
+            fmt::format("Operation cannot be fulfilled on {}.{} \"{}\": the object has been "
+                        "modified; please apply your changes to the latest version and try again",
+                        seg[5], group, name)));
+        return;
+      }
       (void)w.Send(obj ? net::Response::Json(200, ToJson(present(*obj)))
                        : error_response(obj.error(), name));
     } else {

@@ -1,7 +1,9 @@
 // Test-only: a fake Kubernetes API server that speaks the real REST and watch
 // protocol over HTTPS (our HttpServer with TLS): bearer-token or client-
 // certificate authentication, discovery (/apis/<group> lists served versions),
-// create/get/list/delete with label and field selectors, watches with
+// create/get/list/delete with label and field selectors, JSON merge patches
+// (of spec and metadata only, as for a CRD with a status subresource; the
+// Sandbox CRD's operatingMode enum checked), watches with
 // resourceVersions and bookmarks, Status errors. Faults can be injected: 410
 // Gone (as an ERROR event or an HTTP status), dropped watch connections,
 // server-side watch timeouts, 429/5xx answers with Retry-After, and a

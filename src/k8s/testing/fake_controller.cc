@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "k8s/operating_mode.h"
 #include "net/conn.h"
 
 namespace deepbox::k8s::testing {
@@ -24,6 +25,7 @@ ResourceKey Pools(const std::string& ns) { return {std::string(kExt), "sandboxwa
 ResourceKey Templates(const std::string& ns) { return {std::string(kExt), "sandboxtemplates", ns}; }
 ResourceKey Sandboxes(const std::string& ns) { return {std::string(kCore), "sandboxes", ns}; }
 ResourceKey Pods(const std::string& ns) { return {"", "pods", ns}; }
+ResourceKey VolumeClaims(const std::string& ns) { return {"", "persistentvolumeclaims", ns}; }
 
 std::string Name(const json::object& o) { return FindString(o, {"metadata", "name"}); }
 std::string Uid(const json::object& o) { return FindString(o, {"metadata", "uid"}); }
@@ -75,22 +77,28 @@ bool IsReady(const json::object& o) {
   return c != nullptr && FindString(*c, {"status"}) == "True";
 }
 
-// Sets the Ready condition, keeping lastTransitionTime when nothing changed.
-void SetReady(json::object& o, bool ready, std::string_view reason, std::string_view message,
-              const std::string& now) {
+int64_t Generation(const json::object& o) {
+  const json::value* g = Find(o, {"metadata", "generation"});
+  return g != nullptr && g->is_int64() ? g->as_int64() : 1;
+}
+
+// Sets a condition, keeping lastTransitionTime when its status stays.
+// `generation`: the one the controller acted on (observedGeneration).
+void SetCondition(json::object& o, std::string_view type, bool value, std::string_view reason,
+                  std::string_view message, const std::string& now, int64_t generation) {
   auto& status = Obj(o, "status");
   auto& conds = status["conditions"];
   if (!conds.is_array()) conds = json::array();
   json::object cond;
-  cond["type"] = "Ready";
-  cond["status"] = ready ? "True" : "False";
+  cond["type"] = type;
+  cond["status"] = value ? "True" : "False";
   cond["reason"] = reason;
   cond["message"] = message;
   cond["lastTransitionTime"] = now;
-  cond["observedGeneration"] = 1;
+  cond["observedGeneration"] = generation;
   for (auto& c : conds.as_array()) {
-    if (FindString(c, {"type"}) == "Ready") {
-      if (FindString(c, {"status"}) == (ready ? "True" : "False")) {
+    if (FindString(c, {"type"}) == type) {
+      if (FindString(c, {"status"}) == (value ? "True" : "False")) {
         cond["lastTransitionTime"] = FindString(c, {"lastTransitionTime"});
       }
       c = std::move(cond);
@@ -98,6 +106,46 @@ void SetReady(json::object& o, bool ready, std::string_view reason, std::string_
     }
   }
   conds.as_array().push_back(std::move(cond));
+}
+
+// The Ready condition of an object whose spec the controller does not
+// change meanwhile (claims).
+void SetReady(json::object& o, bool ready, std::string_view reason, std::string_view message,
+              const std::string& now) {
+  SetCondition(o, kConditionReady, ready, reason, message, now, Generation(o));
+}
+
+// The volumes a Sandbox's pod gets for its volumeClaimTemplates: each a
+// PersistentVolumeClaim "<template>-<sandbox>", replacing a pod volume of the
+// same name (upstream's MergeVolumeClaimVolumes).
+void MergeVolumeClaimVolumes(json::object& pod_spec, const json::object& sandbox) {
+  const json::value* vcts = Find(sandbox, {"spec", "volumeClaimTemplates"});
+  if (vcts == nullptr || !vcts->is_array() || vcts->get_array().empty()) return;
+  json::array volumes;
+  std::set<std::string> names;
+  for (const auto& t : vcts->get_array()) names.insert(FindString(t, {"metadata", "name"}));
+  if (const auto* v = pod_spec.if_contains("volumes"); v != nullptr && v->is_array()) {
+    for (const auto& e : v->get_array()) {
+      if (!names.contains(FindString(e, {"name"}))) volumes.push_back(e);
+    }
+  }
+  for (const auto& t : vcts->get_array()) {
+    std::string n = FindString(t, {"metadata", "name"});
+    json::object claim;
+    claim["claimName"] = VolumeClaimName(n, Name(sandbox));
+    json::object vol;
+    vol["name"] = n;
+    vol["persistentVolumeClaim"] = std::move(claim);
+    volumes.push_back(std::move(vol));
+  }
+  pod_spec["volumes"] = std::move(volumes);
+}
+
+// A blueprint's parts as a Sandbox takes them from its template.
+void CopyBlueprint(json::object& spec, const json::object& tmpl) {
+  for (std::string_view part : {"podTemplate", "volumeClaimTemplates"}) {
+    if (const auto* v = Find(tmpl, {"spec", part})) spec[part] = *v;
+  }
 }
 
 json::array PodIps(const json::object& sandbox) {
@@ -265,6 +313,14 @@ void FakeController::SetAdoptionDelay(std::chrono::milliseconds delay) {
   options_.adoption_delay = delay;
 }
 
+bool FakeController::HasPod(const std::string& ns, const std::string& name) const {
+  if (options_.real_pods) return store_->Get(Pods(ns), name).has_value();
+  auto sb = store_->Get(Sandboxes(ns), name);
+  if (!sb) return false;
+  std::lock_guard lock(mu_);
+  return fake_pods_.contains(Uid(*sb));
+}
+
 int FakeController::adoptions() const {
   std::lock_guard lock(mu_);
   return adoptions_;
@@ -334,8 +390,7 @@ void FakeController::ReconcilePools(const std::string& ns) {
       labels[kTemplateHashLabel] = NameHash(tmpl_name);
       labels[kCreatedByLabel] = "controller";
       meta["ownerReferences"] = OwnerRef(pool, "SandboxWarmPool");
-      auto& spec = Obj(sb, "spec");
-      if (const auto* pt = Find(*tmpl, {"spec", "podTemplate"})) spec["podTemplate"] = *pt;
+      CopyBlueprint(Obj(sb, "spec"), *tmpl);
       auto created = store_->Create(Sandboxes(ns), std::move(sb));
       if (!created) break;
       members.push_back(*created);
@@ -365,6 +420,7 @@ void FakeController::ReconcileSandboxes(const std::string& ns) {
     return std::any_of(list.begin(), list.end(),
                        [&](const json::object& o) { return Uid(o) == owner.second; });
   };
+  std::set<std::string> live;  // uids of the Sandboxes kept
   for (const auto& sb : store_->List(Sandboxes(ns))) {
     std::string name = Name(sb);
     std::string uid = Uid(sb);
@@ -374,52 +430,159 @@ void FakeController::ReconcileSandboxes(const std::string& ns) {
       if (!options_.real_pods) (void)store_->Delete(Sandboxes(ns), name);
       continue;
     }
+    live.insert(uid);
     bool expired = false;
     bool ready_allowed;
-    std::chrono::steady_clock::time_point created;
     {
       std::lock_guard lock(mu_);
       expired = expired_.contains(ns + "/" + name);
       ready_allowed = options_.pods_become_ready;
-      created = created_at_.try_emplace(uid, now).first->second;
     }
     std::string shutdown = FindString(sb, {"spec", "shutdownTime"});
     if (!shutdown.empty()) {
       auto t = ParseRfc3339(shutdown);
       if (t && *t <= options_.clock()) expired = true;
     }
-    bool ready = !expired && ready_allowed && now - created >= options_.pod_start_delay;
+    // What this pass acted on (the conditions' observedGeneration).
+    int64_t generation = Generation(sb);
+    bool suspended = OperatingMode(sb) == kOperatingModeSuspended;
+    if (!expired) SyncVolumeClaims(ns, sb);
+    bool ready = false;
+    bool pod_exists = false;  // the pod is there (maybe terminating) after this pass
     json::array ips = PodIps(sb);
     if (options_.real_pods) {
-      ready = SyncPod(ns, sb, expired, ips) && !expired;
-    } else if (ready && ips.empty()) {
+      ready = SyncPod(ns, sb, expired || suspended, ips, &pod_exists) && !expired && !suspended;
+    } else {
+      // The pod as the controller and kubelet would see it: created at once,
+      // Ready after pod_start_delay; a deletion ends it pod_stop_delay later
+      // (the pass that asks for it still sees it terminating).
+      std::lock_guard lock(mu_);
+      auto it = fake_pods_.find(uid);
+      bool stop = expired || suspended;
+      if (it != fake_pods_.end() && it->second.deleting_since &&
+          now - *it->second.deleting_since >= options_.pod_stop_delay) {
+        fake_pods_.erase(it);
+        it = fake_pods_.end();
+      }
+      if (stop && it != fake_pods_.end() && !it->second.deleting_since) {
+        it->second.deleting_since = now;
+      }
+      if (!stop && it == fake_pods_.end()) {
+        it = fake_pods_.emplace(uid, FakePod{ns, now, std::nullopt}).first;
+        ips.clear();  // a new pod, a new address
+      }
+      pod_exists = it != fake_pods_.end();
+      ready = !stop && !it->second.deleting_since && ready_allowed &&
+              now - it->second.created >= options_.pod_start_delay;
+    }
+    if (!options_.real_pods && ready && ips.empty()) {
       std::string ip = NextPodIp();
       if (options_.dual_stack) ips.push_back(json::value("fd00::" + ip.substr(ip.rfind('.') + 1)));
       ips.push_back(json::value(ip));
     }
     (void)store_->Update(Sandboxes(ns), name, [&](json::object& o) {
+      // The spec moved on since this pass read it: the next pass answers it.
+      if (Generation(o) != generation) return;
       auto& status = Obj(o, "status");
+      // Persistent, as upstream's: False (NotSuspended) while Running.
+      if (!suspended) {
+        SetCondition(o, kConditionSuspended, false, kReasonNotSuspended, "Sandbox is not suspended",
+                     wall, generation);
+      } else if (pod_exists) {
+        SetCondition(o, kConditionSuspended, false, kReasonPodTerminating,
+                     "Pod is terminating. Sandbox is suspending", wall, generation);
+      } else {
+        SetCondition(o, kConditionSuspended, true, kReasonPodTerminated,
+                     "Pod has been terminated. Sandbox is suspended", wall, generation);
+      }
       if (expired) {
         status.erase("podIPs");
-        SetReady(o, false, "SandboxExpired", "Sandbox has expired", wall);
+        SetCondition(o, kConditionReady, false, "SandboxExpired", "Sandbox has expired", wall,
+                     generation);
+      } else if (suspended) {
+        status.erase("podIPs");
+        status.erase("serviceFQDN");
+        SetCondition(o, kConditionReady, false, kReasonSandboxSuspended,
+                     pod_exists ? "Sandbox is suspending" : "Sandbox is suspended", wall,
+                     generation);
       } else if (ready) {
         status["podIPs"] = ips;
         status["serviceFQDN"] = fmt::format("{}.{}.svc.cluster.local", name, ns);
-        SetReady(o, true, "DependenciesReady", "Pod is Ready; Service Exists", wall);
+        SetCondition(o, kConditionReady, true, kReasonDependenciesReady,
+                     "Pod is Ready; Service Exists", wall, generation);
       } else {
-        SetReady(o, false, "DependenciesNotReady", "Pod exists with phase: Pending", wall);
+        SetCondition(o, kConditionReady, false, "DependenciesNotReady",
+                     "Pod exists with phase: Pending", wall, generation);
       }
     });
   }
+  if (options_.real_pods) return;  // the real garbage collector's
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(fake_pods_,
+                  [&](const auto& kv) { return !live.contains(kv.first) && kv.second.ns == ns; });
+  }
+  // A Sandbox's PersistentVolumeClaims go with it (they are owned by it).
+  for (const auto& pvc : store_->List(VolumeClaims(ns))) {
+    auto owner = Owner(pvc);
+    if (owner.first == "Sandbox" && !live.contains(owner.second)) {
+      (void)store_->Delete(VolumeClaims(ns), Name(pvc));
+    }
+  }
 }
 
-bool FakeController::SyncPod(const std::string& ns, const json::object& sandbox, bool expired,
-                             json::array& ips) {
+void FakeController::SyncVolumeClaims(const std::string& ns, const json::object& sandbox) {
+  const json::value* vcts = Find(sandbox, {"spec", "volumeClaimTemplates"});
+  if (vcts == nullptr || !vcts->is_array()) return;
+  std::string sb_name = Name(sandbox);
+  for (const auto& t : vcts->get_array()) {
+    std::string tmpl_name = FindString(t, {"metadata", "name"});
+    std::string pvc_name = VolumeClaimName(tmpl_name, sb_name);
+    if (tmpl_name.empty() || !IsObjectName(pvc_name) || store_->Get(VolumeClaims(ns), pvc_name)) {
+      continue;
+    }
+    // As upstream's reconcilePVCs: the template's metadata plus the
+    // sandbox-name-hash label, its spec, owned by the Sandbox (so kept
+    // while it is suspended, collected with it).
+    json::object pvc;
+    pvc["apiVersion"] = "v1";
+    pvc["kind"] = "PersistentVolumeClaim";
+    auto& meta = Obj(pvc, "metadata");
+    meta["name"] = pvc_name;
+    if (const auto* l = Find(t, {"metadata", "labels"}); l != nullptr && l->is_object()) {
+      meta["labels"] = *l;
+    }
+    Obj(meta, "labels")["agents.x-k8s.io/sandbox-name-hash"] = NameHash(sb_name);
+    if (const auto* a = Find(t, {"metadata", "annotations"}); a != nullptr && a->is_object()) {
+      meta["annotations"] = *a;
+    }
+    json::object owner = sandbox;
+    owner["apiVersion"] = "agents.x-k8s.io/v1beta1";
+    meta["ownerReferences"] = OwnerRef(owner, "Sandbox");
+    if (const auto* spec = Find(t, {"spec"}); spec != nullptr && spec->is_object()) {
+      pvc["spec"] = *spec;
+    }
+    (void)store_->Create(VolumeClaims(ns), std::move(pvc));
+  }
+}
+
+bool FakeController::SyncPod(const std::string& ns, const json::object& sandbox, bool stop,
+                             json::array& ips, bool* exists) {
   std::string name = Name(sandbox);
   auto pod = store_->Get(Pods(ns), name);
-  if (expired) {
-    if (pod) (void)store_->Delete(Pods(ns), name);
+  *exists = pod.has_value();
+  if (stop) {
+    // Deleted (gracefully: the node agent, as kubelet, finishes it), unless
+    // another object owns a pod of that name.
+    if (pod && Owner(*pod).second == Uid(sandbox) &&
+        FindString(*pod, {"metadata", "deletionTimestamp"}).empty()) {
+      (void)store_->Delete(Pods(ns), name);
+    }
     ips.clear();
+    return false;
+  }
+  if (pod && !FindString(*pod, {"metadata", "deletionTimestamp"}).empty()) {
+    ips.clear();  // resumed while the old pod still terminates: it goes first
     return false;
   }
   if (!pod) {
@@ -452,9 +615,10 @@ bool FakeController::SyncPod(const std::string& ns, const json::object& sandbox,
       c["image"] = "deepbox-sandboxd:dev";
       spec["containers"] = json::array{c};
     }
+    MergeVolumeClaimVolumes(spec, sandbox);
     spec["nodeName"] = options_.node_name;
     p["spec"] = std::move(spec);
-    (void)store_->Create(Pods(ns), std::move(p));  // Ready on a later pass
+    *exists = store_->Create(Pods(ns), std::move(p)).has_value();  // Ready on a later pass
     ips.clear();
     return false;
   }
@@ -545,8 +709,9 @@ void FakeController::ReconcileClaims(const std::string& ns) {
         }
         if (cond != nullptr && FindString(*cond, {"status"}) == "True") {
           SetReady(o, true, FindString(*cond, {"reason"}), FindString(*cond, {"message"}), wall);
-        } else if (cond != nullptr && FindString(*cond, {"reason"}) == "SandboxExpired") {
-          SetReady(o, false, "SandboxExpired", FindString(*cond, {"message"}), wall);
+        } else if (cond != nullptr && (FindString(*cond, {"reason"}) == "SandboxExpired" ||
+                                       FindString(*cond, {"reason"}) == kReasonSandboxSuspended)) {
+          SetReady(o, false, FindString(*cond, {"reason"}), FindString(*cond, {"message"}), wall);
         } else {
           SetReady(o, false, "SandboxNotReady",
                    cond ? FindString(*cond, {"message"}) : "Sandbox is not ready", wall);
@@ -722,8 +887,7 @@ void FakeController::ReconcileUnboundClaim(const std::string& ns, const json::ob
   labels[kClaimUidLabel] = uid;
   labels[kCreatedByLabel] = "controller";
   meta["ownerReferences"] = OwnerRef(claim, "SandboxClaim");
-  auto& spec = Obj(sb, "spec");
-  if (const auto* pt = Find(*tmpl, {"spec", "podTemplate"})) spec["podTemplate"] = *pt;
+  CopyBlueprint(Obj(sb, "spec"), *tmpl);
   if (pod_meta != nullptr) MergePodMetadata(sb, *pod_meta);
   if (!store_->Create(Sandboxes(ns), std::move(sb))) return;
   {

@@ -6,7 +6,16 @@
 // condition are written in one status update; terminal reasons for a missing
 // pool or template and bad pod metadata; expiry at lifecycle.shutdownTime
 // (Delete: the claim goes; Retain: the Sandbox goes, Ready=False ClaimExpired);
-// deleting a claim garbage-collects its Sandbox.
+// deleting a claim garbage-collects its Sandbox. Sandboxes follow
+// spec.operatingMode as upstream's v1.0 controller (k8s/operating_mode.h):
+// Suspended deletes the pod (Suspended=False PodTerminating while it ends,
+// then True PodTerminated; Ready=False SandboxSuspended), Running makes a new
+// one (new pod IP; Ready=True DependenciesReady). spec.volumeClaimTemplates
+// become PersistentVolumeClaims "<template>-<sandbox>" owned by the Sandbox,
+// kept while it is suspended and collected with it, and (real_pods) the
+// pod's volumes of those names. Conditions carry the generation they answer.
+// One daemon stands in for every pod of the fake cluster, so its files
+// "survive" a suspend whatever backs them.
 #pragma once
 
 #include <chrono>
@@ -16,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -30,8 +40,12 @@ namespace deepbox::k8s::testing {
 struct FakeControllerOptions {
   // Time from first seeing a claim to binding it (0 = at once).
   std::chrono::milliseconds adoption_delay{0};
-  // Time from creating a Sandbox to its pod being Ready.
+  // Time from creating a Sandbox's pod (at its creation, or a resume) to the
+  // pod being Ready.
   std::chrono::milliseconds pod_start_delay{0};
+  // Time from deleting a pod (a suspend) to its end; the pass that deletes
+  // it always reports it terminating (Suspended=False PodTerminating).
+  std::chrono::milliseconds pod_stop_delay{0};
   // false: pods never become Ready (claims stay Ready=False SandboxNotReady).
   bool pods_become_ready = true;
   // Pod IPs are handed out as <prefix><n>, n = 10, 11, ...
@@ -77,6 +91,10 @@ class FakeController {
   // From now on (benchmarks: the same cluster with and without it).
   void SetAdoptionDelay(std::chrono::milliseconds delay);
 
+  // Whether Sandbox ns/name has a pod (maybe terminating): in the store with
+  // real_pods, else the controller's own record of it.
+  bool HasPod(const std::string& ns, const std::string& name) const;
+
   int adoptions() const;
   int cold_starts() const;
 
@@ -92,9 +110,13 @@ class FakeController {
   // claim_workers > 0: queues "ns/name" unless it is queued or being worked on.
   void EnqueueClaim(const std::string& ns, const std::string& name);
   void ClaimWorker();
-  // real_pods: the Sandbox's pod (created when missing); whether it is Ready,
-  // and its IPs.
-  bool SyncPod(const std::string& ns, const json::object& sandbox, bool expired, json::array& ips);
+  // real_pods: the Sandbox's pod, created when missing or deleted with
+  // `stop` (expiry, a suspend); whether it is Ready, its IPs, and whether a
+  // pod (maybe terminating) exists.
+  bool SyncPod(const std::string& ns, const json::object& sandbox, bool stop, json::array& ips,
+               bool* exists);
+  // The PersistentVolumeClaims of the Sandbox's volumeClaimTemplates, made when missing.
+  void SyncVolumeClaims(const std::string& ns, const json::object& sandbox);
   std::string NextPodIp();
 
   std::shared_ptr<StoreApi> store_;
@@ -115,7 +137,13 @@ class FakeController {
   std::string fail_reason_;
   std::string fail_message_;
   std::map<std::string, std::chrono::steady_clock::time_point> first_seen_;  // claim uid
-  std::map<std::string, std::chrono::steady_clock::time_point> created_at_;  // sandbox uid
+  // Without real_pods: the pod of each Sandbox (by uid) as far as it exists.
+  struct FakePod {
+    std::string ns;
+    std::chrono::steady_clock::time_point created;
+    std::optional<std::chrono::steady_clock::time_point> deleting_since;
+  };
+  std::map<std::string, FakePod> fake_pods_;
   std::map<std::string, bool> expired_;  // "ns/name" of expired sandboxes
 };
 

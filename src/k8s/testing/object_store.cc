@@ -128,7 +128,16 @@ Result<json::object> ObjectStore::Update(const ResourceKey& key, const std::stri
   mutate(copy);
   if (copy == it->second.second) return copy;
   ++rv_;
-  copy["metadata"].as_object()["resourceVersion"] = std::to_string(rv_);
+  auto& meta = copy["metadata"].as_object();
+  meta["resourceVersion"] = std::to_string(rv_);
+  // As the API server (a CRD with a status subresource): a spec change is a
+  // new generation, which the controller's conditions then catch up with.
+  const json::value* was = it->second.second.if_contains("spec");
+  const json::value* now = copy.if_contains("spec");
+  if ((was == nullptr) != (now == nullptr) || (was != nullptr && *was != *now)) {
+    const json::value* g = meta.if_contains("generation");
+    meta["generation"] = (g != nullptr && g->is_int64() ? g->as_int64() : 0) + 1;
+  }
   it->second.second = copy;
   Emit(StoreEvent{"MODIFIED", rv_, key, copy}, lock);
   return copy;

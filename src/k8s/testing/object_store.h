@@ -59,6 +59,7 @@ class ObjectStore : public StoreApi {
   // The objects and the current resourceVersion.
   std::vector<json::object> List(const ResourceKey& key, int64_t* rv = nullptr) const override;
   // Applies `mutate` to a copy; unchanged objects are not written (no event).
+  // A changed spec bumps metadata.generation, as the API server does.
   Result<json::object> Update(const ResourceKey& key, const std::string& name,
                               const std::function<void(json::object&)>& mutate) override;
   Result<json::object> Delete(const ResourceKey& key, const std::string& name) override;

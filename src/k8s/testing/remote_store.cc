@@ -15,7 +15,7 @@ namespace deepbox::k8s::testing {
 
 namespace {
 
-constexpr int kTypes = 5;
+constexpr int kTypes = 6;
 
 std::string KindKey(std::string_view group, std::string_view plural) {
   return fmt::format("{}/{}", group, plural);
@@ -48,6 +48,9 @@ Result<ResourceType> RemoteStore::TypeOf(const ResourceKey& key) {
     return ResourceType{key.group, "v1beta1", key.plural, "Sandbox"};
   }
   if (key.group.empty() && key.plural == "pods") return ResourceType{"", "v1", "pods", "Pod"};
+  if (key.group.empty() && key.plural == "persistentvolumeclaims") {
+    return ResourceType{"", "v1", key.plural, "PersistentVolumeClaim"};
+  }
   return MakeError(ErrorCode::kInvalidArgument,
                    fmt::format("RemoteStore: no resource type {}/{}", key.group, key.plural));
 }
@@ -68,7 +71,8 @@ Result<std::unique_ptr<RemoteStore>> RemoteStore::Start(RestConfig config) {
                                 {"extensions.agents.x-k8s.io", "sandboxwarmpools", ""},
                                 {"extensions.agents.x-k8s.io", "sandboxtemplates", ""},
                                 {"agents.x-k8s.io", "sandboxes", ""},
-                                {"", "pods", ""}}) {
+                                {"", "pods", ""},
+                                {"", "persistentvolumeclaims", ""}}) {
     auto type = TypeOf(k);
     s->threads_.emplace_back([raw = s.get(), t = *type] { raw->WatchLoop(t); });
   }
@@ -278,7 +282,9 @@ Result<json::object> RemoteStore::Delete(const ResourceKey& key, const std::stri
   if (!type) return tl::unexpected(type.error());
   auto old = Get(key, name);
   if (auto st = client_->Delete(*type, key.ns, name); !st) return tl::unexpected(st.error());
-  if (old) Uncache(key, *old);
+  // A pod's deletion is graceful: it stays (terminating) until kubelet -- the
+  // node agent -- is done, and the watch reports when it is gone.
+  if (old && key.plural != "pods") Uncache(key, *old);
   return old ? *old : json::object();
 }
 

@@ -24,8 +24,9 @@ namespace deepbox::k8s::testing {
 
 class RemoteStore : public StoreApi {
  public:
-  // Watches SandboxClaims, SandboxWarmPools, SandboxTemplates, Sandboxes and
-  // pods in every namespace; returns once each has been listed.
+  // Watches SandboxClaims, SandboxWarmPools, SandboxTemplates, Sandboxes,
+  // pods and PersistentVolumeClaims in every namespace; returns once each has
+  // been listed.
   static Result<std::unique_ptr<RemoteStore>> Start(RestConfig config);
   ~RemoteStore() override;
 

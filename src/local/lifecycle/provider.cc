@@ -225,6 +225,11 @@ std::function<Status()> WakeOnUse(const LocalProviderOptions& options, const Sto
       return {};
     }
     auto m = store.Read(id);
+    // A snapshot or fork is copying its files: wait for it (bounded).
+    for (int i = 0; i < 60000 && m && !m->hold.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      m = store.Read(id);
+    }
     if (m && (m->mode != "running" || m->requested_mode != "running")) {
       auto provider = LocalSandboxProvider::Create(options);
       if (!provider) return tl::unexpected(provider.error());
@@ -831,8 +836,9 @@ Status LocalSandboxProvider::RequestMode(const std::string& id, const std::strin
       }
       // Somebody asked for something else meanwhile: theirs is the last word.
       return MakeError(ErrorCode::kConflict,
-                       fmt::format("sandbox '{}': another {} request came first (it is now {})", id,
-                                   now->requested_mode, now->mode));
+                       fmt::format("sandbox '{}': another request (to make it {}) came first; it "
+                                   "is {} now",
+                                   id, now->requested_mode, now->mode));
     }
     if (!now->broken.empty()) {
       return MakeError(

@@ -46,6 +46,9 @@ struct LocalProviderOptions {
   // Limits of every sandbox this provider creates, and the only limits a warm
   // sandbox it claims may have. Safe by default; a field set to nullopt is no limit.
   SandboxLimits limits = DefaultSandboxLimits();
+  // What all snapshots together may hold on disk (0 = no limit); the default
+  // is $DEEPBOX_SNAPSHOT_QUOTA (bytes, or 20G, 512M), else 20 GiB.
+  uint64_t snapshot_quota_bytes = 0;
 };
 
 // The absolute path of a --rootfs directory ("" stays ""); INVALID_ARGUMENT if
@@ -90,6 +93,15 @@ class LocalSandboxProvider : public SandboxProvider {
   Status Pause(const std::string& id) override;
   Status Suspend(const std::string& id, const SuspendOptions& options) override;
   Status Resume(const std::string& id) override;
+  // Snapshots: copies of the workspace under the state dir's snapshots/
+  // (snapshots.cc), within LocalProviderOptions::snapshot_quota_bytes.
+  Result<SnapshotInfo> Snapshot(const std::string& id, const SnapshotOptions& options) override;
+  Result<std::vector<SnapshotInfo>> ListSnapshots() override;
+  Status DeleteSnapshot(const std::string& name) override;
+  Result<SandboxInfo> CreateFromSnapshot(const std::string& snapshot,
+                                         const ClaimOptions& options) override;
+  Result<std::vector<SandboxInfo>> Fork(const std::string& id, int count,
+                                        const ClaimOptions& options) override;
 
   // Creates (or takes from the pool) without a lease: the sandbox lives until
   // deleted or its TTL. `allow_warm` false forces a cold create.
@@ -123,6 +135,11 @@ class LocalSandboxProvider : public SandboxProvider {
   Status ValidateClaim(const ClaimOptions& options, std::string* rootfs) const;
   Error GoneError(const std::string& id) const;
   Status RequestMode(const std::string& id, const std::string& mode);
+  // Copies sandbox `from`'s workspace into each of `to` (new, unused
+  // sandboxes), `from` paused meanwhile where it can be; the note says how
+  // consistent the copy is.
+  Result<std::string> CopyWorkspace(const std::string& from, const std::vector<std::string>& to,
+                                    uint64_t max_bytes);
   void CleanTrash() const;
 
   LocalProviderOptions options_;

@@ -117,6 +117,9 @@ struct SandboxMeta {
   // requested_mode back to mode); "" once a request succeeds.
   std::string mode_error;
   int64_t idle_suspend_seconds = 0;  // suspend after this long unused (0 = never)
+  // Set while a snapshot or fork copies the files of this (paused) sandbox:
+  // a use waits for it instead of resuming the sandbox mid-copy.
+  std::string hold;
 
   json::object ToJson() const;
   static Result<SandboxMeta> FromJson(const json::object& o);
@@ -176,6 +179,7 @@ class Store {
   std::string NetSlotOwner(uint32_t slot) const;
 
   fs::path pool_dir(const std::string& pool) const { return root_ / "pools" / pool; }
+  fs::path snapshots_dir() const { return root_ / "snapshots"; }
   // Wakes a pool daemon (it watches its dir with inotify).
   void NotifyPool(const std::string& pool) const;
 

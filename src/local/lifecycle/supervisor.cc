@@ -702,15 +702,11 @@ void Supervisor::Fail(const Error& e) {
 
 int Supervisor::Run() {
   start_ns_ = MonoNs();
-  if (auto st = Prepare(); !st) {
-    Fail(st.error());
-    return 1;
-  }
-  if (auto st = LaunchSandbox(); !st) {
-    Fail(st.error());
-    return 1;
-  }
-  // Only now: the sandbox's init must not inherit a blocked mask or ignored signals.
+  // Blocked before any thread exists (the launch starts some, e.g. a public
+  // network's uplink watcher, which inherit this mask): a SIGHUP (a claim's
+  // new labels and TTL) delivered to a thread that did not block it would
+  // kill the supervisor. The sandbox's init starts with no signal blocked or
+  // ignored whatever this mask (local/launcher.cc).
   signal(SIGPIPE, SIG_IGN);
   sigset_t set;
   sigemptyset(&set);
@@ -720,6 +716,14 @@ int Supervisor::Run() {
   timerfd_.reset(timerfd_create(CLOCK_REALTIME, TFD_CLOEXEC | TFD_NONBLOCK));
   if (!sigfd_ || !timerfd_) {
     Fail(SyscallError(!sigfd_ ? "signalfd" : "timerfd_create", errno));
+    return 1;
+  }
+  if (auto st = Prepare(); !st) {
+    Fail(st.error());
+    return 1;
+  }
+  if (auto st = LaunchSandbox(); !st) {
+    Fail(st.error());
     return 1;
   }
   if (auto st = WaitHealthy(); !st) {

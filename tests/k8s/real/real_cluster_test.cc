@@ -18,6 +18,7 @@
 
 #include "cli/run_exit_codes.h"
 #include "e2e_util.h"
+#include "k8s/operating_mode.h"
 #include "k8s/util.h"
 #include "net/http_client.h"
 #include "net/token_digest.h"
@@ -372,6 +373,107 @@ TEST_F(RealClusterTest, TtlExpiryDeletesTheClaim) {
   ASSERT_TRUE(created);
   EXPECT_GE(*shutdown - *created, std::chrono::seconds(2));  // rounded up, never early
   EXPECT_TRUE(Eventually([&] { return Names("sandboxclaims", ns_).empty(); })) << ClusterState(ns_);
+}
+
+// Suspend and resume on the real API server: the merge patch of
+// spec.operatingMode goes through the CRD's schema (enum, default) and
+// bumps the generation; the test controller answers as upstream v1.0's
+// (pod deleted gracefully -- the node agent stops its sandbox and finishes
+// the deletion --, Suspended=True PodTerminated, Ready=False SandboxSuspended
+// forwarded to the claim); the next exec wakes it with a new pod. (The node
+// agent gives each pod a sandbox of its own and deletes it with the pod,
+// with no volumes: files do not survive here, so the default template's
+// emptyDir is suspended with --force.)
+TEST_F(RealClusterTest, SuspendEndsThePodAndTheNextExecResumesIt) {
+  auto env = DeepboxEnv(ns_);
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600", "--json"}, env);
+  ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns_);
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  std::string id = k8s::FindString(*rec, {"id"});
+  std::string sandbox = k8s::FindString(*rec, {"sandbox"});
+  auto has_pod = [&] {
+    auto pods = Names("pods", ns_);
+    return std::find(pods.begin(), pods.end(), sandbox) != pods.end();
+  };
+  ASSERT_TRUE(has_pod()) << ClusterState(ns_);
+  std::string old_ip = k8s::FindString(*rec, {"headers", "X-Sandbox-Pod-IP"});
+
+  r = Run({kDeepbox, "sandbox", "suspend", id}, env);
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("would lose its files: /workspace is an emptyDir"));
+  EXPECT_TRUE(has_pod());
+  r = Run({kDeepbox, "sandbox", "suspend", "--force", id}, env);
+  ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns_);
+  auto sb = KubectlJson({"get", "sandbox", sandbox, "-n", ns_});
+  EXPECT_EQ(k8s::FindString(sb, {"spec", "operatingMode"}), k8s::kOperatingModeSuspended);
+  EXPECT_TRUE(k8s::SuspendSettled(sb)) << ToJson(sb);
+  EXPECT_TRUE(k8s::ReadySaysSuspended(sb)) << ToJson(sb);
+  EXPECT_FALSE(has_pod()) << ClusterState(ns_);
+  EXPECT_TRUE(Eventually([&] {
+    return Run({kDeepbox, "sandbox", "ls", "--provider", "k8s"}, env)
+               .out.find(k8s::kReasonSandboxSuspended) != std::string::npos;
+  })) << ClusterState(ns_);
+
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "echo", "back"}, env);
+  EXPECT_EQ(r.code, 0) << r.err << ClusterState(ns_);
+  EXPECT_EQ(r.out, "back\n");
+  sb = KubectlJson({"get", "sandbox", sandbox, "-n", ns_});
+  EXPECT_TRUE(k8s::RunningAndReady(sb)) << ToJson(sb);
+  EXPECT_TRUE(has_pod());
+  auto claim = KubectlJson({"get", "sandboxclaim", id.substr(id.find('/') + 1), "-n", ns_});
+  EXPECT_NE(ToJson(*k8s::Find(claim, {"status", "sandbox", "podIPs"})), "[\"" + old_ip + "\"]")
+      << "a new pod, a new address";
+  r = Run({kDeepbox, "sandbox", "resume", id}, env);  // already running
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", id}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+// deploy/k8s/sandbox-template-pvc.yaml on the real API server: the
+// controller's PersistentVolumeClaim (named as upstream names it) and the
+// pod volume that mounts it pass the real validation; the claim is kept
+// across a suspend, which needs no --force. (Nothing provisions volumes
+// here: the claim stays Pending and the node agent mounts nothing.)
+TEST_F(RealClusterTest, TheVolumeClaimTemplateVariantSuspendsWithoutForce) {
+  std::string ns = ns_ + "-p";
+  ASSERT_EQ(Kubectl({"create", "namespace", ns}).code, 0);
+  std::string text = ReadFile(kSourceDir + "/deploy/k8s/sandbox-template-pvc.yaml") + "\n---\n" +
+                     ReadFile(kSourceDir + "/deploy/k8s/warmpool.yaml");
+  for (size_t at; (at = text.find("namespace: default")) != std::string::npos;) {
+    text.replace(at, 18, "namespace: " + ns);
+  }
+  auto applied = Kubectl({"apply", "--validate=strict", "-f", "-"}, text);
+  ASSERT_EQ(applied.code, 0) << applied.err;
+  ASSERT_TRUE(Eventually([&] { return PoolReady(ns) >= 1; })) << ClusterState(ns);
+  auto env = DeepboxEnv(ns);
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600", "--json"}, env);
+  ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns);
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  std::string id = k8s::FindString(*rec, {"id"});
+  std::string sandbox = k8s::FindString(*rec, {"sandbox"});
+  std::string pvc = k8s::VolumeClaimName("workspace", sandbox);
+  auto claim_uid = [&] {
+    auto r = Kubectl({"get", "pvc", pvc, "-n", ns, "-o", "jsonpath={.metadata.uid}"});
+    return r.code == 0 ? r.out : "";
+  };
+  std::string uid = claim_uid();
+  ASSERT_FALSE(uid.empty()) << ClusterState(ns);
+  auto pod = KubectlJson({"get", "pod", sandbox, "-n", ns});
+  EXPECT_THAT(ToJson(pod), HasSubstr(R"("persistentVolumeClaim":{"claimName":")" + pvc + "\"}"));
+
+  r = Run({kDeepbox, "sandbox", "suspend", id}, env);
+  ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns);
+  EXPECT_TRUE(k8s::SuspendSettled(KubectlJson({"get", "sandbox", sandbox, "-n", ns})));
+  EXPECT_EQ(claim_uid(), uid);
+  r = Run({kDeepbox, "sandbox", "resume", id}, env);
+  ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns);
+  EXPECT_EQ(claim_uid(), uid);
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "echo", "kept"}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "kept\n");
+  (void)Kubectl({"delete", "namespace", ns, "--wait=false"});
 }
 
 TEST_F(RealClusterTest, SelectorCleanupLeavesOtherClaimsAndNamespacesAlone) {

@@ -1,0 +1,282 @@
+// Snapshots, restores and forks of local sandboxes (issue 22 item 4), with
+// the real CLI, supervisors and daemons: a tree made inside a sandbox
+// (modes, symlinks, hard links, sparse and larger files, empty directories,
+// FIFOs, names that are not UTF-8) comes back byte for byte in a restore and
+// in every fork; forks are independent of each other and of their source;
+// writes racing a snapshot leave every file whole; a snapshot over the quota
+// keeps nothing and leaves the sandbox as it was; suspend -> resume keeps
+// the same tree.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli_fixture.h"
+#include "common/json.h"
+#include "local/lifecycle/provider.h"
+#include "sandbox/sandbox.h"
+
+namespace deepbox::local::lifecycle {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using testing::ReadFile;
+
+// The tree, made by the sandbox's own user inside it.
+constexpr const char* kMakeTree = R"SH(set -e
+cd /workspace
+mkdir -p src/deep/er empty 'with space' "$(printf 'n\377\376')"
+printf 'print("hi")\n' > src/main.py
+printf 'bin\000ary\377' > src/deep/blob.bin
+head -c 300000 /dev/urandom > src/deep/er/random.dat
+dd if=/dev/zero of=sparse.img bs=1 count=0 seek=64M 2>/dev/null
+printf head | dd of=sparse.img conv=notrunc 2>/dev/null
+printf tail | dd of=sparse.img bs=1 seek=33554432 conv=notrunc 2>/dev/null
+ln src/main.py hard-link.py
+ln -s src/main.py rel-link
+ln -s /etc/passwd abs-link
+ln -s ../../nowhere dangling
+mkfifo fifo
+printf x > "$(printf 'n\377\376')/file"
+chmod 0750 src; chmod 4755 src/main.py; chmod 1777 empty; chmod 0400 src/deep/blob.bin
+touch -d '2001-02-03 04:05:06' src/deep/er/random.dat
+)SH";
+
+struct Entry {
+  std::string type, content;
+  mode_t mode = 0;
+  off_t size = 0;
+  int64_t mtime = 0;
+  blkcnt_t blocks = 0;
+  std::string group;
+};
+
+// The tree below `root` as the host sees it (lost+found is the image's own).
+std::map<std::string, Entry> Tree(const fs::path& root) {
+  std::map<std::string, Entry> out;
+  std::map<std::pair<dev_t, ino_t>, std::string> first;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    std::string rel = it->path().lexically_relative(root).string();
+    if (rel == "lost+found") {
+      it.disable_recursion_pending();
+      continue;
+    }
+    struct stat st;
+    if (lstat(it->path().c_str(), &st) != 0) continue;
+    Entry e;
+    e.mode = st.st_mode & 07777;
+    e.mtime = st.st_mtim.tv_sec;
+    if (S_ISDIR(st.st_mode)) {
+      e.type = "dir";
+    } else if (S_ISLNK(st.st_mode)) {
+      e.type = "link";
+      e.content = fs::read_symlink(it->path()).string();
+    } else if (S_ISFIFO(st.st_mode)) {
+      e.type = "fifo";
+    } else {
+      e.type = "file";
+      e.size = st.st_size;
+      e.blocks = st.st_blocks;
+      e.content = ReadFile(it->path());
+      if (st.st_nlink > 1) {
+        // Named by its smallest path (readdir orders differ between trees).
+        auto [f, fresh] = first.emplace(std::pair(st.st_dev, st.st_ino), rel);
+        if (!fresh && rel < f->second) f->second = rel;
+        e.group = std::to_string(st.st_ino);
+      }
+    }
+    out[rel] = e;
+  }
+  for (auto& [rel, e] : out) {
+    for (const auto& [key, name] : first) {
+      if (!e.group.empty() && e.group == std::to_string(key.second)) e.group = name;
+    }
+  }
+  return out;
+}
+
+::testing::AssertionResult SameTree(const fs::path& a, const fs::path& b) {
+  auto ta = Tree(a), tb = Tree(b);
+  if (ta.size() != tb.size()) {
+    return ::testing::AssertionFailure() << ta.size() << " entries vs " << tb.size();
+  }
+  for (const auto& [rel, x] : ta) {
+    auto it = tb.find(rel);
+    if (it == tb.end()) return ::testing::AssertionFailure() << "missing " << rel;
+    const Entry& y = it->second;
+    if (x.type != y.type || x.content != y.content || x.mode != y.mode || x.size != y.size ||
+        x.mtime != y.mtime || x.group != y.group) {
+      return ::testing::AssertionFailure()
+             << rel << " differs: " << x.type << "/" << y.type << " mode " << std::oct << x.mode
+             << "/" << y.mode << std::dec << " size " << x.size << "/" << y.size << " mtime "
+             << x.mtime << "/" << y.mtime << " group '" << x.group << "'/'" << y.group << "'";
+    }
+    if (y.blocks > x.blocks + 64) {
+      return ::testing::AssertionFailure()
+             << rel << ": holes filled (" << x.blocks << " -> " << y.blocks << " blocks)";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class SnapshotTest : public testing::LocalCliTest {
+ protected:
+  std::string Id(const testing::CliResult& r) {
+    EXPECT_EQ(r.code, 0) << r.err;
+    std::string id = r.out;
+    while (!id.empty() && id.back() == '\n') id.pop_back();
+    return id;
+  }
+  std::string Create() {
+    return Id(Cli({"sandbox", "create", "--cold", "--ttl", "900", "--network", "none"}));
+  }
+  fs::path Workspace(const std::string& id) { return state_ / "sandboxes" / id / "workspace"; }
+  SandboxMeta Meta(const std::string& id) {
+    auto m = provider_->store().Read(id);
+    EXPECT_TRUE(m) << m.error().ToString();
+    return m.value_or(SandboxMeta{});
+  }
+};
+
+TEST_F(SnapshotTest, ATreeSurvivesSnapshotRestoreForkAndSuspendByteForByte) {
+  std::string src = Create();
+  auto made = Cli({"sandbox", "exec", src, "--", "sh", "-c", kMakeTree});
+  ASSERT_EQ(made.code, 0) << made.err;
+  auto before = Tree(Workspace(src));
+  ASSERT_GE(before.size(), 15u);
+
+  auto snap = Cli({"sandbox", "snapshot", src, "--name", "tree-1", "--json"});
+  ASSERT_EQ(snap.code, 0) << snap.err;
+  auto record = ParseJsonObject(snap.out);
+  ASSERT_TRUE(record) << snap.out;
+  EXPECT_EQ(record->at("name").as_string(), "tree-1");
+  EXPECT_EQ(record->at("source_id").as_string(), src);
+  // On disk: the sparse image's holes are not stored.
+  EXPECT_LT(record->at("size_bytes").as_int64(), 8 << 20);
+  EXPECT_GT(record->at("file_bytes").as_int64(), 64 << 20);
+  EXPECT_EQ(Meta(src).mode, "running");  // paused for the copy, then resumed
+  EXPECT_TRUE(Meta(src).hold.empty());
+  EXPECT_EQ(Cli({"sandbox", "snapshot", src, "--name", "tree-1"}).code, 1);  // name taken
+
+  auto restored = Id(Cli({"sandbox", "create", "--from-snapshot", "tree-1", "--ttl", "900"}));
+  ASSERT_TRUE(Store::ValidId(restored)) << restored;
+  EXPECT_TRUE(SameTree(Workspace(src), Workspace(restored)));
+  EXPECT_EQ(Meta(restored).labels.at("deepbox.dev/snapshot"), "tree-1");
+  // The restored sandbox's own user owns and uses the files.
+  auto run = Cli({"sandbox", "exec", restored, "--", "sh", "-c",
+                  "cat src/main.py hard-link.py; echo more >> hard-link.py; cat src/main.py"});
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_EQ(run.out, "print(\"hi\")\nprint(\"hi\")\nprint(\"hi\")\nmore\n");
+
+  // The snapshot outlives its sandbox.
+  ASSERT_EQ(Cli({"sandbox", "rm", restored}).code, 0);
+  auto ls = Cli({"sandbox", "snapshot", "ls", "--json"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  EXPECT_THAT(ls.out, HasSubstr("\"tree-1\""));
+
+  // Forks: each the source's tree, each on its own.
+  auto forked = Cli({"sandbox", "fork", src, "-n", "3", "--json"});
+  ASSERT_EQ(forked.code, 0) << forked.err;
+  auto ids = ParseJson(forked.out);
+  ASSERT_TRUE(ids && ids->is_array()) << forked.out;
+  ASSERT_EQ(ids->as_array().size(), 3u);
+  std::vector<std::string> forks;
+  for (const auto& v : ids->as_array()) forks.emplace_back(v.as_string());
+  for (const auto& f : forks) {
+    EXPECT_TRUE(SameTree(Workspace(src), Workspace(f))) << f;
+    EXPECT_EQ(Meta(f).labels.at("deepbox.dev/forked-from"), src);
+  }
+  ASSERT_EQ(
+      Cli({"sandbox", "exec", forks[0], "--", "sh", "-c", "rm -r src; echo new > only0"}).code, 0);
+  EXPECT_TRUE(SameTree(Workspace(src), Workspace(forks[1])));
+  EXPECT_FALSE(fs::exists(Workspace(src) / "only0"));
+  EXPECT_TRUE(fs::exists(Workspace(src) / "src/main.py"));
+
+  // Suspend -> resume: the same tree.
+  ASSERT_EQ(Cli({"sandbox", "suspend", src}).code, 0);
+  ASSERT_EQ(Cli({"sandbox", "resume", src}).code, 0);
+  auto after = Tree(Workspace(src));
+  EXPECT_EQ(after.size(), before.size());
+  EXPECT_TRUE(SameTree(Workspace(src), Workspace(forks[2])));
+
+  ASSERT_EQ(Cli({"sandbox", "snapshot", "rm", "tree-1"}).code, 0);
+  EXPECT_FALSE(fs::exists(state_ / "snapshots" / "tree-1"));
+  EXPECT_EQ(Cli({"sandbox", "create", "--from-snapshot", "tree-1"}).code, 3);  // no such snapshot
+}
+
+TEST_F(SnapshotTest, WritesRacingSnapshotsLeaveEveryFileWhole) {
+  std::string id = Create();
+  auto client = provider_->Connect(id);
+  ASSERT_TRUE(client) << client.error().ToString();
+  Sandbox& sb = **client;
+  std::atomic<bool> stop{false};
+  std::atomic<int> writes{0};
+  // Version N is 200 KB of the letter 'a' + N % 26: a torn file mixes them.
+  std::thread writer([&] {
+    for (int n = 0; !stop.load(); ++n) {
+      if (sb.Write("data.txt", std::string(200000, static_cast<char>('a' + n % 26)))) ++writes;
+    }
+  });
+  std::vector<std::string> names;
+  for (int i = 0; i < 5; ++i) {
+    auto snap = Cli({"sandbox", "snapshot", id, "--name", fmt::format("race-{}", i)});
+    EXPECT_EQ(snap.code, 0) << snap.err;
+    names.push_back(fmt::format("race-{}", i));
+  }
+  stop = true;
+  writer.join();
+  EXPECT_GT(writes.load(), 5);
+  for (const auto& name : names) {
+    std::string data = ReadFile(state_ / "snapshots" / name / "files" / "data.txt");
+    ASSERT_EQ(data.size(), 200000u) << name;
+    EXPECT_EQ(data.find_first_not_of(data[0]), std::string::npos) << name << ": a torn file";
+  }
+}
+
+TEST_F(SnapshotTest, AFullQuotaKeepsNothingAndLeavesTheSandboxAsItWas) {
+  std::string id = Create();
+  ASSERT_EQ(Cli({"sandbox", "exec", id, "--", "sh", "-c",
+                 "head -c 3000000 /dev/urandom > /workspace/big"})
+                .code,
+            0);
+  setenv("DEEPBOX_SNAPSHOT_QUOTA", "1M", 1);
+  auto snap = Cli({"sandbox", "snapshot", id, "--name", "too-big"});
+  unsetenv("DEEPBOX_SNAPSHOT_QUOTA");
+  EXPECT_EQ(snap.code, 1);
+  EXPECT_THAT(snap.err, HasSubstr("nothing was kept"));
+  EXPECT_FALSE(fs::exists(state_ / "snapshots" / "too-big"));
+  for (const auto& e : fs::directory_iterator(state_ / "snapshots")) {
+    ADD_FAILURE() << "left behind: " << e.path();
+  }
+  SandboxMeta m = Meta(id);
+  EXPECT_EQ(m.mode, "running");
+  EXPECT_TRUE(m.hold.empty());
+  auto still = Cli({"sandbox", "exec", id, "--", "sh", "-c", "wc -c < /workspace/big"});
+  EXPECT_EQ(still.out, "3000000\n") << still.err;
+}
+
+TEST_F(SnapshotTest, BadNamesAndCountsAreUsageErrors) {
+  std::string id = Create();
+  EXPECT_EQ(Cli({"sandbox", "snapshot", id, "--name", "../x"}).code, 2);
+  EXPECT_EQ(Cli({"sandbox", "snapshot", "rm", "../x"}).code, 2);
+  EXPECT_EQ(Cli({"sandbox", "fork", id, "-n", "0"}).code, 2);
+  EXPECT_EQ(Cli({"sandbox", "fork", id, "-n", "33"}).code, 2);
+  EXPECT_EQ(Cli({"sandbox", "snapshot", "sb-0123456789ab"}).code, 3);
+  auto none = Cli({"sandbox", "snapshot"});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_THAT(none.err, HasSubstr("give a sandbox id"));
+}
+
+}  // namespace
+}  // namespace deepbox::local::lifecycle
