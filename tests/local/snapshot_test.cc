@@ -166,7 +166,7 @@ TEST_F(SnapshotTest, ATreeSurvivesSnapshotRestoreForkAndSuspendByteForByte) {
   EXPECT_LT(record->at("size_bytes").as_int64(), 8 << 20);
   EXPECT_GT(record->at("file_bytes").as_int64(), 64 << 20);
   EXPECT_EQ(Meta(src).mode, "running");  // paused for the copy, then resumed
-  EXPECT_TRUE(Meta(src).hold.empty());
+  EXPECT_FALSE(Meta(src).hold.valid());
   EXPECT_EQ(Cli({"sandbox", "snapshot", src, "--name", "tree-1"}).code, 1);  // name taken
 
   auto restored = Id(Cli({"sandbox", "create", "--from-snapshot", "tree-1", "--ttl", "900"}));
@@ -261,9 +261,23 @@ TEST_F(SnapshotTest, AFullQuotaKeepsNothingAndLeavesTheSandboxAsItWas) {
   }
   SandboxMeta m = Meta(id);
   EXPECT_EQ(m.mode, "running");
-  EXPECT_TRUE(m.hold.empty());
+  EXPECT_FALSE(m.hold.valid());
   auto still = Cli({"sandbox", "exec", id, "--", "sh", "-c", "wc -c < /workspace/big"});
   EXPECT_EQ(still.out, "3000000\n") << still.err;
+}
+
+// A hold left by a copier that died (killed mid-snapshot) does not keep the
+// sandbox asleep: its next use resumes it at once.
+TEST_F(SnapshotTest, AHoldOfAGoneProcessIsVoid) {
+  std::string id = Create();
+  if (Cli({"sandbox", "suspend", id}).code != 0) GTEST_SKIP() << "cannot suspend here";
+  ASSERT_TRUE(provider_->store().Update(id, [](SandboxMeta& m) {
+    m.hold = ProcessRef{.pid = 4000000, .start_time = 1};  // no such process
+    return Status{};
+  }));
+  auto r = Cli({"sandbox", "exec", id, "--", "echo", "awake"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "awake\n");
 }
 
 TEST_F(SnapshotTest, BadNamesAndCountsAreUsageErrors) {

@@ -226,7 +226,7 @@ std::function<Status()> WakeOnUse(const LocalProviderOptions& options, const Sto
     }
     auto m = store.Read(id);
     // A snapshot or fork is copying its files: wait for it (bounded).
-    for (int i = 0; i < 60000 && m && !m->hold.empty(); ++i) {
+    for (int i = 0; i < 60000 && m && m->hold.valid() && ProcessAlive(m->hold); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       m = store.Read(id);
     }

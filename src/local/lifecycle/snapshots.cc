@@ -130,13 +130,15 @@ Result<std::string> LocalSandboxProvider::CopyWorkspace(const std::string& from,
   // Held first, so that a use (which would resume it) waits for the copy;
   // then paused if it runs (and left paused if it was); a suspended one has
   // no process to write meanwhile.
-  (void)store_.Update(from, [](SandboxMeta& m) {
-    m.hold = "snapshot";
+  auto self = SelfRef();
+  if (!self) return tl::unexpected(self.error());
+  (void)store_.Update(from, [&](SandboxMeta& m) {
+    m.hold = *self;
     return Status{};
   });
   auto release_hold = [&] {
     (void)store_.Update(from, [](SandboxMeta& m) {
-      m.hold.clear();
+      m.hold = {};
       return Status{};
     });
   };

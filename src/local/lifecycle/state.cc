@@ -517,7 +517,7 @@ json::object SandboxMeta::ToJson() const {
   if (mode_since_ms) o["mode_since"] = FormatTime(*mode_since_ms);
   if (!mode_error.empty()) o["mode_error"] = JsonString(mode_error);
   if (idle_suspend_seconds > 0) o["idle_suspend_seconds"] = idle_suspend_seconds;
-  if (!hold.empty()) o["hold"] = JsonString(hold);
+  if (hold.valid()) o["hold"] = RefToJson(hold);
   return o;
 }
 
@@ -562,7 +562,7 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
   }
   m.mode_error = GetOptString(o, "mode_error").value_or("");
   m.idle_suspend_seconds = IntOr(o, "idle_suspend_seconds", 0, 0, INT32_MAX);
-  m.hold = GetOptString(o, "hold").value_or("");
+  if (o.contains("hold")) m.hold = RefFromJson(o, "hold");
   m.pool = GetOptString(o, "pool").value_or("");
   m.network_requested = GetOptString(o, "network_requested").value_or("");
   m.network = GetOptString(o, "network").value_or("none");

@@ -118,8 +118,9 @@ struct SandboxMeta {
   std::string mode_error;
   int64_t idle_suspend_seconds = 0;  // suspend after this long unused (0 = never)
   // Set while a snapshot or fork copies the files of this (paused) sandbox:
-  // a use waits for it instead of resuming the sandbox mid-copy.
-  std::string hold;
+  // a use waits for it instead of resuming the sandbox mid-copy. The copying
+  // process (a hold whose process is gone is void).
+  ProcessRef hold;
 
   json::object ToJson() const;
   static Result<SandboxMeta> FromJson(const json::object& o);
