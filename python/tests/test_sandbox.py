@@ -71,6 +71,8 @@ def test_snapshot_restore_and_fork(deepbox_bin: str) -> None:
         sb.write("dir/notes.txt", "v1\n")
         record = sb.snapshot(name)
         assert record["name"] == name and record["source_id"] == sb.id
+        with Sandbox.create(labels=LABEL, ttl=900, network="none", name=f"named-{os.getpid()}") as named:
+            assert Sandbox.attach(f"named-{os.getpid()}").id == named.id
         sb.write("dir/notes.txt", "v2\n")
         forks = sb.fork(2, ttl=900)
         try:

@@ -42,6 +42,7 @@ struct SandboxCreateArgs {
   int64_t ttl_seconds = kDefaultCreateTtlSeconds;  // 0 = none (with a warning)
   int64_t idle_suspend_seconds = 0;                // 0 = never
   std::string from_snapshot;                       // "" = an empty workspace
+  std::string name;                                // "" = none
   std::string network;                             // "" = host default
   std::string rootfs;
   bool json = false;

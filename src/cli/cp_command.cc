@@ -41,6 +41,14 @@ Ref ParseRef(const std::string& text) {
   }
   if (colon != std::string::npos && colon > 0 && (slash == std::string::npos || slash > colon)) {
     std::string id = text.substr(0, colon);
+    // NAME:PATH when NAME names a sandbox here (else it is a host path, or
+    // a malformed id).
+    if (!Store::ValidId(id) && Store::ValidName(id)) {
+      auto provider = MakeProvider(ProviderFlags{});
+      if (provider) {
+        if (auto named = (*provider)->store().IdOfName(id)) id = *named;
+      }
+    }
     if (Store::ValidId(id)) {
       r.in_sandbox = true;
       r.id = id;

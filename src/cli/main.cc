@@ -157,6 +157,9 @@ void RegisterSandboxCommands(CLI::App& app) {
                    "background process (its processes end, its files stay; the next use\n"
                    "resumes it). 0 = never (the default). Local sandboxes only")
       ->check(CLI::NonNegativeNumber);
+  create->add_option("--name", create_args->name,
+                     "A name for the sandbox, unique among yours, usable wherever its id is\n"
+                     "(exec, cp NAME:PATH, rm, pause, snapshot, run --sandbox-id ...)");
   create->add_option("--from-snapshot", create_args->from_snapshot,
                      "A new sandbox holding the files of snapshot NAME (`deepbox sandbox\n"
                      "snapshot ID`): never a warm one");

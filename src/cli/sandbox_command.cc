@@ -84,6 +84,10 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
                              "--idle-suspend: local sandboxes only (agent-sandbox has no idle "
                              "timer; suspend a claim with `deepbox sandbox suspend`)"));
   }
+  if (args.cluster.k8s() && !args.name.empty()) {
+    return ReportError(Error(ErrorCode::kUnimplemented,
+                             "--name: local sandboxes only (a claim's name is its id's CLAIM)"));
+  }
   if (args.cluster.k8s()) return RunK8sSandboxCreate(args);
   ClaimOptions claim;
   for (const auto& l : args.labels) {
@@ -100,6 +104,7 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
         Error(ErrorCode::kInvalidArgument, "--idle-suspend: must be >= 0 (0 = never)"));
   }
   claim.idle_suspend = std::chrono::seconds(args.idle_suspend_seconds);
+  claim.name = args.name;
   claim.network = args.network;
   claim.rootfs = args.rootfs;
   auto provider = MakeProvider(args.provider);
@@ -163,8 +168,8 @@ int RunSandboxLs(const SandboxLsArgs& args) {
     for (const auto& m : *list) std::cout << m.id << "\n";
     return kExitOk;
   }
-  std::string out = fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {}\n", "ID", "STATE", "AGE",
-                                "EXPIRES", "NETWORK", "LABELS");
+  std::string out = fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {:<16} {}\n", "ID", "STATE", "AGE",
+                                "EXPIRES", "NETWORK", "NAME", "LABELS");
   for (const auto& m : *list) {
     std::string state = m.ready ? m.state : m.restarts > 0 ? "restarting" : "starting";
     if (m.requested_mode != m.mode) {  // on its way
@@ -178,9 +183,10 @@ int RunSandboxLs(const SandboxLsArgs& args) {
     if (m.expired(now)) state = "expiring";
     std::string expires = m.expires_at_ms ? "in " + FormatAge(*m.expires_at_ms - now) : "never";
     // meta.json is not trusted either: one line per sandbox, whatever it holds.
-    out += fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {}\n", SanitizeLineForTerminal(m.id),
+    out += fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {:<16} {}\n", SanitizeLineForTerminal(m.id),
                        SanitizeLineForTerminal(state), FormatAge(now - m.created_at_ms), expires,
-                       SanitizeLineForTerminal(m.network), LabelsText(m.labels));
+                       SanitizeLineForTerminal(m.network), m.name.empty() ? "-" : m.name,
+                       LabelsText(m.labels));
   }
   std::cout << out << std::flush;
   return kExitOk;

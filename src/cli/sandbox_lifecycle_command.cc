@@ -15,6 +15,7 @@
 #include "common/terminal_text.h"
 #include "local/lifecycle/sandbox_limits.h"
 #include "local/lifecycle/selector.h"
+#include "local/lifecycle/state.h"
 #include "sandbox/registry.h"
 
 namespace deepbox::cli {
@@ -38,9 +39,17 @@ ProviderRequest RequestFor(const ProviderRegistration& provider, const ClusterFl
 }
 
 // The provider of sandbox `id` (by its form), or the error already reported.
+// The provider of an id's form, or the local one for a name (names are
+// local sandboxes' so far).
+const ProviderRegistration* OwnerOf(const std::string& id) {
+  if (const auto* owner = ProviderRegistry::Global().ForId(id)) return owner;
+  if (local::lifecycle::Store::ValidName(id)) return ProviderRegistry::Global().Lookup("local");
+  return nullptr;
+}
+
 Result<std::unique_ptr<SandboxProvider>> ProviderOf(const std::string& id,
                                                     const ClusterFlags& flags, int* code) {
-  const ProviderRegistration* owner = ProviderRegistry::Global().ForId(id);
+  const ProviderRegistration* owner = OwnerOf(id);
   if (owner == nullptr) {
     Error e(ErrorCode::kInvalidArgument,
             fmt::format("'{}' is no sandbox id (local: sb-..., Kubernetes: NAMESPACE/CLAIM; see "
@@ -176,7 +185,7 @@ int RunSandboxMode(const SandboxModeArgs& args) {
   std::map<std::string, std::unique_ptr<SandboxProvider>> providers;
   int code = kExitOk;
   for (const auto& id : args.ids) {
-    const ProviderRegistration* owner = ProviderRegistry::Global().ForId(id);
+    const ProviderRegistration* owner = OwnerOf(id);
     if (owner == nullptr) {
       code = ReportError(Error(ErrorCode::kInvalidArgument,
                                fmt::format("'{}' is no sandbox id (local: sb-..., Kubernetes: "

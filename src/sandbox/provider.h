@@ -37,6 +37,9 @@ struct ClaimOptions {
   // or background process running); the next use resumes it. 0 = never.
   // Local only so far (the k8s provider ignores it: upstream has no idle timer).
   std::chrono::seconds idle_suspend{0};
+  // A name, unique among this user's sandboxes of the provider, usable
+  // wherever the id is ("" = none). Local only so far.
+  std::string name;
 };
 
 // What a provider knows about one of its sandboxes.
@@ -50,6 +53,7 @@ struct SandboxInfo {
   std::string state;        // the provider's word: local claimed/warm; k8s Ready/NotReady
   std::string limits;       // "memory 2 GiB, ..." ("" = the provider does not say)
   std::string limits_note;  // requested limits the host did not enforce ("" = none)
+  std::string name;         // ClaimOptions::name ("" = none)
 };
 
 // A sandbox in use. Destroying the lease releases it: a claimed sandbox is

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -278,6 +279,47 @@ TEST_F(SnapshotTest, AHoldOfAGoneProcessIsVoid) {
   auto r = Cli({"sandbox", "exec", id, "--", "echo", "awake"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "awake\n");
+}
+
+// Named sandboxes (issue 22 item 5): unique, usable wherever an id is, free
+// again once the sandbox is gone.
+TEST_F(SnapshotTest, NamesAreUniqueAndWorkWhereIdsDo) {
+  auto made =
+      Cli({"sandbox", "create", "--cold", "--ttl", "900", "--network", "none", "--name", "web-1"});
+  std::string id = Id(made);
+  ASSERT_TRUE(Store::ValidId(id)) << made.err;
+  EXPECT_EQ(Meta(id).name, "web-1");
+  auto twice =
+      Cli({"sandbox", "create", "--cold", "--ttl", "900", "--network", "none", "--name", "web-1"});
+  EXPECT_EQ(twice.code, 1);
+  EXPECT_THAT(twice.err, HasSubstr("a sandbox named 'web-1' exists already"));
+  EXPECT_EQ(Cli({"sandbox", "create", "--name", "sb-0123456789ab"}).code, 2);
+  EXPECT_EQ(Cli({"sandbox", "create", "--name", "../x"}).code, 2);
+  auto exec = Cli({"sandbox", "exec", "web-1", "--", "sh", "-c", "echo hi > f; hostname"});
+  ASSERT_EQ(exec.code, 0) << exec.err;
+  EXPECT_EQ(exec.out, id + "\n");
+  fs::path local = state_ / "io" / "from-host.txt";
+  { std::ofstream(local) << "host bytes"; }
+  ASSERT_EQ(Cli({"sandbox", "cp", local.string(), "web-1:copied.txt"}).code, 0);
+  EXPECT_EQ(ReadFile(Workspace(id) / "copied.txt"), "host bytes");
+  EXPECT_EQ(Cli({"sandbox", "suspend", "web-1"}).code, 0);
+  EXPECT_EQ(Cli({"sandbox", "resume", "web-1"}).code, 0);
+  auto snap = Cli({"sandbox", "snapshot", "web-1", "--name", "web-snap"});
+  EXPECT_EQ(snap.code, 0) << snap.err;
+  auto ls = Cli({"sandbox", "ls"});
+  EXPECT_THAT(ls.out, HasSubstr("web-1"));
+  EXPECT_EQ(Cli({"sandbox", "exec", "no-such-name", "--", "true"}).code, 3);
+  ASSERT_EQ(Cli({"sandbox", "rm", "web-1"}).code, 0);
+  EXPECT_FALSE(fs::exists(state_ / "sandboxes" / id));
+  EXPECT_FALSE(fs::exists(state_ / "names" / "web-1"));
+  // Free again; a restore may carry it.
+  auto again =
+      Cli({"sandbox", "create", "--from-snapshot", "web-snap", "--name", "web-1", "--ttl", "900"});
+  std::string second = Id(again);
+  ASSERT_TRUE(Store::ValidId(second)) << again.err;
+  EXPECT_EQ(ReadFile(Workspace(second) / "f"), "hi\n");
+  EXPECT_EQ(Meta(second).name, "web-1");
+  EXPECT_EQ(Cli({"sandbox", "snapshot", "rm", "web-snap"}).code, 0);
 }
 
 TEST_F(SnapshotTest, BadNamesAndCountsAreUsageErrors) {

@@ -126,6 +126,7 @@ class Sandbox:
         disk: str | None = None,
         idle_suspend: int | None = None,
         from_snapshot: str | None = None,
+        name: str | None = None,
         deepbox_bin: str | None = None,
     ) -> Sandbox:
         """Creates a local sandbox (or takes a warm one from ``pool``).
@@ -138,12 +139,16 @@ class Sandbox:
             idle_suspend: Suspend it after this many seconds unused (its
                 processes end, its files stay; the next use resumes it).
             from_snapshot: Start with the files of this snapshot (:meth:`snapshot`).
+            name: A name unique among your sandboxes, usable wherever the id
+                is (``Sandbox.attach(name)``, ``deepbox sandbox exec NAME``).
         """
         args = ["sandbox", "create", "--json", "--ttl", str(int(ttl))]
         if idle_suspend is not None:
             args += ["--idle-suspend", str(int(idle_suspend))]
         if from_snapshot:
             args += ["--from-snapshot", from_snapshot]
+        if name:
+            args += ["--name", name]
         for k, v in (labels or {}).items():
             args += ["--label", f"{k}={v}"]
         if network:
@@ -249,7 +254,7 @@ class Sandbox:
         except ValueError as e:
             raise DeepboxError(f"deepbox sandbox ls --json printed no JSON: {out[:200]!r}") from e
         for meta in records if isinstance(records, list) else []:
-            if isinstance(meta, dict) and meta.get("id") == sandbox_id:
+            if isinstance(meta, dict) and sandbox_id in (meta.get("id"), meta.get("name")):
                 return cls._from_local_meta(meta, owned=False, deepbox_bin=deepbox_bin)
         raise SandboxNotFoundError(_EXIT_NOT_FOUND, f"no such sandbox: {sandbox_id}", ["sandbox", "ls", "--json"])
 

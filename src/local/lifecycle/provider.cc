@@ -448,8 +448,63 @@ Result<std::optional<SandboxMeta>> LocalSandboxProvider::ClaimWarm(const std::st
   return std::optional<SandboxMeta>();
 }
 
+std::string LocalSandboxProvider::Canonical(const std::string& id_or_name) const {
+  if (Store::ValidId(id_or_name) || !Store::ValidName(id_or_name)) return id_or_name;
+  return store_.IdOfName(id_or_name).value_or(id_or_name);
+}
+
+Status LocalSandboxProvider::Name(SandboxMeta& meta, const std::string& name) {
+  std::error_code ec;
+  fs::create_directories(store_.names_dir(), ec);
+  fs::path link = store_.names_dir() / name;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (symlink(meta.id.c_str(), link.c_str()) == 0) break;
+    if (errno != EEXIST) return MakeSyscallError("symlink", errno, link.string());
+    // Taken, unless by a sandbox that is gone (a crash left its link).
+    if (store_.IdOfName(name)) {
+      return MakeError(
+          ErrorCode::kConflict,
+          fmt::format("a sandbox named '{}' exists already (see: deepbox sandbox ls)", name));
+    }
+    (void)unlink(link.c_str());
+    if (attempt == 1) return MakeSyscallError("symlink", EEXIST, link.string());
+  }
+  auto named = store_.Update(meta.id, [&](SandboxMeta& m) {
+    m.name = name;
+    return Status{};
+  });
+  if (!named) {
+    store_.ReleaseName(name, meta.id);
+    return tl::unexpected(named.error());
+  }
+  meta = *named;
+  return {};
+}
+
 Result<SandboxMeta> LocalSandboxProvider::CreateSandbox(const ClaimOptions& options,
                                                         bool allow_warm) {
+  if (!options.name.empty()) {
+    if (!Store::ValidName(options.name)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("sandbox name '{}': use 1-63 letters, digits, '_', '.' and '-', "
+                                   "starting with a letter or digit (and not an sb-... id)",
+                                   options.name));
+    }
+    if (store_.IdOfName(options.name)) {
+      return MakeError(ErrorCode::kConflict,
+                       fmt::format("a sandbox named '{}' exists already (see: deepbox sandbox ls)",
+                                   options.name));
+    }
+    ClaimOptions unnamed = options;
+    unnamed.name.clear();
+    auto meta = CreateSandbox(unnamed, allow_warm);
+    if (!meta) return meta;
+    if (auto st = Name(*meta, options.name); !st) {
+      (void)Delete(meta->id);
+      return tl::unexpected(st.error());
+    }
+    return meta;
+  }
   if (allow_warm && !options_.pool.empty()) {
     for (int attempt = 0; attempt < 3; ++attempt) {
       auto warm = ClaimWarm(options_.pool, options);
@@ -538,7 +593,16 @@ Result<std::vector<SandboxMeta>> LocalSandboxProvider::ListMeta(const Selector& 
   return out;
 }
 
-Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id) {
+Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id_or_name) {
+  const std::string id = Canonical(id_or_name);
+  if (!Store::ValidId(id)) {
+    return MakeError(Store::ValidName(id) ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+                     Store::ValidName(id)
+                         ? fmt::format("no sandbox named '{}' (see: deepbox sandbox ls)", id)
+                         : fmt::format("'{}' is not a sandbox id or name (ids look like "
+                                       "sb-0123456789ab)",
+                                       id));
+  }
   auto meta = store_.Read(id);
   if (!meta) {
     if (meta.error().code == ErrorCode::kNotFound) return tl::unexpected(GoneError(id));
@@ -636,7 +700,12 @@ Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const std:
   return Connect(*meta);
 }
 
-Status LocalSandboxProvider::Delete(const std::string& id) {
+Status LocalSandboxProvider::Delete(const std::string& id_or_name) {
+  const std::string id = Canonical(id_or_name);
+  if (Store::ValidName(id)) {
+    return MakeError(ErrorCode::kNotFound,
+                     fmt::format("no sandbox named '{}' (see: deepbox sandbox ls)", id));
+  }
   auto meta = store_.Read(id);
   if (!meta) {
     if (meta.error().code != ErrorCode::kNotFound) return tl::unexpected(meta.error());
@@ -706,6 +775,7 @@ SandboxInfo InfoOf(const SandboxMeta& meta) {
   info.state = meta.mode != "running" ? meta.mode : meta.state;
   info.limits = meta.limits.Describe();
   info.limits_note = meta.limits_note;
+  info.name = meta.name;
   return info;
 }
 
@@ -779,8 +849,13 @@ Status LocalSandboxProvider::Suspend(const std::string& id, const SuspendOptions
 }
 Status LocalSandboxProvider::Resume(const std::string& id) { return RequestMode(id, "running"); }
 
-Status LocalSandboxProvider::RequestMode(const std::string& id, const std::string& mode) {
+Status LocalSandboxProvider::RequestMode(const std::string& id_or_name, const std::string& mode) {
+  const std::string id = Canonical(id_or_name);
   if (!Store::ValidId(id)) {
+    if (Store::ValidName(id)) {
+      return MakeError(ErrorCode::kNotFound,
+                       fmt::format("no sandbox named '{}' (see: deepbox sandbox ls)", id));
+    }
     return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad sandbox id '{}'", id));
   }
   const char* verb = mode == "paused" ? "pause" : mode == "suspended" ? "suspend" : "resume";

@@ -116,7 +116,8 @@ class LocalSandboxProvider : public SandboxProvider {
   // Sandboxes matching `selector` (warm ones too), sorted by creation time.
   // Reaps dead ones.
   Result<std::vector<SandboxMeta>> ListMeta(const Selector& selector = {});
-  // One sandbox, with clear errors: unknown, expired, gone, still starting.
+  // One sandbox, by id or name, with clear errors: unknown, expired, gone,
+  // still starting.
   Result<SandboxMeta> Get(const std::string& id);
   // A client connected to the sandbox's daemon.
   Result<std::unique_ptr<SandboxdClient>> Connect(const std::string& id);
@@ -135,6 +136,12 @@ class LocalSandboxProvider : public SandboxProvider {
   Status ValidateClaim(const ClaimOptions& options, std::string* rootfs) const;
   Error GoneError(const std::string& id) const;
   Status RequestMode(const std::string& id, const std::string& mode);
+  // A sandbox's id from its id or its name (ClaimOptions::name); unknown
+  // names come back as they are (the caller's lookup says NOT_FOUND).
+  std::string Canonical(const std::string& id_or_name) const;
+  // Gives sandbox `meta` the name `name` (names/NAME, then its record):
+  // CONFLICT when another sandbox has it.
+  Status Name(SandboxMeta& meta, const std::string& name);
   // Copies sandbox `from`'s workspace into each of `to` (new, unused
   // sandboxes), `from` paused meanwhile where it can be; the note says how
   // consistent the copy is.

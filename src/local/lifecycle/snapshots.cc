@@ -118,9 +118,10 @@ uint64_t QuotaFrom(const LocalProviderOptions& options) {
 
 }  // namespace
 
-Result<std::string> LocalSandboxProvider::CopyWorkspace(const std::string& from,
+Result<std::string> LocalSandboxProvider::CopyWorkspace(const std::string& from_ref,
                                                         const std::vector<std::string>& to,
                                                         uint64_t max_bytes) {
+  const std::string from = Canonical(from_ref);
   auto meta = Get(from);
   if (!meta) return tl::unexpected(meta.error());
   if (meta->state == "warm") {
@@ -176,8 +177,9 @@ Result<std::string> LocalSandboxProvider::CopyWorkspace(const std::string& from,
   return note;
 }
 
-Result<SnapshotInfo> LocalSandboxProvider::Snapshot(const std::string& id,
+Result<SnapshotInfo> LocalSandboxProvider::Snapshot(const std::string& ref,
                                                     const SnapshotOptions& options) {
+  const std::string id = Canonical(ref);
   std::string name = options.name.empty() ? fmt::format("{}-{}", id, RandomSuffix()) : options.name;
   if (!ValidSnapshotName(name)) {
     return MakeError(ErrorCode::kInvalidArgument,
@@ -315,8 +317,9 @@ Result<SandboxInfo> LocalSandboxProvider::CreateFromSnapshot(const std::string& 
   return InfoOf(*meta);
 }
 
-Result<std::vector<SandboxInfo>> LocalSandboxProvider::Fork(const std::string& id, int count,
+Result<std::vector<SandboxInfo>> LocalSandboxProvider::Fork(const std::string& ref, int count,
                                                             const ClaimOptions& options) {
+  const std::string id = Canonical(ref);
   if (count < 1 || count > kMaxFork) {
     return MakeError(
         ErrorCode::kInvalidArgument,
@@ -328,6 +331,7 @@ Result<std::vector<SandboxInfo>> LocalSandboxProvider::Fork(const std::string& i
   ClaimOptions o = options;
   o.labels["deepbox.dev/forked-from"] = id;
   o.allow_warm = false;
+  o.name.clear();  // a name is one sandbox's: forks have none
   std::vector<SandboxMeta> made;
   auto undo = [&] {
     for (const auto& m : made) (void)Delete(m.id);

@@ -518,6 +518,7 @@ json::object SandboxMeta::ToJson() const {
   if (!mode_error.empty()) o["mode_error"] = JsonString(mode_error);
   if (idle_suspend_seconds > 0) o["idle_suspend_seconds"] = idle_suspend_seconds;
   if (hold.valid()) o["hold"] = RefToJson(hold);
+  if (!name.empty()) o["name"] = JsonString(name);
   return o;
 }
 
@@ -563,6 +564,7 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
   m.mode_error = GetOptString(o, "mode_error").value_or("");
   m.idle_suspend_seconds = IntOr(o, "idle_suspend_seconds", 0, 0, INT32_MAX);
   if (o.contains("hold")) m.hold = RefFromJson(o, "hold");
+  if (auto n = GetOptString(o, "name"); n && Store::ValidName(*n)) m.name = *n;
   m.pool = GetOptString(o, "pool").value_or("");
   m.network_requested = GetOptString(o, "network_requested").value_or("");
   m.network = GetOptString(o, "network").value_or("none");
@@ -651,6 +653,34 @@ bool Store::ValidId(std::string_view id) {
   return std::all_of(id.begin() + 3, id.end(), [](char c) {
     return std::isdigit(static_cast<unsigned char>(c)) || (c >= 'a' && c <= 'f');
   });
+}
+
+bool Store::ValidName(std::string_view name) {
+  if (name.empty() || name.size() > 63 || ValidId(name)) return false;
+  if (!std::isalnum(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+  });
+}
+
+std::optional<std::string> Store::IdOfName(const std::string& name) const {
+  if (!ValidName(name)) return std::nullopt;
+  char target[64];
+  ssize_t n = readlink((names_dir() / name).c_str(), target, sizeof(target) - 1);
+  if (n <= 0) return std::nullopt;
+  std::string id(target, static_cast<size_t>(n));
+  if (!ValidId(id)) return std::nullopt;
+  auto meta = Read(id);  // the link may outlive its sandbox (a crash): stale then
+  if (!meta || meta->name != name) return std::nullopt;
+  return id;
+}
+
+void Store::ReleaseName(const std::string& name, const std::string& id) const {
+  if (!ValidName(name)) return;
+  fs::path link = names_dir() / name;
+  char target[64];
+  ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+  if (n > 0 && std::string_view(target, static_cast<size_t>(n)) == id) (void)unlink(link.c_str());
 }
 
 Result<SandboxMeta> Store::Read(const std::string& id) const {
@@ -798,6 +828,7 @@ Result<bool> Store::Reap(const std::string& id, const std::optional<SandboxMeta>
   if (meta && meta->id != id) meta.reset();  // not this sandbox's record: act on nothing in it
   Status result;
   if (meta) {
+    ReleaseName(meta->name, id);
     std::vector<std::string> cgroups = OwnCgroups(id, meta->cgroups, &result);
     KillInit(meta->init, cgroups);  // SIGKILL to a PID namespace's init kills all of it
     if (auto st = KillAndRemoveCgroups(id, cgroups); !st && result) result = st;

@@ -121,6 +121,7 @@ struct SandboxMeta {
   // a use waits for it instead of resuming the sandbox mid-copy. The copying
   // process (a hold whose process is gone is void).
   ProcessRef hold;
+  std::string name;  // ClaimOptions::name: names/NAME links to the id ("" = none)
 
   json::object ToJson() const;
   static Result<SandboxMeta> FromJson(const json::object& o);
@@ -156,6 +157,14 @@ class Store {
 
   static std::string NewId();
   static bool ValidId(std::string_view id);
+  // A sandbox name: [A-Za-z0-9][A-Za-z0-9_.-]{0,62}, and not an id.
+  static bool ValidName(std::string_view name);
+  // names/NAME: a symlink whose target is the named sandbox's id.
+  fs::path names_dir() const { return root_ / "names"; }
+  // The id that `name` names, if its sandbox exists and carries that name.
+  std::optional<std::string> IdOfName(const std::string& name) const;
+  // Removes names/NAME if it names `id` (a deleted sandbox's name is free).
+  void ReleaseName(const std::string& name, const std::string& id) const;
 
   // NOT_FOUND if there is no record, PERMISSION_DENIED if its dir or file is
   // not ours alone (a symlink, another owner, group/world-writable), an error

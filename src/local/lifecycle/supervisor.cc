@@ -669,6 +669,7 @@ void Supervisor::Delete(const std::optional<Tombstone>& why) {
   // Take it away from claimers first (a warm sandbox being deleted is not claimable).
   (void)rename(paths_.warm.c_str(), paths_.claimed.c_str());
   if (why) (void)store_.WriteTombstone(*why);
+  if (auto m = store_.Read(req_.id)) store_.ReleaseName(m->name, req_.id);
   if (meta_.mode == "paused") (void)SetCgroupsFrozen(meta_.cgroups, false, 10s);
   (void)sp_.Kill();
   sp_ = SandboxProcess();  // reaps init; removes cgroups, network, runtime dirs
