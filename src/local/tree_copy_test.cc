@@ -2,8 +2,9 @@
 // dangle or point out of the tree, hard links, sparse and large files, empty
 // directories, FIFOs, names that are not UTF-8) come out identical -- the
 // same entries, bytes, link targets, hard-link groups, permission bits and
-// modification times, holes still holes -- and nothing is followed out of
-// the source or written out of the destination.
+// modification times, holes still holes (local/testing/tree_compare.h) --
+// and nothing is followed out of the source or written out of the
+// destination.
 #include "local/tree_copy.h"
 
 #include <fcntl.h>
@@ -18,6 +19,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "local/testing/tree_compare.h"
 
 namespace deepbox::local {
 namespace {
@@ -53,15 +56,6 @@ void WriteAt(const std::string& path, off_t offset, const std::string& data) {
   ASSERT_GE(fd, 0) << path;
   ASSERT_EQ(pwrite(fd, data.data(), data.size(), offset), static_cast<ssize_t>(data.size()));
   close(fd);
-}
-
-std::string ReadAll(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  std::string out;
-  char buf[65536];
-  for (ssize_t n; fd >= 0 && (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
-  if (fd >= 0) close(fd);
-  return out;
 }
 
 // A random tree below `root`, from `seed`.
@@ -124,56 +118,6 @@ void MakeTree(const std::string& root, uint32_t seed) {
   }
 }
 
-struct Entry {
-  std::string type;
-  mode_t mode = 0;
-  off_t size = 0;
-  std::string content;  // files: bytes; symlinks: target
-  int64_t mtime_ns = 0;
-  blkcnt_t blocks = 0;
-  std::string link_group;  // the first path of its hard-link group ("" = none)
-};
-
-std::map<std::string, Entry> Snapshot(const std::string& root) {
-  std::map<std::string, Entry> out;
-  std::map<std::pair<dev_t, ino_t>, std::string> first;
-  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator();
-       ++it) {
-    std::string rel = it->path().lexically_relative(root).string();
-    struct stat st;
-    EXPECT_EQ(lstat(it->path().c_str(), &st), 0);
-    Entry e;
-    e.mode = st.st_mode & 07777;
-    e.mtime_ns = st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec;
-    if (S_ISDIR(st.st_mode)) {
-      e.type = "dir";
-    } else if (S_ISLNK(st.st_mode)) {
-      e.type = "symlink";
-      e.content = fs::read_symlink(it->path()).string();
-    } else if (S_ISFIFO(st.st_mode)) {
-      e.type = "fifo";
-    } else {
-      e.type = "file";
-      e.size = st.st_size;
-      e.blocks = st.st_blocks;
-      e.content = ReadAll(it->path());
-      if (st.st_nlink > 1) {
-        // Named by its smallest path (readdir orders differ between trees).
-        auto [f, fresh] = first.emplace(std::make_pair(st.st_dev, st.st_ino), rel);
-        if (!fresh && rel < f->second) f->second = rel;
-        e.link_group = std::to_string(st.st_ino);  // resolved below
-      }
-    }
-    out[rel] = std::move(e);
-  }
-  for (auto& [rel, e] : out) {
-    for (const auto& [key, name] : first) {
-      if (!e.link_group.empty() && e.link_group == std::to_string(key.second)) e.link_group = name;
-    }
-  }
-  return out;
-}
-
 class TreeCopyTest : public ::testing::TestWithParam<uint32_t> {};
 
 TEST_P(TreeCopyTest, RandomTreesComeOutIdentical) {
@@ -185,20 +129,7 @@ TEST_P(TreeCopyTest, RandomTreesComeOutIdentical) {
   if (geteuid() != 0) GTEST_SKIP() << "the trees hold unreadable directories: root only";
   auto copied = CopyTree(from, to);
   ASSERT_TRUE(copied) << copied.error().ToString();
-  auto a = Snapshot(from), b = Snapshot(to);
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [rel, want] : a) {
-    ASSERT_TRUE(b.count(rel)) << rel;
-    const Entry& got = b.at(rel);
-    EXPECT_EQ(got.type, want.type) << rel;
-    EXPECT_EQ(got.mode, want.mode) << rel;
-    EXPECT_EQ(got.size, want.size) << rel;
-    EXPECT_TRUE(got.content == want.content) << rel;
-    EXPECT_EQ(got.mtime_ns, want.mtime_ns) << rel;
-    EXPECT_EQ(got.link_group, want.link_group) << rel;
-    // Holes stay holes (a little slack for the file system's own layout).
-    EXPECT_LE(got.blocks, want.blocks + 16) << rel;
-  }
+  EXPECT_TRUE(testing::SameTree(from, to, /*slack_blocks=*/16));
   struct stat root_from, root_to;
   ASSERT_EQ(stat(from.c_str(), &root_from), 0);
   ASSERT_EQ(stat(to.c_str(), &root_to), 0);

@@ -183,9 +183,13 @@ TEST_F(ExecCliTest, UsageErrorsExit2) {
   EXPECT_THAT(r.err, HasSubstr("bad --env 'BAD': use K=V"));
   r = Cli({"sandbox", "exec", "-e", "=x", Id(), "--", "true"});
   EXPECT_EQ(r.code, 2);
+  // A word that could be a name (sandbox create --name) is looked up as one.
   r = Cli({"sandbox", "exec", "not-an-id", "--", "true"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_THAT(r.err, HasSubstr("no sandbox named 'not-an-id' (ids look like sb-"));
+  r = Cli({"sandbox", "exec", "not an id!", "--", "true"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("is not a sandbox id"));
+  EXPECT_THAT(r.err, HasSubstr("is not a sandbox id or name"));
   r = Cli({"sandbox", "exec", Id(), "--"});
   EXPECT_EQ(r.code, 2);
   // -it needs a terminal on stdin (here a file).

@@ -152,9 +152,13 @@ TEST_F(LifecycleTest, ExecPropagatesStatus) {
   r = Cli({"sandbox", "exec", "sb-000000000000", "--", "true"});
   EXPECT_EQ(r.code, 3);
   EXPECT_THAT(r.err, HasSubstr("no sandbox 'sb-000000000000' (see: deepbox sandbox ls)"));
+  // A word that could be a name (sandbox create --name) is looked up as one.
   r = Cli({"sandbox", "exec", "not-an-id", "--", "true"});
+  EXPECT_EQ(r.code, 3);
+  EXPECT_THAT(r.err, HasSubstr("no sandbox named 'not-an-id' (ids look like sb-"));
+  r = Cli({"sandbox", "exec", "not an id!", "--", "true"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("is not a sandbox id"));
+  EXPECT_THAT(r.err, HasSubstr("is not a sandbox id or name"));
 }
 
 TEST_F(LifecycleTest, TtlExpiryDeletes) {

@@ -23,6 +23,7 @@
 #include "cli_fixture.h"
 #include "common/json.h"
 #include "local/lifecycle/provider.h"
+#include "local/testing/tree_compare.h"
 #include "sandbox/sandbox.h"
 
 namespace deepbox::local::lifecycle {
@@ -52,84 +53,7 @@ chmod 0750 src; chmod 4755 src/main.py; chmod 1777 empty; chmod 0400 src/deep/bl
 touch -d '2001-02-03 04:05:06' src/deep/er/random.dat
 )SH";
 
-struct Entry {
-  std::string type, content;
-  mode_t mode = 0;
-  off_t size = 0;
-  int64_t mtime = 0;
-  blkcnt_t blocks = 0;
-  std::string group;
-};
-
-// The tree below `root` as the host sees it (lost+found is the image's own).
-std::map<std::string, Entry> Tree(const fs::path& root) {
-  std::map<std::string, Entry> out;
-  std::map<std::pair<dev_t, ino_t>, std::string> first;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(root, ec);
-       it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    std::string rel = it->path().lexically_relative(root).string();
-    if (rel == "lost+found") {
-      it.disable_recursion_pending();
-      continue;
-    }
-    struct stat st;
-    if (lstat(it->path().c_str(), &st) != 0) continue;
-    Entry e;
-    e.mode = st.st_mode & 07777;
-    e.mtime = st.st_mtim.tv_sec;
-    if (S_ISDIR(st.st_mode)) {
-      e.type = "dir";
-    } else if (S_ISLNK(st.st_mode)) {
-      e.type = "link";
-      e.content = fs::read_symlink(it->path()).string();
-    } else if (S_ISFIFO(st.st_mode)) {
-      e.type = "fifo";
-    } else {
-      e.type = "file";
-      e.size = st.st_size;
-      e.blocks = st.st_blocks;
-      e.content = ReadFile(it->path());
-      if (st.st_nlink > 1) {
-        // Named by its smallest path (readdir orders differ between trees).
-        auto [f, fresh] = first.emplace(std::pair(st.st_dev, st.st_ino), rel);
-        if (!fresh && rel < f->second) f->second = rel;
-        e.group = std::to_string(st.st_ino);
-      }
-    }
-    out[rel] = e;
-  }
-  for (auto& [rel, e] : out) {
-    for (const auto& [key, name] : first) {
-      if (!e.group.empty() && e.group == std::to_string(key.second)) e.group = name;
-    }
-  }
-  return out;
-}
-
-::testing::AssertionResult SameTree(const fs::path& a, const fs::path& b) {
-  auto ta = Tree(a), tb = Tree(b);
-  if (ta.size() != tb.size()) {
-    return ::testing::AssertionFailure() << ta.size() << " entries vs " << tb.size();
-  }
-  for (const auto& [rel, x] : ta) {
-    auto it = tb.find(rel);
-    if (it == tb.end()) return ::testing::AssertionFailure() << "missing " << rel;
-    const Entry& y = it->second;
-    if (x.type != y.type || x.content != y.content || x.mode != y.mode || x.size != y.size ||
-        x.mtime != y.mtime || x.group != y.group) {
-      return ::testing::AssertionFailure()
-             << rel << " differs: " << x.type << "/" << y.type << " mode " << std::oct << x.mode
-             << "/" << y.mode << std::dec << " size " << x.size << "/" << y.size << " mtime "
-             << x.mtime << "/" << y.mtime << " group '" << x.group << "'/'" << y.group << "'";
-    }
-    if (y.blocks > x.blocks + 64) {
-      return ::testing::AssertionFailure()
-             << rel << ": holes filled (" << x.blocks << " -> " << y.blocks << " blocks)";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using local::testing::SameTree;
 
 class SnapshotTest : public testing::LocalCliTest {
  protected:
@@ -154,7 +78,7 @@ TEST_F(SnapshotTest, ATreeSurvivesSnapshotRestoreForkAndSuspendByteForByte) {
   std::string src = Create();
   auto made = Cli({"sandbox", "exec", src, "--", "sh", "-c", kMakeTree});
   ASSERT_EQ(made.code, 0) << made.err;
-  auto before = Tree(Workspace(src));
+  auto before = local::testing::ReadTree(Workspace(src));
   ASSERT_GE(before.size(), 15u);
 
   auto snap = Cli({"sandbox", "snapshot", src, "--name", "tree-1", "--json"});
@@ -207,7 +131,7 @@ TEST_F(SnapshotTest, ATreeSurvivesSnapshotRestoreForkAndSuspendByteForByte) {
   // Suspend -> resume: the same tree.
   ASSERT_EQ(Cli({"sandbox", "suspend", src}).code, 0);
   ASSERT_EQ(Cli({"sandbox", "resume", src}).code, 0);
-  auto after = Tree(Workspace(src));
+  auto after = local::testing::ReadTree(Workspace(src));
   EXPECT_EQ(after.size(), before.size());
   EXPECT_TRUE(SameTree(Workspace(src), Workspace(forks[2])));
 

@@ -596,12 +596,15 @@ Result<std::vector<SandboxMeta>> LocalSandboxProvider::ListMeta(const Selector& 
 Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id_or_name) {
   const std::string id = Canonical(id_or_name);
   if (!Store::ValidId(id)) {
-    return MakeError(Store::ValidName(id) ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
-                     Store::ValidName(id)
-                         ? fmt::format("no sandbox named '{}' (see: deepbox sandbox ls)", id)
-                         : fmt::format("'{}' is not a sandbox id or name (ids look like "
-                                       "sb-0123456789ab)",
-                                       id));
+    return MakeError(
+        Store::ValidName(id) ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+        Store::ValidName(id)
+            ? fmt::format(
+                  "no sandbox named '{}' (ids look like sb-0123456789ab; see: deepbox sandbox ls)",
+                  id)
+            : fmt::format("'{}' is not a sandbox id or name (ids look like "
+                          "sb-0123456789ab)",
+                          id));
   }
   auto meta = store_.Read(id);
   if (!meta) {
@@ -703,8 +706,10 @@ Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const std:
 Status LocalSandboxProvider::Delete(const std::string& id_or_name) {
   const std::string id = Canonical(id_or_name);
   if (Store::ValidName(id)) {
-    return MakeError(ErrorCode::kNotFound,
-                     fmt::format("no sandbox named '{}' (see: deepbox sandbox ls)", id));
+    return MakeError(
+        ErrorCode::kNotFound,
+        fmt::format(
+            "no sandbox named '{}' (ids look like sb-0123456789ab; see: deepbox sandbox ls)", id));
   }
   auto meta = store_.Read(id);
   if (!meta) {
@@ -853,8 +858,11 @@ Status LocalSandboxProvider::RequestMode(const std::string& id_or_name, const st
   const std::string id = Canonical(id_or_name);
   if (!Store::ValidId(id)) {
     if (Store::ValidName(id)) {
-      return MakeError(ErrorCode::kNotFound,
-                       fmt::format("no sandbox named '{}' (see: deepbox sandbox ls)", id));
+      return MakeError(
+          ErrorCode::kNotFound,
+          fmt::format(
+              "no sandbox named '{}' (ids look like sb-0123456789ab; see: deepbox sandbox ls)",
+              id));
     }
     return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad sandbox id '{}'", id));
   }
