@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "local/lifecycle/provider.h"
+#include "local/tree_copy.h"
 
 extern char** environ;
 
@@ -290,6 +291,7 @@ int main(int argc, char** argv) {
   const int iterations = Arg(argc, argv, "--iterations", 50);
   const int replicas = Arg(argc, argv, "--warm-replicas", 4);
   const int density = Arg(argc, argv, "--density", 100);
+  const int fork_mib = Arg(argc, argv, "--fork-mib", 1024);  // 0 = skip the fork rows
   const std::vector<int> points =
       IntList(StrArg(argc, argv, "--scaling", fmt::format("1,10,{}", std::max(density, 10))));
   const int samples = std::max(1, Arg(argc, argv, "--scaling-samples", 20));
@@ -421,6 +423,59 @@ int main(int argc, char** argv) {
     }
     (void)(*provider)->Delete(m->id);
     for (Stats* row : {&pause, &unpause, &suspend, &resume}) rows.push_back(*row);
+  }
+
+  // 1c. Fork of a workspace holding --fork-mib MiB (one large file of random
+  // bytes and 1000 small ones), next to `cp -a --reflink=auto` of the same
+  // tree into the state directory: wall time, and what each copy takes on
+  // disk. (The fork writes into its own /workspace, a disk image where the
+  // default limits have one; a cold create of the new sandbox is included.)
+  std::string fork_report;
+  if (fork_mib > 0) {
+    auto m = (*provider)->CreateSandbox(claim, false);
+    if (!m) {
+      std::fprintf(stderr, "create: %s\n", m.error().ToString().c_str());
+      return 1;
+    }
+    auto c = (*provider)->Connect(*m);
+    ExecRequest fill;
+    fill.shell = fmt::format(
+        "set -e; head -c {}M /dev/urandom > big.bin; mkdir small; i=0; "
+        "while [ $i -lt 1000 ]; do echo $i > small/$i.txt; i=$((i+1)); done",
+        fork_mib);
+    fill.timeout = std::chrono::minutes(10);
+    auto filled = c ? (*c)->Exec(fill) : Result<ExecResult>(tl::unexpected(c.error()));
+    if (!filled || filled->exit_code != 0) {
+      std::fprintf(stderr, "fork: filling the workspace failed\n");
+      return 1;
+    }
+    c->reset();
+    fs::path source = (*provider)->store().Paths(m->id).workspace;
+    auto t0 = Clock::now();
+    auto forks = (*provider)->Fork(m->id, 1, claim);
+    double fork_ms = Since(t0);
+    if (!forks) {
+      std::fprintf(stderr, "fork: %s\n", forks.error().ToString().c_str());
+      return 1;
+    }
+    fs::path copy = (*provider)->store().Paths((*forks)[0].id).workspace;
+    uint64_t fork_disk = local::TreeDiskUsage(copy.string());
+    // The baseline: the same tree copied into the state directory.
+    std::string cp_dst = tmpl + "/cp-baseline";
+    t0 = Clock::now();
+    int cp_rc = RunQuiet({"/bin/cp", "-a", "--reflink=auto", source.string(), cp_dst});
+    double cp_ms = Since(t0);
+    uint64_t cp_disk = local::TreeDiskUsage(cp_dst);
+    (void)RemoveTree(cp_dst);
+    (void)(*provider)->Delete((*forks)[0].id);
+    (void)(*provider)->Delete(m->id);
+    fork_report = fmt::format(
+        "\nFork of a workspace of {} MiB + 1000 small files (same run; fork includes its create):\n"
+        "  deepbox fork            {:8.1f} ms  {:8.1f} MiB on disk\n"
+        "  cp -a --reflink=auto    {:8.1f} ms  {:8.1f} MiB on disk{}\n"
+        "  ratio (fork / cp)       {:8.2f}x\n",
+        fork_mib, fork_ms, fork_disk / 1048576.0, cp_ms, cp_disk / 1048576.0,
+        cp_rc == 0 ? "" : " (cp failed)", fork_ms / std::max(cp_ms, 1e-9));
   }
 
   // 2. Warm: claim from a pool -> connect -> first command done.
@@ -631,6 +686,7 @@ int main(int argc, char** argv) {
                 s.Mean(), s.Pct(50) / std::max(cold.Pct(50), 1e-9), s.note.c_str());
   }
   for (const auto& s : skipped) std::printf("%-46s skipped\n", s.c_str());
+  std::printf("%s", fork_report.c_str());
   std::printf("\nPeers' published numbers (not measured here; ratio = peer / deepbox p50):\n");
   struct Peer {
     const char* what;
