@@ -66,9 +66,10 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_option("--thread", flags->thread_id,
                   "Continue the conversation thread ID (printed at the end of every run;\n"
                   "`deepbox threads ls` lists them); a new ID starts a thread with that name.\n"
-                  "IDs use letters, digits, '-', '_' and '.'. The sandbox is new unless\n"
-                  "--sandbox-id names the one kept from before (the model is told when its\n"
-                  "earlier files are not there)");
+                  "IDs use letters, digits, '-', '_' and '.'. It goes on in its last run's\n"
+                  "sandbox if that one was kept (--keep-sandbox) and still exists (a suspended\n"
+                  "one is resumed), or in the one --sandbox-id names; else in a new one (the\n"
+                  "model is told that its earlier files are not there)");
   cmd->add_option("--sandbox-id", flags->sandbox_id,
                   "Run in this existing sandbox instead of claiming one, e.g. one kept with\n"
                   "--keep-sandbox: a local id (`deepbox sandbox ls`) or, with --sandbox k8s,\n"

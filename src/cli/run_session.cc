@@ -334,10 +334,11 @@ int Session::Run(RunSummary& summary) {
     return Fail(summary, kRunExitUsage, st.error(), "--threads-dir: ");
   }
   const bool resuming = !config_.thread_id.empty() && thread_store->Exists(config_.thread_id);
+  std::string previous_sandbox;  // where the thread's last run ran
   if (resuming) {
-    if (auto loaded = thread_store->Load(config_.thread_id); !loaded) {
-      return Fail(summary, kRunExitUsage, loaded.error(), "--thread: ");
-    }
+    auto loaded = thread_store->Load(config_.thread_id);
+    if (!loaded) return Fail(summary, kRunExitUsage, loaded.error(), "--thread: ");
+    previous_sandbox = loaded->sandbox_id;
   }
   // Project files of the working directory (.mcp.json, .deepagents/): used
   // only once the user trusted exactly these contents (project_trust.h).
@@ -363,6 +364,13 @@ int Session::Run(RunSummary& summary) {
   SandboxProvider& provider = *providers->provider;
   std::shared_ptr<SandboxProvider> side = providers->side;
   summary.provider = provider.name();
+  // A continued thread goes on in its last run's sandbox when that one was
+  // kept and still exists (a suspended one is resumed by the attach);
+  // otherwise in a new one, and the agent is told.
+  if (config_.sandbox_id.empty() && !previous_sandbox.empty() &&
+      provider.OwnsId(previous_sandbox) && side->Inspect(previous_sandbox)) {
+    config_.sandbox_id = previous_sandbox;
+  }
   const bool attached = !config_.sandbox_id.empty();
   ClaimOptions claim;
   claim.labels = config_.labels;

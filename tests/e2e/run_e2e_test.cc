@@ -473,7 +473,18 @@ TEST_F(RunTest, AThreadContinuesInItsSandboxOrIsToldItIsNew) {
   EXPECT_EQ(LastUserText(server.requests().at(0).json), "run it again");
   EXPECT_THAT(r.err, HasSubstr("deepbox sandbox rm " + id));  // left running, as it was
   ASSERT_EQ(Sandboxes(kLabel).size(), 1u);
-  // Run 3 gets a new sandbox: the model is told its files are gone.
+  // Run 2b: without --sandbox-id the thread goes on in its kept sandbox too.
+  server.Enqueue(ScriptedTurn::ToolCalls({ScriptedToolCall(
+      "toolu_d", "execute", {{"command", "python3 /workspace/fib.py | tail -1"}})}));
+  server.Enqueue(ScriptedTurn::Text("still there, found by the thread"));
+  r = Run(RunArgs({"--thread", "th-keep", "once more"}), FakeEnv(server));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("in the same sandbox"));
+  EXPECT_THAT(r.err, HasSubstr("⎿ 34"));
+  ASSERT_EQ(Sandboxes(kLabel).size(), 1u);  // attached, not deleted
+  // Run 3 gets a new sandbox once that one is gone: the model is told its
+  // files are gone.
+  ASSERT_EQ(Run({kDeepbox, "sandbox", "rm", id}).code, 0);
   server.Enqueue(ScriptedTurn::Text("I will recreate it"));
   r = Run(RunArgs({"--thread", "th-keep", "and again"}), FakeEnv(server));
   ASSERT_EQ(r.code, 0) << r.err;
@@ -492,8 +503,7 @@ TEST_F(RunTest, AThreadContinuesInItsSandboxOrIsToldItIsNew) {
   ASSERT_TRUE(arr && arr->is_array()) << ls.out;
   ASSERT_EQ(arr->as_array().size(), 1u);
   EXPECT_EQ(arr->as_array()[0].at("id").as_string(), "th-keep");
-  EXPECT_EQ(arr->as_array()[0].at("runs").as_int64(), 3);
-  EXPECT_EQ(Run({kDeepbox, "sandbox", "rm", id}).code, 0);
+  EXPECT_EQ(arr->as_array()[0].at("runs").as_int64(), 4);
 }
 
 TEST_F(RunTest, KeepSandboxLeavesItAndSaysHowToDeleteIt) {
