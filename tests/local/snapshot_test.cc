@@ -246,6 +246,21 @@ TEST_F(SnapshotTest, NamesAreUniqueAndWorkWhereIdsDo) {
   EXPECT_EQ(Cli({"sandbox", "snapshot", "rm", "web-snap"}).code, 0);
 }
 
+// A snapshot (or removal) that died half-way leaves a .tmp- directory: it is
+// removed once it is an hour old, and a fresh one (a copy under way) stays.
+TEST_F(SnapshotTest, LeftoversOfADeadSnapshotAreRemoved) {
+  fs::path dir = state_ / "snapshots";
+  fs::create_directories(dir / ".tmp-old-1234" / "files");
+  fs::create_directories(dir / ".tmp-new-5678" / "files");
+  fs::last_write_time(dir / ".tmp-old-1234",
+                      fs::file_time_type::clock::now() - std::chrono::hours(2));
+  auto ls = Cli({"sandbox", "snapshot", "ls"});
+  ASSERT_EQ(ls.code, 0) << ls.err;
+  EXPECT_THAT(ls.out, HasSubstr("0 snapshot(s)"));
+  EXPECT_FALSE(fs::exists(dir / ".tmp-old-1234"));
+  EXPECT_TRUE(fs::exists(dir / ".tmp-new-5678"));
+}
+
 TEST_F(SnapshotTest, BadNamesAndCountsAreUsageErrors) {
   std::string id = Create();
   EXPECT_EQ(Cli({"sandbox", "snapshot", id, "--name", "../x"}).code, 2);

@@ -19,9 +19,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "common/json.h"
 #include "local/lifecycle/provider.h"
@@ -259,11 +261,20 @@ Result<std::vector<SnapshotInfo>> LocalSandboxProvider::ListSnapshots() {
   std::error_code ec;
   fs::path dir = store_.snapshots_dir();
   if (!fs::is_directory(dir, ec)) return out;
+  std::vector<fs::path> stale;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::string name = e.path().filename().string();
+    // What a snapshot or removal that died half-way left (an hour is far
+    // longer than any copy takes).
+    if (name.starts_with(".tmp-") && !e.is_symlink(ec)) {
+      auto age = fs::file_time_type::clock::now() - e.last_write_time(ec);
+      if (!ec && age > std::chrono::hours(1)) stale.push_back(e.path());
+      continue;
+    }
     if (!ValidSnapshotName(name) || !e.is_directory(ec) || e.is_symlink(ec)) continue;
     if (auto s = ReadRecord(e.path(), name)) out.push_back(std::move(*s));
   }
+  for (const auto& p : stale) (void)RemoveTree(p);
   std::sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) {
     return a.created_at != b.created_at ? a.created_at < b.created_at : a.name < b.name;
   });
