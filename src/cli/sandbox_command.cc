@@ -1,10 +1,14 @@
 // deepbox sandbox create | ls | rm (exec: sandbox_exec.cc)
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -149,6 +153,20 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
 
 // RunSandboxExec: sandbox_exec.cc
 
+// Bytes used on the sandbox's /workspace disk (its own file system: the
+// default limits give it one), or nullopt for a plain directory (a walk of
+// a big tree would make `ls` slow).
+std::optional<uint64_t> WorkspaceDiskUsed(const std::filesystem::path& workspace) {
+  struct stat here, parent;
+  if (stat(workspace.c_str(), &here) != 0 || stat(workspace.parent_path().c_str(), &parent) != 0 ||
+      here.st_dev == parent.st_dev) {
+    return std::nullopt;
+  }
+  struct statvfs v;
+  if (statvfs(workspace.c_str(), &v) != 0) return std::nullopt;
+  return static_cast<uint64_t>(v.f_blocks - v.f_bfree) * v.f_frsize;
+}
+
 int RunSandboxLs(const SandboxLsArgs& args) {
   if (args.cluster.k8s()) return RunK8sSandboxLs(args);
   auto selector = Selector::Parse(args.selector);
@@ -160,7 +178,13 @@ int RunSandboxLs(const SandboxLsArgs& args) {
   int64_t now = NowMs();
   if (args.json) {
     json::array arr;
-    for (const auto& m : *list) arr.emplace_back(m.ToJson());
+    for (const auto& m : *list) {
+      json::object o = m.ToJson();
+      if (auto used = WorkspaceDiskUsed((*provider)->store().Paths(m.id).workspace)) {
+        o["disk_used_bytes"] = *used;
+      }
+      arr.emplace_back(std::move(o));
+    }
     std::cout << ToJson(arr) << std::endl;
     return kExitOk;
   }
@@ -168,8 +192,8 @@ int RunSandboxLs(const SandboxLsArgs& args) {
     for (const auto& m : *list) std::cout << m.id << "\n";
     return kExitOk;
   }
-  std::string out = fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {:<16} {}\n", "ID", "STATE", "AGE",
-                                "EXPIRES", "NETWORK", "NAME", "LABELS");
+  std::string out = fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {:>8} {:<16} {}\n", "ID", "STATE",
+                                "AGE", "EXPIRES", "NETWORK", "DISK", "NAME", "LABELS");
   for (const auto& m : *list) {
     std::string state = m.ready ? m.state : m.restarts > 0 ? "restarting" : "starting";
     if (m.requested_mode != m.mode) {  // on its way
@@ -183,10 +207,12 @@ int RunSandboxLs(const SandboxLsArgs& args) {
     if (m.expired(now)) state = "expiring";
     std::string expires = m.expires_at_ms ? "in " + FormatAge(*m.expires_at_ms - now) : "never";
     // meta.json is not trusted either: one line per sandbox, whatever it holds.
-    out += fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {:<16} {}\n", SanitizeLineForTerminal(m.id),
-                       SanitizeLineForTerminal(state), FormatAge(now - m.created_at_ms), expires,
-                       SanitizeLineForTerminal(m.network), m.name.empty() ? "-" : m.name,
-                       LabelsText(m.labels));
+    auto used = WorkspaceDiskUsed((*provider)->store().Paths(m.id).workspace);
+    out += fmt::format(
+        "{:<16} {:<9} {:<6} {:<8} {:<8} {:>8} {:<16} {}\n", SanitizeLineForTerminal(m.id),
+        SanitizeLineForTerminal(state), FormatAge(now - m.created_at_ms), expires,
+        SanitizeLineForTerminal(m.network), used ? local::lifecycle::FormatBytes(*used) : "-",
+        m.name.empty() ? "-" : m.name, LabelsText(m.labels));
   }
   std::cout << out << std::flush;
   return kExitOk;

@@ -232,6 +232,14 @@ TEST_F(SnapshotTest, NamesAreUniqueAndWorkWhereIdsDo) {
   EXPECT_EQ(snap.code, 0) << snap.err;
   auto ls = Cli({"sandbox", "ls"});
   EXPECT_THAT(ls.out, HasSubstr("web-1"));
+  EXPECT_THAT(ls.out, HasSubstr("DISK"));
+  struct stat ws, parent;
+  ASSERT_EQ(stat(Workspace(id).c_str(), &ws), 0);
+  ASSERT_EQ(stat(Workspace(id).parent_path().c_str(), &parent), 0);
+  if (ws.st_dev != parent.st_dev) {  // its own /workspace disk: its use is shown
+    auto json = Cli({"sandbox", "ls", "--json"});
+    EXPECT_THAT(json.out, HasSubstr("\"disk_used_bytes\":"));
+  }
   EXPECT_EQ(Cli({"sandbox", "exec", "no-such-name", "--", "true"}).code, 3);
   ASSERT_EQ(Cli({"sandbox", "rm", "web-1"}).code, 0);
   EXPECT_FALSE(fs::exists(state_ / "sandboxes" / id));
