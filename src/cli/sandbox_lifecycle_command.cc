@@ -63,18 +63,6 @@ Result<std::unique_ptr<SandboxProvider>> ProviderOf(const std::string& id,
   return made;
 }
 
-json::object SnapshotJson(const SnapshotInfo& s) {
-  json::object o;
-  o["name"] = JsonString(s.name);
-  o["provider"] = s.provider;
-  o["source_id"] = JsonString(s.source_id);
-  o["created_at"] = JsonString(s.created_at);
-  o["size_bytes"] = s.size_bytes;
-  o["file_bytes"] = s.file_bytes;
-  if (!s.note.empty()) o["note"] = JsonString(s.note);
-  return o;
-}
-
 // Snapshots are kept by the local provider (the only one with them so far).
 Result<std::unique_ptr<SandboxProvider>> SnapshotProvider(int* code) {
   ProviderRequest request;
@@ -96,7 +84,7 @@ int RunSandboxSnapshot(const SnapshotArgs& args) {
     std::fprintf(stderr, "deepbox: note: %s\n", SanitizeLineForTerminal(s->note).c_str());
   }
   if (args.json) {
-    std::cout << ToJson(SnapshotJson(*s)) << std::endl;
+    std::cout << SnapshotInfoJson(*s) << std::endl;
   } else {
     std::cout << s->name << std::endl;
   }
@@ -110,9 +98,9 @@ int RunSnapshotLs(const SnapshotLsArgs& args) {
   auto list = (*provider)->ListSnapshots();
   if (!list) return ReportError(list.error());
   if (args.json) {
-    json::array arr;
-    for (const auto& s : *list) arr.emplace_back(SnapshotJson(s));
-    std::cout << ToJson(arr) << std::endl;
+    std::string arr = "[";
+    for (const auto& s : *list) arr += (arr.size() > 1 ? "," : "") + SnapshotInfoJson(s);
+    std::cout << arr << "]" << std::endl;
     return kExitOk;
   }
   std::string out = fmt::format("{:<32} {:<16} {:>10} {:>10}  {}\n", "NAME", "FROM", "ON DISK",

@@ -444,18 +444,25 @@ Result<KeptClaim> K8sSandboxProvider::ClaimAndKeep(const ClaimOptions& options) 
   return kept;
 }
 
+Error K8sSandboxProvider::NoSuchClaim(std::string_view ns, std::string_view name) {
+  return Error(ErrorCode::kNotFound, fmt::format("no SandboxClaim {} in namespace {}", name, ns));
+}
+
+Result<json::object> K8sSandboxProvider::GetClaimNamed(const std::string& ns,
+                                                       const std::string& name) {
+  auto claim = api_->GetClaim(ns, name);
+  if (!claim && claim.error().code == ErrorCode::kNotFound) {
+    return tl::unexpected(NoSuchClaim(ns, name));
+  }
+  return claim;
+}
+
 Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
   auto split = Resolve(id);
   if (!split) return tl::unexpected(split.error());
   const auto& [ns, name] = *split;
-  auto claim = api_->GetClaim(ns, name);
-  if (!claim) {
-    Error e = claim.error();
-    if (e.code == ErrorCode::kNotFound) {
-      e.message = fmt::format("no SandboxClaim {} in namespace {}", name, ns);
-    }
-    return tl::unexpected(e);
-  }
+  auto claim = GetClaimNamed(ns, name);
+  if (!claim) return tl::unexpected(claim.error());
   if (!FindString(*claim, {"metadata", "deletionTimestamp"}).empty()) {
     return MakeError(ErrorCode::kNotFound,
                      fmt::format("SandboxClaim {}/{} is being deleted", ns, name));
@@ -673,14 +680,8 @@ Result<SandboxInfo> K8sSandboxProvider::Inspect(const std::string& id) {
   auto split = Resolve(id);
   if (!split) return tl::unexpected(split.error());
   const auto& [ns, name] = *split;
-  auto claim = api_->GetClaim(ns, name);
-  if (!claim) {
-    Error e = claim.error();
-    if (e.code == ErrorCode::kNotFound) {
-      e.message = fmt::format("no SandboxClaim {} in namespace {}", name, ns);
-    }
-    return tl::unexpected(e);
-  }
+  auto claim = GetClaimNamed(ns, name);
+  if (!claim) return tl::unexpected(claim.error());
   return InfoOfClaim(ns, *claim);
 }
 
@@ -700,10 +701,7 @@ Status K8sSandboxProvider::Delete(const std::string& id) {
   if (!split) return tl::unexpected(split.error());
   const auto& [ns, name] = *split;
   auto st = api_->DeleteClaim(ns, name);
-  if (!st && st.error().code == ErrorCode::kNotFound) {
-    return MakeError(ErrorCode::kNotFound,
-                     fmt::format("no SandboxClaim {} in namespace {}", name, ns));
-  }
+  if (!st && st.error().code == ErrorCode::kNotFound) return tl::unexpected(NoSuchClaim(ns, name));
   return st;
 }
 
@@ -828,14 +826,8 @@ Status K8sSandboxProvider::SetOperatingMode(const std::string& ns, const std::st
   auto deadline = std::chrono::steady_clock::now() + options_.ready_timeout;
   const std::string id = fmt::format("{}/{}", ns, name);
   const std::string_view verb = suspend ? "suspend" : "resume";
-  auto claim = api_->GetClaim(ns, name);
-  if (!claim) {
-    Error e = claim.error();
-    if (e.code == ErrorCode::kNotFound) {
-      e.message = fmt::format("no SandboxClaim {} in namespace {}", name, ns);
-    }
-    return tl::unexpected(e);
-  }
+  auto claim = GetClaimNamed(ns, name);
+  if (!claim) return tl::unexpected(claim.error());
   if (!FindString(*claim, {"metadata", "deletionTimestamp"}).empty()) {
     return MakeError(ErrorCode::kNotFound, fmt::format("SandboxClaim {} is being deleted", id));
   }

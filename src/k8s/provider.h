@@ -176,6 +176,9 @@ class K8sSandboxProvider : public SandboxProvider {
   // namespace when confined; no API request.
   Result<std::pair<std::string, std::string>> Resolve(std::string_view id) const;
   Status CheckNamespace(std::string_view id, std::string_view ns) const;
+  // The claim ns/name; NOT_FOUND says "no SandboxClaim NAME in namespace NS".
+  Result<json::object> GetClaimNamed(const std::string& ns, const std::string& name);
+  static Error NoSuchClaim(std::string_view ns, std::string_view name);
   // Suspend (true) or Resume (false) of claim ns/name.
   Status SetOperatingMode(const std::string& ns, const std::string& name, bool suspend, bool force);
   K8sProviderOptions options_;

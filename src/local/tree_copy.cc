@@ -97,7 +97,7 @@ class Copier {
       return MakeSyscallError("fstatat", errno, rel);
     }
     if (S_ISDIR(st.st_mode)) return CopySubdir(src, dst, name, rel, depth);
-    if (S_ISREG(st.st_mode)) return CopyFile(src, dst, name, rel, st);
+    if (S_ISREG(st.st_mode)) return CopyFile(src, dst, name, rel);
     if (S_ISLNK(st.st_mode)) {
       std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
       ssize_t n = readlinkat(src, name, target.data(), target.size());
@@ -151,8 +151,8 @@ class Copier {
     return Attributes(to.get(), st, rel);  // after the contents, which change its mtime
   }
 
-  Status CopyFile(int src, int dst, const char* name, const std::string& rel,
-                  const struct stat& seen) {
+  // The file's own fstat decides (it may have been swapped since the walk's).
+  Status CopyFile(int src, int dst, const char* name, const std::string& rel) {
     UniqueFd from(openat(src, name, O_RDONLY | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
     if (!from) {
       if (errno == ENOENT) return {};
@@ -162,7 +162,6 @@ class Copier {
     struct stat st;
     if (fstat(from.get(), &st) != 0) return MakeSyscallError("fstat", errno, rel);
     if (!S_ISREG(st.st_mode)) return {};  // swapped for something else meanwhile: skipped
-    (void)seen;
     if (st.st_nlink > 1) {
       auto it = links_.find({st.st_dev, st.st_ino});
       if (it != links_.end()) {

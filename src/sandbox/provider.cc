@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "common/json.h"
+
 namespace deepbox {
 
 BorrowedLease::BorrowedLease(std::unique_ptr<Sandbox> sandbox, std::string describe,
@@ -17,6 +19,18 @@ BorrowedLease::~BorrowedLease() { (void)Release(); }
 Status BorrowedLease::Release() {
   if (on_close_) std::exchange(on_close_, nullptr)();
   return {};
+}
+
+std::string SnapshotInfoJson(const SnapshotInfo& s) {
+  json::object o;
+  o["name"] = JsonString(s.name);
+  o["provider"] = JsonString(s.provider);
+  o["source_id"] = JsonString(s.source_id);
+  o["created_at"] = JsonString(s.created_at);
+  o["size_bytes"] = s.size_bytes;
+  o["file_bytes"] = s.file_bytes;
+  if (!s.note.empty()) o["note"] = JsonString(s.note);
+  return ToJson(o);
 }
 
 Error SandboxProvider::Unimplemented(std::string_view verb, std::string_view why) const {

@@ -116,6 +116,10 @@ struct SnapshotInfo {
   std::string note;         // e.g. how consistent it is ("" = taken while frozen)
 };
 
+// A snapshot's record as `deepbox sandbox snapshot --json` prints it and the
+// local provider stores it (snapshots/NAME/snapshot.json).
+std::string SnapshotInfoJson(const SnapshotInfo& snapshot);
+
 class SandboxProvider {
  public:
   virtual ~SandboxProvider() = default;

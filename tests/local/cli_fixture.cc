@@ -176,4 +176,38 @@ std::vector<SandboxMeta> LocalCliTest::WarmOf(const std::string& pool) {
   return out;
 }
 
+std::string LocalCliTest::CreatedId(const CliResult& created) {
+  EXPECT_EQ(created.code, 0) << created.err;
+  std::string id = created.out;
+  while (!id.empty() && id.back() == '\n') id.pop_back();
+  EXPECT_TRUE(Store::ValidId(id)) << "'" << id << "' " << created.err;
+  return id;
+}
+
+SandboxMeta LocalCliTest::Meta(const std::string& id) {
+  auto m = provider_->store().Read(id);
+  EXPECT_TRUE(m.has_value()) << m.error().ToString();
+  return m.value_or(SandboxMeta{});
+}
+
+std::string LocalCliTest::Leftovers(const SandboxMeta& m) {
+  std::string out;
+  if (ProcessAlive(m.supervisor)) out += fmt::format("supervisor {} alive; ", m.supervisor.pid);
+  if (ProcessAlive(m.init)) out += fmt::format("init {} alive; ", m.init.pid);
+  for (const auto& cg : m.cgroups) {
+    if (fs::exists(cg)) out += "cgroup " + cg + "; ";
+  }
+  if (ReadFile("/proc/self/mountinfo").find(m.id) != std::string::npos) {
+    out += "a mount naming " + m.id + "; ";
+  }
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
+    std::string back = ReadFile(e.path() / "loop" / "backing_file");
+    if (back.find("/" + m.id + "/") != std::string::npos) {
+      out += e.path().filename().string() + " backed by " + back + "; ";
+    }
+  }
+  return out;
+}
+
 }  // namespace deepbox::local::lifecycle::testing

@@ -65,6 +65,14 @@ class LocalCliTest : public ::testing::Test {
   std::string PoolLog(const std::string& name);
   void StopDaemon(pid_t pid, int sig = SIGTERM);
 
+  // The id `deepbox sandbox create` printed (a test failure unless it is one).
+  std::string CreatedId(const CliResult& created);
+  // Sandbox `id`'s record (a test failure if it has none).
+  SandboxMeta Meta(const std::string& id);
+  // What is left of sandbox `m` on the host: its supervisor or init alive,
+  // its cgroups, a mount or a loop device naming it ("" = nothing).
+  static std::string Leftovers(const SandboxMeta& m);
+
   // A provider on the same state directory that claims from `pool`.
   std::unique_ptr<LocalSandboxProvider> Provider(const std::string& pool);
   // Warm and ready members of `pool` (claimable now).

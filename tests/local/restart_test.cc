@@ -44,18 +44,7 @@ class RestartTest : public testing::LocalCliTest {
     std::vector<std::string> args = {"sandbox", "create",    "--cold", "--ttl",
                                      "900",     "--network", "none"};
     args.insert(args.end(), extra.begin(), extra.end());
-    auto r = Cli(args);
-    EXPECT_EQ(r.code, 0) << r.err;
-    std::string id = r.out;
-    while (!id.empty() && id.back() == '\n') id.pop_back();
-    EXPECT_TRUE(Store::ValidId(id)) << "'" << id << "' " << r.err;
-    return id;
-  }
-
-  SandboxMeta Meta(const std::string& id) {
-    auto m = provider_->store().Read(id);
-    EXPECT_TRUE(m.has_value()) << m.error().ToString();
-    return m.value_or(SandboxMeta{});
+    return CreatedId(Cli(args));
   }
 
   // Kills the daemon (the sandbox's init) from the host, as a crash would,
@@ -82,27 +71,6 @@ class RestartTest : public testing::LocalCliTest {
   }
 
   fs::path HostWorkspace(const std::string& id) { return state_ / "sandboxes" / id / "workspace"; }
-
-  // Processes, cgroups, mounts and loop devices of sandbox `m` still there.
-  static std::string Leftovers(const SandboxMeta& m) {
-    std::string out;
-    if (ProcessAlive(m.supervisor)) out += fmt::format("supervisor {} alive; ", m.supervisor.pid);
-    if (ProcessAlive(m.init)) out += fmt::format("init {} alive; ", m.init.pid);
-    for (const auto& cg : m.cgroups) {
-      if (fs::exists(cg)) out += "cgroup " + cg + "; ";
-    }
-    if (ReadFile("/proc/self/mountinfo").find(m.id) != std::string::npos) {
-      out += "a mount naming " + m.id + "; ";
-    }
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
-      std::string back = ReadFile(e.path() / "loop" / "backing_file");
-      if (back.find("/" + m.id + "/") != std::string::npos) {
-        out += e.path().filename().string() + " backed by " + back + "; ";
-      }
-    }
-    return out;
-  }
 };
 
 TEST_F(RestartTest, AKilledDaemonIsRestartedAndTheFilesStay) {

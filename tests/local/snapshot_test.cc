@@ -57,21 +57,10 @@ using local::testing::SameTree;
 
 class SnapshotTest : public testing::LocalCliTest {
  protected:
-  std::string Id(const testing::CliResult& r) {
-    EXPECT_EQ(r.code, 0) << r.err;
-    std::string id = r.out;
-    while (!id.empty() && id.back() == '\n') id.pop_back();
-    return id;
-  }
   std::string Create() {
-    return Id(Cli({"sandbox", "create", "--cold", "--ttl", "900", "--network", "none"}));
+    return CreatedId(Cli({"sandbox", "create", "--cold", "--ttl", "900", "--network", "none"}));
   }
   fs::path Workspace(const std::string& id) { return state_ / "sandboxes" / id / "workspace"; }
-  SandboxMeta Meta(const std::string& id) {
-    auto m = provider_->store().Read(id);
-    EXPECT_TRUE(m) << m.error().ToString();
-    return m.value_or(SandboxMeta{});
-  }
 };
 
 TEST_F(SnapshotTest, ATreeSurvivesSnapshotRestoreForkAndSuspendByteForByte) {
@@ -94,7 +83,8 @@ TEST_F(SnapshotTest, ATreeSurvivesSnapshotRestoreForkAndSuspendByteForByte) {
   EXPECT_FALSE(Meta(src).hold.valid());
   EXPECT_EQ(Cli({"sandbox", "snapshot", src, "--name", "tree-1"}).code, 1);  // name taken
 
-  auto restored = Id(Cli({"sandbox", "create", "--from-snapshot", "tree-1", "--ttl", "900"}));
+  auto restored =
+      CreatedId(Cli({"sandbox", "create", "--from-snapshot", "tree-1", "--ttl", "900"}));
   ASSERT_TRUE(Store::ValidId(restored)) << restored;
   EXPECT_TRUE(SameTree(Workspace(src), Workspace(restored)));
   EXPECT_EQ(Meta(restored).labels.at("deepbox.dev/snapshot"), "tree-1");
@@ -210,7 +200,7 @@ TEST_F(SnapshotTest, AHoldOfAGoneProcessIsVoid) {
 TEST_F(SnapshotTest, NamesAreUniqueAndWorkWhereIdsDo) {
   auto made =
       Cli({"sandbox", "create", "--cold", "--ttl", "900", "--network", "none", "--name", "web-1"});
-  std::string id = Id(made);
+  std::string id = CreatedId(made);
   ASSERT_TRUE(Store::ValidId(id)) << made.err;
   EXPECT_EQ(Meta(id).name, "web-1");
   auto twice =
@@ -247,7 +237,7 @@ TEST_F(SnapshotTest, NamesAreUniqueAndWorkWhereIdsDo) {
   // Free again; a restore may carry it.
   auto again =
       Cli({"sandbox", "create", "--from-snapshot", "web-snap", "--name", "web-1", "--ttl", "900"});
-  std::string second = Id(again);
+  std::string second = CreatedId(again);
   ASSERT_TRUE(Store::ValidId(second)) << again.err;
   EXPECT_EQ(ReadFile(Workspace(second) / "f"), "hi\n");
   EXPECT_EQ(Meta(second).name, "web-1");

@@ -55,18 +55,6 @@ std::string RandomSuffix() {
   return fmt::format("{:08x}", r);
 }
 
-json::object ToJson(const SnapshotInfo& s) {
-  json::object o;
-  o["name"] = s.name;
-  o["provider"] = s.provider;
-  o["source_id"] = s.source_id;
-  o["created_at"] = s.created_at;
-  o["size_bytes"] = s.size_bytes;
-  o["file_bytes"] = s.file_bytes;
-  if (!s.note.empty()) o["note"] = JsonString(s.note);
-  return o;
-}
-
 Result<SnapshotInfo> ReadRecord(const fs::path& dir, const std::string& name) {
   std::ifstream in(dir / "snapshot.json");
   if (!in) {
@@ -100,7 +88,7 @@ Status WriteRecord(const fs::path& dir, const SnapshotInfo& s) {
   fs::path tmp = dir / "snapshot.json.tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << deepbox::ToJson(ToJson(s)) << "\n";
+    out << SnapshotInfoJson(s) << "\n";
     out.flush();
     if (!out) return MakeError(ErrorCode::kInternal, "writing " + tmp.string() + " failed");
   }
