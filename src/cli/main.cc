@@ -261,7 +261,9 @@ void RegisterSandboxCommands(CLI::App& app) {
                  "Suspend sandboxes: EVERY PROCESS IN THEM ENDS (memory and CPU are\n"
                  "freed); /workspace, the labels and the TTL (which keeps counting) stay.\n"
                  "`resume`, or the next use (exec, cp, an attached run), starts fresh\n"
-                 "processes on the same files"},
+                 "processes on the same files. Locally a suspended sandbox outlives its\n"
+                 "supervisor process (killed, or a host restart when DEEPBOX_STATE_DIR is\n"
+                 "on disk): the next resume takes it over, files intact"},
         ModeVerb{"resume", SandboxModeVerb::kResume,
                  "Resume paused or suspended sandboxes (a running one is left as it is)"}}) {
     auto mode_args = std::make_shared<SandboxModeArgs>();

@@ -5,12 +5,17 @@
 #include <linux/loop.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "common/unique_fd.h"
 #include "local/child.h"
@@ -19,11 +24,10 @@ namespace deepbox::local {
 namespace {
 
 constexpr const char* kMkfs = "/usr/sbin/mkfs.ext4";
+constexpr const char* kFsck = "/usr/sbin/e2fsck";
 
-Status RunMkfs(const std::filesystem::path& image, uid_t uid, gid_t gid) {
-  std::string owner = fmt::format("root_owner={}:{}", uid, gid);
-  std::vector<std::string> args = {kMkfs, "-q",           "-F", "-m",  "0",
-                                   "-O",  "^has_journal", "-E", owner, image.string()};
+// Runs argv (a system tool, quiet) and returns its exit status (-1: killed).
+Result<int> RunTool(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -44,9 +48,61 @@ Status RunMkfs(const std::filesystem::path& image, uid_t uid, gid_t gid) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// /proc/self/mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string UnescapeMountField(std::string_view field) {
+  std::string out;
+  for (size_t i = 0; i < field.size(); ++i) {
+    if (field[i] == '\\' && i + 3 < field.size()) {
+      int v = 0;
+      bool octal = true;
+      for (size_t k = 1; k <= 3; ++k) {
+        char c = field[i + k];
+        if (c < '0' || c > '7') octal = false;
+        v = v * 8 + (c - '0');
+      }
+      if (octal) {
+        out.push_back(static_cast<char>(v));
+        i += 3;
+        continue;
+      }
+    }
+    out.push_back(field[i]);
+  }
+  return out;
+}
+
+// The source device of the topmost mount on `dir` ("" = nothing mounted there).
+Result<std::string> MountSourceOn(const std::filesystem::path& dir) {
+  std::ifstream in("/proc/self/mountinfo");
+  if (!in) return MakeSyscallError("open", errno, "/proc/self/mountinfo");
+  std::string line, source;
+  while (std::getline(in, line)) {
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTS
+    std::istringstream fields(line);
+    std::string id, parent, devno, root, mountpoint;
+    fields >> id >> parent >> devno >> root >> mountpoint;
+    if (UnescapeMountField(mountpoint) != dir.string()) continue;
+    std::string f;
+    while (fields >> f && f != "-") {
+    }
+    std::string fstype, src;
+    fields >> fstype >> src;
+    source = UnescapeMountField(src);
+  }
+  return source;
+}
+
+Status RunMkfs(const std::filesystem::path& image, uid_t uid, gid_t gid) {
+  std::string owner = fmt::format("root_owner={}:{}", uid, gid);
+  auto status =
+      RunTool({kMkfs, "-q", "-F", "-m", "0", "-O", "^has_journal", "-E", owner, image.string()});
+  if (!status) return tl::unexpected(status.error());
+  if (*status != 0) {
     return MakeError(ErrorCode::kInternal,
-                     fmt::format("mkfs.ext4 {} failed (status {})", image.string(), status));
+                     fmt::format("mkfs.ext4 {} failed (exit status {})", image.string(), *status));
   }
   return {};
 }
@@ -126,6 +182,60 @@ Result<WorkspaceDisk> WorkspaceDisk::Create(const std::filesystem::path& image,
   if (rmdir(lost.c_str()) != 0 && errno != ENOENT) {
     return MakeSyscallError("rmdir", errno, lost.string());
   }
+  return disk;
+}
+
+Result<WorkspaceDisk> WorkspaceDisk::Adopt(const std::filesystem::path& image,
+                                           const std::filesystem::path& mount_dir) {
+  UniqueFd fd(open(image.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) return MakeSyscallError("open", errno, image.string());
+  struct stat image_st;
+  if (fstat(fd.get(), &image_st) != 0) return MakeSyscallError("fstat", errno, image.string());
+  if (!S_ISREG(image_st.st_mode)) {
+    return MakeError(ErrorCode::kConflict, fmt::format("{} is not a regular file", image.string()));
+  }
+  auto source = MountSourceOn(mount_dir);
+  if (!source) return tl::unexpected(source.error());
+  WorkspaceDisk disk;
+  if (!source->empty()) {
+    // Still mounted: only if it is this image, through a loop device.
+    UniqueFd loop(open(source->c_str(), O_RDONLY | O_CLOEXEC));
+    struct loop_info64 info;
+    memset(&info, 0, sizeof(info));
+    if (!loop || ioctl(loop.get(), LOOP_GET_STATUS64, &info) != 0 ||
+        info.lo_inode != image_st.st_ino || info.lo_device != image_st.st_dev) {
+      return MakeError(ErrorCode::kConflict,
+                       fmt::format("{} holds a mount of {}, not of the workspace image {}",
+                                   mount_dir.string(), *source, image.string()));
+    }
+    disk.loop_device_ = *source;
+  } else {
+    // Not mounted (the host restarted): the image was last closed uncleanly
+    // and has no journal, so it is checked first. 1 = errors corrected.
+    auto status = RunTool({kFsck, "-p", image.string()});
+    if (!status) return tl::unexpected(status.error());
+    if (*status != 0 && *status != 1) {
+      return MakeError(ErrorCode::kUnavailable,
+                       fmt::format("the workspace image {} has errors e2fsck -p cannot correct "
+                                   "(exit status {}); it was left as it is: check it by hand "
+                                   "with e2fsck {}",
+                                   image.string(), *status, image.string()));
+    }
+    auto attached = AttachLoop(fd.get());
+    if (!attached) return tl::unexpected(attached.error());
+    auto& [dev, loop_fd] = *attached;
+    if (mount(dev.c_str(), mount_dir.c_str(), "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, nullptr) !=
+        0) {
+      return MakeSyscallError("mount", errno, mount_dir.string());
+    }
+    disk.loop_device_ = dev;
+    // e2fsck may have made lost+found again: removed unless it holds what
+    // it recovered (then the user should see it).
+    (void)rmdir((mount_dir / "lost+found").c_str());
+  }
+  disk.image_ = image;
+  disk.mount_dir_ = mount_dir;
+  disk.mounted_ = true;
   return disk;
 }
 

@@ -33,12 +33,23 @@ class WorkspaceDisk {
                                       const std::filesystem::path& mount_dir, uint64_t bytes,
                                       uid_t owner_uid, gid_t owner_gid);
 
+  // Takes over the disk of a sandbox whose supervisor died while it was
+  // suspended: `image` as mounted on `mount_dir` (the mount a dead
+  // supervisor left on the host), else the image checked (e2fsck -p: it has
+  // no journal) and mounted again (after a reboot). Never formats: the files
+  // in it are the point. CONFLICT if mount_dir holds another mount.
+  static Result<WorkspaceDisk> Adopt(const std::filesystem::path& image,
+                                     const std::filesystem::path& mount_dir);
+
   WorkspaceDisk() = default;
   WorkspaceDisk(WorkspaceDisk&& other) noexcept { *this = std::move(other); }
   WorkspaceDisk& operator=(WorkspaceDisk&& other) noexcept;
   ~WorkspaceDisk();
   // Unmounts (lazily if busy) and deletes the image. Idempotent.
   Status Release();
+  // From now on Release() (and the destructor) only unmount: the image, and
+  // the files in it, stay (an adoption that failed half-way).
+  void KeepImage() { image_.clear(); }
 
   const std::filesystem::path& mount_dir() const { return mount_dir_; }
   const std::string& loop_device() const { return loop_device_; }

@@ -4,11 +4,14 @@
 // on where they were; a suspended one has no process, cgroup or socket left
 // and comes back with fresh processes on the same files; use (exec) wakes
 // either; the TTL keeps counting, and a delete or an expiry of a paused or
-// suspended sandbox leaves nothing behind.
+// suspended sandbox leaves nothing behind. A suspended sandbox outlives its
+// supervisor (SIGKILL, or a host restart that also lost the mount of its
+// workspace disk): its next use adopts it, files intact.
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -260,6 +263,88 @@ TEST_F(ModeTest, SighupNeverKillsTheSupervisorOfAPublicSandbox) {
   ASSERT_EQ(Cli({"sandbox", "pause", id}).code, 0);
   ASSERT_EQ(Cli({"sandbox", "resume", id}).code, 0);
   EXPECT_TRUE(ProcessAlive(m.supervisor));
+}
+
+// SIGKILLs sandbox `id`'s supervisor and waits until it is gone.
+void KillSupervisor(const SandboxMeta& m) {
+  ASSERT_EQ(kill(m.supervisor.pid, SIGKILL), 0);
+  ASSERT_TRUE(Eventually([&] { return !ProcessAlive(m.supervisor); }, 30s));
+}
+
+TEST_F(ModeTest, ASuspendedSandboxOutlivesItsSupervisor) {
+  for (bool host_restarted : {false, true}) {
+    SCOPED_TRACE(host_restarted ? "the mount of its disk gone too" : "its supervisor killed");
+    std::string id = CreateCli();
+    ASSERT_EQ(Cli({"sandbox", "exec", id, "--", "sh", "-c",
+                   "printf 'kept\\0bytes' > /workspace/data && mkdir -p /workspace/d/e && "
+                   "ln -s data /workspace/d/link"})
+                  .code,
+              0);
+    ASSERT_EQ(Cli({"sandbox", "suspend", id}).code, 0);
+    SandboxMeta before = Meta(id);
+    KillSupervisor(before);
+    fs::path workspace = state_ / "sandboxes" / id / "workspace";
+    const bool disk = fs::exists(state_ / "sandboxes" / id / "rt" / "workspace.img");
+    if (host_restarted) {
+      if (!disk) GTEST_SKIP() << "no workspace disk here (its files are a plain dir)";
+      // What a reboot leaves: the image, no mount, no loop device.
+      ASSERT_EQ(umount2(workspace.c_str(), 0), 0) << strerror(errno);
+    }
+    // Listed (not cleaned up as a dead supervisor's sandbox would be): suspended.
+    auto ls = Cli({"sandbox", "ls"});
+    EXPECT_EQ(LsState(ls.out, id), "suspended") << ls.out;
+    ASSERT_TRUE(fs::exists(state_ / "sandboxes" / id));
+    // Use adopts it: a new supervisor, fresh processes, the same files.
+    auto read = Cli({"sandbox", "exec", id, "--", "sh", "-c",
+                     "cat /workspace/data; readlink d/link; ls -d d/e"});
+    ASSERT_EQ(read.code, 0) << read.err << ReadFile(state_ / "sandboxes" / id / "supervisor.log");
+    EXPECT_EQ(read.out, std::string("kept\0bytes", 10) + "data\nd/e\n");
+    SandboxMeta after = Meta(id);
+    EXPECT_NE(after.supervisor.pid, before.supervisor.pid);
+    EXPECT_TRUE(ProcessAlive(after.supervisor));
+    EXPECT_EQ(after.mode, "running");
+    EXPECT_EQ(after.labels.at("team"), "x");
+    EXPECT_EQ(after.expires_at_ms, before.expires_at_ms);
+    EXPECT_THAT(ReadFile(state_ / "sandboxes" / id / "supervisor.log"),
+                HasSubstr("adopting this suspended sandbox"));
+    // It is a sandbox like any other again: suspend, resume, delete.
+    ASSERT_EQ(Cli({"sandbox", "suspend", id}).code, 0);
+    ASSERT_EQ(Cli({"sandbox", "resume", id}).code, 0);
+    SandboxMeta last = Meta(id);
+    ASSERT_EQ(Cli({"sandbox", "rm", id}).code, 0);
+    EXPECT_TRUE(Eventually([&] { return Leftovers(last).empty(); }, 30s)) << Leftovers(last);
+    EXPECT_FALSE(fs::exists(state_ / "sandboxes" / id));
+  }
+}
+
+TEST_F(ModeTest, TheTtlEndsASuspendedSandboxWithOrWithoutItsSupervisor) {
+  std::string supervised = CreateCli("4");
+  std::string orphaned = CreateCli("4");
+  ASSERT_EQ(Cli({"sandbox", "suspend", supervised}).code, 0);
+  ASSERT_EQ(Cli({"sandbox", "suspend", orphaned}).code, 0);
+  SandboxMeta sm = Meta(supervised), om = Meta(orphaned);
+  KillSupervisor(om);
+  // The supervisor's timer ends the first; the second goes at the first
+  // look after its TTL (a list, or any use).
+  ASSERT_TRUE(Eventually([&] { return !fs::exists(state_ / "sandboxes" / supervised); }, 60s));
+  EXPECT_TRUE(Eventually([&] { return Leftovers(sm).empty(); }, 30s)) << Leftovers(sm);
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(std::max<int64_t>(0, *om.expires_at_ms - NowMs() + 100)));
+  auto resumed = Cli({"sandbox", "resume", orphaned});
+  EXPECT_EQ(resumed.code, 3) << resumed.err;  // gone
+  EXPECT_THAT(resumed.err, HasSubstr("while it was suspended"));
+  EXPECT_FALSE(fs::exists(state_ / "sandboxes" / orphaned));
+  EXPECT_TRUE(Eventually([&] { return Leftovers(om).empty(); }, 30s)) << Leftovers(om);
+}
+
+TEST_F(ModeTest, ResumingADeletedSandboxSaysItIsGone) {
+  std::string id = CreateCli();
+  ASSERT_EQ(Cli({"sandbox", "suspend", id}).code, 0);
+  ASSERT_EQ(Cli({"sandbox", "rm", id}).code, 0);
+  auto resumed = Cli({"sandbox", "resume", id});
+  EXPECT_EQ(resumed.code, 3) << resumed.err;
+  EXPECT_THAT(resumed.err, HasSubstr(id));
+  EXPECT_THAT(resumed.err, ::testing::AnyOf(HasSubstr("gone"), HasSubstr("no sandbox")));
 }
 
 TEST_F(ModeTest, BadIdsAndWarmSandboxesAreRefused) {

@@ -563,6 +563,23 @@ Error LocalSandboxProvider::GoneError(const std::string& id) const {
   return Error(ErrorCode::kNotFound, fmt::format("no sandbox '{}' (see: deepbox sandbox ls)", id));
 }
 
+bool LocalSandboxProvider::KeepOrReapOrphan(const SandboxMeta& meta) {
+  const bool suspended = meta.state == "claimed" && meta.mode == "suspended" && meta.broken.empty();
+  if (suspended && !meta.expired(NowMs())) return true;
+  // An adopter (which takes only unexpired suspended ones) may have taken
+  // it over since `meta` was read.
+  if (auto now = store_.Read(meta.id); now && IsSupervisorOf(now->supervisor, meta.id)) return true;
+  (void)store_.WriteTombstone(
+      suspended ? Tombstone{meta.id, "expired",
+                            "its TTL ran out at " + FormatTime(*meta.expires_at_ms) +
+                                " while it was suspended",
+                            NowMs()}
+                : Tombstone{meta.id, "supervisor-died",
+                            "its supervisor process died; it was cleaned up", NowMs()});
+  (void)store_.Reap(meta.id, meta);
+  return false;
+}
+
 Result<std::vector<SandboxMeta>> LocalSandboxProvider::ListMeta(const Selector& selector) {
   CleanTrash();
   store_.PruneTombstones(24h);
@@ -579,12 +596,7 @@ Result<std::vector<SandboxMeta>> LocalSandboxProvider::ListMeta(const Selector& 
       if (AgeSeconds(store_.Paths(id).dir) > 60) (void)store_.Reap(id, std::nullopt);
       continue;
     }
-    if (!IsSupervisorOf(meta->supervisor, id)) {
-      (void)store_.WriteTombstone(Tombstone{
-          id, "supervisor-died", "its supervisor process died; it was cleaned up", NowMs()});
-      (void)store_.Reap(id, *meta);
-      continue;
-    }
+    if (!IsSupervisorOf(meta->supervisor, id) && !KeepOrReapOrphan(*meta)) continue;
     if (selector.Matches(meta->labels)) out.push_back(std::move(*meta));
   }
   std::sort(out.begin(), out.end(), [](const SandboxMeta& a, const SandboxMeta& b) {
@@ -611,10 +623,7 @@ Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id_or_name) {
     if (meta.error().code == ErrorCode::kNotFound) return tl::unexpected(GoneError(id));
     return meta;
   }
-  if (!IsSupervisorOf(meta->supervisor, id)) {
-    (void)store_.WriteTombstone(Tombstone{
-        id, "supervisor-died", "its supervisor process died; it was cleaned up", NowMs()});
-    (void)store_.Reap(id, *meta);
+  if (!IsSupervisorOf(meta->supervisor, id) && !KeepOrReapOrphan(*meta)) {
     return tl::unexpected(GoneError(id));
   }
   if (meta->expired(NowMs())) {
@@ -872,7 +881,17 @@ Status LocalSandboxProvider::RequestMode(const std::string& id_or_name, const st
     if (meta.error().code == ErrorCode::kNotFound) return tl::unexpected(GoneError(id));
     return tl::unexpected(meta.error());
   }
-  if (!IsSupervisorOf(meta->supervisor, id)) return tl::unexpected(GoneError(id));
+  if (!IsSupervisorOf(meta->supervisor, id)) {
+    // Only a suspended sandbox outlives its supervisor (supervisor.h).
+    if (!KeepOrReapOrphan(*meta)) return tl::unexpected(GoneError(id));
+    if (mode == "suspended") return {};
+    if (mode == "paused") {
+      return MakeError(
+          ErrorCode::kConflict,
+          fmt::format("cannot pause sandbox '{}': it is suspended (resume it first)", id));
+    }
+    if (auto st = AdoptSuspended(*meta); !st) return st;
+  }
   if (meta->state == "warm") {
     return MakeError(
         ErrorCode::kConflict,
@@ -938,6 +957,36 @@ Status LocalSandboxProvider::RequestMode(const std::string& id_or_name, const st
     }
     std::this_thread::sleep_for(1ms);
   }
+}
+
+Status LocalSandboxProvider::AdoptSuspended(const SandboxMeta& meta) {
+  const std::string& id = meta.id;
+  // Asked for first: the adopter starts it as soon as it holds the record.
+  auto asked = store_.Update(id, [&](SandboxMeta& m) {
+    m.requested_mode = "running";
+    m.mode_error.clear();
+    return Status{};
+  });
+  if (!asked) {
+    if (asked.error().code == ErrorCode::kNotFound) return tl::unexpected(GoneError(id));
+    return tl::unexpected(asked.error());
+  }
+  SupervisorRequest req;
+  req.requested_at_ns = MonoNs();
+  req.state_dir = store_.root().string();
+  req.id = id;
+  req.sandboxd_binary = options_.sandboxd_binary;
+  req.adopt = true;
+  auto adopted = StartSupervisor(options_.deepbox_binary, req, options_.create_timeout);
+  if (adopted) return {};
+  // Another resume's adopter got there first: its outcome is ours.
+  if (auto now = store_.Read(id); now && IsSupervisorOf(now->supervisor, id)) return {};
+  Error e = adopted.error();
+  e.message = fmt::format(
+      "could not resume sandbox '{}' (its supervisor had died while it was suspended; it stays "
+      "suspended with its files): {}",
+      id, e.message);
+  return tl::unexpected(e);
 }
 
 }  // namespace deepbox::local::lifecycle

@@ -136,6 +136,13 @@ class LocalSandboxProvider : public SandboxProvider {
   Status ValidateClaim(const ClaimOptions& options, std::string* rootfs) const;
   Error GoneError(const std::string& id) const;
   Status RequestMode(const std::string& id, const std::string& mode);
+  // A record whose supervisor is gone: kept if it is a suspended sandbox
+  // (supervisor.h) whose TTL has not run out (true), else cleaned up with a
+  // tombstone saying why (false).
+  bool KeepOrReapOrphan(const SandboxMeta& meta);
+  // Resumes suspended sandbox `meta` whose supervisor is gone: a new
+  // supervisor adopts it (SupervisorRequest::adopt) and starts it.
+  Status AdoptSuspended(const SandboxMeta& meta);
   // A sandbox's id from its id or its name (ClaimOptions::name); unknown
   // names come back as they are (the caller's lookup says NOT_FOUND).
   std::string Canonical(const std::string& id_or_name) const;

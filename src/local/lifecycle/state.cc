@@ -833,10 +833,7 @@ Result<bool> Store::Reap(const std::string& id, const std::optional<SandboxMeta>
     KillInit(meta->init, cgroups);  // SIGKILL to a PID namespace's init kills all of it
     if (auto st = KillAndRemoveCgroups(id, cgroups); !st && result) result = st;
     if (meta->net_slot && NetSlotOwner(*meta->net_slot) == id) {
-      PublicNetworkConfig cfg;
-      (void)RunInNetns(-1, {cfg.nft_path, "delete", "table", "inet",
-                            fmt::format("deepbox_s{}", *meta->net_slot)});
-      (void)RunInNetns(-1, {cfg.ip_path, "link", "del", AddressesForSlot(*meta->net_slot).host_if});
+      RemoveSlotNetwork(*meta->net_slot);
       ReleaseNetSlot(*meta->net_slot);
     }
   }
@@ -854,6 +851,12 @@ Status RemoveTree(const fs::path& path) {
     return MakeSyscallError("open", errno, parent.string());
   }
   return RemoveTreeAt(pfd.get(), path.filename().c_str(), path.string(), 0);
+}
+
+void RemoveSlotNetwork(uint32_t slot) {
+  PublicNetworkConfig cfg;
+  (void)RunInNetns(-1, {cfg.nft_path, "delete", "table", "inet", fmt::format("deepbox_s{}", slot)});
+  (void)RunInNetns(-1, {cfg.ip_path, "link", "del", AddressesForSlot(slot).host_if});
 }
 
 Status KillAndRemoveCgroups(const std::string& id, const std::vector<std::string>& dirs) {

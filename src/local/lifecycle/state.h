@@ -215,5 +215,8 @@ Status RemoveTree(const fs::path& path);
 // that sandbox's (local::CheckSandboxCgroupDir) is refused and left alone;
 // missing ones are skipped. Best effort; the first error is returned.
 Status KillAndRemoveCgroups(const std::string& id, const std::vector<std::string>& dirs);
+// Removes what a public-network sandbox on veth slot `slot` leaves on the
+// host (its nft table and host-side link), if anything; idempotent.
+void RemoveSlotNetwork(uint32_t slot);
 
 }  // namespace deepbox::local::lifecycle

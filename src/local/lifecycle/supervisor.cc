@@ -112,6 +112,11 @@ class Supervisor {
 
  private:
   Status Prepare();
+  // SupervisorRequest::adopt instead of Prepare + launch.
+  Status Adopt();
+  void FailAdopt(const Error& e);
+  // Tells the creator we are ready (the record as it is now).
+  void ReportReady();
   Status LaunchSandbox();
   Status WaitHealthy();
   void Serve();
@@ -231,6 +236,87 @@ Status Supervisor::Prepare() {
     return MakeSyscallError("mkdir", errno, paths_.workspace.string());
   }
   return {};
+}
+
+Status Supervisor::Adopt() {
+  if (auto st = store_.Init(); !st) return st;
+  dir_fd_.reset(open(paths_.dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!dir_fd_) return MakeSyscallError("open", errno, paths_.dir.string());
+  UniqueFd log(open(paths_.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (log) dup2(log.get(), STDERR_FILENO);
+  auto self = SelfRef();
+  if (!self) return tl::unexpected(self.error());
+  // Under the record's lock: exactly one adopter wins, and only over a dead
+  // supervisor of a sandbox that is suspended.
+  SandboxMeta before;
+  auto taken = store_.Update(req_.id, [&](SandboxMeta& m) -> Status {
+    if (IsSupervisorOf(m.supervisor, req_.id)) {
+      return MakeError(
+          ErrorCode::kConflict,
+          fmt::format("sandbox '{}' has a supervisor already (pid {})", req_.id, m.supervisor.pid));
+    }
+    if (m.state != "claimed" || m.mode != "suspended" || !m.broken.empty()) {
+      return MakeError(ErrorCode::kConflict,
+                       fmt::format("sandbox '{}' is not suspended (it is {}): its supervisor's "
+                                   "death ended it",
+                                   req_.id, m.broken.empty() ? m.mode : "broken"));
+    }
+    if (m.expired(NowMs())) {
+      return MakeError(ErrorCode::kNotFound,
+                       fmt::format("sandbox '{}' expired while it was suspended", req_.id));
+    }
+    before = m;
+    m.supervisor = *self;
+    m.init = {};
+    m.ready = false;
+    m.hold = {};
+    m.cgroups = CgroupCandidates(req_.id);  // ours now (we may sit in another cgroup)
+    return Status{};
+  });
+  if (!taken) return tl::unexpected(taken.error());
+  meta_ = *taken;
+  dir_created_ = true;  // ours to remove on delete from now on
+  Log(fmt::format("adopting this suspended sandbox (its supervisor, pid {}, is gone)",
+                  before.supervisor.pid));
+  // What a supervisor killed half-way through a launch may have left.
+  (void)KillAndRemoveCgroups(req_.id, before.cgroups);
+  if (before.net_slot) RemoveSlotNetwork(*before.net_slot);
+  // The launch reads these from the request.
+  req_.labels = meta_.labels;
+  req_.rootfs = meta_.rootfs;
+  req_.limits = meta_.limits;
+  req_.network = meta_.network_requested;
+  req_.pool.clear();
+  req_.idle_suspend_seconds = meta_.idle_suspend_seconds;
+  fs::path image = paths_.runtime / "workspace.img";
+  if (access(image.c_str(), F_OK) == 0) {
+    auto disk = WorkspaceDisk::Adopt(image, paths_.workspace);
+    if (!disk) return tl::unexpected(disk.error());
+    disk_ = std::move(*disk);
+  }
+  return {};
+}
+
+void Supervisor::FailAdopt(const Error& e) {
+  Log("adoption failed (the sandbox stays suspended, its files kept): " + e.ToString());
+  if (ready_) SendAll(ready_.get(), ErrorLine(e));
+  ready_.reset();
+  // Nothing of the sandbox is removed: the next resume tries again.
+  if (disk_) disk_->KeepImage();
+  disk_.reset();
+  (void)store_.Update(req_.id, [&](SandboxMeta& m) {
+    if (m.requested_mode == "running") m.requested_mode = "suspended";
+    m.mode_error = e.message;
+    return Status{};
+  });
+}
+
+void Supervisor::ReportReady() {
+  json::object msg;
+  msg["ok"] = true;
+  msg["meta"] = meta_.ToJson();
+  SendAll(ready_.get(), ToJson(msg) + "\n");
+  ready_.reset();
 }
 
 Status Supervisor::LaunchSandbox() {
@@ -719,6 +805,16 @@ int Supervisor::Run() {
     Fail(SyscallError(!sigfd_ ? "signalfd" : "timerfd_create", errno));
     return 1;
   }
+  if (req_.adopt) {
+    if (auto st = Adopt(); !st) {
+      FailAdopt(st.error());
+      return 1;
+    }
+    ArmTimer();
+    ReportReady();
+    Serve();  // the resume that asked for us is its first request
+    return 0;
+  }
   if (auto st = Prepare(); !st) {
     Fail(st.error());
     return 1;
@@ -756,11 +852,7 @@ int Supervisor::Run() {
     store_.NotifyPool(meta_.pool);
   }
   ArmTimer();
-  json::object msg;
-  msg["ok"] = true;
-  msg["meta"] = meta_.ToJson();
-  SendAll(ready_.get(), ToJson(msg) + "\n");
-  ready_.reset();
+  ReportReady();
   Log(fmt::format("ready: {}", ToJson(meta_.timings)));
   Serve();
   return 0;
@@ -783,6 +875,7 @@ json::object SupervisorRequest::ToJson() const {
   o["sandboxd_binary"] = JsonString(sandboxd_binary);
   o["limits"] = limits.ToJson();
   o["requested_at_ns"] = requested_at_ns;
+  if (adopt) o["adopt"] = true;
   return o;
 }
 
@@ -813,6 +906,9 @@ Result<SupervisorRequest> SupervisorRequest::FromJson(const json::object& o) {
     r.limits = SandboxLimits::FromJson(it->value().as_object());
   }
   r.requested_at_ns = GetOptInt(o, "requested_at_ns").value_or(std::nullopt).value_or(0);
+  if (auto it = o.find("adopt"); it != o.end() && it->value().is_bool()) {
+    r.adopt = it->value().as_bool();
+  }
   return r;
 }
 

@@ -19,6 +19,13 @@
 // Only the TTL, a delete (rm, a lease's release) or the removal of the state
 // dir delete the files in /workspace.
 //
+// A suspended sandbox outlives its supervisor: its processes are gone
+// already, so when the supervisor dies (SIGKILL, the OOM killer, a host
+// restart with a state dir on disk) the sandbox stays, suspended, with its
+// files; the next resume starts a new supervisor that adopts it
+// (SupervisorRequest::adopt). Its TTL still counts: a lister deletes it once
+// expired. Any other sandbox whose supervisor died is cleaned up.
+//
 // The daemon is the PID 1 of the sandbox's PID namespace: when it dies, every
 // process of the sandbox dies with it, and its namespaces go. A restart is
 // therefore a relaunch of the whole sandbox over the same /workspace (the
@@ -62,6 +69,13 @@ struct SupervisorRequest {
   std::string sandboxd_binary;       // absolute path
   SandboxLimits limits;              // nullopt fields: no limit
   int64_t requested_at_ns = 0;       // CLOCK_MONOTONIC at the creator (spawn timing)
+  // Take over sandbox `id`, suspended, whose supervisor died (killed, or the
+  // host restarted): its record, state dir and /workspace (the disk image
+  // as the dead supervisor left it mounted, or mounted again) are kept as
+  // they are, and it runs again once its record asks for it (a resume).
+  // Only state_dir, id and sandboxd_binary are read from the request; the
+  // rest comes from the record.
+  bool adopt = false;
 
   json::object ToJson() const;
   static Result<SupervisorRequest> FromJson(const json::object& o);

@@ -1,0 +1,144 @@
+// WorkspaceDisk on real loop devices and ext4 (root only): Create, and Adopt
+// of a disk a dead supervisor left mounted or (after a reboot) unmounted.
+#include "local/workspace_disk.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace deepbox::local {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class WorkspaceDiskTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!WorkspaceDiskSupported(&why)) GTEST_SKIP() << why;
+    char tmpl[] = "/tmp/dbx-wsdisk-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    mount_dir_ = dir_ / "ws";
+    image_ = dir_ / "workspace.img";
+    fs::create_directory(mount_dir_);
+  }
+  void TearDown() override {
+    if (dir_.empty()) return;
+    while (umount2(mount_dir_.c_str(), MNT_DETACH) == 0) {
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  bool Mounted() const {
+    return ReadAll("/proc/self/mountinfo").find(" " + mount_dir_.string() + " ") !=
+           std::string::npos;
+  }
+  fs::path dir_, mount_dir_, image_;
+};
+
+TEST_F(WorkspaceDiskTest, AdoptTakesOverTheMountADeadOwnerLeft) {
+  // The owner dies without running a destructor (as a SIGKILLed supervisor):
+  // its mount stays.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(fds[0]);
+    auto disk = WorkspaceDisk::Create(image_, mount_dir_, 16ULL << 20, 1000, 1000);
+    if (!disk) _exit(1);
+    std::ofstream(mount_dir_ / "f") << "kept";
+    std::string dev = disk->loop_device();
+    (void)!write(fds[1], dev.data(), dev.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  char buf[64] = {};
+  ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_GT(n, 0);
+  const std::string loop(buf, static_cast<size_t>(n));
+  ASSERT_TRUE(Mounted());
+  auto adopted = WorkspaceDisk::Adopt(image_, mount_dir_);
+  ASSERT_TRUE(adopted) << adopted.error().ToString();
+  EXPECT_EQ(adopted->loop_device(), loop);
+  EXPECT_EQ(ReadAll(mount_dir_ / "f"), "kept");
+  // It owns the disk now: releasing unmounts it and deletes the image.
+  ASSERT_TRUE(adopted->Release());
+  EXPECT_FALSE(Mounted());
+  EXPECT_FALSE(fs::exists(image_));
+}
+
+TEST_F(WorkspaceDiskTest, AdoptAfterARebootChecksAndMountsTheImageAgain) {
+  {
+    auto disk = WorkspaceDisk::Create(image_, mount_dir_, 16ULL << 20, 1000, 1000);
+    ASSERT_TRUE(disk) << disk.error().ToString();
+    fs::create_directories(mount_dir_ / "a" / "b");
+    std::ofstream(mount_dir_ / "a" / "b" / "f") << "kept";
+    disk->KeepImage();  // the destructor only unmounts: the image stays
+  }
+  ASSERT_FALSE(Mounted());
+  ASSERT_TRUE(fs::exists(image_));
+  auto adopted = WorkspaceDisk::Adopt(image_, mount_dir_);
+  ASSERT_TRUE(adopted) << adopted.error().ToString();
+  EXPECT_TRUE(Mounted());
+  EXPECT_EQ(ReadAll(mount_dir_ / "a" / "b" / "f"), "kept");
+  EXPECT_FALSE(fs::exists(mount_dir_ / "lost+found"));  // e2fsck's, empty: removed
+  struct stat st;
+  ASSERT_EQ(stat(mount_dir_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);  // the sandbox's own root dir, as created
+}
+
+TEST_F(WorkspaceDiskTest, AdoptRefusesAMountOfSomethingElse) {
+  auto disk = WorkspaceDisk::Create(image_, mount_dir_, 16ULL << 20, 1000, 1000);
+  ASSERT_TRUE(disk) << disk.error().ToString();
+  ASSERT_TRUE(disk->Release());
+  // An image exists, but what is mounted on the dir is a tmpfs.
+  { std::ofstream(image_) << "not an ext4 image"; }
+  ASSERT_EQ(mount("tmpfs", mount_dir_.c_str(), "tmpfs", 0, "size=1m"), 0) << strerror(errno);
+  auto adopted = WorkspaceDisk::Adopt(image_, mount_dir_);
+  ASSERT_FALSE(adopted);
+  EXPECT_EQ(adopted.error().code, ErrorCode::kConflict);
+  EXPECT_THAT(adopted.error().message, HasSubstr("not of the workspace image"));
+}
+
+TEST_F(WorkspaceDiskTest, AdoptOfAMissingOrBrokenImageSaysSoAndChangesNothing) {
+  auto missing = WorkspaceDisk::Adopt(image_, mount_dir_);
+  ASSERT_FALSE(missing);
+  EXPECT_THAT(missing.error().message, HasSubstr("open"));
+  EXPECT_THAT(missing.error().message, HasSubstr(image_.string()));
+  // Garbage that no e2fsck can repair: refused, the file left as it is.
+  {
+    std::ofstream out(image_);
+    out << std::string(1 << 20, 'x');
+  }
+  auto broken = WorkspaceDisk::Adopt(image_, mount_dir_);
+  ASSERT_FALSE(broken);
+  EXPECT_EQ(broken.error().code, ErrorCode::kUnavailable);
+  EXPECT_THAT(broken.error().message, HasSubstr("e2fsck"));
+  EXPECT_FALSE(Mounted());
+  EXPECT_EQ(fs::file_size(image_), 1u << 20);
+}
+
+}  // namespace
+}  // namespace deepbox::local
