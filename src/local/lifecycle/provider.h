@@ -34,6 +34,7 @@
 #include "local/lifecycle/state.h"
 #include "sandbox/provider.h"
 #include "sandbox/sandboxd_client.h"
+#include "sandbox/snapshot_store.h"
 
 namespace deepbox::local::lifecycle {
 
@@ -46,8 +47,13 @@ struct LocalProviderOptions {
   // Limits of every sandbox this provider creates, and the only limits a warm
   // sandbox it claims may have. Safe by default; a field set to nullopt is no limit.
   SandboxLimits limits = DefaultSandboxLimits();
-  // What all snapshots together may hold on disk (0 = no limit); the default
-  // is $DEEPBOX_SNAPSHOT_QUOTA (bytes, or 20G, 512M), else 20 GiB.
+  // Where snapshots are kept (sandbox/snapshot_store.h, shared with the other
+  // providers): "" = $DEEPBOX_SNAPSHOT_DIR, else <state_dir>/snapshots when
+  // a state dir was chosen (state_dir or $DEEPBOX_STATE_DIR), else
+  // ~/.local/state/deepbox/snapshots (persistent, unlike the runtime state dir).
+  std::string snapshot_dir;
+  // What all snapshots together may hold on disk; 0 = $DEEPBOX_SNAPSHOT_QUOTA
+  // (bytes, or 20G, 512M), else 20 GiB.
   uint64_t snapshot_quota_bytes = 0;
 };
 
@@ -93,8 +99,9 @@ class LocalSandboxProvider : public SandboxProvider {
   Status Pause(const std::string& id) override;
   Status Suspend(const std::string& id, const SuspendOptions& options) override;
   Status Resume(const std::string& id) override;
-  // Snapshots: copies of the workspace under the state dir's snapshots/
-  // (snapshots.cc), within LocalProviderOptions::snapshot_quota_bytes.
+  // Snapshots: copies of the workspace (files/) in the snapshot store
+  // (snapshots.cc), within its quota. ListSnapshots and DeleteSnapshot see
+  // every provider's; CreateFromSnapshot restores local ones only.
   Result<SnapshotInfo> Snapshot(const std::string& id, const SnapshotOptions& options) override;
   Result<std::vector<SnapshotInfo>> ListSnapshots() override;
   Status DeleteSnapshot(const std::string& name) override;
@@ -155,6 +162,8 @@ class LocalSandboxProvider : public SandboxProvider {
   Result<std::string> CopyWorkspace(const std::string& from, const std::vector<std::string>& to,
                                     uint64_t max_bytes);
   void CleanTrash() const;
+  // The snapshot store of LocalProviderOptions::snapshot_dir / _quota_bytes.
+  Result<SnapshotStore> Snapshots() const;
 
   LocalProviderOptions options_;
   Store store_;

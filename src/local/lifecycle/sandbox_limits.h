@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/byte_size.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "local/limits.h"
@@ -56,13 +57,10 @@ inline constexpr uint64_t kMinWorkspaceBytes = 16ULL << 20;  // 16 MiB (ext4 met
 // INVALID_ARGUMENT naming the limit when one is out of range.
 Status ValidateSandboxLimits(const SandboxLimits& limits);
 
-// A size as `docker run --memory` takes it: a number of bytes with an
-// optional binary unit, case-insensitive: b, k/kb/kib, m/mb/mib, g/gb/gib,
-// t/tb/tib (all powers of 1024), e.g. "64M", "1.5g", "2GiB", "1048576".
-// `what` names the flag or key in the error.
-Result<uint64_t> ParseByteSize(std::string_view text, std::string_view what);
-// "2 GiB", "64 MiB", "1.5 GiB", "1000 B".
-std::string FormatBytes(uint64_t bytes);
+// ParseByteSize ("64M") and FormatBytes ("2 GiB"), as they were here before
+// they moved to common/.
+using ::deepbox::FormatBytes;
+using ::deepbox::ParseByteSize;
 
 // The values of --memory/--disk, --max-processes and --cpus (and their config
 // keys): "0", "none" or "unlimited" mean no limit (nullopt); anything else is

@@ -3,29 +3,26 @@
 // keeps besides its processes (the root file system is read-only: the
 // host's directories or an unpacked image). Memory is not captured.
 //
-//   <state>/snapshots/NAME/snapshot.json   what it is (SnapshotInfo)
-//   <state>/snapshots/NAME/files/          the workspace's files
+//   <snapshot store>/NAME/snapshot.json   what it is (SnapshotInfo)
+//   <snapshot store>/NAME/files/          the workspace's files
 //
-// A snapshot is copied into snapshots/.tmp-NAME-RANDOM/ and renamed into
-// place when complete, so a snapshot that exists is whole; a failed one
-// (disk full, quota) leaves nothing. The sandbox is paused for the copy when
-// it runs and the host has a cgroup freezer, and held (SandboxMeta::hold)
-// so that a use waits for the copy instead of resuming it mid-way.
+// The store (sandbox/snapshot_store.h) is shared with the other providers:
+// it names, records, counts against the quota and lists; a snapshot is
+// copied into its pending directory and renamed into place when complete,
+// so a snapshot that exists is whole and a failed one (disk full, quota)
+// leaves nothing. The sandbox is paused for the copy when it runs and the
+// host has a cgroup freezer, and held (SandboxMeta::hold) so that a use
+// waits for the copy instead of resuming it mid-way.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cctype>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
-#include "common/json.h"
 #include "local/lifecycle/provider.h"
 #include "local/lifecycle/sandbox_limits.h"
 #include "local/tree_copy.h"
@@ -33,21 +30,8 @@
 namespace deepbox::local::lifecycle {
 namespace {
 
-constexpr uint64_t kDefaultSnapshotQuota = 20ULL << 30;
 constexpr int kMaxFork = 32;
-
-// [A-Za-z0-9][A-Za-z0-9_.-]{0,62}: a file name, never "." or "..".
-bool ValidSnapshotName(std::string_view name) {
-  if (name.empty() || name.size() > 63 || !std::isalnum(static_cast<unsigned char>(name[0]))) {
-    return false;
-  }
-  for (char c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') {
-      return false;
-    }
-  }
-  return true;
-}
+constexpr const char* kPayload = "files";
 
 std::string RandomSuffix() {
   uint32_t r = 0;
@@ -55,58 +39,22 @@ std::string RandomSuffix() {
   return fmt::format("{:08x}", r);
 }
 
-Result<SnapshotInfo> ReadRecord(const fs::path& dir, const std::string& name) {
-  std::ifstream in(dir / "snapshot.json");
-  if (!in) {
-    return MakeError(ErrorCode::kNotFound,
-                     fmt::format("no snapshot '{}' (see: deepbox sandbox snapshot ls)", name));
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto o = ParseJsonObject(text);
-  if (!o) return MakeError(ErrorCode::kInternal, fmt::format("snapshot '{}': bad record", name));
-  SnapshotInfo s;
-  s.name = name;  // the directory's name, whatever the record says
-  s.provider = "local";
-  auto str = [&](const char* key) {
-    auto it = o->find(key);
-    return it != o->end() && it->value().is_string() ? std::string(it->value().as_string())
-                                                     : std::string();
-  };
-  auto num = [&](const char* key) -> int64_t {
-    auto it = o->find(key);
-    return it != o->end() && it->value().is_int64() ? it->value().as_int64() : -1;
-  };
-  s.source_id = str("source_id");
-  s.created_at = str("created_at");
-  s.size_bytes = num("size_bytes");
-  s.file_bytes = num("file_bytes");
-  s.note = str("note");
-  return s;
-}
-
-Status WriteRecord(const fs::path& dir, const SnapshotInfo& s) {
-  fs::path tmp = dir / "snapshot.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << SnapshotInfoJson(s) << "\n";
-    out.flush();
-    if (!out) return MakeError(ErrorCode::kInternal, "writing " + tmp.string() + " failed");
-  }
-  if (rename(tmp.c_str(), (dir / "snapshot.json").c_str()) != 0) {
-    return MakeSyscallError("rename", errno, tmp.string());
-  }
-  return {};
-}
-
-uint64_t QuotaFrom(const LocalProviderOptions& options) {
-  if (options.snapshot_quota_bytes > 0) return options.snapshot_quota_bytes;
-  if (const char* env = std::getenv("DEEPBOX_SNAPSHOT_QUOTA"); env != nullptr && *env != '\0') {
-    if (auto v = ParseByteSize(env, "DEEPBOX_SNAPSHOT_QUOTA"); v && *v > 0) return *v;
-  }
-  return kDefaultSnapshotQuota;
-}
-
 }  // namespace
+
+Result<SnapshotStore> LocalSandboxProvider::Snapshots() const {
+  SnapshotStoreOptions o;
+  o.dir = options_.snapshot_dir;
+  o.quota_bytes = options_.snapshot_quota_bytes;
+  // Create() fills in the default state dir: only one that was chosen
+  // (given, or $DEEPBOX_STATE_DIR) keeps the snapshots beside it; the
+  // default one is a runtime dir (a tmpfs).
+  const char* env = std::getenv("DEEPBOX_STATE_DIR");
+  auto runtime_default = DefaultStateDir();
+  bool chosen = (env != nullptr && *env != '\0') || !runtime_default ||
+                fs::path(options_.state_dir) != *runtime_default;
+  if (chosen) o.state_dir = options_.state_dir;
+  return SnapshotStore::Open(o);
+}
 
 Result<std::string> LocalSandboxProvider::CopyWorkspace(const std::string& from_ref,
                                                         const std::vector<std::string>& to,
@@ -171,41 +119,14 @@ Result<SnapshotInfo> LocalSandboxProvider::Snapshot(const std::string& ref,
                                                     const SnapshotOptions& options) {
   const std::string id = Canonical(ref);
   std::string name = options.name.empty() ? fmt::format("{}-{}", id, RandomSuffix()) : options.name;
-  if (!ValidSnapshotName(name)) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("snapshot name '{}': use 1-63 letters, digits, '_', '.' and '-', "
-                                 "starting with a letter or digit",
-                                 name));
-  }
-  fs::path dir = store_.snapshots_dir();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  (void)chmod(dir.c_str(), 0700);
-  if (fs::exists(dir / name, ec)) {
-    return MakeError(ErrorCode::kConflict, fmt::format("snapshot '{}' exists already", name));
-  }
-  // The quota: what the snapshots there use now, and the rest for this one.
-  auto existing = ListSnapshots();
-  if (!existing) return tl::unexpected(existing.error());
-  uint64_t used = 0;
-  for (const auto& s : *existing)
-    used += s.size_bytes > 0 ? static_cast<uint64_t>(s.size_bytes) : 0;
-  const uint64_t quota = QuotaFrom(options_);
-  if (used >= quota) {
-    return MakeError(ErrorCode::kResourceExhausted,
-                     fmt::format("the snapshot quota of {} is used up ({} in {} snapshots; remove "
-                                 "some with `deepbox sandbox snapshot rm NAME`)",
-                                 FormatBytes(quota), FormatBytes(used), existing->size()));
-  }
-  fs::path tmp = dir / fmt::format(".tmp-{}-{}", name, RandomSuffix());
-  if (mkdir(tmp.c_str(), 0700) != 0 || mkdir((tmp / "files").c_str(), 0700) != 0) {
-    int err = errno;
-    (void)RemoveTree(tmp);
-    return MakeSyscallError("mkdir", err, tmp.string());
-  }
-  auto note = CopyWorkspace(id, {(tmp / "files").string()}, quota - used);
+  auto store = Snapshots();
+  if (!store) return tl::unexpected(store.error());
+  auto pending = store->Begin(name);
+  if (!pending) return tl::unexpected(pending.error());
+  const fs::path files = (*pending)->dir() / kPayload;
+  if (mkdir(files.c_str(), 0700) != 0) return MakeSyscallError("mkdir", errno, files.string());
+  auto note = CopyWorkspace(id, {files.string()}, (*pending)->budget());
   if (!note) {
-    (void)RemoveTree(tmp);
     Error e = note.error();
     if (e.code == ErrorCode::kResourceExhausted) {
       e.message = fmt::format(
@@ -213,83 +134,43 @@ Result<SnapshotInfo> LocalSandboxProvider::Snapshot(const std::string& ref,
           "is as it was): {}",
           id, e.message);
     }
-    return tl::unexpected(e);
+    return tl::unexpected(e);  // the pending directory goes with `pending`
   }
   SnapshotInfo s;
-  s.name = name;
   s.provider = "local";
   s.source_id = id;
-  s.created_at = FormatTime(NowMs());
-  s.size_bytes = static_cast<int64_t>(TreeDiskUsage((tmp / "files").string()));
+  s.size_bytes = static_cast<int64_t>(TreeDiskUsage(files.string()));
   s.note = *note;
   // The apparent size, for the restore's check against a workspace disk.
   uint64_t apparent = 0;
-  for (auto it = fs::recursive_directory_iterator(tmp / "files", ec);
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(files, ec);
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (it->is_regular_file(ec) && !it->is_symlink(ec)) apparent += it->file_size(ec);
   }
   s.file_bytes = static_cast<int64_t>(apparent);
-  if (auto st = WriteRecord(tmp, s); !st) {
-    (void)RemoveTree(tmp);
-    return tl::unexpected(st.error());
-  }
-  if (rename(tmp.c_str(), (dir / name).c_str()) != 0) {
-    int err = errno;
-    (void)RemoveTree(tmp);
-    if (err == EEXIST || err == ENOTEMPTY) {
-      return MakeError(ErrorCode::kConflict, fmt::format("snapshot '{}' exists already", name));
-    }
-    return MakeSyscallError("rename", err, (dir / name).string());
-  }
-  return s;
+  return (*pending)->Commit(s);
 }
 
 Result<std::vector<SnapshotInfo>> LocalSandboxProvider::ListSnapshots() {
-  std::vector<SnapshotInfo> out;
-  std::error_code ec;
-  fs::path dir = store_.snapshots_dir();
-  if (!fs::is_directory(dir, ec)) return out;
-  std::vector<fs::path> stale;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::string name = e.path().filename().string();
-    // What a snapshot or removal that died half-way left (an hour is far
-    // longer than any copy takes).
-    if (name.starts_with(".tmp-") && !e.is_symlink(ec)) {
-      auto age = fs::file_time_type::clock::now() - e.last_write_time(ec);
-      if (!ec && age > std::chrono::hours(1)) stale.push_back(e.path());
-      continue;
-    }
-    if (!ValidSnapshotName(name) || !e.is_directory(ec) || e.is_symlink(ec)) continue;
-    if (auto s = ReadRecord(e.path(), name)) out.push_back(std::move(*s));
-  }
-  for (const auto& p : stale) (void)RemoveTree(p);
-  std::sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) {
-    return a.created_at != b.created_at ? a.created_at < b.created_at : a.name < b.name;
-  });
-  return out;
+  auto store = Snapshots();
+  if (!store) return tl::unexpected(store.error());
+  return store->List();
 }
 
 Status LocalSandboxProvider::DeleteSnapshot(const std::string& name) {
-  if (!ValidSnapshotName(name)) {
-    return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad snapshot name '{}'", name));
-  }
-  fs::path dir = store_.snapshots_dir() / name;
-  if (auto s = ReadRecord(dir, name); !s) return tl::unexpected(s.error());
-  // Out of sight first (a lister never sees half of it), then removed.
-  fs::path trash = store_.snapshots_dir() / fmt::format(".tmp-rm-{}-{}", name, RandomSuffix());
-  if (rename(dir.c_str(), trash.c_str()) != 0)
-    return MakeSyscallError("rename", errno, dir.string());
-  return RemoveTree(trash);
+  auto store = Snapshots();
+  if (!store) return tl::unexpected(store.error());
+  return store->Delete(name);
 }
 
 Result<SandboxInfo> LocalSandboxProvider::CreateFromSnapshot(const std::string& snapshot,
                                                              const ClaimOptions& options) {
-  if (!ValidSnapshotName(snapshot)) {
-    return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad snapshot name '{}'", snapshot));
-  }
-  fs::path dir = store_.snapshots_dir() / snapshot;
-  auto record = ReadRecord(dir, snapshot);
+  auto store = Snapshots();
+  if (!store) return tl::unexpected(store.error());
+  auto record = store->GetFor(snapshot, name());
   if (!record) return tl::unexpected(record.error());
+  const fs::path dir = store->PathOf(snapshot);
   if (options_.limits.workspace_bytes && record->file_bytes > 0 &&
       static_cast<uint64_t>(record->file_bytes) > *options_.limits.workspace_bytes) {
     return MakeError(ErrorCode::kResourceExhausted,
@@ -305,7 +186,8 @@ Result<SandboxInfo> LocalSandboxProvider::CreateFromSnapshot(const std::string& 
   if (!meta) return tl::unexpected(meta.error());
   TreeCopyOptions copy;
   copy.ignore_top_level = {"lost+found"};
-  auto copied = CopyTree((dir / "files").string(), store_.Paths(meta->id).workspace.string(), copy);
+  auto copied =
+      CopyTree((dir / kPayload).string(), store_.Paths(meta->id).workspace.string(), copy);
   if (!copied) {
     (void)Delete(meta->id);
     Error e = copied.error();
