@@ -101,12 +101,24 @@ struct DeepAgent::Impl {
   }
 
   Result<std::string> RunSubagent(const std::string& type, const std::string& description,
-                                  ToolContext& ctx) {
+                                  bool fork, ToolContext& ctx) {
     auto it = subagent_configs.find(type);
     if (it == subagent_configs.end()) {
       return MakeError(ErrorCode::kNotFound, "unknown sub-agent " + type);
     }
     LoopConfig config = it->second;
+    // Held until the sub-agent is done; its deleter deletes the fork.
+    std::shared_ptr<Sandbox> forked;
+    if (fork) {
+      auto made = opts.fork_sandbox();
+      if (!made) {
+        Error e = made.error();
+        e.message = "cannot fork the sandbox: " + e.message;
+        return tl::unexpected(e);
+      }
+      forked = std::move(*made);
+      config.sandbox = forked.get();
+    }
     config.depth = ctx.depth + 1;
     config.session_id = thread_id + "_" + type + "_" + RandomHex(8);
     AgentLoop sub(config);
@@ -330,12 +342,15 @@ Result<std::unique_ptr<DeepAgent>> DeepAgent::Create(DeepAgentOptions options) {
   if (o.enable_todos) main.tools.push_back(todos);
   Impl* raw = impl.get();
   if (!listing.empty()) {
+    TaskToolOptions task;
+    task.parallel = o.parallel_subagents;
+    task.offer_fork = static_cast<bool>(o.fork_sandbox);
     main.tools.push_back(MakeTaskTool(
         listing,
-        [raw](const std::string& type, const std::string& desc, ToolContext& ctx) {
-          return raw->RunSubagent(type, desc, ctx);
+        [raw](const std::string& type, const std::string& desc, bool fork, ToolContext& ctx) {
+          return raw->RunSubagent(type, desc, fork, ctx);
         },
-        o.parallel_subagents));
+        task));
   }
   add_user_tools(main.tools);
   std::string prompt = o.system_prompt.empty() ? kDefaultBasePrompt : o.system_prompt;

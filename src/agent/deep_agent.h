@@ -71,6 +71,11 @@ struct DeepAgentOptions {
   // Sub-agents of one turn run concurrently; false runs them one after
   // another (needed to replay a recorded conversation deterministically).
   bool parallel_subagents = true;
+  // Makes a fork of `sandbox` (a new sandbox holding a copy of its files as
+  // they are; the returned pointer's deleter deletes it). Set: the `task`
+  // tool offers `sandbox: "fork"` (middleware_subagents.h); null: the tool
+  // is deepagents' own, byte for byte.
+  std::function<Result<std::shared_ptr<Sandbox>>()> fork_sandbox;
   int max_tokens = 0;                         // per model call; 0 = the client's default
   std::string thread_id;                      // "" = a new thread; an existing id resumes it
   std::shared_ptr<ThreadStore> thread_store;  // null = nothing persisted

@@ -27,13 +27,19 @@ const char kTaskSystemPrompt[] =
     "including everything it needs to know and exactly what it should return; relay the "
     "relevant results to the user yourself.";
 
+const char kTaskSandboxArgDescription[] =
+    "Where the subagent works: \"shared\" (the default) in your sandbox, its file changes "
+    "visible to you; \"fork\" in a new sandbox holding a copy of your files as they are now, "
+    "so that nothing it does changes your files (it is deleted when the subagent ends; only its "
+    "report comes back). Use fork to try out an approach, or several in parallel, safely.";
+
 namespace {
 
 class TaskTool : public Tool {
  public:
   TaskTool(std::vector<std::pair<std::string, std::string>> agents, SubagentRunner runner,
-           bool parallel)
-      : agents_(std::move(agents)), runner_(std::move(runner)), parallel_(parallel) {
+           TaskToolOptions options)
+      : agents_(std::move(agents)), runner_(std::move(runner)), options_(options) {
     std::string list;
     for (const auto& [name, desc] : agents_) {
       if (!list.empty()) list += "\n";
@@ -68,6 +74,11 @@ class TaskTool : public Tool {
                                         "available agent types listed in the tool "
                                         "description.")}},
         {"description", "subagent_type"});
+    if (options_.offer_fork) {
+      json::object sandbox = SchemaString(kTaskSandboxArgDescription);
+      sandbox["enum"] = json::array{"shared", "fork"};
+      spec_.input_schema["properties"].as_object()["sandbox"] = std::move(sandbox);
+    }
   }
 
   const ToolSpec& spec() const override { return spec_; }
@@ -75,7 +86,7 @@ class TaskTool : public Tool {
     return ArgString(args, "subagent_type") + ": " + ArgString(args, "description");
   }
   ToolScheduling Scheduling(const json::object&, std::string_view) const override {
-    return {parallel_ ? "" : "\x01task"};
+    return {options_.parallel ? "" : "\x01task"};
   }
 
   ToolResult Invoke(ToolContext& ctx, const json::object& args) override {
@@ -87,7 +98,9 @@ class TaskTool : public Tool {
       known = known || name == type;
     }
     if (!known) return ToolResult::Ok(UnknownSubagentMessage(type, names));
-    auto result = runner_(type, ArgString(args, "description"), ctx);
+    // (The schema's enum has checked the value.)
+    const bool fork = options_.offer_fork && ArgString(args, "sandbox") == "fork";
+    auto result = runner_(type, ArgString(args, "description"), fork, ctx);
     if (!result) {
       return ToolResult::Err("Error: sub-agent '" + type + "' failed: " + result.error().message);
     }
@@ -98,14 +111,14 @@ class TaskTool : public Tool {
   ToolSpec spec_;
   std::vector<std::pair<std::string, std::string>> agents_;
   SubagentRunner runner_;
-  bool parallel_;
+  TaskToolOptions options_;
 };
 
 }  // namespace
 
 ToolPtr MakeTaskTool(std::vector<std::pair<std::string, std::string>> agents, SubagentRunner runner,
-                     bool parallel) {
-  return std::make_shared<TaskTool>(std::move(agents), std::move(runner), parallel);
+                     TaskToolOptions options) {
+  return std::make_shared<TaskTool>(std::move(agents), std::move(runner), options);
 }
 
 std::string SubagentFinalText(const std::vector<Message>& messages) {

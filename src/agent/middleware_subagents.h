@@ -8,6 +8,13 @@
 // types are `a`, `b`". A `general-purpose` sub-agent (same model and tools as
 // the main agent, minus `task` and `write_todos`) is added unless disabled or
 // redefined.
+//
+// With a fork maker (TaskToolOptions::offer_fork; off by default, so the
+// tool stays deepagents' own byte for byte), the tool has one more,
+// optional argument, `sandbox`: "fork" runs the sub-agent in a new sandbox
+// holding a copy of the caller's files as they are (a provider's Fork); its
+// changes never reach the caller's sandbox, and the fork is deleted when the
+// sub-agent ends. For trying an approach without touching the files.
 #pragma once
 
 #include <functional>
@@ -44,15 +51,25 @@ extern const char kGeneralPurposeDescription[];
 extern const char kDefaultSubagentPrompt[];
 extern const char kTaskSystemPrompt[];
 
-// Runs one sub-agent to completion and returns its final text.
+// Runs one sub-agent to completion and returns its final text; `fork`: in
+// a fork of the sandbox.
 using SubagentRunner = std::function<Result<std::string>(
-    const std::string& type, const std::string& description, ToolContext& ctx)>;
+    const std::string& type, const std::string& description, bool fork, ToolContext& ctx)>;
 
-// `agents`: (name, description) in listing order. With `parallel` false,
-// task calls of one turn run one after another (deterministic model-call
-// order, e.g. for replayed conversations).
+struct TaskToolOptions {
+  // With false, task calls of one turn run one after another
+  // (deterministic model-call order, e.g. for replayed conversations).
+  bool parallel = true;
+  // The `sandbox` argument ("shared" | "fork") is offered.
+  bool offer_fork = false;
+};
+
+// The `sandbox` argument's description (what the model reads).
+extern const char kTaskSandboxArgDescription[];
+
+// `agents`: (name, description) in listing order.
 ToolPtr MakeTaskTool(std::vector<std::pair<std::string, std::string>> agents, SubagentRunner runner,
-                     bool parallel = true);
+                     TaskToolOptions options = {});
 
 // The text a finished sub-agent returns: its last non-empty assistant text.
 std::string SubagentFinalText(const std::vector<Message>& messages);

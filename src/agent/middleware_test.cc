@@ -545,6 +545,112 @@ TEST(SubAgents, GeneralPurposeHasTheMainToolsButNoTask) {
   EXPECT_TRUE(StartsWith(reqs[1].system, kDefaultSubagentPrompt));
 }
 
+// A `task` with sandbox "fork" runs in the fork the agent's fork maker
+// makes (here a second daemon given a copy of the file, as a provider's
+// Fork would), which is deleted when the sub-agent ends; the caller's files
+// are untouched. Without a fork maker the tool is deepagents' own.
+TEST(SubAgents, AForkedSubAgentWorksOnACopyThatIsDeletedAfterwards) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  DEEPBOX_AGENT_SANDBOX(fork_sbd);
+  Sandbox& sb = sbd->client();
+  Sandbox& fork = fork_sbd->client();
+  ASSERT_TRUE(sb.Upload(sb.root() + "/a.txt", "original\n"));
+  auto model = std::make_shared<ScriptedModel>();
+  auto sub_model = std::make_shared<ScriptedModel>();
+  model->Tools(
+      {Call("t1", "task",
+            Args({{"description", "try it"}, {"subagent_type", "fixer"}, {"sandbox", "fork"}})),
+       Call("t2", "task",
+            Args({{"description", "x"}, {"subagent_type", "fixer"}, {"sandbox", "moon"}}))},
+      "", {});
+  model->Text("done");
+  sub_model->Tools({Call("e", "edit_file",
+                         Args({{"file_path", fork.root() + "/a.txt"},
+                               {"old_string", "original"},
+                               {"new_string", "changed"}}))});
+  sub_model->Text("it works");
+  auto o = Options(model, sb);
+  SubAgentSpec spec;
+  spec.name = "fixer";
+  spec.description = "Fixes.";
+  spec.model = sub_model;
+  o.subagents = {spec};
+  int forks = 0, deleted = 0;
+  o.fork_sandbox = [&]() -> Result<std::shared_ptr<Sandbox>> {
+    ++forks;
+    auto copy = sb.Download(sb.root() + "/a.txt");
+    if (!copy) return tl::unexpected(copy.error());
+    if (auto st = fork.Upload(fork.root() + "/a.txt", *copy); !st) {
+      return tl::unexpected(st.error());
+    }
+    return std::shared_ptr<Sandbox>(&fork, [&](Sandbox*) { ++deleted; });
+  };
+  auto agent = MakeAgent(o);
+  // The tool offers the argument, described for the model.
+  json::object schema;
+  for (const auto& t : agent->tool_specs()) {
+    if (t.name == "task") schema = t.input_schema;
+  }
+  ASSERT_TRUE(schema.at("properties").as_object().contains("sandbox"));
+  EXPECT_EQ(schema.at("properties").at("sandbox").at("description").as_string(),
+            kTaskSandboxArgDescription);
+  EXPECT_EQ(schema.at("required").as_array().size(), 2u);  // sandbox is optional
+  RunResult r = agent->Run("go");
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->message : "");
+  auto tools = ToolMessages(r.messages);
+  ASSERT_EQ(tools.size(), 2u);
+  EXPECT_EQ(tools[0].text, "it works");
+  EXPECT_TRUE(tools[1].is_error);
+  // The schema's enum rejects it, as deepagents' argument validation would.
+  EXPECT_NE(tools[1].text.find("sandbox: Input should be 'shared' or 'fork'"), std::string::npos)
+      << tools[1].text;
+  EXPECT_EQ(forks, 1);
+  EXPECT_EQ(deleted, 1);  // released when the sub-agent ended
+  EXPECT_EQ(*sb.Download(sb.root() + "/a.txt"), "original\n");
+  EXPECT_EQ(*fork.Download(fork.root() + "/a.txt"), "changed\n");
+}
+
+TEST(SubAgents, WithoutAForkMakerTheTaskToolIsDeepagentsOwn) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  auto model = std::make_shared<ScriptedModel>();
+  auto agent = MakeAgent(Options(model, sbd->client()));
+  for (const auto& t : agent->tool_specs()) {
+    if (t.name != "task") continue;
+    EXPECT_EQ(ToJson(t.input_schema),
+              ToJson(SchemaObject(
+                  {{"description",
+                    SchemaString("A detailed description of the task for the subagent to perform "
+                                 "autonomously. Include all necessary context and specify the "
+                                 "expected output format.")},
+                   {"subagent_type", SchemaString("The type of subagent to use. Must be one of "
+                                                  "the available agent types listed in the tool "
+                                                  "description.")}},
+                  {"description", "subagent_type"})));
+  }
+}
+
+TEST(SubAgents, AForkThatCannotBeMadeIsTheToolsError) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  auto model = std::make_shared<ScriptedModel>();
+  model->Tools({Call(
+      "t", "task",
+      Args({{"description", "x"}, {"subagent_type", "general-purpose"}, {"sandbox", "fork"}}))});
+  model->Text("ok");
+  auto o = Options(model, sbd->client());
+  o.fork_sandbox = []() -> Result<std::shared_ptr<Sandbox>> {
+    return MakeError(ErrorCode::kUnimplemented, "the test provider cannot fork sandboxes");
+  };
+  auto agent = MakeAgent(o);
+  RunResult r = agent->Run("go");
+  ASSERT_TRUE(r.ok());
+  auto tools = ToolMessages(r.messages);
+  ASSERT_EQ(tools.size(), 1u);
+  EXPECT_TRUE(tools[0].is_error);
+  EXPECT_EQ(tools[0].text,
+            "Error: sub-agent 'general-purpose' failed: cannot fork the sandbox: the test provider "
+            "cannot fork sandboxes");
+}
+
 // ------------------------------------------------------------------ skills
 
 TEST(Skills, ParseAndValidate) {

@@ -63,6 +63,12 @@ void RegisterRunCommand(CLI::App& app) {
   cmd->add_flag("--keep-sandbox", flags->keep_sandbox,
                 "Do not delete the sandbox at the end; print how to reach and delete it\n"
                 "(the TTL still applies). Ctrl-C still deletes it");
+  cmd->add_flag("--fork-subagents", flags->fork_subagents,
+                "Let the agent run a sub-agent in a fork of the sandbox: the `task` tool\n"
+                "gets an optional argument sandbox: \"fork\" (a new sandbox holding a copy of\n"
+                "the files as they are, deleted when the sub-agent ends; its changes never\n"
+                "reach this sandbox). This changes the tool from deepagents' own. Providers\n"
+                "that can fork sandboxes only (local; k8s through its daemon)");
   cmd->add_option("--thread", flags->thread_id,
                   "Continue the conversation thread ID (printed at the end of every run;\n"
                   "`deepbox threads ls` lists them); a new ID starts a thread with that name.\n"

@@ -50,8 +50,8 @@ const char kRunEnvironmentHelp[] =
 
 const char kRunConfigFileHelp[] =
     "Config file (--config FILE, YAML or JSON; every key optional): sandbox, model,\n"
-    "approve, labels (a map), ttl, keep_sandbox, max_steps, color, pool, network,\n"
-    "memory, max_processes, cpus, disk, namespace, warm_pool, context, kubeconfig,\n"
+    "approve, labels (a map), ttl, keep_sandbox, fork_subagents, max_steps, color, pool,\n"
+    "network, memory, max_processes, cpus, disk, namespace, warm_pool, context, kubeconfig,\n"
     "router_url, router_token, ready_timeout, record, threads_dir, model_idle_timeout,\n"
     "system_prompt,\n"
     "anthropic_base_url, openai_base_url, skills (a list of directories), memory_files\n"
@@ -275,10 +275,10 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
       if (!n) return tl::unexpected(n.error());
       if (*n <= 0) return tl::unexpected(KeyError(name, key, "must be > 0"));
       c.max_steps = *n;
-    } else if (key == "keep_sandbox" || key == "color") {
+    } else if (key == "keep_sandbox" || key == "color" || key == "fork_subagents") {
       auto b = Scalar<bool>(v, name, key, "true or false");
       if (!b) return tl::unexpected(b.error());
-      (key == "color" ? c.color : c.keep_sandbox) = *b;
+      (key == "color" ? c.color : key == "fork_subagents" ? c.fork_subagents : c.keep_sandbox) = *b;
     } else if (key == "memory" || key == "max_processes" || key == "cpus" || key == "disk") {
       auto text = Scalar<std::string>(v, name, key, "a limit");
       if (!text) return tl::unexpected(text.error());
@@ -315,14 +315,14 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
         c.labels[parsed->first] = parsed->second;
       }
     } else {
-      return tl::unexpected(
-          KeyError(name, key,
-                   "unknown setting (known: sandbox, model, approve, labels, ttl, keep_sandbox, "
-                   "max_steps, color, pool, network, memory, max_processes, cpus, disk, "
-                   "namespace, warm_pool, context, kubeconfig, router_url, router_token, "
-                   "ready_timeout, record, threads_dir, model_idle_timeout, system_prompt, "
-                   "anthropic_base_url, "
-                   "openai_base_url, skills, memory_files)"));
+      return tl::unexpected(KeyError(
+          name, key,
+          "unknown setting (known: sandbox, model, approve, labels, ttl, keep_sandbox, "
+          "fork_subagents, max_steps, color, pool, network, memory, max_processes, cpus, disk, "
+          "namespace, warm_pool, context, kubeconfig, router_url, router_token, "
+          "ready_timeout, record, threads_dir, model_idle_timeout, system_prompt, "
+          "anthropic_base_url, "
+          "openai_base_url, skills, memory_files)"));
     }
   }
   return {};
@@ -447,6 +447,7 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     if (auto st = ApplyLimit(key, **value, c, flag); !st) return tl::unexpected(st.error());
   }
   if (flags.keep_sandbox) c.keep_sandbox = true;
+  if (flags.fork_subagents) c.fork_subagents = true;
   if (flags.json) c.json = true;
   if (flags.no_color) c.color = false;
   c.task = flags.task;

@@ -25,6 +25,7 @@ struct RunFlags {
   std::optional<int64_t> ttl_seconds;
   std::optional<int64_t> idle_suspend_seconds;
   bool keep_sandbox = false;
+  bool fork_subagents = false;
   std::optional<std::string> thread_id;
   bool json = false;
   bool no_color = false;
@@ -82,6 +83,9 @@ struct RunConfig {
   // -1 = the default (kDefaultIdleSuspendSeconds when kept, else never).
   int64_t idle_suspend_seconds = -1;
   bool keep_sandbox = false;
+  // The `task` tool offers `sandbox: "fork"` (a sub-agent in a fork of the
+  // sandbox); off: the tool is deepagents' own.
+  bool fork_subagents = false;
   std::string thread_id;  // "" = a new thread
   bool json = false;
   bool color = true;  // allowed (NO_COLOR / --no-color / config); a TTY is still required

@@ -516,6 +516,29 @@ int Session::Run(RunSummary& summary) {
       ao.interrupt_on[tool] = agent::InterruptConfig{};
     }
   }
+  if (config_.fork_subagents) {
+    // A fork (SandboxProvider::Fork) of this run's sandbox for one sub-agent,
+    // with the run's labels and TTL (a deepbox that dies leaves it to the
+    // TTL), deleted when the sub-agent ends.
+    ClaimOptions fork_options = claim;
+    fork_options.idle_suspend = std::chrono::seconds(0);
+    ao.fork_sandbox = [side, sandbox_id, fork_options]() -> Result<std::shared_ptr<Sandbox>> {
+      auto made = side->Fork(sandbox_id, 1, fork_options);
+      if (!made) return tl::unexpected(made.error());
+      const std::string id = made->at(0).id;
+      auto lease = side->Attach(id);
+      if (!lease) {
+        (void)side->Delete(id);
+        return tl::unexpected(lease.error());
+      }
+      std::shared_ptr<SandboxLease> held(std::move(*lease));
+      Sandbox* forked = &held->sandbox();
+      return std::shared_ptr<Sandbox>(forked, [side, id, held](Sandbox*) mutable {
+        (void)held->Release();
+        (void)side->Delete(id);
+      });
+    };
+  }
 #ifdef DEEPBOX_HAVE_MCP
   // MCP servers' tools (docs/mcp.md). A file that cannot be read or a server
   // that cannot start is a notice, not the end of the run.

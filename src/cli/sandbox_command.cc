@@ -4,11 +4,13 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
@@ -167,6 +169,29 @@ std::optional<uint64_t> WorkspaceDiskUsed(const std::filesystem::path& workspace
   return static_cast<uint64_t>(v.f_blocks - v.f_bfree) * v.f_frsize;
 }
 
+// Each sandbox's idle time (LocalSandboxProvider::IdleMs), asked of the
+// daemons in parallel; nullopt where it cannot be told (warm, starting, a
+// daemon that does not answer within its timeout).
+std::vector<std::optional<int64_t>> IdleTimes(
+    local::lifecycle::LocalSandboxProvider& provider,
+    const std::vector<local::lifecycle::SandboxMeta>& list) {
+  std::vector<std::optional<int64_t>> out(list.size());
+  std::vector<std::thread> askers;
+  std::atomic<size_t> next{0};
+  const size_t threads = std::min<size_t>(8, list.size());
+  for (size_t t = 0; t < threads; ++t) {
+    askers.emplace_back([&] {
+      for (size_t i; (i = next++) < list.size();) {
+        const auto& m = list[i];
+        if (m.state != "claimed" || (!m.ready && m.mode == "running")) continue;
+        if (auto idle = provider.IdleMs(m)) out[i] = *idle;
+      }
+    });
+  }
+  for (auto& t : askers) t.join();
+  return out;
+}
+
 int RunSandboxLs(const SandboxLsArgs& args) {
   if (args.cluster.k8s()) return RunK8sSandboxLs(args);
   auto selector = Selector::Parse(args.selector);
@@ -176,13 +201,16 @@ int RunSandboxLs(const SandboxLsArgs& args) {
   auto list = (*provider)->ListMeta(*selector);
   if (!list) return ReportError(list.error());
   int64_t now = NowMs();
+  auto idle = IdleTimes(**provider, *list);
   if (args.json) {
     json::array arr;
-    for (const auto& m : *list) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      const auto& m = (*list)[i];
       json::object o = m.ToJson();
       if (auto used = WorkspaceDiskUsed((*provider)->store().Paths(m.id).workspace)) {
         o["disk_used_bytes"] = *used;
       }
+      if (idle[i]) o["idle_ms"] = *idle[i];
       arr.emplace_back(std::move(o));
     }
     std::cout << ToJson(arr) << std::endl;
@@ -192,9 +220,11 @@ int RunSandboxLs(const SandboxLsArgs& args) {
     for (const auto& m : *list) std::cout << m.id << "\n";
     return kExitOk;
   }
-  std::string out = fmt::format("{:<16} {:<9} {:<6} {:<8} {:<8} {:>8} {:<16} {}\n", "ID", "STATE",
-                                "AGE", "EXPIRES", "NETWORK", "DISK", "NAME", "LABELS");
-  for (const auto& m : *list) {
+  std::string out =
+      fmt::format("{:<16} {:<9} {:<6} {:<6} {:<8} {:<8} {:>8} {:<16} {}\n", "ID", "STATE", "AGE",
+                  "IDLE", "EXPIRES", "NETWORK", "DISK", "NAME", "LABELS");
+  for (size_t i = 0; i < list->size(); ++i) {
+    const auto& m = (*list)[i];
     std::string state = m.ready ? m.state : m.restarts > 0 ? "restarting" : "starting";
     if (m.requested_mode != m.mode) {  // on its way
       state = m.requested_mode == "running"  ? "resuming"
@@ -208,9 +238,10 @@ int RunSandboxLs(const SandboxLsArgs& args) {
     std::string expires = m.expires_at_ms ? "in " + FormatAge(*m.expires_at_ms - now) : "never";
     // meta.json is not trusted either: one line per sandbox, whatever it holds.
     auto used = WorkspaceDiskUsed((*provider)->store().Paths(m.id).workspace);
+    std::string idle_text = !idle[i] ? "-" : *idle[i] == 0 ? "busy" : FormatAge(*idle[i]);
     out += fmt::format(
-        "{:<16} {:<9} {:<6} {:<8} {:<8} {:>8} {:<16} {}\n", SanitizeLineForTerminal(m.id),
-        SanitizeLineForTerminal(state), FormatAge(now - m.created_at_ms), expires,
+        "{:<16} {:<9} {:<6} {:<6} {:<8} {:<8} {:>8} {:<16} {}\n", SanitizeLineForTerminal(m.id),
+        SanitizeLineForTerminal(state), FormatAge(now - m.created_at_ms), idle_text, expires,
         SanitizeLineForTerminal(m.network), used ? local::lifecycle::FormatBytes(*used) : "-",
         m.name.empty() ? "-" : m.name, LabelsText(m.labels));
   }

@@ -506,6 +506,46 @@ TEST_F(RunTest, AThreadContinuesInItsSandboxOrIsToldItIsNew) {
   EXPECT_EQ(arr->as_array()[0].at("runs").as_int64(), 4);
 }
 
+// --fork-subagents: a `task` with sandbox "fork" runs in a fork holding the
+// sandbox's files; what the sub-agent writes stays in the fork, which is
+// deleted when it ends.
+TEST_F(RunTest, AForkedSubAgentLeavesTheSandboxsFilesAlone) {
+  FakeAnthropicServer server({.api_key = kKey});
+  server.Enqueue(ScriptedTurn::ToolCalls(
+      {ScriptedToolCall("toolu_1", "execute", {{"command", "echo base > /workspace/base.txt"}})}));
+  server.Enqueue(ScriptedTurn::ToolCalls({ScriptedToolCall(
+      "toolu_2", "task",
+      {{"description", "try it"}, {"subagent_type", "general-purpose"}, {"sandbox", "fork"}})}));
+  // The sub-agent (same model): it sees the file, and writes one.
+  server.Enqueue(ScriptedTurn::ToolCalls({ScriptedToolCall(
+      "toolu_s", "execute",
+      {{"command", "cat /workspace/base.txt; echo forked > /workspace/a.txt; hostname"}})}));
+  server.Enqueue(ScriptedTurn::Text("fork report"));
+  server.Enqueue(ScriptedTurn::ToolCalls({ScriptedToolCall(
+      "toolu_3", "execute",
+      {{"command", "test -e /workspace/a.txt && echo LEAKED || echo clean; hostname"}})}));
+  server.Enqueue(ScriptedTurn::Text("done"));
+  auto r = Run(RunArgs({"--fork-subagents", "--keep-sandbox", "--ttl", "300", "try a fix"}),
+               FakeEnv(server));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto requests = server.requests();
+  ASSERT_EQ(requests.size(), 6u);
+  // The tool was offered with its sandbox argument.
+  EXPECT_THAT(ToJson(requests[0].json), HasSubstr("a copy of your files as they are now"));
+  // The sub-agent's command ran in another sandbox that had the file.
+  std::string sub_result = ToJson(requests[3].json);
+  EXPECT_THAT(sub_result, HasSubstr("base"));
+  auto list = Sandboxes(kLabel);
+  ASSERT_EQ(list.size(), 1u);  // the fork is gone, the kept sandbox stays
+  std::string id(list[0].at("id").as_string());
+  EXPECT_THAT(sub_result, Not(HasSubstr(id)));  // its hostname is its own id
+  EXPECT_THAT(ToJson(requests[4].json), HasSubstr("fork report"));
+  std::string main_result = ToJson(requests[5].json);
+  EXPECT_THAT(main_result, HasSubstr("clean"));
+  EXPECT_THAT(main_result, HasSubstr(id));
+  EXPECT_EQ(Run({kDeepbox, "sandbox", "rm", id}).code, 0);
+}
+
 TEST_F(RunTest, KeepSandboxLeavesItAndSaysHowToDeleteIt) {
   auto r =
       Run(RunArgs({"--keep-sandbox", "--ttl", "300", "--model", "replay:" + kFibReplay, kTask}));

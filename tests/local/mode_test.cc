@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_fixture.h"
@@ -345,6 +346,38 @@ TEST_F(ModeTest, ResumingADeletedSandboxSaysItIsGone) {
   EXPECT_EQ(resumed.code, 3) << resumed.err;
   EXPECT_THAT(resumed.err, HasSubstr(id));
   EXPECT_THAT(resumed.err, ::testing::AnyOf(HasSubstr("gone"), HasSubstr("no sandbox")));
+}
+
+// `sandbox ls` IDLE: what the daemon says for a running sandbox ("busy"
+// while a command runs), the time since it was suspended otherwise.
+TEST_F(ModeTest, LsShowsHowLongEachSandboxWasUnused) {
+  std::string id = CreateCli();
+  auto idle_of = [&]() -> int64_t {
+    auto r = Cli({"sandbox", "ls", "--json"});
+    auto list = ParseJson(r.out);
+    if (!list || !list->is_array()) return -2;
+    for (const auto& v : list->as_array()) {
+      const auto& o = v.as_object();
+      if (o.at("id").as_string() == id) {
+        auto it = o.find("idle_ms");
+        return it == o.end() ? -1 : it->value().as_int64();
+      }
+    }
+    return -3;
+  };
+  ASSERT_EQ(Cli({"sandbox", "exec", id, "--", "true"}).code, 0);
+  std::this_thread::sleep_for(1100ms);
+  EXPECT_GE(idle_of(), 1000);
+  std::thread busy([&] { (void)Cli({"sandbox", "exec", id, "--", "sleep", "3"}); });
+  EXPECT_TRUE(Eventually([&] { return idle_of() == 0; }, 10s));
+  auto ls = Cli({"sandbox", "ls"});
+  EXPECT_THAT(ls.out, HasSubstr("IDLE"));
+  EXPECT_THAT(ls.out, ::testing::ContainsRegex(id + " +claimed +[0-9]+s +busy "));
+  busy.join();
+  ASSERT_EQ(Cli({"sandbox", "suspend", id}).code, 0);
+  std::this_thread::sleep_for(1100ms);
+  EXPECT_GE(idle_of(), 1000);             // suspended that long
+  EXPECT_EQ(Meta(id).mode, "suspended");  // asking did not wake it
 }
 
 TEST_F(ModeTest, BadIdsAndWarmSandboxesAreRefused) {

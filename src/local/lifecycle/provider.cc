@@ -24,6 +24,7 @@
 #include "common/unique_fd.h"
 #include "local/lifecycle/supervisor.h"
 #include "local/network.h"
+#include "net/http_client.h"
 
 namespace deepbox::local::lifecycle {
 namespace {
@@ -654,7 +655,7 @@ Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id_or_name) {
   return meta;
 }
 
-Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const SandboxMeta& meta) {
+Result<fs::path> LocalSandboxProvider::DaemonSocket(const SandboxMeta& meta) const {
   if (!Store::ValidId(meta.id)) {
     return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad sandbox id '{}'", meta.id));
   }
@@ -680,6 +681,44 @@ Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const Sand
                                  "{} in a directory only that uid can use",
                                  meta.id, socket.string(), geteuid()));
   }
+  return socket;
+}
+
+Result<int64_t> LocalSandboxProvider::IdleMs(const SandboxMeta& meta) {
+  if (meta.mode != "running" || meta.requested_mode != "running") {
+    if (!meta.mode_since_ms || meta.mode == "running") {
+      return MakeError(ErrorCode::kUnavailable, "changing mode");
+    }
+    return std::max<int64_t>(0, NowMs() - *meta.mode_since_ms);
+  }
+  auto socket = DaemonSocket(meta);
+  if (!socket) return tl::unexpected(socket.error());
+  net::ClientOptions options;
+  options.connect_timeout = 500ms;
+  options.max_idle_connections = 0;
+  auto http = net::HttpClient::Create("unix:" + socket->string(), std::move(options));
+  if (!http) return tl::unexpected(http.error());
+  net::ClientRequest req;
+  req.target = "/deepbox/v1/activity";
+  req.timeout = 1000ms;
+  auto r = (*http)->Send(req);
+  if (!r) return tl::unexpected(r.error());
+  if (r->status != 200) return tl::unexpected(SandboxdClient::AnswerError(*r, "activity"));
+  // The daemon's answer is not trusted: numbers in range, or nothing.
+  auto o = ParseJsonObject(r->body);
+  if (!o) return MakeError(ErrorCode::kInternal, "activity: not a JSON object");
+  auto number = [&](const char* key) -> int64_t {
+    auto it = o->find(key);
+    return it != o->end() && it->value().is_int64() ? it->value().as_int64() : -1;
+  };
+  const int64_t idle = number("idle_ms");
+  if (idle < 0) return MakeError(ErrorCode::kInternal, "activity: no idle_ms");
+  return number("requests_in_flight") > 0 || number("processes_running") > 0 ? 0 : idle;
+}
+
+Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const SandboxMeta& meta) {
+  auto socket = DaemonSocket(meta);
+  if (!socket) return tl::unexpected(socket.error());
   SandboxdClientOptions o;
   o.id = meta.id;
   o.connect_timeout = 5000ms;
@@ -692,7 +731,7 @@ Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const Sand
     o.memory_limit_bytes = *meta.limits.memory_bytes;
     o.oom_kill_count = [files = OomKillFiles(meta)]() { return ReadOomKills(files); };
   }
-  auto client = SandboxdClient::Connect("unix:" + socket.string(), o);
+  auto client = SandboxdClient::Connect("unix:" + socket->string(), o);
   if (!client) {
     return MakeError(client.error().code,
                      fmt::format("sandbox '{}': {}", meta.id, client.error().message));

@@ -129,6 +129,10 @@ class LocalSandboxProvider : public SandboxProvider {
   // A client connected to the sandbox's daemon.
   Result<std::unique_ptr<SandboxdClient>> Connect(const std::string& id);
   Result<std::unique_ptr<SandboxdClient>> Connect(const SandboxMeta& meta);
+  // How long sandbox `meta` has been unused, in ms: a running one as its
+  // daemon says (GET /deepbox/v1/activity; 0 while a request or a command
+  // runs), a paused or suspended one since it became so. Does not wake it.
+  Result<int64_t> IdleMs(const SandboxMeta& meta);
   // Deletes every sandbox matching (an empty selector is refused), warm ones
   // too. Returns their ids. (Delete waits until nothing is left of it.)
   Result<std::vector<std::string>> DeleteMatching(const Selector& selector);
@@ -142,6 +146,9 @@ class LocalSandboxProvider : public SandboxProvider {
   Result<SandboxMeta> CreateCold(const ClaimOptions& options, const std::string& pool);
   Status ValidateClaim(const ClaimOptions& options, std::string* rootfs) const;
   Error GoneError(const std::string& id) const;
+  // The daemon socket of sandbox `meta`, checked to be ours (never a path
+  // from the record).
+  Result<fs::path> DaemonSocket(const SandboxMeta& meta) const;
   Status RequestMode(const std::string& id, const std::string& mode);
   // A record whose supervisor is gone: kept if it is a suspended sandbox
   // (supervisor.h) whose TTL has not run out (true), else cleaned up with a
