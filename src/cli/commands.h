@@ -113,6 +113,7 @@ struct SnapshotArgs {
   std::string id;    // snapshot ID
   std::string name;  // --name ("" = the provider picks one)
   bool json = false;
+  ClusterFlags cluster;  // how Kubernetes ids are reached
 };
 int RunSandboxSnapshot(const SnapshotArgs& args);
 struct SnapshotLsArgs {
@@ -129,6 +130,7 @@ struct SandboxForkArgs {
   std::vector<std::string> labels;
   int64_t ttl_seconds = kDefaultCreateTtlSeconds;
   bool json = false;
+  ClusterFlags cluster;  // how Kubernetes ids are reached
 };
 int RunSandboxFork(const SandboxForkArgs& args);
 

@@ -81,10 +81,6 @@ Result<std::unique_ptr<local::lifecycle::LocalSandboxProvider>> MakeProvider(
 }
 
 int RunSandboxCreate(const SandboxCreateArgs& args) {
-  if (args.cluster.k8s() && !args.from_snapshot.empty()) {
-    return ReportError(Error(ErrorCode::kUnimplemented,
-                             "--from-snapshot: snapshots are local sandboxes' only so far"));
-  }
   if (args.cluster.k8s() && args.idle_suspend_seconds > 0) {
     return ReportError(Error(ErrorCode::kUnimplemented,
                              "--idle-suspend: local sandboxes only (agent-sandbox has no idle "

@@ -254,11 +254,19 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   }
   auto provider = K8sProviderFor(args.cluster, std::move(connect));
   if (!provider) return Report(provider.error());
-  auto kept = (*provider)->ClaimAndKeep(claim);
+  // --from-snapshot: the claim is made, then the snapshot's files go into it.
+  auto kept = args.from_snapshot.empty() ? (*provider)->ClaimAndKeep(claim)
+                                         : (*provider)->RestoreAndKeep(args.from_snapshot, claim);
+  if (!args.from_snapshot.empty()) {
+    claim.labels["deepbox.dev/snapshot"] = k8s::LabelValueFor(args.from_snapshot);
+  }
   if (!kept) {
     Error e = kept.error();
-    // 3 means "no such sandbox": a missing warm pool is a failed create.
-    if (e.code == ErrorCode::kNotFound) e.code = ErrorCode::kUnavailable;
+    // 3 means "no such sandbox" (or snapshot, as locally): a missing warm
+    // pool is a failed create.
+    if (e.code == ErrorCode::kNotFound && !e.message.starts_with("no snapshot '")) {
+      e.code = ErrorCode::kUnavailable;
+    }
     return Report(e);
   }
   const k8s::ClaimedSandbox& c = kept->claimed;

@@ -1,22 +1,27 @@
-// `deepbox sandbox pause|suspend|resume`: the durable-workspace verbs of the
-// provider interface (sandbox/provider.h), for any provider: each id goes to
-// the provider whose id form it has (the registry), which says plainly when
-// it cannot do the verb.
+// `deepbox sandbox pause|suspend|resume|snapshot|fork`: the durable-workspace
+// verbs of the provider interface (sandbox/provider.h), for any provider: each
+// id goes to the provider whose id form it has (the registry), which says
+// plainly when it cannot do the verb. `snapshot ls|rm` work on the snapshot
+// store every provider shares (sandbox/snapshot_store.h).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "common/byte_size.h"
 #include "common/json.h"
 #include "common/terminal_text.h"
-#include "local/lifecycle/sandbox_limits.h"
 #include "local/lifecycle/selector.h"
 #include "local/lifecycle/state.h"
 #include "sandbox/registry.h"
+#include "sandbox/snapshot_store.h"
 
 namespace deepbox::cli {
 namespace {
@@ -63,20 +68,39 @@ Result<std::unique_ptr<SandboxProvider>> ProviderOf(const std::string& id,
   return made;
 }
 
-// Snapshots are kept by the local provider (the only one with them so far).
-Result<std::unique_ptr<SandboxProvider>> SnapshotProvider(int* code) {
-  ProviderRequest request;
-  request.one_shot = true;
-  auto made = ProviderRegistry::Global().Make("local", request);
-  if (!made) *code = ReportError(made.error());
-  return made;
+// The provider of sandbox `id` for a verb given --provider/--namespace/...
+// flags: the id's own (its form), which --provider must not contradict.
+Result<std::unique_ptr<SandboxProvider>> ProviderOfFlagged(const std::string& id,
+                                                           const ClusterFlags& flags, int* code) {
+  const ProviderRegistration* owner = OwnerOf(id);
+  if (owner != nullptr && flags.k8s() && owner->name != "k8s") {
+    Error e(ErrorCode::kInvalidArgument,
+            fmt::format("--provider k8s: '{}' is a {} sandbox id (Kubernetes ids are "
+                        "NAMESPACE/CLAIM)",
+                        SanitizeLineForTerminal(id), owner->name));
+    *code = ReportError(e);
+    return tl::unexpected(e);
+  }
+  return ProviderOf(id, flags, code);
+}
+
+// Snapshots of every provider are in one store (sandbox/snapshot_store.h):
+// listing and removing them needs no provider.
+Result<SnapshotStore> OpenSnapshots(int* code) {
+  auto store = SnapshotStore::Open();
+  if (!store) *code = ReportError(store.error());
+  return store;
+}
+
+std::string SizeCell(int64_t bytes) {
+  return bytes < 0 ? std::string("?") : FormatBytes(static_cast<uint64_t>(bytes));
 }
 
 }  // namespace
 
 int RunSandboxSnapshot(const SnapshotArgs& args) {
   int code = kExitOk;
-  auto provider = ProviderOf(args.id, ClusterFlags{}, &code);
+  auto provider = ProviderOfFlagged(args.id, args.cluster, &code);
   if (!provider) return code;
   auto s = (*provider)->Snapshot(args.id, SnapshotOptions{args.name});
   if (!s) return ReportError(s.error());
@@ -93,9 +117,9 @@ int RunSandboxSnapshot(const SnapshotArgs& args) {
 
 int RunSnapshotLs(const SnapshotLsArgs& args) {
   int code = kExitOk;
-  auto provider = SnapshotProvider(&code);
-  if (!provider) return code;
-  auto list = (*provider)->ListSnapshots();
+  auto store = OpenSnapshots(&code);
+  if (!store) return code;
+  auto list = store->List();
   if (!list) return ReportError(list.error());
   if (args.json) {
     std::string arr = "[";
@@ -103,30 +127,47 @@ int RunSnapshotLs(const SnapshotLsArgs& args) {
     std::cout << arr << "]" << std::endl;
     return kExitOk;
   }
-  std::string out = fmt::format("{:<32} {:<16} {:>10} {:>10}  {}\n", "NAME", "FROM", "ON DISK",
-                                "FILES", "CREATED");
+  // Columns as wide as their widest cell: k8s ids (NAMESPACE/CLAIM) are long.
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "PROVIDER", "FROM", "ON DISK", "FILES", "CREATED"}};
   uint64_t total = 0;
   for (const auto& s : *list) {
-    auto size = [](int64_t b) {
-      return b < 0 ? std::string("?") : local::lifecycle::FormatBytes(static_cast<uint64_t>(b));
-    };
     total += s.size_bytes > 0 ? static_cast<uint64_t>(s.size_bytes) : 0;
-    out += fmt::format("{:<32} {:<16} {:>10} {:>10}  {}\n", SanitizeLineForTerminal(s.name),
-                       SanitizeLineForTerminal(s.source_id), size(s.size_bytes), size(s.file_bytes),
-                       SanitizeLineForTerminal(s.created_at));
+    rows.push_back({SanitizeLineForTerminal(s.name), SanitizeLineForTerminal(s.provider),
+                    SanitizeLineForTerminal(s.source_id), SizeCell(s.size_bytes),
+                    SizeCell(s.file_bytes), SanitizeLineForTerminal(s.created_at)});
   }
-  out += fmt::format("{} snapshot(s), {} on disk\n", list->size(),
-                     local::lifecycle::FormatBytes(total));
+  std::vector<size_t> widths(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); ++i) {
+      const bool number = i == 3 || i == 4;  // sizes align right
+      if (i + 1 == row.size()) {
+        out += row[i];
+      } else if (number) {
+        out += fmt::format("{:>{}}  ", row[i], widths[i]);
+      } else {
+        out += fmt::format("{:<{}} ", row[i], widths[i]);
+      }
+    }
+    out += '\n';
+  }
+  out += fmt::format("{} snapshot(s), {} on disk (in {}, quota {})\n", list->size(),
+                     FormatBytes(total), SanitizeLineForTerminal(store->dir().string()),
+                     FormatBytes(store->quota_bytes()));
   std::cout << out << std::flush;
   return kExitOk;
 }
 
 int RunSnapshotRm(const SnapshotRmArgs& args) {
   int code = kExitOk;
-  auto provider = SnapshotProvider(&code);
-  if (!provider) return code;
+  auto store = OpenSnapshots(&code);
+  if (!store) return code;
   for (const auto& name : args.names) {
-    if (auto st = (*provider)->DeleteSnapshot(name); !st) {
+    if (auto st = store->Delete(name); !st) {
       code = ReportError(st.error());
       continue;
     }
@@ -137,7 +178,7 @@ int RunSnapshotRm(const SnapshotRmArgs& args) {
 
 int RunSandboxFork(const SandboxForkArgs& args) {
   int code = kExitOk;
-  auto provider = ProviderOf(args.id, ClusterFlags{}, &code);
+  auto provider = ProviderOfFlagged(args.id, args.cluster, &code);
   if (!provider) return code;
   ClaimOptions claim;
   for (const auto& l : args.labels) {

@@ -630,7 +630,12 @@ SandboxInfo InfoOfClaim(std::string_view ns, const json::object& claim) {
 Result<SandboxInfo> K8sSandboxProvider::Create(const ClaimOptions& options) {
   auto kept = ClaimAndKeep(options);
   if (!kept) return tl::unexpected(kept.error());
-  const ClaimedSandbox& c = kept->claimed;
+  return InfoOfKept(*kept, options);
+}
+
+SandboxInfo K8sSandboxProvider::InfoOfKept(const KeptClaim& kept,
+                                           const ClaimOptions& options) const {
+  const ClaimedSandbox& c = kept.claimed;
   SandboxInfo info;
   info.id = fmt::format("{}/{}", c.namespace_name, c.claim_name);
   info.provider = "k8s";

@@ -29,6 +29,7 @@
 #include "sandbox/provider.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/sandboxd_client.h"
+#include "sandbox/snapshot_store.h"
 
 namespace deepbox::k8s {
 
@@ -74,6 +75,10 @@ struct K8sProviderOptions {
   // server acting for others (`deepbox mcp`) must not reach the other
   // namespaces its kubeconfig may have rights in.
   bool confine_to_namespace = false;
+  // The snapshot store (sandbox/snapshot_store.h, shared with the local
+  // provider): "" = its default directory; 0 = its default quota.
+  std::string snapshot_dir;
+  uint64_t snapshot_quota_bytes = 0;
 };
 
 // A claim made to outlive this process (`deepbox sandbox create --provider
@@ -139,6 +144,29 @@ class K8sSandboxProvider : public SandboxProvider {
   // start anew; files on a volume are back).
   Status Resume(const std::string& id) override;
 
+  // Snapshots (provider_snapshots.cc), in the store the local provider uses
+  // too: the daemon streams its root as a tar (POST /deepbox/v1/fs/tar/
+  // download) into NAME/workspace.tar, cut off at the quota's rest; a
+  // restore replays it into a new claim's daemon (PUT /deepbox/v1/fs/tar/
+  // upload), which extracts it confined to its root. The host never reads
+  // the archive. Taken while the pod runs (Kubernetes cannot freeze one); a
+  // suspended claim is resumed for the copy and suspended again.
+  Result<SnapshotInfo> Snapshot(const std::string& id, const SnapshotOptions& options) override;
+  Result<std::vector<SnapshotInfo>> ListSnapshots() override;  // every provider's
+  Status DeleteSnapshot(const std::string& name) override;     // any provider's
+  // RestoreAndKeep, as a SandboxInfo.
+  Result<SandboxInfo> CreateFromSnapshot(const std::string& snapshot,
+                                         const ClaimOptions& options) override;
+  // One snapshot of `id` (never listed, removed after), restored into
+  // `count` (1-32) new claims labelled deepbox.dev/forked-from=NS.CLAIM;
+  // all or none.
+  Result<std::vector<SandboxInfo>> Fork(const std::string& id, int count,
+                                        const ClaimOptions& options) override;
+  // ClaimAndKeep (label deepbox.dev/snapshot), then the snapshot's files
+  // uploaded into it; on failure the new claim is deleted. INVALID_ARGUMENT
+  // for a snapshot of another provider's sandbox.
+  Result<KeptClaim> RestoreAndKeep(const std::string& snapshot, const ClaimOptions& options);
+
   // Claims a sandbox, checks that its daemon answers, and leaves the claim in
   // place (its TTL, or `sandbox rm`, ends it).
   Result<KeptClaim> ClaimAndKeep(const ClaimOptions& options);
@@ -181,6 +209,16 @@ class K8sSandboxProvider : public SandboxProvider {
   static Error NoSuchClaim(std::string_view ns, std::string_view name);
   // Suspend (true) or Resume (false) of claim ns/name.
   Status SetOperatingMode(const std::string& ns, const std::string& name, bool suspend, bool force);
+  // What Create returns for a kept claim made with `options`.
+  SandboxInfo InfoOfKept(const KeptClaim& kept, const ClaimOptions& options) const;
+  Result<SnapshotStore> Snapshots() const;
+  // Claim `id`'s files as a tar into `pending` (its budget the cap); the
+  // snapshot's note.
+  Result<std::string> TakeArchive(const std::string& id, PendingSnapshot& pending);
+  // A kept claim (ClaimAndKeep of `options`) holding the archive in `tar_fd`
+  // (`size` bytes); `what` ("restoring snapshot 'x'") heads its errors.
+  Result<KeptClaim> KeepWithArchive(int tar_fd, uint64_t size, const ClaimOptions& options,
+                                    std::string_view what);
   K8sProviderOptions options_;
   std::string namespace_;
   std::unique_ptr<KubeClient> client_;

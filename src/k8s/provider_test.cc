@@ -28,6 +28,7 @@
 #include "k8s/testing/test_router.h"
 #include "net/http_client.h"
 #include "net/token_digest.h"
+#include "sandbox/testing/hostile_daemon.h"
 #include "sandbox/testing/scoped_sandboxd.h"
 
 namespace deepbox::k8s {
@@ -1134,6 +1135,139 @@ TEST_F(OwnerTokenTest, AVerifierThatNeverArrivesIsAClearError) {
   EXPECT_NE(lease.error().message.find("did not reach the pod"), std::string::npos)
       << lease.error().message;
   EXPECT_TRUE(ClaimNames(cluster_->server().store(), "default").empty());
+}
+
+TEST(LabelValueForTest, KeepsLabelValuesAndMakesOthersOnes) {
+  EXPECT_EQ(LabelValueFor("default.sandbox-claim-1a2b3c4d"), "default.sandbox-claim-1a2b3c4d");
+  EXPECT_EQ(LabelValueFor("before-fix"), "before-fix");
+  const std::string hashed[] = {LabelValueFor("snap-"), LabelValueFor("default/claim"),
+                                LabelValueFor("_x"),    LabelValueFor(std::string(70, 'a')),
+                                LabelValueFor(""),      LabelValueFor("caf\xc3\xa9")};
+  for (const auto& v : hashed) {
+    EXPECT_TRUE(ValidateLabels({{"deepbox.dev/snapshot", v}})) << v;
+    EXPECT_LE(v.size(), 63u) << v;
+  }
+  EXPECT_EQ(hashed[0], "snap--" + NameHash("snap-"));
+  EXPECT_EQ(hashed[1], "default_claim-" + NameHash("default/claim"));
+  EXPECT_EQ(hashed[2], "x-" + NameHash("_x"));
+  EXPECT_EQ(hashed[3], std::string(54, 'a') + "-" + NameHash(std::string(70, 'a')));
+  EXPECT_NE(LabelValueFor("a/b"), LabelValueFor("a_b-"));  // cleaned alike, told apart
+}
+
+// Snapshots from a hostile daemon (every byte it sends is hostile input):
+// the archive is only counted and stored, cut off at the quota; an error
+// answer keeps nothing; a restore it refuses leaves no claim behind.
+class HostileSnapshotTest : public ProviderTest {
+ protected:
+  void SetUp() override {
+    ProviderTest::SetUp();
+    ASSERT_FALSE(HasFatalFailure());
+    auto d = deepbox::testing::HostileDaemon::Start();
+    ASSERT_TRUE(d) << d.error().ToString();
+    hostile_ = std::move(*d);
+    router_->SetDefaultBackend(hostile_->unix_url());  // every pod is the hostile daemon
+  }
+  std::unique_ptr<K8sSandboxProvider> Provider() {
+    K8sProviderOptions o = Options();
+    o.snapshot_dir = snapshots_.path() + "/snapshots";
+    o.snapshot_quota_bytes = 1 << 20;
+    auto p = K8sSandboxProvider::Create(o);
+    EXPECT_TRUE(p) << p.error().ToString();
+    return p ? std::move(*p) : nullptr;
+  }
+  std::vector<std::string> Kept() {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (const auto& e :
+         std::filesystem::directory_iterator(snapshots_.path() + "/snapshots", ec)) {
+      out.push_back(e.path().filename().string());
+    }
+    return out;
+  }
+  std::unique_ptr<deepbox::testing::HostileDaemon> hostile_;
+  TempDir snapshots_;
+};
+
+TEST_F(HostileSnapshotTest, ADaemonThatSendsPastTheQuotaIsCutOffAndNothingIsKept) {
+  auto provider = Provider();
+  ASSERT_TRUE(provider);
+  auto made = provider->Create(ClaimOptions{});
+  ASSERT_TRUE(made) << made.error().ToString();
+  // 4 MiB for a quota of 1 MiB.
+  hostile_->AnswerStream("/deepbox/v1/fs/tar/download",
+                         std::vector<std::string>(64, std::string(64 * 1024, 'x')));
+  auto snap = provider->Snapshot(made->id, SnapshotOptions{"big"});
+  ASSERT_FALSE(snap);
+  EXPECT_EQ(snap.error().code, ErrorCode::kResourceExhausted) << snap.error().ToString();
+  EXPECT_NE(snap.error().message.find("nothing was kept"), std::string::npos)
+      << snap.error().message;
+  EXPECT_TRUE(Kept().empty());
+  bool asked = false;
+  for (const auto& r : hostile_->requests()) {
+    asked = asked || r == R"(POST /deepbox/v1/fs/tar/download {"paths":["/workspace"]})";
+  }
+  EXPECT_TRUE(asked);
+  // Within the quota the same bytes are kept as they came (never read).
+  hostile_->AnswerStream("/deepbox/v1/fs/tar/download", {"not", " a tar", " at all"});
+  auto small = provider->Snapshot(made->id, SnapshotOptions{"small"});
+  ASSERT_TRUE(small) << small.error().ToString();
+  EXPECT_EQ(small->provider, "k8s");
+  EXPECT_EQ(small->source_id, made->id);
+  EXPECT_NE(small->note.find("Kubernetes cannot freeze a pod"), std::string::npos);
+  std::ifstream tar(snapshots_.path() + "/snapshots/small/workspace.tar");
+  std::string bytes((std::istreambuf_iterator<char>(tar)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes, "not a tar at all");
+  EXPECT_TRUE(provider->Delete(made->id));
+}
+
+TEST_F(HostileSnapshotTest, AnErrorAnswerKeepsNothing) {
+  auto provider = Provider();
+  ASSERT_TRUE(provider);
+  auto made = provider->Create(ClaimOptions{});
+  ASSERT_TRUE(made) << made.error().ToString();
+  hostile_->Answer("/deepbox/v1/fs/tar/download",
+                   R"({"error":{"code":"PERMISSION_DENIED","message":"no \u001b]52;c;x\u0007"}})",
+                   403);
+  auto snap = provider->Snapshot(made->id, SnapshotOptions{"refused"});
+  ASSERT_FALSE(snap);
+  EXPECT_EQ(snap.error().code, ErrorCode::kPermissionDenied) << snap.error().ToString();
+  EXPECT_TRUE(Kept().empty());
+  auto fork = provider->Fork(made->id, 2, ClaimOptions{});
+  ASSERT_FALSE(fork);
+  EXPECT_NE(fork.error().message.find("no sandbox was kept"), std::string::npos);
+  EXPECT_EQ(ClaimNames(server_->store(), "default").size(), 1u);  // only the source
+  EXPECT_TRUE(Kept().empty());
+  EXPECT_TRUE(provider->Delete(made->id));
+}
+
+TEST_F(HostileSnapshotTest, ARestoreTheDaemonRefusesLeavesNoClaim) {
+  auto provider = Provider();
+  ASSERT_TRUE(provider);
+  auto made = provider->Create(ClaimOptions{});
+  ASSERT_TRUE(made) << made.error().ToString();
+  hostile_->AnswerStream("/deepbox/v1/fs/tar/download", {"archive ", "bytes"});
+  ASSERT_TRUE(provider->Snapshot(made->id, SnapshotOptions{"snap"}));
+  hostile_->Answer("/deepbox/v1/fs/tar/upload",
+                   R"({"error":{"code":"RESOURCE_EXHAUSTED","message":"disk full"}})", 507);
+  auto restored = provider->CreateFromSnapshot("snap", ClaimOptions{});
+  ASSERT_FALSE(restored);
+  EXPECT_EQ(restored.error().code, ErrorCode::kResourceExhausted) << restored.error().ToString();
+  EXPECT_NE(restored.error().message.find("restoring snapshot 'snap' (the new claim default/"),
+            std::string::npos)
+      << restored.error().message;
+  EXPECT_NE(restored.error().message.find("was deleted)"), std::string::npos);
+  auto forks = provider->Fork(made->id, 3, ClaimOptions{});
+  ASSERT_FALSE(forks);
+  EXPECT_NE(forks.error().message.find("no sandbox was kept"), std::string::npos);
+  EXPECT_TRUE(WaitUntil([&] { return ClaimNames(server_->store(), "default").size() == 1u; }, 10s));
+  // What went to the daemon: the snapshot's bytes as they were kept.
+  bool replayed = false;
+  for (const auto& r : hostile_->requests()) {
+    replayed = replayed || r == "PUT /deepbox/v1/fs/tar/upload archive bytes";
+  }
+  EXPECT_TRUE(replayed);
+  EXPECT_EQ(Kept(), std::vector<std::string>{"snap"});
+  EXPECT_TRUE(provider->Delete(made->id));
 }
 
 }  // namespace

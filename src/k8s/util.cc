@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <ctime>
 #include <random>
@@ -203,6 +204,19 @@ Status ValidateLabels(const std::map<std::string, std::string>& labels) {
     }
   }
   return {};
+}
+
+std::string LabelValueFor(std::string_view text) {
+  if (text.size() <= 63 && IsLabelName(text)) return std::string(text);
+  std::string clean;
+  for (char c : text) {
+    bool ok = IsAlnum(c) || c == '-' || c == '_' || c == '.';
+    if (clean.empty() && !IsAlnum(c)) continue;  // a value starts alphanumeric
+    clean += ok ? c : '_';
+  }
+  // The hash keeps two texts that clean up alike apart, and ends it alphanumeric.
+  clean.resize(std::min<size_t>(clean.size(), 54));
+  return clean.empty() ? NameHash(text) : clean + "-" + NameHash(text);
 }
 
 namespace {

@@ -31,6 +31,10 @@ std::string RandomHex(size_t n);
 // Label keys and values as the upstream SDK checks them client-side
 // (RFC 1123 prefix, name segment <= 63 chars of [-A-Za-z0-9_.]).
 Status ValidateLabels(const std::map<std::string, std::string>& labels);
+// `text` as a label value: itself when it is one (<= 63 of [-A-Za-z0-9_.],
+// alphanumeric at both ends), else a cleaned-up prefix and its NameHash
+// ("default/claim-1" -> "default_claim-1-<8 hex>").
+std::string LabelValueFor(std::string_view text);
 
 // A DNS-1123 subdomain (<= 253 chars of [a-z0-9.-], alphanumeric at both
 // ends): what Kubernetes allows as an object name, so never "", "." or "..",

@@ -49,13 +49,24 @@ bool Eventually(const std::function<bool()>& done, std::chrono::seconds limit) {
 }
 
 std::vector<std::string> MakeEnv(const std::map<std::string, std::string>& set) {
-  static const char* kDropped[] = {
-      "ANTHROPIC_API_KEY",         "ANTHROPIC_BASE_URL", "OPENAI_API_KEY",
-      "OPENAI_BASE_URL",           "NO_COLOR",           "DEEPBOX_MODEL",
-      "DEEPBOX_SANDBOX",           "DEEPBOX_CONFIG",     "DEEPBOX_FIB_REPLAY",
-      "DEEPBOX_THREADS_DIR",       "DEEPBOX_STATE_DIR",  "XDG_STATE_HOME",
-      "AGENT_SANDBOX_NAMESPACE",   "SSL_CERT_FILE",      "TERM",
-      "DEEPBOX_K8S_CLAIM_KEY_FILE"};
+  static const char* kDropped[] = {"ANTHROPIC_API_KEY",
+                                   "ANTHROPIC_BASE_URL",
+                                   "OPENAI_API_KEY",
+                                   "OPENAI_BASE_URL",
+                                   "NO_COLOR",
+                                   "DEEPBOX_MODEL",
+                                   "DEEPBOX_SANDBOX",
+                                   "DEEPBOX_CONFIG",
+                                   "DEEPBOX_FIB_REPLAY",
+                                   "DEEPBOX_THREADS_DIR",
+                                   "DEEPBOX_STATE_DIR",
+                                   "XDG_STATE_HOME",
+                                   "AGENT_SANDBOX_NAMESPACE",
+                                   "SSL_CERT_FILE",
+                                   "TERM",
+                                   "DEEPBOX_K8S_CLAIM_KEY_FILE",
+                                   "DEEPBOX_SNAPSHOT_DIR",
+                                   "DEEPBOX_SNAPSHOT_QUOTA"};
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv = *e;

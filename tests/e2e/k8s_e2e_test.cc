@@ -11,9 +11,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 
 #include "cli/run_exit_codes.h"
 #include "e2e_util.h"
+#include "k8s/settings.h"
 #include "k8s/testing/fake_api_server.h"
 #include "k8s/testing/fake_cluster.h"
 #include "k8s/testing/fake_controller.h"
@@ -423,6 +425,85 @@ TEST_F(K8sTest, SandboxCreateExecCpAndRmOnKubernetes) {
   // Local-only flags are usage errors with --provider k8s.
   r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--memory", "1G"}, env);
   EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
+}
+
+// Each pod its own daemon (and files), so that a restore or fork that
+// copied nothing, or shares its source's files, shows.
+class K8sSnapshotTest : public K8sTest {
+ protected:
+  void Configure(k8s::testing::FakeClusterOptions& options) override { options.pod_daemons = 10; }
+};
+
+// `deepbox sandbox snapshot | create --from-snapshot | fork` on NAMESPACE/
+// CLAIM ids: the files go through the snapshot directory (beside the state
+// dir here), listed with their provider; a restore without --provider k8s
+// says how.
+TEST_F(K8sSnapshotTest, SnapshotRestoreAndForkFromTheShell) {
+  auto env = K8sEnv();
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string id = r.out.substr(0, r.out.find('\n'));
+  ASSERT_TRUE(k8s::IsK8sSandboxId(id)) << r.out;
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "sh", "-c", "mkdir d && echo kept > d/f.txt"},
+          env);
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  r = Run({kDeepbox, "sandbox", "snapshot", id, "--name", "k-snap", "--json"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("Kubernetes cannot freeze a pod"));
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  EXPECT_EQ(k8s::FindString(*rec, {"provider"}), "k8s");
+  EXPECT_EQ(k8s::FindString(*rec, {"source_id"}), id);
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "state" / "snapshots" / "k-snap" / "workspace.tar"));
+  r = Run({kDeepbox, "sandbox", "snapshot", "ls"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("PROVIDER"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("k-snap +k8s +" + id));
+  EXPECT_THAT(r.out, HasSubstr("1 snapshot(s)"));
+
+  r = Run({kDeepbox, "sandbox", "create", "--from-snapshot", "k-snap"}, env);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("restore it with --provider k8s"));
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--from-snapshot", "k-snap", "--ttl",
+           "600", "--json"},
+          env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  const std::string restored = k8s::FindString(*rec, {"id"});
+  EXPECT_NE(restored, id);
+  EXPECT_EQ(k8s::FindString(*rec, {"labels", "deepbox.dev/snapshot"}), "k-snap");
+  r = Run({kDeepbox, "sandbox", "exec", restored, "--", "cat", "d/f.txt"}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "kept\n");
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--from-snapshot", "no-such"}, env);
+  EXPECT_EQ(r.code, 3) << r.err;  // as locally: no such snapshot
+
+  r = Run({kDeepbox, "sandbox", "fork", id, "-n", "2", "--json", "--label", "fork=yes"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto ids = ParseJson(r.out);
+  ASSERT_TRUE(ids && ids->is_array() && ids->as_array().size() == 2u) << r.out;
+  for (const auto& f : ids->as_array()) {
+    r = Run({kDeepbox, "sandbox", "exec", std::string(f.as_string()), "--", "cat", "d/f.txt"}, env);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out, "kept\n");
+  }
+  r = Run({kDeepbox, "sandbox", "fork", id, "-n", "0"}, env);
+  EXPECT_EQ(r.code, 2) << r.err;
+  r = Run({kDeepbox, "sandbox", "snapshot", "--provider", "k8s", "sb-0123456789ab"}, env);
+  EXPECT_EQ(r.code, 2) << r.err;
+
+  r = Run({kDeepbox, "sandbox", "snapshot", "rm", "k-snap"}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Run({kDeepbox, "sandbox", "snapshot", "ls", "--json"}, env);
+  EXPECT_EQ(r.out, "[]\n");
+  EXPECT_EQ(SortedClaims("default").size(), 4u);  // source, restore, two forks
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", "--selector",
+           "agents.x-k8s.io/created-by=deepbox"},
+          env);
+  EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
 }
 

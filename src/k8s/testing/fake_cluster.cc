@@ -1,5 +1,6 @@
 #include "k8s/testing/fake_cluster.h"
 
+#include <fmt/format.h>
 #include <stdlib.h>
 
 #include <cerrno>
@@ -59,8 +60,19 @@ Result<std::unique_ptr<FakeCluster>> FakeCluster::Start(FakeClusterOptions optio
   auto router = TestRouter::Start(c->options_.router_token);
   if (!router) return tl::unexpected(router.error());
   c->router_ = std::move(*router);
-  // Every pod IP the fake controller hands out is this one daemon.
-  c->router_->SetDefaultBackend(c->daemon_->unix_url());
+  if (c->options_.pod_daemons > 0) {
+    // The IPs in the order the fake controller hands them out, each its daemon.
+    for (int i = 0; i < c->options_.pod_daemons; ++i) {
+      auto d = deepbox::testing::ScopedSandboxd::Start(daemon_options);
+      if (!d) return tl::unexpected(d.error());
+      c->router_->SetBackend(fmt::format("{}{}:8888", c->options_.controller.pod_ip_prefix, 10 + i),
+                             (*d)->unix_url());
+      c->pod_daemons_.push_back(std::move(*d));
+    }
+  } else {
+    // Every pod IP the fake controller hands out is this one daemon.
+    c->router_->SetDefaultBackend(c->daemon_->unix_url());
+  }
   SeedPool(c->server_->store(), c->options_.namespace_name, c->options_.warm_pool,
            c->options_.template_name, c->options_.replicas);
   if (!c->WaitPoolReady()) {
@@ -80,6 +92,7 @@ FakeCluster::~FakeCluster() {
     kubelet_.join();
   }
   daemon_.reset();
+  pod_daemons_.clear();
   if (!verifier_dir_.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(verifier_dir_, ec);

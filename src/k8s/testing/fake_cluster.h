@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "k8s/testing/fake_api_server.h"
@@ -37,6 +38,11 @@ struct FakeClusterOptions {
   // holds. Its client() is then absent (it would need a token).
   bool owner_tokens = false;
   std::chrono::milliseconds verifier_delay{0};
+  // > 0: the first `pod_daemons` pod IPs the controller hands out each lead
+  // to a daemon of their own (pods with their own files, e.g. to tell a fork
+  // from its source); a pod past them reaches no daemon (the router's 502).
+  // Files then do not survive a suspend: the resumed pod is a new one.
+  int pod_daemons = 0;
 };
 
 class FakeCluster {
@@ -47,6 +53,8 @@ class FakeCluster {
   FakeApiServer& server() { return *server_; }
   FakeController& controller() { return *controller_; }
   deepbox::testing::ScopedSandboxd& daemon() { return *daemon_; }
+  // pod_daemons: the daemon of the i-th pod IP (10.244.0.<10 + i>).
+  deepbox::testing::ScopedSandboxd& pod_daemon(int i) { return *pod_daemons_.at(i); }
   TestRouter& router() { return *router_; }
   const FakeClusterOptions& options() const { return options_; }
 
@@ -61,6 +69,7 @@ class FakeCluster {
   std::unique_ptr<FakeApiServer> server_;
   std::unique_ptr<FakeController> controller_;
   std::unique_ptr<deepbox::testing::ScopedSandboxd> daemon_;
+  std::vector<std::unique_ptr<deepbox::testing::ScopedSandboxd>> pod_daemons_;
   std::unique_ptr<TestRouter> router_;
   std::string verifier_dir_;
   std::string verifier_file_;
