@@ -14,7 +14,7 @@
 #include "cli/commands.h"
 #include "cli/providers.h"
 #include "local/lifecycle/supervisor.h"
-#include "local/network.h"
+#include "sandbox/network_policy.h"
 
 namespace deepbox::cli {
 namespace {
@@ -34,7 +34,7 @@ constexpr const char* kExitCodesHelp =
 CLI::Validator NetworkValidator() {
   return CLI::Validator(
       [](std::string& value) -> std::string {
-        auto policy = deepbox::local::ParseNetworkPolicy(value);
+        auto policy = deepbox::ParseNetworkPolicy(value);
         return policy ? std::string() : policy.error().message;
       },
       "none|public|allow=NAMES");

@@ -10,7 +10,7 @@
 #include "cli/run_config.h"
 #include "cli/run_session.h"
 #include "cli/run_threads.h"
-#include "local/network.h"
+#include "sandbox/network_policy.h"
 #endif
 
 namespace deepbox::cli {
@@ -148,7 +148,7 @@ void RegisterRunCommand(CLI::App& app) {
                   "host supports it, else none")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
-            auto p = local::ParseNetworkPolicy(v);
+            auto p = ParseNetworkPolicy(v);
             return p ? std::string() : p.error().message;
           },
           "none|public|allow=NAMES"));

@@ -14,7 +14,7 @@
 #include "agent/text.h"
 #include "agent/thread_store.h"
 #include "local/lifecycle/selector.h"
-#include "local/network.h"
+#include "sandbox/network_policy.h"
 
 namespace deepbox::run {
 
@@ -490,7 +490,7 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     return tl::unexpected(st.error());
   }
   if (!c.network.empty()) {
-    if (auto p = local::ParseNetworkPolicy(c.network); !p) {
+    if (auto p = ParseNetworkPolicy(c.network); !p) {
       return MakeError(ErrorCode::kInvalidArgument, "--network: " + p.error().message);
     }
   }

@@ -1,4 +1,6 @@
-// Sandbox networking: the modes, the egress policy, and the veth uplink.
+// Sandbox networking on this host: how the modes and the egress policy
+// (sandbox/network_policy.h: the type and grammar every provider shares) are
+// enforced, and the uplinks.
 //
 // Modes (NetworkPolicy):
 //   none:     a new network namespace with only `lo`, brought up by the child
@@ -48,36 +50,11 @@
 #include "common/error.h"
 #include "common/unique_fd.h"
 #include "local/child.h"
+#include "sandbox/network_policy.h"
 
 namespace deepbox::local {
 
-enum class NetworkMode { kNone, kPublic, kAllow };
-std::string_view NetworkModeName(NetworkMode mode);  // "none" | "public" | "allow"
-// "none" or "public" only (an allowlist needs ParseNetworkPolicy).
-Result<NetworkMode> ParseNetworkMode(std::string_view text);
-
-struct NetworkPolicy {
-  NetworkMode mode = NetworkMode::kNone;
-  // kAllow: lower-case names; "*.example.com" matches every subdomain (not
-  // example.com itself); "name:port" allows that port besides 80 and 443.
-  // A "!plain" suffix ("git.example.com:22!plain") lets a CONNECT tunnel to
-  // that entry carry anything; without it the tunnel's first bytes must be a
-  // TLS ClientHello whose server name is the CONNECT host (egress_proxy.h).
-  std::vector<std::string> allow;
-  std::string ToString() const;  // "none" | "public" | "allow=a,b" (parses back)
-};
-// "none" | "public" | "allow=NAME[,NAME...]"; names are checked (letters,
-// digits, '-', '.', an optional leading "*.", an optional ":port", an
-// optional "!plain").
-Result<NetworkPolicy> ParseNetworkPolicy(std::string_view text);
-struct AllowMatch {
-  bool matched = false;
-  bool plain = false;  // a matching entry has "!plain"
-};
-// Whether `name` (a DNS name, any case, optional trailing dot) and `port`
-// are allowed by `allow`.
-AllowMatch MatchAllowlist(const std::vector<std::string>& allow, std::string_view name, int port);
-bool AllowlistMatches(const std::vector<std::string>& allow, std::string_view name, int port);
+// The modes and the egress policy's type and grammar: sandbox/network_policy.h.
 
 // The mechanism that carries a sandbox's traffic.
 enum class Uplink { kNone, kVeth, kPasta, kProxy };

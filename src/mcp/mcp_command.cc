@@ -15,11 +15,11 @@
 
 #include "common/terminal_text.h"
 #include "local/lifecycle/selector.h"
-#include "local/network.h"
 #include "mcp/http_transport.h"
 #include "mcp/sandbox_tools.h"
 #include "mcp/server.h"
 #include "mcp/stdio.h"
+#include "sandbox/network_policy.h"
 #include "sandbox/registry.h"
 
 namespace deepbox::mcp {
@@ -117,7 +117,7 @@ int RunMcp(const McpArgs& args) {
   if (args.idle_suspend_seconds < 0) return Fail(kExitUsage, "--idle-suspend must be >= 0");
   bo.defaults.idle_suspend = std::chrono::seconds(args.idle_suspend_seconds);
   std::string network = args.network.empty() ? "none" : args.network;
-  if (auto p = local::ParseNetworkPolicy(network); !p) {
+  if (auto p = ParseNetworkPolicy(network); !p) {
     return Fail(kExitUsage, "--network: " + p.error().message);
   }
   bo.defaults.network = network;

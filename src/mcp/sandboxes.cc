@@ -9,7 +9,7 @@
 #include "agent/text.h"
 #include "local/lifecycle/selector.h"
 #include "local/lifecycle/state.h"
-#include "local/network.h"
+#include "sandbox/network_policy.h"
 
 namespace deepbox::mcp {
 namespace {
@@ -67,7 +67,7 @@ bool EntryWithin(std::string_view entry, const std::vector<std::string>& max) {
   if (extra >= 0) ports.push_back(extra);
   for (int port : ports) {
     if (pattern.substr(0, 2) != "*.") {
-      if (!local::AllowlistMatches(max, pattern, port)) return false;
+      if (!AllowlistMatches(max, pattern, port)) return false;
       continue;
     }
     std::string_view domain = pattern.substr(2);  // every subdomain of it
@@ -123,13 +123,11 @@ bool ServerInstanceGone(std::string_view instance) {
 }
 
 bool NetworkWithin(std::string_view want_text, std::string_view max_text) {
-  auto want = local::ParseNetworkPolicy(want_text);
-  auto max = local::ParseNetworkPolicy(max_text);
+  auto want = ParseNetworkPolicy(want_text);
+  auto max = ParseNetworkPolicy(max_text);
   if (!want || !max) return false;
-  if (max->mode == local::NetworkMode::kPublic || want->mode == local::NetworkMode::kNone)
-    return true;
-  if (max->mode == local::NetworkMode::kNone || want->mode == local::NetworkMode::kPublic)
-    return false;
+  if (max->mode == NetworkMode::kPublic || want->mode == NetworkMode::kNone) return true;
+  if (max->mode == NetworkMode::kNone || want->mode == NetworkMode::kPublic) return false;
   for (const auto& e : want->allow) {
     if (!EntryWithin(e, max->allow)) return false;
   }
@@ -263,7 +261,7 @@ Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const
   if (p->enforces_network()) {
     const std::string& max = options_.defaults.network;
     std::string want = request.network.empty() ? max : request.network;
-    if (auto policy = local::ParseNetworkPolicy(want); !policy) {
+    if (auto policy = ParseNetworkPolicy(want); !policy) {
       return tl::unexpected(policy.error());
     }
     if (!options_.allow_client_network && !NetworkWithin(want, max)) {

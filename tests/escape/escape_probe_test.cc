@@ -959,7 +959,7 @@ class PublicNetworkEscape : public EscapeTest {
     }
     uplink_service_ = Listener::Tcp("0.0.0.0", 8081, token_, uplink_->fd());
     ASSERT_TRUE(uplink_service_->ready());
-    spec_.network = local::NetworkMode::kPublic;
+    spec_.network = NetworkMode::kPublic;
     spec_.public_network.uplink = local::UplinkChoice::kVeth;  // WorldEscape tests pasta
     spec_.public_network.uplink_netns = uplink_->path();
     spec_.public_network.slot = 151;
@@ -973,7 +973,7 @@ class PublicNetworkEscape : public EscapeTest {
   Result<std::unique_ptr<Box>> StartPublic() {
     auto box = Start();
     if (!box) return box;
-    if ((*box)->sp.network() != local::NetworkMode::kPublic) {
+    if ((*box)->sp.network() != NetworkMode::kPublic) {
       return MakeError(ErrorCode::kUnavailable, "fell back: " + (*box)->sp.network_note());
     }
     ExecRequest req;
@@ -1088,11 +1088,11 @@ class WorldEscape : public EscapeTest {
   }
 
   void UsePasta() {
-    spec_.network = local::NetworkMode::kPublic;
+    spec_.network = NetworkMode::kPublic;
     spec_.public_network.uplink = local::UplinkChoice::kPasta;
   }
   void UseAllowlist() {
-    spec_.network = local::NetworkMode::kAllow;
+    spec_.network = NetworkMode::kAllow;
     spec_.public_network.allow = {"allowed.test", "*.allowed.test"};
   }
 
@@ -1124,7 +1124,7 @@ class WorldEscape : public EscapeTest {
           }
           spec_.public_network.uplink_netns = "";  // the world is our own netns now
           spec_.use_cgroups = false;
-          if (spec_.network == local::NetworkMode::kPublic) {
+          if (spec_.network == NetworkMode::kPublic) {
             if (std::string why = local::PastaObstacle(spec_.public_network); !why.empty()) {
               say("SKIP " + why + "\n");
               return 0;
