@@ -200,3 +200,31 @@ def test_a_wrong_router_token_is_refused(cluster: dict[str, Any]) -> None:
             bad.exec(["true"])
     finally:
         sb.delete()
+
+
+def test_snapshot_claim_from_it_and_fork(cluster: dict[str, Any]) -> None:
+    # One daemon stands in for every pod here: this checks the calls, not
+    # that the files are apart (the C++ contract tests do).
+    sb = _claim(cluster)
+    made: list[Sandbox] = []
+    try:
+        sb.write("snap/kept.txt", b"kept\n")
+        snap = sb.snapshot(name="py-k8s-snap")
+        assert snap["provider"] == "k8s" and snap["source_id"] == sb.id
+        assert any(s["name"] == "py-k8s-snap" for s in Sandbox.snapshots())
+        restored = _claim(cluster, from_snapshot="py-k8s-snap")
+        made.append(restored)
+        assert restored.id != sb.id
+        assert restored.read("snap/kept.txt").content == "kept\n"
+        forks = sb.fork(2, ttl=600, labels={"deepbox.test/python": "k8s"})
+        made.extend(forks)
+        assert len(forks) == 2 and all(f.provider == "k8s" for f in forks)
+        assert all(f.read("snap/kept.txt").content == "kept\n" for f in forks)
+        # The fork's copy is not left behind as a snapshot.
+        assert [s["name"] for s in Sandbox.snapshots()] == ["py-k8s-snap"]
+    finally:
+        for m in made:
+            m.delete()
+        sb.delete()
+        Sandbox.delete_snapshot("py-k8s-snap")
+    assert Sandbox.snapshots() == []

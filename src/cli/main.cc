@@ -90,14 +90,15 @@ void AddProviderFlags(CLI::App* cmd, ProviderFlags& f) {
   AddLimitFlags(cmd, f.limits);
 }
 
-void AddClusterFlags(CLI::App* cmd, ClusterFlags& f) {
+// `namespace_short`: -n is --namespace (not where -n is taken: fork's count).
+void AddClusterFlags(CLI::App* cmd, ClusterFlags& f, bool namespace_short = true) {
   cmd->add_option("--provider", f.provider,
                   "local: sandboxes on this machine; k8s: the SandboxClaims of a\n"
                   "Kubernetes namespace (agent-sandbox; KUBECONFIG, in-cluster or\n"
                   "~/.kube/config)")
       ->check(CLI::IsMember({"local", "k8s"}))
       ->capture_default_str();
-  cmd->add_option("--namespace,-n", f.namespace_name,
+  cmd->add_option(namespace_short ? "--namespace,-n" : "--namespace", f.namespace_name,
                   "k8s: the namespace (default: $AGENT_SANDBOX_NAMESPACE, else the\n"
                   "kubeconfig context's, else default)");
   cmd->add_option("--context", f.context, "k8s: kubeconfig context (default: current-context)");
@@ -113,7 +114,7 @@ void RegisterSandboxCommands(CLI::App& app) {
   CLI::App* sandbox =
       app.add_subcommand("sandbox",
                          "Create, use and delete sandboxes (also on Kubernetes: --provider k8s\n"
-                         "for create/ls/rm, NAMESPACE/CLAIM ids for exec and cp)");
+                         "for create/ls/rm, NAMESPACE/CLAIM ids for exec, cp, snapshot, fork...)");
   sandbox->require_subcommand(1);
   sandbox->footer(kExitCodesHelp);
 
@@ -162,7 +163,8 @@ void RegisterSandboxCommands(CLI::App& app) {
                      "(exec, cp NAME:PATH, rm, pause, snapshot, run --sandbox-id ...)");
   create->add_option("--from-snapshot", create_args->from_snapshot,
                      "A new sandbox holding the files of snapshot NAME (`deepbox sandbox\n"
-                     "snapshot ID`): never a warm one");
+                     "snapshot ID`): locally never a warm one; with --provider k8s (a\n"
+                     "snapshot of a Kubernetes sandbox) a new claim the files are uploaded to");
   create->add_flag("--json", create_args->json, "Print the sandbox's record as JSON");
   create->add_flag("--cold", create_args->cold,
                    "Always create a new sandbox (skip the pool). A warm sandbox is only\n"
@@ -285,17 +287,25 @@ void RegisterSandboxCommands(CLI::App& app) {
   CLI::App* snap = sandbox->add_subcommand(
       "snapshot",
       "Copy a sandbox's files (its /workspace; not its memory or processes) into a\n"
-      "snapshot that outlives it; print its name. A running sandbox is paused for the\n"
-      "copy (where the host has a cgroup freezer) so that no file is caught half-\n"
-      "written, then resumed. `sandbox create --from-snapshot NAME` restores it.\n"
-      "All snapshots share a quota ($DEEPBOX_SNAPSHOT_QUOTA, default 20G).\n"
+      "snapshot that outlives it; print its name. A running local sandbox is paused\n"
+      "for the copy (where the host has a cgroup freezer) so that no file is caught\n"
+      "half-written, then resumed; a Kubernetes one (NAMESPACE/CLAIM) is copied while\n"
+      "it runs (its daemon sends a tar of /workspace; a pod cannot be frozen).\n"
+      "`sandbox create --from-snapshot NAME` restores it (--provider k8s for a\n"
+      "Kubernetes one). Snapshots of every provider are kept in one directory on\n"
+      "disk: $DEEPBOX_SNAPSHOT_DIR, else $DEEPBOX_STATE_DIR/snapshots when that is\n"
+      "set, else $XDG_STATE_HOME/deepbox/snapshots, else\n"
+      "~/.local/state/deepbox/snapshots (root without HOME: /var/lib/deepbox/\n"
+      "snapshots), and share a quota ($DEEPBOX_SNAPSHOT_QUOTA, default 20G).\n"
       "  deepbox sandbox snapshot ls | rm NAME...");
-  snap->add_option("id", snap_args->id, "Sandbox id");
+  snap->add_option("id", snap_args->id, "Sandbox id (k8s: NAMESPACE/CLAIM)");
   snap->add_option("--name", snap_args->name,
                    "Snapshot name (letters, digits, _ . -; default ID-RANDOM)");
   snap->add_flag("--json", snap_args->json, "Print the snapshot's record as JSON");
+  AddClusterFlags(snap, snap_args->cluster);
   auto snap_ls_args = std::make_shared<SnapshotLsArgs>();
-  CLI::App* snap_ls = snap->add_subcommand("ls", "List snapshots, their sizes and the total");
+  CLI::App* snap_ls =
+      snap->add_subcommand("ls", "List the snapshots of every provider, their sizes and the total");
   snap_ls->alias("list");
   snap_ls->add_flag("--json", snap_ls_args->json, "Print the records as a JSON array");
   snap_ls->callback([snap_ls_args] { SetExitCode(RunSnapshotLs(*snap_ls_args)); });
@@ -318,9 +328,11 @@ void RegisterSandboxCommands(CLI::App& app) {
   CLI::App* fork_cmd = sandbox->add_subcommand(
       "fork",
       "Make new sandboxes holding a sandbox's files as they are now (its /workspace;\n"
-      "not its memory or processes), e.g. to try several fixes from one state. The\n"
-      "source is paused for the copy where it can be. Prints the new ids; all or none");
-  fork_cmd->add_option("id", fork_args->id, "Sandbox id")->required();
+      "not its memory or processes), e.g. to try several fixes from one state. A\n"
+      "local source is paused for the copy where it can be; a Kubernetes one is\n"
+      "copied once while it runs (through the snapshot directory, see `sandbox\n"
+      "snapshot --help`) into new claims. Prints the new ids; all or none");
+  fork_cmd->add_option("id", fork_args->id, "Sandbox id (k8s: NAMESPACE/CLAIM)")->required();
   fork_cmd->add_option("-n,--count", fork_args->count, "How many (1-32)")->capture_default_str();
   fork_cmd->add_option("--label,-l", fork_args->labels, "Label K=V on the new sandboxes")
       ->allow_extra_args(false);
@@ -328,6 +340,7 @@ void RegisterSandboxCommands(CLI::App& app) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   fork_cmd->add_flag("--json", fork_args->json, "Print the new ids as a JSON array");
+  AddClusterFlags(fork_cmd, fork_args->cluster, /*namespace_short=*/false);
   fork_cmd->callback([fork_args] { SetExitCode(RunSandboxFork(*fork_args)); });
 
   auto cp_args = std::make_shared<SandboxCpArgs>();

@@ -8,6 +8,8 @@
 // existing one, Inspect/List read them, Delete/DeleteMatching delete them.
 // Suspend/Resume set the claim's Sandbox's spec.operatingMode and wait for
 // the controller (operating_mode.h); Attach/Connect wake a suspended one.
+// Snapshots, restores and forks copy the daemon's files as a tar stream
+// through the shared snapshot store (provider_snapshots.cc).
 #pragma once
 
 #include <chrono>

@@ -735,7 +735,7 @@ ToolDef SnapshotTool(std::shared_ptr<Shared> s) {
       "Copy a sandbox's files (its /workspace; not its memory or processes) into a snapshot and "
       "return the snapshot's name. Pass it as from_snapshot to sandbox_create to start a new "
       "sandbox from that state (the snapshot outlives the sandbox, until this server stops). A "
-      "running sandbox is paused for the copy.";
+      "running local sandbox is paused for the copy; a Kubernetes one is copied as it runs.";
   json::object props;
   props["sandbox_id"] = Prop("string", "The sandbox whose files to copy");
   def.input_schema = ObjectSchema(std::move(props), json::array{"sandbox_id"}, /*strict=*/true);

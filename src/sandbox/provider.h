@@ -117,7 +117,7 @@ struct SnapshotInfo {
 };
 
 // A snapshot's record as `deepbox sandbox snapshot --json` prints it and the
-// local provider stores it (snapshots/NAME/snapshot.json).
+// snapshot store keeps it (snapshot_store.h: NAME/snapshot.json).
 std::string SnapshotInfoJson(const SnapshotInfo& snapshot);
 
 class SandboxProvider {
@@ -169,13 +169,17 @@ class SandboxProvider {
   virtual Status Resume(const std::string& id);
   // Snapshot: the sandbox's files as they are (a running sandbox is paused
   // for the copy where the provider can, so no file is caught half-written
-  // by a process; the daemon's own writes are atomic anyway). CONFLICT for a
-  // name taken; RESOURCE_EXHAUSTED past the snapshot quota or a full disk
-  // (nothing is kept then, the sandbox is untouched).
+  // by a process; the daemon's own writes are atomic anyway; the note says
+  // when it could not be). Kept in the snapshot store every provider shares
+  // (snapshot_store.h). CONFLICT for a name taken; RESOURCE_EXHAUSTED past
+  // the snapshot quota or a full disk (nothing is kept then, the sandbox is
+  // untouched).
   virtual Result<SnapshotInfo> Snapshot(const std::string& id, const SnapshotOptions& options);
+  // Every provider's snapshots (SnapshotInfo::provider says whose).
   virtual Result<std::vector<SnapshotInfo>> ListSnapshots();
   virtual Status DeleteSnapshot(const std::string& name);
-  // A new sandbox (as Create) whose workspace holds the snapshot's files.
+  // A new sandbox (as Create) whose workspace holds the snapshot's files;
+  // INVALID_ARGUMENT for a snapshot another provider took.
   virtual Result<SandboxInfo> CreateFromSnapshot(const std::string& snapshot,
                                                  const ClaimOptions& options);
   // `count` new sandboxes (as Create) holding sandbox `id`'s files as they

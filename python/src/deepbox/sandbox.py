@@ -97,6 +97,7 @@ class Sandbox:
         self.deleted = False
         self._deepbox_bin = deepbox_bin
         self._cluster_args = list(cluster_args)
+        self._claim_options: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"Sandbox({self.id!r}, provider={self.provider!r})"
@@ -179,6 +180,7 @@ class Sandbox:
         ready_timeout: float | None = None,
         context: str | None = None,
         kubeconfig: str | None = None,
+        from_snapshot: str | None = None,
         deepbox_bin: str | None = None,
     ) -> Sandbox:
         """Claims a sandbox on Kubernetes (a ``SandboxClaim`` from a warm pool).
@@ -186,7 +188,8 @@ class Sandbox:
         Runs ``deepbox sandbox create --provider k8s ... --json``, which must
         print the claim's record with the daemon's ``url`` (e.g. a router or a
         port-forward) and the ``headers`` to send; the CLI's error (message
-        and exit code) is raised as is.
+        and exit code) is raised as is. ``from_snapshot``: the claim starts
+        with the files of this snapshot of a Kubernetes sandbox (:meth:`snapshot`).
         """
         cluster = ["--provider", "k8s"]
         if namespace:
@@ -204,6 +207,8 @@ class Sandbox:
             args += ["--router-url", router_url]
         if ready_timeout is not None:
             args += ["--ready-timeout", f"{ready_timeout:g}"]
+        if from_snapshot:
+            args += ["--from-snapshot", from_snapshot]
         # The CLI takes the router token from its environment only (never argv,
         # which other users can read); the record it prints omits it.
         token = router_token if router_token is not None else os.environ.get("AGENT_SANDBOX_ROUTER_TOKEN")
@@ -217,7 +222,7 @@ class Sandbox:
             )
         headers = meta.get("headers") if isinstance(meta.get("headers"), dict) else {}
         client = DaemonClient(url, token=token or None, headers={str(k): str(v) for k, v in headers.items()})
-        return cls(
+        sb = cls(
             str(meta.get("id", meta.get("name", ""))),
             client,
             meta=meta,
@@ -226,6 +231,17 @@ class Sandbox:
             deepbox_bin=deepbox_bin,
             cluster_args=cluster,
         )
+        # How to claim its forks the same way (fork()).
+        sb._claim_options = {
+            "namespace": namespace,
+            "warm_pool": warm_pool,
+            "router_url": router_url,
+            "router_token": router_token,
+            "ready_timeout": ready_timeout,
+            "context": context,
+            "kubeconfig": kubeconfig,
+        }
+        return sb
 
     @classmethod
     def attach(
@@ -309,18 +325,27 @@ class Sandbox:
     def snapshot(self, name: str | None = None) -> dict[str, Any]:
         """Copies the sandbox's files (not its memory or processes) into a snapshot.
 
-        Returns its record (``name``, ``source_id``, ``size_bytes`` on disk,
-        ``file_bytes``...). A running sandbox is paused for the copy where
-        the host can. Restore with ``Sandbox.create(from_snapshot=name)``.
+        Returns its record (``name``, ``provider``, ``source_id``,
+        ``size_bytes`` on disk, ``file_bytes``, ``note``...). A running local
+        sandbox is paused for the copy where the host can; a Kubernetes one
+        is copied while it runs. Restore with
+        ``Sandbox.create(from_snapshot=name)`` (local) or
+        ``Sandbox.claim(from_snapshot=name)`` (Kubernetes).
         """
-        args = ["sandbox", "snapshot", self.id, "--json"]
+        args = ["sandbox", "snapshot", *self._cluster_args, self.id, "--json"]
         if name:
             args += ["--name", name]
-        out = run_cli(args, deepbox_bin=self._deepbox_bin, timeout=3600)
+        out = run_cli(args, deepbox_bin=self._deepbox_bin, timeout=3600, env=self._router_env())
         return _parse_json_object(out, "deepbox sandbox snapshot --json")
 
     def fork(self, count: int = 1, *, ttl: int = 600, labels: Mapping[str, str] | None = None) -> list[Sandbox]:
-        """``count`` new sandboxes holding this one's files as they are now (owned: deleted on exit)."""
+        """``count`` new sandboxes holding this one's files as they are now (owned: deleted on exit).
+
+        A Kubernetes sandbox is copied once (a snapshot, removed after) into
+        ``count`` claims made as this one was (:meth:`claim`); all or none.
+        """
+        if self.provider == "k8s":
+            return self._fork_claims(count, ttl=ttl, labels=labels)
         args = ["sandbox", "fork", self.id, "-n", str(int(count)), "--json", "--ttl", str(int(ttl))]
         for k, v in (labels or {}).items():
             args += ["--label", f"{k}={v}"]
@@ -332,9 +357,55 @@ class Sandbox:
             forks.append(sb)
         return forks
 
+    def _router_env(self) -> dict[str, str] | None:
+        # A Kubernetes snapshot needs the daemon, through the router this
+        # sandbox was claimed through (the CLI reads it from its environment).
+        if self.provider != "k8s":
+            return None
+        env: dict[str, str] = {}
+        url = self._claim_options.get("router_url") or self.meta.get("url")
+        if isinstance(url, str) and url:
+            env["AGENT_SANDBOX_ROUTER_URL"] = url
+        token = self._claim_options.get("router_token")
+        if isinstance(token, str):
+            env["AGENT_SANDBOX_ROUTER_TOKEN"] = token
+        return env or None
+
+    def _fork_claims(self, count: int, *, ttl: int, labels: Mapping[str, str] | None) -> list[Sandbox]:
+        # The CLI's fork prints ids only, and a claim's client needs its record
+        # (router url, headers): claims from a snapshot print it.
+        all_labels = dict(labels or {})
+        source = self.id.replace("/", ".")
+        if len(source) <= 63:
+            all_labels.setdefault("deepbox.dev/forked-from", source)
+        snap = self.snapshot()
+        forks: list[Sandbox] = []
+        try:
+            for _ in range(int(count)):
+                forks.append(
+                    Sandbox.claim(
+                        **self._claim_options,
+                        labels=all_labels,
+                        ttl=ttl,
+                        from_snapshot=str(snap["name"]),
+                        deepbox_bin=self._deepbox_bin,
+                    )
+                )
+        except BaseException:
+            for f in forks:
+                f.delete()
+            raise
+        finally:
+            Sandbox.delete_snapshot(str(snap["name"]), deepbox_bin=self._deepbox_bin)
+        return forks
+
     @staticmethod
     def snapshots(*, deepbox_bin: str | None = None) -> list[dict[str, Any]]:
-        """The snapshots kept here (``deepbox sandbox snapshot ls --json``)."""
+        """The snapshots kept here, of every provider (``deepbox sandbox snapshot ls --json``).
+
+        They live on disk in ``$DEEPBOX_SNAPSHOT_DIR``, else
+        ``$DEEPBOX_STATE_DIR/snapshots``, else ``~/.local/state/deepbox/snapshots``.
+        """
         out = run_cli(["sandbox", "snapshot", "ls", "--json"], deepbox_bin=deepbox_bin)
         records = json.loads(out)
         return [r for r in records if isinstance(r, dict)]
