@@ -796,6 +796,44 @@ TEST_F(SuspendTest, SuspendAndResumeAsUpstreamDoes) {
   EXPECT_TRUE(WaitUntil([&] { return !server_->store().Get(kVolumeClaims, pvc_name); }));
 }
 
+// A suspended claim has no daemon to send its files: it is resumed for the
+// snapshot and suspended again, as it was.
+TEST_F(SuspendTest, ASnapshotOfASuspendedClaimLeavesItSuspended) {
+  SeedWorkspacePool("pvc-pool", /*on_volume_claim=*/true);
+  ASSERT_FALSE(HasFatalFailure());
+  TempDir snapshots;
+  K8sProviderOptions o = Options();
+  o.warm_pool = "pvc-pool";
+  o.connection.mode = ConnectionMode::kDirect;
+  o.connection.direct_url = router_->url();
+  o.snapshot_dir = snapshots.path() + "/s";
+  auto provider = K8sSandboxProvider::Create(o);
+  ASSERT_TRUE(provider) << provider.error().ToString();
+  auto info = (*provider)->Create(ClaimOptions{});
+  ASSERT_TRUE(info) << info.error().ToString();
+  {
+    auto lease = (*provider)->Attach(info->id);
+    ASSERT_TRUE(lease) << lease.error().ToString();
+    ASSERT_TRUE((*lease)->sandbox().Write("kept.txt", "on the volume"));
+  }
+  ASSERT_TRUE((*provider)->Suspend(info->id, {}));
+  auto snap = (*provider)->Snapshot(info->id, SnapshotOptions{"asleep"});
+  ASSERT_TRUE(snap) << snap.error().ToString();
+  EXPECT_EQ((*provider)->Inspect(info->id)->state, "Suspended");
+  EXPECT_EQ(snap->note.find("suspending it again failed"), std::string::npos) << snap->note;
+  auto restored = (*provider)->CreateFromSnapshot("asleep", ClaimOptions{});
+  ASSERT_TRUE(restored) << restored.error().ToString();
+  auto lease = (*provider)->Attach(restored->id);
+  ASSERT_TRUE(lease) << lease.error().ToString();
+  auto read = (*lease)->sandbox().Read("kept.txt", {});
+  ASSERT_TRUE(read) << read.error().ToString();
+  EXPECT_EQ(read->content, "on the volume");
+  EXPECT_EQ(restored->labels.at("deepbox.dev/snapshot"), "asleep");
+  lease->reset();
+  EXPECT_TRUE((*provider)->Delete(restored->id));
+  EXPECT_TRUE((*provider)->Delete(info->id));
+}
+
 TEST_F(SuspendTest, RefusesToLoseFilesUnlessForced) {
   SeedWorkspacePool("tmp-pool", /*on_volume_claim=*/false);
   ASSERT_FALSE(HasFatalFailure());
