@@ -128,6 +128,7 @@ struct SandboxForkArgs {
   std::string id;
   int count = 1;
   std::vector<std::string> labels;
+  std::string network;  // "" = the source's
   int64_t ttl_seconds = kDefaultCreateTtlSeconds;
   bool json = false;
   ClusterFlags cluster;  // how Kubernetes ids are reached

@@ -329,9 +329,11 @@ void RegisterSandboxCommands(CLI::App& app) {
       "fork",
       "Make new sandboxes holding a sandbox's files as they are now (its /workspace;\n"
       "not its memory or processes), e.g. to try several fixes from one state. A\n"
-      "local source is paused for the copy where it can be; a Kubernetes one is\n"
-      "copied once while it runs (through the snapshot directory, see `sandbox\n"
-      "snapshot --help`) into new claims. Prints the new ids; all or none");
+      "local source is paused for the copy where it can be (its /workspace disk\n"
+      "image is cloned, frozen: a reflink where the host file system can), and the\n"
+      "forks get its network (none stays none); a Kubernetes one is copied once\n"
+      "while it runs (through the snapshot directory, see `sandbox snapshot\n"
+      "--help`) into new claims. Prints the new ids; all or none");
   fork_cmd->add_option("id", fork_args->id, "Sandbox id (k8s: NAMESPACE/CLAIM)")->required();
   fork_cmd->add_option("-n,--count", fork_args->count, "How many (1-32)")->capture_default_str();
   fork_cmd->add_option("--label,-l", fork_args->labels, "Label K=V on the new sandboxes")
@@ -339,6 +341,11 @@ void RegisterSandboxCommands(CLI::App& app) {
   fork_cmd->add_option("--ttl", fork_args->ttl_seconds, "TTL of the new sandboxes (0 = none)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  fork_cmd
+      ->add_option("--network", fork_args->network,
+                   "Network of the new sandboxes: none, public or allow=NAME[,NAME...]\n"
+                   "(default: the source's)")
+      ->check(NetworkValidator());
   fork_cmd->add_flag("--json", fork_args->json, "Print the new ids as a JSON array");
   AddClusterFlags(fork_cmd, fork_args->cluster, /*namespace_short=*/false);
   fork_cmd->callback([fork_args] { SetExitCode(RunSandboxFork(*fork_args)); });

@@ -190,6 +190,7 @@ int RunSandboxFork(const SandboxForkArgs& args) {
     return ReportError(Error(ErrorCode::kInvalidArgument, "--ttl: must be >= 0 (0 = no TTL)"));
   }
   claim.ttl = std::chrono::seconds(args.ttl_seconds);
+  claim.network = args.network;
   auto made = (*provider)->Fork(args.id, args.count, claim);
   if (!made) return ReportError(made.error());
   if (args.json) {

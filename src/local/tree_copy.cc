@@ -52,6 +52,69 @@ Result<std::vector<std::string>> Names(int dir, const std::string& rel) {
   return names;
 }
 
+// The data extents of `from` (holes stay holes), then its exact size.
+Status CopyRange(int from, int to, off_t start, off_t length, const std::string& rel,
+                 uint64_t& written);
+Status CopyRangeByHand(int from, int to, off_t offset, off_t length, const std::string& rel,
+                       uint64_t& written);
+
+Status CopyData(int from, int to, off_t size, const std::string& rel, uint64_t& written) {
+  off_t offset = 0;
+  while (offset < size) {
+    off_t data = lseek(from, offset, SEEK_DATA);
+    if (data < 0) {
+      if (errno == ENXIO) break;  // only a hole is left
+      if (errno != EINVAL) return MakeSyscallError("lseek(SEEK_DATA)", errno, rel);
+      data = offset;  // no SEEK_DATA here: all data
+    }
+    off_t hole = lseek(from, data, SEEK_HOLE);
+    if (hole < 0) hole = size;
+    hole = std::min(hole, size);
+    if (auto s = CopyRange(from, to, data, hole - data, rel, written); !s) return s;
+    offset = hole;
+  }
+  if (ftruncate(to, size) != 0) return MakeSyscallError("ftruncate", errno, rel);
+  return {};
+}
+
+Status CopyRange(int from, int to, off_t start, off_t length, const std::string& rel,
+                 uint64_t& written) {
+  off_t in = start, out = start;
+  while (length > 0) {
+    ssize_t n = copy_file_range(from, &in, to, &out, static_cast<size_t>(length), 0);
+    if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
+      return CopyRangeByHand(from, to, in, length, rel, written);
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return MakeSyscallError("copy_file_range", errno, rel);
+    if (n == 0) break;  // the file shrank meanwhile
+    length -= n;
+    written += static_cast<uint64_t>(n);
+  }
+  return {};
+}
+
+Status CopyRangeByHand(int from, int to, off_t offset, off_t length, const std::string& rel,
+                       uint64_t& written) {
+  std::vector<char> buf(1 << 20);
+  while (length > 0) {
+    ssize_t n = pread(from, buf.data(), std::min<size_t>(buf.size(), length), offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return MakeSyscallError("pread", errno, rel);
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = pwrite(to, buf.data() + done, static_cast<size_t>(n - done), offset + done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return MakeSyscallError("pwrite", errno, rel);
+      done += w;
+    }
+    offset += n;
+    length -= n;
+    written += static_cast<uint64_t>(n);
+  }
+  return {};
+}
+
 class Copier {
  public:
   Copier(const TreeCopyOptions& options, int dst_root) : options_(options), dst_root_(dst_root) {}
@@ -180,71 +243,17 @@ class Copier {
     }
     UniqueFd to(openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!to) return MakeSyscallError("openat", errno, rel);
-    if (ioctl(to.get(), FICLONE, from.get()) == 0) {
-      ++stats_.reflinked;
-    } else if (auto s = CopyData(from.get(), to.get(), st.st_size, rel); !s) {
+    bool reflinked = false;
+    if (auto s =
+            CopyFileData(from.get(), to.get(), st.st_size, rel, &stats_.bytes_written, &reflinked);
+        !s) {
       return s;
     }
+    if (reflinked) ++stats_.reflinked;
     stats_.bytes += static_cast<uint64_t>(st.st_size);
     ++stats_.files;
     if (auto s = Attributes(to.get(), st, rel); !s) return s;
     if (st.st_nlink > 1) links_[{st.st_dev, st.st_ino}] = rel;
-    return {};
-  }
-
-  // The data extents of `from` (holes stay holes), then its exact size.
-  Status CopyData(int from, int to, off_t size, const std::string& rel) {
-    off_t offset = 0;
-    while (offset < size) {
-      off_t data = lseek(from, offset, SEEK_DATA);
-      if (data < 0) {
-        if (errno == ENXIO) break;  // only a hole is left
-        if (errno != EINVAL) return MakeSyscallError("lseek(SEEK_DATA)", errno, rel);
-        data = offset;  // no SEEK_DATA here: all data
-      }
-      off_t hole = lseek(from, data, SEEK_HOLE);
-      if (hole < 0) hole = size;
-      hole = std::min(hole, size);
-      if (auto s = CopyRange(from, to, data, hole - data, rel); !s) return s;
-      offset = hole;
-    }
-    if (ftruncate(to, size) != 0) return MakeSyscallError("ftruncate", errno, rel);
-    return {};
-  }
-
-  Status CopyRange(int from, int to, off_t start, off_t length, const std::string& rel) {
-    off_t in = start, out = start;
-    while (length > 0) {
-      ssize_t n = copy_file_range(from, &in, to, &out, static_cast<size_t>(length), 0);
-      if (n < 0 && (errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP)) {
-        return CopyRangeByHand(from, to, in, length, rel);
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return MakeSyscallError("copy_file_range", errno, rel);
-      if (n == 0) break;  // the file shrank meanwhile
-      length -= n;
-      stats_.bytes_written += static_cast<uint64_t>(n);
-    }
-    return {};
-  }
-
-  Status CopyRangeByHand(int from, int to, off_t offset, off_t length, const std::string& rel) {
-    std::vector<char> buf(1 << 20);
-    while (length > 0) {
-      ssize_t n = pread(from, buf.data(), std::min<size_t>(buf.size(), length), offset);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return MakeSyscallError("pread", errno, rel);
-      if (n == 0) break;
-      for (ssize_t done = 0; done < n;) {
-        ssize_t w = pwrite(to, buf.data() + done, static_cast<size_t>(n - done), offset + done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return MakeSyscallError("pwrite", errno, rel);
-        done += w;
-      }
-      offset += n;
-      length -= n;
-      stats_.bytes_written += static_cast<uint64_t>(n);
-    }
     return {};
   }
 
@@ -309,6 +318,18 @@ uint64_t TreeDiskUsage(const std::string& dir) {
   if (!fd) return 0;
   std::set<std::pair<dev_t, ino_t>> seen;
   return UsageAt(fd.get(), 0, seen);
+}
+
+Status CopyFileData(int from, int to, off_t size, const std::string& what, uint64_t* bytes_written,
+                    bool* reflinked) {
+  if (ioctl(to, FICLONE, from) == 0) {
+    if (reflinked) *reflinked = true;
+    return {};
+  }
+  uint64_t written = 0;
+  Status st = CopyData(from, to, size, what, written);
+  if (bytes_written) *bytes_written += written;
+  return st;
 }
 
 }  // namespace deepbox::local

@@ -18,6 +18,8 @@
 // source is copied, not followed, and nothing is written outside `to`.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,6 +55,14 @@ struct TreeCopyOptions {
 // RESOURCE_EXHAUSTED.
 Result<TreeCopyStats> CopyTree(const std::string& from, const std::string& to,
                                const TreeCopyOptions& options = {});
+
+// Copies the data of regular file `from` (fd, read from offset 0, `size`
+// bytes) into `to` (fd of an empty file, set to exactly `size`): a reflink
+// (FICLONE) where the file system shares extents, else only the data extents
+// (holes stay holes), with copy_file_range where it works. Adds what it
+// actually wrote to *bytes_written; `what` names the file in errors.
+Status CopyFileData(int from, int to, off_t size, const std::string& what,
+                    uint64_t* bytes_written = nullptr, bool* reflinked = nullptr);
 
 // The bytes that the tree below `dir` uses on disk (st_blocks), symlinks not
 // followed; 0 for what cannot be read.

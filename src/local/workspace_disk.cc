@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/fs.h>
 #include <linux/loop.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
@@ -19,6 +20,7 @@
 
 #include "common/unique_fd.h"
 #include "local/child.h"
+#include "local/tree_copy.h"
 
 namespace deepbox::local {
 namespace {
@@ -185,8 +187,59 @@ Result<WorkspaceDisk> WorkspaceDisk::Create(const std::filesystem::path& image,
   return disk;
 }
 
+// Whether `mount_dir` holds a mount of `image` (through a loop device): its
+// device, "" when nothing is mounted there, CONFLICT for another mount.
+Result<std::string> LoopMountOf(const std::filesystem::path& image, const struct stat& image_st,
+                                const std::filesystem::path& mount_dir) {
+  auto source = MountSourceOn(mount_dir);
+  if (!source || source->empty()) return source;
+  UniqueFd loop(open(source->c_str(), O_RDONLY | O_CLOEXEC));
+  struct loop_info64 info;
+  memset(&info, 0, sizeof(info));
+  if (!loop || ioctl(loop.get(), LOOP_GET_STATUS64, &info) != 0 ||
+      info.lo_inode != image_st.st_ino || info.lo_device != image_st.st_dev) {
+    return MakeError(ErrorCode::kConflict,
+                     fmt::format("{} holds a mount of {}, not of the workspace image {}",
+                                 mount_dir.string(), *source, image.string()));
+  }
+  return source;
+}
+
+Status WorkspaceDisk::CloneImage(const std::filesystem::path& image,
+                                 const std::filesystem::path& mount_dir,
+                                 const std::filesystem::path& to) {
+  UniqueFd from(open(image.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!from) return MakeSyscallError("open", errno, image.string());
+  struct stat st;
+  if (fstat(from.get(), &st) != 0) return MakeSyscallError("fstat", errno, image.string());
+  auto mounted = LoopMountOf(image, st, mount_dir);
+  if (!mounted) return tl::unexpected(mounted.error());
+  UniqueFd dir;
+  if (!mounted->empty()) {
+    dir.reset(open(mount_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!dir) return MakeSyscallError("open", errno, mount_dir.string());
+    if (ioctl(dir.get(), FIFREEZE, 0) != 0) {
+      return MakeSyscallError("ioctl(FIFREEZE)", errno, mount_dir.string());
+    }
+  }
+  Status copied;
+  {
+    UniqueFd out(open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!out) {
+      copied = MakeSyscallError("open", errno, to.string());
+    } else {
+      copied = CopyFileData(from.get(), out.get(), st.st_size, image.string());
+      if (!copied) (void)unlink(to.c_str());
+    }
+  }
+  if (dir && ioctl(dir.get(), FITHAW, 0) != 0 && copied) {
+    copied = MakeSyscallError("ioctl(FITHAW)", errno, mount_dir.string());
+  }
+  return copied;
+}
+
 Result<WorkspaceDisk> WorkspaceDisk::Adopt(const std::filesystem::path& image,
-                                           const std::filesystem::path& mount_dir) {
+                                           const std::filesystem::path& mount_dir, bool check) {
   UniqueFd fd(open(image.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return MakeSyscallError("open", errno, image.string());
   struct stat image_st;
@@ -194,25 +247,16 @@ Result<WorkspaceDisk> WorkspaceDisk::Adopt(const std::filesystem::path& image,
   if (!S_ISREG(image_st.st_mode)) {
     return MakeError(ErrorCode::kConflict, fmt::format("{} is not a regular file", image.string()));
   }
-  auto source = MountSourceOn(mount_dir);
+  // Still mounted: only if it is this image, through a loop device.
+  auto source = LoopMountOf(image, image_st, mount_dir);
   if (!source) return tl::unexpected(source.error());
   WorkspaceDisk disk;
   if (!source->empty()) {
-    // Still mounted: only if it is this image, through a loop device.
-    UniqueFd loop(open(source->c_str(), O_RDONLY | O_CLOEXEC));
-    struct loop_info64 info;
-    memset(&info, 0, sizeof(info));
-    if (!loop || ioctl(loop.get(), LOOP_GET_STATUS64, &info) != 0 ||
-        info.lo_inode != image_st.st_ino || info.lo_device != image_st.st_dev) {
-      return MakeError(ErrorCode::kConflict,
-                       fmt::format("{} holds a mount of {}, not of the workspace image {}",
-                                   mount_dir.string(), *source, image.string()));
-    }
     disk.loop_device_ = *source;
   } else {
     // Not mounted (the host restarted): the image was last closed uncleanly
     // and has no journal, so it is checked first. 1 = errors corrected.
-    auto status = RunTool({kFsck, "-p", image.string()});
+    auto status = check ? RunTool({kFsck, "-p", image.string()}) : Result<int>(0);
     if (!status) return tl::unexpected(status.error());
     if (*status != 0 && *status != 1) {
       return MakeError(ErrorCode::kUnavailable,

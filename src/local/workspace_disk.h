@@ -38,8 +38,19 @@ class WorkspaceDisk {
   // supervisor left on the host), else the image checked (e2fsck -p: it has
   // no journal) and mounted again (after a reboot). Never formats: the files
   // in it are the point. CONFLICT if mount_dir holds another mount.
+  // `check` false: no e2fsck (an image CloneImage made: consistent).
   static Result<WorkspaceDisk> Adopt(const std::filesystem::path& image,
-                                     const std::filesystem::path& mount_dir);
+                                     const std::filesystem::path& mount_dir, bool check = true);
+
+  // Copies `image`, the disk mounted on `mount_dir`, to the new file `to`
+  // while its file system is frozen (FIFREEZE: flushed, writers held until
+  // FITHAW), so that the copy is a consistent file system, ready for Adopt:
+  // a reflink where the host file system shares extents, else its data
+  // extents (holes stay holes). For forks: the caller pauses the sandbox
+  // first (a frozen file system would block its writers meanwhile). On
+  // failure `to` does not exist.
+  static Status CloneImage(const std::filesystem::path& image,
+                           const std::filesystem::path& mount_dir, const std::filesystem::path& to);
 
   WorkspaceDisk() = default;
   WorkspaceDisk(WorkspaceDisk&& other) noexcept { *this = std::move(other); }

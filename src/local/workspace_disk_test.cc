@@ -140,5 +140,35 @@ TEST_F(WorkspaceDiskTest, AdoptOfAMissingOrBrokenImageSaysSoAndChangesNothing) {
   EXPECT_EQ(fs::file_size(image_), 1u << 20);
 }
 
+TEST_F(WorkspaceDiskTest, CloneImageCopiesAMountedDiskConsistently) {
+  auto disk = WorkspaceDisk::Create(image_, mount_dir_, 16ULL << 20, 1000, 1000);
+  ASSERT_TRUE(disk) << disk.error().ToString();
+  fs::create_directories(mount_dir_ / "d");
+  std::ofstream(mount_dir_ / "d" / "f") << "cloned";  // dirty in the page cache
+  fs::path clone = dir_ / "clone.img";
+  ASSERT_TRUE(WorkspaceDisk::CloneImage(image_, mount_dir_, clone));
+  // The source is thawed: it takes writes again.
+  std::ofstream(mount_dir_ / "after") << "x";
+  EXPECT_TRUE(fs::exists(mount_dir_ / "after"));
+  // The clone is sparse (not 16 MiB of data) and mounts as it was.
+  struct stat st;
+  ASSERT_EQ(stat(clone.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 16 << 20);
+  EXPECT_LT(st.st_blocks * 512, 16 << 20);
+  fs::path other = dir_ / "other";
+  fs::create_directory(other);
+  auto copy = WorkspaceDisk::Adopt(clone, other, /*check=*/false);
+  ASSERT_TRUE(copy) << copy.error().ToString();
+  EXPECT_EQ(ReadAll(other / "d" / "f"), "cloned");
+  EXPECT_FALSE(fs::exists(other / "after"));
+  ASSERT_TRUE(copy->Release());
+  // A clone never replaces a file, and leaves the one there as it was.
+  std::ofstream(dir_ / "taken") << "mine";
+  EXPECT_FALSE(WorkspaceDisk::CloneImage(image_, mount_dir_, dir_ / "taken"));
+  EXPECT_EQ(ReadAll(dir_ / "taken"), "mine");
+  std::ofstream(mount_dir_ / "still") << "writable";  // not left frozen by the failure
+  EXPECT_TRUE(fs::exists(mount_dir_ / "still"));
+}
+
 }  // namespace
 }  // namespace deepbox::local

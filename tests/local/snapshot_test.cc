@@ -159,6 +159,56 @@ TEST_F(SnapshotTest, WritesRacingSnapshotsLeaveEveryFileWhole) {
   }
 }
 
+// A fork of a sandbox with a /workspace disk is a clone of its image, taken
+// with the source paused and its file system frozen: every file whole, the
+// source's network (none) kept, no clone left behind.
+TEST_F(SnapshotTest, ForksCloneTheDiskWholeAndKeepTheSourcesNetwork) {
+  std::string id = Create();
+  const bool disk = fs::exists(state_ / "sandboxes" / id / "rt" / "workspace.img");
+  auto client = provider_->Connect(id);
+  ASSERT_TRUE(client) << client.error().ToString();
+  Sandbox& sb = **client;
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int n = 0; !stop.load(); ++n) {
+      (void)sb.Write("data.txt", std::string(200000, static_cast<char>('a' + n % 26)));
+    }
+  });
+  auto forked = Cli({"sandbox", "fork", id, "-n", "2", "--json"});
+  stop = true;
+  writer.join();
+  ASSERT_EQ(forked.code, 0) << forked.err;
+  auto ids = ParseJson(forked.out);
+  ASSERT_TRUE(ids && ids->is_array()) << forked.out;
+  ASSERT_EQ(ids->as_array().size(), 2u);
+  for (const auto& v : ids->as_array()) {
+    std::string fork(v.as_string());
+    SandboxMeta m = Meta(fork);
+    EXPECT_EQ(m.network, "none") << "a fork of a sandbox without network got one";
+    EXPECT_EQ(m.labels.at("deepbox.dev/forked-from"), id);
+    auto read = Cli({"sandbox", "exec", fork, "--", "cat", "/workspace/data.txt"});
+    ASSERT_EQ(read.code, 0) << read.err;
+    if (read.out.empty()) continue;  // forked before the first write landed
+    ASSERT_EQ(read.out.size(), 200000u);
+    EXPECT_EQ(read.out.find_first_not_of(read.out[0]), std::string::npos) << "a torn file";
+    if (disk) {
+      EXPECT_TRUE(fs::exists(state_ / "sandboxes" / fork / "rt" / "workspace.img"));
+      EXPECT_THAT(ReadFile(state_ / "sandboxes" / fork / "supervisor.log"),
+                  ::testing::Not(HasSubstr("mkfs")));
+    }
+  }
+  if (disk) {
+    std::error_code ec;
+    EXPECT_TRUE(fs::is_empty(state_ / "forks", ec)) << "a clone was left behind";
+  }
+  // Told otherwise, a fork gets what it is told.
+  auto open = Cli({"sandbox", "fork", id, "--network", "public"});
+  if (open.code != 4) {  // 4: no public network on this host
+    ASSERT_EQ(open.code, 0) << open.err;
+    EXPECT_EQ(Meta(CreatedId(open)).network, "public");
+  }
+}
+
 TEST_F(SnapshotTest, AFullQuotaKeepsNothingAndLeavesTheSandboxAsItWas) {
   std::string id = Create();
   ASSERT_EQ(Cli({"sandbox", "exec", id, "--", "sh", "-c",

@@ -346,7 +346,8 @@ Status LocalSandboxProvider::ValidateClaim(const ClaimOptions& options, std::str
 }
 
 Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options,
-                                                     const std::string& pool) {
+                                                     const std::string& pool,
+                                                     const std::string& workspace_image) {
   std::string rootfs;
   if (auto st = ValidateClaim(options, &rootfs); !st) return tl::unexpected(st.error());
   SupervisorRequest req;
@@ -361,6 +362,7 @@ Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options
   req.pool = pool;
   req.sandboxd_binary = options_.sandboxd_binary;
   req.limits = options_.limits;
+  req.workspace_image = workspace_image;
   auto meta = StartSupervisor(options_.deepbox_binary, req, options_.create_timeout);
   if (!meta) {
     // A daemon SIGKILLed while starting under a memory limit ran out of memory.

@@ -143,7 +143,9 @@ class LocalSandboxProvider : public SandboxProvider {
  private:
   explicit LocalSandboxProvider(LocalProviderOptions options, Store store)
       : options_(std::move(options)), store_(std::move(store)) {}
-  Result<SandboxMeta> CreateCold(const ClaimOptions& options, const std::string& pool);
+  // `workspace_image`: SupervisorRequest::workspace_image ("" = a new disk).
+  Result<SandboxMeta> CreateCold(const ClaimOptions& options, const std::string& pool,
+                                 const std::string& workspace_image = "");
   Status ValidateClaim(const ClaimOptions& options, std::string* rootfs) const;
   Error GoneError(const std::string& id) const;
   // The daemon socket of sandbox `meta`, checked to be ours (never a path
@@ -168,6 +170,13 @@ class LocalSandboxProvider : public SandboxProvider {
   // consistent the copy is.
   Result<std::string> CopyWorkspace(const std::string& from, const std::vector<std::string>& to,
                                     uint64_t max_bytes);
+  // Runs `copy` on sandbox `from` held still: held (a use waits), paused if
+  // it runs and the host can; returns the note of CopyWorkspace.
+  Result<std::string> WithWorkspaceStill(const std::string& from,
+                                         const std::function<Status(const SandboxMeta&)>& copy);
+  // Fork of sandbox `meta` by cloning its /workspace disk image (snapshots.cc).
+  Result<std::vector<SandboxInfo>> ForkByImage(const SandboxMeta& meta, int count,
+                                               const ClaimOptions& options);
   void CleanTrash() const;
   // The snapshot store of LocalProviderOptions::snapshot_dir / _quota_bytes.
   Result<SnapshotStore> Snapshots() const;

@@ -26,6 +26,7 @@
 #include "local/lifecycle/provider.h"
 #include "local/lifecycle/sandbox_limits.h"
 #include "local/tree_copy.h"
+#include "local/workspace_disk.h"
 
 namespace deepbox::local::lifecycle {
 namespace {
@@ -56,9 +57,8 @@ Result<SnapshotStore> LocalSandboxProvider::Snapshots() const {
   return SnapshotStore::Open(o);
 }
 
-Result<std::string> LocalSandboxProvider::CopyWorkspace(const std::string& from_ref,
-                                                        const std::vector<std::string>& to,
-                                                        uint64_t max_bytes) {
+Result<std::string> LocalSandboxProvider::WithWorkspaceStill(
+    const std::string& from_ref, const std::function<Status(const SandboxMeta&)>& copy) {
   const std::string from = Canonical(from_ref);
   auto meta = Get(from);
   if (!meta) return tl::unexpected(meta.error());
@@ -95,24 +95,29 @@ Result<std::string> LocalSandboxProvider::CopyWorkspace(const std::string& from_
       return tl::unexpected(st.error());
     }
   }
-  Status result;
-  fs::path source = store_.Paths(from).workspace;
-  for (const auto& dst : to) {
-    TreeCopyOptions o;
-    o.max_bytes = max_bytes;
-    o.ignore_top_level = {"lost+found"};  // an ext4 workspace image's own
-    auto copied = CopyTree(source.string(), dst, o);
-    if (!copied) {
-      result = tl::unexpected(copied.error());
-      break;
-    }
-  }
+  Status result = copy(*meta);
   release_hold();
   if (paused_here) {
     if (auto st = Resume(from); !st && result) result = tl::unexpected(st.error());
   }
   if (!result) return tl::unexpected(result.error());
   return note;
+}
+
+Result<std::string> LocalSandboxProvider::CopyWorkspace(const std::string& from,
+                                                        const std::vector<std::string>& to,
+                                                        uint64_t max_bytes) {
+  return WithWorkspaceStill(from, [&](const SandboxMeta& meta) -> Status {
+    fs::path source = store_.Paths(meta.id).workspace;
+    for (const auto& dst : to) {
+      TreeCopyOptions o;
+      o.max_bytes = max_bytes;
+      o.ignore_top_level = {"lost+found"};  // an ext4 workspace image's own
+      auto copied = CopyTree(source.string(), dst, o);
+      if (!copied) return tl::unexpected(copied.error());
+    }
+    return {};
+  });
 }
 
 Result<SnapshotInfo> LocalSandboxProvider::Snapshot(const std::string& ref,
@@ -206,10 +211,21 @@ Result<std::vector<SandboxInfo>> LocalSandboxProvider::Fork(const std::string& r
         ErrorCode::kInvalidArgument,
         fmt::format("fork: from 1 to {} sandboxes at a time (not {})", kMaxFork, count));
   }
-  if (auto source = Get(id); !source) return tl::unexpected(source.error());
+  auto source = Get(id);
+  if (!source) return tl::unexpected(source.error());
+  // Unless told otherwise, a fork gets its source's network: a sandbox kept
+  // off the network must not have forks on it.
+  ClaimOptions o = options;
+  if (o.network.empty()) o.network = source->network_requested;
+  // A /workspace disk of the size a new sandbox gets: its image is cloned.
+  std::error_code ec;
+  if (source->state != "warm" && source->limits.workspace_bytes &&
+      source->limits.workspace_bytes == options_.limits.workspace_bytes &&
+      fs::exists(store_.Paths(id).runtime / "workspace.img", ec)) {
+    return ForkByImage(*source, count, o);
+  }
   // The new sandboxes first (the source keeps running meanwhile), then one
   // pause of the source for all the copies.
-  ClaimOptions o = options;
   o.labels["deepbox.dev/forked-from"] = id;
   o.allow_warm = false;
   o.name.clear();  // a name is one sandbox's: forks have none
@@ -233,6 +249,67 @@ Result<std::vector<SandboxInfo>> LocalSandboxProvider::Fork(const std::string& r
     Error e = copied.error();
     e.message = fmt::format("fork of sandbox '{}' (no sandbox was kept): {}", id, e.message);
     return tl::unexpected(e);
+  }
+  std::vector<SandboxInfo> out;
+  for (const auto& m : made) out.push_back(InfoOf(m));
+  return out;
+}
+
+// The clones go to forks/ in the state dir (the file system the new
+// sandboxes' runtime dirs are on: the supervisor renames one into place); a
+// clone left by a fork that died is removed by the next fork an hour later.
+Result<std::vector<SandboxInfo>> LocalSandboxProvider::ForkByImage(const SandboxMeta& source,
+                                                                   int count,
+                                                                   const ClaimOptions& options) {
+  const std::string& id = source.id;
+  fs::path dir = store_.root() / "forks";
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return MakeSyscallError("mkdir", errno, dir.string());
+  }
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    auto age = fs::file_time_type::clock::now() - e.last_write_time(ec);
+    if (!ec && age > std::chrono::hours(1)) fs::remove(e.path(), ec);
+  }
+  std::vector<fs::path> images;
+  auto remove_images = [&] {
+    for (const auto& p : images) (void)unlink(p.c_str());
+  };
+  const SandboxPaths paths = store_.Paths(id);
+  // One pause of the source for all the clones; the sandboxes start after.
+  auto cloned = WithWorkspaceStill(id, [&](const SandboxMeta&) -> Status {
+    for (int i = 0; i < count; ++i) {
+      fs::path image = dir / fmt::format("{}-{}.img", id, RandomSuffix());
+      if (auto st =
+              WorkspaceDisk::CloneImage(paths.runtime / "workspace.img", paths.workspace, image);
+          !st) {
+        return st;
+      }
+      images.push_back(image);
+    }
+    return {};
+  });
+  if (!cloned) {
+    remove_images();
+    Error e = cloned.error();
+    e.message = fmt::format("fork of sandbox '{}' (no sandbox was kept): {}", id, e.message);
+    return tl::unexpected(e);
+  }
+  ClaimOptions o = options;
+  o.labels["deepbox.dev/forked-from"] = id;
+  o.allow_warm = false;
+  o.name.clear();
+  std::vector<SandboxMeta> made;
+  for (size_t i = 0; i < images.size(); ++i) {
+    auto m = CreateCold(o, "", images[i].string());
+    if (!m) {
+      for (const auto& done : made) (void)Delete(done.id);
+      remove_images();  // those not taken yet
+      Error e = m.error();
+      e.message = fmt::format("fork of sandbox '{}' (no sandbox was kept): {}", id, e.message);
+      return tl::unexpected(e);
+    }
+    made.push_back(*m);
   }
   std::vector<SandboxInfo> out;
   for (const auto& m : made) out.push_back(InfoOf(m));

@@ -235,6 +235,19 @@ Status Supervisor::Prepare() {
   if (mkdir(paths_.workspace.c_str(), 0700) != 0) {
     return MakeSyscallError("mkdir", errno, paths_.workspace.string());
   }
+  if (!req_.workspace_image.empty()) {
+    // A fork: the disk cloned from its source, consistent (cloned frozen).
+    if (mkdir(paths_.runtime.c_str(), 0700) != 0) {
+      return MakeSyscallError("mkdir", errno, paths_.runtime.string());
+    }
+    fs::path image = paths_.runtime / "workspace.img";
+    if (rename(req_.workspace_image.c_str(), image.c_str()) != 0) {
+      return MakeSyscallError("rename", errno, req_.workspace_image + " -> " + image.string());
+    }
+    auto disk = WorkspaceDisk::Adopt(image, paths_.workspace, /*check=*/false);
+    if (!disk) return tl::unexpected(disk.error());
+    disk_ = std::move(*disk);
+  }
   return {};
 }
 
@@ -876,6 +889,7 @@ json::object SupervisorRequest::ToJson() const {
   o["limits"] = limits.ToJson();
   o["requested_at_ns"] = requested_at_ns;
   if (adopt) o["adopt"] = true;
+  if (!workspace_image.empty()) o["workspace_image"] = JsonString(workspace_image);
   return o;
 }
 
@@ -909,6 +923,7 @@ Result<SupervisorRequest> SupervisorRequest::FromJson(const json::object& o) {
   if (auto it = o.find("adopt"); it != o.end() && it->value().is_bool()) {
     r.adopt = it->value().as_bool();
   }
+  r.workspace_image = GetOptString(o, "workspace_image").value_or("");
   return r;
 }
 

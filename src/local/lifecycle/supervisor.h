@@ -76,6 +76,10 @@ struct SupervisorRequest {
   // Only state_dir, id and sandboxd_binary are read from the request; the
   // rest comes from the record.
   bool adopt = false;
+  // A new sandbox's /workspace disk: this image (a fork's clone of another
+  // sandbox's, WorkspaceDisk::CloneImage, in the state dir's file system) is
+  // moved into the sandbox's runtime dir and mounted instead of a new one.
+  std::string workspace_image;
 
   json::object ToJson() const;
   static Result<SupervisorRequest> FromJson(const json::object& o);
