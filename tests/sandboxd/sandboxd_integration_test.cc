@@ -77,7 +77,13 @@ TEST_F(SandboxdTest, ActivityCountsRequestsAndProcessesButNotProbes) {
     return o.value_or(json::object{});
   };
   ASSERT_EQ(Get("/deepbox/v1/info").status, 200);
+  // A request stops counting just after its answer is sent: the client may
+  // ask before that, so wait (briefly) for it.
   auto first = activity();
+  for (int i = 0; i < 500 && first.at("requests_in_flight").as_int64() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    first = activity();
+  }
   EXPECT_EQ(first.at("requests_in_flight").as_int64(), 0);
   EXPECT_EQ(first.at("processes_running").as_int64(), 0);
   // Probes do not reset the idle time: it only grows.
@@ -100,6 +106,10 @@ TEST_F(SandboxdTest, ActivityCountsRequestsAndProcessesButNotProbes) {
   exec.join();
   EXPECT_TRUE(seen);
   auto after = activity();
+  for (int i = 0; i < 500 && after.at("requests_in_flight").as_int64() != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    after = activity();
+  }
   EXPECT_EQ(after.at("requests_in_flight").as_int64(), 0);
   EXPECT_LT(after.at("idle_ms").as_int64(), idle);  // the exec just ended
   // A background process counts while it runs.
