@@ -226,10 +226,7 @@ int main(int argc, char** argv) {
   if (!lease) {
     // "cannot claim" only when the claim failed, not when a claimed sandbox
     // could not be reached (the provider's message says that itself).
-    bool claimed = false;
-#ifdef DEEPBOX_HAVE_K8S
-    claimed = lease.error().message.starts_with(k8s::kClaimedButUnreachable);
-#endif
+    const bool claimed = lease.error().reason == kReasonClaimedButUnreachable;
     std::fprintf(stderr, "Sandbox error: %s%s\n",
                  claimed ? "" : "cannot claim a sandbox: ", lease.error().message.c_str());
     return interrupts.cancelled() ? kRunExitInterrupted : kRunExitSandbox;

@@ -27,14 +27,8 @@ constexpr char kSummaryPrompt[] =
     "user. Respond with the summary only.\n\n"
     "<messages>\n";
 
-bool IsContextOverflow(const Error& e) {
-  std::string m = AsciiLower(e.message);
-  return m.find("prompt is too long") != std::string::npos ||
-         m.find("context length") != std::string::npos ||
-         m.find("context window") != std::string::npos ||
-         m.find("maximum context") != std::string::npos ||
-         m.find("too many tokens") != std::string::npos;
-}
+// The model clients say so (agent/model/http_stream.h ContextOverflowReason).
+bool IsContextOverflow(const Error& e) { return e.reason == kReasonContextOverflow; }
 
 std::string Attr(std::string_view s) {
   std::string out;

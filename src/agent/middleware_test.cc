@@ -162,6 +162,42 @@ TEST(Summarization, TriggersAtThresholdAndReplacesHistory) {
   EXPECT_EQ(AgentLoop::EffectiveMessages(st).front().text, next.messages[0].text);
 }
 
+// A model call refused as too long (Error::reason, whatever its text) is
+// summarized and retried once, below the threshold too; the same text
+// without the reason is just an error.
+TEST(Summarization, AContextOverflowSummarizesAndRetriesOnce) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  Sandbox& sb = sbd->client();
+  ModelProfile profile;
+  profile.max_input_tokens = 2000;  // trigger at 1 700 tokens, keep ~200: never reached here
+  auto model = std::make_shared<ScriptedModel>(profile);
+  model->Tools({Call("l1", "blob", {})}, "", Usage{100, 10, 0, 0});
+  model->Tools({Call("l2", "blob", {})}, "", Usage{100, 10, 0, 0});
+  model->Fail(
+      Error(ErrorCode::kInvalidArgument, "some wording", std::string(kReasonContextOverflow)));
+  model->Text("SUMMARY OF WORK");
+  model->Text("final answer");
+  auto o = Options(model, sb);
+  o.thread_id = "overflow";
+  o.tools = {BigTool(1000, "blob")};
+  auto agent = MakeAgent(o);
+  RunResult r = agent->Run("go");
+  ASSERT_TRUE(r.ok()) << (r.error ? r.error->message : "");
+  EXPECT_EQ(r.final_text, "final answer");
+  auto reqs = model->requests();
+  ASSERT_EQ(reqs.size(), 5u);
+  EXPECT_TRUE(reqs[3].tools.empty());  // the summary call
+  EXPECT_EQ(reqs[4].messages[0].role, Role::kUser);
+
+  auto plain = std::make_shared<ScriptedModel>(profile);
+  plain->Fail(Error(ErrorCode::kInvalidArgument, "prompt is too long"));
+  auto o2 = Options(plain, sb);
+  auto agent2 = MakeAgent(o2);
+  RunResult r2 = agent2->Run("go");
+  EXPECT_FALSE(r2.ok());
+  EXPECT_EQ(plain->requests().size(), 1u);  // not summarized: no reason
+}
+
 TEST(Summarization, WithoutProfileKeepsSixMessagesAndTruncatesOldArgs) {
   DEEPBOX_AGENT_SANDBOX(sbd);
   Sandbox& sb = sbd->client();

@@ -533,12 +533,8 @@ class EditFileTool : public MutatingFsTool {
       case ErrorCode::kIsDirectory:
         return "Error: '" + path + "' is not a regular file";
       case ErrorCode::kInvalidArgument: {
-        std::string m = AsciiLower(e.message);
-        if (m.find("text") != std::string::npos || m.find("utf") != std::string::npos ||
-            m.find("binary") != std::string::npos) {
-          return "Error: File '" + path + "' is not a text file";
-        }
-        if (m.find("regular") != std::string::npos) {
+        if (e.reason == kReasonNotText) return "Error: File '" + path + "' is not a text file";
+        if (e.reason == kReasonNotRegularFile) {
           return "Error: '" + path + "' is not a regular file";
         }
         return "Error editing file '" + path + "': " + e.message;

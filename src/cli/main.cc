@@ -160,7 +160,8 @@ void RegisterSandboxCommands(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   create->add_option("--name", create_args->name,
                      "A name for the sandbox, unique among yours, usable wherever its id is\n"
-                     "(exec, cp NAME:PATH, rm, pause, snapshot, run --sandbox-id ...)");
+                     "(exec, cp NAME:PATH, rm, pause, snapshot, run --sandbox-id ...). k8s: the\n"
+                     "claim's name (a DNS label, unique in its namespace): the id NAMESPACE/NAME");
   create->add_option("--from-snapshot", create_args->from_snapshot,
                      "A new sandbox holding the files of snapshot NAME (`deepbox sandbox\n"
                      "snapshot ID`): locally never a warm one; with --provider k8s (a\n"

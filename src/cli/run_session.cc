@@ -395,11 +395,11 @@ int Session::Run(RunSummary& summary) {
       return Fail(summary, kRunExitSandbox, lease.error(),
                   "--sandbox-id " + config_.sandbox_id + ": ");
     }
-    // A k8s claim that worked but whose daemon cannot be reached says so
-    // itself (k8s::kClaimedButUnreachable): it is no claim failure.
+    // A claim that worked but whose daemon cannot be reached says so itself
+    // (kReasonClaimedButUnreachable): it is no claim failure.
     return Fail(
         summary, kRunExitSandbox, lease.error(),
-        lease.error().message.starts_with("claimed sandbox ") ? "" : "cannot claim a sandbox: ");
+        lease.error().reason == kReasonClaimedButUnreachable ? "" : "cannot claim a sandbox: ");
   }
   LeaseGuard guard(std::move(*lease));
   const std::string sandbox_id = guard.sandbox().id();

@@ -86,10 +86,6 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
                              "--idle-suspend: local sandboxes only (agent-sandbox has no idle "
                              "timer; suspend a claim with `deepbox sandbox suspend`)"));
   }
-  if (args.cluster.k8s() && !args.name.empty()) {
-    return ReportError(Error(ErrorCode::kUnimplemented,
-                             "--name: local sandboxes only (a claim's name is its id's CLAIM)"));
-  }
   if (args.cluster.k8s()) return RunK8sSandboxCreate(args);
   ClaimOptions claim;
   for (const auto& l : args.labels) {

@@ -245,6 +245,7 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   }
   if (args.ttl_seconds < 0) return usage("--ttl: must be >= 0 (0 = no TTL)");
   claim.ttl = std::chrono::seconds(args.ttl_seconds);
+  claim.name = args.name;  // the claim's name: the id is NAMESPACE/NAME
   if (args.ready_timeout_seconds < 0) return usage("--ready-timeout: must be > 0");
   std::map<std::string, std::string> connect;
   if (!args.warm_pool.empty()) connect[std::string(k8s::kWarmPoolSetting)] = args.warm_pool;

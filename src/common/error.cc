@@ -125,6 +125,14 @@ ErrorCode ErrorCodeFromErrno(int err) {
   }
 }
 
+bool ValidErrorReason(std::string_view reason) {
+  if (reason.empty() || reason.size() > 64) return false;
+  for (char c : reason) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
+
 Error SyscallError(std::string_view call, int err, std::string_view subject) {
   std::string msg(call);
   if (!subject.empty()) {
@@ -140,7 +148,9 @@ Error SyscallError(std::string_view call, int err, std::string_view subject) {
     msg += name;
     msg += ")";
   }
-  return Error(ErrorCodeFromErrno(err), std::move(msg));
+  Error e(ErrorCodeFromErrno(err), std::move(msg));
+  e.sys_errno = err;
+  return e;
 }
 
 tl::unexpected<Error> MakeSyscallError(std::string_view call, int err, std::string_view subject) {

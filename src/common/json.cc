@@ -87,6 +87,7 @@ json::object ErrorToJson(const Error& error) {
   json::object inner;
   inner["code"] = ErrorCodeName(error.code);
   inner["message"] = JsonString(error.message);
+  if (!error.reason.empty()) inner["reason"] = error.reason;
   json::object out;
   out["error"] = std::move(inner);
   return out;

@@ -139,7 +139,14 @@ Result<ClaimedSandbox> Claimer::Claim(const ClaimRequest& request) {
     break;
   }
   if (!created) {
-    (void)Release(ns, name);  // a create whose answer was lost may still have happened
+    // A create whose answer was lost may still have happened: our random
+    // name, so the claim is ours to remove. A name the caller chose that is
+    // taken (409) is another sandbox's: never touched. (A retried create of
+    // such a name whose first answer was lost leaves our claim, kept until its
+    // TTL and listed, rather than risk deleting someone's sandbox.)
+    if (!request.users_name || created.error().code != ErrorCode::kConflict) {
+      (void)Release(ns, name);
+    }
     Error e = created.error();
     e.message =
         fmt::format("creating SandboxClaim '{}' in namespace '{}': {}", name, ns, e.message);

@@ -52,6 +52,9 @@ struct ClaimRequest {
   // The claim's name; "" = sandbox-claim-<8 hex>. (The provider chooses it
   // first: the name is part of the claim's daemon token, claim_token.h.)
   std::string name;
+  // `name` is one the user chose (ClaimOptions::name), not a random one: if
+  // it is taken, that claim is somebody's sandbox and is never removed.
+  bool users_name = false;
   std::string namespace_name = "default";
   std::map<std::string, std::string> labels;           // on the claim
   std::map<std::string, std::string> pod_labels;       // spec.additionalPodMetadata

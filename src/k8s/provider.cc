@@ -338,7 +338,10 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::ClaimWith(const ClaimO
   ClaimRequest req;
   req.warm_pool = options_.warm_pool;
   req.namespace_name = namespace_;
-  req.name = std::string(kClaimNamePrefix) + RandomHex(8);
+  // A name (ClaimOptions::name) is the claim's own: NAMESPACE/NAME is then
+  // the id, and NAME alone finds it in this namespace.
+  req.name = options.name.empty() ? std::string(kClaimNamePrefix) + RandomHex(8) : options.name;
+  req.users_name = !options.name.empty();
   // Only the claimer may drive the daemon: the claim carries its token's
   // verifier for the pod, the token stays here (claim_token.h).
   auto token = DaemonToken(namespace_, req.name);
@@ -353,7 +356,15 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::ClaimWith(const ClaimO
   req.created_by = options_.created_by;
   req.observer = options_.observer;
   auto claimed = claimer_->Claim(req);
-  if (!claimed) return tl::unexpected(claimed.error());
+  if (!claimed) {
+    if (!options.name.empty() && claimed.error().code == ErrorCode::kConflict) {
+      return MakeError(ErrorCode::kConflict,
+                       fmt::format("a sandbox named '{}' exists already in namespace '{}' (see: "
+                                   "deepbox sandbox ls --provider k8s)",
+                                   options.name, namespace_));
+    }
+    return tl::unexpected(claimed.error());
+  }
   claimed->daemon_token = *token;
 
   auto fail = [&](Error e) -> Result<std::unique_ptr<SandboxLease>> {
@@ -368,9 +379,10 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::ClaimWith(const ClaimO
   // daemon, and the message says so (not "cannot claim", issue 12 item 4).
   auto unreachable = [&](const Error& e) {
     return Error(e.code,
-                 fmt::format("{}{} is Ready (Sandbox {}), but its daemon cannot be reached: {}; "
-                             "the claim was deleted",
-                             kClaimedButUnreachable, id, claimed->sandbox_name, e.message));
+                 fmt::format("claimed sandbox {} is Ready (Sandbox {}), but its daemon cannot be "
+                             "reached: {}; the claim was deleted",
+                             id, claimed->sandbox_name, e.message),
+                 std::string(kReasonClaimedButUnreachable));
   };
   auto conn = SandboxConnection::Open(options_.connection, *claimed);
   if (!conn) return fail(unreachable(conn.error()));

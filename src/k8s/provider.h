@@ -252,11 +252,6 @@ bool SelectorMatches(const json::value& selector, const std::map<std::string, st
 // call may be repeated.
 bool AwaitingOwner(const Error& error);
 
-// How a failed Claim() says that the claim itself succeeded (it is Ready)
-// and only the way to its daemon failed: callers that prefix claim failures
-// ("cannot claim a sandbox: ") leave such errors as they are.
-inline constexpr std::string_view kClaimedButUnreachable = "claimed sandbox ";
-
 // The default SandboxFactory: a SandboxdClient on the endpoint; with
 // `check`, once the daemon answered.
 Result<std::unique_ptr<Sandbox>> ConnectSandboxd(const DaemonEndpoint& endpoint,

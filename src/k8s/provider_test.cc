@@ -220,7 +220,8 @@ TEST_F(ProviderTest, AFailedConnectionDeletesTheClaim) {
   const std::string& m = lease.error().message;
   // The claim worked; the message says so, names the router (not the daemon)
   // as the one that answered 401, and what to check.
-  EXPECT_TRUE(m.starts_with(kClaimedButUnreachable)) << m;
+  EXPECT_EQ(lease.error().reason, kReasonClaimedButUnreachable) << m;
+  EXPECT_TRUE(m.starts_with("claimed sandbox ")) << m;
   EXPECT_NE(m.find("is Ready"), std::string::npos) << m;
   EXPECT_NE(m.find("the sandbox router (svc/sandbox-router-svc in namespace agent-sandbox-system, "
                    "through kubectl port-forward on 127.0.0.1:"),
@@ -380,7 +381,7 @@ TEST_F(ProviderTest, WithoutTheDaemonCheckTheFirstCallNamesTheRouter) {
   ASSERT_TRUE(cluster_->WaitPoolReady());
   auto kept = (*provider)->ClaimAndKeep({});
   ASSERT_FALSE(kept);
-  EXPECT_TRUE(kept.error().message.starts_with(kClaimedButUnreachable)) << kept.error().message;
+  EXPECT_EQ(kept.error().reason, kReasonClaimedButUnreachable) << kept.error().message;
   EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
 }
 

@@ -135,7 +135,10 @@ Result<std::vector<sockaddr_storage>> ParseDnsResponse(std::string_view m, uint1
     return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad DNS answer: {}", why));
   };
   if (m.size() < 12) return bad("short header");
-  if (Get16(m, 0) != id) return bad("wrong id");
+  if (Get16(m, 0) != id) {
+    return MakeError(ErrorCode::kInvalidArgument, "bad DNS answer: wrong id",
+                     std::string(kReasonWrongDnsId));
+  }
   uint16_t flags = Get16(m, 2);
   if ((flags & 0x8000) == 0) return bad("not a response");
   if (flags & 0x0200) return bad("truncated (TC)");
@@ -242,7 +245,7 @@ Result<std::vector<sockaddr_storage>> Query(const DnsServer& server, std::string
     if (n < 0) return MakeSyscallError("recv", errno, fmt::format("DNS server {}", server.ip));
     auto r = ParseDnsResponse(std::string_view(buf, static_cast<size_t>(n)), id, name, type);
     // A spoofed or stray datagram with the wrong id is ignored; keep waiting.
-    if (!r && r.error().message.find("wrong id") != std::string::npos) continue;
+    if (!r && r.error().reason == kReasonWrongDnsId) continue;
     return r;
   }
 }

@@ -30,6 +30,10 @@ Result<DnsServer> ParseDnsServer(std::string_view text);
 
 enum class DnsType : uint16_t { kA = 1, kCname = 5, kAaaa = 28 };
 
+// Error::reason of ParseDnsResponse for an answer to another query (its id
+// is not ours): a stray or spoofed datagram, ignored by Resolve.
+inline constexpr std::string_view kReasonWrongDnsId = "wrong_dns_id";
+
 // Wire format (exposed for tests).
 Result<std::string> BuildDnsQuery(uint16_t id, std::string_view name, DnsType type);
 // The addresses (AF_INET / AF_INET6, port 0) answering `name`/`type` in a

@@ -428,8 +428,10 @@ Status Conn::StartTlsClient(const TlsContext& ctx, const std::string& server_nam
     long verify = SSL_get_verify_result(ssl_);
     std::string detail =
         verify != X509_V_OK ? X509_verify_cert_error_string(verify) : OpenSslErrors();
+    // A refused certificate (chain or name) will not get better on a retry.
     return MakeError(ErrorCode::kUnavailable,
-                     fmt::format("TLS handshake with '{}' failed: {}", server_name, detail));
+                     fmt::format("TLS handshake with '{}' failed: {}", server_name, detail),
+                     verify != X509_V_OK ? std::string(kReasonTlsCertificate) : std::string());
   }
 }
 

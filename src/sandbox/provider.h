@@ -38,7 +38,8 @@ struct ClaimOptions {
   // Local only so far (the k8s provider ignores it: upstream has no idle timer).
   std::chrono::seconds idle_suspend{0};
   // A name, unique among this user's sandboxes of the provider, usable
-  // wherever the id is ("" = none). Local only so far.
+  // wherever the id is ("" = none). k8s: the claim's name (a DNS label),
+  // unique in its namespace, so the id is NAMESPACE/NAME.
   std::string name;
 };
 

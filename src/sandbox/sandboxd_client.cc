@@ -51,7 +51,10 @@ Error ErrorFromResponse(const net::Response& r, std::string_view what) {
       auto code = GetOptString(e, "code").value_or("INTERNAL");
       auto msg = GetOptString(e, "message").value_or("");
       if (msg.size() > kMaxDaemonMessage) msg = msg.substr(0, kMaxDaemonMessage) + "...";
-      return Error(ErrorCodeFromName(code), msg);
+      // A reason is kept only well formed (it is matched by code).
+      std::string reason = GetOptString(e, "reason").value_or("");
+      if (!ValidErrorReason(reason)) reason.clear();
+      return Error(ErrorCodeFromName(code), msg, reason);
     }
   }
   return Error(r.status == 401 ? ErrorCode::kUnauthenticated : ErrorCode::kInternal,

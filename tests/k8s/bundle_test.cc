@@ -118,7 +118,12 @@ TEST_F(BundleTest, RunsInAnOtherwiseEmptyRootAsUid1000) {
   }
   ASSERT_TRUE(fs::exists(socket)) << "the bundled daemon did not listen";
 
+  // The socket file exists from bind(); the daemon listens just after.
   auto client = SandboxdClient::Connect("unix:" + socket);
+  for (int i = 0; i < 250 && !client; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    client = SandboxdClient::Connect("unix:" + socket);
+  }
   ASSERT_TRUE(client) << client.error().ToString();
   Sandbox& sb = **client;
   ASSERT_TRUE(sb.Write("hello.txt", "from the bundle\n", 0644));

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -207,6 +208,38 @@ TEST_F(SnapshotTest, ForksCloneTheDiskWholeAndKeepTheSourcesNetwork) {
     ASSERT_EQ(open.code, 0) << open.err;
     EXPECT_EQ(Meta(CreatedId(open)).network, "public");
   }
+}
+
+// A real full disk (a 1 MiB tmpfs as the snapshot directory), not the quota:
+// the snapshot fails with the reason, nothing of it is left, and the sandbox
+// runs on as it was.
+TEST_F(SnapshotTest, ADiskThatFillsUpDuringASnapshotKeepsNothing) {
+  std::string id = Create();
+  ASSERT_EQ(Cli({"sandbox", "exec", id, "--", "sh", "-c",
+                 "head -c 3000000 /dev/urandom > /workspace/big && echo ok > /workspace/small"})
+                .code,
+            0);
+  fs::path small = state_ / "small-disk";
+  fs::create_directories(small);
+  ASSERT_EQ(mount("tmpfs", small.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0700"), 0)
+      << strerror(errno);
+  setenv("DEEPBOX_SNAPSHOT_DIR", small.c_str(), 1);
+  auto snap = Cli({"sandbox", "snapshot", id, "--name", "no-room"});
+  auto ls = Cli({"sandbox", "snapshot", "ls"});
+  unsetenv("DEEPBOX_SNAPSHOT_DIR");
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(small)) left.push_back(e.path().filename());
+  ASSERT_EQ(umount2(small.c_str(), MNT_DETACH), 0);
+  EXPECT_EQ(snap.code, 1) << snap.err;
+  EXPECT_THAT(snap.err, HasSubstr("nothing was kept"));
+  EXPECT_THAT(snap.err, ::testing::AnyOf(HasSubstr("No space left"), HasSubstr("ENOSPC")));
+  EXPECT_THAT(left, ::testing::IsEmpty());
+  EXPECT_THAT(ls.out, ::testing::Not(HasSubstr("no-room")));
+  SandboxMeta m = Meta(id);
+  EXPECT_EQ(m.mode, "running");  // resumed after the failed copy
+  auto read = Cli({"sandbox", "exec", id, "--", "cat", "/workspace/small"});
+  ASSERT_EQ(read.code, 0) << read.err;
+  EXPECT_EQ(read.out, "ok\n");
 }
 
 TEST_F(SnapshotTest, AFullQuotaKeepsNothingAndLeavesTheSandboxAsItWas) {

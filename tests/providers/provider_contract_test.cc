@@ -260,6 +260,37 @@ TEST_P(ProviderContractTest, CreatedSandboxOutlivesAttachedLeasesUntilDeleted) {
   EXPECT_EQ(attach.error().code, ErrorCode::kNotFound) << attach.error().ToString();
 }
 
+// A name is unique among the provider's sandboxes and works where the id
+// does (k8s: it is the claim's name).
+TEST_P(ProviderContractTest, ANamedSandboxIsFoundByItsNameAndTheNameIsUnique) {
+  ClaimOptions o = Options();
+  o.name = "pc-named-" + std::to_string(getpid());
+  auto made = provider_->Create(o);
+  ASSERT_TRUE(made) << made.error().ToString();
+  auto by_name = provider_->Inspect(o.name);
+  ASSERT_TRUE(by_name) << by_name.error().ToString();
+  EXPECT_EQ(by_name->id, made->id);
+  {
+    auto lease = provider_->Attach(o.name);
+    ASSERT_TRUE(lease) << lease.error().ToString();
+    EXPECT_TRUE((*lease)->sandbox().Write("named.txt", "by name"));
+  }
+  auto twice = provider_->Create(o);
+  ASSERT_FALSE(twice);
+  EXPECT_EQ(twice.error().code, ErrorCode::kConflict) << twice.error().ToString();
+  EXPECT_THAT(twice.error().message, HasSubstr(o.name));
+  // The refused create left the sandbox of that name alone.
+  auto still = provider_->Inspect(o.name);
+  ASSERT_TRUE(still) << still.error().ToString();
+  EXPECT_EQ(still->id, made->id);
+  ASSERT_TRUE(provider_->Delete(o.name));
+  // The name is free again once its sandbox is gone.
+  auto again = provider_->Create(o);
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_NE(again->id, GetParam() == "local" ? made->id : "");
+  ASSERT_TRUE(provider_->Delete(again->id));
+}
+
 TEST_P(ProviderContractTest, MissingIdsAreNotFound) {
   std::string id = world_->MissingId();
   auto info = provider_->Inspect(id);

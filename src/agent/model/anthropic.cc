@@ -155,6 +155,9 @@ AttemptError StatusError(int status, const net::Headers& headers, std::string_vi
                                     BodySnippet(body)));
       }
   }
+  if (status == 400 || status == 413) {
+    e.error.reason = internal::ContextOverflowReason(api.type, api.message);
+  }
   return e;
 }
 
@@ -289,7 +292,8 @@ class StreamState {
       return Fail(StreamErrorCode(api.type),
                   fmt::format("Anthropic API stream error ({}): {}",
                               api.type.empty() ? "unknown" : api.type, api.message),
-                  IsRetryableStreamError(api.type));
+                  IsRetryableStreamError(api.type),
+                  internal::ContextOverflowReason(api.type, api.message));
     }
     return true;
   }
@@ -340,9 +344,9 @@ class StreamState {
     }
   }
 
-  bool Fail(ErrorCode code, std::string message, bool retryable) {
+  bool Fail(ErrorCode code, std::string message, bool retryable, std::string reason = {}) {
     AttemptError e;
-    e.error = Error(code, std::move(message));
+    e.error = Error(code, std::move(message), std::move(reason));
     // Output already shown cannot be taken back: such failures are final.
     e.retryable = retryable && !delivered_;
     if (retryable && delivered_) e.error.message += " (after part of the response was streamed)";

@@ -390,6 +390,21 @@ TEST(AnthropicTest, RetriesAMidStreamOverloadedErrorEvent) {
   EXPECT_EQ(server.request_count(), 2u);
 }
 
+TEST(AnthropicTest, AContextOverflowIsSaidByItsReason) {
+  FakeAnthropicServer server;
+  server.Enqueue(ScriptedTurn::HttpError(400, "invalid_request_error",
+                                         "prompt is too long: 210000 tokens > 200000 maximum"));
+  server.Enqueue(ScriptedTurn::HttpError(400, "invalid_request_error", "max_tokens: too big"));
+  RetryRecorder rr;
+  auto model = MakeModel(server, rr.Policy());
+  auto r = model->Generate(SimpleRequest(), {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().reason, kReasonContextOverflow) << r.error().ToString();
+  auto other = model->Generate(SimpleRequest(), {});
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().reason, "") << other.error().ToString();
+}
+
 TEST(AnthropicTest, AMidStreamInvalidRequestErrorIsFinal) {
   FakeAnthropicServer server;
   server.Enqueue(ScriptedTurn::StreamError("invalid_request_error", "prompt is too long"));
@@ -400,6 +415,7 @@ TEST(AnthropicTest, AMidStreamInvalidRequestErrorIsFinal) {
   EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(r.error().message,
             "Anthropic API stream error (invalid_request_error): prompt is too long");
+  EXPECT_EQ(r.error().reason, kReasonContextOverflow);
   EXPECT_EQ(server.request_count(), 1u);
 }
 

@@ -1,5 +1,7 @@
 #include "agent/model/http_stream.h"
 
+#include <cctype>
+
 #include "agent/model/retry.h"
 #include "common/utf8.h"
 
@@ -63,12 +65,21 @@ Result<PostOutcome> StreamingPost(net::HttpClient& client, const std::string& ta
 }
 
 namespace {
-bool IsCertificateFailure(const Error& error) {
-  const std::string& m = error.message;
-  return m.find("TLS handshake") != std::string::npos &&
-         (m.find("certificate") != std::string::npos || m.find("mismatch") != std::string::npos);
-}
+bool IsCertificateFailure(const Error& error) { return error.reason == kReasonTlsCertificate; }
 }  // namespace
+
+std::string ContextOverflowReason(std::string_view api_type, std::string_view message) {
+  if (api_type == "context_length_exceeded" || api_type == "request_too_large") {
+    return std::string(kReasonContextOverflow);
+  }
+  std::string m(message);
+  for (char& c : m) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (std::string_view phrase : {"prompt is too long", "context length", "context window",
+                                  "maximum context", "too many tokens"}) {
+    if (m.find(phrase) != std::string::npos) return std::string(kReasonContextOverflow);
+  }
+  return "";
+}
 
 bool IsRetryableTransportError(const Error& error) {
   if (IsCertificateFailure(error)) return false;

@@ -43,6 +43,13 @@ bool IsRetryableTransportError(const Error& error);
 // The failure's message, with a hint for certificate problems.
 std::string DescribeTransportError(const Error& error);
 
+// kReasonContextOverflow when a model API's error (its type or code, and its
+// message) says the request was longer than the model's context window, as
+// Anthropic ("prompt is too long"), OpenAI (context_length_exceeded) and
+// OpenAI-compatible servers word it; else "". The only place that reads an
+// API's error text: the rest of the agent sees Error::reason.
+std::string ContextOverflowReason(std::string_view api_type, std::string_view message);
+
 // First `max` bytes of a body, valid UTF-8, for error messages.
 std::string BodySnippet(std::string_view body, size_t max = 300);
 

@@ -169,6 +169,9 @@ AttemptError StatusError(int status, const net::Headers& headers, std::string_vi
                                     status, BodySnippet(body)));
       }
   }
+  if (status == 400 || status == 413) {
+    e.error.reason = internal::ContextOverflowReason(api.type, api.message);
+  }
   return e;
 }
 

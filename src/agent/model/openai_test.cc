@@ -175,6 +175,24 @@ TEST(OpenAiTest, HugeUsageIsCapped) {
   EXPECT_EQ(r->usage.output_tokens, 7);
 }
 
+// A request past the context window is told apart by Error::reason (what
+// the summarization middleware acts on), not by its text.
+TEST(OpenAiTest, AContextOverflowIsSaidByItsReason) {
+  FakeOpenAiServer server;
+  server.Enqueue(ScriptedTurn::HttpError(400, "context_length_exceeded",
+                                         "This model's maximum context length is 128000 tokens"));
+  server.Enqueue(ScriptedTurn::HttpError(400, "invalid_value", "temperature must be <= 2"));
+  RetryRecorder rr;
+  auto model = MakeModel(server, rr.Policy());
+  auto r = model->Generate(SimpleRequest(), {});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(r.error().reason, kReasonContextOverflow) << r.error().ToString();
+  auto other = model->Generate(SimpleRequest(), {});
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().reason, "") << other.error().ToString();
+}
+
 TEST(OpenAiTest, RetriesRateLimitsDropsAndStreamErrors) {
   FakeOpenAiServer server;
   server.Enqueue(ScriptedTurn::RateLimited("3"));

@@ -367,7 +367,7 @@ Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options
   if (!meta) {
     // A daemon SIGKILLed while starting under a memory limit ran out of memory.
     const std::string& msg = meta.error().message;
-    if (options_.limits.memory_bytes && msg.find("killed by signal 9") != std::string::npos) {
+    if (options_.limits.memory_bytes && meta.error().reason == kReasonKilled) {
       return MakeError(meta.error().code,
                        fmt::format("{} (the memory limit of {} is probably too small for the "
                                    "sandbox's own daemon: raise --memory)",

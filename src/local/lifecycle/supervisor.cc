@@ -489,9 +489,12 @@ Status Supervisor::WaitHealthy() {
       DrainStderr();
       auto st = sp_.TryWait();
       std::string how = st && *st ? (*st)->ToString() : "ended";
+      const bool killed =
+          st && *st && (*st)->kind == ExitStatus::Kind::kSignaled && (*st)->signal == SIGKILL;
       return MakeError(ErrorCode::kInternal,
                        fmt::format("the sandbox daemon {} before it was ready{}", how,
-                                   stderr_tail_.empty() ? "" : "; its stderr: " + stderr_tail_));
+                                   stderr_tail_.empty() ? "" : "; its stderr: " + stderr_tail_),
+                       killed ? std::string(kReasonKilled) : std::string());
     }
   }
 }
@@ -1028,8 +1031,10 @@ Result<SandboxMeta> StartSupervisor(const std::string& deepbox_binary,
     auto err = msg->find("error");
     if (err != msg->end() && err->value().is_object()) {
       const auto& e = err->value().as_object();
+      std::string reason = GetOptString(e, "reason").value_or("");
+      if (!ValidErrorReason(reason)) reason.clear();
       return MakeError(ErrorCodeFromName(GetOptString(e, "code").value_or("INTERNAL")),
-                       GetOptString(e, "message").value_or("sandbox setup failed"));
+                       GetOptString(e, "message").value_or("sandbox setup failed"), reason);
     }
     return MakeError(ErrorCode::kInternal, "sandbox setup failed: " + line);
   }

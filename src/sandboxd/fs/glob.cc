@@ -501,7 +501,7 @@ Result<GlobResult> Glob(const Root& root, std::string_view pattern, const GlobOp
     stack.pop_back();
     auto fd = root.OpenBeneathNoSymlinks(base->get(), dir.rel, O_RDONLY | O_DIRECTORY);
     if (!fd) {  // vanished, replaced by a symlink, unreadable: skip (and say so)
-      if (fd.error().message.find("(EACCES)") != std::string::npos) out.unreadable = true;
+      if (fd.error().sys_errno == EACCES) out.unreadable = true;
       continue;
     }
     auto entries = ReadDir(fd->get(), dir.rel);

@@ -262,7 +262,8 @@ Result<ReadStream> OpenForRead(const Root& root, std::string_view path) {
   if (::fstat(fd->get(), &st) != 0) return MakeSyscallError("fstat", errno, out.path);
   if (S_ISDIR(st.st_mode)) return MakeSyscallError("read", EISDIR, out.path);
   if (!S_ISREG(st.st_mode)) {
-    return MakeError(ErrorCode::kInvalidArgument, fmt::format("not a regular file: {}", out.path));
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("not a regular file: {}", out.path),
+                     std::string(kReasonNotRegularFile));
   }
   int fl = ::fcntl(fd->get(), F_GETFL);
   if (fl >= 0) ::fcntl(fd->get(), F_SETFL, fl & ~O_NONBLOCK);
@@ -542,7 +543,8 @@ Result<EditResult> Edit(const Root& root, std::string_view path, std::string_vie
   if (::fstat(fd, &st) != 0) return MakeSyscallError("fstat", errno, abs);
   if (S_ISDIR(st.st_mode)) return MakeSyscallError("open", EISDIR, abs);
   if (!S_ISREG(st.st_mode)) {
-    return MakeError(ErrorCode::kInvalidArgument, fmt::format("not a regular file: {}", abs));
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("not a regular file: {}", abs),
+                     std::string(kReasonNotRegularFile));
   }
   if (static_cast<uint64_t>(st.st_size) > options.max_file_bytes) {
     return MakeError(ErrorCode::kResourceExhausted,
@@ -558,7 +560,8 @@ Result<EditResult> Edit(const Root& root, std::string_view path, std::string_vie
   content.resize(*got);
   if (content.find('\0') != std::string::npos || !IsValidUtf8(content)) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("not a UTF-8 text file, cannot edit: {}", abs));
+                     fmt::format("not a UTF-8 text file, cannot edit: {}", abs),
+                     std::string(kReasonNotText));
   }
 
   std::string from(old_text);
