@@ -19,6 +19,7 @@
 #include "common/byte_size.h"
 #include "common/json.h"
 #include "common/make_dirs.h"
+#include "common/trusted_path.h"
 #include "common/unique_fd.h"
 
 namespace deepbox {
@@ -37,8 +38,6 @@ std::string RandomSuffix() {
   (void)getrandom(&r, sizeof(r), 0);
   return fmt::format("{:08x}", r);
 }
-
-std::string Mode(mode_t m) { return fmt::format("{:04o}", m & 07777); }
 
 std::string NowRfc3339() {
   auto now = std::chrono::system_clock::now();
@@ -74,55 +73,8 @@ Status WriteAll(int fd, std::string_view data, const fs::path& what) {
 }
 
 // The rule for the store's directory (snapshot_store.h, "Trust").
-Status CheckOurs(int fd, const fs::path& path) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return MakeSyscallError("fstat", errno, path.string());
-  const uid_t me = geteuid();
-  if (S_ISDIR(st.st_mode) && st.st_uid == me && (st.st_mode & 022) == 0) return {};
-  if (!S_ISDIR(st.st_mode)) {
-    return MakeError(ErrorCode::kPermissionDenied,
-                     fmt::format("the snapshot directory {} is not a directory", path.string()));
-  }
-  std::string todo = st.st_uid == me
-                         ? fmt::format("If you made it so, `chmod go-w {}`", path.string())
-                         : "Someone else made it: do not use it; remove it or point "
-                           "DEEPBOX_SNAPSHOT_DIR at a new directory (deepbox creates it 0700)";
-  return MakeError(ErrorCode::kPermissionDenied,
-                   fmt::format("refusing to use the snapshot directory {}: it is owned by uid {} "
-                               "with mode {}, and deepbox trusts it only if it is owned by uid {} "
-                               "and not writable by group or others (whoever can write it "
-                               "chooses the files a restore puts into a sandbox). {}",
-                               path.string(), st.st_uid, Mode(st.st_mode), me, todo));
-}
-
-// Each directory from / down to `parent` (symlinks resolved) may be changed
-// only by root or us, or is sticky (like /tmp): otherwise its owner could
-// swap the snapshot directory for their own after the checks.
-Status CheckAncestors(const fs::path& parent, const fs::path& dir) {
-  char buf[PATH_MAX];
-  if (realpath(parent.c_str(), buf) == nullptr) {
-    return MakeSyscallError("realpath", errno, parent.string());
-  }
-  fs::path cur;
-  for (const auto& part : fs::path(buf)) {
-    cur /= part;
-    struct stat st {};
-    if (stat(cur.c_str(), &st) != 0) return MakeSyscallError("stat", errno, cur.string());
-    bool owner_ok = st.st_uid == 0 || st.st_uid == geteuid();
-    bool others_write = (st.st_mode & 022) != 0 && (st.st_mode & S_ISVTX) == 0;
-    if (!owner_ok || others_write) {
-      return MakeError(
-          ErrorCode::kPermissionDenied,
-          fmt::format("refusing to use the snapshot directory {}: it is inside {} (owned by uid "
-                      "{}, mode {}), which {} could change, replacing it with their own. Point "
-                      "DEEPBOX_SNAPSHOT_DIR at a directory whose parents only you or root can "
-                      "change",
-                      dir.string(), cur.string(), st.st_uid, Mode(st.st_mode),
-                      !owner_ok ? fmt::format("uid {}", st.st_uid) : "other users"));
-    }
-  }
-  return {};
-}
+constexpr TrustedPath kStoreDir{"the snapshot directory", "DEEPBOX_SNAPSHOT_DIR",
+                                "chooses the files a restore puts into a sandbox"};
 
 Result<uint64_t> QuotaFrom(uint64_t given) {
   if (given > 0) return given;
@@ -299,7 +251,8 @@ Result<SnapshotStore> SnapshotStore::Open(const SnapshotStoreOptions& options) {
   if (!quota) return tl::unexpected(quota.error());
   const fs::path parent = dir.parent_path();
   if (auto st = MakeDirs(parent.string(), 0700); !st) return tl::unexpected(st.error());
-  if (auto st = CheckAncestors(parent, dir); !st) return tl::unexpected(st.error());
+  if (auto st = CheckAncestorsCannotSwap(parent, dir, kStoreDir); !st)
+    return tl::unexpected(st.error());
   UniqueFd pfd(open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!pfd) return MakeSyscallError("open", errno, parent.string());
   const std::string leaf = dir.filename().string();
@@ -325,7 +278,7 @@ Result<SnapshotStore> SnapshotStore::Open(const SnapshotStoreOptions& options) {
     }
     return MakeSyscallError("open(O_DIRECTORY|O_NOFOLLOW)", e, dir.string());
   }
-  if (auto st = CheckOurs(fd.get(), dir); !st) return tl::unexpected(st.error());
+  if (auto st = CheckOwnedByUs(fd.get(), dir, kStoreDir); !st) return tl::unexpected(st.error());
   return SnapshotStore(dir, *quota);
 }
 

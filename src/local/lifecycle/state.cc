@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/trusted_path.h"
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
 #include "local/network.h"
@@ -49,31 +50,14 @@ Result<std::string> ReadWholeFile(const fs::path& path) {
   return ReadAll(fd.get(), path);
 }
 
-std::string Mode(mode_t m) { return fmt::format("{:04o}", m & 07777); }
-
 // The rule for everything deepbox trusts in the state dir (state.h, "Trust"):
 // owned by the effective uid, not writable by group or others.
 Status CheckOurs(int fd, const fs::path& path, std::string_view what, bool want_dir) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return MakeSyscallError("fstat", errno, path.string());
-  if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
-    return MakeError(ErrorCode::kPermissionDenied,
-                     fmt::format("{} {} is not a {}", what, path.string(),
-                                 want_dir ? "directory" : "regular file"));
-  }
-  const uid_t me = geteuid();
-  if (st.st_uid == me && (st.st_mode & 022) == 0) return {};
-  std::string todo = st.st_uid == me
-                         ? fmt::format("If you made it so, `chmod go-w {}`", path.string())
-                         : fmt::format(
-                               "Someone else made it: do not use it; remove it or point "
-                               "DEEPBOX_STATE_DIR at a new directory (deepbox creates it 0700)");
-  return MakeError(ErrorCode::kPermissionDenied,
-                   fmt::format("refusing to use {} {}: it is owned by uid {} with mode {}, and "
-                               "deepbox trusts it only if it is owned by uid {} and not writable "
-                               "by group or others (whoever can write it decides which processes "
-                               "deepbox kills and which daemon it talks to). {}",
-                               what, path.string(), st.st_uid, Mode(st.st_mode), me, todo));
+  return CheckOwnedByUs(fd, path,
+                        TrustedPath{what, "DEEPBOX_STATE_DIR",
+                                    "decides which processes deepbox kills and which daemon it "
+                                    "talks to"},
+                        want_dir);
 }
 
 // Opens `name` beneath `parent_fd` (creating it 0700 first if `create`) as a
@@ -99,35 +83,6 @@ Result<UniqueFd> OpenOurDir(int parent_fd, const std::string& name, const fs::pa
   }
   if (auto st = CheckOurs(fd.get(), path, what, true); !st) return tl::unexpected(st.error());
   return fd;
-}
-
-// Each directory from / down to `dir` (symlinks resolved) may be changed only
-// by root or us, or is sticky (like /tmp: others cannot rename our entries):
-// otherwise its owner could swap the state dir for their own after the checks.
-Status CheckAncestors(const fs::path& dir, const fs::path& state_dir) {
-  char buf[PATH_MAX];
-  if (realpath(dir.c_str(), buf) == nullptr) {
-    return MakeSyscallError("realpath", errno, dir.string());
-  }
-  fs::path cur;
-  for (const auto& part : fs::path(buf)) {
-    cur /= part;
-    struct stat st {};
-    if (stat(cur.c_str(), &st) != 0) return MakeSyscallError("stat", errno, cur.string());
-    bool owner_ok = st.st_uid == 0 || st.st_uid == geteuid();
-    bool others_write = (st.st_mode & 022) != 0 && (st.st_mode & S_ISVTX) == 0;
-    if (!owner_ok || others_write) {
-      return MakeError(
-          ErrorCode::kPermissionDenied,
-          fmt::format("refusing to use the state directory {}: it is inside {} (owned by uid {}, "
-                      "mode {}), which {} could change, replacing the state directory with their "
-                      "own. Point DEEPBOX_STATE_DIR at a directory whose parents only you or root "
-                      "can change",
-                      state_dir.string(), cur.string(), st.st_uid, Mode(st.st_mode),
-                      !owner_ok ? fmt::format("uid {}", st.st_uid) : "other users"));
-    }
-  }
-  return {};
 }
 
 // A sandbox's record, read beneath its checked dir (`dir` is
@@ -612,7 +567,13 @@ Status Store::Init() const {
       return MakeSyscallError("mkdir", errno, cur.string());
     }
   }
-  if (auto st = CheckAncestors(root.parent_path(), root_); !st) return st;
+  if (auto st = CheckAncestorsCannotSwap(
+          root.parent_path(), root_,
+          TrustedPath{"the state directory", "DEEPBOX_STATE_DIR",
+                      "decides which processes deepbox kills and which daemon it talks to"});
+      !st) {
+    return st;
+  }
   UniqueFd parent(open(root.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!parent) return MakeSyscallError("open", errno, root.parent_path().string());
   auto top = OpenOurDir(parent.get(), root.filename().string(), root_, "the state directory", true);
