@@ -451,6 +451,11 @@ int main(int argc, char** argv) {
     }
     c->reset();
     fs::path source = (*provider)->store().Paths(m->id).workspace;
+    // Both copies start from the same state: the source's data on disk (a
+    // fork freezes the source's file system, which writes back what it has
+    // dirty first; cp would copy that from the page cache and leave it to
+    // the kernel).
+    sync();
     auto t0 = Clock::now();
     auto forks = (*provider)->Fork(m->id, 1, claim);
     double fork_ms = Since(t0);
@@ -462,6 +467,7 @@ int main(int argc, char** argv) {
     uint64_t fork_disk = local::TreeDiskUsage(copy.string());
     // The baseline: the same tree copied into the state directory.
     std::string cp_dst = tmpl + "/cp-baseline";
+    sync();
     t0 = Clock::now();
     int cp_rc = RunQuiet({"/bin/cp", "-a", "--reflink=auto", source.string(), cp_dst});
     double cp_ms = Since(t0);
