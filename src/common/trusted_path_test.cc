@@ -44,7 +44,8 @@ TEST_F(TrustedPathTest, OursAloneIsTrustedAnythingElseSaysWhatToDo) {
   auto group = Check(dir_);
   ASSERT_FALSE(group);
   EXPECT_EQ(group.error().code, ErrorCode::kPermissionDenied);
-  EXPECT_THAT(group.error().message, HasSubstr("refusing to use the test directory " + dir_.string()));
+  EXPECT_THAT(group.error().message,
+              HasSubstr("refusing to use the test directory " + dir_.string()));
   EXPECT_THAT(group.error().message, HasSubstr("mode 0770"));
   EXPECT_THAT(group.error().message, HasSubstr("whoever can write it chooses what the test does"));
   EXPECT_THAT(group.error().message, HasSubstr("chmod go-w"));
