@@ -235,6 +235,19 @@ Status WorkspaceDisk::CloneImage(const std::filesystem::path& image,
   if (dir && ioctl(dir.get(), FITHAW, 0) != 0 && copied) {
     copied = MakeSyscallError("ioctl(FITHAW)", errno, mount_dir.string());
   }
+  // Not mounted (its owner died with the host): the image may have been
+  // closed uncleanly, so the clone is checked (the source is left as it is).
+  if (copied && !dir) {
+    auto status = RunTool({kFsck, "-p", to.string()});
+    if (!status || (*status != 0 && *status != 1)) {
+      (void)unlink(to.c_str());
+      return status ? MakeError(ErrorCode::kUnavailable,
+                                fmt::format("a copy of the workspace image {} has errors e2fsck "
+                                            "-p cannot correct (exit status {})",
+                                            image.string(), *status))
+                    : tl::unexpected(status.error());
+    }
+  }
   return copied;
 }
 

@@ -47,8 +47,9 @@ class WorkspaceDisk {
   // FITHAW), so that the copy is a consistent file system, ready for Adopt:
   // a reflink where the host file system shares extents, else its data
   // extents (holes stay holes). For forks: the caller pauses the sandbox
-  // first (a frozen file system would block its writers meanwhile). On
-  // failure `to` does not exist.
+  // first (a frozen file system would block its writers meanwhile). An image
+  // mounted nowhere (its owner died with the host) is copied as it is and the
+  // copy checked with e2fsck -p. On failure `to` does not exist.
   static Status CloneImage(const std::filesystem::path& image,
                            const std::filesystem::path& mount_dir, const std::filesystem::path& to);
 

@@ -170,5 +170,29 @@ TEST_F(WorkspaceDiskTest, CloneImageCopiesAMountedDiskConsistently) {
   EXPECT_TRUE(fs::exists(mount_dir_ / "still"));
 }
 
+TEST_F(WorkspaceDiskTest, CloneImageOfAnUnmountedImageChecksTheCopy) {
+  {
+    auto disk = WorkspaceDisk::Create(image_, mount_dir_, 16ULL << 20, 1000, 1000);
+    ASSERT_TRUE(disk) << disk.error().ToString();
+    std::ofstream(mount_dir_ / "f") << "kept";
+    disk->KeepImage();
+  }
+  fs::path clone = dir_ / "clone.img";
+  ASSERT_TRUE(WorkspaceDisk::CloneImage(image_, mount_dir_, clone));
+  auto copy = WorkspaceDisk::Adopt(clone, mount_dir_, /*check=*/false);
+  ASSERT_TRUE(copy) << copy.error().ToString();
+  EXPECT_EQ(ReadAll(mount_dir_ / "f"), "kept");
+  ASSERT_TRUE(copy->Release());
+  // Garbage is no file system: refused, and no copy is left.
+  {
+    std::ofstream out(image_, std::ios::trunc);
+    out << std::string(1 << 20, 'x');
+  }
+  auto broken = WorkspaceDisk::CloneImage(image_, mount_dir_, clone);
+  ASSERT_FALSE(broken);
+  EXPECT_THAT(broken.error().message, HasSubstr("e2fsck"));
+  EXPECT_FALSE(fs::exists(clone));
+}
+
 }  // namespace
 }  // namespace deepbox::local
