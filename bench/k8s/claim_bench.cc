@@ -215,7 +215,7 @@ class Bench {
   // Kubernetes client logic (no discovery, rate limiter, retries, typed
   // errors, connection object or sandbox client).
   void RunFloor(Samples& s) {
-    std::string name = "sandbox-claim-" + k8s::RandomHex(8);
+    std::string name = "sandbox-claim-" + RandomHex(8);
     k8s::ClaimRequest req;
     req.warm_pool = kPool;
     req.namespace_name = kNamespace;

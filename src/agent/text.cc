@@ -168,14 +168,6 @@ std::string AsciiLower(std::string_view text) {
   return out;
 }
 
-std::string RandomHex(size_t n) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(n, '0');
-  for (size_t i = 0; i < n; ++i) out[i] = kHex[rng() & 0xF];
-  return out;
-}
-
 std::string IsoNowUtc() {
   auto now = std::chrono::system_clock::now();
   auto secs = std::chrono::time_point_cast<std::chrono::seconds>(now);

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/random.h"
+
 namespace deepbox::agent {
 
 // Number of code points (invalid bytes count one each).
@@ -34,8 +36,7 @@ std::string Join(const std::vector<std::string>& parts, std::string_view sep);
 // Lowercased ASCII.
 std::string AsciiLower(std::string_view text);
 
-// Random lowercase hex string of `n` characters.
-std::string RandomHex(size_t n);
+// RandomHex: common/random.h.
 // Current UTC time as ISO 8601 with microseconds and "+00:00", like Python's
 // datetime.now(UTC).isoformat().
 std::string IsoNowUtc();

@@ -353,7 +353,7 @@ int Session::Run(RunSummary& summary) {
   const bool stdout_tty = isatty(STDOUT_FILENO) == 1;
 
   // 3. The sandbox.
-  const std::string run_id = agent::RandomHex(12);
+  const std::string run_id = RandomHex(12);
   auto providers = MakeRunProviders(config_);
   if (!providers) {
     // A --pool that names no pool is a usage error (CheckPoolExists).

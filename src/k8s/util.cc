@@ -122,18 +122,6 @@ std::string NameHash(std::string_view name) {
   return fmt::format("{:08x}", h);
 }
 
-std::string RandomHex(size_t n) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string out;
-  out.reserve(n);
-  while (out.size() < n) {
-    uint64_t v = rng();
-    for (int i = 0; i < 16 && out.size() < n; ++i, v >>= 4)
-      out.push_back("0123456789abcdef"[v & 15]);
-  }
-  return out;
-}
-
 namespace {
 
 bool IsAlnum(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }

@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/random.h"
 
 namespace deepbox::k8s {
 
@@ -25,8 +26,7 @@ std::string FormatIsoMicros(SystemTime t);
 // FNV-1a 32-bit of `name` as 8 lowercase hex digits (agents.x-k8s.io NameHash).
 std::string NameHash(std::string_view name);
 
-// n random lowercase hex digits.
-std::string RandomHex(size_t n);
+// RandomHex: common/random.h.
 
 // Label keys and values as the upstream SDK checks them client-side
 // (RFC 1123 prefix, name segment <= 63 chars of [-A-Za-z0-9_.]).

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/random.h"
 #include "common/utf8.h"
 #include "mcp/protocol.h"
 #include "net/http_server.h"
@@ -95,19 +96,6 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
     diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
   }
   return diff == 0;
-}
-
-std::string RandomHex(size_t bytes) {
-  std::string raw(bytes, '\0');
-  size_t got = 0;
-  while (got < bytes) {
-    ssize_t n = ::getrandom(raw.data() + got, bytes - got, 0);
-    if (n <= 0) continue;  // EINTR; getrandom does not otherwise fail for small sizes
-    got += static_cast<size_t>(n);
-  }
-  std::string out;
-  for (unsigned char c : raw) out += fmt::format("{:02x}", c);
-  return out;
 }
 
 bool HeaderListHas(const std::optional<std::string>& header, std::string_view type) {
@@ -435,7 +423,7 @@ void McpHttpServer::Impl::HandlePost(net::Request& req, net::ResponseWriter& w) 
         return;
       }
       session = std::make_shared<HttpSession>();
-      session->id = RandomHex(16);
+      session->id = RandomHex(32);
       session->owner = "session:" + session->id;
       sessions[session->id] = session;
       extra.Set("Mcp-Session-Id", session->id);

@@ -433,8 +433,8 @@ ToolDef FromAgentTool(std::shared_ptr<Shared> s, agent::ToolPtr tool, std::strin
       if (r.is_error && r.text.rfind("Error:", 0) == 0) return ToMcp(r);  // it did not run
       std::string saved, save_error;
       if (capture.total() > o.max_inline_output_bytes && !observed->unreachable()) {
-        std::string path = agent::EvictionMiddleware::EvictionPath(
-            sandbox.root(), "execute_" + agent::RandomHex(12));
+        std::string path =
+            agent::EvictionMiddleware::EvictionPath(sandbox.root(), "execute_" + RandomHex(12));
         std::string whole =
             capture.complete()
                 ? capture.All()

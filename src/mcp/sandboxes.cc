@@ -197,7 +197,7 @@ std::string SandboxBroker::ClientId(const std::string& owner) {
   if (Stateless(owner)) return "stateless";
   std::lock_guard<std::mutex> lock(mu_);
   auto& id = clients_[owner];
-  if (id.empty()) id = "c" + agent::RandomHex(15);  // never the session id itself
+  if (id.empty()) id = "c" + RandomHex(15);  // never the session id itself
   return id;
 }
 
@@ -458,7 +458,7 @@ Result<SnapshotInfo> SandboxBroker::Snapshot(const std::string& id, const std::s
   SandboxProvider* p = ProviderFor(id);
   std::string client = ClientId(owner);
   SnapshotOptions so;
-  so.name = fmt::format("mcp-{}-{}", id, agent::RandomHex(8));
+  so.name = fmt::format("mcp-{}-{}", id, RandomHex(8));
   auto s = p->Snapshot(id, so);
   if (!s) return s;
   std::lock_guard<std::mutex> lock(mu_);

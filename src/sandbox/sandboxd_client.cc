@@ -14,6 +14,7 @@
 #include "common/base64.h"
 #include "common/json.h"
 #include "common/parse_number.h"
+#include "common/random.h"
 #include "net/http_client.h"
 #include "net/url.h"
 
@@ -21,21 +22,6 @@ namespace deepbox {
 namespace {
 
 using namespace std::chrono_literals;
-
-// An unguessable id (exec ids: a re-attach must not find someone else's exec).
-std::string RandomHexId(size_t bytes) {
-  std::string raw(bytes, '\0');
-  if (getrandom(raw.data(), raw.size(), 0) != static_cast<ssize_t>(raw.size())) {
-    for (auto& c : raw) c = static_cast<char>(std::rand());
-  }
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
-}
 
 // A daemon's error message is shown to people and models: keep it bounded.
 constexpr size_t kMaxDaemonMessage = 4096;
@@ -485,7 +471,7 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
   json::object exec_body = ExecBody(request, known ? exec_base64_ : true);
   std::string exec_id;
   if (!request.stdin_stream && (known ? exec_attach_ : true)) {
-    exec_id = "x" + RandomHexId(16);
+    exec_id = "x" + RandomHex(32);
     exec_body["exec_id"] = exec_id;
   }
   if (request.on_exec_id && !request.stdin_stream) request.on_exec_id(exec_id);

@@ -136,27 +136,4 @@ std::string FormatRfc3339(const struct timespec& ts) {
   return std::string(buf, n);
 }
 
-std::string RandomHex(size_t chars) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(chars);
-  unsigned char bytes[32];
-  while (out.size() < chars) {
-    size_t want = std::min(sizeof(bytes), (chars - out.size() + 1) / 2);
-    ssize_t n = ::getrandom(bytes, want, 0);
-    if (n <= 0) {
-      // getrandom cannot really fail for small requests; stay unique anyway.
-      static std::atomic<uint64_t> counter{0};
-      uint64_t v = counter.fetch_add(1) ^ static_cast<uint64_t>(::getpid()) << 32;
-      std::memcpy(bytes, &v, sizeof(v));
-      n = sizeof(v);
-    }
-    for (ssize_t i = 0; i < n && out.size() < chars; ++i) {
-      out += kHex[bytes[i] >> 4];
-      if (out.size() < chars) out += kHex[bytes[i] & 15];
-    }
-  }
-  return out;
-}
-
 }  // namespace deepbox::sandboxd::fs

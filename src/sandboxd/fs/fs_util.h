@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/random.h"
 
 namespace deepbox::sandboxd::fs {
 
@@ -43,7 +44,6 @@ size_t CountNewlines(const char* data, size_t len);
 // "2024-05-01T12:34:56Z" (UTC, whole seconds).
 std::string FormatRfc3339(const struct timespec& ts);
 
-// Random lowercase hex (for temporary file names).
-std::string RandomHex(size_t chars);
+// RandomHex: common/random.h.
 
 }  // namespace deepbox::sandboxd::fs
