@@ -19,6 +19,7 @@
 #include "common/byte_size.h"
 #include "common/json.h"
 #include "common/make_dirs.h"
+#include "common/remove_tree.h"
 #include "common/trusted_path.h"
 #include "common/unique_fd.h"
 
@@ -136,43 +137,6 @@ Result<SnapshotInfo> ReadRecord(const fs::path& dir, const std::string& name) {
   s.file_bytes = num("file_bytes");
   s.note = str("note");
   return s;
-}
-
-Status RemoveTreeAt(int parent_fd, const char* name, const std::string& display, int depth) {
-  if (unlinkat(parent_fd, name, 0) == 0 || errno == ENOENT) return {};
-  if (errno != EISDIR && errno != EPERM) return MakeSyscallError("unlinkat", errno, display);
-  if (depth > 300) return MakeError(ErrorCode::kResourceExhausted, "tree too deep: " + display);
-  int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 && errno == EACCES) {
-    (void)fchmodat(parent_fd, name, 0700, AT_SYMLINK_NOFOLLOW);
-    fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  }
-  if (fd < 0) {
-    if (errno == ENOENT) return {};
-    return MakeSyscallError("openat", errno, display);
-  }
-  (void)fchmod(fd, 0700);  // entries of a 0500 directory cannot be removed otherwise
-  DIR* d = fdopendir(fd);
-  if (d == nullptr) {
-    int e = errno;
-    close(fd);
-    return MakeSyscallError("fdopendir", e, display);
-  }
-  std::vector<std::string> names;
-  while (dirent* ent = readdir(d)) {
-    std::string_view n = ent->d_name;
-    if (n != "." && n != "..") names.emplace_back(n);
-  }
-  Status result;
-  for (const auto& n : names) {
-    auto st = RemoveTreeAt(dirfd(d), n.c_str(), display + "/" + n, depth + 1);
-    if (!st && result) result = st;
-  }
-  closedir(d);
-  if (unlinkat(parent_fd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && result) {
-    result = MakeSyscallError("rmdir", errno, display);
-  }
-  return result;
 }
 
 }  // namespace
@@ -340,7 +304,7 @@ Result<std::vector<SnapshotInfo>> SnapshotStore::List() const {
     if (name.starts_with(".tmp-")) {
       // What a writer or remover that died half-way left.
       auto mtime = std::chrono::system_clock::from_time_t(st.st_mtim.tv_sec);
-      if (now - mtime > kStaleAfter) (void)RemoveSnapshotTree(p);
+      if (now - mtime > kStaleAfter) (void)RemoveTree(p);
       continue;
     }
     if (!ValidSnapshotName(name)) continue;
@@ -377,11 +341,11 @@ Status SnapshotStore::Delete(const std::string& name) const {
     if (errno == ENOENT) return tl::unexpected(NoSuchSnapshot(name));  // removed meanwhile
     return MakeSyscallError("rename", errno, PathOf(name).string());
   }
-  return RemoveSnapshotTree(trash);
+  return RemoveTree(trash);
 }
 
 PendingSnapshot::~PendingSnapshot() {
-  if (!committed_) (void)RemoveSnapshotTree(dir_);
+  if (!committed_) (void)RemoveTree(dir_);
 }
 
 void PendingSnapshot::KeepAlive() {
@@ -428,16 +392,6 @@ Result<SnapshotInfo> PendingSnapshot::Commit(SnapshotInfo info) {
     (void)fsync(sfd.get());
   }
   return info;
-}
-
-Status RemoveSnapshotTree(const fs::path& path) {
-  fs::path parent = path.parent_path();
-  UniqueFd pfd(open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!pfd) {
-    if (errno == ENOENT) return {};
-    return MakeSyscallError("open", errno, parent.string());
-  }
-  return RemoveTreeAt(pfd.get(), path.filename().c_str(), path.string(), 0);
 }
 
 }  // namespace deepbox

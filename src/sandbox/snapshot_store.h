@@ -124,8 +124,5 @@ class SnapshotStore {
   uint64_t quota_;
 };
 
-// Removes a directory tree without following symlinks, fixing the modes a
-// sandbox may have set on what was copied out of it (a 0500 directory).
-Status RemoveSnapshotTree(const std::filesystem::path& path);
 
 }  // namespace deepbox

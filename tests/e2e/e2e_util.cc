@@ -315,7 +315,7 @@ void E2eTest::TearDown() {
       }
     }
   }
-  (void)local::lifecycle::RemoveTree(dir_);
+  (void)RemoveTree(dir_);
 }
 
 std::vector<std::string> E2eTest::Env(std::map<std::string, std::string> extra) const {

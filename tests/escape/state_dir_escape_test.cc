@@ -47,9 +47,9 @@ namespace deepbox::escape {
 namespace {
 
 namespace fs = std::filesystem;
+using deepbox::RemoveTree;
 using local::lifecycle::ProcessRef;
 using local::lifecycle::ProcessStartTime;
-using local::lifecycle::RemoveTree;
 using ::testing::HasSubstr;
 
 using local::lifecycle::testing::kDeepbox;

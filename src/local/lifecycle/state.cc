@@ -259,44 +259,6 @@ void UnmountBeneath(const fs::path& dir) {
   for (const auto& t : targets) (void)umount2(t.c_str(), MNT_DETACH);
 }
 
-Status RemoveTreeAt(int parent_fd, const char* name, const std::string& display, int depth) {
-  if (unlinkat(parent_fd, name, 0) == 0 || errno == ENOENT) return {};
-  if (errno != EISDIR && errno != EPERM) return MakeSyscallError("unlinkat", errno, display);
-  if (depth > 256) return MakeError(ErrorCode::kResourceExhausted, "tree too deep: " + display);
-  int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0 && errno == EACCES) {
-    (void)fchmodat(parent_fd, name, 0700, AT_SYMLINK_NOFOLLOW);
-    fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  }
-  if (fd < 0) {
-    if (errno == ENOENT) return {};
-    return MakeSyscallError("openat", errno, display);
-  }
-  (void)fchmod(fd, 0700);  // entries of a 0500 dir cannot be removed otherwise
-  DIR* d = fdopendir(fd);
-  if (d == nullptr) {
-    int e = errno;
-    close(fd);
-    return MakeSyscallError("fdopendir", e, display);
-  }
-  Status result;
-  std::vector<std::string> names;
-  while (dirent* ent = readdir(d)) {
-    std::string_view n = ent->d_name;
-    if (n == "." || n == "..") continue;
-    names.emplace_back(n);
-  }
-  for (const auto& n : names) {
-    auto st = RemoveTreeAt(dirfd(d), n.c_str(), display + "/" + n, depth + 1);
-    if (!st && result) result = st;
-  }
-  closedir(d);
-  if (unlinkat(parent_fd, name, AT_REMOVEDIR) != 0 && errno != ENOENT && result) {
-    result = MakeSyscallError("rmdir", errno, display);
-  }
-  return result;
-}
-
 }  // namespace
 
 Result<fs::path> DefaultStateDir() {
@@ -802,16 +764,6 @@ Result<bool> Store::Reap(const std::string& id, const std::optional<SandboxMeta>
   if (auto st = RemoveTree(dst); !st && result) result = st;
   if (!result) return tl::unexpected(result.error());
   return true;
-}
-
-Status RemoveTree(const fs::path& path) {
-  fs::path parent = path.parent_path();
-  UniqueFd pfd(open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!pfd) {
-    if (errno == ENOENT) return {};
-    return MakeSyscallError("open", errno, parent.string());
-  }
-  return RemoveTreeAt(pfd.get(), path.filename().c_str(), path.string(), 0);
 }
 
 void RemoveSlotNetwork(uint32_t slot) {

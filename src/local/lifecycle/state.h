@@ -48,6 +48,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/remove_tree.h"
 #include "local/lifecycle/sandbox_limits.h"
 #include "local/lifecycle/selector.h"
 
@@ -206,9 +207,7 @@ class Store {
   fs::path root_;
 };
 
-// Removes a directory tree without following symlinks, fixing permissions a
-// sandbox may have taken away (chmod 000 dirs).
-Status RemoveTree(const fs::path& path);
+// RemoveTree: common/remove_tree.h.
 
 // Kills every process in the given cgroup dirs of sandbox `id` (cgroup.kill,
 // freezer or a SIGKILL loop) and removes the dirs. A dir that is not one of
