@@ -124,5 +124,4 @@ class SnapshotStore {
   uint64_t quota_;
 };
 
-
 }  // namespace deepbox
