@@ -55,9 +55,18 @@ void LocalCliTest::SetUp() {
 }
 
 void LocalCliTest::TearDown() {
+  // SIGTERM: a pool daemon stops once the creates under way are done, so every
+  // sandbox it made has a record the loop below finds. A SIGKILL left one
+  // being made (a replacement for a claim) behind, running on.
+  for (pid_t pid : daemons_) kill(pid, SIGTERM);
   for (pid_t pid : daemons_) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
+    bool exited = Eventually([&] { return waitpid(pid, nullptr, WNOHANG) == pid; },
+                             std::chrono::seconds(120));
+    if (!exited) {
+      ADD_FAILURE() << "pool daemon " << pid << " did not stop within 120 s of SIGTERM";
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
   }
   if (provider_) {
     auto list = provider_->ListMeta();

@@ -15,11 +15,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
@@ -133,6 +136,7 @@ class Supervisor {
   // The state dir (or our record in it) was removed or replaced.
   bool StateRemoved() const;
   bool HoldsStateDir() const;
+  Status HoldStateMarkers();
   void Delete(const std::optional<Tombstone>& why);
   void Fail(const Error& e);
   void ArmTimer(std::optional<int64_t> at_ms = std::nullopt);
@@ -148,7 +152,10 @@ class Supervisor {
   // before sp_, so it is unmounted after every process is gone.
   std::optional<WorkspaceDisk> disk_;
   SandboxProcess sp_;
-  UniqueFd dir_fd_;                     // the sandbox's state dir (O_PATH): is it still ours?
+  UniqueFd dir_fd_;  // the sandbox's state dir (O_PATH): is it still ours?
+  // The state dir's trash/ and tombstones/ (O_PATH): both gone when the
+  // whole state dir is being removed.
+  std::vector<std::pair<fs::path, UniqueFd>> state_markers_;
   std::vector<int64_t> restart_times_;  // NowMs() of the restarts within the window
   UniqueFd stderr_r_;
   std::string stderr_tail_;
@@ -161,7 +168,15 @@ class Supervisor {
 };
 
 Status Supervisor::Prepare() {
+  // Our creator made the state directory. If it is gone, it was removed since
+  // (a test's TearDown, `rm -rf`): making it again would give a sandbox that
+  // nothing asked for and nothing lists.
+  if (access(req_.state_dir.c_str(), F_OK) != 0) {
+    return MakeSyscallError("access", errno,
+                            req_.state_dir + " (the state directory: removed meanwhile?)");
+  }
   if (auto st = store_.Init(); !st) return st;
+  if (auto st = HoldStateMarkers(); !st) return st;
   if (mkdir(paths_.dir.c_str(), 0700) != 0) {
     return MakeSyscallError("mkdir", errno, paths_.dir.string());
   }
@@ -253,6 +268,7 @@ Status Supervisor::Prepare() {
 
 Status Supervisor::Adopt() {
   if (auto st = store_.Init(); !st) return st;
+  if (auto st = HoldStateMarkers(); !st) return st;
   dir_fd_.reset(open(paths_.dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!dir_fd_) return MakeSyscallError("open", errno, paths_.dir.string());
   UniqueFd log(open(paths_.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
@@ -753,16 +769,38 @@ void Supervisor::Break(const std::string& why) {
   if (updated) meta_ = *updated;
 }
 
-bool Supervisor::HoldsStateDir() const {
+// Whether `held` (an O_PATH fd) is still the directory at `path`.
+bool StillAt(const UniqueFd& held_fd, const fs::path& path) {
   struct stat held, now;
-  if (!dir_fd_ || fstat(dir_fd_.get(), &held) != 0) return false;
-  if (held.st_nlink == 0 || stat(paths_.dir.c_str(), &now) != 0) return false;
+  if (!held_fd || fstat(held_fd.get(), &held) != 0) return false;
+  if (held.st_nlink == 0 || stat(path.c_str(), &now) != 0) return false;
   return now.st_dev == held.st_dev && now.st_ino == held.st_ino;
+}
+
+bool Supervisor::HoldsStateDir() const { return StillAt(dir_fd_, paths_.dir); }
+
+Status Supervisor::HoldStateMarkers() {
+  for (const char* sub : {"trash", "tombstones"}) {
+    fs::path dir = store_.root() / sub;
+    UniqueFd fd(open(dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) return MakeSyscallError("open", errno, dir.string());
+    state_markers_.emplace_back(dir, std::move(fd));
+  }
+  return {};
 }
 
 bool Supervisor::StateRemoved() const {
   if (!dir_fd_) return false;
   if (!HoldsStateDir()) return true;  // removed, or renamed away and replaced
+  // A recursive removal of the whole state dir that began while this sandbox
+  // was being made can miss our dir (listed before it existed, or kept by
+  // the workspace mount) and our record (written again after): the loss of
+  // trash/ and tombstones/, which deepbox never removes, tells.
+  if (!state_markers_.empty() &&
+      std::none_of(state_markers_.begin(), state_markers_.end(),
+                   [](const auto& m) { return StillAt(m.second, m.first); })) {
+    return true;
+  }
   // A recursive removal that could not remove the mounted workspace leaves the dir.
   return access(paths_.meta.c_str(), F_OK) != 0 && errno == ENOENT;
 }
