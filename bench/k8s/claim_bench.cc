@@ -229,7 +229,7 @@ class Bench {
     post.body = json::serialize(claim);
     auto created = Must(api_->Send(post), "POST claim");
     if (created.status != 201 && created.status != 200) Die("POST claim: " + created.body);
-    std::string rv = k8s::FindString(json::parse(created.body), {"metadata", "resourceVersion"});
+    std::string rv = FindString(json::parse(created.body), {"metadata", "resourceVersion"});
 
     net::ClientRequest watch;
     watch.target = fmt::format("{}?watch=true&fieldSelector=metadata.name%3D{}&resourceVersion={}",
@@ -242,18 +242,17 @@ class Bench {
           for (size_t nl; (nl = buffer.find('\n')) != std::string::npos;) {
             json::value ev = json::parse(std::string_view(buffer).substr(0, nl));
             buffer.erase(0, nl + 1);
-            const json::value* obj = k8s::Find(ev, {"object"});
+            const json::value* obj = Find(ev, {"object"});
             if (obj == nullptr) continue;
-            const json::value* conds = k8s::Find(*obj, {"status", "conditions"});
+            const json::value* conds = Find(*obj, {"status", "conditions"});
             bool ready = false;
             if (conds != nullptr && conds->is_array()) {
               for (const auto& c : conds->as_array()) {
-                ready |= k8s::FindString(c, {"type"}) == "Ready" &&
-                         k8s::FindString(c, {"status"}) == "True";
+                ready |= FindString(c, {"type"}) == "Ready" && FindString(c, {"status"}) == "True";
               }
             }
-            sandbox = k8s::FindString(*obj, {"status", "sandbox", "name"});
-            if (const auto* ips = k8s::Find(*obj, {"status", "sandbox", "podIPs"});
+            sandbox = FindString(*obj, {"status", "sandbox", "name"});
+            if (const auto* ips = Find(*obj, {"status", "sandbox", "podIPs"});
                 ips != nullptr && ips->is_array() && !ips->as_array().empty()) {
               pod_ip = std::string(ips->as_array()[0].as_string());
             }

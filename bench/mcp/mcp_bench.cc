@@ -20,10 +20,10 @@
 #include <utility>
 #include <vector>
 
-#include "mcp/sandbox_tools.h"
+#include "cli/mcp/sandbox_tools.h"
+#include "cli/mcp/testing/daemon_provider.h"
 #include "mcp/server.h"
 #include "mcp/stdio.h"
-#include "mcp/testing/daemon_provider.h"
 
 using namespace deepbox;
 using Clock = std::chrono::steady_clock;

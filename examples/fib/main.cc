@@ -34,11 +34,9 @@
 #include "agent/deep_agent.h"
 #include "agent/model/factory.h"
 #include "cli/run_exit_codes.h"
+#include "k8s/provider.h"
 #include "local/lifecycle/provider.h"
 #include "sequence_check.h"
-#ifdef DEEPBOX_HAVE_K8S
-#include "k8s/provider.h"
-#endif
 
 namespace {
 
@@ -181,7 +179,6 @@ int main(int argc, char** argv) {
     delete_now = [p = local->get()](const std::string& id) { (void)p->Delete(id); };
     provider = std::move(*local);
   } else {
-#ifdef DEEPBOX_HAVE_K8S
     auto rest = k8s::LoadDefaultConfig({});  // KUBECONFIG, in-cluster, ~/.kube/config
     if (!rest) {
       std::fprintf(stderr, "Sandbox error: %s\n", rest.error().message.c_str());
@@ -214,9 +211,6 @@ int main(int argc, char** argv) {
       (void)p->RemoveBySelector(sel);
     };
     provider = std::move(*k);
-#else
-    return Usage("this build has no Kubernetes provider");
-#endif
   }
 
   // --- Claim. The lease deletes the sandbox when it goes out of scope.

@@ -16,6 +16,7 @@
 
 #include "agent/codec.h"
 #include "agent/text.h"
+#include "common/io.h"
 #include "common/make_dirs.h"
 
 namespace deepbox::agent {
@@ -46,16 +47,7 @@ Status ThreadWriter::Append(std::string_view type, json::object record) {
   std::string text = ToJson(line);
   text.push_back('\n');
   std::lock_guard<std::mutex> lock(mu_);
-  size_t off = 0;
-  while (off < text.size()) {
-    ssize_t n = ::write(fd_, text.data() + off, text.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return MakeSyscallError("write", errno, path_);
-    }
-    off += static_cast<size_t>(n);
-  }
-  return {};
+  return WriteAll(fd_, text, path_);
 }
 
 Status ThreadWriter::Message(const agent::Message& m) {

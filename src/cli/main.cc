@@ -13,6 +13,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/providers.h"
+#include "common/version.h"
 #include "local/lifecycle/supervisor.h"
 #include "sandbox/network_policy.h"
 
@@ -477,14 +478,12 @@ int main(int argc, char** argv) {
   CLI::App app{"deepbox: run AI agents whose tools execute in isolated sandboxes.", "deepbox"};
   app.require_subcommand(1);
   app.footer(kExitCodesHelp);
-  app.set_version_flag("--version", "deepbox 0.1.0");
+  app.set_version_flag("--version", "deepbox " + std::string(kVersion));
   RegisterSandboxCommands(app);
   RegisterPoolCommands(app);
   RegisterDoctorCommand(app);
   RegisterRunCommand(app);
-#ifdef DEEPBOX_HAVE_MCP
-  RegisterMcpCommand(app);  // deepbox mcp (src/mcp, src/cli/mcp_command.cc)
-#endif
+  RegisterMcpCommand(app);  // deepbox mcp (mcp_command.cc, mcp/)
   if (auto code = CheckSubcommands(app, argc, argv)) return *code;
   try {
     app.parse(argc, argv);

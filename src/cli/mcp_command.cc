@@ -1,10 +1,9 @@
-// `deepbox mcp`: the command line of the MCP server (src/mcp/mcp_command.h).
-#include "mcp/mcp_command.h"
-
+// `deepbox mcp`: the command line of the MCP server (mcp/server_command.h).
 #include <CLI/CLI.hpp>
 #include <memory>
 
 #include "cli/cli.h"
+#include "cli/mcp/server_command.h"
 
 namespace deepbox::cli {
 

@@ -38,9 +38,7 @@ int RunPoolServe(const PoolServeArgs& args) {
   o.parallel = args.parallel;
   o.log = [](const std::string& line) {
     // A failed creation's line can quote a daemon's stderr.
-    std::string out =
-        fmt::format("{} {}\n", local::lifecycle::FormatTime(local::lifecycle::NowMs()),
-                    SanitizeForTerminal(line));
+    std::string out = fmt::format("{} {}\n", FormatRfc3339Ms(NowMs()), SanitizeForTerminal(line));
     std::fputs(out.c_str(), stderr);
     std::fflush(stderr);
   };

@@ -14,14 +14,12 @@
 #include <ctime>
 #include <memory>
 
+#include "agent/mcp/config.h"
 #include "agent/text.h"
 #include "common/json.h"
 #include "common/make_dirs.h"
 #include "common/terminal_text.h"
 #include "common/unique_fd.h"
-#ifdef DEEPBOX_HAVE_MCP
-#include "agent/mcp_config.h"
-#endif
 
 namespace deepbox::run {
 
@@ -200,7 +198,6 @@ std::string Hex(const unsigned char* p, size_t n) {
   return out;
 }
 
-#ifdef DEEPBOX_HAVE_MCP
 // A command-line argument as a shell would need it written.
 std::string Quote(std::string_view a) {
   bool plain = !a.empty();
@@ -213,7 +210,6 @@ std::string Quote(std::string_view a) {
   for (char c : a) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
 }
-#endif
 
 }  // namespace
 
@@ -247,7 +243,6 @@ std::vector<std::string> ProjectInputs::Describe() const {
   std::vector<std::string> out;
   if (mcp_json) {
     std::string path = dir + "/.mcp.json";
-#ifdef DEEPBOX_HAVE_MCP
     auto set = agent::ParseMcpConfig(*mcp_json, path, agent::McpEnvLookup{});
     if (!set) {
       out.push_back(path + ": not a valid MCP configuration (" + set.error().message + ")");
@@ -267,9 +262,6 @@ std::vector<std::string> ProjectInputs::Describe() const {
       }
       for (const auto& p : set->problems) out.push_back("    (not used) " + p);
     }
-#else
-    out.push_back(path + ": MCP servers (this build has no MCP: not used)");
-#endif
   }
   if (memory) out.push_back(memory->host_path + ": memory (given to the model)");
   if (skills) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/run_agent_files.h"
+#include "common/testing/temp_dir.h"
 
 namespace deepbox::run {
 namespace {
@@ -21,9 +22,7 @@ using ::testing::Not;
 class ProjectTrustTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = "/tmp/dbx-trust-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     proj_ = root_ / "proj";
     fs::create_directories(proj_);
     fs::create_directories(root_ / "host");
@@ -31,7 +30,6 @@ class ProjectTrustTest : public ::testing::Test {
     fs::create_directories(root_ / "host" / "keys" / "sk");
     Write(root_ / "host" / "keys" / "sk" / "id_rsa", "PRIVATE KEY MATERIAL\n");
   }
-  void TearDown() override { fs::remove_all(root_); }
   static void Write(const fs::path& p, const std::string& text) {
     std::ofstream(p, std::ios::binary) << text;
   }
@@ -50,6 +48,7 @@ class ProjectTrustTest : public ::testing::Test {
     }
     return s;
   }
+  deepbox::testing::TempDir tmp_{"dbx-trust"};
   fs::path root_, proj_;
 };
 
@@ -110,10 +109,8 @@ TEST_F(ProjectTrustTest, DescribeShowsServersCommandsAndUrls) {
   ASSERT_TRUE(in->mcp_json);
   std::string text;
   for (const auto& l : in->Describe()) text += l + "\n";
-#ifdef DEEPBOX_HAVE_MCP
   EXPECT_THAT(text, HasSubstr("lint: sh -c 'id > /tmp/x'"));
   EXPECT_THAT(text, HasSubstr("(not used)"));  // the ${...} server
-#endif
   EXPECT_THAT(text, HasSubstr(proj_.string() + "/.mcp.json"));
 }
 

@@ -4,11 +4,9 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "k8s/settings.h"
 #include "local/lifecycle/registration.h"
 #include "sandbox/registry.h"
-#ifdef DEEPBOX_HAVE_K8S
-#include "k8s/settings.h"
-#endif
 
 namespace deepbox::cli {
 
@@ -18,9 +16,7 @@ void RegisterBuiltinProviders() {
     auto& registry = ProviderRegistry::Global();
     std::vector<ProviderRegistration> builtins;
     builtins.push_back(local::lifecycle::LocalProviderRegistration());
-#ifdef DEEPBOX_HAVE_K8S
     builtins.push_back(k8s::K8sProviderRegistration());
-#endif
     for (auto& r : builtins) {
       if (auto st = registry.Register(std::move(r)); !st) {
         std::fprintf(stderr, "deepbox: %s\n", st.error().message.c_str());  // a build error

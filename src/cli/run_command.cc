@@ -4,18 +4,13 @@
 #include <cstdio>
 
 #include "cli/cli.h"
-#include "cli/run_exit_codes.h"
-
-#ifdef DEEPBOX_HAVE_AGENT
 #include "cli/run_config.h"
+#include "cli/run_exit_codes.h"
 #include "cli/run_session.h"
 #include "cli/run_threads.h"
 #include "sandbox/network_policy.h"
-#endif
 
 namespace deepbox::cli {
-
-#ifdef DEEPBOX_HAVE_AGENT
 
 void RegisterRunCommand(CLI::App& app) {
   using run::RunFlags;
@@ -207,18 +202,5 @@ void RegisterRunCommand(CLI::App& app) {
                "A JSON array (id, path, modified_at, runs, last_task, ...)");
   ls->callback([tflags] { SetExitCode(run::ThreadsListCommand(*tflags)); });
 }
-
-#else  // built without src/agent
-
-void RegisterRunCommand(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("run", "Run the deep agent (not in this build)");
-  cmd->allow_extras();
-  cmd->callback([] {
-    std::fprintf(stderr, "deepbox: this deepbox was built without the agent (src/agent)\n");
-    SetExitCode(run::kRunExitUsage);
-  });
-}
-
-#endif
 
 }  // namespace deepbox::cli

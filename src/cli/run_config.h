@@ -131,7 +131,7 @@ struct RunConfig {
   bool project_skills = false;
   bool project_memory = false;
   std::string sandbox_id;  // "" = claim a new sandbox
-  // MCP servers (src/agent/mcp_config.h): the default .mcp.json files plus
+  // MCP servers (src/agent/mcp/config.h): the default .mcp.json files plus
   // these, unless no_mcp.
   std::vector<std::string> mcp_configs;
   bool no_mcp = false;

@@ -19,6 +19,8 @@
 #include <utility>
 
 #include "agent/deep_agent.h"
+#include "agent/mcp/config.h"
+#include "agent/mcp/tools.h"
 #include "agent/model/factory.h"
 #include "agent/model/replay.h"
 #include "agent/text.h"
@@ -30,11 +32,8 @@
 #include "cli/run_sandbox.h"
 #include "cli/run_signals.h"
 #include "cli/run_ui.h"
+#include "common/io.h"
 #include "common/unique_fd.h"
-#ifdef DEEPBOX_HAVE_MCP
-#include "agent/mcp_config.h"
-#include "agent/mcp_tools.h"
-#endif
 
 namespace deepbox::run {
 
@@ -69,17 +68,6 @@ enum Phase : int { kSetup, kPrompt, kTurn, kEnding };
 // tools and prompts are cancellable, but a DNS lookup or TLS handshake to the
 // model API is not.
 constexpr std::chrono::milliseconds kStopGrace{1000};
-
-void WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // a closed pipe: nothing more to do
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
 
 void Fire(int fd) {
   uint64_t one = 1;
@@ -164,7 +152,6 @@ class Session {
   Shared& shared_;
 };
 
-#ifdef DEEPBOX_HAVE_MCP
 // Whether `file` (given with --mcp-config) is the working directory's .mcp.json.
 bool SameFile(const std::string& a, const std::string& b) {
   struct stat sa {
@@ -172,7 +159,6 @@ bool SameFile(const std::string& a, const std::string& b) {
   return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
          sa.st_ino == sb.st_ino;
 }
-#endif
 
 std::optional<ProjectInputs> Session::TrustedProjectInputs(LineReader& reader, bool stdin_tty) {
   ProjectInputs none;
@@ -180,12 +166,10 @@ std::optional<ProjectInputs> Session::TrustedProjectInputs(LineReader& reader, b
   if (getcwd(cwd, sizeof cwd) == nullptr) return none;
   none.dir = cwd;
   bool want_mcp = false;
-#ifdef DEEPBOX_HAVE_MCP
   want_mcp = !config_.no_mcp;
   for (const auto& f : config_.mcp_configs) {
     if (SameFile(f, none.dir + "/.mcp.json")) want_mcp = false;  // named: used as given
   }
-#endif
   auto read = ReadProjectInputs(none.dir, want_mcp, config_.project_memory, config_.project_skills);
   if (!read) {
     ui_.Notice("not using this directory's project files: " + read.error().message);
@@ -204,10 +188,10 @@ std::optional<ProjectInputs> Session::TrustedProjectInputs(LineReader& reader, b
     q += "Trust them only if you wrote or reviewed them: a cloned repository or a directory "
          "copied out of a sandbox can run any program here through .mcp.json.\n"
          "Use them (and remember this answer until they change)? [y/N] ";
-    WriteAll(STDERR_FILENO, q);
+    (void)WriteAll(STDERR_FILENO, q, "stderr");
     auto answer = reader.ReadLine();
     if (!answer) {
-      WriteAll(STDERR_FILENO, "\n");
+      (void)WriteAll(STDERR_FILENO, "\n", "stderr");
       if (reader.interrupted()) return std::nullopt;
       answer = "";
     }
@@ -539,7 +523,6 @@ int Session::Run(RunSummary& summary) {
       });
     };
   }
-#ifdef DEEPBOX_HAVE_MCP
   // MCP servers' tools (docs/mcp.md). A file that cannot be read or a server
   // that cannot start is a notice, not the end of the run.
   std::shared_ptr<agent::McpToolset> mcp_tools;
@@ -568,7 +551,6 @@ int Session::Run(RunSummary& summary) {
   }
   // Stops the servers before the sandbox they may run in is released.
   if (mcp_tools) before_release = [mcp_tools] { mcp_tools->Close(); };
-#endif
   auto agent = agent::DeepAgent::Create(std::move(ao));
   if (!agent) {
     int code = Fail(summary, kRunExitUsage, agent.error(), "cannot start the agent: ");
@@ -639,7 +621,9 @@ int Session::Run(RunSummary& summary) {
     if (!config_.json && !stdout_tty && !r.final_text.empty() &&
         (r.stop_reason == agent::StopReason::kCompleted ||
          r.stop_reason == agent::StopReason::kTruncated)) {
-      WriteAll(STDOUT_FILENO, r.final_text.back() == '\n' ? r.final_text : r.final_text + "\n");
+      // A closed pipe: nothing more to do.
+      (void)WriteAll(STDOUT_FILENO,
+                     r.final_text.back() == '\n' ? r.final_text : r.final_text + "\n", "stdout");
     }
     summary.runs++;
     summary.steps += r.steps;

@@ -14,6 +14,7 @@
 #include "agent/codec.h"
 #include "agent/text.h"
 #include "cli/run_signals.h"
+#include "common/io.h"
 #include "common/parse_number.h"
 #include "common/terminal_text.h"
 
@@ -42,14 +43,7 @@ constexpr const char* kYellow = "33";
 constexpr const char* kCyan = "36";
 
 void WriteFd(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // a closed terminal or pipe: nothing more to do
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
+  (void)WriteAll(fd, data, "the terminal");  // a closed terminal or pipe: nothing more to do
 }
 
 size_t TerminalWidth(int fd) {

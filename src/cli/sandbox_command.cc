@@ -22,8 +22,6 @@
 namespace deepbox::cli {
 namespace {
 
-using local::lifecycle::FormatTime;
-using local::lifecycle::NowMs;
 using local::lifecycle::SandboxMeta;
 using local::lifecycle::Selector;
 

@@ -19,6 +19,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/io.h"
 #include "common/json.h"
 #include "common/terminal_text.h"
 #include "common/unique_fd.h"
@@ -204,16 +205,6 @@ Result<size_t> ReadSome(int fd, char* buf, size_t size, const std::string& what)
     if (n < 0) return MakeSyscallError("read", errno, what);
     return static_cast<size_t>(n);
   }
-}
-
-Status WriteAll(int fd, std::string_view data, const std::string& what) {
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return MakeSyscallError("write", errno, what);
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return {};
 }
 
 // ------------------------------------------------------------ host destination

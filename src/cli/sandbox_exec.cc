@@ -29,27 +29,13 @@
 #include "cli/commands.h"
 #include "cli/provider_util.h"
 #include "cli/sandbox_k8s.h"
+#include "common/io.h"
 #include "common/terminal_text.h"
 #include "common/unique_fd.h"
 #include "local/lifecycle/provider.h"
 
 namespace deepbox::cli {
 namespace {
-
-// Writes all of `data`; false with errno set on failure (EPIPE: the reader
-// is gone; SIGPIPE is ignored by main()).
-bool WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = EIO;
-      return false;
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return true;
-}
 
 int Say(int code, const std::string& message) {
   std::fprintf(stderr, "deepbox: %s\n", message.c_str());
@@ -449,12 +435,16 @@ int RunSandboxExec(const SandboxExecArgs& args) {
       }
       return true;
     }
-    if (WriteAll(s == OutputStream::kStdout ? STDOUT_FILENO : STDERR_FILENO, data)) return true;
-    // The reader went away (`| head`): a normal end, as SIGPIPE would be.
-    if (errno == EPIPE) {
+    const bool to_stdout = s == OutputStream::kStdout;
+    auto written =
+        WriteAll(to_stdout ? STDOUT_FILENO : STDERR_FILENO, data, to_stdout ? "stdout" : "stderr");
+    if (written) return true;
+    // The reader went away (`| head`): a normal end, as SIGPIPE would be
+    // (SIGPIPE is ignored by main()).
+    if (written.error().sys_errno == EPIPE) {
       output_closed = true;
     } else {
-      write_errno = errno;
+      write_errno = written.error().sys_errno;
     }
     return false;
   };

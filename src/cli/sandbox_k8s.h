@@ -1,7 +1,7 @@
 // Kubernetes sandboxes (SandboxClaims) from the shell: what `deepbox sandbox
 // exec` and `cp` need to work on a NAMESPACE/CLAIM id as on a local one. The
-// implementation is in sandbox_k8s_command.cc (a build without src/k8s
-// answers UNIMPLEMENTED); this header does not depend on src/k8s.
+// implementation is in sandbox_k8s_command.cc; this header does not depend
+// on src/k8s.
 #pragma once
 
 #include <functional>

@@ -26,59 +26,13 @@
 #include "cli/sandbox_k8s.h"
 #include "common/json.h"
 #include "common/terminal_text.h"
-#ifdef DEEPBOX_HAVE_K8S
 #include "k8s/provider.h"
 #include "k8s/settings.h"
 #include "k8s/util.h"
-#endif
 
 namespace deepbox::cli {
 
-bool IsK8sSandboxId(std::string_view id) {
-#ifdef DEEPBOX_HAVE_K8S
-  return k8s::IsK8sSandboxId(id);
-#else
-  // The same form as k8s::IsK8sSandboxId, so that such an id is answered
-  // "built without the Kubernetes provider" rather than "no such sandbox".
-  size_t slash = id.find('/');
-  if (slash == std::string_view::npos || id.find('/', slash + 1) != std::string_view::npos) {
-    return false;
-  }
-  auto name = [](std::string_view n) {  // a DNS-1123 subdomain, as k8s::IsObjectName
-    auto end_ok = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-    if (n.empty() || n.size() > 253 || !end_ok(n.front()) || !end_ok(n.back())) return false;
-    for (char c : n) {
-      if (!end_ok(c) && c != '-' && c != '.') return false;
-    }
-    return true;
-  };
-  return name(id.substr(0, slash)) && name(id.substr(slash + 1));
-#endif
-}
-
-#ifndef DEEPBOX_HAVE_K8S
-
-Result<ShellSandbox> ConnectK8sSandbox(const std::string&) {
-  return MakeError(ErrorCode::kUnimplemented,
-                   "this deepbox was built without the Kubernetes provider (src/k8s)");
-}
-K8sPolicyCheck CheckK8sNetworkPolicy(const ClusterFlags&) {
-  return {false, false, "this deepbox was built without the Kubernetes provider (src/k8s)"};
-}
-int RunK8sSandboxCreate(const SandboxCreateArgs&) {
-  return ReportError(Error(ErrorCode::kUnimplemented,
-                           "this deepbox was built without the Kubernetes provider (src/k8s)"));
-}
-int RunK8sSandboxLs(const SandboxLsArgs&) {
-  return ReportError(Error(ErrorCode::kUnimplemented,
-                           "this deepbox was built without the Kubernetes provider (src/k8s)"));
-}
-int RunK8sSandboxRm(const SandboxRmArgs&) {
-  return ReportError(Error(ErrorCode::kUnimplemented,
-                           "this deepbox was built without the Kubernetes provider (src/k8s)"));
-}
-
-#else
+bool IsK8sSandboxId(std::string_view id) { return k8s::IsK8sSandboxId(id); }
 
 namespace {
 
@@ -141,12 +95,12 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
 
 // "Ready", or "Pending"/the Ready condition's reason.
 std::string ClaimState(const json::object& claim) {
-  const json::value* conditions = k8s::Find(claim, {"status", "conditions"});
+  const json::value* conditions = Find(claim, {"status", "conditions"});
   if (conditions != nullptr && conditions->is_array()) {
     for (const auto& c : conditions->as_array()) {
-      if (k8s::FindString(c, {"type"}) != "Ready") continue;
-      if (k8s::FindString(c, {"status"}) == "True") return "Ready";
-      std::string reason = k8s::FindString(c, {"reason"});
+      if (FindString(c, {"type"}) != "Ready") continue;
+      if (FindString(c, {"status"}) == "True") return "Ready";
+      std::string reason = FindString(c, {"reason"});
       return reason.empty() ? "NotReady" : reason;
     }
   }
@@ -154,7 +108,7 @@ std::string ClaimState(const json::object& claim) {
 }
 
 std::string ClaimLabels(const json::object& claim) {
-  const json::value* labels = k8s::Find(claim, {"metadata", "labels"});
+  const json::value* labels = Find(claim, {"metadata", "labels"});
   std::string out;
   if (labels != nullptr && labels->is_object()) {
     for (const auto& [k, v] : labels->as_object()) {
@@ -168,7 +122,7 @@ std::string ClaimLabels(const json::object& claim) {
 // Milliseconds from now until `rfc3339` (negative: in the past); nullopt if unparsable.
 std::optional<int64_t> MsFromNow(const std::string& rfc3339) {
   if (rfc3339.empty()) return std::nullopt;
-  auto t = k8s::ParseRfc3339(rfc3339);
+  auto t = ParseRfc3339(rfc3339);
   if (!t) return std::nullopt;
   return std::chrono::duration_cast<std::chrono::milliseconds>(*t -
                                                                std::chrono::system_clock::now())
@@ -338,7 +292,7 @@ int RunK8sSandboxLs(const SandboxLsArgs& args) {
   }
   if (args.quiet) {
     for (const auto& item : list->items) {
-      std::cout << ns << "/" << Cell(k8s::FindString(item, {"metadata", "name"})) << "\n";
+      std::cout << ns << "/" << Cell(FindString(item, {"metadata", "name"})) << "\n";
     }
     std::cout << std::flush;
     return kExitOk;
@@ -346,11 +300,11 @@ int RunK8sSandboxLs(const SandboxLsArgs& args) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"NAME", "STATE", "SANDBOX", "AGE", "EXPIRES", "LABELS"});
   for (const auto& item : list->items) {
-    std::string name = k8s::FindString(item, {"metadata", "name"});
-    std::string sandbox = k8s::FindString(item, {"status", "sandbox", "name"});
-    auto age = MsFromNow(k8s::FindString(item, {"metadata", "creationTimestamp"}));
-    auto expires = MsFromNow(k8s::FindString(item, {"spec", "lifecycle", "shutdownTime"}));
-    std::string expiry = !expires ? "never"
+    std::string name = FindString(item, {"metadata", "name"});
+    std::string sandbox = FindString(item, {"status", "sandbox", "name"});
+    auto age = MsFromNow(FindString(item, {"metadata", "creationTimestamp"}));
+    auto expires = MsFromNow(FindString(item, {"spec", "lifecycle", "shutdownTime"}));
+    std::string expiry = !expires       ? "never"
                          : *expires < 0 ? "expired"
                                         : "in " + FormatAge(*expires);
     rows.push_back({name.empty() ? "-" : Cell(name), Cell(ClaimState(item)),
@@ -406,7 +360,5 @@ int RunK8sSandboxRm(const SandboxRmArgs& args) {
   }
   return code;
 }
-
-#endif  // DEEPBOX_HAVE_K8S
 
 }  // namespace deepbox::cli

@@ -93,4 +93,54 @@ json::object ErrorToJson(const Error& error) {
   return out;
 }
 
+namespace {
+
+const json::value* FindFrom(const json::value* cur, const std::string_view* begin,
+                            const std::string_view* end) {
+  for (auto it = begin; it != end; ++it) {
+    const auto* obj = cur->if_object();
+    if (obj == nullptr) return nullptr;
+    auto found = obj->find(*it);
+    if (found == obj->end()) return nullptr;
+    cur = &found->value();
+  }
+  return cur;
+}
+
+std::string AsString(const json::value* v) {
+  if (v == nullptr || !v->is_string()) return {};
+  return std::string(v->get_string());
+}
+
+}  // namespace
+
+const json::value* Find(const json::object& o, std::initializer_list<std::string_view> path) {
+  if (path.size() == 0) return nullptr;
+  auto first = o.find(*path.begin());
+  if (first == o.end()) return nullptr;
+  return FindFrom(&first->value(), path.begin() + 1, path.end());
+}
+
+std::string FindString(const json::object& o, std::initializer_list<std::string_view> path) {
+  return AsString(Find(o, path));
+}
+
+const json::value* Find(const json::value& v, std::initializer_list<std::string_view> path) {
+  const json::value* cur = &v;
+  for (auto key : path) {
+    const auto* obj = cur->if_object();
+    if (obj == nullptr) return nullptr;
+    auto it = obj->find(key);
+    if (it == obj->end()) return nullptr;
+    cur = &it->value();
+  }
+  return cur;
+}
+
+std::string FindString(const json::value& v, std::initializer_list<std::string_view> path) {
+  const json::value* f = Find(v, path);
+  if (f == nullptr || !f->is_string()) return {};
+  return std::string(f->get_string());
+}
+
 }  // namespace deepbox

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <boost/json.hpp>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -35,5 +36,13 @@ std::optional<int64_t> JsonToInt64(const json::value& value);
 
 // {"error": {"code": "NOT_FOUND", "message": "..."}}
 json::object ErrorToJson(const Error& error);
+
+// Nested lookups in JSON objects; nullptr / "" when a step is missing. (The
+// json::object overloads matter: binding an object to `const json::value&`
+// would copy it into a temporary and return a dangling pointer.)
+const json::value* Find(const json::value& v, std::initializer_list<std::string_view> path);
+const json::value* Find(const json::object& o, std::initializer_list<std::string_view> path);
+std::string FindString(const json::value& v, std::initializer_list<std::string_view> path);
+std::string FindString(const json::object& o, std::initializer_list<std::string_view> path);
 
 }  // namespace deepbox

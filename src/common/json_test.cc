@@ -37,5 +37,20 @@ TEST(JsonTest, ErrorShape) {
   EXPECT_EQ(text, R"({"error":{"code":"NOT_FOUND","message":"gone"}})");
 }
 
+TEST(JsonTest, FindFollowsAPathOfKeys) {
+  auto v = ParseJson(R"({"metadata": {"name": "a", "labels": {"k": "v"}, "n": 1}, "list": []})");
+  ASSERT_TRUE(v.has_value());
+  const json::object& o = v->as_object();
+  EXPECT_EQ(FindString(*v, {"metadata", "labels", "k"}), "v");
+  EXPECT_EQ(FindString(o, {"metadata", "name"}), "a");
+  ASSERT_NE(Find(o, {"metadata", "n"}), nullptr);
+  EXPECT_EQ(Find(o, {"metadata", "n"})->as_int64(), 1);
+  EXPECT_EQ(FindString(o, {"metadata", "n"}), "");             // not a string
+  EXPECT_EQ(Find(*v, {"metadata", "missing", "k"}), nullptr);  // a missing step
+  EXPECT_EQ(Find(*v, {"list", "0"}), nullptr);                 // not an object
+  EXPECT_EQ(Find(o, {}), nullptr);
+  EXPECT_EQ(Find(*v, {}), &*v);
+}
+
 }  // namespace
 }  // namespace deepbox

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/testing/temp_dir.h"
+
 namespace deepbox {
 namespace {
 
@@ -14,13 +16,8 @@ namespace fs = std::filesystem;
 
 class MakeDirsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/make-dirs-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  fs::path root_;
+  deepbox::testing::TempDir tmp_{"make-dirs-test"};
+  const fs::path& root_ = tmp_.path();
 };
 
 TEST_F(MakeDirsTest, CreatesEveryMissingParentWithTheMode) {

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 
+#include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 
 namespace deepbox {
@@ -21,20 +22,13 @@ const TrustedPath kUse{"the test directory", "DEEPBOX_TEST_DIR", "chooses what t
 
 class TrustedPathTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/dbx-trusted-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  void SetUp() override { dir_ = tmp_.path(); }
   Status Check(const fs::path& p, bool want_dir = true) {
     UniqueFd fd(open(p.c_str(), O_RDONLY | O_CLOEXEC));
     EXPECT_TRUE(fd) << p;
     return CheckOwnedByUs(fd.get(), p, kUse, want_dir);
   }
+  deepbox::testing::TempDir tmp_{"dbx-trusted"};
   fs::path dir_;
 };
 

@@ -100,7 +100,7 @@ Status PortForward::Launch(int port) {
   // --address: one IPv4 listener (kubectl's default adds [::1]), the one we check.
   std::string ports = port > 0 ? fmt::format("{}:{}", port, options_.remote_port)
                                : fmt::format(":{}", options_.remote_port);
-  SpawnOptions so;
+  SubprocessOptions so;
   so.argv.push_back(options_.kubectl);
   so.argv.insert(so.argv.end(), options_.kubectl_args.begin(), options_.kubectl_args.end());
   so.argv.insert(so.argv.end(), {"port-forward", "--address", "127.0.0.1", options_.service, ports,
@@ -112,7 +112,7 @@ Status PortForward::Launch(int port) {
   so.new_process_group = true;
   std::string what = fmt::format("kubectl port-forward {} {} -n {}", options_.service, ports,
                                  options_.namespace_name);
-  auto child = Child::Spawn(so);
+  auto child = Subprocess::Spawn(so);
   if (!child) {
     Error e = child.error();
     e.code = ErrorCode::kUnavailable;

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/subprocess.h"
 #include "common/unique_fd.h"
 #include "k8s/claim.h"
-#include "k8s/subprocess.h"
 #include "net/http.h"
 
 namespace deepbox::k8s {
@@ -110,7 +110,7 @@ class PortForward {
   int port_ = 0;  // set once by Start (restarts reuse it)
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  Child child_;
+  Subprocess child_;
   UniqueFd stdout_;   // "Handling connection for ..." lines
   UniqueFd stderr_;   // errors
   std::string tail_;  // last few KiB of its stderr

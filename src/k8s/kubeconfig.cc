@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "common/base64.h"
-#include "k8s/subprocess.h"
+#include "common/subprocess.h"
 #include "k8s/util.h"
 #include "k8s/yaml_json.h"
 
@@ -590,7 +590,7 @@ Result<Credentials> CredentialSource::RunExec() {
   spec["interactive"] = false;
   if (ex.provide_cluster_info) spec["cluster"] = config_.exec_cluster_info;
   info["spec"] = std::move(spec);
-  SpawnOptions opts;
+  SubprocessOptions opts;
   opts.argv.push_back(ex.command);
   opts.argv.insert(opts.argv.end(), ex.args.begin(), ex.args.end());
   opts.env = ex.env;

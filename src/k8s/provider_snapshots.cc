@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/byte_size.h"
+#include "common/io.h"
 #include "common/json.h"
 #include "common/unique_fd.h"
 #include "k8s/provider.h"
@@ -120,16 +121,9 @@ Result<std::string> K8sSandboxProvider::TakeArchive(const std::string& id,
             over_budget = true;  // a daemon that sends forever stops here
             return false;
           }
-          while (!data.empty()) {
-            ssize_t n = write(fd.get(), data.data(), data.size());
-            if (n < 0 && errno == EINTR) continue;
-            if (n < 0) {
-              wrote = MakeSyscallError("write", errno, tar.string());
-              return false;
-            }
-            written += static_cast<uint64_t>(n);
-            data.remove_prefix(static_cast<size_t>(n));
-          }
+          wrote = WriteAll(fd.get(), data, tar.string());
+          if (!wrote) return false;
+          written += data.size();
           pending.KeepAlive();
           return true;
         });

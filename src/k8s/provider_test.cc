@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "k8s/claim_token.h"
 #include "k8s/operating_mode.h"
 #include "k8s/testing/fake_api_server.h"
@@ -43,21 +44,7 @@ using testing::TestRouter;
 using testing::WaitUntil;
 
 // A private temporary directory (the claim key's), removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/deepbox-k8s-key-XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using deepbox::testing::TempDir;
 
 class ProviderTest : public ::testing::Test {
  protected:
@@ -78,7 +65,7 @@ class ProviderTest : public ::testing::Test {
   K8sProviderOptions Options() {
     K8sProviderOptions o;
     o.rest = server_->ClientConfig();
-    o.claim_key_file = key_dir_.path() + "/claim-key";
+    o.claim_key_file = key_dir_.Path("claim-key");
     o.labels = {{"deepagents.example/claim", "true"}};
     o.ready_timeout = 30s;
     o.connection.router_token = "router-secret";
@@ -807,7 +794,7 @@ TEST_F(SuspendTest, ASnapshotOfASuspendedClaimLeavesItSuspended) {
   o.warm_pool = "pvc-pool";
   o.connection.mode = ConnectionMode::kDirect;
   o.connection.direct_url = router_->url();
-  o.snapshot_dir = snapshots.path() + "/s";
+  o.snapshot_dir = snapshots.Path("s");
   auto provider = K8sSandboxProvider::Create(o);
   ASSERT_TRUE(provider) << provider.error().ToString();
   auto info = (*provider)->Create(ClaimOptions{});
@@ -977,14 +964,14 @@ TEST(SelectorTest, MatchesAsKubernetesDoes) {
 
 TEST(ClaimTokenTest, KeyIsPrivateStableAndChecked) {
   TempDir dir;
-  std::string path = dir.path() + "/sub/claim-key";
+  std::string path = dir.Path("sub/claim-key");
   auto key = LoadOrCreateClaimKey(path);
   ASSERT_TRUE(key) << key.error().ToString();
   EXPECT_EQ(key->size(), 32u);
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0600u);
-  ASSERT_EQ(::stat((dir.path() + "/sub").c_str(), &st), 0);
+  ASSERT_EQ(::stat((dir.Path("sub")).c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0700u);
   auto again = LoadOrCreateClaimKey(path);
   ASSERT_TRUE(again);
@@ -1004,11 +991,11 @@ TEST(ClaimTokenTest, KeyIsPrivateStableAndChecked) {
   EXPECT_NE(open.error().message.find("mode 0600"), std::string::npos) << open.error().message;
   ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
   // A symlink is not followed.
-  std::string link = dir.path() + "/link";
+  std::string link = dir.Path("link");
   ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
   EXPECT_FALSE(LoadOrCreateClaimKey(link));
   // Garbage is refused.
-  std::string junk = dir.path() + "/junk";
+  std::string junk = dir.Path("junk");
   { std::ofstream(junk) << "not a key\n"; }
   ASSERT_EQ(::chmod(junk.c_str(), 0600), 0);
   EXPECT_FALSE(LoadOrCreateClaimKey(junk));
@@ -1073,7 +1060,7 @@ TEST_F(OwnerTokenTest, OnlyTheClaimsOwnerDrivesItsDaemon) {
   // waits for it (the daemon says "no owner yet" until then).
   Start(300ms);
   ASSERT_FALSE(HasFatalFailure());
-  std::string key_a = dir_.path() + "/key-a";
+  std::string key_a = dir_.Path("key-a");
   auto provider = K8sSandboxProvider::Create(Options(key_a));
   ASSERT_TRUE(provider) << provider.error().ToString();
   auto lease = (*provider)->Claim({});
@@ -1136,7 +1123,7 @@ TEST_F(OwnerTokenTest, OnlyTheClaimsOwnerDrivesItsDaemon) {
   auto r2 = connected->client->Exec(req);
   ASSERT_TRUE(r2) << r2.error().ToString();
   EXPECT_EQ(r2->stdout_data, "owner\n");
-  auto other = K8sSandboxProvider::Create(Options(dir_.path() + "/key-b"));
+  auto other = K8sSandboxProvider::Create(Options(dir_.Path("key-b")));
   ASSERT_TRUE(other);
   auto stranger = (*other)->Connect("default/" + name);
   ASSERT_FALSE(stranger);
@@ -1147,7 +1134,7 @@ TEST_F(OwnerTokenTest, OnlyTheClaimsOwnerDrivesItsDaemon) {
 TEST_F(OwnerTokenTest, AnUncheckedClaimsFirstCallWaitsForTheVerifier) {
   Start(400ms);
   ASSERT_FALSE(HasFatalFailure());
-  K8sProviderOptions o = Options(dir_.path() + "/key");
+  K8sProviderOptions o = Options(dir_.Path("key"));
   o.check_daemon = false;  // Claim() returns at Ready, before the verifier arrives
   auto provider = K8sSandboxProvider::Create(o);
   ASSERT_TRUE(provider);
@@ -1164,7 +1151,7 @@ TEST_F(OwnerTokenTest, AnUncheckedClaimsFirstCallWaitsForTheVerifier) {
 TEST_F(OwnerTokenTest, AVerifierThatNeverArrivesIsAClearError) {
   Start(1h);
   ASSERT_FALSE(HasFatalFailure());
-  K8sProviderOptions o = Options(dir_.path() + "/key");
+  K8sProviderOptions o = Options(dir_.Path("key"));
   o.owner_wait = 300ms;
   auto provider = K8sSandboxProvider::Create(o);
   ASSERT_TRUE(provider);
@@ -1208,7 +1195,7 @@ class HostileSnapshotTest : public ProviderTest {
   }
   std::unique_ptr<K8sSandboxProvider> Provider() {
     K8sProviderOptions o = Options();
-    o.snapshot_dir = snapshots_.path() + "/snapshots";
+    o.snapshot_dir = snapshots_.Path("snapshots");
     o.snapshot_quota_bytes = 1 << 20;
     auto p = K8sSandboxProvider::Create(o);
     EXPECT_TRUE(p) << p.error().ToString();
@@ -1217,8 +1204,7 @@ class HostileSnapshotTest : public ProviderTest {
   std::vector<std::string> Kept() {
     std::vector<std::string> out;
     std::error_code ec;
-    for (const auto& e :
-         std::filesystem::directory_iterator(snapshots_.path() + "/snapshots", ec)) {
+    for (const auto& e : std::filesystem::directory_iterator(snapshots_.Path("snapshots"), ec)) {
       out.push_back(e.path().filename().string());
     }
     return out;
@@ -1253,7 +1239,7 @@ TEST_F(HostileSnapshotTest, ADaemonThatSendsPastTheQuotaIsCutOffAndNothingIsKept
   EXPECT_EQ(small->provider, "k8s");
   EXPECT_EQ(small->source_id, made->id);
   EXPECT_NE(small->note.find("Kubernetes cannot freeze a pod"), std::string::npos);
-  std::ifstream tar(snapshots_.path() + "/snapshots/small/workspace.tar");
+  std::ifstream tar(snapshots_.Path("snapshots/small/workspace.tar"));
   std::string bytes((std::istreambuf_iterator<char>(tar)), std::istreambuf_iterator<char>());
   EXPECT_EQ(bytes, "not a tar at all");
   EXPECT_TRUE(provider->Delete(made->id));

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "k8s/testing/fake_api_server.h"
 
 namespace deepbox::k8s {
@@ -50,21 +51,7 @@ class ScopedEnv {
 };
 
 // A private temporary directory, removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/deepbox-k8s-settings-XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using deepbox::testing::TempDir;
 
 // Every variable the settings (and the choice of connection) read, unset for
 // each test whatever the environment running it has.
@@ -81,7 +68,7 @@ class SettingsTest : public ::testing::Test {
 
   // A kubeconfig whose current context is "ctx" in namespace "from-context".
   std::string WriteKubeconfig() {
-    std::string path = dir_.path() + "/kubeconfig";
+    std::string path = dir_.Path("kubeconfig");
     std::ofstream(path) << R"(apiVersion: v1
 kind: Config
 current-context: ctx
@@ -268,7 +255,7 @@ TEST_F(SettingsTest, ARouterUrlIsDialledDirectly) {
 
 TEST_F(SettingsTest, AMissingKubeconfigIsAFailedCommandNotAMissingSandbox) {
   K8sSettings s;
-  s.kubeconfig = dir_.path() + "/no-such-kubeconfig";
+  s.kubeconfig = dir_.Path("no-such-kubeconfig");
   auto o = K8sProviderOptionsFor(s, {});
   ASSERT_FALSE(o);
   EXPECT_EQ(o.error().code, ErrorCode::kUnavailable);
@@ -325,7 +312,7 @@ TEST(IsK8sSandboxIdTest, TwoObjectNamesAroundOneSlash) {
 TEST_F(SettingsTest, AConfinedProviderRefusesOtherNamespacesBeforeAnyRequest) {
   auto server = testing::FakeApiServer::Start();
   ASSERT_TRUE(server) << server.error().message;
-  std::string kubeconfig = dir_.path() + "/fake-kubeconfig";
+  std::string kubeconfig = dir_.Path("fake-kubeconfig");
   ASSERT_TRUE((*server)->WriteKubeconfig(kubeconfig, "team-a"));
   ProviderRequest request;
   request.settings = {{"kubeconfig", kubeconfig},

@@ -10,8 +10,8 @@
 
 #include <cstring>
 
+#include "common/subprocess.h"
 #include "common/unique_fd.h"
-#include "k8s/subprocess.h"
 
 namespace deepbox::k8s {
 namespace {
@@ -125,9 +125,9 @@ TEST(SocketOwnerTest, ARealListenerIsFoundAndAttributedToItsProcess) {
   EXPECT_TRUE(CheckListenerOwner(::getpid(), static_cast<uint16_t>(l.port)));
 
   // Another process (our own child, even) does not hold it: refused.
-  SpawnOptions so;
+  SubprocessOptions so;
   so.argv = {"sleep", "1000"};
-  auto other = Child::Spawn(so);
+  auto other = Subprocess::Spawn(so);
   ASSERT_TRUE(other) << other.error().ToString();
   auto s = CheckListenerOwner(other->pid(), static_cast<uint16_t>(l.port));
   ASSERT_FALSE(s);

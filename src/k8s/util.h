@@ -1,5 +1,6 @@
-// Small helpers shared by the Kubernetes provider: RFC 3339 times, the
-// controller's name hash, label validation and random claim names.
+// Small helpers shared by the Kubernetes provider: the controller's name
+// hash, label validation, object names. (RFC 3339 times: common/time.h;
+// JSON path lookups: common/json.h.)
 #pragma once
 
 #include <chrono>
@@ -11,17 +12,9 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/random.h"
+#include "common/time.h"
 
 namespace deepbox::k8s {
-
-using SystemTime = std::chrono::system_clock::time_point;
-
-// "2026-08-22T00:27:14Z", "2026-08-22T00:27:14.5+02:00".
-Result<SystemTime> ParseRfc3339(std::string_view text);
-// "%Y-%m-%dT%H:%M:%SZ" (whole seconds, UTC): the SDK's shutdownTime format.
-std::string FormatRfc3339(SystemTime t);
-// Python's datetime.now(UTC).isoformat(): "2026-08-22T00:27:14.123456+00:00".
-std::string FormatIsoMicros(SystemTime t);
 
 // FNV-1a 32-bit of `name` as 8 lowercase hex digits (agents.x-k8s.io NameHash).
 std::string NameHash(std::string_view name);
@@ -45,14 +38,6 @@ bool IsObjectName(std::string_view name);
 // kMaxHeaderToken bytes of printable ASCII, no spaces or control characters.
 inline constexpr size_t kMaxHeaderToken = 60000;
 bool IsHeaderToken(std::string_view token);
-
-// Nested lookups in JSON objects; nullptr / "" when a step is missing. (The
-// json::object overloads matter: binding an object to `const json::value&`
-// would copy it into a temporary and return a dangling pointer.)
-const json::value* Find(const json::value& v, std::initializer_list<std::string_view> path);
-const json::value* Find(const json::object& o, std::initializer_list<std::string_view> path);
-std::string FindString(const json::value& v, std::initializer_list<std::string_view> path);
-std::string FindString(const json::object& o, std::initializer_list<std::string_view> path);
 
 // IPv4 preferred, IPv4-mapped IPv6 normalised, invalid entries skipped; "" if none.
 std::string SelectPodIp(const std::vector<std::string>& ips);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "local/testing/tree_compare.h"
 
 namespace deepbox::local {
@@ -28,28 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/deepbox-tree-XXXXXX";
-    if (mkdtemp(tmpl) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    // Make everything removable first (the trees hold 000 directories).
-    for (auto it = fs::recursive_directory_iterator(path_, ec);
-         it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->is_directory(ec) && !it->is_symlink(ec)) {
-        fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
-      }
-    }
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using deepbox::testing::TempDir;
 
 void WriteAt(const std::string& path, off_t offset, const std::string& data) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
@@ -122,7 +102,7 @@ class TreeCopyTest : public ::testing::TestWithParam<uint32_t> {};
 
 TEST_P(TreeCopyTest, RandomTreesComeOutIdentical) {
   TempDir tmp;
-  std::string from = tmp.path() + "/from", to = tmp.path() + "/to";
+  std::string from = tmp.Path("from"), to = tmp.Path("to");
   ASSERT_EQ(mkdir(from.c_str(), 0750), 0);
   ASSERT_EQ(mkdir(to.c_str(), 0700), 0);
   MakeTree(from, GetParam());
@@ -142,7 +122,7 @@ INSTANTIATE_TEST_SUITE_P(Seeds, TreeCopyTest, ::testing::Values(1u, 2u, 3u, 42u,
 
 TEST(TreeCopy, SymlinksAreCopiedNeverFollowed) {
   TempDir tmp;
-  std::string from = tmp.path() + "/from", to = tmp.path() + "/to", outside = tmp.path() + "/o";
+  std::string from = tmp.Path("from"), to = tmp.Path("to"), outside = tmp.Path("o");
   ASSERT_EQ(mkdir(from.c_str(), 0755), 0);
   ASSERT_EQ(mkdir(to.c_str(), 0700), 0);
   ASSERT_EQ(mkdir(outside.c_str(), 0755), 0);
@@ -163,7 +143,7 @@ TEST(TreeCopy, SymlinksAreCopiedNeverFollowed) {
 
 TEST(TreeCopy, ADestinationThatIsNotEmptyIsRefused) {
   TempDir tmp;
-  std::string from = tmp.path() + "/from", to = tmp.path() + "/to";
+  std::string from = tmp.Path("from"), to = tmp.Path("to");
   ASSERT_EQ(mkdir(from.c_str(), 0755), 0);
   ASSERT_EQ(mkdir(to.c_str(), 0700), 0);
   WriteAt(to + "/x", 0, "x");
@@ -174,7 +154,7 @@ TEST(TreeCopy, ADestinationThatIsNotEmptyIsRefused) {
 
 TEST(TreeCopy, TheByteLimitStopsACopyWithAClearError) {
   TempDir tmp;
-  std::string from = tmp.path() + "/from", to = tmp.path() + "/to";
+  std::string from = tmp.Path("from"), to = tmp.Path("to");
   ASSERT_EQ(mkdir(from.c_str(), 0755), 0);
   ASSERT_EQ(mkdir(to.c_str(), 0700), 0);
   WriteAt(from + "/big", 0, std::string(1 << 20, 'b'));
@@ -186,7 +166,7 @@ TEST(TreeCopy, TheByteLimitStopsACopyWithAClearError) {
 
 TEST(TreeCopy, DiskUsageCountsHardLinksOnceAndHolesNot) {
   TempDir tmp;
-  std::string dir = tmp.path() + "/d";
+  std::string dir = tmp.Path("d");
   ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
   WriteAt(dir + "/data", 0, std::string(1 << 20, 'd'));
   ASSERT_EQ(link((dir + "/data").c_str(), (dir + "/again").c_str()), 0);

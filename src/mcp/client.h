@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/version.h"
 #include "mcp/jsonrpc.h"
 #include "net/http.h"
 #include "sandbox/sandbox.h"
@@ -77,7 +78,7 @@ struct CallOptions {
 
 struct ClientOptions {
   std::string client_name = "deepbox";
-  std::string client_version = "0.1.0";
+  std::string client_version = std::string(kVersion);
   std::chrono::milliseconds request_timeout{60000};  // discover, initialize, tools/list
   std::chrono::milliseconds probe_timeout{10000};    // stdio: silence = a legacy server
 };

@@ -10,7 +10,7 @@
 //    header, when present, must be a loopback origin with the listener's
 //    port (or one allowed explicitly), else 403. A bearer token is required
 //    unless the caller disabled it (only allowed for a loopback listener, see
-//    mcp_command.cc); a wrong or missing token gets 401.
+//    cli/mcp/server_command.cc); a wrong or missing token gets 401.
 //  * Memory: a body is at most max_body_bytes (the largest upload_file,
 //    413 beyond it); buffered bodies of all clients together hold at most
 //    max_buffered_body_bytes (503 beyond it); each peer address has at most
@@ -44,7 +44,7 @@ namespace deepbox::mcp {
 constexpr size_t BodyBytesForTransfer(size_t transfer_bytes) {
   return (transfer_bytes + 2) / 3 * 4 + (size_t{1} << 20);
 }
-// SandboxToolsOptions::max_transfer_bytes (src/mcp/sandbox_tools.h), which
+// SandboxToolsOptions::max_transfer_bytes (src/cli/mcp/sandbox_tools.h), which
 // this library cannot include; tests/mcp uploads a file of the size
 // upload_file announces through HTTP, so the two cannot drift apart.
 inline constexpr size_t kMaxUploadFileBytes = size_t{32} << 20;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/base64.h"
+#include "common/version.h"
 
 namespace deepbox::mcp {
 
@@ -112,7 +113,7 @@ json::object ServerImplementation() {
   json::object o;
   o["name"] = "deepbox";
   o["title"] = "deepbox sandboxes";
-  o["version"] = "0.1.0";
+  o["version"] = std::string(kVersion);
   return o;
 }
 

@@ -17,9 +17,11 @@
 #include <cstdlib>
 
 #include "common/byte_size.h"
+#include "common/io.h"
 #include "common/json.h"
 #include "common/make_dirs.h"
 #include "common/remove_tree.h"
+#include "common/time.h"
 #include "common/trusted_path.h"
 #include "common/unique_fd.h"
 
@@ -40,17 +42,6 @@ std::string RandomSuffix() {
   return fmt::format("{:08x}", r);
 }
 
-std::string NowRfc3339() {
-  auto now = std::chrono::system_clock::now();
-  int64_t ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  time_t secs = static_cast<time_t>(ms / 1000);
-  struct tm tm {};
-  gmtime_r(&secs, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
-}
-
 Error NoSuchSnapshot(std::string_view name) {
   return Error(ErrorCode::kNotFound,
                fmt::format("no snapshot '{}' (see: deepbox sandbox snapshot ls)", name));
@@ -61,16 +52,6 @@ Error BadName(std::string_view name) {
                fmt::format("snapshot name '{}': use 1-63 letters, digits, '_', '.' and '-', "
                            "starting with a letter or digit",
                            name.substr(0, 100)));
-}
-
-Status WriteAll(int fd, std::string_view data, const fs::path& what) {
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return MakeSyscallError("write", errno, what.string());
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return {};
 }
 
 // The rule for the store's directory (snapshot_store.h, "Trust").
@@ -359,14 +340,14 @@ Result<SnapshotInfo> PendingSnapshot::Commit(SnapshotInfo info) {
   if (name_.empty()) return MakeError(ErrorCode::kInternal, "a scratch copy is not a snapshot");
   if (committed_) return MakeError(ErrorCode::kInternal, "snapshot committed twice");
   info.name = name_;
-  if (info.created_at.empty()) info.created_at = NowRfc3339();
+  if (info.created_at.empty()) info.created_at = FormatRfc3339Ms(NowMs());
   // The record is written whole (temp + rename), and synced with the
   // directory's rename: a snapshot that survives a crash is readable.
   fs::path tmp = dir_ / "snapshot.json.tmp";
   {
     UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd) return MakeSyscallError("open", errno, tmp.string());
-    if (auto st = WriteAll(fd.get(), SnapshotInfoJson(info) + "\n", tmp); !st) {
+    if (auto st = WriteAll(fd.get(), SnapshotInfoJson(info) + "\n", tmp.string()); !st) {
       return tl::unexpected(st.error());
     }
     if (fsync(fd.get()) != 0) return MakeSyscallError("fsync", errno, tmp.string());

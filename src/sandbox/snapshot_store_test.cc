@@ -16,6 +16,8 @@
 #include <map>
 #include <string>
 
+#include "common/testing/temp_dir.h"
+
 namespace deepbox {
 namespace {
 
@@ -25,17 +27,10 @@ using ::testing::HasSubstr;
 class SnapshotStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/dbx-snapstore-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = tmp_.path();
     unsetenv("DEEPBOX_SNAPSHOT_QUOTA");
   }
-  void TearDown() override {
-    std::error_code ec;
-    fs::permissions(root_, fs::perms::owner_all, ec);
-    fs::remove_all(root_, ec);
-    unsetenv("DEEPBOX_SNAPSHOT_QUOTA");
-  }
+  void TearDown() override { unsetenv("DEEPBOX_SNAPSHOT_QUOTA"); }
 
   SnapshotStore Open(uint64_t quota = 0) {
     SnapshotStoreOptions o;
@@ -70,6 +65,7 @@ class SnapshotStoreTest : public ::testing::Test {
     return out;
   }
 
+  deepbox::testing::TempDir tmp_{"dbx-snapstore"};
   fs::path root_;
 };
 

@@ -287,7 +287,7 @@ int main(int argc, char** argv) {
   options.body_min_rate = body_min_rate;
   options.write_timeout = seconds(write_timeout_s);
   options.max_connections = max_connections > 0 ? max_connections : *fd_room;
-  options.server_header = "deepbox-sandboxd/" + std::string(sandboxd::kVersion);
+  options.server_header = "deepbox-sandboxd/" + std::string(kVersion);
   options.stream_request_body = &sandboxd::Daemon::StreamsRequestBody;
   std::vector<std::unique_ptr<net::HttpServer>> servers;
   sandboxd::Daemon* d = daemon->get();
@@ -301,7 +301,7 @@ int main(int argc, char** argv) {
                             ? ep->ToString()
                             : fmt::format("{}:{}", ep->host, (*server)->port());
     std::fprintf(stderr, "deepbox-sandboxd %s: listening on %s, root %s, files root %s%s\n",
-                 std::string(sandboxd::kVersion).c_str(), where.c_str(), config.root_dir.c_str(),
+                 std::string(kVersion).c_str(), where.c_str(), config.root_dir.c_str(),
                  (*daemon)->files_root().path().c_str(),
                  !config.token.empty()               ? ", token required"
                  : !config.token_sha256_file.empty() ? ", token (by verifier) required"

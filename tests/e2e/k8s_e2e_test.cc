@@ -22,9 +22,7 @@
 #include "k8s/testing/fixtures.h"
 #include "k8s/testing/test_router.h"
 #include "k8s/util.h"
-#ifdef DEEPBOX_E2E_HAVE_MCP
 #include "mcp/client.h"
-#endif
 #include "sandbox/testing/scoped_sandboxd.h"
 
 namespace deepbox::e2e {
@@ -321,7 +319,7 @@ TEST_F(K8sTest, SandboxLsListsTheClaimsOfTheNamespace) {
   auto parsed = json::parse(r.out);
   ASSERT_TRUE(parsed.is_array());
   ASSERT_EQ(parsed.as_array().size(), 1u);
-  EXPECT_EQ(k8s::FindString(parsed.as_array()[0], {"metadata", "name"}), "sandbox-claim-dddddddd");
+  EXPECT_EQ(FindString(parsed.as_array()[0], {"metadata", "name"}), "sandbox-claim-dddddddd");
 }
 
 TEST_F(K8sTest, SandboxLsSizesColumnsToTheirContentAndStripsControlSequences) {
@@ -377,26 +375,25 @@ TEST_F(K8sTest, SandboxCreateExecCpAndRmOnKubernetes) {
   ASSERT_EQ(r.code, 0) << r.err;
   auto rec = ParseJsonObject(r.out);
   ASSERT_TRUE(rec) << r.out;
-  std::string id = k8s::FindString(*rec, {"id"});
-  std::string claim = k8s::FindString(*rec, {"claim"});
+  std::string id = FindString(*rec, {"id"});
+  std::string claim = FindString(*rec, {"claim"});
   EXPECT_EQ(id, "default/" + claim);
   EXPECT_EQ(SortedClaims("default"), std::vector<std::string>{claim});  // kept
   // What python/deepbox's Sandbox.claim needs: the router and its headers
   // (never the router token).
-  EXPECT_EQ(k8s::FindString(*rec, {"url"}), fmt::format("http://127.0.0.1:{}", router_->port()));
-  std::string sandbox = k8s::FindString(*rec, {"sandbox"});
+  EXPECT_EQ(FindString(*rec, {"url"}), fmt::format("http://127.0.0.1:{}", router_->port()));
+  std::string sandbox = FindString(*rec, {"sandbox"});
   EXPECT_TRUE(sandbox.starts_with("deepagents-warmpool-")) << sandbox;
-  EXPECT_EQ(k8s::FindString(*rec, {"headers", "X-Sandbox-ID"}), sandbox);
-  EXPECT_EQ(k8s::FindString(*rec, {"headers", "X-Sandbox-Namespace"}), "default");
-  EXPECT_EQ(k8s::FindString(*rec, {"headers", "X-Sandbox-Port"}), "8888");
-  EXPECT_FALSE(k8s::FindString(*rec, {"headers", "X-Sandbox-Pod-IP"}).empty());
+  EXPECT_EQ(FindString(*rec, {"headers", "X-Sandbox-ID"}), sandbox);
+  EXPECT_EQ(FindString(*rec, {"headers", "X-Sandbox-Namespace"}), "default");
+  EXPECT_EQ(FindString(*rec, {"headers", "X-Sandbox-Port"}), "8888");
+  EXPECT_FALSE(FindString(*rec, {"headers", "X-Sandbox-Pod-IP"}).empty());
   EXPECT_EQ(r.out.find("router-secret"), std::string::npos) << r.out;
-  EXPECT_EQ(
-      k8s::FindString(server_->store()
-                          .Get({"extensions.agents.x-k8s.io", "sandboxclaims", "default"}, claim)
-                          .value_or(json::object()),
-                      {"metadata", "labels", "team"}),
-      "ml");
+  EXPECT_EQ(FindString(server_->store()
+                           .Get({"extensions.agents.x-k8s.io", "sandboxclaims", "default"}, claim)
+                           .value_or(json::object()),
+                       {"metadata", "labels", "team"}),
+            "ml");
 
   r = Run({kDeepbox, "sandbox", "exec", id, "--", "sh", "-c", "echo hi; echo err >&2; exit 7"},
           env);
@@ -454,8 +451,8 @@ TEST_F(K8sSnapshotTest, SnapshotRestoreAndForkFromTheShell) {
   EXPECT_THAT(r.err, HasSubstr("Kubernetes cannot freeze a pod"));
   auto rec = ParseJsonObject(r.out);
   ASSERT_TRUE(rec) << r.out;
-  EXPECT_EQ(k8s::FindString(*rec, {"provider"}), "k8s");
-  EXPECT_EQ(k8s::FindString(*rec, {"source_id"}), id);
+  EXPECT_EQ(FindString(*rec, {"provider"}), "k8s");
+  EXPECT_EQ(FindString(*rec, {"source_id"}), id);
   EXPECT_TRUE(std::filesystem::exists(dir_ / "state" / "snapshots" / "k-snap" / "workspace.tar"));
   r = Run({kDeepbox, "sandbox", "snapshot", "ls"}, env);
   ASSERT_EQ(r.code, 0) << r.err;
@@ -472,9 +469,9 @@ TEST_F(K8sSnapshotTest, SnapshotRestoreAndForkFromTheShell) {
   ASSERT_EQ(r.code, 0) << r.err;
   rec = ParseJsonObject(r.out);
   ASSERT_TRUE(rec) << r.out;
-  const std::string restored = k8s::FindString(*rec, {"id"});
+  const std::string restored = FindString(*rec, {"id"});
   EXPECT_NE(restored, id);
-  EXPECT_EQ(k8s::FindString(*rec, {"labels", "deepbox.dev/snapshot"}), "k-snap");
+  EXPECT_EQ(FindString(*rec, {"labels", "deepbox.dev/snapshot"}), "k-snap");
   r = Run({kDeepbox, "sandbox", "exec", restored, "--", "cat", "d/f.txt"}, env);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "kept\n");
@@ -507,7 +504,6 @@ TEST_F(K8sSnapshotTest, SnapshotRestoreAndForkFromTheShell) {
   EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
 }
 
-#ifdef DEEPBOX_E2E_HAVE_MCP
 // `deepbox mcp --provider k8s`, driven by the production MCP client over
 // stdio as Claude Code would: a claim created elsewhere (`sandbox create
 // --provider k8s`, kept) is invisible to MCP clients until the operator
@@ -522,8 +518,8 @@ TEST_F(K8sTest, McpToolsReachAKeptClaimByItsId) {
   ASSERT_EQ(r.code, 0) << r.err;
   auto rec = ParseJsonObject(r.out);
   ASSERT_TRUE(rec) << r.out;
-  const std::string id = k8s::FindString(*rec, {"id"});
-  const std::string claim = k8s::FindString(*rec, {"claim"});
+  const std::string id = FindString(*rec, {"id"});
+  const std::string claim = FindString(*rec, {"claim"});
   ASSERT_EQ(id, "default/" + claim);
 
   env["DEEPBOX_STATE_DIR"] = (dir_ / "state").string();
@@ -570,7 +566,6 @@ TEST_F(K8sTest, McpToolsReachAKeptClaimByItsId) {
   r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", id}, env);
   EXPECT_EQ(r.code, 0) << r.err;
 }
-#endif
 
 // Issue 12 item 5: the run keeps the claim's watch open and stops at once
 // (exit 3) when the claim is deleted from outside, not when the daemon stops
@@ -648,7 +643,7 @@ TEST_F(K8sTest, ExampleOnSigtermSaysTheToolWasInterrupted) {
 TEST_F(K8sTest, DoctorAndCreateWarnWithoutANetworkPolicy) {
   auto env = K8sEnv();
   auto flag = [](const json::object& report, const char* key) {
-    const json::value* v = k8s::Find(report, {"k8s_network_policy", key});
+    const json::value* v = Find(report, {"k8s_network_policy", key});
     return v != nullptr && v->is_bool() && v->as_bool();
   };
   auto r = Run({kDeepbox, "doctor", "--provider", "k8s", "--json"}, env);
@@ -656,7 +651,7 @@ TEST_F(K8sTest, DoctorAndCreateWarnWithoutANetworkPolicy) {
   ASSERT_TRUE(report) << r.out << r.err;
   EXPECT_TRUE(flag(*report, "checked")) << r.out;
   EXPECT_FALSE(flag(*report, "isolated")) << r.out;
-  EXPECT_THAT(k8s::FindString(*report, {"k8s_network_policy", "detail"}),
+  EXPECT_THAT(FindString(*report, {"k8s_network_policy", "detail"}),
               HasSubstr("no NetworkPolicy in namespace default selects the sandbox pods"));
   r = Run({kDeepbox, "doctor", "--provider", "k8s"}, env);
   EXPECT_THAT(r.out, HasSubstr("k8s NetworkPolicy: WARNING - no NetworkPolicy"));
@@ -697,9 +692,9 @@ TEST_F(K8sOwnerTest, OnlyTheOwnerDrivesAClaimedSandbox) {
   ASSERT_EQ(r.code, 0) << r.err;
   auto rec = ParseJsonObject(r.out);
   ASSERT_TRUE(rec) << r.out;
-  std::string id = k8s::FindString(*rec, {"id"});
+  std::string id = FindString(*rec, {"id"});
   // What python/deepbox's Sandbox.claim sends: the claim's token among the headers.
-  std::string token = k8s::FindString(*rec, {"headers", "X-Sandboxd-Token"});
+  std::string token = FindString(*rec, {"headers", "X-Sandboxd-Token"});
   EXPECT_GE(token.size(), 43u) << r.out;
   auto key = fs::path(dir_ / "xdg" / "deepbox" / "k8s-claim-key");
   ASSERT_TRUE(fs::exists(key));

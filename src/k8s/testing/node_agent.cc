@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "k8s/subprocess.h"
+#include "common/subprocess.h"
 #include "k8s/util.h"
 #include "net/http_client.h"
 
@@ -253,7 +253,7 @@ Status NodeAgent::Run(const std::string& ns, const std::string& name, const json
       }
     }
   }
-  SpawnOptions so;
+  SubprocessOptions so;
   so.argv = {options_.deepbox, "sandbox",   "create",
              "--json",         "--network", "none",
              "--disk",         "0",         "--ttl",
@@ -552,7 +552,7 @@ void NodeAgent::StopPod(const std::string& key) {
   if (it == pods_.end()) return;
   it->second.proxy.reset();
   if (!it->second.sandbox_id.empty()) {
-    SpawnOptions so;
+    SubprocessOptions so;
     so.argv = {options_.deepbox, "sandbox", "rm", it->second.sandbox_id};
     if (!options_.state_dir.empty()) so.env.emplace_back("DEEPBOX_STATE_DIR", options_.state_dir);
     so.new_process_group = false;

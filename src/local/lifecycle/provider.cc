@@ -107,8 +107,9 @@ class LocalLease : public SandboxLease {
         "local sandbox {}{}\n  run a command: {}deepbox sandbox exec {} -- COMMAND\n"
         "  delete it:     {}deepbox sandbox rm {}",
         meta_.id,
-        meta_.expires_at_ms ? " (deleted automatically at " + FormatTime(*meta_.expires_at_ms) + ")"
-                            : "",
+        meta_.expires_at_ms
+            ? " (deleted automatically at " + FormatRfc3339Ms(*meta_.expires_at_ms) + ")"
+            : "",
         env, meta_.id, env, meta_.id);
   }
 
@@ -561,7 +562,7 @@ Error LocalSandboxProvider::GoneError(const std::string& id) const {
                    fmt::format("sandbox '{}' expired: {}; it was deleted", id, t->detail));
     }
     return Error(ErrorCode::kNotFound, fmt::format("sandbox '{}' is gone: {} (at {})", id,
-                                                   t->detail, FormatTime(t->at_ms)));
+                                                   t->detail, FormatRfc3339Ms(t->at_ms)));
   }
   return Error(ErrorCode::kNotFound, fmt::format("no sandbox '{}' (see: deepbox sandbox ls)", id));
 }
@@ -574,7 +575,7 @@ bool LocalSandboxProvider::KeepOrReapOrphan(const SandboxMeta& meta) {
   if (auto now = store_.Read(meta.id); now && IsSupervisorOf(now->supervisor, meta.id)) return true;
   (void)store_.WriteTombstone(
       suspended ? Tombstone{meta.id, "expired",
-                            "its TTL ran out at " + FormatTime(*meta.expires_at_ms) +
+                            "its TTL ran out at " + FormatRfc3339Ms(*meta.expires_at_ms) +
                                 " while it was suspended",
                             NowMs()}
                 : Tombstone{meta.id, "supervisor-died",
@@ -633,7 +634,7 @@ Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id_or_name) {
     return MakeError(
         ErrorCode::kNotFound,
         fmt::format("sandbox '{}' expired at {} (its TTL ran out); it is being deleted", id,
-                    FormatTime(*meta->expires_at_ms)));
+                    FormatRfc3339Ms(*meta->expires_at_ms)));
   }
   if (!meta->broken.empty()) {
     return MakeError(
@@ -823,8 +824,8 @@ SandboxInfo InfoOf(const SandboxMeta& meta) {
   info.id = meta.id;
   info.provider = "local";
   info.labels = meta.labels;
-  info.created_at = FormatTime(meta.created_at_ms);
-  if (meta.expires_at_ms) info.expires_at = FormatTime(*meta.expires_at_ms);
+  info.created_at = FormatRfc3339Ms(meta.created_at_ms);
+  if (meta.expires_at_ms) info.expires_at = FormatRfc3339Ms(*meta.expires_at_ms);
   info.network = meta.network;
   // Paused or suspended say so; else claimed (or warm).
   info.state = meta.mode != "running" ? meta.mode : meta.state;

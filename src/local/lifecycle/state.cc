@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/io.h"
 #include "common/trusted_path.h"
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
@@ -31,23 +32,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-Result<std::string> ReadAll(int fd, const fs::path& path) {
-  std::string out;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return MakeSyscallError("read", errno, path.string());
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
 Result<std::string> ReadWholeFile(const fs::path& path) {
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return MakeSyscallError("open", errno, path.string());
-  return ReadAll(fd.get(), path);
+  return ReadAll(fd.get(), path.string());
 }
 
 // The rule for everything deepbox trusts in the state dir (state.h, "Trust"):
@@ -100,7 +88,7 @@ Result<std::string> ReadRecordText(const fs::path& dir) {
   if (auto st = CheckOurs(fd.get(), path, "the sandbox record", false); !st) {
     return tl::unexpected(st.error());
   }
-  return ReadAll(fd.get(), path);
+  return ReadAll(fd.get(), path.string());
 }
 
 Result<SandboxMeta> ParseRecord(const std::string& id, const std::string& text,
@@ -116,16 +104,6 @@ Result<SandboxMeta> ParseRecord(const std::string& id, const std::string& text,
   return meta;
 }
 
-Status WriteAll(int fd, std::string_view data, const fs::path& what) {
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return MakeSyscallError("write", errno, what.string());
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return {};
-}
-
 // Atomic: temp file in the same dir, then rename over `path`.
 Status WriteFileAtomic(const fs::path& path, std::string_view data) {
   uint64_t r = 0;
@@ -133,7 +111,7 @@ Status WriteFileAtomic(const fs::path& path, std::string_view data) {
   fs::path tmp = path.parent_path() / fmt::format(".{}.{:x}.tmp", path.filename().string(), r);
   UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd) return MakeSyscallError("open", errno, tmp.string());
-  if (auto st = WriteAll(fd.get(), data, tmp); !st) {
+  if (auto st = WriteAll(fd.get(), data, tmp.string()); !st) {
     unlink(tmp.c_str());
     return st;
   }
@@ -354,58 +332,15 @@ bool IsSupervisorOf(const ProcessRef& ref, std::string_view id) {
   return false;
 }
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string FormatTime(int64_t unix_ms) {
-  time_t secs = static_cast<time_t>(unix_ms / 1000);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, unix_ms % 1000);
-}
-
-Result<int64_t> ParseTime(std::string_view text) {
-  struct tm tm {};
-  int ms = 0;
-  std::string s(text);
-  int consumed = 0;
-  if (sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-             &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6) {
-    return MakeError(ErrorCode::kInvalidArgument, fmt::format("bad timestamp '{}'", text));
-  }
-  std::string_view rest = std::string_view(s).substr(static_cast<size_t>(consumed));
-  if (!rest.empty() && rest.front() == '.') {
-    rest.remove_prefix(1);
-    int digits = 0;
-    while (!rest.empty() && std::isdigit(static_cast<unsigned char>(rest.front()))) {
-      if (digits < 3) ms = ms * 10 + (rest.front() - '0');
-      ++digits;
-      rest.remove_prefix(1);
-    }
-    for (; digits < 3; ++digits) ms *= 10;
-  }
-  if (rest != "Z") {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("bad timestamp '{}' (UTC only)", text));
-  }
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return static_cast<int64_t>(timegm(&tm)) * 1000 + ms;
-}
-
 json::object SandboxMeta::ToJson() const {
   json::object o;
   o["id"] = id;
   json::object l;
   for (const auto& [k, v] : labels) l[k] = v;
   o["labels"] = std::move(l);
-  o["created_at"] = FormatTime(created_at_ms);
+  o["created_at"] = FormatRfc3339Ms(created_at_ms);
   if (expires_at_ms) {
-    o["expires_at"] = FormatTime(*expires_at_ms);
+    o["expires_at"] = FormatRfc3339Ms(*expires_at_ms);
   } else {
     o["expires_at"] = nullptr;
   }
@@ -428,10 +363,10 @@ json::object SandboxMeta::ToJson() const {
   o["cgroups"] = std::move(cg);
   o["socket"] = JsonString(socket);
   o["timings_us"] = timings;
-  if (claimed_at_ms) o["claimed_at"] = FormatTime(*claimed_at_ms);
+  if (claimed_at_ms) o["claimed_at"] = FormatRfc3339Ms(*claimed_at_ms);
   if (requested_mode != "running") o["requested_mode"] = requested_mode;
   if (mode != "running") o["mode"] = mode;
-  if (mode_since_ms) o["mode_since"] = FormatTime(*mode_since_ms);
+  if (mode_since_ms) o["mode_since"] = FormatRfc3339Ms(*mode_since_ms);
   if (!mode_error.empty()) o["mode_error"] = JsonString(mode_error);
   if (idle_suspend_seconds > 0) o["idle_suspend_seconds"] = idle_suspend_seconds;
   if (hold.valid()) o["hold"] = RefToJson(hold);
@@ -457,16 +392,16 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
       if (v.is_string()) m.labels[std::string(k)] = std::string(v.as_string());
     }
   }
-  auto created = ParseTime(GetOptString(o, "created_at").value_or(""));
+  auto created = ParseRfc3339Ms(GetOptString(o, "created_at").value_or(""));
   if (!created) return tl::unexpected(created.error());
   m.created_at_ms = *created;
   if (auto e = GetOptString(o, "expires_at")) {
-    auto t = ParseTime(*e);
+    auto t = ParseRfc3339Ms(*e);
     if (!t) return tl::unexpected(t.error());
     m.expires_at_ms = *t;
   }
   if (auto c = GetOptString(o, "claimed_at")) {
-    auto t = ParseTime(*c);
+    auto t = ParseRfc3339Ms(*c);
     if (t) m.claimed_at_ms = *t;
   }
   m.state = GetOptString(o, "state").value_or("claimed");
@@ -476,7 +411,7 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
   m.mode = GetOptString(o, "mode").value_or("running");
   if (!ValidMode(m.mode)) m.mode = "running";
   if (auto since = GetOptString(o, "mode_since")) {
-    if (auto t = ParseTime(*since)) m.mode_since_ms = *t;
+    if (auto t = ParseRfc3339Ms(*since)) m.mode_since_ms = *t;
   }
   m.mode_error = GetOptString(o, "mode_error").value_or("");
   m.idle_suspend_seconds = IntOr(o, "idle_suspend_seconds", 0, 0, INT32_MAX);
@@ -660,7 +595,7 @@ Status Store::WriteTombstone(const Tombstone& t) const {
   o["id"] = t.id;
   o["reason"] = t.reason;
   o["detail"] = JsonString(t.detail);
-  o["at"] = FormatTime(t.at_ms);
+  o["at"] = FormatRfc3339Ms(t.at_ms);
   return WriteFileAtomic(root_ / "tombstones" / t.id, ToJson(o));
 }
 
@@ -674,7 +609,7 @@ std::optional<Tombstone> Store::ReadTombstone(const std::string& id) const {
   t.id = id;
   t.reason = GetOptString(*obj, "reason").value_or("");
   t.detail = GetOptString(*obj, "detail").value_or("");
-  t.at_ms = ParseTime(GetOptString(*obj, "at").value_or("")).value_or(0);
+  t.at_ms = ParseRfc3339Ms(GetOptString(*obj, "at").value_or("")).value_or(0);
   return t;
 }
 
@@ -698,7 +633,7 @@ Result<uint32_t> Store::ReserveNetSlot(const std::string& id) const {
     fs::path p = root_ / "net" / fmt::format("slot-{}", slot);
     UniqueFd fd(open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (fd) {
-      (void)WriteAll(fd.get(), id, p);
+      (void)WriteAll(fd.get(), id, p.string());
       return slot;
     }
     if (errno != EEXIST) return MakeSyscallError("open", errno, p.string());
@@ -723,7 +658,7 @@ std::string Store::NetSlotOwner(uint32_t slot) const {
   fs::path p = root_ / "net" / fmt::format("slot-{}", slot);
   UniqueFd fd(open(p.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd || !CheckOurs(fd.get(), p, "the net slot reservation", false)) return "";
-  auto text = ReadAll(fd.get(), p);
+  auto text = ReadAll(fd.get(), p.string());
   return text && ValidId(*text) ? *text : "";
 }
 

@@ -49,6 +49,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/remove_tree.h"
+#include "common/time.h"
 #include "local/lifecycle/sandbox_limits.h"
 #include "local/lifecycle/selector.h"
 
@@ -77,10 +78,6 @@ bool ProcessAlive(const ProcessRef& ref);
 // this process's effective uid. What a record names as its supervisor is
 // signalled (and its sandbox counted alive) only if this holds.
 bool IsSupervisorOf(const ProcessRef& ref, std::string_view id);
-
-int64_t NowMs();                                      // wall clock, ms since the epoch
-std::string FormatTime(int64_t unix_ms);              // RFC 3339 UTC, ms precision
-Result<int64_t> ParseTime(std::string_view rfc3339);  // the inverse (UTC 'Z' only)
 
 struct SandboxMeta {
   std::string id;

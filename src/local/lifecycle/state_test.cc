@@ -14,6 +14,7 @@
 #include <functional>
 #include <iterator>
 
+#include "common/testing/temp_dir.h"
 #include "local/cgroups.h"
 #include "local/network.h"
 
@@ -25,27 +26,7 @@ std::string ReadFileText(const fs::path& p) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/deepbox-state-test-XXXXXX";
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { (void)RemoveTree(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-TEST(StateTest, TimeRoundTrips) {
-  int64_t t = 1767225600123;  // 2026-01-01T00:00:00.123Z
-  EXPECT_EQ(FormatTime(t), "2026-01-01T00:00:00.123Z");
-  EXPECT_EQ(ParseTime("2026-01-01T00:00:00.123Z").value(), t);
-  EXPECT_EQ(ParseTime("2026-01-01T00:00:00Z").value(), t - 123);
-  EXPECT_FALSE(ParseTime("2026-01-01 00:00:00").has_value());
-  EXPECT_FALSE(ParseTime("2026-01-01T00:00:00+02:00").has_value());
-}
+using deepbox::testing::TempDir;
 
 TEST(StateTest, IdsAreValidAndDistinct) {
   std::string a = Store::NewId(), b = Store::NewId();

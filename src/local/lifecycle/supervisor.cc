@@ -71,7 +71,7 @@ void SendAll(int fd, std::string_view data) {
 
 void Log(const std::string& msg) {
   std::string line =
-      fmt::format("{} deepbox supervisor[{}]: {}\n", FormatTime(NowMs()), getpid(), msg);
+      fmt::format("{} deepbox supervisor[{}]: {}\n", FormatRfc3339Ms(NowMs()), getpid(), msg);
   (void)!write(STDERR_FILENO, line.data(), line.size());
 }
 
@@ -453,7 +453,7 @@ bool Supervisor::HandleSignals() {
       if (m) {
         meta_ = *m;
         Log(fmt::format("meta.json re-read: state {}, expires {}", meta_.state,
-                        meta_.expires_at_ms ? FormatTime(*meta_.expires_at_ms) : "never"));
+                        meta_.expires_at_ms ? FormatRfc3339Ms(*meta_.expires_at_ms) : "never"));
         ArmTimer();
       } else {
         Log("re-reading meta.json failed: " + m.error().ToString());
@@ -591,7 +591,7 @@ void Supervisor::Serve() {
         }
         Log("TTL reached: deleting");
         Delete(Tombstone{req_.id, "expired",
-                         "its TTL ran out at " + FormatTime(*meta_.expires_at_ms), NowMs()});
+                         "its TTL ran out at " + FormatRfc3339Ms(*meta_.expires_at_ms), NowMs()});
         return;
       }
       ArmTimer();

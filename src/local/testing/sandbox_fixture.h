@@ -10,27 +10,13 @@
 #include <filesystem>
 #include <string>
 
+#include "common/testing/temp_dir.h"
 #include "local/launcher.h"
 #include "local/namespaces.h"
 
 namespace deepbox::local::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/deepbox-local-test-XXXXXX";
-    char* p = mkdtemp(tmpl.data());
-    if (p != nullptr) path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = deepbox::testing::TempDir;
 
 struct RunResult {
   ExitStatus status;

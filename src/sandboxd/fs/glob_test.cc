@@ -158,7 +158,7 @@ TEST_F(GlobTest, Symlinks) {
   SymlinkRaw(other.Path("out.py"), dir_ + "/escape.py");  // outside: not reported
   SymlinkRaw("missing.py", dir_ + "/dangling.py");        // dangling: not reported
   SymlinkRaw("sub", dir_ + "/subdir_link");               // directory: not entered
-  SymlinkRaw(other.path(), dir_ + "/outdir");
+  SymlinkRaw(other.path().string(), dir_ + "/outdir");
   EXPECT_EQ(G("*.py"), (Paths{".hidden/x.py", "a.py", "link.py", "sub/b.py", "sub/nested/c.py"}));
   EXPECT_EQ(G("subdir_link/*.py"), Paths{});
   EXPECT_EQ(G("outdir/*"), Paths{});

@@ -146,7 +146,7 @@ TEST_F(GrepTest, SymlinksAreNotFollowedDuringTheWalk) {
   TempDir other;
   WriteRaw(other.Path("secret.txt"), "needle outside\n");
   WriteRaw(dir_ + "/real/f.txt", "needle inside\n");
-  SymlinkRaw(other.path(), dir_ + "/outdir");
+  SymlinkRaw(other.path().string(), dir_ + "/outdir");
   SymlinkRaw(other.Path("secret.txt"), dir_ + "/outfile");
   SymlinkRaw("real", dir_ + "/indir");
   SymlinkRaw("real/f.txt", dir_ + "/infile");

@@ -312,7 +312,7 @@ class WideRootTest : public ::testing::TestWithParam<bool> {
     SymlinkRaw(tmp_.Path("etc/conf"), tmp_.Path("ws/abs_link"));  // absolute, inside the root
     RootOptions options{.force_fallback = GetParam()};
     options.relative_base = tmp_.Path("ws");
-    auto root = Root::Open(tmp_.path(), options);
+    auto root = Root::Open(tmp_.path().string(), options);
     ASSERT_TRUE(root) << root.error().ToString();
     root_.emplace(std::move(*root));
   }
@@ -363,7 +363,7 @@ TEST(RootTest, RelativeBaseMustBeADirectoryInsideTheRoot) {
     return Root::Open(tmp.Path("root"), options);
   };
   EXPECT_TRUE(open(tmp.Path("root/ws")));
-  EXPECT_EQ(open(tmp.path()).error().code, ErrorCode::kPermissionDenied);
+  EXPECT_EQ(open(tmp.path().string()).error().code, ErrorCode::kPermissionDenied);
   EXPECT_EQ(open("ws").error().code, ErrorCode::kInvalidArgument);
   EXPECT_EQ(open(tmp.Path("root/missing")).error().code, ErrorCode::kNotFound);
   EXPECT_EQ(open(tmp.Path("root/file")).error().code, ErrorCode::kNotDirectory);

@@ -224,7 +224,7 @@ TEST_F(TarTest, WriteNamesMembersFromTheRelativeBase) {
   WriteRaw(tmp_.Path("etc/conf"), "conf");
   RootOptions options;
   options.relative_base = dir_;
-  auto wide = Root::Open(tmp_.path(), options);
+  auto wide = Root::Open(tmp_.path().string(), options);
   ASSERT_TRUE(wide) << wide.error().ToString();
   auto archive = [&](std::vector<std::string> paths) {
     std::string tar;

@@ -17,29 +17,6 @@ namespace {
 }
 }  // namespace
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/deepbox-fs-test-XXXXXX";
-  if (::mkdtemp(tmpl.data()) == nullptr) Die("mkdtemp");
-  // The real path: roots report real paths, tests compare against this one.
-  char* real = ::realpath(tmpl.c_str(), nullptr);
-  if (real == nullptr) Die("realpath");
-  path_ = real;
-  ::free(real);
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  // Make everything writable first (tests create read-only files and dirs).
-  for (auto it = std::filesystem::recursive_directory_iterator(path_, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_symlink() && it->is_directory()) ::chmod(it->path().c_str(), 0755);
-  }
-  std::filesystem::remove_all(path_, ec);
-}
-
-std::string TempDir::Path(std::string_view rel) const { return path_ + "/" + std::string(rel); }
-
 void WriteRaw(const std::string& path, std::string_view content) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

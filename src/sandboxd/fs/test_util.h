@@ -5,22 +5,12 @@
 #include <string>
 #include <string_view>
 
+#include "common/testing/temp_dir.h"
+
 namespace deepbox::sandboxd::fs::testing {
 
-// mkdtemp under $TMPDIR (or /tmp); removed recursively on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  // path() + "/" + rel
-  std::string Path(std::string_view rel) const;
-
- private:
-  std::string path_;
-};
+// A fresh directory (its real path), removed recursively on destruction.
+using TempDir = deepbox::testing::TempDir;
 
 // Concatenation (GCC 12 -O3 warns falsely on `"literal" + std::string&&`).
 template <typename... Parts>

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/io.h"
 #include "common/utf8.h"
 #include "sandboxd/fs/fs_util.h"
 
@@ -45,33 +46,6 @@ std::string BaseName(std::string_view abs) {
   size_t slash = abs.rfind('/');
   std::string_view base = slash == std::string_view::npos ? abs : abs.substr(slash + 1);
   return base.empty() ? std::string("/") : std::string(base);
-}
-
-// read(2) until `len` bytes or EOF; returns the count.
-Result<size_t> ReadFull(int fd, char* buf, size_t len, std::string_view subject) {
-  size_t got = 0;
-  while (got < len) {
-    ssize_t n = ::read(fd, buf + got, len - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return MakeSyscallError("read", errno, subject);
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  return got;
-}
-
-Status WriteFull(int fd, std::string_view data, std::string_view subject) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return MakeSyscallError("write", errno, subject);
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return {};
 }
 
 // Cuts `s` to at most `max` bytes without splitting a UTF-8 sequence.
@@ -423,7 +397,7 @@ void AtomicFileWriter::Abort() {
 
 Status AtomicFileWriter::Append(std::string_view bytes) {
   if (!active_) return MakeError(ErrorCode::kInternal, "AtomicFileWriter is not active");
-  if (auto st = WriteFull(file_.get(), bytes, path_); !st) {
+  if (auto st = WriteAll(file_.get(), bytes, path_); !st) {
     Abort();
     return st;
   }

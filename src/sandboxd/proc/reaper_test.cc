@@ -55,7 +55,7 @@ TEST(ReaperTest, OrphansAreReparentedAndReaped) {
   auto reaper = Reaper::Start();
   ASSERT_TRUE(reaper.has_value()) << reaper.error().ToString();
   TempDir dir;
-  const std::string fifo = dir.File("fifo");
+  const std::string fifo = dir.Path("fifo");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   const pid_t orphan = StartOrphan(fifo);
   ASSERT_GT(orphan, 0);
@@ -73,7 +73,7 @@ TEST(ReaperTest, WithoutAReaperTheOrphanStaysAZombie) {
   // The control experiment for the test above: the zombie is real.
   ASSERT_TRUE(BecomeSubreaper().has_value());
   TempDir dir;
-  const std::string fifo = dir.File("fifo");
+  const std::string fifo = dir.Path("fifo");
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   const pid_t orphan = StartOrphan(fifo);
   ASSERT_GT(orphan, 0);

@@ -122,8 +122,8 @@ TEST_F(RunnerTest, CombinedFollowsTheReadOrder) {
   // One FIFO per step: reusing one could let the second "go" land in the
   // first reader's pipe just before it closes, and be lost.
   TempDir dir;
-  const std::string go1 = dir.File("go1");
-  const std::string go2 = dir.File("go2");
+  const std::string go1 = dir.Path("go1");
+  const std::string go2 = dir.Path("go2");
   MakeFifo(go1);
   MakeFifo(go2);
   CommandSpec spec = CommandSpec::Shell("echo one; read x < " + go1 + "; echo two >&2; read x < " +
@@ -300,7 +300,7 @@ TEST_F(RunnerTest, GrandchildHoldingThePipesDoesNotHangTheRun) {
 TEST_F(RunnerTest, OutputAfterTheLeaderExitsIsDrained) {
   // A member keeps writing briefly after the leader exits: read until EOF.
   TempDir dir;
-  const std::string fifo = dir.File("go");
+  const std::string fifo = dir.Path("go");
   MakeFifo(fifo);
   CommandSpec spec = CommandSpec::Shell("(read x < " + fifo + "; echo late) & echo early");
   spec.drain_timeout = 60s;  // EOF comes first
@@ -359,9 +359,9 @@ TEST_F(RunnerTest, EnvironmentAndCwd) {
   TempDir dir;
   CommandSpec spec = CommandSpec::Shell("echo \"$FOO|$HOME|$(pwd)\"");
   spec.env = {{"FOO", "bar"}};
-  spec.cwd = dir.path();
+  spec.cwd = dir.path().string();
   RunResult r = proc::Run(spec);
-  EXPECT_EQ(r.stdout_data, "bar||" + dir.path() + "\n");
+  EXPECT_EQ(r.stdout_data, "bar||" + dir.path().string() + "\n");
 
   ASSERT_EQ(setenv("DEEPBOX_RUNNER_TEST", "inherited", 1), 0);
   spec = CommandSpec::Shell("echo \"$DEEPBOX_RUNNER_TEST|$FOO\"");
@@ -402,7 +402,7 @@ TEST_F(RunnerTest, StreamingCallbackCancelKillsTheGroup) {
 TEST_F(RunnerTest, StreamingIdleTicksAreDeliveredDuringSilence) {
   // The child waits until the first keepalive tick has been delivered.
   TempDir dir;
-  const std::string fifo = dir.File("go");
+  const std::string fifo = dir.Path("go");
   MakeFifo(fifo);
   CommandSpec spec = CommandSpec::Shell("read x < " + fifo + "; echo after-tick");
   spec.timeout = 60s;  // safety bound only
@@ -437,7 +437,7 @@ TEST_F(RunnerTest, StreamingUtf8AlignmentKeepsCharactersWhole) {
   // "é" is written in two halves, the second only after a keepalive tick: the
   // first half must not be delivered alone.
   TempDir dir;
-  const std::string fifo = dir.File("go");
+  const std::string fifo = dir.Path("go");
   MakeFifo(fifo);
   CommandSpec spec =
       CommandSpec::Shell("printf 'a\\303'; read x < " + fifo + "; printf '\\251b'; printf '\\342'");

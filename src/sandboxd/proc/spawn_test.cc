@@ -97,7 +97,7 @@ TEST(SpawnTest, MissingCwdNamesChdir) {
 
 TEST(SpawnTest, NonExecutableFileIsPermissionDenied) {
   TempDir dir;
-  const std::string script = dir.File("script.sh");
+  const std::string script = dir.Path("script.sh");
   testing::WriteFile(script, "#!/bin/sh\necho hi\n", 0644);
   auto child = Spawn({.argv = {script}});
   ASSERT_FALSE(child.has_value());
@@ -108,7 +108,7 @@ TEST(SpawnTest, NonExecutableFileIsPermissionDenied) {
 
 TEST(SpawnTest, ExecutableWithoutShebangRunsWithTheShell) {
   TempDir dir;
-  const std::string script = dir.File("noshebang");
+  const std::string script = dir.Path("noshebang");
   testing::WriteFile(script, "echo \"script args: $1 $2\"\n", 0755);
   auto [out, status] = Capture({.argv = {script, "one", "two"}});
   EXPECT_EQ(status.exit_code, 0);
@@ -117,9 +117,9 @@ TEST(SpawnTest, ExecutableWithoutShebangRunsWithTheShell) {
 
 TEST(SpawnTest, PathIsSearchedInTheChildEnvironment) {
   TempDir dir;
-  testing::WriteFile(dir.File("deepbox-hello"), "#!/bin/sh\necho hello from path\n", 0755);
-  auto [out, status] =
-      Capture({.argv = {"deepbox-hello"}, .env = std::vector<std::string>{"PATH=" + dir.path()}});
+  testing::WriteFile(dir.Path("deepbox-hello"), "#!/bin/sh\necho hello from path\n", 0755);
+  auto [out, status] = Capture(
+      {.argv = {"deepbox-hello"}, .env = std::vector<std::string>{"PATH=" + dir.path().string()}});
   EXPECT_EQ(status.exit_code, 0);
   EXPECT_EQ(out, "hello from path\n");
 
@@ -137,9 +137,9 @@ TEST(SpawnTest, EnvironmentIsExactlyTheGivenOne) {
 
 TEST(SpawnTest, CwdIsApplied) {
   TempDir dir;
-  auto [out, status] = Capture({.argv = {"/bin/pwd"}, .cwd = dir.path()});
+  auto [out, status] = Capture({.argv = {"/bin/pwd"}, .cwd = dir.path().string()});
   EXPECT_EQ(status.exit_code, 0);
-  EXPECT_EQ(out, dir.path() + "\n");
+  EXPECT_EQ(out, dir.path().string() + "\n");
 }
 
 TEST(SpawnTest, ChildLeadsItsOwnProcessGroup) {

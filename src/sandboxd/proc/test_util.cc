@@ -87,17 +87,6 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds bound)
   return true;
 }
 
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/deepbox-proc-test-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
-
 void WriteFile(const std::string& path, const std::string& content, int mode) {
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
+
 namespace deepbox::sandboxd::proc::testing {
 
 // Processes of process group `pgid` that are not zombies (or dying).
@@ -23,17 +25,8 @@ std::vector<pid_t> ZombieChildrenOfSelf();
 // not a performance expectation) passes. Returns the last value of `done`.
 bool WaitFor(const std::function<bool()>& done,
              std::chrono::milliseconds bound = std::chrono::seconds(30));
-// A fresh directory under /tmp, removed (recursively) at destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+// A fresh directory, removed (recursively) at destruction.
+using TempDir = deepbox::testing::TempDir;
 // Writes `content` to `path` with `mode`.
 void WriteFile(const std::string& path, const std::string& content, int mode = 0644);
 

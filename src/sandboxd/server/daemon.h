@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/json.h"
+#include "common/version.h"
 #include "net/http.h"
 #include "net/http_server.h"
 #include "sandboxd/fs/path_resolver.h"
@@ -27,8 +28,6 @@ namespace deepbox::sandboxd {
 class ExecSessions;
 class ExecRecords;
 class ExecRecord;
-
-inline constexpr std::string_view kVersion = "0.1.0";
 
 struct DaemonConfig {
   std::string root_dir = "/workspace";

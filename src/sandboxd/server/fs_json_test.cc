@@ -76,10 +76,10 @@ class FsJsonListTest : public ::testing::Test {
 };
 
 TEST_F(FsJsonListTest, SameBytesAsBoostJsonForEveryKindOfEntry) {
-  auto root = fs::Root::Open(dir_.path());
+  auto root = fs::Root::Open(dir_.path().string());
   ASSERT_TRUE(root) << root.error().message;
   for (std::string_view path : {".", "sub", "dirlink", "/"}) {
-    std::string api = path == "/" ? dir_.path() : std::string(path);
+    std::string api = path == "/" ? dir_.path().string() : std::string(path);
     auto list = fs::List(*root, api);
     ASSERT_TRUE(list) << list.error().message;
     if (path == ".") {
@@ -98,7 +98,7 @@ TEST_F(FsJsonListTest, SameBytesAsBoostJsonForEveryKindOfEntry) {
 }
 
 TEST_F(FsJsonListTest, SameBytesWhenTruncatedOrEmpty) {
-  auto root = fs::Root::Open(dir_.path());
+  auto root = fs::Root::Open(dir_.path().string());
   ASSERT_TRUE(root) << root.error().message;
   fs::ListOptions opts;
   opts.max_entries = 3;

@@ -153,9 +153,8 @@ TEST_F(RealClusterTest, ManifestsPassStrictServerValidationAndAreStoredAsWritten
   EXPECT_THAT(bad.err, HasSubstr("replicsa"));
   // For real (SetUp applied them in ns_): the pool's fields as written.
   auto pool = KubectlJson({"get", "sandboxwarmpool", "deepagents-warmpool", "-n", ns_});
-  EXPECT_EQ(k8s::FindString(pool, {"spec", "sandboxTemplateRef", "name"}),
-            "deepbox-sandbox-template");
-  EXPECT_EQ(k8s::FindString(pool, {"spec", "updateStrategy", "type"}), "Recreate");
+  EXPECT_EQ(FindString(pool, {"spec", "sandboxTemplateRef", "name"}), "deepbox-sandbox-template");
+  EXPECT_EQ(FindString(pool, {"spec", "updateStrategy", "type"}), "Recreate");
   (void)Kubectl({"delete", "namespace", other, "--wait=false"});
 }
 
@@ -167,27 +166,26 @@ TEST_F(RealClusterTest, CreateExecCpRmAdoptsFromTheWarmPoolAndGarbageCollects) {
   ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns_);
   auto rec = ParseJsonObject(r.out);
   ASSERT_TRUE(rec) << r.out;
-  std::string id = k8s::FindString(*rec, {"id"});
-  std::string claim = k8s::FindString(*rec, {"claim"});
-  std::string sandbox = k8s::FindString(*rec, {"sandbox"});
+  std::string id = FindString(*rec, {"id"});
+  std::string claim = FindString(*rec, {"claim"});
+  std::string sandbox = FindString(*rec, {"sandbox"});
   EXPECT_EQ(id, ns_ + "/" + claim);
   EXPECT_TRUE(sandbox.starts_with("deepagents-warmpool-")) << sandbox;  // adopted
-  EXPECT_EQ(k8s::FindString(*rec, {"url"}), cluster_["AGENT_SANDBOX_ROUTER_URL"]);
-  EXPECT_EQ(k8s::FindString(*rec, {"headers", "X-Sandbox-ID"}), sandbox);
-  EXPECT_TRUE(k8s::FindString(*rec, {"headers", "X-Sandbox-Pod-IP"}).starts_with("127.0.0."));
+  EXPECT_EQ(FindString(*rec, {"url"}), cluster_["AGENT_SANDBOX_ROUTER_URL"]);
+  EXPECT_EQ(FindString(*rec, {"headers", "X-Sandbox-ID"}), sandbox);
+  EXPECT_TRUE(FindString(*rec, {"headers", "X-Sandbox-Pod-IP"}).starts_with("127.0.0."));
 
   // The claim as the API server stored it.
   auto stored = KubectlJson({"get", "sandboxclaim", claim, "-n", ns_});
-  EXPECT_EQ(k8s::FindString(stored, {"apiVersion"}), "extensions.agents.x-k8s.io/v1beta1");
-  EXPECT_EQ(k8s::FindString(stored, {"metadata", "labels", "team"}), "ml");
-  EXPECT_EQ(k8s::FindString(stored, {"metadata", "labels", "agents.x-k8s.io/created-by"}),
-            "deepbox");
-  EXPECT_FALSE(k8s::FindString(
-                   stored, {"metadata", "annotations", "agents.x-k8s.io/client-first-requested-at"})
-                   .empty());
-  EXPECT_EQ(k8s::FindString(stored, {"spec", "warmPoolRef", "name"}), "deepagents-warmpool");
-  EXPECT_EQ(k8s::FindString(stored, {"spec", "lifecycle", "shutdownPolicy"}), "Delete");
-  EXPECT_EQ(k8s::FindString(stored, {"status", "sandbox", "name"}), sandbox);
+  EXPECT_EQ(FindString(stored, {"apiVersion"}), "extensions.agents.x-k8s.io/v1beta1");
+  EXPECT_EQ(FindString(stored, {"metadata", "labels", "team"}), "ml");
+  EXPECT_EQ(FindString(stored, {"metadata", "labels", "agents.x-k8s.io/created-by"}), "deepbox");
+  EXPECT_FALSE(
+      FindString(stored, {"metadata", "annotations", "agents.x-k8s.io/client-first-requested-at"})
+          .empty());
+  EXPECT_EQ(FindString(stored, {"spec", "warmPoolRef", "name"}), "deepagents-warmpool");
+  EXPECT_EQ(FindString(stored, {"spec", "lifecycle", "shutdownPolicy"}), "Delete");
+  EXPECT_EQ(FindString(stored, {"status", "sandbox", "name"}), sandbox);
   // The pool refills: a new warm member, Ready.
   EXPECT_TRUE(Eventually([&] {
     auto sbs = Names("sandboxes", ns_);
@@ -231,22 +229,22 @@ TEST_F(RealClusterTest, OnlyTheClaimsOwnerDrivesItsPod) {
   ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns_);
   auto rec = ParseJsonObject(r.out);
   ASSERT_TRUE(rec) << r.out;
-  std::string id = k8s::FindString(*rec, {"id"});
-  std::string claim = k8s::FindString(*rec, {"claim"});
-  std::string sandbox = k8s::FindString(*rec, {"sandbox"});
-  std::string pod_ip = k8s::FindString(*rec, {"headers", "X-Sandbox-Pod-IP"});
-  std::string token = k8s::FindString(*rec, {"headers", "X-Sandboxd-Token"});
+  std::string id = FindString(*rec, {"id"});
+  std::string claim = FindString(*rec, {"claim"});
+  std::string sandbox = FindString(*rec, {"sandbox"});
+  std::string pod_ip = FindString(*rec, {"headers", "X-Sandbox-Pod-IP"});
+  std::string token = FindString(*rec, {"headers", "X-Sandboxd-Token"});
   ASSERT_GE(token.size(), 43u) << r.out;
   EXPECT_TRUE(sandbox.starts_with("deepagents-warmpool-")) << sandbox;  // adopted, not restarted
   const std::string verifier = net::TokenVerifier(token);
   const std::string annotation = "deepbox.dev/sandboxd-token-sha256";
   // Stored as written, copied onto the pod; the token itself nowhere.
   auto stored = KubectlJson({"get", "sandboxclaim", claim, "-n", ns_});
-  EXPECT_EQ(k8s::FindString(stored, {"spec", "additionalPodMetadata", "annotations", annotation}),
+  EXPECT_EQ(FindString(stored, {"spec", "additionalPodMetadata", "annotations", annotation}),
             verifier);
   EXPECT_TRUE(Eventually([&] {
-    return k8s::FindString(KubectlJson({"get", "pod", sandbox, "-n", ns_}),
-                           {"metadata", "annotations", annotation}) == verifier;
+    return FindString(KubectlJson({"get", "pod", sandbox, "-n", ns_}),
+                      {"metadata", "annotations", annotation}) == verifier;
   })) << ClusterState(ns_);
   auto all = Kubectl({"get", "sandboxclaims,sandboxes,pods", "-n", ns_, "-o", "json"});
   ASSERT_EQ(all.code, 0) << all.err;
@@ -312,7 +310,7 @@ TEST_F(RealClusterTest, OnlyTheClaimsOwnerDrivesItsPod) {
     return !warm.empty() && PoolReady(ns_) >= 1;
   })) << ClusterState(ns_);
   auto warm_pod = KubectlJson({"get", "pod", warm, "-n", ns_});
-  std::string warm_ip = k8s::FindString(warm_pod, {"status", "podIP"});
+  std::string warm_ip = FindString(warm_pod, {"status", "podIP"});
   ASSERT_FALSE(warm_ip.empty()) << ClusterState(ns_);
   auto unclaimed =
       ask(fmt::format("http://{}:8888", warm_ip), "POST", "/deepbox/v1/exec", token, false);
@@ -367,9 +365,9 @@ TEST_F(RealClusterTest, TtlExpiryDeletesTheClaim) {
   std::string claim = r.out.substr(r.out.find('/') + 1);
   while (!claim.empty() && claim.back() == '\n') claim.pop_back();
   auto stored = KubectlJson({"get", "sandboxclaim", claim, "-n", ns_});
-  auto shutdown = k8s::ParseRfc3339(k8s::FindString(stored, {"spec", "lifecycle", "shutdownTime"}));
+  auto shutdown = ParseRfc3339(FindString(stored, {"spec", "lifecycle", "shutdownTime"}));
   ASSERT_TRUE(shutdown);
-  auto created = k8s::ParseRfc3339(k8s::FindString(stored, {"metadata", "creationTimestamp"}));
+  auto created = ParseRfc3339(FindString(stored, {"metadata", "creationTimestamp"}));
   ASSERT_TRUE(created);
   EXPECT_GE(*shutdown - *created, std::chrono::seconds(2));  // rounded up, never early
   EXPECT_TRUE(Eventually([&] { return Names("sandboxclaims", ns_).empty(); })) << ClusterState(ns_);
@@ -390,14 +388,14 @@ TEST_F(RealClusterTest, SuspendEndsThePodAndTheNextExecResumesIt) {
   ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns_);
   auto rec = ParseJsonObject(r.out);
   ASSERT_TRUE(rec) << r.out;
-  std::string id = k8s::FindString(*rec, {"id"});
-  std::string sandbox = k8s::FindString(*rec, {"sandbox"});
+  std::string id = FindString(*rec, {"id"});
+  std::string sandbox = FindString(*rec, {"sandbox"});
   auto has_pod = [&] {
     auto pods = Names("pods", ns_);
     return std::find(pods.begin(), pods.end(), sandbox) != pods.end();
   };
   ASSERT_TRUE(has_pod()) << ClusterState(ns_);
-  std::string old_ip = k8s::FindString(*rec, {"headers", "X-Sandbox-Pod-IP"});
+  std::string old_ip = FindString(*rec, {"headers", "X-Sandbox-Pod-IP"});
 
   r = Run({kDeepbox, "sandbox", "suspend", id}, env);
   EXPECT_NE(r.code, 0);
@@ -406,7 +404,7 @@ TEST_F(RealClusterTest, SuspendEndsThePodAndTheNextExecResumesIt) {
   r = Run({kDeepbox, "sandbox", "suspend", "--force", id}, env);
   ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns_);
   auto sb = KubectlJson({"get", "sandbox", sandbox, "-n", ns_});
-  EXPECT_EQ(k8s::FindString(sb, {"spec", "operatingMode"}), k8s::kOperatingModeSuspended);
+  EXPECT_EQ(FindString(sb, {"spec", "operatingMode"}), k8s::kOperatingModeSuspended);
   EXPECT_TRUE(k8s::SuspendSettled(sb)) << ToJson(sb);
   EXPECT_TRUE(k8s::ReadySaysSuspended(sb)) << ToJson(sb);
   EXPECT_FALSE(has_pod()) << ClusterState(ns_);
@@ -422,7 +420,7 @@ TEST_F(RealClusterTest, SuspendEndsThePodAndTheNextExecResumesIt) {
   EXPECT_TRUE(k8s::RunningAndReady(sb)) << ToJson(sb);
   EXPECT_TRUE(has_pod());
   auto claim = KubectlJson({"get", "sandboxclaim", id.substr(id.find('/') + 1), "-n", ns_});
-  EXPECT_NE(ToJson(*k8s::Find(claim, {"status", "sandbox", "podIPs"})), "[\"" + old_ip + "\"]")
+  EXPECT_NE(ToJson(*Find(claim, {"status", "sandbox", "podIPs"})), "[\"" + old_ip + "\"]")
       << "a new pod, a new address";
   r = Run({kDeepbox, "sandbox", "resume", id}, env);  // already running
   EXPECT_EQ(r.code, 0) << r.err;
@@ -451,8 +449,8 @@ TEST_F(RealClusterTest, TheVolumeClaimTemplateVariantSuspendsWithoutForce) {
   ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns);
   auto rec = ParseJsonObject(r.out);
   ASSERT_TRUE(rec) << r.out;
-  std::string id = k8s::FindString(*rec, {"id"});
-  std::string sandbox = k8s::FindString(*rec, {"sandbox"});
+  std::string id = FindString(*rec, {"id"});
+  std::string sandbox = FindString(*rec, {"sandbox"});
   std::string pvc = k8s::VolumeClaimName("workspace", sandbox);
   auto claim_uid = [&] {
     auto r = Kubectl({"get", "pvc", pvc, "-n", ns, "-o", "jsonpath={.metadata.uid}"});
@@ -611,7 +609,7 @@ TEST_F(RealClusterTest, WatchResumesAfterAnApiServerRestartAndACompaction) {
   auto claims_before = Names("sandboxclaims", ns_);
   ASSERT_EQ(claims_before.size(), 1u);
   auto claim_object = KubectlJson({"get", "sandboxclaim", claims_before[0], "-n", ns_});
-  std::string claim_version = k8s::FindString(claim_object, {"metadata", "resourceVersion"});
+  std::string claim_version = FindString(claim_object, {"metadata", "resourceVersion"});
   ASSERT_FALSE(claim_version.empty());
   std::string script = kSourceDir + "/scripts/k8s-real-cluster.sh";
   std::string dir = std::getenv("DEEPBOX_K8S_REAL_DIR");

@@ -1,4 +1,4 @@
-#include "mcp/sandboxes.h"
+#include "cli/mcp/sandboxes.h"
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -10,8 +10,8 @@
 
 #include <thread>
 
+#include "cli/mcp/testing/daemon_provider.h"
 #include "local/lifecycle/state.h"
-#include "mcp/testing/daemon_provider.h"
 
 namespace deepbox::mcp {
 namespace {

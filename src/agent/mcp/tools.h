@@ -1,5 +1,5 @@
 // MCP servers' tools for deepbox's agent. Each configured server
-// (mcp_config.h) is started and asked for its tools, which the model sees as
+// (config.h) is started and asked for its tools, which the model sees as
 // `mcp__<server>__<tool>` (names reduced to [A-Za-z0-9_-], at most 64
 // characters). A call goes to the server with the model's arguments;
 // progress notifications stream as the tool's output; cancelling the run
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/mcp_config.h"
+#include "agent/mcp/config.h"
 #include "agent/tool.h"
 #include "mcp/client.h"
 

@@ -1,4 +1,4 @@
-#include "mcp/sandboxes.h"
+#include "cli/mcp/sandboxes.h"
 
 #include <fmt/format.h>
 #include <sys/stat.h>

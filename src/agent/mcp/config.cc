@@ -1,4 +1,4 @@
-#include "agent/mcp_config.h"
+#include "agent/mcp/config.h"
 
 #include <fmt/format.h>
 

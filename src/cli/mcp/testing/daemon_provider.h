@@ -13,8 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "cli/mcp/sandboxes.h"
 #include "local/lifecycle/selector.h"
-#include "mcp/sandboxes.h"
 #include "sandbox/provider.h"
 #include "sandbox/testing/scoped_sandboxd.h"
 

@@ -1,4 +1,4 @@
-#include "agent/mcp_tools.h"
+#include "agent/mcp/tools.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "mcp/mcp_command.h"
+#include "cli/mcp/server_command.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -13,10 +13,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/mcp/sandbox_tools.h"
 #include "common/terminal_text.h"
 #include "local/lifecycle/selector.h"
 #include "mcp/http_transport.h"
-#include "mcp/sandbox_tools.h"
 #include "mcp/server.h"
 #include "mcp/stdio.h"
 #include "sandbox/network_policy.h"

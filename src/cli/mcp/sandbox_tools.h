@@ -36,8 +36,8 @@
 
 #include "agent/tools_execute.h"
 #include "agent/tools_fs.h"
+#include "cli/mcp/sandboxes.h"
 #include "mcp/registry.h"
-#include "mcp/sandboxes.h"
 
 namespace deepbox::mcp {
 

@@ -1,4 +1,4 @@
-#include "k8s/subprocess.h"
+#include "common/subprocess.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -15,7 +15,7 @@
 
 extern char** environ;
 
-namespace deepbox::k8s {
+namespace deepbox {
 
 namespace {
 
@@ -57,7 +57,7 @@ std::vector<char*> CPointers(std::vector<std::string>& strings) {
 
 }  // namespace
 
-Child::Child(Child&& other) noexcept
+Subprocess::Subprocess(Subprocess&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       own_group_(other.own_group_),
       status_(std::exchange(other.status_, std::nullopt)),
@@ -65,7 +65,7 @@ Child::Child(Child&& other) noexcept
       stderr_(std::move(other.stderr_)),
       pidfd_(std::move(other.pidfd_)) {}
 
-Child& Child::operator=(Child&& other) noexcept {
+Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
   if (this != &other) {
     if (running()) {
       Signal(SIGKILL);
@@ -81,14 +81,14 @@ Child& Child::operator=(Child&& other) noexcept {
   return *this;
 }
 
-Child::~Child() {
+Subprocess::~Subprocess() {
   if (running()) {
     Signal(SIGKILL);
     Wait();
   }
 }
 
-Result<Child> Child::Spawn(const SpawnOptions& options) {
+Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return MakeError(ErrorCode::kInvalidArgument, "no command to run");
   }
@@ -157,7 +157,7 @@ Result<Child> Child::Spawn(const SpawnOptions& options) {
     if (rc == ENOENT) e.code = ErrorCode::kNotFound;
     return tl::unexpected(e);
   }
-  Child child;
+  Subprocess child;
   child.pid_ = pid;
   child.own_group_ = options.new_process_group;
   child.pidfd_ = PidfdOpen(pid);
@@ -181,7 +181,7 @@ Result<Child> Child::Spawn(const SpawnOptions& options) {
   return child;
 }
 
-std::optional<int> Child::TryWait() {
+std::optional<int> Subprocess::TryWait() {
   if (status_) return status_;
   if (pid_ <= 0) return std::nullopt;
   int st = 0;
@@ -195,7 +195,7 @@ std::optional<int> Child::TryWait() {
   return status_;
 }
 
-bool Child::HasExited() const {
+bool Subprocess::HasExited() const {
   if (pid_ <= 0 || status_) return true;
   siginfo_t info{};
   if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
@@ -204,7 +204,7 @@ bool Child::HasExited() const {
   return info.si_pid == pid_;
 }
 
-int Child::Wait() {
+int Subprocess::Wait() {
   if (status_) return *status_;
   if (pid_ <= 0) return 0;
   int st = 0;
@@ -221,7 +221,7 @@ int Child::Wait() {
   return st;
 }
 
-void Child::Signal(int sig) const {
+void Subprocess::Signal(int sig) const {
   if (pid_ <= 0 || status_) return;
   if (own_group_) {
     if (::kill(-pid_, sig) == 0) return;
@@ -229,7 +229,7 @@ void Child::Signal(int sig) const {
   ::kill(pid_, sig);
 }
 
-int Child::Terminate(std::chrono::milliseconds grace) {
+int Subprocess::Terminate(std::chrono::milliseconds grace) {
   if (!running()) return status_.value_or(0);
   Signal(SIGTERM);
   auto deadline = std::chrono::steady_clock::now() + grace;
@@ -253,18 +253,18 @@ int Child::Terminate(std::chrono::milliseconds grace) {
   return *status_;
 }
 
-bool RunResult::exited_ok() const {
+bool CommandResult::exited_ok() const {
   return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
 }
 
-Result<RunResult> RunCommand(const SpawnOptions& options, std::chrono::milliseconds timeout,
-                             size_t max_output) {
-  SpawnOptions opts = options;
+Result<CommandResult> RunCommand(const SubprocessOptions& options,
+                                 std::chrono::milliseconds timeout, size_t max_output) {
+  SubprocessOptions opts = options;
   opts.capture_stdout = true;
   opts.capture_stderr = true;
-  auto child = Child::Spawn(opts);
+  auto child = Subprocess::Spawn(opts);
   if (!child) return tl::unexpected(child.error());
-  RunResult result;
+  CommandResult result;
   UniqueFd out = child->TakeStdout();
   UniqueFd err = child->TakeStderr();
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -333,4 +333,4 @@ std::string DescribeWaitStatus(int st) {
   return fmt::format("ended with wait status {}", st);
 }
 
-}  // namespace deepbox::k8s
+}  // namespace deepbox

@@ -1,7 +1,8 @@
-// Child processes for the Kubernetes provider: exec credential plugins (run to
-// completion, output captured) and `kubectl port-forward` (long-running, in its
-// own process group, stopped with SIGTERM then SIGKILL). posix_spawn only, so
-// it is safe in a multi-threaded program.
+// Host-side child processes: run to completion with the output captured
+// (exec credential plugins, helper tools), or long-running in their own
+// process group and stopped with SIGTERM then SIGKILL (`kubectl
+// port-forward`). posix_spawn only, so it is safe in a multi-threaded
+// program; a spawn failure names the call and errno.
 #pragma once
 
 #include <sys/types.h>
@@ -15,9 +16,9 @@
 #include "common/error.h"
 #include "common/unique_fd.h"
 
-namespace deepbox::k8s {
+namespace deepbox {
 
-struct SpawnOptions {
+struct SubprocessOptions {
   // argv[0] is a path, or a bare name looked up in PATH.
   std::vector<std::string> argv;
   // Added to (or replacing in) this process's environment.
@@ -28,17 +29,17 @@ struct SpawnOptions {
   std::string stdin_data;       // written then closed (small payloads only)
 };
 
-class Child {
+class Subprocess {
  public:
-  Child() = default;
-  Child(Child&& other) noexcept;
-  Child& operator=(Child&& other) noexcept;
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
+  Subprocess() = default;
+  Subprocess(Subprocess&& other) noexcept;
+  Subprocess& operator=(Subprocess&& other) noexcept;
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
   // Kills (SIGKILL) and reaps a child still running.
-  ~Child();
+  ~Subprocess();
 
-  static Result<Child> Spawn(const SpawnOptions& options);
+  static Result<Subprocess> Spawn(const SubprocessOptions& options);
 
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0 && !status_.has_value(); }
@@ -69,7 +70,7 @@ class Child {
   UniqueFd pidfd_;
 };
 
-struct RunResult {
+struct CommandResult {
   int wait_status = 0;
   std::string out;
   std::string err;
@@ -78,10 +79,10 @@ struct RunResult {
 
 // Runs to completion, capturing stdout and stderr (each capped at max_output).
 // TIMEOUT (after killing the process group) when it outlives `timeout`.
-Result<RunResult> RunCommand(const SpawnOptions& options, std::chrono::milliseconds timeout,
-                             size_t max_output = 4u << 20);
+Result<CommandResult> RunCommand(const SubprocessOptions& options,
+                                 std::chrono::milliseconds timeout, size_t max_output = 4u << 20);
 
 // "exited with status 1", "killed by signal 9 (Killed)".
 std::string DescribeWaitStatus(int wait_status);
 
-}  // namespace deepbox::k8s
+}  // namespace deepbox

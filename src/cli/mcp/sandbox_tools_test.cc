@@ -1,4 +1,4 @@
-#include "mcp/sandbox_tools.h"
+#include "cli/mcp/sandbox_tools.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "agent/testing/tool_runner.h"
+#include "cli/mcp/testing/daemon_provider.h"
 #include "common/base64.h"
-#include "mcp/testing/daemon_provider.h"
 #include "mcp/testing/test_registry.h"
 
 namespace deepbox::mcp {

@@ -1,4 +1,4 @@
-#include "mcp/sandbox_tools.h"
+#include "cli/mcp/sandbox_tools.h"
 
 #include <fmt/format.h>
 
