@@ -8,12 +8,12 @@
 
 #include "agent/model/http_stream.h"
 #include "agent/model/profiles.h"
-#include "agent/model/retry.h"
-#include "net/http_client.h"
+#include "agent/model/sse_chat_client.h"
 
 namespace deepbox::agent {
 namespace {
 
+using internal::ApiError;
 using internal::BodySnippet;
 
 json::object CacheControl() { return json::object{{"type", "ephemeral"}}; }
@@ -85,81 +85,30 @@ json::array BuildMessages(const std::vector<Message>& messages) {
   return out;
 }
 
-json::object ToolSchema(const json::object& schema) {
-  json::object s = schema;
-  if (!s.contains("type")) s["type"] = "object";
-  if (s["type"] == "object" && !s.contains("properties")) s["properties"] = json::object{};
-  return s;
+std::optional<ApiError> ReadApiError(const json::value& error) {
+  if (!error.is_object()) return std::nullopt;
+  return ApiError{GetOptString(error.as_object(), "type").value_or(""),
+                  GetOptString(error.as_object(), "message").value_or("")};
 }
 
-struct ApiError {
-  std::string type;
-  std::string message;
+constexpr internal::StatusMessage kStatusMessages[] = {
+    {401, ErrorCode::kUnauthenticated,
+     "Anthropic API key rejected ({what}): {message}. Check ANTHROPIC_API_KEY."},
+    {403, ErrorCode::kPermissionDenied,
+     "Anthropic API refused the request ({what}): {message}. Check that the key in "
+     "ANTHROPIC_API_KEY may use model '{model}'."},
+    {404, ErrorCode::kNotFound,
+     "Anthropic API: not found ({what}): {message}. Check the model name ('{model}') and "
+     "ANTHROPIC_BASE_URL ({base_url})."},
 };
 
-ApiError ParseApiError(std::string_view body) {
-  ApiError e;
-  if (auto v = ParseJson(body); v && v->is_object()) {
-    if (const auto* err = v->as_object().if_contains("error"); err && err->is_object()) {
-      e.type = GetOptString(err->as_object(), "type").value_or("");
-      e.message = GetOptString(err->as_object(), "message").value_or("");
-      return e;
-    }
-  }
-  e.message = BodySnippet(body);
-  return e;
-}
-
-AttemptError StatusError(int status, const net::Headers& headers, std::string_view body,
-                         const AnthropicOptions& options) {
-  ApiError api = ParseApiError(body);
-  while (api.message.ends_with('.') || api.message.ends_with(' ')) api.message.pop_back();
-  std::string what =
-      api.type.empty() ? fmt::format("{}", status) : fmt::format("{} {}", status, api.type);
-  AttemptError e;
-  e.retryable = IsRetryableStatus(status, headers);
-  e.retry_after = ParseRetryAfter(headers);
-  switch (status) {
-    case 401:
-      e.error = Error(ErrorCode::kUnauthenticated,
-                      fmt::format("Anthropic API key rejected ({}): {}. Check ANTHROPIC_API_KEY.",
-                                  what, api.message));
-      break;
-    case 403:
-      e.error = Error(ErrorCode::kPermissionDenied,
-                      fmt::format("Anthropic API refused the request ({}): {}. Check that the "
-                                  "key in ANTHROPIC_API_KEY may use model '{}'.",
-                                  what, api.message, options.model));
-      break;
-    case 404:
-      e.error = Error(ErrorCode::kNotFound,
-                      fmt::format("Anthropic API: not found ({}): {}. Check the model name "
-                                  "('{}') and ANTHROPIC_BASE_URL ({}).",
-                                  what, api.message, options.model, options.base_url));
-      break;
-    case 429:
-      e.error = Error(ErrorCode::kResourceExhausted,
-                      fmt::format("Anthropic API rate limit ({}): {}", what, api.message));
-      break;
-    default:
-      if (status >= 500) {
-        e.error = Error(ErrorCode::kUnavailable,
-                        fmt::format("Anthropic API unavailable ({}): {}", what, api.message));
-      } else if (status >= 400) {
-        e.error =
-            Error(ErrorCode::kInvalidArgument,
-                  fmt::format("Anthropic API rejected the request ({}): {}", what, api.message));
-      } else {
-        e.error = Error(ErrorCode::kInternal,
-                        fmt::format("Anthropic API: unexpected HTTP {} response: {}", status,
-                                    BodySnippet(body)));
-      }
-  }
-  if (status == 400 || status == 413) {
-    e.error.reason = internal::ContextOverflowReason(api.type, api.message);
-  }
-  return e;
-}
+constexpr internal::SseChatDialect kDialect{
+    .provider = "Anthropic API",
+    .client_name = "Anthropic API client",
+    .path = "/v1/messages",
+    .status_messages = kStatusMessages,
+    .read_api_error = ReadApiError,
+};
 
 bool IsRetryableStreamError(std::string_view type) {
   return type == "overloaded_error" || type == "api_error" || type == "rate_limit_error" ||
@@ -196,26 +145,16 @@ void ReadUsage(const json::object& u, Usage& usage) {
 
 // Parses a tool's streamed input; failures land in call.input_error.
 void FinishToolInput(const std::string& raw, ToolCall& call) {
-  std::string_view text = raw;
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\n')) text.remove_prefix(1);
-  if (text.empty()) return;  // no arguments: {}
-  auto v = ParseJson(text);
-  if (v && v->is_object()) {
-    call.input = std::move(v->as_object());
-    return;
-  }
-  call.input_error =
-      fmt::format("the model's input for tool '{}' is not a JSON object ({}): {}", call.name,
-                  v ? "not an object" : v.error().message, BodySnippet(raw, 200));
+  internal::ParseToolInput(raw, fmt::format("the model's input for tool '{}' is", call.name), call);
 }
 
-// The state of one streamed response.
-class StreamState {
+// The state of one streamed response: content blocks by index.
+class AnthropicStream : public internal::StreamAccumulator {
  public:
-  StreamState(const StreamCallbacks& callbacks) : callbacks_(callbacks) {}
+  explicit AnthropicStream(const StreamCallbacks& callbacks)
+      : StreamAccumulator(callbacks, kDialect.provider) {}
 
-  // Returns false to stop the stream (failure_ then says why).
-  bool OnEvent(const net::SseEvent& ev) {
+  bool OnEvent(const net::SseEvent& ev) override {
     if (ev.event == "ping") return true;
     auto parsed = ParseJson(ev.data);
     if (!parsed || !parsed->is_object()) {
@@ -228,9 +167,9 @@ class StreamState {
     std::string type = GetOptString(data, "type").value_or(ev.event);
     if (type == "message_start") {
       if (const auto* msg = data.if_contains("message"); msg && msg->is_object()) {
-        response_.model = GetOptString(msg->as_object(), "model").value_or("");
+        response().model = GetOptString(msg->as_object(), "model").value_or("");
         if (const auto* u = msg->as_object().if_contains("usage"); u && u->is_object()) {
-          ReadUsage(u->as_object(), response_.usage);
+          ReadUsage(u->as_object(), response().usage);
         }
       }
     } else if (type == "content_block_start") {
@@ -241,16 +180,12 @@ class StreamState {
       std::string block_type = GetOptString(cb->as_object(), "type").value_or("");
       if (block_type == "text") {
         block.kind = Block::kText;
-        std::string initial = GetOptString(cb->as_object(), "text").value_or("");
-        if (!initial.empty()) EmitText(block, initial);
+        AppendText(block, GetOptString(cb->as_object(), "text").value_or(""));
       } else if (block_type == "tool_use") {
         block.kind = Block::kToolUse;
         block.call.id = GetOptString(cb->as_object(), "id").value_or("");
         block.call.name = GetOptString(cb->as_object(), "name").value_or("");
-        if (callbacks_.on_tool_call_start) {
-          delivered_ = true;
-          callbacks_.on_tool_call_start(block.call.id, block.call.name);
-        }
+        EmitToolCallStart(block.call.id, block.call.name);
       }
     } else if (type == "content_block_delta") {
       int index = IntField(data, "index", -1);
@@ -260,7 +195,7 @@ class StreamState {
       const json::object& d = delta->as_object();
       std::string delta_type = GetOptString(d, "type").value_or("");
       if (delta_type == "text_delta" && it->second.kind == Block::kText) {
-        EmitText(it->second, GetOptString(d, "text").value_or(""));
+        AppendText(it->second, GetOptString(d, "text").value_or(""));
       } else if (delta_type == "input_json_delta" && it->second.kind == Block::kToolUse) {
         it->second.json += GetOptString(d, "partial_json").value_or("");
       }
@@ -274,57 +209,23 @@ class StreamState {
     } else if (type == "message_delta") {
       if (const auto* d = data.if_contains("delta"); d && d->is_object()) {
         if (auto reason = GetOptString(d->as_object(), "stop_reason")) {
-          response_.stop_reason = *reason;
+          response().stop_reason = *reason;
         }
       }
       if (const auto* u = data.if_contains("usage"); u && u->is_object()) {
-        ReadUsage(u->as_object(), response_.usage);
+        ReadUsage(u->as_object(), response().usage);
       }
     } else if (type == "message_stop") {
       stopped_ = true;
       return false;  // done; ignore anything after
     } else if (type == "error") {
       ApiError api;
-      if (const auto* err = data.if_contains("error"); err && err->is_object()) {
-        api.type = GetOptString(err->as_object(), "type").value_or("");
-        api.message = GetOptString(err->as_object(), "message").value_or("");
-      }
-      return Fail(StreamErrorCode(api.type),
-                  fmt::format("Anthropic API stream error ({}): {}",
-                              api.type.empty() ? "unknown" : api.type, api.message),
-                  IsRetryableStreamError(api.type),
-                  internal::ContextOverflowReason(api.type, api.message));
+      if (const auto* err = data.if_contains("error"))
+        api = ReadApiError(*err).value_or(ApiError{});
+      return FailWithStreamError(api, StreamErrorCode(api.type), IsRetryableStreamError(api.type),
+                                 internal::ContextOverflowReason(api.type, api.message));
     }
     return true;
-  }
-
-  // After the HTTP exchange: the response, or why the attempt failed.
-  AttemptResult Finish() {
-    if (failure_) return tl::unexpected(*failure_);
-    if (!stopped_) {
-      Fail(ErrorCode::kUnavailable, "Anthropic API stream ended before message_stop", true);
-      return tl::unexpected(*failure_);
-    }
-    Message& msg = response_.message;
-    msg.role = Role::kAssistant;
-    for (auto& [index, block] : blocks_) {
-      if (block.kind == Block::kText) msg.text += block.text;
-      if (block.kind == Block::kToolUse) {
-        if (!block.json.empty()) FinishToolInput(block.json, block.call);  // no block_stop
-        msg.tool_calls.push_back(std::move(block.call));
-      }
-    }
-    if (response_.stop_reason.empty()) {
-      response_.stop_reason = msg.tool_calls.empty() ? "end_turn" : "tool_use";
-    }
-    return std::move(response_);
-  }
-
-  // A transport failure (connection dropped, timeout) during the stream.
-  AttemptResult TransportFailure(const Error& error) {
-    Fail(error.code, "Anthropic API: " + internal::DescribeTransportError(error),
-         internal::IsRetryableTransportError(error));
-    return tl::unexpected(*failure_);
   }
 
  private:
@@ -335,31 +236,32 @@ class StreamState {
     std::string json;
   };
 
-  void EmitText(Block& block, const std::string& text) {
-    if (text.empty()) return;
-    block.text += text;
-    if (callbacks_.on_text_delta) {
-      delivered_ = true;
-      callbacks_.on_text_delta(text);
+  AttemptResult Complete() override {
+    if (!stopped_) {
+      return Failed(ErrorCode::kUnavailable, "Anthropic API stream ended before message_stop",
+                    true);
     }
+    ModelResponse& out = response();
+    Message& msg = out.message;
+    msg.role = Role::kAssistant;
+    for (auto& [index, block] : blocks_) {
+      if (block.kind == Block::kText) msg.text += block.text;
+      if (block.kind == Block::kToolUse) {
+        if (!block.json.empty()) FinishToolInput(block.json, block.call);  // no block_stop
+        msg.tool_calls.push_back(std::move(block.call));
+      }
+    }
+    if (out.stop_reason.empty()) out.stop_reason = msg.tool_calls.empty() ? "end_turn" : "tool_use";
+    return std::move(out);
   }
 
-  bool Fail(ErrorCode code, std::string message, bool retryable, std::string reason = {}) {
-    AttemptError e;
-    e.error = Error(code, std::move(message), std::move(reason));
-    // Output already shown cannot be taken back: such failures are final.
-    e.retryable = retryable && !delivered_;
-    if (retryable && delivered_) e.error.message += " (after part of the response was streamed)";
-    failure_ = std::move(e);
-    return false;
+  void AppendText(Block& block, const std::string& text) {
+    block.text += text;
+    EmitText(text);
   }
 
-  const StreamCallbacks& callbacks_;
-  ModelResponse response_;
   std::map<int, Block> blocks_;
-  bool delivered_ = false;
   bool stopped_ = false;
-  std::optional<AttemptError> failure_;
 };
 
 }  // namespace
@@ -369,7 +271,8 @@ std::string MissingAnthropicKeyMessage() {
          "with --model replay:FILE to use a recorded conversation.";
 }
 
-AnthropicModel::AnthropicModel(AnthropicOptions options, std::unique_ptr<net::HttpClient> client)
+AnthropicModel::AnthropicModel(AnthropicOptions options,
+                               std::unique_ptr<internal::SseChatClient> client)
     : options_(std::move(options)), client_(std::move(client)) {}
 AnthropicModel::~AnthropicModel() = default;
 
@@ -378,13 +281,11 @@ Result<std::unique_ptr<AnthropicModel>> AnthropicModel::Create(AnthropicOptions 
     return MakeError(ErrorCode::kUnauthenticated, MissingAnthropicKeyMessage());
   }
   if (options.model.empty()) options.model = kDefaultAnthropicModel;
-  if (options.base_url.empty()) options.base_url = kDefaultAnthropicBaseUrl;
-  while (options.base_url.ends_with('/')) options.base_url.pop_back();
-  auto client = internal::MakeHttpClient(options.base_url, options.http);
-  if (!client) {
-    return MakeError(client.error().code, fmt::format("Anthropic API client for '{}': {}",
-                                                      options.base_url, client.error().message));
-  }
+  options.base_url =
+      internal::NormalizedBaseUrl(std::move(options.base_url), kDefaultAnthropicBaseUrl);
+  auto client =
+      internal::SseChatClient::Create(kDialect, options.model, options.base_url, options.http);
+  if (!client) return tl::unexpected(client.error());
   return std::unique_ptr<AnthropicModel>(
       new AnthropicModel(std::move(options), std::move(*client)));
 }
@@ -419,7 +320,7 @@ json::object AnthropicModel::BuildRequestBody(const ModelRequest& request) const
     for (const auto& tool : request.tools) {
       tools.push_back(json::object{{"name", JsonString(tool.name)},
                                    {"description", JsonString(tool.description)},
-                                   {"input_schema", ToolSchema(tool.input_schema)}});
+                                   {"input_schema", internal::ObjectSchema(tool.input_schema)}});
     }
     if (cache) tools.back().as_object()["cache_control"] = CacheControl();
     body["tools"] = std::move(tools);
@@ -436,32 +337,9 @@ Result<ModelResponse> AnthropicModel::Generate(const ModelRequest& request,
   headers.Set("anthropic-version", kAnthropicVersion);
   headers.Set("content-type", "application/json");
   headers.Set("accept", "text/event-stream");
-  auto attempt = [&]() -> AttemptResult {
-    StreamState state(callbacks);
-    auto post = internal::StreamingPost(*client_, "/v1/messages", headers, body, options_.http,
-                                        request.cancel, request.cancel_fd,
-                                        [&](const net::SseEvent& ev) { return state.OnEvent(ev); });
-    if (!post) {
-      if (post.error().code == ErrorCode::kCancelled) {
-        return tl::unexpected(AttemptError{post.error(), false, std::nullopt});
-      }
-      return state.TransportFailure(post.error());
-    }
-    if (!post->event_stream) {
-      if (post->status / 100 == 2) {
-        AttemptError e;
-        e.error = Error(ErrorCode::kInternal,
-                        fmt::format("Anthropic API answered HTTP {} without an event stream "
-                                    "(content-type '{}'): {}",
-                                    post->status, post->headers.Get("content-type").value_or(""),
-                                    BodySnippet(post->body)));
-        return tl::unexpected(std::move(e));
-      }
-      return tl::unexpected(StatusError(post->status, post->headers, post->body, options_));
-    }
-    return state.Finish();
-  };
-  return RunWithRetries(options_.http.retry, request.cancel, callbacks.on_retry, attempt);
+  return client_->Generate(request, callbacks, headers, body, [](const StreamCallbacks& cb) {
+    return std::make_unique<AnthropicStream>(cb);
+  });
 }
 
 }  // namespace deepbox::agent

@@ -24,11 +24,11 @@
 #include "common/error.h"
 #include "common/json.h"
 
-namespace deepbox::net {
-class HttpClient;
-}
-
 namespace deepbox::agent {
+
+namespace internal {
+class SseChatClient;
+}
 
 inline constexpr char kDefaultAnthropicModel[] = "claude-sonnet-4-6";
 inline constexpr char kDefaultAnthropicBaseUrl[] = "https://api.anthropic.com";
@@ -60,9 +60,9 @@ class AnthropicModel : public ChatModel {
   const AnthropicOptions& options() const { return options_; }
 
  private:
-  AnthropicModel(AnthropicOptions options, std::unique_ptr<net::HttpClient> client);
+  AnthropicModel(AnthropicOptions options, std::unique_ptr<internal::SseChatClient> client);
   AnthropicOptions options_;
-  std::unique_ptr<net::HttpClient> client_;
+  std::unique_ptr<internal::SseChatClient> client_;
 };
 
 // The message for a missing key (also used by the factory).

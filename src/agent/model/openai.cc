@@ -7,12 +7,12 @@
 
 #include "agent/model/http_stream.h"
 #include "agent/model/profiles.h"
-#include "agent/model/retry.h"
-#include "net/http_client.h"
+#include "agent/model/sse_chat_client.h"
 
 namespace deepbox::agent {
 namespace {
 
+using internal::ApiError;
 using internal::BodySnippet;
 
 json::object ImagePart(const agent::ImageBlock& image) {
@@ -86,24 +86,14 @@ json::array BuildMessages(const std::string& system, const std::vector<Message>&
   return out;
 }
 
-json::object ParametersSchema(const json::object& schema) {
-  json::object s = schema;
-  if (!s.contains("type")) s["type"] = "object";
-  if (s["type"] == "object" && !s.contains("properties")) s["properties"] = json::object{};
-  return s;
-}
-
 bool UsesMaxCompletionTokens(std::string_view model) {
   return model.starts_with("o1") || model.starts_with("o3") || model.starts_with("o4") ||
          model.starts_with("gpt-5");
 }
 
-struct ApiError {
-  std::string type;  // code if it is a string, else type
-  std::string message;
-};
-
-ApiError ReadApiError(const json::value& err) {
+// A string error is its message; an object's type is its code if that is a
+// string, else its type.
+std::optional<ApiError> ReadApiError(const json::value& err) {
   ApiError e;
   if (err.is_string()) {
     e.message = std::string(err.as_string());
@@ -115,65 +105,24 @@ ApiError ReadApiError(const json::value& err) {
   return e;
 }
 
-ApiError ParseApiError(std::string_view body) {
-  if (auto v = ParseJson(body); v && v->is_object()) {
-    if (const auto* err = v->as_object().if_contains("error")) return ReadApiError(*err);
-  }
-  return ApiError{"", BodySnippet(body)};
-}
+constexpr internal::StatusMessage kStatusMessages[] = {
+    {401, ErrorCode::kUnauthenticated,
+     "OpenAI-compatible server rejected the API key ({what}): {message}. Check OPENAI_API_KEY "
+     "(and OPENAI_BASE_URL: {base_url})."},
+    {403, ErrorCode::kPermissionDenied,
+     "OpenAI-compatible server refused the request ({what}): {message}"},
+    {404, ErrorCode::kNotFound,
+     "OpenAI-compatible server: not found ({what}): {message}. Check the model name ('{model}') "
+     "and OPENAI_BASE_URL ({base_url})."},
+};
 
-AttemptError StatusError(int status, const net::Headers& headers, std::string_view body,
-                         const OpenAiOptions& options) {
-  ApiError api = ParseApiError(body);
-  while (api.message.ends_with('.') || api.message.ends_with(' ')) api.message.pop_back();
-  std::string what =
-      api.type.empty() ? fmt::format("{}", status) : fmt::format("{} {}", status, api.type);
-  AttemptError e;
-  e.retryable = IsRetryableStatus(status, headers);
-  e.retry_after = ParseRetryAfter(headers);
-  switch (status) {
-    case 401:
-      e.error = Error(ErrorCode::kUnauthenticated,
-                      fmt::format("OpenAI-compatible server rejected the API key ({}): {}. "
-                                  "Check OPENAI_API_KEY (and OPENAI_BASE_URL: {}).",
-                                  what, api.message, options.base_url));
-      break;
-    case 403:
-      e.error = Error(
-          ErrorCode::kPermissionDenied,
-          fmt::format("OpenAI-compatible server refused the request ({}): {}", what, api.message));
-      break;
-    case 404:
-      e.error = Error(ErrorCode::kNotFound,
-                      fmt::format("OpenAI-compatible server: not found ({}): {}. Check the model "
-                                  "name ('{}') and OPENAI_BASE_URL ({}).",
-                                  what, api.message, options.model, options.base_url));
-      break;
-    case 429:
-      e.error =
-          Error(ErrorCode::kResourceExhausted,
-                fmt::format("OpenAI-compatible server rate limit ({}): {}", what, api.message));
-      break;
-    default:
-      if (status >= 500) {
-        e.error =
-            Error(ErrorCode::kUnavailable,
-                  fmt::format("OpenAI-compatible server unavailable ({}): {}", what, api.message));
-      } else if (status >= 400) {
-        e.error = Error(ErrorCode::kInvalidArgument,
-                        fmt::format("OpenAI-compatible server rejected the request ({}): {}", what,
-                                    api.message));
-      } else {
-        e.error = Error(ErrorCode::kInternal,
-                        fmt::format("OpenAI-compatible server: unexpected HTTP {} response: {}",
-                                    status, BodySnippet(body)));
-      }
-  }
-  if (status == 400 || status == 413) {
-    e.error.reason = internal::ContextOverflowReason(api.type, api.message);
-  }
-  return e;
-}
+constexpr internal::SseChatDialect kDialect{
+    .provider = "OpenAI-compatible server",
+    .client_name = "OpenAI-compatible client",
+    .path = "/chat/completions",
+    .status_messages = kStatusMessages,
+    .read_api_error = ReadApiError,
+};
 
 // An index from the server: anything but an int64 reads as 0.
 int64_t IntField(const json::object& obj, std::string_view key) {
@@ -190,11 +139,13 @@ std::string MapFinishReason(std::string_view reason) {
   return std::string(reason);
 }
 
-class StreamState {
+// The state of one streamed response: text and tool calls by index.
+class OpenAiStream : public internal::StreamAccumulator {
  public:
-  explicit StreamState(const StreamCallbacks& callbacks) : callbacks_(callbacks) {}
+  explicit OpenAiStream(const StreamCallbacks& callbacks)
+      : StreamAccumulator(callbacks, kDialect.provider) {}
 
-  bool OnEvent(const net::SseEvent& ev) {
+  bool OnEvent(const net::SseEvent& ev) override {
     std::string_view data = ev.data;
     while (!data.empty() && data.back() == ' ') data.remove_suffix(1);
     if (data == "[DONE]") {
@@ -211,26 +162,12 @@ class StreamState {
     }
     const json::object& chunk = parsed->as_object();
     if (const auto* err = chunk.if_contains("error"); err && !err->is_null()) {
-      ApiError api = ReadApiError(*err);
-      return Fail(ErrorCode::kUnavailable,
-                  fmt::format("OpenAI-compatible server stream error ({}): {}",
-                              api.type.empty() ? "unknown" : api.type, api.message),
-                  true);
+      return FailWithStreamError(*ReadApiError(*err), ErrorCode::kUnavailable, true);
     }
-    if (auto model = GetOptString(chunk, "model"); model && response_.model.empty()) {
-      response_.model = *model;
+    if (auto model = GetOptString(chunk, "model"); model && response().model.empty()) {
+      response().model = *model;
     }
-    if (const auto* u = chunk.if_contains("usage"); u && u->is_object()) {
-      const json::object& usage = u->as_object();
-      int64_t prompt = TokenCountFromJson(usage.if_contains("prompt_tokens"));
-      int64_t cached = 0;
-      if (const auto* d = usage.if_contains("prompt_tokens_details"); d && d->is_object()) {
-        cached = TokenCountFromJson(d->as_object().if_contains("cached_tokens"));
-      }
-      response_.usage.cache_read_tokens = cached;
-      response_.usage.input_tokens = std::max<int64_t>(0, prompt - cached);
-      response_.usage.output_tokens = TokenCountFromJson(usage.if_contains("completion_tokens"));
-    }
+    if (const auto* u = chunk.if_contains("usage"); u && u->is_object()) ReadUsage(u->as_object());
     const auto* choices = chunk.if_contains("choices");
     if (choices == nullptr || !choices->is_array()) return true;
     for (const auto& c : choices->as_array()) {
@@ -243,76 +180,15 @@ class StreamState {
       const json::object& d = delta->as_object();
       if (auto text = GetOptString(d, "content"); text && !text->empty()) {
         text_ += *text;
-        if (callbacks_.on_text_delta) {
-          delivered_ = true;
-          callbacks_.on_text_delta(*text);
-        }
+        EmitText(*text);
       }
       const auto* calls = d.if_contains("tool_calls");
       if (calls == nullptr || !calls->is_array()) continue;
       for (const auto& tc : calls->as_array()) {
-        if (!tc.is_object()) continue;
-        const json::object& frag = tc.as_object();
-        int64_t index =
-            frag.contains("index") ? IntField(frag, "index") : static_cast<int64_t>(calls_.size());
-        Partial& p = calls_[index];
-        if (auto id = GetOptString(frag, "id"); id && !id->empty()) p.id = *id;
-        if (const auto* fn = frag.if_contains("function"); fn && fn->is_object()) {
-          // Most servers send the name once; some repeat it in every fragment.
-          if (auto name = GetOptString(fn->as_object(), "name"); name && *name != p.name) {
-            p.name += *name;
-          }
-          if (auto args = GetOptString(fn->as_object(), "arguments")) p.arguments += *args;
-        }
-        if (!p.started && !p.name.empty()) {
-          p.started = true;
-          if (callbacks_.on_tool_call_start) {
-            delivered_ = true;
-            callbacks_.on_tool_call_start(p.id, p.name);
-          }
-        }
+        if (tc.is_object()) ReadToolCallFragment(tc.as_object());
       }
     }
     return true;
-  }
-
-  AttemptResult Finish() {
-    if (failure_) return tl::unexpected(*failure_);
-    if (!done_ && finish_reason_.empty()) {
-      Fail(ErrorCode::kUnavailable, "OpenAI-compatible server: stream ended before [DONE]", true);
-      return tl::unexpected(*failure_);
-    }
-    Message& msg = response_.message;
-    msg.role = Role::kAssistant;
-    msg.text = std::move(text_);
-    for (auto& [index, p] : calls_) {
-      ToolCall call;
-      call.id = p.id.empty() ? fmt::format("call_{}", index) : p.id;
-      call.name = p.name;
-      std::string_view args = p.arguments;
-      while (!args.empty() && (args.front() == ' ' || args.front() == '\n')) args.remove_prefix(1);
-      if (!args.empty()) {
-        auto v = ParseJson(args);
-        if (v && v->is_object()) {
-          call.input = std::move(v->as_object());
-        } else {
-          call.input_error = fmt::format(
-              "the model's arguments for tool '{}' are not a JSON object ({}): {}", call.name,
-              v ? "not an object" : v.error().message, BodySnippet(p.arguments, 200));
-        }
-      }
-      msg.tool_calls.push_back(std::move(call));
-    }
-    response_.stop_reason = finish_reason_.empty()
-                                ? (msg.tool_calls.empty() ? "end_turn" : "tool_use")
-                                : MapFinishReason(finish_reason_);
-    return std::move(response_);
-  }
-
-  AttemptResult TransportFailure(const Error& error) {
-    Fail(error.code, "OpenAI-compatible server: " + internal::DescribeTransportError(error),
-         internal::IsRetryableTransportError(error));
-    return tl::unexpected(*failure_);
   }
 
  private:
@@ -321,23 +197,62 @@ class StreamState {
     bool started = false;
   };
 
-  bool Fail(ErrorCode code, std::string message, bool retryable) {
-    AttemptError e;
-    e.error = Error(code, std::move(message));
-    e.retryable = retryable && !delivered_;
-    if (retryable && delivered_) e.error.message += " (after part of the response was streamed)";
-    failure_ = std::move(e);
-    return false;
+  void ReadUsage(const json::object& usage) {
+    int64_t prompt = TokenCountFromJson(usage.if_contains("prompt_tokens"));
+    int64_t cached = 0;
+    if (const auto* d = usage.if_contains("prompt_tokens_details"); d && d->is_object()) {
+      cached = TokenCountFromJson(d->as_object().if_contains("cached_tokens"));
+    }
+    Usage& out = response().usage;
+    out.cache_read_tokens = cached;
+    out.input_tokens = std::max<int64_t>(0, prompt - cached);
+    out.output_tokens = TokenCountFromJson(usage.if_contains("completion_tokens"));
   }
 
-  const StreamCallbacks& callbacks_;
-  ModelResponse response_;
+  void ReadToolCallFragment(const json::object& frag) {
+    int64_t index =
+        frag.contains("index") ? IntField(frag, "index") : static_cast<int64_t>(calls_.size());
+    Partial& p = calls_[index];
+    if (auto id = GetOptString(frag, "id"); id && !id->empty()) p.id = *id;
+    if (const auto* fn = frag.if_contains("function"); fn && fn->is_object()) {
+      // Most servers send the name once; some repeat it in every fragment.
+      if (auto name = GetOptString(fn->as_object(), "name"); name && *name != p.name) {
+        p.name += *name;
+      }
+      if (auto args = GetOptString(fn->as_object(), "arguments")) p.arguments += *args;
+    }
+    if (!p.started && !p.name.empty()) {
+      p.started = true;
+      EmitToolCallStart(p.id, p.name);
+    }
+  }
+
+  AttemptResult Complete() override {
+    if (!done_ && finish_reason_.empty()) {
+      return Failed(ErrorCode::kUnavailable, "OpenAI-compatible server: stream ended before [DONE]",
+                    true);
+    }
+    ModelResponse& out = response();
+    Message& msg = out.message;
+    msg.role = Role::kAssistant;
+    msg.text = std::move(text_);
+    for (auto& [index, p] : calls_) {
+      ToolCall call;
+      call.id = p.id.empty() ? fmt::format("call_{}", index) : p.id;
+      call.name = p.name;
+      internal::ParseToolInput(
+          p.arguments, fmt::format("the model's arguments for tool '{}' are", call.name), call);
+      msg.tool_calls.push_back(std::move(call));
+    }
+    out.stop_reason = finish_reason_.empty() ? (msg.tool_calls.empty() ? "end_turn" : "tool_use")
+                                             : MapFinishReason(finish_reason_);
+    return std::move(out);
+  }
+
   std::string text_;
   std::map<int64_t, Partial> calls_;
   std::string finish_reason_;
-  bool delivered_ = false;
   bool done_ = false;
-  std::optional<AttemptError> failure_;
 };
 
 }  // namespace
@@ -347,7 +262,7 @@ std::string MissingOpenAiKeyMessage() {
          "OPENAI_BASE_URL at a local OpenAI-compatible server (which needs no key).";
 }
 
-OpenAiModel::OpenAiModel(OpenAiOptions options, std::unique_ptr<net::HttpClient> client)
+OpenAiModel::OpenAiModel(OpenAiOptions options, std::unique_ptr<internal::SseChatClient> client)
     : options_(std::move(options)), client_(std::move(client)) {}
 OpenAiModel::~OpenAiModel() = default;
 
@@ -356,16 +271,14 @@ Result<std::unique_ptr<OpenAiModel>> OpenAiModel::Create(OpenAiOptions options) 
     return MakeError(ErrorCode::kInvalidArgument,
                      "openai: no model given; use --model openai:MODEL (e.g. openai:gpt-4o)");
   }
-  if (options.base_url.empty()) options.base_url = kDefaultOpenAiBaseUrl;
-  while (options.base_url.ends_with('/')) options.base_url.pop_back();
+  options.base_url =
+      internal::NormalizedBaseUrl(std::move(options.base_url), kDefaultOpenAiBaseUrl);
   if (options.api_key.empty() && options.base_url.find("api.openai.com") != std::string::npos) {
     return MakeError(ErrorCode::kUnauthenticated, MissingOpenAiKeyMessage());
   }
-  auto client = internal::MakeHttpClient(options.base_url, options.http);
-  if (!client) {
-    return MakeError(client.error().code, fmt::format("OpenAI-compatible client for '{}': {}",
-                                                      options.base_url, client.error().message));
-  }
+  auto client =
+      internal::SseChatClient::Create(kDialect, options.model, options.base_url, options.http);
+  if (!client) return tl::unexpected(client.error());
   return std::unique_ptr<OpenAiModel>(new OpenAiModel(std::move(options), std::move(*client)));
 }
 
@@ -394,7 +307,7 @@ json::object OpenAiModel::BuildRequestBody(const ModelRequest& request) const {
           {"type", "function"},
           {"function", json::object{{"name", JsonString(tool.name)},
                                     {"description", JsonString(tool.description)},
-                                    {"parameters", ParametersSchema(tool.input_schema)}}}});
+                                    {"parameters", internal::ObjectSchema(tool.input_schema)}}}});
     }
     body["tools"] = std::move(tools);
   }
@@ -408,32 +321,9 @@ Result<ModelResponse> OpenAiModel::Generate(const ModelRequest& request,
   if (!options_.api_key.empty()) headers.Set("authorization", "Bearer " + options_.api_key);
   headers.Set("content-type", "application/json");
   headers.Set("accept", "text/event-stream");
-  auto attempt = [&]() -> AttemptResult {
-    StreamState state(callbacks);
-    auto post = internal::StreamingPost(*client_, "/chat/completions", headers, body, options_.http,
-                                        request.cancel, request.cancel_fd,
-                                        [&](const net::SseEvent& ev) { return state.OnEvent(ev); });
-    if (!post) {
-      if (post.error().code == ErrorCode::kCancelled) {
-        return tl::unexpected(AttemptError{post.error(), false, std::nullopt});
-      }
-      return state.TransportFailure(post.error());
-    }
-    if (!post->event_stream) {
-      if (post->status / 100 == 2) {
-        AttemptError e;
-        e.error = Error(ErrorCode::kInternal,
-                        fmt::format("OpenAI-compatible server answered HTTP {} without an event "
-                                    "stream (content-type '{}'): {}",
-                                    post->status, post->headers.Get("content-type").value_or(""),
-                                    BodySnippet(post->body)));
-        return tl::unexpected(std::move(e));
-      }
-      return tl::unexpected(StatusError(post->status, post->headers, post->body, options_));
-    }
-    return state.Finish();
-  };
-  return RunWithRetries(options_.http.retry, request.cancel, callbacks.on_retry, attempt);
+  return client_->Generate(request, callbacks, headers, body, [](const StreamCallbacks& cb) {
+    return std::make_unique<OpenAiStream>(cb);
+  });
 }
 
 }  // namespace deepbox::agent

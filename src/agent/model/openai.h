@@ -24,11 +24,11 @@
 #include "common/error.h"
 #include "common/json.h"
 
-namespace deepbox::net {
-class HttpClient;
-}
-
 namespace deepbox::agent {
+
+namespace internal {
+class SseChatClient;
+}
 
 inline constexpr char kDefaultOpenAiBaseUrl[] = "https://api.openai.com/v1";
 
@@ -55,9 +55,9 @@ class OpenAiModel : public ChatModel {
   const OpenAiOptions& options() const { return options_; }
 
  private:
-  OpenAiModel(OpenAiOptions options, std::unique_ptr<net::HttpClient> client);
+  OpenAiModel(OpenAiOptions options, std::unique_ptr<internal::SseChatClient> client);
   OpenAiOptions options_;
-  std::unique_ptr<net::HttpClient> client_;
+  std::unique_ptr<internal::SseChatClient> client_;
 };
 
 std::string MissingOpenAiKeyMessage();
