@@ -478,7 +478,7 @@ int main(int argc, char** argv) {
   CLI::App app{"deepbox: run AI agents whose tools execute in isolated sandboxes.", "deepbox"};
   app.require_subcommand(1);
   app.footer(kExitCodesHelp);
-  app.set_version_flag("--version", "deepbox " + std::string(kVersion));
+  app.set_version_flag("--version", "deepbox " + std::string(deepbox::kVersion));
   RegisterSandboxCommands(app);
   RegisterPoolCommands(app);
   RegisterDoctorCommand(app);
