@@ -9,9 +9,10 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/provider_util.h"
+#include "cli/providers.h"
 #include "cli/sandbox_copy.h"
-#include "cli/sandbox_k8s.h"
 #include "common/terminal_text.h"
+#include "sandbox/registry.h"
 
 namespace deepbox::cli {
 namespace {
@@ -29,10 +30,11 @@ Ref ParseRef(const std::string& text) {
   Ref r;
   size_t colon = text.find(':');
   size_t slash = text.find('/');
-  // NAMESPACE/CLAIM:PATH, a Kubernetes claim (a host path with one slash and
-  // a colon, e.g. out/a:b, is written ./out/a:b).
+  // NAMESPACE/CLAIM:PATH, a Kubernetes claim: an id with a slash that a
+  // provider's id form matches (a host path with one slash and a colon,
+  // e.g. out/a:b, is written ./out/a:b).
   if (colon != std::string::npos && slash != std::string::npos && slash < colon &&
-      IsK8sSandboxId(std::string_view(text).substr(0, colon))) {
+      ProviderRegistry::Global().ForId(std::string_view(text).substr(0, colon)) != nullptr) {
     r.in_sandbox = true;
     r.id = text.substr(0, colon);
     r.path = text.substr(colon + 1);
@@ -89,33 +91,21 @@ int RunSandboxCp(const SandboxCpArgs& args) {
   }
   if (auto name = CopyNameFromArgument(src.path); !name) return UsageError(name.error().message);
   const Ref& remote = src.in_sandbox ? src : dst;
-  // A local sandbox, or a Kubernetes claim (sandbox_k8s.h): a daemon client either way.
-  ShellSandbox shell;
-  if (IsK8sSandboxId(remote.id)) {
-    auto k8s = ConnectK8sSandbox(remote.id);
-    if (!k8s) return ReportError(k8s.error());  // no such claim: 3
-    shell = std::move(*k8s);
-  } else {
-    auto provider = MakeProvider(ProviderFlags{});
-    if (!provider) return ReportError(provider.error());
-    auto meta = (*provider)->Get(remote.id);
-    if (!meta) return ReportError(meta.error());  // no such sandbox: 3
-    auto client = (*provider)->Connect(*meta);
-    if (!client) return ReportError(client.error());
-    shell.client = std::move(*client);
-  }
-  SandboxCopier copier(*shell.client);
+  // The sandbox's daemon, whichever provider it is of (its id says).
+  auto provider = ProviderOfSandbox(remote.id);
+  if (!provider) return ReportError(provider.error());
+  auto access = (*provider)->ConnectDaemon(remote.id);
+  if (!access) return ReportError(access.error());  // no such sandbox: 3
+  SandboxCopier copier(*access->client);
   auto copied = src.in_sandbox ? copier.FromSandbox(src.path, dst.path)
                                : copier.ToSandbox(src.path, dst.path);
   if (!copied) {
     // Whatever went wrong with the copy itself (a missing file on either side
     // included) is "the operation failed"; 3 is only for a missing sandbox.
-    Error e = shell.explain ? shell.explain(copied.error()) : copied.error();
-    if (shell.why_gone) {
-      if (auto gone = shell.why_gone(); gone && gone->code == ErrorCode::kNotFound) {
-        return ReportError(*gone);
-      }
+    if (auto gone = access->why_gone(copied.error()); gone && gone->code == ErrorCode::kNotFound) {
+      return ReportError(*gone);
     }
+    Error e = access->explain(copied.error());
     std::fprintf(stderr, "deepbox: %s\n", SanitizeForTerminal(e.message).c_str());
     return kExitError;
   }

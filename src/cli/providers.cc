@@ -26,4 +26,12 @@ void RegisterBuiltinProviders() {
   });
 }
 
+Result<std::unique_ptr<SandboxProvider>> ProviderOfSandbox(std::string_view id) {
+  RegisterBuiltinProviders();
+  const ProviderRegistration* owner = ProviderRegistry::Global().ForId(id);
+  ProviderRequest request;
+  request.one_shot = true;
+  return ProviderRegistry::Global().Make(owner != nullptr ? owner->name : "local", request);
+}
+
 }  // namespace deepbox::cli

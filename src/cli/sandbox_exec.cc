@@ -27,12 +27,10 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "cli/provider_util.h"
-#include "cli/sandbox_k8s.h"
+#include "cli/providers.h"
 #include "common/io.h"
 #include "common/terminal_text.h"
 #include "common/unique_fd.h"
-#include "local/lifecycle/provider.h"
 
 namespace deepbox::cli {
 namespace {
@@ -269,36 +267,6 @@ class Session {
   std::thread signal_thread_;
 };
 
-// The daemon's socket refused a connection, or is not there: the daemon
-// died (or is being restarted), whatever the supervisor's record says yet.
-bool DaemonSocketDead(const Error& e) {
-  // The provider's own word while its supervisor relaunches the daemon.
-  if (e.message.find("is restarting") != std::string::npos) return true;
-  return e.message.find("connect(") != std::string::npos &&
-         (e.message.find("ECONNREFUSED") != std::string::npos ||
-          e.message.find("(ENOENT)") != std::string::npos);
-}
-
-// After the daemon's socket went dead: the supervisor deletes the sandbox
-// (and records why) within moments, or restarts its daemon. The provider's
-// answer once it knows: the "is gone" error, or nullopt if the daemon
-// answers again (or nothing was decided within a bound).
-std::optional<Error> WaitUntilGone(local::lifecycle::LocalSandboxProvider& provider,
-                                   const std::string& id) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto meta = provider.Get(id);
-    if (!meta && meta.error().code == ErrorCode::kNotFound) return meta.error();
-    if (meta) {
-      auto client = provider.Connect(*meta);
-      if (client) return std::nullopt;
-      if (!DaemonSocketDead(client.error())) return std::nullopt;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return std::nullopt;
-}
-
 // A sandbox that went away: exit 3 (NOT_FOUND) with its reason on one line
 // (a tombstone's detail can end in a daemon's last stderr lines).
 int SayGone(const Error& gone) {
@@ -372,42 +340,16 @@ int RunSandboxExec(const SandboxExecArgs& args) {
   // the signal thread, never to a default action in another thread.
   if (auto st = session.Prepare(); !st) return Say(kExecDeepboxFailed, st.error().message);
 
-  // The sandbox: a local one, or a Kubernetes claim (NAMESPACE/CLAIM,
-  // sandbox_k8s.h); from here on both are a daemon client.
-  ShellSandbox shell;
-  std::shared_ptr<local::lifecycle::LocalSandboxProvider> local_provider;
+  // The sandbox's daemon, whichever provider it is of (its id says).
   auto connect_failed = [](const Error& e) {
     if (e.code == ErrorCode::kNotFound) return SayGone(e);
     return Say(e.code == ErrorCode::kInvalidArgument ? kExitUsage : kExecDeepboxFailed, e.message);
   };
-  if (IsK8sSandboxId(args.id)) {
-    auto k8s = ConnectK8sSandbox(args.id);
-    if (!k8s) return connect_failed(k8s.error());
-    shell = std::move(*k8s);
-  } else {
-    auto provider = MakeProvider(ProviderFlags{});
-    if (!provider) return Say(kExecDeepboxFailed, provider.error().message);
-    std::shared_ptr<local::lifecycle::LocalSandboxProvider> local(std::move(*provider));
-    auto client = local->Connect(args.id);
-    if (!client) {
-      // A daemon that just died: its socket refuses (or is gone) while its
-      // supervisor has not yet recorded why. Ask the provider, briefly.
-      if (DaemonSocketDead(client.error())) {
-        if (auto gone = WaitUntilGone(*local, args.id)) return SayGone(*gone);
-        client = local->Connect(args.id);  // up again (its supervisor restarted it)
-      }
-      if (!client) return connect_failed(client.error());
-    }
-    shell.client = std::move(*client);
-    shell.why_gone = [local, id = args.id]() -> std::optional<Error> {
-      auto meta = local->Get(id);
-      // A daemon restarting or broken: the request's own error says so.
-      if (!meta && meta.error().code != ErrorCode::kUnavailable) return meta.error();
-      return std::nullopt;
-    };
-    local_provider = local;
-  }
-  auto& client = shell.client;
+  auto provider = ProviderOfSandbox(args.id);
+  if (!provider) return Say(kExecDeepboxFailed, provider.error().message);
+  auto access = (*provider)->ConnectDaemon(args.id);
+  if (!access) return connect_failed(access.error());
+  auto& client = access->client;
   session.Connected(client.get());
 
   // A terminal also needs the session (for resizes) without -i.
@@ -472,13 +414,8 @@ int RunSandboxExec(const SandboxExecArgs& args) {
                                                  SyscallError("write", write_errno).message));
     }
     // The sandbox may have expired or been deleted while the command ran.
-    if (auto gone = shell.why_gone ? shell.why_gone() : std::nullopt) return SayGone(*gone);
-    // The daemon died under the command (its supervisor has not said so yet).
-    if (local_provider && DaemonSocketDead(result.error())) {
-      if (auto gone = WaitUntilGone(*local_provider, args.id)) return SayGone(*gone);
-    }
-    return Say(kExecDeepboxFailed,
-               (shell.explain ? shell.explain(result.error()) : result.error()).message);
+    if (auto gone = access->why_gone(result.error())) return SayGone(*gone);
+    return Say(kExecDeepboxFailed, access->explain(result.error()).message);
   }
   if (std::string oom = OomKillNote(*result); !oom.empty()) Say(0, "the command was " + oom);
   switch (result->kind) {

@@ -1,5 +1,4 @@
-// deepbox sandbox create|ls|rm --provider k8s, and exec/cp on NAMESPACE/CLAIM
-// ids: SandboxClaims from the shell.
+// deepbox sandbox create|ls|rm --provider k8s: SandboxClaims from the shell.
 //
 // `create` claims a sandbox from a warm pool, checks that its daemon answers
 // and leaves the claim (its TTL or `rm` ends it); `ls` lists claims (every
@@ -7,8 +6,8 @@
 // by a non-empty label selector, in one namespace and nothing else — the
 // cleanup the seed does with `kubectl delete sandboxclaim -l
 // deepagents.example/claim=true`, without kubectl. The controller then
-// deletes the Sandbox and its pod. exec and cp reach a claim's daemon
-// (ConnectK8sSandbox) and then work as on a local sandbox.
+// deletes the Sandbox and its pod. (exec and cp reach a claim's daemon through
+// the provider: K8sSandboxProvider::ConnectDaemon.)
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,8 +30,6 @@
 #include "k8s/util.h"
 
 namespace deepbox::cli {
-
-bool IsK8sSandboxId(std::string_view id) { return k8s::IsK8sSandboxId(id); }
 
 namespace {
 
@@ -130,22 +127,6 @@ std::optional<int64_t> MsFromNow(const std::string& rfc3339) {
 }
 
 }  // namespace
-
-Result<ShellSandbox> ConnectK8sSandbox(const std::string& id) {
-  auto provider = K8sProviderFor(ClusterFlags{});
-  if (!provider) return tl::unexpected(provider.error());
-  std::shared_ptr<k8s::K8sSandboxProvider> shared(std::move(*provider));
-  auto connected = shared->Connect(id);
-  if (!connected) return tl::unexpected(connected.error());
-  ShellSandbox out;
-  out.client = std::move(connected->client);
-  k8s::DaemonEndpoint endpoint = connected->connection->endpoint();
-  std::shared_ptr<k8s::SandboxConnection> conn(std::move(connected->connection));
-  out.keep = conn;
-  out.why_gone = [shared, id] { return shared->WhyGone(id); };
-  out.explain = [endpoint](const Error& e) { return k8s::NameRouterError(e, endpoint); };
-  return out;
-}
 
 K8sPolicyCheck CheckK8sNetworkPolicy(const ClusterFlags& flags) {
   K8sPolicyCheck out;

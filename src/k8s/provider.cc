@@ -669,17 +669,10 @@ SandboxInfo K8sSandboxProvider::InfoOfKept(const KeptClaim& kept,
 }
 
 Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Attach(const std::string& id) {
-  size_t slash = id.find('/');
-  std::string ns = slash == std::string::npos ? namespace_ : id.substr(0, slash);
-  std::string name = slash == std::string::npos ? id : id.substr(slash + 1);
-  if (!IsObjectName(ns) || !IsObjectName(name)) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("'{}' is not NAMESPACE/CLAIM (as `deepbox sandbox ls "
-                                 "--provider k8s` shows)",
-                                 std::string_view(id).substr(0, 300)));
-  }
+  auto parts = Resolve(id);
+  if (!parts) return tl::unexpected(parts.error());
+  const auto& [ns, name] = *parts;
   std::string sandbox_id = fmt::format("{}/{}", ns, name);
-  if (auto st = CheckNamespace(id, ns); !st) return tl::unexpected(st.error());
   // The same reading of the claim as `deepbox sandbox exec/cp` (Ready, not
   // being deleted, pod IPs from the claim or its Sandbox; a suspended one
   // resumed first).
@@ -691,6 +684,21 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::Attach(const std::stri
       fmt::format("{} (left as it was; delete it with: kubectl delete sandboxclaim -n {} {})",
                   sandbox_id, ns, name),
       [conn] { conn->Close(); }));
+}
+
+Result<DaemonAccess> K8sSandboxProvider::ConnectDaemon(const std::string& id) {
+  auto parts = Resolve(id);
+  if (!parts) return tl::unexpected(parts.error());
+  std::string sandbox_id = fmt::format("{}/{}", parts->first, parts->second);
+  auto connected = Connect(sandbox_id);
+  if (!connected) return tl::unexpected(connected.error());
+  DaemonAccess access;
+  access.client = std::move(connected->client);
+  DaemonEndpoint endpoint = connected->connection->endpoint();
+  access.keep = std::shared_ptr<SandboxConnection>(std::move(connected->connection));
+  access.why_gone = [this, sandbox_id](const Error&) { return WhyGone(sandbox_id); };
+  access.explain = [endpoint](const Error& e) { return NameRouterError(e, endpoint); };
+  return access;
 }
 
 Result<SandboxInfo> K8sSandboxProvider::Inspect(const std::string& id) {

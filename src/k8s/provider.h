@@ -118,6 +118,8 @@ class K8sSandboxProvider : public SandboxProvider {
   // Connect, as a lease that leaves the claim as it is (Release() closes the
   // connection).
   Result<std::unique_ptr<SandboxLease>> Attach(const std::string& id) override;
+  // Connect, with the claim's WhyGone and the router's errors named as its.
+  Result<DaemonAccess> ConnectDaemon(const std::string& id) override;
   Result<SandboxInfo> Inspect(const std::string& id) override;  // NOT_FOUND: no such claim
   // The claims in the provider's namespace matching `selector` ("" = all).
   Result<std::vector<SandboxInfo>> List(const std::string& selector) override;

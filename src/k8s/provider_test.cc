@@ -471,7 +471,8 @@ TEST_F(ProviderTest, TheLifecycleThroughTheProviderInterface) {
   auto bad = p.Attach("Default/x");
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_NE(bad.error().message.find("is not NAMESPACE/CLAIM"), std::string::npos)
+  EXPECT_NE(bad.error().message.find("is not a Kubernetes sandbox id NAMESPACE/CLAIM"),
+            std::string::npos)
       << bad.error().message;
 
   // The watch reports the deletion; then the claim is gone for every verb.

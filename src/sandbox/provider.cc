@@ -46,6 +46,10 @@ Result<SandboxInfo> SandboxProvider::Create(const ClaimOptions&) {
 Result<std::unique_ptr<SandboxLease>> SandboxProvider::Attach(const std::string&) {
   return tl::unexpected(Unimplemented("attach to"));
 }
+Result<DaemonAccess> SandboxProvider::ConnectDaemon(const std::string&) {
+  return tl::unexpected(Unimplemented("connect to the daemon of"));
+}
+
 Result<SandboxInfo> SandboxProvider::Inspect(const std::string&) {
   return tl::unexpected(Unimplemented("inspect"));
 }

@@ -24,6 +24,7 @@
 
 #include "common/error.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/sandboxd_client.h"
 
 namespace deepbox {
 
@@ -55,6 +56,22 @@ struct SandboxInfo {
   std::string limits;       // "memory 2 GiB, ..." ("" = the provider does not say)
   std::string limits_note;  // requested limits the host did not enforce ("" = none)
   std::string name;         // ClaimOptions::name ("" = none)
+};
+
+// A client of one sandbox's daemon for a one-shot command (`deepbox sandbox
+// exec`, `sandbox cp`): the daemon's full API (streaming exec with stdin and
+// a terminal, tar transfers) and how the provider explains a failure. Valid
+// while the provider that made it lives.
+struct DaemonAccess {
+  std::unique_ptr<SandboxdClient> client;
+  // After a call failed with `error`: the "is gone" error (NOT_FOUND) when
+  // the sandbox was deleted or expired meanwhile, else nullopt (the call's
+  // own error stands). May wait briefly for the provider to find out.
+  std::function<std::optional<Error>(const Error& error)> why_gone;
+  // A failed call's error as the user should read it (the k8s router's
+  // answers named as the router's). Never empty.
+  std::function<Error(const Error& error)> explain;
+  std::shared_ptr<void> keep;  // what the client needs alive (a port-forward)
 };
 
 // A sandbox in use. Destroying the lease releases it: a claimed sandbox is
@@ -140,6 +157,9 @@ class SandboxProvider {
   // A lease on an existing sandbox that leaves it as it is when released.
   // NOT_FOUND: no such sandbox; UNAVAILABLE: it exists but cannot be used now.
   virtual Result<std::unique_ptr<SandboxLease>> Attach(const std::string& id);
+  // Its daemon, for one command. NOT_FOUND: no such sandbox; UNAVAILABLE: it
+  // cannot be reached now; INVALID_ARGUMENT: a malformed id.
+  virtual Result<DaemonAccess> ConnectDaemon(const std::string& id);
 
   virtual Result<SandboxInfo> Inspect(const std::string& id);
   // The sandboxes matching a label selector (Kubernetes syntax; "" = all).

@@ -260,6 +260,42 @@ TEST_P(ProviderContractTest, CreatedSandboxOutlivesAttachedLeasesUntilDeleted) {
   EXPECT_EQ(attach.error().code, ErrorCode::kNotFound) << attach.error().ToString();
 }
 
+// What `sandbox exec` and `cp` use: the daemon's client, the provider's
+// gone-check after a failed call, and its wording of a failure.
+TEST_P(ProviderContractTest, ConnectDaemonReachesTheSandboxAndSaysWhenItIsGone) {
+  auto made = provider_->Create(Options());
+  ASSERT_TRUE(made) << made.error().ToString();
+  auto access = provider_->ConnectDaemon(made->id);
+  ASSERT_TRUE(access) << access.error().ToString();
+  ASSERT_NE(access->client, nullptr);
+  ASSERT_TRUE(access->why_gone);
+  ASSERT_TRUE(access->explain);
+  ExecRequest req;
+  req.shell = "echo through the daemon > daemon.txt && cat daemon.txt";
+  auto r = access->client->Exec(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->stdout_data, "through the daemon\n");
+  // A failure of the sandbox's own (a missing file) is not "gone".
+  Error missing(ErrorCode::kNotFound, "no such file: nothing.txt");
+  EXPECT_FALSE(access->why_gone(missing).has_value());
+  EXPECT_EQ(access->explain(missing).code, ErrorCode::kNotFound);
+
+  // Deleted meanwhile: a call that fails now is explained as the sandbox gone.
+  ASSERT_TRUE(provider_->Delete(made->id));
+  auto gone = access->why_gone(Error(ErrorCode::kUnavailable, "the connection was reset"));
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_EQ(gone->code, ErrorCode::kNotFound) << gone->ToString();
+  access->client.reset();
+
+  auto missing_sandbox = provider_->ConnectDaemon(world_->MissingId());
+  ASSERT_FALSE(missing_sandbox);
+  EXPECT_EQ(missing_sandbox.error().code, ErrorCode::kNotFound)
+      << missing_sandbox.error().ToString();
+  auto bad = provider_->ConnectDaemon("../etc");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument) << bad.error().ToString();
+}
+
 // A name is unique among the provider's sandboxes and works where the id
 // does (k8s: it is the claim's name).
 TEST_P(ProviderContractTest, ANamedSandboxIsFoundByItsNameAndTheNameIsUnique) {

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <mutex>
@@ -890,6 +891,60 @@ Result<std::vector<std::string>> LocalSandboxProvider::DeleteMatching(const std:
   auto parsed = Selector::Parse(selector);
   if (!parsed) return tl::unexpected(parsed.error());
   return DeleteMatching(*parsed);
+}
+
+namespace {
+
+// Whether a daemon call failed because the daemon's socket is dead: refused
+// or gone while its supervisor has not yet recorded why (or is relaunching
+// the daemon: the provider's own word).
+bool DaemonSocketDead(const Error& e) {
+  if (e.message.find("is restarting") != std::string::npos) return true;
+  return e.message.find("connect(") != std::string::npos &&
+         (e.message.find("ECONNREFUSED") != std::string::npos ||
+          e.message.find("(ENOENT)") != std::string::npos);
+}
+
+// After the daemon's socket went dead: the supervisor deletes the sandbox
+// (and records why) within moments, or restarts its daemon. The "is gone"
+// error once that is known, or nullopt if the daemon answers again (or
+// nothing was decided within a bound).
+std::optional<Error> WaitUntilGone(LocalSandboxProvider& provider, const std::string& id) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto meta = provider.Get(id);
+    if (!meta && meta.error().code == ErrorCode::kNotFound) return meta.error();
+    if (meta) {
+      auto client = provider.Connect(*meta);
+      if (client) return std::nullopt;
+      if (!DaemonSocketDead(client.error())) return std::nullopt;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<DaemonAccess> LocalSandboxProvider::ConnectDaemon(const std::string& id) {
+  auto client = Connect(id);
+  if (!client && DaemonSocketDead(client.error())) {
+    if (auto gone = WaitUntilGone(*this, id)) return tl::unexpected(*gone);
+    client = Connect(id);  // up again (its supervisor restarted it)
+  }
+  if (!client) return tl::unexpected(client.error());
+  DaemonAccess access;
+  access.client = std::move(*client);
+  access.why_gone = [this, id](const Error& error) -> std::optional<Error> {
+    auto meta = Get(id);
+    // A daemon restarting or broken: the call's own error says so.
+    if (!meta && meta.error().code != ErrorCode::kUnavailable) return meta.error();
+    // The daemon died under the call (its supervisor has not said so yet).
+    if (DaemonSocketDead(error)) return WaitUntilGone(*this, id);
+    return std::nullopt;
+  };
+  access.explain = [](const Error& error) { return error; };
+  return access;
 }
 
 std::optional<Error> LocalSandboxProvider::WhyGone(const std::string& id) {

@@ -89,6 +89,9 @@ class LocalSandboxProvider : public SandboxProvider {
   Result<std::unique_ptr<SandboxLease>> Claim(const ClaimOptions& options) override;
   Result<SandboxInfo> Create(const ClaimOptions& options) override;
   Result<std::unique_ptr<SandboxLease>> Attach(const std::string& id) override;
+  // A daemon that just died is waited for (up to 15 s) until its supervisor
+  // has restarted it or recorded why the sandbox is gone.
+  Result<DaemonAccess> ConnectDaemon(const std::string& id) override;
   Result<SandboxInfo> Inspect(const std::string& id) override;
   Result<std::vector<SandboxInfo>> List(const std::string& selector) override;
   Status Delete(const std::string& id) override;
