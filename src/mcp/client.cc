@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/io.h"
 #include "common/unique_fd.h"
 #include "common/utf8.h"
 #include "mcp/protocol.h"
@@ -139,21 +140,10 @@ class ProcessChannel : public LineChannel {
     sigemptyset(&pipe_only);
     sigaddset(&pipe_only, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
-    Status result;
-    std::string_view rest = l;
-    while (!rest.empty()) {
-      ssize_t n = ::write(in_.get(), rest.data(), rest.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        int err = errno;
-        if (err == EPIPE && !sigismember(&old, SIGPIPE)) {
-          struct timespec zero = {0, 0};
-          (void)sigtimedwait(&pipe_only, nullptr, &zero);
-        }
-        result = MakeSyscallError("write", err, name_ + " stdin");
-        break;
-      }
-      rest.remove_prefix(static_cast<size_t>(n));
+    Status result = WriteAll(in_.get(), l, name_ + " stdin");
+    if (!result && result.error().sys_errno == EPIPE && !sigismember(&old, SIGPIPE)) {
+      struct timespec zero = {0, 0};
+      (void)sigtimedwait(&pipe_only, nullptr, &zero);
     }
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     return result;
