@@ -319,7 +319,7 @@ int RunLeaderboard(LocalSandboxProvider& provider, int iterations) {
     std::string name;
     std::function<bool()> once;  // one create -> first command (-> cleanup, not timed)
   };
-  struct Result {
+  struct Row {
     std::string name;
     Stats stats;
     int attempts = 0;
@@ -333,8 +333,9 @@ int RunLeaderboard(LocalSandboxProvider& provider, int iterations) {
                        auto m = provider.CreateSandbox(claim, false);
                        if (!m) return false;
                        auto c = provider.Connect(*m);
-                       bool ok = c && (*c)->Exec(first_cmd).has_value();
-                       return ok;
+                       if (!c) return false;
+                       auto r = (*c)->Exec(first_cmd);
+                       return r.has_value() && r->exit_code == 0;
                      }});
   std::string bwrap = Which("bwrap");
   if (!bwrap.empty() && RunQuiet(BwrapTrue(bwrap)) == 0) {
@@ -349,11 +350,11 @@ int RunLeaderboard(LocalSandboxProvider& provider, int iterations) {
     }
   };
   // Per method: the sequential row, then the burst row.
-  std::vector<std::pair<Result, Result>> results;
+  std::vector<std::pair<Row, Row>> results;
   for (const auto& method : methods) {
     (void)method.once();  // warm-up: page cache, binaries
     cleanup();
-    Result seq{method.name + " (sequential, every 200 ms)", {}, 0};
+    Row seq{method.name + " (sequential, every 200 ms)", {}, 0};
     const auto start = Clock::now();
     for (int i = 0; i < iterations; ++i) {
       std::this_thread::sleep_until(start + i * 200ms);
@@ -364,7 +365,7 @@ int RunLeaderboard(LocalSandboxProvider& provider, int iterations) {
       if (ok) seq.stats.ms.push_back(ms);
       cleanup();
     }
-    Result burst{method.name + " (burst of 10)", {}, 10};
+    Row burst{method.name + " (burst of 10)", {}, 10};
     std::vector<std::thread> threads;
     std::mutex mu;
     for (int i = 0; i < 10; ++i) {
@@ -386,7 +387,7 @@ int RunLeaderboard(LocalSandboxProvider& provider, int iterations) {
       iterations);
   std::printf("%-70s %9s %9s %9s %8s  %s\n", "scenario", "median ms", "p95 ms", "p99 ms", "success",
               "median vs bwrap");
-  auto row = [](const Result& r, const Result* baseline) {
+  auto row = [](const Row& r, const Row* baseline) {
     std::string ratio = "-";
     if (baseline != nullptr && !baseline->stats.ms.empty() && !r.stats.ms.empty()) {
       ratio = fmt::format("{:.2f}x", r.stats.Pct(50) / baseline->stats.Pct(50));
@@ -407,7 +408,7 @@ int RunLeaderboard(LocalSandboxProvider& provider, int iterations) {
       "The leaderboard's cloud figures (Daytona 0.11 s, E2B 0.44 s medians) include both, so\n"
       "they are not measured here and not comparable one to one.\n");
   for (const auto& [seq, burst] : results) {
-    for (const Result* r : {&seq, &burst}) {
+    for (const Row* r : {&seq, &burst}) {
       if (r->stats.ms.size() != static_cast<size_t>(r->attempts)) return 1;  // a failure counts
     }
   }

@@ -5,14 +5,7 @@
 // on src/k8s.
 #pragma once
 
-#include <functional>
-#include <memory>
-#include <optional>
 #include <string>
-#include <string_view>
-
-#include "common/error.h"
-#include "sandbox/sandboxd_client.h"
 
 namespace deepbox::cli {
 

@@ -126,21 +126,11 @@ std::string FindString(const json::object& o, std::initializer_list<std::string_
 }
 
 const json::value* Find(const json::value& v, std::initializer_list<std::string_view> path) {
-  const json::value* cur = &v;
-  for (auto key : path) {
-    const auto* obj = cur->if_object();
-    if (obj == nullptr) return nullptr;
-    auto it = obj->find(key);
-    if (it == obj->end()) return nullptr;
-    cur = &it->value();
-  }
-  return cur;
+  return FindFrom(&v, path.begin(), path.end());
 }
 
 std::string FindString(const json::value& v, std::initializer_list<std::string_view> path) {
-  const json::value* f = Find(v, path);
-  if (f == nullptr || !f->is_string()) return {};
-  return std::string(f->get_string());
+  return AsString(Find(v, path));
 }
 
 }  // namespace deepbox

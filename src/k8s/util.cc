@@ -4,9 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
-#include <ctime>
-#include <random>
 
 namespace deepbox::k8s {
 

@@ -48,6 +48,10 @@ Result<std::unique_ptr<FakeCluster>> FakeCluster::Start(FakeClusterOptions optio
       if (verifier == raw->written_ || (raw->pending_ && raw->pending_->second == verifier)) {
         return;
       }
+      // The one daemon stands in for a new pod: its file starts empty (no
+      // owner yet), not with the previous claim's verifier -- before the
+      // claim can be seen Ready, so no client meets the old owner's.
+      if (!raw->written_.empty()) raw->WriteVerifierLocked("");
       raw->pending_.emplace(std::chrono::steady_clock::now() + raw->options_.verifier_delay,
                             verifier);
       raw->cv_.notify_all();
@@ -107,29 +111,24 @@ void FakeCluster::Kubelet() {
       cv_.wait(lock);
       continue;
     }
-    // As kubelet updates a downward API file: a new file swapped in.
-    auto write = [&](const std::string& text) {
-      std::string tmp = verifier_file_ + ".next";
-      {
-        std::ofstream out(tmp, std::ios::trunc);
-        out << text;
-      }
-      std::filesystem::rename(tmp, verifier_file_);
-      written_ = text;
-    };
-    if (!written_.empty()) {
-      // The one daemon stands in for a new pod: its file starts empty (no
-      // owner yet), not with the previous claim's verifier.
-      write("");
-    }
     if (std::chrono::steady_clock::now() < pending_->first) {
       cv_.wait_until(lock, pending_->first);
       continue;
     }
     std::string verifier = std::move(pending_->second);
     pending_.reset();
-    write(verifier);
+    WriteVerifierLocked(verifier);
   }
+}
+
+void FakeCluster::WriteVerifierLocked(const std::string& text) {
+  std::string tmp = verifier_file_ + ".next";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+  }
+  std::filesystem::rename(tmp, verifier_file_);
+  written_ = text;
 }
 
 bool FakeCluster::WaitPoolReady(std::chrono::milliseconds timeout) {

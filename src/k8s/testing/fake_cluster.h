@@ -81,6 +81,9 @@ class FakeCluster {
   std::string written_;
   std::thread kubelet_;
   void Kubelet();
+  // Swaps a new verifier file in, as kubelet updates a downward API file
+  // (mu_ held).
+  void WriteVerifierLocked(const std::string& text);
 };
 
 }  // namespace deepbox::k8s::testing
