@@ -122,6 +122,28 @@ def test_cli_errors_carry_message_and_exit_code(deepbox_bin: str) -> None:
         Sandbox.attach("sb-000000000000")
 
 
+def test_provider_settings_are_the_clis_own_flags(deepbox_bin: str) -> None:
+    # The local provider's settings, by the names deepbox declares them with.
+    sb = Sandbox.create(labels=LABEL, ttl=120, network="none", settings={"memory": "64M", "max-processes": 64})
+    try:
+        assert sb.meta["limits"]["memory_bytes"] == 64 << 20
+        assert sb.meta["limits"]["max_processes"] == 64
+    finally:
+        sb.delete()
+    # A setting of another provider, or none at all, is the CLI's usage error.
+    with pytest.raises(CLIError) as e:
+        Sandbox.create(labels=LABEL, ttl=10, settings={"warm-pool": "x"})
+    assert e.value.exit_code == 2
+    assert "--warm-pool: a setting of the k8s provider" in e.value.message
+    with pytest.raises(CLIError) as e:
+        Sandbox.create(labels=LABEL, ttl=10, settings={"colour": "red"})
+    assert e.value.exit_code == 2
+    with pytest.raises(ValueError):
+        Sandbox.create(settings={"--memory": "1G"})
+    with pytest.raises(ValueError, match="router_token"):
+        Sandbox.claim(settings={"router-token": "secret"})
+
+
 def test_dead_daemon(tmp_path) -> None:
     client = DaemonClient(str(tmp_path / "no.sock"))
     with pytest.raises(DaemonUnavailableError):

@@ -8,32 +8,18 @@
 #include <string>
 #include <vector>
 
+#include "cli/provider_flags.h"
+
 namespace deepbox::cli {
-
-// Limits as given on the command line (nullopt = the default, see
-// local/lifecycle/sandbox_limits.h; "0" or "none" = no limit).
-struct LimitFlags {
-  std::optional<std::string> memory;  // 64M, 2G, bytes
-  std::optional<std::string> max_processes;
-  std::optional<std::string> cpus;
-  std::optional<std::string> disk;  // /workspace size
-};
-
-struct ProviderFlags {
-  std::string pool = "default";  // warm pool claims are taken from
-  bool pool_given = false;       // --pool was on the command line (it must exist then)
-  LimitFlags limits;
-};
 
 inline constexpr int64_t kDefaultCreateTtlSeconds = 3600;  // as `deepbox run`
 
 // Where `sandbox create|ls|rm` look: the local provider, or SandboxClaims in a
-// Kubernetes namespace (`--provider k8s`).
+// Kubernetes namespace (`--provider k8s`), and the providers' settings given
+// (how to reach a cluster; for create also limits, pools, ...).
 struct ClusterFlags {
-  std::string provider = "local";  // local | k8s
-  std::string namespace_name;      // "" = $AGENT_SANDBOX_NAMESPACE, else the context's
-  std::string context;             // "" = the kubeconfig's current-context
-  std::string kubeconfig;          // "" = $KUBECONFIG, in-cluster, ~/.kube/config
+  std::string provider = "local";  // a registered provider
+  ProviderSettingFlags settings;
   bool k8s() const { return provider == "k8s"; }
 };
 
@@ -46,12 +32,8 @@ struct SandboxCreateArgs {
   std::string network;                             // "" = host default
   std::string rootfs;
   bool json = false;
-  bool cold = false;  // never take a warm sandbox
-  ProviderFlags provider;
-  ClusterFlags cluster;              // --provider k8s: a SandboxClaim
-  std::string warm_pool;             // k8s: "" = $AGENT_SANDBOX_WARMPOOL, else deepagents-warmpool
-  std::string router_url;            // k8s: "" = $AGENT_SANDBOX_ROUTER_URL
-  double ready_timeout_seconds = 0;  // k8s: 0 = $AGENT_SANDBOX_READY_TIMEOUT, else 180
+  bool cold = false;     // never take a warm sandbox
+  ClusterFlags cluster;  // --provider k8s: a SandboxClaim
 };
 int RunSandboxCreate(const SandboxCreateArgs& args);
 
@@ -147,7 +129,7 @@ struct PoolServeArgs {
   std::string network;
   std::string rootfs;
   int parallel = 2;
-  LimitFlags limits;
+  ProviderSettingFlags settings;  // the local provider's limits
 };
 int RunPoolServe(const PoolServeArgs& args);
 

@@ -46,7 +46,7 @@ Ref ParseRef(const std::string& text) {
     // NAME:PATH when NAME names a sandbox here (else it is a host path, or
     // a malformed id).
     if (!Store::ValidId(id) && Store::ValidName(id)) {
-      auto provider = MakeProvider(ProviderFlags{});
+      auto provider = MakeProvider();
       if (provider) {
         if (auto named = (*provider)->store().IdOfName(id)) id = *named;
       }

@@ -12,10 +12,12 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/provider_flags.h"
 #include "cli/providers.h"
 #include "common/version.h"
 #include "local/lifecycle/supervisor.h"
 #include "sandbox/network_policy.h"
+#include "sandbox/registry.h"
 
 namespace deepbox::cli {
 namespace {
@@ -64,46 +66,21 @@ constexpr const char* kExecHelp =
     "Environment: DEEPBOX_STATE_DIR (state directory; default /run/deepbox as root,\n"
     "else $XDG_RUNTIME_DIR/deepbox).";
 
-// Limits of the sandboxes a command creates; the defaults match `deepbox run`
-// (local/lifecycle/sandbox_limits.h). What this host enforces: `deepbox doctor`.
-void AddLimitFlags(CLI::App* cmd, LimitFlags& f) {
-  cmd->add_option("--memory", f.memory,
-                  "Memory limit of the whole sandbox: bytes or with a unit (k, m, g: powers\n"
-                  "of 1024, e.g. 512M, 2G); at least 16M; 0 = none. Default 2G (cgroup)");
-  cmd->add_option("--max-processes", f.max_processes,
-                  "Process limit of the whole sandbox, threads included; at least 8;\n"
-                  "0 = none. Default 512 (cgroup pids, else RLIMIT_NPROC)");
-  cmd->add_option("--cpus", f.cpus,
-                  "CPU bandwidth limit in cores, e.g. 0.5; 0 = none. Default 2 (cgroup)");
-  cmd->add_option("--disk", f.disk,
-                  "Size of /workspace (an ext4 image on a loop device, root only; elsewhere a\n"
-                  "warning says it is not enforced): e.g. 10G; at least 16M; 0 = none\n"
-                  "(/workspace on the host's disk). Default 10G");
-}
-
-void AddProviderFlags(CLI::App* cmd, ProviderFlags& f) {
-  cmd->add_option("--pool", f.pool,
-                  "Warm pool to take a ready sandbox from when one matches\n"
-                  "(see `deepbox pool serve`); without one, the sandbox is created cold.\n"
-                  "A pool named here must have been served in this state directory (exit 2)")
-      ->capture_default_str()
-      ->each([&f](const std::string&) { f.pool_given = true; });
-  AddLimitFlags(cmd, f.limits);
-}
-
-// `namespace_short`: -n is --namespace (not where -n is taken: fork's count).
-void AddClusterFlags(CLI::App* cmd, ClusterFlags& f, bool namespace_short = true) {
-  cmd->add_option("--provider", f.provider,
-                  "local: sandboxes on this machine; k8s: the SandboxClaims of a\n"
-                  "Kubernetes namespace (agent-sandbox; KUBECONFIG, in-cluster or\n"
-                  "~/.kube/config)")
-      ->check(CLI::IsMember({"local", "k8s"}))
+// --provider and the providers' settings (declared by the providers,
+// provider_flags.h). `creation`: also the settings only used to make
+// sandboxes (limits, pools, the ready timeout).
+void AddClusterFlags(CLI::App* cmd, ClusterFlags& f, bool creation = false) {
+  std::vector<std::string> names = ProviderRegistry::Global().Names();
+  std::string help = "Where sandboxes are:";
+  for (const auto& name : names) {
+    help += "\n" + name + ": " + ProviderRegistry::Global().Lookup(name)->summary;
+  }
+  cmd->add_option("--provider", f.provider, help)
+      ->check(CLI::IsMember(names))
       ->capture_default_str();
-  cmd->add_option(namespace_short ? "--namespace,-n" : "--namespace", f.namespace_name,
-                  "k8s: the namespace (default: $AGENT_SANDBOX_NAMESPACE, else the\n"
-                  "kubeconfig context's, else default)");
-  cmd->add_option("--context", f.context, "k8s: kubeconfig context (default: current-context)");
-  cmd->add_option("--kubeconfig", f.kubeconfig, "k8s: kubeconfig file (wins over $KUBECONFIG)");
+  ProviderFlagSet set;
+  set.creation = creation;
+  AddProviderSettingFlags(cmd, f.settings, set);
 }
 
 }  // namespace
@@ -171,20 +148,7 @@ void RegisterSandboxCommands(CLI::App& app) {
   create->add_flag("--cold", create_args->cold,
                    "Always create a new sandbox (skip the pool). A warm sandbox is only\n"
                    "taken when its network, rootfs and limits are exactly the ones asked for");
-  AddProviderFlags(create, create_args->provider);
-  AddClusterFlags(create, create_args->cluster);
-  create->add_option("--warm-pool", create_args->warm_pool,
-                     "k8s: the SandboxWarmPool to claim from (default: $AGENT_SANDBOX_WARMPOOL,\n"
-                     "else deepagents-warmpool)");
-  create->add_option("--router-url", create_args->router_url,
-                     "k8s: the sandbox router (or a Gateway) to check the daemon through and to\n"
-                     "print in --json (default: $AGENT_SANDBOX_ROUTER_URL, else a kubectl\n"
-                     "port-forward; $AGENT_SANDBOX_ROUTER_TOKEN is its token)");
-  create
-      ->add_option("--ready-timeout", create_args->ready_timeout_seconds,
-                   "k8s: seconds the claim may take to become Ready (default:\n"
-                   "$AGENT_SANDBOX_READY_TIMEOUT, else 180)")
-      ->check(CLI::PositiveNumber);
+  AddClusterFlags(create, create_args->cluster, /*creation=*/true);
   create->callback([create_args] { SetExitCode(RunSandboxCreate(*create_args)); });
 
   auto exec_args = std::make_shared<SandboxExecArgs>();
@@ -349,7 +313,7 @@ void RegisterSandboxCommands(CLI::App& app) {
                    "(default: the source's)")
       ->check(NetworkValidator());
   fork_cmd->add_flag("--json", fork_args->json, "Print the new ids as a JSON array");
-  AddClusterFlags(fork_cmd, fork_args->cluster, /*namespace_short=*/false);
+  AddClusterFlags(fork_cmd, fork_args->cluster);  // after -n (--count): no -n for --namespace
   fork_cmd->callback([fork_args] { SetExitCode(RunSandboxFork(*fork_args)); });
 
   auto cp_args = std::make_shared<SandboxCpArgs>();
@@ -403,7 +367,10 @@ void RegisterPoolCommands(CLI::App& app) {
   serve->add_option("--parallel", args->parallel, "Sandboxes created at once")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  AddLimitFlags(serve, args->limits);
+  ProviderFlagSet limits;
+  limits.providers = {"local"};
+  limits.only = {"memory", "max-processes", "cpus", "disk"};
+  AddProviderSettingFlags(serve, args->settings, limits);
   serve->callback([args] { SetExitCode(RunPoolServe(*args)); });
 }
 

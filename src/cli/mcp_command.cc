@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "cli/mcp/server_command.h"
+#include "cli/provider_flags.h"
 
 namespace deepbox::cli {
 
@@ -74,34 +75,16 @@ void RegisterMcpCommand(CLI::App& app) {
   cmd->add_option("--max-sandboxes-per-client", args->max_sandboxes_per_client,
                   "Live sandboxes one client may have at once (0 = no cap)")
       ->capture_default_str();
-  cmd->add_option("--pool", args->pool,
-                  "Local warm pool to take sandboxes from (see `deepbox pool serve`; default:\n"
-                  "default)");
-  cmd->add_option("--namespace,-n", args->namespace_name,
-                  "k8s: namespace, the only one the server uses (default:\n"
-                  "$AGENT_SANDBOX_NAMESPACE, else the context's)");
-  cmd->add_option("--context", args->context,
-                  "k8s: kubeconfig context (default: the current context)");
-  cmd->add_option("--kubeconfig", args->kubeconfig,
-                  "k8s: kubeconfig file (default: $KUBECONFIG, the in-cluster config in a pod,\n"
-                  "else ~/.kube/config)");
-  cmd->add_option("--warm-pool", args->warm_pool,
-                  "k8s: SandboxWarmPool to claim from (default: $AGENT_SANDBOX_WARMPOOL, else\n"
-                  "deepagents-warmpool)");
-  cmd->add_option("--router-url", args->router_url,
-                  "k8s: reach sandboxes through this sandbox router (default:\n"
-                  "$AGENT_SANDBOX_ROUTER_URL, else a kubectl port-forward; its bearer token:\n"
-                  "$AGENT_SANDBOX_ROUTER_TOKEN)");
-  cmd->add_option("--ready-timeout", args->ready_timeout,
-                  "k8s: seconds a claim may take to become Ready (a cold start pulls the\n"
-                  "image; default: $AGENT_SANDBOX_READY_TIMEOUT, else 180)");
+  // The providers' settings, as they declare them (--pool, --memory, ...,
+  // k8s: --namespace, the only namespace the server uses, --warm-pool, ...).
+  AddProviderSettingFlags(cmd, args->settings);
   cmd->footer(
       "Exit codes: 0 the client went away or a signal stopped the server; 1 it could not\n"
       "start (e.g. the port is taken, no kubeconfig); 2 bad flags (or a bad\n"
       "AGENT_SANDBOX_* value).\n"
-      "Environment: DEEPBOX_MCP_TOKEN (the HTTP bearer token), DEEPBOX_STATE_DIR; k8s:\n"
-      "KUBECONFIG, AGENT_SANDBOX_NAMESPACE, AGENT_SANDBOX_WARMPOOL, AGENT_SANDBOX_ROUTER_URL,\n"
-      "AGENT_SANDBOX_ROUTER_TOKEN, AGENT_SANDBOX_READY_TIMEOUT.");
+      "Environment: DEEPBOX_MCP_TOKEN (the HTTP bearer token), DEEPBOX_STATE_DIR; the\n"
+      "providers' (a flag wins over its variable):\n" +
+      ProviderEnvironmentHelp());
   cmd->callback([args] { SetExitCode(mcp::RunMcp(*args)); });
 }
 

@@ -16,10 +16,9 @@ namespace deepbox::cli {
 
 int RunPoolServe(const PoolServeArgs& args) {
   if (auto st = local::lifecycle::ValidatePoolName(args.name); !st) return ReportError(st.error());
-  ProviderFlags flags;
-  flags.pool = "";  // the pool daemon only creates
-  flags.limits = args.limits;
-  auto provider = MakeProvider(flags);
+  ProviderSettingFlags settings = args.settings;
+  settings.given["pool"] = "";  // the pool daemon only creates
+  auto provider = MakeProvider(settings);
   if (!provider) return ReportError(provider.error());
   // SIGINT/SIGTERM stop the loop (through a signalfd); supervisors are
   // spawned with a clean signal mask, so they do not inherit this.

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/cli.h"
+#include "cli/provider_flags.h"
 #include "cli/run_config.h"
 #include "cli/run_exit_codes.h"
 #include "cli/run_session.h"
@@ -131,9 +132,6 @@ void RegisterRunCommand(CLI::App& app) {
                   "the API, before its answer starts too. Env DEEPBOX_MODEL_IDLE_TIMEOUT;\n"
                   "default 90. On a terminal, \"Waiting for the model…\" shows after 5 s of\n"
                   "silence");
-  cmd->add_option("--pool", flags->pool,
-                  "local: warm pool to take a ready sandbox from (`deepbox pool serve`;\n"
-                  "a pool named here must have been served, else exit 2). Default: default");
   cmd->add_option("--network", flags->network,
                   "local: none (loopback only), public (internet egress, private and\n"
                   "special-purpose ranges and the host's LAN refused; see\n"
@@ -147,40 +145,9 @@ void RegisterRunCommand(CLI::App& app) {
             return p ? std::string() : p.error().message;
           },
           "none|public|allow=NAMES"));
-  cmd->add_option("--memory", flags->memory,
-                  "local: memory limit of the sandbox: bytes or with a unit (k, m, g: powers\n"
-                  "of 1024, e.g. 512M, 4G); at least 16M; 0 = none. Default 2G");
-  cmd->add_option("--max-processes", flags->max_processes,
-                  "local: process limit of the sandbox, threads included; 0 = none.\n"
-                  "Default 512");
-  cmd->add_option("--cpus", flags->cpus,
-                  "local: CPU bandwidth limit in cores, e.g. 0.5; 0 = none. Default 2");
-  cmd->add_option("--disk", flags->disk,
-                  "local: size of /workspace (an ext4 image, where this host allows loop\n"
-                  "devices; else a warning says it is not enforced); 0 = none. Default 10G.\n"
-                  "The limits in force are printed when the sandbox is ready");
-  cmd->add_option("--namespace,-n", flags->namespace_name,
-                  "k8s: namespace of the warm pool and claims. Env AGENT_SANDBOX_NAMESPACE;\n"
-                  "default: the kubeconfig context's namespace, else default");
-  cmd->add_option("--warm-pool", flags->warm_pool,
-                  "k8s: the SandboxWarmPool to claim from. Env AGENT_SANDBOX_WARMPOOL;\n"
-                  "default deepagents-warmpool");
-  cmd->add_option("--context", flags->context,
-                  "k8s: kubeconfig context. Default: the current context");
-  cmd->add_option("--kubeconfig", flags->kubeconfig,
-                  "k8s: kubeconfig file. Default: $KUBECONFIG, the in-cluster config in a\n"
-                  "pod, else ~/.kube/config");
-  cmd->add_option("--router-url", flags->router_url,
-                  "k8s: URL of the sandbox router (or a Gateway in front of it). Env\n"
-                  "AGENT_SANDBOX_ROUTER_URL; default: kubectl port-forward to\n"
-                  "svc/sandbox-router-svc in agent-sandbox-system (in a pod: the pod IP)");
-  cmd->add_option("--router-token", flags->router_token,
-                  "k8s: bearer token for a sandbox router started with ROUTER_AUTH_TOKEN.\n"
-                  "Env AGENT_SANDBOX_ROUTER_TOKEN; default: none");
-  cmd->add_option("--ready-timeout", flags->ready_timeout_seconds,
-                  "k8s: seconds a claim may take to become Ready (a cold start pulls the\n"
-                  "image); then the claim is deleted and the run fails (exit 3). Env\n"
-                  "AGENT_SANDBOX_READY_TIMEOUT; default 180");
+  // The providers' settings (--pool, --memory, ..., --namespace, --warm-pool,
+  // ...), as their providers declare them.
+  AddProviderSettingFlags(cmd, flags->provider_settings);
   cmd->footer(std::string(run::kRunEnvironmentHelp) + "\n" + run::kRunConfigFileHelp + "\n" +
               run::kRunExitCodesHelp);
   cmd->callback([flags] { SetExitCode(run::RunAgentCommand(*flags)); });

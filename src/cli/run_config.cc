@@ -13,6 +13,7 @@
 
 #include "agent/text.h"
 #include "agent/thread_store.h"
+#include "cli/providers.h"
 #include "local/lifecycle/selector.h"
 #include "sandbox/network_policy.h"
 
@@ -119,29 +120,6 @@ Status OneOf(std::string_view where, std::string_view value,
                    fmt::format("{}: '{}' is not valid (use {})", where, value, list));
 }
 
-// One limit (`key` as in the config file) from its text; `what` names it in errors.
-Status ApplyLimit(std::string_view key, std::string_view text, RunConfig& c,
-                  std::string_view what = "") {
-  using namespace local::lifecycle;
-  std::string label(what.empty() ? key : what);
-  if (key == "memory" || key == "disk") {
-    auto v = key == "memory" ? ParseMemoryLimit(text, label) : ParseDiskLimit(text, label);
-    if (!v) return tl::unexpected(v.error());
-    (key == "memory" ? c.limits.memory_bytes : c.limits.workspace_bytes) = *v;
-  } else if (key == "max_processes") {
-    auto v = ParseProcessLimit(text, label);
-    if (!v) return tl::unexpected(v.error());
-    c.limits.max_processes = *v;
-  } else {
-    auto v = ParseCpuLimit(text, label);
-    if (!v) return tl::unexpected(v.error());
-    c.limits.cpu_cores = *v;
-  }
-  c.limits_explicit = true;
-  c.limit_settings[key == "max_processes" ? "max-processes" : std::string(key)] = std::string(text);
-  return {};
-}
-
 // "~/x" -> "$HOME/x" ("" when HOME is unknown).
 std::string ExpandHome(const std::string& path, const std::optional<std::string>& home) {
   if (path == "~" || path.starts_with("~/")) {
@@ -228,14 +206,23 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("config {}: expected a mapping of settings", name));
   }
-  std::map<std::string, std::string*> strings = {
-      {"sandbox", &c.sandbox},           {"model", &c.model},
-      {"approve", &c.approve},           {"pool", &c.pool},
-      {"network", &c.network},           {"namespace", &c.namespace_name},
-      {"warm_pool", &c.warm_pool},       {"context", &c.context},
-      {"kubeconfig", &c.kubeconfig},     {"router_url", &c.router_url},
-      {"router_token", &c.router_token}, {"record", &c.record_path},
-      {"threads_dir", &c.threads_dir},   {"system_prompt", &c.system_prompt}};
+  std::map<std::string, std::string*> strings = {{"sandbox", &c.sandbox},
+                                                 {"model", &c.model},
+                                                 {"approve", &c.approve},
+                                                 {"network", &c.network},
+                                                 {"record", &c.record_path},
+                                                 {"threads_dir", &c.threads_dir},
+                                                 {"system_prompt", &c.system_prompt}};
+  // The providers' settings, by their config keys (registry.h).
+  cli::RegisterBuiltinProviders();
+  std::map<std::string, std::string> provider_keys;  // config key -> setting name
+  std::string provider_key_list;
+  for (const auto& provider : ProviderRegistry::Global().Names()) {
+    for (const auto& setting : ProviderRegistry::Global().Lookup(provider)->settings) {
+      std::string key = ConfigKeyOf(setting.name);
+      if (provider_keys.emplace(key, setting.name).second) provider_key_list += ", " + key;
+    }
+  }
   for (const auto& kv : root) {
     std::string key;
     try {
@@ -248,7 +235,12 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
       auto s = Scalar<std::string>(v, name, key, "a string");
       if (!s) return tl::unexpected(s.error());
       *it->second = *s;
-      if (key == "pool") c.pool_explicit = true;
+    } else if (auto it = provider_keys.find(key); it != provider_keys.end()) {
+      // Any scalar, as typed ("4G", 300): the provider parses it and names
+      // this key in its errors.
+      auto s = Scalar<std::string>(v, name, key, "a value");
+      if (!s) return tl::unexpected(s.error());
+      c.provider_file_settings[it->second] = *s;
     } else if (key == "anthropic_base_url" || key == "openai_base_url") {
       auto s = Scalar<std::string>(v, name, key, "a string");
       if (!s) return tl::unexpected(s.error());
@@ -258,11 +250,6 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
       if (!n) return tl::unexpected(n.error());
       if (*n < 0) return tl::unexpected(KeyError(name, key, "must be >= 0"));
       c.ttl_seconds = *n;
-    } else if (key == "ready_timeout") {
-      auto n = Scalar<int64_t>(v, name, key, "a number of seconds");
-      if (!n) return tl::unexpected(n.error());
-      if (*n <= 0) return tl::unexpected(KeyError(name, key, "must be > 0"));
-      c.ready_timeout_seconds = *n;
     } else if (key == "model_idle_timeout") {
       auto n = Scalar<double>(v, name, key, "a number of seconds");
       if (!n) return tl::unexpected(n.error());
@@ -279,12 +266,6 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
       auto b = Scalar<bool>(v, name, key, "true or false");
       if (!b) return tl::unexpected(b.error());
       (key == "color" ? c.color : key == "fork_subagents" ? c.fork_subagents : c.keep_sandbox) = *b;
-    } else if (key == "memory" || key == "max_processes" || key == "cpus" || key == "disk") {
-      auto text = Scalar<std::string>(v, name, key, "a limit");
-      if (!text) return tl::unexpected(text.error());
-      if (auto st = ApplyLimit(key, *text, c); !st) {
-        return tl::unexpected(KeyError(name, key, st.error().message));
-      }
     } else if (key == "skills" || key == "memory_files") {
       std::vector<std::string> list;
       if (v.IsScalar()) {
@@ -318,17 +299,17 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
       return tl::unexpected(KeyError(
           name, key,
           "unknown setting (known: sandbox, model, approve, labels, ttl, keep_sandbox, "
-          "fork_subagents, max_steps, color, pool, network, memory, max_processes, cpus, disk, "
-          "namespace, warm_pool, context, kubeconfig, router_url, router_token, "
-          "ready_timeout, record, threads_dir, model_idle_timeout, system_prompt, "
-          "anthropic_base_url, "
-          "openai_base_url, skills, memory_files)"));
+          "fork_subagents, max_steps, color, network, record, threads_dir, "
+          "model_idle_timeout, system_prompt, anthropic_base_url, openai_base_url, skills, "
+          "memory_files" +
+              provider_key_list + ")"));
     }
   }
   return {};
 }
 
 Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) {
+  cli::RegisterBuiltinProviders();
   auto get = [&](const char* name) -> std::optional<std::string> {
     const char* v = env(name);
     if (v == nullptr || *v == '\0') return std::nullopt;
@@ -351,21 +332,6 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   // 2. The environment.
   if (auto v = get("DEEPBOX_SANDBOX")) c.sandbox = *v;
   if (auto v = get("DEEPBOX_MODEL")) c.model = *v;
-  if (auto v = get("AGENT_SANDBOX_NAMESPACE")) c.namespace_name = *v;
-  if (auto v = get("AGENT_SANDBOX_WARMPOOL")) c.warm_pool = *v;
-  if (auto v = get("AGENT_SANDBOX_ROUTER_URL")) c.router_url = *v;
-  if (auto v = get("AGENT_SANDBOX_ROUTER_TOKEN")) c.router_token = *v;
-  if (auto v = get("AGENT_SANDBOX_READY_TIMEOUT")) {
-    int64_t n = 0;
-    auto [end, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
-    if (ec != std::errc() || end != v->data() + v->size() || n <= 0) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       fmt::format("AGENT_SANDBOX_READY_TIMEOUT={}: expected a number of "
-                                   "seconds > 0",
-                                   *v));
-    }
-    c.ready_timeout_seconds = n;
-  }
   if (auto v = get("DEEPBOX_THREADS_DIR")) c.threads_dir = *v;
   if (auto v = get("DEEPBOX_MODEL_IDLE_TIMEOUT")) {
     double n = 0;
@@ -378,7 +344,6 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     }
     c.model_idle_timeout_seconds = n;
   }
-  if (get("KUBECONFIG")) c.kubeconfig.clear();  // the variable wins over the file
   if (get("NO_COLOR")) c.color = false;
   if (get("ANTHROPIC_BASE_URL")) c.anthropic_base_url.reset();
   if (get("OPENAI_BASE_URL")) c.openai_base_url.reset();
@@ -389,15 +354,8 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   set(c.sandbox, flags.sandbox);
   set(c.model, flags.model);
   set(c.approve, flags.approve);
-  set(c.pool, flags.pool);
-  if (flags.pool) c.pool_explicit = true;
   set(c.network, flags.network);
-  set(c.namespace_name, flags.namespace_name);
-  set(c.warm_pool, flags.warm_pool);
-  set(c.context, flags.context);
-  set(c.kubeconfig, flags.kubeconfig);
-  set(c.router_url, flags.router_url);
-  set(c.router_token, flags.router_token);
+  c.provider_settings = flags.provider_settings.given;
   set(c.record_path, flags.record_path);
   set(c.threads_dir, flags.threads_dir);
   set(c.system_prompt, flags.system_prompt);
@@ -419,12 +377,6 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     }
     c.idle_suspend_seconds = *flags.idle_suspend_seconds;
   }
-  if (flags.ready_timeout_seconds) {
-    if (*flags.ready_timeout_seconds <= 0) {
-      return MakeError(ErrorCode::kInvalidArgument, "--ready-timeout: must be > 0 seconds");
-    }
-    c.ready_timeout_seconds = *flags.ready_timeout_seconds;
-  }
   if (flags.model_idle_timeout_seconds) {
     double n = *flags.model_idle_timeout_seconds;
     if (!(n > 0) || n > 86400) {
@@ -438,13 +390,6 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
       return MakeError(ErrorCode::kInvalidArgument, "--max-steps: must be > 0");
     }
     c.max_steps = *flags.max_steps;
-  }
-  for (const auto& [key, flag, value] :
-       {std::tuple{"memory", "--memory", &flags.memory},
-        std::tuple{"max_processes", "--max-processes", &flags.max_processes},
-        std::tuple{"cpus", "--cpus", &flags.cpus}, std::tuple{"disk", "--disk", &flags.disk}}) {
-    if (!*value) continue;
-    if (auto st = ApplyLimit(key, **value, c, flag); !st) return tl::unexpected(st.error());
   }
   if (flags.keep_sandbox) c.keep_sandbox = true;
   if (flags.fork_subagents) c.fork_subagents = true;
@@ -484,8 +429,14 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   if (auto st = ResolveHostPaths(c, get("HOME")); !st) return tl::unexpected(st.error());
   if (c.threads_dir.empty()) c.threads_dir = DefaultThreadsDir(env);
   // Validation.
-  if (auto st = OneOf("--sandbox", c.sandbox, {"local", "k8s"}); !st)
-    return tl::unexpected(st.error());
+  const ProviderRegistry& providers = ProviderRegistry::Global();
+  const ProviderRegistration* provider = providers.Lookup(c.sandbox);
+  if (provider == nullptr) {
+    std::string known;
+    for (const auto& n : providers.Names()) known += (known.empty() ? "" : " or ") + n;
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("--sandbox: '{}' is not valid (use {})", c.sandbox, known));
+  }
   if (auto st = OneOf("--approve", c.approve, {"auto", "manual"}); !st) {
     return tl::unexpected(st.error());
   }
@@ -495,14 +446,43 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     }
   }
   if (c.model.empty()) return MakeError(ErrorCode::kInvalidArgument, "--model: empty model spec");
-  // Never let a limit that was asked for be silently ignored.
-  if (c.sandbox == "k8s" && c.limits_explicit) {
+  // A setting asked for on the command line is never silently ignored: a
+  // limit or pool of local sandboxes means nothing to a claim, whose
+  // SandboxTemplate decides.
+  for (const auto& [name, value] : c.provider_settings) {
+    if (FindSetting(*provider, name) != nullptr) continue;
+    std::string owners;
+    for (const auto* r : providers.WithSetting(name)) {
+      owners += (owners.empty() ? "" : " and ") + r->name;
+    }
     return MakeError(ErrorCode::kInvalidArgument,
-                     "--memory, --max-processes, --cpus and --disk (and their config keys) "
-                     "limit local sandboxes; a k8s sandbox gets the resources of its "
-                     "SandboxTemplate");
+                     fmt::format("--{}: a setting of {} sandboxes, and this run uses {} ones "
+                                 "(--sandbox){}",
+                                 name, owners.empty() ? "other" : owners, c.sandbox,
+                                 c.sandbox == "k8s" ? "; a claim gets the resources of its "
+                                                      "SandboxTemplate"
+                                                    : ""));
+  }
+  // The provider's own check of every value, before anything is claimed.
+  if (auto st = providers.Check(c.sandbox, RunProviderRequest(c, env)); !st) {
+    return tl::unexpected(st.error());
   }
   return c;
+}
+
+ProviderRequest RunProviderRequest(const RunConfig& config, const EnvLookup& env) {
+  ProviderRequest request;
+  const ProviderRegistration* provider = ProviderRegistry::Global().Lookup(config.sandbox);
+  if (provider == nullptr) return request;
+  for (const auto& [name, value] : config.provider_settings) {
+    if (FindSetting(*provider, name) != nullptr) request.settings[name] = value;
+  }
+  for (const auto& [name, value] : config.provider_file_settings) {
+    if (FindSetting(*provider, name) != nullptr) request.file_settings[name] = value;
+  }
+  request.file_name = config.config_file;
+  request.getenv = env;
+  return request;
 }
 
 }  // namespace deepbox::run

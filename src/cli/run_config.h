@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "cli/provider_flags.h"
 #include "common/error.h"
-#include "local/lifecycle/sandbox_limits.h"
+#include "sandbox/registry.h"
 
 namespace deepbox::run {
 
@@ -30,20 +31,10 @@ struct RunFlags {
   bool json = false;
   bool no_color = false;
   std::optional<int> max_steps;
-  std::optional<std::string> pool;     // local warm pool
-  std::optional<std::string> network;  // local: none | public
-  // local limits: as typed ("2G", "512", "0.5"; "0"/"none" = no limit)
-  std::optional<std::string> memory;
-  std::optional<std::string> max_processes;
-  std::optional<std::string> cpus;
-  std::optional<std::string> disk;
-  std::optional<std::string> namespace_name;
-  std::optional<std::string> warm_pool;
-  std::optional<std::string> context;
-  std::optional<std::string> kubeconfig;
-  std::optional<std::string> router_url;
-  std::optional<std::string> router_token;
-  std::optional<int64_t> ready_timeout_seconds;
+  std::optional<std::string> network;  // local: none | public | allow=...
+  // The providers' settings given as flags (pool, memory, namespace,
+  // warm-pool, ...).
+  cli::ProviderSettingFlags provider_settings;
   std::optional<std::string> record_path;
   std::optional<std::string> threads_dir;
   std::optional<double> model_idle_timeout_seconds;
@@ -57,13 +48,11 @@ struct RunFlags {
 };
 
 inline constexpr const char* kDefaultModel = "claude-sonnet-4-6";
-inline constexpr const char* kDefaultWarmPool = "deepagents-warmpool";
 // How long a sandbox kept after a run (or made by `deepbox mcp`) may stay
 // unused before it is suspended (its files stay; the next use resumes it).
 inline constexpr int64_t kDefaultIdleSuspendSeconds = 600;
 inline constexpr int64_t kDefaultTtlSeconds = 3600;
 inline constexpr int kDefaultMaxSteps = 1000;
-inline constexpr int64_t kDefaultReadyTimeoutSeconds = 180;  // the upstream SDK's
 // Longest silence on a model stream before the attempt is given up (and
 // retried). Both APIs keep a live stream busy: Anthropic sends `ping` events
 // between content, OpenAI-compatible servers stream tokens as they come, so 90
@@ -90,23 +79,15 @@ struct RunConfig {
   bool json = false;
   bool color = true;  // allowed (NO_COLOR / --no-color / config); a TTY is still required
   int max_steps = kDefaultMaxSteps;
-  std::string pool = "default";
-  bool pool_explicit = false;  // --pool or the config file's pool: it must exist
-  std::string network;         // "" = the host's default
-  // Local sandboxes' limits: safe defaults, overridden by the config file's
-  // memory/max_processes/cpus/disk and the flags of the same names.
-  local::lifecycle::SandboxLimits limits = local::lifecycle::DefaultSandboxLimits();
-  bool limits_explicit = false;  // some limit came from the file or a flag
-  // Those limits as typed, by the local provider's setting names ("memory",
-  // "max-processes", "cpus", "disk"): what the run makes its provider with.
-  std::map<std::string, std::string> limit_settings;
-  std::string namespace_name;  // "" = the kubeconfig context's namespace
-  std::string warm_pool = kDefaultWarmPool;
-  std::string context;
-  std::string kubeconfig;    // "" = $KUBECONFIG, in-cluster, ~/.kube/config
-  std::string router_url;    // "" = kubectl port-forward to the sandbox router
-  std::string router_token;  // "" = no Authorization header to the router
-  int64_t ready_timeout_seconds = kDefaultReadyTimeoutSeconds;  // k8s: claim -> Ready bound
+  std::string network;  // "" = the host's default
+  // The providers' settings (sandbox/registry.h) by setting name: those
+  // given as flags, and those of the config file (key warm_pool = setting
+  // warm-pool). The provider reads its environment variables between the
+  // two (RunProviderRequest). File settings of another provider than
+  // `sandbox` are dropped (one file may serve both); flags of another are an
+  // error.
+  std::map<std::string, std::string> provider_settings;
+  std::map<std::string, std::string> provider_file_settings;
   std::string record_path;
   std::string threads_dir;  // "" = DefaultThreadsDir()
   double model_idle_timeout_seconds = kDefaultModelIdleTimeoutSeconds;
@@ -149,8 +130,14 @@ inline constexpr const char* kDefaultMemoryFiles[] = {"~/.deepagents/agent/AGENT
 using EnvLookup = std::function<const char*(const char*)>;
 EnvLookup ProcessEnv();
 
-// INVALID_ARGUMENT naming the flag, variable or file key at fault.
+// INVALID_ARGUMENT naming the flag, variable or file key at fault (the
+// provider's settings are checked by the provider, sandbox/registry.h).
 Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env = ProcessEnv());
+
+// What the run asks its provider for: the settings of `config.sandbox`'s
+// provider given as flags, then its environment variables (`env`), then the
+// config file's.
+ProviderRequest RunProviderRequest(const RunConfig& config, const EnvLookup& env = ProcessEnv());
 
 // Parses a config file's text (YAML; JSON is accepted as YAML) into `config`.
 Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& config);

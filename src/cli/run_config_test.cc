@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
+
+#include "local/lifecycle/registration.h"
 
 namespace deepbox::run {
 namespace {
@@ -20,6 +23,15 @@ EnvLookup FakeEnv(std::map<std::string, std::string> vars) {
     auto it = shared->find(name);
     return it == shared->end() ? nullptr : it->second.c_str();
   };
+}
+
+// The value of a provider's setting as the run's provider would read it
+// (flags, then `env`, then the config file), for `provider`.
+std::optional<std::string> Setting(RunConfig config, const EnvLookup& env, const char* provider,
+                                   const char* name) {
+  config.sandbox = provider;
+  return SettingValue(RunProviderRequest(config, env), *ProviderRegistry::Global().Lookup(provider),
+                      name);
 }
 
 std::string WriteTemp(const std::string& text) {
@@ -39,7 +51,8 @@ TEST(RunConfigTest, Defaults) {
   EXPECT_EQ(c->approve, "auto");
   EXPECT_EQ(c->ttl_seconds, kDefaultTtlSeconds);
   EXPECT_EQ(c->max_steps, kDefaultMaxSteps);
-  EXPECT_EQ(c->warm_pool, "deepagents-warmpool");
+  EXPECT_TRUE(c->provider_settings.empty());
+  EXPECT_TRUE(c->provider_file_settings.empty());
   EXPECT_TRUE(c->color);
   EXPECT_FALSE(c->task.has_value());
 }
@@ -54,22 +67,23 @@ TEST(RunConfigTest, FlagsBeatEnvironmentBeatsFileBeatsDefaults) {
       FakeEnv({{"DEEPBOX_MODEL", "anthropic:from-env"}, {"AGENT_SANDBOX_NAMESPACE", "env-ns"}});
   auto c = ResolveRunConfig(flags, env);
   ASSERT_TRUE(c.has_value()) << c.error().message;
-  EXPECT_EQ(c->model, "anthropic:from-env");  // env over file
-  EXPECT_EQ(c->namespace_name, "env-ns");     // env over file
-  EXPECT_EQ(c->warm_pool, "file-pool");       // file over default
+  EXPECT_EQ(c->model, "anthropic:from-env");                     // env over file
+  EXPECT_EQ(Setting(*c, env, "k8s", "namespace"), "env-ns");     // env over file
+  EXPECT_EQ(Setting(*c, env, "k8s", "warm-pool"), "file-pool");  // file over default
   EXPECT_EQ(c->ttl_seconds, 42);
   EXPECT_EQ(c->max_steps, 7);
   EXPECT_FALSE(c->color);
   EXPECT_EQ(c->labels.at("team"), "ml");
 
   flags.model = "replay:x.jsonl";
-  flags.namespace_name = "flag-ns";
+  flags.provider_settings.given["namespace"] = "flag-ns";
+  flags.sandbox = "k8s";
   flags.ttl_seconds = 5;
   flags.labels = {"team=infra", "a=b"};
   c = ResolveRunConfig(flags, env);
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->model, "replay:x.jsonl");
-  EXPECT_EQ(c->namespace_name, "flag-ns");
+  EXPECT_EQ(Setting(*c, env, "k8s", "namespace"), "flag-ns");
   EXPECT_EQ(c->ttl_seconds, 5);
   EXPECT_EQ(c->labels.at("team"), "infra");
   EXPECT_EQ(c->labels.at("a"), "b");
@@ -91,29 +105,34 @@ TEST(RunConfigTest, McpConfigFilesMustExist) {
 }
 
 TEST(RunConfigTest, ReadyTimeoutFromFileEnvironmentAndFlag) {
-  EXPECT_EQ(ResolveRunConfig({}, FakeEnv({}))->ready_timeout_seconds, 180);
+  auto none = FakeEnv({});
+  EXPECT_EQ(Setting(*ResolveRunConfig({}, none), none, "k8s", "ready-timeout"), std::nullopt);
   std::string file = WriteTemp("ready_timeout: 600\n");
   RunFlags flags;
   flags.config_file = file;
-  EXPECT_EQ(ResolveRunConfig(flags, FakeEnv({}))->ready_timeout_seconds, 600);
+  flags.sandbox = "k8s";
+  EXPECT_EQ(Setting(*ResolveRunConfig(flags, none), none, "k8s", "ready-timeout"), "600");
   auto env = FakeEnv({{"AGENT_SANDBOX_READY_TIMEOUT", "30"}});
-  EXPECT_EQ(ResolveRunConfig(flags, env)->ready_timeout_seconds, 30);
-  flags.ready_timeout_seconds = 5;
-  EXPECT_EQ(ResolveRunConfig(flags, env)->ready_timeout_seconds, 5);
+  EXPECT_EQ(Setting(*ResolveRunConfig(flags, env), env, "k8s", "ready-timeout"), "30");
+  flags.provider_settings.given["ready-timeout"] = "5";
+  EXPECT_EQ(Setting(*ResolveRunConfig(flags, env), env, "k8s", "ready-timeout"), "5");
 
-  flags.ready_timeout_seconds = 0;
-  auto bad = ResolveRunConfig(flags, FakeEnv({}));
+  // Each bad value is refused before anything is claimed, naming where it came from.
+  flags.provider_settings.given["ready-timeout"] = "0";
+  auto bad = ResolveRunConfig(flags, none);
   ASSERT_FALSE(bad.has_value());
   EXPECT_THAT(bad.error().message, HasSubstr("--ready-timeout"));
-  bad = ResolveRunConfig({}, FakeEnv({{"AGENT_SANDBOX_READY_TIMEOUT", "3m"}}));
+  RunFlags k8s;
+  k8s.sandbox = "k8s";
+  bad = ResolveRunConfig(k8s, FakeEnv({{"AGENT_SANDBOX_READY_TIMEOUT", "3m"}}));
   ASSERT_FALSE(bad.has_value());
-  EXPECT_THAT(bad.error().message, HasSubstr("AGENT_SANDBOX_READY_TIMEOUT=3m"));
+  EXPECT_THAT(bad.error().message, HasSubstr("AGENT_SANDBOX_READY_TIMEOUT"));
+  EXPECT_THAT(bad.error().message, HasSubstr("'3m'"));
   std::string negative = WriteTemp("ready_timeout: -1\n");
-  flags = {};
-  flags.config_file = negative;
-  bad = ResolveRunConfig(flags, FakeEnv({}));
+  k8s.config_file = negative;
+  bad = ResolveRunConfig(k8s, none);
   ASSERT_FALSE(bad.has_value());
-  EXPECT_THAT(bad.error().message, HasSubstr("ready_timeout"));
+  EXPECT_THAT(bad.error().message, HasSubstr("config " + negative + ": ready_timeout"));
   std::remove(file.c_str());
   std::remove(negative.c_str());
 }
@@ -125,7 +144,7 @@ TEST(RunConfigTest, JsonConfigAndConfigFromEnvironment) {
   ASSERT_TRUE(c.has_value()) << c.error().message;
   EXPECT_EQ(c->sandbox, "k8s");
   EXPECT_TRUE(c->keep_sandbox);
-  EXPECT_EQ(c->router_url, "http://r");
+  EXPECT_EQ(Setting(*c, FakeEnv({}), "k8s", "router-url"), "http://r");
   EXPECT_EQ(c->config_file, file);
   std::remove(file.c_str());
 }
@@ -184,84 +203,120 @@ TEST(RunConfigTest, Errors) {
 // Issue 17: `deepbox run` sandboxes had no limits and no way to ask for them.
 TEST(RunConfigTest, LimitsHaveSafeDefaultsFileKeysAndFlags) {
   using local::lifecycle::DefaultSandboxLimits;
-  auto c = ResolveRunConfig({}, FakeEnv({}));
+  using local::lifecycle::LimitsFrom;
+  auto none = FakeEnv({});
+  auto c = ResolveRunConfig({}, none);
   ASSERT_TRUE(c.has_value());
-  EXPECT_EQ(c->limits, DefaultSandboxLimits());
-  EXPECT_EQ(c->limits.memory_bytes, 2ULL << 30);
-  EXPECT_EQ(c->limits.max_processes, 512u);
-  EXPECT_EQ(c->limits.cpu_cores, 2.0);
-  EXPECT_EQ(c->limits.workspace_bytes, 10ULL << 30);
-  EXPECT_FALSE(c->limits_explicit);
+  auto limits = LimitsFrom(RunProviderRequest(*c, none));
+  ASSERT_TRUE(limits.has_value());
+  EXPECT_EQ(*limits, DefaultSandboxLimits());
+  EXPECT_EQ(limits->memory_bytes, 2ULL << 30);
+  EXPECT_EQ(limits->max_processes, 512u);
+  EXPECT_EQ(limits->cpu_cores, 2.0);
+  EXPECT_EQ(limits->workspace_bytes, 10ULL << 30);
 
   std::string file = WriteTemp("memory: 4G\nmax_processes: 100\ncpus: 0.5\ndisk: 512M\n");
   RunFlags flags;
   flags.config_file = file;
-  c = ResolveRunConfig(flags, FakeEnv({}));
+  c = ResolveRunConfig(flags, none);
   ASSERT_TRUE(c.has_value()) << c.error().message;
-  EXPECT_EQ(c->limits.memory_bytes, 4ULL << 30);
-  EXPECT_EQ(c->limits.max_processes, 100u);
-  EXPECT_EQ(c->limits.cpu_cores, 0.5);
-  EXPECT_EQ(c->limits.workspace_bytes, 512ULL << 20);
-  EXPECT_TRUE(c->limits_explicit);
+  limits = LimitsFrom(RunProviderRequest(*c, none));
+  ASSERT_TRUE(limits.has_value());
+  EXPECT_EQ(limits->memory_bytes, 4ULL << 30);
+  EXPECT_EQ(limits->max_processes, 100u);
+  EXPECT_EQ(limits->cpu_cores, 0.5);
+  EXPECT_EQ(limits->workspace_bytes, 512ULL << 20);
 
   // Flags win over the file; 0 / none lift a limit.
-  flags.memory = "64m";
-  flags.disk = "0";
-  flags.cpus = "none";
-  c = ResolveRunConfig(flags, FakeEnv({}));
+  flags.provider_settings.given = {{"memory", "64m"}, {"disk", "0"}, {"cpus", "none"}};
+  c = ResolveRunConfig(flags, none);
   ASSERT_TRUE(c.has_value()) << c.error().message;
-  EXPECT_EQ(c->limits.memory_bytes, 64ULL << 20);
-  EXPECT_EQ(c->limits.max_processes, 100u);
-  EXPECT_FALSE(c->limits.cpu_cores.has_value());
-  EXPECT_FALSE(c->limits.workspace_bytes.has_value());
+  limits = LimitsFrom(RunProviderRequest(*c, none));
+  ASSERT_TRUE(limits.has_value());
+  EXPECT_EQ(limits->memory_bytes, 64ULL << 20);
+  EXPECT_EQ(limits->max_processes, 100u);
+  EXPECT_FALSE(limits->cpu_cores.has_value());
+  EXPECT_FALSE(limits->workspace_bytes.has_value());
   std::remove(file.c_str());
 
   // A number in the file is bytes, as on the command line.
   RunConfig rc;
   ASSERT_TRUE(ApplyConfigFile("memory: 67108864\n", "f.yaml", rc).has_value());
-  EXPECT_EQ(rc.limits.memory_bytes, 64ULL << 20);
+  limits = LimitsFrom(RunProviderRequest(rc, none));
+  ASSERT_TRUE(limits.has_value());
+  EXPECT_EQ(limits->memory_bytes, 64ULL << 20);
 }
 
 TEST(RunConfigTest, BadLimitsAreUsageErrorsNamingTheirSource) {
-  RunFlags flags;
-  flags.memory = "1000";
-  auto c = ResolveRunConfig(flags, FakeEnv({}));
+  auto none = FakeEnv({});
+  auto with = [](const char* name, const char* value) {
+    RunFlags flags;
+    flags.provider_settings.given[name] = value;
+    return flags;
+  };
+  auto c = ResolveRunConfig(with("memory", "1000"), none);
   ASSERT_FALSE(c.has_value());
   EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument);
   EXPECT_THAT(c.error().message, HasSubstr("--memory 1000"));
   EXPECT_THAT(c.error().message, HasSubstr("too small"));
-  flags = {};
-  flags.cpus = "-1";
-  EXPECT_THAT(ResolveRunConfig(flags, FakeEnv({})).error().message, HasSubstr("--cpus -1"));
-  flags = {};
-  flags.max_processes = "many";
-  EXPECT_THAT(ResolveRunConfig(flags, FakeEnv({})).error().message,
+  EXPECT_THAT(ResolveRunConfig(with("cpus", "-1"), none).error().message, HasSubstr("--cpus -1"));
+  EXPECT_THAT(ResolveRunConfig(with("max-processes", "many"), none).error().message,
               HasSubstr("--max-processes 'many'"));
-  flags = {};
-  flags.disk = "10X";
-  EXPECT_THAT(ResolveRunConfig(flags, FakeEnv({})).error().message, HasSubstr("--disk '10X'"));
+  EXPECT_THAT(ResolveRunConfig(with("disk", "10X"), none).error().message,
+              HasSubstr("--disk '10X'"));
 
+  std::string file = WriteTemp("disk: lots\n");
+  RunFlags flags;
+  flags.config_file = file;
+  c = ResolveRunConfig(flags, none);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_THAT(c.error().message, HasSubstr("config " + file + ": disk 'lots'"));
+  std::remove(file.c_str());
   RunConfig rc;
-  auto st = ApplyConfigFile("disk: lots\n", "f.yaml", rc);
+  auto st = ApplyConfigFile("cpus: [1]\n", "f.yaml", rc);
   ASSERT_FALSE(st.has_value());
-  EXPECT_THAT(st.error().message, HasSubstr("config f.yaml: disk"));
-  st = ApplyConfigFile("cpus: [1]\n", "f.yaml", rc);
-  ASSERT_FALSE(st.has_value());
-  EXPECT_THAT(st.error().message, HasSubstr("cpus"));
+  EXPECT_THAT(st.error().message, HasSubstr("config f.yaml: cpus"));
 
   // A limit asked for is never silently dropped: k8s sandboxes take the template's.
   flags = {};
   flags.sandbox = "k8s";
-  EXPECT_TRUE(ResolveRunConfig(flags, FakeEnv({})).has_value());
-  flags.memory = "4G";
-  c = ResolveRunConfig(flags, FakeEnv({}));
+  EXPECT_TRUE(ResolveRunConfig(flags, none).has_value());
+  flags.provider_settings.given["memory"] = "4G";
+  c = ResolveRunConfig(flags, none);
   ASSERT_FALSE(c.has_value());
+  EXPECT_THAT(c.error().message, HasSubstr("--memory: a setting of local sandboxes"));
   EXPECT_THAT(c.error().message, HasSubstr("SandboxTemplate"));
+  // Nor a k8s one on a local run.
+  flags = with("warm-pool", "mine");
+  c = ResolveRunConfig(flags, none);
+  ASSERT_FALSE(c.has_value());
+  EXPECT_THAT(c.error().message, HasSubstr("--warm-pool: a setting of k8s sandboxes"));
+  // One config file may hold both providers' settings: the other one's are
+  // not used.
+  file = WriteTemp("namespace: team-a\nmemory: 4G\n");
+  flags = {};
+  flags.config_file = file;
+  c = ResolveRunConfig(flags, none);
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(RunProviderRequest(*c, none).file_settings,
+            (std::map<std::string, std::string>{{"memory", "4G"}}));
+  std::remove(file.c_str());
 }
 
-TEST(RunConfigTest, HelpListsTheLimitKeys) {
-  for (const char* key : {"memory", "max_processes", "cpus", "disk"}) {
-    EXPECT_THAT(kRunConfigFileHelp, HasSubstr(key));
+// Every provider setting is a config key and every variable is in the help.
+TEST(RunConfigTest, HelpListsEveryProviderSettingAndVariable) {
+  ASSERT_TRUE(ResolveRunConfig({}, FakeEnv({})).has_value());  // registers the providers
+  for (const auto& provider : ProviderRegistry::Global().Names()) {
+    for (const auto& setting : ProviderRegistry::Global().Lookup(provider)->settings) {
+      std::string key = ConfigKeyOf(setting.name);
+      EXPECT_THAT(kRunConfigFileHelp, HasSubstr(key));
+      RunConfig rc;
+      EXPECT_TRUE(ApplyConfigFile(key + ": x\n", "f.yaml", rc).has_value()) << key;
+      EXPECT_EQ(rc.provider_file_settings.at(setting.name), "x");
+      if (!setting.env.empty()) {
+        EXPECT_THAT(kRunEnvironmentHelp, HasSubstr(setting.env));
+      }
+    }
   }
 }
 
@@ -382,17 +437,6 @@ TEST(RunConfigTest, ThreadsDirFollowsTheStateDir) {
   EXPECT_THAT(kRunEnvironmentHelp, HasSubstr("DEEPBOX_THREADS_DIR"));
   EXPECT_THAT(kRunEnvironmentHelp, HasSubstr("~/.local/state/deepbox/threads"));
   EXPECT_THAT(kRunEnvironmentHelp, HasSubstr("$DEEPBOX_STATE_DIR/threads"));
-}
-
-TEST(RunConfigTest, PoolGivenIsExplicit) {
-  auto c = ResolveRunConfig({}, FakeEnv({}));
-  ASSERT_TRUE(c.has_value());
-  EXPECT_FALSE(c->pool_explicit);
-  RunFlags flags;
-  flags.pool = "mine";
-  c = ResolveRunConfig(flags, FakeEnv({}));
-  ASSERT_TRUE(c.has_value());
-  EXPECT_TRUE(c->pool_explicit);
 }
 
 TEST(RunConfigTest, TaskAndThreadAreCheckedUpFront) {

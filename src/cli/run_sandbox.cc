@@ -14,24 +14,14 @@ namespace deepbox::run {
 
 namespace {
 
-// The registry's settings of the run's resolved configuration (flags, the
-// config file and the environment, run_config.h): all of them are given.
+// What the run's provider is made with (run_config.h): the flags given, the
+// environment, the config file; on Kubernetes with its setup warnings.
 ProviderRequest RequestFor(const RunConfig& config) {
-  ProviderRequest request;
+  ProviderRequest request = RunProviderRequest(config);
   if (config.sandbox == "k8s") {
-    request.settings = {{"namespace", config.namespace_name},
-                        {"context", config.context},
-                        {"kubeconfig", config.kubeconfig},
-                        {"warm-pool", config.warm_pool},
-                        {"router-url", config.router_url},
-                        {"router-token", config.router_token},
-                        {"ready-timeout", std::to_string(config.ready_timeout_seconds)}};
     request.on_warning = [](const std::string& w) {
       std::fprintf(stderr, "deepbox: warning: %s\n", SanitizeLineForTerminal(w).c_str());
     };
-  } else {
-    request.settings = config.limit_settings;
-    if (config.pool_explicit) request.settings["pool"] = config.pool;
   }
   return request;
 }

@@ -62,20 +62,31 @@ int ReportError(const Error& error) {
   return ExitCodeFor(error);
 }
 
-ProviderRequest LocalRequest(const ProviderFlags& flags) {
+Result<std::unique_ptr<local::lifecycle::LocalSandboxProvider>> MakeProvider(
+    const ProviderSettingFlags& flags) {
+  const ProviderRegistration* local = ProviderRegistry::Global().Lookup("local");
   ProviderRequest request;
-  // A pool set by the program ("" = only create, the pool daemon) counts as given.
-  if (flags.pool_given || flags.pool != ProviderFlags{}.pool) request.settings["pool"] = flags.pool;
-  if (flags.limits.memory) request.settings["memory"] = *flags.limits.memory;
-  if (flags.limits.max_processes) request.settings["max-processes"] = *flags.limits.max_processes;
-  if (flags.limits.cpus) request.settings["cpus"] = *flags.limits.cpus;
-  if (flags.limits.disk) request.settings["disk"] = *flags.limits.disk;
-  return request;
+  request.settings = flags.For(*local);
+  return local::lifecycle::MakeLocalProvider(request);
 }
 
-Result<std::unique_ptr<local::lifecycle::LocalSandboxProvider>> MakeProvider(
-    const ProviderFlags& flags) {
-  return local::lifecycle::MakeLocalProvider(LocalRequest(flags));
+Status CheckSettingsFor(std::string_view provider, const ProviderSettingFlags& flags) {
+  const ProviderRegistry& registry = ProviderRegistry::Global();
+  const ProviderRegistration* used = registry.Lookup(provider);
+  if (used == nullptr) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("unknown sandbox provider '{}'", provider));
+  }
+  for (const std::string& flag : flags.NotFor(*used)) {
+    std::string owners;
+    for (const auto* r : registry.WithSetting(std::string_view(flag).substr(2))) {
+      owners += (owners.empty() ? "" : " and ") + r->name;
+    }
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("{}: a setting of the {} provider, not of {} (--provider)", flag,
+                                 owners.empty() ? "another" : owners, provider));
+  }
+  return {};
 }
 
 int RunSandboxCreate(const SandboxCreateArgs& args) {
@@ -85,6 +96,9 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
                              "timer; suspend a claim with `deepbox sandbox suspend`)"));
   }
   if (args.cluster.k8s()) return RunK8sSandboxCreate(args);
+  if (auto st = CheckSettingsFor(args.cluster.provider, args.cluster.settings); !st) {
+    return ReportError(st.error());
+  }
   ClaimOptions claim;
   for (const auto& l : args.labels) {
     auto kv = local::lifecycle::ParseLabel(l);
@@ -103,7 +117,7 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
   claim.name = args.name;
   claim.network = args.network;
   claim.rootfs = args.rootfs;
-  auto provider = MakeProvider(args.provider);
+  auto provider = MakeProvider(args.cluster.settings);
   if (!provider) return ReportError(provider.error());
   if (!args.from_snapshot.empty()) {
     // A new sandbox holding the snapshot's files (sandbox snapshot ID).
@@ -184,9 +198,12 @@ std::vector<std::optional<int64_t>> IdleTimes(
 
 int RunSandboxLs(const SandboxLsArgs& args) {
   if (args.cluster.k8s()) return RunK8sSandboxLs(args);
+  if (auto st = CheckSettingsFor(args.cluster.provider, args.cluster.settings); !st) {
+    return ReportError(st.error());
+  }
   auto selector = Selector::Parse(args.selector);
   if (!selector) return ReportError(selector.error());
-  auto provider = MakeProvider(ProviderFlags{});
+  auto provider = MakeProvider();
   if (!provider) return ReportError(provider.error());
   auto list = (*provider)->ListMeta(*selector);
   if (!list) return ReportError(list.error());
@@ -245,7 +262,10 @@ int RunSandboxRm(const SandboxRmArgs& args) {
         Error(ErrorCode::kInvalidArgument, "give sandbox ids or --selector K=V (not both)"));
   }
   if (args.cluster.k8s()) return RunK8sSandboxRm(args);
-  auto provider = MakeProvider(ProviderFlags{});
+  if (auto st = CheckSettingsFor(args.cluster.provider, args.cluster.settings); !st) {
+    return ReportError(st.error());
+  }
+  auto provider = MakeProvider();
   if (!provider) return ReportError(provider.error());
   if (!args.selector.empty()) {
     auto selector = Selector::Parse(args.selector);

@@ -22,6 +22,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/provider_util.h"
 #include "cli/sandbox_k8s.h"
 #include "common/json.h"
 #include "common/terminal_text.h"
@@ -33,20 +34,13 @@ namespace deepbox::cli {
 
 namespace {
 
-// The provider for a one-shot command: only the settings given on the
-// command line (`extra`: create's --warm-pool, --router-url,
-// --ready-timeout), the rest from AGENT_SANDBOX_* as `deepbox run` reads
-// them (k8s/settings.h).
-Result<std::unique_ptr<k8s::K8sSandboxProvider>> K8sProviderFor(
-    const ClusterFlags& flags, std::map<std::string, std::string> extra = {}) {
+// The provider for a one-shot command: the k8s settings given on the command
+// line, the rest from AGENT_SANDBOX_* and the defaults (k8s/settings.h), as
+// every command reads them. A setting of another provider is a usage error.
+Result<std::unique_ptr<k8s::K8sSandboxProvider>> K8sProviderFor(const ClusterFlags& flags) {
+  if (auto st = CheckSettingsFor("k8s", flags.settings); !st) return tl::unexpected(st.error());
   ProviderRequest request;
-  request.settings = std::move(extra);
-  auto given = [&](std::string_view setting, const std::string& value) {
-    if (!value.empty()) request.settings[std::string(setting)] = value;
-  };
-  given(k8s::kNamespaceSetting, flags.namespace_name);
-  given(k8s::kContextSetting, flags.context);
-  given(k8s::kKubeconfigSetting, flags.kubeconfig);
+  request.settings = flags.settings.For(*ProviderRegistry::Global().Lookup("k8s"));
   request.one_shot = true;
   request.on_warning = [](const std::string& w) {
     std::fprintf(stderr, "deepbox: warning: %s\n", SanitizeLineForTerminal(w).c_str());
@@ -163,11 +157,9 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   if (!args.network.empty()) {
     return usage("--network: on Kubernetes the SandboxTemplate's networkPolicy decides");
   }
-  const LimitFlags& l = args.provider.limits;
-  if (l.memory || l.cpus || l.max_processes || l.disk) {
-    return usage(
-        "--memory/--cpus/--max-processes/--disk: on Kubernetes the SandboxTemplate's resources "
-        "decide");
+  if (auto st = CheckSettingsFor("k8s", args.cluster.settings); !st) {
+    // --memory, --pool, ...: on Kubernetes the SandboxTemplate and the warm pool decide.
+    return usage(st.error().message + "; on Kubernetes the SandboxTemplate decides resources");
   }
   if (args.cold) return usage("--cold: a claim takes whatever its warm pool has");
   ClaimOptions claim;
@@ -181,14 +173,7 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   if (args.ttl_seconds < 0) return usage("--ttl: must be >= 0 (0 = no TTL)");
   claim.ttl = std::chrono::seconds(args.ttl_seconds);
   claim.name = args.name;  // the claim's name: the id is NAMESPACE/NAME
-  if (args.ready_timeout_seconds < 0) return usage("--ready-timeout: must be > 0");
-  std::map<std::string, std::string> connect;
-  if (!args.warm_pool.empty()) connect[std::string(k8s::kWarmPoolSetting)] = args.warm_pool;
-  if (!args.router_url.empty()) connect[std::string(k8s::kRouterUrlSetting)] = args.router_url;
-  if (args.ready_timeout_seconds > 0) {
-    connect[std::string(k8s::kReadyTimeoutSetting)] = fmt::format("{}", args.ready_timeout_seconds);
-  }
-  auto provider = K8sProviderFor(args.cluster, std::move(connect));
+  auto provider = K8sProviderFor(args.cluster);
   if (!provider) return Report(provider.error());
   // --from-snapshot: the claim is made, then the snapshot's files go into it.
   auto kept = args.from_snapshot.empty() ? (*provider)->ClaimAndKeep(claim)

@@ -26,20 +26,12 @@
 namespace deepbox::cli {
 namespace {
 
-// Settings of a provider from the cluster flags (only the ones given; the
-// rest come from the provider's environment variables and defaults).
+// Settings of a provider from the flags given (the rest come from the
+// provider's environment variables and defaults).
 ProviderRequest RequestFor(const ProviderRegistration& provider, const ClusterFlags& flags) {
   ProviderRequest request;
   request.one_shot = true;
-  auto offer = [&](const char* setting, const std::string& value) {
-    if (value.empty()) return;
-    for (const auto& s : provider.settings) {
-      if (s.name == setting) request.settings[setting] = value;
-    }
-  };
-  offer("namespace", flags.namespace_name);
-  offer("context", flags.context);
-  offer("kubeconfig", flags.kubeconfig);
+  request.settings = flags.settings.For(provider);
   return request;
 }
 

@@ -21,16 +21,6 @@ const ProviderRegistration& Registration() {
   return *registration;
 }
 
-// Where the value of `setting` came from, for an error: the flag when it was
-// given, else its environment variable.
-std::string SourceOf(const ProviderRequest& request, std::string_view setting) {
-  if (request.settings.count(std::string(setting)) != 0) return fmt::format("--{}", setting);
-  for (const auto& s : Registration().settings) {
-    if (s.name == setting && !s.env.empty()) return s.env;
-  }
-  return fmt::format("--{}", setting);
-}
-
 // An object name (namespace, warm pool) goes into URL paths: checked here
 // rather than left to the API server.
 Status CheckObjectName(const std::string& value, std::string_view what, std::string_view kind) {
@@ -72,30 +62,31 @@ Result<std::chrono::milliseconds> ParseReadyTimeout(std::string_view text, std::
 
 Result<K8sSettings> K8sSettingsFrom(const ProviderRequest& request) {
   const ProviderRegistration& registration = Registration();
-  auto value = [&](std::string_view setting) {
-    return SettingValue(request, registration, setting);
+  auto lookup = [&](std::string_view setting) {
+    return LookupSetting(request, registration, setting);
   };
   K8sSettings s;
-  if (auto v = value(kNamespaceSetting)) s.namespace_name = *v;
-  if (auto v = value(kContextSetting)) s.context = *v;
-  if (auto v = value(kKubeconfigSetting)) s.kubeconfig = *v;
+  if (auto v = lookup(kNamespaceSetting)) {
+    if (auto st = CheckObjectName(v->value, v->source, "namespace"); !st) {
+      return tl::unexpected(st.error());
+    }
+    s.namespace_name = v->value;
+  }
+  if (auto v = lookup(kContextSetting)) s.context = v->value;
+  if (auto v = lookup(kKubeconfigSetting)) s.kubeconfig = v->value;
   // An empty value given is the default, as an empty variable is.
-  if (auto v = value(kWarmPoolSetting); v && !v->empty()) s.warm_pool = *v;
-  if (auto v = value(kRouterUrlSetting)) s.router_url = *v;
-  if (auto v = value(kRouterTokenSetting)) s.router_token = *v;
-  if (auto v = value(kReadyTimeoutSetting); v && !v->empty()) {
-    auto t = ParseReadyTimeout(*v, SourceOf(request, kReadyTimeoutSetting));
+  if (auto v = lookup(kWarmPoolSetting); v && !v->value.empty()) {
+    if (auto st = CheckObjectName(v->value, v->source, "warm pool"); !st) {
+      return tl::unexpected(st.error());
+    }
+    s.warm_pool = v->value;
+  }
+  if (auto v = lookup(kRouterUrlSetting)) s.router_url = v->value;
+  if (auto v = lookup(kRouterTokenSetting)) s.router_token = v->value;
+  if (auto v = lookup(kReadyTimeoutSetting); v && !v->value.empty()) {
+    auto t = ParseReadyTimeout(v->value, v->source);
     if (!t) return tl::unexpected(t.error());
     s.ready_timeout = *t;
-  }
-  if (auto st =
-          CheckObjectName(s.namespace_name, SourceOf(request, kNamespaceSetting), "namespace");
-      !st) {
-    return tl::unexpected(st.error());
-  }
-  if (auto st = CheckObjectName(s.warm_pool, SourceOf(request, kWarmPoolSetting), "warm pool");
-      !st) {
-    return tl::unexpected(st.error());
   }
   return s;
 }
@@ -158,32 +149,44 @@ ProviderRegistration K8sProviderRegistration() {
   r.summary =
       "a SandboxClaim from an agent-sandbox SandboxWarmPool on Kubernetes (ids "
       "NAMESPACE/CLAIM)";
-  // The help of `deepbox run --help` (one line each).
+  // Declared once for `deepbox run`, `sandbox ...`, `mcp` and run's config
+  // file (registry.h).
   r.settings = {
       {std::string(kNamespaceSetting), "AGENT_SANDBOX_NAMESPACE",
-       "k8s: namespace of the warm pool and claims. Env AGENT_SANDBOX_NAMESPACE; default: the "
-       "kubeconfig context's namespace, else default"},
+       "k8s: namespace of the warm pool and claims. Env AGENT_SANDBOX_NAMESPACE;\n"
+       "default: the kubeconfig context's namespace, else default",
+       'n'},
       {std::string(kContextSetting), "", "k8s: kubeconfig context. Default: the current context"},
       // KUBECONFIG is read by the kubeconfig loader, not as this setting's
-      // variable (it may list several files).
+      // variable (it may list several files); set, it wins over a config file.
       {std::string(kKubeconfigSetting), "",
-       "k8s: kubeconfig file. Default: $KUBECONFIG, the in-cluster config in a pod, else "
-       "~/.kube/config"},
+       "k8s: kubeconfig file. Default: $KUBECONFIG, the in-cluster config in a\n"
+       "pod, else ~/.kube/config",
+       0, false, "KUBECONFIG"},
       {std::string(kWarmPoolSetting), "AGENT_SANDBOX_WARMPOOL",
-       "k8s: the SandboxWarmPool to claim from. Env AGENT_SANDBOX_WARMPOOL; default "
-       "deepagents-warmpool"},
+       "k8s: the SandboxWarmPool to claim from. Env AGENT_SANDBOX_WARMPOOL;\n"
+       "default deepagents-warmpool",
+       0, /*creation_only=*/true},
       {std::string(kRouterUrlSetting), "AGENT_SANDBOX_ROUTER_URL",
-       "k8s: URL of the sandbox router (or a Gateway in front of it). Env "
-       "AGENT_SANDBOX_ROUTER_URL; default: kubectl port-forward to svc/sandbox-router-svc in "
-       "agent-sandbox-system (in a pod: the pod IP)"},
+       "k8s: URL of the sandbox router (or a Gateway in front of it). Env\n"
+       "AGENT_SANDBOX_ROUTER_URL; default: kubectl port-forward to\n"
+       "svc/sandbox-router-svc in agent-sandbox-system (in a pod: the pod IP)"},
       {std::string(kRouterTokenSetting), "AGENT_SANDBOX_ROUTER_TOKEN",
-       "k8s: bearer token for a sandbox router started with ROUTER_AUTH_TOKEN. Env "
-       "AGENT_SANDBOX_ROUTER_TOKEN; default: none"},
+       "k8s: bearer token for a sandbox router started with ROUTER_AUTH_TOKEN.\n"
+       "Env AGENT_SANDBOX_ROUTER_TOKEN (better: other users can read a command line);\n"
+       "default: none"},
       {std::string(kReadyTimeoutSetting), "AGENT_SANDBOX_READY_TIMEOUT",
-       "k8s: seconds a claim may take to become Ready (a cold start pulls the image); then the "
-       "claim is deleted. Env AGENT_SANDBOX_READY_TIMEOUT; default 180"},
+       "k8s: seconds a claim may take to become Ready (a cold start pulls the\n"
+       "image); then the claim is deleted. Env AGENT_SANDBOX_READY_TIMEOUT;\n"
+       "default 180",
+       0, /*creation_only=*/true},
   };
   r.owns_id = [](std::string_view id) { return IsK8sSandboxId(id); };
+  r.check = [](const ProviderRequest& request) -> Status {
+    auto settings = K8sSettingsFrom(request);
+    if (!settings) return tl::unexpected(settings.error());
+    return {};
+  };
   r.make = [](const ProviderRequest& request) -> Result<std::unique_ptr<SandboxProvider>> {
     auto p = MakeK8sProvider(request);
     if (!p) return tl::unexpected(p.error());

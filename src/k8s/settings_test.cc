@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -271,7 +272,13 @@ TEST_F(SettingsTest, Registration) {
     names.push_back(s.name);
     envs.push_back(s.env);
     EXPECT_FALSE(s.help.empty()) << s.name;
-    EXPECT_EQ(s.help.find('\n'), std::string::npos) << s.name;
+    // --help lines: at most 80 columns.
+    size_t start = 0;
+    for (size_t nl = s.help.find('\n'); start <= s.help.size(); nl = s.help.find('\n', start)) {
+      size_t end = nl == std::string::npos ? s.help.size() : nl;
+      EXPECT_LE(end - start, 80u) << s.name;
+      start = end + 1;
+    }
   }
   EXPECT_THAT(names, ElementsAre("namespace", "context", "kubeconfig", "warm-pool", "router-url",
                                  "router-token", "ready-timeout"));
@@ -288,6 +295,44 @@ TEST_F(SettingsTest, Registration) {
   auto made = r.make(request);
   ASSERT_FALSE(made);
   EXPECT_EQ(made.error().code, ErrorCode::kInvalidArgument);
+  // The check says the same without making anything.
+  ASSERT_TRUE(r.check);
+  EXPECT_EQ(r.check(request).error().message, made.error().message);
+  request.settings = {{"ready-timeout", "5"}};
+  EXPECT_TRUE(r.check(request).has_value());
+  // -n on the commands that have the letter free; the settings only used to
+  // make sandboxes are not offered to ls, rm, suspend...
+  for (const auto& s : r.settings) {
+    EXPECT_EQ(s.short_flag, s.name == "namespace" ? 'n' : 0) << s.name;
+    EXPECT_EQ(s.creation_only, s.name == "warm-pool" || s.name == "ready-timeout") << s.name;
+    EXPECT_EQ(s.env_over_file, s.name == "kubeconfig" ? "KUBECONFIG" : "") << s.name;
+  }
+}
+
+// `deepbox run`'s config file: below the environment, above the defaults,
+// and named in errors by its key.
+TEST_F(SettingsTest, AConfigFileValueIsBelowTheEnvironmentAndNamedByItsKey) {
+  ProviderRequest request;
+  request.file_settings = {
+      {"namespace", "file-ns"}, {"warm-pool", "file-pool"}, {"kubeconfig", "/file/kubeconfig"}};
+  request.file_name = "deepbox.yaml";
+  std::map<std::string, std::string> vars = {{"AGENT_SANDBOX_NAMESPACE", "env-ns"}};
+  request.getenv = [&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+  auto s = K8sSettingsFrom(request);
+  ASSERT_TRUE(s.has_value()) << s.error().message;
+  EXPECT_EQ(s->namespace_name, "env-ns");
+  EXPECT_EQ(s->warm_pool, "file-pool");
+  EXPECT_EQ(s->kubeconfig, "/file/kubeconfig");
+  // KUBECONFIG set: the loader reads it, and the file's kubeconfig gives way.
+  vars["KUBECONFIG"] = "/a:/b";
+  EXPECT_EQ(K8sSettingsFrom(request)->kubeconfig, "");
+  request.file_settings["warm-pool"] = "Bad_Pool";
+  auto bad = K8sSettingsFrom(request);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_THAT(bad.error().message, HasSubstr("config deepbox.yaml: warm_pool"));
 }
 
 TEST(IsK8sSandboxIdTest, TwoObjectNamesAroundOneSlash) {

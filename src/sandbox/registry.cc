@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace deepbox {
@@ -51,8 +52,8 @@ const ProviderRegistration* ProviderRegistry::ForId(std::string_view id) const {
   return nullptr;
 }
 
-Result<std::unique_ptr<SandboxProvider>> ProviderRegistry::Make(
-    std::string_view name, const ProviderRequest& request) const {
+Result<const ProviderRegistration*> ProviderRegistry::Known(std::string_view name,
+                                                            const ProviderRequest& request) const {
   const ProviderRegistration* r = Lookup(name);
   if (r == nullptr) {
     std::string known;
@@ -61,29 +62,86 @@ Result<std::unique_ptr<SandboxProvider>> ProviderRegistry::Make(
                      fmt::format("unknown sandbox provider '{}' (this deepbox has: {})", name,
                                  known.empty() ? "none" : known));
   }
-  for (const auto& [key, value] : request.settings) {
-    bool known = false;
-    for (const auto& s : r->settings) known = known || s.name == key;
-    if (!known) {
-      return MakeError(ErrorCode::kInvalidArgument,
-                       fmt::format("the {} provider has no setting '{}'", r->name, key));
+  for (const auto* given : {&request.settings, &request.file_settings}) {
+    for (const auto& [key, value] : *given) {
+      if (FindSetting(*r, key) == nullptr) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("the {} provider has no setting '{}'", r->name, key));
+      }
     }
   }
-  return r->make(request);
+  return r;
+}
+
+Result<std::unique_ptr<SandboxProvider>> ProviderRegistry::Make(
+    std::string_view name, const ProviderRequest& request) const {
+  auto r = Known(name, request);
+  if (!r) return tl::unexpected(r.error());
+  return (*r)->make(request);
+}
+
+Status ProviderRegistry::Check(std::string_view name, const ProviderRequest& request) const {
+  auto r = Known(name, request);
+  if (!r) return tl::unexpected(r.error());
+  if (!(*r)->check) return {};
+  return (*r)->check(request);
+}
+
+std::vector<const ProviderRegistration*> ProviderRegistry::WithSetting(
+    std::string_view setting) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const ProviderRegistration*> out;
+  for (const auto& r : registrations_) {
+    if (FindSetting(*r, setting) != nullptr) out.push_back(r.get());
+  }
+  return out;
+}
+
+std::string ConfigKeyOf(std::string_view setting_name) {
+  std::string key(setting_name);
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+
+const ProviderSetting* FindSetting(const ProviderRegistration& registration,
+                                   std::string_view setting) {
+  for (const auto& s : registration.settings) {
+    if (s.name == setting) return &s;
+  }
+  return nullptr;
+}
+
+std::optional<SettingLookup> LookupSetting(const ProviderRequest& request,
+                                           const ProviderRegistration& registration,
+                                           std::string_view setting) {
+  const ProviderSetting* s = FindSetting(registration, setting);
+  if (s == nullptr) return std::nullopt;
+  std::string name(setting);
+  if (auto it = request.settings.find(name); it != request.settings.end()) {
+    return SettingLookup{it->second, "--" + name};
+  }
+  auto env = [&](const std::string& var) -> const char* {
+    if (var.empty()) return nullptr;
+    const char* v = request.getenv ? request.getenv(var.c_str()) : std::getenv(var.c_str());
+    return v != nullptr && *v != '\0' ? v : nullptr;
+  };
+  if (const char* v = env(s->env)) return SettingLookup{v, s->env};
+  if (auto it = request.file_settings.find(name); it != request.file_settings.end()) {
+    if (env(s->env_over_file) != nullptr) return std::nullopt;
+    return SettingLookup{
+        it->second,
+        fmt::format("config {}: {}", request.file_name.empty() ? "file" : request.file_name,
+                    ConfigKeyOf(name))};
+  }
+  return std::nullopt;
 }
 
 std::optional<std::string> SettingValue(const ProviderRequest& request,
                                         const ProviderRegistration& registration,
                                         std::string_view setting) {
-  if (auto it = request.settings.find(std::string(setting)); it != request.settings.end()) {
-    return it->second;
-  }
-  for (const auto& s : registration.settings) {
-    if (s.name != setting || s.env.empty()) continue;
-    const char* env = std::getenv(s.env.c_str());
-    if (env != nullptr && *env != '\0') return std::string(env);
-  }
-  return std::nullopt;
+  auto found = LookupSetting(request, registration, setting);
+  if (!found) return std::nullopt;
+  return std::move(found->value);
 }
 
 }  // namespace deepbox

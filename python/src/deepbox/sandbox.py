@@ -38,6 +38,25 @@ def find_deepbox_bin(explicit: str | None = None) -> str:
     return found
 
 
+def _setting_args(settings: Mapping[str, Any] | None) -> list[str]:
+    """``--NAME VALUE`` for each provider setting (``deepbox sandbox create --help``).
+
+    The settings are the providers' own, declared once in deepbox (its
+    ``--help`` lists them); a name the provider does not have is the CLI's usage
+    error (exit 2). ``None`` values are left out.
+    """
+    args: list[str] = []
+    for name, value in (settings or {}).items():
+        if not isinstance(name, str) or not name or name.startswith("-") or "=" in name or " " in name:
+            raise ValueError(f"bad provider setting name {name!r} (a flag name without '--', e.g. 'memory')")
+        if name == "router-token":
+            # A command line is readable by every user of the machine.
+            raise ValueError("pass the router token as router_token= (it goes by environment, never argv)")
+        if value is not None:
+            args += [f"--{name}", value if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)]
+    return args
+
+
 def run_cli(
     args: Sequence[str],
     *,
@@ -128,6 +147,7 @@ class Sandbox:
         idle_suspend: int | None = None,
         from_snapshot: str | None = None,
         name: str | None = None,
+        settings: Mapping[str, Any] | None = None,
         deepbox_bin: str | None = None,
     ) -> Sandbox:
         """Creates a local sandbox (or takes a warm one from ``pool``).
@@ -142,6 +162,9 @@ class Sandbox:
             from_snapshot: Start with the files of this snapshot (:meth:`snapshot`).
             name: A name unique among your sandboxes, usable wherever the id
                 is (``Sandbox.attach(name)``, ``deepbox sandbox exec NAME``).
+            settings: The local provider's settings by name, as its flags
+                (``{"memory": "4G", "pool": "ci"}``); ``pool``, ``memory``,
+                ``cpus``, ``max_processes`` and ``disk`` are the same settings.
         """
         args = ["sandbox", "create", "--json", "--ttl", str(int(ttl))]
         if idle_suspend is not None:
@@ -154,15 +177,12 @@ class Sandbox:
             args += ["--label", f"{k}={v}"]
         if network:
             args += ["--network", network]
-        if pool:
-            args += ["--pool", pool]
         if cold:
             args.append("--cold")
         if rootfs:
             args += ["--rootfs", rootfs]
-        for flag, value in (("--memory", memory), ("--cpus", cpus), ("--max-processes", max_processes), ("--disk", disk)):
-            if value is not None:
-                args += [flag, str(value)]
+        given = {"pool": pool or None, "memory": memory, "cpus": cpus, "max-processes": max_processes, "disk": disk}
+        args += _setting_args({**given, **(settings or {})})
         out = run_cli(args, deepbox_bin=deepbox_bin)
         meta = _parse_json_object(out, "deepbox sandbox create --json")
         return cls._from_local_meta(meta, owned=True, deepbox_bin=deepbox_bin)
@@ -181,6 +201,7 @@ class Sandbox:
         context: str | None = None,
         kubeconfig: str | None = None,
         from_snapshot: str | None = None,
+        settings: Mapping[str, Any] | None = None,
         deepbox_bin: str | None = None,
     ) -> Sandbox:
         """Claims a sandbox on Kubernetes (a ``SandboxClaim`` from a warm pool).
@@ -190,6 +211,8 @@ class Sandbox:
         port-forward) and the ``headers`` to send; the CLI's error (message
         and exit code) is raised as is. ``from_snapshot``: the claim starts
         with the files of this snapshot of a Kubernetes sandbox (:meth:`snapshot`).
+        ``settings``: the k8s provider's settings by name, as its flags
+        (``{"warm-pool": "gpu"}``); the keyword arguments are the same settings.
         """
         cluster = ["--provider", "k8s"]
         if namespace:
@@ -199,14 +222,10 @@ class Sandbox:
         if kubeconfig:
             cluster += ["--kubeconfig", kubeconfig]
         args = ["sandbox", "create", "--json", "--ttl", str(int(ttl)), *cluster]
-        if warm_pool:
-            args += ["--warm-pool", warm_pool]
         for k, v in (labels or {}).items():
             args += ["--label", f"{k}={v}"]
-        if router_url:
-            args += ["--router-url", router_url]
-        if ready_timeout is not None:
-            args += ["--ready-timeout", f"{ready_timeout:g}"]
+        given = {"warm-pool": warm_pool or None, "router-url": router_url or None, "ready-timeout": ready_timeout}
+        args += _setting_args({**given, **(settings or {})})
         if from_snapshot:
             args += ["--from-snapshot", from_snapshot]
         # The CLI takes the router token from its environment only (never argv,
@@ -240,6 +259,7 @@ class Sandbox:
             "ready_timeout": ready_timeout,
             "context": context,
             "kubeconfig": kubeconfig,
+            "settings": dict(settings) if settings else None,
         }
         return sb
 

@@ -7,6 +7,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -141,10 +142,14 @@ int RunMcp(const McpArgs& args) {
   // for it (the rest come from its environment variables and defaults).
   std::vector<std::string> names = {"local"};
   if (args.provider != "local") names.push_back(args.provider);
-  bool k8s_flags = args.namespace_name || args.context || args.kubeconfig || args.warm_pool ||
-                   args.router_url || args.ready_timeout;
-  if (k8s_flags && args.provider != "k8s") names.push_back("k8s");
   const ProviderRegistry& providers = ProviderRegistry::Global();
+  for (const auto& name : providers.Names()) {
+    const ProviderRegistration* r = providers.Lookup(name);
+    if (std::find(names.begin(), names.end(), name) == names.end() &&
+        !args.settings.For(*r).empty()) {
+      names.push_back(name);
+    }
+  }
   if (providers.Lookup(args.provider) == nullptr) {
     std::string known;
     for (const auto& n : providers.Names()) known += (known.empty() ? "" : ", ") + n;
@@ -154,20 +159,10 @@ int RunMcp(const McpArgs& args) {
   }
   std::vector<std::unique_ptr<SandboxProvider>> made;
   for (const auto& name : names) {
+    const ProviderRegistration* registration = providers.Lookup(name);
+    if (registration == nullptr) continue;  // --provider: said below
     ProviderRequest request;
-    auto set = [&](const char* setting, const std::optional<std::string>& value) {
-      if (value) request.settings[setting] = *value;
-    };
-    if (name == "local") {
-      set("pool", args.pool);
-    } else if (name == "k8s") {
-      set("namespace", args.namespace_name);
-      set("context", args.context);
-      set("kubeconfig", args.kubeconfig);
-      set("warm-pool", args.warm_pool);
-      set("router-url", args.router_url);
-      set("ready-timeout", args.ready_timeout);
-    }
+    request.settings = args.settings.For(*registration);
     request.created_by = "deepbox-mcp";
     request.on_warning = [](const std::string& warning) {
       Log("warning: " + SanitizeForTerminal(warning));

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/provider_flags.h"
+
 namespace deepbox::mcp {
 
 struct McpArgs {
@@ -28,16 +30,9 @@ struct McpArgs {
   std::string attach_selector;         // sandboxes made elsewhere that clients may use
   int64_t max_sandboxes = 20;          // live sandboxes of this server (0 = no cap)
   int64_t max_sandboxes_per_client = 5;
-  // The providers' settings (sandbox/registry.h), each only when its flag
-  // was given: the provider then falls back to its environment variable
-  // (AGENT_SANDBOX_* for k8s), else its default.
-  std::optional<std::string> pool;  // local warm pool
-  std::optional<std::string> namespace_name;
-  std::optional<std::string> context;
-  std::optional<std::string> kubeconfig;
-  std::optional<std::string> warm_pool;
-  std::optional<std::string> router_url;
-  std::optional<std::string> ready_timeout;  // seconds
+  // The providers' settings given (sandbox/registry.h); the rest come from
+  // their environment variables (AGENT_SANDBOX_* for k8s), else defaults.
+  cli::ProviderSettingFlags settings;
 };
 
 // Returns the process exit code (0, or 1/2 with a message on stderr).
