@@ -28,6 +28,7 @@
 #include "cli/project_trust.h"
 #include "cli/run_agent_files.h"
 #include "cli/run_exit_codes.h"
+#include "cli/run_format.h"
 #include "cli/run_prompt.h"
 #include "cli/run_sandbox.h"
 #include "cli/run_signals.h"
@@ -704,7 +705,8 @@ int RunAgentCommand(const RunFlags& flags) {
     uo.model_idle_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(config->model_idle_timeout_seconds * 1000));
   }
-  RunUi ui(uo);
+  std::unique_ptr<RunUi> ui_owner = MakeRunUi(uo);
+  RunUi& ui = *ui_owner;
   RunSummary summary;
   if (!config) {
     ui.ErrorLine(config.error().message);
@@ -782,7 +784,7 @@ int RunAgentCommand(const RunFlags& flags) {
     lock.unlock();
     ui.ErrorLine(
         fmt::format("{}: the run did not stop within {} (waiting for the model API?): exiting now",
-                    SignalName(sig), RunUi::FormatDuration(kStopGrace)));
+                    SignalName(sig), FormatDuration(kStopGrace)));
     s.exit_code = kRunExitInterrupted;
     s.stop_reason = "interrupted";
     s.error = Error(ErrorCode::kCancelled, SignalName(sig));

@@ -9,6 +9,8 @@
 
 #include <string>
 
+#include "cli/line_diff.h"
+#include "cli/run_format.h"
 #include "cli/run_signals.h"
 
 namespace deepbox::run {
@@ -56,24 +58,25 @@ agent::AgentEvent ToolEnd(std::string name, std::string arg, bool ok, std::strin
 }
 
 TEST(RunUiTest, Formatting) {
-  EXPECT_EQ(RunUi::FormatDuration(12ms), "12ms");
-  EXPECT_EQ(RunUi::FormatDuration(1234ms), "1.2s");
-  EXPECT_EQ(RunUi::FormatDuration(125000ms), "2m05s");
-  EXPECT_EQ(RunUi::FormatTokens(0), "0");
-  EXPECT_EQ(RunUi::FormatTokens(1234567), "1,234,567");
-  EXPECT_EQ(RunUi::FormatTokens(999), "999");
-  EXPECT_EQ(RunUi::FoldOutput("0\n1\n1\n2\n[Command succeeded with exit code 0]", 80),
+  EXPECT_EQ(FormatDuration(12ms), "12ms");
+  EXPECT_EQ(FormatDuration(1234ms), "1.2s");
+  EXPECT_EQ(FormatDuration(125000ms), "2m05s");
+  EXPECT_EQ(FormatTokens(0), "0");
+  EXPECT_EQ(FormatTokens(1234567), "1,234,567");
+  EXPECT_EQ(FormatTokens(999), "999");
+  EXPECT_EQ(FoldOutput("0\n1\n1\n2\n[Command succeeded with exit code 0]", 80),
             "0  (+3 more lines)");
-  EXPECT_EQ(RunUi::FoldOutput("\n\n  only  \n", 80), "only");
-  EXPECT_EQ(RunUi::FoldOutput("abcdefghij", 5), "abcd…");
-  EXPECT_EQ(RunUi::FoldOutput("", 5), "");
+  EXPECT_EQ(FoldOutput("\n\n  only  \n", 80), "only");
+  EXPECT_EQ(FoldOutput("abcdefghij", 5), "abcd…");
+  EXPECT_EQ(FoldOutput("", 5), "");
 }
 
 TEST(RunUiTest, TranscriptWithoutColours) {
   Pipes p;
   {
-    RunUi ui(
+    auto ui_owner = MakeRunUi(
         {.json = false, .color = false, .spinner = false, .out_fd = p.out[1], .err_fd = p.err[1]});
+    RunUi& ui = *ui_owner;
     ui.RunStarted("task", "th-1", "replay:x");
     agent::AgentEvent t;
     t.type = agent::EventType::kTextDelta;
@@ -116,8 +119,9 @@ TEST(RunUiTest, TranscriptWithoutColours) {
 TEST(RunUiTest, ColoursWhenAsked) {
   Pipes p;
   {
-    RunUi ui(
+    auto ui_owner = MakeRunUi(
         {.json = false, .color = true, .spinner = false, .out_fd = p.out[1], .err_fd = p.err[1]});
+    RunUi& ui = *ui_owner;
     ui.OnEvent(ToolEnd("ls", "/workspace", true, "fib.py"));
   }
   auto [out, err] = p.Finish();
@@ -127,8 +131,9 @@ TEST(RunUiTest, ColoursWhenAsked) {
 TEST(RunUiTest, JsonEventsOnePerLine) {
   Pipes p;
   {
-    RunUi ui(
+    auto ui_owner = MakeRunUi(
         {.json = true, .color = true, .spinner = true, .out_fd = p.out[1], .err_fd = p.err[1]});
+    RunUi& ui = *ui_owner;
     ui.Start();
     ui.StartSpinner("ignored in json mode");
     ui.SandboxReady("sb-1", "local", 10ms);
@@ -187,8 +192,9 @@ TEST(RunUiTest, HostileTextReachesTheTerminalInert) {
   const std::string title = "\x1b]0;pwned\x1b\\";
   Pipes p;
   {
-    RunUi ui(
+    auto ui_owner = MakeRunUi(
         {.json = false, .color = false, .spinner = false, .out_fd = p.out[1], .err_fd = p.err[1]});
+    RunUi& ui = *ui_owner;
     agent::AgentEvent t;
     t.type = agent::EventType::kTextDelta;
     t.text = "model says " + osc52 + "hi\x1b[2J\x1b[H\n";
@@ -250,7 +256,9 @@ TEST(RunUiTest, ApprovalPromptShowsHostileArgumentsInert) {
   a.args = json::object{{"command", "ls \u009b2J \u202e"}};
   req.action_requests.push_back(a);
   {
-    RunUi ui({.json = false, .color = false, .spinner = false, .out_fd = tty[1], .err_fd = tty[1]});
+    auto ui_owner = MakeRunUi(
+        {.json = false, .color = false, .spinner = false, .out_fd = tty[1], .err_fd = tty[1]});
+    RunUi& ui = *ui_owner;
     LineReader reader(in[0], ev[0]);
     auto d = ui.Approve(req, reader, tty[1]);
     ASSERT_TRUE(d);
@@ -267,8 +275,9 @@ TEST(RunUiTest, ApprovalPromptShowsHostileArgumentsInert) {
 TEST(RunUiTest, RejectedCallsAndRetriesAreShown) {
   Pipes p;
   {
-    RunUi ui(
+    auto ui_owner = MakeRunUi(
         {.json = false, .color = false, .spinner = false, .out_fd = p.out[1], .err_fd = p.err[1]});
+    RunUi& ui = *ui_owner;
     agent::AgentEvent r;
     r.type = agent::EventType::kToolCallRejected;
     r.tool_call_id = "toolu_9";
@@ -300,7 +309,8 @@ TEST(RunUiTest, RejectedCallsAndRetriesAreShown) {
 TEST(RunUiTest, JsonEventsCarryAVersionAndPlainDecimalCost) {
   Pipes p;
   {
-    RunUi ui({.json = true, .out_fd = p.out[1], .err_fd = p.err[1]});
+    auto ui_owner = MakeRunUi({.json = true, .out_fd = p.out[1], .err_fd = p.err[1]});
+    RunUi& ui = *ui_owner;
     agent::RunResult r;
     r.cost_usd = 0.0123;
     ui.RunFinished(r, 10ms);
@@ -333,13 +343,12 @@ TEST(RunUiTest, JsonEventsCarryAVersionAndPlainDecimalCost) {
 
 TEST(RunUiTest, ApprovalsShowWhatWillChange) {
   agent::ActionRequest exec{"t1", "execute", json::object{{"command", "rm -rf build\nmake"}}, ""};
-  EXPECT_EQ(RunUi::DescribeAction(exec, false),
-            "⏸ approve? execute\n  $ rm -rf build\n    make\n");
+  EXPECT_EQ(DescribeAction(exec, false), "⏸ approve? execute\n  $ rm -rf build\n    make\n");
   agent::ActionRequest write{
       "t2", "write_file",
       json::object{{"file_path", "/workspace/a.py"}, {"content", "one\ntwo\nthree\n"}}, ""};
   EXPECT_EQ(
-      RunUi::DescribeAction(write, false, 2),
+      DescribeAction(write, false, 2),
       "⏸ approve? write_file /workspace/a.py (writes 3 lines, 14 bytes; replaces the file if "
       "it exists)\n  +one\n  +two\n  … 1 more line\n");
   agent::ActionRequest edit{"t3", "edit_file",
@@ -347,14 +356,14 @@ TEST(RunUiTest, ApprovalsShowWhatWillChange) {
                                          {"old_string", "a = 1\nb = 2\nc = 3"},
                                          {"new_string", "a = 1\nb = 20\nc = 3"}},
                             ""};
-  EXPECT_EQ(RunUi::DescribeAction(edit, false),
+  EXPECT_EQ(DescribeAction(edit, false),
             "⏸ approve? edit_file /workspace/a.py (one occurrence)\n  --- before\n  +++ after\n"
             "   a = 1\n  -b = 2\n  +b = 20\n   c = 3\n");
   agent::ActionRequest del{"t4", "delete", json::object{{"file_path", "/workspace/old"}}, ""};
-  EXPECT_THAT(RunUi::DescribeAction(del, false), HasSubstr("delete /workspace/old (deletes it"));
+  EXPECT_THAT(DescribeAction(del, false), HasSubstr("delete /workspace/old (deletes it"));
   // Nothing a model wrote reaches the terminal raw.
   agent::ActionRequest evil{"t5", "execute", json::object{{"command", "ls\x1b]0;pwned\x07"}}, ""};
-  EXPECT_THAT(RunUi::DescribeAction(evil, false), Not(HasSubstr("\x1b")));
+  EXPECT_THAT(DescribeAction(evil, false), Not(HasSubstr("\x1b")));
 }
 
 TEST(RunUiTest, ApprovalTakesOneKey) {
@@ -369,7 +378,9 @@ TEST(RunUiTest, ApprovalTakesOneKey) {
   req.action_requests.push_back({"c1", "execute", json::object{{"command", "rm -rf /"}}, ""});
   req.action_requests.push_back({"c2", "execute", json::object{{"command", "ls"}}, ""});
   {
-    RunUi ui({.json = false, .color = false, .spinner = false, .out_fd = tty[1], .err_fd = tty[1]});
+    auto ui_owner = MakeRunUi(
+        {.json = false, .color = false, .spinner = false, .out_fd = tty[1], .err_fd = tty[1]});
+    RunUi& ui = *ui_owner;
     LineReader reader(in[0], ev[0]);
     auto d = ui.Approve(req, reader, tty[1]);
     ASSERT_TRUE(d);
@@ -387,10 +398,9 @@ TEST(RunUiTest, ApprovalTakesOneKey) {
 }
 
 TEST(RunUiTest, LineDiff) {
-  EXPECT_EQ(RunUi::LineDiff("a\nb\nc", "a\nc\nd"),
-            (std::vector<std::string>{" a", "-b", " c", "+d"}));
-  EXPECT_EQ(RunUi::LineDiff("", "x"), (std::vector<std::string>{"+x"}));
-  EXPECT_EQ(RunUi::LineDiff("x", ""), (std::vector<std::string>{"-x"}));
+  EXPECT_EQ(LineDiff("a\nb\nc", "a\nc\nd"), (std::vector<std::string>{" a", "-b", " c", "+d"}));
+  EXPECT_EQ(LineDiff("", "x"), (std::vector<std::string>{"+x"}));
+  EXPECT_EQ(LineDiff("x", ""), (std::vector<std::string>{"-x"}));
 }
 
 TEST(LineReaderTest, LinesAndInterrupt) {

@@ -75,6 +75,11 @@ inline constexpr std::string_view kReasonContextOverflow = "context_overflow";
 inline constexpr std::string_view kReasonKilled = "killed";
 // A sandbox was claimed (it exists, Ready) but its daemon cannot be reached.
 inline constexpr std::string_view kReasonClaimedButUnreachable = "claimed_but_unreachable";
+// Host-side only (never taken from a daemon's reply):
+// No connection could be made, so nothing was sent; sys_errno is connect's.
+inline constexpr std::string_view kReasonConnectFailed = "connect_failed";
+// A local sandbox's supervisor is relaunching its daemon (its files are kept).
+inline constexpr std::string_view kReasonDaemonRestarting = "daemon_restarting";
 
 // Whether `reason` is a well-formed reason ([a-z0-9_]{1,64}): what a daemon
 // sends is kept only then.

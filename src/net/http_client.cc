@@ -56,8 +56,9 @@ struct HttpClient::Impl {
     auto deadline = DeadlineAfter(options.connect_timeout);
     auto conn = Conn::Connect(endpoint, deadline);
     if (!conn) {
-      Error e = conn.error();
+      Error e = conn.error();  // its sys_errno is connect's (ECONNREFUSED, ENOENT, ...)
       e.message = fmt::format("{}{}: {}", kCannotConnect, base_url, e.message);
+      e.reason = std::string(kReasonConnectFailed);
       if (e.code != ErrorCode::kTimeout) e.code = ErrorCode::kUnavailable;
       return tl::unexpected(e);
     }
@@ -313,7 +314,7 @@ Result<bool> HttpClient::Impl::SendBody(Conn& conn, const ClientRequest& req, De
 }
 
 bool NothingSent(const Error& error) {
-  return error.code == ErrorCode::kUnavailable && error.message.starts_with(kCannotConnect);
+  return error.code == ErrorCode::kUnavailable && error.reason == kReasonConnectFailed;
 }
 
 HttpClient::HttpClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

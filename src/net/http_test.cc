@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -261,6 +262,23 @@ TEST(HttpClientTest, ConnectionRefusedIsUnavailable) {
   auto r = (*client)->Send(req);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  // Typed, not in the words: nothing was sent, and connect's errno.
+  EXPECT_EQ(r.error().reason, kReasonConnectFailed);
+  EXPECT_EQ(r.error().sys_errno, ECONNREFUSED);
+  EXPECT_TRUE(NothingSent(r.error()));
+}
+
+TEST(HttpClientTest, AMissingUnixSocketIsAConnectFailureWithItsErrno) {
+  auto client = HttpClient::Create("unix:/nonexistent/deepbox-test.sock");
+  ASSERT_TRUE(client) << client.error().message;
+  auto r = (*client)->Send(ClientRequest{});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().reason, kReasonConnectFailed);
+  EXPECT_EQ(r.error().sys_errno, ENOENT);
+  EXPECT_TRUE(NothingSent(r.error()));
+  // An error that merely says so in its message is not one.
+  Error worded(ErrorCode::kUnavailable, "cannot connect to unix:/x: connect(...) (ECONNREFUSED)");
+  EXPECT_FALSE(NothingSent(worded));
 }
 
 TEST(HttpClientTest, SilentServerTimesOut) {

@@ -295,8 +295,10 @@ Status SandboxdClient::EnsureInfo() const {
   req.timeout = options_.connect_timeout + 5000ms;
   auto r = Send(req);
   if (!r) {
-    return MakeError(r.error().code, fmt::format("sandbox daemon at {} is not reachable: {}",
-                                                 http_->base_url(), r.error().message));
+    Error e = r.error();  // its reason and errno say why (DaemonSocketDead reads them)
+    e.message =
+        fmt::format("sandbox daemon at {} is not reachable: {}", http_->base_url(), e.message);
+    return tl::unexpected(e);
   }
   if (r->status != 200)
     return tl::unexpected(ErrorFromResponse(*r, "connecting to sandbox daemon"));

@@ -651,7 +651,8 @@ Result<SandboxMeta> LocalSandboxProvider::Get(const std::string& id_or_name) {
       return MakeError(ErrorCode::kUnavailable,
                        fmt::format("sandbox '{}': its daemon (deepbox-sandboxd) is restarting "
                                    "(its files are kept); try again in a moment",
-                                   id));
+                                   id),
+                       std::string(kReasonDaemonRestarting));
     }
     return MakeError(ErrorCode::kUnavailable,
                      fmt::format("sandbox '{}' is still starting; try again in a moment", id));
@@ -737,8 +738,9 @@ Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const Sand
   }
   auto client = SandboxdClient::Connect("unix:" + socket->string(), o);
   if (!client) {
-    return MakeError(client.error().code,
-                     fmt::format("sandbox '{}': {}", meta.id, client.error().message));
+    Error e = client.error();  // reason and errno kept: DaemonSocketDead reads them
+    e.message = fmt::format("sandbox '{}': {}", meta.id, e.message);
+    return tl::unexpected(e);
   }
   return client;
 }
@@ -899,10 +901,8 @@ namespace {
 // or gone while its supervisor has not yet recorded why (or is relaunching
 // the daemon: the provider's own word).
 bool DaemonSocketDead(const Error& e) {
-  if (e.message.find("is restarting") != std::string::npos) return true;
-  return e.message.find("connect(") != std::string::npos &&
-         (e.message.find("ECONNREFUSED") != std::string::npos ||
-          e.message.find("(ENOENT)") != std::string::npos);
+  if (e.reason == kReasonDaemonRestarting) return true;
+  return e.reason == kReasonConnectFailed && (e.sys_errno == ECONNREFUSED || e.sys_errno == ENOENT);
 }
 
 // After the daemon's socket went dead: the supervisor deletes the sandbox
