@@ -315,7 +315,6 @@ Result<KubeClient::RawResult> KubeClient::Send(std::string_view method, const st
         {
           std::lock_guard lock(mu_);
           ++metrics_.retries;
-          metrics_.sleeps.push_back(d);
         }
         Sleep(d);
         continue;
@@ -335,7 +334,6 @@ Result<KubeClient::RawResult> KubeClient::Send(std::string_view method, const st
       {
         std::lock_guard lock(mu_);
         ++metrics_.retries;
-        metrics_.sleeps.push_back(d);
       }
       Sleep(d);
       continue;
@@ -523,10 +521,6 @@ Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view 
                                                                       SteadyClock::now());
     d = std::min(d, left);
     if (d.count() > 0) {
-      {
-        std::lock_guard lock(mu_);
-        metrics_.sleeps.push_back(d);
-      }
       // A cancellable watch waits on its fd instead (Stop() must not wait out a backoff).
       if (options.cancel_fd >= 0) {
         (void)cancelled(static_cast<int>(std::min<int64_t>(d.count(), INT32_MAX)));

@@ -60,7 +60,10 @@ struct ClientOptions {
   std::chrono::milliseconds connect_timeout{10000};
   std::chrono::seconds watch_timeout{300};  // timeoutSeconds of one watch request
   std::string user_agent = "deepbox/0.1 (k8s)";
-  // How the client waits (backoff, Retry-After, rate limit). Tests substitute it.
+  // How the client waits (backoff, Retry-After, rate limit); empty = really
+  // sleep. Tests substitute it to record the waits instead of spending them.
+  // A watch with a cancel_fd waits on that fd instead (Stop() must not wait
+  // out a backoff).
   std::function<void(std::chrono::milliseconds)> sleep;
 };
 
@@ -113,8 +116,7 @@ struct WatchStats {
 struct ClientMetrics {
   int requests = 0;  // HTTP requests sent (including retries and watches)
   int retries = 0;
-  int throttled_waits = 0;                        // times the token bucket made a request wait
-  std::vector<std::chrono::milliseconds> sleeps;  // backoff and Retry-After waits
+  int throttled_waits = 0;  // times the token bucket made a request wait
 };
 
 class KubeClient {
