@@ -3,10 +3,11 @@
 // 0-5: how the body is cut into HTTP chunks; bit 6: the body answers the
 // initial list instead of the watch), then the body: newline-separated watch
 // events, or a list. Every later request gets 403, which must end the watch.
-// Properties: Watch returns (an error or the caller's stop; never a crash or
+// Properties: WatchObjects returns (an error or the caller's stop; never a crash or
 // a hang) after a bounded number of requests.
 #include "fuzz/stream_server.h"
-#include "k8s/client.h"
+#include "k8s/rest_client.h"
+#include "k8s/watch.h"
 
 namespace {
 
@@ -49,8 +50,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   deepbox::k8s::WatchOptions options;
   options.resource_version = flags & 64 ? "" : "100";
   int events = 0;
-  auto stats = f.client->Watch(kClaims, "default", options,
-                               [&](const deepbox::k8s::WatchEvent&) { return ++events < 1000; });
+  auto stats =
+      deepbox::k8s::WatchObjects(*f.client, kClaims, "default", options,
+                                 [&](const deepbox::k8s::WatchEvent&) { return ++events < 1000; });
   // The scripted answer, then one refused request per retry path at most.
   FUZZ_CHECK(f.server.requests() <= 4, "the watch kept sending requests after a 403");
   (void)stats;

@@ -24,7 +24,7 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/unique_fd.h"
-#include "k8s/client.h"
+#include "k8s/sandbox_api.h"
 #include "k8s/util.h"
 
 namespace deepbox::k8s {

@@ -13,8 +13,10 @@
 
 #include "common/utf8.h"
 #include "k8s/claim.h"
-#include "k8s/client.h"
+#include "k8s/rest_client.h"
+#include "k8s/sandbox_api.h"
 #include "k8s/util.h"
+#include "k8s/watch.h"
 #include "net/http_server.h"
 
 namespace deepbox::k8s {
@@ -185,7 +187,7 @@ TEST(HostileApiServerTest, MalformedWatchEventsAreErrors) {
     wo.resource_version = "1";  // straight to the watch
     wo.deadline = std::chrono::steady_clock::now() + 30s;
     int events = 0;
-    auto r = client->Watch(kClaims, "default", wo, [&](const WatchEvent&) {
+    auto r = WatchObjects(*client, kClaims, "default", wo, [&](const WatchEvent&) {
       ++events;
       return true;
     });

@@ -25,9 +25,10 @@
 
 #include "common/error.h"
 #include "k8s/claim.h"
-#include "k8s/client.h"
 #include "k8s/connection.h"
 #include "k8s/kubeconfig.h"
+#include "k8s/rest_client.h"
+#include "k8s/sandbox_api.h"
 #include "sandbox/provider.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/sandboxd_client.h"

@@ -23,6 +23,7 @@
 
 #include "common/subprocess.h"
 #include "k8s/util.h"
+#include "k8s/watch.h"
 #include "net/http_client.h"
 
 namespace deepbox::k8s::testing {
@@ -179,7 +180,7 @@ void NodeAgent::Loop() {
   if (!options_.bind_unscheduled) wo.field_selector = "spec.nodeName=" + options_.node_name;
   wo.cancel_fd = stop_fd_.get();
   for (;;) {
-    auto r = client_->Watch(pods, "", wo, [&](const WatchEvent& ev) {
+    auto r = WatchObjects(*client_, pods, "", wo, [&](const WatchEvent& ev) {
       if (ev.type == WatchEventType::kBookmark) return true;
       OnPod(ev.object, ev.type == WatchEventType::kDeleted);
       return true;

@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "common/unique_fd.h"
-#include "k8s/client.h"
+#include "k8s/rest_client.h"
 
 namespace deepbox::k8s::testing {
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "k8s/util.h"
+#include "k8s/watch.h"
 
 namespace deepbox::k8s::testing {
 
@@ -131,7 +132,7 @@ void RemoteStore::WatchLoop(ResourceType type) {
     WatchOptions wo;
     wo.resource_version = list->resource_version;
     wo.cancel_fd = stop_fd_.get();
-    auto r = client_->Watch(type, "", wo, [&](const WatchEvent& ev) {
+    auto r = WatchObjects(*client_, type, "", wo, [&](const WatchEvent& ev) {
       if (ev.type == WatchEventType::kBookmark) return true;
       ResourceKey key = all;
       key.ns = FindString(ev.object, {"metadata", "namespace"});

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/unique_fd.h"
-#include "k8s/client.h"
+#include "k8s/rest_client.h"
 #include "k8s/testing/store_api.h"
 
 namespace deepbox::k8s::testing {

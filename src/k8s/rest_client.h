@@ -1,16 +1,13 @@
-// A typed Kubernetes REST client over net::HttpClient: get/create/list/delete
-// and watch (newline-delimited JSON events read incrementally, bookmarks,
-// 410 Gone -> re-list and resume, dropped connections and server timeouts ->
-// re-watch from the last resourceVersion), discovery, a client-side token
-// bucket and retries with backoff on 429/5xx (honouring Retry-After).
+// A typed Kubernetes REST client over net::HttpClient: get/create/list/
+// patch/delete and discovery, a client-side token bucket and retries with
+// backoff on 429/5xx (honouring Retry-After), API Status errors. Watches are
+// in watch.h, the agent-sandbox resources in sandbox_api.h.
 #pragma once
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +45,11 @@ ApiStatus ParseApiStatus(int http_status, std::string_view body);
 // NOT_FOUND for 404, CONFLICT for 409, UNAUTHENTICATED for 401, ... with a
 // message like "POST /apis/...: 409 AlreadyExists: ... already exists".
 Error ApiStatusError(const ApiStatus& status, std::string_view what);
+// 429 and the 5xx a server gives while it is overloaded or restarting.
+bool IsRetryableStatus(int http_status);
+// initial * 2^attempt, at most `max`.
+std::chrono::milliseconds BackoffDelay(std::chrono::milliseconds initial,
+                                       std::chrono::milliseconds max, int attempt);
 
 struct ClientOptions {
   double qps = 20;      // token bucket: sustained rate
@@ -79,39 +81,6 @@ struct ObjectList {
   std::vector<json::object> items;
 };
 
-enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark };
-std::string_view WatchEventTypeName(WatchEventType type);
-
-struct WatchEvent {
-  WatchEventType type = WatchEventType::kAdded;
-  json::object object;
-  bool synthetic = false;  // produced by a (re-)list rather than the stream
-};
-
-struct WatchOptions {
-  std::string label_selector;
-  std::string field_selector;
-  // "" = list first, then watch from the list's version; "0" = the server's
-  // current state as ADDED events, then changes; else resume after it.
-  std::string resource_version;
-  // Objects the caller already holds (read at resource_version): a re-list
-  // after 410 Gone that no longer shows one of them reports its DELETED.
-  std::vector<json::object> known_objects;
-  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  bool allow_bookmarks = true;
-  // An fd (eventfd/pipe) that ends the watch with CANCELLED once readable:
-  // the stream and the waits between attempts stop at once.
-  int cancel_fd = -1;
-};
-
-struct WatchStats {
-  int watch_requests = 0;
-  int relists = 0;  // after 410 Gone (or the initial list)
-  int bookmarks = 0;
-  int reconnects = 0;            // dropped connections, refused connections, server timeouts
-  std::string resource_version;  // last seen
-};
-
 // Counters for tests and diagnostics.
 struct ClientMetrics {
   int requests = 0;  // HTTP requests sent (including retries and watches)
@@ -141,11 +110,6 @@ class KubeClient {
   // NOT_FOUND when it is already gone.
   Status Delete(const ResourceType& type, std::string_view ns, std::string_view name,
                 std::string_view propagation = "Background");
-  // Calls on_event for every event until it returns false (then OK), the
-  // deadline passes (TIMEOUT) or a non-retryable error happens.
-  Result<WatchStats> Watch(const ResourceType& type, std::string_view ns,
-                           const WatchOptions& options,
-                           const std::function<bool(const WatchEvent&)>& on_event);
   // Versions of an API group the server serves (GET /apis/<group>), preferred
   // first. NOT_FOUND when the group is not served at all.
   Result<std::vector<std::string>> ServedVersions(std::string_view group);
@@ -159,6 +123,28 @@ class KubeClient {
                          const std::string& body = {},
                          std::string_view content_type = "application/json");
 
+  // One streaming GET (a watch), rate limited and authenticated but sent
+  // once: the watch decides itself what a failure means. Its timeout is what
+  // is left until `deadline` when it goes out (at least 1 ms), or
+  // `timeout_without_deadline` when the deadline is time_point::max(). The
+  // outer error: nothing could be sent (credentials, client certificate);
+  // the inner result: the HTTP layer's (an error is a refused or dropped
+  // connection, or the cancel_fd).
+  Result<Result<net::Response>> SendStreamingOnce(
+      const std::string& target, std::chrono::steady_clock::time_point deadline,
+      std::chrono::milliseconds timeout_without_deadline, int cancel_fd,
+      const std::function<bool(const net::Response& head)>& on_head,
+      const std::function<bool(std::string_view data)>& on_data);
+
+  const ClientOptions& options() const { return options_; }
+  // Whether a 401 can be cured by fetching the credentials again (an exec
+  // plugin or a token file: the token may have expired or been rotated).
+  bool CanRefreshCredentials() const;
+  // Forget the cached credentials: the next request fetches fresh ones.
+  void InvalidateCredentials();
+  // Waits as options().sleep says (nothing for d <= 0).
+  void Sleep(std::chrono::milliseconds d) const;
+
   ClientMetrics metrics() const;
 
  private:
@@ -167,7 +153,6 @@ class KubeClient {
   Result<std::shared_ptr<Transport>> CurrentTransport();
   Status PrepareHeaders(net::Headers& headers);
   void Throttle();
-  void Sleep(std::chrono::milliseconds d);
   std::chrono::milliseconds Backoff(int attempt) const;
 
   RestConfig config_;
@@ -179,52 +164,6 @@ class KubeClient {
   double tokens_;
   std::chrono::steady_clock::time_point last_refill_;
   ClientMetrics metrics_;
-};
-
-// ------------------------------------------------------------------ agent-sandbox
-
-inline constexpr std::string_view kExtensionsGroup = "extensions.agents.x-k8s.io";
-inline constexpr std::string_view kSandboxGroup = "agents.x-k8s.io";
-
-// The agent-sandbox resources at the versions the server serves: v1beta1, or
-// v1alpha1 when discovery shows the server lacks v1beta1. Thread-safe.
-class SandboxApi {
- public:
-  explicit SandboxApi(KubeClient& client) : client_(client) {}
-  KubeClient& client() { return client_; }
-
-  Result<ResourceType> ClaimType();
-  Result<ResourceType> WarmPoolType();
-  Result<ResourceType> SandboxType();
-  // Forget v1beta1 for the extensions group (a 404 on create showed the
-  // server does not serve it although discovery could not be read).
-  void FallBackToV1alpha1();
-  // The claim type as far as known without a request: from discovery or a
-  // create that worked (RememberClaimVersion); nullopt before either.
-  std::optional<ResourceType> KnownClaimType();
-  void RememberClaimVersion(const std::string& version);
-
-  Result<json::object> CreateClaim(std::string_view ns, const json::object& claim);
-  Result<json::object> CreateClaim(const ResourceType& type, std::string_view ns,
-                                   const json::object& claim);
-  Result<json::object> GetClaim(std::string_view ns, std::string_view name);
-  Result<ObjectList> ListClaims(std::string_view ns, const ListOptions& options = {});
-  Status DeleteClaim(std::string_view ns, std::string_view name);  // NOT_FOUND when gone
-  Result<WatchStats> WatchClaims(std::string_view ns, const WatchOptions& options,
-                                 const std::function<bool(const WatchEvent&)>& on_event);
-  Result<json::object> GetSandbox(std::string_view ns, std::string_view name);
-  // A merge patch of a Sandbox (spec.operatingMode: operating_mode.h).
-  Result<json::object> PatchSandbox(std::string_view ns, std::string_view name,
-                                    const json::object& patch);
-  Result<WatchStats> WatchSandboxes(std::string_view ns, const WatchOptions& options,
-                                    const std::function<bool(const WatchEvent&)>& on_event);
-  Result<json::object> GetWarmPool(std::string_view ns, std::string_view name);
-
- private:
-  Result<std::string> Version(std::string_view group);
-  KubeClient& client_;
-  std::mutex mu_;
-  std::map<std::string, std::string, std::less<>> versions_;
 };
 
 }  // namespace deepbox::k8s

@@ -1,10 +1,8 @@
-#include "k8s/client.h"
+#include "k8s/rest_client.h"
 
 #include <fmt/format.h>
-#include <poll.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -21,8 +19,6 @@ namespace deepbox::k8s {
 
 namespace {
 
-constexpr size_t kMaxWatchLine = 64u << 20;
-constexpr size_t kMaxErrorBody = 64u << 10;
 constexpr size_t kMaxStatusText = 2000;  // of a Status message quoted in an error
 constexpr int kMaxListPages = 100000;
 
@@ -85,10 +81,6 @@ ErrorCode CodeForStatus(int code) {
   }
 }
 
-bool Retryable(int status) {
-  return status == 429 || status == 500 || status == 502 || status == 503 || status == 504;
-}
-
 std::optional<std::chrono::milliseconds> RetryAfter(const net::Response& r) {
   auto h = r.headers.Get("Retry-After");
   if (!h) return std::nullopt;
@@ -97,11 +89,6 @@ std::optional<std::chrono::milliseconds> RetryAfter(const net::Response& r) {
   // Clamped before scaling: a huge value must not overflow (callers cap it anyway).
   constexpr int64_t kMaxSeconds = int64_t{1} << 31;
   return std::chrono::milliseconds(std::min(*secs, kMaxSeconds) * 1000);
-}
-
-std::string ObjectName(const json::object& obj) { return FindString(obj, {"metadata", "name"}); }
-std::string ObjectVersion(const json::object& obj) {
-  return FindString(obj, {"metadata", "resourceVersion"});
 }
 
 }  // namespace
@@ -113,20 +100,6 @@ std::string ResourceType::Path(std::string_view ns, std::string_view name) const
   out += "/" + plural;
   if (!name.empty()) out += "/" + net::PercentEncode(name);
   return out;
-}
-
-std::string_view WatchEventTypeName(WatchEventType type) {
-  switch (type) {
-    case WatchEventType::kAdded:
-      return "ADDED";
-    case WatchEventType::kModified:
-      return "MODIFIED";
-    case WatchEventType::kDeleted:
-      return "DELETED";
-    case WatchEventType::kBookmark:
-      return "BOOKMARK";
-  }
-  return "?";
 }
 
 ApiStatus ParseApiStatus(int http_status, std::string_view body) {
@@ -159,6 +132,18 @@ Error ApiStatusError(const ApiStatus& status, std::string_view what) {
   std::string msg = fmt::format("kubernetes API {}: {} {}", what, status.code, status.reason);
   if (!status.message.empty()) msg += ": " + status.message;
   return Error(CodeForStatus(status.code), std::move(msg));
+}
+
+bool IsRetryableStatus(int http_status) {
+  return http_status == 429 || http_status == 500 || http_status == 502 || http_status == 503 ||
+         http_status == 504;
+}
+
+std::chrono::milliseconds BackoffDelay(std::chrono::milliseconds initial,
+                                       std::chrono::milliseconds max, int attempt) {
+  double ms = static_cast<double>(initial.count()) * std::pow(2.0, attempt);
+  ms = std::min(ms, static_cast<double>(max.count()));
+  return std::chrono::milliseconds(static_cast<int64_t>(ms));
 }
 
 // ------------------------------------------------------------------ KubeClient
@@ -252,7 +237,7 @@ Status KubeClient::PrepareHeaders(net::Headers& headers) {
   return {};
 }
 
-void KubeClient::Sleep(std::chrono::milliseconds d) {
+void KubeClient::Sleep(std::chrono::milliseconds d) const {
   if (d.count() <= 0) return;
   if (options_.sleep) {
     options_.sleep(d);
@@ -281,10 +266,14 @@ void KubeClient::Throttle() {
 }
 
 std::chrono::milliseconds KubeClient::Backoff(int attempt) const {
-  double ms = static_cast<double>(options_.initial_backoff.count()) * std::pow(2.0, attempt);
-  ms = std::min(ms, static_cast<double>(options_.max_backoff.count()));
-  return std::chrono::milliseconds(static_cast<int64_t>(ms));
+  return BackoffDelay(options_.initial_backoff, options_.max_backoff, attempt);
 }
+
+bool KubeClient::CanRefreshCredentials() const {
+  return config_.exec || !config_.token_file.empty();
+}
+
+void KubeClient::InvalidateCredentials() { credentials_.Invalidate(); }
 
 Result<KubeClient::RawResult> KubeClient::Send(std::string_view method, const std::string& target,
                                                const std::string& body,
@@ -323,12 +312,12 @@ Result<KubeClient::RawResult> KubeClient::Send(std::string_view method, const st
       e.message = fmt::format("kubernetes API {} ({}): {}", what, config_.server, e.message);
       return tl::unexpected(e);
     }
-    if (r->status == 401 && !refreshed && (config_.exec || !config_.token_file.empty())) {
-      credentials_.Invalidate();  // an expired token: fetch a fresh one once
+    if (r->status == 401 && !refreshed && CanRefreshCredentials()) {
+      InvalidateCredentials();  // an expired token: fetch a fresh one once
       refreshed = true;
       continue;
     }
-    if (can_retry && Retryable(r->status)) {
+    if (can_retry && IsRetryableStatus(r->status)) {
       auto d = RetryAfter(*r).value_or(Backoff(attempt));
       d = std::min(d, options_.max_retry_after);
       {
@@ -367,7 +356,7 @@ Result<json::object> KubeClient::Create(const ResourceType& type, std::string_vi
   int status = r->response.status;
   if (status == 409 && r->attempts > 1) {
     ApiStatus st = ParseApiStatus(status, r->response.body);
-    std::string name = ObjectName(object);
+    std::string name = FindString(object, {"metadata", "name"});
     if (st.reason == "AlreadyExists" && !name.empty()) return Get(type, ns, name);
   }
   if (status != 200 && status != 201 && status != 202) {
@@ -490,400 +479,33 @@ Result<std::vector<std::string>> KubeClient::ServedVersions(std::string_view gro
   return out;
 }
 
-Result<WatchStats> KubeClient::Watch(const ResourceType& type, std::string_view ns,
-                                     const WatchOptions& options,
-                                     const std::function<bool(const WatchEvent&)>& on_event) {
-  using SteadyClock = std::chrono::steady_clock;
-  WatchStats stats;
-  std::string rv = options.resource_version;
-  bool need_list = rv.empty();
-  std::map<std::string, json::object> known;  // by name: for DELETED after a re-list
-  for (const auto& o : options.known_objects) known[ObjectName(o)] = o;
-  int failures = 0;
-  const std::string path = type.Path(ns);
-  auto timeout_error = [&] {
-    return MakeError(ErrorCode::kTimeout,
-                     fmt::format("kubernetes API watch {}: deadline passed", path));
-  };
-  auto cancelled = [&](int wait_ms) {
-    if (options.cancel_fd < 0) return false;
-    pollfd p{options.cancel_fd, POLLIN, 0};
-    int n;
-    while ((n = ::poll(&p, 1, wait_ms)) < 0 && errno == EINTR) {
-    }
-    return n > 0;
-  };
-  auto cancel_error = [&] {
-    return MakeError(ErrorCode::kCancelled, fmt::format("kubernetes API watch {}: stopped", path));
-  };
-  auto sleep_bounded = [&](std::chrono::milliseconds d) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(options.deadline -
-                                                                      SteadyClock::now());
-    d = std::min(d, left);
-    if (d.count() > 0) {
-      // A cancellable watch waits on its fd instead (Stop() must not wait out a backoff).
-      if (options.cancel_fd >= 0) {
-        (void)cancelled(static_cast<int>(std::min<int64_t>(d.count(), INT32_MAX)));
-      } else {
-        Sleep(d);
-      }
-    }
-  };
-
-  for (;;) {
-    if (cancelled(0)) return cancel_error();
-    if (SteadyClock::now() >= options.deadline) return timeout_error();
-    if (need_list) {
-      auto list = List(type, ns, {options.label_selector, options.field_selector, "", 0});
-      if (!list) {
-        auto code = list.error().code;
-        if (code == ErrorCode::kUnavailable || code == ErrorCode::kTimeout ||
-            code == ErrorCode::kInternal || code == ErrorCode::kResourceExhausted) {
-          ++stats.reconnects;
-          sleep_bounded(Backoff(failures++));
-          continue;
-        }
-        return tl::unexpected(list.error());
-      }
-      ++stats.relists;
-      need_list = false;
-      rv = list->resource_version;
-      stats.resource_version = rv;
-      std::map<std::string, json::object> now_known;
-      for (auto& item : list->items) {
-        std::string name = ObjectName(item);
-        auto it = known.find(name);
-        bool changed = it == known.end() || ObjectVersion(it->second) != ObjectVersion(item);
-        WatchEvent ev{it == known.end() ? WatchEventType::kAdded : WatchEventType::kModified, item,
-                      true};
-        now_known.emplace(name, std::move(item));
-        if (changed && !on_event(ev)) return stats;
-      }
-      for (auto& [name, obj] : known) {
-        if (!now_known.contains(name)) {
-          if (!on_event(WatchEvent{WatchEventType::kDeleted, obj, true})) return stats;
-        }
-      }
-      known = std::move(now_known);
-    }
-
-    auto remaining =
-        std::chrono::duration_cast<std::chrono::seconds>(options.deadline - SteadyClock::now());
-    int64_t timeout_s = options_.watch_timeout.count();
-    if (options.deadline != SteadyClock::time_point::max()) {
-      timeout_s = std::clamp<int64_t>(remaining.count() + 1, 1, timeout_s);
-    }
-    std::vector<std::pair<std::string, std::string>> q{{"watch", "1"}};
-    if (options.allow_bookmarks) q.emplace_back("allowWatchBookmarks", "true");
-    if (!rv.empty()) q.emplace_back("resourceVersion", rv);
-    q.emplace_back("timeoutSeconds", std::to_string(timeout_s));
-    if (!options.label_selector.empty()) q.emplace_back("labelSelector", options.label_selector);
-    if (!options.field_selector.empty()) q.emplace_back("fieldSelector", options.field_selector);
-    std::string target = path + "?" + net::BuildQuery(q);
-
-    Throttle();
-    auto transport = CurrentTransport();
-    if (!transport) return tl::unexpected(transport.error());
-    net::ClientRequest req;
-    req.method = "GET";
-    req.target = target;
-    req.cancel_fd = options.cancel_fd;
-    if (options.deadline == SteadyClock::time_point::max()) {
-      req.timeout = std::chrono::seconds(timeout_s + 30);
-    } else {
-      req.timeout = std::max<std::chrono::milliseconds>(
-          std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                            options.deadline - SteadyClock::now()));
-    }
-    if (auto s = PrepareHeaders(req.headers); !s) return tl::unexpected(s.error());
-    {
-      std::lock_guard lock(mu_);
-      ++metrics_.requests;
-    }
-    ++stats.watch_requests;
-
-    int status = 0;
-    std::string error_body;
-    std::string buffer;
-    bool stopped_by_caller = false;
-    bool gone = false;
-    std::optional<Error> fatal;
-    bool got_event = false;
-
-    auto handle_line = [&](std::string_view line) -> bool {
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
-      if (line.empty()) return true;
-      auto doc = ParseJsonObject(line);
-      if (!doc) {
-        fatal = Error(ErrorCode::kInternal, fmt::format("kubernetes API watch {}: bad event: {}",
-                                                        path, doc.error().message));
-        return false;
-      }
-      std::string type_name = FindString(*doc, {"type"});
-      const json::value* obj = Find(*doc, {"object"});
-      if (obj == nullptr || !obj->is_object()) {
-        fatal = Error(ErrorCode::kInternal,
-                      fmt::format("kubernetes API watch {}: event without an object", path));
-        return false;
-      }
-      const json::object& o = obj->get_object();
-      if (type_name == "ERROR") {
-        ApiStatus st = ParseApiStatus(500, ToJson(o));
-        if (st.code == 410) {
-          gone = true;  // too old resource version: re-list, then resume
-          return false;
-        }
-        fatal = ApiStatusError(st, "watch " + path);
-        return false;
-      }
-      std::string v = ObjectVersion(o);
-      if (!v.empty()) {
-        rv = v;
-        stats.resource_version = v;
-      }
-      got_event = true;
-      if (type_name == "BOOKMARK") {
-        ++stats.bookmarks;
-        if (!on_event(WatchEvent{WatchEventType::kBookmark, o, false})) {
-          stopped_by_caller = true;
-          return false;
-        }
-        return true;
-      }
-      WatchEventType t;
-      if (type_name == "ADDED") {
-        t = WatchEventType::kAdded;
-      } else if (type_name == "MODIFIED") {
-        t = WatchEventType::kModified;
-      } else if (type_name == "DELETED") {
-        t = WatchEventType::kDeleted;
-      } else {
-        fatal =
-            Error(ErrorCode::kInternal,
-                  fmt::format("kubernetes API watch {}: unknown event type '{}'", path, type_name));
-        return false;
-      }
-      std::string name = ObjectName(o);
-      if (t == WatchEventType::kDeleted) {
-        known.erase(name);
-      } else {
-        known[name] = o;
-      }
-      if (!on_event(WatchEvent{t, o, false})) {
-        stopped_by_caller = true;
-        return false;
-      }
-      return true;
-    };
-
-    auto r =
-        (*transport)
-            ->http->SendStreaming(
-                req,
-                [&](const net::Response& head) {
-                  status = head.status;
-                  return true;
-                },
-                [&](std::string_view data) {
-                  if (status != 200) {
-                    if (error_body.size() < kMaxErrorBody) error_body.append(data);
-                    return true;
-                  }
-                  buffer.append(data);
-                  size_t start = 0;
-                  for (;;) {
-                    auto nl = buffer.find('\n', start);
-                    if (nl == std::string::npos) break;
-                    if (!handle_line(std::string_view(buffer).substr(start, nl - start)))
-                      return false;
-                    start = nl + 1;
-                  }
-                  buffer.erase(0, start);
-                  if (buffer.size() > kMaxWatchLine) {
-                    fatal = Error(ErrorCode::kResourceExhausted,
-                                  fmt::format("kubernetes API watch {}: event larger than {} bytes",
-                                              path, kMaxWatchLine));
-                    return false;
-                  }
-                  return true;
-                });
-
-    if (stopped_by_caller) return stats;
-    if (fatal) return tl::unexpected(*fatal);
-    if (gone) {
-      need_list = true;
-      continue;
-    }
-    if (!r) {
-      if (cancelled(0)) return cancel_error();
-      if (SteadyClock::now() >= options.deadline) return timeout_error();
-      // Dropped or refused connection: re-watch from the last version.
-      ++stats.reconnects;
-      sleep_bounded(got_event ? std::chrono::milliseconds(0) : Backoff(failures++));
-      if (got_event) failures = 0;
-      continue;
-    }
-    if (status == 200) {
-      // The server ended the stream (timeoutSeconds): resume where we were.
-      if (!buffer.empty()) handle_line(buffer);
-      if (stopped_by_caller) return stats;
-      if (fatal) return tl::unexpected(*fatal);
-      if (gone) {
-        need_list = true;
-        continue;
-      }
-      ++stats.reconnects;
-      failures = 0;
-      continue;
-    }
-    ApiStatus st = ParseApiStatus(status, error_body);
-    if (status == 410 || st.code == 410) {
-      need_list = true;
-      continue;
-    }
-    if (status == 401 && (config_.exec || !config_.token_file.empty()) && failures == 0) {
-      credentials_.Invalidate();
-      ++failures;
-      continue;
-    }
-    if (Retryable(status) && failures < options_.max_retries + 5) {
-      ++stats.reconnects;
-      sleep_bounded(Backoff(failures++));
-      continue;
-    }
-    return tl::unexpected(ApiStatusError(st, "watch " + path));
+Result<Result<net::Response>> KubeClient::SendStreamingOnce(
+    const std::string& target, std::chrono::steady_clock::time_point deadline,
+    std::chrono::milliseconds timeout_without_deadline, int cancel_fd,
+    const std::function<bool(const net::Response& head)>& on_head,
+    const std::function<bool(std::string_view data)>& on_data) {
+  Throttle();
+  auto transport = CurrentTransport();
+  if (!transport) return tl::unexpected(transport.error());
+  net::ClientRequest req;
+  req.method = "GET";
+  req.target = target;
+  req.cancel_fd = cancel_fd;
+  if (deadline == std::chrono::steady_clock::time_point::max()) {
+    req.timeout = timeout_without_deadline;
+  } else {
+    req.timeout = std::max<std::chrono::milliseconds>(
+        std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          deadline - std::chrono::steady_clock::now()));
   }
-}
-
-// ------------------------------------------------------------------ SandboxApi
-
-Result<std::string> SandboxApi::Version(std::string_view group) {
+  if (auto s = PrepareHeaders(req.headers); !s) return tl::unexpected(s.error());
   {
     std::lock_guard lock(mu_);
-    if (auto it = versions_.find(group); it != versions_.end()) return it->second;
+    ++metrics_.requests;
   }
-  auto served = client_.ServedVersions(group);
-  std::string chosen;
-  if (!served) {
-    if (served.error().code == ErrorCode::kNotFound) {
-      return MakeError(
-          ErrorCode::kNotFound,
-          fmt::format("{} (is the agent-sandbox controller installed{}?)", served.error().message,
-                      group == kExtensionsGroup ? " with its extensions" : ""));
-    }
-    // Discovery is not readable (e.g. RBAC): assume the storage version; a
-    // 404 on create falls back later.
-    chosen = "v1beta1";
-  } else if (std::find(served->begin(), served->end(), "v1beta1") != served->end()) {
-    chosen = "v1beta1";
-  } else if (std::find(served->begin(), served->end(), "v1alpha1") != served->end()) {
-    chosen = "v1alpha1";
-  } else {
-    return MakeError(ErrorCode::kUnimplemented,
-                     fmt::format("{} is served at versions [{}], but deepbox speaks v1beta1 and "
-                                 "v1alpha1",
-                                 group, fmt::join(*served, ", ")));
-  }
-  std::lock_guard lock(mu_);
-  versions_[std::string(group)] = chosen;
-  return chosen;
-}
-
-void SandboxApi::FallBackToV1alpha1() {
-  std::lock_guard lock(mu_);
-  versions_[std::string(kExtensionsGroup)] = "v1alpha1";
-}
-
-std::optional<ResourceType> SandboxApi::KnownClaimType() {
-  std::lock_guard lock(mu_);
-  auto it = versions_.find(kExtensionsGroup);
-  if (it == versions_.end()) return std::nullopt;
-  return ResourceType{std::string(kExtensionsGroup), it->second, "sandboxclaims", "SandboxClaim"};
-}
-
-void SandboxApi::RememberClaimVersion(const std::string& version) {
-  std::lock_guard lock(mu_);
-  versions_.try_emplace(std::string(kExtensionsGroup), version);
-}
-
-Result<ResourceType> SandboxApi::ClaimType() {
-  auto v = Version(kExtensionsGroup);
-  if (!v) return tl::unexpected(v.error());
-  return ResourceType{std::string(kExtensionsGroup), *v, "sandboxclaims", "SandboxClaim"};
-}
-
-Result<ResourceType> SandboxApi::WarmPoolType() {
-  auto v = Version(kExtensionsGroup);
-  if (!v) return tl::unexpected(v.error());
-  return ResourceType{std::string(kExtensionsGroup), *v, "sandboxwarmpools", "SandboxWarmPool"};
-}
-
-Result<ResourceType> SandboxApi::SandboxType() {
-  auto v = Version(kSandboxGroup);
-  if (!v) return tl::unexpected(v.error());
-  return ResourceType{std::string(kSandboxGroup), *v, "sandboxes", "Sandbox"};
-}
-
-Result<json::object> SandboxApi::CreateClaim(std::string_view ns, const json::object& claim) {
-  auto t = ClaimType();
-  if (!t) return tl::unexpected(t.error());
-  return client_.Create(*t, ns, claim);
-}
-
-Result<json::object> SandboxApi::CreateClaim(const ResourceType& type, std::string_view ns,
-                                             const json::object& claim) {
-  return client_.Create(type, ns, claim);
-}
-
-Result<json::object> SandboxApi::GetClaim(std::string_view ns, std::string_view name) {
-  auto t = ClaimType();
-  if (!t) return tl::unexpected(t.error());
-  return client_.Get(*t, ns, name);
-}
-
-Result<ObjectList> SandboxApi::ListClaims(std::string_view ns, const ListOptions& options) {
-  auto t = ClaimType();
-  if (!t) return tl::unexpected(t.error());
-  return client_.List(*t, ns, options);
-}
-
-Status SandboxApi::DeleteClaim(std::string_view ns, std::string_view name) {
-  auto t = ClaimType();
-  if (!t) return tl::unexpected(t.error());
-  return client_.Delete(*t, ns, name);
-}
-
-Result<WatchStats> SandboxApi::WatchClaims(std::string_view ns, const WatchOptions& options,
-                                           const std::function<bool(const WatchEvent&)>& fn) {
-  auto t = ClaimType();
-  if (!t) return tl::unexpected(t.error());
-  return client_.Watch(*t, ns, options, fn);
-}
-
-Result<json::object> SandboxApi::GetSandbox(std::string_view ns, std::string_view name) {
-  auto t = SandboxType();
-  if (!t) return tl::unexpected(t.error());
-  return client_.Get(*t, ns, name);
-}
-
-Result<json::object> SandboxApi::PatchSandbox(std::string_view ns, std::string_view name,
-                                              const json::object& patch) {
-  auto t = SandboxType();
-  if (!t) return tl::unexpected(t.error());
-  return client_.Patch(*t, ns, name, patch);
-}
-
-Result<WatchStats> SandboxApi::WatchSandboxes(std::string_view ns, const WatchOptions& options,
-                                              const std::function<bool(const WatchEvent&)>& fn) {
-  auto t = SandboxType();
-  if (!t) return tl::unexpected(t.error());
-  return client_.Watch(*t, ns, options, fn);
-}
-
-Result<json::object> SandboxApi::GetWarmPool(std::string_view ns, std::string_view name) {
-  auto t = WarmPoolType();
-  if (!t) return tl::unexpected(t.error());
-  return client_.Get(*t, ns, name);
+  Result<net::Response> sent = (*transport)->http->SendStreaming(req, on_head, on_data);
+  // In place: converting would turn the inner error into the outer one.
+  return Result<Result<net::Response>>(tl::in_place, std::move(sent));
 }
 
 }  // namespace deepbox::k8s
