@@ -3,8 +3,8 @@
 // 0-5: how the body is cut into HTTP chunks; bit 6: the body answers the
 // initial list instead of the watch), then the body: newline-separated watch
 // events, or a list. Every later request gets 403, which must end the watch.
-// Properties: WatchObjects returns (an error or the caller's stop; never a crash or
-// a hang) after a bounded number of requests.
+// Properties: WatchObjects returns (an error or the caller's stop; never a
+// crash or a hang) after a bounded number of requests.
 #include "fuzz/stream_server.h"
 #include "k8s/rest_client.h"
 #include "k8s/watch.h"
