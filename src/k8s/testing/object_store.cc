@@ -11,6 +11,10 @@ namespace deepbox::k8s::testing {
 void Subscription::Push(StoreEvent e) {
   {
     std::lock_guard lock(mu_);
+    // A closed watch takes no more events: the stream would write them before
+    // its 410 or its end, where a real server sends nothing more. The client's
+    // next watch (from its version) or re-list sees them.
+    if (close_ != CloseKind::kNone) return;
     events_.push_back(std::move(e));
   }
   cv_.notify_all();
