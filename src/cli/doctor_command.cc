@@ -14,6 +14,7 @@
 #include "cli/sandbox_k8s.h"
 #include "common/json.h"
 #include "common/terminal_text.h"
+#include "local/address_policy.h"
 #include "local/launcher.h"
 #include "local/lifecycle/provider.h"
 #include "local/namespaces.h"

@@ -14,7 +14,9 @@
 #include <cstring>
 #include <future>
 
-#include "local/network.h"
+#include "local/address_policy.h"
+#include "local/host_network.h"
+#include "sandbox/network_policy.h"
 
 namespace deepbox::local {
 

@@ -2,7 +2,7 @@
 // on the host side).
 //
 // Path: the sandbox has no uplink at all, only `lo`; its nftables rules drop
-// every packet that leaves it (network.h, SandboxAllowModeNftRules). The
+// every packet that leaves it (network_rules.h, SandboxAllowModeNftRules). The
 // launcher creates a listening socket inside the sandbox's netns
 // (ListenInSandboxNetns: 127.0.0.1:kEgressProxyPort) and hands it to this
 // proxy, which runs in the launcher (the supervisor) and opens its upstream

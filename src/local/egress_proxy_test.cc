@@ -9,6 +9,7 @@
 
 #include <fstream>
 
+#include "local/address_policy.h"
 #include "local/launcher.h"
 #include "local/testing/sandbox_fixture.h"
 #include "local/testing/test_world.h"

@@ -18,10 +18,13 @@
 #include <map>
 #include <mutex>
 
+#include "local/address_policy.h"
 #include "local/capabilities.h"
 #include "local/daemon_socket.h"
 #include "local/mounts.h"
 #include "local/namespaces.h"
+#include "local/netns.h"
+#include "local/network_rules.h"
 #include "local/rlimits.h"
 
 namespace deepbox::local {

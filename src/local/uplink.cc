@@ -20,7 +20,10 @@
 #include <cstring>
 
 #include "local/child.h"
+#include "local/host_network.h"
 #include "local/namespaces.h"
+#include "local/netns.h"
+#include "local/network_rules.h"
 
 namespace deepbox::local {
 

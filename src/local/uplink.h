@@ -32,7 +32,8 @@
 // seccomp). Unprivileged, it runs as the caller, who owns the sandbox's user
 // namespace.
 // The policy itself is NOT pasta's: nftables rules inside the sandbox's netns
-// (network.h) are installed before pasta starts and before the workload runs.
+// (network_rules.h) are installed before pasta starts and before the workload
+// runs.
 #pragma once
 
 #include <sys/types.h>

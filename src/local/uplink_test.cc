@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "local/address_policy.h"
 #include "local/launcher.h"
 #include "local/testing/sandbox_fixture.h"
 #include "local/testing/test_world.h"

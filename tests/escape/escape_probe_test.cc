@@ -44,6 +44,7 @@
 #include "common/unique_fd.h"
 #include "local/launcher.h"
 #include "local/namespaces.h"
+#include "local/netns.h"
 #include "local/network.h"
 #include "local/testing/test_world.h"
 #include "local/uplink.h"

@@ -25,6 +25,7 @@
 #include "common/trusted_path.h"
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
+#include "local/netns.h"
 #include "local/network.h"
 
 namespace deepbox::local::lifecycle {
