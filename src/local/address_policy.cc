@@ -331,7 +331,10 @@ RouteInfo ParseRoute(const std::string& msg) {
     } else if (a->rta_type == RTA_MULTIPATH) {
       const auto* nh = static_cast<const rtnexthop*>(RTA_DATA(a));
       int left = static_cast<int>(RTA_PAYLOAD(a));
-      while (RTNH_OK(nh, left)) {
+      // RTNH_OK reads rtnh_len before it compares it with `left`: after the
+      // last next hop (RTA_MULTIPATH is the kernel's last attribute) that
+      // read would be past the message.
+      while (left >= static_cast<int>(sizeof(rtnexthop)) && RTNH_OK(nh, left)) {
         int alen = static_cast<int>(nh->rtnh_len) - static_cast<int>(RTNH_LENGTH(0));
         for (const rtattr* na = RTNH_DATA(nh); RTA_OK(na, alen); na = RTA_NEXT(na, alen)) {
           if (na->rta_type == RTA_GATEWAY && AttrAddress(r.family, na, &c)) r.gateways.push_back(c);

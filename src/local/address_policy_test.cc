@@ -165,6 +165,21 @@ TEST(AddressPolicyTest, RouteAnswers) {
       kind(
           Message(RTM_NEWROUTE, Route(AF_INET, RTN_UNICAST, 32)).Address(RTA_GATEWAY, "192.0.2.7")),
       RouteKind::kGateway);
+  // One of a multipath route's next hops.
+  std::vector<char> hops;
+  for (const char* gw : {"198.51.100.1", "192.0.2.7"}) {
+    size_t at = hops.size();
+    hops.resize(at + RTNH_SPACE(RTA_SPACE(4)));
+    auto* nh = reinterpret_cast<rtnexthop*>(hops.data() + at);
+    nh->rtnh_len = static_cast<unsigned short>(RTNH_LENGTH(RTA_SPACE(4)));
+    auto* a = RTNH_DATA(nh);
+    a->rta_type = RTA_GATEWAY;
+    a->rta_len = static_cast<unsigned short>(RTA_LENGTH(4));
+    memcpy(RTA_DATA(a), ParseCidr(gw)->bytes, 4);
+  }
+  EXPECT_EQ(kind(Message(RTM_NEWROUTE, Route(AF_INET, RTN_UNICAST, 0))
+                     .Attr(RTA_MULTIPATH, hops.data(), hops.size())),
+            RouteKind::kGateway);
   EXPECT_EQ(ClassifyRouteAnswer("short", dst), RouteKind::kUnroutable);
 }
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +25,8 @@ class NetnsHolder {
     pid_ = fork();
     if (pid_ == 0) {
       close(p[0]);
-      if (unshare(CLONE_NEWNET) != 0) _exit(1);
+      // Dies with the test, also when a crash skips the destructor.
+      if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || unshare(CLONE_NEWNET) != 0) _exit(1);
       (void)!write(p[1], "r", 1);
       for (;;) pause();
     }
