@@ -10,6 +10,8 @@ import gzip
 import io
 import json
 import os
+import socket
+import struct
 import tarfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -337,7 +339,69 @@ def mcp_jsonrpc():
         put("mcp_jsonrpc", k, json.dumps(v))
 
 
+def address_policy():
+    """CIDR line, exceptions line, 16 address bytes, then rtnetlink messages
+    (kind byte: bit 0 route, bit 1 keep the type; 2-byte length; bytes)."""
+    RTM_NEWADDR, RTM_NEWROUTE = 20, 24
+    IFA_ADDRESS, IFA_LOCAL = 1, 2
+    RTA_DST, RTA_GATEWAY, RTA_MULTIPATH, RTA_TABLE = 1, 5, 9, 15
+    RTN_UNICAST, RTN_LOCAL, RTN_BROADCAST = 1, 2, 3
+
+    def addr(ip):
+        fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        return socket.inet_pton(fam, ip)
+
+    def attr(kind, payload):
+        a = struct.pack("=HH", 4 + len(payload), kind) + payload
+        return a + b"\0" * (-len(a) % 4)
+
+    def nlmsg(kind, body):
+        # nlmsg_len is rewritten by the target (the message's size).
+        return struct.pack("=IHHII", 0, kind, 0, 0, 0) + body
+
+    def ifaddr(family, *attrs):
+        return nlmsg(RTM_NEWADDR, struct.pack("=BBBBI", family, 24, 0, 0, 1) + b"".join(attrs))
+
+    def route(family, rtype, dst_len, *attrs, table=254):
+        return nlmsg(RTM_NEWROUTE, struct.pack("=BBBBBBBBI", family, dst_len, 0, 0, table, 3, 0,
+                                               rtype, 0) + b"".join(attrs))
+
+    def hop(gw):
+        a = attr(RTA_GATEWAY, addr(gw))
+        return struct.pack("=HBBi", 8 + len(a), 0, 0, 2) + a
+
+    def frame(msg, is_route):
+        return bytes([1 if is_route else 0]) + struct.pack("<H", len(msg)) + msg
+
+    v4, v6 = socket.AF_INET, socket.AF_INET6
+    host = [
+        frame(ifaddr(v4, attr(IFA_ADDRESS, addr("198.51.100.9")),
+                     attr(IFA_LOCAL, addr("192.0.2.1"))), False),
+        frame(ifaddr(v6, attr(IFA_ADDRESS, addr("2001:db8:5::1"))), False),
+        frame(ifaddr(v4, attr(IFA_LOCAL, addr("8.8.4.4"))), False),
+        frame(route(v4, RTN_UNICAST, 0, attr(RTA_GATEWAY, addr("192.0.2.254"))), True),
+        frame(route(v4, RTN_UNICAST, 24, attr(RTA_DST, addr("192.0.2.0"))), True),
+        frame(route(v4, RTN_UNICAST, 1, attr(RTA_DST, addr("0.0.0.0"))), True),
+        frame(route(v4, RTN_LOCAL, 32, attr(RTA_DST, addr("203.0.113.5")),
+                    attr(RTA_TABLE, struct.pack("=I", 255)), table=255), True),
+        frame(route(v6, RTN_UNICAST, 64, attr(RTA_DST, addr("2001:db8:5::"))), True),
+        frame(route(v4, RTN_UNICAST, 0,
+                    attr(RTA_MULTIPATH, hop("198.51.100.1") + hop("192.0.2.7"))), True),
+        frame(route(v4, RTN_BROADCAST, 32, attr(RTA_DST, addr("192.0.2.255"))), True),
+    ]
+    address = addr("192.0.2.7") + b"\0" * 12
+    put("address_policy", "host_sets",
+        b"192.0.2.0/24\n192.0.2.0/24,203.0.113.0/24 2001:db8:5::/48\n" + address + b"".join(host))
+    put("address_policy", "no_exceptions", b"10.1.2.3\n\n" + address + b"".join(host))
+    put("address_policy", "embedded_v6",
+        b"64:ff9b::a9fe:a9fe\n2001:DB8:1::5/48\t198.51.100.10\n" + addr("2002:c000:201::1"))
+    put("address_policy", "mapped", b"::ffff:10.0.0.1/120\n\n" + addr("::ffff:8.8.8.8"))
+    put("address_policy", "never_allowed", b"fe80::1/10\n127.0.0.1,192.0.2.9\n" + addr("::1"))
+    put("address_policy", "bad_exception", b"10.0.0.0/33\n10.0.0.0/33\n" + addr("8.8.8.8"))
+
+
 if __name__ == "__main__":
     for fn in [http, daemon_api, path_resolver, glob, grep, tar_extract, sse, anthropic, openai,
-               replay, kubeconfig, k8s_watch, sandbox_copy, shlex, multipart, mcp_jsonrpc]:
+               replay, kubeconfig, k8s_watch, sandbox_copy, shlex, multipart, mcp_jsonrpc,
+               address_policy]:
         fn()
