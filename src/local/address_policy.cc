@@ -91,6 +91,12 @@ bool InCidr(const Cidr& c, const unsigned char* bytes) {
   unsigned char mask = static_cast<unsigned char>(0xff << (8 - rest));
   return (c.bytes[full] & mask) == (bytes[full] & mask);
 }
+
+void ClearHostBits(Cidr* c) {
+  for (int bit = c->len; bit < (c->family == AF_INET ? 32 : 128); ++bit) {
+    c->bytes[bit / 8] &= static_cast<unsigned char>(~(0x80 >> (bit % 8)));
+  }
+}
 }  // namespace
 
 bool AddressBlocked(const struct sockaddr* addr) {
@@ -156,8 +162,7 @@ std::optional<Cidr> ParseCidr(std::string_view text) {
     if (v > max) return std::nullopt;
     c.len = v;
   }
-  for (int bit = c.len; bit < max; ++bit)
-    c.bytes[bit / 8] &= static_cast<unsigned char>(~(0x80 >> (bit % 8)));
+  ClearHostBits(&c);
   return c;
 }
 
@@ -299,6 +304,7 @@ struct RouteInfo {
 };
 
 bool AttrAddress(int family, const rtattr* a, Cidr* out) {
+  if (family != AF_INET && family != AF_INET6) return false;  // printed as ""
   size_t n = RTA_PAYLOAD(a);
   size_t want = family == AF_INET ? 4 : 16;
   if (n != want) return false;
@@ -318,6 +324,8 @@ RouteInfo ParseRoute(const std::string& msg) {
   r.type = rt->rtm_type;
   r.table = rt->rtm_table;
   r.dst_len = rt->rtm_dst_len;
+  // Never from the kernel; it would become a set entry that is no CIDR.
+  if (r.dst_len > (r.family == AF_INET ? 32 : 128)) return RouteInfo{};
   int len = static_cast<int>(h->nlmsg_len) - static_cast<int>(NLMSG_LENGTH(sizeof(rtmsg)));
   for (const rtattr* a = RTM_RTA(rt); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
     Cidr c;
@@ -346,6 +354,8 @@ RouteInfo ParseRoute(const std::string& msg) {
   }
   r.dst.family = r.family;
   r.dst.len = r.dst_len;
+  // The kernel's are clear; set ones would defeat NormaliseCidrs' nesting.
+  ClearHostBits(&r.dst);
   return r;
 }
 
@@ -416,14 +426,7 @@ HostNetworkSets HostNetworkSetsFromDumps(const std::vector<std::string>& address
       continue;
     }
     for (const auto& g : r.gateways) keep(&near, g);
-    if (IsOnLinkRoute(r) && r.table != RT_TABLE_LOCAL) {
-      Cidr net = r.dst;
-      net.len = r.dst_len;
-      for (int bit = net.len; bit < (net.family == AF_INET ? 32 : 128); ++bit) {
-        net.bytes[bit / 8] &= static_cast<unsigned char>(~(0x80 >> (bit % 8)));
-      }
-      keep(&near, net);
-    }
+    if (IsOnLinkRoute(r) && r.table != RT_TABLE_LOCAL) keep(&near, r.dst);
   }
   HostNetworkSets sets;
   sets.self = NormaliseCidrs(std::move(self));

@@ -222,5 +222,33 @@ TEST(AddressPolicyTest, HostSetsFromDumps) {
   EXPECT_EQ(open.near, (std::vector<std::string>{"192.0.2.0/24", "2001:db8:5::/64"}));
 }
 
+// Messages the kernel never sends (the fuzz target's findings,
+// fuzz/corpus/address_policy/regress-*) change nothing or are left out.
+TEST(AddressPolicyTest, ImpossibleMessagesAreHarmless) {
+  Cidr dst = *ParseCidr("192.0.2.7");
+  // A prefix longer than the address: ignored.
+  EXPECT_EQ(
+      ClassifyRouteAnswer(Message(RTM_NEWROUTE, Route(AF_INET, RTN_UNICAST, 200)).Bytes(), dst),
+      RouteKind::kUnroutable);
+  std::vector<std::string> routes = {
+      Message(RTM_NEWROUTE, Route(AF_INET, RTN_LOCAL, 229)).Address(RTA_DST, "8.8.4.4").Bytes(),
+      // Host bits set: read as the kernel would send it (128.0.0.0/1), so
+      // that 192.0.2.1 below is seen inside it and left out.
+      Message(RTM_NEWROUTE, Route(AF_INET, RTN_LOCAL, 1)).Address(RTA_DST, "203.0.113.5").Bytes(),
+  };
+  ifaddrmsg v4{};
+  v4.ifa_family = AF_INET;
+  ifaddrmsg packet{};
+  packet.ifa_family = AF_PACKET;
+  std::vector<std::string> addresses = {
+      Message(RTM_NEWADDR, v4).Address(IFA_LOCAL, "192.0.2.1").Bytes(),
+      // An address of another family: no text, left out.
+      Message(RTM_NEWADDR, packet).Address(IFA_LOCAL, "2606:4700::1").Bytes(),
+  };
+  HostNetworkSets sets = HostNetworkSetsFromDumps(addresses, routes, {"192.0.2.0/24"});
+  EXPECT_EQ(sets.self, std::vector<std::string>{"128.0.0.0/1"});
+  EXPECT_EQ(sets.near, std::vector<std::string>{});
+}
+
 }  // namespace
 }  // namespace deepbox::local
