@@ -200,7 +200,7 @@ class Listener {
   UniqueFd events_;
 };
 
-// A network namespace held by a paused child (as in network_test.cc).
+// A network namespace held by a paused child (as testing::NetnsHolder).
 class TestNetns {
  public:
   TestNetns() {
