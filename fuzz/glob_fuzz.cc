@@ -26,9 +26,9 @@ const std::vector<std::string> kFiles = {
 
 struct Fixture {
   deepbox::fuzz::TempTree base{"glob"};
-  dfs::Root root = Build();
+  deepbox::fs::Root root = Build();
 
-  dfs::Root Build() {
+  deepbox::fs::Root Build() {
     using namespace deepbox::fuzz;
     for (const auto& f : kFiles) {
       if (f == "file_link") continue;
@@ -40,7 +40,7 @@ struct Fixture {
     Symlink("src", base.Path("dir_link"));
     Symlink("/etc/hostname", base.Path("out_link"));
     Symlink("nowhere", base.Path("dangling"));
-    auto r = dfs::Root::Open(base.path());
+    auto r = deepbox::fs::Root::Open(base.path());
     if (!r) Fail("fixture: " + r.error().ToString());
     return std::move(*r);
   }

@@ -22,8 +22,8 @@ namespace dfs = deepbox::sandboxd::fs;
 
 struct Fixture {
   deepbox::fuzz::TempTree base{"grep"};
-  dfs::Root root = [this] {
-    auto r = dfs::Root::Open(base.path());
+  deepbox::fs::Root root = [this] {
+    auto r = deepbox::fs::Root::Open(base.path());
     if (!r) deepbox::fuzz::Fail("fixture: " + r.error().ToString());
     return std::move(*r);
   }();

@@ -1,8 +1,8 @@
-// The daemon's path confinement (src/sandboxd/fs/path_resolver.h) against a
-// real tree full of symlinks: inside and escaping, relative and absolute,
-// loops, dangling, a sibling directory whose name extends the root's. Input:
-// API paths, one per line; a leading "@" stands for the root's absolute path
-// and "%" for its parent's (the fuzzer cannot guess the temporary names).
+// The confined path resolution (src/fs/path_resolver.h) against a real tree
+// full of symlinks: inside and escaping, relative and absolute, loops,
+// dangling, a sibling directory whose name extends the root's. Input: API
+// paths, one per line; a leading "@" stands for the root's absolute path and
+// "%" for its parent's (the fuzzer cannot guess the temporary names).
 // Properties, for each path and both resolvers (openat2 and the user-space
 // walk): nothing resolves outside the root (every fd returned is checked in
 // /proc/self/fd), and the two resolvers agree on what succeeds and where it
@@ -10,12 +10,12 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 
+#include "fs/path_resolver.h"
 #include "fuzz/fuzz_util.h"
-#include "sandboxd/fs/path_resolver.h"
 
 namespace {
 
-namespace dfs = deepbox::sandboxd::fs;
+namespace dfs = deepbox::fs;
 using deepbox::fuzz::FdPath;
 using deepbox::fuzz::IsWithin;
 

@@ -1,7 +1,6 @@
-// The daemon's tar extraction (PUT /deepbox/v1/fs/tar/upload; src/sandboxd/fs/
-// tar.h). Input: the archive (tar, optionally gzip). It is extracted twice
-// into the same destination (the second time over what the first left,
-// attacker-made symlinks included), beneath a root that also holds a sibling
+// The daemon's tar extraction (PUT /deepbox/v1/fs/tar/upload; src/fs/tar.h). Input: the archive
+// (tar, optionally gzip). It is extracted twice into the same destination (the second time over
+// what the first left, attacker-made symlinks included), beneath a root that also holds a sibling
 // directory, next to a directory outside the root, and with symlinks out of
 // the destination planted in it beforehand. Properties: nothing outside the
 // destination changes (entries, modes, sizes, times, link counts); nothing
@@ -12,12 +11,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "fs/tar.h"
 #include "fuzz/fuzz_util.h"
-#include "sandboxd/fs/tar.h"
 
 namespace {
 
-namespace dfs = deepbox::sandboxd::fs;
+namespace dfs = deepbox::fs;
 
 struct Fixture {
   deepbox::fuzz::TempTree base{"tar"};

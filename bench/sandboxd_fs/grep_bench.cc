@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "fs/path_resolver.h"
 #include "sandboxd/fs/grep.h"
-#include "sandboxd/fs/path_resolver.h"
 
 extern char** environ;
 
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
                std::chrono::duration<double>(Clock::now() - t0).count());
     generated = true;
   }
-  auto root = fs::Root::Open(dir);
+  auto root = deepbox::fs::Root::Open(dir);
   if (!root) {
     fmt::print(stderr, "{}\n", root.error().ToString());
     return 1;

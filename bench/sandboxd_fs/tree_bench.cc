@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "fs/path_resolver.h"
 #include "sandboxd/fs/glob.h"
 #include "sandboxd/fs/grep.h"
-#include "sandboxd/fs/path_resolver.h"
 #include "sandboxd/fs/workspace.h"
 
 extern char** environ;
@@ -143,9 +143,9 @@ int main(int argc, char** argv) {
   const std::string tree = dir + "/tree";
   if (!std::filesystem::exists(tree)) MakeTree(tree);
 
-  fs::RootOptions ro;
+  deepbox::fs::RootOptions ro;
   ro.refuse_pseudo_fs = true;  // as the daemon serving "/"
-  auto root = fs::Root::Open("/", ro);
+  auto root = deepbox::fs::Root::Open("/", ro);
   if (!root) {
     fmt::print(stderr, "{}\n", root.error().ToString());
     return 1;

@@ -1,6 +1,7 @@
-// Small helpers shared by the fs facilities (directory reading, link reading,
-// binary detection, newline counting). Internal to the library, but public so
-// that tests and the benches can use them.
+// Small helpers shared by the daemon's fs facilities (binary detection,
+// newline counting, timestamps). Internal to the library, but public so that
+// tests and the benches can use them. Directory and link reading are in
+// fs/dir_entries.h.
 #pragma once
 
 #include <sys/stat.h>
@@ -8,27 +9,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "common/error.h"
 #include "common/random.h"
 
 namespace deepbox::sandboxd::fs {
-
-// readlinkat(2) into a string; on failure returns nullopt and sets *err
-// (EINVAL: not a symlink). An empty `name` reads the link `dirfd` refers to.
-std::optional<std::string> ReadLinkAt(int dirfd, const char* name, int* err);
-
-struct DirEntry {
-  std::string name;
-  unsigned char type;  // DT_* from getdents64; DT_UNKNOWN on some filesystems
-};
-// All entries of an open directory (O_RDONLY|O_DIRECTORY fd) but "." and "..",
-// unsorted. getdents64 directly: no DIR*, one 32 KiB buffer per call.
-Result<std::vector<DirEntry>> ReadDir(int dirfd, std::string_view subject);
 
 // The bytes deepbox treats as a file's head for binary detection.
 inline constexpr size_t kBinaryProbeBytes = 8192;

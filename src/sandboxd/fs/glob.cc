@@ -9,9 +9,16 @@
 #include <cerrno>
 #include <optional>
 
+#include "fs/dir_entries.h"
 #include "sandboxd/fs/fs_util.h"
 
 namespace deepbox::sandboxd::fs {
+
+using deepbox::fs::DirEntry;
+using deepbox::fs::JoinRelative;
+using deepbox::fs::ReadDir;
+using deepbox::fs::Root;
+
 namespace {
 
 constexpr size_t kMaxExpansions = 1000;

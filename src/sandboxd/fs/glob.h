@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "sandboxd/fs/path_resolver.h"
+#include "fs/path_resolver.h"
 
 namespace deepbox::sandboxd::fs {
 
@@ -75,7 +75,7 @@ struct GlobResult {
   // narrower search will not find the rest.
   bool unreadable = false;
 };
-Result<GlobResult> Glob(const Root& root, std::string_view pattern,
+Result<GlobResult> Glob(const deepbox::fs::Root& root, std::string_view pattern,
                         const GlobOptions& options = {});
 
 }  // namespace deepbox::sandboxd::fs

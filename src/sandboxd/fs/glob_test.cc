@@ -5,15 +5,16 @@
 #include <string>
 #include <vector>
 
-#include "sandboxd/fs/test_util.h"
+#include "fs/testing/test_util.h"
 
 namespace deepbox::sandboxd::fs {
 namespace {
 
-using testing::MakeDirRaw;
-using testing::SymlinkRaw;
-using testing::TempDir;
-using testing::WriteRaw;
+using deepbox::fs::Root;
+using deepbox::fs::testing::MakeDirRaw;
+using deepbox::fs::testing::SymlinkRaw;
+using deepbox::fs::testing::TempDir;
+using deepbox::fs::testing::WriteRaw;
 using Paths = std::vector<std::string>;
 
 class GlobTest : public ::testing::Test {

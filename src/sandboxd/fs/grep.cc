@@ -23,10 +23,17 @@
 #include <thread>
 
 #include "common/utf8.h"
+#include "fs/dir_entries.h"
 #include "sandboxd/fs/fs_util.h"
 #include "sandboxd/fs/glob.h"
 
 namespace deepbox::sandboxd::fs {
+
+using deepbox::fs::JoinRelative;
+using deepbox::fs::ReadDir;
+using deepbox::fs::Root;
+using deepbox::fs::SplitRelative;
+
 namespace {
 
 constexpr size_t kNpos = std::numeric_limits<size_t>::max();

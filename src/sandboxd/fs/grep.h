@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "sandboxd/fs/path_resolver.h"
+#include "fs/path_resolver.h"
 
 namespace deepbox::sandboxd::fs {
 
@@ -70,7 +70,7 @@ std::string RequiredLiteral(std::string_view re);
 // INVALID_ARGUMENT for a bad regex, a literal containing a newline, or a bad
 // glob; NOT_FOUND / PERMISSION_DENIED for the base path. Unreadable files met
 // during the walk are skipped.
-Result<GrepResult> Grep(const Root& root, std::string_view pattern,
+Result<GrepResult> Grep(const deepbox::fs::Root& root, std::string_view pattern,
                         const GrepOptions& options = {});
 
 }  // namespace deepbox::sandboxd::fs

@@ -12,18 +12,19 @@
 #include <tuple>
 #include <vector>
 
-#include "sandboxd/fs/test_util.h"
+#include "fs/testing/test_util.h"
 
 extern char** environ;
 
 namespace deepbox::sandboxd::fs {
 namespace {
 
-using testing::Cat;
-using testing::MakeDirRaw;
-using testing::SymlinkRaw;
-using testing::TempDir;
-using testing::WriteRaw;
+using deepbox::fs::Root;
+using deepbox::fs::testing::Cat;
+using deepbox::fs::testing::MakeDirRaw;
+using deepbox::fs::testing::SymlinkRaw;
+using deepbox::fs::testing::TempDir;
+using deepbox::fs::testing::WriteRaw;
 
 // (path relative to the root, line number, text)
 using Hit = std::tuple<std::string, uint64_t, std::string>;

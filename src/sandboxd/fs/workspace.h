@@ -1,5 +1,5 @@
 // File operations of deepbox-sandboxd, all confined to a Root (see
-// path_resolver.h). Paths are API paths (relative to the root, or absolute
+// fs/path_resolver.h). Paths are API paths (relative to the root, or absolute
 // beneath it); paths reported back are absolute and normalized. Content is raw
 // bytes: callers that emit JSON must sanitize or base64 it themselves.
 #pragma once
@@ -15,7 +15,8 @@
 
 #include "common/error.h"
 #include "common/unique_fd.h"
-#include "sandboxd/fs/path_resolver.h"
+#include "fs/atomic_file.h"
+#include "fs/path_resolver.h"
 
 namespace deepbox::sandboxd::fs {
 
@@ -36,7 +37,7 @@ struct FileInfo {
 };
 
 // lstat semantics: a symlink is reported as such, with its target.
-Result<FileInfo> Stat(const Root& root, std::string_view path);
+Result<FileInfo> Stat(const deepbox::fs::Root& root, std::string_view path);
 
 struct ListOptions {
   // Bounds memory on huge directories; the first entries by name are kept.
@@ -49,7 +50,8 @@ struct ListResult {
 };
 // Entries of a directory (a symlink to a directory inside the root is
 // followed). NOT_DIRECTORY on anything else.
-Result<ListResult> List(const Root& root, std::string_view path, const ListOptions& options = {});
+Result<ListResult> List(const deepbox::fs::Root& root, std::string_view path,
+                        const ListOptions& options = {});
 
 struct ReadOptions {
   // Byte range: `length` bytes (default: to the end) from `offset`.
@@ -80,7 +82,8 @@ struct ReadResult {
   uint64_t total_lines = 0;
   bool more_lines = false;
 };
-Result<ReadResult> Read(const Root& root, std::string_view path, const ReadOptions& options = {});
+Result<ReadResult> Read(const deepbox::fs::Root& root, std::string_view path,
+                        const ReadOptions& options = {});
 
 // An open regular file for streaming downloads.
 struct ReadStream {
@@ -89,73 +92,13 @@ struct ReadStream {
   std::string path;
 };
 // IS_DIRECTORY for a directory, INVALID_ARGUMENT for devices, FIFOs, sockets.
-Result<ReadStream> OpenForRead(const Root& root, std::string_view path);
+Result<ReadStream> OpenForRead(const deepbox::fs::Root& root, std::string_view path);
 
-struct WriteOptions {
-  bool create_parents = true;  // mkdir -p the parent directory
-  bool overwrite = true;       // false: CONFLICT if the target exists
-  bool fsync = false;          // fsync the file and its directory before returning
-  // Default: the mode of the file being replaced, else 0644.
-  std::optional<uint32_t> mode;
-  // A final symlink (inside the root) is written through to its target, as
-  // open(2) would; false replaces the symlink itself (archive extraction).
-  bool follow_symlinks = true;
-};
-struct WriteResult {
-  std::string path;
-  uint64_t bytes = 0;
-  bool created = false;  // the target did not exist before
-};
-
-// Writes a file atomically: bytes go to a temporary file in the target's
-// directory which is renamed over the target on Commit, so readers see the old
-// or the new content, never a mix. Abandoning the writer (Abort or the
-// destructor) unlinks the temporary file. For large uploads.
-class AtomicFileWriter {
- public:
-  static Result<AtomicFileWriter> Create(const Root& root, std::string_view path,
-                                         const WriteOptions& options = {});
-  // For callers that resolved the target themselves (`abs_path` is only for
-  // messages and the result).
-  static Result<AtomicFileWriter> CreateAt(Root::Location location, std::string abs_path,
-                                           const WriteOptions& options);
-
-  AtomicFileWriter(AtomicFileWriter&& other) noexcept;
-  AtomicFileWriter& operator=(AtomicFileWriter&& other) noexcept;
-  AtomicFileWriter(const AtomicFileWriter&) = delete;
-  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
-  ~AtomicFileWriter();
-
-  Status Append(std::string_view bytes);
-  // The modification time the file gets on Commit (archive extraction).
-  void SetMtime(const struct timespec& mtime) { mtime_ = mtime; }
-  // Fails (CONFLICT) if !overwrite and the target appeared meanwhile.
-  Result<WriteResult> Commit();
-  void Abort();
-
-  const std::string& path() const { return path_; }
-  uint64_t bytes_written() const { return bytes_; }
-
- private:
-  AtomicFileWriter() = default;
-
-  UniqueFd dir_;
-  UniqueFd file_;
-  std::string name_;
-  std::string tmp_name_;
-  std::string path_;
-  WriteOptions options_;
-  bool existed_ = false;
-  mode_t mode_ = 0644;
-  uint64_t bytes_ = 0;
-  std::optional<struct timespec> mtime_;
-  bool active_ = false;
-};
-
-// Writes `content` atomically (see AtomicFileWriter). IS_DIRECTORY when the
+// Writes `content` atomically (see deepbox::fs::AtomicFileWriter). IS_DIRECTORY when the
 // target is a directory.
-Result<WriteResult> Write(const Root& root, std::string_view path, std::string_view content,
-                          const WriteOptions& options = {});
+Result<deepbox::fs::WriteResult> Write(const deepbox::fs::Root& root, std::string_view path,
+                                       std::string_view content,
+                                       const deepbox::fs::WriteOptions& options = {});
 
 struct EditOptions {
   // Edit holds the file in memory: bigger files give RESOURCE_EXHAUSTED.
@@ -171,24 +114,24 @@ struct EditResult {
 // "String appears N times in file". If `old_text` is not found verbatim and
 // the line endings differ (LF in the edit, CRLF in the file, or the reverse),
 // both strings are converted to the file's line endings and tried again.
-Result<EditResult> Edit(const Root& root, std::string_view path, std::string_view old_text,
-                        std::string_view new_text, bool replace_all,
+Result<EditResult> Edit(const deepbox::fs::Root& root, std::string_view path,
+                        std::string_view old_text, std::string_view new_text, bool replace_all,
                         const EditOptions& options = {});
 
 // mkdir; with `parents`, mkdir -p (an existing directory is then fine).
 // Returns the absolute path.
-Result<std::string> Mkdir(const Root& root, std::string_view path, bool parents,
+Result<std::string> Mkdir(const deepbox::fs::Root& root, std::string_view path, bool parents,
                           mode_t mode = 0755);
 
 // rename(2) of `src` to `dst` (a symlink moves as itself). Without
 // `overwrite`, an existing `dst` is a CONFLICT (RENAME_NOREPLACE: atomic).
 // Returns the absolute destination path.
-Result<std::string> Move(const Root& root, std::string_view src, std::string_view dst,
+Result<std::string> Move(const deepbox::fs::Root& root, std::string_view src, std::string_view dst,
                          bool overwrite);
 
 // Deletes a file, symlink (never its target) or empty directory; a non-empty
 // directory needs `recursive` (else CONFLICT). Recursive deletion works on
 // directory fds and never follows a symlink. The root itself is refused.
-Status Delete(const Root& root, std::string_view path, bool recursive);
+Status Delete(const deepbox::fs::Root& root, std::string_view path, bool recursive);
 
 }  // namespace deepbox::sandboxd::fs

@@ -7,18 +7,21 @@
 #include <filesystem>
 #include <string>
 
-#include "sandboxd/fs/test_util.h"
+#include "fs/testing/test_util.h"
 
 namespace deepbox::sandboxd::fs {
 namespace {
 
-using testing::Cat;
-using testing::Exists;
-using testing::MakeDirRaw;
-using testing::ReadRaw;
-using testing::SymlinkRaw;
-using testing::TempDir;
-using testing::WriteRaw;
+using deepbox::fs::Root;
+using deepbox::fs::RootOptions;
+using deepbox::fs::WriteOptions;
+using deepbox::fs::testing::Cat;
+using deepbox::fs::testing::Exists;
+using deepbox::fs::testing::MakeDirRaw;
+using deepbox::fs::testing::ReadRaw;
+using deepbox::fs::testing::SymlinkRaw;
+using deepbox::fs::testing::TempDir;
+using deepbox::fs::testing::WriteRaw;
 
 mode_t ModeOf(const std::string& path) {
   struct stat st;
@@ -367,31 +370,6 @@ TEST_P(WorkspaceTest, WriteThroughSymlinks) {
   ASSERT_EQ(::lstat(P("out").c_str(), &st), 0);
   EXPECT_TRUE(S_ISREG(st.st_mode));
   EXPECT_EQ(ReadRaw(outside_ + "/secret.txt"), "outside");
-}
-
-TEST_P(WorkspaceTest, AtomicFileWriterStreamsAndAborts) {
-  WriteRaw(P("up.bin"), "old");
-  {
-    auto w = AtomicFileWriter::Create(*root_, "up.bin");
-    ASSERT_TRUE(w) << w.error().ToString();
-    ASSERT_TRUE(w->Append("part1-"));
-    ASSERT_TRUE(w->Append("part2"));
-    EXPECT_EQ(ReadRaw(P("up.bin")), "old");  // invisible until Commit
-    EXPECT_EQ(CountEntries(dir_), 2);        // the file and its temporary
-  }                                          // destroyed without Commit: aborted
-  EXPECT_EQ(ReadRaw(P("up.bin")), "old");
-  EXPECT_EQ(CountEntries(dir_), 1);
-
-  auto w = AtomicFileWriter::Create(*root_, "up.bin");
-  ASSERT_TRUE(w);
-  ASSERT_TRUE(w->Append(std::string(1 << 20, 'z')));
-  auto moved = std::move(*w);  // movable: the move target owns the temp
-  auto done = moved.Commit();
-  ASSERT_TRUE(done) << done.error().ToString();
-  EXPECT_EQ(done->bytes, 1u << 20);
-  EXPECT_EQ(ReadRaw(P("up.bin")), std::string(1 << 20, 'z'));
-  EXPECT_EQ(CountEntries(dir_), 1);
-  EXPECT_FALSE(moved.Append("more"));  // committed
 }
 
 TEST_P(WorkspaceTest, EditReplaces) {

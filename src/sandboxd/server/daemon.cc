@@ -27,19 +27,19 @@ net::Response ErrorResponse(const Error& error) {
 }
 
 Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
-  auto root = fs::Root::Open(config.root_dir);
+  auto root = deepbox::fs::Root::Open(config.root_dir);
   if (!root) {
     Error e = root.error();
     e.message = fmt::format("cannot use root dir '{}': {}", config.root_dir, e.message);
     return tl::unexpected(e);
   }
-  std::optional<fs::Root> files_root;
-  if (!config.files_root.empty() &&
-      fs::NormalizeAbsolute(config.files_root) != fs::NormalizeAbsolute(root->path())) {
-    fs::RootOptions options;
+  std::optional<deepbox::fs::Root> files_root;
+  if (!config.files_root.empty() && deepbox::fs::NormalizeAbsolute(config.files_root) !=
+                                        deepbox::fs::NormalizeAbsolute(root->path())) {
+    deepbox::fs::RootOptions options;
     options.relative_base = root->path();
     options.refuse_pseudo_fs = true;
-    auto opened = fs::Root::Open(config.files_root, options);
+    auto opened = deepbox::fs::Root::Open(config.files_root, options);
     if (!opened) {
       Error e = opened.error();
       e.message = fmt::format("cannot use files root '{}' (with root dir '{}'): {}",
@@ -62,7 +62,7 @@ Result<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   return daemon;
 }
 
-Daemon::Daemon(DaemonConfig config, fs::Root root)
+Daemon::Daemon(DaemonConfig config, deepbox::fs::Root root)
     : config_(std::move(config)),
       root_(std::move(root)),
       started_(std::chrono::steady_clock::now()) {}

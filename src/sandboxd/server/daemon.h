@@ -15,9 +15,9 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/version.h"
+#include "fs/path_resolver.h"
 #include "net/http.h"
 #include "net/http_server.h"
-#include "sandboxd/fs/path_resolver.h"
 
 namespace deepbox::sandboxd::proc {
 class ProcessTable;
@@ -73,12 +73,12 @@ class Daemon {
   // Health turns 503; running background processes are terminated.
   void BeginShutdown(std::chrono::milliseconds grace);
   const DaemonConfig& config() const { return config_; }
-  const fs::Root& root() const { return root_; }
+  const deepbox::fs::Root& root() const { return root_; }
   // The native file API's root (DaemonConfig::files_root).
-  const fs::Root& files_root() const { return files_root_ ? *files_root_ : root_; }
+  const deepbox::fs::Root& files_root() const { return files_root_ ? *files_root_ : root_; }
 
  private:
-  Daemon(DaemonConfig config, fs::Root root);
+  Daemon(DaemonConfig config, deepbox::fs::Root root);
 
   // Why the request may not go on (UNAUTHENTICATED), or nullopt.
   std::optional<Error> Unauthorized(const net::Request& request) const;
@@ -129,8 +129,8 @@ class Daemon {
   net::Response V1Metadata() const;
 
   DaemonConfig config_;
-  fs::Root root_;
-  std::optional<fs::Root> files_root_;  // set when it differs from root_
+  deepbox::fs::Root root_;
+  std::optional<deepbox::fs::Root> files_root_;  // set when it differs from root_
   std::unique_ptr<proc::ProcessTable> processes_;
   std::unique_ptr<ExecSessions> exec_sessions_;
   // Identified streamed execs, for re-attaching to a cut stream (exec_records.h).

@@ -493,7 +493,7 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
     if (!mode) return ErrorResponse(mode.error());
     auto parents = GetOptBool(body, "create_parents");
     if (!parents) return ErrorResponse(parents.error());
-    fs::WriteOptions wo;
+    deepbox::fs::WriteOptions wo;
     wo.create_parents = parents->value_or(true);
     if (body.contains("mode")) wo.mode = *mode;
     auto r = fs::Write(files_root(), *path, *content, wo);

@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "fs/testing/test_util.h"
 #include "sandboxd/fs/fs_util.h"
-#include "sandboxd/fs/test_util.h"
 
 namespace deepbox::sandboxd {
 namespace {
 
-using fs::testing::Cat;
-using fs::testing::TempDir;
+using deepbox::fs::testing::Cat;
+using deepbox::fs::testing::TempDir;
 
 // What the daemon sent before ListJson: Boost.JSON objects, serialized.
 std::string DomListJson(const fs::ListResult& list) {
@@ -53,21 +53,21 @@ TEST(FsJsonTest, StringEscapingMatchesBoostJson) {
 class FsJsonListTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    fs::testing::WriteRaw(dir_.Path("plain.txt"), "hello");
-    fs::testing::WriteRaw(dir_.Path("sub/inner"), "x");
-    fs::testing::SymlinkRaw("plain.txt", dir_.Path("link"));
-    fs::testing::SymlinkRaw("sub", dir_.Path("dirlink"));
-    fs::testing::SymlinkRaw("nowhere", dir_.Path("dangling"));
-    fs::testing::SymlinkRaw("/etc/passwd", dir_.Path("escape"));
-    fs::testing::SymlinkRaw("bad\xff\x01target\"", dir_.Path("oddlink"));
-    fs::testing::WriteRaw(dir_.Path("unreadable"), "secret");
+    deepbox::fs::testing::WriteRaw(dir_.Path("plain.txt"), "hello");
+    deepbox::fs::testing::WriteRaw(dir_.Path("sub/inner"), "x");
+    deepbox::fs::testing::SymlinkRaw("plain.txt", dir_.Path("link"));
+    deepbox::fs::testing::SymlinkRaw("sub", dir_.Path("dirlink"));
+    deepbox::fs::testing::SymlinkRaw("nowhere", dir_.Path("dangling"));
+    deepbox::fs::testing::SymlinkRaw("/etc/passwd", dir_.Path("escape"));
+    deepbox::fs::testing::SymlinkRaw("bad\xff\x01target\"", dir_.Path("oddlink"));
+    deepbox::fs::testing::WriteRaw(dir_.Path("unreadable"), "secret");
     ::chmod(dir_.Path("unreadable").c_str(), 0);
-    fs::testing::MakeDirRaw(dir_.Path("closed"));
+    deepbox::fs::testing::MakeDirRaw(dir_.Path("closed"));
     ::chmod(dir_.Path("closed").c_str(), 0);
     ASSERT_EQ(::mkfifo(dir_.Path("fifo").c_str(), 0640), 0);
-    fs::testing::WriteRaw(dir_.Path("bad\xff\xfename"), "");
-    fs::testing::WriteRaw(dir_.Path("ctl\x01\x1f\t\"q\\"), "");
-    fs::testing::WriteRaw(dir_.Path("caf\xc3\xa9"), "");
+    deepbox::fs::testing::WriteRaw(dir_.Path("bad\xff\xfename"), "");
+    deepbox::fs::testing::WriteRaw(dir_.Path("ctl\x01\x1f\t\"q\\"), "");
+    deepbox::fs::testing::WriteRaw(dir_.Path("caf\xc3\xa9"), "");
     ::chmod(dir_.Path("plain.txt").c_str(), 04751);
   }
   void TearDown() override { ::chmod(dir_.Path("closed").c_str(), 0755); }
@@ -76,7 +76,7 @@ class FsJsonListTest : public ::testing::Test {
 };
 
 TEST_F(FsJsonListTest, SameBytesAsBoostJsonForEveryKindOfEntry) {
-  auto root = fs::Root::Open(dir_.path().string());
+  auto root = deepbox::fs::Root::Open(dir_.path().string());
   ASSERT_TRUE(root) << root.error().message;
   for (std::string_view path : {".", "sub", "dirlink", "/"}) {
     std::string api = path == "/" ? dir_.path().string() : std::string(path);
@@ -88,7 +88,7 @@ TEST_F(FsJsonListTest, SameBytesAsBoostJsonForEveryKindOfEntry) {
     auto rel = root->ToRelative(api);
     ASSERT_TRUE(rel);
     for (const auto& e : list->entries) {
-      EXPECT_EQ(e.path, root->ToAbsolute(fs::JoinRelative(*rel, e.name)));
+      EXPECT_EQ(e.path, root->ToAbsolute(deepbox::fs::JoinRelative(*rel, e.name)));
     }
     std::string fast = ListJson(*list);
     EXPECT_EQ(fast, DomListJson(*list)) << "listing '" << path << "'";
@@ -98,7 +98,7 @@ TEST_F(FsJsonListTest, SameBytesAsBoostJsonForEveryKindOfEntry) {
 }
 
 TEST_F(FsJsonListTest, SameBytesWhenTruncatedOrEmpty) {
-  auto root = fs::Root::Open(dir_.path().string());
+  auto root = deepbox::fs::Root::Open(dir_.path().string());
   ASSERT_TRUE(root) << root.error().message;
   fs::ListOptions opts;
   opts.max_entries = 3;
@@ -106,14 +106,14 @@ TEST_F(FsJsonListTest, SameBytesWhenTruncatedOrEmpty) {
   ASSERT_TRUE(list) << list.error().message;
   EXPECT_TRUE(list->truncated);
   EXPECT_EQ(ListJson(*list), DomListJson(*list));
-  fs::testing::MakeDirRaw(dir_.Path("empty"));
+  deepbox::fs::testing::MakeDirRaw(dir_.Path("empty"));
   auto empty = fs::List(*root, "empty");
   ASSERT_TRUE(empty) << empty.error().message;
   EXPECT_EQ(ListJson(*empty), DomListJson(*empty));
 }
 
 TEST(FsJsonTest, EntryPathsUnderASlashRoot) {
-  auto root = fs::Root::Open("/");
+  auto root = deepbox::fs::Root::Open("/");
   ASSERT_TRUE(root) << root.error().message;
   auto list = fs::List(*root, "/");
   ASSERT_TRUE(list) << list.error().message;

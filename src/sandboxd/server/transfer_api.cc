@@ -9,11 +9,8 @@
 #include <vector>
 
 #include "common/json.h"
+#include "fs/tar.h"
 #include "net/url.h"
-#if __has_include("sandboxd/fs/tar.h")
-#include "sandboxd/fs/tar.h"
-#define DEEPBOX_HAVE_TAR 1
-#endif
 #include "sandboxd/fs/workspace.h"
 #include "sandboxd/server/daemon.h"
 
@@ -78,7 +75,8 @@ namespace {
 // Refuses an upload that cannot fit before a byte of it is read. `path` is
 // where it goes: the free space is that of its nearest existing directory
 // (the file API may reach several filesystems).
-Status CheckSpaceFor(const fs::Root& root, std::string_view path, std::optional<uint64_t> length) {
+Status CheckSpaceFor(const deepbox::fs::Root& root, std::string_view path,
+                     std::optional<uint64_t> length) {
   if (!length) return {};
   auto rel = root.ToRelative(path);
   if (!rel) return {};  // the write itself reports it
@@ -91,7 +89,7 @@ Status CheckSpaceFor(const fs::Root& root, std::string_view path, std::optional<
       break;
     }
     if (dir.empty()) return {};
-    dir = std::string(fs::SplitRelative(dir).first);
+    dir = std::string(deepbox::fs::SplitRelative(dir).first);
   }
   struct statvfs vfs {};
   if (::fstatvfs(fd.get(), &vfs) != 0) return {};  // unknown: let the writes tell
@@ -111,7 +109,7 @@ net::Response Daemon::RawUpload(const net::Request& request) {
   auto path = request.Query("path");
   if (!path)
     return ErrorResponse(Error(ErrorCode::kInvalidArgument, "query parameter 'path' is required"));
-  fs::WriteOptions wo;
+  deepbox::fs::WriteOptions wo;
   if (auto mode = request.Query("mode")) {
     if (mode->empty() || mode->size() > 5 ||
         mode->find_first_not_of("01234567") != std::string::npos) {
@@ -132,7 +130,7 @@ net::Response Daemon::RawUpload(const net::Request& request) {
   if (auto s = CheckSpaceFor(files_root(), *path, request.body_reader->content_length()); !s) {
     return ErrorResponse(s.error());
   }
-  auto writer = fs::AtomicFileWriter::Create(files_root(), *path, wo);
+  auto writer = deepbox::fs::AtomicFileWriter::Create(files_root(), *path, wo);
   if (!writer) return ErrorResponse(writer.error());
   std::vector<char> buf(256 * 1024);
   for (;;) {
@@ -151,14 +149,6 @@ net::Response Daemon::RawUpload(const net::Request& request) {
   return JsonResponse(200, ToJson(o));
 }
 
-#ifndef DEEPBOX_HAVE_TAR
-void Daemon::TarDownload(const net::Request&, net::ResponseWriter& writer) {
-  (void)writer.Send(ErrorResponse(Error(ErrorCode::kUnimplemented, "tar: pending")));
-}
-net::Response Daemon::TarUpload(const net::Request&) {
-  return ErrorResponse(Error(ErrorCode::kUnimplemented, "tar: pending"));
-}
-#else
 void Daemon::TarDownload(const net::Request& request, net::ResponseWriter& writer) {
   auto body = ParseJsonObject(request.body);
   if (!body) {
@@ -191,8 +181,9 @@ void Daemon::TarDownload(const net::Request& request, net::ResponseWriter& write
   net::Headers headers;
   headers.Set("Content-Type", "application/x-tar");
   if (!writer.BeginStream(200, headers)) return;
-  auto s = fs::WriteTar(files_root(), paths,
-                        [&](std::string_view data) -> Status { return writer.WriteChunk(data); });
+  auto s = deepbox::fs::WriteTar(files_root(), paths, [&](std::string_view data) -> Status {
+    return writer.WriteChunk(data);
+  });
   if (s) (void)writer.EndStream();
 }
 
@@ -206,13 +197,14 @@ net::Response Daemon::TarUpload(const net::Request& request) {
       return ErrorResponse(s.error());
     }
   }
-  auto written = fs::ExtractTar(files_root(), dest, [&](char* buf, size_t size) -> Result<size_t> {
-    if (reader != nullptr) return reader->Read(buf, size);
-    size_t n = std::min(size, body.size() - pos);
-    std::memcpy(buf, body.data() + pos, n);
-    pos += n;
-    return n;
-  });
+  auto written =
+      deepbox::fs::ExtractTar(files_root(), dest, [&](char* buf, size_t size) -> Result<size_t> {
+        if (reader != nullptr) return reader->Read(buf, size);
+        size_t n = std::min(size, body.size() - pos);
+        std::memcpy(buf, body.data() + pos, n);
+        pos += n;
+        return n;
+      });
   if (!written) return ErrorResponse(written.error());
   json::array list;
   for (const auto& p : *written) list.emplace_back(JsonString(p));
@@ -220,6 +212,5 @@ net::Response Daemon::TarUpload(const net::Request& request) {
   o["written"] = std::move(list);
   return JsonResponse(200, ToJson(o));
 }
-#endif
 
 }  // namespace deepbox::sandboxd

@@ -272,7 +272,7 @@ void Daemon::V1Files(net::Request& request, std::string_view path, net::Response
       }
       data = it->data;
     }
-    fs::WriteOptions wo;
+    deepbox::fs::WriteOptions wo;
     wo.mode = mode;
     auto w = fs::Write(root_, rel, data, wo);
     if (!w) {

@@ -1,4 +1,4 @@
-#include "sandboxd/fs/path_resolver.h"
+#include "fs/path_resolver.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -10,9 +10,9 @@
 #include <string>
 #include <thread>
 
-#include "sandboxd/fs/test_util.h"
+#include "fs/testing/test_util.h"
 
-namespace deepbox::sandboxd::fs {
+namespace deepbox::fs {
 namespace {
 
 using testing::Exists;
@@ -441,4 +441,4 @@ TEST(RootTest, PseudoFilesystemsAreRefused) {
 }
 
 }  // namespace
-}  // namespace deepbox::sandboxd::fs
+}  // namespace deepbox::fs

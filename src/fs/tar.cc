@@ -1,4 +1,4 @@
-#include "sandboxd/fs/tar.h"
+#include "fs/tar.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -13,10 +13,10 @@
 #include <cerrno>
 #include <memory>
 
-#include "sandboxd/fs/fs_util.h"
-#include "sandboxd/fs/workspace.h"
+#include "fs/atomic_file.h"
+#include "fs/dir_entries.h"
 
-namespace deepbox::sandboxd::fs {
+namespace deepbox::fs {
 namespace {
 
 constexpr size_t kIoBuffer = 64 << 10;
@@ -213,28 +213,6 @@ Result<std::string> EntryPath(const char* name, std::string_view what) {
   return rel;
 }
 
-// Creates a symlink atomically (temporary name, then rename over `loc.name`).
-Status CreateSymlink(const Root::Location& loc, const std::string& target, bool overwrite,
-                     const std::string& abs) {
-  for (int attempt = 0; attempt < 16; ++attempt) {
-    std::string tmp = fmt::format(".{}.deepbox-tmp-{}", loc.name.substr(0, 200), RandomHex(12));
-    if (::symlinkat(target.c_str(), loc.dir.get(), tmp.c_str()) != 0) {
-      if (errno == EEXIST) continue;
-      return MakeSyscallError("symlinkat", errno, abs);
-    }
-    int rc = overwrite ? ::renameat(loc.dir.get(), tmp.c_str(), loc.dir.get(), loc.name.c_str())
-                       : ::renameat2(loc.dir.get(), tmp.c_str(), loc.dir.get(), loc.name.c_str(),
-                                     RENAME_NOREPLACE);
-    if (rc != 0) {
-      int err = errno;
-      ::unlinkat(loc.dir.get(), tmp.c_str(), 0);
-      return MakeSyscallError(overwrite ? "renameat" : "renameat2", err, abs);
-    }
-    return {};
-  }
-  return MakeSyscallError("symlinkat", EEXIST, abs);
-}
-
 }  // namespace
 
 Result<TarWriteStats> WriteTar(const Root& root, const std::vector<std::string>& paths,
@@ -420,7 +398,7 @@ Result<std::vector<std::string>> ExtractTar(const Root& root, std::string_view d
         }
         auto loc = dest->OpenParent(*rel);
         if (!loc) return tl::unexpected(loc.error());
-        if (auto s = CreateSymlink(*loc, target, options.overwrite, abs); !s) {
+        if (auto s = CreateSymlinkAt(*loc, target, options.overwrite, abs); !s) {
           return tl::unexpected(s.error());
         }
         break;
@@ -435,4 +413,4 @@ Result<std::vector<std::string>> ExtractTar(const Root& root, std::string_view d
   return written;
 }
 
-}  // namespace deepbox::sandboxd::fs
+}  // namespace deepbox::fs

@@ -29,7 +29,7 @@
 #include "common/error.h"
 #include "common/unique_fd.h"
 
-namespace deepbox::sandboxd::fs {
+namespace deepbox::fs {
 
 // Longest API path accepted (bytes), as the kernel's PATH_MAX.
 inline constexpr size_t kMaxPathBytes = 4096;
@@ -176,4 +176,4 @@ class Root {
   RootOptions options_;
 };
 
-}  // namespace deepbox::sandboxd::fs
+}  // namespace deepbox::fs

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "common/error.h"
-#include "sandboxd/fs/path_resolver.h"
+#include "fs/path_resolver.h"
 
-namespace deepbox::sandboxd::fs {
+namespace deepbox::fs {
 
 // Receives the archive in chunks as it is produced; an error stops the
 // archive and is returned by WriteTar.
@@ -50,4 +50,4 @@ Result<std::vector<std::string>> ExtractTar(const Root& root, std::string_view d
                                             const TarSource& source,
                                             const ExtractOptions& options = {});
 
-}  // namespace deepbox::sandboxd::fs
+}  // namespace deepbox::fs

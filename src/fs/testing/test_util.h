@@ -7,7 +7,7 @@
 
 #include "common/testing/temp_dir.h"
 
-namespace deepbox::sandboxd::fs::testing {
+namespace deepbox::fs::testing {
 
 // A fresh directory (its real path), removed recursively on destruction.
 using TempDir = deepbox::testing::TempDir;
@@ -27,4 +27,4 @@ bool Exists(const std::string& path);      // lstat succeeds
 void MakeDirRaw(const std::string& path);  // mkdir -p
 void SymlinkRaw(const std::string& target, const std::string& link);
 
-}  // namespace deepbox::sandboxd::fs::testing
+}  // namespace deepbox::fs::testing

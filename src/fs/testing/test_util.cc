@@ -1,4 +1,4 @@
-#include "sandboxd/fs/test_util.h"
+#include "fs/testing/test_util.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace deepbox::sandboxd::fs::testing {
+namespace deepbox::fs::testing {
 namespace {
 [[noreturn]] void Die(const std::string& what) {
   std::perror(what.c_str());
@@ -44,4 +44,4 @@ void SymlinkRaw(const std::string& target, const std::string& link) {
   if (::symlink(target.c_str(), link.c_str()) != 0) Die("symlink " + link);
 }
 
-}  // namespace deepbox::sandboxd::fs::testing
+}  // namespace deepbox::fs::testing

@@ -1,4 +1,4 @@
-#include "sandboxd/fs/tar.h"
+#include "fs/tar.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "sandboxd/fs/test_util.h"
+#include "fs/testing/test_util.h"
 
-namespace deepbox::sandboxd::fs {
+namespace deepbox::fs {
 namespace {
 
 using testing::Exists;
@@ -392,4 +392,4 @@ TEST_F(TarTest, ExtractReportsSourceAndFormatErrors) {
 }
 
 }  // namespace
-}  // namespace deepbox::sandboxd::fs
+}  // namespace deepbox::fs

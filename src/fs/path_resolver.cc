@@ -1,4 +1,4 @@
-#include "sandboxd/fs/path_resolver.h"
+#include "fs/path_resolver.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -16,9 +16,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "sandboxd/fs/fs_util.h"
+#include "fs/dir_entries.h"
 
-namespace deepbox::sandboxd::fs {
+namespace deepbox::fs {
 namespace {
 
 // Set once openat2 turned out to be missing (ENOSYS): the walk does it all.
@@ -562,4 +562,4 @@ Result<std::string> Root::Canonicalize(std::string_view rel) const {
   return JoinRelative(canon, out->name);
 }
 
-}  // namespace deepbox::sandboxd::fs
+}  // namespace deepbox::fs
