@@ -1,14 +1,20 @@
-// The confined path resolution (src/fs/path_resolver.h) against a real tree
+// The confined path resolution (src/fs/path_resolver.h: the daemon's file
+// API and `sandbox cp`'s host destination walk with it) against a real tree
 // full of symlinks: inside and escaping, relative and absolute, loops,
 // dangling, a sibling directory whose name extends the root's. Input: API
 // paths, one per line; a leading "@" stands for the root's absolute path and
 // "%" for its parent's (the fuzzer cannot guess the temporary names).
 // Properties, for each path and both resolvers (openat2 and the user-space
 // walk): nothing resolves outside the root (every fd returned is checked in
-// /proc/self/fd), and the two resolvers agree on what succeeds and where it
+// /proc/self/fd), directories made without following symlinks are made at
+// root/path itself, and the two resolvers agree on what succeeds and where it
 // leads.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
 
 #include "fs/path_resolver.h"
 #include "fuzz/fuzz_util.h"
@@ -138,6 +144,23 @@ void OnePath(std::string_view line) {
     FUZZ_CHECK(IsWithin(abs, F().root_path),
                fmt::format("Canonicalize('{}') left the root: {}", api_path, abs));
     return abs;
+  });
+  // mkdir -p that follows no symlink (what `sandbox cp` writes through on the
+  // host): it must stop at every symlink and file in the way, and what it
+  // makes lies at root/rel itself. Removed again, so the tree stays as built.
+  Both("MakeDirsNoSymlinks", api_path, [&](const dfs::Root& root) -> std::string {
+    std::vector<std::string> made;
+    auto fd = root.MakeDirsNoSymlinks(*rel, 0700,
+                                      [&made](const std::string& dir) { made.push_back(dir); });
+    std::string outcome = fd ? Checked(*fd, "MakeDirsNoSymlinks", api_path) : "";
+    for (auto it = made.rbegin(); it != made.rend(); ++it) {
+      outcome += "|" + *it;
+      const std::string dir = F().root_path + "/" + *it;
+      FUZZ_CHECK(::rmdir(dir.c_str()) == 0,
+                 fmt::format("MakeDirsNoSymlinks('{}') reported '{}', not made at {}", api_path,
+                             *it, dir));
+    }
+    return outcome;
   });
   if (rel->empty()) return;
   for (bool follow : {false, true}) {

@@ -182,13 +182,26 @@ Result<Root> Root::Open(std::string_view dir, RootOptions options) {
   return root;
 }
 
+Result<Root> Root::Adopt(UniqueFd dir, std::string shown, RootOptions options) {
+  struct stat st;
+  if (::fstat(dir.get(), &st) != 0) return MakeSyscallError("fstat", errno, shown);
+  if (!S_ISDIR(st.st_mode)) return MakeSyscallError("fstat", ENOTDIR, shown);
+  if (!options.relative_base.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "an adopted root takes no relative base: it has no absolute path");
+  }
+  // No aliases: nothing absolute is beneath it.
+  return Root(std::move(dir), std::move(shown), {}, options);
+}
+
 Result<Root> Root::Sub(std::string_view rel) const {
   auto fd = Open(rel, O_PATH | O_DIRECTORY);
   if (!fd) return tl::unexpected(fd.error());
   auto canon = Canonicalize(rel);
   if (!canon) return tl::unexpected(canon.error());
   std::string path = ToAbsolute(rel);
-  std::vector<std::string> aliases{path};
+  std::vector<std::string> aliases;
+  if (!aliases_.empty()) aliases.push_back(path);  // an adopted root has none
   for (const auto& alias : aliases_) {
     std::string a = alias;
     if (!canon->empty()) {
@@ -227,7 +240,7 @@ Result<std::string> Root::ToRelative(std::string_view api_path) const {
 
 std::string Root::ToAbsolute(std::string_view rel) const {
   if (rel.empty()) return path_;
-  if (path_ == "/") return std::string("/").append(rel);
+  if (path_.ends_with('/')) return std::string(path_).append(rel);  // "/", or as Adopt was given
   std::string out = path_;
   out += '/';
   out += rel;
@@ -548,6 +561,44 @@ Result<UniqueFd> Root::MakeDirs(std::string_view rel, mode_t mode) const {
       next = Open(prefix, O_PATH | O_DIRECTORY);
       if (!next) return next;
     }
+    cur = std::move(next);
+  }
+  return cur;
+}
+
+Result<UniqueFd> Root::MakeDirsNoSymlinks(std::string_view rel, mode_t mode,
+                                          const MadeDir& made) const {
+  // A symlink (ELOOP; ENOTDIR from the walk's O_NOFOLLOW|O_DIRECTORY) or a
+  // file where a directory must be.
+  auto in_the_way = [this](Error e, std::string_view at) -> Result<UniqueFd> {
+    if (e.sys_errno == ELOOP || e.sys_errno == ENOTDIR) {
+      return MakeError(ErrorCode::kConflict,
+                       fmt::format("{} is not a directory (a symlink or file is in the way; "
+                                   "nothing is written through it)",
+                                   ToAbsolute(at)));
+    }
+    return tl::unexpected(std::move(e));
+  };
+  // Usually everything exists: one resolution. Otherwise one component at a
+  // time from the root, so that an error names the component at fault.
+  auto existing = OpenNoSymlinks(rel, O_PATH | O_DIRECTORY);
+  if (existing) return existing;
+  auto cur = OpenNoSymlinks("", O_PATH | O_DIRECTORY);
+  if (!cur) return cur;
+  std::string prefix;
+  for (auto c : Components(rel)) {
+    prefix = JoinRelative(prefix, c);
+    auto next = OpenNoSymlinks(prefix, O_PATH | O_DIRECTORY);
+    if (!next && next.error().code == ErrorCode::kNotFound) {
+      std::string name(c);
+      if (::mkdirat(cur->get(), name.c_str(), mode) == 0) {
+        if (made) made(prefix);
+      } else if (errno != EEXIST) {
+        return MakeSyscallError("mkdirat", errno, ToAbsolute(prefix));
+      }
+      next = OpenNoSymlinks(prefix, O_PATH | O_DIRECTORY);
+    }
+    if (!next) return in_the_way(std::move(next.error()), prefix);
     cur = std::move(next);
   }
   return cur;

@@ -1,4 +1,6 @@
-// Confinement of every file operation of deepbox-sandboxd to one root directory.
+// Confinement of file operations to one root directory: every file operation
+// of deepbox-sandboxd, and what `deepbox sandbox cp` writes on the host
+// beneath the destination the user named (Root::Adopt, MakeDirsNoSymlinks).
 //
 // Callers name files with "API paths": a relative path is relative to the root
 // (or to RootOptions::relative_base), an absolute path is a real path in the
@@ -21,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -74,6 +77,12 @@ class Root {
  public:
   // Opens `dir` (which must exist and be a directory) as the confinement root.
   static Result<Root> Open(std::string_view dir, RootOptions options = {});
+  // A root over a directory the caller opened itself (`dir`, any fd of a
+  // directory), named `shown` in messages and results (ToAbsolute). `shown`
+  // need not be absolute or canonical (the destination of `sandbox cp` as the
+  // user typed it), so no absolute path lies beneath this root: absolute API
+  // paths, and absolute symlinks on walks that follow symlinks, are outside.
+  static Result<Root> Adopt(UniqueFd dir, std::string shown, RootOptions options = {});
 
   Root(Root&&) noexcept = default;
   Root& operator=(Root&&) noexcept = default;
@@ -86,7 +95,7 @@ class Root {
   const std::string& path() const { return path_; }
   // Where relative API paths resolve ("" = the root itself).
   const std::string& relative_base() const { return options_.relative_base; }
-  // The O_PATH directory fd of the root.
+  // The directory fd of the root (O_PATH, unless Adopt was given another).
   int fd() const { return fd_.get(); }
   bool uses_fallback() const { return options_.force_fallback; }
 
@@ -140,6 +149,15 @@ class Root {
   // Creates `rel` and its missing ancestors as directories (mkdir -p); returns
   // an O_PATH fd of the directory. Existing directories are fine.
   Result<UniqueFd> MakeDirs(std::string_view rel, mode_t mode = 0755) const;
+  // As MakeDirs, but no symlink is followed anywhere on the way (openat2
+  // RESOLVE_NO_SYMLINKS, or the walk with O_NOFOLLOW): a symlink or a
+  // non-directory in the way is a CONFLICT naming it, and nothing is created
+  // through it. `rel` is normalized. Each directory made (with `mode`) is
+  // reported to `made`, in order, as its relative path: for a caller that
+  // removes what it created when it fails (`sandbox cp` on the host).
+  using MadeDir = std::function<void(const std::string& rel)>;
+  Result<UniqueFd> MakeDirsNoSymlinks(std::string_view rel, mode_t mode,
+                                      const MadeDir& made = nullptr) const;
 
   // The canonical relative path of `rel` (every symlink resolved, beneath the
   // root; the final component need not exist).

@@ -9,12 +9,14 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "fs/testing/test_util.h"
 
 namespace deepbox::fs {
 namespace {
 
+using testing::Cat;
 using testing::Exists;
 using testing::MakeDirRaw;
 using testing::ReadRaw;
@@ -209,6 +211,83 @@ TEST_P(ResolverTest, MakeDirsStaysInside) {
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code, ErrorCode::kPermissionDenied);
   EXPECT_FALSE(Exists(outside_ + "/created.txt"));
+}
+
+TEST_P(ResolverTest, MakeDirsNoSymlinksFollowsNoneAndReportsWhatItMade) {
+  std::vector<std::string> made;
+  auto record = [&made](const std::string& rel) { made.push_back(rel); };
+  auto dir = root_->MakeDirsNoSymlinks("sub/new/deeper", 0700, record);
+  ASSERT_TRUE(dir) << dir.error().ToString();
+  EXPECT_EQ(made, (std::vector<std::string>{"sub/new", "sub/new/deeper"}));
+  struct stat via_fd, via_path;
+  ASSERT_EQ(::fstat(dir->get(), &via_fd), 0);
+  ASSERT_EQ(::stat((root_dir_ + "/sub/new/deeper").c_str(), &via_path), 0);
+  EXPECT_EQ(via_fd.st_ino, via_path.st_ino);
+  EXPECT_EQ(via_path.st_mode & 0777, 0700u);
+  made.clear();
+  ASSERT_TRUE(root_->MakeDirsNoSymlinks("sub/new/deeper", 0700, record));  // idempotent
+  ASSERT_TRUE(root_->MakeDirsNoSymlinks("", 0700, record));                // the root itself
+  EXPECT_TRUE(made.empty());
+
+  // Symlinks in the way, inside the root or not, and files: never followed,
+  // nothing created, the entry at fault named.
+  SymlinkRaw("sub/dir", root_dir_ + "/inlink");
+  SymlinkRaw(outside_, root_dir_ + "/out");
+  WriteRaw(root_dir_ + "/sub/new/file.txt", "");
+  const std::vector<std::pair<std::string, std::string>> in_the_way = {
+      {"inlink/x", "inlink"}, {"inlink", "inlink"},       {"out/x/y", "out"},
+      {"out", "out"},         {"file.txt/x", "file.txt"}, {"sub/new/file.txt", "sub/new/file.txt"},
+  };
+  for (const auto& [rel, culprit] : in_the_way) {
+    SCOPED_TRACE(rel);
+    auto r = root_->MakeDirsNoSymlinks(rel, 0700, record);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::kConflict);
+    EXPECT_EQ(r.error().message,
+              Cat(root_dir_, "/", culprit,
+                  " is not a directory (a symlink or file is in the way; nothing is written "
+                  "through it)"));
+  }
+  EXPECT_TRUE(made.empty());
+  EXPECT_FALSE(Exists(root_dir_ + "/sub/dir/x"));
+  EXPECT_FALSE(Exists(outside_ + "/x"));
+}
+
+TEST_P(ResolverTest, AnAdoptedRootIsNamedAsGivenAndHoldsNoAbsolutePath) {
+  UniqueFd fd(::open(root_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(fd);
+  auto adopted = Root::Adopt(std::move(fd), "dest/", RootOptions{.force_fallback = GetParam()});
+  ASSERT_TRUE(adopted) << adopted.error().ToString();
+  EXPECT_EQ(adopted->ToAbsolute(""), "dest/");
+  EXPECT_EQ(adopted->ToAbsolute("a/b"), "dest/a/b");
+  auto file = adopted->Open("file.txt", O_RDONLY);
+  ASSERT_TRUE(file) << file.error().ToString();
+  EXPECT_EQ(ReadFd(file->get()), "inside");
+
+  // Its real path is no spelling of it: absolute paths and absolute symlinks
+  // are outside, even those that lead inside.
+  EXPECT_FALSE(adopted->ToRelative(root_dir_ + "/file.txt"));
+  EXPECT_FALSE(adopted->ToRelative("/"));
+  SymlinkRaw(root_dir_ + "/file.txt", root_dir_ + "/abs_in");
+  ASSERT_TRUE(root_->Open("abs_in", O_RDONLY));
+  auto abs_in = adopted->Open("abs_in", O_RDONLY);
+  ASSERT_FALSE(abs_in);
+  EXPECT_EQ(abs_in.error().code, ErrorCode::kPermissionDenied);
+  auto sub = adopted->Sub("sub");
+  ASSERT_TRUE(sub) << sub.error().ToString();
+  EXPECT_EQ(sub->path(), "dest/sub");
+  EXPECT_FALSE(sub->ToRelative(root_dir_ + "/sub/dir"));
+
+  SymlinkRaw("sub", root_dir_ + "/rel_link");
+  auto r = adopted->MakeDirsNoSymlinks("rel_link/z", 0700);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message.rfind("dest/rel_link is not a directory", 0), 0u)
+      << r.error().message;
+
+  UniqueFd not_dir(::open((root_dir_ + "/file.txt").c_str(), O_RDONLY | O_CLOEXEC));
+  auto bad = Root::Adopt(std::move(not_dir), "file.txt");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kNotDirectory);
 }
 
 TEST_P(ResolverTest, SubRootNarrowsConfinement) {
