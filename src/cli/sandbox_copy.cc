@@ -2,19 +2,15 @@
 
 #include <archive.h>
 #include <archive_entry.h>
-#include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -23,6 +19,9 @@
 #include "common/json.h"
 #include "common/terminal_text.h"
 #include "common/unique_fd.h"
+#include "fs/atomic_file.h"
+#include "fs/dir_entries.h"
+#include "fs/path_resolver.h"
 #include "net/http_client.h"
 #include "net/url.h"
 
@@ -189,15 +188,6 @@ bool LinkStaysInside(const std::string& rel, const std::string& target) {
   return true;
 }
 
-std::string RandomSuffix() {
-  unsigned char b[6];
-  if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) {
-    std::memset(b, 0, sizeof b);
-    b[0] = static_cast<unsigned char>(getpid());
-  }
-  return fmt::format("{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}", b[0], b[1], b[2], b[3], b[4], b[5]);
-}
-
 Result<size_t> ReadSome(int fd, char* buf, size_t size, const std::string& what) {
   for (;;) {
     ssize_t n = read(fd, buf, size);
@@ -209,96 +199,50 @@ Result<size_t> ReadSome(int fd, char* buf, size_t size, const std::string& what)
 
 // ------------------------------------------------------------ host destination
 
-// A host directory the user named, and everything created beneath it: entries
-// are reached one component at a time with O_NOFOLLOW, files are written to a
-// temporary name and renamed into place. Rollback() removes what this copy
-// created (never what existed before).
+// A host directory the user named, and everything created beneath it. Every
+// entry is reached through the confined root of src/fs (fs::Root adopted on
+// the directory: beneath it, no symlink followed), and files and symlinks are
+// written to a temporary name renamed into place (fs::AtomicFileWriter,
+// fs::CreateSymlinkAt): the daemon's walk, audited and fuzzed once.
+// Rollback() removes what this copy created (never what existed before).
+// Names in messages are the sandbox's: every error is made terminal-safe.
 class HostDestination {
  public:
-  HostDestination(UniqueFd root, std::string shown) : root_(std::move(root)), shown_(shown) {}
-
-  int root_fd() const { return root_.get(); }
+  explicit HostDestination(fs::Root root) : root_(std::move(root)) {}
 
   // The directory `parts` beneath the root (created with `mode` if missing).
   Result<UniqueFd> Dir(const std::vector<std::string>& parts, uint32_t mode = 0755) {
-    UniqueFd cur(fcntl(root_.get(), F_DUPFD_CLOEXEC, 0));
-    if (!cur) return MakeSyscallError("fcntl(F_DUPFD_CLOEXEC)", errno, shown_);
-    std::string rel;
-    for (const auto& c : parts) {
-      rel = rel.empty() ? c : rel + "/" + c;
-      UniqueFd next(openat(cur.get(), c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (!next && errno == ENOENT) {
-        if (mkdirat(cur.get(), c.c_str(), (mode & 0777) | 0700) != 0 && errno != EEXIST) {
-          return MakeSyscallError("mkdirat", errno, Where(rel));
-        }
-        created_.push_back({rel, true});
-        next.reset(openat(cur.get(), c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      }
-      if (!next) {
-        if (errno == ELOOP || errno == ENOTDIR) {
-          return MakeError(ErrorCode::kConflict,
-                           fmt::format("{} is not a directory (a symlink or file is in the way; "
-                                       "nothing is written through it)",
-                                       Where(rel)));
-        }
-        return MakeSyscallError("openat(O_DIRECTORY|O_NOFOLLOW)", errno, Where(rel));
-      }
-      cur = std::move(next);
-    }
-    return cur;
+    auto dir = root_.MakeDirsNoSymlinks(JoinComponents(parts), (mode & 0777) | 0700,
+                                        [this](const std::string& rel) {
+                                          created_.push_back({rel, true});
+                                        });
+    if (!dir) return tl::unexpected(TerminalSafe(std::move(dir.error())));
+    return dir;
   }
 
-  // Streams a file into `name` beneath `dir`: a temporary file, renamed over
-  // the target on success (a symlink there is replaced, never followed).
-  class File {
-   public:
-    File(HostDestination& dest, int dir, std::string name, std::string rel, uint32_t mode)
-        : dest_(dest), dir_(dir), name_(std::move(name)), rel_(std::move(rel)), mode_(mode) {}
-    ~File() {
-      if (fd_) unlinkat(dir_, tmp_.c_str(), 0);
+  // A file to stream into `name` beneath `dir` (from Dir): a temporary file,
+  // renamed over the entry by CommitFile (a symlink there is replaced, never
+  // followed). The owner keeps read/write: a copy the user cannot open helps
+  // nobody.
+  Result<fs::AtomicFileWriter> StartFile(UniqueFd dir, const std::string& name,
+                                         const std::string& rel, uint32_t mode) {
+    fs::WriteOptions options{.mode = (mode & 0777) | 0600};
+    auto file = fs::AtomicFileWriter::CreateAt(fs::Root::Location{std::move(dir), name, rel},
+                                               Where(rel), options);
+    if (!file && file.error().sys_errno == EISDIR) {
+      return MakeError(ErrorCode::kIsDirectory,
+                       fmt::format("{} is a directory; not replacing it with a file", Where(rel)));
     }
-    Status Open() {
-      tmp_ = fmt::format(".{}.deepbox-cp-{}", name_.substr(0, 180), RandomSuffix());
-      fd_.reset(
-          openat(dir_, tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-      if (!fd_) return MakeSyscallError("openat", errno, dest_.Where(rel_));
-      return {};
-    }
-    Status Write(std::string_view data) {
-      bytes_ += data.size();
-      return WriteAll(fd_.get(), data, dest_.Where(rel_));
-    }
-    Status Commit() {
-      // Owner keeps read/write: a copy the user cannot open helps nobody.
-      if (fchmod(fd_.get(), (mode_ & 0777) | 0600) != 0) {
-        return MakeSyscallError("fchmod", errno, dest_.Where(rel_));
-      }
-      struct stat st {};
-      const bool existed = fstatat(dir_, name_.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
-      if (existed && S_ISDIR(st.st_mode)) {
-        return MakeError(
-            ErrorCode::kIsDirectory,
-            fmt::format("{} is a directory; not replacing it with a file", dest_.Where(rel_)));
-      }
-      if (renameat(dir_, tmp_.c_str(), dir_, name_.c_str()) != 0) {
-        return MakeSyscallError("renameat", errno, dest_.Where(rel_));
-      }
-      fd_.reset();
-      if (!existed) dest_.created_.push_back({rel_, false});
-      return {};
-    }
-    uint64_t bytes() const { return bytes_; }
+    return file;
+  }
+  Status CommitFile(fs::AtomicFileWriter& file, const std::string& rel) {
+    auto done = file.Commit();
+    if (!done) return tl::unexpected(done.error());
+    if (done->created) created_.push_back({rel, false});
+    return {};
+  }
 
-   private:
-    HostDestination& dest_;
-    int dir_;
-    std::string name_, rel_, tmp_;
-    uint32_t mode_;
-    UniqueFd fd_;
-    uint64_t bytes_ = 0;
-  };
-
-  Status Symlink(int dir, const std::string& name, const std::string& rel,
+  Status Symlink(UniqueFd dir, const std::string& name, const std::string& rel,
                  const std::string& target) {
     if (target.empty() || target.size() > kMaxLinkTarget ||
         target.find('\0') != std::string::npos) {
@@ -306,22 +250,16 @@ class HostDestination {
           ErrorCode::kInvalidArgument,
           fmt::format("the sandbox sent an invalid symlink target for {}", Where(rel)));
     }
-    std::string tmp = fmt::format(".{}.deepbox-cp-{}", name.substr(0, 180), RandomSuffix());
-    if (symlinkat(target.c_str(), dir, tmp.c_str()) != 0) {
-      return MakeSyscallError("symlinkat", errno, Where(rel));
-    }
     struct stat st {};
-    bool existed = fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
+    bool existed = fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0;
     if (existed && S_ISDIR(st.st_mode)) {
-      unlinkat(dir, tmp.c_str(), 0);
       return MakeError(
           ErrorCode::kIsDirectory,
           fmt::format("{} is a directory; not replacing it with a symlink", Where(rel)));
     }
-    if (renameat(dir, tmp.c_str(), dir, name.c_str()) != 0) {
-      int e = errno;
-      unlinkat(dir, tmp.c_str(), 0);
-      return MakeSyscallError("renameat", e, Where(rel));
+    fs::Root::Location location{std::move(dir), name, rel};
+    if (auto s = fs::CreateSymlinkAt(location, target, /*overwrite=*/true, Where(rel)); !s) {
+      return s;
     }
     if (!existed) created_.push_back({rel, false});
     return {};
@@ -331,51 +269,35 @@ class HostDestination {
   // before are left alone; a created directory goes with what it holds).
   void Rollback() {
     for (auto it = created_.rbegin(); it != created_.rend(); ++it) {
-      auto parts = Components(it->rel);
-      if (!parts || parts->empty()) continue;
-      std::string leaf = parts->back();
-      parts->pop_back();
-      UniqueFd dir(fcntl(root_.get(), F_DUPFD_CLOEXEC, 0));
-      bool ok = static_cast<bool>(dir);
-      for (const auto& c : *parts) {
-        if (!ok) break;
-        UniqueFd next(
-            openat(dir.get(), c.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-        ok = static_cast<bool>(next);
-        dir = std::move(next);
-      }
-      if (!ok) continue;
+      if (it->rel.empty()) continue;
+      auto [parent, leaf] = fs::SplitRelative(it->rel);
+      auto dir = root_.OpenNoSymlinks(parent, O_PATH | O_DIRECTORY);
+      if (!dir) continue;
+      const std::string name(leaf);
       if (it->dir) {
-        RemoveTreeAt(dir.get(), leaf, 0);
+        RemoveTreeAt(dir->get(), name, 0);
       } else {
-        unlinkat(dir.get(), leaf.c_str(), 0);
+        unlinkat(dir->get(), name.c_str(), 0);
       }
     }
     created_.clear();
   }
 
-  std::string Where(const std::string& rel) const {
-    return Shown(rel.empty() ? shown_ : (shown_.ends_with('/') ? shown_ : shown_ + "/") + rel);
-  }
-
-  // Remembers an entry the copy made outside File/Symlink/Dir (the top dir).
-  void NoteCreated(std::string rel, bool dir) { created_.push_back({std::move(rel), dir}); }
+  std::string Where(const std::string& rel) const { return Shown(root_.ToAbsolute(rel)); }
 
  private:
+  static Error TerminalSafe(Error e) {
+    e.message = Shown(e.message);
+    return e;
+  }
+
   static void RemoveTreeAt(int parent, const std::string& name, int depth) {
     if (depth > kMaxDepth) return;
     UniqueFd d(openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (d) {
-      DIR* dir = fdopendir(fcntl(d.get(), F_DUPFD_CLOEXEC, 0));
-      if (dir != nullptr) {
-        std::vector<std::string> names;
-        while (dirent* e = readdir(dir)) {
-          std::string n = e->d_name;
-          if (n != "." && n != "..") names.push_back(n);
-        }
-        closedir(dir);
-        for (const auto& n : names) {
-          if (unlinkat(d.get(), n.c_str(), 0) != 0) RemoveTreeAt(d.get(), n, depth + 1);
+      if (auto entries = fs::ReadDir(d.get(), name)) {
+        for (const auto& e : *entries) {
+          if (unlinkat(d.get(), e.name.c_str(), 0) != 0) RemoveTreeAt(d.get(), e.name, depth + 1);
         }
       }
       unlinkat(parent, name.c_str(), AT_REMOVEDIR);
@@ -388,8 +310,7 @@ class HostDestination {
     std::string rel;
     bool dir;
   };
-  UniqueFd root_;
-  std::string shown_;
+  fs::Root root_;  // named as the user named it (Where)
   std::vector<Created> created_;
 };
 
@@ -529,13 +450,13 @@ Status ExtractUntrusted(const ArchiveApi& A, int fd, HostDestination& dest,
       const char* target = A.archive_entry_symlink_utf8(e);
       if (target == nullptr) target = A.archive_entry_symlink(e);
       if (target == nullptr) return hostile("symlink without a target '" + Shown(name) + "'");
-      if (auto s = dest.Symlink(dir->get(), leaf, rel_text, target); !s) return s;
+      if (auto s = dest.Symlink(std::move(*dir), leaf, rel_text, target); !s) return s;
       ++stats.symlinks;
       continue;
     }
     if (type != AE_IFREG) return hostile("special file '" + Shown(name) + "'");
-    HostDestination::File file(dest, dir->get(), leaf, rel_text, perm);
-    if (auto s = file.Open(); !s) return s;
+    auto file = dest.StartFile(std::move(*dir), leaf, rel_text, perm);
+    if (!file) return tl::unexpected(file.error());
     for (;;) {
       const void* block = nullptr;
       size_t size = 0;
@@ -547,16 +468,16 @@ Status ExtractUntrusted(const ArchiveApi& A, int fd, HostDestination& dest,
                          fmt::format("tar from the sandbox, {}: {}", dest.Where(rel_text),
                                      ArchiveError(A, in.get())));
       }
-      if (offset < 0 || static_cast<uint64_t>(offset) != file.bytes()) {
+      if (offset < 0 || static_cast<uint64_t>(offset) != file->bytes_written()) {
         return hostile("sparse or out-of-order data in '" + Shown(name) + "'");
       }
-      if (auto s = file.Write(std::string_view(static_cast<const char*>(block), size)); !s) {
+      if (auto s = file->Append(std::string_view(static_cast<const char*>(block), size)); !s) {
         return s;
       }
     }
-    if (auto s = file.Commit(); !s) return s;
+    if (auto s = dest.CommitFile(*file, rel_text); !s) return s;
     ++stats.files;
-    stats.bytes += file.bytes();
+    stats.bytes += file->bytes_written();
   }
   return {};
 }
@@ -629,23 +550,10 @@ class TarProducer {
           ErrorCode::kResourceExhausted,
           fmt::format("{} is nested more than {} levels deep", Shown(shown), kMaxDepth));
     }
+    auto entries = fs::ReadDir(dir, Shown(shown));
+    if (!entries) return tl::unexpected(entries.error());
     std::vector<std::string> names;
-    {
-      int copy = fcntl(dir, F_DUPFD_CLOEXEC, 0);
-      DIR* d = copy >= 0 ? fdopendir(copy) : nullptr;
-      if (d == nullptr) {
-        if (copy >= 0) close(copy);
-        return MakeSyscallError("fdopendir", errno, Shown(shown));
-      }
-      errno = 0;
-      while (dirent* e = readdir(d)) {
-        std::string n = e->d_name;
-        if (n != "." && n != "..") names.push_back(std::move(n));
-      }
-      int e = errno;
-      closedir(d);
-      if (e != 0) return MakeSyscallError("readdir", e, Shown(shown));
-    }
+    for (auto& e : *entries) names.push_back(std::move(e.name));
     std::sort(names.begin(), names.end());
     for (const auto& name : names) {
       const std::string rel = prefix.empty() ? name : prefix + "/" + name;
@@ -803,7 +711,9 @@ Result<CopyStats> SandboxCopier::FromSandboxQuietly(const std::string& sandbox_s
   auto target = ResolveHostTarget(host_dst, *name);
   if (!target) return tl::unexpected(target.error());
   CopyStats stats;
-  HostDestination dest(std::move(target->dir), target->dir_shown);
+  auto root = fs::Root::Adopt(std::move(target->dir), target->dir_shown);
+  if (!root) return MakeError(root.error().code, Shown(root.error().message));
+  HostDestination dest(std::move(*root));
   const bool contents = target->name.empty();
   if (!contents) NoteDeepboxFile({target->name}, stats);
   if (contents && !info->is_dir()) {
@@ -813,21 +723,26 @@ Result<CopyStats> SandboxCopier::FromSandboxQuietly(const std::string& sandbox_s
   }
 
   if (info->type == FileType::kFile) {
-    HostDestination::File file(dest, dest.root_fd(), target->name, target->name,
+    auto dir = dest.Dir({});
+    if (!dir) return tl::unexpected(dir.error());
+    auto file = dest.StartFile(std::move(*dir), target->name, target->name,
                                info->mode == 0 ? 0644 : info->mode);
-    if (auto s = file.Open(); !s) return tl::unexpected(s.error());
-    if (auto s = client_.DownloadTo(sandbox_src, [&](std::string_view d) { return file.Write(d); });
+    if (!file) return tl::unexpected(file.error());
+    if (auto s =
+            client_.DownloadTo(sandbox_src, [&](std::string_view d) { return file->Append(d); });
         !s) {
       return tl::unexpected(s.error());
     }
-    if (auto s = file.Commit(); !s) return tl::unexpected(s.error());
+    if (auto s = dest.CommitFile(*file, target->name); !s) return tl::unexpected(s.error());
     stats.files = 1;
-    stats.bytes = file.bytes();
+    stats.bytes = file->bytes_written();
     for (auto& f : stats.deepbox_files) f = JoinHostPath(target->dir_shown, f);
     return stats;
   }
   if (info->type == FileType::kSymlink) {
-    if (auto s = dest.Symlink(dest.root_fd(), target->name, target->name, info->link_target); !s) {
+    auto dir = dest.Dir({});
+    if (!dir) return tl::unexpected(dir.error());
+    if (auto s = dest.Symlink(std::move(*dir), target->name, target->name, info->link_target); !s) {
       return tl::unexpected(s.error());
     }
     stats.symlinks = 1;

@@ -2,10 +2,12 @@
 // `deepbox sandbox cp`. Nothing here trusts the sandbox (see docs/security.md):
 //   * destination names come from the user's arguments, never from the
 //     daemon's answers (its stat's "path" or "name" are ignored);
-//   * everything received is written beneath an O_NOFOLLOW directory fd of
-//     the destination the user named, one checked component at a time, into
-//     temporary files renamed into place: no member of a sandbox's archive can
-//     name, create or follow anything outside that destination;
+//   * everything received is written beneath the destination the user
+//     named through the daemon's own confined walk (src/fs: a Root adopted
+//     on that directory; no symlink followed, nothing resolved outside it),
+//     into temporary files and symlinks renamed into place: no member of a
+//     sandbox's archive can name, create or follow anything outside that
+//     destination;
 //   * sizes, modes and types from the daemon are bounded and validated; an
 //     archive member the daemon would never produce (absolute or ".." names,
 //     devices, hard links, names outside the requested directory) fails the
