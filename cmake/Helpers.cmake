@@ -62,8 +62,27 @@ endfunction()
 
 # deepbox_test(NAME SOURCES a.cc b.cc LIBS lib1 lib2 [LABELS l1 l2])
 # One GoogleTest binary, registered with CTest test-by-test.
+# The test-naming rule (docs/architecture.md "Tests"): a test executable is
+# named after the component folder it lives in, then what it tests —
+# src/local/cgroups_test.cc is local_cgroups_test, tests/escape/... is
+# escape_..._test — so a ctest name (target.Suite.Case) says where the test
+# is. Configure fails on a name that breaks it.
+function(deepbox_check_test_name name)
+  file(RELATIVE_PATH rel "${PROJECT_SOURCE_DIR}" "${CMAKE_CURRENT_SOURCE_DIR}")
+  string(REGEX MATCH "^(src|tests)/([^/]+)" _ "${rel}")
+  if(NOT CMAKE_MATCH_2)
+    return()
+  endif()
+  set(component "${CMAKE_MATCH_2}")
+  if(NOT name MATCHES "^${component}_([a-z0-9_]+_)?test$")
+    message(FATAL_ERROR "test '${name}' in ${rel}: name it ${component}_<what>_test "
+                        "(the test-naming rule, docs/architecture.md)")
+  endif()
+endfunction()
+
 function(deepbox_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  deepbox_check_test_name(${name})
   if(NOT DEEPBOX_BUILD_TESTS AND NOT (DEEPBOX_BUILD_HARDENING_TEST AND name STREQUAL "hardening_test"))
     return()
   endif()
