@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "fs/testing/root_fixture.h"
 #include "fs/testing/test_util.h"
 
 namespace deepbox::fs {
@@ -17,7 +18,6 @@ using testing::Exists;
 using testing::MakeDirRaw;
 using testing::ReadRaw;
 using testing::SymlinkRaw;
-using testing::TempDir;
 using testing::WriteRaw;
 
 int CountEntries(const std::string& dir) {
@@ -36,25 +36,7 @@ mode_t ModeOf(const std::string& path) {
 }
 
 // Both resolvers (openat2, and the walk of kernels without it).
-class AtomicFileTest : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override {
-    dir_ = tmp_.Path("root");
-    outside_ = tmp_.Path("outside");
-    MakeDirRaw(dir_);
-    MakeDirRaw(outside_);
-    WriteRaw(outside_ + "/secret.txt", "outside");
-    auto root = Root::Open(dir_, RootOptions{.force_fallback = GetParam()});
-    ASSERT_TRUE(root) << root.error().ToString();
-    root_.emplace(std::move(*root));
-  }
-  std::string P(std::string_view rel) const { return dir_ + "/" + std::string(rel); }
-
-  TempDir tmp_;
-  std::string dir_;
-  std::string outside_;
-  std::optional<Root> root_;
-};
+class AtomicFileTest : public deepbox::fs::testing::RootOnBothResolvers {};
 
 TEST_P(AtomicFileTest, StreamsAndAborts) {
   WriteRaw(P("up.bin"), "old");

@@ -7,20 +7,18 @@
 #include <filesystem>
 #include <string>
 
+#include "fs/testing/root_fixture.h"
 #include "fs/testing/test_util.h"
 
 namespace deepbox::sandboxd::fs {
 namespace {
 
-using deepbox::fs::Root;
-using deepbox::fs::RootOptions;
 using deepbox::fs::WriteOptions;
 using deepbox::fs::testing::Cat;
 using deepbox::fs::testing::Exists;
 using deepbox::fs::testing::MakeDirRaw;
 using deepbox::fs::testing::ReadRaw;
 using deepbox::fs::testing::SymlinkRaw;
-using deepbox::fs::testing::TempDir;
 using deepbox::fs::testing::WriteRaw;
 
 mode_t ModeOf(const std::string& path) {
@@ -62,25 +60,7 @@ int CountEntries(const std::string& dir) {
   return n;
 }
 
-class WorkspaceTest : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override {
-    dir_ = tmp_.Path("root");
-    outside_ = tmp_.Path("outside");
-    MakeDirRaw(dir_);
-    MakeDirRaw(outside_);
-    WriteRaw(outside_ + "/secret.txt", "outside");
-    auto root = Root::Open(dir_, RootOptions{.force_fallback = GetParam()});
-    ASSERT_TRUE(root) << root.error().ToString();
-    root_.emplace(std::move(*root));
-  }
-  std::string P(std::string_view rel) const { return dir_ + "/" + std::string(rel); }
-
-  TempDir tmp_;
-  std::string dir_;
-  std::string outside_;
-  std::optional<Root> root_;
-};
+class WorkspaceTest : public deepbox::fs::testing::RootOnBothResolvers {};
 
 TEST_P(WorkspaceTest, StatReportsTypesAndTimes) {
   WriteRaw(P("a.txt"), "hello");
