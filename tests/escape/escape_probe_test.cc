@@ -46,6 +46,7 @@
 #include "local/namespaces.h"
 #include "local/netns.h"
 #include "local/network.h"
+#include "local/testing/netns_holder.h"
 #include "local/testing/test_world.h"
 #include "local/uplink.h"
 #include "sandbox/sandboxd_client.h"
@@ -200,46 +201,8 @@ class Listener {
   UniqueFd events_;
 };
 
-// A network namespace held by a paused child (as testing::NetnsHolder).
-class TestNetns {
- public:
-  TestNetns() {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) return;
-    pid_ = fork();
-    if (pid_ == 0) {
-      close(p[0]);
-      if (unshare(CLONE_NEWNET) != 0) _exit(1);
-      (void)!write(p[1], "r", 1);
-      for (;;) pause();
-    }
-    close(p[1]);
-    char c;
-    if (read(p[0], &c, 1) == 1) fd_.reset(open(path().c_str(), O_RDONLY | O_CLOEXEC));
-    close(p[0]);
-  }
-  ~TestNetns() {
-    fd_.reset();
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  std::string path() const { return "/proc/" + std::to_string(pid_) + "/ns/net"; }
-  int fd() const { return fd_.get(); }
-  pid_t pid() const { return pid_; }
-  bool ok() const { return fd_.valid(); }
-  Result<std::string> Ip(const std::string& batch) {
-    return local::RunInNetns(fd(), {"/usr/sbin/ip", "-batch", "-"}, batch);
-  }
-  Result<std::string> Sh(const std::string& script) {
-    return local::RunInNetns(fd(), {"/bin/sh", "-c", script});
-  }
-
- private:
-  pid_t pid_ = -1;
-  UniqueFd fd_;
-};
+// A network namespace held by a paused child.
+using TestNetns = local::testing::NetnsHolder;
 
 // A running sandbox with its daemon client.
 struct Box {
