@@ -13,22 +13,13 @@
 #include <thread>
 
 #include "local/testing/netns_holder.h"
+#include "local/testing/sockaddr.h"
 
 namespace deepbox::local {
 namespace {
 
-sockaddr_storage Addr(const std::string& ip) {
-  sockaddr_storage ss{};
-  auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
-  auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
-  if (inet_pton(AF_INET, ip.c_str(), &a4->sin_addr) == 1) {
-    a4->sin_family = AF_INET;
-  } else if (inet_pton(AF_INET6, ip.c_str(), &a6->sin6_addr) == 1) {
-    a6->sin6_family = AF_INET6;
-  }
-  return ss;
-}
-const sockaddr* Sa(const sockaddr_storage& ss) { return reinterpret_cast<const sockaddr*>(&ss); }
+using testing::Addr;
+using testing::Sa;
 
 TEST(HostNetworkTest, HostSetsAndRoutesOfTheUplink) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root for a bare network namespace";
