@@ -50,6 +50,14 @@ void AddProviderSettingFlags(CLI::App* cmd, ProviderSettingFlags& flags,
   }
 }
 
+std::string ProvidersWithSetting(std::string_view setting) {
+  std::string names;
+  for (const auto* r : ProviderRegistry::Global().WithSetting(setting)) {
+    names += (names.empty() ? "" : " and ") + r->name;
+  }
+  return names;
+}
+
 std::string ProviderEnvironmentHelp() {
   const ProviderRegistry& registry = ProviderRegistry::Global();
   std::string out;

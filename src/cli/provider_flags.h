@@ -7,6 +7,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sandbox/registry.h"
@@ -43,6 +44,10 @@ struct ProviderFlagSet {
 // command's own options first). Values land in `flags.given`.
 void AddProviderSettingFlags(CLI::App* cmd, ProviderSettingFlags& flags,
                              const ProviderFlagSet& set = {});
+
+// The registered providers that have `setting`, for an error about it:
+// "local", "k8s and third" ("" = none).
+std::string ProvidersWithSetting(std::string_view setting);
 
 // "k8s: AGENT_SANDBOX_NAMESPACE, AGENT_SANDBOX_WARMPOOL, ..." — the
 // registered providers' environment variables, one provider per line, for a

@@ -131,6 +131,13 @@ TEST_F(ProviderFlagsTest, ASetCanNameItsProvidersAndSettings) {
   EXPECT_EQ(names, (std::vector<std::string>{"cpus", "memory"}));
 }
 
+TEST_F(ProviderFlagsTest, ErrorsNameTheProvidersOfASetting) {
+  EXPECT_EQ(ProvidersWithSetting("memory"), "local");
+  EXPECT_EQ(ProvidersWithSetting("warm-pool"), "k8s");
+  EXPECT_EQ(ProvidersWithSetting("zone"), "third");
+  EXPECT_EQ(ProvidersWithSetting("colour"), "");
+}
+
 TEST_F(ProviderFlagsTest, TheEnvironmentHelpNamesEveryProvidersVariables) {
   std::string help = ProviderEnvironmentHelp();
   for (const auto& provider : ProviderRegistry::Global().Names()) {

@@ -451,10 +451,7 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   // SandboxTemplate decides.
   for (const auto& [name, value] : c.provider_settings) {
     if (FindSetting(*provider, name) != nullptr) continue;
-    std::string owners;
-    for (const auto* r : providers.WithSetting(name)) {
-      owners += (owners.empty() ? "" : " and ") + r->name;
-    }
+    std::string owners = cli::ProvidersWithSetting(name);
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("--{}: a setting of {} sandboxes, and this run uses {} ones "
                                  "(--sandbox){}",

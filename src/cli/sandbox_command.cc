@@ -78,10 +78,7 @@ Status CheckSettingsFor(std::string_view provider, const ProviderSettingFlags& f
                      fmt::format("unknown sandbox provider '{}'", provider));
   }
   for (const std::string& flag : flags.NotFor(*used)) {
-    std::string owners;
-    for (const auto* r : registry.WithSetting(std::string_view(flag).substr(2))) {
-      owners += (owners.empty() ? "" : " and ") + r->name;
-    }
+    std::string owners = ProvidersWithSetting(std::string_view(flag).substr(2));
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("{}: a setting of the {} provider, not of {} (--provider)", flag,
                                  owners.empty() ? "another" : owners, provider));
