@@ -1,16 +1,14 @@
-# deepbox_test_code(TARGET...): code that only tests run (test binaries, fakes,
-# fixtures) gets DEEPBOX_TEST_CODE_FLAGS after the build type's flags. The dev
-# preset sets -O0: the product code stays at -O1 under the sanitizers, and the
-# test code, which is most of the build, compiles in about half the CPU time.
-set(DEEPBOX_TEST_CODE_FLAGS "" CACHE STRING "Extra compile flags of test-only code")
-# It also marks them test-only (Bazel's `testonly`): deepbox_check_product_links
-# refuses a product that links one.
+# deepbox_test_code(TARGET...): marks code that only tests, benchmarks or fuzz
+# targets run (test binaries, fakes, fixtures) test-only, as Bazel's
+# `testonly`: deepbox_check_product_links refuses a product that links one.
+# Without the test suite they are left out of `all`: a benchmark or fuzz
+# target that links one still builds it, a product-only build (ci-release's
+# product, a packager's) builds none.
 function(deepbox_test_code)
-  separate_arguments(flags UNIX_COMMAND "${DEEPBOX_TEST_CODE_FLAGS}")
   foreach(t ${ARGN})
     set_target_properties(${t} PROPERTIES DEEPBOX_TEST_ONLY ON)
-    if(flags)
-      target_compile_options(${t} PRIVATE ${flags})
+    if(NOT DEEPBOX_BUILD_TESTS)
+      set_target_properties(${t} PROPERTIES EXCLUDE_FROM_ALL ON)
     endif()
   endforeach()
 endfunction()

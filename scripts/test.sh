@@ -28,6 +28,11 @@ read_children_cpu() {
 }
 # Runs one step and says on stderr what it cost, so a CI log shows where its
 # minutes go (the background control-plane build is counted where it is waited for).
+# The steps' costs, for the summary printed at the end (each step's share of
+# the CPU time and of the wall time).
+step_names=()
+step_walls=()
+step_cpus=()
 step() {
   local name=$1 t0=$SECONDS c0
   shift
@@ -37,6 +42,21 @@ step() {
   read_children_cpu
   echo "== step '$name': $((SECONDS - t0)) s wall, $((cpu_seconds - c0)) s CPU" \
     "(total so far: $SECONDS s)" >&2
+  step_names+=("$name")
+  step_walls+=($((SECONDS - t0)))
+  step_cpus+=($((cpu_seconds - c0)))
+}
+print_summary() {
+  local i cpu_total=0
+  ((${#step_names[@]} > 0)) || return 0
+  for i in "${!step_cpus[@]}"; do cpu_total=$((cpu_total + step_cpus[i])); done
+  echo "== cost per step (wall s, CPU s, share of CPU):" >&2
+  for i in "${!step_names[@]}"; do
+    printf '   %6d %7d %5s%%  %s\n' "${step_walls[i]}" "${step_cpus[i]}" \
+      "$(awk -v c="${step_cpus[i]}" -v t="$cpu_total" 'BEGIN { printf "%.1f", t ? 100 * c / t : 0 }')" \
+      "${step_names[i]}" >&2
+  done
+  printf '   %6d %7d  100%%  total\n' "$SECONDS" "$cpu_total" >&2
 }
 if [[ "${SKIP_DEPS:-0}" != 1 ]]; then
   step "install deps" ./scripts/install-deps.sh
@@ -53,7 +73,11 @@ stop_k8s_build() {
     kill -TERM -- "-$k8s_build_pid" 2>/dev/null || true
   fi
 }
-trap stop_k8s_build EXIT
+on_exit() {
+  stop_k8s_build
+  print_summary
+}
+trap on_exit EXIT
 if [[ "${SKIP_K8S_REAL:-0}" != 1 ]]; then
   mkdir -p build
   idle=(chrt --idle 0)

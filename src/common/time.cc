@@ -23,6 +23,12 @@ int64_t NowMs() {
       .count();
 }
 
+int64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
 Result<SystemTime> ParseRfc3339(std::string_view text) {
   auto bad = [&] {
     return MakeError(ErrorCode::kInvalidArgument,

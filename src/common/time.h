@@ -16,6 +16,9 @@ using SystemTime = std::chrono::system_clock::time_point;
 // Wall clock, milliseconds since the epoch.
 int64_t NowMs();
 
+// CLOCK_MONOTONIC in nanoseconds: for deadlines and durations (async-signal-safe).
+int64_t MonotonicNs();
+
 // "2026-08-22T00:27:14Z", "2026-08-22T00:27:14.5+02:00" (fractions to the
 // nanosecond; 't', 'z' and a space for 'T' too). Times a system_clock cannot
 // hold (after 2261) are errors, not wrapped.

@@ -15,6 +15,7 @@
 #include "k8s/claim.h"
 #include "k8s/rest_client.h"
 #include "k8s/sandbox_api.h"
+#include "k8s/testing/client_fixtures.h"
 #include "k8s/util.h"
 #include "k8s/watch.h"
 #include "net/http_server.h"
@@ -24,8 +25,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-const ResourceType kClaims{"extensions.agents.x-k8s.io", "v1beta1", "sandboxclaims",
-                           "SandboxClaim"};
+using testing::kClaims;
 
 // Answers every request with what `answer` returns; records what it saw.
 class ScriptedServer {

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "mcp/testing/request_text.h"
 #include "mcp/testing/test_registry.h"
 #include "net/http_client.h"
 #include "net/sse.h"
@@ -13,8 +14,7 @@ namespace deepbox::mcp {
 namespace {
 
 constexpr const char* kToken = "s3cret-token";
-constexpr const char* kMeta = R"("_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",)"
-                              R"("io.modelcontextprotocol/clientCapabilities":{})";
+using testing::kModernMeta;
 
 class HttpTest : public ::testing::Test {
  protected:
@@ -78,7 +78,7 @@ class HttpTest : public ::testing::Test {
 
 std::string Call(const std::string& name, const std::string& args,
                  const std::string& meta_extra = "") {
-  return std::string(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{)") + kMeta +
+  return std::string(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{)") + kModernMeta +
          meta_extra + R"(},"name":")" + name + R"(","arguments":)" + args + "}}";
 }
 
@@ -130,7 +130,8 @@ int StatusOf(const std::string& response) {
 }
 
 const std::string kToolsList =
-    std::string(R"({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{)") + kMeta + "}}}";
+    std::string(R"({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{)") + kModernMeta +
+    "}}}";
 
 // A modern tools/list with `host` as its Host header ("" = none).
 std::string RawToolsList(const std::string& host, const std::string& extra = "") {
@@ -302,9 +303,9 @@ TEST_F(HttpTest, ModernRequestsAreStatelessAndValidated) {
   EXPECT_EQ(r.status, 200);
 
   // An unknown method: 404 with -32601.
-  r = Send(Post(
-      std::string(R"({"jsonrpc":"2.0","id":2,"method":"prompts/list","params":{)") + kMeta + "}}}",
-      "prompts/list"));
+  r = Send(Post(std::string(R"({"jsonrpc":"2.0","id":2,"method":"prompts/list","params":{)") +
+                    kModernMeta + "}}}",
+                "prompts/list"));
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(Body(r).at("error").at("code"), kMethodNotFound);
   // A version we do not speak: 400 with -32022 and the versions we do.

@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include "mcp/testing/request_text.h"
+
 namespace deepbox::mcp {
 namespace {
 
-json::object Params(const char* text) { return ParseJsonObject(text).value(); }
+using testing::Params;
 
 TEST(Protocol, Versions) {
   EXPECT_EQ(SupportedVersions().front(), "2026-07-28");

@@ -2,12 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include "mcp/testing/request_text.h"
 #include "mcp/testing/test_registry.h"
 
 namespace deepbox::mcp {
 namespace {
 
-json::object Params(const char* text) { return ParseJsonObject(text).value(); }
+using testing::Params;
 
 TEST(Registry, ListsToolsInOrderWithSchemas) {
   auto r = testing::TestRegistry();

@@ -65,7 +65,7 @@ json::object Capabilities() {
   return caps;
 }
 
-Reply Error(RpcError e, bool modern) {
+Reply ErrorReply(RpcError e, bool modern) {
   Reply r;
   r.error = std::move(e);
   r.modern = modern;
@@ -99,8 +99,9 @@ json::object McpServer::DiscoverResult() const {
 Reply McpServer::Handle(const Message& request, LegacySession* session,
                         ToolCallContext& ctx) const {
   if (!KnownMethod(request.method)) {
-    return Error(RpcError(kMethodNotFound, fmt::format("Method not found: {}", request.method)),
-                 HasModernMeta(request.params));
+    return ErrorReply(
+        RpcError(kMethodNotFound, fmt::format("Method not found: {}", request.method)),
+        HasModernMeta(request.params));
   }
   // initialize is legacy by definition, even if a client adds modern _meta.
   if (request.method != "initialize" && HasModernMeta(request.params)) {
@@ -111,26 +112,26 @@ Reply McpServer::Handle(const Message& request, LegacySession* session,
 
 Reply McpServer::Modern(const Message& request, ToolCallContext& ctx) const {
   auto meta = ReadModernMeta(request.params);
-  if (!meta) return Error(meta.error(), true);
+  if (!meta) return ErrorReply(meta.error(), true);
   Reply r;
   r.modern = true;
   if (request.method == "server/discover") {
     r.result = DiscoverResult();
   } else if (request.method == "tools/list") {
-    if (auto e = CheckCursor(request.params)) return Error(*e, true);
+    if (auto e = CheckCursor(request.params)) return ErrorReply(*e, true);
     r.result["tools"] = tools_->ListJson();
     r.result["ttlMs"] = config_.list_ttl_ms;
     r.result["cacheScope"] = "public";
   } else if (request.method == "tools/call") {
     auto result = tools_->Call(request.params, ctx);
-    if (!result) return Error(result.error(), true);
+    if (!result) return ErrorReply(result.error(), true);
     r.result = std::move(*result);
   } else {
     // ping was removed in 2026-07-28; initialize never gets here.
-    return Error(RpcError(kMethodNotFound,
-                          fmt::format("Method not found: {} (not part of protocol version {})",
-                                      request.method, kModernVersion)),
-                 true);
+    return ErrorReply(RpcError(kMethodNotFound,
+                               fmt::format("Method not found: {} (not part of protocol version {})",
+                                           request.method, kModernVersion)),
+                      true);
   }
   r.result["resultType"] = "complete";
   json::object rmeta;
@@ -147,18 +148,18 @@ Reply McpServer::Legacy(const Message& request, LegacySession* session,
   Reply r;
   if (request.method == "initialize") {
     if (!session) {
-      return Error(RpcError(kInvalidRequest, "Invalid Request: initialize is not possible here"),
-                   false);
+      return ErrorReply(
+          RpcError(kInvalidRequest, "Invalid Request: initialize is not possible here"), false);
     }
     const json::value* v = request.params.if_contains("protocolVersion");
     if (!v || !v->is_string()) {
-      return Error(RpcError(kInvalidParams, "Invalid params: \"protocolVersion\" must be a string"),
-                   false);
+      return ErrorReply(
+          RpcError(kInvalidParams, "Invalid params: \"protocolVersion\" must be a string"), false);
     }
     const json::value* caps = request.params.if_contains("capabilities");
     if (caps && !caps->is_object()) {
-      return Error(RpcError(kInvalidParams, "Invalid params: \"capabilities\" must be an object"),
-                   false);
+      return ErrorReply(
+          RpcError(kInvalidParams, "Invalid params: \"capabilities\" must be an object"), false);
     }
     const json::value* info = request.params.if_contains("clientInfo");
     std::string version = NegotiateLegacyVersion(v->get_string());
@@ -174,7 +175,7 @@ Reply McpServer::Legacy(const Message& request, LegacySession* session,
   if (!session || !session->initialized()) {
     // Neither era: no modern envelope and no handshake on this connection.
     auto meta = ReadModernMeta(request.params);
-    return Error(meta ? RpcError(kInvalidRequest, "Invalid Request") : meta.error(), true);
+    return ErrorReply(meta ? RpcError(kInvalidRequest, "Invalid Request") : meta.error(), true);
   }
   if (request.method == "server/discover") {
     // Modern-only; a legacy session asking for it gets an answer anyway,
@@ -183,18 +184,18 @@ Reply McpServer::Legacy(const Message& request, LegacySession* session,
     return r;
   }
   if (request.method == "tools/list") {
-    if (auto e = CheckCursor(request.params)) return Error(*e, false);
+    if (auto e = CheckCursor(request.params)) return ErrorReply(*e, false);
     r.result["tools"] = tools_->ListJson();
     return r;
   }
   if (request.method == "tools/call") {
     auto result = tools_->Call(request.params, ctx);
-    if (!result) return Error(result.error(), false);
+    if (!result) return ErrorReply(result.error(), false);
     r.result = std::move(*result);
     return r;
   }
-  return Error(RpcError(kMethodNotFound, fmt::format("Method not found: {}", request.method)),
-               false);
+  return ErrorReply(RpcError(kMethodNotFound, fmt::format("Method not found: {}", request.method)),
+                    false);
 }
 
 void McpServer::HandleNotification(const Message& notification, LegacySession* session) const {

@@ -3,13 +3,14 @@
 #include <gtest/gtest.h>
 
 #include "mcp/protocol.h"
+#include "mcp/testing/request_text.h"
 #include "mcp/testing/test_registry.h"
 
 namespace deepbox::mcp {
 namespace {
 
-constexpr const char* kMeta = R"("_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",)"
-                              R"("io.modelcontextprotocol/clientCapabilities":{}})";
+// The `_meta` member, closed.
+const std::string kMeta = std::string(testing::kModernMeta) + "}";
 
 Message Msg(const std::string& text) {
   auto m = ParseMessage(text);

@@ -7,13 +7,13 @@
 
 #include <thread>
 
+#include "mcp/testing/request_text.h"
 #include "mcp/testing/test_registry.h"
 
 namespace deepbox::mcp {
 namespace {
 
-constexpr const char* kMeta = R"("_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",)"
-                              R"("io.modelcontextprotocol/clientCapabilities":{})";
+using testing::kModernMeta;
 
 // A server on two pipes, as a client process would see it.
 class StdioHarness {
@@ -111,7 +111,7 @@ TEST(Stdio, AnswersRequestsInOrderAndReportsBadInput) {
 
 TEST(Stdio, ProgressNotificationsPrecedeTheResult) {
   StdioHarness h;
-  h.Send(std::string(R"({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{)") + kMeta +
+  h.Send(std::string(R"({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{)") + kModernMeta +
          R"(,"progressToken":"tok"},"name":"progress","arguments":{"count":3}}})");
   for (int i = 1; i <= 3; ++i) {
     auto n = h.ReadJson();
@@ -129,11 +129,11 @@ TEST(Stdio, ProgressNotificationsPrecedeTheResult) {
 TEST(Stdio, CancelledCallsGetNoResponse) {
   StdioHarness h;
   int before = testing::CancelledWaits().load();
-  h.Send(std::string(R"({"jsonrpc":"2.0","id":"w","method":"tools/call","params":{)") + kMeta +
-         R"(},"name":"wait"}})");
+  h.Send(std::string(R"({"jsonrpc":"2.0","id":"w","method":"tools/call","params":{)") +
+         kModernMeta + R"(},"name":"wait"}})");
   // A later call is answered while the first still runs.
-  h.Send(std::string(R"({"jsonrpc":"2.0","id":"e","method":"tools/call","params":{)") + kMeta +
-         R"(},"name":"echo","arguments":{"text":"meanwhile"}}})");
+  h.Send(std::string(R"({"jsonrpc":"2.0","id":"e","method":"tools/call","params":{)") +
+         kModernMeta + R"(},"name":"echo","arguments":{"text":"meanwhile"}}})");
   EXPECT_EQ(h.ReadJson().at("id"), "e");
   h.Send(
       R"({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"w","reason":"test"}})");
@@ -151,9 +151,9 @@ TEST(Stdio, CancelledCallsGetNoResponse) {
 TEST(Stdio, EndOfInputCancelsRunningCallsThenCloses) {
   StdioHarness h;
   int before = testing::CancelledWaits().load();
-  h.Send(std::string(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{)") + kMeta +
+  h.Send(std::string(R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{)") + kModernMeta +
          R"(},"name":"wait"}})");
-  h.Send(std::string(R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{)") + kMeta +
+  h.Send(std::string(R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{)") + kModernMeta +
          R"(},"name":"wait"}})");
   h.Send(R"({"jsonrpc":"2.0","id":3,"method":"ping"})");  // both calls are running now
   EXPECT_EQ(h.ReadJson().at("id"), 3);

@@ -29,6 +29,10 @@ inline const std::string kSourceDir = DEEPBOX_SOURCE_DIR;
 inline const std::string kDeepbox = kBinDir + "/deepbox";
 inline const std::string kExample = kBinDir + "/deepbox-fib-example";
 inline const std::string kFibReplay = kSourceDir + "/examples/fib/fib.replay.jsonl";
+// The task of the Fibonacci example, and the API key the fake model expects.
+inline constexpr char kFibTask[] =
+    "Write fib.py that prints the first 10 Fibonacci numbers and run it";
+inline constexpr char kFakeApiKey[] = "sk-ant-e2e-test";
 // The example's last line: "in the pod" on k8s, "in the sandbox" for a local one.
 inline const std::string kVerified =
     "Sandbox verification passed: fib.py runs in the pod and prints the expected sequence.";

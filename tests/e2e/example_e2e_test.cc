@@ -18,12 +18,10 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-constexpr const char* kKey = "sk-ant-e2e-test";
-
 class ExampleTest : public E2eTest {
  protected:
   std::map<std::string, std::string> FakeEnv(const FakeAnthropicServer& server) {
-    return {{"ANTHROPIC_API_KEY", kKey}, {"ANTHROPIC_BASE_URL", server.url()}};
+    return {{"ANTHROPIC_API_KEY", kFakeApiKey}, {"ANTHROPIC_BASE_URL", server.url()}};
   }
   // The model writes `script` as fib.py, runs it, and claims success.
   static std::vector<ScriptedTurn> WritesAndRuns(const std::string& script) {
@@ -52,7 +50,7 @@ TEST_F(ExampleTest, ReplaysTheRecordingWithoutAnApiKeyAndVerifies) {
 }
 
 TEST_F(ExampleTest, TalksToAnthropicOverHttpWhenAKeyIsSet) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   auto script = agent::testing::ScriptFromReplayFile(kFibReplay);
   ASSERT_TRUE(script.has_value()) << script.error().message;
   server.Enqueue(std::move(*script));
@@ -67,7 +65,7 @@ TEST_F(ExampleTest, TalksToAnthropicOverHttpWhenAKeyIsSet) {
 }
 
 TEST_F(ExampleTest, WrongSequenceFailsVerification) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(WritesAndRuns("print(1, 1, 2, 3, 5, 8, 13, 21, 34, 55)\n"));
   auto r = Run({kExample}, FakeEnv(server));
   EXPECT_EQ(r.code, run::kRunExitVerification) << r.out << r.err;
@@ -77,7 +75,7 @@ TEST_F(ExampleTest, WrongSequenceFailsVerification) {
 }
 
 TEST_F(ExampleTest, CrashingScriptFailsVerification) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(WritesAndRuns("print(0, 1, 1)\nraise SystemExit(1 / 0)\n"));
   auto r = Run({kExample}, FakeEnv(server));
   EXPECT_EQ(r.code, run::kRunExitVerification) << r.out << r.err;
@@ -87,7 +85,7 @@ TEST_F(ExampleTest, CrashingScriptFailsVerification) {
 }
 
 TEST_F(ExampleTest, MissingScriptFailsVerification) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::Text("I did it (I did not)."));
   auto r = Run({kExample}, FakeEnv(server));
   EXPECT_EQ(r.code, run::kRunExitVerification) << r.out << r.err;
@@ -98,7 +96,7 @@ TEST_F(ExampleTest, MissingScriptFailsVerification) {
 class ExampleSignalTest : public ExampleTest, public ::testing::WithParamInterface<int> {};
 
 TEST_P(ExampleSignalTest, SignalDuringAToolCallDeletesTheSandbox) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::ToolCalls(
       {ScriptedToolCall("toolu_sleep", "execute", {{"command", "sleep 1000"}})}));
   Process p({kExample}, Env(FakeEnv(server)), dir_);
@@ -118,7 +116,7 @@ INSTANTIATE_TEST_SUITE_P(Signals, ExampleSignalTest, ::testing::Values(SIGINT, S
                          });
 
 TEST_F(ExampleTest, SandboxDeletedUnderTheAgentIsASandboxError) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::ToolCalls(
       {ScriptedToolCall("toolu_sleep", "execute", {{"command", "sleep 1000"}})}));
   server.Enqueue(ScriptedTurn::Text("The command failed."));

@@ -37,8 +37,6 @@ using k8s::testing::WaitUntil;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-constexpr const char* kTask = "Write fib.py that prints the first 10 Fibonacci numbers and run it";
-
 class K8sTest : public E2eTest {
  protected:
   void SetUp() override {
@@ -107,7 +105,7 @@ class K8sTest : public E2eTest {
 
 TEST_F(K8sTest, RunClaimsFromTheWarmPoolAndDeletesTheClaim) {
   auto r = Run({kDeepbox, "run", "--sandbox", "k8s", "--label", "team=ml", "--json", "--model",
-                "replay:" + RelativeFibReplay(), kTask},
+                "replay:" + RelativeFibReplay(), kFibTask},
                K8sEnv());
   EXPECT_EQ(r.code, 0) << r.err;
   auto events = JsonLines(r.out);
@@ -126,7 +124,7 @@ TEST_F(K8sTest, RunClaimsFromTheWarmPoolAndDeletesTheClaim) {
 
 TEST_F(K8sTest, ContinuesInAKeptClaimWithSandboxId) {
   auto r = Run({kDeepbox, "run", "--sandbox", "k8s", "--keep-sandbox", "--json", "--thread",
-                "th-k8s", "--model", "replay:" + RelativeFibReplay(), kTask},
+                "th-k8s", "--model", "replay:" + RelativeFibReplay(), kFibTask},
                K8sEnv());
   ASSERT_EQ(r.code, 0) << r.err;
   auto events = JsonLines(r.out);
@@ -167,7 +165,7 @@ TEST_F(K8sTest, DefaultConnectionIsAKubectlPortForward) {
   std::string log = (dir_ / "kubectl.log").string();
   const char* path = std::getenv("PATH");
   auto r = Run({kDeepbox, "run", "--sandbox", "k8s", "--kubeconfig", kubeconfig_, "--model",
-                "replay:" + RelativeFibReplay(), kTask},
+                "replay:" + RelativeFibReplay(), kFibTask},
                {{"PATH", (dir_ / "bin").string() + ":" + (path ? path : "/usr/bin:/bin")},
                 {"DEEPBOX_FAKE_KUBECTL_TARGET", fmt::format("127.0.0.1:{}", router_->port())},
                 {"DEEPBOX_FAKE_KUBECTL_LOG", log},
@@ -189,7 +187,7 @@ TEST_F(K8sTest, InterruptDeletesTheClaim) {
       R"({"response": {"tool_calls": [{"id": "t1", "name": "execute", "input": {"command": "while true; do echo tick; sleep 0.2; done"}}]}})"
       "\n");
   Process p({kDeepbox, "run", "--sandbox", "k8s", "--json", "--model",
-             "replay:" + (dir_ / "chatty.jsonl").string(), kTask},
+             "replay:" + (dir_ / "chatty.jsonl").string(), kFibTask},
             Env(K8sEnv()), dir_);
   ASSERT_TRUE(Eventually([&] {
     return p.out().find(R"("type":"tool_output")") != std::string::npos;
@@ -213,7 +211,7 @@ TEST_F(K8sTest, MissingWarmPoolIsASandboxError) {
   auto env = K8sEnv();
   env["AGENT_SANDBOX_WARMPOOL"] = "no-such-pool";
   auto r =
-      Run({kDeepbox, "run", "--sandbox", "k8s", "--model", "replay:" + kFibReplay, kTask}, env);
+      Run({kDeepbox, "run", "--sandbox", "k8s", "--model", "replay:" + kFibReplay, kFibTask}, env);
   EXPECT_EQ(r.code, run::kRunExitSandbox) << r.err;
   EXPECT_THAT(r.err, HasSubstr("cannot claim a sandbox"));
   EXPECT_THAT(r.err, HasSubstr("no-such-pool"));
@@ -222,7 +220,7 @@ TEST_F(K8sTest, MissingWarmPoolIsASandboxError) {
 TEST_F(K8sTest, ReadyTimeoutDeletesTheClaimAndFails) {
   controller_->SetPodsBecomeReady(false);  // every pod stays Pending
   auto r = Run({kDeepbox, "run", "--sandbox", "k8s", "--ready-timeout", "1", "--model",
-                "replay:" + RelativeFibReplay(), kTask},
+                "replay:" + RelativeFibReplay(), kFibTask},
                K8sEnv());
   EXPECT_EQ(r.code, run::kRunExitSandbox) << r.err;
   EXPECT_THAT(r.err, HasSubstr("did not become ready within 1 s"));
@@ -578,7 +576,7 @@ TEST_F(K8sTest, AClaimDeletedFromOutsideEndsTheRunAtOnce) {
       R"({"response": {"tool_calls": [{"id": "t1", "name": "execute", "input": {"command": "while true; do echo tick; sleep 0.2; done"}}]}})"
       "\n");
   Process p({kDeepbox, "run", "--sandbox", "k8s", "--json", "--model",
-             "replay:" + (dir_ / "chatty.jsonl").string(), kTask},
+             "replay:" + (dir_ / "chatty.jsonl").string(), kFibTask},
             Env(K8sEnv()), dir_);
   ASSERT_TRUE(Eventually([&] {
     return p.out().find(R"("type":"tool_output")") != std::string::npos;
@@ -600,9 +598,9 @@ TEST_F(K8sTest, AClaimDeletedFromOutsideEndsTheRunAtOnce) {
 TEST_F(K8sTest, RouterErrorsAfterAGoodClaimSaySo) {
   auto env = K8sEnv();
   env["AGENT_SANDBOX_ROUTER_TOKEN"] = "wrong-token";
-  auto r =
-      Run({kDeepbox, "run", "--sandbox", "k8s", "--model", "replay:" + RelativeFibReplay(), kTask},
-          env);
+  auto r = Run(
+      {kDeepbox, "run", "--sandbox", "k8s", "--model", "replay:" + RelativeFibReplay(), kFibTask},
+      env);
   EXPECT_EQ(r.code, run::kRunExitSandbox) << r.err;
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("cannot claim a sandbox")));
   EXPECT_THAT(r.err, HasSubstr("claimed sandbox default/sandbox-claim-"));
@@ -717,7 +715,7 @@ TEST_F(K8sOwnerTest, OnlyTheOwnerDrivesAClaimedSandbox) {
   // deepbox run claims, waits for the verifier, and drives its sandbox.
   ASSERT_TRUE(cluster_->WaitPoolReady());
   r = Run({kDeepbox, "run", "--sandbox", "k8s", "--json", "--model",
-           "replay:" + RelativeFibReplay(), kTask},
+           "replay:" + RelativeFibReplay(), kFibTask},
           env);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));

@@ -19,17 +19,15 @@ using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::SizeIs;
 
-constexpr const char* kKey = "sk-ant-e2e-test";
-constexpr const char* kTask = "Write fib.py that prints the first 10 Fibonacci numbers and run it";
-const std::string kLabel = "e2e.deepbox.dev/test=run";
+const std::string kRunLabel = "e2e.deepbox.dev/test=run";
 
 class RunTest : public E2eTest {
  protected:
   std::map<std::string, std::string> FakeEnv(const FakeAnthropicServer& server) {
-    return {{"ANTHROPIC_API_KEY", kKey}, {"ANTHROPIC_BASE_URL", server.url()}};
+    return {{"ANTHROPIC_API_KEY", kFakeApiKey}, {"ANTHROPIC_BASE_URL", server.url()}};
   }
   std::vector<std::string> RunArgs(std::vector<std::string> extra) {
-    std::vector<std::string> argv = {kDeepbox, "run", "--label", kLabel};
+    std::vector<std::string> argv = {kDeepbox, "run", "--label", kRunLabel};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -45,7 +43,7 @@ class RunTest : public E2eTest {
 };
 
 TEST_F(RunTest, ReplaysTheFibonacciRecording) {
-  auto r = Run(RunArgs({"--model", "replay:" + kFibReplay, kTask}));
+  auto r = Run(RunArgs({"--model", "replay:" + kFibReplay, kFibTask}));
   EXPECT_EQ(r.code, run::kRunExitOk) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("a scripted conversation, not a live model"));
   // stdout is not a terminal: the transcript goes to stderr, the answer alone
@@ -64,7 +62,7 @@ TEST_F(RunTest, ReplaysTheFibonacciRecording) {
   EXPECT_THAT(r.out + r.err, Not(HasSubstr("\x1b[")));  // not a terminal: no colours
   // The recording was made for the example's longer task: said, not fatal.
   EXPECT_THAT(r.err, HasSubstr("warning: the recording answers another task"));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 TEST_F(RunTest, ReplayOfItsOwnTaskSaysNothingAboutTasks) {
@@ -77,11 +75,11 @@ TEST_F(RunTest, ReplayOfItsOwnTaskSaysNothingAboutTasks) {
 }
 
 TEST_F(RunTest, JsonEventsAgainstTheFakeAnthropicServer) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   auto script = agent::testing::ScriptFromReplayFile(kFibReplay);
   ASSERT_TRUE(script.has_value());
   server.Enqueue(std::move(*script));
-  auto r = Run(RunArgs({"--json", kTask}), FakeEnv(server));
+  auto r = Run(RunArgs({"--json", kFibTask}), FakeEnv(server));
   EXPECT_EQ(r.code, run::kRunExitOk) << r.err;
   auto events = JsonLines(r.out);
   ASSERT_FALSE(events.empty());
@@ -104,18 +102,18 @@ TEST_F(RunTest, JsonEventsAgainstTheFakeAnthropicServer) {
   EXPECT_THAT(std::string(result.at("final_text").as_string()),
               HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
   EXPECT_EQ(server.pending_turns(), 0u);
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 TEST_F(RunTest, MissingApiKeySaysHowToProvideOne) {
-  auto r = Run(RunArgs({kTask}));
+  auto r = Run(RunArgs({kFibTask}));
   EXPECT_EQ(r.code, run::kRunExitModel) << r.err;
   EXPECT_THAT(r.err, HasSubstr("ANTHROPIC_API_KEY is not set"));
   EXPECT_THAT(r.err, HasSubstr("export ANTHROPIC_API_KEY="));
   EXPECT_THAT(r.err, HasSubstr("--model replay:FILE"));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());  // nothing was claimed
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());  // nothing was claimed
   // And in --json mode the result says so too.
-  r = Run(RunArgs({"--json", kTask}));
+  r = Run(RunArgs({"--json", kFibTask}));
   EXPECT_EQ(r.code, run::kRunExitModel);
   auto events = JsonLines(r.out);
   ASSERT_THAT(events, SizeIs(1));
@@ -125,26 +123,26 @@ TEST_F(RunTest, MissingApiKeySaysHowToProvideOne) {
 }
 
 TEST_F(RunTest, RejectedApiKeyIsAModelError) {
-  FakeAnthropicServer server({.api_key = kKey});
-  auto r = Run(RunArgs({kTask}),
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
+  auto r = Run(RunArgs({kFibTask}),
                {{"ANTHROPIC_API_KEY", "sk-ant-wrong"}, {"ANTHROPIC_BASE_URL", server.url()}});
   EXPECT_EQ(r.code, run::kRunExitModel) << r.err;
   EXPECT_THAT(r.err, HasSubstr("Check ANTHROPIC_API_KEY"));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 class RunSignalTest : public RunTest, public ::testing::WithParamInterface<int> {};
 
 TEST_P(RunSignalTest, SignalDuringAToolCallExits130AndDeletesTheSandbox) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::ToolCalls(
       {ScriptedToolCall("toolu_sleep", "execute", {{"command", "sleep 1000"}})}));
-  Process p(RunArgs({"--json", kTask}), Env(FakeEnv(server)), dir_);
+  Process p(RunArgs({"--json", kFibTask}), Env(FakeEnv(server)), dir_);
   ASSERT_TRUE(Eventually([&] {
     return p.out().find(R"("type":"tool_call_start")") != std::string::npos;
   })) << p.out()
       << p.err();
-  WaitForSandbox(kLabel);
+  WaitForSandbox(kRunLabel);
   kill(p.pid(), GetParam());
   EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.err();
   auto events = JsonLines(p.out());
@@ -152,7 +150,7 @@ TEST_P(RunSignalTest, SignalDuringAToolCallExits130AndDeletesTheSandbox) {
   EXPECT_EQ(events.back().at("type").as_string(), "result");
   EXPECT_EQ(events.back().at("exit_code").as_int64(), run::kRunExitInterrupted);
   EXPECT_EQ(events.back().at("stop_reason").as_string(), "interrupted");
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Signals, RunSignalTest, ::testing::Values(SIGINT, SIGTERM),
@@ -178,50 +176,50 @@ void ExpectOneCtrlCEndsTheRun(RunTest& t, Process& p, bool abandoned) {
 }
 
 TEST_F(RunTest, OneCtrlCWhileTheModelStreamIsSilent) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::SilentStall("Let me think"));
-  Process p(RunArgs({"--json", kTask}), Env(FakeEnv(server)), dir_);
+  Process p(RunArgs({"--json", kFibTask}), Env(FakeEnv(server)), dir_);
   ASSERT_TRUE(Eventually([&] {
     return p.out().find(R"("type":"text_delta")") != std::string::npos;
   })) << p.out()
       << p.err();
-  WaitForSandbox(kLabel);
+  WaitForSandbox(kRunLabel);
   ExpectOneCtrlCEndsTheRun(*this, p, /*abandoned=*/false);
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 TEST_F(RunTest, OneCtrlCWhileTheModelApiNeverAnswers) {
   SilentServer api;
-  Process p(RunArgs({"--json", kTask}),
-            Env({{"ANTHROPIC_API_KEY", kKey},
+  Process p(RunArgs({"--json", kFibTask}),
+            Env({{"ANTHROPIC_API_KEY", kFakeApiKey},
                  {"ANTHROPIC_BASE_URL", "http://127.0.0.1:" + std::to_string(api.port())}}),
             dir_);
-  WaitForSandbox(kLabel);
+  WaitForSandbox(kRunLabel);
   ASSERT_TRUE(Eventually([&] { return api.accepted() >= 1; }));
   ExpectOneCtrlCEndsTheRun(*this, p, /*abandoned=*/false);
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 TEST_F(RunTest, OneCtrlCWhileTheTlsHandshakeStalls) {
   SilentServer api;
-  Process p(RunArgs({"--json", kTask}),
-            Env({{"ANTHROPIC_API_KEY", kKey},
+  Process p(RunArgs({"--json", kFibTask}),
+            Env({{"ANTHROPIC_API_KEY", kFakeApiKey},
                  {"ANTHROPIC_BASE_URL", "https://127.0.0.1:" + std::to_string(api.port())}}),
             dir_);
-  WaitForSandbox(kLabel);
+  WaitForSandbox(kRunLabel);
   ASSERT_TRUE(Eventually([&] { return api.accepted() >= 1; }));
   ExpectOneCtrlCEndsTheRun(*this, p, /*abandoned=*/true);
   EXPECT_THAT(p.out(), HasSubstr("stopping the agent and deleting the sandbox"));  // a notice
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 TEST_F(RunTest, SandboxDeletedUnderTheAgentIsAClearSandboxError) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::ToolCalls(
       {ScriptedToolCall("toolu_sleep", "execute", {{"command", "sleep 1000"}})}));
   server.Enqueue(ScriptedTurn::Text("unreachable"));
-  Process p(RunArgs({kTask}), Env(FakeEnv(server)), dir_);
-  std::string id = WaitForSandbox(kLabel);
+  Process p(RunArgs({kFibTask}), Env(FakeEnv(server)), dir_);
+  std::string id = WaitForSandbox(kRunLabel);
   ASSERT_TRUE(Eventually([&] { return server.request_count() >= 1; }));
   auto rm = Run({kDeepbox, "sandbox", "rm", id});
   EXPECT_EQ(rm.code, 0) << rm.err;
@@ -229,15 +227,15 @@ TEST_F(RunTest, SandboxDeletedUnderTheAgentIsAClearSandboxError) {
   EXPECT_THAT(p.err(), HasSubstr("the sandbox went away during the run (deleted from outside"));
   EXPECT_THAT(p.err(), HasSubstr(id));
   EXPECT_EQ(server.pending_turns(), 1u);  // the agent stopped instead of carrying on
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 TEST_F(RunTest, StepLimit) {
-  auto r = Run(RunArgs({"--model", "replay:" + kFibReplay, "--max-steps", "2", kTask}));
+  auto r = Run(RunArgs({"--model", "replay:" + kFibReplay, "--max-steps", "2", kFibTask}));
   EXPECT_EQ(r.code, run::kRunExitStepLimit) << r.err;
   EXPECT_THAT(r.err, HasSubstr("step limit of 2"));
   EXPECT_THAT(r.err, HasSubstr("--max-steps"));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 TEST_F(RunTest, ReplayThatDivergesIsAModelError) {
@@ -251,10 +249,10 @@ TEST_F(RunTest, ReplayThatDivergesIsAModelError) {
       "\n"
       R"({"request": {"tool_results": ["toolu_other"]}, "response": {"text": "done"}})"
       "\n");
-  auto r = Run(RunArgs({"--model", "replay:" + (dir_ / "bad.jsonl").string(), kTask}));
+  auto r = Run(RunArgs({"--model", "replay:" + (dir_ / "bad.jsonl").string(), kFibTask}));
   EXPECT_EQ(r.code, run::kRunExitModel) << r.err;
   EXPECT_THAT(r.err, HasSubstr("diverged from the recording"));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 TEST_F(RunTest, TaskFromStdinAndThreadContinues) {
@@ -278,7 +276,7 @@ TEST_F(RunTest, TaskFromStdinAndThreadContinues) {
   EXPECT_EQ(fs::status(dir_ / "state" / "threads").permissions() & fs::perms::all,
             fs::perms::owner_all);
   // The same thread again: the model now sees the earlier messages.
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::Text("second answer"));
   r = Run(RunArgs({"--thread", "th-e2e", "and again"}), FakeEnv(server));
   EXPECT_EQ(r.code, 0) << r.err;
@@ -288,18 +286,18 @@ TEST_F(RunTest, TaskFromStdinAndThreadContinues) {
 }
 
 TEST_F(RunTest, RecordThenReplay) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   auto script = agent::testing::ScriptFromReplayFile(kFibReplay);
   ASSERT_TRUE(script.has_value());
   server.Enqueue(std::move(*script));
   std::string rec = (dir_ / "rec.jsonl").string();
-  auto r = Run(RunArgs({"--record", rec, kTask}), FakeEnv(server));
+  auto r = Run(RunArgs({"--record", rec, kFibTask}), FakeEnv(server));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("recording the model conversation to " + rec));
   // The recording holds the prompts: owner-only.
   EXPECT_EQ(fs::status(rec).permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write);
-  r = Run(RunArgs({"--model", "replay:" + rec, kTask}));
+  r = Run(RunArgs({"--model", "replay:" + rec, kFibTask}));
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("(a recorded conversation)"));
   EXPECT_THAT(r.err, Not(HasSubstr("answers another task")));  // the task it recorded
@@ -307,7 +305,7 @@ TEST_F(RunTest, RecordThenReplay) {
   r = Run(RunArgs({"--model", "replay:" + rec, "something else entirely"}));
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("warning: the recording answers another task (\"" +
-                               std::string(kTask) + "\")"));
+                               std::string(kFibTask) + "\")"));
 }
 
 // Whether a --json run claimed a sandbox at all.
@@ -319,7 +317,7 @@ bool ClaimedASandbox(const std::string& out) {
 }
 
 TEST_F(RunTest, BadArgumentsAreRefusedBeforeASandboxIsClaimed) {
-  auto r = Run(RunArgs({"--json", "--model", "replay:/nonexistent/rec.jsonl", kTask}));
+  auto r = Run(RunArgs({"--json", "--model", "replay:/nonexistent/rec.jsonl", kFibTask}));
   EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
   EXPECT_THAT(r.err, HasSubstr("/nonexistent/rec.jsonl"));
   EXPECT_FALSE(ClaimedASandbox(r.out));
@@ -327,35 +325,36 @@ TEST_F(RunTest, BadArgumentsAreRefusedBeforeASandboxIsClaimed) {
   EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
   EXPECT_THAT(r.err, HasSubstr("TASK is empty"));
   EXPECT_FALSE(ClaimedASandbox(r.out));
-  r = Run(RunArgs({"--json", "--model", "replay:" + kFibReplay, "--thread", "my thread/1", kTask}));
+  r = Run(
+      RunArgs({"--json", "--model", "replay:" + kFibReplay, "--thread", "my thread/1", kFibTask}));
   EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
   EXPECT_THAT(r.err, HasSubstr("--thread 'my thread/1': not a valid thread id (use letters, "
                                "digits, '-', '_' and '.'"));
   EXPECT_FALSE(ClaimedASandbox(r.out));
   WriteFile(dir_ / "a-file", "x");
   r = Run(RunArgs({"--json", "--model", "replay:" + kFibReplay, "--threads-dir",
-                   (dir_ / "a-file" / "threads").string(), kTask}));
+                   (dir_ / "a-file" / "threads").string(), kFibTask}));
   EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
   EXPECT_THAT(r.err, HasSubstr("--threads-dir: "));
   EXPECT_FALSE(ClaimedASandbox(r.out));
   r = Run(RunArgs({"--json", "--model", "replay:" + kFibReplay, "--skills",
-                   (dir_ / "no-such-dir").string(), kTask}));
+                   (dir_ / "no-such-dir").string(), kFibTask}));
   EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
   EXPECT_THAT(r.err, HasSubstr("no-such-dir: not a directory"));
   EXPECT_FALSE(ClaimedASandbox(r.out));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 TEST_F(RunTest, ATruncatedAnswerIsNotASuccess) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::Text("The numbers are 0, 1, 1, 2").WithStopReason("max_tokens"));
-  auto r = Run(RunArgs({kTask}), FakeEnv(server));
+  auto r = Run(RunArgs({kFibTask}), FakeEnv(server));
   EXPECT_EQ(r.code, run::kRunExitTruncated) << r.err;
   EXPECT_THAT(r.err, HasSubstr("warning: the answer is incomplete: the model stopped at its "
                                "output token limit"));
   EXPECT_EQ(r.out, "The numbers are 0, 1, 1, 2\n");  // what there is, still printed
   server.Enqueue(ScriptedTurn::Text("cut").WithStopReason("max_tokens"));
-  r = Run(RunArgs({"--json", kTask}), FakeEnv(server));
+  r = Run(RunArgs({"--json", kFibTask}), FakeEnv(server));
   EXPECT_EQ(r.code, run::kRunExitTruncated);
   auto events = JsonLines(r.out);
   ASSERT_FALSE(events.empty());
@@ -364,13 +363,13 @@ TEST_F(RunTest, ATruncatedAnswerIsNotASuccess) {
 }
 
 TEST_F(RunTest, RejectedToolCallsAndRetriesAreShown) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::RateLimited("0"));
   server.Enqueue(ScriptedTurn::ToolCalls(
       {ScriptedToolCall("toolu_x", "no_such_tool", {{"path", "/"}}),
        ScriptedToolCall::Raw("toolu_y", "write_file", R"({"file_path": "/workspace/a", )")}));
   server.Enqueue(ScriptedTurn::Text("gave up"));
-  auto r = Run(RunArgs({kTask}), FakeEnv(server));
+  auto r = Run(RunArgs({kFibTask}), FakeEnv(server));
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("the model API failed (attempt 1 of 6): "));
   EXPECT_THAT(r.err, HasSubstr("retrying in 0ms"));
@@ -383,7 +382,7 @@ TEST_F(RunTest, RejectedToolCallsAndRetriesAreShown) {
   server.Enqueue(
       ScriptedTurn::ToolCalls({ScriptedToolCall("toolu_z", "no_such_tool", {{"path", "/"}})}));
   server.Enqueue(ScriptedTurn::Text("gave up"));
-  r = Run(RunArgs({"--json", kTask}), FakeEnv(server));
+  r = Run(RunArgs({"--json", kFibTask}), FakeEnv(server));
   EXPECT_EQ(r.code, 0) << r.err;
   auto events = JsonLines(r.out);
   const json::object* retry = Find(events, "retry");
@@ -402,13 +401,13 @@ TEST_F(RunTest, SkillsAndMemoryFromThisMachineReachTheAgent) {
   WriteFile(dir_ / "skills" / "greeting" / "SKILL.md",
             "---\nname: greeting\ndescription: Greets people in Esperanto.\n---\nSay saluton.\n");
   WriteFile(dir_ / "AGENTS.md", "The user prefers tabs over spaces.\n");
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::ToolCalls(
       {ScriptedToolCall("toolu_r", "execute",
                         {{"command", "cat /workspace/.deepagents/skills/1/greeting/SKILL.md"}})}));
   server.Enqueue(ScriptedTurn::Text("done"));
   auto r = Run(RunArgs({"--skills", (dir_ / "skills").string(), "--memory-file",
-                        (dir_ / "AGENTS.md").string(), kTask}),
+                        (dir_ / "AGENTS.md").string(), kFibTask}),
                FakeEnv(server));
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("1 skill from " + (dir_ / "skills").string()));
@@ -426,14 +425,14 @@ TEST_F(RunTest, SkillsAndMemoryFromThisMachineReachTheAgent) {
   server.Enqueue(ScriptedTurn::Text("done"));
   auto env = FakeEnv(server);
   env["HOME"] = (dir_ / "home").string();
-  r = Run(RunArgs({kTask}), env);
+  r = Run(RunArgs({kFibTask}), env);
   EXPECT_EQ(r.code, 0) << r.err;
   system = ToJson(server.requests().back().json.at("system"));
   EXPECT_THAT(system, HasSubstr("Says hello."));
   EXPECT_THAT(system, HasSubstr("Default memory here."));
   // `none` turns the defaults off.
   server.Enqueue(ScriptedTurn::Text("done"));
-  r = Run(RunArgs({"--skills", "none", "--memory-file", "none", kTask}), env);
+  r = Run(RunArgs({"--skills", "none", "--memory-file", "none", kFibTask}), env);
   EXPECT_EQ(r.code, 0) << r.err;
   system = ToJson(server.requests().back().json.at("system"));
   EXPECT_THAT(system, Not(HasSubstr("Says hello.")));
@@ -454,14 +453,14 @@ std::string LastUserText(const json::object& body) {
 
 TEST_F(RunTest, AThreadContinuesInItsSandboxOrIsToldItIsNew) {
   // Run 1 keeps its sandbox, with a file in it.
-  auto r = Run(
-      RunArgs({"--keep-sandbox", "--thread", "th-keep", "--model", "replay:" + kFibReplay, kTask}));
+  auto r = Run(RunArgs(
+      {"--keep-sandbox", "--thread", "th-keep", "--model", "replay:" + kFibReplay, kFibTask}));
   ASSERT_EQ(r.code, 0) << r.err;
-  auto list = Sandboxes(kLabel);
+  auto list = Sandboxes(kRunLabel);
   ASSERT_EQ(list.size(), 1u);
   std::string id(list[0].at("id").as_string());
   // Run 2 continues in it: the file is there and the model is told nothing.
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::ToolCalls({ScriptedToolCall(
       "toolu_c", "execute", {{"command", "python3 /workspace/fib.py | tail -1"}})}));
   server.Enqueue(ScriptedTurn::Text("still there"));
@@ -472,7 +471,7 @@ TEST_F(RunTest, AThreadContinuesInItsSandboxOrIsToldItIsNew) {
   EXPECT_THAT(r.err, HasSubstr("⎿ 34"));
   EXPECT_EQ(LastUserText(server.requests().at(0).json), "run it again");
   EXPECT_THAT(r.err, HasSubstr("deepbox sandbox rm " + id));  // left running, as it was
-  ASSERT_EQ(Sandboxes(kLabel).size(), 1u);
+  ASSERT_EQ(Sandboxes(kRunLabel).size(), 1u);
   // Run 2b: without --sandbox-id the thread goes on in its kept sandbox too.
   server.Enqueue(ScriptedTurn::ToolCalls({ScriptedToolCall(
       "toolu_d", "execute", {{"command", "python3 /workspace/fib.py | tail -1"}})}));
@@ -481,7 +480,7 @@ TEST_F(RunTest, AThreadContinuesInItsSandboxOrIsToldItIsNew) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("in the same sandbox"));
   EXPECT_THAT(r.err, HasSubstr("⎿ 34"));
-  ASSERT_EQ(Sandboxes(kLabel).size(), 1u);  // attached, not deleted
+  ASSERT_EQ(Sandboxes(kRunLabel).size(), 1u);  // attached, not deleted
   // Run 3 gets a new sandbox once that one is gone: the model is told its
   // files are gone.
   ASSERT_EQ(Run({kDeepbox, "sandbox", "rm", id}).code, 0);
@@ -510,7 +509,7 @@ TEST_F(RunTest, AThreadContinuesInItsSandboxOrIsToldItIsNew) {
 // sandbox's files; what the sub-agent writes stays in the fork, which is
 // deleted when it ends.
 TEST_F(RunTest, AForkedSubAgentLeavesTheSandboxsFilesAlone) {
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::ToolCalls(
       {ScriptedToolCall("toolu_1", "execute", {{"command", "echo base > /workspace/base.txt"}})}));
   server.Enqueue(ScriptedTurn::ToolCalls({ScriptedToolCall(
@@ -535,7 +534,7 @@ TEST_F(RunTest, AForkedSubAgentLeavesTheSandboxsFilesAlone) {
   // The sub-agent's command ran in another sandbox that had the file.
   std::string sub_result = ToJson(requests[3].json);
   EXPECT_THAT(sub_result, HasSubstr("base"));
-  auto list = Sandboxes(kLabel);
+  auto list = Sandboxes(kRunLabel);
   ASSERT_EQ(list.size(), 1u);  // the fork is gone, the kept sandbox stays
   std::string id(list[0].at("id").as_string());
   EXPECT_THAT(sub_result, Not(HasSubstr(id)));  // its hostname is its own id
@@ -548,9 +547,9 @@ TEST_F(RunTest, AForkedSubAgentLeavesTheSandboxsFilesAlone) {
 
 TEST_F(RunTest, KeepSandboxLeavesItAndSaysHowToDeleteIt) {
   auto r =
-      Run(RunArgs({"--keep-sandbox", "--ttl", "300", "--model", "replay:" + kFibReplay, kTask}));
+      Run(RunArgs({"--keep-sandbox", "--ttl", "300", "--model", "replay:" + kFibReplay, kFibTask}));
   EXPECT_EQ(r.code, 0) << r.err;
-  auto list = Sandboxes(kLabel);
+  auto list = Sandboxes(kRunLabel);
   ASSERT_THAT(list, SizeIs(1));
   std::string id(list[0].at("id").as_string());
   EXPECT_THAT(r.err, HasSubstr("deepbox sandbox rm " + id));
@@ -564,24 +563,24 @@ TEST_F(RunTest, KeepSandboxLeavesItAndSaysHowToDeleteIt) {
 TEST_F(RunTest, ConfigFileAndUsageErrors) {
   WriteFile(dir_ / "cfg.yaml", "model: replay:" + kFibReplay + "\nlabels: {" +
                                    "e2e.deepbox.dev/test: run}\nttl: 120\n");
-  auto r = Run({kDeepbox, "run", "--config", (dir_ / "cfg.yaml").string(), kTask});
+  auto r = Run({kDeepbox, "run", "--config", (dir_ / "cfg.yaml").string(), kFibTask});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
 
   WriteFile(dir_ / "bad.yaml", "modle: x\n");
-  r = Run({kDeepbox, "run", "--config", (dir_ / "bad.yaml").string(), kTask});
+  r = Run({kDeepbox, "run", "--config", (dir_ / "bad.yaml").string(), kFibTask});
   EXPECT_EQ(r.code, run::kRunExitUsage);
   EXPECT_THAT(r.err, HasSubstr("modle: unknown setting"));
 
-  EXPECT_EQ(Run({kDeepbox, "run", "--sandbox", "docker", kTask}).code, run::kRunExitUsage);
-  EXPECT_EQ(Run({kDeepbox, "run", "--ttl", "-5", kTask}).code, run::kRunExitUsage);
-  EXPECT_EQ(Run({kDeepbox, "run", "--label", "bad label", kTask}).code, run::kRunExitUsage);
-  r = Run({kDeepbox, "run", "--model", "gemini:x", kTask});
+  EXPECT_EQ(Run({kDeepbox, "run", "--sandbox", "docker", kFibTask}).code, run::kRunExitUsage);
+  EXPECT_EQ(Run({kDeepbox, "run", "--ttl", "-5", kFibTask}).code, run::kRunExitUsage);
+  EXPECT_EQ(Run({kDeepbox, "run", "--label", "bad label", kFibTask}).code, run::kRunExitUsage);
+  r = Run({kDeepbox, "run", "--model", "gemini:x", kFibTask});
   EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
   r = Run({kDeepbox, "run", "--model", "replay:" + kFibReplay}, {}, "");
   EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;  // no TASK on an empty stdin
   EXPECT_THAT(r.err, HasSubstr("no TASK"));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 TEST_F(RunTest, HelpDocumentsEveryFlagAndVariable) {
@@ -619,9 +618,9 @@ TEST_F(RunTest, UntrustedProjectFilesAreIgnoredWithoutATerminal) {
   WriteFile(proj / ".deepagents" / "AGENTS.md", "PLANTED-MEMORY-91c2\n");
   WriteFile(proj / ".deepagents" / "skills" / "planted" / "SKILL.md",
             "---\nname: planted\ndescription: PLANTED-SKILL-5d1e\n---\n");
-  FakeAnthropicServer server({.api_key = kKey});
+  FakeAnthropicServer server({.api_key = kFakeApiKey});
   server.Enqueue(ScriptedTurn::Text("done"));
-  Process p(RunArgs({kTask}), Env(FakeEnv(server)), dir_, "", proj);
+  Process p(RunArgs({kFibTask}), Env(FakeEnv(server)), dir_, "", proj);
   ASSERT_EQ(p.Wait(), 0) << p.err();
   EXPECT_FALSE(fs::exists(marker)) << "a planted stdio MCP server ran on the host";
   const std::string err = p.err();
@@ -635,20 +634,20 @@ TEST_F(RunTest, UntrustedProjectFilesAreIgnoredWithoutATerminal) {
   EXPECT_THAT(sent, Not(HasSubstr("PLANTED-SKILL-5d1e")));
   // Named explicitly, the file is the user's own choice: used.
   server.Enqueue(ScriptedTurn::Text("done"));
-  Process named(RunArgs({"--mcp-config", "./.mcp.json", kTask}), Env(FakeEnv(server)), dir_, "",
+  Process named(RunArgs({"--mcp-config", "./.mcp.json", kFibTask}), Env(FakeEnv(server)), dir_, "",
                 proj);
   ASSERT_EQ(named.Wait(), 0) << named.err();
   EXPECT_TRUE(Eventually([&] { return fs::exists(marker); }, 30s)) << named.err();
   EXPECT_THAT(named.err(), Not(HasSubstr("PLANTED")));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 // Issue 29 L6: a model API that accepts the connection and never answers is
 // given up on after --model-idle-timeout (and retried), not after 300 s.
 TEST_F(RunTest, StalledModelStreamHitsTheIdleTimeout) {
   SilentServer api;
-  Process p(RunArgs({"--json", "--model-idle-timeout", "1", kTask}),
-            Env({{"ANTHROPIC_API_KEY", kKey},
+  Process p(RunArgs({"--json", "--model-idle-timeout", "1", kFibTask}),
+            Env({{"ANTHROPIC_API_KEY", kFakeApiKey},
                  {"ANTHROPIC_BASE_URL", "http://127.0.0.1:" + std::to_string(api.port())}}),
             dir_);
   // A retry event (the first attempt timed out), well before any 300 s timer.
@@ -660,8 +659,8 @@ TEST_F(RunTest, StalledModelStreamHitsTheIdleTimeout) {
   EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.err();
   // The environment variable does the same.
   SilentServer api2;
-  Process q(RunArgs({"--json", kTask}),
-            Env({{"ANTHROPIC_API_KEY", kKey},
+  Process q(RunArgs({"--json", kFibTask}),
+            Env({{"ANTHROPIC_API_KEY", kFakeApiKey},
                  {"ANTHROPIC_BASE_URL", "http://127.0.0.1:" + std::to_string(api2.port())},
                  {"DEEPBOX_MODEL_IDLE_TIMEOUT", "1"}}),
             dir_);
@@ -670,15 +669,15 @@ TEST_F(RunTest, StalledModelStreamHitsTheIdleTimeout) {
       << q.out() << q.err();
   kill(q.pid(), SIGTERM);
   EXPECT_EQ(q.Wait(), run::kRunExitInterrupted) << q.err();
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 // Issue 29 L8: a misspelt --pool is a usage error, before anything is claimed.
 TEST_F(RunTest, UnknownPoolIsAUsageError) {
-  auto r = Run(RunArgs({"--pool", "nosuchpool", "--model", "replay:" + kFibReplay, kTask}));
+  auto r = Run(RunArgs({"--pool", "nosuchpool", "--model", "replay:" + kFibReplay, kFibTask}));
   EXPECT_EQ(r.code, run::kRunExitUsage) << r.err;
   EXPECT_THAT(r.err, HasSubstr("--pool nosuchpool: no such warm pool"));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kRunLabel), IsEmpty());
 }
 
 }  // namespace

@@ -18,8 +18,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-constexpr const char* kTask = "Write fib.py that prints the first 10 Fibonacci numbers and run it";
-const std::string kLabel = "e2e.deepbox.dev/test=terminal";
+const std::string kTerminalLabel = "e2e.deepbox.dev/test=terminal";
 
 // An SGR (colour) escape sequence: ESC [ digits/semicolons m.
 bool HasSgr(const std::string& s) {
@@ -52,7 +51,7 @@ bool HasSpinnerFrame(const std::string& s, const std::string& label) {
 class TerminalTest : public E2eTest {
  protected:
   std::vector<std::string> Args(std::vector<std::string> extra) {
-    std::vector<std::string> argv = {kDeepbox, "run", "--label", kLabel};
+    std::vector<std::string> argv = {kDeepbox, "run", "--label", kTerminalLabel};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -63,7 +62,7 @@ class TerminalTest : public E2eTest {
 };
 
 TEST_F(TerminalTest, SpinnerStreamedTextToolLinesAndColours) {
-  PtyProcess p(Args({"--model", "replay:" + kFibReplay, kTask}), TermEnv());
+  PtyProcess p(Args({"--model", "replay:" + kFibReplay, kFibTask}), TermEnv());
   int code = p.Wait();
   const std::string& out = p.output();
   EXPECT_EQ(code, 0) << out;
@@ -83,11 +82,11 @@ TEST_F(TerminalTest, SpinnerStreamedTextToolLinesAndColours) {
   EXPECT_THAT(out, HasSubstr("tokens"));
   EXPECT_TRUE(HasSgr(out)) << "no colours on a terminal";
   EXPECT_THAT(out, HasSubstr("\x1b[32m✓\x1b[0m"));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kTerminalLabel), IsEmpty());
 }
 
 TEST_F(TerminalTest, NoColorMeansNoColours) {
-  PtyProcess p(Args({"--model", "replay:" + kFibReplay, kTask}), TermEnv({{"NO_COLOR", "1"}}));
+  PtyProcess p(Args({"--model", "replay:" + kFibReplay, kFibTask}), TermEnv({{"NO_COLOR", "1"}}));
   EXPECT_EQ(p.Wait(), 0) << p.output();
   EXPECT_THAT(p.output(), HasSubstr("Claiming a local sandbox"));  // the spinner stays
   EXPECT_THAT(p.output(), HasSubstr("✓"));
@@ -95,13 +94,13 @@ TEST_F(TerminalTest, NoColorMeansNoColours) {
 }
 
 TEST_F(TerminalTest, NoColorFlag) {
-  PtyProcess p(Args({"--no-color", "--model", "replay:" + kFibReplay, kTask}), TermEnv());
+  PtyProcess p(Args({"--no-color", "--model", "replay:" + kFibReplay, kFibTask}), TermEnv());
   EXPECT_EQ(p.Wait(), 0) << p.output();
   EXPECT_FALSE(HasSgr(p.output())) << p.output();
 }
 
 TEST_F(TerminalTest, JsonOnATerminalIsPlainJsonLines) {
-  PtyProcess p(Args({"--json", "--model", "replay:" + kFibReplay, kTask}), TermEnv());
+  PtyProcess p(Args({"--json", "--model", "replay:" + kFibReplay, kFibTask}), TermEnv());
   EXPECT_EQ(p.Wait(), 0) << p.output();
   EXPECT_FALSE(HasSgr(p.output()));
   EXPECT_THAT(p.output(), Not(HasSubstr("Claiming")));  // no spinner
@@ -135,7 +134,7 @@ TEST_F(TerminalTest, InteractivePromptRunsEachLineOnTheSameSandbox) {
   p.Write("/exit\r");
   EXPECT_EQ(p.Wait(), 0) << p.output();
   EXPECT_THAT(p.output(), HasSubstr("kept between tasks"));  // the folded execute output
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kTerminalLabel), IsEmpty());
 }
 
 TEST_F(TerminalTest, InteractivePromptEditsLinesAndRecallsHistory) {
@@ -178,7 +177,7 @@ TEST_F(TerminalTest, InteractivePromptEditsLinesAndRecallsHistory) {
   EXPECT_THAT(ReadFile(history), HasSubstr("write"));
   EXPECT_EQ(fs::status(history).permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write);
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kTerminalLabel), IsEmpty());
 }
 
 TEST_F(TerminalTest, CtrlCCancelsTheTaskNotTheSession) {
@@ -195,14 +194,14 @@ TEST_F(TerminalTest, CtrlCCancelsTheTaskNotTheSession) {
   ASSERT_TRUE(p.WaitForNext("›")) << p.output();  // a fresh prompt
   p.Write("sleep for a while\r");
   ASSERT_TRUE(p.WaitFor("execute sleep 1000")) << p.output();
-  std::string id = WaitForSandbox(kLabel);
+  std::string id = WaitForSandbox(kTerminalLabel);
   p.Write("\x03");
   ASSERT_TRUE(p.WaitFor("task cancelled")) << p.output();
   ASSERT_TRUE(p.WaitForNext("›")) << p.output();  // the session goes on
   p.Write("are you there?\r");
   ASSERT_TRUE(p.WaitFor("still here")) << p.output();
   // Same sandbox throughout.
-  auto list = Sandboxes(kLabel);
+  auto list = Sandboxes(kTerminalLabel);
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0].at("id").as_string(), id);
   p.Write("/exit\r");
@@ -211,7 +210,7 @@ TEST_F(TerminalTest, CtrlCCancelsTheTaskNotTheSession) {
   ASSERT_EQ(requests.size(), 2u);  // the abandoned line was never sent
   EXPECT_THAT(ToJson(requests[1].json), HasSubstr("are you there?"));
   EXPECT_THAT(ToJson(requests[1].json), Not(HasSubstr("never sent")));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kTerminalLabel), IsEmpty());
 }
 
 TEST_F(TerminalTest, ManualApprovalShowsTheChangeAndTakesOneKey) {
@@ -236,7 +235,7 @@ TEST_F(TerminalTest, ManualApprovalShowsTheChangeAndTakesOneKey) {
       R"({"request": {"tool_results": ["t7"]}, "response": {"text": "all done"}})"
       "\n");
   PtyProcess p(Args({"--approve", "manual", "--model",
-                     "replay:" + (dir_ / "approve.jsonl").string(), kTask}),
+                     "replay:" + (dir_ / "approve.jsonl").string(), kFibTask}),
                TermEnv());
   // The command itself, and a single key answers (no Enter). A key counts
   // once its question is shown (typed earlier, it is dropped).
@@ -278,7 +277,7 @@ TEST_F(TerminalTest, ManualApprovalShowsTheChangeAndTakesOneKey) {
   // The rejected command never ran: its output never appears (only its command line).
   EXPECT_THAT(out, Not(HasSubstr("⎿ never-run")));
   EXPECT_THAT(out, Not(HasSubstr(R"({"command":"echo approved-run"})")));  // not raw JSON
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kTerminalLabel), IsEmpty());
 }
 
 TEST_F(TerminalTest, CtrlCAtTheApprovalPromptEndsTheRun) {
@@ -289,27 +288,27 @@ TEST_F(TerminalTest, CtrlCAtTheApprovalPromptEndsTheRun) {
       R"({"response": {"tool_calls": [{"id": "t1", "name": "execute", "input": {"command": "echo x"}}]}})"
       "\n");
   PtyProcess p(
-      Args({"--approve", "manual", "--model", "replay:" + (dir_ / "ask.jsonl").string(), kTask}),
+      Args({"--approve", "manual", "--model", "replay:" + (dir_ / "ask.jsonl").string(), kFibTask}),
       TermEnv());
   ASSERT_TRUE(p.WaitFor("[y]es")) << p.output();
   p.Write("\x03");
   EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.output();
   EXPECT_THAT(p.output(), HasSubstr("interrupted (Ctrl-C)"));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kTerminalLabel), IsEmpty());
 }
 
 TEST_F(TerminalTest, CtrlCOnTheTerminalDuringAToolCall) {
   FakeAnthropicServer server({.api_key = "sk-ant-e2e"});
   server.Enqueue(ScriptedTurn::ToolCalls(
       {ScriptedToolCall("toolu_sleep", "execute", {{"command", "sleep 1000"}})}));
-  PtyProcess p(Args({kTask}), TermEnv({{"ANTHROPIC_API_KEY", "sk-ant-e2e"},
-                                       {"ANTHROPIC_BASE_URL", server.url()}}));
+  PtyProcess p(Args({kFibTask}), TermEnv({{"ANTHROPIC_API_KEY", "sk-ant-e2e"},
+                                          {"ANTHROPIC_BASE_URL", server.url()}}));
   ASSERT_TRUE(p.WaitFor("execute sleep 1000")) << p.output();  // the running tool's spinner
-  WaitForSandbox(kLabel);
+  WaitForSandbox(kTerminalLabel);
   p.Write("\x03");  // Ctrl-C: SIGINT to the terminal's foreground process group
   EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.output();
   EXPECT_THAT(p.output(), HasSubstr("interrupted (Ctrl-C)"));
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kTerminalLabel), IsEmpty());
 }
 
 // Issue 21 H1: on a terminal, a project's .mcp.json is shown (the servers'
@@ -327,7 +326,7 @@ TEST_F(TerminalTest, ProjectFilesAreAskedAboutOnceAndBoundToTheirContent) {
   plant("first");
   const std::string question = "Use them (and remember this answer until they change)? [y/N]";
   {
-    PtyProcess p(Args({"--model", "replay:" + kFibReplay, kTask}), TermEnv(), proj);
+    PtyProcess p(Args({"--model", "replay:" + kFibReplay, kFibTask}), TermEnv(), proj);
     ASSERT_TRUE(p.WaitFor(question)) << p.output();
     EXPECT_THAT(p.output(), HasSubstr("lint: sh -c 'echo first >> " + marker.string() + "'"));
     EXPECT_FALSE(fs::exists(marker)) << "the server ran before the answer";
@@ -343,7 +342,7 @@ TEST_F(TerminalTest, ProjectFilesAreAskedAboutOnceAndBoundToTheirContent) {
   for (const auto& e : fs::directory_iterator(proj)) entries += e.path().filename() != "" ? 1 : 0;
   EXPECT_EQ(entries, 1u);  // only .mcp.json: nothing is recorded in the directory
   {
-    PtyProcess p(Args({"--model", "replay:" + kFibReplay, kTask}), TermEnv(), proj);
+    PtyProcess p(Args({"--model", "replay:" + kFibReplay, kFibTask}), TermEnv(), proj);
     EXPECT_EQ(p.Wait(), 0) << p.output();
     EXPECT_THAT(p.output(), Not(HasSubstr(question)));
   }
@@ -352,7 +351,7 @@ TEST_F(TerminalTest, ProjectFilesAreAskedAboutOnceAndBoundToTheirContent) {
   // Changed: asked again; "n" (or Enter) uses nothing.
   plant("second");
   {
-    PtyProcess p(Args({"--model", "replay:" + kFibReplay, kTask}), TermEnv(), proj);
+    PtyProcess p(Args({"--model", "replay:" + kFibReplay, kFibTask}), TermEnv(), proj);
     ASSERT_TRUE(p.WaitFor(question)) << p.output();
     EXPECT_THAT(p.output(), HasSubstr("echo second"));
     p.Write("\r");
@@ -360,14 +359,14 @@ TEST_F(TerminalTest, ProjectFilesAreAskedAboutOnceAndBoundToTheirContent) {
     EXPECT_THAT(p.output(), HasSubstr("not using this directory's project files"));
   }
   EXPECT_EQ(ReadFile(marker), "first\nfirst\n");
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kTerminalLabel), IsEmpty());
 }
 
 // Issue 29 L6: a model that sends nothing shows "Waiting for the model…" on a
 // terminal after a few seconds, with when deepbox gives up on the stream.
 TEST_F(TerminalTest, StalledModelShowsWaitingForTheModel) {
   SilentServer api;
-  PtyProcess p(Args({"--model-idle-timeout", "30", kTask}),
+  PtyProcess p(Args({"--model-idle-timeout", "30", kFibTask}),
                TermEnv({{"ANTHROPIC_API_KEY", "sk-ant-e2e"},
                         {"ANTHROPIC_BASE_URL", "http://127.0.0.1:" + std::to_string(api.port())}}));
   ASSERT_TRUE(
@@ -376,7 +375,7 @@ TEST_F(TerminalTest, StalledModelShowsWaitingForTheModel) {
       << p.output();
   p.Write("\x03");
   EXPECT_EQ(p.Wait(), run::kRunExitInterrupted) << p.output();
-  EXPECT_THAT(Sandboxes(kLabel), IsEmpty());
+  EXPECT_THAT(Sandboxes(kTerminalLabel), IsEmpty());
 }
 
 }  // namespace

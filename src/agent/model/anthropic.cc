@@ -85,13 +85,13 @@ json::array BuildMessages(const std::vector<Message>& messages) {
   return out;
 }
 
-std::optional<ApiError> ReadApiError(const json::value& error) {
+std::optional<ApiError> ReadAnthropicError(const json::value& error) {
   if (!error.is_object()) return std::nullopt;
   return ApiError{GetOptString(error.as_object(), "type").value_or(""),
                   GetOptString(error.as_object(), "message").value_or("")};
 }
 
-constexpr internal::StatusMessage kStatusMessages[] = {
+constexpr internal::StatusMessage kAnthropicStatusMessages[] = {
     {401, ErrorCode::kUnauthenticated,
      "Anthropic API key rejected ({what}): {message}. Check ANTHROPIC_API_KEY."},
     {403, ErrorCode::kPermissionDenied,
@@ -102,12 +102,12 @@ constexpr internal::StatusMessage kStatusMessages[] = {
      "ANTHROPIC_BASE_URL ({base_url})."},
 };
 
-constexpr internal::SseChatDialect kDialect{
+constexpr internal::SseChatDialect kAnthropicDialect{
     .provider = "Anthropic API",
     .client_name = "Anthropic API client",
     .path = "/v1/messages",
-    .status_messages = kStatusMessages,
-    .read_api_error = ReadApiError,
+    .status_messages = kAnthropicStatusMessages,
+    .read_api_error = ReadAnthropicError,
 };
 
 bool IsRetryableStreamError(std::string_view type) {
@@ -152,7 +152,7 @@ void FinishToolInput(const std::string& raw, ToolCall& call) {
 class AnthropicStream : public internal::StreamAccumulator {
  public:
   explicit AnthropicStream(const StreamCallbacks& callbacks)
-      : StreamAccumulator(callbacks, kDialect.provider) {}
+      : StreamAccumulator(callbacks, kAnthropicDialect.provider) {}
 
   bool OnEvent(const net::SseEvent& ev) override {
     if (ev.event == "ping") return true;
@@ -221,7 +221,7 @@ class AnthropicStream : public internal::StreamAccumulator {
     } else if (type == "error") {
       ApiError api;
       if (const auto* err = data.if_contains("error"))
-        api = ReadApiError(*err).value_or(ApiError{});
+        api = ReadAnthropicError(*err).value_or(ApiError{});
       return FailWithStreamError(api, StreamErrorCode(api.type), IsRetryableStreamError(api.type),
                                  internal::ContextOverflowReason(api.type, api.message));
     }
@@ -283,8 +283,8 @@ Result<std::unique_ptr<AnthropicModel>> AnthropicModel::Create(AnthropicOptions 
   if (options.model.empty()) options.model = kDefaultAnthropicModel;
   options.base_url =
       internal::NormalizedBaseUrl(std::move(options.base_url), kDefaultAnthropicBaseUrl);
-  auto client =
-      internal::SseChatClient::Create(kDialect, options.model, options.base_url, options.http);
+  auto client = internal::SseChatClient::Create(kAnthropicDialect, options.model, options.base_url,
+                                                options.http);
   if (!client) return tl::unexpected(client.error());
   return std::unique_ptr<AnthropicModel>(
       new AnthropicModel(std::move(options), std::move(*client)));

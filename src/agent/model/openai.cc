@@ -93,7 +93,7 @@ bool UsesMaxCompletionTokens(std::string_view model) {
 
 // A string error is its message; an object's type is its code if that is a
 // string, else its type.
-std::optional<ApiError> ReadApiError(const json::value& err) {
+std::optional<ApiError> ReadOpenAiError(const json::value& err) {
   ApiError e;
   if (err.is_string()) {
     e.message = std::string(err.as_string());
@@ -105,7 +105,7 @@ std::optional<ApiError> ReadApiError(const json::value& err) {
   return e;
 }
 
-constexpr internal::StatusMessage kStatusMessages[] = {
+constexpr internal::StatusMessage kOpenAiStatusMessages[] = {
     {401, ErrorCode::kUnauthenticated,
      "OpenAI-compatible server rejected the API key ({what}): {message}. Check OPENAI_API_KEY "
      "(and OPENAI_BASE_URL: {base_url})."},
@@ -116,12 +116,12 @@ constexpr internal::StatusMessage kStatusMessages[] = {
      "and OPENAI_BASE_URL ({base_url})."},
 };
 
-constexpr internal::SseChatDialect kDialect{
+constexpr internal::SseChatDialect kOpenAiDialect{
     .provider = "OpenAI-compatible server",
     .client_name = "OpenAI-compatible client",
     .path = "/chat/completions",
-    .status_messages = kStatusMessages,
-    .read_api_error = ReadApiError,
+    .status_messages = kOpenAiStatusMessages,
+    .read_api_error = ReadOpenAiError,
 };
 
 // An index from the server: anything but an int64 reads as 0.
@@ -143,7 +143,7 @@ std::string MapFinishReason(std::string_view reason) {
 class OpenAiStream : public internal::StreamAccumulator {
  public:
   explicit OpenAiStream(const StreamCallbacks& callbacks)
-      : StreamAccumulator(callbacks, kDialect.provider) {}
+      : StreamAccumulator(callbacks, kOpenAiDialect.provider) {}
 
   bool OnEvent(const net::SseEvent& ev) override {
     std::string_view data = ev.data;
@@ -162,7 +162,7 @@ class OpenAiStream : public internal::StreamAccumulator {
     }
     const json::object& chunk = parsed->as_object();
     if (const auto* err = chunk.if_contains("error"); err && !err->is_null()) {
-      return FailWithStreamError(*ReadApiError(*err), ErrorCode::kUnavailable, true);
+      return FailWithStreamError(*ReadOpenAiError(*err), ErrorCode::kUnavailable, true);
     }
     if (auto model = GetOptString(chunk, "model"); model && response().model.empty()) {
       response().model = *model;
@@ -276,8 +276,8 @@ Result<std::unique_ptr<OpenAiModel>> OpenAiModel::Create(OpenAiOptions options) 
   if (options.api_key.empty() && options.base_url.find("api.openai.com") != std::string::npos) {
     return MakeError(ErrorCode::kUnauthenticated, MissingOpenAiKeyMessage());
   }
-  auto client =
-      internal::SseChatClient::Create(kDialect, options.model, options.base_url, options.http);
+  auto client = internal::SseChatClient::Create(kOpenAiDialect, options.model, options.base_url,
+                                                options.http);
   if (!client) return tl::unexpected(client.error());
   return std::unique_ptr<OpenAiModel>(new OpenAiModel(std::move(options), std::move(*client)));
 }

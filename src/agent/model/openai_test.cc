@@ -24,7 +24,7 @@ std::unique_ptr<OpenAiModel> MakeModel(const FakeOpenAiServer& server, RetryPoli
       std::move(retry));
 }
 
-ModelRequest SimpleRequest() {
+ModelRequest BeBriefRequest() {
   ModelRequest r;
   r.system = "Be brief.";
   r.messages.push_back(Message::User("Hi"));
@@ -36,7 +36,7 @@ TEST(OpenAiTest, MapsTheConversationToChatMessages) {
   server.Enqueue(ScriptedTurn::Text("ok"));
   RetryRecorder rr;
   auto model = MakeModel(server, rr.Policy());
-  ModelRequest req = SimpleRequest();
+  ModelRequest req = BeBriefRequest();
   req.tools = {ToolSpec{"ls", "Lists files",
                         json::object{{"type", "object"}, {"properties", json::object{}}}}};
   req.messages.push_back(Message::Assistant(
@@ -84,7 +84,7 @@ TEST(OpenAiTest, ALocalServerNeedsNoKey) {
   server.Enqueue(ScriptedTurn::Text("local"));
   RetryRecorder rr;
   auto model = MakeModel(server, rr.Policy(), "", "qwen2.5-coder:7b");
-  auto r = model->Generate(SimpleRequest(), {});
+  auto r = model->Generate(BeBriefRequest(), {});
   ASSERT_TRUE(r) << r.error().ToString();
   EXPECT_FALSE(server.requests()[0].headers.Has("authorization"));
   EXPECT_EQ(model->name(), "openai:qwen2.5-coder:7b");

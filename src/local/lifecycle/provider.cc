@@ -22,6 +22,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/time.h"
 #include "common/unique_fd.h"
 #include "local/lifecycle/supervisor.h"
 #include "local/network.h"
@@ -31,12 +32,6 @@ namespace deepbox::local::lifecycle {
 namespace {
 
 using namespace std::chrono_literals;
-
-int64_t MonoNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
 
 bool IsExecutable(const std::string& path) {
   struct stat st;
@@ -71,9 +66,9 @@ UniqueFd SignalSupervisor(const ProcessRef& ref, const std::string& id, int sig)
 
 void WaitExit(int pidfd, std::chrono::milliseconds timeout) {
   struct pollfd pfd = {pidfd, POLLIN, 0};
-  int64_t deadline = MonoNs() + timeout.count() * 1000000LL;
+  int64_t deadline = MonotonicNs() + timeout.count() * 1000000LL;
   for (;;) {
-    int left = static_cast<int>((deadline - MonoNs()) / 1000000);
+    int left = static_cast<int>((deadline - MonotonicNs()) / 1000000);
     if (left <= 0) return;
     int rc = poll(&pfd, 1, left);
     if (rc < 0 && errno == EINTR) continue;
@@ -353,7 +348,7 @@ Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options
   std::string rootfs;
   if (auto st = ValidateClaim(options, &rootfs); !st) return tl::unexpected(st.error());
   SupervisorRequest req;
-  req.requested_at_ns = MonoNs();
+  req.requested_at_ns = MonotonicNs();
   req.state_dir = store_.root().string();
   req.id = Store::NewId();
   req.labels = options.labels;
@@ -1020,7 +1015,7 @@ Status LocalSandboxProvider::RequestMode(const std::string& id_or_name, const st
   // The supervisor records the outcome; resuming a suspended sandbox takes
   // a launch (as a create does), the rest milliseconds.
   const auto timeout = mode == "running" ? options_.create_timeout + 5s : 30s;
-  const int64_t deadline = MonoNs() + std::chrono::nanoseconds(timeout).count();
+  const int64_t deadline = MonotonicNs() + std::chrono::nanoseconds(timeout).count();
   for (;;) {
     auto now = store_.Read(id);
     if (!now) {
@@ -1045,7 +1040,7 @@ Status LocalSandboxProvider::RequestMode(const std::string& id_or_name, const st
           fmt::format("could not {} sandbox '{}': it broke ({})", verb, id, now->broken));
     }
     if (!IsSupervisorOf(now->supervisor, id)) return tl::unexpected(GoneError(id));
-    if (MonoNs() > deadline) {
+    if (MonotonicNs() > deadline) {
       return MakeError(
           ErrorCode::kTimeout,
           fmt::format("sandbox '{}' was not {} within {} s (it is {}; its log: {})", id, mode,
@@ -1069,7 +1064,7 @@ Status LocalSandboxProvider::AdoptSuspended(const SandboxMeta& meta) {
     return tl::unexpected(asked.error());
   }
   SupervisorRequest req;
-  req.requested_at_ns = MonoNs();
+  req.requested_at_ns = MonotonicNs();
   req.state_dir = store_.root().string();
   req.id = id;
   req.sandboxd_binary = options_.sandboxd_binary;

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/time.h"
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
 #include "local/launcher.h"
@@ -43,12 +44,6 @@ using namespace std::chrono_literals;
 constexpr size_t kStderrTail = 8192;
 // How often the supervisor looks whether its state dir is still there.
 constexpr int kStateCheckMs = 2000;
-
-int64_t MonoNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
 
 int64_t Us(int64_t ns) { return ns / 1000; }
 
@@ -398,7 +393,7 @@ Status Supervisor::LaunchSandbox() {
     return tl::unexpected(e);
   }
   sp_ = std::move(*sp);
-  launched_ns_ = MonoNs();
+  launched_ns_ = MonotonicNs();
   meta_.init.pid = sp_.pid();
   meta_.init.start_time = ProcessStartTime(sp_.pid()).value_or(0);
   if (sp_.network() != NetworkMode::kAllow) {  // allow keeps its list ("allow=a,b")
@@ -476,7 +471,7 @@ Status Supervisor::WaitHealthy() {
   // The listener exists before the daemon runs (the launcher bound it), so a
   // request simply waits in its backlog until the daemon accepts. The pidfd
   // cancels a wait at once if the daemon dies; signals are checked in between.
-  const int64_t deadline = MonoNs() + 30'000'000'000LL;
+  const int64_t deadline = MonotonicNs() + 30'000'000'000LL;
   for (;;) {
     net::ClientRequest req;
     req.target = "/deepbox/v1/health";
@@ -485,7 +480,7 @@ Status Supervisor::WaitHealthy() {
     auto r = (*http)->Send(req);
     if (r && r->status == 200) return {};
     (*http)->CloseIdle();
-    if (MonoNs() > deadline) {
+    if (MonotonicNs() > deadline) {
       return MakeError(ErrorCode::kTimeout,
                        "the sandbox daemon did not answer its health check within 30 s" +
                            (stderr_tail_.empty() ? "" : "; its stderr: " + stderr_tail_));
@@ -842,7 +837,7 @@ void Supervisor::Fail(const Error& e) {
 }
 
 int Supervisor::Run() {
-  start_ns_ = MonoNs();
+  start_ns_ = MonotonicNs();
   // Blocked before any thread exists (the launch starts some, e.g. a public
   // network's uplink watcher, which inherit this mask): a SIGHUP (a claim's
   // new labels and TTL) delivered to a thread that did not block it would
@@ -881,7 +876,7 @@ int Supervisor::Run() {
     Fail(st.error());
     return 1;
   }
-  int64_t ready_ns = MonoNs();
+  int64_t ready_ns = MonotonicNs();
   auto updated = store_.Update(req_.id, [&](SandboxMeta& m) {
     m.ready = true;
     m.init = meta_.init;
@@ -1031,9 +1026,9 @@ Result<SandboxMeta> StartSupervisor(const std::string& deepbox_binary,
   }
 
   std::string line;
-  const int64_t deadline = MonoNs() + timeout.count() * 1000000LL;
+  const int64_t deadline = MonotonicNs() + timeout.count() * 1000000LL;
   for (;;) {
-    int64_t left_ms = (deadline - MonoNs()) / 1000000;
+    int64_t left_ms = (deadline - MonotonicNs()) / 1000000;
     if (left_ms <= 0) {
       return MakeError(ErrorCode::kTimeout,
                        fmt::format("sandbox {} was not ready within {} ms (it keeps starting; "

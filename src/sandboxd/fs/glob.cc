@@ -22,7 +22,7 @@ using deepbox::fs::Root;
 namespace {
 
 constexpr size_t kMaxExpansions = 1000;
-constexpr size_t kMaxPatternBytes = 4096;
+constexpr size_t kMaxGlobPatternBytes = 4096;
 
 // One UTF-8 character at s[i]: its code point and length. An invalid byte is
 // a character of its own, distinct from every valid code point.
@@ -369,7 +369,7 @@ GlobMatcher::~GlobMatcher() = default;
 
 Result<GlobMatcher> GlobMatcher::Compile(std::string_view pattern) {
   if (pattern.empty()) return MakeError(ErrorCode::kInvalidArgument, "empty glob pattern");
-  if (pattern.size() > kMaxPatternBytes || pattern.find('\0') != std::string_view::npos) {
+  if (pattern.size() > kMaxGlobPatternBytes || pattern.find('\0') != std::string_view::npos) {
     return MakeError(ErrorCode::kInvalidArgument, "glob pattern too long or contains NUL");
   }
   std::vector<std::string> expanded;

@@ -39,7 +39,7 @@ namespace {
 constexpr size_t kNpos = std::numeric_limits<size_t>::max();
 constexpr size_t kInitialBuffer = 256 << 10;
 constexpr size_t kRegexWindowOverlap = 4096;
-constexpr size_t kMaxPatternBytes = 64 << 10;
+constexpr size_t kMaxGrepPatternBytes = 64 << 10;
 
 // How common each byte is in source code and text (0 = rarest, 255 = most
 // common), measured on /usr/include and Python/Perl sources. A literal is
@@ -377,7 +377,7 @@ void Searcher::Search(int fd, uint64_t size, uint64_t limit, FileHits* out) {
 }
 
 Result<FinderSpec> MakeSpec(std::string_view pattern, const GrepOptions& options) {
-  if (pattern.size() > kMaxPatternBytes) {
+  if (pattern.size() > kMaxGrepPatternBytes) {
     return MakeError(ErrorCode::kInvalidArgument, "grep pattern too long");
   }
   FinderSpec spec;

@@ -13,8 +13,6 @@ extern char** environ;
 namespace deepbox::sandboxd::proc {
 namespace {
 
-bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
-
 std::string ShellQuote(std::string_view arg) {
   if (!arg.empty() && arg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                             "0123456789_-+=/.,:@%") == std::string_view::npos) {
@@ -45,6 +43,8 @@ template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
 }  // namespace
+
+bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
 
 Status ValidateSpec(const CommandSpec& spec) {
   const bool has_argv = !spec.argv.empty();

@@ -74,6 +74,10 @@ struct CommandSpec {
 // kInvalidArgument when the spec cannot be run (neither or both of argv/shell,
 // NUL bytes, bad env keys, negative durations).
 Status ValidateSpec(const CommandSpec& spec);
+
+// Whether `s` holds a NUL byte (an argv, env or path string cannot: exec
+// would cut it there).
+bool HasNul(std::string_view s);
 // The argv actually executed (shell commands become {shell_path, "-c", shell}).
 std::vector<std::string> EffectiveArgv(const CommandSpec& spec);
 // Human-readable command: the shell string, or the argv shell-quoted.

@@ -13,28 +13,17 @@
 #include <utility>
 
 #include "sandboxd/proc/output_buffer.h"
+#include "sandboxd/proc/quiet_thread.h"
 
 namespace deepbox::sandboxd::proc {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kTableReadChunk = 64 * 1024;
 
 // epoll data: serial << 3 | tag.
 enum Tag : uint64_t { kTagStdout = 0, kTagStderr = 1, kTagStdin = 2, kTagPidfd = 3 };
 constexpr uint64_t kWakeData = std::numeric_limits<uint64_t>::max();
-
-// Library threads must not take the daemon's process-directed signals (SIGTERM,
-// SIGINT, ...): they start with every signal blocked.
-template <typename F>
-std::thread StartQuietThread(F&& fn) {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  std::thread thread(std::forward<F>(fn));
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return thread;
-}
 
 uint64_t EventData(uint64_t serial, Tag tag) { return (serial << 3) | tag; }
 
@@ -87,7 +76,7 @@ Result<std::unique_ptr<ProcessTable>> ProcessTable::Create(Options options) {
   if (epoll_ctl(table->epoll_fd_.get(), EPOLL_CTL_ADD, table->wake_fd_.get(), &ev) != 0) {
     return MakeSyscallError("epoll_ctl", errno);
   }
-  table->read_buf_.resize(kReadChunk);
+  table->read_buf_.resize(kTableReadChunk);
   table->thread_ = StartQuietThread([t = table.get()] { t->Loop(); });
   return table;
 }
@@ -526,7 +515,7 @@ void ProcessTable::CloseOutput(Entry& e, bool is_stdout) {
 void ProcessTable::FlushStdin(Entry& e) {
   while (e.in && !e.pending_stdin.empty()) {
     ssize_t w = WriteNoSigpipe(e.in.get(), e.pending_stdin.data(),
-                               std::min(e.pending_stdin.size(), kReadChunk));
+                               std::min(e.pending_stdin.size(), kTableReadChunk));
     if (w > 0) {
       e.pending_stdin.erase(0, static_cast<size_t>(w));
       continue;

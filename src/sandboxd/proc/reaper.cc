@@ -30,18 +30,6 @@ struct sigaction g_previous_sigchld;
 std::mutex g_reaper_mu;
 bool g_reaper_running = false;
 
-// Library threads must not take the daemon's process-directed signals (SIGTERM,
-// SIGINT, ...): they start with every signal blocked.
-template <typename F>
-std::thread StartQuietThread(F&& fn) {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  std::thread thread(std::forward<F>(fn));
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return thread;
-}
-
 void Poke(int fd) {
   if (fd < 0) return;
   const uint64_t one = 1;
@@ -338,3 +326,4 @@ void Reaper::Loop() {
 }
 
 }  // namespace deepbox::sandboxd::proc
+#include "sandboxd/proc/quiet_thread.h"

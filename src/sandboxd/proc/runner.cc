@@ -15,7 +15,7 @@ namespace deepbox::sandboxd::proc {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kRunnerReadChunk = 64 * 1024;
 
 // What the loop does with output; shared by Run and RunStreaming.
 struct Hooks {
@@ -65,7 +65,7 @@ class Execution {
       if (in_ && stdin_left_.empty()) in_.reset();  // EOF right away
     }
     last_activity_ = start_;
-    buf_.resize(kReadChunk);
+    buf_.resize(kRunnerReadChunk);
     Loop();
     Finish();
     return std::move(result_);
@@ -245,7 +245,7 @@ class Execution {
   }
 
   void WriteStdin() {
-    const size_t n = std::min(stdin_left_.size(), kReadChunk);
+    const size_t n = std::min(stdin_left_.size(), kRunnerReadChunk);
     ssize_t w = WriteNoSigpipe(in_.get(), stdin_left_.data(), n);
     if (w > 0) {
       stdin_left_.remove_prefix(static_cast<size_t>(w));

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "sandboxd/proc/command.h"
 #include "sandboxd/proc/reaper.h"
 
 extern char** environ;
@@ -221,8 +222,6 @@ int DevNull() {
   static const int fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   return fd;
 }
-
-bool HasNul(std::string_view s) { return s.find('\0') != std::string_view::npos; }
 
 // SetChildOpenFilesLimit: written once at startup, before any thread spawns.
 bool g_child_nofile_set = false;
