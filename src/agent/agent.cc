@@ -9,10 +9,25 @@
 
 #include "agent/format.h"
 #include "agent/middleware.h"
-#include "agent/middleware_hitl.h"
 #include "agent/text.h"
 
 namespace deepbox::agent {
+
+namespace internal {
+// What only the loop sets on the middleware's request and turn objects.
+struct LoopAccess {
+  static std::vector<Message>& messages(ModelCallRequest& r) { return r.messages_; }
+  static void set_view(ModelCallRequest& r, MessageView* view) { r.view_ = view; }
+  static bool changed(const ModelCallRequest& r) { return r.changes_ != 0; }
+  static void set_resume(ModelTurn& t, std::vector<Decision> decisions) {
+    t.resume_decisions_ = std::move(decisions);
+  }
+  static bool resume_taken(const ModelTurn& t) { return t.resume_taken_; }
+  static const std::optional<InterruptRequest>& paused(const ModelTurn& t) { return t.paused_; }
+};
+}  // namespace internal
+
+using internal::LoopAccess;
 
 namespace {
 constexpr size_t kPreviewChars = 200;
@@ -27,8 +42,20 @@ std::string Preview(const ToolResult& r) {
 }  // namespace
 
 struct AgentLoop::Impl {
-  explicit Impl(const LoopConfig& c) : config(c) {
-    for (const auto& t : config.tools) {
+  explicit Impl(const LoopConfig& c) : config(c), tools(c.tools), system_prompt(c.system_prompt) {
+    // The middleware's contributions; a tool of the same name listed before
+    // (a LoopConfig tool first) wins.
+    for (const auto& mw : config.middleware) {
+      for (auto& t : mw->tools()) {
+        bool listed = std::any_of(tools.begin(), tools.end(),
+                                  [&](const ToolPtr& o) { return o->name() == t->name(); });
+        if (!listed) tools.push_back(std::move(t));
+      }
+      if (std::string section = mw->system_prompt(); !section.empty()) {
+        system_prompt += "\n\n" + section;
+      }
+    }
+    for (const auto& t : tools) {
       specs.push_back(t->spec());
       by_name[t->name()] = t;
       names.push_back(t->name());
@@ -36,6 +63,8 @@ struct AgentLoop::Impl {
   }
 
   const LoopConfig& config;
+  std::vector<ToolPtr> tools;  // offered, in order
+  std::string system_prompt;
   std::vector<ToolSpec> specs;
   std::map<std::string, ToolPtr> by_name;
   std::vector<std::string> names;
@@ -67,10 +96,9 @@ struct AgentLoop::Impl {
   }
 
   void InitEnv(Run& run) {
-    run.env = std::make_unique<RunEnv>(RunEnv{
-        config, run.state, run.hooks, [this, &run](AgentEvent ev) { Emit(run, std::move(ev)); },
-        [this, &run](Message m) { Append(run, std::move(m)); }});
-    run.env->view = &run.view;
+    auto emit = [this, &run](AgentEvent ev) { Emit(run, std::move(ev)); };
+    auto append = [this, &run](Message m) { Append(run, std::move(m)); };
+    run.env = std::make_unique<RunEnv>(RunEnv{config, run.state, run.hooks, emit, append, {}});
   }
 
   LoopOutcome Finish(Run& run, StopReason reason, std::optional<Error> error = std::nullopt) {
@@ -85,10 +113,11 @@ struct AgentLoop::Impl {
     return run.outcome;
   }
 
-  Result<ModelResponse> CallChain(Run& run, ModelRequest& req, size_t i) {
+  Result<ModelResponse> CallChain(Run& run, ModelCallRequest& call, size_t i) {
     if (i < config.middleware.size()) {
       return config.middleware[i]->WrapModelCall(
-          req, *run.env, [this, &run, i](ModelRequest& r) { return CallChain(run, r, i + 1); });
+          call, *run.env,
+          [this, &run, i](ModelCallRequest& r) { return CallChain(run, r, i + 1); });
     }
     StreamCallbacks cb;
     cb.on_text_delta = [this, &run](std::string_view delta) {
@@ -106,16 +135,44 @@ struct AgentLoop::Impl {
       ev.duration = n.delay;
       Emit(run, std::move(ev));
     };
+    // The provider request takes the call's settings and messages and gives
+    // them back (a middleware may call `next` again).
+    ModelRequest req;
+    req.system = std::move(call.system);
+    req.tools = std::move(call.tools);
+    req.max_tokens = call.max_tokens;
+    req.prompt_caching = call.prompt_caching;
+    req.cancel = call.cancel;
+    req.cancel_fd = call.cancel_fd;
+    std::vector<Message>& messages = LoopAccess::messages(call);
     // The safety net for tool calls without a result. The view knows when
     // there are none (the usual case). The patched list is a copy, so that
     // the loop gets its view back as it lent it.
-    bool answered = run.view.IsLent(req.messages) && !run.view.MayHaveDanglingCalls();
-    if (answered || !HasDanglingToolCalls(req.messages)) return config.model->Generate(req, cb);
-    std::vector<Message> messages = std::move(req.messages);
-    req.messages = PatchDanglingToolCalls(messages);
+    MessageView* view = call.view();
+    bool answered = view && !view->MayHaveDanglingCalls();
+    bool patch = !answered && HasDanglingToolCalls(messages);
+    req.messages = patch ? PatchDanglingToolCalls(messages) : std::move(messages);
     auto resp = config.model->Generate(req, cb);
-    req.messages = std::move(messages);
+    if (!patch) messages = std::move(req.messages);
+    call.system = std::move(req.system);
+    call.tools = std::move(req.tools);
     return resp;
+  }
+
+  // Runs one tool call through the middleware's WrapToolCall.
+  ToolResult ToolChain(Run& run, ToolCallRequest& request, size_t i) {
+    if (i < config.middleware.size()) {
+      return config.middleware[i]->WrapToolCall(
+          request, *run.env,
+          [this, &run, i](ToolCallRequest& r) { return ToolChain(run, r, i + 1); });
+    }
+    if (!request.tool) return ToolResult::Err(InvalidToolMessage(request.call.name, names));
+    request.context->call = &request.call;
+    try {
+      return request.tool->Invoke(*request.context, request.call.input);
+    } catch (const std::exception& e) {
+      return ToolResult::Err(std::string("Error: ") + e.what());
+    }
   }
 
   // Runs the tool calls of the last assistant message; `preset` holds
@@ -202,7 +259,6 @@ struct AgentLoop::Impl {
       ToolContext ctx;
       ctx.sandbox = config.sandbox;
       ctx.root = root;
-      ctx.call = &c;
       ctx.cancel = run.hooks.cancel;
       ctx.cancel_fd = run.hooks.cancel_fd;
       ctx.permissions = config.permissions.get();
@@ -226,13 +282,8 @@ struct AgentLoop::Impl {
       ctx.on_event = [this, &run](const AgentEvent& ev) { Emit(run, ev); };
       ctx.on_interrupt = run.hooks.on_interrupt;
       auto t0 = std::chrono::steady_clock::now();
-      ToolResult r;
-      try {
-        r = tool->Invoke(ctx, c.input);
-      } catch (const std::exception& e) {
-        r = ToolResult::Err(std::string("Error: ") + e.what());
-      }
-      for (const auto& mw : config.middleware) mw->AfterToolCall(c, tool.get(), r, *run.env);
+      ToolCallRequest request{c, tool, &ctx};
+      ToolResult r = ToolChain(run, request, 0);
       AgentEvent end = start;
       end.type = EventType::kToolCallEnd;
       end.ok = !r.is_error;
@@ -271,42 +322,50 @@ struct AgentLoop::Impl {
     }
   }
 
-  // Asks for (or pauses on) human decisions for the last assistant message.
+  // The middleware's AfterModel pass over the last assistant message, innermost
+  // first; `resume`: the caller's decisions for the pending interrupt.
   // Returns false when the run must stop (paused or failed).
-  bool HandleInterrupts(Run& run, std::map<std::string, ToolResult>& preset,
-                        std::optional<std::vector<Decision>> decisions) {
+  bool AfterModel(Run& run, std::map<std::string, ToolResult>& preset,
+                  std::optional<std::vector<Decision>> resume) {
     Message& ai = run.state.messages.back();
-    std::optional<InterruptRequest> request;
-    if (run.state.pending_interrupt) {
-      request = run.state.pending_interrupt;
-    } else {
-      request = BuildInterruptRequest(ai.tool_calls, config.interrupt_on, config.permissions.get(),
-                                      config.sandbox->root());
-    }
-    if (!request) return true;
-    if (!decisions) {
+    const InterruptRequest* pending =
+        resume && run.state.pending_interrupt ? &*run.state.pending_interrupt : nullptr;
+    ModelTurn turn(ai, pending, [this, &run](const InterruptRequest& request) {
       AgentEvent ev;
       ev.type = EventType::kInterrupt;
-      ev.interrupt = &*request;
+      ev.interrupt = &request;
       Emit(run, std::move(ev));
-      if (run.hooks.on_interrupt) decisions = run.hooks.on_interrupt(*request);
-      if (!decisions) {
-        run.state.pending_interrupt = request;
-        if (run.hooks.on_interrupt_state) run.hooks.on_interrupt_state(request);
-        Finish(run, StopReason::kInterrupted);
+      std::optional<std::vector<Decision>> decisions;
+      if (run.hooks.on_interrupt) decisions = run.hooks.on_interrupt(request);
+      return decisions;
+    });
+    if (resume) LoopAccess::set_resume(turn, std::move(*resume));
+    for (auto it = config.middleware.rbegin(); it != config.middleware.rend(); ++it) {
+      if (auto st = (*it)->AfterModel(turn, *run.env); !st) {
+        Finish(run, StopReason::kError, st.error());
         return false;
       }
+      if (turn.paused()) break;
     }
-    if (auto st = ValidateDecisions(*request, *decisions); !st) {
-      Finish(run, StopReason::kError, st.error());
+    if (turn.message_changed() && run.hooks.on_message_replaced) {
+      run.hooks.on_message_replaced(ai);
+    }
+    if (turn.paused()) {
+      run.state.pending_interrupt = LoopAccess::paused(turn);
+      if (run.hooks.on_interrupt_state) run.hooks.on_interrupt_state(run.state.pending_interrupt);
+      Finish(run, StopReason::kInterrupted);
       return false;
     }
-    bool edited = ApplyDecisions(*request, *decisions, ai, preset);
-    if (edited && run.hooks.on_message_replaced) run.hooks.on_message_replaced(ai);
-    if (run.state.pending_interrupt) {
+    if (pending) {
+      if (!LoopAccess::resume_taken(turn)) {
+        Finish(run, StopReason::kError,
+               Error(ErrorCode::kInvalidArgument, "no interrupted run to resume"));
+        return false;
+      }
       run.state.pending_interrupt.reset();
       if (run.hooks.on_interrupt_state) run.hooks.on_interrupt_state(std::nullopt);
     }
+    preset = std::move(turn.results());
     return true;
   }
 
@@ -319,22 +378,22 @@ struct AgentLoop::Impl {
                             "Agent stopped: reached the step limit of " +
                                 std::to_string(config.max_steps) + " model turns"));
       }
-      ModelRequest req;
-      req.system = config.system_prompt;
-      req.tools = specs;
-      if (std::any_of(config.tools.begin(), config.tools.end(),
+      ModelCallRequest call(run.view.Lend(run.state));
+      LoopAccess::set_view(call, &run.view);
+      call.system = system_prompt;
+      call.tools = specs;
+      if (std::any_of(tools.begin(), tools.end(),
                       [](const ToolPtr& t) { return !t->Available(); })) {
-        req.tools.clear();
-        for (size_t i = 0; i < config.tools.size(); ++i) {
-          if (config.tools[i]->Available()) req.tools.push_back(specs[i]);
+        call.tools.clear();
+        for (size_t i = 0; i < tools.size(); ++i) {
+          if (tools[i]->Available()) call.tools.push_back(specs[i]);
         }
       }
-      req.max_tokens = config.max_tokens;
-      req.cancel = run.hooks.cancel;
-      req.cancel_fd = run.hooks.cancel_fd;
-      req.messages = run.view.Lend(run.state);
-      auto resp = CallChain(run, req, 0);
-      run.view.Return(std::move(req.messages));
+      call.max_tokens = config.max_tokens;
+      call.cancel = run.hooks.cancel;
+      call.cancel_fd = run.hooks.cancel_fd;
+      auto resp = CallChain(run, call, 0);
+      run.view.Return(std::move(LoopAccess::messages(call)), LoopAccess::changed(call));
       ++run.outcome.steps;
       if (!resp) {
         if (Cancelled(run.hooks) || resp.error().code == ErrorCode::kCancelled) {
@@ -381,7 +440,7 @@ struct AgentLoop::Impl {
         return Finish(run, StopReason::kCompleted);
       }
       std::map<std::string, ToolResult> preset;
-      if (!HandleInterrupts(run, preset, std::nullopt)) return run.outcome;
+      if (!AfterModel(run, preset, std::nullopt)) return run.outcome;
       ExecuteTools(run, std::move(preset));
     }
   }
@@ -392,14 +451,21 @@ AgentLoop::AgentLoop(LoopConfig config)
 
 AgentLoop::~AgentLoop() = default;
 
-LoopOutcome AgentLoop::Run(AgentState& state, LoopHooks& hooks) {
+LoopOutcome AgentLoop::Run(AgentState& state, LoopHooks& hooks, std::vector<Message> input) {
   Impl::Run run{state, hooks, {}, {}, {}, {}};
   impl_->InitEnv(run);
   if (!config_.model || !config_.sandbox) {
     return impl_->Finish(run, StopReason::kError,
                          Error(ErrorCode::kInvalidArgument, "agent needs a model and a sandbox"));
   }
+  if (state.pending_interrupt) {
+    state.pending_interrupt.reset();
+    if (hooks.on_interrupt_state) hooks.on_interrupt_state(std::nullopt);
+  }
+  run.env->input = input;
   for (const auto& mw : config_.middleware) mw->BeforeAgent(*run.env);
+  run.env->input = {};
+  for (auto& m : input) impl_->Append(run, std::move(m));
   return impl_->Loop(run);
 }
 
@@ -413,10 +479,14 @@ LoopOutcome AgentLoop::Resume(AgentState& state, std::vector<Decision> decisions
                          Error(ErrorCode::kInvalidArgument, "no interrupted run to resume"));
   }
   std::map<std::string, ToolResult> preset;
-  if (!impl_->HandleInterrupts(run, preset, std::move(decisions))) return run.outcome;
+  if (!impl_->AfterModel(run, preset, std::move(decisions))) return run.outcome;
   impl_->ExecuteTools(run, std::move(preset));
   return impl_->Loop(run);
 }
+
+const std::vector<ToolPtr>& AgentLoop::tools() const { return impl_->tools; }
+
+const std::string& AgentLoop::system_prompt() const { return impl_->system_prompt; }
 
 std::vector<Message> AgentLoop::EffectiveMessages(const AgentState& state) {
   if (!state.summarization) return state.messages;
@@ -522,8 +592,8 @@ std::vector<Message> MessageView::Lend(const AgentState& state) {
   return std::move(messages_);
 }
 
-void MessageView::Return(std::vector<Message> messages) {
-  if (lent_ && IsLent(messages)) {
+void MessageView::Return(std::vector<Message> messages, bool changed) {
+  if (lent_ && !changed && IsLent(messages)) {
     messages_ = std::move(messages);
   } else {
     valid_ = false;

@@ -1,18 +1,20 @@
 // The agent loop: model <-> tools until the model stops calling tools.
 //
 // One turn = one model call. When the answer has tool calls, the loop
-//  1. asks for human decisions on calls that need them (interrupt_on, "ask"
-//     permissions) through LoopHooks::on_interrupt, or pauses the run
-//     (StopReason::kInterrupted) so Resume() can continue with decisions;
+//  1. runs the middleware's AfterModel pass (middleware.h): human-in-the-loop
+//     (middleware_hitl.h) asks for decisions there through
+//     LoopHooks::on_interrupt, or pauses the run (StopReason::kInterrupted)
+//     so that Resume() can continue with decisions;
 //  2. validates arguments, then runs the calls concurrently on worker
-//     threads: calls sharing a scheduling lane (file tools on the same path,
-//     user tools that are not parallel-safe) run one after another in call
-//     order, everything else in parallel;
+//     threads, each through the middleware's WrapToolCall: calls sharing a
+//     scheduling lane (file tools on the same path, user tools that are not
+//     parallel-safe) run one after another in call order, everything else
+//     in parallel;
 //  3. appends the results in call order and loops.
 // It stops on a final answer, the step limit (max model turns), the cancel
 // flag (checked between steps and passed to the model call and to running
-// tools), an interrupt, or an error. Middleware (middleware.h) wraps the
-// model call and post-processes tool results.
+// tools), an interrupt, or an error. Middleware (middleware.h) also wraps the
+// model call and may contribute tools and a system-prompt section.
 #pragma once
 
 #include <atomic>
@@ -20,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -40,12 +43,11 @@ struct LoopConfig {
   std::string system_prompt;
   std::vector<ToolPtr> tools;
   std::vector<std::shared_ptr<Middleware>> middleware;  // outermost first
-  std::map<std::string, InterruptConfig> interrupt_on;
-  std::shared_ptr<const PermissionSet> permissions;  // may be null
-  int max_steps = 1000;                              // model turns per Run/Resume
-  int max_parallel_tools = 16;                       // worker threads per turn
-  int max_tokens = 0;                                // per model call; 0 = client default
-  std::string agent_name;                            // "" = main agent
+  std::shared_ptr<const PermissionSet> permissions;     // for the tools; may be null
+  int max_steps = 1000;                                 // model turns per Run/Resume
+  int max_parallel_tools = 16;                          // worker threads per turn
+  int max_tokens = 0;                                   // per model call; 0 = client default
+  std::string agent_name;                               // "" = main agent
   int depth = 0;
   std::string session_id;  // names the conversation-history file
 };
@@ -79,22 +81,23 @@ int64_t ApproxMessageTokens(const Message& m);
 // The effective conversation (AgentLoop::EffectiveMessages) kept across the
 // turns of one run, so that a turn copies the messages added since the last
 // one instead of the whole thread. The loop lends the vector to the model
-// request (ModelRequest::messages) and takes it back after the call.
-// Middleware that change request messages for one call undo the change
-// before they return (large-message eviction, argument truncation); one that
-// replaces the list (a summarization) also records a new
-// AgentState::summarization, so the next Lend rebuilds. Return() keeps only
-// the lent vector (same buffer, length and end messages); anything else
-// makes the next Lend rebuild. A view lives for one Run/Resume, during which
-// state.messages only grows (a human edit changes the newest assistant
-// message before the next Lend copies it). Loop thread only.
+// call (ModelCallRequest) and takes it back after the call; it rebuilds the
+// view when the call changed the messages (ModelCallRequest::mutable_messages)
+// or when the summarization changed. Middleware never see this rule: their
+// per-call changes either go through a MessageEdit (undone before the loop
+// takes the vector back) or make the next Lend rebuild. A view lives for one
+// Run/Resume, during which state.messages only grows (a human edit changes
+// the newest assistant message before the next Lend copies it). Loop thread
+// only.
 class MessageView {
  public:
   // Brings the view up to date with `state` (appends the messages added
   // since the last Lend, rebuilds when the summarization changed) and moves
   // it out.
   std::vector<Message> Lend(const AgentState& state);
-  void Return(std::vector<Message> messages);
+  // Takes the vector back; `changed`: its messages were changed in the call
+  // (then, as for any other vector, the next Lend rebuilds).
+  void Return(std::vector<Message> messages, bool changed = false);
   // Whether `messages` is the vector Lend returned, not replaced.
   bool IsLent(const std::vector<Message>& messages) const;
 
@@ -133,10 +136,9 @@ struct RunEnv {
   AgentState& state;
   LoopHooks& hooks;
   std::function<void(AgentEvent)> emit;  // thread-safe, tags agent/depth
-  std::function<void(Message)> append;   // appends to state + persists
-  // The loop's view; WrapModelCall gets request.messages lent from it
-  // (view->IsLent(request.messages) unless an outer middleware replaced them).
-  MessageView* view = nullptr;
+  std::function<void(Message)> append;   // appends to state + persists (loop thread)
+  // BeforeAgent: the messages Run() appends after it (the new user message).
+  std::span<const Message> input;
 };
 
 class AgentLoop {
@@ -147,9 +149,16 @@ class AgentLoop {
   AgentLoop& operator=(const AgentLoop&) = delete;
 
   const LoopConfig& config() const { return config_; }
+  // What the model is offered: LoopConfig::tools and system_prompt with the
+  // middleware's tools and sections (middleware.h).
+  const std::vector<ToolPtr>& tools() const;
+  const std::string& system_prompt() const;
 
-  // Runs after the caller appended the new user message to state.messages.
-  LoopOutcome Run(AgentState& state, LoopHooks& hooks);
+  // Appends `input` (the new user message; persisted through
+  // LoopHooks::on_message) after the middleware's BeforeAgent and runs. A
+  // pending interrupt is dropped first: new input answers it (the patch
+  // middleware gives its calls a result).
+  LoopOutcome Run(AgentState& state, LoopHooks& hooks, std::vector<Message> input = {});
   // Continues a run paused on state.pending_interrupt with one decision per
   // action request.
   LoopOutcome Resume(AgentState& state, std::vector<Decision> decisions, LoopHooks& hooks);
@@ -170,9 +179,5 @@ class AgentLoop {
   LoopConfig config_;
   std::unique_ptr<Impl> impl_;
 };
-
-// Validates decisions against an interrupt: one per action, each of an
-// allowed type. Messages follow LangChain's HumanInTheLoopMiddleware.
-Status ValidateDecisions(const InterruptRequest& request, const std::vector<Decision>& decisions);
 
 }  // namespace deepbox::agent

@@ -3,6 +3,7 @@
 #include "agent/background.h"
 #include "agent/codec.h"
 #include "agent/middleware_eviction.h"
+#include "agent/middleware_hitl.h"
 #include "agent/middleware_memory.h"
 #include "agent/middleware_patch.h"
 #include "agent/middleware_skills.h"
@@ -66,7 +67,6 @@ struct DeepAgent::Impl {
   std::shared_ptr<const PermissionSet> permissions;
   std::vector<ToolPtr> shared_tools;  // fs + execute + user tools (sub-agents draw from these)
   std::vector<ToolPtr> all_tools;     // shared + write_todos (for named sub-agent tool lists)
-  std::string system_prompt;
   std::unique_ptr<AgentLoop> loop;
   std::map<std::string, LoopConfig> subagent_configs;
 
@@ -86,9 +86,16 @@ struct DeepAgent::Impl {
     if (writer) (void)writer->Append(type, std::move(record));
   }
 
+  // deepagents' stack, reduced to what deepbox has; `subagents`: the main
+  // agent's task tool, `patch`: the main agent's (a sub-agent's thread is
+  // new).
   std::vector<std::shared_ptr<Middleware>> MakeMiddleware(
-      const std::vector<std::string>& skills_dirs, const std::vector<std::string>& memory_paths) {
+      std::shared_ptr<Middleware> subagents, const std::vector<std::string>& skills_dirs,
+      const std::vector<std::string>& memory_paths, bool patch,
+      std::map<std::string, InterruptConfig> interrupt_on,
+      std::shared_ptr<const PermissionSet> ask_rules) {
     std::vector<std::shared_ptr<Middleware>> mws;
+    if (subagents) mws.push_back(std::move(subagents));
     if (!skills_dirs.empty()) mws.push_back(std::make_shared<SkillsMiddleware>(skills_dirs));
     if (!memory_paths.empty()) mws.push_back(std::make_shared<MemoryMiddleware>(memory_paths));
     if (opts.summarization) {
@@ -97,6 +104,9 @@ struct DeepAgent::Impl {
     if (opts.eviction_char_limit > 0) {
       mws.push_back(std::make_shared<EvictionMiddleware>(opts.eviction_char_limit));
     }
+    if (patch) mws.push_back(std::make_shared<PatchToolCallsMiddleware>());
+    mws.push_back(
+        std::make_shared<HumanInTheLoopMiddleware>(std::move(interrupt_on), std::move(ask_rules)));
     return mws;
   }
 
@@ -314,8 +324,6 @@ Result<std::unique_ptr<DeepAgent>> DeepAgent::Create(DeepAgentOptions options) {
       c.tools = I.shared_tools;
     }
     for (const auto& t : s.extra_tools) c.tools.push_back(t);
-    c.middleware = I.MakeMiddleware(s.skills_dirs, {});
-    c.interrupt_on = s.interrupt_on ? *s.interrupt_on : o.interrupt_on;
     if (s.permissions) {
       auto sp = PermissionSet::Create(*s.permissions);
       if (!sp) return tl::unexpected(sp.error());
@@ -323,6 +331,9 @@ Result<std::unique_ptr<DeepAgent>> DeepAgent::Create(DeepAgentOptions options) {
     } else {
       c.permissions = I.permissions;
     }
+    c.middleware =
+        I.MakeMiddleware(nullptr, s.skills_dirs, {}, /*patch=*/false,
+                         s.interrupt_on ? *s.interrupt_on : o.interrupt_on, c.permissions);
     c.max_steps = o.max_steps;
     c.max_parallel_tools = o.max_parallel_tools;
     c.max_tokens = o.max_tokens;
@@ -341,26 +352,28 @@ Result<std::unique_ptr<DeepAgent>> DeepAgent::Create(DeepAgentOptions options) {
   main.tools = builtins;
   if (o.enable_todos) main.tools.push_back(todos);
   Impl* raw = impl.get();
+  std::shared_ptr<Middleware> subagents;
   if (!listing.empty()) {
     TaskToolOptions task;
     task.parallel = o.parallel_subagents;
     task.offer_fork = static_cast<bool>(o.fork_sandbox);
-    main.tools.push_back(MakeTaskTool(
+    subagents = std::make_shared<SubAgentMiddleware>(
         listing,
         [raw](const std::string& type, const std::string& desc, bool fork, ToolContext& ctx) {
           return raw->RunSubagent(type, desc, fork, ctx);
         },
-        task));
+        task);
+    // Listed here, the caller's tools come after it (deepagents' order), and
+    // one of the caller's named `task` replaces it.
+    for (const auto& t : subagents->tools()) main.tools.push_back(t);
   }
   add_user_tools(main.tools);
   std::string prompt = o.system_prompt.empty() ? kDefaultBasePrompt : o.system_prompt;
   prompt += "\n\n" + EnvironmentPrompt(I.root);
   if (o.enable_todos) prompt += std::string("\n\n") + kTodoSystemPrompt;
-  if (!listing.empty()) prompt += std::string("\n\n") + kTaskSystemPrompt;
-  I.system_prompt = prompt;
-  main.system_prompt = prompt;
-  main.middleware = I.MakeMiddleware(o.skills_dirs, o.memory_paths);
-  main.interrupt_on = o.interrupt_on;
+  main.system_prompt = prompt;  // + the task section (SubAgentMiddleware)
+  main.middleware = I.MakeMiddleware(std::move(subagents), o.skills_dirs, o.memory_paths,
+                                     /*patch=*/true, o.interrupt_on, I.permissions);
   main.permissions = I.permissions;
   main.max_steps = o.max_steps;
   main.max_parallel_tools = o.max_parallel_tools;
@@ -415,24 +428,17 @@ RunResult DeepAgent::Run(std::string_view task, const RunCallbacks& callbacks) {
   start["ts"] = IsoNowUtc();
   start["task"] = JsonString(task);
   I.Persist("run_start", std::move(start));
-  if (I.state.pending_interrupt) {
-    I.state.pending_interrupt.reset();
-    hooks.on_interrupt_state(std::nullopt);
-  }
-  auto append = [&](Message m) {
-    if (m.id.empty()) m.id = AgentLoop::NewMessageId();
-    I.state.messages.push_back(std::move(m));
-    hooks.on_message(I.state.messages.back());
-  };
-  PatchTrailingDanglingCalls(I.state, append);
+  // A pending interrupt is dropped and its calls answered as cancelled by
+  // the loop and the patch middleware, before the message is appended.
+  std::vector<Message> input;
   if (!I.pending_note.empty()) {
-    append(Message::User(I.pending_note + "\n\n" + std::string(task)));
+    input.push_back(Message::User(I.pending_note + "\n\n" + std::string(task)));
     I.pending_note.clear();
   } else {
-    append(Message::User(std::string(task)));
+    input.push_back(Message::User(std::string(task)));
   }
   Usage before = I.state.usage;
-  LoopOutcome out = I.loop->Run(I.state, hooks);
+  LoopOutcome out = I.loop->Run(I.state, hooks, std::move(input));
   return I.Finish(out, before);
 }
 
@@ -481,10 +487,10 @@ std::optional<InterruptRequest> DeepAgent::pending_interrupt() const {
 
 std::vector<ToolSpec> DeepAgent::tool_specs() const {
   std::vector<ToolSpec> out;
-  for (const auto& t : impl_->loop->config().tools) out.push_back(t->spec());
+  for (const auto& t : impl_->loop->tools()) out.push_back(t->spec());
   return out;
 }
 
-const std::string& DeepAgent::system_prompt() const { return impl_->system_prompt; }
+const std::string& DeepAgent::system_prompt() const { return impl_->loop->system_prompt(); }
 
 }  // namespace deepbox::agent

@@ -16,10 +16,12 @@
 // happens, and Create() with an existing thread_id resumes that thread.
 //
 // Tools, in order: ls, read_file, write_file, edit_file, delete, glob, grep,
-// execute, write_todos, task, then the caller's tools. Middleware:
-// skills, memory, summarization (model calls) and large-result eviction (tool
-// results); dangling tool calls are patched when a new message arrives;
-// interrupt_on / "ask" permissions pause for human decisions.
+// execute, write_todos, task, then the caller's tools. Middleware
+// (middleware.h), outermost first: sub-agents (the `task` tool and its
+// prompt section), skills, memory, summarization (model calls), large-result
+// eviction (model calls and tool results), dangling-call patching (when a
+// new message arrives) and human-in-the-loop (interrupt_on / "ask"
+// permissions pause for human decisions).
 //
 // Paths: tools see real sandbox paths; the workspace root (Sandbox::root(),
 // e.g. /workspace) is the working directory, relative paths resolve against
@@ -39,6 +41,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "agent/middleware_hitl.h"  // ValidateDecisions
 #include "agent/middleware_subagents.h"
 #include "agent/middleware_summarization.h"
 #include "agent/permissions.h"

@@ -24,9 +24,8 @@ class EvictionMiddleware : public Middleware {
   explicit EvictionMiddleware(size_t char_limit = 80000, size_t human_char_limit = 200000)
       : char_limit_(char_limit), human_char_limit_(human_char_limit) {}
   std::string_view name() const override { return "eviction"; }
-  void AfterToolCall(const ToolCall& call, const Tool* tool, ToolResult& result,
-                     RunEnv& env) override;
-  Result<ModelResponse> WrapModelCall(ModelRequest& request, RunEnv& env,
+  ToolResult WrapToolCall(ToolCallRequest& request, RunEnv& env, const ToolCallFn& next) override;
+  Result<ModelResponse> WrapModelCall(ModelCallRequest& request, RunEnv& env,
                                       const ModelCallFn& next) override;
 
   // The path a result is evicted to.

@@ -1,6 +1,5 @@
 #include "agent/middleware_hitl.h"
 
-#include "agent/agent.h"
 #include "agent/format.h"
 #include "agent/paths.h"
 #include "agent/text.h"
@@ -97,6 +96,24 @@ Status ValidateDecisions(const InterruptRequest& request, const std::vector<Deci
                            "'. Expected one of " + list + " based on the tool's configuration.");
     }
   }
+  return {};
+}
+
+Status HumanInTheLoopMiddleware::AfterModel(ModelTurn& turn, RunEnv& env) {
+  // On Resume the pending request comes back as it was asked, whatever the
+  // configuration says now.
+  std::optional<InterruptRequest> request;
+  if (const InterruptRequest* pending = turn.resuming()) {
+    request = *pending;
+  } else {
+    request = BuildInterruptRequest(turn.message().tool_calls, interrupt_on_, ask_rules_.get(),
+                                    env.config.sandbox->root());
+  }
+  if (!request) return {};
+  std::optional<std::vector<Decision>> decisions = turn.Interrupt(*request);
+  if (!decisions) return {};  // paused
+  if (auto st = ValidateDecisions(*request, *decisions); !st) return st;
+  if (ApplyDecisions(*request, *decisions, turn.message(), turn.results())) turn.MessageChanged();
   return {};
 }
 

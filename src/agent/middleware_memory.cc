@@ -76,7 +76,7 @@ void MemoryMiddleware::BeforeAgent(RunEnv& env) {
   section_ = FormatMemorySection(paths_, contents);
 }
 
-Result<ModelResponse> MemoryMiddleware::WrapModelCall(ModelRequest& request, RunEnv& env,
+Result<ModelResponse> MemoryMiddleware::WrapModelCall(ModelCallRequest& request, RunEnv& env,
                                                       const ModelCallFn& next) {
   std::string section;
   {

@@ -25,7 +25,7 @@ class MemoryMiddleware : public Middleware {
   explicit MemoryMiddleware(std::vector<std::string> paths) : paths_(std::move(paths)) {}
   std::string_view name() const override { return "memory"; }
   void BeforeAgent(RunEnv& env) override;
-  Result<ModelResponse> WrapModelCall(ModelRequest& request, RunEnv& env,
+  Result<ModelResponse> WrapModelCall(ModelCallRequest& request, RunEnv& env,
                                       const ModelCallFn& next) override;
 
  private:

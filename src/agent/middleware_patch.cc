@@ -6,6 +6,10 @@
 
 namespace deepbox::agent {
 
+void PatchToolCallsMiddleware::BeforeAgent(RunEnv& env) {
+  PatchTrailingDanglingCalls(env.state, env.append);
+}
+
 size_t PatchTrailingDanglingCalls(const AgentState& state,
                                   const std::function<void(Message)>& append) {
   const auto& msgs = state.messages;

@@ -238,7 +238,7 @@ void SkillsMiddleware::BeforeAgent(RunEnv& env) {
   section_ = FormatSkillsSection(dirs_, load.skills, load.errors);
 }
 
-Result<ModelResponse> SkillsMiddleware::WrapModelCall(ModelRequest& request, RunEnv& env,
+Result<ModelResponse> SkillsMiddleware::WrapModelCall(ModelCallRequest& request, RunEnv& env,
                                                       const ModelCallFn& next) {
   std::string section;
   {

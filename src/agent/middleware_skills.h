@@ -60,7 +60,7 @@ class SkillsMiddleware : public Middleware {
   explicit SkillsMiddleware(std::vector<std::string> dirs) : dirs_(std::move(dirs)) {}
   std::string_view name() const override { return "skills"; }
   void BeforeAgent(RunEnv& env) override;
-  Result<ModelResponse> WrapModelCall(ModelRequest& request, RunEnv& env,
+  Result<ModelResponse> WrapModelCall(ModelCallRequest& request, RunEnv& env,
                                       const ModelCallFn& next) override;
   std::vector<SkillMetadata> skills() const;
 

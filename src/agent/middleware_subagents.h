@@ -1,13 +1,14 @@
-// Sub-agents via the `task` tool (deepagents SubAgentMiddleware). The tool
-// runs an ephemeral agent of the requested type on the description, in its
-// own context (a fresh conversation: [user(description)], its own todo list,
-// its own summarization history file), sharing the sandbox. Only the
-// sub-agent's final message comes back — the last assistant message with
-// non-empty text, right-trimmed. An unknown type answers
-// "We cannot invoke subagent X because it does not exist, the only allowed
-// types are `a`, `b`". A `general-purpose` sub-agent (same model and tools as
-// the main agent, minus `task` and `write_todos`) is added unless disabled or
-// redefined.
+// Sub-agents via the `task` tool (deepagents SubAgentMiddleware: the
+// middleware contributes the tool and its system-prompt section,
+// kTaskSystemPrompt; middleware.h). The tool runs an ephemeral agent of the
+// requested type on the description, in its own context (a fresh
+// conversation: [user(description)], its own todo list, its own
+// summarization history file), sharing the sandbox. Only the sub-agent's
+// final message comes back — the last assistant message with non-empty
+// text, right-trimmed. An unknown type answers "We cannot invoke subagent X
+// because it does not exist, the only allowed types are `a`, `b`". A
+// `general-purpose` sub-agent (same model and tools as the main agent, minus
+// `task` and `write_todos`) is added unless disabled or redefined.
 //
 // With a fork maker (TaskToolOptions::offer_fork; off by default, so the
 // tool stays deepagents' own byte for byte), the tool has one more,
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/middleware.h"
 #include "agent/permissions.h"
 #include "agent/state.h"
 #include "agent/tool.h"
@@ -70,6 +72,20 @@ extern const char kTaskSandboxArgDescription[];
 // `agents`: (name, description) in listing order.
 ToolPtr MakeTaskTool(std::vector<std::pair<std::string, std::string>> agents, SubagentRunner runner,
                      TaskToolOptions options = {});
+
+class SubAgentMiddleware : public Middleware {
+ public:
+  // `agents`: (name, description) in listing order; `runner` runs one.
+  SubAgentMiddleware(std::vector<std::pair<std::string, std::string>> agents, SubagentRunner runner,
+                     TaskToolOptions options = {})
+      : task_(MakeTaskTool(std::move(agents), std::move(runner), options)) {}
+  std::string_view name() const override { return "subagents"; }
+  std::vector<ToolPtr> tools() const override { return {task_}; }
+  std::string system_prompt() const override { return kTaskSystemPrompt; }
+
+ private:
+  ToolPtr task_;
+};
 
 // The text a finished sub-agent returns: its last non-empty assistant text.
 std::string SubagentFinalText(const std::vector<Message>& messages);

@@ -93,19 +93,16 @@ std::string SummarizationMiddleware::RenderHistory(std::span<const Message> mess
   return out;
 }
 
-Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& request, RunEnv& env,
+Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelCallRequest& request, RunEnv& env,
                                                              const ModelCallFn& next) {
   ChatModel& model = *env.config.model;
   ModelProfile profile = model.profile();
-  // The effective messages: the loop lends its view of the conversation (no
-  // copy). Changes for this call only are undone before returning, so the
-  // loop can keep the view for the next turn.
-  MessageView* view = env.view;
-  if (!view || !view->IsLent(request.messages)) {
-    view = nullptr;
-    request.messages = AgentLoop::EffectiveMessages(env.state);
-  }
-  std::vector<Message>& effective = request.messages;
+  // The effective messages, as the loop keeps them from turn to turn (no
+  // copy); without its view (an outer middleware changed them), from the
+  // state.
+  MessageView* view = request.view();
+  if (!view) request.set_messages(AgentLoop::EffectiveMessages(env.state));
+  const std::vector<Message>& effective = request.messages();
   const bool has_profile = profile.max_input_tokens > 0;
 
   auto count = [&]() -> int64_t {
@@ -126,12 +123,8 @@ Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& reque
   int64_t tokens = count();
 
   // Step 1: shorten old write_file / edit_file arguments (this request only:
-  // the originals are put back before returning).
-  struct Saved {
-    size_t message, call, arg;
-    json::value value;
-  };
-  std::vector<Saved> saved;
+  // the edit puts the originals back after the call).
+  MessageEdit edit(request);
   bool truncate_trigger =
       has_profile ? tokens >= std::max<int64_t>(1, static_cast<int64_t>(profile.max_input_tokens *
                                                                         options_.trigger_fraction))
@@ -155,13 +148,13 @@ Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& reque
       cutoff = effective.size() - options_.truncate_keep_messages;
     }
     for (size_t i = 0; i < cutoff && i < effective.size(); ++i) {
-      Message& m = effective[i];
+      const Message& m = effective[i];
       if (m.role != Role::kAssistant) continue;
       for (size_t ci = 0; ci < m.tool_calls.size(); ++ci) {
-        ToolCall& c = m.tool_calls[ci];
+        const ToolCall& c = m.tool_calls[ci];
         if (c.name != "write_file" && c.name != "edit_file") continue;
         size_t arg = 0;
-        for (auto& kv : c.input) {
+        for (const auto& kv : c.input) {
           size_t this_arg = arg++;
           if (!kv.value().is_string()) continue;
           std::string_view s = kv.value().get_string();
@@ -170,19 +163,11 @@ Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& reque
             continue;
           }
           json::value shortened(std::string(CodePointPrefix(s, 20)) + kArgTruncation);
-          saved.push_back({i, ci, this_arg, std::exchange(kv.value(), std::move(shortened))});
+          edit.SetArgument(i, ci, this_arg, std::move(shortened));
         }
       }
     }
   }
-  // Puts the truncated arguments back (unless the list was replaced).
-  auto restore = [&] {
-    for (auto& sv : saved) {
-      if (sv.message >= effective.size()) break;
-      json::object& input = effective[sv.message].tool_calls.at(sv.call).input;
-      (input.begin() + static_cast<ptrdiff_t>(sv.arg))->value() = std::move(sv.value);
-    }
-  };
 
   int64_t threshold = has_profile
                           ? std::max<int64_t>(1, static_cast<int64_t>(profile.max_input_tokens *
@@ -190,23 +175,16 @@ Result<ModelResponse> SummarizationMiddleware::WrapModelCall(ModelRequest& reque
                           : options_.trigger_tokens;
   if (tokens < threshold) {
     auto resp = next(request);
-    if (resp || !IsContextOverflow(resp.error())) {
-      restore();
-      return resp;
-    }
+    if (resp || !IsContextOverflow(resp.error())) return resp;
     // Context overflow: summarize and retry once.
   }
-  bool replaced = false;
-  auto resp = Summarize(request, env, next, profile, replaced);
-  if (!replaced) restore();
-  return resp;
+  return Summarize(request, env, next, profile);
 }
 
-Result<ModelResponse> SummarizationMiddleware::Summarize(ModelRequest& request, RunEnv& env,
+Result<ModelResponse> SummarizationMiddleware::Summarize(ModelCallRequest& request, RunEnv& env,
                                                          const ModelCallFn& next,
-                                                         const ModelProfile& profile,
-                                                         bool& replaced) {
-  const std::vector<Message>& effective = request.messages;
+                                                         const ModelProfile& profile) {
+  const std::vector<Message>& effective = request.messages();
   // Where the kept tail starts in the effective list.
   size_t cutoff = 0;
   if (profile.max_input_tokens > 0) {
@@ -294,16 +272,16 @@ Result<ModelResponse> SummarizationMiddleware::Summarize(ModelRequest& request, 
     env.emit(std::move(ev));
   }
 
-  // The summary, then the kept messages (as they were in the request).
+  // The summary, then the kept messages (as they were in the request; the
+  // loop rebuilds its view from the new summarization for the next call).
+  std::vector<Message>& old = request.mutable_messages();
   std::vector<Message> messages;
-  messages.reserve(request.messages.size() - cutoff + 1);
+  messages.reserve(old.size() - cutoff + 1);
   messages.push_back(event.summary_message);
-  messages.insert(
-      messages.end(),
-      std::make_move_iterator(request.messages.begin() + static_cast<ptrdiff_t>(cutoff)),
-      std::make_move_iterator(request.messages.end()));
-  request.messages = std::move(messages);
-  replaced = true;
+  messages.insert(messages.end(),
+                  std::make_move_iterator(old.begin() + static_cast<ptrdiff_t>(cutoff)),
+                  std::make_move_iterator(old.end()));
+  request.set_messages(std::move(messages));
   return next(request);
 }
 

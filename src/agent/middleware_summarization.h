@@ -43,7 +43,7 @@ class SummarizationMiddleware : public Middleware {
  public:
   explicit SummarizationMiddleware(SummarizationOptions options = {});
   std::string_view name() const override { return "summarization"; }
-  Result<ModelResponse> WrapModelCall(ModelRequest& request, RunEnv& env,
+  Result<ModelResponse> WrapModelCall(ModelCallRequest& request, RunEnv& env,
                                       const ModelCallFn& next) override;
 
   // ~4 chars per token, +3 tokens per message (LangChain's approximation).
@@ -53,11 +53,10 @@ class SummarizationMiddleware : public Middleware {
   static std::string RenderHistory(std::span<const Message> messages);
 
  private:
-  // Summarizes request.messages (the effective conversation) and continues
-  // with the summary + the kept tail; `replaced` tells whether
-  // request.messages was replaced.
-  Result<ModelResponse> Summarize(ModelRequest& request, RunEnv& env, const ModelCallFn& next,
-                                  const ModelProfile& profile, bool& replaced);
+  // Summarizes request.messages() (the effective conversation) and continues
+  // with the summary + the kept tail.
+  Result<ModelResponse> Summarize(ModelCallRequest& request, RunEnv& env, const ModelCallFn& next,
+                                  const ModelProfile& profile);
   SummarizationOptions options_;
 };
 

@@ -274,21 +274,21 @@ TEST(Summarization, LaterRequestsCarryTheSummaryAndTheGrowingTail) {
 }
 
 // Middleware change request messages for one call only (eviction of large
-// user messages, truncated write_file arguments) and undo that afterwards:
-// an outer middleware sees the lent view unchanged after the call, so the
-// loop can keep it for the next turn.
+// user messages, truncated write_file arguments) through a MessageEdit,
+// which undoes that afterwards: an outer middleware sees the loop's view
+// unchanged after the call, so the loop can keep it for the next turn.
 class UndoChecker : public Middleware {
  public:
   std::string_view name() const override { return "undo_checker"; }
-  Result<ModelResponse> WrapModelCall(ModelRequest& request, RunEnv& env,
+  Result<ModelResponse> WrapModelCall(ModelCallRequest& request, RunEnv&,
                                       const ModelCallFn& next) override {
-    EXPECT_TRUE(env.view && env.view->IsLent(request.messages));
+    EXPECT_TRUE(request.view());
     json::array before;
-    for (const auto& m : request.messages) before.push_back(MessageToJson(m));
+    for (const auto& m : request.messages()) before.push_back(MessageToJson(m));
     auto resp = next(request);
-    EXPECT_TRUE(env.view->IsLent(request.messages));
+    EXPECT_TRUE(request.view());
     json::array after;
-    for (const auto& m : request.messages) after.push_back(MessageToJson(m));
+    for (const auto& m : request.messages()) after.push_back(MessageToJson(m));
     EXPECT_EQ(before, after);
     ++calls;
     return resp;
