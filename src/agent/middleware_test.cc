@@ -18,15 +18,9 @@ using testing::Args;
 using testing::Call;
 using testing::EventLog;
 using testing::MakeAgent;
+using testing::Options;
 using testing::ScriptedModel;
 using testing::ToolMessages;
-
-DeepAgentOptions Options(std::shared_ptr<ChatModel> model, Sandbox& sb) {
-  DeepAgentOptions o;
-  o.model = std::move(model);
-  o.sandbox = &sb;
-  return o;
-}
 
 ToolPtr BigTool(size_t chars, std::string name = "big") {
   ToolSpec spec{name, "returns a lot", SchemaObject({}, {})};

@@ -42,6 +42,14 @@ class EventLog {
   std::vector<AgentEvent> events_;
 };
 
+// The options of an agent on `model` in `sandbox`, everything else default.
+inline DeepAgentOptions Options(std::shared_ptr<ChatModel> model, Sandbox& sandbox) {
+  DeepAgentOptions o;
+  o.model = std::move(model);
+  o.sandbox = &sandbox;
+  return o;
+}
+
 inline std::unique_ptr<DeepAgent> MakeAgent(DeepAgentOptions o) {
   auto a = DeepAgent::Create(std::move(o));
   EXPECT_TRUE(a) << (a ? "" : a.error().ToString());
