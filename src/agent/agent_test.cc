@@ -519,7 +519,7 @@ TEST(DeepAgentApi, ToolsPromptAndValidation) {
     EXPECT_FALSE(s.description.empty()) << s.name;
     EXPECT_EQ(s.input_schema.at("type").as_string(), "object") << s.name;
   }
-  EXPECT_TRUE(StartsWith(agent->system_prompt(), kDefaultBasePrompt));
+  EXPECT_TRUE(agent->system_prompt().starts_with(kDefaultBasePrompt));
   EXPECT_FALSE(DeepAgent::Create({}));
   DeepAgentOptions no_sandbox;
   no_sandbox.model = model;

@@ -14,6 +14,7 @@
 #include "agent/tools_execute.h"
 #include "agent/tools_fs.h"
 #include "common/base64.h"
+#include "common/strings.h"
 
 namespace deepbox::agent {
 namespace {
@@ -158,7 +159,7 @@ TEST_F(Conformance, read_binary_without_image_extension) {
   Put("blob.bin", bytes);
   auto r = run_->Run("read_file", Args({{"file_path", P("blob.bin")}}));
   EXPECT_FALSE(r.is_error);
-  EXPECT_TRUE(StartsWith(r.text, "Binary file '" + P("blob.bin") + "' (5 bytes"));
+  EXPECT_TRUE(r.text.starts_with("Binary file '" + P("blob.bin") + "' (5 bytes"));
 }
 
 TEST_F(Conformance, read_binary_too_large) {
@@ -259,7 +260,7 @@ TEST_F(Conformance, read_very_large_file_in_chunks) {
   Put("big.txt", s);
   for (int page = 0; page < 25; ++page) {
     std::string out = Read(P("big.txt"), page * 100, 100);
-    auto rows = SplitOn(out, '\n');
+    auto rows = Split(out, '\n');
     int first = page * 100 + 1;
     int last = first + 99;
     std::string header = "@@ lines " + std::to_string(first) + "-" + std::to_string(last) +
@@ -534,9 +535,8 @@ TEST_F(Conformance, grep_max_count_truncates) {
   // Exactly at the cap is complete.
   EXPECT_EQ(run_->Ok("grep", Args({{"pattern", "x"}, {"path", base_}, {"max_count", 5}})),
             P("many.txt"));
-  EXPECT_TRUE(
-      StartsWith(run_->Err("grep", Args({{"pattern", "x"}, {"path", base_}, {"max_count", 0}})),
-                 "Error invoking tool 'grep'"));
+  EXPECT_TRUE((run_->Err("grep", Args({{"pattern", "x"}, {"path", base_}, {"max_count", 0}})))
+                  .starts_with("Error invoking tool 'grep'"));
 }
 
 // ------------------------------------------------------------------ glob

@@ -52,7 +52,7 @@ TEST(DeepAgentE2E, FibonacciTask) {
   EXPECT_EQ(tools[2].text, "0 1 1 2 3 5 8 13 21 34 \n\n[Command succeeded with exit code 0]");
   EXPECT_EQ(tools[3].text, "@@ lines 1-1 of 3 | next offset 1 @@\na=0; b=1; i=0");
   EXPECT_TRUE(
-      StartsWith(model->requests()[0].system, "You are a coding assistant.\n\n## Environment"));
+      model->requests()[0].system.starts_with("You are a coding assistant.\n\n## Environment"));
   EXPECT_EQ(log.of(EventType::kTodoUpdate).size(), 1u);
   EXPECT_EQ(log.of(EventType::kToolCallEnd).size(), 4u);
   EXPECT_EQ(r.final_text, "The first 10 Fibonacci numbers are 0 1 1 2 3 5 8 13 21 34.");

@@ -5,6 +5,7 @@
 
 #include "agent/py_repr.h"
 #include "agent/text.h"
+#include "common/strings.h"
 
 namespace deepbox::agent {
 
@@ -160,7 +161,7 @@ std::string FormatLinesWithNumbers(const std::vector<std::string_view>& lines, i
 }
 
 std::string FormatContentWithLineNumbers(std::string_view content, int64_t start_line) {
-  auto lines = SplitOn(content, '\n');
+  auto lines = Split(content, '\n');
   if (!lines.empty() && lines.back().empty()) lines.pop_back();
   return FormatLinesWithNumbers(lines, start_line);
 }
@@ -233,7 +234,7 @@ std::string TruncatePaginatedRead(std::string_view body, std::string_view file_p
     size_t chars = 0;
     size_t bytes = 0;
     int64_t line = *window.start_line;
-    for (std::string_view row : SplitOn(body, '\n')) {
+    for (std::string_view row : Split(body, '\n')) {
       // Rows past the window (a page's truncation banner) are not content.
       if (line > *window.end_line) break;
       chars += CodePointCount(row);

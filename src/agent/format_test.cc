@@ -6,13 +6,14 @@
 #include <gtest/gtest.h>
 
 #include "agent/text.h"
+#include "common/strings.h"
 
 namespace deepbox::agent {
 namespace {
 
 std::vector<std::string> Rows(const std::string& s) {
   std::vector<std::string> out;
-  for (auto r : SplitOn(s, '\n')) out.emplace_back(r);
+  for (auto r : Split(s, '\n')) out.emplace_back(r);
   return out;
 }
 
@@ -99,19 +100,19 @@ TEST(ReadBudget, CutsAtLastWholeLineAndAdjustsTheHeader) {
   // What deepagents 0.7.32 gives for the same window.
   EXPECT_EQ(CodePointCount(out), 79468u);
   std::string msg = ReadFileTruncationMessage("/w/big.json");
-  EXPECT_TRUE(StartsWith(out, msg + "\n@@ lines 1-79 of 100 | next offset 79 | truncated due to "
+  EXPECT_TRUE(out.starts_with(msg + "\n@@ lines 1-79 of 100 | next offset 79 | truncated due to "
                                     "size @@\naaaa"));
   EXPECT_NE(msg.find("execute(command='jq . /w/big.json')"), std::string::npos);
-  EXPECT_TRUE(EndsWith(out, std::string(1000, static_cast<char>('a' + 78 % 26))));
+  EXPECT_TRUE(out.ends_with(std::string(1000, static_cast<char>('a' + 78 % 26))));
 }
 
 TEST(ReadBudget, SingleHugeLineIsCutMidLine) {
   std::string out =
       TruncatePaginatedRead(std::string(200000, 'z'), "/w/x", {1, 1, std::nullopt, 1}, 80000);
   EXPECT_EQ(CodePointCount(out), 79999u);
-  EXPECT_TRUE(StartsWith(out, ReadFileTruncationMessage("/w/x") +
-                                  "\n@@ lines 1-1 of 1 | truncated mid-line | 79615 of 200000 "
-                                  "chars @@\nzzz"));
+  EXPECT_TRUE(out.starts_with(ReadFileTruncationMessage("/w/x") +
+                              "\n@@ lines 1-1 of 1 | truncated mid-line | 79615 of 200000 "
+                              "chars @@\nzzz"));
 }
 
 TEST(FilePaths, PythonListRepr) {
@@ -174,7 +175,7 @@ TEST(Grep, BodyCappedAt80000Chars) {
   std::vector<GrepLine> m;
   for (int i = 0; i < 1000; ++i) m.push_back({"/w/f", i + 1, std::string(100, 'q')});
   std::string out = FormatGrepToolResult(m, GrepMode::kContent, "q", false, true);
-  EXPECT_TRUE(EndsWith(out, std::string("\n") + kTruncationGuidance));
+  EXPECT_TRUE(out.ends_with(std::string("\n") + kTruncationGuidance));
   EXPECT_EQ(CodePointCount(out), 80000u);
 }
 
@@ -219,8 +220,8 @@ TEST(Eviction, TooLargeMessage) {
   std::string content;
   for (int i = 1; i <= 20; ++i) content += "row" + std::to_string(i) + "\n";
   std::string msg = TooLargeToolMessage(std::string(40, 'x'), "/p", CreateContentPreview(content));
-  EXPECT_TRUE(StartsWith(msg, "Tool result too large, the result of this tool call " +
-                                  std::string(32, 'x') + "... was saved"));
+  EXPECT_TRUE(msg.starts_with("Tool result too large, the result of this tool call " +
+                              std::string(32, 'x') + "... was saved"));
   EXPECT_NE(msg.find("Here is a preview showing the head and tail of the result (lines of the "
                      "form `... [N lines truncated] ...` indicate omitted lines in the middle of "
                      "the content):\n\n1  row1\n"),

@@ -1,6 +1,7 @@
 #include "agent/glob_match.h"
 
 #include "agent/text.h"
+#include "common/strings.h"
 
 namespace deepbox::agent {
 namespace {
@@ -111,9 +112,9 @@ bool MatchSegments(const std::vector<std::string_view>& pat, size_t pi,
 
 std::vector<std::string_view> Segments(std::string_view path) {
   std::vector<std::string_view> out;
-  bool absolute = StartsWith(path, "/");
+  bool absolute = path.starts_with("/");
   if (absolute) out.push_back("");
-  for (std::string_view part : SplitOn(path, '/')) {
+  for (std::string_view part : Split(path, '/')) {
     if (part.empty()) continue;
     out.push_back(part);
   }
@@ -196,7 +197,7 @@ bool HasGlobMagic(std::string_view text) {
 
 std::string GlobAnchor(std::string_view pattern) {
   std::string out;
-  for (std::string_view part : SplitOn(pattern, '/')) {
+  for (std::string_view part : Split(pattern, '/')) {
     if (part.empty()) continue;
     if (HasGlobMagic(part)) break;
     out.push_back('/');

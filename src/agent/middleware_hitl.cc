@@ -38,7 +38,7 @@ bool PermissionAsks(const ToolCall& call, const PermissionSet& perms, const std:
   if (perms.SubtreeMayAsk(s.op, *path)) return true;
   if (call.name == "glob") {
     // An absolute glob pattern reaches its own subtree whatever `path` says.
-    if (auto pattern = ArgOptString(call.input, "pattern"); pattern && StartsWith(*pattern, "/")) {
+    if (auto pattern = ArgOptString(call.input, "pattern"); pattern && pattern->starts_with("/")) {
       return perms.SubtreeMayAsk(s.op, NormalizeAbsolute(*pattern));
     }
   }

@@ -1,6 +1,7 @@
 #include "agent/middleware_memory.h"
 
 #include "agent/text.h"
+#include "common/strings.h"
 
 namespace deepbox::agent {
 namespace {

@@ -4,6 +4,7 @@
 
 #include "agent/paths.h"
 #include "agent/text.h"
+#include "common/strings.h"
 #include "common/utf8.h"
 
 namespace deepbox::agent {
@@ -28,7 +29,7 @@ bool IsSpace(char c) {
 
 // deepagents' front matter regex: ^---\s*\n(.*?)\n---\s*\n (DOTALL).
 std::optional<std::string_view> FrontMatter(std::string_view content) {
-  if (!StartsWith(content, "---")) return std::nullopt;
+  if (!content.starts_with("---")) return std::nullopt;
   size_t ws_end = 3;
   while (ws_end < content.size() && IsSpace(content[ws_end])) ++ws_end;
   for (size_t k = ws_end; k-- > 3;) {
@@ -55,7 +56,7 @@ std::optional<std::string_view> FrontMatter(std::string_view content) {
 std::string ValidateSkillName(std::string_view name, std::string_view directory_name) {
   if (name.empty()) return "name is required";
   if (CodePointCount(name) > kMaxNameLength) return "name exceeds 64 characters";
-  if (StartsWith(name, "-") || EndsWith(name, "-") || name.find("--") != std::string_view::npos) {
+  if (name.starts_with("-") || name.ends_with("-") || name.find("--") != std::string_view::npos) {
     return "name must be lowercase alphanumeric with single hyphens only";
   }
   for (unsigned char c : name) {

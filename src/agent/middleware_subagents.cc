@@ -2,6 +2,7 @@
 
 #include "agent/format.h"
 #include "agent/text.h"
+#include "common/strings.h"
 
 namespace deepbox::agent {
 

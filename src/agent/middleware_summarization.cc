@@ -6,6 +6,7 @@
 #include "agent/format.h"
 #include "agent/paths.h"
 #include "agent/text.h"
+#include "common/strings.h"
 
 namespace deepbox::agent {
 namespace {
@@ -212,7 +213,7 @@ Result<ModelResponse> SummarizationMiddleware::Summarize(ModelCallRequest& reque
   // 1. Offload the summarized messages (previous summaries excluded).
   std::vector<Message> offload;
   for (const auto& m : to_summarize) {
-    if (!StartsWith(m.id, kSummaryIdPrefix)) offload.push_back(m);
+    if (!m.id.starts_with(kSummaryIdPrefix)) offload.push_back(m);
   }
   Sandbox* sb = env.config.sandbox;
   std::string session =

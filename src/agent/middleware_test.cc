@@ -54,10 +54,10 @@ TEST(Eviction, LargeResultsGoToTheFilesystem) {
   std::string full = *sb.Download(path);
   EXPECT_EQ(full.size(), 80001u);
   EXPECT_EQ(tools[0].text, TooLargeToolMessage("toolu.a/1", path, CreateContentPreview(full)));
-  EXPECT_TRUE(StartsWith(tools[0].text,
-                         "Tool result too large, the result of this tool call toolu.a/1 was "
-                         "saved in the filesystem at this path: " +
-                             path));
+  EXPECT_TRUE(
+      tools[0].text.starts_with("Tool result too large, the result of this tool call toolu.a/1 was "
+                                "saved in the filesystem at this path: " +
+                                path));
   EXPECT_NE(tools[0].text.find("1  row 1\n2  row 2\n"), std::string::npos);
   EXPECT_NE(tools[0].text.find(" lines truncated] ...\n"), std::string::npos);
   // Exactly at the threshold: kept inline.
@@ -79,9 +79,9 @@ TEST(Eviction, FileToolsAreNeverEvicted) {
   auto tools = ToolMessages(r.messages);
   ASSERT_EQ(tools.size(), 2u);
   // read_file: budget-cut (its truncation notice above the header), not evicted.
-  EXPECT_TRUE(StartsWith(tools[0].text, "[Output was truncated due to size limits."));
+  EXPECT_TRUE(tools[0].text.starts_with("[Output was truncated due to size limits."));
   EXPECT_NE(tools[0].text.find("| truncated due to size @@\naaa"), std::string::npos);
-  EXPECT_TRUE(StartsWith(tools[1].text, "Tool result too large"));  // execute: evicted
+  EXPECT_TRUE(tools[1].text.starts_with("Tool result too large"));  // execute: evicted
   EXPECT_TRUE(sb.Stat(sb.root() + "/large_tool_results/x"));
 }
 
@@ -98,9 +98,9 @@ TEST(Eviction, LargeUserMessagesAreSavedAndPreviewed) {
   std::string path = sb.root() + "/conversation_history/" + r.messages[0].id + ".md";
   EXPECT_EQ(model->requests()[0].messages[0].text,
             TooLargeHumanMessage(path, CreateContentPreview(task)));
-  EXPECT_TRUE(StartsWith(model->requests()[0].messages[0].text,
-                         "Message content too large and was saved to the filesystem at: " + path +
-                             "\n\nYou can read the full content using the read_file tool"));
+  EXPECT_TRUE(model->requests()[0].messages[0].text.starts_with(
+      "Message content too large and was saved to the filesystem at: " + path +
+      "\n\nYou can read the full content using the read_file tool"));
   EXPECT_EQ(*sb.Download(path), task);
   EXPECT_EQ(r.messages[0].text, task);  // the thread keeps the full text
 }
@@ -143,7 +143,7 @@ TEST(Summarization, TriggersAtThresholdAndReplacesHistory) {
   EXPECT_EQ(next.messages[2].tool_call_id, "l2");
   // The history file holds the summarized messages.
   std::string saved = *sb.Download(history);
-  EXPECT_TRUE(StartsWith(saved, "## Summarized at "));
+  EXPECT_TRUE(saved.starts_with("## Summarized at "));
   EXPECT_NE(saved.find("<human>please list things</human>"), std::string::npos);
   EXPECT_NE(saved.find("<tool id=\"l1\" name=\"blob\">row 1"), std::string::npos);
   EXPECT_EQ(log.of(EventType::kSummarized).at(0).text, history);
@@ -225,7 +225,7 @@ TEST(Summarization, WithoutProfileKeepsSixMessagesAndTruncatesOldArgs) {
   EXPECT_TRUE(reqs[13].tools.empty());
   const auto& m15 = reqs[14].messages;
   ASSERT_EQ(m15.size(), 7u);
-  EXPECT_TRUE(StartsWith(m15[0].text, "You are in the middle of a conversation"));
+  EXPECT_TRUE(m15[0].text.starts_with("You are in the middle of a conversation"));
   EXPECT_EQ(m15[1].role, Role::kAssistant);
   EXPECT_EQ(m15[6].tool_call_id, "last");
 }
@@ -370,8 +370,8 @@ TEST(Interrupts, PauseThenApprove) {
   ASSERT_EQ(r.interrupt->action_requests.size(), 1u);  // ls needs no approval
   EXPECT_EQ(r.interrupt->action_requests[0].name, "write_file");
   EXPECT_EQ(r.interrupt->action_requests[0].tool_call_id, "w");
-  EXPECT_TRUE(StartsWith(r.interrupt->action_requests[0].description,
-                         "Tool execution requires approval\n\nTool: write_file\nArgs: "));
+  EXPECT_TRUE(r.interrupt->action_requests[0].description.starts_with(
+      "Tool execution requires approval\n\nTool: write_file\nArgs: "));
   EXPECT_EQ(r.interrupt->review_configs[0].allowed_decisions.size(), 4u);
   EXPECT_EQ(log.of(EventType::kInterrupt).size(), 1u);
   EXPECT_FALSE(sb.Stat(s.path));
@@ -530,7 +530,7 @@ TEST(SubAgents, IsolatedContextAndOnlyTheFinalMessageReturns) {
   ASSERT_EQ(sreqs.size(), 2u);
   ASSERT_EQ(sreqs[0].messages.size(), 1u);
   EXPECT_EQ(sreqs[0].messages[0].text, "count the files");
-  EXPECT_TRUE(StartsWith(sreqs[0].system, "You count files."));
+  EXPECT_TRUE(sreqs[0].system.starts_with("You count files."));
   ASSERT_EQ(sreqs[0].tools.size(), 1u);
   EXPECT_EQ(sreqs[0].tools[0].name, "ls");
   // The main thread holds none of the sub-agent's messages.
@@ -572,7 +572,7 @@ TEST(SubAgents, GeneralPurposeHasTheMainToolsButNoTask) {
   for (const auto& t : reqs[1].tools) names.push_back(t.name);
   EXPECT_EQ(names, (std::vector<std::string>{"ls", "read_file", "write_file", "edit_file", "delete",
                                              "glob", "grep", "execute"}));
-  EXPECT_TRUE(StartsWith(reqs[1].system, kDefaultSubagentPrompt));
+  EXPECT_TRUE(reqs[1].system.starts_with(kDefaultSubagentPrompt));
 }
 
 // A `task` with sandbox "fork" runs in the fork the agent's fork maker
@@ -754,9 +754,9 @@ TEST(Memory, AgentsMdInjected) {
       std::string::npos);
   EXPECT_NE(sys.find("<memory_guidelines>"), std::string::npos);
   EXPECT_NE(sys.find("edit_file"), std::string::npos);
-  EXPECT_TRUE(StartsWith(FormatMemorySection({"/a"}, {}),
-                         "<agent_memory>\n(No memory loaded)\n\n</agent_memory>\n\n"
-                         "<memory_guidelines>"));
+  EXPECT_TRUE((FormatMemorySection({"/a"}, {}))
+                  .starts_with("<agent_memory>\n(No memory loaded)\n\n</agent_memory>\n\n"
+                               "<memory_guidelines>"));
 }
 
 }  // namespace

@@ -3,18 +3,19 @@
 #include <vector>
 
 #include "agent/text.h"
+#include "common/strings.h"
 
 namespace deepbox::agent {
 
 Result<std::string> ValidatePath(std::string_view path) {
   std::string posix = ReplaceAll(path, "\\", "/");
-  for (std::string_view part : SplitOn(posix, '/')) {
+  for (std::string_view part : Split(posix, '/')) {
     if (part == "..") {
       return MakeError(ErrorCode::kInvalidArgument,
                        "Path traversal not allowed: " + std::string(path));
     }
   }
-  if (StartsWith(path, "~")) {
+  if (path.starts_with("~")) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "Path traversal not allowed: " + std::string(path));
   }
@@ -31,7 +32,7 @@ Result<std::string> ResolveToolPath(std::string_view path, std::string_view root
   auto validated = ValidatePath(path);
   if (!validated) return validated;
   std::string posix = ReplaceAll(path, "\\", "/");
-  if (!StartsWith(posix, "/")) {
+  if (!posix.starts_with("/")) {
     return NormalizeAbsolute(std::string(root) + "/" + posix);
   }
   return validated;
@@ -39,7 +40,7 @@ Result<std::string> ResolveToolPath(std::string_view path, std::string_view root
 
 std::string NormalizeAbsolute(std::string_view path) {
   std::vector<std::string_view> parts;
-  for (std::string_view part : SplitOn(path, '/')) {
+  for (std::string_view part : Split(path, '/')) {
     if (part.empty() || part == ".") continue;
     if (part == "..") {
       if (!parts.empty()) parts.pop_back();
@@ -75,9 +76,9 @@ std::string JoinPath(std::string_view dir, std::string_view name) {
 
 bool PathIsWithin(std::string_view path, std::string_view dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.remove_suffix(1);
-  if (dir == "/") return StartsWith(path, "/");
+  if (dir == "/") return path.starts_with("/");
   if (path == dir) return true;
-  return path.size() > dir.size() && StartsWith(path, dir) && path[dir.size()] == '/';
+  return path.size() > dir.size() && path.starts_with(dir) && path[dir.size()] == '/';
 }
 
 }  // namespace deepbox::agent

@@ -5,6 +5,7 @@
 #include "agent/glob_match.h"
 #include "agent/paths.h"
 #include "agent/text.h"
+#include "common/strings.h"
 
 namespace deepbox::agent {
 
@@ -15,12 +16,12 @@ std::string_view FsOperationName(FsOperation op) {
 Result<PermissionSet> PermissionSet::Create(std::vector<PermissionRule> rules) {
   for (const auto& rule : rules) {
     for (const auto& path : rule.paths) {
-      if (!StartsWith(path, "/")) {
+      if (!path.starts_with("/")) {
         return MakeError(ErrorCode::kInvalidArgument,
                          "Permission path must start with '/': '" + path + "'");
       }
       std::string posix = ReplaceAll(path, "\\", "/");
-      for (std::string_view part : SplitOn(posix, '/')) {
+      for (std::string_view part : Split(posix, '/')) {
         if (part == "..") {
           return MakeError(ErrorCode::kInvalidArgument,
                            "Permission path must not contain '..': '" + path + "'");
@@ -109,7 +110,7 @@ std::vector<std::string> PermissionSet::DeleteDenyPatterns(std::string_view targ
             // Blocked when an ancestor of the target (below the anchor) matches.
             std::string prefix = anchor;
             std::string_view tail = target.substr(anchor.size());
-            for (std::string_view part : SplitOn(tail, '/')) {
+            for (std::string_view part : Split(tail, '/')) {
               if (part.empty()) continue;
               prefix = JoinPath(prefix, part);
               if (prefix.size() >= target.size()) break;

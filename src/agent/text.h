@@ -21,21 +21,7 @@ std::string_view CodePointPrefix(std::string_view text, size_t n);
 // Splits into chunks of at most `n` code points each; "" yields one empty chunk.
 std::vector<std::string_view> ChunkByCodePoints(std::string_view text, size_t n);
 
-// str.split("\n") semantics.
-std::vector<std::string_view> SplitOn(std::string_view text, char sep);
-// str.splitlines(): \n, \r\n and \r end lines; no trailing empty line.
-std::vector<std::string_view> SplitLines(std::string_view text);
-// True when text is empty or only ASCII whitespace (Python str.strip() == "").
-bool IsBlank(std::string_view text);
-std::string_view TrimRight(std::string_view text);
-std::string_view Trim(std::string_view text);
-bool StartsWith(std::string_view text, std::string_view prefix);
-bool EndsWith(std::string_view text, std::string_view suffix);
-std::string ReplaceAll(std::string_view text, std::string_view from, std::string_view to);
-std::string Join(const std::vector<std::string>& parts, std::string_view sep);
-// Lowercased ASCII.
-std::string AsciiLower(std::string_view text);
-
+// Trim, Split, SplitLines, Join, ReplaceAll, AsciiLower: common/strings.h.
 // RandomHex: common/random.h.
 // Current UTC time as ISO 8601 with microseconds and "+00:00", like Python's
 // datetime.now(UTC).isoformat().

@@ -18,6 +18,7 @@
 #include "agent/text.h"
 #include "common/io.h"
 #include "common/make_dirs.h"
+#include "common/strings.h"
 
 namespace deepbox::agent {
 namespace {
@@ -181,7 +182,7 @@ Result<std::vector<ThreadInfo>> ThreadStore::List() const {
   std::vector<std::pair<int64_t, ThreadInfo>> items;
   while (dirent* e = ::readdir(d)) {
     std::string name = e->d_name;
-    if (!EndsWith(name, ".jsonl")) continue;
+    if (!name.ends_with(".jsonl")) continue;
     ThreadInfo info;
     info.id = name.substr(0, name.size() - 6);
     info.path = dir_ + "/" + name;

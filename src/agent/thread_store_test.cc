@@ -123,7 +123,7 @@ TEST_F(ThreadTest, ResumeThreadById) {
     o.thread_store = store;
     auto agent = MakeAgent(o);
     id = agent->thread_id();
-    EXPECT_TRUE(StartsWith(id, "th-"));
+    EXPECT_TRUE(id.starts_with("th-"));
     ASSERT_TRUE(agent->Run("what is your name?").ok());
   }
   auto model = std::make_shared<ScriptedModel>();
@@ -217,12 +217,12 @@ TEST_F(ThreadTest, ResumedInAnotherSandboxTheModelIsToldOnce) {
   auto [changed2, reqs2] = run(second, {"is it there?", "and now?"});
   EXPECT_TRUE(changed2);
   const std::string& told = reqs2.at(0).messages.back().text;
-  EXPECT_TRUE(StartsWith(told,
-                         "<system-reminder>This conversation continues in a new sandbox "
-                         "(sb-second)."))
+  EXPECT_TRUE(
+      told.starts_with("<system-reminder>This conversation continues in a new sandbox "
+                       "(sb-second)."))
       << told;
   EXPECT_NE(told.find("sandbox sb-first"), std::string::npos) << told;
-  EXPECT_TRUE(EndsWith(told, "</system-reminder>\n\nis it there?")) << told;
+  EXPECT_TRUE(told.ends_with("</system-reminder>\n\nis it there?")) << told;
   EXPECT_EQ(reqs2.at(1).messages.back().text, "and now?");
   auto loaded = store->Load("th-moved");
   ASSERT_TRUE(loaded);
@@ -268,8 +268,8 @@ TEST_F(ThreadTest, PausedInterruptSurvivesARestart) {
     auto agent = make(model);
     RunResult r = agent->Run("run it");
     ASSERT_EQ(r.stop_reason, StopReason::kInterrupted);
-    EXPECT_TRUE(StartsWith(r.interrupt->action_requests[0].description,
-                           "Run a shell command?\n\nTool: execute\nArgs: "));
+    EXPECT_TRUE(r.interrupt->action_requests[0].description.starts_with(
+        "Run a shell command?\n\nTool: execute\nArgs: "));
   }
   auto model = std::make_shared<ScriptedModel>();
   model->Text("ran it");

@@ -6,6 +6,7 @@
 #include "agent/py_repr.h"
 #include "agent/text.h"
 #include "common/parse_number.h"
+#include "common/strings.h"
 
 namespace deepbox::agent {
 

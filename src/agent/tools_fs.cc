@@ -9,6 +9,7 @@
 #include "agent/permissions.h"
 #include "agent/text.h"
 #include "common/base64.h"
+#include "common/strings.h"
 #include "common/utf8.h"
 
 namespace deepbox::agent {
@@ -361,7 +362,7 @@ class ReadFileTool : public BaseFsTool {
     // The page, as deepagents' read script builds it: lines joined by "\n"
     // within the byte cap; a line cut by the cap is shown in part but not
     // counted, and the cap's banner follows.
-    std::vector<std::string_view> lines = SplitOn(r->content, '\n');
+    std::vector<std::string_view> lines = Split(r->content, '\n');
     const size_t got = static_cast<size_t>(std::max<int64_t>(r->lines_returned, 0));
     if (lines.size() > got) lines.resize(got);
     if (static_cast<int64_t>(lines.size()) > lim) lines.resize(static_cast<size_t>(lim));
@@ -411,7 +412,7 @@ class ReadFileTool : public BaseFsTool {
       return ToolResult::Ok(kEmptyContentWarning);
     }
     // Blank last rows a "\n" join loses come back, as deepagents pads them.
-    std::vector<std::string_view> rows = SplitOn(text, '\n');
+    std::vector<std::string_view> rows = Split(text, '\n');
     if (!rows.empty() && rows.back().empty()) rows.pop_back();
     const int64_t want = *w.end_line - *w.start_line + 1;
     std::string body;
@@ -612,7 +613,7 @@ class GlobTool : public BaseFsTool {
     // deepagents' glob refuses to climb out of the search root, once it found
     // the root.
     const std::string slashed = ReplaceAll(pattern, "\\", "/");
-    for (std::string_view seg : SplitOn(slashed, '/')) {
+    for (std::string_view seg : Split(slashed, '/')) {
       if (seg != "..") continue;
       auto st = sb->Stat(*path);
       std::string code = !st                           ? Code(CodeSet::kLs, st.error())
@@ -747,7 +748,7 @@ class GrepTool : public BaseFsTool {
     std::string_view rel = path.substr(base == "/" ? 1 : base.size() + 1);
     size_t slash = rel.rfind('/');
     if (slash == std::string_view::npos) return false;
-    for (std::string_view dir : SplitOn(rel.substr(0, slash), '/')) {
+    for (std::string_view dir : Split(rel.substr(0, slash), '/')) {
       if (dir == ".git") return true;
     }
     return false;

@@ -143,7 +143,7 @@ TEST(ExecuteTool, CancelKillsTheCommand) {
   canceller.join();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
   EXPECT_TRUE(r.is_error);
-  EXPECT_TRUE(EndsWith(r.text, "\n[Command cancelled]")) << r.text;
+  EXPECT_TRUE(r.text.ends_with("\n[Command cancelled]")) << r.text;
 }
 
 TEST(DeleteTool, FilesDirectoriesAndMissing) {

@@ -167,10 +167,8 @@ TEST(ToolArgs, OutOfRangeIntegersAreInvalidNotWrapped) {
 }
 
 TEST(Text, Helpers) {
-  EXPECT_EQ(SplitLines("a\r\nb\rc\n"), (std::vector<std::string_view>{"a", "b", "c"}));
   EXPECT_EQ(CodePointCount("é日"), 2u);
   EXPECT_EQ(CodePointPrefix("é日x", 2), "é日");
-  EXPECT_TRUE(IsBlank(" \n\t"));
   EXPECT_EQ(IsoNowUtc().size(), 32u);
 }
 

@@ -4,13 +4,14 @@
 #include <cstdint>
 
 #include "agent/text.h"
+#include "common/strings.h"
 
 namespace deepbox::run {
 
 std::vector<std::string> LineDiff(std::string_view before, std::string_view after) {
   std::vector<std::string> a, b;
-  for (auto l : agent::SplitLines(before)) a.emplace_back(l);
-  for (auto l : agent::SplitLines(after)) b.emplace_back(l);
+  for (auto l : SplitLines(before)) a.emplace_back(l);
+  for (auto l : SplitLines(after)) b.emplace_back(l);
   std::vector<std::string> out;
   // Edits are short strings, so the table stays small.
   size_t n = a.size(), m = b.size();

@@ -13,6 +13,7 @@
 #include "cli/run_signals.h"
 #include "common/io.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "common/terminal_text.h"
 
 namespace deepbox::run {
@@ -28,7 +29,7 @@ void WriteFd(int fd, std::string_view data) {
 
 std::vector<std::string> Lines(std::string_view text) {
   std::vector<std::string> out;
-  for (auto l : agent::SplitLines(text)) out.emplace_back(l);
+  for (auto l : SplitLines(text)) out.emplace_back(l);
   return out;
 }
 
@@ -211,7 +212,7 @@ std::optional<std::vector<Decision>> ApprovalPrompt::Ask(const agent::InterruptR
       } else if (k == 'r' && is_allowed(DecisionType::kReject)) {
         auto why = ask_line("  reason (told to the model): ");
         if (!why) return std::nullopt;
-        decision = Decision::Reject(std::string(agent::Trim(*why)));
+        decision = Decision::Reject(std::string(Trim(*why)));
         how = "rejected";
       } else if (k == 'e' && is_allowed(DecisionType::kEdit)) {
         WriteFd(tty_fd,

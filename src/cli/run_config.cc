@@ -14,6 +14,7 @@
 #include "agent/text.h"
 #include "agent/thread_store.h"
 #include "cli/providers.h"
+#include "common/strings.h"
 #include "local/lifecycle/selector.h"
 #include "sandbox/network_policy.h"
 
@@ -416,7 +417,7 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     }
   }
   // Checked here, before anything is claimed.
-  if (c.task && agent::IsBlank(*c.task)) {
+  if (c.task && IsBlank(*c.task)) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "TASK is empty: give a task, or leave it out for the interactive prompt "
                      "(or to read it from stdin)");

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "agent/text.h"
+#include "common/strings.h"
 
 namespace deepbox::run {
 
@@ -37,10 +38,10 @@ std::string Truncate(std::string_view text, size_t max_chars) {
 }
 
 std::string FirstLine(std::string_view text) {
-  auto lines = agent::SplitLines(text);
+  auto lines = SplitLines(text);
   for (auto l : lines) {
-    if (!agent::IsBlank(l)) {
-      std::string s(agent::Trim(l));
+    if (!IsBlank(l)) {
+      std::string s(Trim(l));
       return lines.size() > 1 ? s + " …" : s;
     }
   }
@@ -49,13 +50,13 @@ std::string FirstLine(std::string_view text) {
 
 std::string FoldOutput(std::string_view preview, size_t max_chars) {
   std::vector<std::string_view> lines;
-  for (auto l : agent::SplitLines(preview)) {
-    if (agent::IsBlank(l)) continue;
-    if (agent::StartsWith(l, "[Command succeeded with exit code")) continue;
-    lines.push_back(agent::TrimRight(l));
+  for (auto l : SplitLines(preview)) {
+    if (IsBlank(l)) continue;
+    if (l.starts_with("[Command succeeded with exit code")) continue;
+    lines.push_back(TrimRight(l));
   }
   if (lines.empty()) return "";
-  std::string out = Truncate(agent::Trim(lines[0]), max_chars);
+  std::string out = Truncate(Trim(lines[0]), max_chars);
   if (lines.size() > 1)
     out += fmt::format("  (+{} more line{})", lines.size() - 1, lines.size() == 2 ? "" : "s");
   return out;

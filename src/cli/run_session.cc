@@ -34,6 +34,7 @@
 #include "cli/run_signals.h"
 #include "cli/run_ui.h"
 #include "common/io.h"
+#include "common/strings.h"
 #include "common/unique_fd.h"
 
 namespace deepbox::run {
@@ -196,7 +197,7 @@ std::optional<ProjectInputs> Session::TrustedProjectInputs(LineReader& reader, b
       if (reader.interrupted()) return std::nullopt;
       answer = "";
     }
-    std::string a(agent::Trim(*answer));
+    std::string a(Trim(*answer));
     if (a == "y" || a == "Y" || a == "yes" || a == "YES" || a == "Yes") {
       if (auto st = store.Trust(read->dir, hash); !st) {
         ui_.Notice("could not record the decision (you will be asked again): " +
@@ -256,7 +257,7 @@ int Session::Run(RunSummary& summary) {
   auto check_replayed_task = [&](const std::string& task) {
     if (!replay || replay->turns.empty() || !replay->turns[0].task) return;
     const std::string& recorded = *replay->turns[0].task;
-    if (agent::Trim(recorded) == agent::Trim(task)) return;
+    if (Trim(recorded) == Trim(task)) return;
     ui_.Notice(fmt::format(
         "warning: the recording answers another task (\"{}\"); it replays the same answers "
         "whatever the task is",
@@ -276,7 +277,7 @@ int Session::Run(RunSummary& summary) {
   if (!first_task && !stdin_tty) {
     auto all = stdin_reader.ReadAll();
     if (!all) return Interrupted(summary);
-    std::string t(agent::Trim(*all));
+    std::string t(Trim(*all));
     if (t.empty()) {
       return Fail(summary, kRunExitUsage,
                   Error(ErrorCode::kInvalidArgument,
@@ -599,7 +600,7 @@ int Session::Run(RunSummary& summary) {
       }
       if (read.outcome == LinePrompt::Outcome::kInterrupted) continue;
       if (read.outcome == LinePrompt::Outcome::kEof) break;
-      std::string line(agent::Trim(read.line));
+      std::string line(Trim(read.line));
       if (line.empty()) continue;
       if (line == "/exit" || line == "/quit") break;
       if (auto st = prompt->AddHistory(line); !st && !history_warned) {

@@ -11,6 +11,7 @@
 #include "cli/run_format.h"
 #include "common/io.h"
 #include "common/parse_number.h"
+#include "common/strings.h"
 #include "common/terminal_text.h"
 
 namespace deepbox::run {
@@ -309,8 +310,8 @@ void TerminalUi::OnEvent(const AgentEvent& e) {
     case EventType::kToolOutput:
       if (auto it = running_.find(e.tool_call_id); it != running_.end()) {
         std::string last;
-        for (auto l : agent::SplitLines(e.text)) {
-          if (!agent::IsBlank(l)) last = SanitizeLineForTerminal(agent::Trim(l));
+        for (auto l : SplitLines(e.text)) {
+          if (!IsBlank(l)) last = SanitizeLineForTerminal(Trim(l));
         }
         if (!last.empty()) {
           std::string base = it->second.label.substr(0, it->second.label.find(" ⎿ "));

@@ -11,6 +11,7 @@
 #include "cli/run_config.h"
 #include "cli/run_exit_codes.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "common/terminal_text.h"
 
 namespace deepbox::run {
@@ -18,7 +19,7 @@ namespace deepbox::run {
 namespace {
 
 std::string OneLine(std::string_view text, size_t max) {
-  std::string s = SanitizeLineForTerminal(agent::Trim(text));
+  std::string s = SanitizeLineForTerminal(Trim(text));
   if (agent::CodePointCount(s) <= max) return s;
   return std::string(agent::CodePointPrefix(s, max - 1)) + "…";
 }

@@ -9,6 +9,7 @@
 
 #include "common/json.h"
 #include "common/parse_number.h"
+#include "common/strings.h"
 #include "common/terminal_text.h"
 #include "k8s/socket_owner.h"
 #include "k8s/util.h"
@@ -22,14 +23,9 @@ constexpr size_t kTailBytes = 4096;
 constexpr size_t kMaxStdoutLine = 4096;
 constexpr std::string_view kForwardingPrefix = "Forwarding from 127.0.0.1:";
 
-std::string Trimmed(std::string s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  return s;
-}
-
 // kubectl's output in our messages: it can carry text from the cluster.
 std::string Shown(std::string_view text) {
-  std::string t = Trimmed(SanitizeForTerminal(text));
+  std::string t(TrimRight(SanitizeForTerminal(text)));
   return t.empty() ? "no output" : t;
 }
 
@@ -144,7 +140,7 @@ Status PortForward::Launch(int port) {
   auto fail = [&](ErrorCode code, std::string message) -> Status {
     child->Terminate(options_.stop_grace);
     drain(err, keep_errors);
-    std::string said = Trimmed(SanitizeForTerminal(errors));
+    std::string said(TrimRight(SanitizeForTerminal(errors)));
     return MakeError(code, said.empty() ? message : fmt::format("{}: {}", message, said));
   };
   int got = 0;
@@ -195,7 +191,7 @@ Status PortForward::Launch(int port) {
       while (got == 0 && !bad && (nl = line_buf.find('\n')) != std::string::npos) {
         std::string line = line_buf.substr(0, nl);
         line_buf.erase(0, nl + 1);
-        if (Trimmed(line).empty() || line.starts_with("Handling connection for")) continue;
+        if (IsBlank(line) || line.starts_with("Handling connection for")) continue;
         auto p = ParseForwardingLine(line, options_.remote_port);
         if (!p) {
           bad = Error(ErrorCode::kUnavailable,

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/base64.h"
+#include "common/strings.h"
 #include "common/subprocess.h"
 #include "k8s/util.h"
 #include "k8s/yaml_json.h"
@@ -52,24 +53,6 @@ std::string DirName(const std::string& path) {
 std::string Resolve(const std::string& file, const std::string& path) {
   if (path.empty() || path[0] == '/') return path;
   return DirName(file) + "/" + path;
-}
-
-std::string Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return std::string(s);
-}
-
-std::vector<std::string> Split(std::string_view s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    auto pos = s.find(sep, start);
-    if (pos == std::string_view::npos) pos = s.size();
-    out.emplace_back(s.substr(start, pos - start));
-    start = pos + 1;
-  }
-  return out;
 }
 
 // One named stanza (cluster, user or context) and the file that defined it.
@@ -426,7 +409,8 @@ Result<RestConfig> LoadKubeconfig(const KubeconfigOptions& options) {
         options.kubeconfig_env ? *options.kubeconfig_env : Env("KUBECONFIG").value_or("");
     if (!list.empty()) {
       std::vector<std::string> missing;
-      for (auto& f : Split(list, ':')) {
+      for (std::string_view entry : Split(list, ':')) {
+        const std::string f(entry);
         if (f.empty()) continue;
         if (std::find(files.begin(), files.end(), f) != files.end()) continue;
         if (FileExists(f)) {
@@ -607,7 +591,7 @@ Result<Credentials> CredentialSource::RunExec() {
     return fail(msg);
   }
   if (!run->exited_ok()) {
-    std::string err = Trim(run->err);
+    std::string err(Trim(run->err));
     if (err.size() > 2000) err = "..." + err.substr(err.size() - 2000);
     return fail(fmt::format("'{}' {}{}{}", ex.command, DescribeWaitStatus(run->wait_status),
                             err.empty() ? "" : ": ", err));

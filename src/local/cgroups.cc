@@ -17,6 +17,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/strings.h"
+
 namespace deepbox::local {
 namespace {
 
@@ -41,18 +43,6 @@ Status WriteFile(const std::string& path, std::string_view content) {
   ssize_t n = write(fd.get(), content.data(), content.size());
   if (n < 0) return MakeSyscallError("write", errno, fmt::format("{} <- {}", path, content));
   return {};
-}
-
-std::vector<std::string> Split(std::string_view s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t end = s.find(sep, start);
-    if (end == std::string_view::npos) end = s.size();
-    out.emplace_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
 }
 
 std::string JoinPath(std::string_view a, std::string_view b) {
@@ -100,7 +90,8 @@ CgroupHostInfo ParseCgroupHostInfo(std::string_view mountinfo, std::string_view 
     if (fstype == "cgroup2") {
       if (info.v2_mount.empty() || mountpoint == "/sys/fs/cgroup") info.v2_mount = mountpoint;
     } else if (fstype == "cgroup") {
-      for (const auto& opt : Split(superopts, ',')) {
+      for (std::string_view option : Split(superopts, ',')) {
+        const std::string opt(option);
         if (opt == "rw" || opt == "ro" || opt.rfind("name=", 0) == 0 ||
             opt.find('=') != std::string::npos) {
           continue;
@@ -123,7 +114,8 @@ CgroupHostInfo ParseCgroupHostInfo(std::string_view mountinfo, std::string_view 
       info.v2_self = path;
       continue;
     }
-    for (const auto& c : Split(controllers, ',')) {
+    for (std::string_view controller : Split(controllers, ',')) {
+      const std::string c(controller);
       if (!info.v1_mounts.count(c)) continue;
       std::string rel = path;
       const std::string& root = v1_roots[c];

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/strings.h"
 #include "common/unique_fd.h"
 
 namespace deepbox::local {
@@ -17,10 +18,7 @@ namespace {
 constexpr size_t kMaxMessage = 4096;
 
 std::string LowerName(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
+  std::string out = AsciiLower(s);
   while (!out.empty() && out.back() == '.') out.pop_back();
   return out;
 }

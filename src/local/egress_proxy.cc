@@ -14,6 +14,7 @@
 #include <cstring>
 #include <future>
 
+#include "common/strings.h"
 #include "local/address_policy.h"
 #include "local/host_network.h"
 #include "sandbox/network_policy.h"
@@ -32,11 +33,10 @@ uint32_t Be(std::string_view s, size_t at, int bytes) {
   return v;
 }
 
+// Lower case without trailing dots: "Example.COM." and "example.com" are
+// one host.
 std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
+  std::string out = AsciiLower(s);
   while (!out.empty() && out.back() == '.') out.pop_back();
   return out;
 }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.h"
+
 namespace deepbox {
 
 std::string_view NetworkModeName(NetworkMode mode) {
@@ -76,13 +78,6 @@ Status ValidateAllowEntry(std::string_view entry) {
   return {};
 }
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
 }  // namespace
 
 Result<NetworkPolicy> ParseNetworkPolicy(std::string_view text) {
@@ -99,7 +94,7 @@ Result<NetworkPolicy> ParseNetworkPolicy(std::string_view text) {
                                  text));
   }
   policy.mode = NetworkMode::kAllow;
-  std::string rest = Lower(text.substr(6));
+  std::string rest = AsciiLower(text.substr(6));
   size_t start = 0;
   while (start <= rest.size()) {
     size_t comma = rest.find(',', start);
@@ -118,7 +113,7 @@ Result<NetworkPolicy> ParseNetworkPolicy(std::string_view text) {
 AllowMatch MatchAllowlist(const std::vector<std::string>& allow, std::string_view name_in,
                           int port) {
   AllowMatch result;
-  std::string name = Lower(name_in);
+  std::string name = AsciiLower(name_in);
   if (!name.empty() && name.back() == '.') name.pop_back();
   if (name.empty()) return result;
   for (const auto& entry : allow) {

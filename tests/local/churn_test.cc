@@ -39,6 +39,7 @@
 
 #include "cli_fixture.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
 #include "local/lifecycle/provider.h"
@@ -57,11 +58,6 @@ using ::testing::IsEmpty;
 using testing::kDeepbox;
 using testing::ReadFile;
 using Clock = std::chrono::steady_clock;
-
-std::string Trimmed(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 int EnvInt(const char* name, int dflt) {
   const char* v = std::getenv(name);
@@ -210,7 +206,7 @@ class ChurnTest : public testing::LocalCliTest {
   // waiting in poll(2), holding only its own fds (a create in flight holds
   // the supervisor's socket).
   bool PoolAtRest(const std::string& name, int replicas) {
-    std::string log = Trimmed(PoolLog(name));
+    std::string log(TrimRight(PoolLog(name)));
     std::string last = log.substr(log.rfind('\n') == std::string::npos ? 0 : log.rfind('\n') + 1);
     std::string at_rest = fmt::format("pool '{}': {}/{} warm", name, replicas, replicas);
     return last.size() >= at_rest.size() &&
@@ -261,7 +257,7 @@ class ChurnTest : public testing::LocalCliTest {
     }
     std::error_code ec;
     for (const auto& e : fs::directory_iterator("/sys/block", ec)) {
-      std::string backing = Trimmed(ReadFile(e.path() / "loop" / "backing_file"));
+      std::string backing(TrimRight(ReadFile(e.path() / "loop" / "backing_file")));
       if (backing.rfind(root, 0) == 0) {
         v.loops.insert(e.path().filename().string() + " " + backing);
       }

@@ -19,6 +19,7 @@
 
 #include "cli_fixture.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "local/lifecycle/provider.h"
 #include "local/namespaces.h"
 #include "local/workspace_disk.h"
@@ -34,11 +35,6 @@ using ::testing::HasSubstr;
 using testing::kDeepbox;
 using ::testing::Not;
 using testing::ReadFile;
-
-std::string Trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 class LimitsTest : public testing::LocalCliTest {
  protected:
@@ -73,7 +69,7 @@ class LimitsTest : public testing::LocalCliTest {
     for (const auto& dir : m.cgroups) {
       for (const char* f : files) {
         fs::path p = fs::path(dir) / f;
-        if (fs::exists(p)) return Trim(ReadFile(p));
+        if (fs::exists(p)) return std::string(TrimRight(ReadFile(p)));
       }
     }
     return "(no cgroup file)";
@@ -109,7 +105,7 @@ TEST_F(LimitsTest, CreateTakesDockerStyleSizesAndEnforcesThem) {
     auto r = Cli({"sandbox", "create", "--cold", "--ttl", "900", "--network", "none", "--memory",
                   mem, "--disk", "0"});
     EXPECT_EQ(r.code, 0) << mem << ": " << r.err;
-    auto meta = provider_->store().Read(Trim(r.out));
+    auto meta = provider_->store().Read(std::string(TrimRight(r.out)));
     ASSERT_TRUE(meta.has_value()) << mem;
     EXPECT_EQ(meta->limits.memory_bytes, 64ULL << 20) << mem;
     EXPECT_FALSE(meta->limits.workspace_bytes.has_value());
@@ -155,7 +151,7 @@ TEST_F(LimitsTest, CreateHasSafeDefaultLimitsAndATtl) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("warning: --ttl 0"));
   EXPECT_THAT(r.err, HasSubstr("never deleted automatically"));
-  EXPECT_FALSE(provider_->store().Read(Trim(r.out))->expires_at_ms.has_value());
+  EXPECT_FALSE(provider_->store().Read(std::string(TrimRight(r.out)))->expires_at_ms.has_value());
   r = Cli({"sandbox", "create", "--help"});
   EXPECT_THAT(r.out, HasSubstr("3600"));
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/base64.h"
+#include "common/strings.h"
 #include "k8s/util.h"
 
 namespace deepbox::k8s::testing {
@@ -38,23 +39,8 @@ const KindInfo* FindKind(std::string_view group, std::string_view plural) {
   return nullptr;
 }
 
-std::vector<std::string> Split(std::string_view s, char sep) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    auto pos = s.find(sep, start);
-    if (pos == std::string_view::npos) pos = s.size();
-    out.emplace_back(s.substr(start, pos - start));
-    start = pos + 1;
-  }
-  return out;
-}
-
-std::string Trim(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  return std::string(s);
-}
+// Selectors are trimmed of spaces only, as before: a tab stays part of a key.
+std::string TrimSpaces(std::string_view s) { return std::string(Trim(s, " ")); }
 
 json::object StatusObject(int code, std::string_view reason, std::string_view message) {
   json::object s;
@@ -97,42 +83,42 @@ Result<std::vector<Requirement>> ParseLabelSelector(std::string_view text) {
   }
   if (!cur.empty()) parts.push_back(cur);
   for (auto& raw : parts) {
-    std::string p = Trim(raw);
+    std::string p = TrimSpaces(raw);
     if (p.empty()) continue;
     Requirement r;
     auto set_values = [&](std::string_view rest) -> bool {
-      std::string t = Trim(rest);
+      std::string t = TrimSpaces(rest);
       if (t.size() < 2 || t.front() != '(' || t.back() != ')') return false;
       for (auto& v : Split(std::string_view(t).substr(1, t.size() - 2), ',')) {
-        r.values.push_back(Trim(v));
+        r.values.push_back(TrimSpaces(v));
       }
       return true;
     };
     if (auto pos = p.find(" notin "); pos != std::string::npos) {
       r.op = Requirement::kNotIn;
-      r.key = Trim(p.substr(0, pos));
+      r.key = TrimSpaces(p.substr(0, pos));
       if (!set_values(std::string_view(p).substr(pos + 7))) {
         return MakeError(ErrorCode::kInvalidArgument, "bad selector " + p);
       }
     } else if (auto pos2 = p.find(" in "); pos2 != std::string::npos) {
       r.op = Requirement::kIn;
-      r.key = Trim(p.substr(0, pos2));
+      r.key = TrimSpaces(p.substr(0, pos2));
       if (!set_values(std::string_view(p).substr(pos2 + 4))) {
         return MakeError(ErrorCode::kInvalidArgument, "bad selector " + p);
       }
     } else if (auto ne = p.find("!="); ne != std::string::npos) {
       r.op = Requirement::kNe;
-      r.key = Trim(p.substr(0, ne));
-      r.values.push_back(Trim(p.substr(ne + 2)));
+      r.key = TrimSpaces(p.substr(0, ne));
+      r.values.push_back(TrimSpaces(p.substr(ne + 2)));
     } else if (auto eq = p.find('='); eq != std::string::npos) {
       r.op = Requirement::kEq;
-      r.key = Trim(p.substr(0, eq));
+      r.key = TrimSpaces(p.substr(0, eq));
       size_t vstart = eq + 1;
       if (vstart < p.size() && p[vstart] == '=') ++vstart;
-      r.values.push_back(Trim(p.substr(vstart)));
+      r.values.push_back(TrimSpaces(p.substr(vstart)));
     } else if (p[0] == '!') {
       r.op = Requirement::kNotExists;
-      r.key = Trim(p.substr(1));
+      r.key = TrimSpaces(p.substr(1));
     } else {
       r.op = Requirement::kExists;
       r.key = p;
@@ -183,7 +169,7 @@ struct FieldReq {
 Result<std::vector<FieldReq>> ParseFieldSelector(std::string_view text) {
   std::vector<FieldReq> out;
   for (auto& raw : Split(text, ',')) {
-    std::string p = Trim(raw);
+    std::string p = TrimSpaces(raw);
     if (p.empty()) continue;
     FieldReq f;
     auto ne = p.find("!=");
@@ -477,7 +463,8 @@ void FakeApiServer::Handle(net::Request& req, net::ResponseWriter& w) {
     }
   }
 
-  auto seg = Split(req.path, '/');
+  const auto parts = Split(req.path, '/');
+  std::vector<std::string> seg(parts.begin(), parts.end());
   if (!seg.empty() && seg.front().empty()) seg.erase(seg.begin());
   if (!seg.empty() && seg.back().empty()) seg.pop_back();
   auto not_found_page = [&] { (void)w.Send(net::Response::Text(404, "404 page not found\n")); };

@@ -9,18 +9,13 @@
 #include <vector>
 
 #include "common/parse_number.h"
+#include "common/strings.h"
 
 namespace deepbox::local::lifecycle {
 namespace {
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 bool MeansUnlimited(std::string_view text) {
-  std::string t = Lower(text);
+  std::string t = AsciiLower(text);
   return t == "0" || t == "none" || t == "unlimited";
 }
 

@@ -4,6 +4,8 @@
 
 #include <cctype>
 
+#include "common/strings.h"
+
 namespace deepbox::local::lifecycle {
 namespace {
 
@@ -45,12 +47,6 @@ std::string PrefixProblem(std::string_view s) {
     start = dot + 1;
   }
   return {};
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
 }
 
 }  // namespace

@@ -2,17 +2,15 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.h"
 #include "net/http.h"
 
 namespace deepbox::sandboxd {
 namespace {
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
+// HTTP's optional whitespace (space, tab) around header fields; a stray CR
+// at the end of a field goes too.
+std::string_view TrimOws(std::string_view s) { return TrimRight(TrimLeft(s, " \t"), " \t\r"); }
 
 // Value of `key=` in a header parameter list, unquoting "..." (with \" escapes).
 std::optional<std::string> Param(std::string_view header, std::string_view key) {
@@ -30,10 +28,10 @@ std::optional<std::string> Param(std::string_view header, std::string_view key) 
       if (i + 1 == header.size()) semi = std::string_view::npos;
     }
     std::string_view part =
-        Trim(header.substr(pos, semi == std::string_view::npos ? header.npos : semi - pos));
+        TrimOws(header.substr(pos, semi == std::string_view::npos ? header.npos : semi - pos));
     auto eq = part.find('=');
-    if (eq != std::string_view::npos && net::EqualsIgnoreCase(Trim(part.substr(0, eq)), key)) {
-      std::string_view v = Trim(part.substr(eq + 1));
+    if (eq != std::string_view::npos && net::EqualsIgnoreCase(TrimOws(part.substr(0, eq)), key)) {
+      std::string_view v = TrimOws(part.substr(eq + 1));
       if (v.size() >= 2 && v.front() == '"' && v.back() == '"') {
         v = v.substr(1, v.size() - 2);
         std::string out;
@@ -86,8 +84,8 @@ Result<std::vector<FormPart>> ParseMultipart(std::string_view content_type, std:
       headers = eol == std::string_view::npos ? "" : headers.substr(eol + 2);
       auto colon = line.find(':');
       if (colon == std::string_view::npos) continue;
-      std::string_view name = Trim(line.substr(0, colon));
-      std::string_view value = Trim(line.substr(colon + 1));
+      std::string_view name = TrimOws(line.substr(0, colon));
+      std::string_view value = TrimOws(line.substr(colon + 1));
       if (net::EqualsIgnoreCase(name, "Content-Disposition")) {
         part.name = Param(value, "name").value_or("");
         part.filename = Param(value, "filename").value_or("");
