@@ -40,6 +40,7 @@
 #include "agent/deep_agent.h"
 #include "agent/model/replay.h"
 #include "agent/thread_store.h"
+#include "common/testing/temp_dir.h"
 #include "local/lifecycle/provider.h"
 
 namespace {
@@ -742,11 +743,13 @@ int main(int argc, char** argv) {
   std::string bin_dir =
       n > 0 ? std::filesystem::path(std::string(exe, static_cast<size_t>(n))).parent_path().string()
             : ".";
-  std::string tmp = "/tmp/dbx-abench-XXXXXX";
-  if (mkdtemp(tmp.data()) == nullptr) {
-    std::perror("mkdtemp");
+  auto tmp_dir =
+      deepbox::testing::TempDir::Make("dbx-abench", "/tmp");  // short: socket paths fit 107 bytes
+  if (!tmp_dir) {
+    std::fprintf(stderr, "%s\n", tmp_dir.error().ToString().c_str());
     return 1;
   }
+  const std::string tmp = tmp_dir->path().string();
   int rc = 0;
   {
     local::lifecycle::LocalProviderOptions o;
@@ -772,7 +775,5 @@ int main(int argc, char** argv) {
     if (rc == 0 && opt.sections.count("fib")) rc |= RunFib(opt, sandbox);
     std::printf("\nloadavg at the end: %s\n", LoadAvg().c_str());
   }  // the lease deletes the sandbox
-  std::error_code ec;
-  std::filesystem::remove_all(tmp, ec);
   return rc;
 }

@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "local/lifecycle/provider.h"
 #include "local/tree_copy.h"
 
@@ -432,11 +433,15 @@ int main(int argc, char** argv) {
   ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
   std::string bin_dir =
       n > 0 ? fs::path(std::string(exe, static_cast<size_t>(n))).parent_path().string() : ".";
-  std::string tmpl = "/tmp/dbx-bench-XXXXXX";
-  if (mkdtemp(tmpl.data()) == nullptr) {
-    std::perror("mkdtemp");
+  // The bench's state dir (short: socket paths fit 107 bytes), removed on every return.
+  std::optional<deepbox::testing::TempDir> state_dir;
+  if (auto made = deepbox::testing::TempDir::Make("dbx-bench", "/tmp")) {
+    state_dir.emplace(std::move(*made));
+  } else {
+    std::fprintf(stderr, "%s\n", made.error().ToString().c_str());
     return 1;
   }
+  const std::string tmpl = state_dir->path().string();
   LocalProviderOptions o;
   o.state_dir = tmpl;
   o.deepbox_binary = bin_dir + "/deepbox";
@@ -457,9 +462,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (HasFlag(argc, argv, "--leaderboard")) {
-    int rc = RunLeaderboard(**provider, Arg(argc, argv, "--leaderboard-iterations", 100));
-    (void)RemoveTree(tmpl);
-    return rc;
+    return RunLeaderboard(**provider, Arg(argc, argv, "--leaderboard-iterations", 100));
   }
   ClaimOptions claim;
   claim.network = "none";
@@ -803,7 +806,7 @@ int main(int argc, char** argv) {
     scale.push_back(std::move(pt));
   }
   for (const auto& m : idle) (void)(*provider)->Delete(m.id);
-  (void)RemoveTree(tmpl);
+  state_dir.reset();
 
   // Report.
   const Stats& cold = rows[0];

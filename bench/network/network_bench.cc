@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "local/launcher.h"
 #include "local/namespaces.h"
 #include "local/testing/test_world.h"
@@ -222,26 +223,26 @@ int main(int argc, char** argv) {
                  "as root\n");
     return 2;
   }
-  testing::TestWorld world;
+  local::testing::TestWorld world;
   if (std::string why = world.Build("bench"); !why.empty()) {
     std::fprintf(stderr, "test world: %s\n", why.c_str());
     return 1;
   }
-  testing::WorldServer dl(
-      world.hosts().fd(), [] { return testing::BindAny(SOCK_STREAM, kDownloadPort); },
+  local::testing::WorldServer dl(
+      world.hosts().fd(), [] { return local::testing::BindAny(SOCK_STREAM, kDownloadPort); },
       [](int s) { Serve(s, true); });
-  testing::WorldServer cn(
-      world.hosts().fd(), [] { return testing::BindAny(SOCK_STREAM, kConnectPort); },
+  local::testing::WorldServer cn(
+      world.hosts().fd(), [] { return local::testing::BindAny(SOCK_STREAM, kConnectPort); },
       [](int s) { Serve(s, false); });
   // The veth path needs forwarding in its uplink: the world only (a test netns).
   (void)world.ns().Sh("echo 1 > /proc/sys/net/ipv4/ip_forward");
-  char tmpl[] = "/tmp/deepbox-netbench-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return 1;
-  fs::path tmp = tmpl;
+  auto tmp_dir = deepbox::testing::TempDir::Make("deepbox-netbench", "/tmp");  // a short path
+  if (!tmp_dir) return 1;
+  const fs::path& tmp = tmp_dir->path();
   fs::create_directories(tmp / "ws");
   fs::copy_file("/proc/self/exe", tmp / "ws" / "netbench");
   chmod((tmp / "ws" / "netbench").c_str(), 0755);
-  const std::string host = testing::TestWorld::kPublic4;
+  const std::string host = local::testing::TestWorld::kPublic4;
   auto client_argv = [&](const std::string& mode) {
     return std::vector<std::string>{"/workspace/netbench",
                                     "--client",
@@ -294,25 +295,27 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   {  // The floor: the client in the world itself, no sandbox.
     Row row{"no sandbox (the world netns)"};
-    testing::ChildRun run = testing::RunAsUserInNetns(world.ns().fd(), 0, [&](int fd) {
-      std::string self = (tmp / "ws" / "netbench").string();
-      auto args = client_argv("direct");
-      args[0] = self;
-      std::vector<char*> a;
-      for (auto& s : args) a.push_back(s.data());
-      a.push_back(nullptr);
-      dup2(fd, 1);
-      execv(self.c_str(), a.data());
-      return 127;
-    });
+    local::testing::ChildRun run =
+        local::testing::RunAsUserInNetns(world.ns().fd(), 0, [&](int fd) {
+          std::string self = (tmp / "ws" / "netbench").string();
+          auto args = client_argv("direct");
+          args[0] = self;
+          std::vector<char*> a;
+          for (auto& s : args) a.push_back(s.data());
+          a.push_back(nullptr);
+          dup2(fd, 1);
+          execv(self.c_str(), a.data());
+          return 127;
+        });
     row.result = run.output;
     while (!row.result.empty() && row.result.back() == '\n') row.result.pop_back();
     rows.push_back(row);
   }
   SandboxSpec base;
   base.public_network.uplink_netns = world.ns().path();
-  base.public_network.nameservers = testing::TestWorld::Nameservers();
-  base.public_network.allowed_cidrs = testing::TestWorld::AllowedCidrs();  // documentation hosts
+  base.public_network.nameservers = local::testing::TestWorld::Nameservers();
+  base.public_network.allowed_cidrs =
+      local::testing::TestWorld::AllowedCidrs();  // documentation hosts
   {
     Row row{"veth + NAT (kernel, ip_forward=1)"};
     SandboxSpec s = base;
@@ -376,7 +379,7 @@ int main(int argc, char** argv) {
     // carries the raw download (not TLS).
     s.public_network.allow = {fmt::format("allowed.test:{}!plain", kDownloadPort),
                               fmt::format("allowed.test:{}!plain", kConnectPort)};
-    s.public_network.nameservers = {testing::TestWorld::kDns4};
+    s.public_network.nameservers = {local::testing::TestWorld::kDns4};
     row.result = run_sandbox(s, "proxy", nullptr);
     rows.push_back(row);
   }
@@ -402,7 +405,5 @@ int main(int argc, char** argv) {
     std::printf("%-42s %10.2f %9.0f us %9.0f us %14s %14s\n", r.name.c_str(), r.gbps, r.p50, r.p99,
                 tr.c_str(), lr.c_str());
   }
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
   return 0;
 }

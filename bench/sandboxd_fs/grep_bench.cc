@@ -18,10 +18,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "fs/path_resolver.h"
 #include "sandboxd/fs/grep.h"
 
@@ -121,15 +123,19 @@ int main(int argc, char** argv) {
     else if (a == "--no-rg")
       no_rg = true;
   }
-  bool generated = false;
+  std::optional<deepbox::testing::TempDir> generated;  // removed at the end unless --keep
   if (dir.empty()) {
-    std::string tmpl = "/tmp/deepbox-grep-bench-XXXXXX";
-    dir = mkdtemp(tmpl.data());
+    auto tmp = deepbox::testing::TempDir::Make("deepbox-grep-bench");
+    if (!tmp) {
+      fmt::print(stderr, "{}\n", tmp.error().ToString());
+      return 1;
+    }
+    generated.emplace(std::move(*tmp));
+    dir = keep ? generated->Release().string() : generated->path().string();
     auto t0 = Clock::now();
     uint64_t bytes = Generate(dir, mb << 20);
     fmt::print("generated {:.1f} MB in {} in {:.1f}s\n", bytes / 1048576.0, dir,
                std::chrono::duration<double>(Clock::now() - t0).count());
-    generated = true;
   }
   auto root = deepbox::fs::Root::Open(dir);
   if (!root) {
@@ -206,6 +212,5 @@ int main(int argc, char** argv) {
     fmt::print("{:<16} {:>10.3f} {:>10.3f} {:>7.2f}   {:>10.3f} {:>10.3f} {:>9}\n", c.name, best,
                rg_best, rg_best > 0 ? best / rg_best : 0.0, cpu, rg_cpu, matches);
   }
-  if (generated && !keep) std::filesystem::remove_all(dir);
   return 0;
 }

@@ -21,9 +21,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "fs/path_resolver.h"
 #include "sandboxd/fs/glob.h"
 #include "sandboxd/fs/grep.h"
@@ -130,15 +132,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  bool made = false;
+  std::optional<deepbox::testing::TempDir> made;  // removed at the end unless --keep
   if (dir.empty()) {
-    char tmpl[] = "/tmp/deepbox-tree-bench-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) {
-      std::perror("mkdtemp");
+    auto tmp = deepbox::testing::TempDir::Make("deepbox-tree-bench");
+    if (!tmp) {
+      fmt::print(stderr, "{}\n", tmp.error().ToString());
       return 1;
     }
-    dir = tmpl;
-    made = true;
+    made.emplace(std::move(*tmp));
+    dir = keep ? made->Release().string() : made->path().string();
   }
   const std::string tree = dir + "/tree";
   if (!std::filesystem::exists(tree)) MakeTree(tree);
@@ -197,6 +199,5 @@ int main(int argc, char** argv) {
                r.ours.wall > 0 ? r.theirs.wall / r.ours.wall : 0.0, r.ours.cpu * 1e3,
                r.theirs.cpu * 1e3, r.ours.cpu > 0 ? r.theirs.cpu / r.ours.cpu : 0.0, r.baseline);
   }
-  if (made && !keep) std::filesystem::remove_all(dir);
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "agent/codec.h"
 #include "agent/testing/agent_fixture.h"
 #include "agent/text.h"
+#include "common/testing/temp_dir.h"
 
 namespace deepbox::agent {
 namespace {
@@ -22,8 +23,6 @@ using testing::ToolMessages;
 
 class ThreadTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = testing::MakeTempDir("deepbox-threads"); }
-  void TearDown() override { testing::RemoveTree(dir_); }
   std::vector<json::object> Records(const std::string& id) {
     std::ifstream in(dir_ + "/" + id + ".jsonl");
     std::vector<json::object> out;
@@ -35,7 +34,8 @@ class ThreadTest : public ::testing::Test {
     }
     return out;
   }
-  std::string dir_;
+  deepbox::testing::TempDir tmp_{"deepbox-threads"};
+  std::string dir_ = tmp_.path().string();
 };
 
 TEST_F(ThreadTest, RunIsPersistedLineByLineAndReloads) {

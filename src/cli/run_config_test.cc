@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "common/testing/temp_dir.h"
 #include "local/lifecycle/registration.h"
 
 namespace deepbox::run {
@@ -321,9 +322,8 @@ TEST(RunConfigTest, HelpListsEveryProviderSettingAndVariable) {
 }
 
 TEST(RunConfigTest, SkillsAndMemoryDefaultsFlagsAndConfig) {
-  char tmpl[] = "/tmp/deepbox-run-home-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  std::filesystem::path home = tmpl;
+  deepbox::testing::TempDir tmp("deepbox-run-home");
+  const std::filesystem::path& home = tmp.path();
   std::filesystem::create_directories(home / ".deepagents/agent/skills");
   std::ofstream(home / ".deepagents/agent/AGENTS.md") << "memory\n";
   auto env = FakeEnv({{"HOME", home.string()}});
@@ -355,16 +355,14 @@ TEST(RunConfigTest, SkillsAndMemoryDefaultsFlagsAndConfig) {
   EXPECT_EQ(c->skills_dirs.size(), 1u);
   EXPECT_EQ(c->memory_files.size(), 1u);
   std::remove(file.c_str());
-  std::filesystem::remove_all(home);
 }
 
 // Issue 21 M7: the working directory's .deepagents/ is a project file, never
 // among the host paths read by path (those follow symlinks): it is read by
 // ReadProjectInputs, beneath a directory fd, once trusted.
 TEST(RunConfigTest, ProjectSkillsAndMemoryAreNotReadByPath) {
-  char tmpl[] = "/tmp/deepbox-run-proj-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  std::filesystem::path proj = tmpl;
+  deepbox::testing::TempDir tmp("deepbox-run-proj");
+  const std::filesystem::path& proj = tmp.path();
   std::filesystem::create_directories(proj / ".deepagents/skills/s");
   std::ofstream(proj / ".deepagents/AGENTS.md") << "memory\n";
   auto cwd = std::filesystem::current_path();
@@ -386,7 +384,6 @@ TEST(RunConfigTest, ProjectSkillsAndMemoryAreNotReadByPath) {
   EXPECT_EQ(c->memory_files.size(), 1u);
   EXPECT_FALSE(c->project_skills);
   EXPECT_FALSE(c->project_memory);
-  std::filesystem::remove_all(proj);
 }
 
 // Issue 29 L6: the model stream's idle timeout is a flag, a variable and a key.

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 #include "k8s/socket_owner.h"
 #include "k8s/testing/fixtures.h"
@@ -56,16 +57,12 @@ std::unique_ptr<net::HttpServer> EchoDaemon() {
 class ConnectionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/deepbox-pf-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
     daemon_ = EchoDaemon();
     auto router = TestRouter::Start();
     ASSERT_TRUE(router);
     router_ = std::move(*router);
     router_->SetBackend("10.244.0.10:8888", fmt::format("127.0.0.1:{}", daemon_->port()));
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   PortForwardOptions Options() {
     PortForwardOptions o;
@@ -95,7 +92,8 @@ class ConnectionTest : public ::testing::Test {
     return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
-  std::string dir_;
+  deepbox::testing::TempDir tmp_{"deepbox-pf"};
+  std::string dir_ = tmp_.path().string();
   std::unique_ptr<net::HttpServer> daemon_;
   std::unique_ptr<TestRouter> router_;
 };

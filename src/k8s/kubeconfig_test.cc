@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "common/base64.h"
+#include "common/testing/temp_dir.h"
 #include "net/testing/test_certs.h"
 
 namespace deepbox::k8s {
@@ -19,13 +20,6 @@ namespace fs = std::filesystem;
 
 class KubeconfigTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/deepbox-kubeconfig-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string Write(const std::string& name, const std::string& content, int mode = 0600) {
     std::string path = dir_ + "/" + name;
     fs::create_directories(fs::path(path).parent_path());
@@ -39,7 +33,8 @@ class KubeconfigTest : public ::testing::Test {
     return *pki;
   }
 
-  std::string dir_;
+  deepbox::testing::TempDir tmp_{"deepbox-kubeconfig"};
+  std::string dir_ = tmp_.path().string();
 };
 
 constexpr const char* kFirst = R"(apiVersion: v1

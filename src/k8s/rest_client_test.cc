@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/testing/temp_dir.h"
 #include "k8s/testing/client_fixtures.h"
 #include "k8s/testing/fake_api_server.h"
 
@@ -77,9 +78,8 @@ TEST(KubeClientTest, BearerTokenAuth) {
 TEST(KubeClientTest, ExecPluginTokenIsRefreshedAfter401) {
   auto server = FakeApiServer::Start();
   ASSERT_TRUE(server);
-  char tmpl[] = "/tmp/deepbox-exec-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  std::string dir = tmpl;
+  deepbox::testing::TempDir tmp("deepbox-exec");
+  std::string dir = tmp.path().string();
   std::string plugin = dir + "/plugin.sh";
   std::ofstream(plugin) << fmt::format(R"(#!/bin/sh
 n=$(cat "{0}/count" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "{0}/count"
@@ -98,7 +98,6 @@ echo '{{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","
   ASSERT_TRUE(client) << client.error().ToString();
   auto r = (*client)->List(kClaims, "default");
   ASSERT_TRUE(r) << r.error().ToString();
-  std::filesystem::remove_all(dir);
 }
 
 TEST(KubeClientTest, ListWithLabelAndFieldSelectorsAndPages) {

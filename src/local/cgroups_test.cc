@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/testing/temp_dir.h"
 #include "local/testing/sandbox_fixture.h"
 
 namespace deepbox::local {
@@ -231,9 +232,8 @@ TEST(CgroupsTest, SandboxCgroupPathsHaveOneShape) {
 // The right shape is not enough: the dir must be on cgroupfs, reached without
 // a symlink, and ours.
 TEST(CgroupsTest, SandboxCgroupDirIsCheckedOnDisk) {
-  std::string tmpl = "/tmp/deepbox-cgcheck-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  const std::string root = tmpl;
+  deepbox::testing::TempDir tmp("deepbox-cgcheck");
+  const std::string root = tmp.path().string();
   const std::string id = "sb-0123456789ab";
   CgroupHostInfo host;
   host.v2_mount = root + "/mnt";  // a "hierarchy" that is a plain directory
@@ -254,7 +254,6 @@ TEST(CgroupsTest, SandboxCgroupDirIsCheckedOnDisk) {
   st = CheckSandboxCgroupDir(host, "sb-111111111111", root + "/mnt/deepbox/sb-111111111111");
   ASSERT_FALSE(st.has_value());
   EXPECT_EQ(st.error().code, ErrorCode::kNotFound);
-  std::filesystem::remove_all(root);
 }
 
 TEST_F(CgroupLiveTest, RealSandboxCgroupsPassTheCheckAndProcessesAreFound) {

@@ -11,8 +11,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
+
+#include "common/testing/temp_dir.h"
 
 namespace deepbox::local {
 namespace {
@@ -32,9 +35,8 @@ class WorkspaceDiskTest : public ::testing::Test {
   void SetUp() override {
     std::string why;
     if (!WorkspaceDiskSupported(&why)) GTEST_SKIP() << why;
-    char tmpl[] = "/tmp/dbx-wsdisk-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    tmp_.emplace("dbx-wsdisk");
+    dir_ = tmp_->path();
     mount_dir_ = dir_ / "ws";
     image_ = dir_ / "workspace.img";
     fs::create_directory(mount_dir_);
@@ -43,13 +45,13 @@ class WorkspaceDiskTest : public ::testing::Test {
     if (dir_.empty()) return;
     while (umount2(mount_dir_.c_str(), MNT_DETACH) == 0) {
     }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+    tmp_.reset();
   }
   bool Mounted() const {
     return ReadAll("/proc/self/mountinfo").find(" " + mount_dir_.string() + " ") !=
            std::string::npos;
   }
+  std::optional<deepbox::testing::TempDir> tmp_;  // made once the test is not skipped
   fs::path dir_, mount_dir_, image_;
 };
 

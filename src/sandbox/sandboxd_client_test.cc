@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "common/testing/temp_dir.h"
 #include "net/http_server.h"
 #include "sandbox/testing/hostile_daemon.h"
 
@@ -280,10 +281,8 @@ TEST(SandboxdClientLazyInfoTest, StreamsNeverRunACommandTwiceOnAnOlderDaemon) {
 // after the first call began (the retries span 750 ms). With /info read on
 // connect (the default), a missing daemon fails Connect at once.
 TEST(SandboxdClientLazyInfoTest, TheFirstConnectionIsRetriedUntilTheDaemonListens) {
-  char tmpl[] = "/tmp/deepbox-lazy-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  std::string dir = tmpl;
-  std::string socket = dir + "/sandboxd.sock";
+  deepbox::testing::TempDir dir("deepbox-lazy", "/tmp");  // short: a socket path
+  std::string socket = dir.Path("sandboxd.sock");
   EXPECT_FALSE(SandboxdClient::Connect("unix:" + socket));
   SandboxdClientOptions o;
   o.id = "ns/claim";
@@ -309,8 +308,6 @@ TEST(SandboxdClientLazyInfoTest, TheFirstConnectionIsRetriedUntilTheDaemonListen
   ASSERT_TRUE(r) << r.error().ToString();
   EXPECT_EQ(r->exit_code, 3);
   server->Stop(std::chrono::milliseconds(1000));
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
 
 // Issue 29: a stream cut before its exit (the daemon died under it) is one

@@ -295,9 +295,8 @@ void E2eTest::SetUp() {
   for (const auto& bin : {kDeepbox, kExample, kBinDir + "/deepbox-sandboxd"}) {
     if (access(bin.c_str(), X_OK) != 0) GTEST_SKIP() << bin << " is not built";
   }
-  std::string tmpl = "/tmp/dbx-e2e-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  dir_ = tmpl;
+  tmp_.emplace("dbx-e2e", "/tmp");
+  dir_ = tmp_->path();
   fs::create_directories(dir_ / "xdg");
 }
 
@@ -315,7 +314,7 @@ void E2eTest::TearDown() {
       }
     }
   }
-  (void)RemoveTree(dir_);
+  tmp_.reset();
 }
 
 std::vector<std::string> E2eTest::Env(std::map<std::string, std::string> extra) const {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/testing/temp_dir.h"
 
 namespace deepbox::e2e {
 
@@ -139,6 +140,7 @@ class E2eTest : public ::testing::Test {
   // Waits for one sandbox matching `selector` and returns its id.
   std::string WaitForSandbox(const std::string& selector);
 
+  std::optional<deepbox::testing::TempDir> tmp_;
   fs::path dir_;  // short: sandbox socket paths must fit 107 bytes
 };
 

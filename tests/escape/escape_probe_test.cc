@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 #include "local/launcher.h"
 #include "local/namespaces.h"
@@ -220,9 +221,8 @@ class EscapeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!local::UserNamespacesAvailable()) GTEST_SKIP() << "user namespaces are not available";
-    char tmpl[] = "/tmp/deepbox-escape-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    tmp_ = tmpl;
+    tmp_dir_.emplace("deepbox-escape", "/tmp");  // short: the daemon's socket is in it
+    tmp_ = tmp_dir_->path();
     chmod(tmp_.c_str(), 0755);
     token_ = RandomToken();
     hostdir_ = tmp_ / "host";
@@ -251,12 +251,7 @@ class EscapeTest : public ::testing::Test {
     spec_.use_cgroups = Root();
   }
 
-  void TearDown() override {
-    if (!tmp_.empty()) {
-      std::error_code ec;
-      fs::remove_all(tmp_, ec);
-    }
-  }
+  void TearDown() override { tmp_dir_.reset(); }
 
   // Launches spec_, copies the probes in, connects to the daemon.
   Result<std::unique_ptr<Box>> Start() {
@@ -373,6 +368,7 @@ class EscapeTest : public ::testing::Test {
     ExpectHeld(Run(**box, name, args), name);
   }
 
+  std::optional<deepbox::testing::TempDir> tmp_dir_;
   fs::path tmp_;
   fs::path hostdir_;
   fs::path workspace_;

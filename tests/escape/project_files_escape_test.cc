@@ -20,11 +20,13 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "local/namespaces.h"
 
 extern char** environ;
@@ -67,9 +69,8 @@ class ProjectFilesEscapeTest : public ::testing::Test {
   void SetUp() override {
     if (!local::UserNamespacesAvailable()) GTEST_SKIP() << "user namespaces are not available";
     if (access(kDeepbox.c_str(), X_OK) != 0) GTEST_SKIP() << kDeepbox << " is not built";
-    std::string tmpl = "/tmp/dbx-esc-XXXXXX";  // short: socket paths must fit 107 bytes
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    tmp_.emplace("dbx-esc", "/tmp");  // short: socket paths must fit 107 bytes
+    dir_ = tmp_->path();
     for (const char* d : {"home", "xdg", "cfg", "host/keys/sk", "out"}) {
       fs::create_directories(dir_ / d);
     }
@@ -87,7 +88,7 @@ class ProjectFilesEscapeTest : public ::testing::Test {
     for (std::string id; std::getline(ids, id);) {
       if (!id.empty()) (void)Run({"sandbox", "rm", id}, dir_);
     }
-    fs::remove_all(dir_);
+    tmp_.reset();
   }
 
   // `deepbox ARGS` in `cwd`, stdin from /dev/null (no terminal), with a
@@ -173,6 +174,7 @@ class ProjectFilesEscapeTest : public ::testing::Test {
     std::cout << name << ": " << (breach ? "BREACH" : "HELD") << ": " << what << std::endl;
   }
 
+  std::optional<deepbox::testing::TempDir> tmp_;
   fs::path dir_;
   std::string secret_, key_;
   int n_ = 0;

@@ -30,12 +30,14 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "../local/cli_fixture.h"
+#include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
 #include "local/lifecycle/provider.h"
@@ -160,9 +162,8 @@ class StateDirEscapeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (access(kDeepbox.c_str(), X_OK) != 0) GTEST_SKIP() << kDeepbox << " is not built";
-    std::string tmpl = "/tmp/dbx-h2-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    work_ = tmpl;
+    work_dir_.emplace("dbx-h2", "/tmp");  // short: a socket path
+    work_ = work_dir_->path();
     victim_ = SpawnSleep("1000");
     ASSERT_TRUE(victim_.Alive());
     fake_supervisor_ = SpawnSleep("1002");
@@ -185,7 +186,7 @@ class StateDirEscapeTest : public ::testing::Test {
            it != fs::recursive_directory_iterator(); it.increment(ec)) {
         (void)lchown(it->path().c_str(), geteuid(), getegid());
       }
-      (void)RemoveTree(work_);
+      work_dir_.reset();
     }
   }
 
@@ -312,6 +313,7 @@ class StateDirEscapeTest : public ::testing::Test {
     }
   }
 
+  std::optional<deepbox::testing::TempDir> work_dir_;
   fs::path work_;
   Victim victim_, fake_supervisor_, cgroup_victim_;
   std::string cgroup_, cgroup_note_;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
+
 namespace deepbox {
 namespace {
 
@@ -94,23 +96,20 @@ TEST_F(HardenedBinaryTest, DaemonBundle) {
   if (Capture("command -v patchelf").status != 0) {
     GTEST_SKIP() << "patchelf is not installed (the bundle script needs it)";
   }
-  char tmpl[] = "/tmp/deepbox-hardening-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  deepbox::testing::TempDir tmp("deepbox-hardening");
+  const std::string dir = tmp.path().string();
   CommandOutput bundle =
       Capture(std::string(DEEPBOX_SOURCE_DIR) + "/deploy/k8s/bundle-sandboxd.sh '" +
               DEEPBOX_SANDBOXD_BINARY + "' '" + dir + "/bundle' /deepbox");
   EXPECT_EQ(bundle.status, 0) << bundle.out;
   if (bundle.status == 0) ExpectHardened(dir + "/bundle/bin/deepbox-sandboxd");
-  std::filesystem::remove_all(dir);
 }
 
 // The checks themselves must be able to fail: an object linked without the
 // flags is reported (a test that cannot fail proves nothing).
 TEST_F(HardeningTest, AnUnhardenedBinaryIsRecognized) {
-  char tmpl[] = "/tmp/deepbox-hardening-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  const std::string dir = tmpl;
+  deepbox::testing::TempDir tmp("deepbox-hardening");
+  const std::string dir = tmp.path().string();
   {
     FILE* f = fopen((dir + "/plain.c").c_str(), "w");
     ASSERT_NE(f, nullptr);
@@ -120,12 +119,10 @@ TEST_F(HardeningTest, AnUnhardenedBinaryIsRecognized) {
   CommandOutput cc = Capture("cc -no-pie -fno-stack-protector -Wl,-z,norelro -Wl,-z,lazy -o '" +
                              dir + "/plain' '" + dir + "/plain.c'");
   if (cc.status != 0) {
-    std::filesystem::remove_all(dir);
     GTEST_SKIP() << "no C compiler to build the negative control: " << cc.out;
   }
   EXPECT_EQ(Missing(dir + "/plain", true),
             (std::vector<std::string>{"pie", "relro", "bindnow", "stackprotector", "fortify"}));
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

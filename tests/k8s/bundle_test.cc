@@ -19,9 +19,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "common/testing/temp_dir.h"
 #include "sandbox/sandboxd_client.h"
 
 namespace deepbox {
@@ -44,9 +46,8 @@ class BundleTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root (chroot and a mount namespace)";
-    char tmpl[] = "/tmp/deepbox-bundle-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    tmp_.emplace("deepbox-bundle");
+    dir_ = tmp_->path().string();
     root_ = dir_ + "/root";
     for (const char* d : {"deepbox", "workspace", "tmp", "proc", "dev"}) {
       fs::create_directories(root_ + "/" + d);
@@ -62,7 +63,7 @@ class BundleTest : public ::testing::Test {
       int status = 0;
       waitpid(pid_, &status, 0);
     }
-    if (!dir_.empty()) fs::remove_all(dir_);
+    tmp_.reset();
   }
 
   // The bundled daemon in its own mount namespace, chrooted into root_.
@@ -88,6 +89,7 @@ class BundleTest : public ::testing::Test {
     }
   }
 
+  std::optional<deepbox::testing::TempDir> tmp_;
   std::string dir_, root_;
   pid_t pid_ = -1;
 };

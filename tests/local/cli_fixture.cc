@@ -39,9 +39,8 @@ bool Eventually(const std::function<bool()>& done, std::chrono::seconds limit) {
 void LocalCliTest::SetUp() {
   if (!UserNamespacesAvailable()) GTEST_SKIP() << "user namespaces are not available here";
   if (access(kDeepbox.c_str(), X_OK) != 0) GTEST_SKIP() << kDeepbox << " is not built";
-  std::string tmpl = "/tmp/dbx-XXXXXX";  // short: socket paths must fit 107 bytes
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  state_ = tmpl;
+  state_dir_.emplace("dbx", "/tmp");  // short: socket paths must fit 107 bytes
+  state_ = state_dir_->path();
   fs::create_directories(state_ / "io");
   setenv("DEEPBOX_STATE_DIR", state_.c_str(), 1);
   LocalProviderOptions o;
@@ -74,7 +73,7 @@ void LocalCliTest::TearDown() {
       for (const auto& m : *list) (void)provider_->Delete(m.id);
     }
   }
-  if (!state_.empty()) (void)RemoveTree(state_);
+  state_dir_.reset();
   unsetenv("DEEPBOX_STATE_DIR");
 }
 

@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/testing/temp_dir.h"
 #include "local/lifecycle/provider.h"
 
 namespace deepbox::local::lifecycle::testing {
@@ -78,6 +80,7 @@ class LocalCliTest : public ::testing::Test {
   // Warm and ready members of `pool` (claimable now).
   std::vector<SandboxMeta> WarmOf(const std::string& pool);
 
+  std::optional<deepbox::testing::TempDir> state_dir_;
   fs::path state_;
   std::unique_ptr<LocalSandboxProvider> provider_;
   std::vector<pid_t> daemons_;  // pool daemons (the test's own thread only)

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "cli_fixture.h"
+#include "common/testing/temp_dir.h"
 #include "local/lifecycle/provider.h"
 #include "local/namespaces.h"
 
@@ -81,9 +82,10 @@ class ExecCliTest : public ::testing::Test {
  public:
   static void SetUpTestSuite() {
     if (!UserNamespacesAvailable() || access(kDeepbox.c_str(), X_OK) != 0) return;
-    std::string tmpl = "/tmp/dbx-XXXXXX";  // short: socket paths must fit 107 bytes
-    if (mkdtemp(tmpl.data()) == nullptr) return;
-    state_ = new fs::path(tmpl);
+    auto dir = deepbox::testing::TempDir::Make("dbx", "/tmp");  // short: socket paths fit 107 bytes
+    if (!dir) return;
+    state_dir_ = new deepbox::testing::TempDir(std::move(*dir));
+    state_ = new fs::path(state_dir_->path());
     setenv("DEEPBOX_STATE_DIR", state_->c_str(), 1);
     // A TTL is the safety net should this test crash before its teardown.
     auto r = Cli({"sandbox", "create", "--cold", "--ttl", "900", "--network", "none"});
@@ -93,10 +95,11 @@ class ExecCliTest : public ::testing::Test {
   }
   static void TearDownTestSuite() {
     if (id_ != nullptr) (void)Cli({"sandbox", "rm", *id_});
-    if (state_ != nullptr) (void)RemoveTree(*state_);
+    delete state_dir_;  // removes the tree
     unsetenv("DEEPBOX_STATE_DIR");
     delete id_;
     delete state_;
+    state_dir_ = nullptr;
     id_ = nullptr;
     state_ = nullptr;
   }
@@ -127,11 +130,13 @@ class ExecCliTest : public ::testing::Test {
     return r;
   }
 
+  static deepbox::testing::TempDir* state_dir_;
   static fs::path* state_;
   static std::string* id_;
   static int counter_;
 };
 
+deepbox::testing::TempDir* ExecCliTest::state_dir_ = nullptr;
 fs::path* ExecCliTest::state_ = nullptr;
 std::string* ExecCliTest::id_ = nullptr;
 int ExecCliTest::counter_ = 0;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli/providers.h"
+#include "common/testing/temp_dir.h"
 #include "k8s/settings.h"
 #include "k8s/testing/fake_cluster.h"
 #include "local/lifecycle/provider.h"
@@ -59,17 +60,18 @@ class LocalWorld : public ProviderWorld {
           for (const auto& m : *all) (void)(*p)->Delete(m.id);
         }
       }
-      std::error_code ec;
-      fs::remove_all(state_, ec);
+      state_dir_.reset();
       unsetenv("DEEPBOX_STATE_DIR");
     }
   }
   std::string Unavailable() override {
     if (!local::UserNamespacesAvailable()) return "user namespaces are not available here";
     if (access((kBinDir + "/deepbox").c_str(), X_OK) != 0) return "deepbox is not built";
-    char tmpl[] = "/tmp/dbx-pc-XXXXXX";  // short: socket paths must fit 107 bytes
-    if (mkdtemp(tmpl) == nullptr) return "mkdtemp failed";
-    state_ = tmpl;
+    auto dir = deepbox::testing::TempDir::Make("dbx-pc",
+                                               "/tmp");  // short: socket paths must fit 107 bytes
+    if (!dir) return dir.error().ToString();
+    state_dir_.emplace(std::move(*dir));
+    state_ = state_dir_->path().string();
     // The provider finds its state dir and binaries the way the CLI does.
     setenv("DEEPBOX_STATE_DIR", state_.c_str(), 1);
     setenv("DEEPBOX_BINARY", (kBinDir + "/deepbox").c_str(), 1);
@@ -92,6 +94,7 @@ class LocalWorld : public ProviderWorld {
     o.sandboxd_binary = kBinDir + "/deepbox-sandboxd";
     return o;
   }
+  std::optional<deepbox::testing::TempDir> state_dir_;
   std::string state_;
 };
 
@@ -106,9 +109,10 @@ class K8sWorld : public ProviderWorld {
     auto cluster = k8s::testing::FakeCluster::Start(std::move(options));
     if (!cluster) return "the fake cluster did not start: " + cluster.error().ToString();
     cluster_ = std::move(*cluster);
-    char tmpl[] = "/tmp/dbx-pc-k8s-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) return "mkdtemp failed";
-    dir_ = tmpl;
+    auto dir = deepbox::testing::TempDir::Make("dbx-pc-k8s", "/tmp");
+    if (!dir) return dir.error().ToString();
+    tmp_.emplace(std::move(*dir));
+    dir_ = tmp_->path().string();
     if (auto st = cluster_->server().WriteKubeconfig(dir_ + "/kubeconfig", "default"); !st) {
       return "no kubeconfig: " + st.error().ToString();
     }
@@ -119,8 +123,7 @@ class K8sWorld : public ProviderWorld {
   }
   ~K8sWorld() override {
     if (!dir_.empty()) {
-      std::error_code ec;
-      fs::remove_all(dir_, ec);
+      tmp_.reset();
       unsetenv("DEEPBOX_K8S_CLAIM_KEY_FILE");
       unsetenv("DEEPBOX_SNAPSHOT_DIR");
     }
@@ -141,6 +144,7 @@ class K8sWorld : public ProviderWorld {
  private:
   int pod_daemons_;
   std::unique_ptr<k8s::testing::FakeCluster> cluster_;
+  std::optional<deepbox::testing::TempDir> tmp_;
   std::string dir_;
 };
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/json.h"
+#include "common/testing/temp_dir.h"
 #include "net/conn.h"
 #include "net/http_client.h"
 #include "net/token_digest.h"
@@ -524,9 +525,8 @@ TEST(SandboxdAuthTest, TokenRequiredOnEveryRequestButHealthChecks) {
 // file): closed until a verifier arrives, then only its token, and a new
 // verifier replaces the old one at once.
 TEST(SandboxdAuthTest, TokenVerifierFileAdmitsOnlyItsToken) {
-  char tmpl[] = "/tmp/deepbox-verifier-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  stdfs::path dir = tmpl;
+  deepbox::testing::TempDir tmp("deepbox-verifier");
+  const stdfs::path& dir = tmp.path();
   stdfs::path file = dir / "token-sha256";
   // As kubelet updates a downward API volume: a new file swapped in.
   auto put = [&](const std::string& text) {

@@ -2,9 +2,6 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
-#include <filesystem>
-
 namespace deepbox::agent::testing {
 
 std::unique_ptr<deepbox::testing::ScopedSandboxd> StartSandbox(std::string* why) {
@@ -19,17 +16,6 @@ std::unique_ptr<deepbox::testing::ScopedSandboxd> StartSandbox(std::string* why)
     return nullptr;
   }
   return std::move(*s);
-}
-
-std::string MakeTempDir(const std::string& prefix) {
-  std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
-  char* d = ::mkdtemp(tmpl.data());
-  return d ? std::string(d) : std::string();
-}
-
-void RemoveTree(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::remove_all(path, ec);
 }
 
 }  // namespace deepbox::agent::testing

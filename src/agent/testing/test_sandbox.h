@@ -15,10 +15,6 @@ namespace deepbox::agent::testing {
 // nullptr + `why` when the daemon binary is missing or does not start.
 std::unique_ptr<deepbox::testing::ScopedSandboxd> StartSandbox(std::string* why);
 
-// A fresh temporary directory (removed by the caller via RemoveTree).
-std::string MakeTempDir(const std::string& prefix);
-void RemoveTree(const std::string& path);
-
 }  // namespace deepbox::agent::testing
 
 #define DEEPBOX_AGENT_SANDBOX(var)                                \

@@ -24,10 +24,10 @@ Result<std::unique_ptr<FakeCluster>> FakeCluster::Start(FakeClusterOptions optio
   c->controller_->Start();
   deepbox::testing::SandboxdOptions daemon_options;
   if (c->options_.owner_tokens) {
-    char tmpl[] = "/tmp/deepbox-fake-kubelet-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) return MakeSyscallError("mkdtemp", errno);
-    c->verifier_dir_ = tmpl;
-    c->verifier_file_ = c->verifier_dir_ + "/token-sha256";
+    auto dir = deepbox::testing::TempDir::Make("deepbox-fake-kubelet");
+    if (!dir) return tl::unexpected(dir.error());
+    c->verifier_dir_.emplace(std::move(*dir));
+    c->verifier_file_ = c->verifier_dir_->Path("token-sha256");
     daemon_options.extra_args = {"--token-sha256-file", c->verifier_file_};
     daemon_options.tcp = true;  // a "peer pod" reaches it directly
     daemon_options.connect = false;
@@ -97,10 +97,7 @@ FakeCluster::~FakeCluster() {
   }
   daemon_.reset();
   pod_daemons_.clear();
-  if (!verifier_dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(verifier_dir_, ec);
-  }
+  verifier_dir_.reset();
 }
 
 void FakeCluster::Kubelet() {

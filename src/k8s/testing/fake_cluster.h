@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/testing/temp_dir.h"
 #include "k8s/testing/fake_api_server.h"
 #include "k8s/testing/fake_controller.h"
 #include "k8s/testing/test_router.h"
@@ -71,7 +72,7 @@ class FakeCluster {
   std::unique_ptr<deepbox::testing::ScopedSandboxd> daemon_;
   std::vector<std::unique_ptr<deepbox::testing::ScopedSandboxd>> pod_daemons_;
   std::unique_ptr<TestRouter> router_;
-  std::string verifier_dir_;
+  std::optional<deepbox::testing::TempDir> verifier_dir_;
   std::string verifier_file_;
   // owner_tokens: the verifier to write and when ("kubelet").
   std::mutex mu_;

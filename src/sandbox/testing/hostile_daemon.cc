@@ -10,10 +10,10 @@ namespace deepbox::testing {
 
 Result<std::unique_ptr<HostileDaemon>> HostileDaemon::Start() {
   std::unique_ptr<HostileDaemon> d(new HostileDaemon());
-  char tmpl[] = "/tmp/deepbox-hostile-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) return MakeSyscallError("mkdtemp", errno);
-  d->dir_ = tmpl;
-  d->socket_ = d->dir_ + "/sandboxd.sock";
+  auto dir = TempDir::Make("deepbox-hostile", "/tmp");  // short: the socket path fits 107 bytes
+  if (!dir) return tl::unexpected(dir.error());
+  d->dir_.emplace(std::move(*dir));
+  d->socket_ = d->dir_->Path("sandboxd.sock");
   d->Answer("/deepbox/v1/info", R"({"root":"/workspace","hostname":"hostile"})");
   d->Answer("/deepbox/v1/health", R"({"status":"ok"})");
   auto ep = net::Endpoint::Parse("unix:" + d->socket_);
@@ -29,8 +29,6 @@ Result<std::unique_ptr<HostileDaemon>> HostileDaemon::Start() {
 
 HostileDaemon::~HostileDaemon() {
   if (server_) server_->Stop(std::chrono::milliseconds(1000));
-  std::error_code ec;
-  if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
 }
 
 void HostileDaemon::Answer(const std::string& path, std::string body, int status) {

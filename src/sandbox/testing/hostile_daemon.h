@@ -9,10 +9,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/testing/temp_dir.h"
 #include "net/http_server.h"
 #include "sandbox/sandboxd_client.h"
 
@@ -47,7 +49,7 @@ class HostileDaemon {
     std::vector<std::string> chunks;
     bool stream = false;
   };
-  std::string dir_;
+  std::optional<TempDir> dir_;  // removed after the server stopped
   std::string socket_;
   std::mutex mu_;
   std::map<std::string, Canned> answers_;

@@ -32,11 +32,11 @@ std::string ScopedSandboxd::DefaultBinary() {
 
 Result<std::unique_ptr<ScopedSandboxd>> ScopedSandboxd::Start(SandboxdOptions options) {
   std::unique_ptr<ScopedSandboxd> s(new ScopedSandboxd());
-  char tmpl[] = "/tmp/deepbox-sbd-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) return MakeSyscallError("mkdtemp", errno);
-  s->dir_ = tmpl;
-  s->root_ = s->dir_ + "/root";
-  s->socket_ = s->dir_ + "/sandboxd.sock";
+  auto dir = TempDir::Make("deepbox-sbd", "/tmp");  // short: the socket path fits 107 bytes
+  if (!dir) return tl::unexpected(dir.error());
+  s->dir_.emplace(std::move(*dir));
+  s->root_ = s->dir_->Path("root");
+  s->socket_ = s->dir_->Path("sandboxd.sock");
   std::filesystem::create_directories(s->root_);
   std::string binary = options.binary.empty() ? DefaultBinary() : options.binary;
   std::vector<std::string> args = {binary, "--listen", "unix:" + s->socket_, "--root-dir",
@@ -122,8 +122,6 @@ int ScopedSandboxd::Terminate() {
 ScopedSandboxd::~ScopedSandboxd() {
   client_.reset();
   if (pid_ > 0) Terminate();
-  std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);
 }
 
 }  // namespace deepbox::testing

@@ -7,10 +7,12 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/testing/temp_dir.h"
 #include "sandbox/sandboxd_client.h"
 
 namespace deepbox::testing {
@@ -48,7 +50,7 @@ class ScopedSandboxd {
 
  private:
   ScopedSandboxd() = default;
-  std::string dir_;
+  std::optional<TempDir> dir_;  // removed after the daemon stopped
   std::string root_;
   std::string socket_;
   int port_ = 0;
