@@ -5,11 +5,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -31,19 +33,21 @@ UniqueFd PidfdOpen(pid_t pid) {
   return UniqueFd();
 }
 
-std::vector<std::string> BuildEnv(const std::vector<std::pair<std::string, std::string>>& extra) {
+std::string_view EnvName(std::string_view entry) { return entry.substr(0, entry.find('=')); }
+
+std::vector<std::string> BuildEnv(const SubprocessOptions& options) {
   std::vector<std::string> env;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    std::string_view entry(*e);
-    auto eq = entry.find('=');
-    std::string_view name = entry.substr(0, eq);
-    bool overridden = false;
-    for (const auto& [k, v] : extra) {
-      if (k == name) overridden = true;
+  if (!options.replace_environment) {
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+      std::string_view entry(*e);
+      std::string_view name = EnvName(entry);
+      bool dropped = false;
+      for (const auto& [k, v] : options.env) dropped = dropped || k == name;
+      for (const auto& u : options.unset_env) dropped = dropped || u == name;
+      if (!dropped) env.emplace_back(entry);
     }
-    if (!overridden) env.emplace_back(entry);
   }
-  for (const auto& [k, v] : extra) env.push_back(k + "=" + v);
+  for (const auto& [k, v] : options.env) env.push_back(k + "=" + v);
   return env;
 }
 
@@ -55,12 +59,209 @@ std::vector<char*> CPointers(std::vector<std::string>& strings) {
   return out;
 }
 
+// What one of fds 0-2 becomes in the child: a dup2 of one of our fds, a file
+// opened there, or left as it is (inherited).
+struct StreamAction {
+  int target = -1;
+  int from_fd = -1;
+  std::string path;
+  int flags = 0;
+  bool inherit = false;
+};
+
+StreamAction Redirect(int target, const StdioRedirect& r) {
+  StreamAction a;
+  a.target = target;
+  if (r.inherit) {
+    a.inherit = true;
+  } else if (r.fd >= 0) {
+    a.from_fd = r.fd;
+  } else {
+    a.path = r.path.empty() ? "/dev/null" : r.path;
+    a.flags = target == 0 ? O_RDONLY : O_WRONLY | (r.path.empty() ? 0 : O_CREAT | O_TRUNC);
+  }
+  return a;
+}
+
+// The child's fds 0-2; a pipe's end (>= 0) wins over the redirects.
+std::vector<StreamAction> ChildStreams(const SubprocessOptions& options, int stdin_pipe,
+                                       int stdout_pipe, int stderr_pipe) {
+  if (!options.terminal.empty()) {
+    // Opened, not dup2'd: a session leader takes it as its controlling terminal.
+    return {{.target = 0, .path = options.terminal, .flags = O_RDWR},
+            {.target = 1, .from_fd = 0},
+            {.target = 2, .from_fd = 0}};
+  }
+  return {stdin_pipe >= 0 ? StreamAction{.target = 0, .from_fd = stdin_pipe}
+                          : Redirect(0, options.stdin_from),
+          stdout_pipe >= 0 ? StreamAction{.target = 1, .from_fd = stdout_pipe}
+                           : Redirect(1, options.stdout_to),
+          stderr_pipe >= 0 ? StreamAction{.target = 2, .from_fd = stderr_pipe}
+                           : Redirect(2, options.stderr_to)};
+}
+
+// Signals the child starts with at their default action: those a parent
+// commonly ignores or handles, which exec would otherwise pass on (ignored).
+sigset_t DefaultedSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD}) sigaddset(&set, sig);
+  return set;
+}
+
+// posix_spawnp's lookup, done before a fork (the child must not allocate);
+// empty when not found.
+std::string FindInPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::string_view dirs = path != nullptr ? path : "/bin:/usr/bin";
+  size_t start = 0;
+  for (;;) {
+    size_t colon = dirs.find(':', start);
+    std::string_view dir =
+        dirs.substr(start, colon == std::string_view::npos ? dirs.npos : colon - start);
+    std::string candidate = (dir.empty() ? std::string(".") : std::string(dir)) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (colon == std::string_view::npos) return "";
+    start = colon + 1;
+  }
+}
+
+// The calls the forked child can fail in, reported through its error pipe.
+constexpr const char* kChildCalls[] = {"setsid",    "setpgid",     "prctl(PR_SET_PDEATHSIG)",
+                                       "sigaction", "open",        "dup2",
+                                       "chdir",     "sigprocmask", "execve"};
+enum ChildCall { kSetsid, kSetpgid, kPrctl, kSigaction, kOpen, kDup2, kChdir, kSigprocmask, kExec };
+
+struct ChildFailure {
+  int call = 0;
+  int err = 0;
+};
+
+// fork + exec, for what posix_spawn cannot do (a parent-death signal). The
+// child only makes async-signal-safe calls on what was prepared here.
+Result<pid_t> ForkExec(const SubprocessOptions& options, const std::vector<StreamAction>& streams,
+                       char* const* argv, char* const* envp) {
+  const std::string exe = FindInPath(options.argv[0]);
+  if (exe.empty()) return MakeSyscallError("execve", ENOENT, options.argv[0]);
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
+  UniqueFd report_read(report[0]), report_write(report[1]);
+  const sigset_t defaulted = DefaultedSignals();
+  const pid_t parent = ::getpid();
+  // No handler of ours may run in the child: every signal stays blocked
+  // until the child has reset the handled ones.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    auto fail = [&](ChildCall call) {
+      ChildFailure f{call, errno};
+      (void)!::write(report_write.get(), &f, sizeof f);
+      ::_exit(127);
+    };
+    if (options.new_session) {
+      if (::setsid() < 0) fail(kSetsid);
+    } else if (options.new_process_group && ::setpgid(0, 0) != 0) {
+      fail(kSetpgid);
+    }
+    if (options.parent_death_signal != 0) {
+      if (::prctl(PR_SET_PDEATHSIG, options.parent_death_signal) != 0) fail(kPrctl);
+      if (::getppid() != parent) ::_exit(127);  // it died before the prctl
+    }
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction current {};
+      if (::sigaction(sig, nullptr, &current) != 0) continue;  // not a signal here
+      bool handled = current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN;
+      if (!handled && !sigismember(&defaulted, sig)) continue;
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      if (::sigaction(sig, &dfl, nullptr) != 0 && sig != SIGKILL && sig != SIGSTOP) {
+        fail(kSigaction);
+      }
+    }
+    for (const StreamAction& s : streams) {
+      if (s.inherit) continue;
+      int from = s.from_fd;
+      if (from < 0) {
+        from = ::open(s.path.c_str(), s.flags | O_CLOEXEC, 0600);
+        if (from < 0) fail(kOpen);
+      }
+      if (::dup2(from, s.target) < 0) fail(kDup2);
+      if (from == s.target) ::fcntl(from, F_SETFD, 0);  // dup2 onto itself keeps CLOEXEC
+    }
+    if (!options.cwd.empty() && ::chdir(options.cwd.c_str()) != 0) fail(kChdir);
+    sigset_t none;
+    sigemptyset(&none);
+    if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) fail(kSigprocmask);
+    ::execve(exe.c_str(), argv, envp);
+    fail(kExec);
+  }
+  int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return MakeSyscallError("fork", fork_errno);
+  report_write.reset();
+  ChildFailure failure;
+  ssize_t n;
+  do {
+    n = ::read(report_read.get(), &failure, sizeof failure);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return pid;  // closed on exec: it runs
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  Error e = SyscallError(kChildCalls[failure.call], failure.err, options.argv[0]);
+  return tl::unexpected(e);
+}
+
+Result<pid_t> PosixSpawn(const SubprocessOptions& options, const std::vector<StreamAction>& streams,
+                         char* const* argv, char* const* envp) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  for (const StreamAction& s : streams) {
+    if (s.inherit) continue;
+    if (s.from_fd >= 0) {
+      posix_spawn_file_actions_adddup2(&actions, s.from_fd, s.target);
+    } else {
+      posix_spawn_file_actions_addopen(&actions, s.target, s.path.c_str(), s.flags, 0600);
+    }
+  }
+  if (!options.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, options.cwd.c_str());
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (options.new_session) {
+    // glibc makes the session before the file actions: a terminal opened on
+    // stdin becomes the controlling one.
+    flags |= POSIX_SPAWN_SETSID;
+  } else if (options.new_process_group) {
+    flags |= POSIX_SPAWN_SETPGROUP;
+    posix_spawnattr_setpgroup(&attr, 0);
+  }
+  sigset_t empty;
+  sigemptyset(&empty);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  sigset_t defaults = DefaultedSignals();
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, flags);
+  pid_t pid = -1;
+  int rc = options.argv[0].find('/') != std::string::npos
+               ? ::posix_spawn(&pid, argv[0], &actions, &attr, argv, envp)
+               : ::posix_spawnp(&pid, argv[0], &actions, &attr, argv, envp);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return MakeSyscallError("posix_spawn", rc, options.argv[0]);
+  return pid;
+}
+
 }  // namespace
 
 Subprocess::Subprocess(Subprocess&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       own_group_(other.own_group_),
       status_(std::exchange(other.status_, std::nullopt)),
+      stdin_(std::move(other.stdin_)),
       stdout_(std::move(other.stdout_)),
       stderr_(std::move(other.stderr_)),
       pidfd_(std::move(other.pidfd_)) {}
@@ -74,6 +275,7 @@ Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
     pid_ = std::exchange(other.pid_, -1);
     own_group_ = other.own_group_;
     status_ = std::exchange(other.status_, std::nullopt);
+    stdin_ = std::move(other.stdin_);
     stdout_ = std::move(other.stdout_);
     stderr_ = std::move(other.stderr_);
     pidfd_ = std::move(other.pidfd_);
@@ -92,93 +294,61 @@ Result<Subprocess> Subprocess::Spawn(const SubprocessOptions& options) {
   if (options.argv.empty() || options.argv[0].empty()) {
     return MakeError(ErrorCode::kInvalidArgument, "no command to run");
   }
+  const bool on_terminal = !options.terminal.empty();
+  const bool feed_stdin = !on_terminal && (options.stdin_pipe || !options.stdin_data.empty());
   int out_pipe[2] = {-1, -1};
   int err_pipe[2] = {-1, -1};
   int in_pipe[2] = {-1, -1};
-  auto close_all = [&] {
+  if ((!on_terminal && options.capture_stdout && ::pipe2(out_pipe, O_CLOEXEC) != 0) ||
+      (!on_terminal && options.capture_stderr && ::pipe2(err_pipe, O_CLOEXEC) != 0) ||
+      (feed_stdin && ::pipe2(in_pipe, O_CLOEXEC) != 0)) {
+    int err = errno;
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1], in_pipe[0], in_pipe[1]}) {
       if (fd >= 0) ::close(fd);
     }
-  };
-  if ((options.capture_stdout && ::pipe2(out_pipe, O_CLOEXEC) != 0) ||
-      (options.capture_stderr && ::pipe2(err_pipe, O_CLOEXEC) != 0) ||
-      (!options.stdin_data.empty() && ::pipe2(in_pipe, O_CLOEXEC) != 0)) {
-    int err = errno;
-    close_all();
     return MakeSyscallError("pipe2", err);
   }
+  UniqueFd out_read(out_pipe[0]), out_write(out_pipe[1]);
+  UniqueFd err_read(err_pipe[0]), err_write(err_pipe[1]);
+  UniqueFd in_read(in_pipe[0]), in_write(in_pipe[1]);
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (in_pipe[0] >= 0) {
-    posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
-  } else {
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  }
-  if (out_pipe[1] >= 0) {
-    posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
-  } else {
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  }
-  if (err_pipe[1] >= 0) {
-    posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
-  } else {
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-  }
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-  if (options.new_process_group) {
-    flags |= POSIX_SPAWN_SETPGROUP;
-    posix_spawnattr_setpgroup(&attr, 0);
-  }
-  sigset_t empty;
-  sigemptyset(&empty);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, flags);
+  std::vector<StreamAction> streams =
+      ChildStreams(options, in_read.get(), out_write.get(), err_write.get());
 
   std::vector<std::string> argv_strings = options.argv;
-  std::vector<std::string> env_strings = BuildEnv(options.env);
+  std::vector<std::string> env_strings = BuildEnv(options);
   auto argv = CPointers(argv_strings);
   auto envp = CPointers(env_strings);
-  pid_t pid = -1;
-  int rc = options.argv[0].find('/') != std::string::npos
-               ? ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data())
-               : ::posix_spawnp(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    close_all();
-    Error e = SyscallError("posix_spawn", rc, options.argv[0]);
-    if (rc == ENOENT) e.code = ErrorCode::kNotFound;
-    return tl::unexpected(e);
-  }
+  Result<pid_t> pid = options.parent_death_signal != 0
+                          ? ForkExec(options, streams, argv.data(), envp.data())
+                          : PosixSpawn(options, streams, argv.data(), envp.data());
+  if (!pid) return tl::unexpected(pid.error());
   Subprocess child;
-  child.pid_ = pid;
-  child.own_group_ = options.new_process_group;
-  child.pidfd_ = PidfdOpen(pid);
-  if (out_pipe[1] >= 0) ::close(out_pipe[1]);
-  if (err_pipe[1] >= 0) ::close(err_pipe[1]);
-  if (in_pipe[0] >= 0) ::close(in_pipe[0]);
-  child.stdout_.reset(out_pipe[0]);
-  child.stderr_.reset(err_pipe[0]);
-  if (in_pipe[1] >= 0) {
+  child.pid_ = *pid;
+  child.own_group_ = options.new_session || options.new_process_group;
+  child.pidfd_ = PidfdOpen(*pid);
+  child.stdout_ = std::move(out_read);
+  child.stderr_ = std::move(err_read);
+  if (options.stdin_pipe) {
+    child.stdin_ = std::move(in_write);
+  } else if (in_write) {
     // Small payloads fit the pipe buffer; a child that never reads gets EPIPE-free
     // truncation because we write non-blocking and then close.
-    ::fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
+    ::fcntl(in_write.get(), F_SETFL, O_NONBLOCK);
     std::string_view data = options.stdin_data;
     while (!data.empty()) {
-      ssize_t n = ::write(in_pipe[1], data.data(), data.size());
+      ssize_t n = ::write(in_write.get(), data.data(), data.size());
       if (n <= 0) break;
       data.remove_prefix(static_cast<size_t>(n));
     }
-    ::close(in_pipe[1]);
   }
   return child;
+}
+
+pid_t Subprocess::Release() {
+  pidfd_.reset();
+  status_.reset();
+  return std::exchange(pid_, -1);
 }
 
 std::optional<int> Subprocess::TryWait() {

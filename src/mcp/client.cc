@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,14 +14,13 @@
 #include <thread>
 
 #include "common/io.h"
+#include "common/subprocess.h"
 #include "common/unique_fd.h"
 #include "common/utf8.h"
 #include "mcp/protocol.h"
 #include "net/http_client.h"
 #include "net/sse.h"
 #include "net/url.h"
-
-extern char** environ;
 
 namespace deepbox::mcp {
 namespace {
@@ -67,11 +65,12 @@ class LineSplitter {
 
 class ProcessChannel : public LineChannel {
  public:
-  ProcessChannel(pid_t pid, UniqueFd in, UniqueFd out, UniqueFd err, std::string name)
-      : pid_(pid),
-        in_(std::move(in)),
-        out_(std::move(out)),
-        err_(std::move(err)),
+  ProcessChannel(Subprocess child, std::string name)
+      : child_(std::move(child)),
+        pid_(child_.pid()),
+        in_(child_.TakeStdin()),
+        out_(child_.TakeStdout()),
+        err_(child_.TakeStderr()),
         name_(std::move(name)) {}
   ~ProcessChannel() override { Close(); }
 
@@ -102,9 +101,7 @@ class ProcessChannel : public LineChannel {
               break;
             }
           }
-          int status = 0;
-          while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-          }
+          const int status = child_.Wait();
           if (err_thread_.joinable()) err_thread_.join();
           std::string why;
           if (too_long) {
@@ -168,15 +165,16 @@ class ProcessChannel : public LineChannel {
       out_thread_.join();
     } else {
       ::kill(pid_, SIGKILL);
-      int status;
-      while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-      }
+      child_.Wait();
     }
     if (err_thread_.joinable()) err_thread_.join();
   }
 
  private:
-  pid_t pid_;
+  // Reaped by the output thread (or Close when it never started); signalled
+  // by pid, the server alone and not its group, from any thread.
+  Subprocess child_;
+  const pid_t pid_;
   UniqueFd in_, out_, err_;
   std::string name_;
   std::mutex write_mu_;
@@ -281,60 +279,18 @@ Result<std::unique_ptr<LineChannel>> SpawnProcessChannel(
     const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
     const std::string& cwd) {
   if (argv.empty()) return MakeError(ErrorCode::kInvalidArgument, "no command");
-  int in[2], out[2], err[2];
-  if (::pipe2(in, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
-  UniqueFd in_r(in[0]), in_w(in[1]);
-  if (::pipe2(out, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
-  UniqueFd out_r(out[0]), out_w(out[1]);
-  if (::pipe2(err, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
-  UniqueFd err_r(err[0]), err_w(err[1]);
-
-  // Everything the child needs is built before the spawn.
-  std::map<std::string, std::string> merged;
-  for (char** e = environ; e && *e; ++e) {
-    std::string_view kv(*e);
-    size_t eq = kv.find('=');
-    if (eq != std::string_view::npos) merged[std::string(kv.substr(0, eq))] = kv.substr(eq + 1);
-  }
-  for (const auto& [k, v] : env) merged[k] = v;
-  std::vector<std::string> env_strings;
-  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = argv;
-  std::vector<char*> argvp;
-  for (auto& a : args) argvp.push_back(a.data());
-  argvp.push_back(nullptr);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in_r.get(), 0);
-  posix_spawn_file_actions_adddup2(&fa, out_w.get(), 1);
-  posix_spawn_file_actions_adddup2(&fa, err_w.get(), 2);
-  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGTERM);
-  sigaddset(&defaults, SIGHUP);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
+  SubprocessOptions options;
+  options.argv = argv;
+  options.env.assign(env.begin(), env.end());
+  options.cwd = cwd;
   // Its own process group: the terminal's Ctrl-C is the agent's, not the server's.
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr,
-                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, argvp[0], &fa, &attr, argvp.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) return MakeSyscallError("posix_spawnp", rc, argv[0]);
-  return std::unique_ptr<LineChannel>(new ProcessChannel(pid, std::move(in_w), std::move(out_r),
-                                                         std::move(err_r), "`" + argv[0] + "`"));
+  options.new_process_group = true;
+  options.stdin_pipe = true;
+  options.capture_stdout = true;
+  options.capture_stderr = true;
+  auto child = Subprocess::Spawn(options);
+  if (!child) return tl::unexpected(child.error());
+  return std::unique_ptr<LineChannel>(new ProcessChannel(std::move(*child), "`" + argv[0] + "`"));
 }
 
 Result<std::unique_ptr<LineChannel>> SandboxProcessChannel(

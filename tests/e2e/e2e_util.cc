@@ -6,7 +6,6 @@
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -20,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/subprocess.h"
 #include "local/lifecycle/provider.h"
 #include "local/namespaces.h"
 
@@ -81,11 +81,13 @@ std::vector<std::string> MakeEnv(const std::map<std::string, std::string>& set) 
 
 namespace {
 
-std::vector<char*> CStrings(std::vector<std::string>& v) {
-  std::vector<char*> out;
-  for (auto& s : v) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
+// `env` ("NAME=value" each) as the whole environment of a child.
+void SetEnvironment(SubprocessOptions& o, const std::vector<std::string>& env) {
+  o.replace_environment = true;
+  for (const std::string& kv : env) {
+    size_t eq = kv.find('=');
+    o.env.emplace_back(kv.substr(0, eq), eq == std::string::npos ? "" : kv.substr(eq + 1));
+  }
 }
 
 int DecodeStatus(int status) {
@@ -102,28 +104,17 @@ Process::Process(const std::vector<std::string>& argv_in, const std::vector<std:
   err_ = dir / ("err-" + std::to_string(n));
   fs::path in = dir / ("in-" + std::to_string(n));
   WriteFile(in, stdin_data);
-  std::vector<std::string> argv = argv_in, env = env_in;
-  auto cargv = CStrings(argv);
-  auto cenv = CStrings(env);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&fa, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
-  // Its own process group, as a shell would start a job.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
-  int rc = posix_spawn(&pid_, argv[0].c_str(), &fa, &attr, cargv.data(), cenv.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  EXPECT_EQ(rc, 0) << "spawning " << argv[0] << ": " << std::strerror(rc);
-  if (rc != 0) pid_ = -1;
+  SubprocessOptions o;
+  o.argv = argv_in;
+  SetEnvironment(o, env_in);
+  o.stdin_from.path = in.string();
+  o.stdout_to.path = out_.string();
+  o.stderr_to.path = err_.string();
+  o.cwd = cwd.string();
+  o.new_process_group = true;  // as a shell would start a job
+  auto child = Subprocess::Spawn(o);
+  EXPECT_TRUE(child.has_value()) << child.error().ToString();
+  if (child) pid_ = child->Release();  // Wait() and the destructor reap it
 }
 
 Process::~Process() {
@@ -209,23 +200,27 @@ SilentServer::~SilentServer() {
 
 PtyProcess::PtyProcess(const std::vector<std::string>& argv_in,
                        const std::vector<std::string>& env_in, const fs::path& dir) {
-  std::vector<std::string> argv = argv_in, env = env_in;
-  const std::string cwd = dir.string();
-  auto cargv = CStrings(argv);
-  auto cenv = CStrings(env);
   struct winsize ws {};
   ws.ws_col = 120;
   ws.ws_row = 40;
-  pid_ = forkpty(&master_, nullptr, nullptr, &ws);
-  if (pid_ == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(126);
-    execve(cargv[0], cargv.data(), cenv.data());
-    _exit(127);
+  int slave = -1;
+  char name[256];
+  if (openpty(&master_, &slave, name, nullptr, &ws) != 0) {
+    ADD_FAILURE() << "openpty: " << std::strerror(errno);
+    master_ = -1;
+    return;
   }
-  EXPECT_GT(pid_, 0) << "forkpty: " << std::strerror(errno);
+  fcntl(master_, F_SETFD, FD_CLOEXEC);
+  SubprocessOptions o;
+  o.argv = argv_in;
+  SetEnvironment(o, env_in);
+  o.cwd = dir.string();
+  o.new_session = true;  // the terminal becomes its controlling one
+  o.terminal = name;
+  auto child = Subprocess::Spawn(o);
+  close(slave);
+  EXPECT_TRUE(child.has_value()) << child.error().ToString();
+  if (child) pid_ = child->Release();  // Wait() and the destructor reap it
 }
 
 PtyProcess::~PtyProcess() {

@@ -2,8 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <spawn.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,9 +12,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/subprocess.h"
 #include "local/namespaces.h"
-
-extern char** environ;
 
 namespace deepbox::local::lifecycle::testing {
 
@@ -79,20 +76,25 @@ void LocalCliTest::TearDown() {
 
 int SpawnDeepbox(const std::vector<std::string>& args, const fs::path& in, const fs::path& out,
                  const fs::path& err, pid_t* pid, char* const* envp) {
-  std::vector<std::string> full = {kDeepbox};
-  full.insert(full.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : full) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  int rc = posix_spawn(pid, kDeepbox.c_str(), &fa, nullptr, argv.data(),
-                       envp != nullptr ? envp : environ);
-  posix_spawn_file_actions_destroy(&fa);
-  return rc;
+  SubprocessOptions o;
+  o.argv = {kDeepbox};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  if (envp != nullptr) {
+    o.replace_environment = true;
+    for (char* const* e = envp; *e != nullptr; ++e) {
+      std::string_view kv = *e;
+      size_t eq = kv.find('=');
+      o.env.emplace_back(kv.substr(0, eq), eq == kv.npos ? "" : kv.substr(eq + 1));
+    }
+  }
+  o.new_process_group = false;
+  o.stdin_from.path = in.string();
+  o.stdout_to.path = out.string();
+  o.stderr_to.path = err.string();
+  auto child = Subprocess::Spawn(o);
+  if (!child) return child.error().sys_errno != 0 ? child.error().sys_errno : EINVAL;
+  *pid = child->Release();  // the caller waits for it
+  return 0;
 }
 
 pid_t LocalCliTest::Spawn(const std::vector<std::string>& args, const fs::path& out,
@@ -130,26 +132,19 @@ CliResult LocalCliTest::Cli(const std::vector<std::string>& args, const std::str
 pid_t LocalCliTest::StartPool(const std::string& name, int replicas,
                               const std::vector<std::string>& extra) {
   std::string err = (state_ / "io" / fmt::format("pool-{}.log", name)).string();
-  std::vector<std::string> args = {
-      kDeepbox,    "pool", "serve", "--name", name, "--replicas", std::to_string(replicas),
-      "--network", "none"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0) {  // async-signal-safe calls only
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (e < 0 || null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(e, 2) < 0) _exit(1);
-    execve(argv[0], argv.data(), environ);
-    _exit(127);
-  }
-  EXPECT_GT(pid, 0) << "fork: " << std::strerror(errno);
-  if (pid > 0) daemons_.push_back(pid);
+  SubprocessOptions o;
+  o.argv = {kDeepbox,    "pool", "serve", "--name", name, "--replicas", std::to_string(replicas),
+            "--network", "none"};
+  o.argv.insert(o.argv.end(), extra.begin(), extra.end());
+  o.new_process_group = false;
+  o.stderr_to.path = err;
+  // A test that crashes takes its pool daemon with it.
+  o.parent_death_signal = SIGKILL;
+  auto child = Subprocess::Spawn(o);
+  EXPECT_TRUE(child.has_value()) << child.error().ToString();
+  if (!child) return -1;
+  pid_t pid = child->Release();  // daemons_: stopped and reaped by StopDaemon or TearDown
+  daemons_.push_back(pid);
   return pid;
 }
 

@@ -30,7 +30,7 @@ std::string ReadFile(const fs::path& path);
 
 // Starts deepbox with `args`, stdin from `in`, stdout and stderr to `out` and
 // `err` (created or truncated), in `envp` (this process's environment when
-// null). Returns posix_spawn's result; *pid on success.
+// null). Returns 0 and *pid (the caller reaps it), or the spawn's errno.
 int SpawnDeepbox(const std::vector<std::string>& args, const fs::path& in, const fs::path& out,
                  const fs::path& err, pid_t* pid, char* const* envp = nullptr);
 

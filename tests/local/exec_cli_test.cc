@@ -9,13 +9,13 @@
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -23,11 +23,10 @@
 #include <thread>
 
 #include "cli_fixture.h"
+#include "common/subprocess.h"
 #include "common/testing/temp_dir.h"
 #include "local/lifecycle/provider.h"
 #include "local/namespaces.h"
-
-extern char** environ;
 
 namespace deepbox::local::lifecycle {
 namespace {
@@ -62,13 +61,6 @@ bool Eventually(const std::function<bool()>& done, std::chrono::seconds limit = 
 
 int ExitCodeOf(int status) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::vector<char*> Argv(std::vector<std::string>& full) {
-  std::vector<char*> argv;
-  for (auto& a : full) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  return argv;
 }
 
 struct CliResult {
@@ -238,30 +230,22 @@ TEST_F(ExecCliTest, CommandStatusesPassThrough) {
 // the command is stopped. `script` writes its pid to `pidfile` and prints
 // "line" at least once.
 void ExpectStoppedWhenTheReaderLeaves(const std::string& script, const std::string& pidfile) {
-  int out[2];
-  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
   fs::path err = ExecCliTest::File("err");
-  std::vector<std::string> full = {kDeepbox, "sandbox", "exec", ExecCliTest::Id(),
-                                   "--",     "sh",      "-c",   script};
-  auto argv = Argv(full);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  close(out[1]);
+  SubprocessOptions o;
+  o.argv = {kDeepbox, "sandbox", "exec", ExecCliTest::Id(), "--", "sh", "-c", script};
+  o.new_process_group = false;
+  o.capture_stdout = true;
+  o.stderr_to.path = err.string();
+  auto child = Subprocess::Spawn(o);
+  ASSERT_TRUE(child.has_value()) << child.error().ToString();
+  UniqueFd out = child->TakeStdout();
   // Read the first line, then go away like `head -1`.
   std::string got;
   char c;
-  while (got.find('\n') == std::string::npos && read(out[0], &c, 1) == 1) got.push_back(c);
+  while (got.find('\n') == std::string::npos && read(out.get(), &c, 1) == 1) got.push_back(c);
   EXPECT_EQ(got, "line\n");
-  close(out[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_EQ(ExitCodeOf(status), 141);
+  out.reset();
+  EXPECT_EQ(ExitCodeOf(child->Wait()), 141);
   EXPECT_EQ(ReadFile(err), "");
   auto pid_text = ExecCliTest::Cli({"sandbox", "exec", ExecCliTest::Id(), "--", "cat", pidfile});
   ASSERT_EQ(pid_text.code, 0);
@@ -403,45 +387,38 @@ TEST_F(ExecCliTest, CpHelpStatesWhatHappensToSymlinks) {
 // The second line is written only after the command answered the first:
 // stdin reaches the command as it arrives, not at its end.
 TEST_F(ExecCliTest, InteractiveStdinStreams) {
-  int in[2], out[2];
-  ASSERT_EQ(pipe2(in, O_CLOEXEC), 0);
-  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
-  std::vector<std::string> full = {
-      kDeepbox, "sandbox", "exec",
-      "-i",     Id(),      "--",
-      "sh",     "-c",      "while read l; do echo got:$l; done; echo end"};
-  auto argv = Argv(full);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, kDeepbox.c_str(), &fa, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  close(in[0]);
-  close(out[1]);
+  SubprocessOptions o;
+  o.argv = {kDeepbox, "sandbox", "exec",
+            "-i",     Id(),      "--",
+            "sh",     "-c",      "while read l; do echo got:$l; done; echo end"};
+  o.new_process_group = false;
+  o.stdin_pipe = true;
+  o.capture_stdout = true;
+  o.stderr_to.inherit = true;
+  auto child = Subprocess::Spawn(o);
+  ASSERT_TRUE(child.has_value()) << child.error().ToString();
+  UniqueFd in = child->TakeStdin();
+  UniqueFd out = child->TakeStdout();
   std::string got;
   auto read_until = [&](const std::string& text) {
     while (got.find(text) == std::string::npos) {
-      pollfd p{out[0], POLLIN, 0};
+      pollfd p{out.get(), POLLIN, 0};
       if (poll(&p, 1, 60000) <= 0) return false;  // a safety net against a hang
       char buf[256];
-      ssize_t n = read(out[0], buf, sizeof buf);
+      ssize_t n = read(out.get(), buf, sizeof buf);
       if (n <= 0) return false;
       got.append(buf, static_cast<size_t>(n));
     }
     return true;
   };
-  ASSERT_EQ(write(in[1], "one\n", 4), 4);
+  ASSERT_EQ(write(in.get(), "one\n", 4), 4);
   EXPECT_TRUE(read_until("got:one\n")) << got;
-  ASSERT_EQ(write(in[1], "two\n", 4), 4);
+  ASSERT_EQ(write(in.get(), "two\n", 4), 4);
   EXPECT_TRUE(read_until("got:two\n")) << got;
-  close(in[1]);
+  in.reset();
   EXPECT_TRUE(read_until("end\n")) << got;
-  close(out[0]);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_EQ(ExitCodeOf(status), 0);
+  out.reset();
+  EXPECT_EQ(ExitCodeOf(child->Wait()), 0);
   EXPECT_EQ(got, "got:one\ngot:two\nend\n");
 }
 
@@ -451,15 +428,26 @@ TEST_F(ExecCliTest, InteractiveStdinStreams) {
 class Terminal {
  public:
   Terminal(std::vector<std::string> args, winsize size) {
-    std::vector<std::string> full = {kDeepbox};
-    full.insert(full.end(), args.begin(), args.end());
-    auto argv = Argv(full);
-    pid_ = forkpty(&master_, nullptr, nullptr, &size);
-    if (pid_ == 0) {
-      setenv("TERM", "vt100", 1);
-      execv(kDeepbox.c_str(), argv.data());
-      _exit(127);
+    int slave = -1;
+    char name[256];
+    if (openpty(&master_, &slave, name, nullptr, &size) != 0) {
+      ADD_FAILURE() << "openpty: " << std::strerror(errno);
+      return;
     }
+    fcntl(master_, F_SETFD, FD_CLOEXEC);
+    SubprocessOptions o;
+    o.argv = {kDeepbox};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.env = {{"TERM", "vt100"}};
+    o.new_session = true;  // the terminal becomes deepbox's controlling one
+    o.terminal = name;
+    auto child = Subprocess::Spawn(o);
+    close(slave);
+    if (!child) {
+      ADD_FAILURE() << child.error().ToString();
+      return;
+    }
+    pid_ = child->Release();  // reaped by Wait() or the destructor
   }
   ~Terminal() {
     if (pid_ > 0 && !waited_) {

@@ -2,18 +2,14 @@
 
 #include <fmt/format.h>
 #include <signal.h>
-#include <spawn.h>
-#include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
 #include "net/conn.h"
-
-extern char** environ;
 
 namespace deepbox::testing {
 namespace {
@@ -47,30 +43,25 @@ Result<std::unique_ptr<ScopedSandboxd>> ScopedSandboxd::Start(SandboxdOptions op
     args.push_back(fmt::format("127.0.0.1:{}", s->port_));
   }
   for (const auto& a : options.extra_args) args.push_back(a);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::string_view(*e).starts_with("SANDBOXD_TOKEN=")) continue;
-    env_strings.emplace_back(*e);
-  }
-  if (!options.token.empty()) env_strings.push_back("SANDBOXD_TOKEN=" + options.token);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv.data(), envp.data());
-  if (rc != 0) return MakeSyscallError("posix_spawn", rc, binary);
-  s->pid_ = pid;
+  SubprocessOptions spawn;
+  spawn.argv = std::move(args);
+  // Only the token given (none: no token at all), never the test's own.
+  spawn.unset_env = {"SANDBOXD_TOKEN"};
+  if (!options.token.empty()) spawn.env = {{"SANDBOXD_TOKEN", options.token}};
+  spawn.new_process_group = false;
+  // Its output is the test's: a failing test shows what the daemon said.
+  spawn.stdin_from.inherit = true;
+  spawn.stdout_to.inherit = true;
+  spawn.stderr_to.inherit = true;
+  auto daemon = Subprocess::Spawn(spawn);
+  if (!daemon) return tl::unexpected(daemon.error());
+  s->daemon_ = std::move(*daemon);
   // Wait for the socket to accept connections (bounded: 30 s under sanitizers).
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      s->pid_ = -1;
+    if (auto status = s->daemon_.TryWait()) {
       return MakeError(ErrorCode::kUnavailable,
-                       fmt::format("deepbox-sandboxd exited during startup (status {})", status));
+                       fmt::format("deepbox-sandboxd exited during startup (status {})", *status));
     }
     auto ep = net::Endpoint::Parse("unix:" + s->socket_);
     if (auto c = net::Conn::Connect(*ep, net::DeadlineAfter(std::chrono::milliseconds(100))); c) {
@@ -102,26 +93,21 @@ std::string ScopedSandboxd::tcp_url() const {
 }
 
 void ScopedSandboxd::Kill() {
-  if (pid_ > 0) {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+  if (daemon_.running()) {
+    daemon_.Signal(SIGKILL);
+    daemon_.Wait();
   }
 }
 
 int ScopedSandboxd::Terminate() {
-  int status = -1;
-  if (pid_ > 0) {
-    ::kill(pid_, SIGTERM);
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-  return status;
+  if (!daemon_.running()) return -1;
+  daemon_.Signal(SIGTERM);
+  return daemon_.Wait();
 }
 
 ScopedSandboxd::~ScopedSandboxd() {
   client_.reset();
-  if (pid_ > 0) Terminate();
+  Terminate();
 }
 
 }  // namespace deepbox::testing

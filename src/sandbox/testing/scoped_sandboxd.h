@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/subprocess.h"
 #include "common/testing/temp_dir.h"
 #include "sandbox/sandboxd_client.h"
 
@@ -37,7 +38,7 @@ class ScopedSandboxd {
   std::string unix_url() const { return "unix:" + socket_; }
   std::string tcp_url() const;  // "" unless options.tcp
   int tcp_port() const { return port_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return daemon_.running() ? daemon_.pid() : -1; }
   SandboxdClient& client() { return *client_; }  // unless options.connect was false
   // A fresh client (e.g. with another token).
   Result<std::unique_ptr<SandboxdClient>> Connect(SandboxdClientOptions options = {}) const;
@@ -54,7 +55,7 @@ class ScopedSandboxd {
   std::string root_;
   std::string socket_;
   int port_ = 0;
-  pid_t pid_ = -1;
+  Subprocess daemon_;  // in the test's process group, its stdio the test's
   std::unique_ptr<SandboxdClient> client_;
 };
 
