@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <netinet/in.h>
 
+#include "common/strings.h"
+
 namespace deepbox::local {
 
 SlotAddresses AddressesForSlot(uint32_t slot) {
@@ -20,15 +22,6 @@ SlotAddresses AddressesForSlot(uint32_t slot) {
 }
 
 namespace {
-std::string Join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) {
-    if (!out.empty()) out += ", ";
-    out += s;
-  }
-  return out;
-}
-
 bool IsIpv4(const std::string& s) {
   struct in_addr a;
   return inet_pton(AF_INET, s.c_str(), &a) == 1;
@@ -159,7 +152,7 @@ std::string UplinkNftRules(const PublicNetworkConfig& config) {
       "    ip saddr {3} oifname != \"{1}\" masquerade\n"
       "  }}\n"
       "}}\n",
-      config.slot, a.host_if, Join(BlockedIpv4Ranges()), a.sandbox, dns);
+      config.slot, a.host_if, Join(BlockedIpv4Ranges(), ", "), a.sandbox, dns);
 }
 
 std::string HostSetsNftScript(const HostNetworkSets& sets) {
