@@ -24,7 +24,7 @@ namespace {
 // level (a sandbox can nest directories far beyond PATH_MAX).
 constexpr int kMaxDepth = 256;
 
-std::string Join(const std::string& rel, const char* name) {
+std::string ChildPath(const std::string& rel, const char* name) {
   return rel.empty() ? std::string(name) : rel + "/" + name;
 }
 
@@ -128,7 +128,7 @@ class Copier {
     if (!names) return tl::unexpected(names.error());
     for (const auto& name : *names) {
       if (depth == 0 && Ignored(name)) continue;
-      if (auto st = CopyEntry(src, dst, name.c_str(), Join(rel, name.c_str()), depth); !st) {
+      if (auto st = CopyEntry(src, dst, name.c_str(), ChildPath(rel, name.c_str()), depth); !st) {
         return st;
       }
     }
