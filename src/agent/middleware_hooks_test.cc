@@ -184,8 +184,8 @@ TEST(AfterModel, HumanInTheLoopMiddlewarePausesAndResumes) {
   ASSERT_TRUE(st.pending_interrupt);
   ASSERT_EQ(st.pending_interrupt->action_requests.size(), 1u);
   EXPECT_EQ(st.pending_interrupt->action_requests[0].tool_call_id, "c1");
-  EXPECT_TRUE(StartsWith(st.pending_interrupt->action_requests[0].description,
-                         "Echo?\n\nTool: echo\nArgs: "));
+  EXPECT_TRUE(st.pending_interrupt->action_requests[0].description.starts_with(
+      "Echo?\n\nTool: echo\nArgs: "));
   EXPECT_EQ(events.of(EventType::kInterrupt).size(), 1u);
   ASSERT_EQ(states.size(), 1u);
   EXPECT_TRUE(states[0]);
