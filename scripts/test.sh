@@ -36,15 +36,17 @@ step_cpus=()
 step() {
   local name=$1 t0=$SECONDS c0
   shift
+  local rc=0
   read_children_cpu
   c0=$cpu_seconds
-  "$@"
+  "$@" || rc=$?
   read_children_cpu
   echo "== step '$name': $((SECONDS - t0)) s wall, $((cpu_seconds - c0)) s CPU" \
-    "(total so far: $SECONDS s)" >&2
-  step_names+=("$name")
+    "(total so far: $SECONDS s)$( ((rc == 0)) || echo ": FAILED (exit $rc)")" >&2
+  step_names+=("$name$( ((rc == 0)) || echo " (FAILED)")")
   step_walls+=($((SECONDS - t0)))
   step_cpus+=($((cpu_seconds - c0)))
+  return "$rc"  # a failed step ends the script (set -e), after its line
 }
 print_summary() {
   local i cpu_total=0
