@@ -213,18 +213,4 @@ std::pair<std::string_view, std::string_view> SplitFirst(std::string_view in, ch
   return {in.substr(0, p), in.substr(p + 1)};
 }
 
-std::vector<std::string_view> SplitAll(std::string_view in, char sep) {
-  std::vector<std::string_view> out;
-  size_t start = 0;
-  for (;;) {
-    size_t p = in.find(sep, start);
-    if (p == std::string_view::npos) {
-      out.push_back(in.substr(start));
-      return out;
-    }
-    out.push_back(in.substr(start, p - start));
-    start = p + 1;
-  }
-}
-
 }  // namespace deepbox::fuzz

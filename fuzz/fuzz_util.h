@@ -67,7 +67,5 @@ bool IsWithin(std::string_view path, std::string_view dir);
 // Splits fuzz input at the first `sep`: (before, after); no separator gives
 // (everything, "").
 std::pair<std::string_view, std::string_view> SplitFirst(std::string_view in, char sep);
-// Every piece between `sep` bytes (empty pieces kept).
-std::vector<std::string_view> SplitAll(std::string_view in, char sep);
 
 }  // namespace deepbox::fuzz

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/strings.h"
 #include "fuzz/fuzz_util.h"
 #include "sandboxd/fs/grep.h"
 
@@ -37,7 +38,7 @@ Fixture& F() {
 // grep's lines: split at '\n'; a final '\n' ends the last line.
 std::vector<std::string_view> Lines(std::string_view text) {
   if (text.empty()) return {};
-  auto lines = deepbox::fuzz::SplitAll(text, '\n');
+  auto lines = deepbox::Split(text, '\n');
   if (text.back() == '\n') lines.pop_back();
   return lines;
 }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/strings.h"
 #include "fs/path_resolver.h"
 #include "fuzz/fuzz_util.h"
 
@@ -113,7 +114,7 @@ void OnePath(std::string_view line) {
   if (!rel) return;
   // A normalized relative path: no "..", ".", empty or leading-slash component.
   FUZZ_CHECK(!rel->starts_with('/'), "ToRelative returned an absolute path");
-  for (auto c : deepbox::fuzz::SplitAll(*rel, '/')) {
+  for (auto c : deepbox::Split(*rel, '/')) {
     if (rel->empty()) break;
     FUZZ_CHECK(!c.empty() && c != "." && c != "..",
                fmt::format("ToRelative('{}') is not normalized: '{}'", api_path, *rel));
@@ -186,6 +187,6 @@ void OnePath(std::string_view line) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view in(reinterpret_cast<const char*>(data), size);
-  for (auto line : deepbox::fuzz::SplitAll(in, '\n')) OnePath(line);
+  for (auto line : deepbox::Split(in, '\n')) OnePath(line);
   return 0;
 }
