@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "fs/testing/root_fixture.h"
 #include "fs/testing/test_util.h"
 
 namespace deepbox::fs {
@@ -125,19 +126,9 @@ TarSource FromString(const std::string& data, size_t chunk = 1000) {
   };
 }
 
-class TarTest : public ::testing::Test {
+// Every case on both resolvers (openat2 and the portable fallback).
+class TarTest : public deepbox::fs::testing::RootOnBothResolvers {
  protected:
-  void SetUp() override {
-    dir_ = tmp_.Path("root");
-    outside_ = tmp_.Path("outside");
-    MakeDirRaw(dir_);
-    MakeDirRaw(outside_);
-    WriteRaw(outside_ + "/secret.txt", "outside");
-    auto root = Root::Open(dir_);
-    ASSERT_TRUE(root);
-    root_.emplace(std::move(*root));
-  }
-
   Result<std::vector<std::string>> Extract(const std::vector<Member>& members,
                                            const std::string& dest = "out") {
     tar_ = BuildTar(members);
@@ -153,14 +144,10 @@ class TarTest : public ::testing::Test {
     return n;
   }
 
-  TempDir tmp_;
-  std::string dir_;
-  std::string outside_;
   std::string tar_;
-  std::optional<Root> root_;
 };
 
-TEST_F(TarTest, WriteStreamsTreeWithSymlinksAsSymlinks) {
+TEST_P(TarTest, WriteStreamsTreeWithSymlinksAsSymlinks) {
   std::string big(3 << 20, '\0');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
   WriteRaw(dir_ + "/src/main.c", "int main() {}\n");
@@ -218,7 +205,7 @@ TEST_F(TarTest, WriteStreamsTreeWithSymlinksAsSymlinks) {
 // A root wider than the workspace (the whole sandbox): members are named
 // from the workspace when beneath it, else from the root, so `deepbox sandbox
 // cp` keeps its names.
-TEST_F(TarTest, WriteNamesMembersFromTheRelativeBase) {
+TEST_P(TarTest, WriteNamesMembersFromTheRelativeBase) {
   WriteRaw(tmp_.Path("root/src/main.c"), "int main() {}\n");
   WriteRaw(tmp_.Path("root/top.txt"), "top");
   WriteRaw(tmp_.Path("etc/conf"), "conf");
@@ -246,7 +233,7 @@ TEST_F(TarTest, WriteNamesMembersFromTheRelativeBase) {
   EXPECT_EQ(members.count("root/top.txt"), 0u);
 }
 
-TEST_F(TarTest, WriteErrors) {
+TEST_P(TarTest, WriteErrors) {
   WriteRaw(dir_ + "/f", std::string(1 << 20, 'x'));
   auto missing = WriteTar(*root_, {"nope"}, [](std::string_view) -> Status { return {}; });
   ASSERT_FALSE(missing);
@@ -266,7 +253,7 @@ TEST_F(TarTest, WriteErrors) {
   EXPECT_LT(seen, 200000u);
 }
 
-TEST_F(TarTest, RoundTrip) {
+TEST_P(TarTest, RoundTrip) {
   WriteRaw(dir_ + "/proj/a/b.txt", "b");
   WriteRaw(dir_ + "/proj/run.sh", "#!/bin/sh\n");
   ::chmod((dir_ + "/proj/run.sh").c_str(), 0750);
@@ -290,7 +277,7 @@ TEST_F(TarTest, RoundTrip) {
   EXPECT_EQ(written->size(), 5u);  // proj, proj/a, proj/a/b.txt, proj/l, proj/run.sh
 }
 
-TEST_F(TarTest, ExtractWritesFilesDirsLinks) {
+TEST_P(TarTest, ExtractWritesFilesDirsLinks) {
   auto w = Extract({{"./d", 'd', "", 0755},
                     {"d/f.txt", 'f', "hello", 04755},  // setuid is dropped
                     {"d/sub/g.txt", 'f', "g", 0600},   // parent created implicitly
@@ -322,7 +309,7 @@ TEST_F(TarTest, ExtractWritesFilesDirsLinks) {
   EXPECT_EQ(ReadRaw(dir_ + "/out/d/f.txt"), "again");
 }
 
-TEST_F(TarTest, ExtractRefusesEscapes) {
+TEST_P(TarTest, ExtractRefusesEscapes) {
   struct Case {
     std::vector<Member> members;
     const char* what;
@@ -367,7 +354,7 @@ TEST_F(TarTest, ExtractRefusesEscapes) {
   EXPECT_EQ(out.error().code, ErrorCode::kPermissionDenied);
 }
 
-TEST_F(TarTest, ExtractReportsSourceAndFormatErrors) {
+TEST_P(TarTest, ExtractReportsSourceAndFormatErrors) {
   auto failing = ExtractTar(*root_, "x", [](char*, size_t) -> Result<size_t> {
     return MakeError(ErrorCode::kTimeout, "upload stalled");
   });
@@ -390,6 +377,9 @@ TEST_F(TarTest, ExtractReportsSourceAndFormatErrors) {
   }
   EXPECT_EQ(entries, 0);  // nor left as a temporary
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, TarTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Fallback" : "Openat2"; });
 
 }  // namespace
 }  // namespace deepbox::fs
