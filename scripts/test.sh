@@ -63,77 +63,116 @@ print_summary() {
 if [[ "${SKIP_DEPS:-0}" != 1 ]]; then
   step "install deps" ./scripts/install-deps.sh
 fi
-# The k8s-real step's control plane (scripts/k8s-control-plane-build.sh: Go,
-# from the module proxy, cached outside the clone): cold it is ~1.2 GB of
-# downloads and ~12 min of compiling on 2 cores, so it starts now, at idle CPU
-# priority (SCHED_IDLE): its downloads overlap the C++ build and its compiles
-# use the CPU time the build and the tests leave idle. The k8s-real step
-# waits for it. Its own process group, ended if this script stops early.
-k8s_build_pid=
-stop_k8s_build() {
-  if [[ -n $k8s_build_pid ]] && kill -0 "$k8s_build_pid" 2>/dev/null; then
-    kill -TERM -- "-$k8s_build_pid" 2>/dev/null || true
+# Work that does not have to wait for anything runs in the background, in a
+# session of its own at a low CPU priority, so that it only takes the CPU the
+# foreground steps leave idle (the tests wait on sandboxes and timeouts and use
+# about one core of two). With the kernel's autogroup scheduling (each session
+# is one scheduling group, and `nice` only orders processes within a group) the
+# priority is the session's autogroup nice value; without it, plain nice.
+#   start_background NICE LOG CMD...   sets background_pid
+background_pids=()
+start_background() {
+  local nice=$1 log=$2
+  shift 2
+  # A background child of this (non-interactive) shell is no process-group
+  # leader, so setsid(1) calls setsid() itself: $! is the session's leader and
+  # its process group, which stop_background ends as a whole.
+  setsid bash -c 'echo "$0" >/proc/self/autogroup 2>/dev/null || true; exec nice -n "$0" "$@"' \
+    "$nice" "$@" >"$log" 2>&1 </dev/null &
+  background_pid=$!
+  background_pids+=("$background_pid")
+}
+stop_background() {
+  local pid
+  for pid in "${background_pids[@]}"; do
+    kill -0 "$pid" 2>/dev/null && kill -TERM -- "-$pid" 2>/dev/null || true
+  done
+}
+# wait_background PID LOG WHAT: waits for a background job; on failure shows
+# its log and stops the script.
+wait_background() {
+  local pid=$1 log=$2 what=$3 rc=0 i
+  wait "$pid" || rc=$?
+  for i in "${!background_pids[@]}"; do  # waited for: its pid may be reused
+    [[ ${background_pids[i]} != "$pid" ]] || unset "background_pids[i]"
+  done
+  if ((rc != 0)); then
+    tail -40 "$log" >&2
+    echo "$what FAILED (the last lines of $log are above)" >&2
+    return 1
   fi
 }
 on_exit() {
-  stop_k8s_build
+  stop_background
   print_summary
 }
 trap on_exit EXIT
+mkdir -p build
+# The k8s-real step's control plane (scripts/k8s-control-plane-build.sh: Go,
+# from the module proxy, cached outside the clone): cold it is ~1 GB of
+# downloads and ~1,000 CPU-seconds of compiling, so it starts first, at the
+# lowest priority: its downloads overlap the C++ build and its compiles use
+# the CPU the other steps leave idle. The k8s-real step waits for it.
+k8s_build_pid=
 if [[ "${SKIP_K8S_REAL:-0}" != 1 ]]; then
-  mkdir -p build
-  idle=(chrt --idle 0)
-  "${idle[@]}" true 2>/dev/null || idle=()  # (a kernel without SCHED_IDLE: nice only)
-  setsid "${idle[@]}" nice -n 19 ./scripts/k8s-control-plane-build.sh \
-    >/dev/null 2>build/k8s-control-plane-build.log &
-  k8s_build_pid=$!
+  start_background 19 build/k8s-control-plane-build.log ./scripts/k8s-control-plane-build.sh
+  k8s_build_pid=$background_pid
 fi
 if [[ "${SKIP_FORMAT:-0}" != 1 ]]; then
   step "format check" ./scripts/check-format.sh
 fi
 step "dev configure" cmake --preset dev
 step "dev build" cmake --build --preset dev
+# The other two builds run in the background while the dev tests and the
+# Python tests run (at a priority above the control plane's, below the tests'):
+# - the release build (ci-release preset) with -Werror, because GCC warns
+#   differently at -O3: what ships (deepbox, deepbox-sandboxd, their
+#   libraries, the example), the benchmarks and the check of the release
+#   binaries' hardening (FORTIFY_SOURCE is release-only). The test suite is not
+#   compiled again at -O3: it is compiled and run in the sanitizer build;
+# - the fuzz targets (the fuzz preset: clang, ASan/UBSan, libFuzzer).
+# Their cost is printed where they are waited for (fuzz/README.md "Cost in CI").
+builds=()
+if [[ "${SKIP_RELEASE:-0}" != 1 ]]; then
+  builds+=("cmake --preset ci-release && cmake --build --preset ci-release")
+fi
+if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
+  builds+=("cmake --preset fuzz && cmake --build --preset fuzz")
+fi
+builds_pid=
+if ((${#builds[@]} > 0)); then
+  joined=$(printf ' && %s' "${builds[@]}")
+  start_background 10 build/release-and-fuzz-build.log bash -c "set -x${joined}"
+  builds_pid=$background_pid
+fi
 # The suite runs two tests at a time; sandbox tests need root (CI is root).
 # The k8s-real tests need the real control plane: their own step below.
 step "dev tests" ctest --preset dev -LE k8s-real "$@"
-# The release build (ci-release preset) with -Werror, because GCC warns
-# differently at -O3: what ships (deepbox, deepbox-sandboxd, their libraries,
-# the example), the benchmarks and the check of the release binaries'
-# hardening (FORTIFY_SOURCE is release-only). The test suite is not compiled
-# again at -O3: it was compiled and run above in the sanitizer build (with it
-# the step had 445 build steps instead of about 200; fuzz/README.md "Cost in CI").
-if [[ "${SKIP_RELEASE:-0}" != 1 ]]; then
-  step "release configure" cmake --preset ci-release
-  step "release build" cmake --build --preset ci-release
-  step "hardening test" ctest --test-dir build/ci-release -R '^hardening_test\.' --output-on-failure
-fi
-# Every fuzz target for a fixed time (16 targets, 2 at a time: about 4.5 minutes
-# at 30 s) after compiling the fuzz preset (clang, 155 objects; see
-# fuzz/README.md "Cost in CI"); a crash, leak, sanitizer report or violated
-# property fails.
-if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
-  step "fuzz (build + run)" ./scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
-fi
 # The Python package (python/README.md): pinned dependencies from PyPI into
 # build/dev/python-venv, then pytest on real sandboxes (skipped with a message
 # when PyPI is unreachable). SKIP_PYTHON=1 skips it.
 if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
   step "python package" ./python/run-tests.sh build/dev
 fi
+if [[ -n $builds_pid ]]; then
+  step "release and fuzz builds (the rest; their CPU all of it)" \
+    wait_background "$builds_pid" build/release-and-fuzz-build.log "the release and fuzz builds"
+fi
+if [[ "${SKIP_RELEASE:-0}" != 1 ]]; then
+  step "hardening test" ctest --test-dir build/ci-release -R '^hardening_test\.' --output-on-failure
+fi
+# Every fuzz target for a fixed time (18 targets, 2 at a time: about 4.5
+# minutes at 30 s); a crash, leak, sanitizer report or violated property fails.
+if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
+  step "fuzz run" env FUZZ_SKIP_BUILD=1 ./scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+fi
 # Against a real kube-apiserver + etcd + kube-controller-manager
 # (tests/k8s/real/README.md). Cost: ~1-2 min (9 tests 46-78 s, cluster up
 # 10-22 s, measured on a loaded 2-core machine), plus whatever of the control
 # plane's build is not done by now (cold: up to ~15 min of 2 cores; cached: 0).
-wait_for_control_plane() {
-  if ! wait "$k8s_build_pid"; then
-    cat build/k8s-control-plane-build.log >&2
-    echo "k8s-real: FAILED to build the control plane (log above); SKIP_K8S_REAL=1 skips" \
-      "this step" >&2
-    exit 1
-  fi
-  k8s_build_pid=
-}
 if [[ -n $k8s_build_pid ]]; then
-  step "k8s control plane (rest of its build; its CPU all of it)" wait_for_control_plane
+  step "k8s control plane (the rest of its build; its CPU all of it)" \
+    wait_background "$k8s_build_pid" build/k8s-control-plane-build.log \
+    "k8s-real: building the control plane (SKIP_K8S_REAL=1 skips this step)"
 fi
 step "k8s-real tests" ./scripts/k8s-real-test.sh build/dev  # (says so when skipped)

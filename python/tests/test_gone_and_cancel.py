@@ -191,7 +191,8 @@ def test_cancelling_aexecute_stops_the_command(fresh: Sandbox) -> None:
 
 
 CTRL_C = r"""
-import sys
+import faulthandler, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view of a hang
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -233,7 +234,11 @@ def test_ctrl_c_during_agent_invoke_stops_the_command(fresh: Sandbox) -> None:
         try:
             out, err = p.communicate(timeout=60)
         except subprocess.TimeoutExpired:
-            pytest.fail("Ctrl-C did not end agent.invoke within 60 s (it waits for the command)")
+            p.send_signal(signal.SIGUSR1)  # every thread's stack, to stderr
+            time.sleep(2)
+            p.kill()
+            _, err = p.communicate()
+            pytest.fail(f"Ctrl-C did not end agent.invoke within 60 s (it waits for the command); its threads:\n{err[-8000:]}")
         assert p.returncode == 130 and out.strip() == "interrupted", (p.returncode, out, err[-2000:])
         _wait(f"the interrupted command (pid {pid}) ends", lambda: not _alive(fresh, pid))
     finally:
