@@ -10,6 +10,8 @@
 # deepagents-code pins another deepagents. When PyPI cannot be reached the
 # step is skipped with a message (exit 0). pytest's "no tests ran" (5) is not
 # a failure.
+#   PYTHON_SETUP_ONLY=1   only make the venvs (scripts/test.sh does it in the
+#                         background while the C++ tests run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/dev}
@@ -51,6 +53,11 @@ make_venv "$venv" python/requirements-test.txt
 if [[ "${SKIP_DCODE:-0}" != 1 ]]; then
   make_venv "$build/python-dcode-venv" python/requirements-dcode.txt
   export DCODE_VENV="$build/python-dcode-venv"
+fi
+
+if [[ "${PYTHON_SETUP_ONLY:-0}" == 1 ]]; then
+  echo "python tests: venvs ready (PYTHON_SETUP_ONLY=1: no tests run)"
+  exit 0
 fi
 
 export DEEPBOX_BUILD_DIR="$build"

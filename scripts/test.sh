@@ -122,6 +122,13 @@ if [[ "${SKIP_FORMAT:-0}" != 1 ]]; then
   step "format check" ./scripts/check-format.sh
 fi
 step "dev configure" cmake --preset dev
+# The Python step's venvs (pinned packages from PyPI: downloads, mostly) are
+# made in the background meanwhile.
+venvs_pid=
+if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
+  start_background 10 build/python-venvs.log env PYTHON_SETUP_ONLY=1 ./python/run-tests.sh build/dev
+  venvs_pid=$background_pid
+fi
 step "dev build" cmake --build --preset dev
 # The other two builds run in the background while the dev tests and the
 # Python tests run (at a priority above the control plane's, below the tests'):
@@ -152,6 +159,8 @@ step "dev tests" ctest --preset dev -LE k8s-real "$@"
 # build/dev/python-venv, then pytest on real sandboxes (skipped with a message
 # when PyPI is unreachable). SKIP_PYTHON=1 skips it.
 if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
+  step "python venvs (the rest; their CPU all of it)" \
+    wait_background "$venvs_pid" build/python-venvs.log "making the Python venvs"
   step "python package" ./python/run-tests.sh build/dev
 fi
 if [[ -n $builds_pid ]]; then
