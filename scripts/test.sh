@@ -110,12 +110,13 @@ trap on_exit EXIT
 mkdir -p build
 # The k8s-real step's control plane (scripts/k8s-control-plane-build.sh: Go,
 # from the module proxy, cached outside the clone): cold it is ~1 GB of
-# downloads and ~1,000 CPU-seconds of compiling, so it starts first, at the
-# lowest priority: its downloads overlap the C++ build and its compiles use
-# the CPU the other steps leave idle. The k8s-real step waits for it.
+# downloads and ~800 CPU-seconds of compiling, so it starts first, at a low
+# priority: its downloads overlap the C++ build and its compiles use the CPU
+# the other steps leave idle. The k8s-real step, which comes before the fuzz
+# run (whose targets use both cores for a fixed time), waits for it.
 k8s_build_pid=
 if [[ "${SKIP_K8S_REAL:-0}" != 1 ]]; then
-  start_background 19 build/k8s-control-plane-build.log ./scripts/k8s-control-plane-build.sh
+  start_background 10 build/k8s-control-plane-build.log ./scripts/k8s-control-plane-build.sh
   k8s_build_pid=$background_pid
 fi
 if [[ "${SKIP_FORMAT:-0}" != 1 ]]; then
@@ -130,8 +131,9 @@ if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
   venvs_pid=$background_pid
 fi
 step "dev build" cmake --build --preset dev
-# The other two builds run in the background while the dev tests and the
-# Python tests run (at a priority above the control plane's, below the tests'):
+# The other two builds run in the background while the dev tests, the Python
+# tests and the k8s-real tests run (at a priority below the control plane's,
+# which is needed first, and the tests'):
 # - the release build (ci-release preset) with -Werror, because GCC warns
 #   differently at -O3: what ships (deepbox, deepbox-sandboxd, their
 #   libraries, the example), the benchmarks and the check of the release
@@ -149,7 +151,7 @@ fi
 builds_pid=
 if ((${#builds[@]} > 0)); then
   joined=$(printf ' && %s' "${builds[@]}")
-  start_background 10 build/release-and-fuzz-build.log bash -c "set -x${joined}"
+  start_background 15 build/release-and-fuzz-build.log bash -c "set -x${joined}"
   builds_pid=$background_pid
 fi
 # The suite runs two tests at a time; sandbox tests need root (CI is root).
@@ -163,6 +165,16 @@ if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
     wait_background "$venvs_pid" build/python-venvs.log "making the Python venvs"
   step "python package" ./python/run-tests.sh build/dev
 fi
+# Against a real kube-apiserver + etcd + kube-controller-manager
+# (tests/k8s/real/README.md). Cost: ~1-2 min (9 tests 46-78 s, cluster up
+# 10-22 s, measured on a loaded 2-core machine), plus whatever of the control
+# plane's build is not done by now (cold: up to ~15 min of 2 cores; cached: 0).
+if [[ -n $k8s_build_pid ]]; then
+  step "k8s control plane (the rest of its build; its CPU all of it)" \
+    wait_background "$k8s_build_pid" build/k8s-control-plane-build.log \
+    "k8s-real: building the control plane (SKIP_K8S_REAL=1 skips this step)"
+fi
+step "k8s-real tests" ./scripts/k8s-real-test.sh build/dev  # (says so when skipped)
 if [[ -n $builds_pid ]]; then
   step "release and fuzz builds (the rest; their CPU all of it)" \
     wait_background "$builds_pid" build/release-and-fuzz-build.log "the release and fuzz builds"
@@ -175,13 +187,3 @@ fi
 if [[ "${SKIP_FUZZ:-0}" != 1 ]]; then
   step "fuzz run" env FUZZ_SKIP_BUILD=1 ./scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
 fi
-# Against a real kube-apiserver + etcd + kube-controller-manager
-# (tests/k8s/real/README.md). Cost: ~1-2 min (9 tests 46-78 s, cluster up
-# 10-22 s, measured on a loaded 2-core machine), plus whatever of the control
-# plane's build is not done by now (cold: up to ~15 min of 2 cores; cached: 0).
-if [[ -n $k8s_build_pid ]]; then
-  step "k8s control plane (the rest of its build; its CPU all of it)" \
-    wait_background "$k8s_build_pid" build/k8s-control-plane-build.log \
-    "k8s-real: building the control plane (SKIP_K8S_REAL=1 skips this step)"
-fi
-step "k8s-real tests" ./scripts/k8s-real-test.sh build/dev  # (says so when skipped)

@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -326,6 +328,52 @@ Result<SandboxCgroup> SandboxCgroup::Create(const CgroupHostInfo& host, std::str
                             "SIGKILL each pid of cgroup.procs until empty (racy with fork)"};
   }
   return cg;
+}
+
+struct CgroupAttachPrimer::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::thread thread;
+};
+
+CgroupAttachPrimer::CgroupAttachPrimer(const CgroupHostInfo& host) {
+  std::string procs;
+  for (const char* controller : {"memory", "pids", "cpu", "freezer"}) {
+    auto mount = host.v1_mounts.find(controller);
+    if (mount == host.v1_mounts.end()) continue;
+    auto self = host.v1_self.find(controller);
+    procs = JoinPath(JoinPath(mount->second, self == host.v1_self.end() ? "/" : self->second),
+                     "cgroup.procs");
+    break;
+  }
+  if (procs.empty()) return;
+  UniqueFd fd(open(procs.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return;
+  state_ = std::make_unique<State>();
+  state_->thread = std::thread([state = state_.get(), fd = std::move(fd)] {
+    std::string pid = std::to_string(getpid());
+    // Bounded, should an owner never end it (a Launch takes milliseconds).
+    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    std::unique_lock lock(state->mu);
+    while (!state->stop && std::chrono::steady_clock::now() < give_up) {
+      lock.unlock();
+      bool ok = pwrite(fd.get(), pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
+      lock.lock();
+      if (!ok) return;  // not allowed here: nothing to gain
+      state->cv.wait_for(lock, std::chrono::milliseconds(2), [&] { return state->stop; });
+    }
+  });
+}
+
+CgroupAttachPrimer::~CgroupAttachPrimer() {
+  if (!state_) return;
+  {
+    std::lock_guard lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->cv.notify_all();
+  state_->thread.join();
 }
 
 Status SandboxCgroup::AttachV1(pid_t pid) const {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "common/testing/temp_dir.h"
 #include "local/testing/sandbox_fixture.h"
@@ -282,6 +283,54 @@ TEST(CgroupsTest, RejectsBadIds) {
   CgroupHostInfo none;
   EXPECT_FALSE(SandboxCgroup::Create(none, "../x", {}).has_value());
   EXPECT_FALSE(SandboxCgroup::Create(none, "", {}).has_value());
+}
+
+// The primer moves this process into the cgroups it is in already: nothing
+// about where it lives changes, and it stops at once when destroyed. (What it
+// saves is a latency: bench/local's cold-start split shows it, not a test.)
+TEST_F(CgroupLiveTest, AttachPrimerLeavesThisProcessWhereItWas) {
+  if (host_.v1_mounts.empty()) GTEST_SKIP() << "no cgroup v1 hierarchy here (nothing to prime)";
+  auto before = ProcessCgroupDirs(getpid());
+  ASSERT_TRUE(before) << before.error().ToString();
+  {
+    CgroupAttachPrimer primer(host_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // several rounds
+    auto during = ProcessCgroupDirs(getpid());
+    ASSERT_TRUE(during) << during.error().ToString();
+    EXPECT_EQ(*during, *before);
+    // A sandbox cgroup made meanwhile gets its process as usual.
+    auto cg = SandboxCgroup::Create(host_, fmt::format("t-prime-{}", getpid()),
+                                    LimitsWith(&Limits::max_processes, 64));
+    ASSERT_TRUE(cg) << cg.error().ToString();
+    pid_t child = fork();
+    if (child == 0) {
+      pause();
+      _exit(0);
+    }
+    ASSERT_GT(child, 0);
+    ASSERT_TRUE(cg->AttachAll(child));
+    auto pids = cg->Pids();
+    ASSERT_TRUE(pids) << pids.error().ToString();
+    EXPECT_THAT(*pids, ::testing::Contains(child));
+    ASSERT_TRUE(cg->KillAll());
+    (void)waitpid(child, nullptr, 0);
+    ASSERT_TRUE(cg->Remove());
+  }
+  auto after = ProcessCgroupDirs(getpid());
+  ASSERT_TRUE(after) << after.error().ToString();
+  EXPECT_EQ(*after, *before);
+}
+
+// Without a v1 hierarchy it has nothing to do, and does nothing.
+TEST(CgroupsTest, AttachPrimerWithoutV1IsANoOp) {
+  CgroupHostInfo unified = ParseCgroupHostInfo(
+      "39 30 0:35 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n", "0::/\n");
+  ASSERT_TRUE(unified.v1_mounts.empty());
+  CgroupAttachPrimer primer(unified);
+  CgroupHostInfo missing;
+  missing.layout = CgroupLayout::kHybrid;
+  missing.v1_mounts["memory"] = "/nonexistent-cgroup-mount";
+  CgroupAttachPrimer not_there(missing);  // the write target cannot be opened: no thread
 }
 
 }  // namespace

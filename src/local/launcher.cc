@@ -391,6 +391,20 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     return MakeSyscallError("access", errno, spec.sandboxd_binary->string());
   }
 
+  // The cgroup layout now, so that the wait a v1 attach may need (see
+  // CgroupAttachPrimer) overlaps the preparation below.
+  std::optional<CgroupHostInfo> cgroup_host;
+  std::optional<CgroupAttachPrimer> attach_primer;
+  if (spec.use_cgroups) {
+    if (auto host = DetectCgroups(); host && host->layout != CgroupLayout::kNone) {
+      cgroup_host = std::move(*host);
+      const Limits& l = spec.limits;
+      bool v1_likely = l.memory_bytes || l.max_processes || l.cpu_cores ||
+                       cgroup_host->v2_mount.empty();  // the freezer, for kill-all
+      if (v1_likely && !cgroup_host->v1_mounts.empty()) attach_primer.emplace(*cgroup_host);
+    }
+  }
+
   SandboxProcess sp;
   IdMapPlan ids = PlanIdMap(spec.host_id);
 
@@ -422,7 +436,8 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
                                      spec.workspace_dir.string()));
       }
       auto disk = WorkspaceDisk::Create(spec.runtime_dir / "workspace.img", spec.workspace_dir,
-                                        *spec.limits.workspace_bytes, ids.host_uid, ids.host_gid);
+                                        *spec.limits.workspace_bytes, ids.host_uid, ids.host_gid,
+                                        spec.workspace_disk_templates);
       if (!disk) return tl::unexpected(disk.error());
       sp.disk_ = std::move(*disk);
     }
@@ -572,13 +587,10 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   ctx.die_with_parent = spec.die_with_parent;
   mark(SetupStep::kPrepare);
 
-  if (spec.use_cgroups) {
-    auto host = DetectCgroups();
-    if (host && host->layout != CgroupLayout::kNone) {
-      auto cg = SandboxCgroup::Create(*host, spec.id, spec.limits);
-      if (!cg) return tl::unexpected(cg.error());
-      sp.cgroup_ = std::move(*cg);
-    }
+  if (cgroup_host) {
+    auto cg = SandboxCgroup::Create(*cgroup_host, spec.id, spec.limits);
+    if (!cg) return tl::unexpected(cg.error());
+    sp.cgroup_ = std::move(*cg);
   }
   sp.support_ = RlimitSupport(spec.limits, sp.cgroup_ ? sp.cgroup_->support() : LimitSupport{});
   mark(SetupStep::kCgroup);
@@ -600,6 +612,7 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   if (sp.cgroup_) {
     if (auto st = sp.cgroup_->AttachV1(sp.pid_); !st) return tl::unexpected(st.error());
   }
+  attach_primer.reset();
   mark(SetupStep::kCgroupAttach);
   if (auto st = WriteIdMaps(sp.pid_, ids); !st) return tl::unexpected(st.error());
   mark(SetupStep::kIdMaps);

@@ -69,6 +69,9 @@ struct SandboxSpec {
   // workspace_dir (a restart over the same workspace, see TakeWorkspaceDisk):
   // it is bound as it is, and it outlives this sandbox.
   bool workspace_disk_mounted = false;
+  // Where formatted empty disk images are kept and copied from (see
+  // WorkspaceDisk::Create); empty: mkfs.ext4 for each disk.
+  std::filesystem::path workspace_disk_templates;
   std::optional<uint32_t> host_id;  // host uid/gid for sandbox 1000 (root only)
   bool proc_subset_pid = false;
   bool die_with_parent = true;  // PR_SET_PDEATHSIG: fires when the launching THREAD exits

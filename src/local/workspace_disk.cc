@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/random.h"
 #include "common/unique_fd.h"
 #include "local/child.h"
 #include "local/tree_copy.h"
@@ -147,22 +148,85 @@ bool WorkspaceDiskSupported(std::string* reason) {
   return true;
 }
 
-Result<WorkspaceDisk> WorkspaceDisk::Create(const std::filesystem::path& image,
-                                            const std::filesystem::path& mount_dir, uint64_t bytes,
-                                            uid_t owner_uid, gid_t owner_gid) {
+Result<std::filesystem::path> WorkspaceDisk::FormattedTemplate(
+    const std::filesystem::path& template_dir, uint64_t bytes, uid_t owner_uid, gid_t owner_gid) {
   if (bytes < (4ULL << 20)) {
     return MakeError(ErrorCode::kInvalidArgument, "workspace disk must be at least 4 MiB");
+  }
+  if (mkdir(template_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return MakeSyscallError("mkdir", errno, template_dir.string());
+  }
+  std::filesystem::path path =
+      template_dir / fmt::format("ext4-{}-{}-{}.img", bytes, owner_uid, owner_gid);
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    if (S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+        static_cast<uint64_t>(st.st_size) == bytes) {
+      return path;
+    }
+  } else if (errno != ENOENT) {
+    return MakeSyscallError("lstat", errno, path.string());
+  }
+  // Made under a name of its own and renamed over whatever is at `path`: a
+  // reader opens either the old file or a whole new one.
+  std::filesystem::path tmp =
+      template_dir / fmt::format(".tmp-{}-{}", RandomHex(8), path.filename().string());
+  {
+    UniqueFd fd(open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+    if (!fd) return MakeSyscallError("open", errno, tmp.string());
+    if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+      int e = errno;
+      (void)unlink(tmp.c_str());
+      return MakeSyscallError("ftruncate", e, tmp.string());
+    }
+  }
+  if (auto made = RunMkfs(tmp, owner_uid, owner_gid); !made) {
+    (void)unlink(tmp.c_str());
+    return tl::unexpected(made.error());
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    (void)unlink(tmp.c_str());
+    return MakeSyscallError("rename", e, tmp.string());
+  }
+  return path;
+}
+
+Result<WorkspaceDisk> WorkspaceDisk::Create(const std::filesystem::path& image,
+                                            const std::filesystem::path& mount_dir, uint64_t bytes,
+                                            uid_t owner_uid, gid_t owner_gid,
+                                            const std::filesystem::path& template_dir) {
+  if (bytes < (4ULL << 20)) {
+    return MakeError(ErrorCode::kInvalidArgument, "workspace disk must be at least 4 MiB");
+  }
+  std::filesystem::path formatted;
+  if (!template_dir.empty()) {
+    auto made = FormattedTemplate(template_dir, bytes, owner_uid, owner_gid);
+    if (!made) return tl::unexpected(made.error());
+    formatted = *made;
   }
   WorkspaceDisk disk;
   {
     UniqueFd fd(open(image.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (!fd) return MakeSyscallError("open", errno, image.string());
     disk.image_ = image;  // from here on, Release() deletes it
-    if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-      return MakeSyscallError("ftruncate", errno, image.string());
+    if (formatted.empty()) {
+      if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+        return MakeSyscallError("ftruncate", errno, image.string());
+      }
+    } else {
+      UniqueFd from(open(formatted.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+      if (!from) return MakeSyscallError("open", errno, formatted.string());
+      if (auto copied =
+              CopyFileData(from.get(), fd.get(), static_cast<off_t>(bytes), formatted.string());
+          !copied) {
+        return tl::unexpected(copied.error());
+      }
     }
   }
-  if (auto st = RunMkfs(image, owner_uid, owner_gid); !st) return tl::unexpected(st.error());
+  if (formatted.empty()) {
+    if (auto st = RunMkfs(image, owner_uid, owner_gid); !st) return tl::unexpected(st.error());
+  }
   UniqueFd fd(open(image.c_str(), O_RDWR | O_CLOEXEC));
   if (!fd) return MakeSyscallError("open", errno, image.string());
   auto attached = AttachLoop(fd.get());

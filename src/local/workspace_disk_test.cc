@@ -2,10 +2,13 @@
 // of a disk a dead supervisor left mounted or (after a reboot) unmounted.
 #include "local/workspace_disk.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +17,8 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "common/testing/temp_dir.h"
 
@@ -194,6 +199,130 @@ TEST_F(WorkspaceDiskTest, CloneImageOfAnUnmountedImageChecksTheCopy) {
   ASSERT_FALSE(broken);
   EXPECT_THAT(broken.error().message, HasSubstr("e2fsck"));
   EXPECT_FALSE(fs::exists(clone));
+}
+
+// A disk copied from a formatted template is the file system mkfs makes: the
+// same size and free space, its root owned by the sandbox's user, empty, and a
+// disk of its own (nothing written in one shows in another); the template is
+// made once and then only read.
+TEST_F(WorkspaceDiskTest, CreateFromATemplateGivesTheSameFileSystemAndFormatsOnce) {
+  constexpr uint64_t kBytes = 16ULL << 20;
+  fs::path templates = dir_ / "templates";
+  struct statvfs formatted;
+  {
+    auto plain = WorkspaceDisk::Create(image_, mount_dir_, kBytes, 1000, 1000);
+    ASSERT_TRUE(plain) << plain.error().ToString();
+    ASSERT_EQ(statvfs(mount_dir_.c_str(), &formatted), 0);
+  }
+  auto first = WorkspaceDisk::Create(image_, mount_dir_, kBytes, 1000, 1000, templates);
+  ASSERT_TRUE(first) << first.error().ToString();
+  fs::path tmpl = templates / fmt::format("ext4-{}-1000-1000.img", kBytes);
+  struct stat tmpl_st;
+  ASSERT_EQ(lstat(tmpl.c_str(), &tmpl_st), 0);
+  EXPECT_TRUE(S_ISREG(tmpl_st.st_mode));
+  EXPECT_EQ(tmpl_st.st_mode & 0777, 0600u);
+  EXPECT_EQ(static_cast<uint64_t>(tmpl_st.st_size), kBytes);
+  struct stat dir_st;
+  ASSERT_EQ(stat(templates.c_str(), &dir_st), 0);
+  EXPECT_EQ(dir_st.st_mode & 0777, 0700u);
+  std::ofstream(mount_dir_ / "only-in-first") << "x";
+
+  fs::path other_mount = dir_ / "ws2";
+  fs::create_directory(other_mount);
+  auto second = WorkspaceDisk::Create(dir_ / "second.img", other_mount, kBytes, 1000, 1000,
+                                      templates);
+  ASSERT_TRUE(second) << second.error().ToString();
+  struct stat again;
+  ASSERT_EQ(lstat(tmpl.c_str(), &again), 0);
+  EXPECT_EQ(again.st_ino, tmpl_st.st_ino);  // reused, not made again
+  EXPECT_EQ(again.st_mtim.tv_sec, tmpl_st.st_mtim.tv_sec);
+  EXPECT_EQ(again.st_mtim.tv_nsec, tmpl_st.st_mtim.tv_nsec);
+  EXPECT_TRUE(fs::is_empty(other_mount));  // no lost+found, nothing of the first disk
+  struct stat root_st;
+  ASSERT_EQ(stat(other_mount.c_str(), &root_st), 0);
+  EXPECT_EQ(root_st.st_uid, 1000u);
+  EXPECT_EQ(root_st.st_gid, 1000u);
+  struct statvfs copied;
+  ASSERT_EQ(statvfs(other_mount.c_str(), &copied), 0);
+  EXPECT_EQ(copied.f_blocks, formatted.f_blocks);
+  EXPECT_EQ(copied.f_bfree, formatted.f_bfree);
+  EXPECT_EQ(copied.f_files, formatted.f_files);
+  // The limit holds as on a formatted disk: ENOSPC past it, the other disk unaffected.
+  {
+    std::ofstream big(other_mount / "big", std::ios::binary);
+    std::string chunk(1 << 20, 'z');
+    for (int i = 0; i < 32 && big; ++i) big << chunk << std::flush;
+    EXPECT_FALSE(big.good());
+  }
+  EXPECT_LT(fs::file_size(other_mount / "big"), kBytes);
+  EXPECT_EQ(ReadAll(mount_dir_ / "only-in-first"), "x");
+  EXPECT_FALSE(fs::exists(other_mount / "only-in-first"));
+  // Another owner gets a template of its own.
+  fs::path third_mount = dir_ / "ws3";
+  fs::create_directory(third_mount);
+  auto third =
+      WorkspaceDisk::Create(dir_ / "third.img", third_mount, kBytes, 1234, 1234, templates);
+  ASSERT_TRUE(third) << third.error().ToString();
+  EXPECT_TRUE(fs::exists(templates / fmt::format("ext4-{}-1234-1234.img", kBytes)));
+  ASSERT_EQ(stat(third_mount.c_str(), &root_st), 0);
+  EXPECT_EQ(root_st.st_uid, 1234u);
+  ASSERT_TRUE(third->Release());
+  ASSERT_TRUE(second->Release());
+  ASSERT_TRUE(first->Release());
+  EXPECT_FALSE(fs::exists(dir_ / "second.img"));
+  EXPECT_TRUE(fs::exists(tmpl));  // templates outlive the disks
+}
+
+// Whatever else is at a template's name -- a file of another size, garbage
+// left by hand, a symlink -- is replaced by a real template, never followed.
+TEST_F(WorkspaceDiskTest, ATemplateNameHoldingSomethingElseIsReplaced) {
+  constexpr uint64_t kBytes = 8ULL << 20;
+  fs::path templates = dir_ / "templates";
+  fs::create_directory(templates);
+  fs::path tmpl = templates / fmt::format("ext4-{}-1000-1000.img", kBytes);
+  std::ofstream(tmpl) << "not a file system";
+  auto disk = WorkspaceDisk::Create(image_, mount_dir_, kBytes, 1000, 1000, templates);
+  ASSERT_TRUE(disk) << disk.error().ToString();
+  EXPECT_EQ(fs::file_size(tmpl), kBytes);
+  ASSERT_TRUE(disk->Release());
+
+  fs::path victim = dir_ / "victim";
+  std::ofstream(victim) << "keep me";
+  fs::remove(tmpl);
+  fs::create_symlink(victim, tmpl);
+  disk = WorkspaceDisk::Create(image_, mount_dir_, kBytes, 1000, 1000, templates);
+  ASSERT_TRUE(disk) << disk.error().ToString();
+  EXPECT_FALSE(fs::is_symlink(tmpl));
+  EXPECT_EQ(ReadAll(victim), "keep me");
+  ASSERT_TRUE(disk->Release());
+  for (const auto& e : fs::directory_iterator(templates)) {
+    EXPECT_EQ(e.path(), tmpl) << "left over: " << e.path();
+  }
+}
+
+// Sandboxes created at the same moment with no template yet all get a disk;
+// one template remains and no temporary file.
+TEST_F(WorkspaceDiskTest, ConcurrentCreatesShareOneTemplate) {
+  constexpr int kDisks = 4;
+  fs::path templates = dir_ / "templates";
+  std::vector<Result<WorkspaceDisk>> disks(kDisks);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kDisks; ++i) {
+    fs::path mount = dir_ / fmt::format("m{}", i);
+    fs::create_directory(mount);
+    threads.emplace_back([&, i, mount] {
+      disks[i] = WorkspaceDisk::Create(dir_ / fmt::format("d{}.img", i), mount, 8ULL << 20, 1000,
+                                       1000, templates);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kDisks; ++i) {
+    ASSERT_TRUE(disks[i]) << i << ": " << disks[i].error().ToString();
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(templates)) names.push_back(e.path().filename());
+  EXPECT_THAT(names, ::testing::ElementsAre(fmt::format("ext4-{}-1000-1000.img", 8ULL << 20)));
+  for (auto& d : disks) ASSERT_TRUE(d->Release());
 }
 
 }  // namespace

@@ -476,7 +476,7 @@ Status Store::Init() const {
   if (!parent) return MakeSyscallError("open", errno, root.parent_path().string());
   auto top = OpenOurDir(parent.get(), root.filename().string(), root_, "the state directory", true);
   if (!top) return tl::unexpected(top.error());
-  for (const char* sub : {"sandboxes", "trash", "tombstones", "pools", "net"}) {
+  for (const char* sub : {"sandboxes", "trash", "tombstones", "pools", "net", "disk-templates"}) {
     auto fd = OpenOurDir(top->get(), sub, root_ / sub, "the state directory's subdirectory", true);
     if (!fd) return tl::unexpected(fd.error());
   }

@@ -16,6 +16,9 @@
 //   tombstones/<id>             why a sandbox went away by itself (TTL, crash)
 //   pools/<name>/               a pool's wake-up file (claims touch it)
 //   net/slot-<n>                public-network slot reservations
+//   disk-templates/             formatted empty /workspace disk images, one per
+//                               size and owner, copied for each new sandbox
+//                               (local/workspace_disk.h)
 //
 // Trust. Whoever can write the state dir decides what deepbox kills, removes
 // and connects to, so (Store::Init) the state dir and each of the subdirs
@@ -151,6 +154,7 @@ class Store {
 
   const fs::path& root() const { return root_; }
   fs::path sandboxes_dir() const { return root_ / "sandboxes"; }
+  fs::path disk_templates_dir() const { return root_ / "disk-templates"; }
   SandboxPaths Paths(const std::string& id) const;
 
   static std::string NewId();

@@ -222,7 +222,7 @@ TEST(StateTrustTest, InitRefusesAStateDirOthersCanWrite) {
   ASSERT_EQ(stat((root / "sandboxes").c_str(), &sb), 0);
   EXPECT_EQ(sb.st_mode & 0777, 0700u);
   // Every subdirectory too.
-  for (const char* sub : {"sandboxes", "trash", "tombstones", "pools", "net"}) {
+  for (const char* sub : {"sandboxes", "trash", "tombstones", "pools", "net", "disk-templates"}) {
     ASSERT_EQ(chmod((root / sub).c_str(), 0770), 0);
     st = Store(root).Init();
     ASSERT_FALSE(st.has_value()) << sub;

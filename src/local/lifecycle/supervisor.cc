@@ -368,6 +368,7 @@ Status Supervisor::LaunchSandbox() {
   }
   spec.limits = req_.limits.ToLaunchLimits();
   spec.workspace_disk_mounted = disk_.has_value();  // a restart: the same disk, mounted
+  spec.workspace_disk_templates = store_.disk_templates_dir();
   spec.die_with_parent = true;  // we are the launching (main) thread: our death kills it
   spec.use_cgroups = geteuid() == 0;
   int fds[2];
