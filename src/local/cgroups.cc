@@ -12,8 +12,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cmath>
+#include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <sstream>

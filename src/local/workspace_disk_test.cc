@@ -229,8 +229,8 @@ TEST_F(WorkspaceDiskTest, CreateFromATemplateGivesTheSameFileSystemAndFormatsOnc
 
   fs::path other_mount = dir_ / "ws2";
   fs::create_directory(other_mount);
-  auto second = WorkspaceDisk::Create(dir_ / "second.img", other_mount, kBytes, 1000, 1000,
-                                      templates);
+  auto second =
+      WorkspaceDisk::Create(dir_ / "second.img", other_mount, kBytes, 1000, 1000, templates);
   ASSERT_TRUE(second) << second.error().ToString();
   struct stat again;
   ASSERT_EQ(lstat(tmpl.c_str(), &again), 0);
