@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -194,6 +192,10 @@ def test_cancelling_aexecute_stops_the_command(fresh: Sandbox) -> None:
 
 CTRL_C = r"""
 import faulthandler, signal, sys
+# Ctrl-C as an interactive Python gets it: a test runner started as a
+# background job of a non-interactive shell passes SIGINT on ignored (bash does
+# that to background commands), and Python then keeps it ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test's view of a hang
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
@@ -247,43 +249,6 @@ def test_ctrl_c_during_agent_invoke_stops_the_command(fresh: Sandbox) -> None:
         if p.poll() is None:
             p.kill()
             p.wait()
-
-
-def _blocked_signals(tid: int) -> int:
-    status = open(f"/proc/self/task/{tid}/status", encoding="ascii").read()
-    m = re.search(r"^SigBlk:\s*([0-9a-f]+)$", status, re.M)
-    assert m, status
-    return int(m.group(1), 16)
-
-
-def test_a_worker_waiting_for_a_command_leaves_sigint_to_the_main_thread(fresh: Sandbox) -> None:
-    """Why Ctrl-C can end a sync ``agent.invoke`` whichever thread the kernel picks.
-
-    A process-wide SIGINT that reaches the worker thread (blocked in the
-    command's socket) would leave the main thread asleep in ``Future.result()``
-    until the command ends: the worker blocks SIGINT while it waits (found by
-    the Ctrl-C test above hanging in CI, its thread dump showing exactly this).
-    """
-    backend = DeepboxSandbox(fresh)
-    sigint = 1 << (signal.SIGINT - 1)
-    seen: dict[str, Any] = {}
-
-    def worker() -> None:
-        seen["tid"] = threading.get_native_id()
-        seen["result"] = backend.execute("touch /workspace/started; sleep 3; echo done")
-        seen["after"] = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
-
-    t = threading.Thread(target=worker)
-    t.start()
-    try:
-        _wait("the command starts", lambda: fresh.exists("/workspace/started"))
-        assert _blocked_signals(seen["tid"]) & sigint, "SIGINT is not blocked in the waiting worker"
-        assert not _blocked_signals(threading.get_native_id()) & sigint  # the main thread takes it
-    finally:
-        t.join(30)
-    assert not t.is_alive()
-    assert seen["result"].output.strip() == "done" and seen["result"].exit_code == 0, seen["result"]
-    assert seen["after"] is False  # the worker's mask is restored when the command ends
 
 
 def test_transfers_outside_the_workspace_give_deepagents_codes_and_leave_nothing(fresh: Sandbox) -> None:

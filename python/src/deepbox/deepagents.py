@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -184,27 +183,6 @@ def _install_sigint_hook() -> None:
         return  # already ours; or SIG_IGN/SIG_DFL (Ctrl-C ignored, or it kills the process and its connections)
     _PREV_SIGINT = current
     signal.signal(signal.SIGINT, _on_sigint)
-
-
-@contextlib.contextmanager
-def _sigint_to_the_main_thread() -> Any:
-    """Blocks SIGINT in this worker thread while it waits for a command.
-
-    The kernel gives a process-wide signal to any thread that does not block
-    it. Python runs handlers only in the main thread, and one that is
-    blocked waiting for this worker (a sync ``agent.invoke`` in
-    ``Future.result()``) is not woken by a signal another thread received: so
-    Ctrl-C would wait for the command. Blocked here, the signal goes to a
-    thread that takes it, the main thread among them.
-    """
-    if threading.current_thread() is threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 # ---- a sandbox that went away --------------------------------------------
@@ -476,8 +454,7 @@ class DeepboxSandbox(BaseSandbox, CompositeBackend):
         t = self.default_timeout if timeout is None else timeout
         _INFLIGHT.add(cancel)
         try:
-            with _sigint_to_the_main_thread():
-                r = self.client.exec(command, timeout=t, max_output_bytes=self.max_output_bytes, cancel=cancel)
+            r = self.client.exec(command, timeout=t, max_output_bytes=self.max_output_bytes, cancel=cancel)
         except DaemonUnavailableError:
             raise
         except ExecCancelledError:
