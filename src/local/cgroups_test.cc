@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 #include <thread>
 
 #include "common/testing/temp_dir.h"
@@ -285,16 +287,29 @@ TEST(CgroupsTest, RejectsBadIds) {
   EXPECT_FALSE(SandboxCgroup::Create(none, "", {}).has_value());
 }
 
+// This process's threads (/proc/self/status "Threads:").
+int ThreadCount() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  }
+  return -1;
+}
+
 // The primer moves this process into the cgroups it is in already: nothing
-// about where it lives changes, and it stops at once when destroyed. (What it
-// saves is a latency: bench/local's cold-start split shows it, not a test.)
+// about where it lives changes, its thread runs while it lives and is gone
+// when it is destroyed. (What it saves is a latency: bench/local's cold-start
+// split shows it, not a test.)
 TEST_F(CgroupLiveTest, AttachPrimerLeavesThisProcessWhereItWas) {
   if (host_.v1_mounts.empty()) GTEST_SKIP() << "no cgroup v1 hierarchy here (nothing to prime)";
   auto before = ProcessCgroupDirs(getpid());
   ASSERT_TRUE(before) << before.error().ToString();
+  const int threads = ThreadCount();
+  ASSERT_GT(threads, 0);
   {
     CgroupAttachPrimer primer(host_);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // several rounds
+    EXPECT_EQ(ThreadCount(), threads + 1);  // still priming: its writes succeed here
     auto during = ProcessCgroupDirs(getpid());
     ASSERT_TRUE(during) << during.error().ToString();
     EXPECT_EQ(*during, *before);
@@ -316,21 +331,27 @@ TEST_F(CgroupLiveTest, AttachPrimerLeavesThisProcessWhereItWas) {
     (void)waitpid(child, nullptr, 0);
     ASSERT_TRUE(cg->Remove());
   }
+  EXPECT_EQ(ThreadCount(), threads);  // joined
   auto after = ProcessCgroupDirs(getpid());
   ASSERT_TRUE(after) << after.error().ToString();
   EXPECT_EQ(*after, *before);
 }
 
-// Without a v1 hierarchy it has nothing to do, and does nothing.
+// Without a v1 hierarchy, or one it cannot write to, it has nothing to do
+// and starts no thread.
 TEST(CgroupsTest, AttachPrimerWithoutV1IsANoOp) {
+  const int threads = ThreadCount();
+  ASSERT_GT(threads, 0);
   CgroupHostInfo unified = ParseCgroupHostInfo(
       "39 30 0:35 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n", "0::/\n");
   ASSERT_TRUE(unified.v1_mounts.empty());
   CgroupAttachPrimer primer(unified);
+  EXPECT_EQ(ThreadCount(), threads);
   CgroupHostInfo missing;
   missing.layout = CgroupLayout::kHybrid;
   missing.v1_mounts["memory"] = "/nonexistent-cgroup-mount";
-  CgroupAttachPrimer not_there(missing);  // the write target cannot be opened: no thread
+  CgroupAttachPrimer not_there(missing);
+  EXPECT_EQ(ThreadCount(), threads);
 }
 
 }  // namespace

@@ -134,6 +134,46 @@ Result<std::pair<std::string, UniqueFd>> AttachLoop(int image_fd) {
   return MakeError(ErrorCode::kUnavailable, "no free loop device after 16 attempts");
 }
 
+// The template for disks of `bytes` owned by uid:gid in `dir`, open for
+// reading: the file checked is the file copied.
+Result<UniqueFd> OpenFormattedTemplate(const std::filesystem::path& dir, uint64_t bytes,
+                                       uid_t owner_uid, gid_t owner_gid) {
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return MakeSyscallError("mkdir", errno, dir.string());
+  }
+  std::filesystem::path path = dir / fmt::format("ext4-{}-{}-{}.img", bytes, owner_uid, owner_gid);
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd) {
+    struct stat st;
+    if (fstat(fd.get(), &st) != 0) return MakeSyscallError("fstat", errno, path.string());
+    if (S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+        static_cast<uint64_t>(st.st_size) == bytes) {
+      return fd;
+    }
+  } else if (errno != ENOENT && errno != ELOOP) {  // ELOOP: a symlink, replaced below
+    return MakeSyscallError("open", errno, path.string());
+  }
+  // Made under a name of its own and renamed over whatever is at `path`: a
+  // reader opens either the old file or a whole new one.
+  std::filesystem::path tmp =
+      dir / fmt::format(".tmp-{}-{}", RandomHex(8), path.filename().string());
+  fd.reset(open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd) return MakeSyscallError("open", errno, tmp.string());
+  auto fail = [&](tl::unexpected<Error> e) -> Result<UniqueFd> {
+    (void)unlink(tmp.c_str());
+    return e;
+  };
+  if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    return fail(MakeSyscallError("ftruncate", errno, tmp.string()));
+  }
+  if (auto made = RunMkfs(tmp, owner_uid, owner_gid); !made)
+    return fail(tl::unexpected(made.error()));
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    return fail(MakeSyscallError("rename", errno, tmp.string()));
+  }
+  return fd;  // the same inode, now at `path`
+}
+
 }  // namespace
 
 bool WorkspaceDiskSupported(std::string* reason) {
@@ -148,50 +188,6 @@ bool WorkspaceDiskSupported(std::string* reason) {
   return true;
 }
 
-Result<std::filesystem::path> WorkspaceDisk::FormattedTemplate(
-    const std::filesystem::path& template_dir, uint64_t bytes, uid_t owner_uid, gid_t owner_gid) {
-  if (bytes < (4ULL << 20)) {
-    return MakeError(ErrorCode::kInvalidArgument, "workspace disk must be at least 4 MiB");
-  }
-  if (mkdir(template_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return MakeSyscallError("mkdir", errno, template_dir.string());
-  }
-  std::filesystem::path path =
-      template_dir / fmt::format("ext4-{}-{}-{}.img", bytes, owner_uid, owner_gid);
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0) {
-    if (S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-        static_cast<uint64_t>(st.st_size) == bytes) {
-      return path;
-    }
-  } else if (errno != ENOENT) {
-    return MakeSyscallError("lstat", errno, path.string());
-  }
-  // Made under a name of its own and renamed over whatever is at `path`: a
-  // reader opens either the old file or a whole new one.
-  std::filesystem::path tmp =
-      template_dir / fmt::format(".tmp-{}-{}", RandomHex(8), path.filename().string());
-  {
-    UniqueFd fd(open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-    if (!fd) return MakeSyscallError("open", errno, tmp.string());
-    if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
-      int e = errno;
-      (void)unlink(tmp.c_str());
-      return MakeSyscallError("ftruncate", e, tmp.string());
-    }
-  }
-  if (auto made = RunMkfs(tmp, owner_uid, owner_gid); !made) {
-    (void)unlink(tmp.c_str());
-    return tl::unexpected(made.error());
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    (void)unlink(tmp.c_str());
-    return MakeSyscallError("rename", e, tmp.string());
-  }
-  return path;
-}
-
 Result<WorkspaceDisk> WorkspaceDisk::Create(const std::filesystem::path& image,
                                             const std::filesystem::path& mount_dir, uint64_t bytes,
                                             uid_t owner_uid, gid_t owner_gid,
@@ -199,32 +195,28 @@ Result<WorkspaceDisk> WorkspaceDisk::Create(const std::filesystem::path& image,
   if (bytes < (4ULL << 20)) {
     return MakeError(ErrorCode::kInvalidArgument, "workspace disk must be at least 4 MiB");
   }
-  std::filesystem::path formatted;
+  UniqueFd formatted;
   if (!template_dir.empty()) {
-    auto made = FormattedTemplate(template_dir, bytes, owner_uid, owner_gid);
-    if (!made) return tl::unexpected(made.error());
-    formatted = *made;
+    auto opened = OpenFormattedTemplate(template_dir, bytes, owner_uid, owner_gid);
+    if (!opened) return tl::unexpected(opened.error());
+    formatted = std::move(*opened);
   }
   WorkspaceDisk disk;
   {
     UniqueFd fd(open(image.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (!fd) return MakeSyscallError("open", errno, image.string());
     disk.image_ = image;  // from here on, Release() deletes it
-    if (formatted.empty()) {
+    if (!formatted) {
       if (ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
         return MakeSyscallError("ftruncate", errno, image.string());
       }
-    } else {
-      UniqueFd from(open(formatted.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-      if (!from) return MakeSyscallError("open", errno, formatted.string());
-      if (auto copied =
-              CopyFileData(from.get(), fd.get(), static_cast<off_t>(bytes), formatted.string());
-          !copied) {
-        return tl::unexpected(copied.error());
-      }
+    } else if (auto copied = CopyFileData(formatted.get(), fd.get(), static_cast<off_t>(bytes),
+                                          "the workspace disk template");
+               !copied) {
+      return tl::unexpected(copied.error());
     }
   }
-  if (formatted.empty()) {
+  if (!formatted) {
     if (auto st = RunMkfs(image, owner_uid, owner_gid); !st) return tl::unexpected(st.error());
   }
   UniqueFd fd(open(image.c_str(), O_RDWR | O_CLOEXEC));

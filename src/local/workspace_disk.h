@@ -36,20 +36,16 @@ class WorkspaceDisk {
   // template (its few MiB of metadata; a reflink where the file system shares
   // extents) instead of a run of mkfs.ext4, which writes and fsyncs the same
   // bytes every time (issue 23: most of a cold create's `prepare`). The
-  // result is the same file system, limit and ENOSPC behaviour included.
+  // result is the same file system, limit and ENOSPC behaviour included. A
+  // template (`ext4-<bytes>-<uid>-<gid>.img`) is made once -- mkfs.ext4 into
+  // a temporary name, then renamed into place, so that concurrent creates
+  // each see a whole image -- and used while it is a regular file of this
+  // process's uid of exactly that size; anything else at its name (a symlink
+  // included) is replaced, never followed.
   static Result<WorkspaceDisk> Create(const std::filesystem::path& image,
                                       const std::filesystem::path& mount_dir, uint64_t bytes,
                                       uid_t owner_uid, gid_t owner_gid,
                                       const std::filesystem::path& template_dir = {});
-
-  // The formatted, empty image of `bytes` whose root is owned by uid:gid in
-  // `template_dir`: made once (mkfs.ext4 into a temporary name, then renamed
-  // into place, so that concurrent callers each see a whole image) and reused
-  // while it is a regular file of this process's uid of exactly that size;
-  // anything else at its name is replaced.
-  static Result<std::filesystem::path> FormattedTemplate(const std::filesystem::path& template_dir,
-                                                         uint64_t bytes, uid_t owner_uid,
-                                                         gid_t owner_gid);
 
   // Takes over the disk of a sandbox whose supervisor died while it was
   // suspended: `image` as mounted on `mount_dir` (the mount a dead
