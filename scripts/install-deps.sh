@@ -9,7 +9,7 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake ninja-build pkg-config git ca-certificates \
   libboost1.81-dev libboost-url1.81-dev libboost-json1.81-dev \
-  libssl-dev libyaml-cpp-dev libseccomp-dev libcap-dev libre2-dev \
+  libssl-dev libnghttp2-dev libyaml-cpp-dev libseccomp-dev libcap-dev libre2-dev \
   libspdlog-dev libfmt-dev libcli11-dev libarchive-dev libexpected-dev libutfcpp-dev \
   libedit-dev libgtest-dev libgmock-dev googletest libbenchmark-dev \
   ripgrep bubblewrap util-linux iproute2 iptables nftables passt slirp4netns tmux procps openssl \
