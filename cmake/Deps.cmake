@@ -12,6 +12,8 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(RE2 REQUIRED IMPORTED_TARGET re2)
 pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)
 pkg_check_modules(CAP REQUIRED IMPORTED_TARGET libcap)
+# HPACK for the egress proxy's HTTP/2 secret rewriting (local/secret_rewrite.h).
+pkg_check_modules(NGHTTP2 REQUIRED IMPORTED_TARGET libnghttp2)
 # Line editing for `deepbox run`'s interactive prompt (BSD licence; not readline: GPL).
 pkg_check_modules(LIBEDIT REQUIRED IMPORTED_TARGET libedit)
 find_package(LibArchive REQUIRED)

@@ -400,8 +400,107 @@ def address_policy():
     put("address_policy", "bad_exception", b"10.0.0.0/33\n10.0.0.0/33\n" + addr("8.8.8.8"))
 
 
+def secret_rewrite():
+    """flags byte (bits 0-1 connection host: api.example.com, other.example.org,
+    cdn.uploads.example.com, example.net; bit 2 substitute_query; bit 3 the
+    HTTP/2 preface first; bits 4-5 chunk size), 2-byte HTTP/1 head length, the
+    head, then HTTP/2 records: tag (bit 0: from the server), 2-byte length,
+    bytes."""
+    p1 = "deepbox-secret-0123456789abcdef0123456789abcdef"
+    p2 = "deepbox-secret-fedcba9876543210fedcba9876543210"
+
+    def seed(name, flags, head, records=()):
+        head = head.encode()
+        data = bytes([flags]) + struct.pack(">H", len(head)) + head
+        for server, payload in records:
+            data += bytes([1 if server else 0]) + struct.pack(">H", len(payload)) + payload
+        put("secret_rewrite", name, data)
+
+    def frame(kind, flags, stream, payload=b""):
+        return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + \
+            struct.pack(">I", stream) + payload
+
+    DATA, HEADERS, PRIORITY, RST, SETTINGS, PING, CONT = 0, 1, 2, 3, 4, 6, 9
+    END_STREAM, ACK, END_HEADERS, PADDED, PRIO = 1, 1, 4, 8, 0x20
+
+    def hint(v, bits, first):
+        top = (1 << bits) - 1
+        if v < top:
+            return bytes([first | v])
+        out = [first | top]
+        v -= top
+        while v >= 128:
+            out.append(0x80 | (v & 127))
+            v >>= 7
+        return bytes(out + [v])
+
+    def hstr(text):
+        b = text.encode() if isinstance(text, str) else text
+        return hint(len(b), 7, 0) + b
+
+    def lit(name, value, kind=0x40):  # 0x40 indexed, 0x00 not, 0x10 never
+        return bytes([kind]) + hstr(name) + hstr(value)
+
+    def settings(*pairs):
+        return b"".join(struct.pack(">HI", k, v) for k, v in pairs)
+
+    req = (b"\x82\x87\x84" + lit(":authority", "api.example.com") +
+           lit("authorization", "Bearer " + p1) + lit("cookie", "a=%s; b=%s" % (p1, p2), 0x10) +
+           lit("x-api-key", p2, 0))
+    seed("http1_bound", 0, "GET /repos HTTP/1.1\r\nHost: api.example.com\r\n"
+         "Authorization: Bearer %s\r\nCookie: a=%s; b=%s\r\nX-Custom:  %s%s \r\n\r\n"
+         % (p1, p1, p2, p1, p1))
+    seed("http1_query_wildcard", 2 | 4, "GET /%s?t=%s&u=%s#f HTTP/1.1\r\n"
+         "Host: CDN.uploads.example.com.:443\r\nX-%s: %s\r\n\r\n" % (p1, p1, p2, p1, p1))
+    seed("http1_fronted", 0, "POST /x HTTP/1.1\r\nHost: evil.example\r\n"
+         "Authorization: %s\r\nContent-Length: 3\r\n\r\n" % p1)
+    seed("http1_absolute", 1 | 4, "GET http://other.example.org:80/p?k=%s HTTP/1.1\r\n"
+         "Host: other.example.org\r\nX-Key: %s\r\n\r\n" % (p2, p2))
+    seed("http1_refused", 0, "GET / HTTP/1.1\r\nHost: api.example.com\r\nHost: x\r\n"
+         " folded\r\nA: %s\n\r\n" % p1)
+    seed("h2_request", 8 | 0x10, "", [
+        (True, frame(SETTINGS, 0, 0, settings((1, 4096), (5, 16384), (3, 100)))),
+        (False, frame(SETTINGS, 0, 0, settings((2, 0))) +
+         frame(HEADERS, PADDED | PRIO, 1, b"\x03" + b"\x00\x00\x00\x00\x2a" + req[:20] + b"\0\0\0") +
+         frame(CONT, END_HEADERS, 1, req[20:]) + frame(DATA, 0, 1, b"body " + p1.encode())),
+        (True, frame(SETTINGS, ACK, 0) + frame(PING, 0, 0, b"12345678")),
+        (False, frame(SETTINGS, ACK, 0) +
+         frame(HEADERS, END_STREAM | END_HEADERS, 1, lit("x-sig", "sig=" + p1, 0))),
+        (False, frame(HEADERS, END_STREAM | END_HEADERS, 3,
+                      b"\x82\x87\x84" + lit(":authority", "evil.example", 0) + b"\xbf\xbe")),
+        (True, frame(RST, 0, 3, b"\0\0\0\x08")),
+        (False, frame(PRIORITY, 0, 5, b"\0\0\0\0\x10") + frame(0x42, 0, 0, b"unknown")),
+    ])
+    seed("h2_table_size_zero", 8 | 0x20, "", [
+        (True, frame(SETTINGS, 0, 0, settings((1, 0)))),
+        (False, frame(HEADERS, END_HEADERS, 1, req)),
+        (False, frame(SETTINGS, ACK, 0) + frame(HEADERS, END_HEADERS | END_STREAM, 3,
+                                                b"\x20" + req)),
+        (True, frame(SETTINGS, 0, 0, settings((1, 8192)))),
+        (False, frame(SETTINGS, ACK, 0) + frame(HEADERS, END_HEADERS | END_STREAM, 5,
+                                                b"\x3f\xe1\x3f" + req)),
+    ])
+    seed("h2_query_path", 0 | 4 | 8 | 0x30, "", [
+        (False, frame(HEADERS, END_HEADERS | END_STREAM, 1,
+                      b"\x82\x87" + lit(":path", "/%s?t=%s" % (p1, p1), 0) +
+                      lit(":authority", "api.example.com:443", 0) + lit("host", "api.example.com", 0) +
+                      lit("content-length", p1, 0) + lit("x-" + p1, "v", 0))),
+    ])
+    seed("h2_interleaved", 8, "", [
+        (False, frame(HEADERS, 0, 1, req[:10]) + frame(PING, 0, 0, b"12345678") +
+         frame(CONT, END_HEADERS, 1, req[10:])),
+    ])
+    seed("h2_big_frames", 8 | 0x10, "", [
+        (True, frame(SETTINGS, 0, 0, settings((5, 65536)))),
+        (False, frame(DATA, 0, 1, b"d" * 16400)),
+        (True, frame(SETTINGS, 0, 0, settings((5, 16384)))),
+        (False, frame(SETTINGS, ACK, 0) + frame(SETTINGS, ACK, 0) + frame(PING, 0, 0, b"8" * 8)),
+    ])
+    seed("h2_bad_preface", 0, "", [(False, b"PRI * HTTP/1.1\r\n\r\n")])
+
+
 if __name__ == "__main__":
     for fn in [http, daemon_api, path_resolver, glob, grep, tar_extract, sse, anthropic, openai,
                replay, kubeconfig, k8s_watch, sandbox_copy, shlex, multipart, mcp_jsonrpc,
-               address_policy]:
+               address_policy, secret_rewrite]:
         fn()

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/provider_flags.h"
+#include "common/error.h"
 
 namespace deepbox::cli {
 
@@ -31,6 +32,7 @@ struct SandboxCreateArgs {
   std::string name;                                // "" = none
   std::string network;                             // "" = host default
   std::string rootfs;
+  std::vector<std::string> secrets;  // --secret NAME=SOURCE@HOST[,HOST...]
   bool json = false;
   bool cold = false;     // never take a warm sandbox
   ClusterFlags cluster;  // --provider k8s: a SandboxClaim
@@ -88,6 +90,28 @@ struct SandboxModeArgs {
   bool force = false;    // suspend: even where the files are lost (k8s emptyDir)
 };
 int RunSandboxMode(const SandboxModeArgs& args);
+
+// `deepbox sandbox network ID --allow +A,-B | --mode none|allow=...`
+// (sandbox_lifecycle_command.cc).
+struct SandboxNetworkArgs {
+  std::string id;
+  std::string allow_edit;  // "+a.com,-b.com,c.com" (no sign = add)
+  std::string mode;        // "none" | "allow=..." (replaces the policy)
+  ClusterFlags cluster;
+};
+int RunSandboxNetwork(const SandboxNetworkArgs& args);
+// The policy `current` ("none" | "allow=...") edited by `edit` (+add, -remove).
+Result<std::string> EditAllowlist(const std::string& current, const std::string& edit);
+
+// `deepbox sandbox logs --network ID` (sandbox_lifecycle_command.cc).
+struct SandboxLogsArgs {
+  std::string id;
+  bool network = false;
+  bool json = false;  // the JSON lines as stored
+  size_t tail = 0;    // the last N (0 = all)
+  ClusterFlags cluster;
+};
+int RunSandboxLogs(const SandboxLogsArgs& args);
 
 // `deepbox sandbox snapshot ID|ls|rm`, `sandbox fork ID -n K`
 // (sandbox_lifecycle_command.cc).

@@ -144,6 +144,16 @@ void RegisterSandboxCommands(CLI::App& app) {
                      "A new sandbox holding the files of snapshot NAME (`deepbox sandbox\n"
                      "snapshot ID`): locally never a warm one; with --provider k8s (a\n"
                      "snapshot of a Kubernetes sandbox) a new claim the files are uploaded to");
+  create->add_option(
+      "--secret", create_args->secrets,
+      "A secret the sandbox can use but never read (repeatable):\n"
+      "NAME=SOURCE@HOST[,HOST...], SOURCE one of env:VAR (your environment),\n"
+      "file:PATH, cmd:COMMAND (its output, e.g. cmd:gh auth token). Inside, $NAME\n"
+      "holds a placeholder (deepbox-secret-...); the sandbox's egress proxy puts the\n"
+      "real value into HTTPS requests to those HOSTs only (any header; TLS to them\n"
+      "ends at the proxy with a CA made for this sandbox, which it trusts) and logs\n"
+      "every use (`deepbox sandbox logs --network ID`). Needs --network public or\n"
+      "allow=... listing the HOSTs; never a warm sandbox. Local sandboxes only");
   create->add_flag("--json", create_args->json, "Print the sandbox's record as JSON");
   create->add_flag("--cold", create_args->cold,
                    "Always create a new sandbox (skip the pool). A warm sandbox is only\n"
@@ -247,6 +257,39 @@ void RegisterSandboxCommands(CLI::App& app) {
     }
     cmd->callback([mode_args] { SetExitCode(RunSandboxMode(*mode_args)); });
   }
+
+  // The network policy of a running sandbox, and its egress log.
+  auto net_args = std::make_shared<SandboxNetworkArgs>();
+  CLI::App* net = sandbox->add_subcommand(
+      "network",
+      "Change the network policy of a running sandbox: new connections follow it at\n"
+      "once, open ones it refuses are closed; the change is logged (`sandbox logs\n"
+      "--network`) and `sandbox ls --json` shows the policy in force. Only a sandbox\n"
+      "created with --network allow=... can change (between allowlists and none);\n"
+      "prints the policy now in force");
+  net->add_option("id", net_args->id, "Sandbox id or name")->required();
+  net->add_option("--allow", net_args->allow_edit,
+                  "Edit the allowlist: +NAME adds, -NAME removes (comma-separated; no sign\n"
+                  "adds), e.g. --allow +pypi.org,-example.com; removing the last name\n"
+                  "leaves none");
+  net->add_option("--mode", net_args->mode, "Replace the policy: none or allow=NAME[,NAME...]")
+      ->check(NetworkValidator());
+  AddClusterFlags(net, net_args->cluster);
+  net->callback([net_args] { SetExitCode(RunSandboxNetwork(*net_args)); });
+
+  auto logs_args = std::make_shared<SandboxLogsArgs>();
+  CLI::App* logs = sandbox->add_subcommand(
+      "logs",
+      "Show a sandbox's logs. --network: every connection and request its egress\n"
+      "proxy allowed or refused (time, host, port, TLS name, bytes each way, the\n"
+      "rule or the reason, which secrets were put in, never their values), and\n"
+      "each policy change; kept to a bounded size (the oldest go first)");
+  logs->add_option("id", logs_args->id, "Sandbox id or name")->required();
+  logs->add_flag("--network", logs_args->network, "The egress log");
+  logs->add_flag("--json", logs_args->json, "One JSON object per line, as stored");
+  logs->add_option("--tail,-n", logs_args->tail, "Only the last N entries (0 = all)");
+  AddClusterFlags(logs, logs_args->cluster);
+  logs->callback([logs_args] { SetExitCode(RunSandboxLogs(*logs_args)); });
 
   // Snapshots and forks: the workspace's files, not memory or processes.
   auto snap_args = std::make_shared<SnapshotArgs>();

@@ -59,6 +59,11 @@ void RegisterMcpCommand(CLI::App& app) {
                   "Local sandboxes' network, none|public|allow=NAMES: the default and the widest\n"
                   "a client may ask for (none < allow= a subset < public)")
       ->capture_default_str();
+  cmd->add_option("--secret", args->secrets,
+                  "A secret every local sandbox of this server can use but never read\n"
+                  "(repeatable): NAME=SOURCE@HOST[,HOST...], as `deepbox sandbox create\n"
+                  "--secret`. Read once at start; clients can neither add nor read secrets\n"
+                  "(they see the placeholder in $NAME). Needs --network public or allow=...");
   cmd->add_flag("--allow-client-network", args->allow_client_network,
                 "Let clients ask sandbox_create for any network, wider than --network");
   cmd->add_flag("--shared", args->shared,

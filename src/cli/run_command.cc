@@ -132,6 +132,12 @@ void RegisterRunCommand(CLI::App& app) {
                   "the API, before its answer starts too. Env DEEPBOX_MODEL_IDLE_TIMEOUT;\n"
                   "default 90. On a terminal, \"Waiting for the model…\" shows after 5 s of\n"
                   "silence");
+  cmd->add_option("--secret", flags->secrets,
+                  "A secret the sandbox can use but never read (repeatable):\n"
+                  "NAME=SOURCE@HOST[,HOST...], SOURCE env:VAR, file:PATH or cmd:COMMAND.\n"
+                  "$NAME inside holds a placeholder that the sandbox's egress proxy replaces\n"
+                  "with the value in HTTPS requests to those HOSTs only (see `deepbox sandbox\n"
+                  "create --help`). Needs --network public or allow=... naming the HOSTs");
   cmd->add_option("--network", flags->network,
                   "local: none (loopback only), public (internet egress, private and\n"
                   "special-purpose ranges and the host's LAN refused; see\n"

@@ -17,6 +17,7 @@
 #include "common/strings.h"
 #include "local/lifecycle/selector.h"
 #include "sandbox/network_policy.h"
+#include "sandbox/secrets.h"
 
 namespace deepbox::run {
 
@@ -356,6 +357,7 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   set(c.model, flags.model);
   set(c.approve, flags.approve);
   set(c.network, flags.network);
+  c.secrets = flags.secrets;
   c.provider_settings = flags.provider_settings.given;
   set(c.record_path, flags.record_path);
   set(c.threads_dir, flags.threads_dir);
@@ -440,6 +442,15 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   }
   if (auto st = OneOf("--approve", c.approve, {"auto", "manual"}); !st) {
     return tl::unexpected(st.error());
+  }
+  for (const auto& secret : c.secrets) {
+    if (auto spec = ParseSecretSpec(secret); !spec) {
+      return MakeError(ErrorCode::kInvalidArgument, "--secret: " + spec.error().message);
+    }
+  }
+  if (!c.secrets.empty() && !c.sandbox_id.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "--secret: a new sandbox's (--sandbox-id continues in one that has its own)");
   }
   if (!c.network.empty()) {
     if (auto p = ParseNetworkPolicy(c.network); !p) {

@@ -32,6 +32,7 @@ struct RunFlags {
   bool no_color = false;
   std::optional<int> max_steps;
   std::optional<std::string> network;  // local: none | public | allow=...
+  std::vector<std::string> secrets;    // --secret NAME=SOURCE@HOST[,HOST...]
   // The providers' settings given as flags (pool, memory, namespace,
   // warm-pool, ...).
   cli::ProviderSettingFlags provider_settings;
@@ -80,6 +81,9 @@ struct RunConfig {
   bool color = true;  // allowed (NO_COLOR / --no-color / config); a TTY is still required
   int max_steps = kDefaultMaxSteps;
   std::string network;  // "" = the host's default
+  // --secret flags (sandbox/secrets.h), read when the sandbox is claimed;
+  // not with --sandbox-id (an existing sandbox keeps its own).
+  std::vector<std::string> secrets;
   // The providers' settings (sandbox/registry.h) by setting name: those
   // given as flags, and those of the config file (key warm_pool = setting
   // warm-pool). The provider reads its environment variables between the

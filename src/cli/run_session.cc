@@ -363,6 +363,11 @@ int Session::Run(RunSummary& summary) {
   claim.labels[kRunIdLabel] = run_id;
   claim.ttl = std::chrono::seconds(config_.ttl_seconds);
   claim.network = config_.network;
+  if (!attached && !config_.secrets.empty()) {
+    auto secrets = ResolveSecretFlags(config_.secrets);
+    if (!secrets) return Fail(summary, kRunExitUsage, secrets.error(), "--secret: ");
+    claim.secrets = std::move(*secrets);
+  }
   claim.idle_suspend =
       std::chrono::seconds(config_.idle_suspend_seconds >= 0 ? config_.idle_suspend_seconds
                            : config_.keep_sandbox            ? kDefaultIdleSuspendSeconds

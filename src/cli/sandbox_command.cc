@@ -92,6 +92,11 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
                              "--idle-suspend: local sandboxes only (agent-sandbox has no idle "
                              "timer; suspend a claim with `deepbox sandbox suspend`)"));
   }
+  if (args.cluster.k8s() && !args.secrets.empty()) {
+    return ReportError(Error(ErrorCode::kUnimplemented,
+                             "--secret: local sandboxes only so far (on Kubernetes the secrets "
+                             "proxy runs as a sidecar of the SandboxTemplate: not yet)"));
+  }
   if (args.cluster.k8s()) return RunK8sSandboxCreate(args);
   if (auto st = CheckSettingsFor(args.cluster.provider, args.cluster.settings); !st) {
     return ReportError(st.error());
@@ -114,6 +119,10 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
   claim.name = args.name;
   claim.network = args.network;
   claim.rootfs = args.rootfs;
+  // The values are read here, from the caller's environment, files or commands.
+  auto secrets = ResolveSecretFlags(args.secrets);
+  if (!secrets) return ReportError(secrets.error());
+  claim.secrets = std::move(*secrets);
   auto provider = MakeProvider(args.cluster.settings);
   if (!provider) return ReportError(provider.error());
   if (!args.from_snapshot.empty()) {

@@ -18,8 +18,10 @@
 #include "common/byte_size.h"
 #include "common/json.h"
 #include "common/terminal_text.h"
+#include "local/egress_log.h"
 #include "local/lifecycle/selector.h"
 #include "local/lifecycle/state.h"
+#include "sandbox/network_policy.h"
 #include "sandbox/registry.h"
 #include "sandbox/snapshot_store.h"
 
@@ -242,6 +244,96 @@ int RunSandboxMode(const SandboxModeArgs& args) {
     std::printf("%s %s\n", verb, id.c_str());
   }
   return code;
+}
+
+Result<std::string> EditAllowlist(const std::string& current, const std::string& edit) {
+  std::vector<std::string> names;
+  if (current != "none") {
+    auto policy = ParseNetworkPolicy(current);
+    if (!policy || policy->mode != NetworkMode::kAllow) {
+      return MakeError(ErrorCode::kConflict,
+                       fmt::format("the sandbox's network is '{}': --allow edits an allowlist "
+                                   "(a sandbox created with --network allow=...)",
+                                   current));
+    }
+    names = policy->allow;
+  }
+  size_t start = 0;
+  while (start <= edit.size()) {
+    size_t comma = edit.find(',', start);
+    if (comma == std::string::npos) comma = edit.size();
+    std::string entry = edit.substr(start, comma - start);
+    start = comma + 1;
+    if (entry.empty()) continue;
+    bool remove = entry[0] == '-';
+    if (entry[0] == '-' || entry[0] == '+') entry.erase(0, 1);
+    auto checked = ParseNetworkPolicy("allow=" + entry);
+    if (!checked) return tl::unexpected(checked.error());
+    entry = checked->allow[0];
+    auto at = std::find(names.begin(), names.end(), entry);
+    if (remove) {
+      if (at == names.end()) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         fmt::format("--allow -{}: not on the allowlist ({})", entry, current));
+      }
+      names.erase(at);
+    } else if (at == names.end()) {
+      names.push_back(entry);
+    }
+  }
+  if (names.empty()) return std::string("none");
+  NetworkPolicy policy;
+  policy.mode = NetworkMode::kAllow;
+  policy.allow = names;
+  return policy.ToString();
+}
+
+int RunSandboxNetwork(const SandboxNetworkArgs& args) {
+  if (args.allow_edit.empty() == args.mode.empty()) {
+    return ReportError(Error(ErrorCode::kInvalidArgument,
+                             "give one of --allow +NAME,-NAME or --mode none|allow=NAMES"));
+  }
+  int code = kExitOk;
+  auto provider = ProviderOfFlagged(args.id, args.cluster, &code);
+  if (!provider) return code;
+  std::string want = args.mode;
+  if (!args.allow_edit.empty()) {
+    auto info = (*provider)->Inspect(args.id);
+    if (!info) return ReportError(info.error());
+    auto edited = EditAllowlist(info->network, args.allow_edit);
+    if (!edited) return ReportError(edited.error());
+    want = *edited;
+  }
+  auto applied = (*provider)->SetNetwork(args.id, want);
+  if (!applied) return ReportError(applied.error());
+  std::cout << *applied << std::endl;
+  return kExitOk;
+}
+
+int RunSandboxLogs(const SandboxLogsArgs& args) {
+  if (!args.network) {
+    return ReportError(Error(ErrorCode::kInvalidArgument,
+                             "say which log: --network (every connection and request of the "
+                             "sandbox's egress proxy, and its policy changes)"));
+  }
+  int code = kExitOk;
+  auto provider = ProviderOfFlagged(args.id, args.cluster, &code);
+  if (!provider) return code;
+  auto lines = (*provider)->NetworkLog(args.id, args.tail);
+  if (!lines) return ReportError(lines.error());
+  for (const auto& line : *lines) {
+    if (args.json) {
+      std::cout << line << '\n';
+      continue;
+    }
+    auto obj = ParseJsonObject(line);
+    if (!obj) continue;
+    auto event = local::EgressEvent::FromJson(*obj);
+    if (!event) continue;
+    std::cout << SanitizeLineForTerminal(event->ToText()) << '\n';
+  }
+  std::cout.flush();
+  return kExitOk;
 }
 
 }  // namespace deepbox::cli

@@ -31,7 +31,7 @@ std::vector<std::string> NamesFrom(const json::object& o, std::string_view key) 
   return out;
 }
 
-int64_t NowMs() {
+int64_t UnixNowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -46,7 +46,7 @@ std::string Join(const std::vector<std::string>& v) {
 
 json::object EgressEvent::ToJson() const {
   json::object o;
-  o["time"] = FormatRfc3339Ms(unix_ms ? unix_ms : NowMs());
+  o["time"] = FormatRfc3339Ms(unix_ms ? unix_ms : UnixNowMs());
   o["event"] = JsonString(event);
   o["verdict"] = JsonString(verdict);
   if (!host.empty()) o["host"] = JsonString(host);
@@ -92,7 +92,7 @@ Result<EgressEvent> EgressEvent::FromJson(const json::object& o) {
 }
 
 std::string EgressEvent::ToText() const {
-  std::string out = fmt::format("{} {:<8} {:<7}", FormatRfc3339Ms(unix_ms ? unix_ms : NowMs()),
+  std::string out = fmt::format("{} {:<8} {:<7}", FormatRfc3339Ms(unix_ms ? unix_ms : UnixNowMs()),
                                 event, verdict);
   if (event == "policy") return out + " " + rule;
   std::string where = port ? fmt::format("{}:{}", host, port) : host;
@@ -109,13 +109,12 @@ std::string EgressEvent::ToText() const {
   return out;
 }
 
-Result<std::unique_ptr<EgressLog>> EgressLog::Open(std::filesystem::path path,
-                                                   uint64_t max_bytes) {
+Result<std::unique_ptr<EgressLog>> EgressLog::Open(std::filesystem::path path, uint64_t max_bytes) {
   std::unique_ptr<EgressLog> log(new EgressLog());
   log->path_ = std::move(path);
   log->max_bytes_ = max_bytes;
-  log->fd_.reset(open(log->path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
-                      0600));
+  log->fd_.reset(
+      open(log->path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!log->fd_) return MakeSyscallError("open", errno, log->path_.string());
   struct stat st;
   if (fstat(log->fd_.get(), &st) != 0) return MakeSyscallError("fstat", errno, log->path_.string());
@@ -124,7 +123,7 @@ Result<std::unique_ptr<EgressLog>> EgressLog::Open(std::filesystem::path path,
 }
 
 void EgressLog::Append(EgressEvent event) {
-  if (event.unix_ms == 0) event.unix_ms = NowMs();
+  if (event.unix_ms == 0) event.unix_ms = UnixNowMs();
   std::string line = deepbox::ToJson(event.ToJson()) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
   if (size_ > 0 && size_ + line.size() > max_bytes_) {
@@ -132,8 +131,7 @@ void EgressLog::Append(EgressEvent event) {
     old += ".1";
     UniqueFd next;
     if (rename(path_.c_str(), old.c_str()) == 0) {
-      next.reset(open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
-                      0600));
+      next.reset(open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600));
     }
     if (next) {
       fd_ = std::move(next);

@@ -77,7 +77,6 @@ class EgressLog {
 
 // The events of a log (its rotated half first), oldest first; at most the
 // last `limit` (0 = all). Malformed lines are skipped.
-Result<std::vector<EgressEvent>> ReadEgressLog(const std::filesystem::path& path,
-                                               size_t limit = 0);
+Result<std::vector<EgressEvent>> ReadEgressLog(const std::filesystem::path& path, size_t limit = 0);
 
 }  // namespace deepbox::local

@@ -116,9 +116,10 @@ TEST_F(EgressLogTest, MissingLogIsEmptyAndGarbageIsSkipped) {
   auto none = ReadEgressLog(dir_ / "absent.jsonl");
   ASSERT_TRUE(none);
   EXPECT_TRUE(none->empty());
-  std::ofstream(dir_ / "g.jsonl") << "not json\n{\"event\":\"x\"}\n"
-                                  << "{\"time\":\"2026-12-06T10:00:00.000Z\",\"event\":\"request\"}\n"
-                                  << "{\"time\":\"2026-12-06T10:00:01";
+  std::ofstream(dir_ / "g.jsonl")
+      << "not json\n{\"event\":\"x\"}\n"
+      << "{\"time\":\"2026-12-06T10:00:00.000Z\",\"event\":\"request\"}\n"
+      << "{\"time\":\"2026-12-06T10:00:01";
   auto events = ReadEgressLog(dir_ / "g.jsonl");
   ASSERT_TRUE(events);
   ASSERT_EQ(events->size(), 1u);

@@ -17,7 +17,9 @@
 #include "common/strings.h"
 #include "local/address_policy.h"
 #include "local/host_network.h"
+#include "local/tls_intercept.h"
 #include "sandbox/network_policy.h"
+#include "sandbox/secrets.h"
 
 namespace deepbox::local {
 
@@ -39,6 +41,14 @@ std::string Lower(std::string_view s) {
   std::string out = AsciiLower(s);
   while (!out.empty() && out.back() == '.') out.pop_back();
   return out;
+}
+
+// The allowlist entry that lets host:port through ("" if none).
+std::string MatchedEntry(const std::vector<std::string>& allow, const std::string& host, int port) {
+  for (const auto& entry : allow) {
+    if (MatchAllowlist({entry}, host, port).matched) return entry;
+  }
+  return "";
 }
 
 bool IsIpLiteral(const std::string& host) {
@@ -78,15 +88,16 @@ bool SplitHostPort(std::string_view in, int default_port, std::string* host, int
   return true;
 }
 
-// Waits until fd is readable (or stop fires / timeout). 1 ready, 0 timeout, -1 stop/error.
-int WaitReadable(int fd, int stop, int timeout_ms) {
-  pollfd p[2] = {{fd, POLLIN, 0}, {stop, POLLIN, 0}};
+// Waits until fd is readable (or stop or cancel fires / timeout). 1 ready,
+// 0 timeout, -1 stop/cancel/error. cancel -1: none.
+int WaitReadable(int fd, int stop, int timeout_ms, int cancel = -1) {
+  pollfd p[3] = {{fd, POLLIN, 0}, {stop, POLLIN, 0}, {cancel, POLLIN, 0}};
   for (;;) {
-    int rc = poll(p, 2, timeout_ms);
+    int rc = poll(p, 3, timeout_ms);
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return -1;
     if (rc == 0) return 0;
-    if (p[1].revents) return -1;
+    if (p[1].revents || p[2].revents) return -1;
     return 1;
   }
 }
@@ -200,7 +211,7 @@ size_t HttpBodyFramer::Consume(std::string_view data) {
   return used;
 }
 
-Result<std::string> ParseTlsSni(std::string_view r) {
+Result<ClientHelloInfo> ParseTlsClientHello(std::string_view r) {
   auto bad = [](std::string_view why) {
     return MakeError(ErrorCode::kInvalidArgument, fmt::format("not a TLS ClientHello: {}", why));
   };
@@ -220,13 +231,14 @@ Result<std::string> ParseTlsSni(std::string_view r) {
     return pos <= b.size();
   };
   if (pos > b.size() || !skip(1) || !skip(2) || !skip(1)) return bad("fields cut");
-  if (pos == b.size()) return std::string();  // no extensions
+  ClientHelloInfo info;
+  if (pos == b.size()) return info;  // no extensions
   if (pos + 2 > b.size()) return bad("extensions cut");
   size_t ext_end = pos + 2 + Be(b, pos, 2);
   pos += 2;
   if (ext_end > b.size()) return bad("extensions cut");
-  std::string sni;
-  bool seen = false;
+  std::string& sni = info.sni;
+  bool seen = false, seen_alpn = false;
   while (pos + 4 <= ext_end) {
     uint32_t type = Be(b, pos, 2);
     size_t len = Be(b, pos + 2, 2);
@@ -250,11 +262,57 @@ Result<std::string> ParseTlsSni(std::string_view r) {
         }
         at += n;
       }
+    } else if (type == 16) {  // application_layer_protocol_negotiation
+      if (seen_alpn) return bad("two ALPN extensions");
+      seen_alpn = true;
+      std::string_view e = b.substr(pos, len);
+      if (e.size() < 2 || Be(e, 0, 2) + 2 != e.size()) return bad("ALPN list");
+      size_t at = 2;
+      while (at < e.size()) {
+        size_t n = static_cast<uint8_t>(e[at]);
+        ++at;
+        if (n == 0 || at + n > e.size()) return bad("ALPN protocol");
+        if (info.alpn.size() < 16) info.alpn.emplace_back(e.substr(at, n));
+        at += n;
+      }
     }
     pos += len;
   }
   if (pos != ext_end) return bad("extensions cut");
-  return sni;
+  return info;
+}
+
+Result<std::string> ParseTlsSni(std::string_view record) {
+  auto info = ParseTlsClientHello(record);
+  if (!info) return tl::unexpected(info.error());
+  return info->sni;
+}
+
+Result<HttpBodyFramer> RequestBodyFramer(std::string_view head) {
+  int cl_count = 0, te_count = 0;
+  std::string cl = HeaderValue(head, "content-length", &cl_count);
+  std::string te = Lower(HeaderValue(head, "transfer-encoding", &te_count));
+  if (te_count > 0) {
+    if (cl_count > 0 || te_count > 1) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "both Content-Length and Transfer-Encoding, or two of them");
+    }
+    size_t comma = te.rfind(',');
+    std::string last = te.substr(comma == std::string::npos ? 0 : comma + 1);
+    while (!last.empty() && (last.front() == ' ' || last.front() == '\t')) last.erase(0, 1);
+    if (last != "chunked") {
+      return MakeError(ErrorCode::kInvalidArgument, "a Transfer-Encoding that is not chunked");
+    }
+    return HttpBodyFramer::Chunked();
+  }
+  if (cl_count > 0) {
+    if (cl_count > 1 || cl.empty() || cl.size() > 18 ||
+        cl.find_first_not_of("0123456789") != std::string::npos) {
+      return MakeError(ErrorCode::kInvalidArgument, "a bad or repeated Content-Length");
+    }
+    return HttpBodyFramer::Length(std::stoull(cl));
+  }
+  return HttpBodyFramer::None();
 }
 
 Result<std::unique_ptr<EgressProxy>> EgressProxy::Start(UniqueFd listener,
@@ -262,6 +320,18 @@ Result<std::unique_ptr<EgressProxy>> EgressProxy::Start(UniqueFd listener,
   std::unique_ptr<EgressProxy> p(new EgressProxy());
   p->options_ = std::move(options);
   p->listener_ = std::move(listener);
+  p->policy_ = {p->options_.allow, p->options_.public_mode};
+  if (!p->options_.secrets.empty()) {
+    if (!p->options_.ca) {
+      return MakeError(ErrorCode::kInvalidArgument, "egress proxy: secrets need the sandbox's CA");
+    }
+    auto ctx = UpstreamTlsContext(p->options_.upstream_ca_file);
+    if (!ctx) return tl::unexpected(ctx.error());
+    p->upstream_ctx_ = std::move(*ctx);
+    for (const auto& secret : p->options_.secrets) {
+      for (const auto& h : secret.hosts) p->secret_hosts_.push_back(h);
+    }
+  }
   p->stop_.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!p->stop_) return MakeSyscallError("eventfd", errno);
   if (!p->options_.uplink_netns.empty()) {
@@ -332,22 +402,75 @@ void EgressProxy::AcceptLoop(std::promise<std::string>* joined) {
       close(c);
       continue;
     }
+    UniqueFd cancel(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!cancel) {
+      close(c);
+      continue;
+    }
     conns_.emplace_back();
     Conn& conn = conns_.back();
+    conn.cancel = std::move(cancel);
     conn.thread = std::thread([this, c, &conn] {
-      Serve(c);
+      Serve(c, &conn);
       close(c);
       conn.done.store(true);
     });
   }
 }
 
-void EgressProxy::Refuse(int client, int code, const std::string& why) {
+EgressProxy::Policy EgressProxy::CurrentPolicy() const {
+  std::lock_guard<std::mutex> lock(policy_mu_);
+  return policy_;
+}
+
+bool EgressProxy::PolicyAllows(const Policy& policy, const std::string& host, int port) const {
+  if (policy.public_mode) return true;  // addresses are checked per connection
+  if (IsIpLiteral(host)) return false;
+  return MatchAllowlist(policy.allow, host, port).matched;
+}
+
+size_t EgressProxy::SetPolicy(std::vector<std::string> allow, bool public_mode) {
+  Policy next{std::move(allow), public_mode};
+  {
+    std::lock_guard<std::mutex> lock(policy_mu_);
+    policy_ = next;
+  }
+  size_t closed = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : conns_) {
+      if (c.done.load() || c.host.empty() || PolicyAllows(next, c.host, c.port)) continue;
+      uint64_t one = 1;
+      (void)!write(c.cancel.get(), &one, sizeof(one));
+      ++closed;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.closed_by_policy += closed;
+  }
+  return closed;
+}
+
+void EgressProxy::Report(EgressEvent event) {
+  if (!options_.on_event) return;
+  if (event.unix_ms == 0) {
+    event.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+  }
+  options_.on_event(std::move(event));
+}
+
+void EgressProxy::Refuse(int client, int code, const std::string& why, EgressEvent event) {
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.refused;
     stats_.last_refusal = why;
   }
+  event.verdict = "refused";
+  event.rule = why;
+  Report(std::move(event));
   std::string body = "deepbox egress proxy: " + why + "\n";
   const char* text = code == 403 ? "Forbidden" : code == 400 ? "Bad Request" : "Bad Gateway";
   (void)WriteAll(client, fmt::format("HTTP/1.1 {} {}\r\nContent-Type: text/plain\r\n"
@@ -355,16 +478,31 @@ void EgressProxy::Refuse(int client, int code, const std::string& why) {
                                      code, text, body.size(), body));
 }
 
-Result<UniqueFd> EgressProxy::Upstream(const std::string& host, int port, std::string* refusal) {
-  if (IsIpLiteral(host)) {
+Result<UniqueFd> EgressProxy::Upstream(const Policy& policy, const std::string& host, int port,
+                                       std::string* refusal) {
+  const bool literal = IsIpLiteral(host);
+  if (literal && !policy.public_mode) {
     *refusal = fmt::format("{} is an address: only allowed names are reachable", host);
     return MakeError(ErrorCode::kPermissionDenied, *refusal);
   }
-  if (!MatchAllowlist(options_.allow, host, port).matched) {
+  if (!PolicyAllows(policy, host, port)) {
     *refusal = fmt::format("{}:{} is not on this sandbox's allowlist", host, port);
     return MakeError(ErrorCode::kPermissionDenied, *refusal);
   }
-  auto addrs = ResolveHost(host, options_.nameservers, options_.dns_timeout);
+  Result<std::vector<sockaddr_storage>> addrs = std::vector<sockaddr_storage>{};
+  if (literal) {
+    sockaddr_storage ss{};
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&ss);
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+      v4->sin_family = AF_INET;
+    } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+      v6->sin6_family = AF_INET6;
+    }
+    addrs->push_back(ss);
+  } else {
+    addrs = ResolveHost(host, options_.nameservers, options_.dns_timeout);
+  }
   if (!addrs) return tl::unexpected(addrs.error());
   if (addrs->empty()) return MakeError(ErrorCode::kNotFound, host + " has no address");
   for (const auto& a : *addrs) {
@@ -441,13 +579,15 @@ Result<UniqueFd> EgressProxy::Upstream(const std::string& host, int port, std::s
   return tl::unexpected(last);
 }
 
-void EgressProxy::Serve(int client) {
+void EgressProxy::Serve(int client, Conn* conn) {
   const int head_ms = static_cast<int>(options_.head_timeout.count());
+  EgressEvent event;
+  event.event = "connect";
   std::string head;
   char buf[4096];
   size_t end = std::string::npos;
   while (end == std::string::npos) {
-    if (head.size() > kMaxHead) return Refuse(client, 400, "request head too large");
+    if (head.size() > kMaxHead) return Refuse(client, 400, "request head too large", event);
     if (WaitReadable(client, stop_.get(), head_ms) <= 0) return;
     ssize_t n = recv(client, buf, sizeof(buf), 0);
     if (n < 0 && errno == EINTR) continue;
@@ -460,24 +600,37 @@ void EgressProxy::Serve(int client) {
   size_t line_end = head.find("\r\n");
   std::string line = head.substr(0, line_end);
   size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
-  if (sp1 == std::string::npos || sp2 == sp1) return Refuse(client, 400, "bad request line");
+  if (sp1 == std::string::npos || sp2 == sp1) return Refuse(client, 400, "bad request line", event);
   std::string method = line.substr(0, sp1);
   std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   std::string version = line.substr(sp2 + 1);
-  if (version.rfind("HTTP/1.", 0) != 0) return Refuse(client, 400, "only HTTP/1.x");
+  if (version.rfind("HTTP/1.", 0) != 0) return Refuse(client, 400, "only HTTP/1.x", event);
   int host_count = 0;
   std::string host_header = HeaderValue(head, "host", &host_count);
-  if (host_count > 1) return Refuse(client, 400, "more than one Host header");
+  if (host_count > 1) return Refuse(client, 400, "more than one Host header", event);
 
+  const Policy policy = CurrentPolicy();
   std::string host, refusal;
   int port = 0;
+  auto track = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    conn->host = host;
+    conn->port = port;
+  };
   if (method == "CONNECT") {
     if (!SplitHostPort(target, -1, &host, &port) || port < 0) {
-      return Refuse(client, 400, "CONNECT needs host:port");
+      return Refuse(client, 400, "CONNECT needs host:port", event);
     }
-    auto up = Upstream(host, port, &refusal);
-    if (!up) return Refuse(client, refusal.empty() ? 502 : 403, up.error().message);
-    const bool plain = MatchAllowlist(options_.allow, host, port).plain;
+    event.host = host;
+    event.port = port;
+    track();
+    auto up = Upstream(policy, host, port, &refusal);
+    if (!up) return Refuse(client, refusal.empty() ? 502 : 403, up.error().message, event);
+    const bool secret_host = !options_.secrets.empty() && SecretHostMatches(secret_hosts_, host);
+    // Public mode: the sandbox could reach the host directly anyway, so only a
+    // secret host's tunnel must be TLS.
+    const bool plain =
+        !secret_host && (policy.public_mode || MatchAllowlist(policy.allow, host, port).plain);
     if (!WriteAll(client, "HTTP/1.1 200 Connection established\r\n\r\n")) return;
     // The tunnel's first bytes: a TLS ClientHello must name the same host
     // (anything, for a "!plain" entry).
@@ -485,7 +638,7 @@ void EgressProxy::Serve(int client) {
     while (hello.size() < 5 ||
            (static_cast<uint8_t>(hello[0]) == 0x16 && hello.size() < 5 + Be(hello, 3, 2))) {
       if (hello.size() > kMaxTlsRecord) break;
-      if (WaitReadable(client, stop_.get(), head_ms) <= 0) return;
+      if (WaitReadable(client, stop_.get(), head_ms, conn->cancel.get()) <= 0) return;
       ssize_t n = recv(client, buf, sizeof(buf), 0);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return;
@@ -498,69 +651,128 @@ void EgressProxy::Serve(int client) {
       return CountRefusal(
           fmt::format("the tunnel to {}:{} does not start with a TLS ClientHello (an entry "
                       "'{}:{}!plain' would allow that)",
-                      host, port, host, port));
+                      host, port, host, port),
+          event);
     }
+    ClientHelloInfo info;
     if (tls) {
-      auto sni = ParseTlsSni(hello);
-      if (!sni && !plain) return CountRefusal(sni.error().message);
-      if (sni && sni->empty() && !plain) {
-        return CountRefusal(fmt::format("the TLS ClientHello to {} names no server (SNI)", host));
+      auto parsed = ParseTlsClientHello(hello);
+      if (!parsed && !plain) return CountRefusal(parsed.error().message, event);
+      if (parsed) info = *parsed;
+      if (parsed && info.sni.empty() && !plain) {
+        return CountRefusal(fmt::format("the TLS ClientHello to {} names no server (SNI)", host),
+                            event);
       }
-      if (sni && !sni->empty() && *sni != host) {
-        return CountRefusal(fmt::format("TLS server name {} differs from CONNECT {}", *sni, host));
+      if (parsed && !info.sni.empty() && info.sni != host) {
+        return CountRefusal(
+            fmt::format("TLS server name {} differs from CONNECT {}", info.sni, host), event);
       }
+      event.sni = info.sni;
     }
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
       ++stats_.allowed;
+      if (secret_host && tls) ++stats_.intercepted;
     }
-    return Relay(client, up->get(), hello, nullptr, /*expect_tls=*/!plain);
+    event.verdict = "allowed";
+    event.rule = policy.public_mode ? "public" : MatchedEntry(policy.allow, host, port);
+    if (secret_host && tls) {
+      InterceptRequest ir;
+      ir.client_fd = client;
+      ir.upstream_fd = up->get();
+      ir.client_hello = std::move(hello);
+      ir.client_alpn = info.alpn;
+      ir.host = host;
+      ir.port = port;
+      ir.ca = options_.ca.get();
+      ir.upstream_ctx = upstream_ctx_;
+      ir.secrets = &options_.secrets;
+      ir.substitute_query = options_.substitute_query;
+      ir.stop_fd = stop_.get();
+      ir.cancel_fd = conn->cancel.get();
+      ir.handshake_timeout = options_.head_timeout;
+      ir.on_request = [&](EgressEvent e) {
+        if (!e.secrets.empty()) {
+          std::lock_guard<std::mutex> lock(stats_mu_);
+          stats_.substituted += e.secrets.size();
+        }
+        e.rule = event.rule;
+        if (e.verdict == "refused") {
+          CountRefusal(e.rule, e);
+          return;
+        }
+        Report(std::move(e));
+      };
+      for (int fd : {client, up->get()}) {
+        int flags = fcntl(fd, F_GETFL);
+        if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+      }
+      InterceptOutcome out = InterceptTls(ir);
+      event.intercepted = true;
+      event.protocol = out.protocol.empty() ? "tls" : out.protocol;
+      event.bytes_up = out.bytes_up;
+      event.bytes_down = out.bytes_down;
+      event.secrets = out.secrets;
+      event.withheld = out.withheld;
+      if (!out.error.empty()) {
+        event.rule += " (ended: " + out.error + ")";
+        if (out.refused) {
+          std::lock_guard<std::mutex> lock(stats_mu_);
+          ++stats_.refused;
+          stats_.last_refusal = out.error;
+        }
+      }
+      return Report(std::move(event));
+    }
+    event.protocol = tls ? "tls" : "tunnel";
+    event.bytes_up = hello.size();
+    Relay(conn, client, up->get(), hello, nullptr, /*expect_tls=*/!plain, &event);
+    return Report(std::move(event));
   }
 
   // Plain HTTP: absolute-form target http://host[:port]/path.
+  event.event = "request";
+  event.method = method.substr(0, 16);
+  event.protocol = "http/1.1";
   if (target.rfind("http://", 0) != 0) {
-    return Refuse(client, 400, "only http:// URLs (use CONNECT for https)");
+    return Refuse(client, 400, "only http:// URLs (use CONNECT for https)", event);
   }
   size_t path_at = target.find('/', 7);
   std::string authority =
       target.substr(7, path_at == std::string::npos ? std::string::npos : path_at - 7);
   std::string path = path_at == std::string::npos ? "/" : target.substr(path_at);
-  if (authority.find('@') != std::string::npos) return Refuse(client, 400, "userinfo in URL");
-  if (!SplitHostPort(authority, 80, &host, &port)) return Refuse(client, 400, "bad URL host");
+  if (authority.find('@') != std::string::npos) {
+    return Refuse(client, 400, "userinfo in URL", event);
+  }
+  if (!SplitHostPort(authority, 80, &host, &port))
+    return Refuse(client, 400, "bad URL host", event);
+  event.host = host;
+  event.port = port;
+  track();
   if (!host_header.empty()) {
     std::string hh;
     int hp = 0;
     if (!SplitHostPort(host_header, 80, &hh, &hp) || hh != host || hp != port) {
       return Refuse(client, 403,
-                    fmt::format("Host header {} differs from the URL's {}", host_header, host));
+                    fmt::format("Host header {} differs from the URL's {}", host_header, host),
+                    event);
     }
   }
   // The body: exactly what the head declares (request smuggling: never both).
-  int cl_count = 0, te_count = 0;
-  std::string cl = HeaderValue(head, "content-length", &cl_count);
-  std::string te = Lower(HeaderValue(head, "transfer-encoding", &te_count));
-  HttpBodyFramer body = HttpBodyFramer::None();
-  if (te_count > 0) {
-    if (cl_count > 0 || te_count > 1) {
-      return Refuse(client, 400, "both Content-Length and Transfer-Encoding, or two of them");
-    }
-    size_t comma = te.rfind(',');
-    std::string last = te.substr(comma == std::string::npos ? 0 : comma + 1);
-    while (!last.empty() && (last.front() == ' ' || last.front() == '\t')) last.erase(0, 1);
-    if (last != "chunked") return Refuse(client, 400, "a Transfer-Encoding that is not chunked");
-    body = HttpBodyFramer::Chunked();
-  } else if (cl_count > 0) {
-    if (cl_count > 1 || cl.empty() || cl.size() > 18 ||
-        cl.find_first_not_of("0123456789") != std::string::npos) {
-      return Refuse(client, 400, "a bad or repeated Content-Length");
-    }
-    body = HttpBodyFramer::Length(std::stoull(cl));
-  }
-  auto up = Upstream(host, port, &refusal);
-  if (!up) return Refuse(client, refusal.empty() ? 502 : 403, up.error().message);
+  auto framer = RequestBodyFramer(head + "\r\n");
+  if (!framer) return Refuse(client, 400, framer.error().message, event);
+  HttpBodyFramer body = *framer;
+  auto up = Upstream(policy, host, port, &refusal);
+  if (!up) return Refuse(client, refusal.empty() ? 502 : 403, up.error().message, event);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.allowed;
+  }
+  event.verdict = "allowed";
+  event.rule = policy.public_mode ? "public" : MatchedEntry(policy.allow, host, port);
+  // Plain HTTP never carries a secret's value; its placeholders are reported.
+  for (const auto& secret : options_.secrets) {
+    if (head.find(secret.placeholder) != std::string::npos) event.withheld.push_back(secret.name);
   }
   // Origin-form request line; Proxy-* and hop-by-hop headers stay with us: one
   // request per connection ("Connection: close"), no upgrade.
@@ -581,20 +793,28 @@ void EgressProxy::Serve(int client) {
   if (host_header.empty()) out += fmt::format("Host: {}\r\n", authority);
   out += "Connection: close\r\n\r\n";
   size_t n = body.Consume(rest);
-  if (body.failed()) return CountRefusal("a broken chunked request body");
+  if (body.failed()) return CountRefusal("a broken chunked request body", event);
   out.append(rest, 0, n);
-  if (n < rest.size()) CountRefusal(kOneRequest);
-  Relay(client, up->get(), std::move(out), &body);
+  if (n < rest.size()) CountRefusal(kOneRequest, event);
+  event.bytes_up = n;  // Relay adds the rest
+  Relay(conn, client, up->get(), std::move(out), &body, false, &event);
+  Report(std::move(event));
 }
 
-void EgressProxy::CountRefusal(const std::string& why) {
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  ++stats_.refused;
-  stats_.last_refusal = why;
+void EgressProxy::CountRefusal(const std::string& why, EgressEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.refused;
+    stats_.last_refusal = why;
+  }
+  event.verdict = "refused";
+  event.rule = why;
+  event.secrets.clear();
+  Report(std::move(event));
 }
 
-void EgressProxy::Relay(int a, int b, std::string pending_to_b, HttpBodyFramer* body,
-                        bool expect_tls) {
+void EgressProxy::Relay(Conn* conn, int a, int b, std::string pending_to_b, HttpBodyFramer* body,
+                        bool expect_tls, EgressEvent* event) {
   for (int fd : {a, b}) {
     int flags = fcntl(fd, F_GETFL);
     if (flags >= 0) fcntl(fd, F_SETFL, flags | O_NONBLOCK);
@@ -616,14 +836,18 @@ void EgressProxy::Relay(int a, int b, std::string pending_to_b, HttpBodyFramer* 
     // Plain HTTP: one request, so the upstream's answer ending ends the connection.
     if (body != nullptr && a_shut) return;
     if (a_shut && b_shut) return;
-    pollfd p[3] = {{a, 0, 0}, {b, 0, 0}, {stop_.get(), POLLIN, 0}};
+    pollfd p[4] = {{a, 0, 0}, {b, 0, 0}, {stop_.get(), POLLIN, 0}, {conn->cancel.get(), POLLIN, 0}};
     if (!a_eof && to_b.size() < sizeof(buf)) p[0].events |= POLLIN;
     if (!to_a.empty()) p[0].events |= POLLOUT;
     if (!b_eof && to_a.size() < sizeof(buf)) p[1].events |= POLLIN;
     if (!to_b.empty()) p[1].events |= POLLOUT;
-    int rc = poll(p, 3, 600000);
+    int rc = poll(p, 4, 600000);
     if (rc < 0 && errno == EINTR) continue;
     if (rc <= 0 || p[2].revents) return;  // idle 10 min, or stopping
+    if (p[3].revents) {
+      event->rule += " (closed by a change of the network policy)";
+      return;
+    }
     auto pump_in = [&](int fd, bool* eof, std::string* out) -> bool {
       ssize_t n = recv(fd, buf, sizeof(buf), 0);
       if (n > 0) {
@@ -632,12 +856,12 @@ void EgressProxy::Relay(int a, int b, std::string pending_to_b, HttpBodyFramer* 
           // Only the declared body goes on; a further request never does.
           size_t used = body->Consume(got);
           if (body->failed()) {
-            CountRefusal("a broken chunked request body");
+            CountRefusal("a broken chunked request body", *event);
             return false;
           }
           if (used < got.size() && !extra_seen) {
             extra_seen = true;
-            CountRefusal(kOneRequest);
+            CountRefusal(kOneRequest, *event);
           }
           got = got.substr(0, used);
         }
@@ -645,10 +869,11 @@ void EgressProxy::Relay(int a, int b, std::string pending_to_b, HttpBodyFramer* 
           b_spoke = true;
           uint8_t first = static_cast<uint8_t>(got[0]);
           if (first != 0x16 && first != 0x15) {
-            CountRefusal("the upstream did not answer the ClientHello with TLS");
+            CountRefusal("the upstream did not answer the ClientHello with TLS", *event);
             return false;
           }
         }
+        (fd == a ? event->bytes_up : event->bytes_down) += got.size();
         out->append(got.data(), got.size());
       } else if (n == 0) {
         *eof = true;

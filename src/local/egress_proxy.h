@@ -36,6 +36,23 @@
 // (ClassifyRoute: a route lookup per connection, so it is always current), so
 // DNS rebinding cannot lead to a private address or to the host. Refusals
 // answer 403 with the reason.
+// Public mode (`public_mode`: the sandbox has its own uplink, and the proxy
+// only exists for its secrets): any name or address that is not blocked, any
+// port, and a tunnel may carry anything, except to a secret host.
+//
+// Secrets (`secrets`, with `ca`): a CONNECT to a secret host whose tunnel
+// starts with TLS is intercepted (tls_intercept.h): the sandbox's TLS ends
+// here with a leaf of the sandbox's CA, a verified TLS goes upstream, and
+// placeholders become values by secret_rewrite.h's rules. Every other tunnel
+// is relayed as before, unread. Plain HTTP never gets a value (clear text on
+// the wire); its placeholders are reported as withheld.
+//
+// The policy can change while connections are open (SetPolicy): new
+// connections follow the new one at once, and open ones the new policy
+// refuses are closed (their threads poll a per-connection eventfd).
+// Every connection and request, allowed or refused, is reported to
+// `on_event` (the egress log, egress_log.h).
+//
 // What it cannot check: inside TLS, the Host header. A wildcard entry for a
 // CDN-hosted name (*.cloudfront.net, *.azureedge.net, ...) therefore lets a
 // sandbox reach any site on that CDN by sending its own SNI-matching name and
@@ -46,6 +63,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <list>
 #include <memory>
@@ -58,6 +76,9 @@
 #include "common/error.h"
 #include "common/unique_fd.h"
 #include "local/dns_client.h"
+#include "local/egress_log.h"
+#include "local/sandbox_ca.h"
+#include "local/secret_rewrite.h"
 
 namespace deepbox::local {
 
@@ -73,6 +94,12 @@ struct EgressProxyOptions {
   std::chrono::milliseconds connect_timeout{10000};
   std::chrono::milliseconds head_timeout{30000};  // request head / ClientHello
   size_t max_connections = 256;
+  bool public_mode = false;                   // see above
+  std::vector<SecretBinding> secrets;         // with `ca`
+  std::shared_ptr<SandboxCa> ca;              // the sandbox's CA (its key stays in this process)
+  std::string upstream_ca_file;               // intercepted upstreams' trust ("" = the system's)
+  bool substitute_query = false;              // placeholders in the URL query too
+  std::function<void(EgressEvent)> on_event;  // called from connection threads
 };
 
 // The environment the sandbox gets ("HTTP_PROXY=http://127.0.0.1:3128", ...).
@@ -103,6 +130,17 @@ class HttpBodyFramer {
 // The server name of a TLS ClientHello record: "" if it has none; an error if
 // `record` is not a complete, well-formed ClientHello (exposed for tests).
 Result<std::string> ParseTlsSni(std::string_view record);
+struct ClientHelloInfo {
+  std::string sni;                // "" = none
+  std::vector<std::string> alpn;  // the protocols offered, in order
+};
+Result<ClientHelloInfo> ParseTlsClientHello(std::string_view record);
+
+// How the body of the request with this head (request line through the empty
+// line) is framed: Content-Length, chunked, or none. Both, two of either, a
+// Transfer-Encoding that does not end in chunked: an error (request
+// smuggling).
+Result<HttpBodyFramer> RequestBodyFramer(std::string_view head);
 
 class EgressProxy {
  public:
@@ -110,6 +148,9 @@ class EgressProxy {
     uint64_t allowed = 0;
     uint64_t refused = 0;
     std::string last_refusal;
+    uint64_t intercepted = 0;  // connections to secret hosts
+    uint64_t substituted = 0;  // secrets put into requests
+    uint64_t closed_by_policy = 0;
   };
 
   static Result<std::unique_ptr<EgressProxy>> Start(UniqueFd listener, EgressProxyOptions options);
@@ -119,18 +160,32 @@ class EgressProxy {
 
   Stats stats() const;
 
+  // Replaces the policy: `allow` (allow mode) or public_mode. New
+  // connections follow it at once; open connections whose host:port it
+  // refuses are closed (within a poll wake-up). Returns how many were closed.
+  size_t SetPolicy(std::vector<std::string> allow, bool public_mode);
+
  private:
+  struct Conn;
+  struct Policy {
+    std::vector<std::string> allow;
+    bool public_mode = false;
+  };
+  Policy CurrentPolicy() const;
+  bool PolicyAllows(const Policy& policy, const std::string& host, int port) const;
   EgressProxy() = default;
   void AcceptLoop(std::promise<std::string>* joined);
-  void Serve(int client);
-  void Refuse(int client, int code, const std::string& why);
-  Result<UniqueFd> Upstream(const std::string& host, int port, std::string* refusal);
+  void Serve(int client, Conn* conn);
+  void Refuse(int client, int code, const std::string& why, EgressEvent event);
+  Result<UniqueFd> Upstream(const Policy& policy, const std::string& host, int port,
+                            std::string* refusal);
   // Copies both ways until both sides are done. With `body` (plain HTTP),
   // only the request's body goes on from `a` after `pending_to_b`; with
-  // `expect_tls`, b's first byte must start a TLS record.
-  void Relay(int a, int b, std::string pending_to_b, HttpBodyFramer* body = nullptr,
-             bool expect_tls = false);
-  void CountRefusal(const std::string& why);
+  // `expect_tls`, b's first byte must start a TLS record. Counts the bytes.
+  void Relay(Conn* conn, int a, int b, std::string pending_to_b, HttpBodyFramer* body,
+             bool expect_tls, EgressEvent* event);
+  void CountRefusal(const std::string& why, EgressEvent event);
+  void Report(EgressEvent event);
   void ReapFinished();
 
   EgressProxyOptions options_;
@@ -141,9 +196,16 @@ class EgressProxy {
   struct Conn {
     std::thread thread;
     std::atomic<bool> done{false};
+    UniqueFd cancel;   // eventfd: readable once a policy change refuses it
+    std::string host;  // under mu_: "" until known
+    int port = 0;
   };
   std::mutex mu_;
   std::list<Conn> conns_;
+  mutable std::mutex policy_mu_;
+  Policy policy_;
+  std::shared_ptr<SSL_CTX> upstream_ctx_;  // intercepted connections (created at Start)
+  std::vector<std::string> secret_hosts_;  // every secret's hosts
   mutable std::mutex stats_mu_;
   Stats stats_;
 };

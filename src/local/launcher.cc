@@ -249,6 +249,7 @@ SandboxProcess& SandboxProcess::operator=(SandboxProcess&& other) noexcept {
     pasta_ = std::exchange(other.pasta_, std::nullopt);
     host_watch_ = std::move(other.host_watch_);
     proxy_ = std::move(other.proxy_);
+    secrets_proxy_ = other.secrets_proxy_;
     uplink_ = other.uplink_;
     timings_ = other.timings_;
     support_ = other.support_;
@@ -484,9 +485,8 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     }
     net_config.nameservers = nameservers;
   } else if (spec.network == NetworkMode::kAllow) {
-    if (spec.public_network.allow.empty()) {
-      return MakeError(ErrorCode::kInvalidArgument, "network allow needs at least one name");
-    }
+    // An empty allowlist is a proxy that refuses everything: a sandbox whose
+    // policy was switched to none, and may be switched back (SetPolicy).
     if (std::string why = AllowModeObstacle(spec.public_network); !why.empty()) {
       return MakeError(ErrorCode::kUnavailable,
                        "network 'allow' is not available on this host: " + why);
@@ -494,8 +494,40 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     sp.uplink_ = Uplink::kProxy;
   }
 
+  // Secrets: a network that can carry them, hosts the policy allows, a CA.
+  std::shared_ptr<SandboxCa> secrets_ca;
+  if (!spec.secrets.empty()) {
+    if (sp.network_mode_ == NetworkMode::kNone) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       spec.network == NetworkMode::kNone
+                           ? "secrets need a network: use --network public or allow=HOSTS"
+                           : "secrets need a network, and " + sp.network_note_);
+    }
+    std::vector<std::string> hosts;
+    for (const auto& secret : spec.secrets) {
+      for (const auto& host : secret.hosts) {
+        if (sp.network_mode_ == NetworkMode::kAllow) {
+          std::string probe = host.rfind("*.", 0) == 0 ? "x" + host.substr(1) : host;
+          if (!AllowlistMatches(spec.public_network.allow, probe, 443)) {
+            return MakeError(
+                ErrorCode::kInvalidArgument,
+                fmt::format("secret {}'s host {} is not allowed by the network policy: add it "
+                            "to --network allow=",
+                            secret.name, host));
+          }
+        }
+        if (std::find(hosts.begin(), hosts.end(), host) == hosts.end()) hosts.push_back(host);
+      }
+    }
+    auto ca = SandboxCa::Create(spec.id.substr(0, 37), hosts);
+    if (!ca) return tl::unexpected(ca.error());
+    secrets_ca = std::move(*ca);
+    if (sp.uplink_ != Uplink::kProxy) sp.secrets_proxy_ = true;
+  }
+
   MountSpec ms;
   ms.staging_dir = spec.runtime_dir / "root";
+  if (secrets_ca) ms.extra_ca_pem = secrets_ca->cert_pem();
   ms.rootfs = spec.rootfs;
   ms.workspace_dir = spec.workspace_dir;
   ms.sandboxd_binary = spec.sandboxd_binary;
@@ -518,7 +550,13 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   std::vector<char*> envp;
   std::string path_var = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
   std::vector<std::string> proxy_env;
-  if (sp.uplink_ == Uplink::kProxy) proxy_env = EgressProxyEnv();
+  if (sp.uplink_ == Uplink::kProxy || sp.secrets_proxy_) proxy_env = EgressProxyEnv();
+  if (secrets_ca) {
+    for (auto& e : SandboxCaEnv()) proxy_env.push_back(std::move(e));
+    for (const auto& secret : spec.secrets) {
+      proxy_env.push_back(secret.name + "=" + secret.placeholder);
+    }
+  }
   for (const auto& e : spec.env) {
     envp.push_back(const_cast<char*>(e.c_str()));
     if (e.rfind("PATH=", 0) == 0) path_var = e.substr(5);
@@ -659,16 +697,29 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     auto r =
         RunInSandboxNetns(sp.pid_, {net_config.nft_path, "-f", "-"}, SandboxAllowModeNftRules());
     if (!r) return tl::unexpected(r.error());
+  }
+  if (sp.uplink_ == Uplink::kProxy || sp.secrets_proxy_) {
     auto listener = ListenInSandboxNetns(sp.pid_, kEgressProxyAddress, kEgressProxyPort);
     if (!listener) return tl::unexpected(listener.error());
     EgressProxyOptions po;
     po.allow = net_config.allow;
+    po.public_mode = sp.uplink_ != Uplink::kProxy;
     po.allowed_cidrs = net_config.allowed_cidrs;
     po.uplink_netns = net_config.uplink_netns;
-    for (const auto& ns :
-         net_config.nameservers.empty() ? HostNameservers() : net_config.nameservers) {
+    // Public mode's resolvers may be pasta's, inside the sandbox: the proxy
+    // asks the configured ones or the host's.
+    const auto& resolvers = spec.public_network.nameservers.empty()
+                                ? HostNameservers()
+                                : spec.public_network.nameservers;
+    for (const auto& ns : resolvers) {
       if (auto server = ParseDnsServer(ns); server) po.nameservers.push_back(*server);
     }
+    for (const auto& secret : spec.secrets) {
+      po.secrets.push_back({secret.name, secret.placeholder, secret.value, secret.hosts});
+    }
+    po.ca = secrets_ca;
+    po.upstream_ca_file = spec.secrets_upstream_ca_file;
+    po.on_event = spec.on_egress_event;
     auto proxy = EgressProxy::Start(std::move(*listener), std::move(po));
     if (!proxy) return tl::unexpected(proxy.error());
     sp.proxy_ = std::move(*proxy);

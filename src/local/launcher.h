@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,7 @@
 #include "local/seccomp.h"
 #include "local/uplink.h"
 #include "local/workspace_disk.h"
+#include "sandbox/secrets.h"
 
 namespace deepbox::local {
 
@@ -62,6 +64,16 @@ struct SandboxSpec {
   // fails instead. The allow mode adds HTTP(S)_PROXY to `env`.
   NetworkMode network = NetworkMode::kNone;
   PublicNetworkConfig public_network;  // kPublic and kAllow
+  // Secrets (sandbox/secrets.h): $NAME holds the placeholder; the egress
+  // proxy puts the value into HTTPS requests to the secret's hosts. It is
+  // started for kPublic too when there are secrets (HTTP(S)_PROXY then point
+  // at it; other hosts pass through it unread). A CA made for this sandbox
+  // (sandbox_ca.h; its key stays in this process) joins the sandbox's trust
+  // (mounts.h: extra_ca_pem, SandboxCaEnv). Needs kPublic or kAllow; with
+  // kAllow every secret host must be allowed on port 443.
+  std::vector<SecretGrant> secrets;
+  std::string secrets_upstream_ca_file;  // the proxy's upstream trust ("" = the system's; tests)
+  std::function<void(EgressEvent)> on_egress_event;  // the proxy's events (the egress log)
   // limits.workspace_bytes: an ext4 image <runtime_dir>/workspace.img is mounted on
   // workspace_dir (which must then be empty); its content is deleted with the sandbox.
   Limits limits;
@@ -122,8 +134,9 @@ class SandboxProcess {
   NetworkMode network() const { return network_mode_; }
   // What carries the traffic: none, veth, pasta (public) or proxy (allow).
   Uplink uplink() const { return uplink_; }
-  // Allow mode: the proxy's counters; nullptr otherwise.
+  // Allow mode, or secrets: the proxy (counters, SetPolicy); nullptr otherwise.
   const EgressProxy* proxy() const { return proxy_.get(); }
+  EgressProxy* mutable_proxy() { return proxy_.get(); }
   // Public mode: what keeps the uplink's own addresses, subnets and gateways
   // refused while they change; nullptr otherwise.
   const HostAddressWatch* host_watch() const { return host_watch_.get(); }
@@ -161,6 +174,7 @@ class SandboxProcess {
   std::optional<PastaUplink> pasta_;
   std::unique_ptr<HostAddressWatch> host_watch_;  // public mode: keeps the host sets current
   std::unique_ptr<EgressProxy> proxy_;
+  bool secrets_proxy_ = false;  // a proxy for secrets beside a public uplink
   Uplink uplink_ = Uplink::kNone;
   std::optional<WorkspaceDisk> disk_;
   std::optional<SlotAddresses> public_addrs_;

@@ -232,7 +232,57 @@ std::string SandboxPython3(const MountSpec& spec) {
   return "";
 }
 
+// Whether `rel` (absolute, inside the sandbox) is a regular file under
+// `root` with no symlink on the way: only then may a bind mount target it
+// before pivot_root (a symlink would resolve against the host's root).
+bool PlainFileInTree(const fs::path& root, std::string_view rel) {
+  fs::path at = root;
+  fs::path inside(rel);
+  for (auto it = inside.begin(); it != inside.end(); ++it) {
+    if (*it == "/") continue;
+    at /= *it;
+    struct stat st;
+    if (lstat(at.c_str(), &st) != 0) return false;
+    bool last = std::next(it) == inside.end();
+    if (last ? !S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode)) return false;
+  }
+  return true;
+}
+
+void AddSandboxCa(PlanBuilder& b, const MountSpec& spec) {
+  const char* what = "install the sandbox CA";
+  const fs::path root = spec.rootfs ? *spec.rootfs : fs::path("/");
+  b.Mkdir("/.deepbox/ca", what);
+  std::string pem = spec.extra_ca_pem;
+  if (!pem.empty() && pem.back() != '\n') pem += '\n';
+  b.WriteFile(kSandboxCaFile, pem, what);
+  std::string bundle;
+  std::vector<std::string> targets;
+  for (const char* path : kSystemCaBundles) {
+    if (!PlainFileInTree(root, path)) continue;
+    targets.push_back(path);
+    if (!bundle.empty()) continue;
+    // The root tmpfs is small: a bundle over 1 MiB is not copied (the
+    // environment still points at ours).
+    std::error_code ec;
+    if (fs::file_size(root / fs::path(path).relative_path(), ec) > (1u << 20) || ec) continue;
+    bundle = ReadSmallFile(root / fs::path(path).relative_path());
+    if (!bundle.empty() && bundle.back() != '\n') bundle += '\n';
+  }
+  b.WriteFile(kSandboxCaBundle, bundle + pem, what);
+  for (const auto& target : targets) {
+    b.Mount(b.Host(kSandboxCaBundle), target, "", MS_BIND, "", what);
+    b.SetAttr(target, kRoFlags, false, what);
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> SandboxCaEnv() {
+  std::string bundle = kSandboxCaBundle;
+  return {"SSL_CERT_FILE=" + bundle, "REQUESTS_CA_BUNDLE=" + bundle, "CURL_CA_BUNDLE=" + bundle,
+          "GIT_SSL_CAINFO=" + bundle, std::string("NODE_EXTRA_CA_CERTS=") + kSandboxCaFile};
+}
 
 Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
   if (spec.staging_dir.empty() || !spec.staging_dir.is_absolute()) {
@@ -354,10 +404,12 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
       b.Mkdir("/.deepbox", "create dirs");
     }
   }
+  bool have_deepbox_dir = spec.rootfs || spec.sandboxd_binary;
   if (std::string python3 = spec.python_alias ? SandboxPython3(spec) : ""; !python3.empty()) {
     // On the root tmpfs, read-only once the root is remounted below.
     const char* what = "create /.deepbox/bin";
-    if (!spec.rootfs && !spec.sandboxd_binary) b.Mkdir("/.deepbox", what);
+    if (!have_deepbox_dir) b.Mkdir("/.deepbox", what);
+    have_deepbox_dir = true;
     b.Mkdir(kSandboxBinDir, what);
     b.Symlink(python3, std::string(kSandboxBinDir) + "/python", what);
   }
@@ -366,6 +418,10 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
     b.Touch("/.deepbox/sandboxd", what);
     b.BindHost(spec.sandboxd_binary->string(), "/.deepbox/sandboxd", MS_BIND, what);
     b.SetAttr("/.deepbox/sandboxd", kRoFlags, false, what);
+  }
+  if (!spec.extra_ca_pem.empty()) {
+    if (!have_deepbox_dir) b.Mkdir("/.deepbox", "install the sandbox CA");
+    AddSandboxCa(b, spec);
   }
 
   {

@@ -102,6 +102,12 @@ struct MountSpec {
   bool python_alias = true;
   uint32_t uid = 1000;
   uint32_t gid = 1000;
+  // A CA certificate (PEM) the sandbox must trust: the secrets proxy's
+  // (egress_proxy.h). Written to kSandboxCaFile, appended to the system
+  // bundle (host's or rootfs's) in kSandboxCaBundle, and that bundle is bound
+  // over each of kSystemCaBundles that is a regular file (no symlink on the
+  // way), so tools that read the system bundle trust it too.
+  std::string extra_ca_pem;
   std::vector<std::string> system_dirs = {"/usr",   "/bin",    "/lib", "/lib64",
                                           "/lib32", "/libx32", "/sbin"};
   std::vector<std::string> etc_entries = {
@@ -114,6 +120,16 @@ struct MountSpec {
 
 // The sandbox's own command directory (last on PATH; see python_alias).
 inline constexpr const char* kSandboxBinDir = "/.deepbox/bin";
+inline constexpr const char* kSandboxCaFile = "/.deepbox/ca/sandbox-ca.pem";
+inline constexpr const char* kSandboxCaBundle = "/.deepbox/ca/bundle.pem";
+// Where distributions keep the system bundle (Debian/Ubuntu/Alpine, Fedora/RHEL, openSUSE).
+inline constexpr const char* kSystemCaBundles[] = {"/etc/ssl/certs/ca-certificates.crt",
+                                                   "/etc/pki/tls/certs/ca-bundle.crt",
+                                                   "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"};
+// The environment that points TLS clients at kSandboxCaBundle (SSL_CERT_FILE,
+// REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, GIT_SSL_CAINFO) and kSandboxCaFile
+// (NODE_EXTRA_CA_CERTS: Node adds it to its own store).
+std::vector<std::string> SandboxCaEnv();
 
 Result<MountPlan> BuildMountPlan(const MountSpec& spec);
 

@@ -91,4 +91,12 @@ Result<std::vector<SandboxInfo>> SandboxProvider::Fork(const std::string&, int,
   return tl::unexpected(Unimplemented("fork"));
 }
 
+Result<std::string> SandboxProvider::SetNetwork(const std::string&, const std::string&) {
+  return tl::unexpected(Unimplemented("change the network of"));
+}
+
+Result<std::vector<EgressLogLine>> SandboxProvider::NetworkLog(const std::string&, size_t) {
+  return tl::unexpected(Unimplemented("show the network log of"));
+}
+
 }  // namespace deepbox

@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/sandboxd_client.h"
+#include "sandbox/secrets.h"
 
 namespace deepbox {
 
@@ -42,6 +43,10 @@ struct ClaimOptions {
   // wherever the id is ("" = none). k8s: the claim's name (a DNS label),
   // unique in its namespace, so the id is NAMESPACE/NAME.
   std::string name;
+  // Secrets the sandbox can use but never read (sandbox/secrets.h): the
+  // provider that cannot keep the value out of the sandbox refuses them.
+  // A claim with secrets never takes a warm sandbox.
+  std::vector<SecretGrant> secrets;
 };
 
 // What a provider knows about one of its sandboxes.
@@ -56,7 +61,11 @@ struct SandboxInfo {
   std::string limits;       // "memory 2 GiB, ..." ("" = the provider does not say)
   std::string limits_note;  // requested limits the host did not enforce ("" = none)
   std::string name;         // ClaimOptions::name ("" = none)
+  std::vector<std::string> secrets;  // the secrets' names and hosts, "GH_TOKEN@api.github.com"
 };
+
+// One line of a sandbox's egress log (local/egress_log.h) as JSON text.
+using EgressLogLine = std::string;
 
 // A client of one sandbox's daemon for a one-shot command (`deepbox sandbox
 // exec`, `sandbox cp`): the daemon's full API (streaming exec with stdin and
@@ -207,6 +216,15 @@ class SandboxProvider {
   // are now; all or none.
   virtual Result<std::vector<SandboxInfo>> Fork(const std::string& id, int count,
                                                 const ClaimOptions& options);
+
+  // Changes the network policy of a running sandbox ("none" | "allow=..."):
+  // new connections follow it at once, open ones it refuses are closed.
+  // Returns the policy in force. CONFLICT where the sandbox's
+  // network cannot change live (the reason says what can).
+  virtual Result<std::string> SetNetwork(const std::string& id, const std::string& policy);
+  // The last `limit` lines (0 = all) of the sandbox's egress log: every
+  // connection and request its proxy allowed or refused, and policy changes.
+  virtual Result<std::vector<EgressLogLine>> NetworkLog(const std::string& id, size_t limit);
 
  protected:
   // "the NAME provider cannot VERB sandboxes[: why]" as UNIMPLEMENTED.

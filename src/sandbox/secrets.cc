@@ -104,15 +104,21 @@ Result<SecretSpec> ParseSecretSpec(std::string_view text) {
 Status ValidateSecretValue(std::string_view value) {
   if (value.empty()) return MakeError(ErrorCode::kInvalidArgument, "the value is empty");
   if (value.size() > kMaxSecretValueBytes) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("the value is {} bytes (at most {})", value.size(),
-                                 kMaxSecretValueBytes));
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("the value is {} bytes (at most {})",
+                                                              value.size(), kMaxSecretValueBytes));
   }
   for (char c : value) {
-    if (c == '\r' || c == '\n' || c == '\0') {
+    auto u = static_cast<unsigned char>(c);
+    if (c != '\t' && (u < 0x20 || u == 0x7f)) {
       return MakeError(ErrorCode::kInvalidArgument,
-                       "the value holds CR, LF or NUL (it must fit in an HTTP header)");
+                       "the value holds a control byte (NUL, CR, LF, ...): it must fit in an "
+                       "HTTP header");
     }
+  }
+  if (value.front() == ' ' || value.front() == '\t' || value.back() == ' ' ||
+      value.back() == '\t') {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "the value starts or ends with whitespace (HTTP/2 forbids it in a header)");
   }
   return {};
 }

@@ -14,8 +14,9 @@
 //                the caller's; exit status 0 within 30 s, output <= 64 KiB),
 //                e.g. cmd:gh auth token, cmd:pass show pypi
 // One trailing newline ("\n" or "\r\n") is removed from file and command
-// output. The value must then be 1..8192 bytes without CR, LF or NUL (it goes
-// into an HTTP header). HOSTs are names as in `--network allow=` (lower case,
+// output. The value must then be 1..8192 bytes without control bytes (tab
+// aside) or surrounding whitespace: it goes into an HTTP/1 or HTTP/2 header
+// (local/secret_rewrite.h checks the same). HOSTs are names as in `--network allow=` (lower case,
 // "*.example.com" for every subdomain), without ports: HTTPS (443) to them is
 // intercepted, plain HTTP never receives a secret (it would cross the network
 // in clear text).
@@ -39,7 +40,7 @@ inline constexpr size_t kMaxSecrets = 64;
 struct SecretSource {
   enum class Kind { kEnv, kFile, kCommand };
   Kind kind = Kind::kEnv;
-  std::string ref;  // the variable, path or command
+  std::string ref;               // the variable, path or command
   std::string ToString() const;  // "env:VAR" | "file:PATH" | "cmd:COMMAND"
 };
 
@@ -71,8 +72,8 @@ bool IsSecretPlaceholder(std::string_view text);
 
 // Reads the value from its source (above), validates it and makes the
 // placeholder. Errors name the secret and the source, never the value.
-Result<SecretGrant> ResolveSecret(const SecretSpec& spec,
-                                  std::chrono::milliseconds command_timeout = std::chrono::seconds(30));
+Result<SecretGrant> ResolveSecret(
+    const SecretSpec& spec, std::chrono::milliseconds command_timeout = std::chrono::seconds(30));
 // ParseSecretSpec + ResolveSecret for each flag; two secrets with one name
 // are refused.
 Result<std::vector<SecretGrant>> ResolveSecretFlags(const std::vector<std::string>& flags);

@@ -33,11 +33,11 @@ TEST(SecretsTest, ParsesTheThreeSources) {
 }
 
 TEST(SecretsTest, RefusesBadFlagsClearly) {
-  for (const char* bad : {"", "NOEQUALS", "1X=env:A@a.com", "A-B=env:A@a.com", "A=env:A",
-                          "A=env:@a.com", "A=env:1X@a.com", "A=file:@a.com", "A=cmd:@a.com",
-                          "A=vault:x@a.com", "A=env:X@", "A=env:X@a.com:8443",
-                          "A=env:X@a.com!plain", "A=env:X@10.0.0.1", "A=env:X@localhost",
-                          "A=env:X@a..com"}) {
+  for (const char* bad :
+       {"", "NOEQUALS", "1X=env:A@a.com", "A-B=env:A@a.com", "A=env:A", "A=env:@a.com",
+        "A=env:1X@a.com", "A=file:@a.com", "A=cmd:@a.com", "A=vault:x@a.com", "A=env:X@",
+        "A=env:X@a.com:8443", "A=env:X@a.com!plain", "A=env:X@10.0.0.1", "A=env:X@localhost",
+        "A=env:X@a..com"}) {
     auto r = ParseSecretSpec(bad);
     EXPECT_FALSE(r) << bad;
     if (!r) {
@@ -49,7 +49,8 @@ TEST(SecretsTest, RefusesBadFlagsClearly) {
 TEST(SecretsTest, ValuesMustFitInAHeaderAndErrorsNeverQuoteThem) {
   EXPECT_TRUE(ValidateSecretValue("ghp_abc123"));
   for (std::string v : {std::string(""), std::string("a\r\nX-Evil: 1"), std::string("a\nb"),
-                        std::string("a\0b", 3), std::string(kMaxSecretValueBytes + 1, 'x')}) {
+                        std::string("a\0b", 3), std::string(kMaxSecretValueBytes + 1, 'x'),
+                        std::string(" lead"), std::string("trail\t"), std::string("del\x7f")}) {
     auto st = ValidateSecretValue(v);
     ASSERT_FALSE(st);
     if (v.size() > 2) {
@@ -75,8 +76,8 @@ TEST(SecretsTest, ResolvesFromEnvironmentFileAndCommand) {
   EXPECT_EQ((*env)[0].value, "s3cret-env");
   EXPECT_TRUE(IsSecretPlaceholder((*env)[0].placeholder));
 
-  std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                              ("secrets_test." + std::to_string(getpid()));
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("secrets_test." + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "k") << "s3cret-file\r\n";
   auto file = ResolveSecretFlags({"B=file:" + (dir / "k").string() + "@a.example.com"});
@@ -93,8 +94,7 @@ TEST(SecretsTest, ResolvesFromEnvironmentFileAndCommand) {
   ASSERT_FALSE(unset);
   EXPECT_NE(unset.error().message.find("secret D (env:DEEPBOX_TEST_SECRET_UNSET)"),
             std::string::npos);
-  auto failing =
-      ResolveSecretFlags({"E=cmd:printf '%s-%s' s3cret leak; exit 3@a.example.com"});
+  auto failing = ResolveSecretFlags({"E=cmd:printf '%s-%s' s3cret leak; exit 3@a.example.com"});
   ASSERT_FALSE(failing);
   EXPECT_NE(failing.error().message.find("exited with status 3"), std::string::npos)
       << failing.error().message;

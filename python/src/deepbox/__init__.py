@@ -31,7 +31,7 @@ from deepbox.errors import (
     SandboxNotFoundError,
     UnsupportedHostError,
 )
-from deepbox.sandbox import AsyncSandbox, Sandbox, find_deepbox_bin
+from deepbox.sandbox import AsyncSandbox, Sandbox, Secret, find_deepbox_bin
 
 __all__ = [
     "AsyncSandbox",
@@ -54,6 +54,7 @@ __all__ = [
     "ProtocolError",
     "ReadResult",
     "Sandbox",
+    "Secret",
     "SandboxGoneError",
     "SandboxNotFoundError",
     "StreamEvent",

@@ -10,6 +10,7 @@ enter, so use a sandbox from the user that created it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import os
@@ -88,6 +89,49 @@ def run_cli(
     return proc.stdout
 
 
+@dataclasses.dataclass(frozen=True)
+class Secret:
+    """A secret a sandbox can use but never read (``deepbox sandbox create --secret``).
+
+    Inside the sandbox the variable holds a placeholder (``deepbox-secret-...``);
+    the sandbox's egress proxy puts the real value into HTTPS requests to
+    ``hosts`` only. Give exactly one source: ``value`` (handed to the CLI
+    through its environment, never its command line), ``env`` (a variable of
+    this process), ``file`` (a path) or ``command`` (its output).
+    """
+
+    hosts: Sequence[str]
+    value: str | None = None
+    env: str | None = None
+    file: str | None = None
+    command: str | None = None
+
+
+def _secret_args(secrets: Mapping[str, Secret] | None) -> tuple[list[str], dict[str, str]]:
+    """The ``--secret`` flags for ``secrets`` and the environment the CLI reads values from."""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    for i, (name, secret) in enumerate((secrets or {}).items()):
+        given = [k for k in ("value", "env", "file", "command") if getattr(secret, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"secret {name}: give exactly one of value, env, file, command (got {given or 'none'})")
+        hosts = [secret.hosts] if isinstance(secret.hosts, str) else list(secret.hosts)
+        if not hosts:
+            raise ValueError(f"secret {name}: no hosts")
+        if secret.value is not None:
+            var = f"DEEPBOX_PY_SECRET_{i}"
+            env[var] = secret.value
+            source = f"env:{var}"
+        elif secret.env is not None:
+            source = f"env:{secret.env}"
+        elif secret.file is not None:
+            source = f"file:{secret.file}"
+        else:
+            source = f"cmd:{secret.command}"
+        args += ["--secret", f"{name}={source}@{','.join(hosts)}"]
+    return args, env
+
+
 class Sandbox:
     """One sandbox: its id, its daemon client, and how to delete it.
 
@@ -147,6 +191,7 @@ class Sandbox:
         idle_suspend: int | None = None,
         from_snapshot: str | None = None,
         name: str | None = None,
+        secrets: Mapping[str, Secret] | None = None,
         settings: Mapping[str, Any] | None = None,
         deepbox_bin: str | None = None,
     ) -> Sandbox:
@@ -156,7 +201,12 @@ class Sandbox:
             labels: Labels ``K=V`` (select with ``deepbox sandbox ls/rm --selector``).
             ttl: Seconds until the sandbox deletes itself whatever happens to
                 this process (0 = never).
-            network: ``"none"`` or ``"public"`` (default: public where possible).
+            network: ``"none"``, ``"public"`` or ``"allow=NAME,..."`` (default:
+                public where possible).
+            secrets: ``{"GH_TOKEN": Secret(hosts=["api.github.com"], env="GITHUB_TOKEN")}``:
+                the sandbox sees a placeholder; its proxy puts the value into
+                HTTPS requests to the hosts only (needs ``network`` public or
+                an allowlist naming them; never a warm sandbox).
             idle_suspend: Suspend it after this many seconds unused (its
                 processes end, its files stay; the next use resumes it).
             from_snapshot: Start with the files of this snapshot (:meth:`snapshot`).
@@ -183,7 +233,9 @@ class Sandbox:
             args += ["--rootfs", rootfs]
         given = {"pool": pool or None, "memory": memory, "cpus": cpus, "max-processes": max_processes, "disk": disk}
         args += _setting_args({**given, **(settings or {})})
-        out = run_cli(args, deepbox_bin=deepbox_bin)
+        secret_args, secret_env = _secret_args(secrets)
+        args += secret_args
+        out = run_cli(args, deepbox_bin=deepbox_bin, env=secret_env or None)
         meta = _parse_json_object(out, "deepbox sandbox create --json")
         return cls._from_local_meta(meta, owned=True, deepbox_bin=deepbox_bin)
 
@@ -341,6 +393,34 @@ class Sandbox:
         self._client.close()
         run_cli(["sandbox", verb, *self._cluster_args, self.id], deepbox_bin=self._deepbox_bin, timeout=300)
         self._asleep = verb != "resume"
+
+    def set_network(self, *, mode: str | None = None, allow: Sequence[str] | str | None = None) -> str:
+        """Changes the network policy while the sandbox runs; returns the policy in force.
+
+        ``mode``: ``"none"`` or ``"allow=NAME,..."`` (replaces it); ``allow``:
+        edits the allowlist, ``"+name"`` adds and ``"-name"`` removes. New
+        connections follow it at once, open ones it refuses are closed. Only a
+        sandbox created with an allowlist can change.
+        """
+        if (mode is None) == (allow is None):
+            raise ValueError("give one of mode= or allow=")
+        args = ["sandbox", "network", *self._cluster_args, self.id]
+        if mode is not None:
+            args += ["--mode", mode]
+        else:
+            args += ["--allow", allow if isinstance(allow, str) else ",".join(allow)]
+        return run_cli(args, deepbox_bin=self._deepbox_bin, timeout=60).strip()
+
+    def network_log(self, tail: int = 0) -> list[dict[str, Any]]:
+        """The egress log: every connection and request the sandbox's proxy allowed or
+        refused (host, port, bytes, rule or reason, secrets used by name) and
+        each policy change, oldest first; ``tail`` = only the last N."""
+        out = run_cli(
+            ["sandbox", "logs", "--network", "--json", "--tail", str(int(tail)), *self._cluster_args, self.id],
+            deepbox_bin=self._deepbox_bin,
+            timeout=60,
+        )
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
 
     def snapshot(self, name: str | None = None) -> dict[str, Any]:
         """Copies the sandbox's files (not its memory or processes) into a snapshot.

@@ -256,6 +256,15 @@ Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const
   }
   o.ttl = std::chrono::seconds(ttl);
   o.idle_suspend = options_.defaults.idle_suspend;  // the next call resumes it
+  // The operator's secrets, each with a placeholder of this sandbox's own.
+  o.secrets = options_.defaults.secrets;
+  for (auto& secret : o.secrets) secret.placeholder = MakeSecretPlaceholder();
+  if (!o.secrets.empty() && !p->enforces_network()) {
+    return MakeError(ErrorCode::kUnimplemented,
+                     fmt::format("this server's secrets (deepbox mcp --secret) are for local "
+                                 "sandboxes only, not {} ones",
+                                 p->name()));
+  }
 
   // Network: the server's is the default and the widest.
   if (p->enforces_network()) {

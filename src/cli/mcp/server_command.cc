@@ -122,6 +122,10 @@ int RunMcp(const McpArgs& args) {
     return Fail(kExitUsage, "--network: " + p.error().message);
   }
   bo.defaults.network = network;
+  // Read once, here, from the operator's environment, files or commands.
+  auto secrets = ResolveSecretFlags(args.secrets);
+  if (!secrets) return Fail(kExitUsage, "--secret: " + secrets.error().message);
+  bo.defaults.secrets = std::move(*secrets);
   bo.allow_client_network = args.allow_client_network;
   bo.shared = args.shared;
   if (!args.attach_selector.empty()) {

@@ -26,9 +26,12 @@ struct McpArgs {
   int64_t idle_suspend_seconds = 600;  // local sandboxes it creates: suspended after (0 = never)
   std::string network = "none";        // local sandboxes: default and widest allowed
   bool allow_client_network = false;   // clients may ask for any network
-  bool shared = false;                 // clients see and use each other's sandboxes
-  std::string attach_selector;         // sandboxes made elsewhere that clients may use
-  int64_t max_sandboxes = 20;          // live sandboxes of this server (0 = no cap)
+  // --secret: every local sandbox it creates gets these (a placeholder of its
+  // own each); clients can neither add nor read secrets.
+  std::vector<std::string> secrets;
+  bool shared = false;          // clients see and use each other's sandboxes
+  std::string attach_selector;  // sandboxes made elsewhere that clients may use
+  int64_t max_sandboxes = 20;   // live sandboxes of this server (0 = no cap)
   int64_t max_sandboxes_per_client = 5;
   // The providers' settings given (sandbox/registry.h); the rest come from
   // their environment variables (AGENT_SANDBOX_* for k8s), else defaults.

@@ -24,6 +24,7 @@
 
 #include "common/time.h"
 #include "common/unique_fd.h"
+#include "local/egress_log.h"
 #include "local/lifecycle/supervisor.h"
 #include "local/network.h"
 #include "net/http_client.h"
@@ -360,6 +361,7 @@ Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options
   req.sandboxd_binary = options_.sandboxd_binary;
   req.limits = options_.limits;
   req.workspace_image = workspace_image;
+  req.secrets = options.secrets;
   auto meta = StartSupervisor(options_.deepbox_binary, req, options_.create_timeout);
   if (!meta) {
     // A daemon SIGKILLed while starting under a memory limit ran out of memory.
@@ -505,7 +507,8 @@ Result<SandboxMeta> LocalSandboxProvider::CreateSandbox(const ClaimOptions& opti
     }
     return meta;
   }
-  if (allow_warm && !options_.pool.empty()) {
+  // A warm sandbox was started without the secrets' CA and proxy.
+  if (allow_warm && !options_.pool.empty() && options.secrets.empty()) {
     for (int attempt = 0; attempt < 3; ++attempt) {
       auto warm = ClaimWarm(options_.pool, options);
       if (!warm) return tl::unexpected(warm.error());
@@ -830,6 +833,11 @@ SandboxInfo InfoOf(const SandboxMeta& meta) {
   info.limits = meta.limits.Describe();
   info.limits_note = meta.limits_note;
   info.name = meta.name;
+  for (const auto& [name, hosts] : meta.secrets) {
+    std::string joined;
+    for (const auto& h : hosts) joined += (joined.empty() ? "" : ",") + h;
+    info.secrets.push_back(name + "@" + joined);
+  }
   return info;
 }
 
@@ -1049,6 +1057,85 @@ Status LocalSandboxProvider::RequestMode(const std::string& id_or_name, const st
     }
     std::this_thread::sleep_for(1ms);
   }
+}
+
+Result<std::string> LocalSandboxProvider::SetNetwork(const std::string& id_or_name,
+                                                     const std::string& policy_text) {
+  const std::string id = Canonical(id_or_name);
+  if (!Store::ValidId(id)) {
+    return MakeError(Store::ValidName(id) ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+                     fmt::format("no sandbox '{}' (see: deepbox sandbox ls)", id));
+  }
+  auto policy = ParseNetworkPolicy(policy_text);
+  if (!policy) return tl::unexpected(policy.error());
+  const std::string want = policy->ToString();
+  auto meta = store_.Read(id);
+  if (!meta) {
+    if (meta.error().code == ErrorCode::kNotFound) return tl::unexpected(GoneError(id));
+    return tl::unexpected(meta.error());
+  }
+  if (!meta->network_live || policy->mode == NetworkMode::kPublic) {
+    return MakeError(
+        ErrorCode::kConflict,
+        fmt::format("sandbox '{}' has network '{}', which cannot change to '{}' while it runs: "
+                    "only a sandbox created with --network allow=... switches live, between "
+                    "allowlists and none (its traffic goes through its own proxy). Create one "
+                    "with the network you want (deepbox sandbox fork {} --network ...)",
+                    id, meta->network, want, id));
+  }
+  if (meta->network == want && meta->network_applied == want) return want;
+  auto asked = store_.Update(id, [&](SandboxMeta& m) {
+    m.network = want;
+    m.network_note.clear();
+    // No supervisor (suspended): the next launch applies it.
+    if (!IsSupervisorOf(m.supervisor, id)) m.network_applied = want;
+    return Status{};
+  });
+  if (!asked) return tl::unexpected(asked.error());
+  if (asked->network_applied == want) return want;
+  UniqueFd pidfd = SignalSupervisor(asked->supervisor, id, SIGHUP);
+  if (!pidfd) return tl::unexpected(GoneError(id));
+  const int64_t deadline = MonotonicNs() + 10'000'000'000LL;
+  for (;;) {
+    auto now = store_.Read(id);
+    if (!now) return tl::unexpected(now.error());
+    if (now->network_applied == want) return want;
+    if (!now->network_note.empty() && now->network != want) {
+      return MakeError(ErrorCode::kConflict, now->network_note);
+    }
+    if (now->network != want) {
+      return MakeError(
+          ErrorCode::kConflict,
+          fmt::format("sandbox '{}': another change (to '{}') came first", id, now->network));
+    }
+    if (!IsSupervisorOf(now->supervisor, id)) return tl::unexpected(GoneError(id));
+    if (MonotonicNs() > deadline) {
+      return MakeError(ErrorCode::kTimeout,
+                       fmt::format("sandbox '{}' did not apply the network change within 10 s "
+                                   "(its log: {})",
+                                   id, store_.Paths(id).log.string()));
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+}
+
+Result<std::vector<EgressLogLine>> LocalSandboxProvider::NetworkLog(const std::string& id_or_name,
+                                                                    size_t limit) {
+  const std::string id = Canonical(id_or_name);
+  if (!Store::ValidId(id)) {
+    return MakeError(Store::ValidName(id) ? ErrorCode::kNotFound : ErrorCode::kInvalidArgument,
+                     fmt::format("no sandbox '{}' (see: deepbox sandbox ls)", id));
+  }
+  auto meta = store_.Read(id);
+  if (!meta) {
+    if (meta.error().code == ErrorCode::kNotFound) return tl::unexpected(GoneError(id));
+    return tl::unexpected(meta.error());
+  }
+  auto events = ReadEgressLog(store_.Paths(id).dir / kEgressLogFile, limit);
+  if (!events) return tl::unexpected(events.error());
+  std::vector<EgressLogLine> lines;
+  for (const auto& e : *events) lines.push_back(ToJson(e.ToJson()));
+  return lines;
 }
 
 Status LocalSandboxProvider::AdoptSuspended(const SandboxMeta& meta) {

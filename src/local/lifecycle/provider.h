@@ -112,6 +112,11 @@ class LocalSandboxProvider : public SandboxProvider {
                                          const ClaimOptions& options) override;
   Result<std::vector<SandboxInfo>> Fork(const std::string& id, int count,
                                         const ClaimOptions& options) override;
+  // A sandbox created with --network allow=... switches between allowlists
+  // and none (its proxy's policy); the supervisor applies it (SIGHUP) and
+  // logs it in the egress log (network.jsonl in its state dir).
+  Result<std::string> SetNetwork(const std::string& id, const std::string& policy) override;
+  Result<std::vector<EgressLogLine>> NetworkLog(const std::string& id, size_t limit) override;
 
   // Creates (or takes from the pool) without a lease: the sandbox lives until
   // deleted or its TTL. `allow_warm` false forces a cold create.

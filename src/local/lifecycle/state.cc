@@ -105,7 +105,8 @@ Result<SandboxMeta> ParseRecord(const std::string& id, const std::string& text,
   return meta;
 }
 
-// Atomic: temp file in the same dir, then rename over `path`.
+}  // namespace
+
 Status WriteFileAtomic(const fs::path& path, std::string_view data) {
   uint64_t r = 0;
   (void)getrandom(&r, sizeof(r), 0);
@@ -124,6 +125,8 @@ Status WriteFileAtomic(const fs::path& path, std::string_view data) {
   }
   return {};
 }
+
+namespace {
 
 Status WriteSmallFile(const std::string& path, std::string_view content) {
   UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
@@ -350,6 +353,17 @@ json::object SandboxMeta::ToJson() const {
   o["network_requested"] = network_requested;
   o["network"] = network;
   if (!network_note.empty()) o["network_note"] = network_note;
+  if (network_live) o["network_live"] = true;
+  if (!network_applied.empty()) o["network_applied"] = network_applied;
+  if (!secrets.empty()) {
+    json::array a;
+    for (const auto& [name, hosts] : secrets) {
+      json::array h;
+      for (const auto& host : hosts) h.emplace_back(JsonString(host));
+      a.emplace_back(json::object{{"name", name}, {"hosts", std::move(h)}});
+    }
+    o["secrets"] = std::move(a);
+  }
   if (net_slot) o["net_slot"] = *net_slot;
   o["rootfs"] = rootfs;
   o["limits"] = limits.ToJson();
@@ -422,6 +436,22 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
   m.network_requested = GetOptString(o, "network_requested").value_or("");
   m.network = GetOptString(o, "network").value_or("none");
   m.network_note = GetOptString(o, "network_note").value_or("");
+  if (auto it = o.find("network_live"); it != o.end() && it->value().is_bool()) {
+    m.network_live = it->value().as_bool();
+  }
+  m.network_applied = GetOptString(o, "network_applied").value_or("");
+  if (auto it = o.find("secrets"); it != o.end() && it->value().is_array()) {
+    for (const auto& e : it->value().as_array()) {
+      if (!e.is_object()) continue;
+      std::vector<std::string> hosts;
+      if (const auto* h = e.as_object().if_contains("hosts"); h && h->is_array()) {
+        for (const auto& x : h->as_array()) {
+          if (x.is_string()) hosts.emplace_back(x.as_string());
+        }
+      }
+      m.secrets.emplace_back(GetOptString(e.as_object(), "name").value_or(""), std::move(hosts));
+    }
+  }
   if (auto slot = IntOr(o, "net_slot", -1, 0, UINT32_MAX); slot >= 0) {
     m.net_slot = static_cast<uint32_t>(slot);
   }

@@ -82,6 +82,13 @@ bool ProcessAlive(const ProcessRef& ref);
 // signalled (and its sandbox counted alive) only if this holds.
 bool IsSupervisorOf(const ProcessRef& ref, std::string_view id);
 
+// Beside meta.json: the egress log (egress_log.h) and the secrets' values.
+inline constexpr const char* kEgressLogFile = "network.jsonl";
+inline constexpr const char* kSecretsFile = "secrets.json";
+
+// Writes `data` to a 0600 temp file beside `path`, then renames it over `path`.
+Status WriteFileAtomic(const fs::path& path, std::string_view data);
+
 struct SandboxMeta {
   std::string id;
   Labels labels;
@@ -92,11 +99,21 @@ struct SandboxMeta {
   std::string network_requested;         // "" (host default) | "none" | "public"
   std::string network;                   // effective: "none" | "public"
   std::string network_note;              // why public fell back to none
-  std::optional<uint32_t> net_slot;      // public mode
-  std::string rootfs;                    // "" = host system dirs
-  SandboxLimits limits;                  // as requested (a claim must match them exactly)
-  std::string limits_note;               // requested limits this host did not enforce
-  bool ready = false;                    // the daemon answered its health check
+  // Whether `network` may change while the sandbox runs (`deepbox sandbox
+  // network`): it has an egress proxy and no uplink (created with allow=).
+  // The CLI writes a new `network` and signals the supervisor (SIGHUP), which
+  // applies it and then sets network_applied to it.
+  bool network_live = false;
+  std::string network_applied;
+  // Names and hosts of the sandbox's secrets (sandbox/secrets.h; the values
+  // are in secrets.json beside this record, 0600, for a supervisor that
+  // adopts the sandbox).
+  std::vector<std::pair<std::string, std::vector<std::string>>> secrets;
+  std::optional<uint32_t> net_slot;  // public mode
+  std::string rootfs;                // "" = host system dirs
+  SandboxLimits limits;              // as requested (a claim must match them exactly)
+  std::string limits_note;           // requested limits this host did not enforce
+  bool ready = false;                // the daemon answered its health check
   // Daemon restarts by the supervisor (supervisor.h); broken: why it stopped
   // restarting it (the sandbox and its files stay until its TTL or rm).
   int restarts = 0;

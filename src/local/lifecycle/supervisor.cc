@@ -24,9 +24,11 @@
 #include <utility>
 #include <vector>
 
+#include "common/io.h"
 #include "common/time.h"
 #include "common/unique_fd.h"
 #include "local/cgroups.h"
+#include "local/egress_log.h"
 #include "local/launcher.h"
 #include "local/lifecycle/pool.h"
 #include "local/namespaces.h"
@@ -98,6 +100,42 @@ std::vector<std::string> CgroupCandidates(const std::string& id) {
 // local/uplink.h; the launcher probes again and fails closed to `none` too).
 NetworkProbe PublicNetworkProbe() { return ChooseUplink(PublicNetworkConfig{}); }
 
+// Secrets as JSON: name, hosts, placeholder (and the value only for
+// secrets.json and the ready socket).
+json::array SecretsToJson(const std::vector<SecretGrant>& secrets, bool with_values) {
+  json::array a;
+  for (const auto& s : secrets) {
+    json::array hosts;
+    for (const auto& h : s.hosts) hosts.emplace_back(JsonString(h));
+    json::object o{{"name", s.name}, {"hosts", std::move(hosts)}, {"placeholder", s.placeholder}};
+    if (with_values) o["value"] = JsonString(s.value);
+    a.emplace_back(std::move(o));
+  }
+  return a;
+}
+
+Result<std::vector<SecretGrant>> SecretsFromJson(const json::value& v) {
+  auto bad = MakeError(ErrorCode::kInvalidArgument, "malformed secrets");
+  if (!v.is_array()) return bad;
+  std::vector<SecretGrant> out;
+  for (const auto& e : v.as_array()) {
+    if (!e.is_object()) return bad;
+    const auto& o = e.as_object();
+    SecretGrant g;
+    g.name = GetOptString(o, "name").value_or("");
+    g.placeholder = GetOptString(o, "placeholder").value_or("");
+    g.value = GetOptString(o, "value").value_or("");
+    if (const auto* h = o.if_contains("hosts"); h && h->is_array()) {
+      for (const auto& x : h->as_array()) {
+        if (x.is_string()) g.hosts.emplace_back(x.as_string());
+      }
+    }
+    if (g.name.empty() || !IsSecretPlaceholder(g.placeholder) || g.hosts.empty()) return bad;
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
 class Supervisor {
  public:
   Supervisor(SupervisorRequest req, UniqueFd ready)
@@ -137,6 +175,11 @@ class Supervisor {
   void ArmTimer(std::optional<int64_t> at_ms = std::nullopt);
   void DrainStderr();
   bool HandleSignals();  // true: delete requested
+  // meta_.network changed (`deepbox sandbox network`): applies it to the
+  // proxy, logs it, records network_applied.
+  void ApplyNetworkChange(const std::string& before);
+  Status SaveSecrets();
+  Status LoadSecrets();
 
   SupervisorRequest req_;
   Store store_;
@@ -157,6 +200,7 @@ class Supervisor {
   UniqueFd sigfd_;
   UniqueFd timerfd_;
   std::unique_ptr<net::HttpClient> activity_http_;  // the idle timer's probe
+  std::shared_ptr<EgressLog> egress_log_;           // network.jsonl, across restarts
   int64_t start_ns_ = 0;
   int64_t launched_ns_ = 0;
   bool dir_created_ = false;
@@ -240,7 +284,11 @@ Status Supervisor::Prepare() {
                        fmt::format("network '{}' is not available on this host: {}", want, why));
     }
     meta_.network = policy->ToString();
+    meta_.network_live = true;  // a proxy and no uplink: its policy can change
   }
+  meta_.network_applied = meta_.network;
+  for (const auto& secret : req_.secrets) meta_.secrets.emplace_back(secret.name, secret.hosts);
+  if (auto st = SaveSecrets(); !st) return st;
   if (auto st = store_.Write(meta_); !st) return st;
   if (mkdir(paths_.workspace.c_str(), 0700) != 0) {
     return MakeSyscallError("mkdir", errno, paths_.workspace.string());
@@ -312,6 +360,7 @@ Status Supervisor::Adopt() {
   req_.network = meta_.network_requested;
   req_.pool.clear();
   req_.idle_suspend_seconds = meta_.idle_suspend_seconds;
+  if (auto st = LoadSecrets(); !st) return st;
   fs::path image = paths_.runtime / "workspace.img";
   if (access(image.c_str(), F_OK) == 0) {
     auto disk = WorkspaceDisk::Adopt(image, paths_.workspace);
@@ -361,6 +410,17 @@ Status Supervisor::LaunchSandbox() {
       policy && policy->mode == NetworkMode::kAllow) {
     spec.network = NetworkMode::kAllow;
     spec.public_network.allow = policy->allow;
+  } else if (meta_.network_live) {
+    spec.network = NetworkMode::kAllow;  // switched to none: its proxy allows nothing
+  }
+  spec.secrets = req_.secrets;
+  if (!egress_log_ && (spec.network == NetworkMode::kAllow || !spec.secrets.empty())) {
+    auto log = EgressLog::Open(paths_.dir / kEgressLogFile);
+    if (!log) return tl::unexpected(log.error());
+    egress_log_ = std::move(*log);
+  }
+  if (egress_log_) {
+    spec.on_egress_event = [log = egress_log_](EgressEvent e) { log->Append(std::move(e)); };
   }
   if (meta_.net_slot) spec.public_network.slot = *meta_.net_slot;
   if (spec.network == NetworkMode::kPublic) {  // what Prepare chose (a slot: veth)
@@ -400,6 +460,7 @@ Status Supervisor::LaunchSandbox() {
   if (sp_.network() != NetworkMode::kAllow) {  // allow keeps its list ("allow=a,b")
     meta_.network = std::string(NetworkModeName(sp_.network()));
   }
+  meta_.network_applied = meta_.network;
   if (!sp_.network_note().empty()) meta_.network_note = sp_.network_note();
   meta_.limits_note = UnenforcedLimitsNote(req_.limits, sp_.limits());
   const auto& t = sp_.timings();
@@ -412,6 +473,7 @@ Status Supervisor::LaunchSandbox() {
   auto updated = store_.Update(req_.id, [&](SandboxMeta& m) {
     m.init = meta_.init;
     m.network = meta_.network;
+    m.network_applied = meta_.network_applied;
     m.network_note = meta_.network_note;
     m.limits_note = meta_.limits_note;
     if (!restart) m.timings = meta_.timings;
@@ -447,7 +509,9 @@ bool Supervisor::HandleSignals() {
     if (si.ssi_signo == SIGHUP) {
       auto m = store_.Read(req_.id);
       if (m) {
+        std::string network_before = meta_.network_applied;
         meta_ = *m;
+        if (meta_.network != network_before) ApplyNetworkChange(network_before);
         Log(fmt::format("meta.json re-read: state {}, expires {}", meta_.state,
                         meta_.expires_at_ms ? FormatRfc3339Ms(*meta_.expires_at_ms) : "never"));
         ArmTimer();
@@ -461,6 +525,63 @@ bool Supervisor::HandleSignals() {
     }
   }
   return del;
+}
+
+void Supervisor::ApplyNetworkChange(const std::string& before) {
+  std::string applied = before;
+  std::string error;
+  auto policy = ParseNetworkPolicy(meta_.network);
+  if (!policy) {
+    error = policy.error().message;
+  } else if (!meta_.network_live || policy->mode == NetworkMode::kPublic) {
+    error =
+        "this sandbox's network cannot change while it runs (only one created with "
+        "--network allow=... can switch between allowlists and none)";
+  } else {
+    applied = policy->ToString();
+    EgressProxy* proxy = sp_.mutable_proxy();
+    size_t closed = 0;
+    if (proxy != nullptr) closed = proxy->SetPolicy(policy->allow, /*public_mode=*/false);
+    // Not running (suspended): the next launch reads meta_.network.
+    Log(fmt::format("network policy: {} -> {} ({} open connection(s) closed)", before, applied,
+                    closed));
+    if (egress_log_) {
+      EgressEvent e;
+      e.event = "policy";
+      e.verdict = "allowed";
+      e.rule = fmt::format("{} (was {}; {} connection(s) closed)", applied, before, closed);
+      egress_log_->Append(std::move(e));
+    }
+  }
+  if (!error.empty()) Log("network change refused: " + error);
+  auto updated = store_.Update(req_.id, [&](SandboxMeta& m) {
+    m.network = applied;
+    m.network_applied = applied;
+    m.network_note = error.empty() ? "" : "network change refused: " + error;
+    return Status{};
+  });
+  if (updated) meta_ = *updated;
+}
+
+Status Supervisor::SaveSecrets() {
+  if (req_.secrets.empty()) return {};
+  return WriteFileAtomic(paths_.dir / kSecretsFile,
+                         ToJson(SecretsToJson(req_.secrets, /*with_values=*/true)));
+}
+
+Status Supervisor::LoadSecrets() {
+  if (meta_.secrets.empty()) return {};
+  fs::path path = paths_.dir / kSecretsFile;
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd) return MakeSyscallError("open", errno, path.string());
+  auto text = ReadAll(fd.get(), path.string(), 4u << 20);
+  if (!text) return tl::unexpected(text.error());
+  auto parsed = ParseJson(*text);
+  if (!parsed) return tl::unexpected(parsed.error());
+  auto secrets = SecretsFromJson(*parsed);
+  if (!secrets) return tl::unexpected(secrets.error());
+  req_.secrets = std::move(*secrets);
+  return {};
 }
 
 Status Supervisor::WaitHealthy() {
@@ -927,6 +1048,7 @@ json::object SupervisorRequest::ToJson() const {
   o["requested_at_ns"] = requested_at_ns;
   if (adopt) o["adopt"] = true;
   if (!workspace_image.empty()) o["workspace_image"] = JsonString(workspace_image);
+  if (!secrets.empty()) o["secrets"] = SecretsToJson(secrets, /*with_values=*/false);
   return o;
 }
 
@@ -961,6 +1083,11 @@ Result<SupervisorRequest> SupervisorRequest::FromJson(const json::object& o) {
     r.adopt = it->value().as_bool();
   }
   r.workspace_image = GetOptString(o, "workspace_image").value_or("");
+  if (auto it = o.find("secrets"); it != o.end()) {
+    auto secrets = SecretsFromJson(it->value());
+    if (!secrets) return tl::unexpected(secrets.error());
+    r.secrets = std::move(*secrets);
+  }
   return r;
 }
 
@@ -1021,6 +1148,16 @@ Result<SandboxMeta> StartSupervisor(const std::string& deepbox_binary,
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return MakeSyscallError("posix_spawn", rc, deepbox_binary);
   theirs.reset();
+  // The secrets' values: over the socket, never in argv (any local user can
+  // read a command line).
+  if (!request.secrets.empty()) {
+    std::string line =
+        ToJson(json::object{{"secrets", SecretsToJson(request.secrets, /*with_values=*/true)}}) +
+        "\n";
+    if (auto st = WriteAll(mine.get(), line, "the secrets, to the supervisor"); !st) {
+      return tl::unexpected(st.error());
+    }
+  }
   // The first process forks the real supervisor and exits at once.
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -1079,6 +1216,50 @@ Result<SandboxMeta> StartSupervisor(const std::string& deepbox_binary,
   return SandboxMeta::FromJson(meta->value().as_object());
 }
 
+namespace {
+// The creator's line with the secrets' values (StartSupervisor), matched to
+// the request's secrets by name and placeholder.
+Status ReadSecretValues(int fd, SupervisorRequest& req) {
+  std::string line;
+  char c;
+  const int64_t deadline = MonotonicNs() + 10'000'000'000LL;
+  while (line.size() < (8u << 20)) {
+    pollfd p{fd, POLLIN, 0};
+    int64_t left_ms = (deadline - MonotonicNs()) / 1000000;
+    if (left_ms <= 0) return MakeError(ErrorCode::kTimeout, "the secrets did not arrive");
+    int rc = poll(&p, 1, static_cast<int>(left_ms));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return MakeSyscallError("poll", errno, "the secrets");
+    if (rc == 0) continue;
+    ssize_t n = read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return MakeError(ErrorCode::kInvalidArgument, "the secrets did not arrive");
+    if (c == '\n') break;
+    line += c;
+  }
+  auto obj = ParseJsonObject(line);
+  if (!obj) return MakeError(ErrorCode::kInvalidArgument, "malformed secrets line");
+  const auto* v = obj->if_contains("secrets");
+  if (v == nullptr) return MakeError(ErrorCode::kInvalidArgument, "malformed secrets line");
+  auto got = SecretsFromJson(*v);
+  if (!got || got->size() != req.secrets.size()) {
+    return MakeError(ErrorCode::kInvalidArgument, "malformed secrets line");
+  }
+  for (size_t i = 0; i < got->size(); ++i) {
+    if ((*got)[i].name != req.secrets[i].name ||
+        (*got)[i].placeholder != req.secrets[i].placeholder) {
+      return MakeError(ErrorCode::kInvalidArgument, "the secrets do not match the request");
+    }
+    if (auto st = ValidateSecretValue((*got)[i].value); !st) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("secret {}: {}", req.secrets[i].name, st.error().message));
+    }
+    req.secrets[i].value = std::move((*got)[i].value);
+  }
+  return {};
+}
+}  // namespace
+
 int SuperviseMain(int argc, char** argv) {
   int ready_fd = -1;
   std::string request_json;
@@ -1099,6 +1280,13 @@ int SuperviseMain(int argc, char** argv) {
   if (!req) {
     std::fprintf(stderr, "deepbox __supervise: %s\n", req.error().message.c_str());
     return 2;
+  }
+  if (!req->secrets.empty() && !req->adopt) {
+    auto values = ReadSecretValues(ready_fd, *req);
+    if (!values) {
+      if (ready_fd >= 0) SendAll(ready_fd, ErrorLine(values.error()));
+      return 1;
+    }
   }
   // Second fork: the supervisor is not the creator's child (nobody must reap it,
   // and the creator's death means nothing to it).

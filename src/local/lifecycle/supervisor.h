@@ -48,6 +48,7 @@
 #include "common/error.h"
 #include "local/lifecycle/selector.h"
 #include "local/lifecycle/state.h"
+#include "sandbox/secrets.h"
 
 namespace deepbox::local::lifecycle {
 
@@ -80,6 +81,11 @@ struct SupervisorRequest {
   // sandbox's, WorkspaceDisk::CloneImage, in the state dir's file system) is
   // moved into the sandbox's runtime dir and mounted instead of a new one.
   std::string workspace_image;
+  // Secrets (sandbox/secrets.h). ToJson carries names, hosts and
+  // placeholders only: the values travel over the ready socket (one line
+  // after the spawn, never argv) and the supervisor keeps them in memory and
+  // in <sandbox dir>/secrets.json (0600) for an adopting supervisor.
+  std::vector<SecretGrant> secrets;
 
   json::object ToJson() const;
   static Result<SupervisorRequest> FromJson(const json::object& o);
