@@ -56,11 +56,13 @@ const std::vector<SecretBinding>& Bindings() {
   static const std::vector<SecretBinding> b = {{"GH_TOKEN",
                                                 "deepbox-secret-0123456789abcdef0123456789abcdef",
                                                 HighBytes(0x80),
-                                                {"api.example.com", "*.uploads.example.com"}},
+                                                {"api.example.com", "*.uploads.example.com"},
+                                                true},
                                                {"API_KEY",
                                                 "deepbox-secret-fedcba9876543210fedcba9876543210",
                                                 HighBytes(0xc0),
-                                                {"other.example.org"}}};
+                                                {"other.example.org"},
+                                                false}};
   return b;
 }
 

@@ -21,14 +21,14 @@ def test_secret_args_never_put_a_value_on_the_command_line() -> None:
             "A": Secret(hosts=["api.example.test"], value="v4lue"),
             "B": Secret(hosts="b.example.test", env="HOME_TOKEN"),
             "C": Secret(hosts=["c.example.test", "*.c.example.test"], file="/run/c"),
-            "D": Secret(hosts=["d.example.test"], command="pass show d"),
+            "D": Secret(hosts=["d.example.test"], command="pass show d", in_query=True),
         }
     )
     assert args == [
         "--secret", "A=env:DEEPBOX_PY_SECRET_0@api.example.test",
         "--secret", "B=env:HOME_TOKEN@b.example.test",
         "--secret", "C=file:/run/c@c.example.test,*.c.example.test",
-        "--secret", "D=cmd:pass show d@d.example.test",
+        "--secret", "D=cmd:pass show d@d.example.test;query",
     ]  # fmt: skip
     assert env == {"DEEPBOX_PY_SECRET_0": "v4lue"}
     assert "v4lue" not in " ".join(args)

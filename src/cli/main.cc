@@ -147,12 +147,13 @@ void RegisterSandboxCommands(CLI::App& app) {
   create->add_option(
       "--secret", create_args->secrets,
       "A secret the sandbox can use but never read (repeatable):\n"
-      "NAME=SOURCE@HOST[,HOST...], SOURCE one of env:VAR (your environment),\n"
+      "NAME=SOURCE@HOST[,HOST...][;query], SOURCE one of env:VAR (your environment),\n"
       "file:PATH, cmd:COMMAND (its output, e.g. cmd:gh auth token). Inside, $NAME\n"
       "holds a placeholder (deepbox-secret-...); the sandbox's egress proxy puts the\n"
       "real value into HTTPS requests to those HOSTs only (any header; TLS to them\n"
       "ends at the proxy with a CA made for this sandbox, which it trusts) and logs\n"
-      "every use (`deepbox sandbox logs --network ID`). Needs --network public or\n"
+      "every use (`deepbox sandbox logs --network ID`); ;query: also in URL queries.\n"
+      "Needs --network public or\n"
       "allow=... listing the HOSTs; never a warm sandbox. Local sandboxes only");
   create->add_flag("--json", create_args->json, "Print the sandbox's record as JSON");
   create->add_flag("--cold", create_args->cold,

@@ -29,6 +29,7 @@ class JsonUi : public RunUi {
   void OnEvent(const agent::AgentEvent& event) override;
   void RunFinished(const agent::RunResult& result, std::chrono::milliseconds wall) override;
   void SandboxReleased(const std::string& id, bool kept, const std::string& describe) override;
+  void Egress(const json::object& event) override { Emit(event); }
   void Result(const RunSummary& summary) override;
   void Prompt(int fd) override;
 

@@ -27,6 +27,7 @@
 #include "agent/thread_store.h"
 #include "cli/project_trust.h"
 #include "cli/run_agent_files.h"
+#include "cli/run_egress.h"
 #include "cli/run_exit_codes.h"
 #include "cli/run_format.h"
 #include "cli/run_prompt.h"
@@ -415,12 +416,15 @@ int Session::Run(RunSummary& summary) {
     shared_.snapshot.provider = summary.provider;
     shared_.snapshot.sandbox_id = sandbox_id;
   }
+  // --json: the sandbox's egress log as "egress" events while the run lasts.
+  std::unique_ptr<EgressFollower> egress;
   // Stops the sandbox's watch (set once the agent's sandbox exists below).
   std::function<void()> stop_watch;
   // Ends what uses the sandbox (MCP servers inside it) before it is released.
   std::function<void()> before_release;
   // Releases on every path below (the guard releases too, as a last resort).
   auto release = [&]() -> int {
+    egress.reset();  // its last poll, while the sandbox still exists
     if (before_release) std::exchange(before_release, nullptr)();
     if (stop_watch) std::exchange(stop_watch, nullptr)();  // our own delete is no news
     shared_.phase.store(kEnding);
@@ -456,6 +460,10 @@ int Session::Run(RunSummary& summary) {
     return Interrupted(summary);
   }
   ui_.SandboxReady(sandbox_id, summary.provider, Since(claim_start));
+  if (config_.json) {
+    egress = std::make_unique<EgressFollower>(side, sandbox_id,
+                                              [this](const json::object& e) { ui_.Egress(e); });
+  }
   if (!attached) {
     // What it runs with, and what this host did not enforce.
     if (auto info = side->Inspect(sandbox_id); info && !info->limits.empty()) {

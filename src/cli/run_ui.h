@@ -16,6 +16,7 @@
 #include "agent/deep_agent.h"
 #include "agent/state.h"
 #include "cli/run_approval.h"
+#include "common/json.h"
 
 namespace deepbox::run {
 
@@ -89,6 +90,8 @@ class RunUi {
   virtual void OnEvent(const agent::AgentEvent& event) = 0;
   virtual void RunFinished(const agent::RunResult& result, std::chrono::milliseconds wall) = 0;
   virtual void SandboxReleased(const std::string& id, bool kept, const std::string& describe) = 0;
+  // An entry of the sandbox's egress log (run_egress.h), with "type": "egress".
+  virtual void Egress(const json::object& /*event*/) {}
   virtual void Result(const RunSummary& summary) = 0;
 
   // The approval prompt for --approve manual (run_approval.h), asked on `tty`

@@ -715,7 +715,9 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
       if (auto server = ParseDnsServer(ns); server) po.nameservers.push_back(*server);
     }
     for (const auto& secret : spec.secrets) {
-      po.secrets.push_back({secret.name, secret.placeholder, secret.value, secret.hosts});
+      po.secrets.push_back(
+          {secret.name, secret.placeholder, secret.value, secret.hosts, secret.in_query});
+      po.substitute_query = po.substitute_query || secret.in_query;
     }
     po.ca = secrets_ca;
     po.upstream_ca_file = spec.secrets_upstream_ca_file;

@@ -133,7 +133,8 @@ class Substituter {
       : bindings_(bindings), eligible_(eligible), report_(report) {}
 
   // Appends `text` to *out; returns how many placeholders were replaced.
-  size_t Apply(std::string_view text, bool allowed, std::string* out) {
+  // `query`: the text is a URL query, where only bindings with in_query are.
+  size_t Apply(std::string_view text, bool allowed, std::string* out, bool query = false) {
     // Each binding's next occurrence, searched again only once passed: one
     // pass over the text per binding, however many placeholders it holds.
     std::vector<size_t> next(bindings_.size());
@@ -154,7 +155,7 @@ class Substituter {
       if (best == std::string_view::npos) break;
       const SecretBinding& b = bindings_[which];
       out->append(text.substr(pos, best - pos));
-      if (allowed && eligible_[which]) {
+      if (allowed && eligible_[which] && (!query || b.in_query)) {
         out->append(b.value);
         AddOnce(&report_->substituted, b.name);
         ++replaced;
@@ -413,7 +414,7 @@ Result<std::string> RewriteHttp1RequestHead(std::string_view head, std::string_v
   out += ' ';
   srw::QuerySplit q = srw::SplitQuery(target, query_from);
   sub.Apply(q.before, false, &out);
-  sub.Apply(q.query, request_ok && substitute_query, &out);
+  sub.Apply(q.query, request_ok && substitute_query, &out, /*query=*/true);
   sub.Apply(q.after, false, &out);
   out += ' ';
   out.append(version);
@@ -748,7 +749,7 @@ Result<void> H2RequestRewriter::Impl::RewriteBlock(std::string* out, RewriteRepo
       if (r.name == ":path" && request) {
         srw::QuerySplit q = srw::SplitQuery(f.value, 0);
         sub.Apply(q.before, false, &r.value);
-        replaced = sub.Apply(q.query, host_ok && substitute_query, &r.value);
+        replaced = sub.Apply(q.query, host_ok && substitute_query, &r.value, /*query=*/true);
         sub.Apply(q.after, false, &r.value);
       } else {
         sub.Apply(f.value, false, &r.value);
@@ -765,8 +766,8 @@ Result<void> H2RequestRewriter::Impl::RewriteBlock(std::string* out, RewriteRepo
     }
     rewritten.push_back(std::move(r));
   }
-  if (request) block_report.requests.push_back({method, block_report.substituted,
-                                                 block_report.withheld});
+  if (request)
+    block_report.requests.push_back({method, block_report.substituted, block_report.withheld});
   srw::MergeReport(block_report, report);
 
   std::vector<nghttp2_nv> nva;

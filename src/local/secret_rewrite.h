@@ -79,6 +79,9 @@ struct SecretBinding {
   // Lower-case host names without ports; "*.x.com" = any subdomain of x.com
   // (not x.com). Matched with deepbox::MatchAllowlist (sandbox/network_policy.h).
   std::vector<std::string> hosts;
+  // Also in the URL query (when the rewriter's substitute_query is on too):
+  // `--secret ...;query`. Off by default: a URL ends up in logs.
+  bool in_query = false;
 };
 
 struct RewriteReport {

@@ -25,8 +25,9 @@ constexpr char kP2[] = "deepbox-secret-fedcba9876543210fedcba9876543210";
 constexpr char kV2[] = "sk-RealApiKeyValue0002";
 
 std::vector<SecretBinding> Bindings() {
-  return {{"GH_TOKEN", kP1, kV1, {"api.github.com", "*.githubusercontent.com"}},
-          {"API_KEY", kP2, kV2, {"api.example.com", "api.github.com"}}};
+  // GH_TOKEN may go into a URL query (;query), API_KEY not.
+  return {{"GH_TOKEN", kP1, kV1, {"api.github.com", "*.githubusercontent.com"}, true},
+          {"API_KEY", kP2, kV2, {"api.example.com", "api.github.com"}, false}};
 }
 
 std::string Sub(std::string s) {  // "{P1}" -> kP1, "{V1}" -> kV1, ...
@@ -153,11 +154,14 @@ TEST(SecretRewriteTest, Http1Query) {
                       "X-{P1}: {V1}\r\n\r\n"));
   EXPECT_THAT(report.substituted, ElementsAre("GH_TOKEN"));
   EXPECT_THAT(report.withheld, ElementsAre("GH_TOKEN", "API_KEY"));
-  auto on = Rewrite(in, "api.github.com", true);
+  RewriteReport on_report;
+  auto on = Rewrite(in, "api.github.com", true, &on_report);
   ASSERT_TRUE(on.has_value());
-  // The path and the header name never.
-  EXPECT_EQ(*on, Sub("GET /{P1}/x?token={V1}&k={V2} HTTP/1.1\r\nHost: api.github.com\r\n"
+  // The path and the header name never; the query only for a secret that
+  // asked for it (API_KEY did not).
+  EXPECT_EQ(*on, Sub("GET /{P1}/x?token={V1}&k={P2} HTTP/1.1\r\nHost: api.github.com\r\n"
                      "X-{P1}: {V1}\r\n\r\n"));
+  EXPECT_THAT(on_report.withheld, ElementsAre("GH_TOKEN", "API_KEY"));
   // Absolute form: the query after the authority.
   auto absolute = Rewrite(Sub("GET https://api.github.com/p?t={P1} HTTP/1.1\r\n"
                               "Host: api.github.com\r\n\r\n"),

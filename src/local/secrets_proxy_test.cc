@@ -133,7 +133,14 @@ class SecretsProxyTest : public testing::SandboxFixture {
     spec_.public_network.allowed_cidrs = TestWorld::AllowedCidrs();
     spec_.public_network.uplink_netns = world_.ns().path();
     spec_.public_network.nameservers = {TestWorld::kDns4};
-    spec_.secrets = {SecretGrant{"API_TOKEN", {"allowed.test"}, placeholder_, value_}};
+    query_value_ = "q-" + RandomHex(40);
+    query_placeholder_ = MakeSecretPlaceholder();
+    spec_.secrets = {SecretGrant{"API_TOKEN", {"allowed.test"}, placeholder_, value_},
+                     SecretGrant{"Q_TOKEN",
+                                 {"allowed.test"},
+                                 query_placeholder_,
+                                 query_value_,
+                                 /*in_query=*/true}};
     spec_.secrets_upstream_ca_file = upstream_ca_;
     spec_.on_egress_event = [this](EgressEvent e) {
       std::lock_guard<std::mutex> lock(events_mu_);
@@ -169,6 +176,7 @@ class SecretsProxyTest : public testing::SandboxFixture {
   std::unique_ptr<WorldServer> echo_;
   fs::path upstream_ca_;
   std::string value_, placeholder_;
+  std::string query_value_, query_placeholder_;  // a secret allowed in URL queries
   std::mutex events_mu_;
   std::vector<EgressEvent> events_;
 };
@@ -192,6 +200,7 @@ curl -sS --cacert /workspace/test-ca.pem -H "Authorization: Bearer $API_TOKEN" h
 curl -sS --cacert /workspace/test-ca.pem $U/pinned 2>&1; echo "curl_pinned=$?"
 curl -sS -H "Authorization: Bearer $API_TOKEN" $U/after; echo "curl_after=$?"
 curl -sS -H "Authorization: Bearer $API_TOKEN" http://allowed.test/plain; echo "curl_plain=$?"
+curl -sS "$U/q?a=$API_TOKEN&b=$Q_TOKEN"; echo "curl_query=$?"
 )SH");
   ASSERT_TRUE(r.has_value()) << r.error().ToString();
   const std::string& out = r->output;
@@ -217,6 +226,8 @@ curl -sS -H "Authorization: Bearer $API_TOKEN" http://allowed.test/plain; echo "
   EXPECT_THAT(out, HasSubstr("curl_pinned=60")) << out;
   EXPECT_THAT(out, HasSubstr("curl_after=0")) << out;
   EXPECT_THAT(out, HasSubstr("curl_plain=0")) << out;
+  // The URL query: only the secret that asked for it (;query).
+  EXPECT_THAT(out, HasSubstr("path /q?a=" + placeholder_ + "&b=" + query_value_)) << out;
 
   auto events = Events();
   int substituted = 0, withheld = 0, intercepted = 0;
@@ -232,8 +243,8 @@ curl -sS -H "Authorization: Bearer $API_TOKEN" http://allowed.test/plain; echo "
   }
   std::string all;
   for (const auto& e : events) all += e.ToText() + "\n";
-  EXPECT_EQ(substituted, 5) << all;  // one, two, h2one, h2two, after
-  EXPECT_GE(withheld, 2);     // fronted, plain HTTP
+  EXPECT_EQ(substituted, 6) << all;  // one, two, h2one, h2two, after, q
+  EXPECT_GE(withheld, 2);            // fronted, plain HTTP
   EXPECT_TRUE(plain_withheld);
   EXPECT_GE(intercepted, 4);  // h1, h2, fronted, pinned (+after)
 }
@@ -268,7 +279,7 @@ wait
   auto pids = ProcessesOf(sp->pid());
   ASSERT_GE(pids.size(), 3u);  // sh, sleep, python3
   size_t scanned = 0;
-  std::vector<std::string> needles = {value_, "PRIVATE KEY", placeholder_};
+  std::vector<std::string> needles = {value_, "PRIVATE KEY", placeholder_, query_value_};
   std::vector<bool> found(needles.size(), false);
   for (pid_t pid : pids) {
     std::string environ = ReadText("/proc/" + std::to_string(pid) + "/environ");
@@ -280,6 +291,7 @@ wait
   EXPECT_FALSE(found[0]) << "the secret's value is in a sandbox process's memory";
   EXPECT_FALSE(found[1]) << "a private key is in a sandbox process's memory";
   EXPECT_TRUE(found[2]) << "the scan does not see what is there (the placeholder)";
+  EXPECT_FALSE(found[3]) << "the second secret's value is in a sandbox process's memory";
 
   // Files: everything the sandbox can write or was given (its root tmpfs, /tmp,
   // /workspace, /dev/shm), through its own mount namespace.
@@ -290,12 +302,14 @@ wait
     for (auto it = fs::recursive_directory_iterator(root / fs::path(dir).relative_path(), ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
       if (it->is_symlink(ec) || !it->is_regular_file(ec)) continue;
-      if (it->path().string().find("/etc/ssl/") != std::string::npos && dir == std::string("/etc")) {
+      if (it->path().string().find("/etc/ssl/") != std::string::npos &&
+          dir == std::string("/etc")) {
         continue;  // the host's read-only trust store
       }
       std::string text = ReadText(it->path());
       ++files;
       EXPECT_THAT(text, Not(HasSubstr(value_))) << it->path();
+      EXPECT_THAT(text, Not(HasSubstr(query_value_))) << it->path();
       EXPECT_THAT(text, Not(HasSubstr("PRIVATE KEY"))) << it->path();
     }
   }
@@ -350,8 +364,8 @@ open("/workspace/done", "w").write("1")
   std::string out;
   char buf[4096];
   for (ssize_t n; (n = read(out_r.get(), buf, sizeof(buf))) > 0;) out.append(buf, n);
-  auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - t0);
+  auto elapsed =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
   // Measured, not asserted (timing on a shared 2-core machine): printed for the record.
   std::printf("policy change to the close of the denied tunnel and the rest: %lld ms\n",
               static_cast<long long>(elapsed.count()));

@@ -33,7 +33,7 @@ struct Leg {
   SslPtr ssl;
   BIO* rbio = nullptr;  // owned by ssl
   BIO* wbio = nullptr;
-  std::string out;       // ciphertext for the socket
+  std::string out;  // ciphertext for the socket
   bool sock_eof = false;
   bool tls_closed = false;  // the peer's close_notify, or EOF
   bool shut_sent = false;   // our close_notify queued
@@ -103,7 +103,8 @@ struct Leg {
   // Queues plaintext for the peer.
   bool Write(std::string_view data) {
     while (!data.empty()) {
-      int n = SSL_write(ssl.get(), data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
+      int n = SSL_write(ssl.get(), data.data(),
+                        static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
       if (n <= 0) return false;
       data.remove_prefix(static_cast<size_t>(n));
     }
@@ -179,8 +180,7 @@ void AddNames(std::vector<std::string>* to, const std::vector<std::string>& from
 // The client's HTTP/1.x request stream: heads rewritten, bodies framed.
 class Http1Requests {
  public:
-  Http1Requests(const InterceptRequest& r, InterceptOutcome* outcome)
-      : r_(r), outcome_(outcome) {}
+  Http1Requests(const InterceptRequest& r, InterceptOutcome* outcome) : r_(r), outcome_(outcome) {}
 
   // Plaintext from the client -> plaintext for the upstream. An error is a refusal.
   Status Feed(std::string_view in, std::string* out) {
@@ -339,9 +339,8 @@ InterceptOutcome InterceptTls(const InterceptRequest& r) {
     outcome.error = st.error().message;
     return outcome;
   }
-  bool client_h1_ok = r.client_alpn.empty() ||
-                      std::find(r.client_alpn.begin(), r.client_alpn.end(), "http/1.1") !=
-                          r.client_alpn.end();
+  bool client_h1_ok = r.client_alpn.empty() || std::find(r.client_alpn.begin(), r.client_alpn.end(),
+                                                         "http/1.1") != r.client_alpn.end();
   if (upstream_error.empty()) {
     (void)SetServerAlpn(client.ssl.get(), AlpnOf(up.ssl.get()));
   } else if (client_h1_ok && !r.client_alpn.empty()) {
@@ -487,7 +486,8 @@ InterceptOutcome InterceptTls(const InterceptRequest& r) {
     if (client.tls_closed && up.tls_closed && client.out.empty() && up.out.empty()) {
       return outcome;
     }
-    pollfd p[4] = {{client.fd, 0, 0}, {up.fd, 0, 0}, {r.stop_fd, POLLIN, 0}, {r.cancel_fd, POLLIN, 0}};
+    pollfd p[4] = {
+        {client.fd, 0, 0}, {up.fd, 0, 0}, {r.stop_fd, POLLIN, 0}, {r.cancel_fd, POLLIN, 0}};
     if (!client.sock_eof && up.out.size() < kHighWater) p[0].events |= POLLIN;
     if (!client.out.empty()) p[0].events |= POLLOUT;
     if (!up.sock_eof && client.out.size() < kHighWater) p[1].events |= POLLIN;
@@ -514,8 +514,7 @@ InterceptOutcome InterceptTls(const InterceptRequest& r) {
     if (rc == 0) continue;
     last_traffic = InterceptNowMs();
     // A socket's EOF with nothing more to decrypt is the leg's end too.
-    if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && !client.sock_eof &&
-        !client.ReadSocket()) {
+    if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) && !client.sock_eof && !client.ReadSocket()) {
       fail(SyscallError("recv", errno, "from the sandbox").message, false);
       return outcome;
     }

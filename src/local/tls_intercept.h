@@ -41,8 +41,8 @@
 namespace deepbox::local {
 
 struct InterceptRequest {
-  int client_fd = -1;    // the sandbox's side, after "200 Connection established"
-  int upstream_fd = -1;  // connected to host:port
+  int client_fd = -1;        // the sandbox's side, after "200 Connection established"
+  int upstream_fd = -1;      // connected to host:port
   std::string client_hello;  // bytes already read from the client (its ClientHello, maybe more)
   std::vector<std::string> client_alpn;  // what the ClientHello offered
   std::string host;
@@ -60,9 +60,9 @@ struct InterceptRequest {
 };
 
 struct InterceptOutcome {
-  std::string protocol;  // "h2" | "http/1.1" ("" if no handshake completed)
-  uint64_t bytes_up = 0;    // plaintext from the client
-  uint64_t bytes_down = 0;  // plaintext from the upstream
+  std::string protocol;               // "h2" | "http/1.1" ("" if no handshake completed)
+  uint64_t bytes_up = 0;              // plaintext from the client
+  uint64_t bytes_down = 0;            // plaintext from the upstream
   std::vector<std::string> secrets;   // names substituted on the connection
   std::vector<std::string> withheld;  // names seen but not substituted
   std::string error;                  // why it ended early ("" = a normal end)

@@ -58,11 +58,12 @@ std::string SecretSource::ToString() const {
 
 Result<SecretSpec> ParseSecretSpec(std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("bad --secret '{}': {} (expected NAME=SOURCE@HOST[,HOST...], "
-                                 "SOURCE one of env:VAR, file:PATH, cmd:COMMAND; e.g. "
-                                 "GH_TOKEN=env:GITHUB_TOKEN@api.github.com,github.com)",
-                                 text, why));
+    return MakeError(
+        ErrorCode::kInvalidArgument,
+        fmt::format("bad --secret '{}': {} (expected NAME=SOURCE@HOST[,HOST...][;query], "
+                    "SOURCE one of env:VAR, file:PATH, cmd:COMMAND; e.g. "
+                    "GH_TOKEN=env:GITHUB_TOKEN@api.github.com,github.com)",
+                    text, why));
   };
   size_t eq = text.find('=');
   if (eq == std::string_view::npos) return bad("no '='");
@@ -75,6 +76,11 @@ Result<SecretSpec> ParseSecretSpec(std::string_view text) {
   if (at == std::string_view::npos || at < eq) return bad("no '@HOST'");
   std::string_view source = text.substr(eq + 1, at - eq - 1);
   std::string_view hosts = text.substr(at + 1);
+  if (size_t semi = hosts.find(';'); semi != std::string_view::npos) {
+    if (hosts.substr(semi) != ";query") return bad("the only option after the hosts is ';query'");
+    spec.in_query = true;
+    hosts = hosts.substr(0, semi);
+  }
   if (source.substr(0, 4) == "env:") {
     spec.source = {SecretSource::Kind::kEnv, std::string(source.substr(4))};
     if (!IsEnvName(spec.source.ref)) return bad("env: needs a variable name");
@@ -186,6 +192,7 @@ Result<SecretGrant> ResolveSecret(const SecretSpec& spec,
   grant.hosts = spec.hosts;
   grant.placeholder = MakeSecretPlaceholder();
   grant.value = std::move(value);
+  grant.in_query = spec.in_query;
   return grant;
 }
 

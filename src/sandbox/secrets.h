@@ -20,6 +20,8 @@
 // "*.example.com" for every subdomain), without ports: HTTPS (443) to them is
 // intercepted, plain HTTP never receives a secret (it would cross the network
 // in clear text).
+// A ";query" suffix (NAME=SOURCE@HOST;query) lets the value go into the URL
+// query too (?token=...), off by default: URLs end up in logs.
 // Pure parsing and formatting (fuzzed with the network policy); resolving
 // runs the source.
 #pragma once
@@ -49,10 +51,11 @@ struct SecretSpec {
   std::string name;  // the sandbox's environment variable: [A-Za-z_][A-Za-z0-9_]*
   SecretSource source;
   std::vector<std::string> hosts;  // lower case, validated like allow entries, no port
+  bool in_query = false;           // ";query"
 };
 
-// "NAME=SOURCE@HOST[,HOST...]" (the last '@' separates the hosts, so a
-// command may contain '@').
+// "NAME=SOURCE@HOST[,HOST...][;query]" (the last '@' separates the hosts,
+// so a command may contain '@').
 Result<SecretSpec> ParseSecretSpec(std::string_view text);
 
 // A secret ready to hand to a provider: the value read, the placeholder made.
@@ -61,6 +64,7 @@ struct SecretGrant {
   std::vector<std::string> hosts;
   std::string placeholder;  // MakeSecretPlaceholder()
   std::string value;        // the real secret: never logged, never in an error
+  bool in_query = false;    // also in URL queries
 };
 
 // Checks a value for use in an HTTP header (see above); the error never

@@ -30,6 +30,13 @@ TEST(SecretsTest, ParsesTheThreeSources) {
   EXPECT_EQ(cmd->source.kind, SecretSource::Kind::kCommand);
   EXPECT_EQ(cmd->source.ref, "pass show me@work");
   EXPECT_EQ(cmd->source.ToString(), "cmd:pass show me@work");
+  EXPECT_FALSE(cmd->in_query);
+
+  auto query = ParseSecretSpec("Q=env:X@a.example.com,b.example.com;query");
+  ASSERT_TRUE(query) << query.error().message;
+  EXPECT_TRUE(query->in_query);
+  EXPECT_EQ(query->hosts, (std::vector<std::string>{"a.example.com", "b.example.com"}));
+  EXPECT_FALSE(ParseSecretSpec("Q=env:X@a.example.com;headers"));
 }
 
 TEST(SecretsTest, RefusesBadFlagsClearly) {

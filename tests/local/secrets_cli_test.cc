@@ -90,8 +90,8 @@ TEST_F(SecretsCliTest, BadSecretsAreUsageErrorsAndNeedANetwork) {
                   "NOHOST=env:DEEPBOX_TEST_SECRET_VALUE"});
   EXPECT_EQ(bad.code, 2) << bad.err;
   EXPECT_THAT(bad.err, HasSubstr("NAME=SOURCE@HOST"));
-  auto unset = Cli({"sandbox", "create", "--cold", "--network", "allow=a.example.test",
-                    "--secret", "T=env:DEEPBOX_TEST_UNSET_VARIABLE@a.example.test"});
+  auto unset = Cli({"sandbox", "create", "--cold", "--network", "allow=a.example.test", "--secret",
+                    "T=env:DEEPBOX_TEST_UNSET_VARIABLE@a.example.test"});
   EXPECT_NE(unset.code, 0);
   EXPECT_THAT(unset.err, HasSubstr("the variable is not set"));
   auto none = Cli({"sandbox", "create", "--cold", "--network", "none", "--secret",

@@ -105,6 +105,7 @@ class Secret:
     env: str | None = None
     file: str | None = None
     command: str | None = None
+    in_query: bool = False  # also in URL queries (``?token=...``)
 
 
 def _secret_args(secrets: Mapping[str, Secret] | None) -> tuple[list[str], dict[str, str]]:
@@ -128,7 +129,8 @@ def _secret_args(secrets: Mapping[str, Secret] | None) -> tuple[list[str], dict[
             source = f"file:{secret.file}"
         else:
             source = f"cmd:{secret.command}"
-        args += ["--secret", f"{name}={source}@{','.join(hosts)}"]
+        suffix = ";query" if secret.in_query else ""
+        args += ["--secret", f"{name}={source}@{','.join(hosts)}{suffix}"]
     return args, env
 
 

@@ -108,6 +108,7 @@ json::array SecretsToJson(const std::vector<SecretGrant>& secrets, bool with_val
     json::array hosts;
     for (const auto& h : s.hosts) hosts.emplace_back(JsonString(h));
     json::object o{{"name", s.name}, {"hosts", std::move(hosts)}, {"placeholder", s.placeholder}};
+    if (s.in_query) o["in_query"] = true;
     if (with_values) o["value"] = JsonString(s.value);
     a.emplace_back(std::move(o));
   }
@@ -125,6 +126,7 @@ Result<std::vector<SecretGrant>> SecretsFromJson(const json::value& v) {
     g.name = GetOptString(o, "name").value_or("");
     g.placeholder = GetOptString(o, "placeholder").value_or("");
     g.value = GetOptString(o, "value").value_or("");
+    g.in_query = GetOptBool(o, "in_query").value_or(std::nullopt).value_or(false);
     if (const auto* h = o.if_contains("hosts"); h && h->is_array()) {
       for (const auto& x : h->as_array()) {
         if (x.is_string()) g.hosts.emplace_back(x.as_string());

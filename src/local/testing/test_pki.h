@@ -49,8 +49,7 @@ inline void AddTestExtension(X509* cert, X509* issuer, int nid, const std::strin
   X509_EXTENSION_free(ext);
 }
 
-inline X509* NewTestCert(EVP_PKEY* key, const std::string& common_name, X509* issuer,
-                         long serial) {
+inline X509* NewTestCert(EVP_PKEY* key, const std::string& common_name, X509* issuer, long serial) {
   X509* cert = X509_new();
   X509_set_version(cert, 2);
   ASN1_INTEGER_set(X509_get_serialNumber(cert), serial);

@@ -248,8 +248,8 @@ struct Request {
 
 std::string EchoText(std::string_view protocol, uint64_t number, const Request& r) {
   std::string out = "protocol " + std::string(protocol) + " request " + std::to_string(number) +
-                    "\nmethod " + r.method + "\npath " + r.path +
-                    "\nbody-bytes " + std::to_string(r.body_bytes) + "\n";
+                    "\nmethod " + r.method + "\npath " + r.path + "\nbody-bytes " +
+                    std::to_string(r.body_bytes) + "\n";
   for (const auto& [name, value] : r.headers) out += "header " + name + ": " + value + "\n";
   for (const auto& [name, value] : r.trailers) out += "trailer " + name + ": " + value + "\n";
   return out;
@@ -293,7 +293,9 @@ bool IsTokenChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
          std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
-bool IsToken(std::string_view s) { return !s.empty() && std::all_of(s.begin(), s.end(), IsTokenChar); }
+bool IsToken(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), IsTokenChar);
+}
 // A field value's bytes: HT, visible ASCII, space, obs-text.
 bool IsFieldValue(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) {
@@ -718,8 +720,8 @@ class Http2Conn {
     provider.source.ptr = stream;
     provider.read_callback = ReadBody;
     const bool head_only = stream->request.method == "HEAD";
-    if (nghttp2_submit_response(session_, stream_id, headers, 3,
-                                head_only ? nullptr : &provider) != 0) {
+    if (nghttp2_submit_response(session_, stream_id, headers, 3, head_only ? nullptr : &provider) !=
+        0) {
       nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream_id, NGHTTP2_INTERNAL_ERROR);
     }
   }

@@ -2,7 +2,6 @@
 // ALPN) and a raw OpenSSL client, with a CA and leaf for "echo.test" made
 // here. Tests that need curl skip without it.
 #include "local/testing/tls_echo_server.h"
-#include "local/testing/test_pki.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -33,6 +32,7 @@
 
 #include "common/subprocess.h"
 #include "common/testing/temp_dir.h"
+#include "local/testing/test_pki.h"
 
 namespace deepbox::local::testing {
 namespace {
@@ -219,8 +219,9 @@ class TlsEchoServerTest : public ::testing::Test {
   // a failed run fails the test.
   std::string Curl(const std::vector<std::string>& args) {
     SubprocessOptions options;
-    options.argv = {curl_,       "-sS",    "--max-time", "60", "--cacert", ca_path_, "--resolve",
-                    "echo.test:" + std::to_string(port_) + ":127.0.0.1"};
+    options.argv = {
+        curl_,      "-sS",    "--max-time", "60",
+        "--cacert", ca_path_, "--resolve",  "echo.test:" + std::to_string(port_) + ":127.0.0.1"};
     options.argv.insert(options.argv.end(), args.begin(), args.end());
     options.capture_stdout = true;
     options.capture_stderr = true;
@@ -236,7 +237,8 @@ class TlsEchoServerTest : public ::testing::Test {
   void ExpectServing() {
     RawTlsClient client(port_, pki_.ca_pem, "");
     ASSERT_TRUE(client.connected());
-    ASSERT_TRUE(client.Write("GET /alive HTTP/1.1\r\nHost: echo.test\r\nConnection: close\r\n\r\n"));
+    ASSERT_TRUE(
+        client.Write("GET /alive HTTP/1.1\r\nHost: echo.test\r\nConnection: close\r\n\r\n"));
     bool closed = false;
     std::string out = client.ReadToEnd(&closed);
     EXPECT_TRUE(closed);
@@ -257,9 +259,9 @@ class TlsEchoServerTest : public ::testing::Test {
   int port_ = 0;
 };
 
-#define NEED_CURL()                                                                \
-  if (curl_.empty()) {                                                             \
-    GTEST_SKIP() << "curl is not in PATH (scripts/install-deps.sh installs it): " \
+#define NEED_CURL()                                                                    \
+  if (curl_.empty()) {                                                                 \
+    GTEST_SKIP() << "curl is not in PATH (scripts/install-deps.sh installs it): "      \
                     "these tests drive the server with a real HTTP/1.1 and h2 client"; \
   }
 
@@ -270,9 +272,8 @@ TEST_F(TlsEchoServerTest, Http11KeepAliveServesBothUrlsOnOneConnection) {
   auto echoes = SplitEchoes(out);
   ASSERT_EQ(echoes.size(), 2u) << out;
   const std::string host = "header host: echo.test:" + std::to_string(port_) + "\n";
-  EXPECT_EQ(echoes[0].rfind("protocol http/1.1 request 1\nmethod GET\npath /first\nbody-bytes 0\n" +
-                                host,
-                            0),
+  EXPECT_EQ(echoes[0].rfind(
+                "protocol http/1.1 request 1\nmethod GET\npath /first\nbody-bytes 0\n" + host, 0),
             0u)
       << echoes[0];
   EXPECT_EQ(echoes[1].rfind("protocol http/1.1 request 2\nmethod GET\npath /second?x=1\n"
@@ -298,10 +299,9 @@ TEST_F(TlsEchoServerTest, Http2ServesBothUrlsOnOneConnection) {
   for (std::string line; std::getline(rest, line);) lines.push_back(line);
   ASSERT_GT(lines.size(), 4u) << echoes[0];
   std::set<std::string> pseudo(lines.begin(), lines.begin() + 4);
-  EXPECT_EQ(pseudo, (std::set<std::string>{"header :method: GET", "header :path: /first",
-                                           "header :scheme: https",
-                                           "header :authority: echo.test:" +
-                                               std::to_string(port_)}))
+  EXPECT_EQ(pseudo, (std::set<std::string>{
+                        "header :method: GET", "header :path: /first", "header :scheme: https",
+                        "header :authority: echo.test:" + std::to_string(port_)}))
       << echoes[0];
   EXPECT_EQ(lines[4].rfind("header ", 0), 0u);
   EXPECT_NE(lines[4].rfind("header :", 0), 0u);
@@ -336,8 +336,7 @@ TEST_F(TlsEchoServerTest, HeadersAndPostBodiesAreEchoed) {
     std::string out = Curl({protocol, "-H", "Authorization: Bearer x", "-H", "X-Two: a, b",
                             "--data-binary", "hello=world", Url("/post")});
     EXPECT_NE(out.find("\nmethod POST\npath /post\nbody-bytes 11\n"), std::string::npos) << out;
-    EXPECT_NE(out.find("\nheader authorization: Bearer x\nheader x-two: a, b\n"),
-              std::string::npos)
+    EXPECT_NE(out.find("\nheader authorization: Bearer x\nheader x-two: a, b\n"), std::string::npos)
         << out;
     EXPECT_NE(out.find("\nheader content-length: 11\n"), std::string::npos) << out;
   }
@@ -370,8 +369,7 @@ TEST_F(TlsEchoServerTest, BytesPathAnswersExactlyThatManyBytes) {
         Curl({protocol, "-D", "-", "-o", file, Url("/bytes/1048576"), Url("/bytes/0")});
     for (char& c : headers) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     EXPECT_TRUE(IsPattern(ReadFileText(file), 1048576));
-    EXPECT_NE(headers.find("content-type: application/octet-stream"), std::string::npos)
-        << headers;
+    EXPECT_NE(headers.find("content-type: application/octet-stream"), std::string::npos) << headers;
   }
 }
 
@@ -390,13 +388,13 @@ TEST_F(TlsEchoServerTest, RawClientSeesTheExactEchoAndConnectionClose) {
   ASSERT_TRUE(client.connected());
   EXPECT_EQ(client.alpn(), "");
   // Pipelined: the second request says close, so a third is never answered.
-  ASSERT_TRUE(client.Write(
-      "GET /exact?q=1 HTTP/1.1\r\nHost: echo.test\r\nX-Empty:\r\n"
-      "X-Spaces:   padded value \t\r\n\r\n"
-      "POST /two HTTP/1.1\r\nHost: echo.test\r\nTransfer-Encoding: chunked\r\n"
-      "Connection: close\r\n\r\n"
-      "5;ext=1\r\nhello\r\n3\r\nabc\r\n0\r\nX-Trailer: t\r\n\r\n"
-      "GET /three HTTP/1.1\r\nHost: echo.test\r\n\r\n"));
+  ASSERT_TRUE(
+      client.Write("GET /exact?q=1 HTTP/1.1\r\nHost: echo.test\r\nX-Empty:\r\n"
+                   "X-Spaces:   padded value \t\r\n\r\n"
+                   "POST /two HTTP/1.1\r\nHost: echo.test\r\nTransfer-Encoding: chunked\r\n"
+                   "Connection: close\r\n\r\n"
+                   "5;ext=1\r\nhello\r\n3\r\nabc\r\n0\r\nX-Trailer: t\r\n\r\n"
+                   "GET /three HTTP/1.1\r\nHost: echo.test\r\n\r\n"));
   bool closed = false;
   std::string out = client.ReadToEnd(&closed);
   EXPECT_TRUE(closed);
