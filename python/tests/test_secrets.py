@@ -48,7 +48,7 @@ def test_secret_placeholder_live_policy_and_log(deepbox_bin: str) -> None:
         cold=True,
         deepbox_bin=deepbox_bin,
     ) as sb:
-        out = sb.exec("echo $API_TOKEN").stdout
+        out = sb.exec("echo $API_TOKEN").stdout.decode()
         assert out.startswith("deepbox-secret-")
         assert value not in out
         assert sb.set_network(allow=["+pypi.org"]) == "allow=api.example.test,pypi.org"
