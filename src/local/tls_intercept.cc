@@ -473,6 +473,7 @@ InterceptOutcome InterceptTls(const InterceptRequest& r) {
     if (client.tls_closed) up.QueueClose();
     if (up.tls_closed) client.QueueClose();
     for (Leg* leg : {&client, &up}) {
+      leg->CollectOut();  // what SSL_read itself queued (a KeyUpdate's answer, alerts)
       if (!leg->WriteSocket()) {
         fail(SyscallError("send", errno, leg == &client ? "to the sandbox" : "upstream").message,
              false);

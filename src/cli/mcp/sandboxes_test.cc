@@ -335,6 +335,29 @@ TEST_F(BrokerTest, TheServersNetworkAndTtlAreTheDefaultAndTheMaximum) {
   EXPECT_EQ(provider_->last_options().network, "public");
 }
 
+// The operator's secrets (deepbox mcp --secret) go to every sandbox, each
+// with a placeholder of its own; nothing a client sends can add one.
+TEST_F(BrokerTest, OperatorSecretsGoToEverySandboxWithItsOwnPlaceholder) {
+  BrokerOptions o;
+  o.defaults.network = "allow=api.example.com";
+  o.defaults.secrets = {
+      SecretGrant{"API_TOKEN", {"api.example.com"}, MakeSecretPlaceholder(), "s3cr3t-operator"}};
+  Make(o);
+  CreateRequest plain;
+  ASSERT_TRUE(broker_->Create(plain, "a"));
+  ClaimOptions first = provider_->last_options();
+  ASSERT_TRUE(broker_->Create(plain, "b"));
+  ClaimOptions second = provider_->last_options();
+  ASSERT_EQ(first.secrets.size(), 1u);
+  ASSERT_EQ(second.secrets.size(), 1u);
+  EXPECT_EQ(first.secrets[0].name, "API_TOKEN");
+  EXPECT_EQ(first.secrets[0].value, "s3cr3t-operator");
+  EXPECT_EQ(first.secrets[0].hosts, std::vector<std::string>{"api.example.com"});
+  EXPECT_TRUE(IsSecretPlaceholder(first.secrets[0].placeholder));
+  EXPECT_NE(first.secrets[0].placeholder, second.secrets[0].placeholder);
+  EXPECT_NE(first.secrets[0].placeholder, o.defaults.secrets[0].placeholder);
+}
+
 TEST_F(BrokerTest, LiveSandboxesAreCappedPerClientAndPerServer) {
   BrokerOptions o;
   o.max_per_client = 2;
