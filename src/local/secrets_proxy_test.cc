@@ -451,6 +451,35 @@ tls_request("after", ("GET /after HTTP/1.1\r\nHost: allowed.test:8443\r\nAuthori
   for (const auto& e : Events()) EXPECT_THAT(ToJson(e.ToJson()), Not(HasSubstr(value_)));
 }
 
+// Public mode: the proxy runs beside pasta for the secrets only; a secret
+// host's HTTPS goes through it (value put in), any other host either through
+// it (tunnelled, unread) or straight out, and a request straight to the
+// secret host (bypassing the proxy) carries the placeholder.
+TEST_F(SecretsProxyTest, PublicModeSecretHostsThroughTheProxyTheRestAsBefore) {
+  if (access("/usr/bin/pasta", X_OK) != 0) GTEST_SKIP() << "pasta missing";
+  spec_.network = NetworkMode::kPublic;
+  spec_.public_network.uplink = UplinkChoice::kPasta;
+  spec_.public_network.allow.clear();
+  spec_.public_network.nameservers = TestWorld::Nameservers();
+  auto r = Run(R"SH(
+U=https://allowed.test:8443
+echo "proxy=$HTTPS_PROXY"
+curl -sS -H "Authorization: Bearer $API_TOKEN" $U/via-proxy; echo "curl_proxy=$?"
+curl -sS --cacert /workspace/test-ca.pem -H "Authorization: Bearer $API_TOKEN" https://other.test:8443/tunnel; echo "curl_tunnel=$?"
+curl -sS --noproxy '*' --cacert /workspace/test-ca.pem -H "Authorization: Bearer $API_TOKEN" $U/direct; echo "curl_direct=$?"
+)SH");
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  ASSERT_EQ(r->network, NetworkMode::kPublic) << r->network_note;
+  const std::string& out = r->output;
+  EXPECT_THAT(out, HasSubstr("proxy=http://127.0.0.1:3128")) << out;
+  EXPECT_THAT(out, HasSubstr("curl_proxy=0")) << out;
+  EXPECT_THAT(out, HasSubstr("curl_tunnel=0")) << out;
+  EXPECT_THAT(out, HasSubstr("curl_direct=0")) << out;
+  EXPECT_EQ(Count(out, "header authorization: Bearer " + value_), 1) << out;        // via-proxy
+  EXPECT_EQ(Count(out, "header authorization: Bearer " + placeholder_), 2) << out;  // the rest
+  EXPECT_THAT(out, HasSubstr("path /direct")) << out;
+}
+
 TEST_F(SecretsProxyTest, SecretHostsMustBeAllowedAndNeedANetwork) {
   SandboxSpec spec = spec_;
   spec.argv = {"/bin/true"};
