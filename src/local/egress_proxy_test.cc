@@ -21,13 +21,18 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::TestWorld;
 
-// A minimal TLS 1.2 ClientHello record, with an SNI extension when sni != "".
-std::string ClientHello(const std::string& sni) {
+// A minimal TLS 1.2 ClientHello record, with an SNI extension when sni != ""
+// and an ALPN extension when `alpn` (wire format: length-prefixed names) is.
+std::string ClientHello(const std::string& sni, const std::string& alpn = "") {
   std::string ext;
   if (!sni.empty()) {
     std::string list = std::string(1, '\0') + char(sni.size() >> 8) + char(sni.size() & 255) + sni;
     std::string body = std::string() + char(list.size() >> 8) + char(list.size() & 255) + list;
     ext = std::string("\0\0", 2) + char(body.size() >> 8) + char(body.size() & 255) + body;
+  }
+  if (!alpn.empty()) {
+    std::string body = std::string() + char(alpn.size() >> 8) + char(alpn.size() & 255) + alpn;
+    ext += std::string("\0\x10", 2) + char(body.size() >> 8) + char(body.size() & 255) + body;
   }
   std::string hello = std::string("\x03\x03", 2) + std::string(32, 'r') + std::string(1, '\0') +
                       std::string("\x00\x02\x13\x01", 4) + std::string("\x01\x00", 2) +
@@ -44,6 +49,23 @@ TEST(EgressProxyTest, ParsesSni) {
   r = ParseTlsSni(ClientHello(""));
   ASSERT_TRUE(r.has_value()) << r.error().ToString();
   EXPECT_EQ(*r, "");
+}
+
+TEST(EgressProxyTest, ParsesAlpn) {
+  auto r = ParseTlsClientHello(ClientHello("a.test", std::string("\x02h2\x08http/1.1", 12)));
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(r->sni, "a.test");
+  EXPECT_EQ(r->alpn, (std::vector<std::string>{"h2", "http/1.1"}));
+  r = ParseTlsClientHello(ClientHello("a.test"));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->alpn.empty());
+  // An empty protocol name, or one running past its list: refused.
+  EXPECT_FALSE(ParseTlsClientHello(ClientHello("a.test", std::string("\x00", 1))));
+  EXPECT_FALSE(ParseTlsClientHello(ClientHello("a.test", std::string("\x09h2", 3))));
+  std::string good = ClientHello("a.test", std::string("\x02h2", 3));
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_FALSE(ParseTlsClientHello(good.substr(0, n)).has_value()) << n;
+  }
 }
 
 TEST(EgressProxyTest, HostileClientHellos) {
