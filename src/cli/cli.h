@@ -36,10 +36,11 @@ int ExitCodeFor(const Error& error);
 // A duration for tables: "42s", "5m", "3h", "2d"; "-" when negative.
 std::string FormatAge(int64_t ms);
 
-void RegisterSandboxCommands(CLI::App& app);  // deepbox sandbox ...
-void RegisterPoolCommands(CLI::App& app);     // deepbox pool ...
-void RegisterDoctorCommand(CLI::App& app);    // deepbox doctor
-void RegisterRunCommand(CLI::App& app);       // deepbox run (run_command.cc)
-void RegisterMcpCommand(CLI::App& app);       // deepbox mcp (mcp_command.cc)
+void RegisterSandboxCommands(CLI::App& app);     // deepbox sandbox ...
+void RegisterPoolCommands(CLI::App& app);        // deepbox pool ...
+void RegisterDoctorCommand(CLI::App& app);       // deepbox doctor
+void RegisterRunCommand(CLI::App& app);          // deepbox run (run_command.cc)
+void RegisterMcpCommand(CLI::App& app);          // deepbox mcp (mcp_command.cc)
+void RegisterEgressProxyCommand(CLI::App& app);  // deepbox egress-proxy
 
 }  // namespace deepbox::cli

@@ -103,6 +103,19 @@ int RunSandboxNetwork(const SandboxNetworkArgs& args);
 // The policy `current` ("none" | "allow=...") edited by `edit` (+add, -remove).
 Result<std::string> EditAllowlist(const std::string& current, const std::string& edit);
 
+// `deepbox egress-proxy` (egress_proxy_command.cc): the secrets proxy as a
+// pod's sidecar.
+struct EgressProxyArgs {
+  std::string listen = "127.0.0.1:3128";
+  std::string network = "public";  // public | allow=NAMES
+  std::vector<std::string> secrets;
+  std::string share_dir;                 // CA, bundle and placeholders for the agent container
+  std::string upstream_ca;               // "" = the system's trust store
+  std::vector<std::string> nameservers;  // "" = /etc/resolv.conf's
+  std::string log = "-";                 // JSON lines: a file, or "-" for stdout
+};
+int RunEgressProxy(const EgressProxyArgs& args);
+
 // `deepbox sandbox logs --network ID` (sandbox_lifecycle_command.cc).
 struct SandboxLogsArgs {
   std::string id;

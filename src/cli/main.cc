@@ -430,6 +430,38 @@ void RegisterDoctorCommand(CLI::App& app) {
   doctor->callback([args] { SetExitCode(RunDoctor(*args)); });
 }
 
+void RegisterEgressProxyCommand(CLI::App& app) {
+  auto args = std::make_shared<EgressProxyArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "egress-proxy",
+      "The secrets proxy on its own, as a pod's sidecar container\n"
+      "(deploy/k8s/sandbox-template-secrets.yaml): HTTP(S)_PROXY for the agent\n"
+      "container; placeholders become the --secret values in HTTPS requests to their\n"
+      "hosts (TLS ended with a CA made at start; its key never leaves this process).\n"
+      "--share-dir gets sandbox-ca.pem, bundle.pem (system bundle + CA) and\n"
+      "secrets.env (NAME=placeholder, for deepbox-sandboxd --env-file). Every\n"
+      "connection and request is logged as JSON lines. Runs until SIGTERM/SIGINT.");
+  cmd->add_option("--listen", args->listen, "ADDRESS:PORT to serve on")->capture_default_str();
+  cmd->add_option("--network", args->network,
+                  "public: any public host (private, loopback and metadata ranges refused;\n"
+                  "DEEPBOX_NETWORK_ALLOW_CIDRS reopens named ones); allow=NAME[,NAME...]: only\n"
+                  "those")
+      ->check(NetworkValidator())
+      ->capture_default_str();
+  cmd->add_option("--secret", args->secrets,
+                  "NAME=SOURCE@HOST[,HOST...][;query], as `deepbox sandbox create --secret`\n"
+                  "(in a pod: env:VAR with VAR from a Kubernetes Secret)");
+  cmd->add_option("--share-dir", args->share_dir,
+                  "Where to write the CA, the bundle and secrets.env for the agent container");
+  cmd->add_option("--upstream-ca", args->upstream_ca,
+                  "Trust only these CA certificates (PEM) upstream (default: the system's)");
+  cmd->add_option("--nameserver", args->nameservers,
+                  "A resolver to ask (repeatable; default: /etc/resolv.conf's)");
+  cmd->add_option("--log", args->log, "The egress log: a file (rotated at 4 MiB) or - (stdout)")
+      ->capture_default_str();
+  cmd->callback([args] { SetExitCode(RunEgressProxy(*args)); });
+}
+
 namespace {
 
 // An unknown or missing subcommand (`deepbox frob`, `deepbox sandbox frob`,
@@ -495,6 +527,7 @@ int main(int argc, char** argv) {
   RegisterDoctorCommand(app);
   RegisterRunCommand(app);
   RegisterMcpCommand(app);  // deepbox mcp (mcp_command.cc, mcp/)
+  RegisterEgressProxyCommand(app);
   if (auto code = CheckSubcommands(app, argc, argv)) return *code;
   try {
     app.parse(argc, argv);

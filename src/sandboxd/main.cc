@@ -96,6 +96,34 @@ Result<size_t> RaiseOpenFilesLimit() {
                             kDefaultMaxConnections);
 }
 
+// --env-file: NAME=VALUE lines into this process's environment, which every
+// command inherits. Before any thread exists (setenv is not thread-safe).
+Status LoadEnvFile(const std::string& path) {
+  for (int i = 0; i < 300 && access(path.c_str(), F_OK) != 0; ++i) usleep(100 * 1000);
+  std::ifstream in(path);
+  if (!in) return MakeError(ErrorCode::kNotFound, fmt::format("cannot read --env-file '{}'", path));
+  int number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    if (line.empty() || line[0] == '#') continue;
+    size_t eq = line.find('=');
+    std::string name = line.substr(0, eq == std::string::npos ? 0 : eq);
+    bool ok = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
+    for (char c : name) {
+      ok = ok &&
+           (c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'));
+    }
+    if (!ok) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("--env-file '{}' line {}: expected NAME=VALUE", path, number));
+    }
+    if (setenv(name.c_str(), line.c_str() + eq + 1, 1) != 0) {
+      return MakeSyscallError("setenv", errno, name);
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -156,6 +184,12 @@ int main(int argc, char** argv) {
                  "File holding the token every request but the health checks must\n"
                  "carry, in X-Sandboxd-Token or as Authorization: Bearer (or set\n"
                  "SANDBOXD_TOKEN)");
+  std::vector<std::string> env_files;
+  app.add_option("--env-file", env_files,
+                 "NAME=VALUE lines added to the environment of every command (repeatable;\n"
+                 "empty lines and lines starting with # skipped), read at start: e.g. a\n"
+                 "secrets proxy sidecar's placeholders (deepbox egress-proxy --share-dir).\n"
+                 "A missing file is waited for up to 30 s (the sidecar may still be writing)");
   app.add_option("--token-sha256-file", config.token_sha256_file,
                  "File holding only the token's verifier, 'sha256:' + base64url of\n"
                  "its SHA-256 (deploy/k8s: the claim's annotation through a downward\n"
@@ -225,6 +259,10 @@ int main(int argc, char** argv) {
   // Before any thread starts (children of every thread get the original).
   auto fd_room = RaiseOpenFilesLimit();
   if (!fd_room) return Fail(fd_room.error().ToString());
+
+  for (const auto& path : env_files) {
+    if (auto st = LoadEnvFile(path); !st) return Fail(st.error().message);
+  }
 
   if (!token_file.empty()) {
     std::ifstream in(token_file);

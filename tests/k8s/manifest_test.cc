@@ -281,5 +281,46 @@ TEST(ManifestTest, ThePvcVariantKeepsOnlyTheWorkspaceOnAClaim) {
   EXPECT_EQ(ToJson(strip(pvc)), ToJson(strip(tmpl)));
 }
 
+// Issue 26: the secrets sidecar variant. The value reaches only the sidecar
+// (the sandbox container has no secretKeyRef), which runs under another uid
+// as a native sidecar; the sandbox container points its proxy and trust at
+// it and exports the placeholders; otherwise the default template.
+TEST(ManifestTest, TheSecretsVariantKeepsTheValueInTheSidecar) {
+  auto tmpl = Load("sandbox-template.yaml");
+  auto sec = Load("sandbox-template-secrets.yaml");
+  const json::value* spec = Find(sec, {"spec", "podTemplate", "spec"});
+  ASSERT_NE(spec, nullptr);
+  const json::value* inits = Find(*spec, {"initContainers"});
+  ASSERT_TRUE(inits != nullptr && inits->is_array());
+  const json::value* proxy = nullptr;
+  for (const auto& c : inits->as_array()) {
+    if (FindString(c, {"name"}) == "egress-proxy") proxy = &c;
+  }
+  ASSERT_NE(proxy, nullptr);
+  EXPECT_EQ(FindString(*proxy, {"restartPolicy"}), "Always");  // a native sidecar
+  std::string command = ToJson(*Find(*proxy, {"command"}));
+  EXPECT_NE(command.find("egress-proxy"), std::string::npos);
+  EXPECT_NE(command.find("--listen=127.0.0.1:3128"), std::string::npos);
+  EXPECT_NE(command.find("--share-dir=/run/deepbox-egress"), std::string::npos);
+  EXPECT_NE(command.find("--secret=GH_TOKEN=env:GH_TOKEN@"), std::string::npos);
+  std::string proxy_env = ToJson(*Find(*proxy, {"env"}));
+  EXPECT_NE(proxy_env.find("secretKeyRef"), std::string::npos);
+  const json::value* uid = Find(*proxy, {"securityContext", "runAsUser"});
+  ASSERT_NE(uid, nullptr);
+  EXPECT_NE(uid->as_int64(), 1000);  // not the sandbox's uid
+  const json::value* containers = Find(*spec, {"containers"});
+  ASSERT_TRUE(containers != nullptr && containers->is_array());
+  ASSERT_EQ(containers->as_array().size(), 1u);
+  const json::value& sandbox = containers->as_array()[0];
+  std::string sandbox_json = ToJson(sandbox);
+  EXPECT_EQ(sandbox_json.find("secretKeyRef"), std::string::npos);
+  EXPECT_NE(sandbox_json.find("--env-file=/run/deepbox-egress/secrets.env"), std::string::npos);
+  for (const char* var : {"HTTPS_PROXY", "SSL_CERT_FILE", "CURL_CA_BUNDLE", "REQUESTS_CA_BUNDLE",
+                          "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS"}) {
+    EXPECT_NE(sandbox_json.find(std::string("\"") + var + "\""), std::string::npos) << var;
+  }
+  EXPECT_EQ(FindString(sec, {"metadata", "name"}), FindString(tmpl, {"metadata", "name"}));
+}
+
 }  // namespace
 }  // namespace deepbox::k8s
