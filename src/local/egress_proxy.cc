@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
@@ -28,6 +29,14 @@ constexpr size_t kMaxHead = 16384;
 constexpr char kOneRequest[] =
     "one request per connection: a further request on it was not sent (Connection: close)";
 constexpr size_t kMaxTlsRecord = 5 + 16384 + 2048;
+
+// Both legs of every connection: the proxy writes what it has as it gets it
+// (a response head, then its body; a TLS flight in pieces), and Nagle would
+// hold each later piece until the peer's delayed ACK (40 ms).
+void SetNoDelay(int fd) {
+  int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
 
 uint32_t Be(std::string_view s, size_t at, int bytes) {
   uint32_t v = 0;
@@ -397,6 +406,7 @@ void EgressProxy::AcceptLoop(std::promise<std::string>* joined) {
     ReapFinished();
     int c = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) continue;
+    SetNoDelay(c);
     std::lock_guard<std::mutex> lock(mu_);
     if (conns_.size() >= options_.max_connections) {
       close(c);
@@ -546,6 +556,7 @@ Result<UniqueFd> EgressProxy::Upstream(const Policy& policy, const std::string& 
     }
     UniqueFd s(socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!s) return MakeSyscallError("socket", errno);
+    SetNoDelay(s.get());
     int rc = connect(s.get(), reinterpret_cast<sockaddr*>(&a), len);
     if (rc != 0 && errno != EINPROGRESS) {
       last = SyscallError("connect", errno, AddressText(a));

@@ -18,7 +18,8 @@ namespace deepbox::local {
 
 namespace {
 
-constexpr size_t kHighWater = 1u << 20;  // ciphertext queued for one socket
+constexpr size_t kHighWater = 1u << 20;    // ciphertext queued for one socket
+constexpr size_t kReadAhead = 256u << 10;  // ciphertext read from a socket, not yet decrypted
 constexpr size_t kMaxRequestHead = 64 * 1024;
 
 int64_t InterceptNowMs() {
@@ -61,13 +62,16 @@ struct Leg {
     }
     return {};
   }
-  // Takes what the socket has; false on a socket error.
+  // Takes what the socket has, up to kReadAhead undecrypted: the rest waits
+  // in the socket (TCP holds the peer back) until SSL_read has taken this.
+  // False on a socket error.
   bool ReadSocket() {
     char buf[32768];
     for (;;) {
+      if (!tls_closed && BIO_ctrl_pending(rbio) >= kReadAhead) return true;
       ssize_t n = recv(fd, buf, sizeof(buf), 0);
       if (n > 0) {
-        BIO_write(rbio, buf, static_cast<int>(n));
+        if (!tls_closed) BIO_write(rbio, buf, static_cast<int>(n));  // else never read: dropped
         if (static_cast<size_t>(n) < sizeof(buf)) return true;
         continue;
       }
@@ -463,6 +467,12 @@ InterceptOutcome InterceptTls(const InterceptRequest& r) {
         }
       }
     }
+    // A leg not read because the other's queue was full may still hold
+    // records in its BIO (its socket read dry): once the queue drains below
+    // the mark it must be read again, not after the socket's next event
+    // (there may be none: the end of a download, a flow-controlled h2 peer).
+    const bool client_gated = !client.tls_closed && up.out.size() >= kHighWater;
+    const bool up_gated = !up.tls_closed && client.out.size() >= kHighWater;
     if (!outcome.error.empty()) {
       client.QueueClose();
       up.QueueClose();
@@ -486,6 +496,10 @@ InterceptOutcome InterceptTls(const InterceptRequest& r) {
     }
     if (client.tls_closed && up.tls_closed && client.out.empty() && up.out.empty()) {
       return outcome;
+    }
+    if ((client_gated && up.out.size() < kHighWater) ||
+        (up_gated && client.out.size() < kHighWater)) {
+      continue;
     }
     pollfd p[4] = {
         {client.fd, 0, 0}, {up.fd, 0, 0}, {r.stop_fd, POLLIN, 0}, {r.cancel_fd, POLLIN, 0}};

@@ -22,7 +22,8 @@
 //
 // Both legs use memory BIOs over non-blocking sockets, so one thread and one
 // poll() drive the connection, as Relay() does for tunnels; ciphertext queued
-// for a socket is bounded (the other leg is not read meanwhile). It ends when
+// for a socket (1 MiB: the other leg is not read meanwhile) and read ahead
+// from one (256 KiB: the rest stays in the socket) are bounded. It ends when
 // both legs have closed, on stop_fd or cancel_fd (a policy change), after
 // idle_timeout without traffic, or on an error.
 #pragma once
