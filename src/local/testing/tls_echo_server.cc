@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
@@ -748,6 +749,11 @@ void ServeConnection(SSL_CTX* ctx, UniqueFd fd, int stop_fd) {
   sigemptyset(&pipe_set);
   sigaddset(&pipe_set, SIGPIPE);
   pthread_sigmask(SIG_BLOCK, &pipe_set, nullptr);
+  // Like real servers (nginx's tcp_nodelay, Go's default): a response head
+  // and its body go out as separate records, and Nagle would hold the body
+  // until the client's delayed ACK (40 ms).
+  int one = 1;
+  (void)::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr || SSL_set_fd(ssl, fd.get()) != 1) {
     SSL_free(ssl);

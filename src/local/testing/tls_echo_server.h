@@ -31,7 +31,8 @@
 // 'a' + i % 26), application/octet-stream, generated as sent (never
 // buffered): for throughput benchmarks.
 // A failed handshake, a protocol error or a peer silent for 60 s ends that
-// connection only; the server keeps serving.
+// connection only; the server keeps serving. Connections have TCP_NODELAY,
+// as real servers' do (a response's head and body are separate records).
 #pragma once
 
 #include <memory>
