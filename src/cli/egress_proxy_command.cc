@@ -106,10 +106,9 @@ Status WriteShared(const fs::path& dir, const std::string& ca_pem,
   if (ec) return MakeSyscallError("mkdir", ec.value(), dir.string());
   std::string env;
   for (const auto& s : secrets) env += s.name + "=" + s.placeholder + "\n";
-  for (const auto& [name, text] :
-       {std::pair<std::string, std::string>{"sandbox-ca.pem", ca_pem},
-        {"bundle.pem", SystemBundle() + ca_pem},
-        {"secrets.env", env}}) {
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"sandbox-ca.pem", ca_pem},
+                                   {"bundle.pem", SystemBundle() + ca_pem},
+                                   {"secrets.env", env}}) {
     fs::path path = dir / name;
     if (auto st = local::lifecycle::WriteFileAtomic(path, text); !st) return st;
     if (chmod(path.c_str(), 0644) != 0) return MakeSyscallError("chmod", errno, path.string());
@@ -134,10 +133,9 @@ int RunEgressProxy(const EgressProxyArgs& args) {
       if (policy->mode == NetworkMode::kAllow) {
         std::string probe = h.rfind("*.", 0) == 0 ? "x" + h.substr(1) : h;
         if (!AllowlistMatches(policy->allow, probe, 443)) {
-          return ReportError(Error(
-              ErrorCode::kInvalidArgument,
-              fmt::format("secret {}'s host {} is not allowed by --network {}", s.name, h,
-                          args.network)));
+          return ReportError(Error(ErrorCode::kInvalidArgument,
+                                   fmt::format("secret {}'s host {} is not allowed by --network {}",
+                                               s.name, h, args.network)));
         }
       }
       if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);

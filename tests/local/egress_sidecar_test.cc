@@ -96,8 +96,7 @@ class EgressSidecarTest : public ::testing::Test {
             static_cast<char*>(nullptr));
       _exit(127);
     }
-    for (int i = 0; i < 500 && Slurp(dir_ / "stderr").find("listening") == std::string::npos;
-         ++i) {
+    for (int i = 0; i < 500 && Slurp(dir_ / "stderr").find("listening") == std::string::npos; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     ASSERT_THAT(Slurp(dir_ / "stderr"), HasSubstr("listening on 127.0.0.1:39128"))
@@ -135,8 +134,7 @@ TEST_F(EgressSidecarTest, AgentSideHoldsThePlaceholderServerGetsTheValue) {
         // What the template gives the agent container (curl reads CURL_CA_BUNDLE,
         // not SSL_CERT_FILE).
         "export HTTPS_PROXY=http://" + std::string(kProxy) + " SSL_CERT_FILE=" + bundle +
-        " CURL_CA_BUNDLE=" + bundle +
-        "; export API_TOKEN=" + placeholder +
+        " CURL_CA_BUNDLE=" + bundle + "; export API_TOKEN=" + placeholder +
         "; curl -sS --http2 -H \"Authorization: Bearer $API_TOKEN\" "
         "https://allowed.test:8443/a https://allowed.test:8443/b; echo curl_secret=$?"
         "; curl -sS --cacert " +
@@ -193,8 +191,8 @@ TEST_F(EgressSidecarTest, BadConfigurationsAreRefused) {
   EXPECT_EQ(none.code, 2);
   EXPECT_THAT(none.err, HasSubstr("lets nothing through"));
   setenv("SIDECAR_TEST_VALUE", "v", 1);
-  auto not_allowed = run({"--network", "allow=a.example.test", "--secret",
-                          "T=env:SIDECAR_TEST_VALUE@b.example.test"});
+  auto not_allowed = run(
+      {"--network", "allow=a.example.test", "--secret", "T=env:SIDECAR_TEST_VALUE@b.example.test"});
   EXPECT_EQ(not_allowed.code, 2);
   EXPECT_THAT(not_allowed.err, HasSubstr("is not allowed by --network"));
   auto bad_listen = run({"--listen", "localhost:3128"});
