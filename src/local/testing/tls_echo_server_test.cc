@@ -42,7 +42,7 @@ using std::chrono::steady_clock;
 // ---- a CA and a leaf for echo.test (EC P-256): testing/test_pki.h ----
 
 using Pki = TestPki;
-Pki MakePki() { return MakeTestPki("echo.test", "deepbox echo test CA"); }
+Pki MakePki() { return MakeTestPki("echo.test"); }
 
 // ---- sockets, files ----
 

@@ -64,7 +64,8 @@ X509* MakeCert(EVP_PKEY* key, const char* cn, const char* org, X509* issuer, lon
 
 }  // namespace
 
-TestPki GenerateTestPki(const std::string& client_common_name, const std::string& client_org) {
+TestPki GenerateTestPki(const std::string& client_common_name, const std::string& client_org,
+                        const std::string& server_san) {
   TestPki pki;
   EVP_PKEY* ca_key = NewKey();
   X509* ca = MakeCert(ca_key, "deepbox-test-ca", nullptr, nullptr, 1);
@@ -75,7 +76,7 @@ TestPki GenerateTestPki(const std::string& client_common_name, const std::string
 
   EVP_PKEY* server_key = NewKey();
   X509* server = MakeCert(server_key, "localhost", nullptr, ca, 2);
-  AddExt(server, ca, NID_subject_alt_name, "DNS:localhost,IP:127.0.0.1,IP:::1");
+  AddExt(server, ca, NID_subject_alt_name, server_san.c_str());
   AddExt(server, ca, NID_ext_key_usage, "serverAuth");
   X509_sign(server, ca_key, EVP_sha256());
 
