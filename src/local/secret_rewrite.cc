@@ -282,24 +282,6 @@ struct DeflaterDeleter {
 }  // namespace srw
 }  // namespace
 
-Result<void> ValidateSecretValue(std::string_view value) {
-  if (value.empty()) return srw::Refuse("the secret's value is empty");
-  if (value.size() > kMaxSecretValue) {
-    return srw::Refuse(fmt::format("the secret's value is longer than {} bytes", kMaxSecretValue));
-  }
-  for (char c : value) {
-    if (c != '\t' && srw::IsControl(static_cast<unsigned char>(c))) {
-      return srw::Refuse(
-          "the secret's value has a control byte (NUL, CR, LF, ...): it could end a header line");
-    }
-  }
-  if (value.front() == ' ' || value.front() == '\t' || value.back() == ' ' ||
-      value.back() == '\t') {
-    return srw::Refuse("the secret's value starts or ends with whitespace");
-  }
-  return {};
-}
-
 Result<std::string> RewriteHttp1RequestHead(std::string_view head, std::string_view connection_host,
                                             const std::vector<SecretBinding>& bindings,
                                             bool substitute_query, RewriteReport* report) {

@@ -69,6 +69,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "sandbox/secrets.h"
 
 namespace deepbox::local {
 
@@ -97,7 +98,7 @@ struct RewriteReport {
   std::vector<Request> requests;
 };
 
-inline constexpr size_t kMaxSecretValue = 8192;
+inline constexpr size_t kMaxSecretValue = kMaxSecretValueBytes;
 inline constexpr size_t kMaxHttp1RequestHead = 64 * 1024;
 // HTTP/2: the decoded header list of one block (RFC 9113's size: name +
 // value + 32 per field), and the HPACK-encoded block as received.
@@ -115,11 +116,10 @@ inline constexpr size_t kMaxH2ServerHpackTable = 4096;
 // exceeds the server's, whenever its SETTINGS take effect.
 inline constexpr size_t kH2EmittedFrameSize = 16384;
 
-// Whether `value` can be a secret's value: non-empty, at most
-// kMaxSecretValue bytes, no control byte (NUL, CR, LF, ...; HT is allowed
-// inside), no leading or trailing space or HT. The error never shows the
-// value.
-Result<void> ValidateSecretValue(std::string_view value);
+// A secret's value is checked with deepbox::ValidateSecretValue
+// (sandbox/secrets.h): non-empty, at most kMaxSecretValue bytes, no control
+// byte (NUL, CR, LF, ...; HT is allowed inside), no leading or trailing space
+// or HT. The error never shows the value.
 
 // HTTP/1.x: `head` is one request head, the request line through the final
 // CRLFCRLF (the proxy frames the body itself, from the head it sends);
