@@ -17,6 +17,7 @@
 #include "cli/commands.h"
 #include "common/byte_size.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "common/terminal_text.h"
 #include "local/egress_log.h"
 #include "local/lifecycle/selector.h"
@@ -258,12 +259,8 @@ Result<std::string> EditAllowlist(const std::string& current, const std::string&
     }
     names = policy->allow;
   }
-  size_t start = 0;
-  while (start <= edit.size()) {
-    size_t comma = edit.find(',', start);
-    if (comma == std::string::npos) comma = edit.size();
-    std::string entry = edit.substr(start, comma - start);
-    start = comma + 1;
+  for (std::string_view field : Split(edit, ',')) {
+    std::string entry(field);
     if (entry.empty()) continue;
     bool remove = entry[0] == '-';
     if (entry[0] == '-' || entry[0] == '+') entry.erase(0, 1);

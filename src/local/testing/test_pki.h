@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "common/strings.h"
 #include "net/testing/test_certs.h"
 
 namespace deepbox::local::testing {
@@ -19,12 +20,8 @@ struct TestPki {
 // A CA and a leaf for `dns_names` ("a.test,b.test").
 inline TestPki MakeTestPki(const std::string& dns_names) {
   std::string san;
-  size_t start = 0;
-  while (start <= dns_names.size()) {
-    size_t comma = dns_names.find(',', start);
-    if (comma == std::string::npos) comma = dns_names.size();
-    san += (san.empty() ? "DNS:" : ",DNS:") + dns_names.substr(start, comma - start);
-    start = comma + 1;
+  for (std::string_view name : Split(dns_names, ',')) {
+    san += (san.empty() ? "DNS:" : ",DNS:") + std::string(name);
   }
   auto pki = net::testing::GenerateTestPki("test-client", "", san);
   return TestPki{pki.ca_cert_pem, pki.server_cert_pem + pki.ca_cert_pem, pki.server_key_pem};
