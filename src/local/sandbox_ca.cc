@@ -28,6 +28,12 @@ using GeneralSubtreePtr = std::unique_ptr<GENERAL_SUBTREE, OpenSslFree<GENERAL_S
 
 constexpr time_t kSecondsPerHour = 3600;
 constexpr time_t kSecondsPerDay = 24 * kSecondsPerHour;
+// TLS 1.3 suites of both intercepted legs, AES-128-GCM first: every byte is
+// decrypted and encrypted once more than in a tunnel, and AES-128 does that
+// ~30% faster than AES-256 (OpenSSL's default first choice) at a strength
+// TLS 1.3 mandates. TLS 1.2 keeps OpenSSL's defaults.
+constexpr const char* kInterceptCipherSuites =
+    "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
 constexpr size_t kMaxLabel = 37;  // 64 (CN) - "deepbox sandbox " - " secrets CA"
 
 tl::unexpected<Error> OpenSslFailure(std::string_view call, ErrorCode code = ErrorCode::kInternal) {
@@ -428,7 +434,13 @@ Result<std::shared_ptr<SSL_CTX>> SandboxCa::ServerContext(std::string_view host_
   if (SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION) != 1) {
     return OpenSslFailure("SSL_CTX_set_min_proto_version");
   }
-  SSL_CTX_set_options(c, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+  // Our preference, except that a client putting ChaCha20 first (no AES
+  // instructions) gets it.
+  SSL_CTX_set_options(
+      c, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_PRIORITIZE_CHACHA);
+  if (SSL_CTX_set_ciphersuites(c, kInterceptCipherSuites) != 1) {
+    return OpenSslFailure("SSL_CTX_set_ciphersuites");
+  }
   if (SSL_CTX_use_certificate(c, leaf->get()) != 1)
     return OpenSslFailure("SSL_CTX_use_certificate");
   if (SSL_CTX_use_PrivateKey(c, leaf_key_.get()) != 1)
@@ -474,6 +486,9 @@ Result<std::shared_ptr<SSL_CTX>> UpstreamTlsContext(const std::string& ca_file) 
     return OpenSslFailure("SSL_CTX_set_min_proto_version");
   }
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  if (SSL_CTX_set_ciphersuites(ctx.get(), kInterceptCipherSuites) != 1) {
+    return OpenSslFailure("SSL_CTX_set_ciphersuites");
+  }
   if (ca_file.empty()) {
     if (SSL_CTX_set_default_verify_paths(ctx.get()) != 1) {
       return OpenSslFailure("SSL_CTX_set_default_verify_paths");

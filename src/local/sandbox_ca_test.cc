@@ -85,6 +85,7 @@ struct Outcome {
   long verify = X509_V_OK;
   int version = 0;
   std::string alpn;      // negotiated, "" = none
+  std::string cipher;    // the negotiated suite's standard name
   std::string received;  // application data from the peer
 };
 
@@ -125,6 +126,7 @@ Connection Connect(SSL_CTX* server_ctx, SSL_CTX* client_ctx,
     out.ok = true;
     out.version = SSL_version(ssl.get());
     out.alpn = Alpn(ssl.get());
+    out.cipher = SSL_CIPHER_standard_name(SSL_get_current_cipher(ssl.get()));
     char buf[64];
     int n = SSL_read(ssl.get(), buf, sizeof buf);
     if (n > 0) {
@@ -149,6 +151,7 @@ Connection Connect(SSL_CTX* server_ctx, SSL_CTX* client_ctx,
       out.ok = true;
       out.version = SSL_version(ssl.get());
       out.alpn = Alpn(ssl.get());
+      out.cipher = SSL_CIPHER_standard_name(SSL_get_current_cipher(ssl.get()));
       SSL_write(ssl.get(), "ping", 4);
       char buf[64];
       for (int n; (n = SSL_read(ssl.get(), buf, sizeof buf)) > 0;) out.received.append(buf, n);
@@ -210,6 +213,41 @@ TEST(SandboxCaTest, ClientTrustingTheCaCompletesAHandshake) {
   ASSERT_TRUE(tls12.client.ok) << tls12.client.error;
   EXPECT_EQ(tls12.client.version, TLS1_2_VERSION);
   EXPECT_EQ(tls12.client.received, "pong:ping");
+}
+
+// Both intercepted legs prefer AES-128-GCM (each byte is encrypted once more
+// than in a tunnel), but a client that puts ChaCha20 first (no AES
+// instructions) gets it, and a client offering only AES-256 still connects.
+TEST(SandboxCaTest, InterceptedLegsPreferAes128) {
+  auto ca = NewCa({"api.example.com"});
+  ASSERT_NE(ca, nullptr);
+  auto server = ca->ServerContext("api.example.com");
+  ASSERT_TRUE(server) << server.error().ToString();
+  auto with_suites = [&](const char* suites) {
+    SslCtxPtr client = ClientTrusting(ca->cert_pem());
+    EXPECT_EQ(SSL_CTX_set_ciphersuites(client.get(), suites), 1);
+    return Connect(server->get(), client.get(), ExpectHost("api.example.com"));
+  };
+  // OpenSSL's own default order puts AES-256 first.
+  Connection openssl_default =
+      with_suites("TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256");
+  ASSERT_TRUE(openssl_default.client.ok) << openssl_default.client.error;
+  EXPECT_EQ(openssl_default.client.cipher, "TLS_AES_128_GCM_SHA256");
+  Connection chacha_first =
+      with_suites("TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384");
+  ASSERT_TRUE(chacha_first.client.ok) << chacha_first.client.error;
+  EXPECT_EQ(chacha_first.client.cipher, "TLS_CHACHA20_POLY1305_SHA256");
+  Connection only_256 = with_suites("TLS_AES_256_GCM_SHA384");
+  ASSERT_TRUE(only_256.client.ok) << only_256.client.error;
+  EXPECT_EQ(only_256.client.cipher, "TLS_AES_256_GCM_SHA384");
+
+  // The upstream leg offers AES-128 first (a server going by the client's
+  // order, OpenSSL's default, takes it).
+  auto upstream = UpstreamTlsContext("");
+  ASSERT_TRUE(upstream) << upstream.error().ToString();
+  STACK_OF(SSL_CIPHER)* offered = SSL_CTX_get_ciphers(upstream->get());
+  ASSERT_GT(sk_SSL_CIPHER_num(offered), 0);
+  EXPECT_STREQ(SSL_CIPHER_standard_name(sk_SSL_CIPHER_value(offered, 0)), "TLS_AES_128_GCM_SHA256");
 }
 
 TEST(SandboxCaTest, ClientTrustingAnotherCaFailsCleanly) {

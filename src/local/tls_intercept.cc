@@ -28,13 +28,39 @@ int64_t InterceptNowMs() {
   return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+// Ciphertext waiting for a socket. Sent from an offset rather than erased
+// from the front: a partial send of a megabyte queue would otherwise move
+// the rest of it every time.
+class SendQueue {
+ public:
+  size_t size() const { return bytes_.size() - sent_; }
+  bool empty() const { return size() == 0; }
+  const char* data() const { return bytes_.data() + sent_; }
+  void append(const char* p, size_t n) { bytes_.append(p, n); }
+  void consume(size_t n) {
+    sent_ += n;
+    if (sent_ == bytes_.size()) {
+      bytes_.clear();
+      sent_ = 0;
+    } else if (sent_ >= kCompactAt) {
+      bytes_.erase(0, sent_);
+      sent_ = 0;
+    }
+  }
+
+ private:
+  static constexpr size_t kCompactAt = 256u << 10;
+  std::string bytes_;
+  size_t sent_ = 0;
+};
+
 // One TLS leg: an SSL over two memory BIOs, and the socket they stand for.
 struct Leg {
   int fd = -1;
   SslPtr ssl;
   BIO* rbio = nullptr;  // owned by ssl
   BIO* wbio = nullptr;
-  std::string out;  // ciphertext for the socket
+  SendQueue out;  // ciphertext for the socket
   bool sock_eof = false;
   bool tls_closed = false;  // the peer's close_notify, or EOF
   bool shut_sent = false;   // our close_notify queued
@@ -84,19 +110,20 @@ struct Leg {
       return errno == EAGAIN || errno == EWOULDBLOCK;
     }
   }
+  // Moves what SSL wrote into the queue: straight from the memory BIO's
+  // buffer, which is then emptied (one copy, not two).
   void CollectOut() {
-    char buf[32768];
-    while (BIO_ctrl_pending(wbio) > 0) {
-      int n = BIO_read(wbio, buf, sizeof(buf));
-      if (n <= 0) break;
-      out.append(buf, static_cast<size_t>(n));
-    }
+    char* data = nullptr;
+    long n = BIO_get_mem_data(wbio, &data);
+    if (n <= 0) return;
+    out.append(data, static_cast<size_t>(n));
+    (void)BIO_reset(wbio);
   }
   bool WriteSocket() {
     while (!out.empty()) {
       ssize_t n = send(fd, out.data(), out.size(), MSG_NOSIGNAL);
       if (n > 0) {
-        out.erase(0, static_cast<size_t>(n));
+        out.consume(static_cast<size_t>(n));
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
