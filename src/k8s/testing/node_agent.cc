@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/fsuid.h>
 #include <sys/socket.h>
@@ -16,11 +17,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "common/base64.h"
 #include "common/subprocess.h"
 #include "k8s/util.h"
 #include "k8s/watch.h"
@@ -28,33 +35,93 @@
 
 namespace deepbox::k8s::testing {
 
-// Accepts on ip:port and relays each connection to a unix socket (the
-// sandbox's daemon). One thread accepts, one per connection relays; Stop (the
-// destructor) wakes and joins them all.
+namespace {
+
+Result<UniqueFd> ListenTcpLoopback(const std::string& ip, int port) {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) return MakeSyscallError("socket", errno);
+  int one = 1;
+  (void)::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::inet_pton(AF_INET, ip.c_str(), &addr.sin_addr) != 1) {
+    return MakeError(ErrorCode::kInvalidArgument, "bad pod IP " + ip);
+  }
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    return MakeSyscallError("bind", errno, fmt::format("{}:{}", ip, port));
+  }
+  if (::listen(s.get(), 64) != 0) return MakeSyscallError("listen", errno);
+  return s;
+}
+
+Result<UniqueFd> ConnectTcpLoopback(int port) {
+  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s) return MakeSyscallError("socket", errno);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    return MakeSyscallError("connect", errno, fmt::format("127.0.0.1:{}", port));
+  }
+  return s;
+}
+
+UniqueFd ConnectUnix(const std::string& path) {
+  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (!s || path.size() >= sizeof addr.sun_path) return UniqueFd();
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return UniqueFd();
+  return s;
+}
+
+// make() on a thread that joined the network namespace at `netns_path`
+// (a socket keeps the namespace it was made in, whoever holds it).
+Result<UniqueFd> InNetns(const std::string& netns_path,
+                         const std::function<Result<UniqueFd>()>& make) {
+  Result<UniqueFd> out = MakeError(ErrorCode::kInternal, "not run");
+  std::thread t([&] {
+    UniqueFd ns(::open(netns_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!ns) {
+      out = MakeSyscallError("open", errno, netns_path);
+    } else if (::setns(ns.get(), CLONE_NEWNET) != 0) {
+      out = MakeSyscallError("setns", errno, netns_path);
+    } else {
+      out = make();
+    }
+  });
+  t.join();
+  return out;
+}
+
+}  // namespace
+
+// Accepts on a listening socket and relays each connection to the one
+// dial() opens (the sandbox's daemon; a sidecar's port in the pod network).
+// One thread accepts, one per connection relays; Stop (the destructor) wakes
+// and joins them all.
 class LoopbackProxy {
  public:
-  static Result<std::unique_ptr<LoopbackProxy>> Start(const std::string& ip, int port,
-                                                      std::string socket_path) {
+  using Dial = std::function<UniqueFd()>;
+  static Result<std::unique_ptr<LoopbackProxy>> Serve(UniqueFd listener, Dial dial) {
     std::unique_ptr<LoopbackProxy> p(new LoopbackProxy());
-    p->socket_path_ = std::move(socket_path);
+    p->dial_ = std::move(dial);
+    p->listen_ = std::move(listener);
     p->stop_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!p->stop_) return MakeSyscallError("eventfd", errno);
-    p->listen_.reset(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!p->listen_) return MakeSyscallError("socket", errno);
-    int one = 1;
-    (void)::setsockopt(p->listen_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (::inet_pton(AF_INET, ip.c_str(), &addr.sin_addr) != 1) {
-      return MakeError(ErrorCode::kInvalidArgument, "bad pod IP " + ip);
-    }
-    if (::bind(p->listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      return MakeSyscallError("bind", errno, fmt::format("{}:{}", ip, port));
-    }
-    if (::listen(p->listen_.get(), 64) != 0) return MakeSyscallError("listen", errno);
     p->accept_thread_ = std::thread([raw = p.get()] { raw->AcceptLoop(); });
     return p;
+  }
+  // ip:port of the host to the unix socket of a sandbox's daemon.
+  static Result<std::unique_ptr<LoopbackProxy>> Start(const std::string& ip, int port,
+                                                      std::string socket_path) {
+    auto listener = ListenTcpLoopback(ip, port);
+    if (!listener) return tl::unexpected(listener.error());
+    return Serve(std::move(*listener),
+                 [path = std::move(socket_path)] { return ConnectUnix(path); });
   }
   ~LoopbackProxy() {
     uint64_t one = 1;
@@ -93,13 +160,8 @@ class LoopbackProxy {
     }
   }
   void Relay(UniqueFd client) {
-    UniqueFd backend(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    UniqueFd backend = dial_();
     if (!backend) return;
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (socket_path_.size() >= sizeof addr.sun_path) return;
-    std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
-    if (::connect(backend.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
     char buf[65536];
     bool open[2] = {true, true};  // client->backend, backend->client
     while (open[0] || open[1]) {
@@ -134,7 +196,7 @@ class LoopbackProxy {
     }
   }
 
-  std::string socket_path_;
+  Dial dial_;
   UniqueFd stop_;
   UniqueFd listen_;
   std::thread accept_thread_;
@@ -282,11 +344,23 @@ Status NodeAgent::Run(const std::string& ns, const std::string& name, const json
     p.root = fmt::format("/proc/{}/root", init->as_int64());
   }
   std::string key = ns + "/" + name;
+  // kubelet's order: native sidecars started and ready, then the containers.
+  auto sidecars = StartSidecars(p, ns, pod);
+  if (!sidecars) {
+    pods_[key] = std::move(p);
+    StopPod(key);
+    return sidecars;
+  }
   auto backend = StartContainerDaemon(p, pod, socket);
   if (!backend) {
     pods_[key] = std::move(p);
     StopPod(key);
     return tl::unexpected(backend.error());
+  }
+  if (auto bridged = BridgeSidecarPorts(p); !bridged) {
+    pods_[key] = std::move(p);
+    StopPod(key);
+    return bridged;
   }
   socket = *backend;
   // A free loopback address (another process may hold one).
@@ -403,13 +477,42 @@ Status WriteFileAtomically(const std::string& path, const std::string& content) 
   return {};
 }
 
-bool ConnectsUnix(const std::string& path) {
-  UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (!s || path.size() >= sizeof addr.sun_path) return false;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  return ::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+// `arg` with a mount's container path (at its start or after '=', as a
+// whole path component) replaced by where the node put the volume.
+std::string RemapMountPaths(std::string arg, const std::map<std::string, std::string>& remap) {
+  for (const auto& [from, to] : remap) {
+    if (from.empty()) continue;
+    size_t at = arg.find(from);
+    if (at != std::string::npos && (at == 0 || arg[at - 1] == '=') &&
+        (arg.size() == at + from.size() || arg[at + from.size()] == '/')) {
+      arg.replace(at, from.size(), to);
+    }
+  }
+  return arg;
+}
+
+// The regular files directly in `dir` (name -> content, at most 1 MiB each):
+// what a sidecar wrote into an emptyDir it shares.
+Result<std::map<std::string, std::string>> ReadSharedFiles(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (!e.is_regular_file(ec) || e.is_symlink(ec)) continue;
+    std::string name = e.path().filename().string();
+    UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd) return MakeSyscallError("open", errno, e.path().string());
+    std::string content;
+    char buf[65536];
+    for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) > 0;) {
+      content.append(buf, static_cast<size_t>(n));
+      if (content.size() > (1u << 20)) {
+        return MakeError(ErrorCode::kInvalidArgument, e.path().string() + ": over 1 MiB");
+      }
+    }
+    out[name] = std::move(content);
+  }
+  if (ec) return MakeError(ErrorCode::kUnavailable, dir + ": " + ec.message());
+  return out;
 }
 
 }  // namespace
@@ -435,6 +538,20 @@ Result<std::string> NodeAgent::StartContainerDaemon(Pod& p, const json::object& 
   // downwardAPI volumes -> their mount paths in the container.
   std::map<std::string, std::string> remap;  // container path -> sandbox path
   const std::string kVolumes = "/tmp/.deepbox-pod-volumes";
+  // What the sidecars left in the emptyDirs this container mounts too, read
+  // as host root (the sidecar's files need not be readable by others).
+  const json::value* mounts = Find(c, {"volumeMounts"});
+  std::map<std::string, std::map<std::string, std::string>> shared;  // volume -> files
+  if (mounts != nullptr && mounts->is_array()) {
+    for (const auto& m : mounts->get_array()) {
+      std::string vol = FindString(m, {"name"});
+      auto it = p.shared_volumes.find(vol);
+      if (it == p.shared_volumes.end()) continue;
+      auto files = ReadSharedFiles(it->second);
+      if (!files) return tl::unexpected(files.error());
+      shared[vol] = std::move(*files);
+    }
+  }
   // Made as the sandbox's user (host root cannot write into its /tmp); ended
   // before anything of the host is touched again.
   std::optional<SandboxFsIdentity> as_sandbox_user(std::in_place, p.root);
@@ -444,7 +561,6 @@ Result<std::string> NodeAgent::StartContainerDaemon(Pod& p, const json::object& 
     return MakeSyscallError("mkdir", errno, p.root + kVolumes);
   }
   const json::value* volumes = Find(pod, {"spec", "volumes"});
-  const json::value* mounts = Find(c, {"volumeMounts"});
   if (volumes != nullptr && volumes->is_array() && mounts != nullptr && mounts->is_array()) {
     for (const auto& v : volumes->get_array()) {
       const json::value* items = Find(v, {"downwardAPI", "items"});
@@ -465,6 +581,20 @@ Result<std::string> NodeAgent::StartContainerDaemon(Pod& p, const json::object& 
       }
     }
   }
+  for (const auto& [vol, files] : shared) {
+    std::string dir = kVolumes + "/" + vol;
+    if (::mkdir((p.root + dir).c_str(), 0755) != 0) {
+      return MakeSyscallError("mkdir", errno, p.root + dir);
+    }
+    for (const auto& [name, content] : files) {
+      if (auto st = WriteFileAtomically(p.root + dir + "/" + name, content); !st) {
+        return tl::unexpected(st.error());
+      }
+    }
+    for (const auto& m : mounts->get_array()) {
+      if (FindString(m, {"name"}) == vol) remap[FindString(m, {"mountPath"})] = dir;
+    }
+  }
   as_sandbox_user.reset();
   if (auto s = ProjectDownwardApi(p, pod); !s) return tl::unexpected(s.error());
   // The container's arguments, with its mounts' paths and its listener moved.
@@ -480,15 +610,7 @@ Result<std::string> NodeAgent::StartContainerDaemon(Pod& p, const json::object& 
         a.starts_with("--rest-port=")) {
       continue;
     }
-    for (const auto& [from, to] : remap) {
-      if (from.empty()) continue;
-      size_t at = a.find(from);
-      if (at != std::string::npos && (at == 0 || a[at - 1] == '=') &&
-          (a.size() == at + from.size() || a[at + from.size()] == '/')) {
-        a.replace(at, from.size(), to);
-      }
-    }
-    args.push_back(std::move(a));
+    args.push_back(RemapMountPaths(std::move(a), remap));
   }
   args.insert(args.end(), {"--listen", "unix:" + socket});
   // As a container's PID 1 the daemon's file API sees "/" (--files-root
@@ -501,6 +623,18 @@ Result<std::string> NodeAgent::StartContainerDaemon(Pod& p, const json::object& 
   json::array jargv;
   for (const auto& a : args) jargv.emplace_back(a);
   req["argv"] = std::move(jargv);
+  // The container's literal env (kubelet's), its mount paths moved too; the
+  // daemon passes it on to every command.
+  if (const auto* env = Find(c, {"env"}); env != nullptr && env->is_array()) {
+    json::object values;
+    for (const auto& e : env->get_array()) {
+      const json::value* v = Find(e, {"value"});
+      std::string n = FindString(e, {"name"});
+      if (v == nullptr || !v->is_string() || n.empty()) continue;
+      values[n] = RemapMountPaths(std::string(v->get_string()), remap);
+    }
+    if (!values.empty()) req["env"] = std::move(values);
+  }
   // Named, not the default argument: GCC 12 at -O3 takes the temporary's
   // TlsClientConfig strings for uninitialized (-Wmaybe-uninitialized).
   net::ClientOptions options;
@@ -522,7 +656,7 @@ Result<std::string> NodeAgent::StartContainerDaemon(Pod& p, const json::object& 
   std::string id = FindString(*started, {"id"});
   std::string host_socket = p.root + socket;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!ConnectsUnix(host_socket)) {
+  while (!ConnectUnix(host_socket)) {
     if (std::chrono::steady_clock::now() > deadline) {
       net::ClientRequest logs;
       logs.target = "/deepbox/v1/processes/" + id + "/logs";
@@ -548,10 +682,196 @@ Status NodeAgent::ProjectDownwardApi(Pod& p, const json::object& pod) {
   return {};
 }
 
+namespace {
+
+constexpr const char* kPodNetnsAnnotation = "deepbox.dev/test-pod-netns";
+
+// runAsUser/runAsGroup of the container, else of the pod; -1 when unset.
+int64_t RunAs(const json::value& container, const json::object& pod, const char* field) {
+  for (const json::value* sc : {Find(container, {"securityContext", field}),
+                                Find(pod, {"spec", "securityContext", field})}) {
+    if (sc != nullptr && sc->is_int64()) return sc->as_int64();
+  }
+  return -1;
+}
+
+// The TCP ports a sidecar serves the pod on: its containerPorts and its
+// startupProbe's tcpSocket port.
+std::vector<int> SidecarPorts(const json::value& c) {
+  std::vector<int> ports;
+  if (const auto* ps = Find(c, {"ports"}); ps != nullptr && ps->is_array()) {
+    for (const auto& p : ps->get_array()) {
+      if (const auto* n = Find(p, {"containerPort"}); n != nullptr && n->is_int64()) {
+        ports.push_back(static_cast<int>(n->as_int64()));
+      }
+    }
+  }
+  if (const auto* n = Find(c, {"startupProbe", "tcpSocket", "port"});
+      n != nullptr && n->is_int64()) {
+    ports.push_back(static_cast<int>(n->as_int64()));
+  }
+  std::sort(ports.begin(), ports.end());
+  ports.erase(std::unique(ports.begin(), ports.end()), ports.end());
+  return ports;
+}
+
+}  // namespace
+
+Result<std::string> NodeAgent::EnvValue(const std::string& ns, const json::value& entry) {
+  std::string name = FindString(entry, {"name"});
+  if (const auto* v = Find(entry, {"value"}); v != nullptr && v->is_string()) {
+    return name + "=" + std::string(v->get_string());
+  }
+  std::string secret = FindString(entry, {"valueFrom", "secretKeyRef", "name"});
+  std::string key = FindString(entry, {"valueFrom", "secretKeyRef", "key"});
+  if (secret.empty() || key.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("env {}: only value and valueFrom.secretKeyRef are served", name));
+  }
+  auto obj = client_->Get(ResourceType{"", "v1", "secrets", "Secret"}, ns, secret);
+  if (!obj) return tl::unexpected(obj.error());
+  auto value = Base64Decode(FindString(*obj, {"data", key}));
+  if (!value || FindString(*obj, {"data", key}).empty()) {
+    return MakeError(ErrorCode::kNotFound,
+                     fmt::format("env {}: Secret {}/{} has no key {}", name, ns, secret, key));
+  }
+  return name + "=" + *value;
+}
+
+Status NodeAgent::StartSidecars(Pod& p, const std::string& ns, const json::object& pod) {
+  const json::value* inits = Find(pod, {"spec", "initContainers"});
+  if (inits == nullptr || !inits->is_array()) return {};
+  std::vector<const json::value*> sidecars;
+  for (const auto& c : inits->get_array()) {
+    if (FindString(c, {"restartPolicy"}) == "Always") sidecars.push_back(&c);
+  }
+  if (sidecars.empty()) return {};
+  p.netns = FindString(pod, {"metadata", "annotations", kPodNetnsAnnotation});
+  if (p.netns.empty() || !p.netns.starts_with("/proc/")) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("the pod has a sidecar, and this stand-in node runs sidecars only "
+                                 "in a pod network a test gives (annotation {}: /proc/...)",
+                                 kPodNetnsAnnotation));
+  }
+  std::string base = options_.pod_dir.empty()
+                         ? fmt::format("/tmp/deepbox-node-agent-{}", ::getpid())
+                         : options_.pod_dir;
+  if (::mkdir(base.c_str(), 0711) != 0 && errno != EEXIST) {
+    return MakeSyscallError("mkdir", errno, base);
+  }
+  p.dir = base + "/" + FindString(pod, {"metadata", "uid"});
+  if (::mkdir(p.dir.c_str(), 0711) != 0) return MakeSyscallError("mkdir", errno, p.dir);
+  for (const json::value* c : sidecars) {
+    std::string cname = FindString(*c, {"name"});
+    int64_t uid = RunAs(*c, pod, "runAsUser"), gid = RunAs(*c, pod, "runAsGroup");
+    if (uid <= 0 || gid <= 0) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("sidecar {}: runAsUser and runAsGroup must be set and not 0 "
+                                   "(this node runs no container as root)",
+                                   cname));
+    }
+    // Its emptyDir mounts: host directories of the pod, owned by it.
+    std::map<std::string, std::string> remap;
+    if (const auto* mounts = Find(*c, {"volumeMounts"}); mounts != nullptr && mounts->is_array()) {
+      for (const auto& m : mounts->get_array()) {
+        std::string vol = FindString(m, {"name"});
+        if (!IsObjectName(vol)) continue;
+        auto [it, fresh] = p.shared_volumes.try_emplace(vol, p.dir + "/" + vol);
+        if (fresh) {
+          if (::mkdir(it->second.c_str(), 0755) != 0) {
+            return MakeSyscallError("mkdir", errno, it->second);
+          }
+          if (::chown(it->second.c_str(), static_cast<uid_t>(uid), static_cast<gid_t>(gid)) != 0) {
+            return MakeSyscallError("chown", errno, it->second);
+          }
+        }
+        remap[FindString(m, {"mountPath"})] = it->second;
+      }
+    }
+    SubprocessOptions so;
+    so.argv = {"/usr/bin/nsenter", "--net=" + p.netns, "--setgid=" + std::to_string(gid),
+               "--setuid=" + std::to_string(uid), "--"};
+    size_t first = so.argv.size();
+    for (const char* field : {"command", "args"}) {
+      if (const auto* a = Find(*c, {field}); a != nullptr && a->is_array()) {
+        for (const auto& v : a->get_array()) {
+          if (v.is_string()) so.argv.push_back(RemapMountPaths(std::string(v.get_string()), remap));
+        }
+      }
+    }
+    if (so.argv.size() == first) {
+      return MakeError(ErrorCode::kInvalidArgument, "sidecar " + cname + ": no command");
+    }
+    // The image's deepbox CLI is this node's.
+    if (so.argv[first].ends_with("/deepbox")) so.argv[first] = options_.deepbox;
+    so.replace_environment = true;
+    so.env.emplace_back("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    if (const auto* env = Find(*c, {"env"}); env != nullptr && env->is_array()) {
+      for (const auto& e : env->get_array()) {
+        auto kv = EnvValue(ns, e);
+        if (!kv) return tl::unexpected(kv.error());
+        size_t eq = kv->find('=');
+        so.env.emplace_back(kv->substr(0, eq), kv->substr(eq + 1));
+      }
+    }
+    so.stdout_to.path = p.dir + "/" + cname + ".log";
+    so.stderr_to.path = p.dir + "/" + cname + ".err";
+    auto child = Subprocess::Spawn(so);
+    if (!child) return tl::unexpected(child.error());
+    p.sidecars.push_back(std::move(*child));
+    // Ready when its startup probe's port answers in the pod network.
+    std::vector<int> ports = SidecarPorts(*c);
+    p.sidecar_ports.insert(p.sidecar_ports.end(), ports.begin(), ports.end());
+    const json::value* probe = Find(*c, {"startupProbe", "tcpSocket", "port"});
+    if (probe == nullptr || !probe->is_int64()) continue;
+    int port = static_cast<int>(probe->as_int64());
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (;;) {
+      if (InNetns(p.netns, [port] { return ConnectTcpLoopback(port); })) break;
+      if (p.sidecars.back().HasExited() || std::chrono::steady_clock::now() > deadline) {
+        std::ifstream err(so.stderr_to.path);
+        std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+        return MakeError(ErrorCode::kUnavailable, fmt::format("sidecar {}: port {} not ready: {}",
+                                                              cname, port, text.substr(0, 2000)));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  return {};
+}
+
+Status NodeAgent::BridgeSidecarPorts(Pod& p) {
+  if (p.sidecar_ports.empty()) return {};
+  if (p.root.empty()) {
+    return MakeError(ErrorCode::kInternal,
+                     "the sandbox's init process is unknown: no pod loopback");
+  }
+  std::string sandbox_netns = p.root.substr(0, p.root.rfind('/')) + "/ns/net";
+  for (int port : std::set<int>(p.sidecar_ports.begin(), p.sidecar_ports.end())) {
+    auto listener = InNetns(sandbox_netns, [port] { return ListenTcpLoopback("127.0.0.1", port); });
+    if (!listener) return tl::unexpected(listener.error());
+    std::string pod_netns = p.netns;
+    auto bridge = LoopbackProxy::Serve(std::move(*listener), [pod_netns, port] {
+      auto fd = InNetns(pod_netns, [port] { return ConnectTcpLoopback(port); });
+      return fd ? std::move(*fd) : UniqueFd();
+    });
+    if (!bridge) return tl::unexpected(bridge.error());
+    p.bridges.push_back(std::move(*bridge));
+  }
+  return {};
+}
+
 void NodeAgent::StopPod(const std::string& key) {
   auto it = pods_.find(key);
   if (it == pods_.end()) return;
   it->second.proxy.reset();
+  it->second.bridges.clear();
+  for (auto& sidecar : it->second.sidecars) (void)sidecar.Terminate(std::chrono::seconds(5));
+  it->second.sidecars.clear();
+  if (!it->second.dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(it->second.dir, ec);
+  }
   if (!it->second.sandbox_id.empty()) {
     SubprocessOptions so;
     so.argv = {options_.deepbox, "sandbox", "rm", it->second.sandbox_id};

@@ -14,6 +14,25 @@
 // from the host (owned by host root, so read-only to the sandbox's user, as
 // kubelet's are) and rewrites, like kubelet, when the pod's labels or
 // annotations change. Other pods are served by the sandbox's init daemon.
+//
+// Native sidecars (init containers with restartPolicy Always, e.g.
+// deploy/k8s/sandbox-template-secrets.yaml's egress proxy) run only in a pod
+// network a test gives (annotation deepbox.dev/test-pod-netns: a network
+// namespace file, standing in for the CNI; a pod without it that has a
+// sidecar fails to start, so no sidecar ever reaches this machine's own
+// network). Each runs as a host process under `nsenter` in that namespace,
+// with its securityContext's uid and gid (never root), its env (literal
+// values and secretKeyRef, read from the API as kubelet does) and its
+// emptyDir mounts as host directories; it is ready when its startupProbe's
+// TCP port answers. The sandbox container then gets, as in one pod:
+//   * the pod's loopback ports of the sidecars (their containerPorts and
+//     probe ports): 127.0.0.1:PORT in the sandbox's own netns is relayed to
+//     127.0.0.1:PORT in the pod network;
+//   * the emptyDirs it shares with a sidecar, as a copy of what the sidecar
+//     wrote before it was ready (not a live share), under the same
+//     /tmp/.deepbox-pod-volumes as the downwardAPI volumes;
+//   * its env (literal values, mount paths rewritten) for its daemon and so
+//     for every command.
 #pragma once
 
 #include <atomic>
@@ -22,7 +41,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "common/subprocess.h"
 #include "common/unique_fd.h"
 #include "k8s/rest_client.h"
 
@@ -36,6 +57,9 @@ struct NodeAgentOptions {
   // Also bind unscheduled pods to this node (no scheduler runs): for pods
   // that a controller other than ours creates without spec.nodeName.
   bool bind_unscheduled = false;
+  // Where the pods' emptyDir volumes of sidecars and their logs go ("" = a
+  // directory under /tmp named after this process).
+  std::string pod_dir;
 };
 
 class LoopbackProxy;
@@ -61,6 +85,15 @@ class NodeAgent {
       bool written = false;
     };
     std::map<std::string, Projected> projected;
+    // Sidecars (see above): the pod network, this pod's host directory, the
+    // emptyDirs they mount (volume name -> host directory), the processes,
+    // and the relays of their ports into the sandbox's netns.
+    std::string netns;
+    std::string dir;
+    std::map<std::string, std::string> shared_volumes;
+    std::vector<Subprocess> sidecars;
+    std::vector<int> sidecar_ports;
+    std::vector<std::unique_ptr<LoopbackProxy>> bridges;
   };
   void Loop();
   void OnPod(const json::object& pod, bool deleted);
@@ -72,6 +105,12 @@ class NodeAgent {
                                            const std::string& init_socket);
   // (Re)writes the pod's downwardAPI files from its current metadata.
   Status ProjectDownwardApi(Pod& p, const json::object& pod);
+  // The pod's native sidecars (see above), started and ready.
+  Status StartSidecars(Pod& p, const std::string& ns, const json::object& pod);
+  // The sidecars' ports, relayed into the sandbox's netns (/proc/<init>).
+  Status BridgeSidecarPorts(Pod& p);
+  // "NAME=value" of a container's env entry (literal or secretKeyRef).
+  Result<std::string> EnvValue(const std::string& ns, const json::value& entry);
   Status ReportRunning(const std::string& ns, const std::string& name, const std::string& ip);
   std::string NextIp();
 

@@ -5,9 +5,12 @@
 // test works in a namespace of its own with the manifests of deploy/k8s/.
 // Without DEEPBOX_K8S_REAL_DIR (the cluster's directory) every test skips.
 #include <fmt/format.h>
+#include <glob.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -17,9 +20,13 @@
 #include <vector>
 
 #include "cli/run_exit_codes.h"
+#include "common/random.h"
 #include "e2e_util.h"
 #include "k8s/operating_mode.h"
 #include "k8s/util.h"
+#include "local/testing/test_pki.h"
+#include "local/testing/test_world.h"
+#include "local/testing/tls_echo_server.h"
 #include "net/http_client.h"
 #include "net/token_digest.h"
 
@@ -27,6 +34,7 @@ namespace deepbox::e2e {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr const char* kTask = "Write fib.py that prints the first 10 Fibonacci numbers and run it";
 
@@ -471,6 +479,140 @@ TEST_F(RealClusterTest, TheVolumeClaimTemplateVariantSuspendsWithoutForce) {
   r = Run({kDeepbox, "sandbox", "exec", id, "--", "echo", "kept"}, env);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "kept\n");
+  (void)Kubectl({"delete", "namespace", ns, "--wait=false"});
+}
+
+// Replaces the one occurrence of `from` in `text` (a test patching a
+// deployable manifest fails loudly when the manifest changed).
+void ReplaceOnce(std::string* text, const std::string& from, const std::string& to) {
+  size_t at = text->find(from);
+  ASSERT_NE(at, std::string::npos) << "not in the manifest: " << from;
+  ASSERT_EQ(text->find(from, at + 1), std::string::npos) << "twice in the manifest: " << from;
+  text->replace(at, from.size(), to);
+}
+
+// deploy/k8s/sandbox-template-secrets.yaml (issue 26) on the real API server,
+// both containers run by the stand-in node: the egress-proxy sidecar as uid
+// 1337 in the pod network (a test world: the upstream is the tests' HTTPS
+// echo server with its own CA, names from the world's DNS server), holding
+// the Kubernetes Secret's value; the sandbox container as a local sandbox
+// that reaches the sidecar on the pod's 127.0.0.1:3128 and holds only the
+// placeholder. The template is patched only where the test world differs
+// from the internet: the secret's host, the upstream CA and nameserver, the
+// world's address exception, the pod network.
+TEST_F(RealClusterTest, TheSecretsSidecarPutsTheValueInOnlyItsHostsRequests) {
+  if (geteuid() != 0) GTEST_SKIP() << "the pod network (a test world) needs root";
+  for (const char* bin : {"/usr/sbin/ip", "/usr/bin/curl", "/usr/bin/nsenter"}) {
+    if (access(bin, X_OK) != 0) GTEST_SKIP() << bin << " missing";
+  }
+  local::testing::TestWorld world;
+  ASSERT_EQ(world.Build("k8ssidecar" + std::to_string(getpid())), "");
+  auto pki = local::testing::MakeTestPki("allowed.test,other.test");
+  local::testing::TlsEchoConfig echo{pki.chain_pem, pki.key_pem, true};
+  local::testing::WorldServer server(
+      world.hosts().fd(), [] { return local::testing::BindAny(SOCK_STREAM, 8443); },
+      [echo](int s) { local::testing::ServeTlsEcho(s, echo); });
+  ASSERT_TRUE(server.ready());
+  // The sidecar (uid 1337) reads the upstream CA.
+  ASSERT_EQ(chmod(dir_.c_str(), 0755), 0);
+  const std::string upstream_ca = (dir_ / "upstream-ca.pem").string();
+  WriteFile(upstream_ca, pki.ca_pem);
+  ASSERT_EQ(chmod(upstream_ca.c_str(), 0644), 0);
+  const std::string value = "s3cr3t-" + RandomHex(40);
+
+  std::string ns = ns_ + "-s";
+  ASSERT_EQ(Kubectl({"create", "namespace", ns}).code, 0);
+  auto secret = Kubectl({"create", "secret", "generic", "deepbox-sandbox-secrets", "-n", ns,
+                         "--from-literal=GH_TOKEN=" + value});
+  ASSERT_EQ(secret.code, 0) << secret.err;
+  std::string text = ReadFile(kSourceDir + "/deploy/k8s/sandbox-template-secrets.yaml") +
+                     "\n---\n" + ReadFile(kSourceDir + "/deploy/k8s/warmpool.yaml");
+  for (size_t at; (at = text.find("namespace: default")) != std::string::npos;) {
+    text.replace(at, 18, "namespace: " + ns);
+  }
+  ReplaceOnce(&text, "--secret=GH_TOKEN=env:GH_TOKEN@api.github.com,github.com",
+              "--secret=GH_TOKEN=env:GH_TOKEN@allowed.test");
+  ReplaceOnce(&text, "            - --share-dir=/run/deepbox-egress\n",
+              "            - --share-dir=/run/deepbox-egress\n"
+              "            - --upstream-ca=" +
+                  upstream_ca +
+                  "\n"
+                  "            - --nameserver=" +
+                  local::testing::TestWorld::kDns4 + "\n");
+  ReplaceOnce(&text, "                  key: GH_TOKEN\n",
+              "                  key: GH_TOKEN\n"
+              "            - name: DEEPBOX_NETWORK_ALLOW_CIDRS\n"
+              "              value: 203.0.113.0/25,2001:db8:1::/48\n");
+  ReplaceOnce(&text, "  podTemplate:\n    metadata:\n",
+              "  podTemplate:\n    metadata:\n      annotations:\n"
+              "        deepbox.dev/test-pod-netns: " +
+                  world.ns().path() + "\n");
+  if (HasFatalFailure()) return;
+  auto applied = Kubectl({"apply", "--validate=strict", "-f", "-"}, text);
+  ASSERT_EQ(applied.code, 0) << applied.err;
+  ASSERT_TRUE(Eventually([&] { return PoolReady(ns) >= 1; })) << ClusterState(ns);
+
+  auto env = DeepboxEnv(ns);
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600", "--json"}, env);
+  ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns);
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  std::string id = FindString(*rec, {"id"});
+  std::string pod = FindString(*rec, {"sandbox"});
+
+  // The secret's host gets the value; another host, tunnelled unread, the
+  // placeholder (its TLS is the server's own, so curl trusts the test CA).
+  std::string script =
+      "echo placeholder=$GH_TOKEN; "
+      "curl -sS -H \"Authorization: Bearer $GH_TOKEN\" https://allowed.test:8443/a; "
+      "echo curl_secret=$?; "
+      "cat > /tmp/test-ca.pem <<'EOF'\n" +
+      pki.ca_pem +
+      "EOF\n"
+      "curl -sS --cacert /tmp/test-ca.pem -H \"Authorization: Bearer $GH_TOKEN\" "
+      "https://other.test:8443/o; echo curl_other=$?";
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "sh", "-c", script}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("placeholder=deepbox-secret-")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("curl_secret=0")) << r.out << ClusterState(ns);
+  EXPECT_THAT(r.out, HasSubstr("header authorization: Bearer " + value)) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("curl_other=0")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("header authorization: Bearer deepbox-secret-")) << r.out;
+
+  // Nothing the sandbox container can see holds the value or runs the
+  // proxy: every process's environment and command line, and its files
+  // (the pattern goes to grep on stdin, from a shell builtin, so no command
+  // line of the scan holds it; the control finds the placeholder's file).
+  std::string half = value.substr(0, value.size() / 2), rest = value.substr(value.size() / 2);
+  std::string scan =
+      "cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'; "
+      "printf '%s%s\\n' '" +
+      half + "' '" + rest +
+      "' | grep -rlsF -f - /tmp /workspace /run /etc /home | sed 's/^/value''-in: /'; "
+      "printf '%s%s\\n' 'deepbox-sec' 'ret-' | grep -rlsF -f - /tmp | sed 's/^/control''-in: /'";
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "sh", "-c", scan}, env);
+  EXPECT_THAT(r.out, HasSubstr("GH_TOKEN=deepbox-secret-")) << "the scan's control";
+  EXPECT_THAT(r.out, Not(HasSubstr(value)));
+  EXPECT_THAT(r.out, Not(HasSubstr("egress-proxy")));
+  // (The markers are quoted apart in the script, which is a command line.)
+  EXPECT_THAT(r.out, Not(HasSubstr("value-in: "))) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("control-in: /tmp/.deepbox-pod-volumes/egress-share/secrets.env"))
+      << r.out;
+
+  // The sidecar's log (kubectl logs -c egress-proxy) names the secret, never
+  // the value.
+  std::string uid = Kubectl({"get", "pod", pod, "-n", ns, "-o", "jsonpath={.metadata.uid}"}).out;
+  glob_t g{};
+  ASSERT_EQ(
+      glob(("/tmp/deepbox-node-agent-*/" + uid + "/egress-proxy.log").c_str(), 0, nullptr, &g), 0);
+  std::string log = ReadFile(g.gl_pathv[0]);
+  globfree(&g);
+  EXPECT_THAT(log, HasSubstr("\"secrets\":[\"GH_TOKEN\"]")) << log;
+  EXPECT_THAT(log, HasSubstr("\"host\":\"other.test\"")) << log;
+  EXPECT_THAT(log, Not(HasSubstr(value)));
+
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", id}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
   (void)Kubectl({"delete", "namespace", ns, "--wait=false"});
 }
 
