@@ -788,6 +788,17 @@ Status NodeAgent::StartSidecars(Pod& p, const std::string& ns, const json::objec
         remap[FindString(m, {"mountPath"})] = it->second;
       }
     }
+    // The probe below must find this sidecar, not another pod's: pods given
+    // the same pod network share its ports (a real pod has its own).
+    std::vector<int> ports = SidecarPorts(*c);
+    for (int port : ports) {
+      if (InNetns(p.netns, [port] { return ConnectTcpLoopback(port); })) {
+        return MakeError(ErrorCode::kConflict,
+                         fmt::format("sidecar {}: port {} of the pod network {} is in use by "
+                                     "another pod (this node's test pod networks are shared)",
+                                     cname, port, p.netns));
+      }
+    }
     SubprocessOptions so;
     so.argv = {"/usr/bin/nsenter", "--net=" + p.netns, "--setgid=" + std::to_string(gid),
                "--setuid=" + std::to_string(uid), "--"};
@@ -820,7 +831,6 @@ Status NodeAgent::StartSidecars(Pod& p, const std::string& ns, const json::objec
     if (!child) return tl::unexpected(child.error());
     p.sidecars.push_back(std::move(*child));
     // Ready when its startup probe's port answers in the pod network.
-    std::vector<int> ports = SidecarPorts(*c);
     p.sidecar_ports.insert(p.sidecar_ports.end(), ports.begin(), ports.end());
     const json::value* probe = Find(*c, {"startupProbe", "tcpSocket", "port"});
     if (probe == nullptr || !probe->is_int64()) continue;

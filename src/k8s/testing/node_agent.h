@@ -20,7 +20,9 @@
 // network a test gives (annotation deepbox.dev/test-pod-netns: a network
 // namespace file, standing in for the CNI; a pod without it that has a
 // sidecar fails to start, so no sidecar ever reaches this machine's own
-// network). Each runs as a host process under `nsenter` in that namespace,
+// network; pods given one pod network share its ports, so a sidecar whose
+// port is taken there fails at once instead of passing its probe on another
+// pod's). Each runs as a host process under `nsenter` in that namespace,
 // with its securityContext's uid and gid (never root), its env (literal
 // values and secretKeyRef, read from the API as kubelet does) and its
 // emptyDir mounts as host directories; it is ready when its startupProbe's
