@@ -7,6 +7,8 @@
 #   SKIP_PYTHON=1 scripts/test.sh skip the Python package tests (python/run-tests.sh)
 #   SKIP_RELEASE=1 scripts/test.sh skip compiling the release build (ci-release preset)
 #   SKIP_FUZZ=1 scripts/test.sh   skip the fuzz run (scripts/fuzz.sh; FUZZ_SECONDS per target)
+#   SKIP_MCP_CONFORMANCE=1 scripts/test.sh skip the MCP conformance suite
+#                                   (scripts/mcp-conformance.sh)
 #   SKIP_K8S_REAL=1 scripts/test.sh skip the tests against a real Kubernetes API
 #                                   server (scripts/k8s-real-test.sh)
 set -euo pipefail
@@ -165,6 +167,10 @@ if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
     wait_background "$venvs_pid" build/python-venvs.log "making the Python venvs"
   step "python package" ./python/run-tests.sh build/dev
 fi
+# The official MCP conformance suite's server scenarios against `deepbox
+# mcp`, with the baseline of tests/mcp-conformance (~25 s; npm packages
+# cached outside the clone). SKIP_MCP_CONFORMANCE=1 skips it.
+step "mcp conformance" ./scripts/mcp-conformance.sh build/dev  # (says so when skipped)
 # Against a real kube-apiserver + etcd + kube-controller-manager
 # (tests/k8s/real/README.md). Cost: ~1-2 min (9 tests 46-78 s, cluster up
 # 10-22 s, measured on a loaded 2-core machine), plus whatever of the control

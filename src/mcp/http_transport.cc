@@ -122,8 +122,10 @@ net::Response JsonRpcErrorResponse(int status, const json::value& id, const RpcE
 // One running request (its cancellation and progress stream).
 class HttpCall : public ToolCallContext {
  public:
-  HttpCall(json::value token, std::string owner)
-      : token_(std::move(token)), owner_(std::move(owner)) {}
+  // `session`: the legacy session's state (its log level), null for a
+  // stateless request.
+  HttpCall(json::value token, std::string owner, std::shared_ptr<const LegacySession> session)
+      : token_(std::move(token)), owner_(std::move(owner)), session_(std::move(session)) {}
   const std::atomic<bool>* cancel_flag() const override { return &cancel_; }
   bool wants_progress() const override { return stream_ != nullptr && !token_.is_null(); }
   void Progress(double progress, std::optional<double> total, std::string_view message) override {
@@ -134,6 +136,10 @@ class HttpCall : public ToolCallContext {
     if (total) p["total"] = JsonNumber(*total);
     if (!message.empty()) p["message"] = JsonString(message);
     SendEvent(SerializeNotification("notifications/progress", p));
+  }
+  void Log(LogLevel level, std::string_view logger, const json::value& data) override {
+    if (!session_ || !session_->WantsLog(level) || cancel_.load()) return;
+    SendEvent(SerializeLogMessage(level, logger, data));
   }
   const std::string& owner() const override { return owner_; }
 
@@ -150,6 +156,7 @@ class HttpCall : public ToolCallContext {
  private:
   json::value token_;
   std::string owner_;
+  std::shared_ptr<const LegacySession> session_;
   std::atomic<bool> cancel_{false};
   std::mutex mu_;
   net::ResponseWriter* stream_ = nullptr;
@@ -336,7 +343,7 @@ void McpHttpServer::Impl::HandlePost(net::Request& req, net::ResponseWriter& w) 
   }
   if (!modern && session) {
     // A legacy client sends the negotiated version on every request.
-    if (auto v = req.Header("MCP-Protocol-Version"); v && !IsLegacyVersion(*v)) {
+    if (auto v = req.Header("MCP-Protocol-Version"); v && !IsAcceptedLegacyHeaderVersion(*v)) {
       (void)w.Send(JsonRpcErrorResponse(
           400, msg.is_request() ? msg.id : json::value(nullptr),
           RpcError(kInvalidRequest,
@@ -443,8 +450,9 @@ void McpHttpServer::Impl::HandlePost(net::Request& req, net::ResponseWriter& w) 
 void McpHttpServer::Impl::RunRequest(const Message& msg,
                                      const std::shared_ptr<HttpSession>& session, bool accepts_sse,
                                      net::Headers extra, net::ResponseWriter& w) {
-  auto call = std::make_shared<HttpCall>(ProgressToken(msg.params),
-                                         session ? session->owner : std::string("http"));
+  auto call = std::make_shared<HttpCall>(
+      ProgressToken(msg.params), session ? session->owner : std::string("http"),
+      session ? std::shared_ptr<const LegacySession>(session, &session->legacy) : nullptr);
   std::string key = IdKey(msg.id);
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -459,7 +467,11 @@ void McpHttpServer::Impl::RunRequest(const Message& msg,
       stateless_calls.push_back(call);
     }
   }
-  bool stream = accepts_sse && msg.method == "tools/call" && !ProgressToken(msg.params).is_null();
+  // A stream when something may come before the result: progress asked
+  // for, or log messages (the session set a level).
+  bool stream = accepts_sse && msg.method == "tools/call" &&
+                (!ProgressToken(msg.params).is_null() ||
+                 (session && session->legacy.WantsLog(LogLevel::kEmergency)));
   if (stream) {
     net::Headers h = extra;
     h.Set("Content-Type", "text/event-stream");

@@ -393,6 +393,40 @@ TEST_F(HttpTest, LegacySessions) {
 
   list.headers.Set("MCP-Protocol-Version", "1999-01-01");
   EXPECT_EQ(Send(list).status, 400);
+  // 2025-03-26, which the official SDKs still speak (never negotiated here:
+  // it has batches), is accepted on a session.
+  list.headers.Set("MCP-Protocol-Version", "2025-03-26");
+  EXPECT_EQ(Send(list).status, 200);
+
+  // A session that set a log level gets the tool's messages at or above it
+  // on the call's stream, before the result (no progressToken needed).
+  auto level = Post(R"({"jsonrpc":"2.0","id":5,"method":"logging/setLevel",
+      "params":{"level":"info"}})");
+  level.headers.Set("Mcp-Session-Id", *sid);
+  level.headers.Set("MCP-Protocol-Version", "2025-06-18");
+  r = Send(level);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_TRUE(Body(r).at("result").as_object().empty());
+  auto logged = Post(R"({"jsonrpc":"2.0","id":6,"method":"tools/call",
+      "params":{"name":"progress","arguments":{"count":2}}})");
+  logged.headers.Set("Mcp-Session-Id", *sid);
+  logged.headers.Set("MCP-Protocol-Version", "2025-06-18");
+  r = Send(logged);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers.Get("Content-Type"), "text/event-stream");
+  std::vector<json::object> events;
+  net::SseParser parser([&](const net::SseEvent& e) {
+    events.push_back(ParseJsonObject(e.data).value());
+    return true;
+  });
+  parser.Feed(r.body);
+  parser.Finish();
+  ASSERT_EQ(events.size(), 2u) << r.body;  // step 1 is debug: filtered out
+  EXPECT_EQ(events[0].at("method"), "notifications/message");
+  EXPECT_EQ(events[0].at("params").at("level"), "notice");
+  EXPECT_EQ(events[0].at("params").at("logger"), "test.progress");
+  EXPECT_EQ(events[0].at("params").at("data").at("step"), 2);
+  EXPECT_EQ(events[1].at("result").at("content").at(0).at("text"), "done");
   list.headers.Set("MCP-Protocol-Version", "2025-06-18");
   list.headers.Set("Mcp-Session-Id", "0123");
   EXPECT_EQ(Send(list).status, 404);

@@ -33,6 +33,34 @@ std::string NegotiateLegacyVersion(std::string_view requested) {
   return std::string(kLatestLegacyVersion);
 }
 
+bool IsAcceptedLegacyHeaderVersion(std::string_view version) {
+  return IsLegacyVersion(version) || version == "2025-03-26";
+}
+
+namespace {
+
+constexpr std::string_view kLogLevelNames[] = {"debug", "info",     "notice", "warning",
+                                               "error", "critical", "alert",  "emergency"};
+
+}  // namespace
+
+std::optional<LogLevel> ParseLogLevel(std::string_view name) {
+  for (size_t i = 0; i < std::size(kLogLevelNames); ++i) {
+    if (kLogLevelNames[i] == name) return static_cast<LogLevel>(i);
+  }
+  return std::nullopt;
+}
+
+std::string_view LogLevelName(LogLevel level) { return kLogLevelNames[static_cast<size_t>(level)]; }
+
+std::string SerializeLogMessage(LogLevel level, std::string_view logger, const json::value& data) {
+  json::object p;
+  p["level"] = LogLevelName(level);
+  if (!logger.empty()) p["logger"] = logger;
+  p["data"] = data;
+  return SerializeNotification("notifications/message", p);
+}
+
 namespace {
 
 const json::object* MetaOf(const json::object& params) {

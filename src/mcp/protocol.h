@@ -34,6 +34,19 @@ bool IsLegacyVersion(std::string_view version);
 // The version an initialize answers with: the client's if supported, else the
 // newest legacy version (the client then decides whether to continue).
 std::string NegotiateLegacyVersion(std::string_view requested);
+// An MCP-Protocol-Version header accepted on a legacy HTTP session: a
+// version initialize reaches, or 2025-03-26, which the official SDKs still
+// speak and put on requests (the conformance suite's raw requests too).
+// initialize never negotiates 2025-03-26: it requires JSON-RPC batches.
+bool IsAcceptedLegacyHeaderVersion(std::string_view version);
+
+// Logging (legacy sessions: logging/setLevel, notifications/message), in
+// RFC 5424's order of severity.
+enum class LogLevel { kDebug, kInfo, kNotice, kWarning, kError, kCritical, kAlert, kEmergency };
+std::optional<LogLevel> ParseLogLevel(std::string_view name);
+std::string_view LogLevelName(LogLevel level);
+// notifications/message {level, logger, data}, serialized.
+std::string SerializeLogMessage(LogLevel level, std::string_view logger, const json::value& data);
 
 // _meta keys.
 inline constexpr std::string_view kMetaProtocolVersion = "io.modelcontextprotocol/protocolVersion";

@@ -14,6 +14,7 @@
 
 #include "common/json.h"
 #include "mcp/jsonrpc.h"
+#include "mcp/protocol.h"
 
 namespace deepbox::mcp {
 
@@ -48,6 +49,13 @@ class ToolCallContext {
   virtual bool wants_progress() const = 0;
   // Sends notifications/progress; `progress` must grow with each call.
   virtual void Progress(double progress, std::optional<double> total, std::string_view message) = 0;
+  // Sends notifications/message when the client's session asked for `level`
+  // or above (logging/setLevel); otherwise, and by default, nothing.
+  virtual void Log(LogLevel level, std::string_view logger, const json::value& data) {
+    (void)level;
+    (void)logger;
+    (void)data;
+  }
   // Who the call belongs to, for per-client state (the default sandbox):
   // "stdio", "session:<id>", "http".
   virtual const std::string& owner() const = 0;

@@ -54,14 +54,16 @@ namespace {
 
 bool KnownMethod(std::string_view m) {
   return m == "initialize" || m == "ping" || m == "server/discover" || m == "tools/list" ||
-         m == "tools/call";
+         m == "tools/call" || m == "logging/setLevel";
 }
 
-json::object Capabilities() {
+// Logging is a legacy session's: a modern (stateless) request has no level.
+json::object Capabilities(bool legacy) {
   json::object tools;
   tools["listChanged"] = false;
   json::object caps;
   caps["tools"] = std::move(tools);
+  if (legacy) caps["logging"] = json::object();
   return caps;
 }
 
@@ -89,7 +91,7 @@ json::object McpServer::DiscoverResult() const {
   json::array versions;
   for (const auto& v : SupportedVersions()) versions.emplace_back(v);
   r["supportedVersions"] = std::move(versions);
-  r["capabilities"] = Capabilities();
+  r["capabilities"] = Capabilities(false);
   if (!config_.instructions.empty()) r["instructions"] = config_.instructions;
   r["ttlMs"] = config_.list_ttl_ms;
   r["cacheScope"] = "public";
@@ -166,7 +168,7 @@ Reply McpServer::Legacy(const Message& request, LegacySession* session,
     session->Initialize(version, caps ? caps->get_object() : json::object{},
                         info && info->is_object() ? info->get_object() : json::object{});
     r.result["protocolVersion"] = version;
-    r.result["capabilities"] = Capabilities();
+    r.result["capabilities"] = Capabilities(true);
     r.result["serverInfo"] = ServerImplementation();
     if (!config_.instructions.empty()) r.result["instructions"] = config_.instructions;
     return r;
@@ -194,8 +196,31 @@ Reply McpServer::Legacy(const Message& request, LegacySession* session,
     r.result = std::move(*result);
     return r;
   }
+  if (request.method == "logging/setLevel") {
+    const json::value* level = request.params.if_contains("level");
+    std::optional<LogLevel> parsed;
+    if (level && level->is_string()) parsed = ParseLogLevel(level->get_string());
+    if (!parsed) {
+      return ErrorReply(RpcError(kInvalidParams,
+                                 "Invalid params: \"level\" must be one of debug, info, notice, "
+                                 "warning, error, critical, alert, emergency"),
+                        false);
+    }
+    session->SetLogLevel(*parsed);
+    return r;
+  }
   return ErrorReply(RpcError(kMethodNotFound, fmt::format("Method not found: {}", request.method)),
                     false);
+}
+
+void LegacySession::SetLogLevel(LogLevel level) {
+  std::lock_guard<std::mutex> lock(mu_);
+  log_level_ = level;
+}
+
+bool LegacySession::WantsLog(LogLevel level) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return log_level_ && level >= *log_level_;
 }
 
 void McpServer::HandleNotification(const Message& notification, LegacySession* session) const {

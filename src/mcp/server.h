@@ -5,8 +5,10 @@
 // statelessly under 2026-07-28, whatever came before on the connection.
 // Otherwise the connection's (or HTTP session's) legacy session applies:
 // `initialize` negotiates 2025-11-25 or 2025-06-18 and later requests are
-// served under it. Methods: server/discover (modern), initialize and ping
-// (legacy), tools/list, tools/call. Capabilities: tools only.
+// served under it. Methods: server/discover (modern), initialize, ping and
+// logging/setLevel (legacy), tools/list, tools/call. Capabilities: tools,
+// and logging for legacy sessions (a tool's log messages reach a session
+// only after it set a level: ToolCallContext::Log).
 #pragma once
 
 #include <memory>
@@ -16,6 +18,7 @@
 
 #include "common/json.h"
 #include "mcp/jsonrpc.h"
+#include "mcp/protocol.h"
 #include "mcp/registry.h"
 
 namespace deepbox::mcp {
@@ -28,6 +31,9 @@ class LegacySession {
   void Initialize(std::string version, json::object capabilities, json::object client_info);
   void MarkReady();  // notifications/initialized
   bool ready() const;
+  // logging/setLevel; none until the client sets one (then nothing is sent).
+  void SetLogLevel(LogLevel level);
+  bool WantsLog(LogLevel level) const;
 
  private:
   mutable std::mutex mu_;
@@ -35,6 +41,7 @@ class LegacySession {
   json::object capabilities_;
   json::object client_info_;
   bool ready_ = false;
+  std::optional<LogLevel> log_level_;
 };
 
 struct ServerConfig {

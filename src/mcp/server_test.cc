@@ -148,5 +148,60 @@ TEST_F(ServerTest, LegacyHandshake) {
   EXPECT_EQ(bad.error->code, kInvalidParams);
 }
 
+// logging/setLevel: legacy sessions declare logging, the level is checked
+// and kept, and only messages at or above it are wanted (none before one is
+// set); modern (stateless) requests have no logging.
+TEST_F(ServerTest, LoggingSetLevel) {
+  LegacySession session;
+  Reply init = server.Handle(Msg(R"({"jsonrpc":"2.0","id":0,"method":"initialize","params":{
+      "protocolVersion":"2025-11-25","capabilities":{}}})"),
+                             &session, ctx);
+  ASSERT_FALSE(init.error);
+  EXPECT_TRUE(init.result.at("capabilities").as_object().contains("logging"));
+  EXPECT_FALSE(session.WantsLog(LogLevel::kEmergency));
+  Reply set = server.Handle(
+      Msg(R"({"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"warning"}})"),
+      &session, ctx);
+  ASSERT_FALSE(set.error);
+  EXPECT_TRUE(set.result.empty());
+  EXPECT_FALSE(session.WantsLog(LogLevel::kInfo));
+  EXPECT_TRUE(session.WantsLog(LogLevel::kWarning));
+  EXPECT_TRUE(session.WantsLog(LogLevel::kEmergency));
+  for (const char* params : {R"({"level":"loud"})", R"({"level":3})", "{}"}) {
+    Reply bad = server.Handle(
+        Msg(std::string(R"({"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":)") +
+            params + "}"),
+        &session, ctx);
+    ASSERT_TRUE(bad.error) << params;
+    EXPECT_EQ(bad.error->code, kInvalidParams);
+  }
+  EXPECT_TRUE(session.WantsLog(LogLevel::kWarning));  // unchanged by the bad ones
+  Reply discover = server.Handle(
+      Msg(R"({"jsonrpc":"2.0","id":3,"method":"server/discover","params":{)" + kMeta + "}}"),
+      nullptr, ctx);
+  ASSERT_FALSE(discover.error);
+  EXPECT_FALSE(discover.result.at("capabilities").as_object().contains("logging"));
+}
+
+TEST(LogLevelTest, NamesRoundTripInSeverityOrder) {
+  const char* names[] = {"debug", "info",     "notice", "warning",
+                         "error", "critical", "alert",  "emergency"};
+  for (size_t i = 0; i < std::size(names); ++i) {
+    auto level = ParseLogLevel(names[i]);
+    ASSERT_TRUE(level) << names[i];
+    EXPECT_EQ(static_cast<size_t>(*level), i);
+    EXPECT_EQ(LogLevelName(*level), names[i]);
+  }
+  EXPECT_FALSE(ParseLogLevel("Warning"));
+  EXPECT_FALSE(ParseLogLevel(""));
+  auto m = ParseMessage(SerializeLogMessage(LogLevel::kError, "deepbox.execute",
+                                            json::value(json::object{{"k", 1}})));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->method, "notifications/message");
+  EXPECT_EQ(m->params.at("level"), "error");
+  EXPECT_EQ(m->params.at("logger"), "deepbox.execute");
+  EXPECT_EQ(m->params.at("data").at("k"), 1);
+}
+
 }  // namespace
 }  // namespace deepbox::mcp

@@ -57,8 +57,9 @@ class LineWriter {
 
 class StdioCall : public ToolCallContext {
  public:
-  StdioCall(LineWriter& writer, json::value token, const std::string& owner)
-      : writer_(writer), token_(std::move(token)), owner_(owner) {}
+  StdioCall(LineWriter& writer, json::value token, const std::string& owner,
+            const LegacySession* session)
+      : writer_(writer), token_(std::move(token)), owner_(owner), session_(session) {}
 
   const std::atomic<bool>* cancel_flag() const override { return &cancel_; }
   bool wants_progress() const override { return !token_.is_null(); }
@@ -71,6 +72,10 @@ class StdioCall : public ToolCallContext {
     if (!message.empty()) p["message"] = JsonString(message);
     writer_.Write(SerializeNotification("notifications/progress", p));
   }
+  void Log(LogLevel level, std::string_view logger, const json::value& data) override {
+    if (session_ == nullptr || !session_->WantsLog(level) || cancel_.load()) return;
+    writer_.Write(SerializeLogMessage(level, logger, data));
+  }
   const std::string& owner() const override { return owner_; }
   void Cancel() { cancel_.store(true); }
 
@@ -78,6 +83,7 @@ class StdioCall : public ToolCallContext {
   LineWriter& writer_;
   json::value token_;
   const std::string& owner_;
+  const LegacySession* session_;  // the connection's, which outlives its calls
   std::atomic<bool> cancel_{false};
 };
 
@@ -183,11 +189,12 @@ class StdioConnection {
     }
     if (msg->method != "tools/call") {
       // Cheap and order-sensitive (initialize first): answered right here.
-      StdioCall ctx(writer_, nullptr, options_.owner);
+      StdioCall ctx(writer_, nullptr, options_.owner, &session_);
       Respond(msg->id, server_.Handle(*msg, &session_, ctx));
       return;
     }
-    auto call = std::make_shared<StdioCall>(writer_, ProgressToken(msg->params), options_.owner);
+    auto call =
+        std::make_shared<StdioCall>(writer_, ProgressToken(msg->params), options_.owner, &session_);
     std::string key = IdKey(msg->id);
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -427,10 +427,29 @@ ToolDef FromAgentTool(std::shared_ptr<Shared> s, agent::ToolPtr tool, std::strin
           ctx.Progress(sent, std::nullopt, text);
         };
       }
+      // Log messages (for a client that set a level): the command's start
+      // and its end, so a long execute is visible without a progressToken.
+      json::object started;
+      started["sandbox_id"] = JsonString(id);
+      if (const json::value* cmd = targs.if_contains("command")) started["command"] = *cmd;
+      ctx.Log(LogLevel::kInfo, "deepbox.execute", started);
       observed->Capture(&capture, progress);
       agent::ToolResult r = tool->Invoke(tctx, targs);
       observed->Capture(nullptr, nullptr);
-      if (r.is_error && r.text.rfind("Error:", 0) == 0) return ToMcp(r);  // it did not run
+      if (r.is_error && r.text.rfind("Error:", 0) == 0) {  // it did not run
+        json::object failed;
+        failed["sandbox_id"] = JsonString(id);
+        failed["error"] = JsonString(r.text);
+        ctx.Log(LogLevel::kError, "deepbox.execute", failed);
+        return ToMcp(r);
+      }
+      {
+        json::object ended = ExecuteStatus(id, observed->exec_result());
+        ended["output_bytes"] = static_cast<int64_t>(capture.total());
+        const json::value* code = ended.if_contains("exit_code");
+        bool ok = code != nullptr && code->is_int64() && code->as_int64() == 0;
+        ctx.Log(ok ? LogLevel::kInfo : LogLevel::kWarning, "deepbox.execute", ended);
+      }
       std::string saved, save_error;
       if (capture.total() > o.max_inline_output_bytes && !observed->unreachable()) {
         std::string path =

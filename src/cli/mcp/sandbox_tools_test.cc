@@ -154,6 +154,16 @@ TEST_F(ToolsTest, ExecuteStreamsProgressAndReportsTheExitStatus) {
     streamed += m;
   }
   EXPECT_EQ(streamed, "one\ntwo\n");
+  // Its start and end as log messages (sent only to a client that set a
+  // level): the end is a warning, the command having failed.
+  ASSERT_EQ(ctx.logs.size(), 2u);
+  EXPECT_EQ(ctx.logs[0].level, LogLevel::kInfo);
+  EXPECT_EQ(ctx.logs[0].logger, "deepbox.execute");
+  EXPECT_EQ(ctx.logs[0].data.at("command"), "echo one; echo two >&2; exit 3");
+  EXPECT_EQ(ctx.logs[0].data.at("sandbox_id"), json::value(SandboxOf(r)));
+  EXPECT_EQ(ctx.logs[1].level, LogLevel::kWarning);
+  EXPECT_EQ(ctx.logs[1].data.at("exit_code"), 3);
+  EXPECT_EQ(ctx.logs[1].data.at("output_bytes"), 8);
 
   auto t = Call("execute", Args({{"command", "sleep 30"}, {"timeout", 1}}));
   EXPECT_EQ(t.at("structuredContent").at("exit_code"), 124);

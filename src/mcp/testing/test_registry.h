@@ -60,6 +60,8 @@ inline std::shared_ptr<ToolRegistry> TestRegistry() {
             for (int64_t i = 1; i <= n; ++i) {
               ctx.Progress(static_cast<double>(i), static_cast<double>(n),
                            "step " + std::to_string(i));
+              ctx.Log(i == n ? LogLevel::kNotice : LogLevel::kDebug, "test.progress",
+                      json::value(json::object{{"step", i}}));
             }
             return ToolOutcome::Text(ctx.wants_progress() ? "done with progress" : "done");
           }});
@@ -90,6 +92,15 @@ class PlainContext : public ToolCallContext {
   void Progress(double p, std::optional<double>, std::string_view m) override {
     progress.push_back({p, std::string(m)});
   }
+  void Log(LogLevel level, std::string_view logger, const json::value& data) override {
+    logs.push_back({level, std::string(logger), data});
+  }
+  struct LogEntry {
+    LogLevel level;
+    std::string logger;
+    json::value data;
+  };
+  std::vector<LogEntry> logs;
   const std::string& owner() const override { return owner_; }
 
   std::atomic<bool> cancel{false};
