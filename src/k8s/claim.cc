@@ -28,12 +28,87 @@ struct ReadyState {
   }
 };
 
+void SignalFd(const UniqueFd& fd) {
+  uint64_t one = 1;
+  while (::write(fd.get(), &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+// The Events watch beside a claim's wait: the first failure Event about the
+// claim (or the Sandbox named after it) is kept and `on_failure` is
+// signalled. Stop() ends it (also when it ended by itself, e.g. on a 403).
+class FailureEventWatch {
+ public:
+  FailureEventWatch(SandboxApi& api, const std::string& ns, const std::string& name,
+                    const std::string& claim_uid, const std::string& claim_created,
+                    const std::string& resource_version,
+                    std::chrono::steady_clock::time_point deadline, const UniqueFd& on_failure)
+      : stop_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    if (!stop_) return;  // best effort: the claim's conditions still end the wait
+    WatchOptions wo;
+    wo.field_selector = "involvedObject.name=" + name;
+    wo.resource_version = resource_version;
+    wo.deadline = deadline;
+    wo.cancel_fd = stop_.get();
+    auto since = ParseRfc3339(claim_created);
+    thread_ = std::thread([this, &api, ns, name, claim_uid, since, wo, &on_failure] {
+      (void)api.WatchEvents(ns, wo, [&](const WatchEvent& ev) {
+        if (ev.type != WatchEventType::kAdded && ev.type != WatchEventType::kModified) return true;
+        const json::object& e = ev.object;
+        std::string kind = FindString(e, {"involvedObject", "kind"});
+        if (FindString(e, {"involvedObject", "name"}) != name ||
+            FindString(e, {"type"}) != "Warning" ||
+            !IsFailureEventReason(FindString(e, {"reason"})) ||
+            (kind != "Sandbox" && kind != "SandboxClaim")) {
+          return true;
+        }
+        // An earlier claim of the same name (a name the user chose) is not this one.
+        std::string uid = FindString(e, {"involvedObject", "uid"});
+        if (kind == "SandboxClaim" && !uid.empty() && !claim_uid.empty() && uid != claim_uid) {
+          return true;
+        }
+        if (auto t = ParseRfc3339(FindString(e, {"metadata", "creationTimestamp"}));
+            t && since && *t < *since) {
+          return true;
+        }
+        {
+          std::lock_guard lock(mu_);
+          failure_ = fmt::format("{} {} ({} {}/{})", FindString(e, {"reason"}),
+                                 FindString(e, {"message"}), kind, ns, name);
+        }
+        SignalFd(on_failure);
+        return false;
+      });
+    });
+  }
+  ~FailureEventWatch() { Stop(); }
+  void Stop() {
+    if (stop_) SignalFd(stop_);
+    if (thread_.joinable()) thread_.join();
+  }
+  std::optional<std::string> failure() {
+    std::lock_guard lock(mu_);
+    return failure_;
+  }
+
+ private:
+  UniqueFd stop_;
+  std::mutex mu_;
+  std::optional<std::string> failure_;
+  std::thread thread_;
+};
+
 }  // namespace
 
 bool IsTerminalClaimReason(std::string_view reason) {
   return reason == "InvalidMetadata" || reason == "EnvVarsInjectionRejected" ||
          reason == "VolumeClaimTemplatesError" || reason == "ClaimExpired" ||
-         reason == "SandboxExpired";
+         reason == "SandboxExpired" || reason == "InvalidConfiguration" || reason == "PodFailed" ||
+         reason == "PodSucceeded";
+}
+
+bool IsFailureEventReason(std::string_view reason) {
+  return reason == "SandboxPodCreateFailed" || reason == "PodFailed";
 }
 
 json::object BuildClaimObject(const ClaimRequest& request, const std::string& name,
@@ -153,8 +228,7 @@ Result<ClaimedSandbox> Claimer::Claim(const ClaimRequest& request) {
     return tl::unexpected(e);
   }
   if (request.observer) request.observer(ClaimStep::kCreated, name);
-  std::string rv = FindString(*created, {"metadata", "resourceVersion"});
-  auto result = Wait(request, name, rv.empty() ? "0" : rv);
+  auto result = Wait(request, name, *created);
   if (!result) {
     if (auto s = Release(ns, name); !s) {
       Error e = result.error();
@@ -183,12 +257,21 @@ Result<ClaimedSandbox> Claimer::Claim(const ClaimRequest& request) {
 }
 
 Result<ClaimedSandbox> Claimer::Wait(const ClaimRequest& request, const std::string& name,
-                                     const std::string& resource_version) {
+                                     const json::object& created) {
   const std::string& ns = request.namespace_name;
+  std::string resource_version = FindString(created, {"metadata", "resourceVersion"});
+  if (resource_version.empty()) resource_version = "0";
   WatchOptions wo;
   wo.field_selector = "metadata.name=" + name;
   wo.resource_version = resource_version;
   wo.deadline = std::chrono::steady_clock::now() + request.ready_timeout;
+  // A failure Event ends the claim's watch through this fd.
+  UniqueFd event_failed(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!event_failed) return MakeSyscallError("eventfd", errno);
+  wo.cancel_fd = event_failed.get();
+  FailureEventWatch events(api_, ns, name, FindString(created, {"metadata", "uid"}),
+                           FindString(created, {"metadata", "creationTimestamp"}), resource_version,
+                           wo.deadline, event_failed);
   ReadyState last;
   std::optional<Error> failure;
   std::optional<ClaimedSandbox> done;
@@ -228,7 +311,8 @@ Result<ClaimedSandbox> Claimer::Wait(const ClaimRequest& request, const std::str
           return false;
         }
         if (type == "Ready" && status == "False" && IsTerminalClaimReason(reason)) {
-          ErrorCode code = reason == "ClaimExpired" || reason == "SandboxExpired"
+          ErrorCode code = reason == "ClaimExpired" || reason == "SandboxExpired" ||
+                                   reason == "PodFailed" || reason == "PodSucceeded"
                                ? ErrorCode::kUnavailable
                                : ErrorCode::kInvalidArgument;
           failure = Error(
@@ -264,8 +348,15 @@ Result<ClaimedSandbox> Claimer::Wait(const ClaimRequest& request, const std::str
     }
     return true;
   });
+  events.Stop();
   if (failure) return tl::unexpected(*failure);
   if (done) return *done;
+  if (auto event = events.failure();
+      event && !watched && watched.error().code == ErrorCode::kCancelled) {
+    return MakeError(
+        ErrorCode::kUnavailable,
+        fmt::format("{} cannot become ready: the controller reported {}", what, *event));
+  }
   if (!watched) {
     if (watched.error().code == ErrorCode::kTimeout) {
       return MakeError(ErrorCode::kTimeout,

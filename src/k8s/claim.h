@@ -6,7 +6,10 @@
 // lifecycle (shutdownTime = now + TTL, shutdownPolicy Delete) and pod
 // metadata. Then ONE watch on the claim until status.sandbox.name is set and
 // Ready=True, bounded by the ready timeout; terminal reasons fail at once; the
-// claim is deleted on every failure.
+// claim is deleted on every failure. Next to that watch, one on the
+// namespace's Events about the claim's name (the cold Sandbox has it too): a
+// failure Event ends the wait at once with the controller's message
+// (best effort: without RBAC for Events the claim's conditions still do).
 #pragma once
 
 #include <atomic>
@@ -34,8 +37,14 @@ inline constexpr std::string_view kRequestTimeAnnotation =
     "agents.x-k8s.io/client-first-requested-at";
 inline constexpr std::string_view kClaimNamePrefix = "sandbox-claim-";
 
-// Ready=False reasons the controller will not recover from (as the SDK).
+// Ready=False reasons the controller will not recover from: the SDK's, plus
+// the Sandbox reasons a claim forwards that agent-sandbox v1.x made final
+// (InvalidConfiguration: the API server refused the pod or Service for good;
+// PodFailed/PodSucceeded: the pod has ended and is not restarted).
 bool IsTerminalClaimReason(std::string_view reason);
+// Warning Events on a claim or its Sandbox that end the wait for readiness at
+// once (agent-sandbox v1.0.4+: SandboxPodCreateFailed, PodFailed).
+bool IsFailureEventReason(std::string_view reason);
 
 // Milestones of one claim, for an observer (benchmarks, diagnostics). Called
 // on the thread that claims, as each happens.
@@ -102,8 +111,9 @@ class Claimer {
   void set_clock(std::function<SystemTime()> clock) { clock_ = std::move(clock); }
 
  private:
+  // `created`: the claim as the create answered it (version, uid, time).
   Result<ClaimedSandbox> Wait(const ClaimRequest& request, const std::string& name,
-                              const std::string& resource_version);
+                              const json::object& created);
   SandboxApi& api_;
   std::function<SystemTime()> clock_;
 };

@@ -144,16 +144,24 @@ TEST_F(ClaimTest, AdoptsAWarmMemberOverOneWatch) {
   ASSERT_EQ(shutdown.size(), 20u);
   EXPECT_EQ(shutdown.back(), 'Z');
 
-  // One watch, on this claim only, from the create's resourceVersion.
+  // One watch on this claim only, and one on the Events about it, both from
+  // the create's resourceVersion.
   int watches = 0;
+  int event_watches = 0;
   for (const auto& req : server_->requests()) {
     if (req.Query("watch").empty()) continue;
-    ++watches;
-    EXPECT_EQ(req.Query("fieldSelector"), "metadata.name=" + c->claim_name);
     EXPECT_FALSE(req.Query("resourceVersion").empty());
     EXPECT_EQ(req.Query("allowWatchBookmarks"), "true");
+    if (req.path.starts_with("/api/v1/namespaces/default/events")) {
+      ++event_watches;
+      EXPECT_EQ(req.Query("fieldSelector"), "involvedObject.name=" + c->claim_name);
+      continue;
+    }
+    ++watches;
+    EXPECT_EQ(req.Query("fieldSelector"), "metadata.name=" + c->claim_name);
   }
   EXPECT_EQ(watches, 1);
+  EXPECT_EQ(event_watches, 1);
 
   ASSERT_TRUE(claimer_->Release("default", c->claim_name));
   EXPECT_FALSE(server_->store().Get(kClaimKey, c->claim_name));
@@ -347,6 +355,173 @@ INSTANTIATE_TEST_SUITE_P(
                       TerminalCase{"ClaimExpired", ErrorCode::kUnavailable},
                       TerminalCase{"SandboxExpired", ErrorCode::kUnavailable}),
     [](const auto& info) { return info.param.reason; });
+
+// agent-sandbox v1.x: a pod the API server refuses for good is Ready=False
+// InvalidConfiguration on the Sandbox, which the claim forwards; the wait
+// ends at once (60 s is never reached) with the server's message.
+TEST_F(ClaimTest, InvalidConfigurationEndsTheWaitAtOnceWithTheServersMessage) {
+  Init();
+  json::object tmpl = testing::MakeTemplate("deepbox-sandbox-template");
+  auto& containers = tmpl["spec"]
+                         .as_object()["podTemplate"]
+                         .as_object()["spec"]
+                         .as_object()["containers"]
+                         .as_array();
+  containers.front().as_object().erase("image");
+  ASSERT_TRUE(
+      server_->store().Create({"extensions.agents.x-k8s.io", "sandboxtemplates", "default"}, tmpl));
+  ASSERT_TRUE(server_->store().Create(
+      {"extensions.agents.x-k8s.io", "sandboxwarmpools", "default"},
+      testing::MakeWarmPool("deepagents-warmpool", "deepbox-sandbox-template", 0)));
+  auto c = claimer_->Claim(Request(60s));
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, ErrorCode::kInvalidArgument) << c.error().ToString();
+  EXPECT_NE(c.error().message.find("terminal reason InvalidConfiguration"), std::string::npos)
+      << c.error().message;
+  EXPECT_NE(c.error().message.find("spec.containers[0].image: Required value"), std::string::npos)
+      << c.error().message;
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+}
+
+// Events the controller records on the Sandbox named after the claim.
+std::vector<json::object> EventsAbout(testing::ObjectStore& store, const std::string& name) {
+  std::vector<json::object> out;
+  for (auto& e : store.List({"", "events", "default"})) {
+    if (FindString(e, {"involvedObject", "name"}) == name) out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// A Warning Event SandboxPodCreateFailed (e.g. a ResourceQuota refusing the
+// pod: upstream retries, the Ready reason stays non-terminal) ends the wait at
+// once with the controller's message, not after the ready timeout.
+TEST_F(ClaimTest, AFailureEventEndsTheWaitAtOnce) {
+  Init();
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 0);
+  const std::string quota =
+      "pods \"x\" is forbidden: exceeded quota: compute, requested: pods=1, used: pods=0, "
+      "limited: pods=0";
+  controller_->FailPodCreationWith(quota);
+  std::string name;
+  auto f = ClaimAsync(Request(60s), &name);
+  auto c = f.get();
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code, ErrorCode::kUnavailable) << c.error().ToString();
+  EXPECT_NE(c.error().message.find("SandboxPodCreateFailed " + quota), std::string::npos)
+      << c.error().message;
+  EXPECT_NE(c.error().message.find("Sandbox default/" + name), std::string::npos)
+      << c.error().message;
+  EXPECT_TRUE(ClaimNames(server_->store(), "default").empty());
+  // What the controller recorded: the Warning, never a SandboxReady.
+  bool warned = false;
+  for (const auto& e : EventsAbout(server_->store(), name)) {
+    EXPECT_NE(FindString(e, {"reason"}), "SandboxReady");
+    warned = warned || (FindString(e, {"reason"}) == "SandboxPodCreateFailed" &&
+                        FindString(e, {"type"}) == "Warning");
+  }
+  EXPECT_TRUE(warned);
+}
+
+// Events of an earlier claim of the same name, and Normal ones, do not count.
+TEST_F(ClaimTest, OnlyThisClaimsFailureEventsEndTheWait) {
+  Init();
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 0);
+  json::object old;
+  old["apiVersion"] = "v1";
+  old["kind"] = "Event";
+  old["metadata"] = json::object{{"name", "mine.1"}};
+  old["involvedObject"] = json::object{
+      {"kind", "SandboxClaim"}, {"name", "mine"}, {"namespace", "default"}, {"uid", "an-old-uid"}};
+  old["type"] = "Warning";
+  old["reason"] = "SandboxPodCreateFailed";
+  old["message"] = "from the claim of that name deleted yesterday";
+  ASSERT_TRUE(server_->store().Create({"", "events", "default"}, old));
+  ClaimRequest r = Request(60s);
+  r.name = "mine";
+  r.users_name = true;
+  auto c = claimer_->Claim(r);
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->sandbox_name, "mine");
+  // The cold Sandbox's own Events: created, then Ready.
+  std::set<std::string> reasons;
+  for (const auto& e : EventsAbout(server_->store(), "mine")) {
+    if (FindString(e, {"involvedObject", "kind"}) == "Sandbox") {
+      reasons.insert(FindString(e, {"reason"}));
+    }
+  }
+  EXPECT_TRUE(reasons.contains("SandboxPodCreated"));
+  EXPECT_TRUE(WaitUntil([&] {
+    for (const auto& e : EventsAbout(server_->store(), "mine")) {
+      if (FindString(e, {"reason"}) == "SandboxReady") return true;
+    }
+    return false;
+  }));
+}
+
+// Without RBAC for Events the claim's own conditions still end the wait.
+TEST_F(ClaimTest, WithoutAccessToEventsTheConditionsStillDecide) {
+  FakeApiServerOptions so;
+  so.events_forbidden = true;
+  Init(so);
+  json::object tmpl = testing::MakeTemplate("deepbox-sandbox-template");
+  tmpl["spec"].as_object()["service"] = true;
+  ASSERT_TRUE(
+      server_->store().Create({"extensions.agents.x-k8s.io", "sandboxtemplates", "default"}, tmpl));
+  ASSERT_TRUE(server_->store().Create(
+      {"extensions.agents.x-k8s.io", "sandboxwarmpools", "default"},
+      testing::MakeWarmPool("deepagents-warmpool", "deepbox-sandbox-template", 0)));
+  auto ok = claimer_->Claim(Request(60s));
+  ASSERT_TRUE(ok) << ok.error().ToString();
+  ASSERT_TRUE(claimer_->Release("default", ok->claim_name));
+  // spec.service with a name over 63 characters (v1.0.6): the Service is
+  // refused for good. deepbox's own names fit, so only a name a user chose
+  // could do that; the claim name itself is refused before any request then.
+  ClaimRequest r = Request(60s);
+  r.name = std::string(64, 'a');
+  r.users_name = true;
+  auto bad = claimer_->Claim(r);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(bad.error().message.find("is not a claim name"), std::string::npos)
+      << bad.error().message;
+  // A template whose pod is refused still ends the wait by its condition.
+  json::object broken = testing::MakeTemplate("broken-template");
+  broken["spec"]
+      .as_object()["podTemplate"]
+      .as_object()["spec"]
+      .as_object()["containers"]
+      .as_array()
+      .front()
+      .as_object()
+      .erase("image");
+  ASSERT_TRUE(server_->store().Create({"extensions.agents.x-k8s.io", "sandboxtemplates", "default"},
+                                      broken));
+  ASSERT_TRUE(server_->store().Create({"extensions.agents.x-k8s.io", "sandboxwarmpools", "default"},
+                                      testing::MakeWarmPool("broken-pool", "broken-template", 0)));
+  ClaimRequest b = Request(60s);
+  b.warm_pool = "broken-pool";
+  auto refused = claimer_->Claim(b);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("InvalidConfiguration"), std::string::npos)
+      << refused.error().message;
+  EXPECT_GT(server_->CountRequests("GET", "/api/v1/namespaces/default/events"), 0);
+}
+
+// agent-sandbox v1.0+ serves v1beta1 only: discovery picks it and claims work.
+TEST_F(ClaimTest, AServerServingOnlyV1beta1IsSpokenTo) {
+  Init();  // the fake server's default, as v1.x
+  auto type = api_->ClaimType();
+  ASSERT_TRUE(type) << type.error().ToString();
+  EXPECT_EQ(type->version, "v1beta1");
+  auto sandbox = api_->SandboxType();
+  ASSERT_TRUE(sandbox) << sandbox.error().ToString();
+  EXPECT_EQ(sandbox->version, "v1beta1");
+  SeedPool(server_->store(), "default", "deepagents-warmpool", "deepbox-sandbox-template", 0);
+  auto c = claimer_->Claim(Request());
+  ASSERT_TRUE(c) << c.error().ToString();
+  EXPECT_EQ(c->api_version, "extensions.agents.x-k8s.io/v1beta1");
+  EXPECT_EQ(server_->CountRequests("POST", "/v1alpha1/"), 0);
+}
 
 TEST_F(ClaimTest, ClaimDeletedWhileWaiting) {
   FakeControllerOptions co;

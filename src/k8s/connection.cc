@@ -11,6 +11,7 @@
 #include "common/parse_number.h"
 #include "common/strings.h"
 #include "common/terminal_text.h"
+#include "k8s/router_token.h"
 #include "k8s/socket_owner.h"
 #include "k8s/util.h"
 #include "net/token_digest.h"
@@ -361,8 +362,32 @@ Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const Connect
                                  "most {} bytes",
                                  kMaxHeaderToken));
   }
+  std::string token = options.router_token;
+  bool scoped = false;
+  if (!options.router_token_secret.empty()) {
+    auto expires = std::chrono::system_clock::now() + kScopedRouterTokenLifetime;
+    auto minted = MintScopedRouterToken(
+        options.router_token_secret,
+        {sandbox.namespace_name, sandbox.sandbox_name,
+         std::chrono::duration_cast<std::chrono::seconds>(expires.time_since_epoch()).count()});
+    if (!minted) return tl::unexpected(minted.error());
+    token = std::move(*minted);
+    scoped = true;
+  } else if (auto scope = ReadScopedRouterToken(token)) {
+    // A scoped token someone issued: it opens one sandbox only.
+    if (scope->namespace_name != sandbox.namespace_name ||
+        scope->sandbox_name != sandbox.sandbox_name) {
+      return MakeError(ErrorCode::kPermissionDenied,
+                       fmt::format("the router token is scoped to sandbox {}/{}, not to {}/{}; "
+                                   "give this sandbox's token (or the router's scoped-token "
+                                   "secret: --router-token-secret-file)",
+                                   scope->namespace_name, scope->sandbox_name,
+                                   sandbox.namespace_name, sandbox.sandbox_name));
+    }
+    scoped = true;
+  }
   RouterTarget target{sandbox.sandbox_name, sandbox.namespace_name, options.daemon_port,
-                      options.send_pod_ip ? sandbox.pod_ip : "", options.router_token};
+                      options.send_pod_ip && !scoped ? sandbox.pod_ip : "", token};
   switch (options.mode) {
     case ConnectionMode::kPortForward: {
       auto pf = PortForward::Start(options.port_forward);

@@ -124,12 +124,21 @@ class PortForward {
 
 enum class ConnectionMode { kPortForward, kDirect, kInCluster };
 
+// How long a minted scoped router token is valid: a sandbox in use for longer
+// is refused by the router (401) and must be attached again.
+inline constexpr std::chrono::hours kScopedRouterTokenLifetime{24};
+
 struct ConnectionOptions {
   ConnectionMode mode = ConnectionMode::kPortForward;
   PortForwardOptions port_forward;
   std::string direct_url;  // kDirect: "http://gateway.example" (router behind it)
   int daemon_port = 8888;  // X-Sandbox-Port, and the port dialled in cluster
   std::string router_token;
+  // The Go router's scoped-token secret: each sandbox gets its own token
+  // (router_token.h), valid for kScopedRouterTokenLifetime. A scoped token,
+  // minted or given as router_token, goes without X-Sandbox-Pod-IP (such a
+  // router refuses that header; it finds the pod by name itself).
+  std::string router_token_secret;
   bool send_pod_ip = true;  // X-Sandbox-Pod-IP (needed for warm sandboxes)
 };
 

@@ -14,6 +14,7 @@
 
 #include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
+#include "k8s/router_token.h"
 #include "k8s/socket_owner.h"
 #include "k8s/testing/fixtures.h"
 #include "k8s/testing/test_router.h"
@@ -440,6 +441,64 @@ TEST_F(ConnectionTest, DirectAndInClusterEndpoints) {
     ASSERT_FALSE(r);
     EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
   }
+}
+
+// The Go router's --authz-mode=scoped-token: deepbox signs the sandbox's own
+// token with the router's secret and sends no pod IP (such a router refuses
+// it and finds the pod by name).
+TEST_F(ConnectionTest, AScopedTokenRouterGetsTheSandboxsOwnTokenAndNoPodIp) {
+  const std::string secret = "0123456789abcdef0123456789abcdef\n";  // a file's trailing newline
+  router_->RequireScopedTokens(secret);
+  router_->SetBackend("deepagents-warmpool-abcde.default.svc.cluster.local:8888",
+                      fmt::format("127.0.0.1:{}", daemon_->port()));
+  ConnectionOptions o;
+  o.mode = ConnectionMode::kDirect;
+  o.direct_url = router_->url();
+  o.router_token_secret = secret;
+  auto conn = SandboxConnection::Open(o, Claimed());
+  ASSERT_TRUE(conn) << conn.error().ToString();
+  const auto& headers = (*conn)->endpoint().headers;
+  EXPECT_FALSE(headers.Get("X-Sandbox-Pod-IP"));
+  auto auth = headers.Get("Authorization");
+  ASSERT_TRUE(auth);
+  auto scope = ReadScopedRouterToken(auth->substr(7));
+  ASSERT_TRUE(scope);
+  EXPECT_EQ(scope->namespace_name, "default");
+  EXPECT_EQ(scope->sandbox_name, "deepagents-warmpool-abcde");
+  ASSERT_TRUE(Get((*conn)->endpoint(), "/scoped")) << "the router refused the minted token";
+
+  // The same token for another sandbox, or with the pod IP: 403; a forged one: 401.
+  net::Headers other = headers;
+  other.Set("X-Sandbox-ID", "another-sandbox");
+  auto refused = Get({router_->url(), other, "", 8888}, "/x");
+  ASSERT_FALSE(refused);
+  net::Headers with_ip = headers;
+  with_ip.Set("X-Sandbox-Pod-IP", "10.244.0.10");
+  EXPECT_FALSE(Get({router_->url(), with_ip, "", 8888}, "/x"));
+  auto log = router_->requests();
+  ASSERT_GE(log.size(), 3u);
+  EXPECT_EQ(log[log.size() - 2].status, 403);
+  EXPECT_EQ(log.back().status, 403);
+
+  // A scoped token given as --router-token: used for its own sandbox only.
+  ConnectionOptions given;
+  given.mode = ConnectionMode::kDirect;
+  given.direct_url = router_->url();
+  given.router_token = std::string(auth->substr(7));
+  auto ok = SandboxConnection::Open(given, Claimed());
+  ASSERT_TRUE(ok) << ok.error().ToString();
+  EXPECT_FALSE((*ok)->endpoint().headers.Get("X-Sandbox-Pod-IP"));
+  ClaimedSandbox elsewhere = Claimed();
+  elsewhere.sandbox_name = "another-sandbox";
+  auto wrong = SandboxConnection::Open(given, elsewhere);
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().code, ErrorCode::kPermissionDenied);
+  EXPECT_NE(wrong.error().message.find("scoped to sandbox default/deepagents-warmpool-abcde"),
+            std::string::npos)
+      << wrong.error().message;
+  // A secret too short to be the router's.
+  o.router_token_secret = "short";
+  EXPECT_FALSE(SandboxConnection::Open(o, Claimed()));
 }
 
 TEST_F(ConnectionTest, TheTestRouterValidatesLikeUpstream) {

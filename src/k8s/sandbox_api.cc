@@ -129,6 +129,12 @@ Result<WatchStats> SandboxApi::WatchSandboxes(std::string_view ns, const WatchOp
   return WatchObjects(client_, *t, ns, options, fn);
 }
 
+Result<WatchStats> SandboxApi::WatchEvents(std::string_view ns, const WatchOptions& options,
+                                           const std::function<bool(const WatchEvent&)>& fn) {
+  static const ResourceType kEvents{"", "v1", "events", "Event"};
+  return WatchObjects(client_, kEvents, ns, options, fn);
+}
+
 Result<json::object> SandboxApi::GetWarmPool(std::string_view ns, std::string_view name) {
   auto t = WarmPoolType();
   if (!t) return tl::unexpected(t.error());

@@ -1,11 +1,14 @@
 #include "k8s/settings.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 
 #include <charconv>
 #include <cmath>
 #include <utility>
 
+#include "common/io.h"
+#include "common/unique_fd.h"
 #include "k8s/kubeconfig.h"
 #include "k8s/util.h"
 
@@ -83,6 +86,7 @@ Result<K8sSettings> K8sSettingsFrom(const ProviderRequest& request) {
   }
   if (auto v = lookup(kRouterUrlSetting)) s.router_url = v->value;
   if (auto v = lookup(kRouterTokenSetting)) s.router_token = v->value;
+  if (auto v = lookup(kRouterTokenSecretFileSetting)) s.router_token_secret_file = v->value;
   if (auto v = lookup(kReadyTimeoutSetting); v && !v->value.empty()) {
     auto t = ParseReadyTimeout(v->value, v->source);
     if (!t) return tl::unexpected(t.error());
@@ -90,6 +94,16 @@ Result<K8sSettings> K8sSettingsFrom(const ProviderRequest& request) {
   }
   return s;
 }
+
+namespace {
+
+Result<std::string> ReadRouterSecretFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return MakeSyscallError("open", errno);
+  return ReadAll(fd.get(), path, 64 * 1024);
+}
+
+}  // namespace
 
 Result<K8sProviderOptions> K8sProviderOptionsFor(const K8sSettings& settings,
                                                  const K8sProviderContext& context) {
@@ -115,6 +129,16 @@ Result<K8sProviderOptions> K8sProviderOptionsFor(const K8sSettings& settings,
   // second, not after the long retry budget a running agent's claim gets.
   if (context.one_shot) po.client.max_retries = 2;
   po.connection.router_token = settings.router_token;
+  if (!settings.router_token_secret_file.empty()) {
+    auto secret = ReadRouterSecretFile(settings.router_token_secret_file);
+    if (!secret) {
+      Error e = secret.error();
+      e.message = fmt::format("reading the router's scoped-token secret ({}): {}",
+                              settings.router_token_secret_file, e.message);
+      return tl::unexpected(e);
+    }
+    po.connection.router_token_secret = std::move(*secret);
+  }
   if (!settings.router_url.empty()) {
     po.connection.mode = ConnectionMode::kDirect;
     po.connection.direct_url = settings.router_url;
@@ -174,6 +198,11 @@ ProviderRegistration K8sProviderRegistration() {
       {std::string(kRouterTokenSetting), "AGENT_SANDBOX_ROUTER_TOKEN",
        "k8s: bearer token for a sandbox router started with ROUTER_AUTH_TOKEN.\n"
        "Env AGENT_SANDBOX_ROUTER_TOKEN (better: other users can read a command line);\n"
+       "default: none"},
+      {std::string(kRouterTokenSecretFileSetting), "AGENT_SANDBOX_ROUTER_TOKEN_SECRET_FILE",
+       "k8s: the Go sandbox router's --authz-scoped-token-secret-file: deepbox\n"
+       "signs each sandbox's own scoped token with it (and sends no pod IP,\n"
+       "which such a router refuses). Env AGENT_SANDBOX_ROUTER_TOKEN_SECRET_FILE;\n"
        "default: none"},
       {std::string(kReadyTimeoutSetting), "AGENT_SANDBOX_READY_TIMEOUT",
        "k8s: seconds a claim may take to become Ready (a cold start pulls the\n"

@@ -23,6 +23,9 @@ struct K8sSettings {
   std::string warm_pool = "deepagents-warmpool";
   std::string router_url;    // "" = in a pod the pod IP, else a kubectl port-forward
   std::string router_token;  // the router's bearer token ("" = none)
+  // The Go router's --authz-scoped-token-secret-file: deepbox mints each
+  // sandbox's own scoped token (router_token.h). "" = none.
+  std::string router_token_secret_file;
   std::chrono::milliseconds ready_timeout{180000};
 };
 
@@ -33,6 +36,7 @@ inline constexpr std::string_view kKubeconfigSetting = "kubeconfig";
 inline constexpr std::string_view kWarmPoolSetting = "warm-pool";
 inline constexpr std::string_view kRouterUrlSetting = "router-url";
 inline constexpr std::string_view kRouterTokenSetting = "router-token";
+inline constexpr std::string_view kRouterTokenSecretFileSetting = "router-token-secret-file";
 inline constexpr std::string_view kReadyTimeoutSetting = "ready-timeout";
 
 // "NAMESPACE/CLAIM": two Kubernetes object names around one slash.

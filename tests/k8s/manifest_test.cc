@@ -60,11 +60,37 @@ TEST(ManifestTest, AllFourCrdsAreKnown) {
            {"agents.x-k8s.io/v1beta1", "Sandbox"},
            {"extensions.agents.x-k8s.io/v1beta1", "SandboxTemplate"},
            {"extensions.agents.x-k8s.io/v1beta1", "SandboxWarmPool"},
-           {"extensions.agents.x-k8s.io/v1beta1", "SandboxClaim"},
-           {"extensions.agents.x-k8s.io/v1alpha1", "SandboxClaim"}}) {
+           {"extensions.agents.x-k8s.io/v1beta1", "SandboxClaim"}}) {
     EXPECT_TRUE(Schemas().Knows(api, kind)) << api << " " << kind;
   }
-  EXPECT_TRUE(Schemas().Deprecated("extensions.agents.x-k8s.io/v1alpha1", "SandboxClaim"));
+  // agent-sandbox v1.0.0 removed v1alpha1 (and its conversion webhook).
+  for (const auto& [api, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"agents.x-k8s.io/v1alpha1", "Sandbox"},
+           {"extensions.agents.x-k8s.io/v1alpha1", "SandboxClaim"}}) {
+    EXPECT_FALSE(Schemas().Knows(api, kind)) << api << " " << kind;
+  }
+}
+
+// v1.0.12's per-pool readiness grace period: an integer of at least one second.
+TEST(ManifestTest, TheWarmPoolHasTheReadinessGracePeriodOfV1_0_12) {
+  const json::value* grace =
+      Schemas().FieldSchema("extensions.agents.x-k8s.io/v1beta1", "SandboxWarmPool",
+                            {"spec", "readinessGracePeriodSeconds"});
+  ASSERT_NE(grace, nullptr);
+  EXPECT_EQ(FindString(*grace, {"type"}), "integer");
+  auto problems = ValidateManifest(Schemas(),
+                                   "apiVersion: extensions.agents.x-k8s.io/v1beta1\n"
+                                   "kind: SandboxWarmPool\n"
+                                   "metadata: {name: p}\n"
+                                   "spec:\n"
+                                   "  sandboxTemplateRef: {name: t}\n"
+                                   "  readinessGracePeriodSeconds: \"600\"\n",
+                                   "pool.yaml");
+  ASSERT_TRUE(problems);
+  ASSERT_EQ(problems->size(), 1u);
+  EXPECT_NE(problems->front().find("spec.readinessGracePeriodSeconds: must be an integer"),
+            std::string::npos)
+      << problems->front();
 }
 
 TEST(ManifestTest, EveryDeployManifestMatchesTheUpstreamSchemas) {

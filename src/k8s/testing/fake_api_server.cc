@@ -30,6 +30,7 @@ constexpr KindInfo kKinds[] = {
     {"extensions.agents.x-k8s.io", "sandboxtemplates", "SandboxTemplate"},
     {"agents.x-k8s.io", "sandboxes", "Sandbox"},
     {"networking.k8s.io", "networkpolicies", "NetworkPolicy"},
+    {"", "events", "Event"},  // core/v1 (/api/v1/namespaces/NS/events)
 };
 
 const KindInfo* FindKind(std::string_view group, std::string_view plural) {
@@ -186,7 +187,18 @@ Result<std::vector<FieldReq>> ParseFieldSelector(std::string_view text) {
     } else {
       return MakeError(ErrorCode::kInvalidArgument, "bad field selector " + p);
     }
-    if (f.field != "metadata.name" && f.field != "metadata.namespace") {
+    // What the real server supports for the resources served here (core/v1
+    // Events: involvedObject.*, reason, type).
+    static constexpr std::string_view kFields[] = {"metadata.name",
+                                                   "metadata.namespace",
+                                                   "involvedObject.kind",
+                                                   "involvedObject.name",
+                                                   "involvedObject.uid",
+                                                   "involvedObject.namespace",
+                                                   "involvedObject.apiVersion",
+                                                   "reason",
+                                                   "type"};
+    if (std::find(std::begin(kFields), std::end(kFields), f.field) == std::end(kFields)) {
       return MakeError(ErrorCode::kInvalidArgument,
                        fmt::format("field label not supported: {}", f.field));
     }
@@ -215,8 +227,12 @@ void ApplyMergePatch(json::value& target, const json::value& patch) {
 
 bool MatchesFields(const std::vector<FieldReq>& reqs, const json::object& obj) {
   for (const auto& f : reqs) {
-    std::string v = f.field == "metadata.name" ? FindString(obj, {"metadata", "name"})
-                                               : FindString(obj, {"metadata", "namespace"});
+    std::string v;
+    if (auto dot = f.field.find('.'); dot == std::string::npos) {
+      v = FindString(obj, {f.field});
+    } else {
+      v = FindString(obj, {f.field.substr(0, dot), f.field.substr(dot + 1)});
+    }
     if ((v == f.value) == f.negate) return false;
   }
   return true;
@@ -467,12 +483,26 @@ void FakeApiServer::Handle(net::Request& req, net::ResponseWriter& w) {
   std::vector<std::string> seg(parts.begin(), parts.end());
   if (!seg.empty() && seg.front().empty()) seg.erase(seg.begin());
   if (!seg.empty() && seg.back().empty()) seg.pop_back();
+  // The core group's collections served here (events) take the same path as
+  // the groups': /api/v1/... is read as /apis/<"">/v1/...
+  if (seg.size() >= 3 && seg[0] == "api" && seg[1] == "v1") {
+    if (options_.events_forbidden) {
+      (void)w.Send(StatusResponse(403, "Forbidden",
+                                  "events is forbidden: User \"test\" cannot list resource "
+                                  "\"events\" in API group \"\""));
+      return;
+    }
+    seg[0] = "apis";
+    seg.insert(seg.begin() + 1, "");
+  }
   auto not_found_page = [&] { (void)w.Send(net::Response::Text(404, "404 page not found\n")); };
   auto versions_of = [&](std::string_view group) -> const std::vector<std::string>* {
     if (group == "extensions.agents.x-k8s.io") return &options_.extension_versions;
     if (group == "agents.x-k8s.io") return &options_.sandbox_versions;
     static const std::vector<std::string> kNetworking = {"v1"};
     if (group == "networking.k8s.io") return &kNetworking;
+    static const std::vector<std::string> kCore = {"v1"};
+    if (group.empty()) return &kCore;
     return nullptr;
   };
   auto group_json = [&](std::string_view group, const std::vector<std::string>& versions) {
@@ -552,7 +582,7 @@ void FakeApiServer::Handle(net::Request& req, net::ResponseWriter& w) {
   const KindInfo* kind = FindKind(group, seg[5]);
   if (kind == nullptr) return not_found_page();
   ResourceKey key{group, seg[5], ns};
-  std::string api_version = group + "/" + version;
+  std::string api_version = group.empty() ? version : group + "/" + version;
   auto present = [&](json::object obj) {
     obj["apiVersion"] = api_version;
     obj["kind"] = kind->kind;

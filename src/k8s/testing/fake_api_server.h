@@ -29,10 +29,12 @@ struct FakeApiServerOptions {
   enum class Auth { kToken, kClientCert };
   Auth auth = Auth::kToken;
   std::set<std::string> tokens = {"test-token"};
-  // Versions served for the agent-sandbox groups (empty = group not served).
-  std::vector<std::string> extension_versions = {"v1beta1", "v1alpha1"};
-  std::vector<std::string> sandbox_versions = {"v1beta1", "v1alpha1"};
+  // Versions served for the agent-sandbox groups (empty = group not served):
+  // v1beta1 only, as agent-sandbox v1.0+ (v1.0.0 removed v1alpha1).
+  std::vector<std::string> extension_versions = {"v1beta1"};
+  std::vector<std::string> sandbox_versions = {"v1beta1"};
   bool discovery_forbidden = false;  // GET /apis/<group> answers 403
+  bool events_forbidden = false;     // /api/v1/... (Events) answers 403, as without RBAC for them
   bool gone_as_http_status = false;  // stale watch versions: HTTP 410, not an ERROR event
 };
 

@@ -143,7 +143,7 @@ void MergeVolumeClaimVolumes(json::object& pod_spec, const json::object& sandbox
 
 // A blueprint's parts as a Sandbox takes them from its template.
 void CopyBlueprint(json::object& spec, const json::object& tmpl) {
-  for (std::string_view part : {"podTemplate", "volumeClaimTemplates"}) {
+  for (std::string_view part : {"podTemplate", "volumeClaimTemplates", "service"}) {
     if (const auto* v = Find(tmpl, {"spec", part})) spec[part] = *v;
   }
 }
@@ -182,6 +182,35 @@ bool ForbiddenKey(std::string_view key) {
 }
 
 // "" when the claim's additionalPodMetadata is acceptable, else why not.
+// What the API server would refuse for good in a Sandbox's children, as its
+// Invalid message ("" = nothing): a Service name is a DNS-1035 label of at
+// most 63 characters (agent-sandbox v1.0.6), a container needs an image.
+std::string ServiceNameProblem(const json::object& sandbox) {
+  const json::value* service = Find(sandbox, {"spec", "service"});
+  std::string name = Name(sandbox);
+  if (service == nullptr || !service->is_bool() || !service->get_bool() || name.size() <= 63) {
+    return {};
+  }
+  return fmt::format(
+      "Service \"{}\" is invalid: metadata.name: Invalid value: \"{}\": must be no more than 63 "
+      "characters",
+      name, name);
+}
+
+std::string PodSpecProblem(const json::object& sandbox) {
+  const json::value* containers = Find(sandbox, {"spec", "podTemplate", "spec", "containers"});
+  if (containers == nullptr || !containers->is_array()) return {};
+  size_t i = 0;
+  for (const auto& c : containers->get_array()) {
+    if (FindString(c, {"image"}).empty()) {
+      return fmt::format("Pod \"{}\" is invalid: spec.containers[{}].image: Required value",
+                         Name(sandbox), i);
+    }
+    ++i;
+  }
+  return {};
+}
+
 std::string CheckPodMetadata(const json::object& claim) {
   for (std::string_view section : {"labels", "annotations"}) {
     const json::value* m = Find(claim, {"spec", "additionalPodMetadata", section});
@@ -299,6 +328,48 @@ void FakeController::ExpireSandbox(const std::string& ns, const std::string& nam
   cv_.notify_all();
 }
 
+void FakeController::FailPodCreationWith(std::string message) {
+  {
+    std::lock_guard lock(mu_);
+    pod_create_failure_ = std::move(message);
+    dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
+void FakeController::RecordEvent(const std::string& ns, std::string_view kind,
+                                 const json::object& object, std::string_view type,
+                                 std::string_view reason, const std::string& message) {
+  {
+    std::lock_guard lock(mu_);
+    if (!events_recorded_.insert(fmt::format("{}/{}/{}", Uid(object), reason, message)).second) {
+      return;
+    }
+  }
+  std::string now = FormatRfc3339(options_.clock());
+  json::object e;
+  e["apiVersion"] = "v1";
+  e["kind"] = "Event";
+  auto& meta = Obj(e, "metadata");
+  meta["generateName"] = Name(object) + ".";
+  auto& involved = Obj(e, "involvedObject");
+  involved["apiVersion"] =
+      kind == "Sandbox" ? "agents.x-k8s.io/v1beta1" : "extensions.agents.x-k8s.io/v1beta1";
+  involved["kind"] = kind;
+  involved["name"] = Name(object);
+  involved["namespace"] = ns;
+  involved["uid"] = Uid(object);
+  e["type"] = type;
+  e["reason"] = reason;
+  e["message"] = message;
+  e["count"] = 1;
+  e["firstTimestamp"] = now;
+  e["lastTimestamp"] = now;
+  Obj(e, "source")["component"] = "sandbox-controller";
+  e["reportingComponent"] = "sandbox-controller";
+  (void)store_->Create({"", "events", ns}, std::move(e));
+}
+
 void FakeController::SetPodsBecomeReady(bool ready) {
   {
     std::lock_guard lock(mu_);
@@ -395,6 +466,18 @@ void FakeController::ReconcilePools(const std::string& ns) {
       if (!created) break;
       members.push_back(*created);
     }
+    // spec.readinessGracePeriodSeconds (v1.0.12): members not Ready by then
+    // are deleted; the next pass replaces them.
+    if (const auto* g = Find(pool, {"spec", "readinessGracePeriodSeconds"});
+        g != nullptr && g->is_int64()) {
+      auto grace = std::chrono::seconds(g->as_int64());
+      std::erase_if(members, [&](const json::object& m) {
+        auto created = ParseRfc3339(FindString(m, {"metadata", "creationTimestamp"}));
+        if (IsReady(m) || !created || options_.clock() - *created < grace) return false;
+        (void)store_->Delete(Sandboxes(ns), Name(m));
+        return true;
+      });
+    }
     while (static_cast<int64_t>(members.size()) > replicas) {
       (void)store_->Delete(Sandboxes(ns), Name(members.back()));
       members.pop_back();
@@ -450,9 +533,34 @@ void FakeController::ReconcileSandboxes(const std::string& ns) {
     bool ready = false;
     bool pod_exists = false;  // the pod is there (maybe terminating) after this pass
     json::array ips = PodIps(sb);
-    if (options_.real_pods) {
-      ready = SyncPod(ns, sb, expired || suspended, ips, &pod_exists) && !expired && !suspended;
+    // Why the pod cannot be made: for good (InvalidConfiguration), or for now.
+    std::string invalid, create_failed;
+    std::string pod_created_event;
+    if (!expired && !suspended) {
+      invalid = ServiceNameProblem(sb);
+      if (invalid.empty() && !options_.real_pods) invalid = PodSpecProblem(sb);
+      std::lock_guard lock(mu_);
+      create_failed = pod_create_failure_;
+    }
+    bool was_ready = IsReady(sb);
+    if (!invalid.empty() || (!create_failed.empty() && !HasPod(ns, name))) {
+      RecordEvent(ns, "Sandbox", sb, "Warning", "SandboxPodCreateFailed",
+                  invalid.empty() ? create_failed : invalid);
+      ips.clear();
+    } else if (options_.real_pods) {
+      create_failed.clear();
+      std::optional<Error> create_error;
+      ready = SyncPod(ns, sb, expired || suspended, ips, &pod_exists, &create_error) && !expired &&
+              !suspended;
+      if (create_error) {
+        // A 422 is permanent (upstream #1630); anything else is retried.
+        (create_error->code == ErrorCode::kInvalidArgument ? invalid : create_failed) =
+            create_error->message;
+        RecordEvent(ns, "Sandbox", sb, "Warning", "SandboxPodCreateFailed", create_error->message);
+      }
     } else {
+      create_failed.clear();
+      bool created_pod = false;
       // The pod as the controller and kubelet would see it: created at once,
       // Ready after pod_start_delay; a deletion ends it pod_stop_delay later
       // (the pass that asks for it still sees it terminating).
@@ -470,11 +578,21 @@ void FakeController::ReconcileSandboxes(const std::string& ns) {
       if (!stop && it == fake_pods_.end()) {
         it = fake_pods_.emplace(uid, FakePod{ns, now, std::nullopt}).first;
         ips.clear();  // a new pod, a new address
+        created_pod = true;
       }
       pod_exists = it != fake_pods_.end();
       ready = !stop && !it->second.deleting_since && ready_allowed &&
               now - it->second.created >= options_.pod_start_delay;
+      if (created_pod) {
+        pod_created_event = fmt::format("Created Pod {}", name);
+      }
     }
+    if (!pod_created_event.empty()) {
+      RecordEvent(ns, "Sandbox", sb, "Normal", "SandboxPodCreated", pod_created_event);
+    }
+    if (ready && !was_ready)
+      RecordEvent(ns, "Sandbox", sb, "Normal", "SandboxReady", "Sandbox is Ready");
+    if (expired) RecordEvent(ns, "Sandbox", sb, "Normal", "SandboxExpired", "Sandbox has expired");
     if (!options_.real_pods && ready && ips.empty()) {
       std::string ip = NextPodIp();
       if (options_.dual_stack) ips.push_back(json::value("fd00::" + ip.substr(ip.rfind('.') + 1)));
@@ -505,6 +623,12 @@ void FakeController::ReconcileSandboxes(const std::string& ns) {
         SetCondition(o, kConditionReady, false, kReasonSandboxSuspended,
                      pod_exists ? "Sandbox is suspending" : "Sandbox is suspended", wall,
                      generation);
+      } else if (!invalid.empty()) {
+        status.erase("podIPs");
+        SetCondition(o, kConditionReady, false, "InvalidConfiguration", invalid, wall, generation);
+      } else if (!create_failed.empty()) {
+        status.erase("podIPs");
+        SetCondition(o, kConditionReady, false, "ReconcilerError", create_failed, wall, generation);
       } else if (ready) {
         status["podIPs"] = ips;
         status["serviceFQDN"] = fmt::format("{}.{}.svc.cluster.local", name, ns);
@@ -567,7 +691,7 @@ void FakeController::SyncVolumeClaims(const std::string& ns, const json::object&
 }
 
 bool FakeController::SyncPod(const std::string& ns, const json::object& sandbox, bool stop,
-                             json::array& ips, bool* exists) {
+                             json::array& ips, bool* exists, std::optional<Error>* create_error) {
   std::string name = Name(sandbox);
   auto pod = store_->Get(Pods(ns), name);
   *exists = pod.has_value();
@@ -618,7 +742,14 @@ bool FakeController::SyncPod(const std::string& ns, const json::object& sandbox,
     MergeVolumeClaimVolumes(spec, sandbox);
     spec["nodeName"] = options_.node_name;
     p["spec"] = std::move(spec);
-    *exists = store_->Create(Pods(ns), std::move(p)).has_value();  // Ready on a later pass
+    auto created = store_->Create(Pods(ns), std::move(p));  // Ready on a later pass
+    *exists = created.has_value();
+    if (created) {
+      RecordEvent(ns, "Sandbox", sandbox, "Normal", "SandboxPodCreated",
+                  fmt::format("Created Pod {}", name));
+    } else if (created.error().code != ErrorCode::kConflict) {
+      *create_error = created.error();
+    }
     ips.clear();
     return false;
   }
@@ -709,8 +840,9 @@ void FakeController::ReconcileClaims(const std::string& ns) {
         }
         if (cond != nullptr && FindString(*cond, {"status"}) == "True") {
           SetReady(o, true, FindString(*cond, {"reason"}), FindString(*cond, {"message"}), wall);
-        } else if (cond != nullptr && (FindString(*cond, {"reason"}) == "SandboxExpired" ||
-                                       FindString(*cond, {"reason"}) == kReasonSandboxSuspended)) {
+        } else if (std::string r = cond != nullptr ? FindString(*cond, {"reason"}) : "";
+                   r == "SandboxExpired" || r == kReasonSandboxSuspended ||
+                   r == "InvalidConfiguration" || r == "PodFailed" || r == "PodSucceeded") {
           SetReady(o, false, FindString(*cond, {"reason"}), FindString(*cond, {"message"}), wall);
         } else {
           SetReady(o, false, "SandboxNotReady",

@@ -14,6 +14,12 @@
 // become PersistentVolumeClaims "<template>-<sandbox>" owned by the Sandbox,
 // kept while it is suspended and collected with it, and (real_pods) the
 // pod's volumes of those names. Conditions carry the generation they answer.
+// As agent-sandbox v1.x: Events (SandboxPodCreated, SandboxPodCreateFailed,
+// SandboxReady, SandboxExpired) on the Sandbox; a pod or Service the API
+// server refuses for good (a container without an image; spec.service with a
+// name over 63 characters) is Ready=False InvalidConfiguration with the
+// server's message, which the claim forwards; warm pool members not Ready
+// within spec.readinessGracePeriodSeconds are replaced.
 // One daemon stands in for every pod of the fake cluster, so its files
 // "survive" a suspend whatever backs them.
 #pragma once
@@ -31,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "common/json.h"
 #include "k8s/testing/object_store.h"
 #include "k8s/util.h"
@@ -88,6 +95,11 @@ class FakeController {
   // forwards it.
   void ExpireSandbox(const std::string& ns, const std::string& name);
   void SetPodsBecomeReady(bool ready);
+  // From now on every pod creation fails with this API error message (e.g. a
+  // ResourceQuota's "exceeded quota"): the Sandbox gets the Warning Event
+  // SandboxPodCreateFailed and Ready=False ReconcilerError (retried, as
+  // upstream does for errors other than Invalid). "" ends it.
+  void FailPodCreationWith(std::string message);
   // From now on (benchmarks: the same cluster with and without it).
   void SetAdoptionDelay(std::chrono::milliseconds delay);
 
@@ -114,10 +126,14 @@ class FakeController {
   // `stop` (expiry, a suspend); whether it is Ready, its IPs, and whether a
   // pod (maybe terminating) exists.
   bool SyncPod(const std::string& ns, const json::object& sandbox, bool stop, json::array& ips,
-               bool* exists);
+               bool* exists, std::optional<Error>* create_error);
   // The PersistentVolumeClaims of the Sandbox's volumeClaimTemplates, made when missing.
   void SyncVolumeClaims(const std::string& ns, const json::object& sandbox);
   std::string NextPodIp();
+  // A core/v1 Event about `object` (kind Sandbox or SandboxClaim), as
+  // agent-sandbox v1.0.4+ records them; each (object, reason, message) once.
+  void RecordEvent(const std::string& ns, std::string_view kind, const json::object& object,
+                   std::string_view type, std::string_view reason, const std::string& message);
 
   std::shared_ptr<StoreApi> store_;
   FakeControllerOptions options_;
@@ -134,6 +150,8 @@ class FakeController {
   int next_ip_ = 10;
   int adoptions_ = 0;
   int cold_starts_ = 0;
+  std::string pod_create_failure_;
+  std::set<std::string> events_recorded_;  // "uid/reason/message"
   std::string fail_reason_;
   std::string fail_message_;
   std::map<std::string, std::chrono::steady_clock::time_point> first_seen_;  // claim uid

@@ -49,6 +49,7 @@ Result<ResourceType> RemoteStore::TypeOf(const ResourceKey& key) {
     return ResourceType{key.group, "v1beta1", key.plural, "Sandbox"};
   }
   if (key.group.empty() && key.plural == "pods") return ResourceType{"", "v1", "pods", "Pod"};
+  if (key.group.empty() && key.plural == "events") return ResourceType{"", "v1", "events", "Event"};
   if (key.group.empty() && key.plural == "persistentvolumeclaims") {
     return ResourceType{"", "v1", key.plural, "PersistentVolumeClaim"};
   }

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "k8s/router_token.h"
 #include "net/http_client.h"
 
 namespace deepbox::k8s::testing {
@@ -111,6 +112,11 @@ net::HttpClient* TestRouter::ClientFor(const std::string& address) {
   return raw;
 }
 
+void TestRouter::RequireScopedTokens(std::string secret) {
+  std::lock_guard lock(mu_);
+  scoped_secret_ = std::move(secret);
+}
+
 void TestRouter::Handle(net::Request& req, net::ResponseWriter& w) {
   RoutedRequest rec{req.method,
                     req.target,
@@ -134,6 +140,24 @@ void TestRouter::Handle(net::Request& req, net::ResponseWriter& w) {
       return finish(Detail(401, "Missing or invalid Authorization header."));
     }
     if (auth->substr(7) != token_) return finish(Detail(401, "Invalid token."));
+  }
+  std::string scoped_secret;
+  {
+    std::lock_guard lock(mu_);
+    scoped_secret = scoped_secret_;
+  }
+  if (!scoped_secret.empty()) {
+    auto auth = req.Header("Authorization");
+    if (!auth || !auth->starts_with("Bearer ")) return finish(Detail(401, "unauthenticated"));
+    auto scope =
+        VerifyScopedRouterToken(scoped_secret, auth->substr(7), std::chrono::system_clock::now());
+    if (!scope) return finish(Detail(401, "unauthenticated"));
+    if (!rec.pod_ip.empty() || req.Header("X-Sandbox-UID")) {
+      return finish(Detail(403, "forbidden"));
+    }
+    if (scope->namespace_name != rec.namespace_name || scope->sandbox_name != rec.sandbox_id) {
+      return finish(Detail(403, "forbidden"));
+    }
   }
   if (rec.sandbox_id.empty()) return finish(Detail(400, "X-Sandbox-ID header is required."));
   if (!IsDnsLabel(rec.sandbox_id)) return finish(Detail(400, "Invalid sandbox ID format."));

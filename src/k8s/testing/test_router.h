@@ -50,6 +50,11 @@ class TestRouter {
   // 127.0.0.0/8, and refuses (400) any request without X-Sandbox-Pod-IP, so
   // no test can depend on a DNS lookup.
   void DialPodIps();
+  // Like the Go router's --authz-mode=scoped-token (router_token.h): every
+  // request needs a v1 scoped token signed with `secret` for its
+  // X-Sandbox-Namespace/-ID (401 forged or expired, 403 another sandbox's),
+  // and requests carrying X-Sandbox-Pod-IP or X-Sandbox-UID are refused (403).
+  void RequireScopedTokens(std::string secret);
   std::vector<RoutedRequest> requests() const;
 
  private:
@@ -62,6 +67,7 @@ class TestRouter {
   std::map<std::string, std::string> backends_;
   std::string default_backend_;
   bool dial_pod_ips_ = false;
+  std::string scoped_secret_;
   std::map<std::string, std::unique_ptr<net::HttpClient>> clients_;
   std::vector<RoutedRequest> log_;
   std::unique_ptr<net::HttpServer> server_;
