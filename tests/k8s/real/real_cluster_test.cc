@@ -381,6 +381,53 @@ TEST_F(RealClusterTest, TtlExpiryDeletesTheClaim) {
   EXPECT_TRUE(Eventually([&] { return Names("sandboxclaims", ns_).empty(); })) << ClusterState(ns_);
 }
 
+// agent-sandbox v1.x: a pod the real API server refuses for good (422: a
+// container without an image) makes the controller report Ready=False
+// InvalidConfiguration and a Warning Event SandboxPodCreateFailed with the
+// server's message; the claim's wait ends on it at once (not after the ready
+// timeout) and the claim is deleted.
+TEST_F(RealClusterTest, ARefusedPodEndsTheClaimAtOnceWithTheServersMessage) {
+  std::string text = fmt::format(R"(apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxTemplate
+metadata: {{name: no-image, namespace: {0}}}
+spec:
+  podTemplate:
+    spec:
+      containers:
+      - name: sandbox
+---
+apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxWarmPool
+metadata: {{name: no-image-pool, namespace: {0}}}
+spec:
+  replicas: 0
+  sandboxTemplateRef: {{name: no-image}}
+)",
+                                 ns_);
+  auto applied = Kubectl({"apply", "--validate=strict", "-f", "-"}, text);
+  ASSERT_EQ(applied.code, 0) << applied.err;
+  auto env = DeepboxEnv(ns_);
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--warm-pool", "no-image-pool",
+                "--ready-timeout", "600", "--ttl", "600"},
+               env);
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("image: Required value")) << ClusterState(ns_);
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("did not become ready within")));
+  EXPECT_TRUE(Eventually([&] {
+    for (const auto& claim : Names("sandboxclaims", ns_)) {
+      if (claim.starts_with("sandbox-claim-")) {
+        auto c = KubectlJson({"get", "sandboxclaim", claim, "-n", ns_});
+        if (FindString(c, {"spec", "warmPoolRef", "name"}) == "no-image-pool") return false;
+      }
+    }
+    return true;
+  })) << ClusterState(ns_);
+  auto events = Kubectl({"get", "events", "-n", ns_, "--field-selector",
+                         "reason=SandboxPodCreateFailed", "-o", "jsonpath={.items[*].type}"});
+  ASSERT_EQ(events.code, 0) << events.err;
+  EXPECT_THAT(events.out, HasSubstr("Warning"));
+}
+
 // Suspend and resume on the real API server: the merge patch of
 // spec.operatingMode goes through the CRD's schema (enum, default) and
 // bumps the generation; the test controller answers as upstream v1.0's
