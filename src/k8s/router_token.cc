@@ -82,7 +82,8 @@ Result<std::string> MintScopedRouterToken(std::string_view secret, const ScopedR
   claims["name"] = scope.sandbox_name;
   claims["exp"] = scope.expires;
   std::string payload = net::Base64UrlEncode(ToJson(claims));
-  return fmt::format("{}.{}.{}", kScopedVersion, payload, net::Base64UrlEncode(SignScoped(key, payload)));
+  return fmt::format("{}.{}.{}", kScopedVersion, payload,
+                     net::Base64UrlEncode(SignScoped(key, payload)));
 }
 
 std::optional<ScopedRouterToken> ReadScopedRouterToken(std::string_view token) {
