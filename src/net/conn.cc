@@ -249,7 +249,9 @@ Result<std::shared_ptr<TlsContext>> TlsContext::ForClient(const TlsClientConfig&
         return MakeError(ErrorCode::kInvalidArgument,
                          fmt::format("CA file '{}': {}", config.ca_file, OpenSslErrors()));
       }
-    } else if (SSL_CTX_set_default_verify_paths(raw) != 1) {
+    }
+    const bool own_cas = !config.ca_pem.empty() || !config.ca_file.empty();
+    if ((!own_cas || config.also_system_cas) && SSL_CTX_set_default_verify_paths(raw) != 1) {
       return MakeError(ErrorCode::kInternal, "loading system CAs: " + OpenSslErrors());
     }
   }

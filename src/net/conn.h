@@ -46,8 +46,11 @@ struct TlsServerConfig {
 };
 
 struct TlsClientConfig {
-  std::string ca_pem;           // PEM bundle; empty = system CAs
-  std::string ca_file;          // path alternative to ca_pem
+  std::string ca_pem;   // PEM bundle; empty = system CAs
+  std::string ca_file;  // path alternative to ca_pem
+  // With ca_pem or ca_file: trust the system CAs as well (a registry's own
+  // CA added to the usual ones), instead of only the given ones.
+  bool also_system_cas = false;
   std::string client_cert_pem;  // mTLS
   std::string client_key_pem;
   bool insecure_skip_verify = false;
