@@ -175,6 +175,7 @@ Result<LocalImage> PullImage(const ImageStore& store, const ImageReference& ref,
       e.kind = PullEvent::Kind::kLayerDone;
       e.done = layer.size;
       e.cached = !blob->downloaded && !*extracted;
+      e.downloaded = blob->downloaded;
       e.resumed_from = blob->resumed_from;
       report(e);
     }

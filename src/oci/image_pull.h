@@ -41,7 +41,8 @@ struct PullEvent {
   uint64_t size = 0;            // the layer's compressed size
   uint64_t done = 0;            // bytes present
   uint64_t resumed_from = 0;    // kLayerStart/kLayerDone: bytes an earlier pull left
-  bool cached = false;          // kLayerStart/kLayerDone: nothing downloaded
+  bool cached = false;          // kLayerStart/kLayerDone: nothing downloaded or extracted
+  bool downloaded = false;      // kLayerDone: this pull downloaded the blob
 };
 // Called from the pulling threads, one call at a time.
 using PullProgressFn = std::function<void(const PullEvent&)>;

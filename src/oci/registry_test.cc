@@ -1,8 +1,8 @@
 // Pulls against a real registry (Debian's docker-registry) on loopback: TLS
 // with a CA made here and htpasswd logins, and a plain-HTTP one. The images
 // are made here from files the tests write, pushed with the registry API.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -75,7 +75,7 @@ std::map<std::string, std::string> MergedView(const std::vector<std::string>& la
     }
   };
   std::function<void(const std::string&, const std::string&)> walk = [&](const std::string& root,
-                                                                           const std::string& rel) {
+                                                                         const std::string& rel) {
     std::string dir = rel.empty() ? root : root + "/" + rel;
     char opaque[4] = {};
     if (!rel.empty() && getxattr(dir.c_str(), "user.overlay.opaque", opaque, sizeof(opaque)) == 1 &&
@@ -172,16 +172,17 @@ class RegistryTest : public ::testing::Test {
 
 TEST_F(RegistryTest, MultiLayerImageWithWhiteoutsOpaqueDirsAndZstdOverTlsWithLogin) {
   std::vector<Layer> layers = {
-      {BuildLayer({Dir("etc"), File("etc/keep", "kept"), File("etc/gone", "x"),
-                   Dir("var/cache", 0755), File("var/cache/old", "o"), File("var/cache/sub/deep", "d"),
-                   File("usr/bin/tool", "#!/bin/sh\necho hi\n", 0755), Symlink("bin", "usr/bin"),
-                   Dir("gonedir"), File("gonedir/f", "f")},
-                  Compression::kGzip),
+      {BuildLayer(
+           {Dir("etc"), File("etc/keep", "kept"), File("etc/gone", "x"), Dir("var/cache", 0755),
+            File("var/cache/old", "o"), File("var/cache/sub/deep", "d"),
+            File("usr/bin/tool", "#!/bin/sh\necho hi\n", 0755), Symlink("bin", "usr/bin"),
+            Dir("gonedir"), File("gonedir/f", "f")},
+           Compression::kGzip),
        Compression::kGzip},
-      {BuildLayer({File("etc/.wh.gone", ""), File(".wh.gonedir", ""),
-                   File("var/cache/.wh..wh..opq", ""), File("var/cache/new", "n"),
-                   File("usr/bin/tool2", "second")},
-                  Compression::kZstd),
+      {BuildLayer(
+           {File("etc/.wh.gone", ""), File(".wh.gonedir", ""), File("var/cache/.wh..wh..opq", ""),
+            File("var/cache/new", "n"), File("usr/bin/tool2", "second")},
+           Compression::kZstd),
        Compression::kZstd},
       {BuildLayer({File("etc/keep", "overridden"), File("top", "t")}, Compression::kNone),
        Compression::kNone},
@@ -197,10 +198,17 @@ TEST_F(RegistryTest, MultiLayerImageWithWhiteoutsOpaqueDirsAndZstdOverTlsWithLog
   ASSERT_EQ(pulled->config.env.size(), 2u);
   ASSERT_EQ(pulled->layer_dirs.size(), 3u);
   std::map<std::string, std::string> expected = {
-      {"bin", "-> usr/bin"},         {"etc", "<dir>"},          {"etc/keep", "overridden"},
-      {"top", "t"},                  {"usr", "<dir>"},          {"usr/bin", "<dir>"},
-      {"usr/bin/tool", "#!/bin/sh\necho hi\n"},                 {"usr/bin/tool2", "second"},
-      {"var", "<dir>"},              {"var/cache", "<dir>"},    {"var/cache/new", "n"},
+      {"bin", "-> usr/bin"},
+      {"etc", "<dir>"},
+      {"etc/keep", "overridden"},
+      {"top", "t"},
+      {"usr", "<dir>"},
+      {"usr/bin", "<dir>"},
+      {"usr/bin/tool", "#!/bin/sh\necho hi\n"},
+      {"usr/bin/tool2", "second"},
+      {"var", "<dir>"},
+      {"var/cache", "<dir>"},
+      {"var/cache/new", "n"},
   };
   EXPECT_EQ(MergedView(pulled->layer_dirs), expected);
   size_t done = 0;
@@ -328,10 +336,12 @@ TEST_F(RegistryTest, HostileLayersAreRefusedAndLeaveNothing) {
     std::string message;
   };
   std::vector<Case> cases = {
-      {"shadow", {File("ok", "1"), Hardlink("etc/shadow-copy", "/etc/shadow")},
+      {"shadow",
+       {File("ok", "1"), Hardlink("etc/shadow-copy", "/etc/shadow")},
        "outside the layer"},
       {"dotdot", {File("../../../../tmp/deepbox-oci-escape", "x")}, "'..' component"},
-      {"through-link", {Symlink("etc", "/etc"), File("etc/evil", "x")},
+      {"through-link",
+       {Symlink("etc", "/etc"), File("etc/evil", "x")},
        "nothing is written through it"},
   };
   for (const auto& c : cases) {
@@ -361,10 +371,10 @@ TEST_F(RegistryTest, ConcurrentPullsDownloadEachLayerOnce) {
     pullers.emplace_back([&] {
       auto store = ImageStore::Open(cache_.Path("images"));  // its own, as another process
       ASSERT_TRUE(store);
-      auto pulled = PullImage(**store, Ref(*plain_, "shared:v1"), PlainOptions(),
-                              [&](const PullEvent& e) {
-                                if (e.kind == PullEvent::Kind::kLayerDone && !e.cached) ++downloaded;
-                              });
+      auto pulled =
+          PullImage(**store, Ref(*plain_, "shared:v1"), PlainOptions(), [&](const PullEvent& e) {
+            if (e.kind == PullEvent::Kind::kLayerDone && e.downloaded) ++downloaded;
+          });
       ASSERT_TRUE(pulled) << pulled.error().message;
       EXPECT_EQ(fs::testing::ReadRaw(pulled->layer_dirs[0] + "/big").size(), big.size());
     });
@@ -424,10 +434,10 @@ TEST_F(RegistryTest, KillDashNineMidPullThenRerunResumes) {
   ASSERT_LT(static_cast<size_t>(st.st_size), layer.size());
 
   uint64_t resumed = 0;
-  auto pulled = PullImage(*store_, Ref(*plain_, "large:v1"), PlainOptions(),
-                          [&](const PullEvent& e) {
-                            if (e.kind == PullEvent::Kind::kLayerDone) resumed = e.resumed_from;
-                          });
+  auto pulled =
+      PullImage(*store_, Ref(*plain_, "large:v1"), PlainOptions(), [&](const PullEvent& e) {
+        if (e.kind == PullEvent::Kind::kLayerDone) resumed = e.resumed_from;
+      });
   ASSERT_TRUE(pulled) << pulled.error().message;
   EXPECT_GT(resumed, 0u);
   EXPECT_EQ(Sha256Digest(fs::testing::ReadRaw(pulled->layer_dirs[0] + "/big")), Sha256Digest(big));
