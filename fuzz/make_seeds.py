@@ -10,8 +10,10 @@ import gzip
 import io
 import json
 import os
+import shutil
 import socket
 import struct
+import subprocess
 import tarfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -170,6 +172,31 @@ def tar_extract():
     put("tar_extract", "devices", tar([("null", "c", b"", 0o666), ("fifo", "p", b"", 0o644)]))
     put("tar_extract", "dir_replace", tar([("sibling_link", "d", b"", 0o755),
                                            ("sibling_link/x", "f", b"x", 0o644)]))
+
+
+def oci_layer():
+    put("oci_layer", "basic", tar([("usr", "d", b"", 0o755), ("usr/bin/tool", "f", b"#!", 0o4755),
+                                   ("bin", "l", "usr/bin", 0o777), ("etc/abs", "l", "/etc/x", 0o777),
+                                   ("usr/bin/tool2", "h", "usr/bin/tool", 0o644)], gz=True))
+    put("oci_layer", "whiteouts", tar([("etc/.wh.gone", "f", b"", 0o644), (".wh.dir", "f", b"", 0o644),
+                                       ("var/cache/.wh..wh..opq", "f", b"", 0o644),
+                                       ("var/cache/new", "f", b"n", 0o644),
+                                       (".wh..wh.plnk", "f", b"", 0o644)]))
+    put("oci_layer", "escape_dotdot", tar([("../outside/keep", "f", b"evil", 0o644)]))
+    put("oci_layer", "escape_abs", tar([("/tmp/evil", "f", b"evil", 0o644)]))
+    put("oci_layer", "symlink_then_file", tar([("l", "l", "../outside_link", 0o777),
+                                               ("l/keep", "f", b"evil", 0o644)]))
+    put("oci_layer", "whiteout_through_link", tar([("l", "l", "/", 0o777),
+                                                   ("l/.wh.etc", "f", b"", 0o644)]))
+    put("oci_layer", "hardlink_shadow", tar([("s", "h", "/etc/shadow", 0o644),
+                                             ("t", "h", "../../outside/keep", 0o644)]))
+    put("oci_layer", "devices", tar([("null", "c", b"", 0o666), ("fifo", "p", b"", 0o644)]))
+    plain = tar([("z/file", "f", b"zstd layer", 0o644), ("z/.wh.x", "f", b"", 0o644)])
+    if shutil.which("zstd"):  # a tar+zstd layer (Python has no zstd module)
+        put("oci_layer", "zstd", subprocess.run(["zstd", "-q", "-c"], input=plain,
+                                                check=True, capture_output=True).stdout)
+    put("oci_layer", "replace", tar([("a", "f", b"1", 0o644), ("a", "d", b"", 0o755),
+                                     ("a/b", "f", b"2", 0o644), ("a", "l", "x", 0o777)]))
 
 
 def sse():
@@ -502,5 +529,5 @@ def secret_rewrite():
 if __name__ == "__main__":
     for fn in [http, daemon_api, path_resolver, glob, grep, tar_extract, sse, anthropic, openai,
                replay, kubeconfig, k8s_watch, sandbox_copy, shlex, multipart, mcp_jsonrpc,
-               address_policy, secret_rewrite]:
+               address_policy, secret_rewrite, oci_layer]:
         fn()

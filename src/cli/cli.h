@@ -42,5 +42,6 @@ void RegisterDoctorCommand(CLI::App& app);       // deepbox doctor
 void RegisterRunCommand(CLI::App& app);          // deepbox run (run_command.cc)
 void RegisterMcpCommand(CLI::App& app);          // deepbox mcp (mcp_command.cc)
 void RegisterEgressProxyCommand(CLI::App& app);  // deepbox egress-proxy
+void RegisterImageCommands(CLI::App& app);       // deepbox image ...
 
 }  // namespace deepbox::cli

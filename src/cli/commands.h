@@ -176,4 +176,23 @@ struct DoctorArgs {
 };
 int RunDoctor(const DoctorArgs& args);
 
+// `deepbox image pull|ls|rm|prune` (image_command.cc): the local image cache
+// of src/oci ($DEEPBOX_IMAGE_DIR, else under the state directory).
+struct ImagePullArgs {
+  std::string reference;
+  std::string registry_ca;  // PEM file trusted on top of the system's CAs
+  bool insecure = false;    // plain HTTP and unverified TLS for any registry
+  bool json = false;        // one JSON event per line on stdout
+};
+int RunImagePull(const ImagePullArgs& args);
+struct ImageLsArgs {
+  bool json = false;
+};
+int RunImageLs(const ImageLsArgs& args);
+struct ImageRmArgs {
+  std::string reference;
+};
+int RunImageRm(const ImageRmArgs& args);
+int RunImagePrune();
+
 }  // namespace deepbox::cli

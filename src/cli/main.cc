@@ -430,6 +430,50 @@ void RegisterDoctorCommand(CLI::App& app) {
   doctor->callback([args] { SetExitCode(RunDoctor(*args)); });
 }
 
+void RegisterImageCommands(CLI::App& app) {
+  CLI::App* image = app.add_subcommand(
+      "image",
+      "OCI images in the local cache (pulled, verified, layers stored once). Running\n"
+      "sandboxes on an image (--image) is not there yet.");
+  image->require_subcommand(1);
+  auto pull_args = std::make_shared<ImagePullArgs>();
+  CLI::App* pull = image->add_subcommand(
+      "pull",
+      "Pull an image from its registry into the cache: python:3.12-slim-bookworm,\n"
+      "registry:port/repo:tag, repo@sha256:... . Credentials come from\n"
+      "$REGISTRY_AUTH_FILE, $DOCKER_CONFIG/config.json or ~/.docker/config.json.\n"
+      "The cache is $DEEPBOX_IMAGE_DIR, else $DEEPBOX_STATE_DIR/images, else\n"
+      "~/.local/state/deepbox/images.");
+  pull->add_option("reference", pull_args->reference, "REF: the image")->required();
+  pull->add_option("--registry-ca", pull_args->registry_ca,
+                   "A CA certificate file (PEM) trusted for the registry, besides the system's")
+      ->check(CLI::ExistingFile);
+  pull->add_flag("--insecure", pull_args->insecure,
+                 "Allow plain HTTP and unverified TLS for this registry (loopback registries\n"
+                 "may use plain HTTP without it)");
+  pull->add_flag("--json", pull_args->json, "One JSON event per line on stdout");
+  pull->callback([pull_args] { SetExitCode(RunImagePull(*pull_args)); });
+
+  auto ls_args = std::make_shared<ImageLsArgs>();
+  CLI::App* ls = image->add_subcommand("ls", "The images in the cache");
+  ls->alias("list");
+  ls->add_flag("--json", ls_args->json, "Print the records as JSON");
+  ls->callback([ls_args] { SetExitCode(RunImageLs(*ls_args)); });
+
+  auto rm_args = std::make_shared<ImageRmArgs>();
+  CLI::App* rm =
+      image->add_subcommand("rm",
+                            "Remove an image from the cache, with the layers no other image uses.\n"
+                            "Exit codes: 0 removed; 3 no such image.");
+  rm->alias("delete");
+  rm->add_option("reference", rm_args->reference, "REF: the image, as pulled")->required();
+  rm->callback([rm_args] { SetExitCode(RunImageRm(*rm_args)); });
+
+  CLI::App* prune = image->add_subcommand(
+      "prune", "Remove every blob and layer no image uses, and what interrupted pulls left");
+  prune->callback([] { SetExitCode(RunImagePrune()); });
+}
+
 void RegisterEgressProxyCommand(CLI::App& app) {
   auto args = std::make_shared<EgressProxyArgs>();
   CLI::App* cmd = app.add_subcommand(
@@ -528,6 +572,7 @@ int main(int argc, char** argv) {
   RegisterRunCommand(app);
   RegisterMcpCommand(app);  // deepbox mcp (mcp_command.cc, mcp/)
   RegisterEgressProxyCommand(app);
+  RegisterImageCommands(app);
   if (auto code = CheckSubcommands(app, argc, argv)) return *code;
   try {
     app.parse(argc, argv);

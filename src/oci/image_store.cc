@@ -469,7 +469,7 @@ Result<PruneResult> ImageStore::Collect(bool temporaries) const {
       std::string path = dir + "/" + e.name;
       uint64_t size = blobs ? FileSize(path) : 0;
       if (auto s = RemoveTree(path); !s) return s;
-      ++*count;
+      if (!e.name.ends_with(".lock")) ++*count;  // a lock file is no leftover of a pull
       result.bytes_freed += size;
     }
     return {};
