@@ -239,6 +239,48 @@ TEST_F(RegistryTest, MultiLayerImageWithWhiteoutsOpaqueDirsAndZstdOverTlsWithLog
   for (const auto& d : pulled->layer_dirs) EXPECT_FALSE(fs::testing::Exists(d));
 }
 
+// The layer directories are what overlayfs takes: mounted inside a user
+// namespace (as a sandbox will, with userxattr), the whiteouts hide and the
+// opaque directory masks what lies below.
+TEST_F(RegistryTest, TheLayersMountAsOverlayInAUserNamespace) {
+  std::vector<Layer> layers = {
+      {BuildLayer({File("etc/keep", "kept"), File("etc/gone", "x"), File("var/cache/old", "o"),
+                   Dir("gonedir"), File("gonedir/f", "f")}),
+       Compression::kGzip},
+      {BuildLayer({File("etc/.wh.gone", ""), File(".wh.gonedir", ""),
+                   File("var/cache/.wh..wh..opq", ""), File("var/cache/new", "n")},
+                  Compression::kZstd),
+       Compression::kZstd},
+  };
+  PushImage(*plain_, "overlay", "v1", layers);
+  auto pulled = PullImage(*store_, Ref(*plain_, "overlay:v1"), PlainOptions());
+  ASSERT_TRUE(pulled) << pulled.error().message;
+  std::string lower;
+  for (auto it = pulled->layer_dirs.rbegin(); it != pulled->layer_dirs.rend(); ++it) {
+    lower += (lower.empty() ? "" : ":") + *it;
+  }
+  TempDir mnt("oci-overlay");
+  SubprocessOptions run;
+  run.argv = {"unshare",
+              "-Urm",
+              "sh",
+              "-c",
+              "mount -t overlay overlay -o userxattr,lowerdir=\"$1\" \"$2\" || exit 77; cd \"$2\" "
+              "&& find . -mindepth 1 | sort | tr '\\n' ' '",
+              "sh",
+              lower,
+              mnt.path().string()};
+  run.capture_stdout = true;
+  run.capture_stderr = true;
+  auto out = RunCommand(run, std::chrono::seconds(60));
+  ASSERT_TRUE(out) << out.error().message;
+  if (WIFEXITED(out->wait_status) && WEXITSTATUS(out->wait_status) == 77) {
+    GTEST_SKIP() << "this kernel cannot mount overlay in a user namespace: " << out->err;
+  }
+  ASSERT_TRUE(out->exited_ok()) << out->err;
+  EXPECT_EQ(out->out, "./etc ./etc/keep ./var ./var/cache ./var/cache/new ");
+}
+
 TEST_F(RegistryTest, AnIndexGivesThisHostsPlatform) {
   std::vector<IndexEntry> entries;
   for (std::string arch : {"amd64", "arm64"}) {
@@ -315,6 +357,30 @@ TEST_F(RegistryTest, BadOrMissingCredentialsAreClearErrors) {
   unsetenv("DOCKER_CONFIG");
   ASSERT_TRUE(ok) << ok.error().message;
   ExpectCacheConsistent();
+}
+
+// The bearer-token flow: the registry's 401 names a token service (realm,
+// service, scope); the client gets a token there with its login, then
+// retries with it.
+TEST_F(RegistryTest, BearerTokenFlowFromWwwAuthenticate) {
+  auto tokened = TestRegistry::Start({true, kUser, kPassword, true});
+  ASSERT_TRUE(tokened) << tokened.error().message;
+  TestRegistry& registry = **tokened;
+  std::string layer = BuildLayer({File("hello", "token")});
+  PushImage(registry, "team/tokened", "v1", {{layer, Compression::kGzip}});
+  PullOptions options = SecureOptions();
+  options.registry.ca_file = registry.ca_file();
+  auto pulled = PullImage(*store_, Ref(registry, "team/tokened:v1"), options);
+  ASSERT_TRUE(pulled) << pulled.error().message;
+  EXPECT_EQ(fs::testing::ReadRaw(pulled->layer_dirs[0] + "/hello"), "token");
+  EXPECT_GE(registry.tokens_issued(), 1);
+  options.registry.credentials = RegistryCredentials{kUser, "wrong"};
+  auto refused = PullImage(*store_, Ref(registry, "team/tokened:v1"), options);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnauthenticated);
+  EXPECT_NE(refused.error().message.find("the token service refused the credentials of user"),
+            std::string::npos)
+      << refused.error().message;
 }
 
 TEST_F(RegistryTest, AnUnreachableRegistryIsAClearError) {

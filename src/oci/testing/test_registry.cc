@@ -2,17 +2,26 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <openssl/bn.h>
+#include <openssl/ecdsa.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <thread>
 
 #include "common/base64.h"
+#include "common/json.h"
+#include "common/strings.h"
 #include "net/http_client.h"
+#include "net/http_server.h"
 #include "net/testing/test_certs.h"
 #include "net/url.h"
 #include "oci/digest.h"
@@ -42,7 +51,112 @@ void WriteText(const std::string& path, const std::string& text) {
 
 bool Installed(const char* path) { return access(path, X_OK) == 0; }
 
+std::string Base64Url(std::string_view data) {
+  std::string b = Base64Encode(data);
+  for (char& c : b) {
+    if (c == '+') c = '-';
+    if (c == '/') c = '_';
+  }
+  while (!b.empty() && b.back() == '=') b.pop_back();
+  return b;
+}
+
 }  // namespace
+
+// Issues the registry's bearer tokens: ES256 JWTs whose x5c names a
+// certificate the registry's rootcertbundle (the test CA) vouches for.
+struct TestRegistry::TokenService {
+  std::string cert_der;
+  EVP_PKEY* key = nullptr;
+  std::string username, password;
+  std::unique_ptr<net::HttpServer> server;
+  std::atomic<int> issued{0};
+
+  ~TokenService() {
+    if (server) server->Stop();
+    EVP_PKEY_free(key);
+  }
+
+  // A token for `access` entries: (repository, "pull,push").
+  std::string Mint(const std::vector<std::pair<std::string, std::string>>& access) const {
+    json::object header;
+    header["typ"] = "JWT";
+    header["alg"] = "ES256";
+    json::array x5c;
+    x5c.push_back(json::value(Base64Encode(cert_der)));
+    header["x5c"] = std::move(x5c);
+    const int64_t now = static_cast<int64_t>(time(nullptr));
+    json::object claims;
+    claims["iss"] = "deepbox-test-issuer";
+    claims["sub"] = username;
+    claims["aud"] = "deepbox-test-registry";
+    claims["exp"] = now + 600;
+    claims["nbf"] = now - 60;
+    claims["iat"] = now;
+    claims["jti"] = std::to_string(now) + "-" + std::to_string(issued.load());
+    json::array grants;
+    for (const auto& [name, actions] : access) {
+      json::object g;
+      g["type"] = "repository";
+      g["name"] = name;
+      json::array a;
+      for (auto action : Split(actions, ',')) a.push_back(json::value(std::string(action)));
+      g["actions"] = std::move(a);
+      grants.push_back(std::move(g));
+    }
+    claims["access"] = std::move(grants);
+    std::string signing_input = Base64Url(ToJson(header)) + "." + Base64Url(ToJson(claims));
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    size_t der_len = 0;
+    EVP_DigestSignInit(ctx, nullptr, EVP_sha256(), nullptr, key);
+    EVP_DigestSign(ctx, nullptr, &der_len,
+                   reinterpret_cast<const unsigned char*>(signing_input.data()),
+                   signing_input.size());
+    std::string der(der_len, '\0');
+    EVP_DigestSign(ctx, reinterpret_cast<unsigned char*>(der.data()), &der_len,
+                   reinterpret_cast<const unsigned char*>(signing_input.data()),
+                   signing_input.size());
+    EVP_MD_CTX_free(ctx);
+    const unsigned char* p = reinterpret_cast<const unsigned char*>(der.data());
+    ECDSA_SIG* sig = d2i_ECDSA_SIG(nullptr, &p, static_cast<long>(der_len));
+    const BIGNUM* r = nullptr;
+    const BIGNUM* s = nullptr;
+    ECDSA_SIG_get0(sig, &r, &s);
+    std::string raw(64, '\0');
+    BN_bn2binpad(r, reinterpret_cast<unsigned char*>(raw.data()), 32);
+    BN_bn2binpad(s, reinterpret_cast<unsigned char*>(raw.data()) + 32, 32);
+    ECDSA_SIG_free(sig);
+    return signing_input + "." + Base64Url(raw);
+  }
+
+  void Handle(net::Request& request, net::ResponseWriter& writer) {
+    std::string expected = "Basic " + Base64Encode(username + ":" + password);
+    if (request.path != "/token" || request.Header("Authorization").value_or("") != expected) {
+      (void)writer.Send(net::Response::Json(401, R"({"details":"bad login"})"));
+      return;
+    }
+    // scope=repository:NAME:ACTIONS
+    std::vector<std::pair<std::string, std::string>> access;
+    for (const auto& [k, v] : request.query) {
+      if (k != "scope" || !v.starts_with("repository:")) continue;
+      size_t last = v.rfind(':');
+      access.emplace_back(v.substr(11, last - 11), v.substr(last + 1));
+    }
+    ++issued;
+    json::object body;
+    body["token"] = Mint(access);
+    (void)writer.Send(net::Response::Json(200, ToJson(body)));
+  }
+};
+
+int TestRegistry::tokens_issued() const {
+  return token_service_ ? token_service_->issued.load() : 0;
+}
+
+std::string TestRegistry::PushAuthorization(const std::string& repository) const {
+  if (token_service_) return "Bearer " + token_service_->Mint({{repository, "pull,push"}});
+  return basic_authorization_;
+}
 
 Result<std::unique_ptr<TestRegistry>> TestRegistry::Start(const TestRegistryOptions& options) {
   if (!Installed("/usr/bin/docker-registry") ||
@@ -71,7 +185,42 @@ Result<std::unique_ptr<TestRegistry>> TestRegistry::Start(const TestRegistryOpti
   net::ClientOptions client_options;
   client_options.tls = tls;
   client_options.max_response_bytes = 64u << 20;
-  if (!options.username.empty()) {
+  if (options.token_auth) {
+    auto pki = net::testing::GenerateTestPki();
+    WriteText(dir + "/token-ca.pem", pki.ca_cert_pem);
+    auto service = std::make_unique<TokenService>();
+    service->username = options.username;
+    service->password = options.password;
+    BIO* bio =
+        BIO_new_mem_buf(pki.server_key_pem.data(), static_cast<int>(pki.server_key_pem.size()));
+    service->key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+    BIO_free(bio);
+    bio = BIO_new_mem_buf(pki.server_cert_pem.data(), static_cast<int>(pki.server_cert_pem.size()));
+    X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+    BIO_free(bio);
+    unsigned char* der = nullptr;
+    int len = cert != nullptr ? i2d_X509(cert, &der) : -1;
+    if (service->key == nullptr || len <= 0) {
+      X509_free(cert);
+      return MakeError(ErrorCode::kInternal, "token service: cannot load the signing key");
+    }
+    service->cert_der.assign(reinterpret_cast<char*>(der), static_cast<size_t>(len));
+    OPENSSL_free(der);
+    X509_free(cert);
+    auto endpoint = net::Endpoint::Parse("127.0.0.1:0");
+    if (!endpoint) return tl::unexpected(endpoint.error());
+    TokenService* raw = service.get();
+    auto server = net::HttpServer::Create(
+        *endpoint, [raw](net::Request& req, net::ResponseWriter& w) { raw->Handle(req, w); });
+    if (!server) return tl::unexpected(server.error());
+    service->server = std::move(*server);
+    service->server->Start();
+    config +=
+        "auth:\n  token:\n    realm: http://127.0.0.1:" + std::to_string(service->server->port()) +
+        "/token\n    service: deepbox-test-registry\n    issuer: deepbox-test-issuer\n" +
+        "    rootcertbundle: " + dir + "/token-ca.pem\n";
+    r->token_service_ = std::move(service);
+  } else if (!options.username.empty()) {
     SubprocessOptions htpasswd;
     htpasswd.argv = {"/usr/bin/htpasswd", "-Bbn", options.username, options.password};
     htpasswd.capture_stdout = true;
@@ -81,8 +230,7 @@ Result<std::unique_ptr<TestRegistry>> TestRegistry::Start(const TestRegistryOpti
     if (!out->exited_ok()) return MakeError(ErrorCode::kInternal, "htpasswd: " + out->err);
     WriteText(dir + "/htpasswd", out->out);
     config += "auth:\n  htpasswd:\n    realm: deepbox-test\n    path: " + dir + "/htpasswd\n";
-    client_options.default_headers.Add(
-        "Authorization", "Basic " + Base64Encode(options.username + ":" + options.password));
+    r->basic_authorization_ = "Basic " + Base64Encode(options.username + ":" + options.password);
   }
   WriteText(dir + "/config.yml", config);
   SubprocessOptions serve;
@@ -111,6 +259,7 @@ Result<std::unique_ptr<TestRegistry>> TestRegistry::Start(const TestRegistryOpti
   return MakeError(ErrorCode::kUnavailable, "docker-registry did not start: " + text);
 }
 
+TestRegistry::TestRegistry() = default;
 TestRegistry::~TestRegistry() { Stop(); }
 
 void TestRegistry::Stop() {
@@ -123,6 +272,7 @@ Result<std::string> TestRegistry::PushBlob(const std::string& repository,
   net::ClientRequest start;
   start.method = "POST";
   start.target = "/v2/" + repository + "/blobs/uploads/";
+  if (auto a = PushAuthorization(repository); !a.empty()) start.headers.Add("Authorization", a);
   auto started = client_->Send(start);
   if (!started) return tl::unexpected(started.error());
   auto location = started->headers.Get("Location");
@@ -141,6 +291,7 @@ Result<std::string> TestRegistry::PushBlob(const std::string& repository,
   put.target = target + (target.find('?') == std::string::npos ? "?" : "&") +
                "digest=" + net::PercentEncode(digest);
   put.headers.Add("Content-Type", "application/octet-stream");
+  if (auto a = PushAuthorization(repository); !a.empty()) put.headers.Add("Authorization", a);
   put.body = bytes;
   auto done = client_->Send(put);
   if (!done) return tl::unexpected(done.error());
@@ -157,6 +308,7 @@ Status TestRegistry::PushManifest(const std::string& repository, const std::stri
   put.method = "PUT";
   put.target = "/v2/" + repository + "/manifests/" + reference;
   put.headers.Add("Content-Type", media_type);
+  if (auto a = PushAuthorization(repository); !a.empty()) put.headers.Add("Authorization", a);
   put.body = body;
   auto done = client_->Send(put);
   if (!done) return tl::unexpected(done.error());

@@ -19,8 +19,12 @@ namespace deepbox::oci::testing {
 
 struct TestRegistryOptions {
   bool tls = false;
-  std::string username;  // non-empty: htpasswd auth with this login
+  std::string username;  // non-empty: a login (htpasswd, or the token service's)
   std::string password;
+  // Token auth instead of htpasswd: the registry sends clients to a token
+  // service (a loopback HTTP server here) that checks the login and issues
+  // ES256 JWTs signed with a key whose certificate the registry trusts.
+  bool token_auth = false;
 };
 
 class TestRegistry {
@@ -42,9 +46,17 @@ class TestRegistry {
   Status CorruptBlob(const std::string& digest, const std::string& bytes);
   // Stops the registry (it becomes unreachable).
   void Stop();
+  // Tokens the token service issued (token_auth).
+  int tokens_issued() const;
+
+  struct TokenService;
 
  private:
-  TestRegistry() = default;
+  TestRegistry();
+  // The Authorization header for pushing to `repository`.
+  std::string PushAuthorization(const std::string& repository) const;
+  std::string basic_authorization_;
+  std::unique_ptr<TokenService> token_service_;
   deepbox::testing::TempDir dir_{"oci-registry"};
   int port_ = 0;
   std::string ca_file_;
