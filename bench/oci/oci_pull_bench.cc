@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
     if (flag == "--mib") mib = value;
     if (flag == "--rounds") rounds = value;
   }
-  if (access("/usr/bin/skopeo", X_OK) != 0) Die("skopeo is not installed (scripts/install-deps.sh)");
+  if (access("/usr/bin/skopeo", X_OK) != 0)
+    Die("skopeo is not installed (scripts/install-deps.sh)");
   auto registry = TestRegistry::Start({});
   if (!registry) Die(registry.error().message);
   std::mt19937_64 rng(42);
@@ -85,13 +86,20 @@ int main(int argc, char** argv) {
     // skopeo copy docker://... dir:...
     std::string out = work.Path("skopeo-" + std::to_string(r));
     SubprocessOptions copy;
-    copy.argv = {"/usr/bin/skopeo", "--policy", work.Path("policy.json"), "copy", "--quiet",
-                 "--src-tls-verify=false", "docker://" + ref_text, "dir:" + out};
+    copy.argv = {"/usr/bin/skopeo",
+                 "--policy",
+                 work.Path("policy.json"),
+                 "copy",
+                 "--quiet",
+                 "--src-tls-verify=false",
+                 "docker://" + ref_text,
+                 "dir:" + out};
     copy.capture_stderr = true;
     auto t0 = std::chrono::steady_clock::now();
     auto done = RunCommand(copy, std::chrono::minutes(10));
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!done || !done->exited_ok()) Die("skopeo copy: " + (done ? done->err : done.error().message));
+    if (!done || !done->exited_ok())
+      Die("skopeo copy: " + (done ? done->err : done.error().message));
     skopeo.push_back(s);
     (void)RemoveTree(out);
 
@@ -107,9 +115,10 @@ int main(int argc, char** argv) {
     (void)RemoveTree(work.Path("cache-" + std::to_string(r)));
   }
   const double mb = static_cast<double>(total) / (1 << 20);
-  std::printf("Image pull: %d layers of %d MiB (gzip, %.0f MiB in all) from docker-registry on "
-              "loopback, median of %d\n\n",
-              layers, mib, mb, rounds);
+  std::printf(
+      "Image pull: %d layers of %d MiB (gzip, %.0f MiB in all) from docker-registry on "
+      "loopback, median of %d\n\n",
+      layers, mib, mb, rounds);
   std::printf("%-44s %10s %10s %14s\n", "path", "seconds", "MiB/s", "vs skopeo");
   std::printf("%-44s %10.2f %10.1f %14s\n", "skopeo copy to dir: (download + verify)",
               Median(skopeo), mb / Median(skopeo), "1.00x");
