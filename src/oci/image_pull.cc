@@ -216,4 +216,15 @@ Result<LocalImage> OpenLocalImage(const ImageStore& store, const ImageReference&
   return LoadLocalImage(store, std::move(**record));
 }
 
+Result<LocalImage> EnsureImage(const ImageStore& store, const ImageReference& ref,
+                               const PullOptions& options, const PullProgressFn& progress) {
+  {
+    auto shared = store.LockShared();  // not removed while we look
+    if (!shared) return tl::unexpected(shared.error());
+    auto cached = OpenLocalImage(store, ref);
+    if (cached) return cached;
+  }
+  return PullImage(store, ref, options, progress);
+}
+
 }  // namespace deepbox::oci

@@ -64,4 +64,10 @@ Result<LocalImage> PullImage(const ImageStore& store, const ImageReference& ref,
 // never pulled (or was removed); INTERNAL when its content is missing.
 Result<LocalImage> OpenLocalImage(const ImageStore& store, const ImageReference& ref);
 
+// "Pull on first use": the cached image when there is a complete one for
+// this name (a tag is not resolved again), else PullImage.
+Result<LocalImage> EnsureImage(const ImageStore& store, const ImageReference& ref,
+                               const PullOptions& options,
+                               const PullProgressFn& progress = nullptr);
+
 }  // namespace deepbox::oci

@@ -230,6 +230,12 @@ TEST_F(RegistryTest, MultiLayerImageWithWhiteoutsOpaqueDirsAndZstdOverTlsWithLog
   auto list = store_->ListImages();
   ASSERT_TRUE(list);
   EXPECT_EQ(list->size(), 2u);
+  // What a sandbox asks for: cached, no request (the registry's being down
+  // would not matter).
+  auto ensured = EnsureImage(*store_, Ref(*secure_, "team/app:v1"), PlainOptions());
+  ASSERT_TRUE(ensured) << ensured.error().message;
+  EXPECT_EQ(ensured->layer_dirs, pulled->layer_dirs);
+  EXPECT_EQ(ensured->config.working_dir, "/srv/app");
   ExpectCacheConsistent();
 
   // rm of one name keeps what the other still uses; of both, nothing is left.
