@@ -87,8 +87,8 @@ class PullDisplay {
     }
     switch (e.kind) {
       case Kind::kResolved:
-        Line(Printf("%s: manifest %s, %zu layer%s", e.name.c_str(), ShortDigest(e.manifest_digest).c_str(),
-                 e.count, e.count == 1 ? "" : "s"));
+        Line(Printf("%s: manifest %s, %zu layer%s", e.name.c_str(),
+                    ShortDigest(e.manifest_digest).c_str(), e.count, e.count == 1 ? "" : "s"));
         return;
       case Kind::kLayerStart:
         layers_[e.index] = {e.size, 0, Clock::now()};
@@ -111,8 +111,8 @@ class PullDisplay {
                               : "downloaded";
         double s = Seconds(l.started);
         Line(Printf("layer %zu/%zu %s %s %s in %.1fs%s", e.index + 1, e.count,
-                 ShortDigest(e.digest).c_str(), FormatBytes(e.size).c_str(), how.c_str(), s,
-                 e.downloaded ? (", " + Rate(e.size - e.resumed_from, s)).c_str() : ""));
+                    ShortDigest(e.digest).c_str(), FormatBytes(e.size).c_str(), how.c_str(), s,
+                    e.downloaded ? (", " + Rate(e.size - e.resumed_from, s)).c_str() : ""));
         return;
       }
       case Kind::kImageDone:
@@ -184,8 +184,8 @@ int RunImagePull(const ImagePullArgs& args) {
   options.registry.ca_file = args.registry_ca;
   options.registry.insecure = args.insecure;
   PullDisplay display(args.json, !args.json && isatty(STDERR_FILENO) == 1);
-  auto pulled = oci::PullImage(**store, *ref, options,
-                               [&](const oci::PullEvent& e) { display.On(e); });
+  auto pulled =
+      oci::PullImage(**store, *ref, options, [&](const oci::PullEvent& e) { display.On(e); });
   display.Finish();
   if (!pulled) {
     if (args.json) {
@@ -242,8 +242,8 @@ int RunImageRm(const ImageRmArgs& args) {
   auto removed = (*store)->RemoveImage(ref->ToString());
   if (!removed) return ReportError(removed.error());
   if (!*removed) {
-    return ReportError(
-        Error(ErrorCode::kNotFound, "no image " + ref->ToString() + " in the cache (deepbox image ls)"));
+    return ReportError(Error(ErrorCode::kNotFound,
+                             "no image " + ref->ToString() + " in the cache (deepbox image ls)"));
   }
   std::printf("removed %s\n", ref->ToString().c_str());
   return kExitOk;
@@ -254,12 +254,13 @@ int RunImagePrune() {
   if (!store) return ReportError(store.error());
   auto pruned = (*store)->Prune();
   if (!pruned) return ReportError(pruned.error());
-  std::printf("removed %llu blobs, %llu extracted layers, %llu leftovers of interrupted pulls; "
-              "freed %s\n",
-              static_cast<unsigned long long>(pruned->blobs_removed),
-              static_cast<unsigned long long>(pruned->layers_removed),
-              static_cast<unsigned long long>(pruned->temporaries_removed),
-              FormatBytes(pruned->bytes_freed).c_str());
+  std::printf(
+      "removed %llu blobs, %llu extracted layers, %llu leftovers of interrupted pulls; "
+      "freed %s\n",
+      static_cast<unsigned long long>(pruned->blobs_removed),
+      static_cast<unsigned long long>(pruned->layers_removed),
+      static_cast<unsigned long long>(pruned->temporaries_removed),
+      FormatBytes(pruned->bytes_freed).c_str());
   return kExitOk;
 }
 
