@@ -41,6 +41,7 @@ void RegisterPoolCommands(CLI::App& app);        // deepbox pool ...
 void RegisterDoctorCommand(CLI::App& app);       // deepbox doctor
 void RegisterRunCommand(CLI::App& app);          // deepbox run (run_command.cc)
 void RegisterMcpCommand(CLI::App& app);          // deepbox mcp (mcp_command.cc)
+void RegisterAcpCommand(CLI::App& app);          // deepbox acp (acp_command.cc)
 void RegisterEgressProxyCommand(CLI::App& app);  // deepbox egress-proxy
 void RegisterImageCommands(CLI::App& app);       // deepbox image ...
 

@@ -571,6 +571,7 @@ int main(int argc, char** argv) {
   RegisterDoctorCommand(app);
   RegisterRunCommand(app);
   RegisterMcpCommand(app);  // deepbox mcp (mcp_command.cc, mcp/)
+  RegisterAcpCommand(app);  // deepbox acp (acp_command.cc, acp_server.cc)
   RegisterEgressProxyCommand(app);
   RegisterImageCommands(app);
   if (auto code = CheckSubcommands(app, argc, argv)) return *code;

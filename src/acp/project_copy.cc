@@ -1,0 +1,208 @@
+#include "acp/project_copy.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <functional>
+
+#include "acp/gitignore.h"
+#include "common/byte_size.h"
+#include "common/unique_fd.h"
+
+namespace deepbox::acp {
+
+namespace {
+
+constexpr size_t kMaxGitignoreBytes = 1 << 20;
+
+std::string JoinRel(const std::string& dir, const std::string& name) {
+  return dir.empty() ? name : dir + "/" + name;
+}
+
+Result<std::string> ReadFd(int fd, uint64_t limit, const std::string& what) {
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return MakeSyscallError("read", errno, what);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > limit) {
+      return MakeError(ErrorCode::kResourceExhausted, what + " grew while being copied");
+    }
+  }
+  return out;
+}
+
+// One walk of the project; `on_dir` / `on_file` see what is kept, with the
+// parent's descriptor and the entry's name.
+class ProjectWalk {
+ public:
+  using FileVisitor = std::function<Status(const std::string& rel, int dir_fd, const char* name,
+                                           const struct stat& st)>;
+  using DirVisitor = std::function<Status(const std::string& rel)>;
+
+  ProjectWalk(const ProjectCopyOptions& options, ProjectCopyStats& stats, DirVisitor on_dir,
+              FileVisitor on_file)
+      : options_(options),
+        stats_(stats),
+        on_dir_(std::move(on_dir)),
+        on_file_(std::move(on_file)) {}
+
+  Status Run(const std::string& project_dir) {
+    UniqueFd root(::open(project_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!root) return MakeSyscallError("open", errno, project_dir);
+    return Walk(root.get(), "");
+  }
+
+ private:
+  Status Walk(int dir_fd, const std::string& rel_dir) {
+    // This directory's .gitignore first: it applies to its own entries.
+    UniqueFd gi(::openat(dir_fd, ".gitignore", O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (gi) {
+      struct stat st {};
+      if (::fstat(gi.get(), &st) == 0 && S_ISREG(st.st_mode)) {
+        if (auto text = ReadFd(gi.get(), kMaxGitignoreBytes, JoinRel(rel_dir, ".gitignore"))) {
+          rules_.AddFile(rel_dir, *text);
+        }
+      }
+    }
+    int dup_fd = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+    if (dup_fd < 0) return MakeSyscallError("fcntl(F_DUPFD_CLOEXEC)", errno, rel_dir);
+    DIR* d = ::fdopendir(dup_fd);
+    if (!d) {
+      int err = errno;
+      ::close(dup_fd);
+      return MakeSyscallError("fdopendir", err, rel_dir.empty() ? "." : rel_dir);
+    }
+    std::vector<std::string> names;
+    errno = 0;
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(std::move(name));
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    for (const auto& name : names) {
+      const std::string rel = JoinRel(rel_dir, name);
+      struct stat st {};
+      if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) continue;  // gone since readdir
+        return MakeSyscallError("fstatat", errno, rel);
+      }
+      if (S_ISLNK(st.st_mode)) {
+        stats_.symlinks.push_back(rel);
+        continue;
+      }
+      const bool is_dir = S_ISDIR(st.st_mode);
+      if ((is_dir && name == ".git") || rules_.Ignored(rel, is_dir)) {
+        stats_.ignored++;
+        continue;
+      }
+      if (is_dir) {
+        UniqueFd sub(
+            ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+        if (!sub) {
+          if (errno == ELOOP || errno == ENOTDIR) {  // swapped for a symlink meanwhile
+            stats_.symlinks.push_back(rel);
+            continue;
+          }
+          return MakeSyscallError("openat", errno, rel);
+        }
+        stats_.directories++;
+        if (auto st2 = on_dir_(rel); !st2) return st2;
+        if (auto st2 = Walk(sub.get(), rel); !st2) return st2;
+        continue;
+      }
+      if (!S_ISREG(st.st_mode)) {
+        stats_.special.push_back(rel);
+        continue;
+      }
+      stats_.files++;
+      stats_.bytes += static_cast<uint64_t>(st.st_size);
+      if (stats_.files > options_.max_files) {
+        return MakeError(
+            ErrorCode::kResourceExhausted,
+            "the project has more than " + std::to_string(options_.max_files) +
+                " files to copy into the sandbox (not counting what .gitignore "
+                "excludes); exclude some with .gitignore or raise --max-project-files");
+      }
+      if (stats_.bytes > options_.max_bytes) {
+        return MakeError(ErrorCode::kResourceExhausted,
+                         "the project is larger than " + FormatBytes(options_.max_bytes) +
+                             " (not counting what .gitignore excludes); exclude some with "
+                             ".gitignore or raise --max-project-size");
+      }
+      if (auto st2 = on_file_(rel, dir_fd, name.c_str(), st); !st2) return st2;
+    }
+    return {};
+  }
+
+  const ProjectCopyOptions& options_;
+  ProjectCopyStats& stats_;
+  DirVisitor on_dir_;
+  FileVisitor on_file_;
+  IgnoreRules rules_;
+};
+
+}  // namespace
+
+Result<ProjectCopyStats> ScanProject(const std::string& project_dir,
+                                     const ProjectCopyOptions& options) {
+  ProjectCopyStats stats;
+  ProjectWalk walk(
+      options, stats, [](const std::string&) -> Status { return {}; },
+      [](const std::string&, int, const char*, const struct stat&) -> Status { return {}; });
+  if (auto st = walk.Run(project_dir); !st) return tl::unexpected(st.error());
+  return stats;
+}
+
+Result<ProjectCopyStats> CopyProjectToSandbox(const std::string& project_dir, Sandbox& sandbox,
+                                              const std::string& sandbox_root,
+                                              const ProjectCopyOptions& options) {
+  // First the whole tree against the caps, so a refused project costs nothing.
+  if (auto scanned = ScanProject(project_dir, options); !scanned) {
+    return tl::unexpected(scanned.error());
+  }
+  ProjectCopyStats stats;
+  std::vector<std::string> copied;
+  auto on_dir = [&](const std::string& rel) -> Status {
+    if (auto st = sandbox.Mkdir(sandbox_root + "/" + rel, true); !st) {
+      return MakeError(st.error().code,
+                       "creating " + rel + " in the sandbox: " + st.error().message);
+    }
+    return {};
+  };
+  auto on_file = [&](const std::string& rel, int dir_fd, const char* name,
+                     const struct stat& seen) -> Status {
+    UniqueFd fd(::openat(dir_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    if (!fd) {
+      if (errno == ELOOP) return {};  // swapped for a symlink since the scan: not followed
+      return MakeSyscallError("openat", errno, rel);
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return MakeSyscallError("fstat", errno, rel);
+    if (!S_ISREG(st.st_mode)) return {};  // what was opened is what counts
+    auto content = ReadFd(fd.get(), static_cast<uint64_t>(seen.st_size) + options.max_bytes, rel);
+    if (!content) return tl::unexpected(content.error());
+    if (auto up = sandbox.Upload(sandbox_root + "/" + rel, *content, st.st_mode & 0777); !up) {
+      return MakeError(up.error().code,
+                       "copying " + rel + " into the sandbox: " + up.error().message);
+    }
+    copied.push_back(rel);
+    return {};
+  };
+  ProjectWalk walk(options, stats, on_dir, on_file);
+  if (auto st = walk.Run(project_dir); !st) return tl::unexpected(st.error());
+  stats.copied = std::move(copied);
+  return stats;
+}
+
+}  // namespace deepbox::acp

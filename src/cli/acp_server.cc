@@ -1,0 +1,844 @@
+#include "cli/acp_server.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "acp/jsonrpc_peer.h"
+#include "agent/deep_agent.h"
+#include "agent/model/factory.h"
+#include "agent/thread_store.h"
+#include "cli/run_sandbox.h"
+#include "cli/run_signals.h"
+#include "common/random.h"
+#include "common/unique_fd.h"
+#include "common/utf8.h"
+#include "common/version.h"
+
+namespace deepbox::cli {
+
+namespace {
+
+using acp::ApprovalMode;
+using acp::JsonRpcPeer;
+using acp::PermissionAnswer;
+using acp::RpcError;
+using acp::RpcMessage;
+
+// The label naming the `deepbox acp` process whose session made a sandbox.
+constexpr const char* kAcpLabel = "deepbox.dev/acp";
+// Tool output kept per execute call for the editor (its tail).
+constexpr size_t kMaxShownOutput = 64 * 1024;
+
+void LogLine(const std::string& line) {
+  std::string l = "deepbox acp: " + line + "\n";
+  (void)!::write(STDERR_FILENO, l.data(), l.size());
+}
+
+void FireFd(int fd) {
+  uint64_t one = 1;
+  while (::write(fd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+std::string ArgStr(const json::object& args, std::string_view key) {
+  const json::value* v = args.if_contains(key);
+  return v && v->is_string() ? std::string(v->get_string()) : std::string();
+}
+
+// As agent::Tool::MainArgument, for calls replayed from a saved thread.
+std::string MainArgumentOf(const json::object& args) {
+  for (const char* key : {"file_path", "path", "command", "pattern", "description"}) {
+    if (auto v = ArgStr(args, key); !v.empty()) return v;
+  }
+  return "";
+}
+
+// edit_file's result on `text`, or nullopt when the edit would fail (the
+// tool then fails on its own, and nothing is proposed).
+std::optional<std::string> ApplyEdit(const std::string& text, const std::string& old_s,
+                                     const std::string& new_s, bool replace_all) {
+  if (old_s.empty()) return std::nullopt;
+  size_t first = text.find(old_s);
+  if (first == std::string::npos) return std::nullopt;
+  if (!replace_all && text.find(old_s, first + old_s.size()) != std::string::npos) {
+    return std::nullopt;
+  }
+  std::string out;
+  size_t pos = 0;
+  for (size_t at = first; at != std::string::npos; at = text.find(old_s, pos)) {
+    out.append(text, pos, at - pos);
+    out += new_s;
+    pos = at + old_s.size();
+    if (!replace_all) break;
+  }
+  out.append(text, pos, std::string::npos);
+  return out;
+}
+
+// A file change being proposed, from the permission request to the write.
+struct PendingChange {
+  std::string sandbox_path;
+  std::optional<std::string> host_path;  // nullopt: not a project file
+  std::optional<std::string> old_text;   // nullopt: a new file
+  std::optional<std::string> new_text;   // what the user was shown and allowed
+  bool allowed = false;                  // the user allowed exactly new_text
+};
+
+struct Session {
+  std::string id;   // the deep agent's thread id
+  std::string cwd;  // the client's project
+  std::string root;
+  std::unique_ptr<run::LeaseGuard> lease;
+  std::unique_ptr<agent::DeepAgent> agent;
+  std::atomic<int> mode{0};
+  std::atomic<bool> always_edits{false};
+  std::atomic<bool> always_execute{false};
+  std::atomic<bool> cancel{false};
+  UniqueFd cancel_fd;
+  std::atomic<bool> busy{false};
+
+  std::mutex mu;  // the maps below
+  std::set<std::string> announced;
+  std::map<std::string, PendingChange> changes;
+  std::map<std::string, std::string> outputs;
+
+  ApprovalMode Mode() const { return static_cast<ApprovalMode>(mode.load()); }
+  ~Session() {
+    agent.reset();  // it uses the sandbox: gone before the lease
+    if (lease) {
+      if (auto st = lease->Release(); !st) {
+        LogLine(fmt::format("could not delete sandbox {}: {}", lease->sandbox().id(),
+                            st.error().message));
+      }
+    }
+  }
+};
+
+class AcpServer {
+ public:
+  AcpServer(const AcpConfig& config, JsonRpcPeer& peer, run::RunProviders providers)
+      : config_(config), peer_(peer), providers_(std::move(providers)) {
+    labels_ = config_.run.labels;
+    labels_[kAcpLabel] = RandomHex(12);
+  }
+
+  // On the reading thread.
+  void Handle(RpcMessage m);
+  // After the client went away (or a signal): every prompt cancelled and
+  // awaited, every sandbox deleted.
+  void Shutdown();
+
+ private:
+  void Spawn(std::function<void()> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers_.emplace_back(std::move(fn));
+  }
+  std::shared_ptr<Session> Find(const json::object& params) {
+    std::string id = FindString(params, {"sessionId"});
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(id);
+    return it == sessions_.end() ? nullptr : it->second;
+  }
+  void Fail(const json::value& id, int code, const std::string& message) {
+    (void)peer_.RespondError(id, RpcError{code, message, nullptr});
+  }
+  void Update(Session& s, json::object update) {
+    (void)peer_.Notify("session/update", acp::SessionUpdate(s.id, std::move(update)));
+  }
+
+  void OpenSession(const RpcMessage& m, bool load);
+  void Prompt(const RpcMessage& m);
+  void ReplayHistory(Session& s);
+
+  // The deep agent's callbacks for one prompt.
+  void OnEvent(Session& s, const agent::AgentEvent& e);
+  std::vector<agent::Decision> OnInterrupt(Session& s, const agent::InterruptRequest& request);
+  agent::Decision Decide(Session& s, const agent::ActionRequest& action);
+  bool NeedsAsking(Session& s, bool execute) const;
+  // session/request_permission for a tool call; kCancelled when the client
+  // is gone, the prompt was cancelled or the answer was unusable.
+  PermissionAnswer Ask(Session& s, const std::string& call_id, json::object tool_call);
+  void SyncFromEditor(Session& s, const std::string& sandbox_path, const std::string& host_path);
+  void FinishFileChange(Session& s, const agent::AgentEvent& e);
+  std::string SandboxPath(const Session& s, const std::string& path) const {
+    return acp::NormalizeAbsolutePath(path.starts_with("/") ? path : s.root + "/" + path);
+  }
+
+  const AcpConfig& config_;
+  JsonRpcPeer& peer_;
+  run::RunProviders providers_;
+  std::map<std::string, std::string> labels_;
+  acp::ClientCapabilities client_;
+  std::mutex claim_mu_;  // one claim at a time through the provider
+
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Session>> sessions_;
+  std::vector<std::thread> workers_;
+  bool shutting_down_ = false;
+};
+
+void AcpServer::Handle(RpcMessage m) {
+  const bool request = m.kind == RpcMessage::Kind::kRequest;
+  const std::string& method = m.method;
+  if (method == "initialize") {
+    client_ = acp::ParseClientCapabilities(m.params);
+    (void)peer_.Respond(m.id, acp::InitializeResult(m.params, kVersion));
+    return;
+  }
+  if (method == "authenticate") {
+    // The key is read from the environment when a session starts: nothing to
+    // do here (a missing key fails session/new with auth_required).
+    if (request) (void)peer_.Respond(m.id, json::object{});
+    return;
+  }
+  if (method == "session/new" || method == "session/load") {
+    if (!request) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shutting_down_) return;
+    }
+    Spawn([this, m = std::move(m)] { OpenSession(m, m.method == "session/load"); });
+    return;
+  }
+  if (method == "session/prompt") {
+    if (!request) return;
+    Spawn([this, m = std::move(m)] { Prompt(m); });
+    return;
+  }
+  if (method == "session/cancel") {
+    if (auto s = Find(m.params)) {
+      s->cancel.store(true);
+      FireFd(s->cancel_fd.get());
+    }
+    return;
+  }
+  if (method == "session/set_mode") {
+    if (!request) return;
+    auto s = Find(m.params);
+    if (!s) return Fail(m.id, acp::kResourceNotFound, "no such session");
+    auto mode = acp::ParseModeId(FindString(m.params, {"modeId"}));
+    if (!mode) {
+      return Fail(m.id, acp::kInvalidParams,
+                  "unknown modeId \"" + FindString(m.params, {"modeId"}) +
+                      "\" (approve-all, approve-execute or auto)");
+    }
+    s->mode.store(static_cast<int>(*mode));
+    (void)peer_.Respond(m.id, json::object{});
+    return;
+  }
+  if (request) Fail(m.id, acp::kMethodNotFound, "Method not found: " + method);
+  // Unknown notifications are ignored, as JSON-RPC wants.
+}
+
+void AcpServer::OpenSession(const RpcMessage& m, bool load) {
+  const json::object& p = m.params;
+  std::string cwd = FindString(p, {"cwd"});
+  if (cwd.empty() || cwd.front() != '/') {
+    return Fail(m.id, acp::kInvalidParams, "\"cwd\" must be an absolute path");
+  }
+  struct stat st {};
+  if (::stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Fail(m.id, acp::kInvalidParams, "\"cwd\" " + cwd + " is not a directory");
+  }
+  if (const json::value* servers = p.if_contains("mcpServers");
+      servers && servers->is_array() && !servers->get_array().empty()) {
+    LogLine(
+        fmt::format("the client's {} MCP server(s) are not used: deepbox acp does not start "
+                    "client MCP servers yet",
+                    servers->get_array().size()));
+  }
+  auto thread_store = std::make_shared<agent::ThreadStore>(
+      config_.run.threads_dir.empty() ? run::DefaultThreadsDir() : config_.run.threads_dir);
+  std::string thread_id;
+  if (load) {
+    thread_id = FindString(p, {"sessionId"});
+    if (!agent::ValidThreadId(thread_id) || !thread_store->Exists(thread_id)) {
+      return Fail(m.id, acp::kResourceNotFound,
+                  "no saved deepbox thread \"" + thread_id + "\" in " + thread_store->dir());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sessions_.contains(thread_id)) {
+      return Fail(m.id, acp::kInvalidParams, "session " + thread_id + " is already open");
+    }
+  } else {
+    thread_id = agent::ThreadStore::NewThreadId();
+  }
+  // The model first: a missing key costs no sandbox.
+  agent::ModelConfig mc;
+  if (config_.run.anthropic_base_url) mc.anthropic_base_url = config_.run.anthropic_base_url;
+  if (config_.run.openai_base_url) mc.openai_base_url = config_.run.openai_base_url;
+  mc.read_idle_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(config_.run.model_idle_timeout_seconds * 1000));
+  auto model = agent::CreateChatModel(config_.run.model, mc);
+  if (!model) {
+    const bool auth = model.error().code == ErrorCode::kUnauthenticated;
+    return Fail(m.id, auth ? acp::kAuthRequired : acp::kInternalError,
+                "the model (" + config_.run.model + "): " + model.error().message);
+  }
+  // Then the project against the caps, before a sandbox is claimed.
+  if (auto scan = acp::ScanProject(cwd, config_.copy); !scan) {
+    return Fail(m.id, acp::kInvalidParams, "the project " + cwd + ": " + scan.error().message);
+  }
+  auto s = std::make_shared<Session>();
+  s->id = thread_id;
+  s->cwd = cwd;
+  s->mode.store(static_cast<int>(config_.mode));
+  s->cancel_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!s->cancel_fd) return Fail(m.id, acp::kInternalError, SyscallError("eventfd", errno).message);
+  ClaimOptions claim;
+  claim.labels = labels_;
+  claim.ttl = std::chrono::seconds(config_.run.ttl_seconds);
+  claim.network = config_.run.network;
+  Result<std::unique_ptr<SandboxLease>> lease = MakeError(ErrorCode::kInternal, "not claimed");
+  {
+    std::lock_guard<std::mutex> lock(claim_mu_);
+    lease = providers_.provider->Claim(claim);
+  }
+  if (!lease) {
+    return Fail(m.id, acp::kInternalError, "cannot claim a sandbox: " + lease.error().message);
+  }
+  s->lease = std::make_unique<run::LeaseGuard>(std::move(*lease));
+  Sandbox& sandbox = s->lease->sandbox();
+  s->root = sandbox.root();
+  auto copied = acp::CopyProjectToSandbox(cwd, sandbox, s->root, config_.copy);
+  if (!copied) {
+    return Fail(m.id, acp::kInternalError,
+                "copying the project into the sandbox: " + copied.error().message);
+  }
+  LogLine(
+      fmt::format("session {}: sandbox {} holds a copy of {} ({} files, {} bytes; {} "
+                  "excluded by .gitignore, {} symlinks and {} special files not copied)",
+                  thread_id, sandbox.id(), cwd, copied->files, copied->bytes, copied->ignored,
+                  copied->symlinks.size(), copied->special.size()));
+  agent::DeepAgentOptions ao;
+  ao.model = std::shared_ptr<agent::ChatModel>(std::move(*model));
+  ao.sandbox = &sandbox;
+  ao.system_prompt = config_.run.system_prompt;
+  ao.max_steps = config_.run.max_steps;
+  ao.thread_id = thread_id;
+  ao.thread_store = thread_store;
+  // Every change passes the session's interrupt handler: it shows the diff,
+  // asks when the mode says so, and read_file syncs the editor's buffer.
+  for (const char* tool : {"read_file", "execute", "write_file", "edit_file", "delete"}) {
+    ao.interrupt_on[tool] = agent::InterruptConfig{};
+  }
+  auto created = agent::DeepAgent::Create(std::move(ao));
+  if (!created) {
+    return Fail(m.id, acp::kInternalError, "cannot start the agent: " + created.error().message);
+  }
+  s->agent = std::move(*created);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutting_down_) return;  // `s` goes, and its sandbox with it
+    sessions_[thread_id] = s;
+  }
+  json::object result{{"modes", acp::ModesJson(s->Mode())}};
+  if (load) {
+    ReplayHistory(*s);
+  } else {
+    result["sessionId"] = thread_id;
+  }
+  (void)peer_.Respond(m.id, result);
+}
+
+void AcpServer::ReplayHistory(Session& s) {
+  agent::AgentState state = s.agent->state();
+  std::map<std::string, bool> failed;
+  for (const auto& msg : state.messages) {
+    if (msg.role == agent::Role::kTool) failed[msg.tool_call_id] = msg.is_error;
+  }
+  for (const auto& msg : state.messages) {
+    if (msg.role == agent::Role::kUser && !msg.text.empty()) {
+      Update(s, acp::MessageChunk("user_message_chunk", msg.text));
+    } else if (msg.role == agent::Role::kAssistant) {
+      if (!msg.text.empty()) Update(s, acp::MessageChunk("agent_message_chunk", msg.text));
+      for (const auto& c : msg.tool_calls) {
+        if (c.name == "write_todos") continue;
+        auto f = failed.find(c.id);
+        Update(s, json::object{{"sessionUpdate", "tool_call"},
+                               {"toolCallId", c.id},
+                               {"title", acp::ToolTitle(c.name, MainArgumentOf(c.input))},
+                               {"kind", acp::ToolKind(c.name)},
+                               {"status", f != failed.end() && f->second ? "failed" : "completed"},
+                               {"rawInput", c.input}});
+      }
+    }
+  }
+  if (!state.todos.empty()) Update(s, acp::PlanUpdate(state.todos));
+}
+
+void AcpServer::Prompt(const RpcMessage& m) {
+  auto s = Find(m.params);
+  if (!s) return Fail(m.id, acp::kResourceNotFound, "no such session");
+  auto text = acp::PromptText(m.params);
+  if (!text) return Fail(m.id, acp::kInvalidParams, text.error().message);
+  if (s->busy.exchange(true)) {
+    return Fail(m.id, acp::kInvalidRequest, "a prompt is already running in this session");
+  }
+  s->cancel.store(false);
+  uint64_t drained;
+  while (::read(s->cancel_fd.get(), &drained, sizeof drained) > 0) {
+  }
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->announced.clear();
+    s->changes.clear();
+    s->outputs.clear();
+  }
+  agent::RunCallbacks callbacks;
+  callbacks.on_event = [this, s](const agent::AgentEvent& e) { OnEvent(*s, e); };
+  callbacks.on_interrupt = [this, s](const agent::InterruptRequest& r) {
+    return std::optional<std::vector<agent::Decision>>(OnInterrupt(*s, r));
+  };
+  callbacks.cancel = &s->cancel;
+  callbacks.cancel_fd = s->cancel_fd.get();
+  agent::RunResult r = s->agent->Run(*text, callbacks);
+  s->busy.store(false);
+  std::string stop;
+  switch (r.stop_reason) {
+    case agent::StopReason::kCompleted:
+      stop = "end_turn";
+      break;
+    case agent::StopReason::kCancelled:
+    case agent::StopReason::kInterrupted:
+      stop = "cancelled";
+      break;
+    case agent::StopReason::kStepLimit:
+      stop = "max_turn_requests";
+      break;
+    case agent::StopReason::kTruncated:
+      stop = "max_tokens";
+      break;
+    case agent::StopReason::kError:
+      if (s->cancel.load()) {
+        stop = "cancelled";
+        break;
+      }
+      return Fail(m.id, acp::kInternalError,
+                  r.error ? r.error->message : std::string("the agent failed"));
+  }
+  const agent::Usage& u = r.usage;
+  json::object usage{{"inputTokens", u.input_tokens + u.cache_read_tokens + u.cache_write_tokens},
+                     {"outputTokens", u.output_tokens},
+                     {"totalTokens", u.input_tokens + u.cache_read_tokens + u.cache_write_tokens +
+                                         u.output_tokens},
+                     {"cachedReadTokens", u.cache_read_tokens},
+                     {"cachedWriteTokens", u.cache_write_tokens}};
+  (void)peer_.Respond(m.id, json::object{{"stopReason", stop}, {"usage", std::move(usage)}});
+}
+
+bool AcpServer::NeedsAsking(Session& s, bool execute) const {
+  switch (s.Mode()) {
+    case ApprovalMode::kAuto:
+      return false;
+    case ApprovalMode::kApproveExecute:
+      return execute && !s.always_execute.load();
+    case ApprovalMode::kApproveAll:
+      return execute ? !s.always_execute.load() : !s.always_edits.load();
+  }
+  return true;
+}
+
+PermissionAnswer AcpServer::Ask(Session& s, const std::string& call_id, json::object tool_call) {
+  tool_call["toolCallId"] = call_id;
+  auto r = peer_.Call("session/request_permission",
+                      json::object{{"sessionId", s.id},
+                                   {"toolCall", std::move(tool_call)},
+                                   {"options", acp::PermissionOptions()}},
+                      &s.cancel);
+  if (!r) {
+    if (r.error().code != ErrorCode::kCancelled) {
+      LogLine("session/request_permission: " + r.error().message);
+    }
+    // No answer is no permission; a client that is gone ends the prompt.
+    if (r.error().code == ErrorCode::kUnavailable) {
+      s.cancel.store(true);
+      FireFd(s.cancel_fd.get());
+    }
+    return PermissionAnswer::kCancelled;
+  }
+  PermissionAnswer a = acp::ParsePermissionAnswer(*r);
+  if (a == PermissionAnswer::kCancelled) {
+    // The client answers "cancelled" after session/cancel.
+    s.cancel.store(true);
+    FireFd(s.cancel_fd.get());
+  }
+  return a;
+}
+
+void AcpServer::SyncFromEditor(Session& s, const std::string& sandbox_path,
+                               const std::string& host_path) {
+  // Only a file the sandbox already has (one that was copied): a file
+  // .gitignore kept out (.env, keys) is never fetched through the editor.
+  if (!client_.read_text_file) return;
+  auto info = s.lease->sandbox().Stat(sandbox_path);
+  if (!info) return;
+  auto r = peer_.Call("fs/read_text_file", json::object{{"sessionId", s.id}, {"path", host_path}},
+                      &s.cancel);
+  if (!r || !r->is_object()) return;
+  const json::value* content = r->get_object().if_contains("content");
+  if (!content || !content->is_string()) return;
+  std::string editor(content->get_string());
+  auto current = s.lease->sandbox().Download(sandbox_path);
+  if (current && *current == editor) return;
+  (void)s.lease->sandbox().Write(sandbox_path, editor);
+}
+
+std::vector<agent::Decision> AcpServer::OnInterrupt(Session& s,
+                                                    const agent::InterruptRequest& request) {
+  std::vector<agent::Decision> out;
+  for (const auto& a : request.action_requests) out.push_back(Decide(s, a));
+  return out;
+}
+
+agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
+  if (s.cancel.load()) return agent::Decision::Reject("cancelled by the user");
+  Sandbox& sandbox = s.lease->sandbox();
+  const std::string arg = ArgStr(a.args, a.name == "execute" ? "command" : "file_path");
+  if (a.name == "read_file") {
+    const std::string path = SandboxPath(s, arg);
+    if (auto host = acp::ProjectPathFor(s.root, s.cwd, path)) SyncFromEditor(s, path, *host);
+    return agent::Decision::Approve();
+  }
+  const bool execute = a.name == "execute";
+  json::array content;
+  json::array locations;
+  PendingChange change;
+  std::string title = acp::ToolTitle(a.name, arg);
+  if (a.name == "write_file" || a.name == "edit_file") {
+    change.sandbox_path = SandboxPath(s, arg);
+    change.host_path = acp::ProjectPathFor(s.root, s.cwd, change.sandbox_path);
+    if (change.host_path) {
+      SyncFromEditor(s, change.sandbox_path, *change.host_path);
+      locations.push_back(json::object{{"path", *change.host_path}});
+      title = acp::ToolTitle(a.name, change.host_path->substr(s.cwd.size() + 1));
+    }
+    if (auto old = sandbox.Download(change.sandbox_path)) change.old_text = std::move(*old);
+    if (a.name == "write_file") {
+      change.new_text = ArgStr(a.args, "content");
+    } else if (change.old_text) {
+      const json::value* all = a.args.if_contains("replace_all");
+      change.new_text =
+          ApplyEdit(*change.old_text, ArgStr(a.args, "old_string"), ArgStr(a.args, "new_string"),
+                    all && all->is_bool() && all->get_bool());
+    }
+    if (change.new_text) {
+      content.push_back(acp::DiffContent(change.host_path.value_or(change.sandbox_path),
+                                         change.old_text, *change.new_text));
+    }
+  } else if (a.name == "delete") {
+    const std::string path = SandboxPath(s, arg);
+    content.push_back(acp::TextContent(
+        "Deletes " + path +
+        " in the sandbox. The project's file stays: ACP offers no way to delete a file "
+        "through the editor."));
+  } else if (execute) {
+    content.push_back(acp::TextContent("$ " + arg + "\n(runs in the sandbox)"));
+  }
+  json::object call{{"title", title},     {"kind", acp::ToolKind(a.name)}, {"status", "pending"},
+                    {"content", content}, {"locations", locations},        {"rawInput", a.args}};
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.announced.insert(a.tool_call_id);
+  }
+  json::object announce = call;
+  announce["sessionUpdate"] = "tool_call";
+  announce["toolCallId"] = a.tool_call_id;
+  Update(s, std::move(announce));
+  bool allowed = true;
+  if (NeedsAsking(s, execute)) {
+    PermissionAnswer answer = Ask(s, a.tool_call_id, call);
+    if (answer == PermissionAnswer::kAllowAlways) {
+      (execute ? s.always_execute : s.always_edits).store(true);
+    }
+    allowed = answer == PermissionAnswer::kAllowOnce || answer == PermissionAnswer::kAllowAlways;
+    if (!allowed) {
+      const bool cancelled = answer == PermissionAnswer::kCancelled;
+      Update(s, json::object{{"sessionUpdate", "tool_call_update"},
+                             {"toolCallId", a.tool_call_id},
+                             {"status", "failed"},
+                             {"content", json::array{acp::TextContent(
+                                             cancelled ? "Cancelled: nothing was changed"
+                                                       : "Rejected: nothing was changed")}}});
+      return agent::Decision::Reject(cancelled ? "The user cancelled this call."
+                                               : "The user rejected this call.");
+    }
+  }
+  if (!change.sandbox_path.empty()) {
+    change.allowed = allowed;
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.changes[a.tool_call_id] = std::move(change);
+  }
+  return agent::Decision::Approve();
+}
+
+void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
+  Sandbox& sandbox = s.lease->sandbox();
+  PendingChange change;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    auto it = s.changes.find(e.tool_call_id);
+    if (it != s.changes.end()) change = it->second;
+  }
+  if (change.sandbox_path.empty()) {  // a sub-agent's call: not seen by the handler
+    change.sandbox_path = SandboxPath(s, ArgStr(e.tool_args, "file_path"));
+    change.host_path = acp::ProjectPathFor(s.root, s.cwd, change.sandbox_path);
+  }
+  auto done = [&](const char* status, json::array content) {
+    json::object u{{"sessionUpdate", "tool_call_update"},
+                   {"toolCallId", e.tool_call_id},
+                   {"status", status},
+                   {"content", std::move(content)}};
+    if (change.host_path) u["locations"] = json::array{json::object{{"path", *change.host_path}}};
+    Update(s, std::move(u));
+  };
+  if (!change.host_path) {
+    return done("completed", json::array{acp::TextContent(
+                                 "Changed " + change.sandbox_path +
+                                 " in the sandbox (not a project file: nothing to write back)")});
+  }
+  auto actual = sandbox.Download(change.sandbox_path);
+  if (!actual) {
+    return done("failed", json::array{acp::TextContent("reading the result in the sandbox: " +
+                                                       actual.error().message)});
+  }
+  if (!IsValidUtf8(*actual)) {
+    return done("failed", json::array{acp::TextContent(
+                              "The result is not text: it stays in the sandbox (the editor "
+                              "writes text files only)")});
+  }
+  json::array diff{acp::DiffContent(*change.host_path, change.old_text, *actual)};
+  bool may_write = !NeedsAsking(s, false) || (change.allowed && change.new_text == *actual);
+  if (!may_write) {
+    // What the tool made differs from what the user allowed (or nobody was
+    // asked, e.g. a sub-agent's call): ask about the real result.
+    json::object call{
+        {"title", acp::ToolTitle(e.tool_name, change.host_path->substr(s.cwd.size() + 1))},
+        {"kind", "edit"},
+        {"status", "pending"},
+        {"content", diff},
+        {"locations", json::array{json::object{{"path", *change.host_path}}}}};
+    PermissionAnswer answer = Ask(s, e.tool_call_id, std::move(call));
+    if (answer == PermissionAnswer::kAllowAlways) s.always_edits.store(true);
+    may_write = answer == PermissionAnswer::kAllowOnce || answer == PermissionAnswer::kAllowAlways;
+    if (!may_write) {
+      // The sandbox goes back to the project's version, so both agree.
+      if (change.old_text) {
+        (void)sandbox.Write(change.sandbox_path, *change.old_text);
+      } else {
+        (void)sandbox.Delete(change.sandbox_path);
+      }
+      return done("failed", json::array{acp::TextContent("Rejected: the project is unchanged")});
+    }
+  }
+  if (!client_.write_text_file) {
+    diff.push_back(acp::TextContent(
+        "The editor does not offer fs/write_text_file: the change is in the sandbox only"));
+    return done("completed", std::move(diff));
+  }
+  auto w = peer_.Call(
+      "fs/write_text_file",
+      json::object{
+          {"sessionId", s.id}, {"path", *change.host_path}, {"content", JsonString(*actual)}},
+      &s.cancel);
+  if (!w) {
+    return done("failed",
+                json::array{acp::TextContent("The editor did not write " + *change.host_path +
+                                             ": " + w.error().message)});
+  }
+  done("completed", std::move(diff));
+}
+
+void AcpServer::OnEvent(Session& s, const agent::AgentEvent& e) {
+  using agent::EventType;
+  switch (e.type) {
+    case EventType::kTextDelta:
+      if (e.depth == 0 && !e.text.empty()) {
+        Update(s, acp::MessageChunk("agent_message_chunk", e.text));
+      }
+      return;
+    case EventType::kTodoUpdate:
+      if (e.depth == 0) Update(s, acp::PlanUpdate(e.todos));
+      return;
+    case EventType::kToolCallStart: {
+      if (e.tool_name == "write_todos") return;
+      bool announced;
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        announced = !s.announced.insert(e.tool_call_id).second;
+      }
+      json::object u{{"toolCallId", e.tool_call_id}, {"status", "in_progress"}};
+      if (announced) {
+        u["sessionUpdate"] = "tool_call_update";
+      } else {
+        u["sessionUpdate"] = "tool_call";
+        u["title"] = acp::ToolTitle(e.tool_name, e.main_argument);
+        u["kind"] = acp::ToolKind(e.tool_name);
+        u["rawInput"] = e.tool_args;
+        const std::string p = ArgStr(e.tool_args, e.tool_name == "ls" ? "path" : "file_path");
+        if (!p.empty()) {
+          if (auto host = acp::ProjectPathFor(s.root, s.cwd, SandboxPath(s, p))) {
+            u["locations"] = json::array{json::object{{"path", *host}}};
+          }
+        }
+      }
+      Update(s, std::move(u));
+      return;
+    }
+    case EventType::kToolOutput: {
+      std::string shown;
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        std::string& out = s.outputs[e.tool_call_id];
+        out += e.text;
+        if (out.size() > kMaxShownOutput) out.erase(0, out.size() - kMaxShownOutput);
+        shown = out;
+      }
+      Update(s,
+             json::object{{"sessionUpdate", "tool_call_update"},
+                          {"toolCallId", e.tool_call_id},
+                          {"content", json::array{acp::TextContent("```\n" + shown + "\n```")}}});
+      return;
+    }
+    case EventType::kToolCallEnd: {
+      if (e.tool_name == "write_todos") return;
+      if ((e.tool_name == "write_file" || e.tool_name == "edit_file") && e.ok) {
+        return FinishFileChange(s, e);
+      }
+      std::string shown;
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        auto it = s.outputs.find(e.tool_call_id);
+        if (it != s.outputs.end()) shown = it->second;
+      }
+      std::string text = shown.empty() ? e.output_preview : "```\n" + shown + "\n```";
+      json::object u{{"sessionUpdate", "tool_call_update"},
+                     {"toolCallId", e.tool_call_id},
+                     {"status", e.ok ? "completed" : "failed"},
+                     {"rawOutput", json::object{{"output", JsonString(e.output_preview)}}}};
+      if (!text.empty()) u["content"] = json::array{acp::TextContent(text)};
+      Update(s, std::move(u));
+      return;
+    }
+    case EventType::kToolCallRejected: {
+      bool announced;
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        announced = s.announced.contains(e.tool_call_id);
+      }
+      json::object u{{"sessionUpdate", announced ? "tool_call_update" : "tool_call"},
+                     {"toolCallId", e.tool_call_id},
+                     {"status", "failed"},
+                     {"content", json::array{acp::TextContent(e.text)}}};
+      if (!announced) {
+        u["title"] = acp::ToolTitle(e.tool_name, e.main_argument);
+        u["kind"] = acp::ToolKind(e.tool_name);
+      }
+      Update(s, std::move(u));
+      return;
+    }
+    case EventType::kError:
+      LogLine("session " + s.id + ": " + e.text);
+      return;
+    default:
+      return;
+  }
+}
+
+void AcpServer::Shutdown() {
+  std::map<std::string, std::shared_ptr<Session>> sessions;
+  std::vector<std::thread> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting_down_ = true;
+    for (auto& [id, s] : sessions_) {
+      s->cancel.store(true);
+      FireFd(s->cancel_fd.get());
+    }
+  }
+  // Workers may still register sessions (a claim under way); wait for all.
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      workers.swap(workers_);
+      for (auto& [id, s] : sessions_) {
+        s->cancel.store(true);
+        FireFd(s->cancel_fd.get());
+      }
+    }
+    if (workers.empty()) break;
+    for (auto& t : workers) t.join();
+    workers.clear();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions.swap(sessions_);
+  }
+  sessions.clear();  // each session deletes its sandbox
+}
+
+}  // namespace
+
+int RunAcpServer(const AcpConfig& config) {
+  // stdout carries the protocol only: the peer gets its own descriptor, and
+  // fd 1 becomes stderr so that nothing else can write into the stream.
+  UniqueFd out(::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3));
+  if (!out) {
+    LogLine(SyscallError("fcntl(F_DUPFD_CLOEXEC)", errno, "stdout").message);
+    return 1;
+  }
+  if (::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    LogLine(SyscallError("dup2", errno, "stderr -> stdout").message);
+    return 1;
+  }
+  UniqueFd stop(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!stop) {
+    LogLine(SyscallError("eventfd", errno).message);
+    return 1;
+  }
+  // Before any thread starts: the signals are blocked in all of them.
+  const int stop_fd = stop.get();
+  auto watcher = run::SignalWatcher::Start([stop_fd](int, int count) {
+    if (count > 1) _exit(130);
+    FireFd(stop_fd);
+  });
+  if (!watcher) {
+    LogLine(watcher.error().message);
+    return 1;
+  }
+  auto providers = run::MakeRunProviders(config.run);
+  if (!providers) {
+    LogLine("the sandbox provider: " + providers.error().message);
+    return 1;
+  }
+  JsonRpcPeer::Options po;
+  po.in_fd = STDIN_FILENO;
+  po.out_fd = out.get();
+  po.stop_fd = stop_fd;
+  JsonRpcPeer peer(po);
+  int code = 0;
+  {
+    AcpServer server(config, peer, std::move(*providers));
+    auto served = peer.Serve([&server](RpcMessage m) { server.Handle(std::move(m)); });
+    if (!served) {
+      LogLine(served.error().message);
+      code = 1;
+    }
+    server.Shutdown();
+  }
+  return code;
+}
+
+}  // namespace deepbox::cli

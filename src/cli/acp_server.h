@@ -1,0 +1,24 @@
+// `deepbox acp`, free of CLI11: an Agent Client Protocol agent on stdin/stdout
+// (docs/acp.md). Each ACP session is one deep-agent thread (its id is the
+// session id) in its own sandbox holding a copy of the client's project
+// (acp/project_copy.h); every tool runs there. File changes reach the
+// project only through the client: proposed as a tool call with a diff,
+// asked with session/request_permission (per the session's mode), written
+// with fs/write_text_file. Returns the process exit code.
+#pragma once
+
+#include "acp/project_copy.h"
+#include "acp/protocol.h"
+#include "cli/run_config.h"
+
+namespace deepbox::cli {
+
+struct AcpConfig {
+  run::RunConfig run;  // model, sandbox provider and its settings, threads, limits
+  acp::ApprovalMode mode = acp::ApprovalMode::kApproveAll;
+  acp::ProjectCopyOptions copy;
+};
+
+int RunAcpServer(const AcpConfig& config);
+
+}  // namespace deepbox::cli
