@@ -1,0 +1,444 @@
+"""`deepbox acp` driven by the official ACP Python SDK (agent-client-protocol,
+pinned in requirements-test.txt) as the editor, over stdio, against a scripted
+model (``--model replay:FILE``): the tools run for real in real sandboxes.
+
+Each test gets its own deepbox state directory, so "no sandbox left behind"
+is checked with ``deepbox sandbox ls`` on exactly that state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+acp = pytest.importorskip("acp")
+from acp import spawn_agent_process, text_block  # noqa: E402
+from acp.schema import (  # noqa: E402
+    AllowedOutcome,
+    ClientCapabilities,
+    DeniedOutcome,
+    FileSystemCapabilities,
+    ReadTextFileResponse,
+    RequestPermissionResponse,
+    WriteTextFileResponse,
+)
+
+from conftest import require_sandboxes  # noqa: E402
+
+HEADER = {
+    "deepbox_replay": 1,
+    "scripted": True,
+    "model": "anthropic:claude-sonnet-4-6",
+    "description": "test_acp.py: a scripted conversation",
+}
+
+
+def write_replay(path: Path, turns: list[dict[str, Any]]) -> str:
+    lines = [json.dumps(HEADER)] + [json.dumps({"response": t}) for t in turns]
+    path.write_text("\n".join(lines) + "\n")
+    return f"replay:{path}"
+
+
+def call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
+    return {"id": call_id, "name": name, "input": args}
+
+
+class Editor:
+    """The client side: answers permissions by file, reads and writes the real
+    files, and records every session update."""
+
+    def __init__(self, reject: set[str] | None = None, hang_on_permission: bool = False) -> None:
+        self.reject = reject or set()
+        self.hang_on_permission = hang_on_permission
+        self.updates: list[Any] = []
+        self.permissions: list[Any] = []
+        self.writes: list[tuple[str, str]] = []
+        self.reads: list[str] = []
+        self.permission_asked = asyncio.Event()
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: list[Any], **kw: Any):
+        self.permissions.append(tool_call)
+        self.permission_asked.set()
+        if self.hang_on_permission:
+            await asyncio.sleep(3600)
+        paths = [loc.path for loc in (tool_call.locations or [])]
+        choice = "reject_once" if any(Path(p).name in self.reject for p in paths) else "allow_once"
+        assert choice in [o.option_id for o in options]
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=choice))
+
+    async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
+        self.updates.append(update)
+
+    async def write_text_file(self, session_id: str, path: str, content: str, **kw: Any):
+        self.writes.append((path, content))
+        Path(path).write_text(content)
+        return WriteTextFileResponse()
+
+    async def read_text_file(self, session_id: str, path: str, line=None, limit=None, **kw: Any):
+        self.reads.append(path)
+        return ReadTextFileResponse(content=Path(path).read_text())
+
+    def on_connect(self, conn: Any) -> None:
+        pass
+
+    # What this client does not offer.
+    async def create_terminal(self, *a: Any, **kw: Any):
+        raise NotImplementedError
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        pass
+
+    def of_kind(self, kind: str) -> list[Any]:
+        return [u for u in self.updates if getattr(u, "session_update", None) == kind]
+
+
+CAPS = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True, write_text_file=True))
+
+
+@pytest.fixture
+def env(deepbox_bin: str) -> Iterator[dict[str, str]]:
+    # Short: sandbox sockets live beneath it (107 bytes at most).
+    state = tempfile.mkdtemp(prefix="dbacp-", dir="/tmp")
+    e = dict(os.environ)
+    e["DEEPBOX_STATE_DIR"] = state
+    e.pop("ANTHROPIC_API_KEY", None)
+    try:
+        yield e
+    finally:
+        for sb in sandboxes(deepbox_bin, e):  # a failed test's leftovers
+            subprocess.run([deepbox_bin, "sandbox", "rm", sb["id"]], env=e, capture_output=True)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def sandboxes(deepbox_bin: str, env: dict[str, str]) -> list[Any]:
+    out = subprocess.run(
+        [deepbox_bin, "sandbox", "ls", "--json", "--selector", "deepbox.dev/acp"],
+        env=env, capture_output=True, text=True, check=True,
+    )
+    return json.loads(out.stdout)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A project with a .gitignore'd secret and a symlink to a directory
+    outside it (as to ~/.ssh)."""
+    outside = tmp_path / "dot-ssh"
+    outside.mkdir()
+    (outside / "id_ed25519").write_text("PRIVATE KEY\n")
+    p = tmp_path / "project"
+    p.mkdir()
+    (p / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (p / "notes.txt").write_text("keep me\n")
+    (p / ".gitignore").write_text("secret.env\n")
+    (p / "secret.env").write_text("TOKEN=1\n")
+    (p / "ssh").symlink_to(outside, target_is_directory=True)
+    return p
+
+
+EDIT_TURNS = [
+    {"text": "Let me plan and look at the code.",
+     "tool_calls": [
+         call("t_plan", "write_todos", todos=[{"content": "Fix add", "status": "in_progress"},
+                                              {"content": "Add a test", "status": "pending"}]),
+         call("t_read", "read_file", file_path="/workspace/calc.py")]},
+    {"text": "Fixing the bug.",
+     "tool_calls": [call("t_edit", "edit_file", file_path="/workspace/calc.py",
+                         old_string="a - b", new_string="a + b")]},
+    {"tool_calls": [call("t_notes", "write_file", file_path="/workspace/notes.txt",
+                         content="overwritten\n")]},
+    {"tool_calls": [call("t_new", "write_file", file_path="/workspace/test_calc.py",
+                         content="from calc import add\nassert add(2, 3) == 5\n")]},
+    {"tool_calls": [call("t_run", "execute",
+                         command="cd /workspace && python3 test_calc.py && echo TESTS-OK; ls -a")]},
+    {"text": "Fixed add and added a test."},
+]
+
+
+def test_prompt_edits_through_the_editor(tmp_path: Path, deepbox_bin: str, env: dict[str, str],
+                                         project: Path) -> None:
+    model = write_replay(tmp_path / "edit.jsonl", EDIT_TURNS)
+    editor = Editor(reject={"notes.txt"})
+
+    async def run() -> tuple[str, Any]:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       env=env) as (conn, proc):
+            init = await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            assert init.protocol_version == 1
+            assert init.agent_capabilities.load_session is True
+            assert init.auth_methods, "authMethods must name how the model key is supplied"
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            assert session.modes.current_mode_id == "approve-all"
+            assert {m.id for m in session.modes.available_modes} == {"approve-all", "approve-execute", "auto"}
+            assert len(sandboxes(deepbox_bin, env)) == 1
+            resp = await conn.prompt(session_id=session.session_id, prompt=[text_block("fix add")])
+            return session.session_id, resp
+
+    session_id, resp = asyncio.run(run())
+    assert resp.stop_reason == "end_turn"
+
+    # Accepted: the edit and the new file, exactly; rejected: notes.txt unchanged.
+    assert (project / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert (project / "test_calc.py").read_text() == "from calc import add\nassert add(2, 3) == 5\n"
+    assert (project / "notes.txt").read_text() == "keep me\n"
+    written = {Path(p).name for p, _ in editor.writes}
+    assert written == {"calc.py", "test_calc.py"}
+
+    # The editor saw the diff before it was asked.
+    edit_perm = next(p for p in editor.permissions if p.tool_call_id == "t_edit")
+    diff = next(c for c in edit_perm.content if c.type == "diff")
+    assert diff.path == str(project / "calc.py")
+    assert diff.old_text == "def add(a, b):\n    return a - b\n"
+    assert diff.new_text == "def add(a, b):\n    return a + b\n"
+    new_perm = next(p for p in editor.permissions if p.tool_call_id == "t_new")
+    assert next(c for c in new_perm.content if c.type == "diff").old_text is None
+    assert {p.tool_call_id for p in editor.permissions} == {"t_edit", "t_notes", "t_new", "t_run"}
+
+    # Statuses and locations.
+    starts = {u.tool_call_id: u for u in editor.of_kind("tool_call")}
+    assert starts["t_edit"].status == "pending" and starts["t_edit"].kind == "edit"
+    assert starts["t_read"].locations[0].path == str(project / "calc.py")
+    finals: dict[str, str] = {}
+    for u in editor.of_kind("tool_call_update"):
+        if u.status:
+            finals[u.tool_call_id] = u.status
+    assert finals["t_edit"] == "completed"
+    assert finals["t_notes"] == "failed"
+    assert finals["t_new"] == "completed"
+    assert finals["t_run"] == "completed"
+
+    # The command ran in the sandbox's copy: no ignored secret, no symlink.
+    run_out = "".join(
+        c.content.text for u in editor.of_kind("tool_call_update") if u.tool_call_id == "t_run"
+        for c in (u.content or []) if c.type == "content")
+    assert "TESTS-OK" in run_out
+    assert "calc.py" in run_out
+    assert "secret.env" not in run_out and "ssh" not in run_out.split()
+
+    # Streaming text and the plan.
+    text = "".join(u.content.text for u in editor.of_kind("agent_message_chunk"))
+    assert "Fixing the bug." in text and "Fixed add and added a test." in text
+    plan = editor.of_kind("plan")[0]
+    assert [(e.content, e.status) for e in plan.entries] == [("Fix add", "in_progress"),
+                                                             ("Add a test", "pending")]
+    assert str(project / "calc.py") in editor.reads  # the editor's buffer was consulted
+
+    # The session's sandbox went with the connection.
+    assert sandboxes(deepbox_bin, env) == []
+
+    # session/load: the thread comes back as history, in a fresh sandbox.
+    editor2 = Editor()
+
+    async def load() -> None:
+        async with spawn_agent_process(lambda _agent: editor2, deepbox_bin, "acp", "--model", model,
+                                       env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            loaded = await conn.load_session(cwd=str(project), session_id=session_id, mcp_servers=[])
+            assert loaded.modes.current_mode_id == "approve-all"
+            with pytest.raises(Exception) as missing:
+                await conn.load_session(cwd=str(project), session_id="th-no-such-thread", mcp_servers=[])
+            assert "no saved deepbox thread" in str(missing.value)
+
+    asyncio.run(load())
+    users = "".join(u.content.text for u in editor2.of_kind("user_message_chunk"))
+    assert "fix add" in users
+    replayed = {u.tool_call_id: u.status for u in editor2.of_kind("tool_call")}
+    assert replayed["t_edit"] == "completed" and replayed["t_notes"] == "failed"
+    assert sandboxes(deepbox_bin, env) == []
+
+
+def test_cancel_stops_the_running_command(tmp_path: Path, deepbox_bin: str, env: dict[str, str],
+                                          project: Path) -> None:
+    model = write_replay(tmp_path / "sleep.jsonl", [
+        {"text": "Waiting.", "tool_calls": [call("t_sleep", "execute", command="sleep 30")]},
+        {"text": "never reached"},
+    ])
+    editor = Editor()
+
+    async def run() -> tuple[Any, float]:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       "--mode", "auto", env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            prompt = asyncio.create_task(
+                conn.prompt(session_id=session.session_id, prompt=[text_block("wait")]))
+            for _ in range(300):
+                if any(u.tool_call_id == "t_sleep" and u.status == "in_progress"
+                       for u in editor.of_kind("tool_call") + editor.of_kind("tool_call_update")):
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)  # the command is running
+            t0 = time.monotonic()
+            await conn.cancel(session_id=session.session_id)
+            resp = await asyncio.wait_for(prompt, timeout=10)
+            return resp, time.monotonic() - t0
+
+    resp, took = asyncio.run(run())
+    assert resp.stop_reason == "cancelled"
+    assert took < 5, f"cancel took {took:.1f}s"
+    assert not editor.permissions  # auto mode asks nothing
+    assert sandboxes(deepbox_bin, env) == []
+
+
+def test_set_mode_approve_execute_writes_without_asking(tmp_path: Path, deepbox_bin: str,
+                                                         env: dict[str, str], project: Path) -> None:
+    model = write_replay(tmp_path / "mode.jsonl", [
+        {"tool_calls": [call("t_w", "write_file", file_path="/workspace/notes.txt", content="new\n")]},
+        {"tool_calls": [call("t_x", "execute", command="true")]},
+        {"text": "ok"},
+    ])
+    editor = Editor()
+
+    async def run() -> None:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            await conn.set_session_mode(session_id=session.session_id, mode_id="approve-execute")
+            with pytest.raises(Exception):
+                await conn.set_session_mode(session_id=session.session_id, mode_id="yolo")
+            resp = await conn.prompt(session_id=session.session_id, prompt=[text_block("go")])
+            assert resp.stop_reason == "end_turn"
+
+    asyncio.run(run())
+    assert (project / "notes.txt").read_text() == "new\n"
+    assert [p.tool_call_id for p in editor.permissions] == ["t_x"]
+
+
+def raw_agent(deepbox_bin: str, model: str, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([deepbox_bin, "acp", "--model", model], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def send(proc: subprocess.Popen, obj: Any) -> None:
+    assert proc.stdin
+    proc.stdin.write((obj if isinstance(obj, str) else json.dumps(obj)).encode() + b"\n")
+    proc.stdin.flush()
+
+
+def recv(proc: subprocess.Popen) -> dict[str, Any]:
+    assert proc.stdout
+    line = proc.stdout.readline()
+    assert line, "the agent closed its stdout"
+    return json.loads(line)
+
+
+def test_malformed_and_unknown_requests(tmp_path: Path, deepbox_bin: str, env: dict[str, str]) -> None:
+    model = write_replay(tmp_path / "none.jsonl", [{"text": "hi"}])
+    proc = raw_agent(deepbox_bin, model, env)
+    try:
+        send(proc, "{this is not json")
+        err = recv(proc)
+        assert err["error"]["code"] == -32700 and err["id"] is None
+        send(proc, {"jsonrpc": "2.0", "id": 7, "method": "no/such/method", "params": {}})
+        err = recv(proc)
+        assert err["id"] == 7 and err["error"]["code"] == -32601
+        assert "no/such/method" in err["error"]["message"]
+        send(proc, {"jsonrpc": "1.0", "id": 8, "method": "initialize"})
+        err = recv(proc)
+        assert err["id"] == 8 and err["error"]["code"] == -32600
+        send(proc, {"jsonrpc": "2.0", "id": 9, "method": "session/prompt",
+                    "params": {"sessionId": "nope", "prompt": []}})
+        err = recv(proc)
+        assert err["id"] == 9 and "no such session" in err["error"]["message"]
+        send(proc, {"jsonrpc": "2.0", "id": 10, "method": "session/new",
+                    "params": {"cwd": "relative/dir", "mcpServers": []}})
+        err = recv(proc)
+        assert err["id"] == 10 and err["error"]["code"] == -32602
+        # Still serving after all that.
+        send(proc, {"jsonrpc": "2.0", "id": 11, "method": "initialize", "params": {"protocolVersion": 1}})
+        assert recv(proc)["result"]["protocolVersion"] == 1
+    finally:
+        assert proc.stdin
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+
+
+def test_missing_model_key_is_auth_required(tmp_path: Path, deepbox_bin: str, env: dict[str, str],
+                                            project: Path) -> None:
+    proc = subprocess.Popen([deepbox_bin, "acp", "--model", "claude-sonnet-4-6"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        send(proc, {"jsonrpc": "2.0", "id": 1, "method": "session/new",
+                    "params": {"cwd": str(project), "mcpServers": []}})
+        err = recv(proc)
+        assert err["error"]["code"] == -32000
+        assert "ANTHROPIC_API_KEY" in err["error"]["message"]
+    finally:
+        assert proc.stdin
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert sandboxes(deepbox_bin, env) == []
+
+
+def test_client_that_dies_leaves_nothing(tmp_path: Path, deepbox_bin: str, env: dict[str, str],
+                                         project: Path) -> None:
+    model = write_replay(tmp_path / "die.jsonl", [
+        {"tool_calls": [call("t_w", "write_file", file_path="/workspace/notes.txt", content="x\n")]},
+        {"text": "done"},
+    ])
+    proc = raw_agent(deepbox_bin, model, env)
+    send(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": 1,
+                           "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": True}}}})
+    recv(proc)
+    send(proc, {"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                "params": {"cwd": str(project), "mcpServers": []}})
+    sid = recv(proc)["result"]["sessionId"]
+    assert len(sandboxes(deepbox_bin, env)) == 1
+    send(proc, {"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+                "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "write"}]}})
+    while True:
+        msg = recv(proc)
+        if msg.get("method") == "session/request_permission":
+            break
+    # The editor dies without answering.
+    assert proc.stdin and proc.stdout
+    proc.stdin.close()
+    proc.stdout.close()
+    assert proc.wait(timeout=30) == 0
+    assert (project / "notes.txt").read_text() == "keep me\n"
+    assert sandboxes(deepbox_bin, env) == []
+
+
+def test_symlink_out_of_the_project_is_not_copied(tmp_path: Path, deepbox_bin: str,
+                                                  env: dict[str, str], project: Path) -> None:
+    home_ssh = tmp_path / "home" / ".ssh"
+    home_ssh.mkdir(parents=True)
+    (home_ssh / "id_rsa").write_text("KEY\n")
+    (project / "dot-ssh-link").symlink_to(home_ssh, target_is_directory=True)
+    model = write_replay(tmp_path / "ls.jsonl", [
+        {"tool_calls": [call("t_ls", "execute",
+                             command="ls -la /workspace; cat /workspace/dot-ssh-link/id_rsa; "
+                                     "cat /workspace/ssh/id_ed25519; true")]},
+        {"text": "listed"},
+    ])
+    editor = Editor()
+
+    async def run() -> None:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       "--mode", "auto", env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            await conn.prompt(session_id=session.session_id, prompt=[text_block("ls")])
+
+    asyncio.run(run())
+    out = "".join(c.content.text for u in editor.of_kind("tool_call_update")
+                  for c in (u.content or []) if c.type == "content")
+    listed = [line.split()[-1] for line in out.splitlines() if line.startswith(("-", "d", "l"))]
+    assert "calc.py" in listed
+    assert "dot-ssh-link" not in listed and "ssh" not in listed and "secret.env" not in listed
+    assert "KEY" not in out  # neither key file's content reached the sandbox
+    assert "dot-ssh-link/id_rsa: No such file or directory" in out
