@@ -263,7 +263,9 @@ def test_cancel_stops_the_running_command(tmp_path: Path, deepbox_bin: str, env:
                                           project: Path) -> None:
     model = write_replay(tmp_path / "sleep.jsonl", [
         {"text": "Waiting.", "tool_calls": [call("t_sleep", "execute", command="sleep 30")]},
-        {"text": "never reached"},
+        # Within a second of the cancel, the command is gone from the sandbox.
+        {"tool_calls": [call("t_ps", "execute", command="sleep 1; ps -eo args")]},
+        {"text": "listed"},
     ])
     editor = Editor()
 
@@ -283,11 +285,20 @@ def test_cancel_stops_the_running_command(tmp_path: Path, deepbox_bin: str, env:
             t0 = time.monotonic()
             await conn.cancel(session_id=session.session_id)
             resp = await asyncio.wait_for(prompt, timeout=10)
-            return resp, time.monotonic() - t0
+            took = time.monotonic() - t0
+            # The session goes on; the cancelled command is gone from the sandbox.
+            again = await conn.prompt(session_id=session.session_id, prompt=[text_block("ps")])
+            assert again.stop_reason == "end_turn"
+            return resp, took
 
     resp, took = asyncio.run(run())
     assert resp.stop_reason == "cancelled"
     assert took < 5, f"cancel took {took:.1f}s"
+    finals = [u.status for u in editor.of_kind("tool_call_update") if u.tool_call_id == "t_sleep" and u.status]
+    assert finals[-1] == "failed"
+    ps = "".join(c.content.text for u in editor.of_kind("tool_call_update") if u.tool_call_id == "t_ps"
+                 for c in (u.content or []) if c.type == "content")
+    assert "ps -eo args" in ps and "sleep 30" not in ps
     assert not editor.permissions  # auto mode asks nothing
     assert sandboxes(deepbox_bin, env) == []
 

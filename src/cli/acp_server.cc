@@ -25,6 +25,8 @@
 #include "common/unique_fd.h"
 #include "common/utf8.h"
 #include "common/version.h"
+#include "sandbox/forwarding_sandbox.h"
+#include "sandbox/sandboxd_client.h"
 
 namespace deepbox::cli {
 
@@ -87,6 +89,61 @@ std::optional<std::string> ApplyEdit(const std::string& text, const std::string&
   return out;
 }
 
+// The session's sandbox as the agent sees it: session/cancel also stops the
+// commands running in the sandbox, at once. The daemon keeps an exec running
+// when its client stops reading (so that a cut stream can be re-attached),
+// and the stream itself notices a cancel only at its next keepalive (2 s):
+// so the daemon is told by exec id (SandboxdClient::CancelExec).
+class ExecCancellingSandbox : public ForwardingSandbox {
+ public:
+  explicit ExecCancellingSandbox(Sandbox& inner)
+      : ForwardingSandbox(inner), daemon_(dynamic_cast<SandboxdClient*>(&inner)) {}
+
+  Result<ExecResult> ExecStream(const ExecRequest& request, const OutputCallback& cb) override {
+    ExecRequest r = request;
+    std::string exec_id;
+    r.on_exec_id = [this, &exec_id, &request](const std::string& id) {
+      exec_id = id;
+      if (!id.empty()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        running_.insert(id);
+      }
+      if (request.on_exec_id) request.on_exec_id(id);
+    };
+    auto result = ForwardingSandbox::ExecStream(r, cb);
+    bool was_running = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      was_running = running_.erase(exec_id) > 0;
+    }
+    // A stream the caller ended: the command must not outlive it.
+    if (!result && result.error().code == ErrorCode::kCancelled && was_running) Cancel(exec_id);
+    return result;
+  }
+
+  // From any thread: stops every command running through this sandbox.
+  void CancelRunning() {
+    std::set<std::string> ids;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ids = running_;
+    }
+    for (const auto& id : ids) Cancel(id);
+  }
+
+ private:
+  void Cancel(const std::string& id) {
+    if (!daemon_) return;
+    if (auto st = daemon_->CancelExec(id); !st) {
+      LogLine("stopping a cancelled command in the sandbox: " + st.error().message);
+    }
+  }
+
+  SandboxdClient* daemon_;  // null: a provider whose sandbox is no daemon client
+  std::mutex mu_;
+  std::set<std::string> running_;
+};
+
 // A file change being proposed, from the permission request to the write.
 struct PendingChange {
   std::string sandbox_path;
@@ -101,6 +158,7 @@ struct Session {
   std::string cwd;  // the client's project
   std::string root;
   std::unique_ptr<run::LeaseGuard> lease;
+  std::unique_ptr<ExecCancellingSandbox> agent_sandbox;  // over the lease's
   std::unique_ptr<agent::DeepAgent> agent;
   std::atomic<int> mode{0};
   std::atomic<bool> always_edits{false};
@@ -117,6 +175,7 @@ struct Session {
   ApprovalMode Mode() const { return static_cast<ApprovalMode>(mode.load()); }
   ~Session() {
     agent.reset();  // it uses the sandbox: gone before the lease
+    agent_sandbox.reset();
     if (lease) {
       if (auto st = lease->Release(); !st) {
         LogLine(fmt::format("could not delete sandbox {}: {}", lease->sandbox().id(),
@@ -221,6 +280,8 @@ void AcpServer::Handle(RpcMessage m) {
     if (auto s = Find(m.params)) {
       s->cancel.store(true);
       FireFd(s->cancel_fd.get());
+      // Off the reading thread: each is a request to the sandbox's daemon.
+      if (s->busy.load()) Spawn([s] { s->agent_sandbox->CancelRunning(); });
     }
     return;
   }
@@ -324,7 +385,8 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
                   copied->symlinks.size(), copied->special.size()));
   agent::DeepAgentOptions ao;
   ao.model = std::shared_ptr<agent::ChatModel>(std::move(*model));
-  ao.sandbox = &sandbox;
+  s->agent_sandbox = std::make_unique<ExecCancellingSandbox>(sandbox);
+  ao.sandbox = s->agent_sandbox.get();
   ao.system_prompt = config_.run.system_prompt;
   ao.max_steps = config_.run.max_steps;
   ao.thread_id = thread_id;
@@ -609,7 +671,12 @@ void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
                                  "Changed " + change.sandbox_path +
                                  " in the sandbox (not a project file: nothing to write back)")});
   }
-  auto actual = sandbox.Download(change.sandbox_path);
+  // write_file wrote exactly its content (one sandbox round trip saved per
+  // call); edit_file's result is read back (the daemon may have matched
+  // the old text across CRLF/LF differences).
+  Result<std::string> actual = e.tool_name == "write_file"
+                                   ? Result<std::string>(ArgStr(e.tool_args, "content"))
+                                   : sandbox.Download(change.sandbox_path);
   if (!actual) {
     return done("failed", json::array{acp::TextContent("reading the result in the sandbox: " +
                                                        actual.error().message)});

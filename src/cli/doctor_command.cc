@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -193,6 +194,24 @@ int RunDoctor(const DoctorArgs& args) {
     can_run = false;
   }
   line(fmt::format("state directory:  {}", state_text));
+  // The model key `deepbox run` and `deepbox acp` read from the environment
+  // (an editor starting `deepbox acp` must pass it in its agent settings'
+  // "env"): whether it is set, never its value.
+  auto key_set = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0';
+  };
+  const bool anthropic_key = key_set("ANTHROPIC_API_KEY");
+  const bool openai_key = key_set("OPENAI_API_KEY");
+  report["anthropic_api_key"] = anthropic_key;
+  report["openai_api_key"] = openai_key;
+  line(fmt::format("model key:        ANTHROPIC_API_KEY {}; OPENAI_API_KEY {}",
+                   anthropic_key ? "set" : "NOT set", openai_key ? "set" : "not set"));
+  if (!anthropic_key && !openai_key) {
+    line(
+        "  deepbox run / deepbox acp need one for a live model (--model replay:FILE needs "
+        "none); for an editor, put it in the \"env\" of its agent server settings (docs/acp.md)");
+  }
   // --provider k8s: whether the sandbox pods are isolated by a NetworkPolicy
   // (the daemons take only their claim's token either way).
   if (args.cluster.provider == "k8s") {
