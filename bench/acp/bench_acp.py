@@ -17,10 +17,11 @@ each; both sides run the same conversation against a fresh local sandbox:
 Per tool call = that time / CALLS (the replayed model answers at once, so
 this is the agent loop, the tool's sandbox round trip, and for ACP the
 session/update notifications and, for write_file, the fs/write_text_file
-round trip to the client). Rows: execute `true` in mode auto; write_file in
-mode auto (the change goes back through the client); write_file in
-approve-all (plus a session/request_permission round trip per call, answered
-at once). Rounds alternate run and acp so both see the same machine noise;
+round trip to the client). Rows: execute `true` and read_file in mode auto
+(the same work on both sides); write_file in mode auto (ACP also reads the
+old text for the diff and writes the change back through the client);
+write_file in approve-all (plus a session/request_permission round trip per
+call, answered at once). Rounds alternate run and acp so both see the same machine noise;
 the medians are reported, ratio = acp / run. The goal (issue 25): <= 1.2x
 for the same work (the first two rows).
 """
@@ -47,6 +48,8 @@ def replay(path: Path, calls: int, tool: str) -> str:
     for i in range(calls):
         if tool == "execute":
             call = {"id": f"c{i}", "name": "execute", "input": {"command": "true"}}
+        elif tool == "read":
+            call = {"id": f"c{i}", "name": "read_file", "input": {"file_path": "/workspace/README.md"}}
         else:
             call = {"id": f"c{i}", "name": "write_file",
                     "input": {"file_path": f"/workspace/out/f{i}.txt", "content": f"line {i}\n"}}
@@ -131,7 +134,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="dbacpb-", dir="/tmp"))
     env = dict(os.environ, DEEPBOX_STATE_DIR=str(work / "s"))
     try:
-        rows = [("execute `true`", "execute", "auto"), ("write_file", "write", "auto"),
+        rows = [("execute `true`", "execute", "auto"), ("read_file", "read", "auto"),
+                ("write_file", "write", "auto"),
                 ("write_file, approve-all", "write", "approve-all")]
         print(f"{args.calls} tool calls per prompt, {args.rounds} alternating rounds; "
               "ms per tool call (median)")

@@ -121,6 +121,14 @@ class ExecCancellingSandbox : public ForwardingSandbox {
     return result;
   }
 
+  // Called with the path before every read (the agent's read_file): the
+  // editor's unsaved text goes into the sandbox first.
+  void SetBeforeRead(std::function<void(const std::string&)> fn) { before_read_ = std::move(fn); }
+  Result<ReadResult> Read(const std::string& path, const ReadOptions& options) override {
+    if (before_read_) before_read_(path);
+    return ForwardingSandbox::Read(path, options);
+  }
+
   // From any thread: stops every command running through this sandbox.
   void CancelRunning() {
     std::set<std::string> ids;
@@ -140,6 +148,7 @@ class ExecCancellingSandbox : public ForwardingSandbox {
   }
 
   SandboxdClient* daemon_;  // null: a provider whose sandbox is no daemon client
+  std::function<void(const std::string&)> before_read_;
   std::mutex mu_;
   std::set<std::string> running_;
 };
@@ -386,14 +395,23 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
   agent::DeepAgentOptions ao;
   ao.model = std::shared_ptr<agent::ChatModel>(std::move(*model));
   s->agent_sandbox = std::make_unique<ExecCancellingSandbox>(sandbox);
+  if (client_.read_text_file) {
+    Session* raw = s.get();  // the sandbox wrapper dies with the session
+    s->agent_sandbox->SetBeforeRead([this, raw](const std::string& path) {
+      const std::string full = SandboxPath(*raw, path);
+      if (auto host = acp::ProjectPathFor(raw->root, raw->cwd, full)) {
+        SyncFromEditor(*raw, full, *host);
+      }
+    });
+  }
   ao.sandbox = s->agent_sandbox.get();
   ao.system_prompt = config_.run.system_prompt;
   ao.max_steps = config_.run.max_steps;
   ao.thread_id = thread_id;
   ao.thread_store = thread_store;
-  // Every change passes the session's interrupt handler: it shows the diff,
-  // asks when the mode says so, and read_file syncs the editor's buffer.
-  for (const char* tool : {"read_file", "execute", "write_file", "edit_file", "delete"}) {
+  // Every change passes the session's interrupt handler: it shows the diff
+  // and asks when the mode says so.
+  for (const char* tool : {"execute", "write_file", "edit_file", "delete"}) {
     ao.interrupt_on[tool] = agent::InterruptConfig{};
   }
   auto created = agent::DeepAgent::Create(std::move(ao));
@@ -569,11 +587,6 @@ agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
   if (s.cancel.load()) return agent::Decision::Reject("cancelled by the user");
   Sandbox& sandbox = s.lease->sandbox();
   const std::string arg = ArgStr(a.args, a.name == "execute" ? "command" : "file_path");
-  if (a.name == "read_file") {
-    const std::string path = SandboxPath(s, arg);
-    if (auto host = acp::ProjectPathFor(s.root, s.cwd, path)) SyncFromEditor(s, path, *host);
-    return agent::Decision::Approve();
-  }
   const bool execute = a.name == "execute";
   json::array content;
   json::array locations;
