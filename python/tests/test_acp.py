@@ -453,3 +453,66 @@ def test_symlink_out_of_the_project_is_not_copied(tmp_path: Path, deepbox_bin: s
     assert "dot-ssh-link" not in listed and "ssh" not in listed and "secret.env" not in listed
     assert "KEY" not in out  # neither key file's content reached the sandbox
     assert "dot-ssh-link/id_rsa: No such file or directory" in out
+
+
+# A stdio MCP server (the 2025-06-18 handshake) with one tool, `shout`:
+# copied with the project, started inside the sandbox.
+MCP_SERVER = r'''
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+             "serverInfo": {"name": "shout", "version": "1"}}
+    elif m["method"] == "tools/list":
+        r = {"tools": [{"name": "shout", "description": "upper-cases text",
+                        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}},
+                                        "required": ["text"]}}]}
+    elif m["method"] == "tools/call":
+        import os
+        text = m["params"]["arguments"]["text"].upper() + " from " + os.getcwd()
+        r = {"content": [{"type": "text", "text": text}]}
+    else:
+        print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32601, "message": "no"}}), flush=True)
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+'''
+
+
+def test_client_mcp_server_runs_in_the_sandbox_and_allow_always(
+        tmp_path: Path, deepbox_bin: str, env: dict[str, str], project: Path) -> None:
+    (project / "shout_server.py").write_text(MCP_SERVER)
+    model = write_replay(tmp_path / "mcp.jsonl", [
+        {"tool_calls": [call("t_mcp", "mcp__shout__shout", text="hello")]},
+        {"tool_calls": [call("t_a", "write_file", file_path="/workspace/a.txt", content="a\n")]},
+        {"tool_calls": [call("t_b", "write_file", file_path="/workspace/b.txt", content="b\n")]},
+        {"text": "done"},
+    ])
+    editor = Editor()
+
+    async def always(session_id: str, tool_call: Any, options: list[Any], **kw: Any):
+        editor.permissions.append(tool_call)
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id="allow_always"))
+
+    editor.request_permission = always  # type: ignore[method-assign]
+
+    async def run() -> None:
+        from acp.schema import McpServerStdio
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            server = McpServerStdio(name="shout", command="python3",
+                                    args=["/workspace/shout_server.py"], env=[])
+            session = await conn.new_session(cwd=str(project), mcp_servers=[server])
+            resp = await conn.prompt(session_id=session.session_id, prompt=[text_block("go")])
+            assert resp.stop_reason == "end_turn"
+
+    asyncio.run(run())
+    out = "".join(c.content.text for u in editor.of_kind("tool_call_update") if u.tool_call_id == "t_mcp"
+                  for c in (u.content or []) if c.type == "content")
+    assert "HELLO from /workspace" in out  # ran in the sandbox, on the copy
+    # "Always allow" for the first file change: the second is not asked.
+    assert [p.tool_call_id for p in editor.permissions] == ["t_mcp", "t_a"]
+    assert (project / "a.txt").read_text() == "a\n" and (project / "b.txt").read_text() == "b\n"

@@ -17,6 +17,8 @@
 
 #include "acp/jsonrpc_peer.h"
 #include "agent/deep_agent.h"
+#include "agent/mcp/config.h"
+#include "agent/mcp/tools.h"
 #include "agent/model/factory.h"
 #include "agent/thread_store.h"
 #include "cli/run_sandbox.h"
@@ -153,6 +155,49 @@ class ExecCancellingSandbox : public ForwardingSandbox {
   std::set<std::string> running_;
 };
 
+// session/new's and session/load's mcpServers as deepbox MCP servers that
+// run inside the session's sandbox (nothing of a session runs on the host).
+// Only stdio servers: the capabilities say http and sse are not taken.
+Result<std::vector<agent::McpServerConfig>> ClientMcpServers(const json::object& params) {
+  std::vector<agent::McpServerConfig> out;
+  const json::value* list = params.if_contains("mcpServers");
+  if (!list || list->is_null()) return out;
+  if (!list->is_array()) {
+    return MakeError(ErrorCode::kInvalidArgument, "\"mcpServers\" must be an array");
+  }
+  for (const auto& v : list->get_array()) {
+    const json::object* o = v.if_object();
+    if (!o) return MakeError(ErrorCode::kInvalidArgument, "an MCP server must be an object");
+    agent::McpServerConfig c;
+    c.name = FindString(*o, {"name"});
+    std::string type = FindString(*o, {"type"});
+    std::string command = FindString(*o, {"command"});
+    if (c.name.empty()) return MakeError(ErrorCode::kInvalidArgument, "an MCP server needs a name");
+    if ((!type.empty() && type != "stdio") || command.empty()) {
+      LogLine("MCP server '" + c.name + "' skipped: only stdio servers are taken (type " +
+              (type.empty() ? std::string("unknown") : type) + ")");
+      continue;
+    }
+    c.command.push_back(command);
+    if (const json::value* args = o->if_contains("args"); args && args->is_array()) {
+      for (const auto& a : args->get_array()) {
+        if (a.is_string()) c.command.emplace_back(a.get_string());
+      }
+    }
+    if (const json::value* env = o->if_contains("env"); env && env->is_array()) {
+      for (const auto& e : env->get_array()) {
+        if (const json::object* eo = e.if_object()) {
+          c.env[FindString(*eo, {"name"})] = FindString(*eo, {"value"});
+        }
+      }
+    }
+    c.sandbox = true;
+    c.source = "the client's mcpServers";
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 // A file change being proposed, from the permission request to the write.
 struct PendingChange {
   std::string sandbox_path;
@@ -168,6 +213,8 @@ struct Session {
   std::string root;
   std::unique_ptr<run::LeaseGuard> lease;
   std::unique_ptr<ExecCancellingSandbox> agent_sandbox;  // over the lease's
+  std::shared_ptr<agent::McpToolset> mcp_tools;          // the client's servers, in the sandbox
+  std::set<std::string> mcp_tool_names;
   std::unique_ptr<agent::DeepAgent> agent;
   std::atomic<int> mode{0};
   std::atomic<bool> always_edits{false};
@@ -184,6 +231,7 @@ struct Session {
   ApprovalMode Mode() const { return static_cast<ApprovalMode>(mode.load()); }
   ~Session() {
     agent.reset();  // it uses the sandbox: gone before the lease
+    if (mcp_tools) mcp_tools->Close();
     agent_sandbox.reset();
     if (lease) {
       if (auto st = lease->Release(); !st) {
@@ -322,13 +370,8 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
   if (::stat(cwd.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Fail(m.id, acp::kInvalidParams, "\"cwd\" " + cwd + " is not a directory");
   }
-  if (const json::value* servers = p.if_contains("mcpServers");
-      servers && servers->is_array() && !servers->get_array().empty()) {
-    LogLine(
-        fmt::format("the client's {} MCP server(s) are not used: deepbox acp does not start "
-                    "client MCP servers yet",
-                    servers->get_array().size()));
-  }
+  auto mcp_servers = ClientMcpServers(p);
+  if (!mcp_servers) return Fail(m.id, acp::kInvalidParams, mcp_servers.error().message);
   auto thread_store = std::make_shared<agent::ThreadStore>(
       config_.run.threads_dir.empty() ? run::DefaultThreadsDir() : config_.run.threads_dir);
   std::string thread_id;
@@ -413,6 +456,23 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
   // and asks when the mode says so.
   for (const char* tool : {"execute", "write_file", "edit_file", "delete"}) {
     ao.interrupt_on[tool] = agent::InterruptConfig{};
+  }
+  // The client's MCP servers run inside the sandbox, as everything else does.
+  if (!mcp_servers->empty()) {
+    agent::McpToolsetOptions mo;
+    mo.sandbox = s->agent_sandbox.get();
+    mo.on_problem = [id = thread_id](const std::string& why) {
+      LogLine("session " + id + ": MCP: " + why);
+    };
+    s->mcp_tools = agent::McpToolset::Start(*mcp_servers, std::move(mo));
+    for (const auto& line : s->mcp_tools->Describe()) {
+      LogLine("session " + thread_id + ": MCP server " + line);
+    }
+    for (const auto& tool : s->mcp_tools->tools()) {
+      ao.tools.push_back(tool);
+      ao.interrupt_on[tool->name()] = agent::InterruptConfig{};
+      s->mcp_tool_names.insert(tool->name());
+    }
   }
   auto created = agent::DeepAgent::Create(std::move(ao));
   if (!created) {
@@ -587,7 +647,8 @@ agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
   if (s.cancel.load()) return agent::Decision::Reject("cancelled by the user");
   Sandbox& sandbox = s.lease->sandbox();
   const std::string arg = ArgStr(a.args, a.name == "execute" ? "command" : "file_path");
-  const bool execute = a.name == "execute";
+  // An MCP tool may do anything its server does: asked like a command.
+  const bool execute = a.name == "execute" || s.mcp_tool_names.contains(a.name);
   json::array content;
   json::array locations;
   PendingChange change;
@@ -619,8 +680,10 @@ agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
         "Deletes " + path +
         " in the sandbox. The project's file stays: ACP offers no way to delete a file "
         "through the editor."));
-  } else if (execute) {
+  } else if (a.name == "execute") {
     content.push_back(acp::TextContent("$ " + arg + "\n(runs in the sandbox)"));
+  } else if (execute) {
+    content.push_back(acp::TextContent("MCP tool " + a.name + " (its server runs in the sandbox)"));
   }
   json::object call{{"title", title},     {"kind", acp::ToolKind(a.name)}, {"status", "pending"},
                     {"content", content}, {"locations", locations},        {"rawInput", a.args}};
