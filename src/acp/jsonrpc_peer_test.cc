@@ -90,6 +90,24 @@ TEST_F(PeerTest, AnswersRequestsAndMalformedLines) {
   EXPECT_TRUE(peer_->closed());
 }
 
+TEST_F(PeerTest, ALineOverTheLimitIsRefusedAndTheNextOneServed) {
+  JsonRpcPeer small(JsonRpcPeer::Options{peer_in_.get(), peer_out_.get(), -1, 64});
+  std::thread serve([&] {
+    (void)small.Serve([&](RpcMessage m) {
+      if (m.kind == RpcMessage::Kind::kRequest) (void)small.Respond(m.id, json::object{});
+    });
+  });
+  Send(R"({"jsonrpc":"2.0","id":1,"method":"x","params":{"pad":")" + std::string(200, 'a') +
+       R"("}})");
+  auto e = ParseJsonObject(ReadLine());
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->at("error").at("code").as_int64(), kInvalidRequest);
+  Send(R"({"jsonrpc":"2.0","id":2,"method":"x"})");
+  EXPECT_EQ(ReadLine(), R"({"jsonrpc":"2.0","id":2,"result":{}})");
+  to_peer_.reset();
+  serve.join();
+}
+
 TEST_F(PeerTest, CallGetsItsResponseOrFailsWhenTheClientGoes) {
   std::thread serve([&] { (void)peer_->Serve([](RpcMessage) {}); });
   Result<json::value> got = MakeError(ErrorCode::kInternal, "unset");

@@ -257,9 +257,24 @@ class AcpServer {
   void Shutdown();
 
  private:
+  // Runs `fn` on a thread of its own; threads that finished are joined here,
+  // so a long editor session does not pile them up.
   void Spawn(std::function<void()> fn) {
     std::lock_guard<std::mutex> lock(mu_);
-    workers_.emplace_back(std::move(fn));
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      if (it->done->load()) {
+        it->thread.join();
+        it = workers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    workers_.push_back(Worker{std::thread([fn = std::move(fn), done] {
+                                fn();
+                                done->store(true);
+                              }),
+                              done});
   }
   std::shared_ptr<Session> Find(const json::object& params) {
     std::string id = FindString(params, {"sessionId"});
@@ -301,7 +316,11 @@ class AcpServer {
 
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;
-  std::vector<std::thread> workers_;
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Worker> workers_;
   bool shutting_down_ = false;
 };
 
@@ -902,7 +921,7 @@ void AcpServer::OnEvent(Session& s, const agent::AgentEvent& e) {
 
 void AcpServer::Shutdown() {
   std::map<std::string, std::shared_ptr<Session>> sessions;
-  std::vector<std::thread> workers;
+  std::vector<Worker> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     shutting_down_ = true;
@@ -922,7 +941,7 @@ void AcpServer::Shutdown() {
       }
     }
     if (workers.empty()) break;
-    for (auto& t : workers) t.join();
+    for (auto& w : workers) w.thread.join();
     workers.clear();
   }
   {
