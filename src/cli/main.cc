@@ -423,7 +423,8 @@ void RegisterDoctorCommand(CLI::App& app) {
   CLI::App* doctor = app.add_subcommand(
       "doctor",
       "Report what this host supports: user namespaces, seccomp, cgroups and which\n"
-      "limits are enforced by what, the public network mode, the state directory.\n"
+      "limits are enforced by what, the public network mode, the state directory,\n"
+      "whether a model key (ANTHROPIC_API_KEY / OPENAI_API_KEY) is set for `run` and `acp`.\n"
       "Exits 0 if sandboxes can run here, 4 if not.");
   doctor->add_flag("--json", args->json, "Print the report as JSON");
   AddClusterFlags(doctor, args->cluster);
