@@ -516,3 +516,34 @@ def test_client_mcp_server_runs_in_the_sandbox_and_allow_always(
     # "Always allow" for the first file change: the second is not asked.
     assert [p.tool_call_id for p in editor.permissions] == ["t_mcp", "t_a"]
     assert (project / "a.txt").read_text() == "a\n" and (project / "b.txt").read_text() == "b\n"
+
+
+def test_ignored_files_never_come_from_the_editor(tmp_path: Path, deepbox_bin: str,
+                                                  env: dict[str, str], project: Path) -> None:
+    """secret.env is .gitignore'd: not copied, never fetched through the editor
+    into the sandbox, but an overwrite shows its real text as the diff's old
+    side (to the editor only)."""
+    model = write_replay(tmp_path / "secret.jsonl", [
+        {"tool_calls": [call("t_make", "execute", command="echo A=1 > /workspace/secret.env")]},
+        {"tool_calls": [call("t_read", "read_file", file_path="/workspace/secret.env")]},
+        {"tool_calls": [call("t_over", "write_file", file_path="/workspace/secret.env", content="B=2\n")]},
+        {"text": "done"},
+    ])
+    editor = Editor(reject={"secret.env"})
+
+    async def run() -> None:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       "--mode", "approve-all", env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            await conn.prompt(session_id=session.session_id, prompt=[text_block("go")])
+
+    asyncio.run(run())
+    read = "".join(c.content.text for u in editor.of_kind("tool_call_update") if u.tool_call_id == "t_read"
+                   for c in (u.content or []) if c.type == "content")
+    assert "A=1" in read and "TOKEN" not in read
+    over = next(p for p in editor.permissions if p.tool_call_id == "t_over")
+    diff = next(c for c in over.content if c.type == "diff")
+    assert diff.old_text == "TOKEN=1\n" and diff.new_text == "B=2\n"
+    assert (project / "secret.env").read_text() == "TOKEN=1\n"
+    assert not editor.writes

@@ -202,9 +202,14 @@ Result<std::vector<agent::McpServerConfig>> ClientMcpServers(const json::object&
 struct PendingChange {
   std::string sandbox_path;
   std::optional<std::string> host_path;  // nullopt: not a project file
-  std::optional<std::string> old_text;   // nullopt: a new file
-  std::optional<std::string> new_text;   // what the user was shown and allowed
-  bool allowed = false;                  // the user allowed exactly new_text
+  std::optional<std::string> old_text;   // the sandbox's text before; nullopt: none
+  // The diff's "before": the editor's text of a project file the sandbox
+  // never got (one .gitignore kept out), so that overwriting it does not look
+  // like a new file; it never goes into the sandbox.
+  std::optional<std::string> editor_text;
+  std::optional<std::string> new_text;  // what the user was shown and allowed
+  const std::optional<std::string>& DiffOld() const { return editor_text ? editor_text : old_text; }
+  bool allowed = false;  // the user allowed exactly new_text
 };
 
 struct Session {
@@ -224,6 +229,9 @@ struct Session {
   std::atomic<bool> busy{false};
 
   std::mutex mu;  // the maps below
+  // The project's files the sandbox holds (relative paths): those copied
+  // and those written back. Only these are ever read through the editor.
+  std::set<std::string> project_files;
   std::set<std::string> announced;
   std::map<std::string, PendingChange> changes;
   std::map<std::string, std::string> outputs;
@@ -302,6 +310,9 @@ class AcpServer {
   // is gone, the prompt was cancelled or the answer was unusable.
   PermissionAnswer Ask(Session& s, const std::string& call_id, json::object tool_call);
   void SyncFromEditor(Session& s, const std::string& sandbox_path, const std::string& host_path);
+  bool HasProjectFile(Session& s, const std::string& host_path);
+  // fs/read_text_file; nullopt when the editor cannot give it (no such file).
+  std::optional<std::string> EditorText(Session& s, const std::string& host_path);
   void FinishFileChange(Session& s, const agent::AgentEvent& e);
   std::string SandboxPath(const Session& s, const std::string& path) const {
     return acp::NormalizeAbsolutePath(path.starts_with("/") ? path : s.root + "/" + path);
@@ -425,7 +436,7 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
   }
   auto s = std::make_shared<Session>();
   s->id = thread_id;
-  s->cwd = cwd;
+  s->cwd = acp::NormalizeAbsolutePath(cwd);  // no trailing '/': paths are cut after it
   s->mode.store(static_cast<int>(config_.mode));
   s->cancel_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s->cancel_fd) return Fail(m.id, acp::kInternalError, SyscallError("eventfd", errno).message);
@@ -456,6 +467,7 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
                   copied->symlinks.size(), copied->special.size()));
   agent::DeepAgentOptions ao;
   ao.model = std::shared_ptr<agent::ChatModel>(std::move(*model));
+  s->project_files.insert(copied->copied.begin(), copied->copied.end());
   s->agent_sandbox = std::make_unique<ExecCancellingSandbox>(sandbox);
   if (client_.read_text_file) {
     Session* raw = s.get();  // the sandbox wrapper dies with the session
@@ -637,22 +649,33 @@ PermissionAnswer AcpServer::Ask(Session& s, const std::string& call_id, json::ob
   return a;
 }
 
-void AcpServer::SyncFromEditor(Session& s, const std::string& sandbox_path,
-                               const std::string& host_path) {
-  // Only a file the sandbox already has (one that was copied): a file
-  // .gitignore kept out (.env, keys) is never fetched through the editor.
-  if (!client_.read_text_file) return;
-  auto info = s.lease->sandbox().Stat(sandbox_path);
-  if (!info) return;
+bool AcpServer::HasProjectFile(Session& s, const std::string& host_path) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.project_files.contains(host_path.substr(s.cwd.size() + 1));
+}
+
+std::optional<std::string> AcpServer::EditorText(Session& s, const std::string& host_path) {
   auto r = peer_.Call("fs/read_text_file", json::object{{"sessionId", s.id}, {"path", host_path}},
                       &s.cancel);
-  if (!r || !r->is_object()) return;
+  if (!r || !r->is_object()) return std::nullopt;
   const json::value* content = r->get_object().if_contains("content");
-  if (!content || !content->is_string()) return;
-  std::string editor(content->get_string());
+  if (!content || !content->is_string()) return std::nullopt;
+  return std::string(content->get_string());
+}
+
+void AcpServer::SyncFromEditor(Session& s, const std::string& sandbox_path,
+                               const std::string& host_path) {
+  // Only a project file the sandbox got from the project (copied or written
+  // back): a file .gitignore kept out (.env, keys) is never fetched into the
+  // sandbox, even when the agent made one of that name there.
+  if (!client_.read_text_file || !HasProjectFile(s, host_path)) return;
+  auto info = s.lease->sandbox().Stat(sandbox_path);
+  if (!info) return;
+  auto editor = EditorText(s, host_path);
+  if (!editor) return;
   auto current = s.lease->sandbox().Download(sandbox_path);
-  if (current && *current == editor) return;
-  (void)s.lease->sandbox().Write(sandbox_path, editor);
+  if (current && *current == *editor) return;
+  (void)s.lease->sandbox().Write(sandbox_path, *editor, info->mode & 07777);  // keeps +x
 }
 
 std::vector<agent::Decision> AcpServer::OnInterrupt(Session& s,
@@ -681,6 +704,9 @@ agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
       title = acp::ToolTitle(a.name, change.host_path->substr(s.cwd.size() + 1));
     }
     if (auto old = sandbox.Download(change.sandbox_path)) change.old_text = std::move(*old);
+    if (change.host_path && client_.read_text_file && !HasProjectFile(s, *change.host_path)) {
+      change.editor_text = EditorText(s, *change.host_path);
+    }
     if (a.name == "write_file") {
       change.new_text = ArgStr(a.args, "content");
     } else if (change.old_text) {
@@ -691,7 +717,7 @@ agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
     }
     if (change.new_text) {
       content.push_back(acp::DiffContent(change.host_path.value_or(change.sandbox_path),
-                                         change.old_text, *change.new_text));
+                                         change.DiffOld(), *change.new_text));
     }
   } else if (a.name == "delete") {
     const std::string path = SandboxPath(s, arg);
@@ -781,7 +807,7 @@ void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
                               "The result is not text: it stays in the sandbox (the editor "
                               "writes text files only)")});
   }
-  json::array diff{acp::DiffContent(*change.host_path, change.old_text, *actual)};
+  json::array diff{acp::DiffContent(*change.host_path, change.DiffOld(), *actual)};
   bool may_write = !NeedsAsking(s, false) || (change.allowed && change.new_text == *actual);
   if (!may_write) {
     // What the tool made differs from what the user allowed (or nobody was
@@ -798,7 +824,9 @@ void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
     if (!may_write) {
       // The sandbox goes back to the project's version, so both agree.
       if (change.old_text) {
-        (void)sandbox.Write(change.sandbox_path, *change.old_text);
+        auto info = sandbox.Stat(change.sandbox_path);
+        (void)sandbox.Write(change.sandbox_path, *change.old_text,
+                            info ? info->mode & 07777 : 0644);
       } else {
         (void)sandbox.Delete(change.sandbox_path);
       }
@@ -819,6 +847,10 @@ void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
     return done("failed",
                 json::array{acp::TextContent("The editor did not write " + *change.host_path +
                                              ": " + w.error().message)});
+  }
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.project_files.insert(change.host_path->substr(s.cwd.size() + 1));
   }
   done("completed", std::move(diff));
 }
