@@ -547,3 +547,27 @@ def test_ignored_files_never_come_from_the_editor(tmp_path: Path, deepbox_bin: s
     assert diff.old_text == "TOKEN=1\n" and diff.new_text == "B=2\n"
     assert (project / "secret.env").read_text() == "TOKEN=1\n"
     assert not editor.writes
+
+
+def test_sigterm_mid_command_leaves_nothing(tmp_path: Path, deepbox_bin: str, env: dict[str, str],
+                                            project: Path) -> None:
+    import signal
+
+    model = write_replay(tmp_path / "term.jsonl", [
+        {"tool_calls": [call("t_sleep", "execute", command="sleep 30")]},
+        {"text": "never"},
+    ])
+    proc = subprocess.Popen([deepbox_bin, "acp", "--model", model, "--mode", "auto"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    send(proc, {"jsonrpc": "2.0", "id": 1, "method": "session/new",
+                "params": {"cwd": str(project), "mcpServers": []}})
+    sid = recv(proc)["result"]["sessionId"]
+    send(proc, {"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "wait"}]}})
+    while True:
+        update = recv(proc).get("params", {}).get("update", {})
+        if update.get("toolCallId") == "t_sleep" and update.get("status") == "in_progress":
+            break
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+    assert sandboxes(deepbox_bin, env) == []

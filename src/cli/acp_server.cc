@@ -957,11 +957,14 @@ void AcpServer::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     shutting_down_ = true;
-    for (auto& [id, s] : sessions_) {
-      s->cancel.store(true);
-      FireFd(s->cancel_fd.get());
-    }
+    sessions = sessions_;
   }
+  for (auto& [id, s] : sessions) {
+    s->cancel.store(true);
+    FireFd(s->cancel_fd.get());
+    if (s->busy.load()) s->agent_sandbox->CancelRunning();  // the prompt ends at once
+  }
+  sessions.clear();
   // Workers may still register sessions (a claim under way); wait for all.
   for (;;) {
     {
