@@ -283,6 +283,8 @@ void Daemon::ExecStream(const net::Request& request, net::ResponseWriter& writer
   cb.on_output = [&](proc::StreamKind kind, std::string_view data) {
     return send(OutputEvent(kind, data, *base64));
   };
+  // POST exec/cancel stops the command at once (the record's eventfd).
+  if (record) cb.cancel_fd = record->cancel_fd();
   cb.on_idle = [&] {
     if (!client_lost && writer.ClientGone()) lose_client();
     if (!client_lost && !writer.WriteChunk("{\"type\":\"keepalive\"}\n")) lose_client();

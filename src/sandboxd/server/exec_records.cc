@@ -1,6 +1,8 @@
 #include "sandboxd/server/exec_records.h"
 
 #include <fmt/format.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -101,6 +103,17 @@ bool ExecRecords::ValidId(std::string_view id) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
            c == '-';
   });
+}
+
+ExecRecord::ExecRecord(size_t max_bytes)
+    : max_bytes_(max_bytes), cancel_event_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+void ExecRecord::Cancel() {
+  cancelled_ = true;
+  if (cancel_event_) {
+    uint64_t one = 1;
+    (void)!::write(cancel_event_.get(), &one, sizeof one);  // full (EAGAIN): readable already
+  }
 }
 
 ExecRecord::~ExecRecord() {

@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "common/unique_fd.h"
 
 namespace deepbox::sandboxd {
 
@@ -58,14 +59,19 @@ class ExecRecord {
   uint64_t events() const;  // appended so far (dropped ones included)
 
   // The client asked to stop the command (its stream carries on to the exit).
-  void Cancel() { cancelled_ = true; }
+  // Also makes cancel_fd() readable, so that the runner stops the command at
+  // once instead of at its next keepalive tick.
+  void Cancel();
   bool cancelled() const { return cancelled_; }
+  // An eventfd readable once Cancel() was called (-1 if none could be made:
+  // then the stream's keepalive tick notices the cancel).
+  int cancel_fd() const { return cancel_event_.get(); }
   // Clients following the record right now (re-attached after a cut).
   int followers() const { return followers_; }
 
  private:
   friend class ExecRecords;
-  explicit ExecRecord(size_t max_bytes) : max_bytes_(max_bytes) {}
+  explicit ExecRecord(size_t max_bytes);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -76,6 +82,7 @@ class ExecRecord {
   bool finished_ = false;
   std::chrono::steady_clock::time_point finished_at_;
   std::atomic<bool> cancelled_{false};
+  UniqueFd cancel_event_;
   std::atomic<int> followers_{0};
 };
 

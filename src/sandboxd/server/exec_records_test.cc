@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <atomic>
 #include <thread>
@@ -41,6 +42,19 @@ TEST(ExecRecordsTest, TheSameIdAttachesInsteadOfRunningAgain) {
   EXPECT_FALSE(records.Begin("short", &existed));
   EXPECT_FALSE(records.Begin("bad id with spaces", &existed));
   EXPECT_FALSE(records.Find("exec-unknown-000"));
+}
+
+TEST(ExecRecordsTest, CancelMakesTheCancelFdReadable) {
+  ExecRecords records;
+  auto r = *records.Begin("exec-cancel-0001", nullptr);
+  ASSERT_GE(r->cancel_fd(), 0);
+  pollfd p{r->cancel_fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0);  // not before
+  r->Cancel();
+  EXPECT_TRUE(r->cancelled());
+  EXPECT_EQ(::poll(&p, 1, 0), 1);  // the runner's poll wakes at once
+  r->Cancel();                     // twice is harmless
+  EXPECT_EQ(::poll(&p, 1, 0), 1);
 }
 
 TEST(ExecRecordsTest, ReattachGetsTheRestAndTheExitWhileAndAfterRunning) {
