@@ -91,14 +91,13 @@ std::optional<std::string> ApplyEdit(const std::string& text, const std::string&
   return out;
 }
 
-// The session's sandbox as the agent sees it: session/cancel also stops the
-// commands running in the sandbox, at once. The daemon keeps an exec running
-// when its client stops reading (so that a cut stream can be re-attached),
-// and the stream itself notices a cancel only at its next keepalive (2 s):
-// so the daemon is told by exec id (SandboxdClient::CancelExec).
-class ExecCancellingSandbox : public ForwardingSandbox {
+// The session's sandbox as the agent sees it. session/cancel stops the
+// commands running through it at once, by exec id
+// (SandboxdClient::CancelExec): the client alone notices a cancel only at
+// the stream's next keepalive (2 s). Reads first bring in the editor's text.
+class SessionSandbox : public ForwardingSandbox {
  public:
-  explicit ExecCancellingSandbox(Sandbox& inner)
+  explicit SessionSandbox(Sandbox& inner)
       : ForwardingSandbox(inner), daemon_(dynamic_cast<SandboxdClient*>(&inner)) {}
 
   Result<ExecResult> ExecStream(const ExecRequest& request, const OutputCallback& cb) override {
@@ -113,13 +112,8 @@ class ExecCancellingSandbox : public ForwardingSandbox {
       if (request.on_exec_id) request.on_exec_id(id);
     };
     auto result = ForwardingSandbox::ExecStream(r, cb);
-    bool was_running = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      was_running = running_.erase(exec_id) > 0;
-    }
-    // A stream the caller ended: the command must not outlive it.
-    if (!result && result.error().code == ErrorCode::kCancelled && was_running) Cancel(exec_id);
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.erase(exec_id);
     return result;
   }
 
@@ -143,8 +137,8 @@ class ExecCancellingSandbox : public ForwardingSandbox {
 
  private:
   void Cancel(const std::string& id) {
-    if (!daemon_) return;
-    if (auto st = daemon_->CancelExec(id); !st) {
+    if (!daemon_) return;  // the stream's own cancel still stops it, later
+    if (auto st = daemon_->CancelExec(id); !st && st.error().code != ErrorCode::kNotFound) {
       LogLine("stopping a cancelled command in the sandbox: " + st.error().message);
     }
   }
@@ -217,8 +211,8 @@ struct Session {
   std::string cwd;  // the client's project
   std::string root;
   std::unique_ptr<run::LeaseGuard> lease;
-  std::unique_ptr<ExecCancellingSandbox> agent_sandbox;  // over the lease's
-  std::shared_ptr<agent::McpToolset> mcp_tools;          // the client's servers, in the sandbox
+  std::unique_ptr<SessionSandbox> agent_sandbox;  // over the lease's
+  std::shared_ptr<agent::McpToolset> mcp_tools;   // the client's servers, in the sandbox
   std::set<std::string> mcp_tool_names;
   std::unique_ptr<agent::DeepAgent> agent;
   std::atomic<int> mode{0};
@@ -468,7 +462,7 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
   agent::DeepAgentOptions ao;
   ao.model = std::shared_ptr<agent::ChatModel>(std::move(*model));
   s->project_files.insert(copied->copied.begin(), copied->copied.end());
-  s->agent_sandbox = std::make_unique<ExecCancellingSandbox>(sandbox);
+  s->agent_sandbox = std::make_unique<SessionSandbox>(sandbox);
   if (client_.read_text_file) {
     Session* raw = s.get();  // the sandbox wrapper dies with the session
     s->agent_sandbox->SetBeforeRead([this, raw](const std::string& path) {
