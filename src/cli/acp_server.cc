@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,7 @@ using acp::RpcMessage;
 constexpr const char* kAcpLabel = "deepbox.dev/acp";
 // Tool output kept per execute call for the editor (its tail).
 constexpr size_t kMaxShownOutput = 64 * 1024;
+constexpr std::chrono::milliseconds kOutputUpdateInterval{100};
 
 void LogLine(const std::string& line) {
   std::string l = "deepbox acp: " + line + "\n";
@@ -229,6 +231,7 @@ struct Session {
   std::set<std::string> announced;
   std::map<std::string, PendingChange> changes;
   std::map<std::string, std::string> outputs;
+  std::map<std::string, std::chrono::steady_clock::time_point> output_sent;
 
   ApprovalMode Mode() const { return static_cast<ApprovalMode>(mode.load()); }
   ~Session() {
@@ -561,6 +564,7 @@ void AcpServer::Prompt(const RpcMessage& m) {
     s->announced.clear();
     s->changes.clear();
     s->outputs.clear();
+    s->output_sent.clear();
   }
   agent::RunCallbacks callbacks;
   callbacks.on_event = [this, s](const agent::AgentEvent& e) { OnEvent(*s, e); };
@@ -892,6 +896,12 @@ void AcpServer::OnEvent(Session& s, const agent::AgentEvent& e) {
         std::string& out = s.outputs[e.tool_call_id];
         out += e.text;
         if (out.size() > kMaxShownOutput) out.erase(0, out.size() - kMaxShownOutput);
+        // Each update carries the whole output shown: a chatty command sends
+        // one every kOutputUpdateInterval at most (the end sends the rest).
+        auto now = std::chrono::steady_clock::now();
+        auto& last = s.output_sent[e.tool_call_id];
+        if (now - last < kOutputUpdateInterval) return;
+        last = now;
         shown = out;
       }
       Update(s,
