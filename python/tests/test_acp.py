@@ -81,12 +81,14 @@ class Editor:
 
     async def write_text_file(self, session_id: str, path: str, content: str, **kw: Any):
         self.writes.append((path, content))
-        Path(path).write_text(content)
+        with open(path, "w", newline="") as f:
+            f.write(content)
         return WriteTextFileResponse()
 
     async def read_text_file(self, session_id: str, path: str, line=None, limit=None, **kw: Any):
         self.reads.append(path)
-        return ReadTextFileResponse(content=Path(path).read_text())
+        with open(path, newline="") as f:  # as an editor has it: CRLF stays
+            return ReadTextFileResponse(content=f.read())
 
     def on_connect(self, conn: Any) -> None:
         pass
@@ -571,3 +573,31 @@ def test_sigterm_mid_command_leaves_nothing(tmp_path: Path, deepbox_bin: str, en
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0
     assert sandboxes(deepbox_bin, env) == []
+
+
+def test_a_result_unlike_the_shown_diff_is_asked_again(tmp_path: Path, deepbox_bin: str,
+                                                      env: dict[str, str], project: Path) -> None:
+    """The daemon matches an edit across CRLF/LF; deepbox's preview does not:
+    the user is asked first without a diff, then about the real result."""
+    (project / "crlf.txt").write_bytes(b"one\r\ntwo\r\n")
+    model = write_replay(tmp_path / "crlf.jsonl", [
+        {"tool_calls": [call("t_crlf", "edit_file", file_path="/workspace/crlf.txt",
+                             old_string="one\ntwo", new_string="1\n2")]},
+        {"text": "done"},
+    ])
+    editor = Editor()
+
+    async def run() -> None:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            await conn.prompt(session_id=session.session_id, prompt=[text_block("go")])
+
+    asyncio.run(run())
+    asked = [p for p in editor.permissions if p.tool_call_id == "t_crlf"]
+    assert len(asked) == 2
+    assert not [c for c in (asked[0].content or []) if c.type == "diff"]
+    second = next(c for c in asked[1].content if c.type == "diff")
+    assert second.old_text == "one\r\ntwo\r\n"
+    assert (project / "crlf.txt").read_bytes() == second.new_text.encode()

@@ -206,6 +206,7 @@ struct PendingChange {
   std::optional<std::string> new_text;  // what the user was shown and allowed
   const std::optional<std::string>& DiffOld() const { return editor_text ? editor_text : old_text; }
   bool allowed = false;  // the user allowed exactly new_text
+  bool seen = false;     // went through the interrupt handler (old_text is known)
 };
 
 struct Session {
@@ -759,6 +760,7 @@ agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
   }
   if (!change.sandbox_path.empty()) {
     change.allowed = allowed;
+    change.seen = true;
     std::lock_guard<std::mutex> lock(s.mu);
     s.changes[a.tool_call_id] = std::move(change);
   }
@@ -820,7 +822,12 @@ void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
     if (answer == PermissionAnswer::kAllowAlways) s.always_edits.store(true);
     may_write = answer == PermissionAnswer::kAllowOnce || answer == PermissionAnswer::kAllowAlways;
     if (!may_write) {
-      // The sandbox goes back to the project's version, so both agree.
+      if (!change.seen) {  // what the file held before is not known here
+        return done("failed", json::array{acp::TextContent(
+                                  "Rejected: the project is unchanged (the sandbox keeps the "
+                                  "change)")});
+      }
+      // The sandbox goes back to its text before, so it agrees with the project.
       if (change.old_text) {
         auto info = sandbox.Stat(change.sandbox_path);
         (void)sandbox.Write(change.sandbox_path, *change.old_text,
