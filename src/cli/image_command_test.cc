@@ -47,10 +47,10 @@ TEST(ImageCommandTest, PullLsRmPrune) {
   std::string layer = BuildLayer({File("hello", "world")});
   ASSERT_TRUE((*registry)->PushBlob("demo", config));
   ASSERT_TRUE((*registry)->PushBlob("demo", layer));
-  ASSERT_TRUE((*registry)->PushManifest(
-      "demo", "v1", std::string(oci::kOciManifest),
-      ManifestJson(RefOf(std::string(oci::kOciConfig), config),
-                   {RefOf(LayerMediaType(Compression::kGzip), layer)})));
+  ASSERT_TRUE(
+      (*registry)->PushManifest("demo", "v1", std::string(oci::kOciManifest),
+                                ManifestJson(RefOf(std::string(oci::kOciConfig), config),
+                                             {RefOf(LayerMediaType(Compression::kGzip), layer)})));
   deepbox::testing::TempDir cache("cli-image");
   const std::string dir = cache.Path("images");
   const std::string ref = (*registry)->host() + "/demo:v1";
