@@ -601,3 +601,111 @@ def test_a_result_unlike_the_shown_diff_is_asked_again(tmp_path: Path, deepbox_b
     second = next(c for c in asked[1].content if c.type == "diff")
     assert second.old_text == "one\r\ntwo\r\n"
     assert (project / "crlf.txt").read_bytes() == second.new_text.encode()
+
+
+def sandbox_mode(deepbox_bin: str, env: dict[str, str]) -> str:
+    """The one session sandbox's lifecycle mode ("running" unless said)."""
+    (sb,) = sandboxes(deepbox_bin, env)
+    mode, requested = sb.get("mode", "running"), sb.get("requested_mode", "running")
+    return mode if mode == requested else f"{mode}, becoming {requested}"
+
+
+async def wait_for_mode(deepbox_bin: str, env: dict[str, str], want: str) -> None:
+    seen = ""
+    for _ in range(300):  # generous: only that it happens is checked
+        seen = await asyncio.to_thread(sandbox_mode, deepbox_bin, env)
+        if seen == want:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the session's sandbox stayed {seen}, never {want}")
+
+
+class ModeRecordingEditor(Editor):
+    """Records the sandbox's mode when a tool call starts running (a prompt
+    is under way then)."""
+
+    def __init__(self, deepbox_bin: str, env: dict[str, str]) -> None:
+        super().__init__()
+        self.deepbox_bin = deepbox_bin
+        self.env = env
+        self.mode_at_start: dict[str, str] = {}
+
+    async def session_update(self, session_id: str, update: Any, **kw: Any) -> None:
+        await super().session_update(session_id, update, **kw)
+        call_id = getattr(update, "tool_call_id", None)
+        if call_id and getattr(update, "status", None) == "in_progress":
+            self.mode_at_start[call_id] = await asyncio.to_thread(sandbox_mode, self.deepbox_bin,
+                                                                  self.env)
+
+
+def command_output(editor: Editor, call_id: str) -> str:
+    return "".join(c.content.text for u in editor.of_kind("tool_call_update")
+                   if u.tool_call_id == call_id for c in (u.content or []) if c.type == "content")
+
+
+def test_idle_session_is_paused_and_the_next_prompt_resumes_it(
+        tmp_path: Path, deepbox_bin: str, env: dict[str, str], project: Path) -> None:
+    model = write_replay(tmp_path / "idle.jsonl", [
+        {"tool_calls": [call("t_first", "execute", command="echo first > /tmp/kept; cat /tmp/kept")]},
+        {"text": "first done"},
+        {"tool_calls": [call("t_again", "execute", command="echo again; cat /tmp/kept")]},
+        {"text": "again done"},
+    ])
+    editor = ModeRecordingEditor(deepbox_bin, env)
+
+    async def run() -> None:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       "--mode", "auto", "--idle-pause", "1", env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            first = await conn.prompt(session_id=session.session_id, prompt=[text_block("one")])
+            assert first.stop_reason == "end_turn"
+            await wait_for_mode(deepbox_bin, env, "paused")
+            again = await conn.prompt(session_id=session.session_id, prompt=[text_block("two")])
+            assert again.stop_reason == "end_turn"
+            # Idle again: paused again (and deleted all the same at the end).
+            await wait_for_mode(deepbox_bin, env, "paused")
+
+    asyncio.run(run())
+    assert "first" in command_output(editor, "t_first")
+    # The same sandbox, resumed: its files kept, the command ran in it.
+    out = command_output(editor, "t_again")
+    assert "again" in out and "first" in out
+    assert editor.mode_at_start["t_again"] == "running"
+    assert sandboxes(deepbox_bin, env) == []
+
+
+def test_a_session_with_a_prompt_running_is_not_paused(
+        tmp_path: Path, deepbox_bin: str, env: dict[str, str], project: Path) -> None:
+    model = write_replay(tmp_path / "busy.jsonl", [
+        {"tool_calls": [call("t_sleep", "execute", command="sleep 3; echo slept")]},
+        {"text": "done"},
+    ])
+    editor = Editor()
+    modes: list[str] = []
+
+    async def run() -> Any:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       "--mode", "auto", "--idle-pause", "1", env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            prompt = asyncio.create_task(
+                conn.prompt(session_id=session.session_id, prompt=[text_block("wait")]))
+            for _ in range(300):
+                if any(u.tool_call_id == "t_sleep" and u.status == "in_progress"
+                       for u in editor.of_kind("tool_call") + editor.of_kind("tool_call_update")):
+                    break
+                await asyncio.sleep(0.05)
+            # While the command runs (well past --idle-pause): never paused.
+            while not prompt.done():
+                modes.append(await asyncio.to_thread(sandbox_mode, deepbox_bin, env))
+                await asyncio.sleep(0.2)
+            return await prompt
+
+    resp = asyncio.run(run())
+    assert resp.stop_reason == "end_turn"
+    assert "slept" in command_output(editor, "t_sleep")
+    finals = [u.status for u in editor.of_kind("tool_call_update") if u.tool_call_id == "t_sleep" and u.status]
+    assert finals[-1] == "completed"
+    assert modes and set(modes) == {"running"}, modes
+    assert sandboxes(deepbox_bin, env) == []

@@ -20,6 +20,7 @@ struct AcpFlags {
   std::string mode = "approve-all";
   std::string max_project_size = "256MiB";
   uint64_t max_project_files = 50000;
+  int64_t idle_pause_seconds = 300;
 };
 
 // An editor keeps a session for hours: a day unless --ttl says otherwise
@@ -50,6 +51,11 @@ int RunAcpCommand(const AcpFlags& flags) {
   }
   config.copy.max_bytes = *size;
   config.copy.max_files = flags.max_project_files;
+  if (flags.idle_pause_seconds < 0) {
+    std::fprintf(stderr, "deepbox acp: --idle-pause: SECONDS, 0 or more (0 = never)\n");
+    return 2;
+  }
+  config.idle_pause = std::chrono::seconds(flags.idle_pause_seconds);
   return RunAcpServer(config);
 }
 
@@ -83,6 +89,10 @@ void RegisterAcpCommand(CLI::App& app) {
                   "Default 256MiB");
   cmd->add_option("--max-project-files", flags->max_project_files,
                   "Refuse a project with more files than this (after .gitignore). Default 50000");
+  cmd->add_option("--idle-pause", flags->idle_pause_seconds,
+                  "Pause a session's sandbox after SECONDS with no prompt running: its\n"
+                  "processes are frozen (memory kept, no CPU) until the next prompt resumes\n"
+                  "it. 0 = never. Default 300");
   cmd->add_option("--ttl", flags->run.ttl_seconds,
                   "Delete a session's sandbox SECONDS after it was made even if deepbox dies;\n"
                   "0 = no TTL. Default 86400");

@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -225,6 +227,14 @@ struct Session {
   UniqueFd cancel_fd;
   std::atomic<bool> busy{false};
 
+  // The sandbox's idle pause (--idle-pause). Held across Pause and Resume,
+  // so a prompt that starts while the idle pauser is pausing waits for it
+  // and then resumes the sandbox.
+  std::mutex idle_mu;
+  int sandbox_users = 0;  // prompts using the sandbox now: never paused then
+  bool paused = false;    // paused by the idle pauser, not yet resumed
+  std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
+
   std::mutex mu;  // the maps below
   // The project's files the sandbox holds (relative paths): those copied
   // and those written back. Only these are ever read through the editor.
@@ -258,6 +268,9 @@ class AcpServer {
 
   // On the reading thread.
   void Handle(RpcMessage m);
+  // The idle pauser (--idle-pause): one thread for every session; stopped
+  // by Shutdown.
+  void StartIdlePauser();
   // After the client went away (or a signal): every prompt cancelled and
   // awaited, every sandbox deleted.
   void Shutdown();
@@ -295,6 +308,16 @@ class AcpServer {
     (void)peer_.Notify("session/update", acp::SessionUpdate(s.id, std::move(update)));
   }
 
+  // Before a prompt uses the session's sandbox: marks it in use (never
+  // paused while in use) and resumes it if the idle pauser paused it. An
+  // error names the sandbox and why it could not be resumed (it is then not
+  // in use).
+  Status BeginSandboxUse(Session& s);
+  void EndSandboxUse(Session& s);
+  void IdlePauserLoop();
+  // Pauses `s`'s sandbox if it has been idle long enough.
+  void PauseIfIdle(Session& s, std::chrono::steady_clock::time_point now);
+
   void OpenSession(const RpcMessage& m, bool load);
   void Prompt(const RpcMessage& m);
   void ReplayHistory(Session& s);
@@ -331,7 +354,85 @@ class AcpServer {
   };
   std::vector<Worker> workers_;
   bool shutting_down_ = false;
+
+  std::thread idle_pauser_;
+  std::mutex idle_stop_mu_;
+  std::condition_variable idle_stop_cv_;
+  bool idle_stop_ = false;
+  // The provider cannot pause (k8s may answer UNIMPLEMENTED): said once,
+  // then sandboxes stay running.
+  std::atomic<bool> pause_unsupported_{false};
 };
+
+Status AcpServer::BeginSandboxUse(Session& s) {
+  std::lock_guard<std::mutex> lock(s.idle_mu);
+  if (s.paused) {
+    const std::string id = s.lease->sandbox().id();
+    if (auto st = providers_.provider->Resume(id); !st) {
+      return MakeError(st.error().code, "cannot resume sandbox " + id + " of session " + s.id +
+                                            " (paused while idle): " + st.error().message);
+    }
+    s.paused = false;
+    LogLine("session " + s.id + ": sandbox " + id + " resumed");
+  }
+  ++s.sandbox_users;
+  return {};
+}
+
+void AcpServer::EndSandboxUse(Session& s) {
+  std::lock_guard<std::mutex> lock(s.idle_mu);
+  --s.sandbox_users;
+  s.idle_since = std::chrono::steady_clock::now();
+}
+
+void AcpServer::StartIdlePauser() {
+  if (config_.idle_pause.count() <= 0) return;
+  idle_pauser_ = std::thread([this] { IdlePauserLoop(); });
+}
+
+void AcpServer::IdlePauserLoop() {
+  // Checked often enough that a sandbox is paused at most a second (or a
+  // quarter of --idle-pause) late; each check only reads the sessions' state.
+  const auto tick = std::min<std::chrono::milliseconds>(
+      std::chrono::seconds(1),
+      std::max<std::chrono::milliseconds>(std::chrono::milliseconds(100), config_.idle_pause / 4));
+  std::unique_lock<std::mutex> stop_lock(idle_stop_mu_);
+  while (!idle_stop_cv_.wait_for(stop_lock, tick, [this] { return idle_stop_; })) {
+    if (pause_unsupported_.load()) return;
+    stop_lock.unlock();
+    std::vector<std::shared_ptr<Session>> sessions;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [id, s] : sessions_) sessions.push_back(s);
+    }
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& s : sessions) PauseIfIdle(*s, now);
+    sessions.clear();
+    stop_lock.lock();
+  }
+}
+
+void AcpServer::PauseIfIdle(Session& s, std::chrono::steady_clock::time_point now) {
+  std::lock_guard<std::mutex> lock(s.idle_mu);
+  if (s.paused || s.sandbox_users > 0 || s.busy.load() || now - s.idle_since < config_.idle_pause) {
+    return;
+  }
+  const std::string id = s.lease->sandbox().id();
+  auto st = providers_.provider->Pause(id);
+  if (!st) {
+    if (st.error().code == ErrorCode::kUnimplemented) {
+      if (!pause_unsupported_.exchange(true)) {
+        LogLine("idle sandboxes stay running: " + st.error().message);
+      }
+      return;
+    }
+    LogLine("session " + s.id + ": pausing idle sandbox " + id + ": " + st.error().message);
+    s.idle_since = now;  // tried again after another idle period
+    return;
+  }
+  s.paused = true;
+  LogLine("session " + s.id + ": sandbox " + id + " paused (idle)");
+}
 
 void AcpServer::Handle(RpcMessage m) {
   const bool request = m.kind == RpcMessage::Kind::kRequest;
@@ -508,6 +609,7 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
     return Fail(m.id, acp::kInternalError, "cannot start the agent: " + created.error().message);
   }
   s->agent = std::move(*created);
+  s->idle_since = std::chrono::steady_clock::now();  // idle from now, not from the claim
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutting_down_) return;  // `s` goes, and its sandbox with it
@@ -556,6 +658,13 @@ void AcpServer::Prompt(const RpcMessage& m) {
   if (s->busy.exchange(true)) {
     return Fail(m.id, acp::kInvalidRequest, "a prompt is already running in this session");
   }
+  // Before anything touches the sandbox (the editor's text goes in on
+  // reads): a sandbox paused while idle runs again.
+  if (auto st = BeginSandboxUse(*s); !st) {
+    s->busy.store(false);
+    LogLine(st.error().message);
+    return Fail(m.id, acp::kInternalError, st.error().message);
+  }
   s->cancel.store(false);
   uint64_t drained;
   while (::read(s->cancel_fd.get(), &drained, sizeof drained) > 0) {
@@ -575,6 +684,7 @@ void AcpServer::Prompt(const RpcMessage& m) {
   callbacks.cancel = &s->cancel;
   callbacks.cancel_fd = s->cancel_fd.get();
   agent::RunResult r = s->agent->Run(*text, callbacks);
+  EndSandboxUse(*s);
   s->busy.store(false);
   std::string stop;
   switch (r.stop_reason) {
@@ -966,6 +1076,12 @@ void AcpServer::Shutdown() {
   std::map<std::string, std::shared_ptr<Session>> sessions;
   std::vector<Worker> workers;
   {
+    std::lock_guard<std::mutex> lock(idle_stop_mu_);
+    idle_stop_ = true;
+  }
+  idle_stop_cv_.notify_all();
+  if (idle_pauser_.joinable()) idle_pauser_.join();
+  {
     std::lock_guard<std::mutex> lock(mu_);
     shutting_down_ = true;
     sessions = sessions_;
@@ -1039,6 +1155,7 @@ int RunAcpServer(const AcpConfig& config) {
   int code = 0;
   {
     AcpServer server(config, peer, std::move(*providers));
+    server.StartIdlePauser();
     auto served = peer.Serve([&server](RpcMessage m) { server.Handle(std::move(m)); });
     if (!served) {
       LogLine(served.error().message);

@@ -7,6 +7,8 @@
 // with fs/write_text_file. Returns the process exit code.
 #pragma once
 
+#include <chrono>
+
 #include "acp/project_copy.h"
 #include "acp/protocol.h"
 #include "cli/run_config.h"
@@ -17,6 +19,10 @@ struct AcpConfig {
   run::RunConfig run;  // model, sandbox provider and its settings, threads, limits
   acp::ApprovalMode mode = acp::ApprovalMode::kApproveAll;
   acp::ProjectCopyOptions copy;
+  // A session's sandbox is paused (its processes frozen: memory kept, no
+  // CPU) after this long with no prompt running; the next prompt resumes
+  // it. 0 = never.
+  std::chrono::seconds idle_pause{300};
 };
 
 int RunAcpServer(const AcpConfig& config);
