@@ -709,3 +709,27 @@ def test_a_session_with_a_prompt_running_is_not_paused(
     assert finals[-1] == "completed"
     assert modes and set(modes) == {"running"}, modes
     assert sandboxes(deepbox_bin, env) == []
+
+
+def test_a_sandbox_that_cannot_be_resumed_fails_the_prompt_clearly(
+        tmp_path: Path, deepbox_bin: str, env: dict[str, str], project: Path) -> None:
+    model = write_replay(tmp_path / "gone.jsonl", [{"text": "first"}, {"text": "never"}])
+    editor = Editor()
+
+    async def run() -> tuple[str, str]:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       "--idle-pause", "1", env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            await conn.prompt(session_id=session.session_id, prompt=[text_block("one")])
+            await wait_for_mode(deepbox_bin, env, "paused")
+            (sb,) = sandboxes(deepbox_bin, env)
+            subprocess.run([deepbox_bin, "sandbox", "rm", sb["id"]], env=env, check=True,
+                           capture_output=True)
+            with pytest.raises(Exception) as failed:
+                await conn.prompt(session_id=session.session_id, prompt=[text_block("two")])
+            return sb["id"], str(failed.value)
+
+    sandbox_id, error = asyncio.run(run())
+    assert f"cannot resume sandbox {sandbox_id}" in error, error
+    assert sandboxes(deepbox_bin, env) == []
