@@ -15,7 +15,8 @@ using deepbox::json::object;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: mcp_conformance_client URL (scenario in MCP_CONFORMANCE_SCENARIO)\n");
+    std::fprintf(stderr,
+                 "usage: mcp_conformance_client URL (scenario in MCP_CONFORMANCE_SCENARIO)\n");
     return 2;
   }
   const char* env = std::getenv("MCP_CONFORMANCE_SCENARIO");
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
   std::printf("connected: protocol %s\n", (*client)->protocol_version().c_str());
   auto tools = (*client)->ListTools();
   if (!tools) {
-    std::fprintf(stderr, "%s: tools/list: %s\n", scenario.c_str(), tools.error().ToString().c_str());
+    std::fprintf(stderr, "%s: tools/list: %s\n", scenario.c_str(),
+                 tools.error().ToString().c_str());
     return 1;
   }
   int rc = 0;
