@@ -48,6 +48,8 @@ const char kRunEnvironmentHelp[] =
     "  AGENT_SANDBOX_ROUTER_URL --router-url (default: kubectl port-forward to\n"
     "                           svc/sandbox-router-svc in agent-sandbox-system)\n"
     "  AGENT_SANDBOX_ROUTER_TOKEN --router-token (default: none)\n"
+    "  AGENT_SANDBOX_ROUTER_TOKEN_SECRET_FILE --router-token-secret-file (default:\n"
+    "                           none): signs a router token per sandbox\n"
     "  AGENT_SANDBOX_READY_TIMEOUT --ready-timeout in seconds (default 180)\n"
     "  NO_COLOR                 non-empty: no colours (like --no-color)\n";
 
@@ -55,8 +57,8 @@ const char kRunConfigFileHelp[] =
     "Config file (--config FILE, YAML or JSON; every key optional): sandbox, model,\n"
     "approve, labels (a map), ttl, keep_sandbox, fork_subagents, max_steps, color, pool,\n"
     "network, memory, max_processes, cpus, disk, namespace, warm_pool, context, kubeconfig,\n"
-    "router_url, router_token, ready_timeout, record, threads_dir, model_idle_timeout,\n"
-    "system_prompt,\n"
+    "router_url, router_token, router_token_secret_file, ready_timeout, record,\n"
+    "threads_dir, model_idle_timeout, system_prompt,\n"
     "anthropic_base_url, openai_base_url, skills (a list of directories), memory_files\n"
     "(a list of AGENTS.md files). Example:\n"
     "  model: claude-sonnet-4-6\n"

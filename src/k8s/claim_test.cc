@@ -144,8 +144,9 @@ TEST_F(ClaimTest, AdoptsAWarmMemberOverOneWatch) {
   ASSERT_EQ(shutdown.size(), 20u);
   EXPECT_EQ(shutdown.back(), 'Z');
 
-  // One watch on this claim only, and one on the Events about it, both from
-  // the create's resourceVersion.
+  // One watch on this claim only, and at most one on the Events about it
+  // (its thread may not have asked yet when the claim was already ready),
+  // both from the create's resourceVersion.
   int watches = 0;
   int event_watches = 0;
   for (const auto& req : server_->requests()) {
@@ -161,7 +162,7 @@ TEST_F(ClaimTest, AdoptsAWarmMemberOverOneWatch) {
     EXPECT_EQ(req.Query("fieldSelector"), "metadata.name=" + c->claim_name);
   }
   EXPECT_EQ(watches, 1);
-  EXPECT_EQ(event_watches, 1);
+  EXPECT_LE(event_watches, 1);
 
   ASSERT_TRUE(claimer_->Release("default", c->claim_name));
   EXPECT_FALSE(server_->store().Get(kClaimKey, c->claim_name));

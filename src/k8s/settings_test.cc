@@ -281,10 +281,11 @@ TEST_F(SettingsTest, Registration) {
     }
   }
   EXPECT_THAT(names, ElementsAre("namespace", "context", "kubeconfig", "warm-pool", "router-url",
-                                 "router-token", "ready-timeout"));
-  EXPECT_THAT(envs, ElementsAre("AGENT_SANDBOX_NAMESPACE", "", "", "AGENT_SANDBOX_WARMPOOL",
-                                "AGENT_SANDBOX_ROUTER_URL", "AGENT_SANDBOX_ROUTER_TOKEN",
-                                "AGENT_SANDBOX_READY_TIMEOUT"));
+                                 "router-token", "router-token-secret-file", "ready-timeout"));
+  EXPECT_THAT(envs,
+              ElementsAre("AGENT_SANDBOX_NAMESPACE", "", "", "AGENT_SANDBOX_WARMPOOL",
+                          "AGENT_SANDBOX_ROUTER_URL", "AGENT_SANDBOX_ROUTER_TOKEN",
+                          "AGENT_SANDBOX_ROUTER_TOKEN_SECRET_FILE", "AGENT_SANDBOX_READY_TIMEOUT"));
   ASSERT_TRUE(r.owns_id);
   ASSERT_TRUE(r.make);
   EXPECT_TRUE(r.owns_id("default/sandbox-claim-1a2b3c4d"));
