@@ -2,7 +2,6 @@
 
 #include <archive.h>
 #include <archive_entry.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/socket.h>
@@ -19,6 +18,7 @@
 #include "common/json.h"
 #include "common/terminal_text.h"
 #include "common/unique_fd.h"
+#include "fs/archive_loader.h"
 #include "fs/atomic_file.h"
 #include "fs/dir_entries.h"
 #include "fs/path_resolver.h"
@@ -35,79 +35,11 @@ constexpr size_t kMaxLinkTarget = 4095;
 
 // ------------------------------------------------------------ libarchive
 
-// libarchive is loaded only when a directory is copied: linked normally it
-// (with libxml2, ICU, nettle, lzma, zstd, ...) would be loaded by every
-// `deepbox` process, including each sandbox's supervisor (~1.5 ms and
-// hundreds of KiB per sandbox).
-#define DEEPBOX_ARCHIVE_FUNCS(X)             \
-  X(archive_entry_filetype)                  \
-  X(archive_entry_free)                      \
-  X(archive_entry_hardlink)                  \
-  X(archive_entry_new)                       \
-  X(archive_entry_pathname)                  \
-  X(archive_entry_pathname_utf8)             \
-  X(archive_entry_perm)                      \
-  X(archive_entry_set_filetype)              \
-  X(archive_entry_set_mtime)                 \
-  X(archive_entry_set_pathname)              \
-  X(archive_entry_set_perm)                  \
-  X(archive_entry_set_size)                  \
-  X(archive_entry_set_symlink)               \
-  X(archive_entry_size)                      \
-  X(archive_entry_size_is_set)               \
-  X(archive_entry_symlink)                   \
-  X(archive_entry_symlink_utf8)              \
-  X(archive_error_string)                    \
-  X(archive_read_data_block)                 \
-  X(archive_read_free)                       \
-  X(archive_read_new)                        \
-  X(archive_read_next_header)                \
-  X(archive_read_open_fd)                    \
-  X(archive_read_support_format_gnutar)      \
-  X(archive_read_support_format_tar)         \
-  X(archive_write_close)                     \
-  X(archive_write_data)                      \
-  X(archive_write_free)                      \
-  X(archive_write_header)                    \
-  X(archive_write_new)                       \
-  X(archive_write_open2)                     \
-  X(archive_write_set_format_pax_restricted) \
-  X(archive_write_set_options)
-
-struct ArchiveApi {
-#define DEEPBOX_DECLARE(name) decltype(&::name) name = nullptr;
-  DEEPBOX_ARCHIVE_FUNCS(DEEPBOX_DECLARE)
-#undef DEEPBOX_DECLARE
-};
-
-Result<const ArchiveApi*> LoadArchive() {
-  static ArchiveApi api;
-  static std::string error;
-  static bool loaded = [] {
-    void* h = dlopen("libarchive.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      error = std::string("copying directories needs libarchive: ") + dlerror();
-      return false;
-    }
-#define DEEPBOX_LOAD(name)                                         \
-  api.name = reinterpret_cast<decltype(&::name)>(dlsym(h, #name)); \
-  if (api.name == nullptr) {                                       \
-    error = "libarchive.so.13 lacks " #name;                       \
-    return false;                                                  \
-  }
-    DEEPBOX_ARCHIVE_FUNCS(DEEPBOX_LOAD)
-#undef DEEPBOX_LOAD
-    return true;
-  }();
-  if (!loaded) return MakeError(ErrorCode::kUnavailable, error);
-  return &api;
-}
-
 // ------------------------------------------------------------ names
 
 std::string Shown(std::string_view text) { return SanitizeLineForTerminal(text); }
 
-std::string ArchiveError(const ArchiveApi& A, archive* a) {
+std::string ArchiveError(const fs::LibArchive& A, archive* a) {
   const char* e = A.archive_error_string(a);
   return Shown(e != nullptr ? e : "unknown libarchive error");
 }
@@ -385,7 +317,7 @@ void NoteDeepboxFile(const std::vector<std::string>& rel, CopyStats& stats) {
   }
 }
 
-Status ExtractUntrusted(const ArchiveApi& A, int fd, HostDestination& dest,
+Status ExtractUntrusted(const fs::LibArchive& A, int fd, HostDestination& dest,
                         const std::vector<std::string>& top, const std::vector<std::string>& prefix,
                         CopyStats& stats) {
   std::unique_ptr<archive, decltype(A.archive_read_free)> in(A.archive_read_new(),
@@ -489,7 +421,7 @@ Status ExtractUntrusted(const ArchiveApi& A, int fd, HostDestination& dest,
 // fstat; symlinks are stored as links; FIFOs, sockets and devices are skipped.
 class TarProducer {
  public:
-  TarProducer(const ArchiveApi& A, int out, std::FILE* warnings, CopyStats& stats)
+  TarProducer(const fs::LibArchive& A, int out, std::FILE* warnings, CopyStats& stats)
       : A_(A), out_(out), warnings_(warnings), stats_(stats) {}
 
   Status Run(int dir, const std::string& shown, const std::string& single_symlink_name = "",
@@ -644,7 +576,7 @@ class TarProducer {
     stats_.skipped.push_back(line);
   }
 
-  const ArchiveApi& A_;
+  const fs::LibArchive& A_;
   int out_;
   std::FILE* warnings_;
   CopyStats& stats_;
@@ -761,7 +693,7 @@ Result<CopyStats> SandboxCopier::FromSandboxQuietly(const std::string& sandbox_s
   if (!top_dir) return tl::unexpected(top_dir.error());
   ++stats.directories;
 
-  auto api = LoadArchive();
+  auto api = fs::LoadLibArchive("copying directories");
   if (!api) return tl::unexpected(api.error());
   auto pair = StreamPair();
   if (!pair) return tl::unexpected(pair.error());
@@ -891,7 +823,7 @@ Result<CopyStats> SandboxCopier::ToSandbox(const std::string& host_src,
     return stats;
   }
 
-  auto api = LoadArchive();
+  auto api = fs::LoadLibArchive("copying directories");
   if (!api) return tl::unexpected(api.error());
   auto pair = StreamPair();
   if (!pair) return tl::unexpected(pair.error());

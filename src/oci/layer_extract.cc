@@ -2,7 +2,6 @@
 
 #include <archive.h>
 #include <archive_entry.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -17,6 +16,7 @@
 #include "common/io.h"
 #include "common/terminal_text.h"
 #include "common/unique_fd.h"
+#include "fs/archive_loader.h"
 #include "fs/dir_entries.h"
 #include "fs/path_resolver.h"
 
@@ -32,62 +32,8 @@ constexpr size_t kMaxNotes = 16;
 constexpr std::string_view kWhiteoutPrefix = ".wh.";
 constexpr std::string_view kOpaqueMarker = ".wh..wh..opq";
 
-// libarchive is loaded only when a layer is extracted: linked normally it
-// (with libxml2, ICU, nettle, lzma, zstd, ...) would be loaded by every
-// `deepbox` process, each sandbox's supervisor included (src/cli/sandbox_copy.cc
-// does the same for `sandbox cp`).
-#define DEEPBOX_LAYER_ARCHIVE_FUNCS(X) \
-  X(archive_entry_filetype)            \
-  X(archive_entry_hardlink)            \
-  X(archive_entry_mtime)               \
-  X(archive_entry_mtime_is_set)        \
-  X(archive_entry_mtime_nsec)          \
-  X(archive_entry_pathname)            \
-  X(archive_entry_perm)                \
-  X(archive_entry_size)                \
-  X(archive_entry_size_is_set)         \
-  X(archive_entry_symlink)             \
-  X(archive_error_string)              \
-  X(archive_read_data_block)           \
-  X(archive_read_free)                 \
-  X(archive_read_new)                  \
-  X(archive_read_next_header)          \
-  X(archive_read_open)                 \
-  X(archive_read_support_filter_gzip)  \
-  X(archive_read_support_filter_zstd)  \
-  X(archive_read_support_format_tar)
-
-struct LayerArchiveApi {
-#define DEEPBOX_LAYER_DECLARE(name) decltype(&::name) name = nullptr;
-  DEEPBOX_LAYER_ARCHIVE_FUNCS(DEEPBOX_LAYER_DECLARE)
-#undef DEEPBOX_LAYER_DECLARE
-};
-
-Result<const LayerArchiveApi*> LoadLayerArchive() {
-  static LayerArchiveApi api;
-  static std::string error;
-  static bool loaded = [] {
-    void* h = dlopen("libarchive.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) {
-      error = std::string("extracting image layers needs libarchive: ") + dlerror();
-      return false;
-    }
-#define DEEPBOX_LAYER_LOAD(name)                                   \
-  api.name = reinterpret_cast<decltype(&::name)>(dlsym(h, #name)); \
-  if (api.name == nullptr) {                                       \
-    error = "libarchive.so.13 lacks " #name;                       \
-    return false;                                                  \
-  }
-    DEEPBOX_LAYER_ARCHIVE_FUNCS(DEEPBOX_LAYER_LOAD)
-#undef DEEPBOX_LAYER_LOAD
-    return true;
-  }();
-  if (!loaded) return MakeError(ErrorCode::kUnavailable, error);
-  return &api;
-}
-
 struct ArchiveCloser {
-  const LayerArchiveApi* api;
+  const fs::LibArchive* api;
   void operator()(archive* a) const { api->archive_read_free(a); }
 };
 
@@ -165,7 +111,7 @@ Status RemoveEntryAt(int dirfd, const std::string& name, int depth = 0) {
 
 class LayerWriter {
  public:
-  LayerWriter(const LayerArchiveApi& api, archive* a, fs::Root root)
+  LayerWriter(const fs::LibArchive& api, archive* a, fs::Root root)
       : A(api), a_(a), root_(std::move(root)) {}
 
   Status Entry(archive_entry* entry, LayerExtractStats& stats) {
@@ -411,7 +357,7 @@ class LayerWriter {
     return {};
   }
 
-  const LayerArchiveApi& A;
+  const fs::LibArchive& A;
   archive* a_;
   fs::Root root_;
 };
@@ -419,9 +365,9 @@ class LayerWriter {
 }  // namespace
 
 Result<LayerExtractStats> ExtractLayer(const LayerSource& source, const std::string& dest_dir) {
-  auto api = LoadLayerArchive();
+  auto api = fs::LoadLibArchive("extracting image layers");
   if (!api) return tl::unexpected(api.error());
-  const LayerArchiveApi& A = **api;
+  const fs::LibArchive& A = **api;
   auto root = fs::Root::Open(dest_dir);
   if (!root) return tl::unexpected(root.error());
   std::unique_ptr<archive, ArchiveCloser> a(A.archive_read_new(), ArchiveCloser{&A});
