@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <pwd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +11,7 @@
 #include "common/io.h"
 #include "common/json.h"
 #include "common/unique_fd.h"
+#include "common/user_state_dir.h"
 #include "oci/reference.h"
 
 namespace deepbox::oci {
@@ -85,16 +85,7 @@ Result<std::optional<RegistryCredentials>> LookupCredentials(std::string_view re
   } else if (std::string d = env("DOCKER_CONFIG"); !d.empty()) {
     file = d + "/config.json";
   } else {
-    std::string home = env("HOME");
-    if (home.empty()) {
-      struct passwd pw {};
-      struct passwd* found = nullptr;
-      char buf[4096];
-      if (getpwuid_r(geteuid(), &pw, buf, sizeof(buf), &found) == 0 && found != nullptr &&
-          found->pw_dir != nullptr) {
-        home = found->pw_dir;
-      }
-    }
+    std::string home = UserHomeDir(env);
     if (home.empty()) return std::optional<RegistryCredentials>();
     file = home + "/.docker/config.json";
   }

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <pwd.h>
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -20,6 +19,7 @@
 #include "common/remove_tree.h"
 #include "common/time.h"
 #include "common/trusted_path.h"
+#include "common/user_state_dir.h"
 #include "fs/dir_entries.h"
 #include "oci/digest.h"
 #include "oci/layer_extract.h"
@@ -88,26 +88,7 @@ Result<std::string> DefaultImageDir(const EnvFn& env_fn) {
     if (!p) return p;
     return *p + "/images";
   }
-  if (std::string x = env("XDG_STATE_HOME"); !x.empty() && x.front() == '/') {
-    return x + "/deepbox/images";
-  }
-  std::string home = env("HOME");
-  if (home.empty() || home.front() != '/') {
-    if (geteuid() == 0) return std::string("/var/lib/deepbox/images");
-    struct passwd pw {};
-    struct passwd* found = nullptr;
-    char buf[4096];
-    if (getpwuid_r(geteuid(), &pw, buf, sizeof(buf), &found) == 0 && found != nullptr &&
-        found->pw_dir != nullptr && found->pw_dir[0] == '/') {
-      home = found->pw_dir;
-    }
-  }
-  if (home.empty() || home.front() != '/') {
-    return MakeError(ErrorCode::kUnavailable,
-                     "no directory for images: set DEEPBOX_IMAGE_DIR (or HOME) to a directory "
-                     "only you can write");
-  }
-  return home + "/.local/state/deepbox/images";
+  return UserStateDir(env, "images", "DEEPBOX_IMAGE_DIR");
 }
 
 Result<std::unique_ptr<ImageStore>> ImageStore::Open(const std::string& given) {

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <limits.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -24,6 +23,7 @@
 #include "common/time.h"
 #include "common/trusted_path.h"
 #include "common/unique_fd.h"
+#include "common/user_state_dir.h"
 
 namespace deepbox {
 namespace {
@@ -153,26 +153,9 @@ Result<fs::path> DefaultSnapshotDir(const std::string& state_dir, const EnvLooku
     if (!p) return p;
     return *p / "snapshots";
   }
-  if (std::string x = env("XDG_STATE_HOME"); !x.empty() && x.front() == '/') {
-    return fs::path(x) / "deepbox" / "snapshots";
-  }
-  std::string home = env("HOME");
-  if (home.empty() || home.front() != '/') {
-    if (geteuid() == 0) return fs::path("/var/lib/deepbox/snapshots");
-    struct passwd pw {};
-    struct passwd* found = nullptr;
-    char buf[4096];
-    if (getpwuid_r(geteuid(), &pw, buf, sizeof(buf), &found) == 0 && found != nullptr &&
-        found->pw_dir != nullptr && found->pw_dir[0] == '/') {
-      home = found->pw_dir;
-    }
-  }
-  if (home.empty() || home.front() != '/') {
-    return MakeError(ErrorCode::kUnavailable,
-                     "no directory for snapshots: set DEEPBOX_SNAPSHOT_DIR (or HOME) to a "
-                     "directory only you can write");
-  }
-  return fs::path(home) / ".local" / "state" / "deepbox" / "snapshots";
+  auto dir = UserStateDir(env, "snapshots", "DEEPBOX_SNAPSHOT_DIR");
+  if (!dir) return tl::unexpected(dir.error());
+  return fs::path(*dir);
 }
 
 Result<SnapshotStore> SnapshotStore::Open(const SnapshotStoreOptions& options) {
