@@ -106,6 +106,15 @@ class Editor:
     def of_kind(self, kind: str) -> list[Any]:
         return [u for u in self.updates if getattr(u, "session_update", None) == kind]
 
+    async def running(self, tool_call_id: str) -> None:
+        """Until the tool call is reported in_progress (at most ~15 s; the
+        test's own assertions then say what went wrong)."""
+        for _ in range(300):
+            if any(u.tool_call_id == tool_call_id and u.status == "in_progress"
+                   for u in self.of_kind("tool_call") + self.of_kind("tool_call_update")):
+                return
+            await asyncio.sleep(0.05)
+
 
 CAPS = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True, write_text_file=True))
 
@@ -278,11 +287,7 @@ def test_cancel_stops_the_running_command(tmp_path: Path, deepbox_bin: str, env:
             session = await conn.new_session(cwd=str(project), mcp_servers=[])
             prompt = asyncio.create_task(
                 conn.prompt(session_id=session.session_id, prompt=[text_block("wait")]))
-            for _ in range(300):
-                if any(u.tool_call_id == "t_sleep" and u.status == "in_progress"
-                       for u in editor.of_kind("tool_call") + editor.of_kind("tool_call_update")):
-                    break
-                await asyncio.sleep(0.05)
+            await editor.running("t_sleep")
             await asyncio.sleep(0.5)  # the command is running
             t0 = time.monotonic()
             await conn.cancel(session_id=session.session_id)
@@ -691,11 +696,7 @@ def test_a_session_with_a_prompt_running_is_not_paused(
             session = await conn.new_session(cwd=str(project), mcp_servers=[])
             prompt = asyncio.create_task(
                 conn.prompt(session_id=session.session_id, prompt=[text_block("wait")]))
-            for _ in range(300):
-                if any(u.tool_call_id == "t_sleep" and u.status == "in_progress"
-                       for u in editor.of_kind("tool_call") + editor.of_kind("tool_call_update")):
-                    break
-                await asyncio.sleep(0.05)
+            await editor.running("t_sleep")
             # While the command runs (well past --idle-pause): never paused.
             while not prompt.done():
                 modes.append(await asyncio.to_thread(sandbox_mode, deepbox_bin, env))
