@@ -442,7 +442,8 @@ void RegisterImageCommands(CLI::App& app) {
       "pull",
       "Pull an image from its registry into the cache: python:3.12-slim-bookworm,\n"
       "registry:port/repo:tag, repo@sha256:... . Credentials come from\n"
-      "$REGISTRY_AUTH_FILE, $DOCKER_CONFIG/config.json or ~/.docker/config.json.\n"
+      "$REGISTRY_AUTH_FILE, $DOCKER_CONFIG/config.json or ~/.docker/config.json,\n"
+      "through its credential helper (credHelpers, credsStore) when it names one.\n"
       "The cache is $DEEPBOX_IMAGE_DIR, else $DEEPBOX_STATE_DIR/images, else\n"
       "~/.local/state/deepbox/images.");
   pull->add_option("reference", pull_args->reference, "REF: the image")->required();

@@ -12,6 +12,7 @@
 #include "common/json.h"
 #include "common/unique_fd.h"
 #include "common/user_state_dir.h"
+#include "oci/credential_helper.h"
 #include "oci/reference.h"
 
 namespace deepbox::oci {
@@ -73,6 +74,37 @@ Result<std::optional<RegistryCredentials>> CredentialsFromAuthFile(std::string_v
   return std::optional<RegistryCredentials>();
 }
 
+Result<std::optional<RegistryCredentials>> ResolveCredentials(std::string_view text,
+                                                              std::string_view registry,
+                                                              std::string_view file,
+                                                              const std::string& helper_path) {
+  auto doc = ParseJsonObject(text);
+  if (!doc) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("registry auth file {}: {}", file, doc.error().message));
+  }
+  // The helper for this registry: credHelpers first, then credsStore.
+  std::string helper;
+  if (const json::value* per = doc->if_contains("credHelpers"); per && per->is_object()) {
+    for (const auto& [key, name] : per->as_object()) {
+      if (AuthKeyHost(key) == registry && name.is_string()) helper = std::string(name.as_string());
+    }
+  }
+  if (helper.empty()) helper = GetOptString(*doc, "credsStore").value_or("");
+  if (!helper.empty()) {
+    CredentialHelperOptions options;
+    options.path = helper_path;
+    auto found = RunCredentialHelper(helper, registry, options);
+    if (!found) {
+      Error e = found.error();
+      e.message = fmt::format("{} (named by {})", e.message, file);
+      return tl::unexpected(e);
+    }
+    if (*found) return found;
+  }
+  return CredentialsFromAuthFile(text, registry, file);
+}
+
 Result<std::optional<RegistryCredentials>> LookupCredentials(std::string_view registry,
                                                              const EnvFn& env_fn) {
   auto env = [&](const char* name) -> std::string {
@@ -96,7 +128,7 @@ Result<std::optional<RegistryCredentials>> LookupCredentials(std::string_view re
   }
   auto text = ReadAll(fd.get(), file, kMaxAuthFileBytes);
   if (!text) return tl::unexpected(text.error());
-  return CredentialsFromAuthFile(*text, registry, file);
+  return ResolveCredentials(*text, registry, file, env("PATH"));
 }
 
 }  // namespace deepbox::oci

@@ -1,8 +1,10 @@
 // Registry credentials from the files Docker, Podman and skopeo write:
 // $REGISTRY_AUTH_FILE, else $DOCKER_CONFIG/config.json, else
-// ~/.docker/config.json. Only the inline form is read: auths.<host>.auth
-// (base64 of "user:password") or auths.<host>.username/password. Credential
-// helpers (credsStore, credHelpers) are not run.
+// ~/.docker/config.json. In that file, as docker and skopeo read it:
+// credHelpers.<host> names the credential helper for a registry, else
+// credsStore the default one (oci/credential_helper.h runs it); else, or
+// when the helper has none, the inline form auths.<host>.auth (base64 of
+// "user:password") or auths.<host>.username/password.
 #pragma once
 
 #include <functional>
@@ -17,6 +19,10 @@ namespace deepbox::oci {
 struct RegistryCredentials {
   std::string username;
   std::string password;
+  // An identity token (an OAuth refresh token a credential helper keeps,
+  // username "<token>"): exchanged at the registry's token service for an
+  // access token (grant_type=refresh_token) instead of a login.
+  std::string identity_token;
 };
 
 using EnvFn = std::function<const char*(const char*)>;
@@ -28,9 +34,17 @@ using EnvFn = std::function<const char*(const char*)>;
 Result<std::optional<RegistryCredentials>> LookupCredentials(std::string_view registry,
                                                              const EnvFn& env = nullptr);
 
-// The same from one file's text (`file` only names it in messages).
+// The inline credentials (auths) from one file's text (`file` only names it
+// in messages); credential helpers are not consulted.
 Result<std::optional<RegistryCredentials>> CredentialsFromAuthFile(std::string_view text,
                                                                    std::string_view registry,
                                                                    std::string_view file);
+
+// The same with the file's credential helpers (credHelpers, credsStore),
+// looked up in `helper_path` (empty: $PATH).
+Result<std::optional<RegistryCredentials>> ResolveCredentials(std::string_view text,
+                                                              std::string_view registry,
+                                                              std::string_view file,
+                                                              const std::string& helper_path);
 
 }  // namespace deepbox::oci

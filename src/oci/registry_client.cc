@@ -175,8 +175,15 @@ struct RegistryClient::Impl {
                                    "WWW-Authenticate challenge",
                                    Describe()));
     }
+    const bool identity = c && !c->identity_token.empty();
     std::string basic =
-        c ? "Basic " + Base64Encode(c->username + ":" + c->password) : std::string();
+        c && !identity ? "Basic " + Base64Encode(c->username + ":" + c->password) : std::string();
+    if (challenge->scheme == "basic" && identity) {
+      return MakeError(ErrorCode::kUnauthenticated,
+                       fmt::format("registry {} asks for a login (basic auth), and the "
+                                   "credential helper holds only an identity token for it",
+                                   Describe()));
+    }
     if (challenge->scheme == "basic") {
       if (!c) {
         return MakeError(ErrorCode::kUnauthenticated,
@@ -215,9 +222,21 @@ struct RegistryClient::Impl {
     auto token_client = net::HttpClient::Create(origin, ClientOptionsFor(origin == OriginOfBase()));
     if (!token_client) return tl::unexpected(token_client.error());
     net::ClientRequest req;
-    req.target = realm->path + "?" + (realm->query.empty() ? "" : realm->query + "&") +
-                 net::BuildQuery(query);
-    if (c) req.headers.Add("Authorization", basic);
+    if (identity) {
+      // The OAuth2 form of the token service (as docker does with an
+      // identity token): the refresh token travels in a POST body, not a URL.
+      query.emplace_back("grant_type", "refresh_token");
+      query.emplace_back("client_id", "deepbox");
+      query.emplace_back("refresh_token", c->identity_token);
+      req.method = "POST";
+      req.target = realm->path + (realm->query.empty() ? "" : "?" + realm->query);
+      req.headers.Set("Content-Type", "application/x-www-form-urlencoded");
+      req.body = net::BuildQuery(query);
+    } else {
+      req.target = realm->path + "?" + (realm->query.empty() ? "" : realm->query + "&") +
+                   net::BuildQuery(query);
+      if (c) req.headers.Add("Authorization", basic);
+    }
     auto answer = (*token_client)->Send(req);
     if (!answer) {
       Error e = answer.error();
@@ -228,8 +247,9 @@ struct RegistryClient::Impl {
     if (answer->status == 401 || answer->status == 403) {
       return MakeError(ErrorCode::kUnauthenticated,
                        fmt::format("registry {}: the token service refused {} ({})", Describe(),
-                                   c ? "the credentials of user '" + c->username + "'"
-                                     : std::string("an anonymous token"),
+                                   identity ? std::string("the credential helper's identity token")
+                                   : c      ? "the credentials of user '" + c->username + "'"
+                                            : std::string("an anonymous token"),
                                    answer->status));
     }
     if (answer->status != 200 || answer->body.size() > kMaxTokenBytes) {

@@ -389,6 +389,49 @@ TEST_F(RegistryTest, BearerTokenFlowFromWwwAuthenticate) {
       << refused.error().message;
 }
 
+// A credential helper named by the Docker config (credHelpers) that holds an
+// identity token: the client exchanges it at the token service in the
+// OAuth2 form (POST grant_type=refresh_token), never sending a login.
+TEST_F(RegistryTest, ACredentialHelpersIdentityTokenIsExchangedForAnAccessToken) {
+  TestRegistryOptions o{true, kUser, kPassword, true};
+  o.identity_token = "refresh-token-from-helper";
+  auto tokened = TestRegistry::Start(o);
+  ASSERT_TRUE(tokened) << tokened.error().message;
+  TestRegistry& registry = **tokened;
+  PushImage(registry, "team/helped", "v1",
+            {{BuildLayer({File("hello", "helped")}), Compression::kGzip}});
+  TempDir docker("oci-docker-helper");
+  fs::testing::WriteRaw(docker.Path("bin/docker-credential-deepboxtest"),
+                        "#!/bin/sh\n[ \"$(cat)\" = \"" + registry.host() +
+                            "\" ] || { echo 'credentials not found'; exit 1; }\n"
+                            "echo '{\"Username\":\"<token>\",\"Secret\":\"" +
+                            o.identity_token + "\"}'\n");
+  ASSERT_EQ(::chmod(docker.Path("bin/docker-credential-deepboxtest").c_str(), 0755), 0);
+  fs::testing::WriteRaw(docker.Path("config.json"),
+                        R"({"credHelpers":{")" + registry.host() + R"(":"deepboxtest"}})");
+  const std::string old_path = std::getenv("PATH") != nullptr ? std::getenv("PATH") : "";
+  setenv("DOCKER_CONFIG", docker.path().c_str(), 1);
+  setenv("PATH", (docker.Path("bin") + ":" + old_path).c_str(), 1);
+  PullOptions options;
+  options.registry.ca_file = registry.ca_file();
+  auto pulled = PullImage(*store_, Ref(registry, "team/helped:v1"), options);
+  // A helper whose token the service does not take: a clear refusal.
+  fs::testing::WriteRaw(docker.Path("bin/docker-credential-deepboxtest"),
+                        "#!/bin/sh\ncat >/dev/null\n"
+                        "echo '{\"Username\":\"<token>\",\"Secret\":\"revoked\"}'\n");
+  auto refused = PullImage(*store_, Ref(registry, "team/helped:v2"), options);
+  setenv("PATH", old_path.c_str(), 1);
+  unsetenv("DOCKER_CONFIG");
+  ASSERT_TRUE(pulled) << pulled.error().message;
+  EXPECT_EQ(fs::testing::ReadRaw(pulled->layer_dirs[0] + "/hello"), "helped");
+  EXPECT_GE(registry.tokens_issued(), 1);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnauthenticated) << refused.error().message;
+  EXPECT_NE(refused.error().message.find("identity token"), std::string::npos)
+      << refused.error().message;
+  ExpectCacheConsistent();
+}
+
 TEST_F(RegistryTest, AnUnreachableRegistryIsAClearError) {
   std::string host = plain_->host();
   plain_->Stop();

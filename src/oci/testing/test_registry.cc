@@ -68,7 +68,7 @@ std::string Base64Url(std::string_view data) {
 struct TestRegistry::TokenService {
   std::string cert_der;
   EVP_PKEY* key = nullptr;
-  std::string username, password;
+  std::string username, password, identity_token;
   std::unique_ptr<net::HttpServer> server;
   std::atomic<int> issued{0};
 
@@ -131,20 +131,33 @@ struct TestRegistry::TokenService {
 
   void Handle(net::Request& request, net::ResponseWriter& writer) {
     std::string expected = "Basic " + Base64Encode(username + ":" + password);
-    if (request.path != "/token" || request.Header("Authorization").value_or("") != expected) {
+    // The OAuth2 form: POST grant_type=refresh_token with an identity token.
+    const bool oauth = request.method == "POST";
+    auto params = oauth ? net::ParseQuery(request.body) : request.query;
+    auto param = [&](std::string_view name) {
+      for (const auto& [k, v] : params) {
+        if (k == name) return v;
+      }
+      return std::string();
+    };
+    const bool authorized = oauth ? !identity_token.empty() &&
+                                        param("grant_type") == "refresh_token" &&
+                                        param("refresh_token") == identity_token
+                                  : request.Header("Authorization").value_or("") == expected;
+    if (request.path != "/token" || !authorized) {
       (void)writer.Send(net::Response::Json(401, R"({"details":"bad login"})"));
       return;
     }
     // scope=repository:NAME:ACTIONS
     std::vector<std::pair<std::string, std::string>> access;
-    for (const auto& [k, v] : request.query) {
+    for (const auto& [k, v] : params) {
       if (k != "scope" || !v.starts_with("repository:")) continue;
       size_t last = v.rfind(':');
       access.emplace_back(v.substr(11, last - 11), v.substr(last + 1));
     }
     ++issued;
     json::object body;
-    body["token"] = Mint(access);
+    body[oauth ? "access_token" : "token"] = Mint(access);
     (void)writer.Send(net::Response::Json(200, ToJson(body)));
   }
 };
@@ -191,6 +204,7 @@ Result<std::unique_ptr<TestRegistry>> TestRegistry::Start(const TestRegistryOpti
     auto service = std::make_unique<TokenService>();
     service->username = options.username;
     service->password = options.password;
+    service->identity_token = options.identity_token;
     BIO* bio =
         BIO_new_mem_buf(pki.server_key_pem.data(), static_cast<int>(pki.server_key_pem.size()));
     service->key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);

@@ -25,6 +25,10 @@ struct TestRegistryOptions {
   // service (a loopback HTTP server here) that checks the login and issues
   // ES256 JWTs signed with a key whose certificate the registry trusts.
   bool token_auth = false;
+  // With token_auth: a refresh token the token service also accepts, in the
+  // OAuth2 form (POST grant_type=refresh_token), as a credential helper's
+  // identity token is exchanged. It answers access_token then.
+  std::string identity_token;
 };
 
 class TestRegistry {
