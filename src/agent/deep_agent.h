@@ -4,7 +4,7 @@
 //       .model = model,                 // a ChatModel (Anthropic, OpenAI, replay, ...)
 //       .sandbox = &lease->sandbox(),   // every tool call runs in here
 //       .system_prompt = "You are a coding assistant.",
-//       .thread_store = std::make_shared<ThreadStore>(ThreadStore::DefaultDir()),
+//       .thread_store = std::make_shared<ThreadStore>(threads_dir),
 //   });
 //   RunResult r = (*agent)->Run("Write fib.py, run it, report", {.on_event = print});
 //

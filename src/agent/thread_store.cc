@@ -65,14 +65,6 @@ Status ThreadWriter::MessageReplace(const agent::Message& m) {
 
 ThreadStore::ThreadStore(std::string dir) : dir_(std::move(dir)) {}
 
-std::string ThreadStore::DefaultDir() {
-  const char* xdg = std::getenv("XDG_STATE_HOME");
-  if (xdg && *xdg == '/') return std::string(xdg) + "/deepbox/threads";
-  const char* home = std::getenv("HOME");
-  std::string h = home && *home ? home : "/tmp";
-  return h + "/.local/state/deepbox/threads";
-}
-
 std::string ThreadStore::NewThreadId() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};

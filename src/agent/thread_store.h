@@ -78,8 +78,6 @@ class ThreadWriter {
 class ThreadStore {
  public:
   explicit ThreadStore(std::string dir);
-  // $XDG_STATE_HOME/deepbox/threads or ~/.local/state/deepbox/threads.
-  static std::string DefaultDir();
   static std::string NewThreadId();  // "th-YYYYMMDD-HHMMSS-<hex>"
 
   const std::string& dir() const { return dir_; }

@@ -289,19 +289,6 @@ TEST_F(ThreadTest, PausedInterruptSurvivesARestart) {
   EXPECT_EQ(ToolMessages(loaded->state.messages)[0].text, "\n[Command succeeded with exit code 0]");
 }
 
-TEST(ThreadStoreDirs, XdgStateHome) {
-  const char* old = std::getenv("XDG_STATE_HOME");
-  std::string saved = old ? old : "";
-  ::setenv("XDG_STATE_HOME", "/tmp/xdg-test", 1);
-  EXPECT_EQ(ThreadStore::DefaultDir(), "/tmp/xdg-test/deepbox/threads");
-  ::unsetenv("XDG_STATE_HOME");
-  const char* home = std::getenv("HOME");
-  if (home) {
-    EXPECT_EQ(ThreadStore::DefaultDir(), std::string(home) + "/.local/state/deepbox/threads");
-  }
-  if (old) ::setenv("XDG_STATE_HOME", saved.c_str(), 1);
-}
-
 TEST(Codec, HostileNumbersAreRejectedOrCapped) {
   // A negative cutoff used to become a huge size_t; 1e400 is infinity.
   for (const char* text : {R"({"cutoff_index":-1,"summary_message":{"role":"user"}})",

@@ -20,6 +20,7 @@
 #include "common/make_dirs.h"
 #include "common/terminal_text.h"
 #include "common/unique_fd.h"
+#include "common/user_state_dir.h"
 
 namespace deepbox::run {
 
@@ -333,11 +334,8 @@ Result<ProjectInputs> ReadProjectInputs(const std::string& dir, bool want_mcp, b
 }
 
 std::string DefaultTrustDir() {
-  const char* xdg = std::getenv("XDG_STATE_HOME");
-  if (xdg && *xdg == '/') return std::string(xdg) + "/deepbox/trusted-projects";
-  const char* home = std::getenv("HOME");
-  std::string h = home && *home ? home : "/tmp";
-  return h + "/.local/state/deepbox/trusted-projects";
+  // "" without a home: nothing is trusted, and trusting fails with a message.
+  return UserStateDir(ProcessEnvironment(), "trusted-projects", "HOME").value_or("");
 }
 
 Status MakePrivateDirs(const std::string& dir) {

@@ -148,6 +148,11 @@ Result<CopiedAgentFiles> CopyAgentFiles(Sandbox& sandbox, const AgentFiles& file
 }
 
 Status CheckThreadsDir(const std::string& dir) {
+  if (dir.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "no directory for threads: HOME is unset and this user has no home; set "
+                     "DEEPBOX_THREADS_DIR (or HOME)");
+  }
   std::error_code ec;
   // 0700 for every directory created, and the threads directory itself
   // (thread files hold tasks and tool output; their names say when each run was).

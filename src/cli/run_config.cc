@@ -15,6 +15,7 @@
 #include "agent/thread_store.h"
 #include "cli/providers.h"
 #include "common/strings.h"
+#include "common/user_state_dir.h"
 #include "local/lifecycle/selector.h"
 #include "sandbox/network_policy.h"
 #include "sandbox/secrets.h"
@@ -77,12 +78,14 @@ std::string DefaultThreadsDir(const EnvLookup& env) {
   if (const char* s = env("DEEPBOX_STATE_DIR"); s != nullptr && *s != '\0') {
     return std::string(s) + "/threads";
   }
-  if (const char* x = env("XDG_STATE_HOME"); x != nullptr && *x == '/') {
-    return std::string(x) + "/deepbox/threads";
-  }
-  const char* home = env("HOME");
-  return std::string(home != nullptr && *home != '\0' ? home : "/tmp") +
-         "/.local/state/deepbox/threads";
+  // "" when there is no home at all: CheckThreadsDir says what to set.
+  return UserStateDir(
+             [&](const char* name) {
+               const char* v = env(name);
+               return v == nullptr ? std::string() : std::string(v);
+             },
+             "threads", "DEEPBOX_THREADS_DIR")
+      .value_or("");
 }
 
 Result<std::pair<std::string, std::string>> ParseLabelFlag(std::string_view label) {

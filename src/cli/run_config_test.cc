@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/run_agent_files.h"
 #include "common/testing/temp_dir.h"
 #include "local/lifecycle/registration.h"
 
@@ -428,6 +430,16 @@ TEST(RunConfigTest, ThreadsDirFollowsTheStateDir) {
   EXPECT_EQ(
       DefaultThreadsDir(FakeEnv({{"DEEPBOX_STATE_DIR", "/s"}, {"DEEPBOX_THREADS_DIR", "/t"}})),
       "/t");
+  // Without HOME: never a shared directory such as /tmp (another user could
+  // make it first), but the one rule of common/user_state_dir.h.
+  if (::geteuid() == 0) {
+    EXPECT_EQ(DefaultThreadsDir(FakeEnv({})), "/var/lib/deepbox/threads");
+  } else {
+    EXPECT_FALSE(DefaultThreadsDir(FakeEnv({})).starts_with("/tmp"));
+  }
+  auto no_dir = CheckThreadsDir("");
+  ASSERT_FALSE(no_dir);
+  EXPECT_NE(no_dir.error().message.find("set DEEPBOX_THREADS_DIR"), std::string::npos);
   auto c = ResolveRunConfig({}, FakeEnv({{"DEEPBOX_STATE_DIR", "/s"}}));
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->threads_dir, "/s/threads");

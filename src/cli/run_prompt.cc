@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "common/unique_fd.h"
+#include "common/user_state_dir.h"
 
 namespace deepbox::run {
 
@@ -266,13 +267,8 @@ Status LinePrompt::AddHistory(const std::string& line) {
 }
 
 std::string DefaultHistoryFile() {
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x != nullptr && x[0] == '/') {
-    return std::string(x) + "/deepbox/run_history";
-  }
-  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] == '/') {
-    return std::string(home) + "/.local/state/deepbox/run_history";
-  }
-  return "";
+  // "" without a home: no history is kept.
+  return UserStateDir(ProcessEnvironment(), "run_history", "HOME").value_or("");
 }
 
 }  // namespace deepbox::run

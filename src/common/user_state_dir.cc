@@ -4,7 +4,16 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 namespace deepbox {
+
+EnvGetter ProcessEnvironment() {
+  return [](const char* name) {
+    const char* v = std::getenv(name);
+    return v == nullptr ? std::string() : std::string(v);
+  };
+}
 
 std::string UserHomeDir(const EnvGetter& env) {
   std::string home = env("HOME");

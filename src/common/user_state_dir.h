@@ -16,6 +16,9 @@ namespace deepbox {
 // An environment variable's value, "" when unset (tests pass their own).
 using EnvGetter = std::function<std::string(const char* name)>;
 
+// This process's environment.
+EnvGetter ProcessEnvironment();
+
 // HOME when absolute, else the password database's home of the effective
 // uid; "" when neither is.
 std::string UserHomeDir(const EnvGetter& env);

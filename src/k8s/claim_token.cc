@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "common/unique_fd.h"
+#include "common/user_state_dir.h"
 #include "net/token_digest.h"
 
 namespace deepbox::k8s {
@@ -98,12 +99,10 @@ std::string DefaultClaimKeyPath() {
   if (const char* f = std::getenv("DEEPBOX_K8S_CLAIM_KEY_FILE"); f != nullptr && *f != '\0') {
     return f;
   }
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x != nullptr && x[0] == '/') {
-    return std::string(x) + "/deepbox/k8s-claim-key";
-  }
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr && *home != '\0' ? home : "/") +
-         "/.local/state/deepbox/k8s-claim-key";
+  // "" without a home: loading it fails, and the provider's message names
+  // DEEPBOX_K8S_CLAIM_KEY_FILE.
+  return UserStateDir(ProcessEnvironment(), "k8s-claim-key", "DEEPBOX_K8S_CLAIM_KEY_FILE")
+      .value_or("");
 }
 
 Result<std::string> LoadOrCreateClaimKey(const std::string& path) {
