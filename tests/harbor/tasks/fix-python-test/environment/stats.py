@@ -1,0 +1,3 @@
+def mean(values):
+    """The arithmetic mean of a non-empty sequence."""
+    return sum(values) / (len(values) + 1)

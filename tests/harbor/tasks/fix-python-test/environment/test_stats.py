@@ -1,0 +1,13 @@
+import unittest
+
+from stats import mean
+
+
+class MeanTest(unittest.TestCase):
+    def test_mean(self):
+        self.assertEqual(mean([1, 2, 3, 4]), 2.5)
+        self.assertEqual(mean([7]), 7)
+
+
+if __name__ == "__main__":
+    unittest.main()
