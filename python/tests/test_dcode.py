@@ -92,6 +92,54 @@ def test_dcode_runs_a_deepbox_sandbox_through_the_plugin(dcode_python: str, deep
     assert out["id"] not in ls.stdout
 
 
+INTERFACE_SCRIPT = r"""
+import asyncio, inspect, json
+from deepagents_code.integrations import sandbox_provider as sp
+from deepbox.dcode import DeepboxProvider, SandboxNotFoundError
+
+out = {}
+out["subclass"] = issubclass(DeepboxProvider, sp.SandboxProvider)
+out["abstract_left"] = sorted(getattr(DeepboxProvider, "__abstractmethods__", ()))
+out["same_not_found"] = SandboxNotFoundError is sp.SandboxNotFoundError
+def kwonly(fn):
+    return sorted(n for n, p in inspect.signature(fn).parameters.items() if p.kind is p.KEYWORD_ONLY)
+out["signatures"] = {name: kwonly(getattr(DeepboxProvider, name)) == kwonly(getattr(sp.SandboxProvider, name))
+                     for name in ("get_or_create", "delete", "aget_or_create", "adelete")}
+provider = DeepboxProvider(labels={"deepbox.test/python": "provider-dcode"})
+meta = provider.metadata
+out["metadata"] = [type(meta).__name__, meta.name, meta.working_dir, meta.supports_sandbox_id]
+try:
+    provider.get_or_create(sandbox_id="sb-000000000000")
+except sp.SandboxError as e:  # dcode catches its own base class
+    out["missing"] = type(e).__name__
+async def run():
+    backend = await provider.aget_or_create()
+    r = await backend.aexecute("echo through dcode")
+    out["aexecute"] = [r.output, r.exit_code]
+    out["listed"] = [i["sandbox_id"] for i in provider.list()["items"]] == [backend.id]
+    await provider.adelete(sandbox_id=backend.id)
+    await provider.adelete(sandbox_id=backend.id)
+    out["empty_after"] = provider.list()["items"] == []
+asyncio.run(run())
+print(json.dumps(out))
+"""
+
+
+def test_provider_implements_dcodes_interface(dcode_python: str, deepbox_bin: str) -> None:
+    """dcode's own SandboxProvider ABC: nothing abstract left, the same keyword-only
+    signatures, dcode's SandboxNotFoundError (a SandboxError dcode catches) for a
+    missing id, and dcode's async wrappers driving a real sandbox."""
+    p = subprocess.run([dcode_python, "-c", INTERFACE_SCRIPT], capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["subclass"] and out["abstract_left"] == [] and out["same_not_found"]
+    assert out["signatures"] == {"get_or_create": True, "delete": True, "aget_or_create": True, "adelete": True}
+    assert out["metadata"] == ["SandboxProviderMetadata", "deepbox", "/workspace", True]
+    assert out["missing"] == "SandboxNotFoundError"
+    assert out["aexecute"] == ["through dcode\n", 0]
+    assert out["listed"] and out["empty_after"]
+
+
 def test_dcode_cli_lists_the_provider(dcode_python: str) -> None:
     dcode = str(Path(dcode_python).parent / "dcode")
     p = subprocess.run([dcode, "--help"], capture_output=True, text=True, timeout=120)

@@ -11,6 +11,16 @@ exists): ``ttl``, ``labels``, ``network``, ``pool``, ``artifacts_root``; the
 environment variables ``DEEPBOX_TTL``, ``DEEPBOX_NETWORK`` and
 ``DEEPBOX_POOL`` are the defaults.
 
+Besides dcode's interface, the provider keeps the provider contract that
+langchain-tests documents for ``SandboxProviderIntegrationTests``:
+``list()`` (``{"items": [{"sandbox_id", "metadata"}], "cursor": None}``: the
+sandboxes this provider's labels select), an idempotent ``delete``,
+``SandboxNotFoundError`` for a missing id, and the async twins
+(``aget_or_create``, ``alist``, ``adelete``). ``DeepboxProvider(provider="k8s",
+...)`` claims Kubernetes sandboxes instead (the arguments of
+``Sandbox.claim``); it can reattach only to claims it made itself, because
+the CLI prints the daemon's address and token only when it claims.
+
 dcode's own ``delete`` on exit is not enough (its server is stopped with
 SIGTERM and SIGKILL 3 s later, and outlives a SIGKILLed client), so every
 sandbox this provider creates gets a watcher (``deepbox._reaper``) that
@@ -21,6 +31,7 @@ started that server, is gone.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import select
 import subprocess
@@ -44,7 +55,9 @@ except ImportError:  # deepagents-code is not installed: the class still imports
     SandboxProvider = object  # type: ignore[assignment,misc]
     SandboxProviderMetadata = None  # type: ignore[assignment,misc]
     SandboxInstallHint = None  # type: ignore[assignment,misc]
-    SandboxNotFoundError = LookupError  # type: ignore[assignment,misc]
+
+    class SandboxNotFoundError(LookupError):  # type: ignore[no-redef]
+        """The requested sandbox does not exist (dcode's own class when it is installed)."""
 
 T = TypeVar("T")
 
@@ -169,11 +182,35 @@ class _DcodeSandbox(DeepboxSandbox):
 
 
 class DeepboxProvider(SandboxProvider):  # type: ignore[misc,valid-type]
-    """Local deepbox sandboxes for dcode."""
+    """deepbox sandboxes for dcode (local ones unless ``provider="k8s"``).
 
-    def __init__(self) -> None:
+    Args:
+        provider: ``"local"`` or ``"k8s"``.
+        labels: Labels of every sandbox it creates, and the selector of
+            ``list()`` (with ``deepagents-code/sandbox=true``).
+        **claim: For ``k8s``, the keyword arguments of ``Sandbox.claim``
+            (``kubeconfig``, ``namespace``, ``warm_pool``, ``router_url``,
+            ``router_token``, ``context``, ``ready_timeout``).
+    """
+
+    def __init__(self, *, provider: str = "local", labels: dict[str, str] | None = None, **claim: Any) -> None:
+        if provider not in ("local", "k8s"):
+            raise ValueError(f"provider must be local or k8s, not {provider!r}")
+        if claim and provider != "k8s":
+            raise TypeError(f"unexpected arguments for the local provider: {sorted(claim)}")
+        self._provider = provider
+        self._labels = {LABEL: "true", **{str(k): str(v) for k, v in (labels or {}).items()}}
+        self._claim = claim
+        self._claimed: dict[str, Sandbox] = {}  # k8s: the claims this provider made
         self._reapers: dict[str, _Reaper] = {}
         self._lock = threading.Lock()
+
+    def _cluster_args(self) -> list[str]:
+        args = ["--provider", "k8s"]
+        for key in ("namespace", "context", "kubeconfig"):
+            if self._claim.get(key):
+                args += [f"--{key}", str(self._claim[key])]
+        return args
 
     @property
     def metadata(self) -> Any:
@@ -193,13 +230,15 @@ class DeepboxProvider(SandboxProvider):  # type: ignore[misc,valid-type]
 
     def _get_or_create(self, sandbox_id: str | None, kwargs: dict[str, Any]) -> DeepboxSandbox:
         artifacts_root = kwargs.pop("artifacts_root", None)
+        if self._provider == "k8s":
+            return self._k8s_get_or_create(sandbox_id, kwargs, artifacts_root)
         if sandbox_id:
             try:
                 sb = Sandbox.attach(sandbox_id)
             except CLIError as e:
                 raise SandboxNotFoundError(f"deepbox sandbox {sandbox_id}: {e.message}") from e
             return _DcodeSandbox(sb, artifacts_root=artifacts_root)
-        labels = {LABEL: "true", **{str(k): str(v) for k, v in dict(kwargs.pop("labels", {}) or {}).items()}}
+        labels = {**self._labels, **{str(k): str(v) for k, v in dict(kwargs.pop("labels", {}) or {}).items()}}
         ttl = int(kwargs.pop("ttl", os.environ.get("DEEPBOX_TTL", 3600)))
         network = kwargs.pop("network", os.environ.get("DEEPBOX_NETWORK")) or None
         pool = kwargs.pop("pool", os.environ.get("DEEPBOX_POOL")) or None
@@ -213,16 +252,79 @@ class DeepboxProvider(SandboxProvider):  # type: ignore[misc,valid-type]
             self._reapers[sb.id] = reaper
         return _DcodeSandbox(sb, artifacts_root=artifacts_root)
 
+    def _k8s_get_or_create(self, sandbox_id: str | None, kwargs: dict[str, Any], artifacts_root: Any) -> DeepboxSandbox:
+        if sandbox_id:
+            exists = sandbox_id in self._k8s_ids()
+            if not exists:
+                with self._lock:
+                    self._claimed.pop(sandbox_id, None)  # deleted elsewhere, or its TTL ran out
+                raise SandboxNotFoundError(f"deepbox sandbox {sandbox_id}: no such claim")
+            with self._lock:
+                sb = self._claimed.get(sandbox_id)
+            if sb is None:
+                raise DeepboxError(
+                    f"deepbox sandbox {sandbox_id}: this provider reattaches only to claims it made "
+                    "(the CLI prints a claim's daemon address and token only when it claims)"
+                )
+            return _DcodeSandbox(sb, artifacts_root=artifacts_root)
+        labels = {**self._labels, **{str(k): str(v) for k, v in dict(kwargs.pop("labels", {}) or {}).items()}}
+        ttl = int(kwargs.pop("ttl", os.environ.get("DEEPBOX_TTL", 3600)))
+        sb = Sandbox.claim(labels=labels, ttl=ttl, **self._claim)
+        with self._lock:
+            self._claimed[sb.id] = sb
+        return _DcodeSandbox(sb, artifacts_root=artifacts_root)
+
+    def _k8s_ids(self, selector: str | None = None) -> list[str]:
+        args = ["sandbox", "ls", "-q", *self._cluster_args()]
+        if selector:
+            args += ["--selector", selector]
+        return [line.strip() for line in run_cli(args).splitlines() if line.strip()]
+
+    def list(self, *, cursor: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        """The sandboxes this provider's labels select, in one page (``cursor`` is always None)."""
+        return _off_event_loop(self._list)
+
+    def _list(self) -> dict[str, Any]:
+        selector = ",".join(f"{k}={v}" for k, v in sorted(self._labels.items()))
+        if self._provider == "k8s":
+            items = [{"sandbox_id": i, "metadata": {"provider": "k8s"}} for i in self._k8s_ids(selector)]
+        else:
+            records = json.loads(run_cli(["sandbox", "ls", "--json", "--selector", selector]) or "[]")
+            items = [
+                {
+                    "sandbox_id": str(r.get("id")),
+                    "metadata": {"provider": "local", "state": r.get("state"), "labels": r.get("labels") or {}},
+                }
+                for r in records
+                if isinstance(r, dict)
+            ]
+        return {"items": items, "cursor": None}
+
     def delete(self, *, sandbox_id: str, **kwargs: Any) -> None:
+        """Deletes the sandbox; a missing one is not an error."""
         _off_event_loop(lambda: self._delete(sandbox_id))
 
     def _delete(self, sandbox_id: str) -> None:
+        cluster = self._cluster_args() if self._provider == "k8s" else []
         try:
-            run_cli(["sandbox", "rm", sandbox_id])
+            run_cli(["sandbox", "rm", *cluster, sandbox_id])
         except CLIError as e:
             if e.exit_code != 3:  # already gone is fine
                 raise
         with self._lock:
             reaper = self._reapers.pop(sandbox_id, None)
+            claimed = self._claimed.pop(sandbox_id, None)
+        if claimed is not None:
+            claimed.deleted = True
         if reaper is not None:
             reaper.done()
+
+    # The async twins (dcode's base class has the first two; the contract has all three).
+    async def aget_or_create(self, *, sandbox_id: str | None = None, **kwargs: Any) -> DeepboxSandbox:
+        return await asyncio.to_thread(lambda: self._get_or_create(sandbox_id, dict(kwargs)))
+
+    async def alist(self, *, cursor: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        return await asyncio.to_thread(self._list)
+
+    async def adelete(self, *, sandbox_id: str, **kwargs: Any) -> None:
+        await asyncio.to_thread(self._delete, sandbox_id)
