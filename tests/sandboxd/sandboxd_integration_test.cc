@@ -740,7 +740,12 @@ TEST_F(SandboxdTest, LegacyPythonRuntimeApi) {
   auto root = Get("/");
   EXPECT_EQ(root.body, R"({"status":"ok","message":"Sandbox Runtime is active."})");
   auto ex = Post("/execute", R"({"command":"echo 'Hello from SDK'"})");
-  EXPECT_EQ(ex.body, R"({"stdout":"Hello from SDK\n","stderr":"","exit_code":0})");
+  EXPECT_EQ(ex.body,
+            R"({"stdout":"Hello from SDK\n","stderr":"","exit_code":0,"timed_out":false})");
+  // The SDK's command_timeout: a limit for this command, reported as timed_out.
+  auto slow = Post("/execute", R"({"command":"sleep 30","timeout_seconds":0.5})");
+  EXPECT_NE(slow.body.find(R"("exit_code":124,"timed_out":true)"), std::string::npos) << slow.body;
+  EXPECT_EQ(Post("/execute", R"({"command":"true","timeout_seconds":-1})").status, 422);
   auto bad = Post("/execute", R"({"command":"echo 'unterminated"})");
   EXPECT_NE(bad.body.find("Malformed command syntax"), std::string::npos);
   auto missing = Post("/execute", R"({"command":"/no/such/thing"})");

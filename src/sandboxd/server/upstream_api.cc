@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
+
 #include "common/json.h"
 #include "common/parse_number.h"
 #include "sandboxd/fs/workspace.h"
@@ -78,34 +80,49 @@ net::Response Daemon::LegacyExecute(const net::Request& request) {
     return JsonResponse(422, R"({"detail":"request body must be JSON with a 'command' string"})");
   auto command = GetString(*body, "command");
   if (!command) return JsonResponse(422, R"({"detail":"field 'command' is required"})");
-  auto reply = [](const std::string& out, const std::string& err, int code) {
+  // The SDK's command_timeout (k8s-agent-sandbox >= 1.0): a limit for this
+  // command instead of the daemon's, reported back as "timed_out".
+  std::chrono::milliseconds timeout = config_.legacy_exec_timeout;
+  if (auto it = body->find("timeout_seconds"); it != body->end() && !it->value().is_null()) {
+    const json::value& v = it->value();
+    double seconds = -1;
+    if (v.is_double()) seconds = v.get_double();
+    if (v.is_int64()) seconds = static_cast<double>(v.get_int64());
+    if (v.is_uint64()) seconds = static_cast<double>(v.get_uint64());
+    // Finite, positive, at most a year (the comparison is false for NaN).
+    if (!(seconds > 0 && seconds <= 365.0 * 24 * 3600))
+      return JsonResponse(422, R"({"detail":"field 'timeout_seconds' must be a positive number"})");
+    timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+  }
+  auto reply = [](const std::string& out, const std::string& err, int code, bool timed_out) {
     json::object o;
     o["stdout"] = JsonString(out);
     o["stderr"] = JsonString(err);
     o["exit_code"] = code;
+    o["timed_out"] = timed_out;
     return JsonResponse(200, ToJson(o));
   };
   auto args = ShlexSplit(*command);
-  if (!args) return reply("", "Malformed command syntax: " + args.error().message, 1);
-  if (args->empty()) return reply("", "No command provided", 1);
+  if (!args) return reply("", "Malformed command syntax: " + args.error().message, 1, false);
+  if (args->empty()) return reply("", "No command provided", 1, false);
   proc::CommandSpec spec = proc::CommandSpec::Argv(std::move(*args));
   spec.cwd = root_.path();
   spec.inherit_env = true;
-  spec.timeout = config_.legacy_exec_timeout;
+  spec.timeout = timeout;
   spec.kill_grace = std::chrono::milliseconds(0);  // upstream SIGKILLs the group at once
   spec.max_stdout_bytes = spec.max_stderr_bytes = config_.max_output_bytes;
   spec.max_combined_bytes = 0;
   proc::RunResult r = proc::Run(spec);
   if (auto* failed = std::get_if<proc::SpawnFailed>(&r.outcome)) {
-    return reply("", "Failed to execute command: " + failed->error.message, 1);
+    return reply("", "Failed to execute command: " + failed->error.message, 1, false);
   }
   if (std::holds_alternative<proc::TimedOut>(r.outcome)) {
     return reply(r.stdout_data,
-                 r.stderr_data + fmt::format("Command timed out after {} seconds",
-                                             config_.legacy_exec_timeout.count() / 1000),
-                 124);
+                 r.stderr_data + fmt::format("Command timed out after {:g} seconds",
+                                             static_cast<double>(timeout.count()) / 1000),
+                 124, true);
   }
-  return reply(r.stdout_data, r.stderr_data, proc::ShellExitCode(r.outcome));
+  return reply(r.stdout_data, r.stderr_data, proc::ShellExitCode(r.outcome), false);
 }
 
 net::Response Daemon::LegacyUpload(const net::Request& request) {
