@@ -10,8 +10,15 @@
 # deepagents-code pins another deepagents. When PyPI cannot be reached the
 # step is skipped with a message (exit 0). pytest's "no tests ran" (5) is not
 # a failure.
+# Then Harbor's oracle agent runs over tests/harbor/tasks in deepbox sandboxes
+# (tests/harbor/run.sh, its own venv BUILD_DIR/python-harbor-venv on Python
+# >= 3.12; ~1 min with the venv made, ~4 min more to make it), and, on a full
+# run (no PYTEST_ARGS), python/verified_by.py checks README.md's "Verified by"
+# table against this run's results (BUILD_DIR/python-results: pytest's JUnit
+# XML and Harbor's counts).
 #   PYTHON_SETUP_ONLY=1   only make the venvs (scripts/test.sh does it in the
 #                         background while the C++ tests run)
+#   SKIP_HARBOR=1         skip the Harbor run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/dev}
@@ -56,18 +63,32 @@ if [[ "${SKIP_DCODE:-0}" != 1 ]]; then
 fi
 
 if [[ "${PYTHON_SETUP_ONLY:-0}" == 1 ]]; then
+  if [[ "${SKIP_HARBOR:-0}" != 1 ]]; then
+    HARBOR_SETUP_ONLY=1 tests/harbor/run.sh "$build"
+  fi
   echo "python tests: venvs ready (PYTHON_SETUP_ONLY=1: no tests run)"
   exit 0
 fi
 
 export DEEPBOX_BUILD_DIR="$build"
+results="$build/python-results"
+rm -rf "$results"
+mkdir -p "$results"
 set +e
 "$venv/bin/python" -m pytest python/tests -p no:cacheprovider -W ignore::pytest.PytestRemovedIn10Warning \
-  -rfEs "$@"
+  -rfEs --junitxml="$results/pytest.xml" "$@"
 rc=$?
 set -e
 if [[ $rc == 5 ]]; then
   echo "python tests: pytest collected no tests"
   rc=0
+fi
+if [[ "${SKIP_HARBOR:-0}" != 1 ]]; then
+  tests/harbor/run.sh "$build" "$results/harbor.json" || rc=1
+else
+  echo "harbor: SKIPPED (SKIP_HARBOR=1)"
+fi
+if [[ $# == 0 ]]; then
+  "$venv/bin/python" python/verified_by.py "$results" || rc=1
 fi
 exit $rc
