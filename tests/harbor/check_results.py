@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import tomllib
+from importlib.metadata import version
 from pathlib import Path
 
 
@@ -59,8 +60,14 @@ def main() -> int:
     )
     if summary_path:
         summary_path.write_text(
-            json.dumps({"tasks": len(expect), "expected_pass": n_pass, "expected_fail": n_fail,
-                        "as_expected": agree, "not_as_expected": bad + len(missing)})
+            json.dumps({
+                "harbor_version": version("harbor"),
+                "tasks": len(expect),
+                "expected_pass": n_pass,
+                "expected_fail": n_fail,
+                "as_expected": agree,
+                "not_as_expected": bad + len(missing),
+            })
         )
     return 1 if bad or missing else 0
 
