@@ -4,7 +4,9 @@
 #   scripts/test.sh            install deps (if root), configure, build, test
 #   SKIP_DEPS=1 scripts/test.sh   skip the apt step
 #   SKIP_FORMAT=1 scripts/test.sh skip the clang-format check (scripts/check-format.sh)
-#   SKIP_PYTHON=1 scripts/test.sh skip the Python package tests (python/run-tests.sh)
+#   SKIP_PYTHON=1 scripts/test.sh skip the Python package tests (python/run-tests.sh,
+#                                   with the Harbor oracle run and the README's
+#                                   "Verified by" check; SKIP_HARBOR=1: Harbor only)
 #   SKIP_RELEASE=1 scripts/test.sh skip compiling the release build (ci-release preset)
 #   SKIP_FUZZ=1 scripts/test.sh   skip the fuzz run (scripts/fuzz.sh; FUZZ_SECONDS per target)
 #   SKIP_MCP_CONFORMANCE=1 scripts/test.sh skip the MCP conformance suite
@@ -161,7 +163,9 @@ fi
 step "dev tests" ctest --preset dev -LE k8s-real "$@"
 # The Python package (python/README.md): pinned dependencies from PyPI into
 # build/dev/python-venv, then pytest on real sandboxes (skipped with a message
-# when PyPI is unreachable). SKIP_PYTHON=1 skips it.
+# when PyPI is unreachable), then Harbor's oracle agent over tests/harbor/tasks
+# (~1 min) and the check of README.md's "Verified by" table against the
+# results. SKIP_PYTHON=1 skips it.
 if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
   step "python venvs (the rest; their CPU all of it)" \
     wait_background "$venvs_pid" build/python-venvs.log "making the Python venvs"
