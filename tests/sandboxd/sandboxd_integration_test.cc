@@ -221,7 +221,9 @@ TEST_F(SandboxdTest, StreamingExecDeliversInOrderAndExitLast) {
 
 TEST_F(SandboxdTest, StreamingCancelKillsCommand) {
   ExecRequest r;
-  r.shell = "echo started; echo $$ > stream.pid; sleep 1000";
+  // The pid file is written before the first output: the client cancels on
+  // that output, and the daemon may kill the shell before its next command.
+  r.shell = "echo $$ > stream.pid; echo started; sleep 1000";
   auto e = sb().ExecStream(r, [&](OutputStream, std::string_view) { return false; });
   ASSERT_FALSE(e);
   EXPECT_EQ(e.error().code, ErrorCode::kCancelled);
