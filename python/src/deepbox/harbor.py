@@ -40,7 +40,6 @@ from harbor.environments.capabilities import EnvironmentCapabilities, Environmen
 from harbor.models.task.config import NetworkMode, NetworkPolicy
 
 from deepbox.client import ExecCancel
-from deepbox.errors import ExecCancelledError
 from deepbox.sandbox import Sandbox, find_deepbox_bin
 
 WORKSPACE = "/workspace"
@@ -227,8 +226,8 @@ class DeepboxEnvironment(BaseEnvironment):
             # Harbor's agent timeout cancels us: end the command in the sandbox.
             cancel.cancel()
             try:
-                await task
-            except (ExecCancelledError, Exception):  # noqa: BLE001 (the command is gone either way)
+                await task  # the worker thread ends with the command
+            except Exception:  # noqa: BLE001 (ExecCancelledError, or it ended first: gone either way)
                 pass
             raise
         if r.status == "timed_out":
