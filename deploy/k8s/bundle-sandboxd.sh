@@ -35,6 +35,17 @@ fi
 ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | while read -r lib; do
   cp -L "$lib" "$dest/lib/"
 done
+# Libraries the binary dlopen()s on first use (fs/archive_loader.h: libarchive
+# for tar and image layers), with their own dependencies: ldd does not see them.
+for soname in libarchive.so.13; do
+  grep -qF "$soname" "$bin" || continue
+  lib=$(ldconfig -p | awk -v want="$soname" '$1 == want && $NF ~ /^\// { print $NF; exit }')
+  [[ -n "$lib" ]] || { echo "$0: $bin loads $soname, which is not installed" >&2; exit 1; }
+  cp -L "$lib" "$dest/lib/"
+  ldd "$lib" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | while read -r dep; do
+    cp -L "$dep" "$dest/lib/"
+  done
+done
 cp -L "$interp" "$dest/lib/$loader"
 cp "$bin" "$dest/bin/deepbox-sandboxd.tmp"
 # DT_RPATH, not DT_RUNPATH (--force-rpath): RUNPATH only serves the binary's

@@ -2,8 +2,9 @@
 // (with libxml2, ICU, nettle, lzma, zstd, ...) would be loaded by every
 // `deepbox` process, each sandbox's supervisor included (~1.5 ms and
 // hundreds of KiB per sandbox). `sandbox cp` (cli/sandbox_copy.cc) and image
-// layers (oci/layer_extract.cc) call it through here; the daemon links it
-// (deepbox_fs_tar). Headers only at build time.
+// layers (oci/layer_extract.cc) call it through here, and so does the
+// daemon's tar (fs/tar.cc: its start loads none of it). Headers only at
+// build time.
 #pragma once
 
 #include <archive.h>
@@ -16,6 +17,7 @@
 namespace deepbox::fs {
 
 #define DEEPBOX_LIBARCHIVE_FUNCS(X)          \
+  X(archive_entry_copy_stat)                 \
   X(archive_entry_filetype)                  \
   X(archive_entry_free)                      \
   X(archive_entry_hardlink)                  \
@@ -37,6 +39,7 @@ namespace deepbox::fs {
   X(archive_entry_symlink)                   \
   X(archive_entry_symlink_utf8)              \
   X(archive_error_string)                    \
+  X(archive_read_data)                       \
   X(archive_read_data_block)                 \
   X(archive_read_free)                       \
   X(archive_read_new)                        \
@@ -47,6 +50,7 @@ namespace deepbox::fs {
   X(archive_read_support_filter_zstd)        \
   X(archive_read_support_format_gnutar)      \
   X(archive_read_support_format_tar)         \
+  X(archive_set_error)                       \
   X(archive_write_close)                     \
   X(archive_write_data)                      \
   X(archive_write_free)                      \
@@ -54,7 +58,8 @@ namespace deepbox::fs {
   X(archive_write_new)                       \
   X(archive_write_open2)                     \
   X(archive_write_set_format_pax_restricted) \
-  X(archive_write_set_options)
+  X(archive_write_set_options)               \
+  X(archive_zlib_version)
 
 struct LibArchive {
 #define DEEPBOX_LIBARCHIVE_DECLARE(name) decltype(&::name) name = nullptr;

@@ -1,7 +1,5 @@
 #include "fs/tar.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -13,6 +11,7 @@
 #include <cerrno>
 #include <memory>
 
+#include "fs/archive_loader.h"
 #include "fs/atomic_file.h"
 #include "fs/dir_entries.h"
 
@@ -22,19 +21,24 @@ namespace {
 constexpr size_t kIoBuffer = 64 << 10;
 constexpr int kMaxDepth = 512;
 
+// libarchive, loaded on first use (archive_loader.h): the daemon starts
+// without it and the ten libraries it brings. WriteTar and ExtractTar check
+// that it loaded before anything here calls it.
+const LibArchive& La() { return **LoadLibArchive("tar archives"); }
+
 struct ArchiveWriteDeleter {
-  void operator()(struct archive* a) const { archive_write_free(a); }
+  void operator()(struct archive* a) const { La().archive_write_free(a); }
 };
 struct ArchiveReadDeleter {
-  void operator()(struct archive* a) const { archive_read_free(a); }
+  void operator()(struct archive* a) const { La().archive_read_free(a); }
 };
 struct EntryDeleter {
-  void operator()(struct archive_entry* e) const { archive_entry_free(e); }
+  void operator()(struct archive_entry* e) const { La().archive_entry_free(e); }
 };
 using EntryPtr = std::unique_ptr<struct archive_entry, EntryDeleter>;
 
 Error ArchiveError(struct archive* a, std::string_view what) {
-  const char* msg = archive_error_string(a);
+  const char* msg = La().archive_error_string(a);
   return Error(ErrorCode::kInvalidArgument,
                fmt::format("{}: {}", what, msg != nullptr ? msg : "unknown libarchive error"));
 }
@@ -86,7 +90,7 @@ class TarWriter {
 };
 
 Status TarWriter::WriteHeader(struct archive_entry* e, const std::string& abs) {
-  int rc = archive_write_header(a_, e);
+  int rc = La().archive_write_header(a_, e);
   if (rc < ARCHIVE_WARN) return Fail(abs);
   ++entries_;
   return {};
@@ -103,15 +107,15 @@ Status TarWriter::Add(int dirfd, const std::string& name, const std::string& arc
     if (errno == ENOENT && depth > 0) return {};  // vanished meanwhile
     return MakeSyscallError("fstatat", errno, abs);
   }
-  EntryPtr entry(archive_entry_new());
+  EntryPtr entry(La().archive_entry_new());
   if (S_ISLNK(st.st_mode)) {
     int err = 0;
     auto target = ReadLinkAt(dirfd, name.c_str(), &err);
     if (!target) return MakeSyscallError("readlinkat", err, abs);
-    archive_entry_copy_stat(entry.get(), &st);
-    archive_entry_set_pathname(entry.get(), arc_name.c_str());
-    archive_entry_set_symlink(entry.get(), target->c_str());
-    archive_entry_set_size(entry.get(), 0);
+    La().archive_entry_copy_stat(entry.get(), &st);
+    La().archive_entry_set_pathname(entry.get(), arc_name.c_str());
+    La().archive_entry_set_symlink(entry.get(), target->c_str());
+    La().archive_entry_set_size(entry.get(), 0);
     return WriteHeader(entry.get(), abs);
   }
   if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) return {};  // devices, FIFOs, sockets
@@ -130,10 +134,10 @@ Status TarWriter::Add(int dirfd, const std::string& name, const std::string& arc
       (now.st_mode & S_IFMT) != (st.st_mode & S_IFMT)) {
     return depth > 0 ? Status{} : MakeSyscallError("openat", ENOENT, abs);
   }
-  archive_entry_copy_stat(entry.get(), &now);
-  archive_entry_set_pathname(entry.get(), arc_name.c_str());
+  La().archive_entry_copy_stat(entry.get(), &now);
+  La().archive_entry_set_pathname(entry.get(), arc_name.c_str());
   if (S_ISDIR(now.st_mode)) {
-    archive_entry_set_size(entry.get(), 0);
+    La().archive_entry_set_size(entry.get(), 0);
     if (auto s = WriteHeader(entry.get(), abs); !s) return s;
     auto children = ReadDir(fd, abs);
     if (!children) return tl::unexpected(children.error());
@@ -163,7 +167,7 @@ Status TarWriter::Add(int dirfd, const std::string& name, const std::string& arc
       std::fill(buf_.begin(), buf_.begin() + static_cast<ptrdiff_t>(want), 0);
       n = static_cast<ssize_t>(want);
     }
-    if (archive_write_data(a_, buf_.data(), static_cast<size_t>(n)) < 0) return Fail(abs);
+    if (La().archive_write_data(a_, buf_.data(), static_cast<size_t>(n)) < 0) return Fail(abs);
     remaining -= static_cast<uint64_t>(n);
   }
   return {};
@@ -183,7 +187,7 @@ la_ssize_t ReadCallback(struct archive* a, void* client, const void** out) {
   auto n = (*ctx->source)(ctx->buf.data(), ctx->buf.size());
   if (!n) {
     ctx->status = tl::unexpected(n.error());
-    archive_set_error(a, EIO, "reading the archive failed");
+    La().archive_set_error(a, EIO, "reading the archive failed");
     return -1;
   }
   *out = ctx->buf.data();
@@ -215,8 +219,14 @@ Result<std::string> EntryPath(const char* name, std::string_view what) {
 
 }  // namespace
 
+Status TarSupported() {
+  if (auto la = LoadLibArchive("tar archives"); !la) return tl::unexpected(la.error());
+  return {};
+}
+
 Result<TarWriteStats> WriteTar(const Root& root, const std::vector<std::string>& paths,
                                const TarSink& sink) {
+  if (auto ok = TarSupported(); !ok) return tl::unexpected(ok.error());
   std::vector<std::string> rels;
   for (const auto& p : paths) {
     auto rel = root.ToRelative(p);
@@ -226,14 +236,15 @@ Result<TarWriteStats> WriteTar(const Root& root, const std::vector<std::string>&
   // Declared before the archive: freeing the archive may still call back.
   WriteCtx ctx;
   ctx.sink = &sink;
-  std::unique_ptr<struct archive, ArchiveWriteDeleter> a(archive_write_new());
+  std::unique_ptr<struct archive, ArchiveWriteDeleter> a(La().archive_write_new());
   if (!a) return MakeError(ErrorCode::kResourceExhausted, "archive_write_new failed");
   auto fail = [&](Error e) {
     ctx.abandoned = true;
     return tl::unexpected(std::move(e));
   };
-  if (archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK ||
-      archive_write_open2(a.get(), &ctx, nullptr, WriteCallback, nullptr, nullptr) != ARCHIVE_OK) {
+  if (La().archive_write_set_format_pax_restricted(a.get()) != ARCHIVE_OK ||
+      La().archive_write_open2(a.get(), &ctx, nullptr, WriteCallback, nullptr, nullptr) !=
+          ARCHIVE_OK) {
     if (!ctx.status) return fail(ctx.status.error());
     return fail(ArchiveError(a.get(), "tar"));
   }
@@ -279,7 +290,7 @@ Result<TarWriteStats> WriteTar(const Root& root, const std::vector<std::string>&
       return fail(s.error());
     }
   }
-  if (archive_write_close(a.get()) != ARCHIVE_OK) {
+  if (La().archive_write_close(a.get()) != ARCHIVE_OK) {
     if (!ctx.status) return fail(ctx.status.error());
     return fail(ArchiveError(a.get(), "tar"));
   }
@@ -289,6 +300,7 @@ Result<TarWriteStats> WriteTar(const Root& root, const std::vector<std::string>&
 Result<std::vector<std::string>> ExtractTar(const Root& root, std::string_view dest_dir,
                                             const TarSource& source,
                                             const ExtractOptions& options) {
+  if (auto ok = TarSupported(); !ok) return tl::unexpected(ok.error());
   auto dest_rel = root.ToRelative(dest_dir);
   if (!dest_rel) return tl::unexpected(dest_rel.error());
   if (auto made = root.MakeDirs(*dest_rel); !made) return tl::unexpected(made.error());
@@ -299,13 +311,13 @@ Result<std::vector<std::string>> ExtractTar(const Root& root, std::string_view d
   ReadCtx ctx;  // before the archive, which may use it until freed
   ctx.source = &source;
   ctx.buf.resize(kIoBuffer);
-  std::unique_ptr<struct archive, ArchiveReadDeleter> a(archive_read_new());
+  std::unique_ptr<struct archive, ArchiveReadDeleter> a(La().archive_read_new());
   if (!a) return MakeError(ErrorCode::kResourceExhausted, "archive_read_new failed");
-  archive_read_support_format_tar(a.get());
+  La().archive_read_support_format_tar(a.get());
   // gzip only through the linked zlib: libarchive would otherwise run an
   // external gzip program.
-  if (archive_zlib_version() != nullptr) archive_read_support_filter_gzip(a.get());
-  if (archive_read_open(a.get(), &ctx, nullptr, ReadCallback, nullptr) != ARCHIVE_OK) {
+  if (La().archive_zlib_version() != nullptr) La().archive_read_support_filter_gzip(a.get());
+  if (La().archive_read_open(a.get(), &ctx, nullptr, ReadCallback, nullptr) != ARCHIVE_OK) {
     if (!ctx.status) return tl::unexpected(ctx.status.error());
     return tl::unexpected(ArchiveError(a.get(), "invalid tar archive"));
   }
@@ -314,22 +326,22 @@ Result<std::vector<std::string>> ExtractTar(const Root& root, std::string_view d
   std::vector<char> buf(kIoBuffer);
   for (;;) {
     struct archive_entry* entry = nullptr;
-    int rc = archive_read_next_header(a.get(), &entry);
+    int rc = La().archive_read_next_header(a.get(), &entry);
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN) {
       if (!ctx.status) return tl::unexpected(ctx.status.error());
       return tl::unexpected(ArchiveError(a.get(), "invalid tar archive"));
     }
-    auto rel = EntryPath(archive_entry_pathname(entry), "entry");
+    auto rel = EntryPath(La().archive_entry_pathname(entry), "entry");
     if (!rel) return tl::unexpected(rel.error());
     if (rel->empty()) continue;  // "./": the destination itself
     const std::string abs = dest->ToAbsolute(*rel);
-    const mode_t perm = archive_entry_perm(entry) & 0777;
+    const mode_t perm = La().archive_entry_perm(entry) & 0777;
     const auto [parent, base] = SplitRelative(*rel);
     auto parent_dir = dest->MakeDirs(parent);
     if (!parent_dir) return tl::unexpected(parent_dir.error());
 
-    if (const char* hardlink = archive_entry_hardlink(entry); hardlink != nullptr) {
+    if (const char* hardlink = La().archive_entry_hardlink(entry); hardlink != nullptr) {
       auto target = EntryPath(hardlink, "hard link target");
       if (!target) return tl::unexpected(target.error());
       if (target->empty()) return MakeSyscallError("linkat", EPERM, abs);
@@ -348,7 +360,7 @@ Result<std::vector<std::string>> ExtractTar(const Root& root, std::string_view d
       continue;
     }
 
-    switch (archive_entry_filetype(entry)) {
+    switch (La().archive_entry_filetype(entry)) {
       case AE_IFDIR: {
         auto d = dest->MakeDirs(*rel, perm | 0700);  // we must be able to fill it
         if (!d) return tl::unexpected(d.error());
@@ -363,7 +375,7 @@ Result<std::vector<std::string>> ExtractTar(const Root& root, std::string_view d
         auto w = AtomicFileWriter::Create(*dest, *rel, wo);
         if (!w) return tl::unexpected(w.error());
         for (;;) {
-          la_ssize_t n = archive_read_data(a.get(), buf.data(), buf.size());
+          la_ssize_t n = La().archive_read_data(a.get(), buf.data(), buf.size());
           if (n == 0) break;
           if (n < 0) {
             if (!ctx.status) return tl::unexpected(ctx.status.error());
@@ -373,8 +385,9 @@ Result<std::vector<std::string>> ExtractTar(const Root& root, std::string_view d
             return tl::unexpected(s.error());
           }
         }
-        if (archive_entry_mtime_is_set(entry)) {
-          struct timespec mtime = {archive_entry_mtime(entry), archive_entry_mtime_nsec(entry)};
+        if (La().archive_entry_mtime_is_set(entry)) {
+          struct timespec mtime = {La().archive_entry_mtime(entry),
+                                   La().archive_entry_mtime_nsec(entry)};
           w->SetMtime(mtime);
         }
         auto done = w->Commit();
@@ -382,7 +395,7 @@ Result<std::vector<std::string>> ExtractTar(const Root& root, std::string_view d
         break;
       }
       case AE_IFLNK: {
-        const char* target = archive_entry_symlink(entry);
+        const char* target = La().archive_entry_symlink(entry);
         if (target == nullptr || *target == '\0') {
           return MakeError(ErrorCode::kInvalidArgument,
                            fmt::format("tar symlink '{}' has no target", *rel));

@@ -16,6 +16,11 @@
 
 namespace deepbox::fs {
 
+// Whether tar archives can be made and read here: UNAVAILABLE when
+// libarchive (loaded on first use, fs/archive_loader.h) cannot be loaded.
+// WriteTar and ExtractTar check it too; a caller that streams checks first.
+Status TarSupported();
+
 // Receives the archive in chunks as it is produced; an error stops the
 // archive and is returned by WriteTar.
 using TarSink = std::function<Status(std::string_view)>;

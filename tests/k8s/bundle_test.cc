@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "common/testing/temp_dir.h"
+#include "net/http_client.h"
 #include "sandbox/sandboxd_client.h"
 
 namespace deepbox {
@@ -135,6 +136,22 @@ TEST_F(BundleTest, RunsInAnOtherwiseEmptyRootAsUid1000) {
   auto list = sb.List(sb.root());
   ASSERT_TRUE(list) << list.error().ToString();
   ASSERT_EQ(list->size(), 1u);
+  // Tar streams (sandbox cp): libarchive is dlopen()ed by the daemon, so the
+  // bundle carries it although ldd does not list it.
+  EXPECT_TRUE(fs::exists(bundle + "/lib/libarchive.so.13"));
+  {
+    auto http = net::HttpClient::Create("unix:" + socket);
+    ASSERT_TRUE(http) << http.error().ToString();
+    net::ClientRequest tar;
+    tar.method = "POST";
+    tar.target = "/deepbox/v1/fs/tar/download";
+    tar.headers.Set("Content-Type", "application/json");
+    tar.body = R"({"paths":["hello.txt"]})";
+    auto got = (*http)->Send(tar);
+    ASSERT_TRUE(got) << got.error().ToString();
+    EXPECT_EQ(got->status, 200) << got->body;
+    EXPECT_NE(got->body.find("from the bundle"), std::string::npos);
+  }
   // Written as the pod's user.
   struct stat st {};
   ASSERT_EQ(stat((root_ + "/workspace/hello.txt").c_str(), &st), 0);

@@ -171,7 +171,12 @@ void Daemon::TarDownload(const net::Request& request, net::ResponseWriter& write
         Error(ErrorCode::kInvalidArgument, "field 'paths' must list at least one path")));
     return;
   }
-  // Validate before the stream starts, so a missing path is a clean 404.
+  // Validate before the stream starts, so a missing path is a clean 404 (and
+  // a daemon without libarchive a clean 503).
+  if (auto ok = deepbox::fs::TarSupported(); !ok) {
+    (void)writer.Send(ErrorResponse(ok.error()));
+    return;
+  }
   for (const auto& p : paths) {
     if (auto st = fs::Stat(files_root(), p); !st) {
       (void)writer.Send(ErrorResponse(st.error()));
