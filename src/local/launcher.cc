@@ -310,6 +310,10 @@ std::optional<WorkspaceDisk> SandboxProcess::TakeWorkspaceDisk() {
   return std::exchange(disk_, std::nullopt);
 }
 
+Status SandboxProcess::MakeWorkspaceDiskSpare() const {
+  return disk_ ? disk_->MakeSpareLikeThis() : Status{};
+}
+
 Result<std::vector<pid_t>> SandboxProcess::Pids() const {
   if (cgroup_) return cgroup_->Pids();
   return MakeError(ErrorCode::kUnavailable, "sandbox has no cgroup");

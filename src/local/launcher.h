@@ -161,6 +161,9 @@ class SandboxProcess {
   // that destroying this sandbox keeps the image, its mount and its files:
   // the next Launch over the same workspace sets workspace_disk_mounted.
   std::optional<WorkspaceDisk> TakeWorkspaceDisk();
+  // Once the sandbox is up: a spare copy of its /workspace disk's template
+  // for the next sandbox (WorkspaceDisk::MakeSpareLikeThis); nothing without one.
+  Status MakeWorkspaceDiskSpare() const;
 
  private:
   friend Result<SandboxProcess> Launch(const SandboxSpec& spec);

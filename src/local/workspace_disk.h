@@ -42,10 +42,32 @@ class WorkspaceDisk {
   // each see a whole image -- and used while it is a regular file of this
   // process's uid of exactly that size; anything else at its name (a symlink
   // included) is replaced, never followed.
+  //
+  // Spares (issue 23): with `template_dir`, Create first takes a spare -- a
+  // copy of the template made ahead of time by MakeSpare and already written
+  // back to disk -- by renaming it to `image`; only when there is none does
+  // it copy the template. Attaching a loop device fsyncs its backing file, so
+  // a fresh copy costs its copy and its write-back on the create's critical
+  // path, a spare neither. A spare is used under the template's rules
+  // (a regular file of this process's uid, exactly `bytes`, one link);
+  // anything else taken under its name is deleted.
   static Result<WorkspaceDisk> Create(const std::filesystem::path& image,
                                       const std::filesystem::path& mount_dir, uint64_t bytes,
                                       uid_t owner_uid, gid_t owner_gid,
                                       const std::filesystem::path& template_dir = {});
+
+  // At most this many spares per size and owner are kept in a template dir.
+  static constexpr int kMaxSpares = 2;
+  // Makes one spare disk image for Create in `template_dir` (the template
+  // first, if missing) unless kMaxSpares of that size and owner are there:
+  // copied from the template into a temporary name, fdatasync'ed, renamed to
+  // `spare-ext4-<bytes>-<uid>-<gid>-<random>.img`. Off any critical path:
+  // meant for after a sandbox is up.
+  static Status MakeSpare(const std::filesystem::path& template_dir, uint64_t bytes,
+                          uid_t owner_uid, gid_t owner_gid);
+  // MakeSpare for the size, owner and template dir this disk was created
+  // with; nothing for a disk made without a template or adopted.
+  Status MakeSpareLikeThis() const;
 
   // Takes over the disk of a sandbox whose supervisor died while it was
   // suspended: `image` as mounted on `mount_dir` (the mount a dead
@@ -83,6 +105,11 @@ class WorkspaceDisk {
  private:
   std::filesystem::path image_;
   std::filesystem::path mount_dir_;
+  // What Create was given, for MakeSpareLikeThis (template_dir_ empty: none).
+  std::filesystem::path template_dir_;
+  uint64_t bytes_ = 0;
+  uid_t owner_uid_ = 0;
+  gid_t owner_gid_ = 0;
   std::string loop_device_;
   bool mounted_ = false;
 };

@@ -325,5 +325,107 @@ TEST_F(WorkspaceDiskTest, ConcurrentCreatesShareOneTemplate) {
   for (auto& d : disks) ASSERT_TRUE(d->Release());
 }
 
+// Spares: MakeSpare keeps at most kMaxSpares copies of the template, written
+// back; Create takes one (renamed into place: no copy) and gives the same
+// file system as a copy of the template, limit and ENOSPC included.
+TEST_F(WorkspaceDiskTest, CreateTakesASpareMadeAheadAndSparesStayBounded) {
+  constexpr uint64_t kBytes = 16ULL << 20;
+  fs::path templates = dir_ / "templates";
+  auto spares = [&] {
+    std::vector<std::string> names;
+    if (!fs::exists(templates)) return names;
+    for (const auto& e : fs::directory_iterator(templates)) {
+      std::string name = e.path().filename();
+      if (name.rfind(fmt::format("spare-ext4-{}-1000-1000-", kBytes), 0) == 0) {
+        names.push_back(name);
+      }
+    }
+    return names;
+  };
+  struct statvfs formatted;
+  {
+    auto plain = WorkspaceDisk::Create(image_, mount_dir_, kBytes, 1000, 1000, templates);
+    ASSERT_TRUE(plain) << plain.error().ToString();
+    ASSERT_EQ(statvfs(mount_dir_.c_str(), &formatted), 0);
+    ASSERT_TRUE(plain->MakeSpareLikeThis());
+  }
+  ASSERT_EQ(spares().size(), 1u);
+  for (int i = 0; i < WorkspaceDisk::kMaxSpares + 2; ++i) {
+    ASSERT_TRUE(WorkspaceDisk::MakeSpare(templates, kBytes, 1000, 1000));
+  }
+  EXPECT_EQ(spares().size(), static_cast<size_t>(WorkspaceDisk::kMaxSpares));
+  fs::path spare = templates / spares().front();
+  struct stat spare_st;
+  ASSERT_EQ(lstat(spare.c_str(), &spare_st), 0);
+  EXPECT_EQ(spare_st.st_mode & 0777, 0600u);
+
+  auto disk = WorkspaceDisk::Create(image_, mount_dir_, kBytes, 1000, 1000, templates);
+  ASSERT_TRUE(disk) << disk.error().ToString();
+  EXPECT_EQ(spares().size(), static_cast<size_t>(WorkspaceDisk::kMaxSpares) - 1);
+  struct stat image_st;
+  ASSERT_EQ(stat(image_.c_str(), &image_st), 0);
+  EXPECT_EQ(image_st.st_ino, spare_st.st_ino);  // the spare itself, renamed
+  EXPECT_TRUE(fs::is_empty(mount_dir_));
+  struct stat root_st;
+  ASSERT_EQ(stat(mount_dir_.c_str(), &root_st), 0);
+  EXPECT_EQ(root_st.st_uid, 1000u);
+  struct statvfs taken;
+  ASSERT_EQ(statvfs(mount_dir_.c_str(), &taken), 0);
+  EXPECT_EQ(taken.f_blocks, formatted.f_blocks);
+  EXPECT_EQ(taken.f_bfree, formatted.f_bfree);
+  EXPECT_EQ(taken.f_files, formatted.f_files);
+  {
+    std::ofstream big(mount_dir_ / "big", std::ios::binary);
+    std::string chunk(1 << 20, 'z');
+    for (int i = 0; i < 32 && big; ++i) big << chunk << std::flush;
+    EXPECT_FALSE(big.good());  // ENOSPC at the limit
+  }
+  EXPECT_LT(fs::file_size(mount_dir_ / "big"), kBytes);
+  ASSERT_TRUE(disk->Release());
+  EXPECT_FALSE(fs::exists(image_));
+  // Another size or owner never takes these.
+  fs::path other_mount = dir_ / "ws2";
+  fs::create_directory(other_mount);
+  auto other =
+      WorkspaceDisk::Create(dir_ / "other.img", other_mount, kBytes, 1234, 1234, templates);
+  ASSERT_TRUE(other) << other.error().ToString();
+  EXPECT_EQ(spares().size(), static_cast<size_t>(WorkspaceDisk::kMaxSpares) - 1);
+  ASSERT_TRUE(other->Release());
+  // A disk made without a template makes no spare.
+  auto plain = WorkspaceDisk::Create(image_, mount_dir_, 8ULL << 20, 1000, 1000);
+  ASSERT_TRUE(plain) << plain.error().ToString();
+  ASSERT_TRUE(plain->MakeSpareLikeThis());
+  ASSERT_TRUE(plain->Release());
+  for (const auto& e : fs::directory_iterator(templates)) {
+    EXPECT_EQ(std::string(e.path().filename()).find("8388608"), std::string::npos) << e.path();
+  }
+}
+
+// Whatever else is at a spare's name -- a file of another size, a symlink --
+// is deleted, never used nor followed; the disk is then copied from the template.
+TEST_F(WorkspaceDiskTest, ASpareNameHoldingSomethingElseIsDeletedNotUsed) {
+  constexpr uint64_t kBytes = 8ULL << 20;
+  fs::path templates = dir_ / "templates";
+  fs::create_directory(templates);
+  fs::path wrong_size = templates / fmt::format("spare-ext4-{}-1000-1000-a.img", kBytes);
+  std::ofstream(wrong_size) << "not a file system";
+  fs::path victim = dir_ / "victim";
+  {
+    std::ofstream v(victim, std::ios::binary);
+    v << std::string(kBytes, 'v');
+  }
+  fs::path link = templates / fmt::format("spare-ext4-{}-1000-1000-b.img", kBytes);
+  fs::create_symlink(victim, link);
+  auto disk = WorkspaceDisk::Create(image_, mount_dir_, kBytes, 1000, 1000, templates);
+  ASSERT_TRUE(disk) << disk.error().ToString();
+  EXPECT_FALSE(fs::exists(fs::symlink_status(wrong_size)));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(link)));
+  EXPECT_FALSE(fs::is_symlink(image_));
+  EXPECT_TRUE(fs::is_empty(mount_dir_));
+  EXPECT_EQ(fs::file_size(victim), kBytes);
+  EXPECT_EQ(ReadAll(victim).substr(0, 4), "vvvv");
+  ASSERT_TRUE(disk->Release());
+}
+
 }  // namespace
 }  // namespace deepbox::local
