@@ -6,6 +6,8 @@
 //                         [--scaling-samples K] [--density N]
 //   bench_local_lifecycle --leaderboard [--leaderboard-iterations N]
 //     start-up the way the public ComputeSDK leaderboard measures it (README.md)
+//   bench_local_lifecycle --concurrent N [--concurrent-singles K]
+//     N creates at once against single creates of the same run (issue 23)
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -20,6 +22,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <latch>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -416,6 +419,102 @@ int RunLeaderboard(LocalSandboxProvider& provider, int iterations) {
   return 0;
 }
 
+// Issue 23: N creates -> first command started at once (default limits),
+// each timed on its own, against K single creates of the same run (nothing
+// else of the bench running); with the supervisors' split of both, so that
+// contention shows where it is.
+int RunConcurrent(LocalSandboxProvider& provider, int n, int singles) {
+  ClaimOptions claim;
+  claim.network = "none";
+  ExecRequest first_cmd;
+  first_cmd.argv = {"true"};
+  struct Run {
+    bool ok = false;
+    double ms = 0;
+    std::string id;
+    std::map<std::string, double> steps;  // ms
+  };
+  auto once = [&] {
+    Run r;
+    auto t0 = Clock::now();
+    auto m = provider.CreateSandbox(claim, false);
+    if (!m) {
+      std::fprintf(stderr, "create: %s\n", m.error().ToString().c_str());
+      return r;
+    }
+    r.id = m->id;
+    auto c = provider.Connect(*m);
+    if (!c) return r;
+    auto e = (*c)->Exec(first_cmd);
+    r.ms = Since(t0);
+    r.ok = e.has_value() && e->exit_code == 0;
+    for (const auto& [k, v] : m->timings) {
+      if (v.is_number()) r.steps[std::string(k)] = v.to_number<double>() / 1000.0;
+    }
+    return r;
+  };
+  Stats single{"single create -> first command", {}, {}};
+  Stats together{fmt::format("{} at once: each create -> first command", n), {}, {}};
+  std::map<std::string, std::vector<double>> single_steps, together_steps;
+  int failed = 0;
+  for (int i = 0; i < singles + 2; ++i) {
+    Run r = once();
+    if (!r.id.empty()) (void)provider.Delete(r.id);
+    if (!r.ok) ++failed;
+    if (i < 2 || !r.ok) continue;  // warm-up: page cache, binaries, disk spares
+    single.ms.push_back(r.ms);
+    for (const auto& [k, v] : r.steps) single_steps[k].push_back(v);
+  }
+  std::vector<Run> runs(static_cast<size_t>(n));
+  {
+    std::latch start(n);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();
+        runs[static_cast<size_t>(i)] = once();
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (const auto& r : runs) {
+    if (!r.ok) {
+      ++failed;
+      continue;
+    }
+    together.ms.push_back(r.ms);
+    for (const auto& [k, v] : r.steps) together_steps[k].push_back(v);
+  }
+  {
+    std::vector<std::thread> deleters;
+    for (int lane = 0; lane < 4; ++lane) {
+      deleters.emplace_back([&, lane] {
+        for (size_t i = static_cast<size_t>(lane); i < runs.size(); i += 4) {
+          if (!runs[i].id.empty()) (void)provider.Delete(runs[i].id);
+        }
+      });
+    }
+    for (auto& t : deleters) t.join();
+  }
+  std::printf("\nConcurrent creates (default limits, network none), same machine, same run\n\n");
+  std::printf("%-52s %9s %9s %9s  %s\n", "scenario", "p50 ms", "p99 ms", "mean ms",
+              "p50 vs single");
+  for (const Stats* s : {&single, &together}) {
+    std::printf("%-52s %9.2f %9.2f %9.2f  %.2fx\n", s->name.c_str(), s->Pct(50), s->Pct(99),
+                s->Mean(), single.ms.empty() ? 0.0 : s->Pct(50) / single.Pct(50));
+  }
+  std::printf("\nsplit p50 ms (the supervisors' timings)   single   %d at once   ratio\n", n);
+  for (const auto& [k, v] : together_steps) {
+    Stats a{k, single_steps[k], {}};
+    Stats b{k, v, {}};
+    std::printf("  %-36s %8.2f %11.2f   %5.2fx\n", k.c_str(), a.Pct(50), b.Pct(50),
+                a.Pct(50) > 0 ? b.Pct(50) / a.Pct(50) : 0.0);
+  }
+  std::printf("goal (issue 23): p50 of each of 100 concurrent creates <= 1.5x a single create\n");
+  if (failed > 0) std::printf("%d creates failed\n", failed);
+  return failed > 0 ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
   const int iterations = Arg(argc, argv, "--iterations", 50);
   const int replicas = Arg(argc, argv, "--warm-replicas", 4);
@@ -463,6 +562,9 @@ int main(int argc, char** argv) {
   }
   if (HasFlag(argc, argv, "--leaderboard")) {
     return RunLeaderboard(**provider, Arg(argc, argv, "--leaderboard-iterations", 100));
+  }
+  if (int n = Arg(argc, argv, "--concurrent", 0); n > 0) {
+    return RunConcurrent(**provider, n, std::max(1, Arg(argc, argv, "--concurrent-singles", 20)));
   }
   ClaimOptions claim;
   claim.network = "none";
