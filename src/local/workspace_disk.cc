@@ -13,10 +13,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -114,10 +116,16 @@ Status RunMkfs(const std::filesystem::path& image, uid_t uid, gid_t gid) {
 
 // Attaches `image_fd` to a free loop device with autoclear; returns its path and an open fd.
 // The fd must stay open until the mount holds the device: autoclear detaches on last close.
+// Creates running at once all get the same free device from
+// LOOP_CTL_GET_FREE, and all but one then EBUSY from LOOP_CONFIGURE: with N
+// of them the last one may need N attempts (100 concurrent creates failed
+// with 16), so the bound is time, not a count.
 Result<std::pair<std::string, UniqueFd>> AttachLoop(int image_fd) {
   UniqueFd control(open("/dev/loop-control", O_RDWR | O_CLOEXEC));
   if (!control) return MakeSyscallError("open", errno, "/dev/loop-control");
-  for (int attempt = 0; attempt < 16; ++attempt) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int attempt = 0; std::chrono::steady_clock::now() < give_up; ++attempt) {
+    if (attempt >= 16) std::this_thread::sleep_for(std::chrono::microseconds(100 + attempt % 900));
     int n = ioctl(control.get(), LOOP_CTL_GET_FREE);
     if (n < 0) return MakeSyscallError("ioctl(LOOP_CTL_GET_FREE)", errno);
     std::string dev = fmt::format("/dev/loop{}", n);
@@ -133,7 +141,7 @@ Result<std::pair<std::string, UniqueFd>> AttachLoop(int image_fd) {
     if (errno == EBUSY) continue;  // raced with another user of GET_FREE
     return MakeSyscallError("ioctl(LOOP_CONFIGURE)", errno, dev);
   }
-  return MakeError(ErrorCode::kUnavailable, "no free loop device after 16 attempts");
+  return MakeError(ErrorCode::kUnavailable, "no free loop device within 30 s");
 }
 
 // Mounts the ext4 of loop device `dev` on `dir` (nosuid, nodev, noatime).
