@@ -17,7 +17,8 @@
 //   pools/<name>/               a pool's wake-up file (claims touch it)
 //   net/slot-<n>                public-network slot reservations
 //   disk-templates/             formatted empty /workspace disk images, one per
-//                               size and owner, copied for each new sandbox
+//                               size and owner, copied for each new sandbox,
+//                               and up to two spare copies each, made ahead
 //                               (local/workspace_disk.h)
 //
 // Trust. Whoever can write the state dir decides what deepbox kills, removes
