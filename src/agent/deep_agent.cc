@@ -421,6 +421,11 @@ Result<std::unique_ptr<DeepAgent>> DeepAgent::Create(DeepAgentOptions options) {
 }
 
 RunResult DeepAgent::Run(std::string_view task, const RunCallbacks& callbacks) {
+  return Run(task, {}, callbacks);
+}
+
+RunResult DeepAgent::Run(std::string_view task, std::vector<ImageBlock> images,
+                         const RunCallbacks& callbacks) {
   Impl& I = *impl_;
   std::lock_guard<std::mutex> lock(I.run_mu);
   LoopHooks hooks = I.MakeHooks(callbacks);
@@ -437,6 +442,7 @@ RunResult DeepAgent::Run(std::string_view task, const RunCallbacks& callbacks) {
   } else {
     input.push_back(Message::User(std::string(task)));
   }
+  input.back().images = std::move(images);
   Usage before = I.state.usage;
   LoopOutcome out = I.loop->Run(I.state, hooks, std::move(input));
   return I.Finish(out, before);

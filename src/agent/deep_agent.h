@@ -122,6 +122,10 @@ class DeepAgent {
   // Adds `task` as a user message and runs. If the thread was paused on an
   // interrupt, the pending tool calls are answered as cancelled first.
   RunResult Run(std::string_view task, const RunCallbacks& callbacks = {});
+  // The same with images attached to the user message (a model API that
+  // takes them gets them; the thread keeps them).
+  RunResult Run(std::string_view task, std::vector<ImageBlock> images,
+                const RunCallbacks& callbacks = {});
   // Answers the pending interrupt (one decision per action request) and
   // continues the run.
   RunResult Resume(std::vector<Decision> decisions, const RunCallbacks& callbacks = {});
