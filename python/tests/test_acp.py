@@ -26,10 +26,15 @@ from acp import spawn_agent_process, text_block  # noqa: E402
 from acp.schema import (  # noqa: E402
     AllowedOutcome,
     ClientCapabilities,
+    CreateTerminalResponse,
     DeniedOutcome,
     FileSystemCapabilities,
     ReadTextFileResponse,
+    ReleaseTerminalResponse,
     RequestPermissionResponse,
+    TerminalExitStatus,
+    TerminalOutputResponse,
+    WaitForTerminalExitResponse,
     WriteTextFileResponse,
 )
 
@@ -680,6 +685,41 @@ def test_idle_session_is_paused_and_the_next_prompt_resumes_it(
     assert sandboxes(deepbox_bin, env) == []
 
 
+def test_long_idle_session_is_suspended_and_the_next_prompt_resumes_it(
+        tmp_path: Path, deepbox_bin: str, env: dict[str, str], project: Path) -> None:
+    model = write_replay(tmp_path / "suspend.jsonl", [
+        {"tool_calls": [call("t_first", "execute",
+                             command="echo kept > /workspace/kept.txt; "
+                                     "sleep 600 >/dev/null 2>&1 & echo started")]},
+        {"text": "first done"},
+        {"tool_calls": [call("t_again", "execute",
+                             command="cat /workspace/kept.txt; ps -eo args | grep -q '[s]leep 600' "
+                                     "&& echo still-sleeping || echo no-sleep")]},
+        {"text": "again done"},
+    ])
+    editor = ModeRecordingEditor(deepbox_bin, env)
+
+    async def run() -> None:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       "--mode", "auto", "--idle-pause", "1", "--idle-suspend", "2",
+                                       env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            first = await conn.prompt(session_id=session.session_id, prompt=[text_block("one")])
+            assert first.stop_reason == "end_turn"
+            # Paused first, then suspended (even with a process left behind).
+            await wait_for_mode(deepbox_bin, env, "suspended")
+            again = await conn.prompt(session_id=session.session_id, prompt=[text_block("two")])
+            assert again.stop_reason == "end_turn"
+
+    asyncio.run(run())
+    out = command_output(editor, "t_again")
+    # The same sandbox, resumed: its files kept, its processes gone.
+    assert "kept" in out and "no-sleep" in out, out
+    assert editor.mode_at_start["t_again"] == "running"
+    assert sandboxes(deepbox_bin, env) == []
+
+
 def test_a_session_with_a_prompt_running_is_not_paused(
         tmp_path: Path, deepbox_bin: str, env: dict[str, str], project: Path) -> None:
     model = write_replay(tmp_path / "busy.jsonl", [
@@ -733,4 +773,289 @@ def test_a_sandbox_that_cannot_be_resumed_fails_the_prompt_clearly(
 
     sandbox_id, error = asyncio.run(run())
     assert f"cannot resume sandbox {sandbox_id}" in error, error
+    assert sandboxes(deepbox_bin, env) == []
+
+
+class TerminalEditor(Editor):
+    """An editor that offers terminals and, as editors do, runs the command
+    terminal/create names on the host (here a subprocess), showing its output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.created: list[dict[str, Any]] = []
+        self.procs: dict[str, Any] = {}
+        self.output: dict[str, bytearray] = {}
+        self.pumps: dict[str, Any] = {}
+        self.exits: dict[str, int | None] = {}
+        self.released: list[str] = []
+
+    async def create_terminal(self, session_id: str, command: str, args: list[str] | None = None,
+                              env: Any = None, cwd: str | None = None,
+                              output_byte_limit: int | None = None, **kw: Any):
+        terminal_id = f"term-{len(self.created)}"
+        self.created.append({"command": command, "args": list(args or []), "cwd": cwd,
+                             "output_byte_limit": output_byte_limit})
+        proc = await asyncio.create_subprocess_exec(
+            command, *(args or []), cwd=cwd, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.procs[terminal_id] = proc
+        self.output[terminal_id] = bytearray()
+
+        async def pump() -> None:
+            assert proc.stdout
+            while chunk := await proc.stdout.read(65536):
+                self.output[terminal_id] += chunk
+            await proc.wait()
+
+        self.pumps[terminal_id] = asyncio.create_task(pump())
+        return CreateTerminalResponse(terminal_id=terminal_id)
+
+    async def wait_for_terminal_exit(self, session_id: str, terminal_id: str, **kw: Any):
+        await self.pumps[terminal_id]
+        code = self.procs[terminal_id].returncode
+        self.exits[terminal_id] = code
+        return WaitForTerminalExitResponse(exit_code=code if code >= 0 else None)
+
+    async def terminal_output(self, session_id: str, terminal_id: str, **kw: Any):
+        code = self.procs[terminal_id].returncode
+        return TerminalOutputResponse(
+            output=self.output[terminal_id].decode(errors="replace"), truncated=False,
+            exit_status=TerminalExitStatus(exit_code=code) if code is not None else None)
+
+    async def release_terminal(self, session_id: str, terminal_id: str, **kw: Any):
+        proc = self.procs[terminal_id]
+        if proc.returncode is None:
+            proc.kill()
+        await self.pumps[terminal_id]
+        self.released.append(terminal_id)
+        return ReleaseTerminalResponse()
+
+
+TERMINAL_CAPS = ClientCapabilities(
+    fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True)
+
+
+def test_commands_show_in_the_editors_terminal_but_run_in_the_sandbox(
+        tmp_path: Path, deepbox_bin: str, env: dict[str, str], project: Path) -> None:
+    """With `terminal` offered, the editor's terminal runs `deepbox acp-view`,
+    which shows the output of the command running in the sandbox: the
+    agent's command itself never reaches the editor, so never the host."""
+    marker = tmp_path / "ran-on-the-host"
+    model = write_replay(tmp_path / "term.jsonl", [
+        {"tool_calls": [call("t_term", "execute",
+                             command=f"echo SANDBOX-SAYS $(pwd); mkdir -p {tmp_path}; "
+                                     f"touch {marker} && ls {marker}; ls /workspace; exit 3")]},
+        {"tool_calls": [call("t_ok", "execute", command="echo second")]},
+        {"text": "done"},
+    ])
+    editor = TerminalEditor()
+
+    async def run() -> Any:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       "--mode", "auto", env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=TERMINAL_CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            return await conn.prompt(session_id=session.session_id, prompt=[text_block("go")])
+
+    resp = asyncio.run(run())
+    assert resp.stop_reason == "end_turn"
+    assert not marker.exists(), "the agent's command ran on the host"
+
+    # What the editor was asked to run: deepbox's viewer of a spool, nothing
+    # of the agent's command.
+    assert len(editor.created) == 2
+    for created in editor.created:
+        assert os.path.realpath(created["command"]) == os.path.realpath(deepbox_bin)
+        assert created["args"][0] == "acp-view" and len(created["args"]) == 2
+        assert "SANDBOX-SAYS" not in json.dumps(created) and "echo" not in json.dumps(created)
+        assert created["cwd"] == str(project)
+        assert not Path(created["args"][1]).exists()  # the spool went with the call
+
+    # The editor's terminal showed the sandbox's output and status.
+    first = editor.output["term-0"].decode()
+    assert "SANDBOX-SAYS /workspace" in first
+    assert str(marker) in first  # made in the sandbox's /tmp, not the host's
+    assert "calc.py" in first and "secret.env" not in first
+    assert editor.exits == {"term-0": 3, "term-1": 0}
+    assert editor.output["term-1"].decode() == "second\n"
+    assert sorted(editor.released) == ["term-0", "term-1"]
+
+    # The tool calls embed the terminals (a command's own exit status is the
+    # model's to judge: the call completed, as without terminals).
+    for call_id, terminal_id, status in (("t_term", "term-0", "completed"),
+                                         ("t_ok", "term-1", "completed")):
+        updates = [u for u in editor.of_kind("tool_call") + editor.of_kind("tool_call_update")
+                   if u.tool_call_id == call_id]
+        running = next(u for u in updates if u.status == "in_progress")
+        assert [(c.type, c.terminal_id) for c in running.content] == [("terminal", terminal_id)]
+        final = [u for u in updates if u.status in ("completed", "failed")]
+        assert [u.status for u in final] == [status]
+        assert [(c.type, c.terminal_id) for c in final[0].content] == [("terminal", terminal_id)]
+        # The output is in the terminal, not streamed as text as well (the
+        # announcement before it ran quotes the command, not its output).
+        shown = "".join(c.content.text for u in updates for c in (u.content or [])
+                        if c.type == "content")
+        assert "SANDBOX-SAYS /workspace" not in shown
+        assert "exit code" in final[0].raw_output["output"]  # what the model was told
+    assert sandboxes(deepbox_bin, env) == []
+
+
+def test_cancel_with_a_terminal_releases_it(tmp_path: Path, deepbox_bin: str, env: dict[str, str],
+                                            project: Path) -> None:
+    model = write_replay(tmp_path / "term-sleep.jsonl", [
+        {"tool_calls": [call("t_sleep", "execute", command="echo sleeping; sleep 30")]},
+        {"text": "never"},
+    ])
+    editor = TerminalEditor()
+
+    async def run() -> tuple[Any, float]:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       "--mode", "auto", env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=TERMINAL_CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            prompt = asyncio.create_task(
+                conn.prompt(session_id=session.session_id, prompt=[text_block("wait")]))
+            await editor.running("t_sleep")
+            for _ in range(300):  # until the terminal shows the command running
+                if b"sleeping" in editor.output.get("term-0", b""):
+                    break
+                await asyncio.sleep(0.05)
+            t0 = time.monotonic()
+            await conn.cancel(session_id=session.session_id)
+            resp = await asyncio.wait_for(prompt, timeout=10)
+            return resp, time.monotonic() - t0
+
+    resp, took = asyncio.run(run())
+    assert resp.stop_reason == "cancelled"
+    assert took < 5, f"cancel took {took:.1f}s"
+    assert editor.output["term-0"].decode().startswith("sleeping\n")
+    assert editor.released == ["term-0"]
+    assert editor.procs["term-0"].returncode is not None  # the viewer is gone too
+    assert sandboxes(deepbox_bin, env) == []
+
+
+def test_acp_view_refuses_what_is_no_spool(tmp_path: Path, deepbox_bin: str) -> None:
+    """Run by hand, the viewer shows a spool of `deepbox acp` or nothing."""
+    other = tmp_path / "notes.out"
+    other.write_text("not a spool\n")
+    r = subprocess.run([deepbox_bin, "acp-view", str(other)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2
+    assert "not a spool" in r.stderr and "not a spool" not in r.stdout
+
+
+# A 1x1 red PNG.
+RED_PIXEL = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==")
+
+
+class FakeAnthropic:
+    """The Anthropic Messages API on 127.0.0.1 (what cannot run here),
+    speaking its wire protocol (SSE when asked to stream); it records every
+    request body and answers each with one line of text."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.requests: list[dict[str, Any]] = []
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append(body)
+                text = "I see one red pixel."
+                usage = {"input_tokens": 10, "output_tokens": 5}
+                if not body.get("stream"):
+                    out = json.dumps({"id": "msg_1", "type": "message", "role": "assistant",
+                                      "model": body["model"], "stop_reason": "end_turn",
+                                      "content": [{"type": "text", "text": text}],
+                                      "usage": usage}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                    return
+                events = [
+                    ("message_start", {"type": "message_start", "message": {
+                        "id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+                        "content": [], "stop_reason": None, "usage": usage}}),
+                    ("content_block_start", {"type": "content_block_start", "index": 0,
+                                             "content_block": {"type": "text", "text": ""}}),
+                    ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                             "delta": {"type": "text_delta", "text": text}}),
+                    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                    ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                       "usage": {"output_tokens": 5}}),
+                    ("message_stop", {"type": "message_stop"}),
+                ]
+                out = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_image_in_the_prompt_reaches_the_model(tmp_path: Path, deepbox_bin: str,
+                                                  env: dict[str, str], project: Path) -> None:
+    from acp import image_block
+
+    fake = FakeAnthropic()
+    env = dict(env, ANTHROPIC_API_KEY="sk-ant-test", ANTHROPIC_BASE_URL=fake.url)
+    editor = Editor()
+
+    async def run() -> tuple[Any, Any]:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model",
+                                       "anthropic:claude-sonnet-4-6", env=env) as (conn, proc):
+            init = await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            assert init.agent_capabilities.prompt_capabilities.image is True
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            resp = await conn.prompt(session_id=session.session_id,
+                                     prompt=[text_block("what is this?"),
+                                             image_block(RED_PIXEL, "image/png")])
+            with pytest.raises(Exception) as refused:
+                await conn.prompt(session_id=session.session_id,
+                                  prompt=[image_block(RED_PIXEL, "image/tiff")])
+            return session.session_id, resp, refused.value
+
+    loader = Editor()
+
+    async def load(session_id: str) -> None:
+        async with spawn_agent_process(lambda _agent: loader, deepbox_bin, "acp", "--model",
+                                       "anthropic:claude-sonnet-4-6", env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            await conn.load_session(cwd=str(project), session_id=session_id, mcp_servers=[])
+
+    try:
+        session_id, resp, refused = asyncio.run(run())
+        asyncio.run(load(session_id))
+    finally:
+        fake.close()
+    # The thread kept the image: session/load shows it again.
+    replayed = [u.content for u in loader.of_kind("user_message_chunk") if u.content.type == "image"]
+    assert [(c.mime_type, c.data) for c in replayed] == [("image/png", RED_PIXEL)]
+    assert resp.stop_reason == "end_turn"
+    assert "not supported" in str(refused)
+    assert len(fake.requests) == 1  # the refused prompt never reached the model
+    user = fake.requests[0]["messages"][-1]
+    assert user["role"] == "user"
+    images = [b["source"] for b in user["content"] if b["type"] == "image"]
+    assert images == [{"type": "base64", "media_type": "image/png", "data": RED_PIXEL}]
+    assert any(b["type"] == "text" and "what is this?" in b["text"] for b in user["content"])
+    text = "".join(u.content.text for u in editor.of_kind("agent_message_chunk"))
+    assert "I see one red pixel." in text
     assert sandboxes(deepbox_bin, env) == []

@@ -1,6 +1,9 @@
 #include "acp/protocol.h"
 
+#include <algorithm>
 #include <vector>
+
+#include "common/base64.h"
 
 namespace deepbox::acp {
 
@@ -70,7 +73,7 @@ json::object InitializeResult(const json::object& params, std::string_view agent
   json::object caps{
       {"loadSession", true},
       {"promptCapabilities",
-       json::object{{"image", false}, {"audio", false}, {"embeddedContext", true}}},
+       json::object{{"image", true}, {"audio", false}, {"embeddedContext", true}}},
       {"mcpCapabilities", json::object{{"http", false}, {"sse", false}}},
   };
   // The model key comes from the environment the editor starts deepbox in
@@ -146,6 +149,10 @@ json::object DiffContent(std::string_view path, const std::optional<std::string>
   return d;
 }
 
+json::object TerminalContent(std::string_view terminal_id) {
+  return json::object{{"type", "terminal"}, {"terminalId", JsonString(terminal_id)}};
+}
+
 json::object SessionUpdate(std::string_view session_id, json::object update) {
   return json::object{{"sessionId", session_id}, {"update", std::move(update)}};
 }
@@ -171,12 +178,13 @@ json::object PlanUpdate(const json::array& todos) {
   return json::object{{"sessionUpdate", "plan"}, {"entries", std::move(entries)}};
 }
 
-Result<std::string> PromptText(const json::object& params) {
+Result<Prompt> ParsePrompt(const json::object& params) {
   const json::value* prompt = params.if_contains("prompt");
   if (!prompt || !prompt->is_array()) {
     return MakeError(ErrorCode::kInvalidArgument, "\"prompt\" must be an array of content blocks");
   }
-  std::string text;
+  Prompt out;
+  std::string& text = out.text;
   auto add = [&](std::string_view part) {
     if (!text.empty() && text.back() != '\n') text += "\n";
     text += part;
@@ -197,13 +205,35 @@ Result<std::string> PromptText(const json::object& params) {
       } else {
         add("[@" + uri + "](" + uri + ")");  // a binary resource: named, not inlined
       }
+    } else if (type == "image") {
+      PromptImage image{FindString(*b, {"mimeType"}), FindString(*b, {"data"})};
+      static constexpr std::string_view kTypes[] = {"image/png", "image/jpeg", "image/gif",
+                                                    "image/webp"};
+      if (std::find(std::begin(kTypes), std::end(kTypes), image.mime_type) == std::end(kTypes)) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "an image of type \"" + image.mime_type +
+                             "\" is not supported (PNG, JPEG, GIF or WebP)");
+      }
+      if (image.base64_data.empty()) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "an image needs its \"data\" (base64): deepbox does not fetch images "
+                         "by URI");
+      }
+      if (image.base64_data.size() / 4 * 3 > kMaxPromptImageBytes) {
+        return MakeError(ErrorCode::kInvalidArgument,
+                         "an image is larger than 5 MiB (the model API's limit)");
+      }
+      if (!Base64Decode(image.base64_data)) {
+        return MakeError(ErrorCode::kInvalidArgument, "an image's \"data\" is not base64");
+      }
+      out.images.push_back(std::move(image));
     } else {
       return MakeError(ErrorCode::kInvalidArgument,
                        "prompt blocks of type \"" + type +
-                           "\" are not supported (deepbox takes text and resources)");
+                           "\" are not supported (deepbox takes text, images and resources)");
     }
   }
-  return text;
+  return out;
 }
 
 json::array PermissionOptions() {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/error.h"
 #include "common/json.h"
@@ -53,6 +54,10 @@ json::object TextContent(std::string_view text);
 json::object DiffContent(std::string_view path, const std::optional<std::string>& old_text,
                          std::string_view new_text);
 
+// {"type": "terminal", "terminalId"}: a terminal the client made
+// (terminal/create) shown as the tool call's content.
+json::object TerminalContent(std::string_view terminal_id);
+
 // A session/update notification's params.
 json::object SessionUpdate(std::string_view session_id, json::object update);
 json::object MessageChunk(std::string_view kind,
@@ -60,9 +65,20 @@ json::object MessageChunk(std::string_view kind,
 // "plan" from write_todos' todos ([{content, status}]).
 json::object PlanUpdate(const json::array& todos);
 
-// The text of session/prompt's prompt (text, resource_link and embedded
-// resource blocks). Images and audio are refused (the capabilities say so).
-Result<std::string> PromptText(const json::object& params);
+// session/prompt's prompt: the text (text, resource_link and embedded
+// resource blocks) and the images (image blocks with base64 data, in a
+// type the model API takes: PNG, JPEG, GIF, WebP, at most 5 MiB each).
+// Audio, and an image by URI only, are refused (the capabilities say so).
+struct PromptImage {
+  std::string mime_type;    // "image/png"
+  std::string base64_data;  // as the client sent it (validated)
+};
+struct Prompt {
+  std::string text;
+  std::vector<PromptImage> images;
+};
+Result<Prompt> ParsePrompt(const json::object& params);
+inline constexpr size_t kMaxPromptImageBytes = 5u << 20;  // decoded, per image
 
 // session/request_permission's options and what the user chose.
 json::array PermissionOptions();

@@ -9,7 +9,7 @@ TEST(ProtocolTest, InitializeNamesCapabilitiesAndAuth) {
   json::object r = InitializeResult(json::object{{"protocolVersion", 1}}, "1.2.3");
   EXPECT_EQ(r.at("protocolVersion").as_int64(), 1);
   EXPECT_TRUE(r.at("agentCapabilities").at("loadSession").as_bool());
-  EXPECT_FALSE(r.at("agentCapabilities").at("promptCapabilities").at("image").as_bool());
+  EXPECT_TRUE(r.at("agentCapabilities").at("promptCapabilities").at("image").as_bool());
   const auto& auth = r.at("authMethods").as_array();
   ASSERT_FALSE(auth.empty());
   EXPECT_EQ(auth[0].at("vars").at(0).at("name").as_string(), "ANTHROPIC_API_KEY");
@@ -48,16 +48,26 @@ TEST(ProtocolTest, ProjectPaths) {
   EXPECT_EQ(NormalizeAbsolutePath("/../a//b/./c/.."), "/a/b");
 }
 
-TEST(ProtocolTest, PromptText) {
-  auto t = PromptText(*ParseJsonObject(
+TEST(ProtocolTest, ParsePrompt) {
+  auto t = ParsePrompt(*ParseJsonObject(
       R"({"prompt":[{"type":"text","text":"fix it"},{"type":"resource_link","name":"a.py","uri":"file:///p/a.py"},
-          {"type":"resource","resource":{"uri":"file:///p/b.py","text":"x = 1"}}]})"));
+          {"type":"resource","resource":{"uri":"file:///p/b.py","text":"x = 1"}},
+          {"type":"image","mimeType":"image/png","data":"iVBORw0KGgo="}]})"));
   ASSERT_TRUE(t) << t.error().message;
-  EXPECT_EQ(*t,
+  EXPECT_EQ(t->text,
             "fix it\n[@a.py](file:///p/a.py)\n<context ref=\"file:///p/b.py\">\nx = 1\n</context>");
-  EXPECT_FALSE(PromptText(
-      *ParseJsonObject(R"({"prompt":[{"type":"image","data":"","mimeType":"image/png"}]})")));
-  EXPECT_FALSE(PromptText({}));
+  ASSERT_EQ(t->images.size(), 1u);
+  EXPECT_EQ(t->images[0].mime_type, "image/png");
+  EXPECT_EQ(t->images[0].base64_data, "iVBORw0KGgo=");
+  // What the model API does not take, and an image by URI only.
+  for (const char* bad :
+       {R"({"prompt":[{"type":"image","data":"iVBORw0KGgo=","mimeType":"image/tiff"}]})",
+        R"({"prompt":[{"type":"image","data":"","uri":"file:///a.png","mimeType":"image/png"}]})",
+        R"({"prompt":[{"type":"image","data":"%%%not base64","mimeType":"image/png"}]})",
+        R"({"prompt":[{"type":"audio","data":"AAAA","mimeType":"audio/wav"}]})"}) {
+    EXPECT_FALSE(ParsePrompt(*ParseJsonObject(bad))) << bad;
+  }
+  EXPECT_FALSE(ParsePrompt({}));
 }
 
 TEST(ProtocolTest, PermissionAnswers) {
@@ -82,6 +92,9 @@ TEST(ProtocolTest, UpdatesAndContent) {
   EXPECT_EQ(plan.at("entries").at(1).at("status").as_string(), "pending");
   json::object d = DiffContent("/p/a", std::nullopt, "new");
   EXPECT_TRUE(d.at("oldText").is_null());
+  json::object t = TerminalContent("term-1");
+  EXPECT_EQ(t.at("type").as_string(), "terminal");
+  EXPECT_EQ(t.at("terminalId").as_string(), "term-1");
   EXPECT_EQ(ToolKind("edit_file"), "edit");
   EXPECT_EQ(ToolKind("execute"), "execute");
   EXPECT_EQ(ToolTitle("execute", "make"), "Run `make`");

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "acp/protocol.h"
+#include "acp/terminal_spool.h"
 #include "cli/acp_server.h"
 #include "cli/cli.h"
 #include "cli/provider_flags.h"
@@ -21,6 +22,7 @@ struct AcpFlags {
   std::string max_project_size = "256MiB";
   uint64_t max_project_files = 50000;
   int64_t idle_pause_seconds = 300;
+  int64_t idle_suspend_seconds = 1800;
 };
 
 // An editor keeps a session for hours: a day unless --ttl says otherwise
@@ -56,12 +58,39 @@ int RunAcpCommand(const AcpFlags& flags) {
     return 2;
   }
   config.idle_pause = std::chrono::seconds(flags.idle_pause_seconds);
+  if (flags.idle_suspend_seconds < 0) {
+    std::fprintf(stderr, "deepbox acp: --idle-suspend: SECONDS, 0 or more (0 = never)\n");
+    return 2;
+  }
+  config.idle_suspend = std::chrono::seconds(flags.idle_suspend_seconds);
   return RunAcpServer(config);
+}
+
+// `deepbox acp-view SPOOL`: what `deepbox acp` asks the editor's terminal to
+// run for a command that runs in the sandbox. It follows the spool and
+// exits with the command's status; run by hand it only shows that file.
+int RunAcpViewCommand(const std::string& spool) {
+  auto code = acp::FollowSpool(spool, STDOUT_FILENO);
+  if (!code) {
+    std::fprintf(stderr, "\ndeepbox acp-view: %s\n", code.error().message.c_str());
+    return code.error().code == ErrorCode::kInvalidArgument ? 2 : 125;
+  }
+  return *code;
 }
 
 }  // namespace
 
 void RegisterAcpCommand(CLI::App& app) {
+  auto spool = std::make_shared<std::string>();
+  CLI::App* view = app.add_subcommand(
+      "acp-view",
+      "Show a command that `deepbox acp` runs in a sandbox, in an editor's terminal:\n"
+      "follows SPOOL (the output `deepbox acp` writes as the sandbox streams it) and\n"
+      "exits with the command's status. Nothing but that file is read.");
+  view->group("");  // not listed: the editor runs it, through terminal/create
+  view->add_option("spool", *spool, "The spool file `deepbox acp` named")->required();
+  view->callback([spool] { SetExitCode(RunAcpViewCommand(*spool)); });
+
   auto flags = std::make_shared<AcpFlags>();
   CLI::App* cmd = app.add_subcommand(
       "acp",
@@ -93,6 +122,11 @@ void RegisterAcpCommand(CLI::App& app) {
                   "Pause a session's sandbox after SECONDS with no prompt running: its\n"
                   "processes are frozen (memory kept, no CPU) until the next prompt resumes\n"
                   "it. 0 = never. Default 300");
+  cmd->add_option("--idle-suspend", flags->idle_suspend_seconds,
+                  "Suspend a session's sandbox after SECONDS with no prompt running: every\n"
+                  "process in it ends (memory freed, files kept) and the next prompt resumes\n"
+                  "it with fresh processes. Not a session with the editor's MCP servers (they\n"
+                  "run in the sandbox). 0 = never. Default 1800");
   cmd->add_option("--ttl", flags->run.ttl_seconds,
                   "Delete a session's sandbox SECONDS after it was made even if deepbox dies;\n"
                   "0 = no TTL. Default 86400");

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "acp/jsonrpc_peer.h"
+#include "acp/terminal_spool.h"
 #include "agent/deep_agent.h"
 #include "agent/mcp/config.h"
 #include "agent/mcp/tools.h"
@@ -48,6 +49,44 @@ constexpr const char* kAcpLabel = "deepbox.dev/acp";
 // Tool output kept per execute call for the editor (its tail).
 constexpr size_t kMaxShownOutput = 64 * 1024;
 constexpr std::chrono::milliseconds kOutputUpdateInterval{100};
+// What the editor's terminal keeps of a command shown there (terminal/create's
+// outputByteLimit; the client drops the oldest output beyond it).
+constexpr uint64_t kTerminalOutputLimit = 1u << 20;
+
+// An `execute` call shown in the editor's terminal: the command's output goes
+// into the spool as the sandbox streams it (the editor's terminal runs
+// `deepbox acp-view SPOOL`), and its exit status is kept for the spool's end.
+struct ExecTee {
+  acp::OutputSpool* spool = nullptr;
+  std::optional<int> exit_status;  // set once the command ended
+};
+// Set on the tool's thread from the execute call's start to its end: the
+// command that thread sends through the session's sandbox is that call's.
+thread_local ExecTee* t_exec_tee = nullptr;
+
+// The status a shell shows for a command's end (the viewer exits with it).
+int ShellStatus(const Result<ExecResult>& r) {
+  if (!r) return r.error().code == ErrorCode::kCancelled ? 130 : 125;
+  switch (r->kind) {
+    case ExitKind::kExited:
+      return r->exit_code & 0xff;
+    case ExitKind::kSignaled:
+    case ExitKind::kKilled:
+      return 128 + (r->signal ? r->signal : 9);
+    case ExitKind::kTimedOut:
+      return 124;
+    case ExitKind::kSpawnFailed:
+      return 127;
+  }
+  return 125;
+}
+
+// This program, for the editor to run as the viewer.
+std::string SelfExecutable() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("deepbox");
+}
 
 void LogLine(const std::string& line) {
   std::string l = "deepbox acp: " + line + "\n";
@@ -105,6 +144,16 @@ class SessionSandbox : public ForwardingSandbox {
       : ForwardingSandbox(inner), daemon_(dynamic_cast<SandboxdClient*>(&inner)) {}
 
   Result<ExecResult> ExecStream(const ExecRequest& request, const OutputCallback& cb) override {
+    // The execute call's own command (the first this thread sends) also
+    // goes to the editor's terminal.
+    ExecTee* tee = std::exchange(t_exec_tee, nullptr);
+    OutputCallback teed;
+    if (tee) {
+      teed = [tee, &cb](OutputStream stream, std::string_view data) {
+        (void)tee->spool->Append(data);
+        return cb(stream, data);
+      };
+    }
     ExecRequest r = request;
     std::string exec_id;
     r.on_exec_id = [this, &exec_id, &request](const std::string& id) {
@@ -115,7 +164,13 @@ class SessionSandbox : public ForwardingSandbox {
       }
       if (request.on_exec_id) request.on_exec_id(id);
     };
-    auto result = ForwardingSandbox::ExecStream(r, cb);
+    auto result = ForwardingSandbox::ExecStream(r, tee ? teed : cb);
+    if (tee) {
+      if (result && result->kind == ExitKind::kSpawnFailed && !result->error.empty()) {
+        (void)tee->spool->Append(result->error + "\n");
+      }
+      tee->exit_status = ShellStatus(result);
+    }
     std::lock_guard<std::mutex> lock(mu_);
     running_.erase(exec_id);
     return result;
@@ -211,6 +266,10 @@ struct PendingChange {
   bool seen = false;     // went through the interrupt handler (old_text is known)
 };
 
+// What the idle pauser did to a session's sandbox (--idle-pause,
+// --idle-suspend); the next prompt resumes it.
+enum class SandboxRest { kRunning, kPaused, kSuspended };
+
 struct Session {
   std::string id;   // the deep agent's thread id
   std::string cwd;  // the client's project
@@ -231,8 +290,9 @@ struct Session {
   // so a prompt that starts while the idle pauser is pausing waits for it
   // and then resumes the sandbox.
   std::mutex idle_mu;
-  int sandbox_users = 0;  // prompts using the sandbox now: never paused then
-  bool paused = false;    // paused by the idle pauser, not yet resumed
+  int sandbox_users = 0;                     // prompts using the sandbox now: never paused then
+  SandboxRest rest = SandboxRest::kRunning;  // what the idle pauser made of it
+  std::chrono::steady_clock::time_point suspend_tried_since{};  // a suspend failed then
   std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
 
   std::mutex mu;  // the maps below
@@ -243,6 +303,13 @@ struct Session {
   std::map<std::string, PendingChange> changes;
   std::map<std::string, std::string> outputs;
   std::map<std::string, std::chrono::steady_clock::time_point> output_sent;
+  // execute calls shown in the editor's terminal, by tool call id.
+  struct TerminalView {
+    std::unique_ptr<acp::OutputSpool> spool;
+    std::string terminal_id;
+    ExecTee tee;
+  };
+  std::map<std::string, std::shared_ptr<TerminalView>> terminals;
 
   ApprovalMode Mode() const { return static_cast<ApprovalMode>(mode.load()); }
   ~Session() {
@@ -315,8 +382,8 @@ class AcpServer {
   Status BeginSandboxUse(Session& s);
   void EndSandboxUse(Session& s);
   void IdlePauserLoop();
-  // Pauses `s`'s sandbox if it has been idle long enough.
-  void PauseIfIdle(Session& s, std::chrono::steady_clock::time_point now);
+  // Suspends or pauses `s`'s sandbox if it has been idle long enough.
+  void RestIfIdle(Session& s, std::chrono::steady_clock::time_point now);
 
   void OpenSession(const RpcMessage& m, bool load);
   void Prompt(const RpcMessage& m);
@@ -330,11 +397,22 @@ class AcpServer {
   // session/request_permission for a tool call; kCancelled when the client
   // is gone, the prompt was cancelled or the answer was unusable.
   PermissionAnswer Ask(Session& s, const std::string& call_id, json::object tool_call);
-  void SyncFromEditor(Session& s, const std::string& sandbox_path, const std::string& host_path);
+  // Puts the editor's text of a project file into the sandbox when it
+  // differs; returns the sandbox's text after that (nullopt: not read).
+  std::optional<std::string> SyncFromEditor(Session& s, const std::string& sandbox_path,
+                                            const std::string& host_path);
   bool HasProjectFile(Session& s, const std::string& host_path);
   // fs/read_text_file; nullopt when the editor cannot give it (no such file).
   std::optional<std::string> EditorText(Session& s, const std::string& host_path);
   void FinishFileChange(Session& s, const agent::AgentEvent& e);
+  // terminal/create for an execute call about to run: the editor's terminal
+  // runs `deepbox acp-view SPOOL`, which shows the sandbox's output. null when
+  // the client offers no terminal or it failed (the output goes into the
+  // tool call's content then, as without terminals).
+  std::shared_ptr<Session::TerminalView> StartTerminal(Session& s, const agent::AgentEvent& e);
+  // The command ended: its status into the spool, the viewer awaited, the
+  // final update, terminal/release.
+  void FinishTerminal(Session& s, const agent::AgentEvent& e, Session::TerminalView& view);
   std::string SandboxPath(const Session& s, const std::string& path) const {
     return acp::NormalizeAbsolutePath(path.starts_with("/") ? path : s.root + "/" + path);
   }
@@ -345,6 +423,10 @@ class AcpServer {
   std::map<std::string, std::string> labels_;
   acp::ClientCapabilities client_;
   std::mutex claim_mu_;  // one claim at a time through the provider
+  std::mutex spool_mu_;
+  std::unique_ptr<acp::SpoolDir> spool_dir_;  // made on the first terminal
+  uint64_t spool_count_ = 0;
+  std::atomic<bool> terminal_failed_{false};  // said once on stderr
 
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;
@@ -362,18 +444,21 @@ class AcpServer {
   // The provider cannot pause (k8s may answer UNIMPLEMENTED): said once,
   // then sandboxes stay running.
   std::atomic<bool> pause_unsupported_{false};
+  std::atomic<bool> suspend_unsupported_{false};
 };
 
 Status AcpServer::BeginSandboxUse(Session& s) {
   std::lock_guard<std::mutex> lock(s.idle_mu);
-  if (s.paused) {
+  if (s.rest != SandboxRest::kRunning) {
     const std::string id = s.lease->sandbox().id();
+    const char* how = s.rest == SandboxRest::kPaused ? "paused" : "suspended";
     if (auto st = providers_.provider->Resume(id); !st) {
-      return MakeError(st.error().code, "cannot resume sandbox " + id + " of session " + s.id +
-                                            " (paused while idle): " + st.error().message);
+      return MakeError(st.error().code, fmt::format("cannot resume sandbox {} of session {} ({} "
+                                                    "while idle): {}",
+                                                    id, s.id, how, st.error().message));
     }
-    s.paused = false;
-    LogLine("session " + s.id + ": sandbox " + id + " resumed");
+    s.rest = SandboxRest::kRunning;
+    LogLine(fmt::format("session {}: sandbox {} resumed (was {})", s.id, id, how));
   }
   ++s.sandbox_users;
   return {};
@@ -383,22 +468,29 @@ void AcpServer::EndSandboxUse(Session& s) {
   std::lock_guard<std::mutex> lock(s.idle_mu);
   --s.sandbox_users;
   s.idle_since = std::chrono::steady_clock::now();
+  s.suspend_tried_since = {};
 }
 
 void AcpServer::StartIdlePauser() {
-  if (config_.idle_pause.count() <= 0) return;
+  if (config_.idle_pause.count() <= 0 && config_.idle_suspend.count() <= 0) return;
   idle_pauser_ = std::thread([this] { IdlePauserLoop(); });
 }
 
 void AcpServer::IdlePauserLoop() {
-  // Checked often enough that a sandbox is paused at most a second (or a
-  // quarter of --idle-pause) late; each check only reads the sessions' state.
-  const auto tick = std::min<std::chrono::milliseconds>(
-      std::chrono::seconds(1),
-      std::max<std::chrono::milliseconds>(std::chrono::milliseconds(100), config_.idle_pause / 4));
+  // Checked often enough that a sandbox is paused (suspended) at most a
+  // second (or a quarter of the period) late; each check only reads the
+  // sessions' state.
+  auto shortest = std::chrono::milliseconds(std::chrono::seconds(1));
+  for (auto period : {config_.idle_pause, config_.idle_suspend}) {
+    if (period.count() > 0) {
+      shortest = std::min<std::chrono::milliseconds>(
+          shortest, std::max<std::chrono::milliseconds>(std::chrono::milliseconds(100),
+                                                        std::chrono::milliseconds(period) / 4));
+    }
+  }
   std::unique_lock<std::mutex> stop_lock(idle_stop_mu_);
-  while (!idle_stop_cv_.wait_for(stop_lock, tick, [this] { return idle_stop_; })) {
-    if (pause_unsupported_.load()) return;
+  while (!idle_stop_cv_.wait_for(stop_lock, shortest, [this] { return idle_stop_; })) {
+    if (pause_unsupported_.load() && suspend_unsupported_.load()) return;
     stop_lock.unlock();
     std::vector<std::shared_ptr<Session>> sessions;
     {
@@ -406,18 +498,43 @@ void AcpServer::IdlePauserLoop() {
       for (auto& [id, s] : sessions_) sessions.push_back(s);
     }
     const auto now = std::chrono::steady_clock::now();
-    for (auto& s : sessions) PauseIfIdle(*s, now);
+    for (auto& s : sessions) RestIfIdle(*s, now);
     sessions.clear();
     stop_lock.lock();
   }
 }
 
-void AcpServer::PauseIfIdle(Session& s, std::chrono::steady_clock::time_point now) {
+void AcpServer::RestIfIdle(Session& s, std::chrono::steady_clock::time_point now) {
   std::lock_guard<std::mutex> lock(s.idle_mu);
-  if (s.paused || s.sandbox_users > 0 || s.busy.load() || now - s.idle_since < config_.idle_pause) {
+  if (s.sandbox_users > 0 || s.busy.load() || s.rest == SandboxRest::kSuspended) return;
+  const auto idle = now - s.idle_since;
+  const std::string id = s.lease->sandbox().id();
+  // Suspended after --idle-suspend (from running or paused): every process
+  // ends, memory is freed. Not a session with the client's MCP servers:
+  // they are processes in the sandbox, and would not come back.
+  if (config_.idle_suspend.count() > 0 && idle >= config_.idle_suspend && !s.mcp_tools &&
+      !suspend_unsupported_.load() &&
+      (s.suspend_tried_since == std::chrono::steady_clock::time_point{} ||
+       now - s.suspend_tried_since >= config_.idle_suspend)) {
+    auto st = providers_.provider->Suspend(id, SuspendOptions{});
+    if (st) {
+      s.rest = SandboxRest::kSuspended;
+      LogLine("session " + s.id + ": sandbox " + id + " suspended (idle)");
+      return;
+    }
+    if (st.error().code == ErrorCode::kUnimplemented) {
+      if (!suspend_unsupported_.exchange(true)) {
+        LogLine("idle sandboxes are not suspended: " + st.error().message);
+      }
+    } else {
+      LogLine("session " + s.id + ": suspending idle sandbox " + id + ": " + st.error().message);
+      s.suspend_tried_since = now;  // tried again after another idle period
+    }
+  }
+  if (s.rest == SandboxRest::kPaused || config_.idle_pause.count() <= 0 ||
+      pause_unsupported_.load() || idle < config_.idle_pause) {
     return;
   }
-  const std::string id = s.lease->sandbox().id();
   auto st = providers_.provider->Pause(id);
   if (!st) {
     if (st.error().code == ErrorCode::kUnimplemented) {
@@ -430,7 +547,7 @@ void AcpServer::PauseIfIdle(Session& s, std::chrono::steady_clock::time_point no
     s.idle_since = now;  // tried again after another idle period
     return;
   }
-  s.paused = true;
+  s.rest = SandboxRest::kPaused;
   LogLine("session " + s.id + ": sandbox " + id + " paused (idle)");
 }
 
@@ -573,7 +690,7 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
     s->agent_sandbox->SetBeforeRead([this, raw](const std::string& path) {
       const std::string full = SandboxPath(*raw, path);
       if (auto host = acp::ProjectPathFor(raw->root, raw->cwd, full)) {
-        SyncFromEditor(*raw, full, *host);
+        (void)SyncFromEditor(*raw, full, *host);
       }
     });
   }
@@ -631,8 +748,14 @@ void AcpServer::ReplayHistory(Session& s) {
     if (msg.role == agent::Role::kTool) failed[msg.tool_call_id] = msg.is_error;
   }
   for (const auto& msg : state.messages) {
-    if (msg.role == agent::Role::kUser && !msg.text.empty()) {
-      Update(s, acp::MessageChunk("user_message_chunk", msg.text));
+    if (msg.role == agent::Role::kUser) {
+      if (!msg.text.empty()) Update(s, acp::MessageChunk("user_message_chunk", msg.text));
+      for (const auto& image : msg.images) {
+        Update(s, json::object{{"sessionUpdate", "user_message_chunk"},
+                               {"content", json::object{{"type", "image"},
+                                                        {"mimeType", image.media_type},
+                                                        {"data", image.base64_data}}}});
+      }
     } else if (msg.role == agent::Role::kAssistant) {
       if (!msg.text.empty()) Update(s, acp::MessageChunk("agent_message_chunk", msg.text));
       for (const auto& c : msg.tool_calls) {
@@ -653,8 +776,8 @@ void AcpServer::ReplayHistory(Session& s) {
 void AcpServer::Prompt(const RpcMessage& m) {
   auto s = Find(m.params);
   if (!s) return Fail(m.id, acp::kResourceNotFound, "no such session");
-  auto text = acp::PromptText(m.params);
-  if (!text) return Fail(m.id, acp::kInvalidParams, text.error().message);
+  auto prompt = acp::ParsePrompt(m.params);
+  if (!prompt) return Fail(m.id, acp::kInvalidParams, prompt.error().message);
   if (s->busy.exchange(true)) {
     return Fail(m.id, acp::kInvalidRequest, "a prompt is already running in this session");
   }
@@ -683,7 +806,11 @@ void AcpServer::Prompt(const RpcMessage& m) {
   };
   callbacks.cancel = &s->cancel;
   callbacks.cancel_fd = s->cancel_fd.get();
-  agent::RunResult r = s->agent->Run(*text, callbacks);
+  std::vector<agent::ImageBlock> images;
+  for (auto& image : prompt->images) {
+    images.push_back(agent::ImageBlock{image.mime_type, std::move(image.base64_data)});
+  }
+  agent::RunResult r = s->agent->Run(prompt->text, std::move(images), callbacks);
   EndSandboxUse(*s);
   s->busy.store(false);
   std::string stop;
@@ -772,19 +899,23 @@ std::optional<std::string> AcpServer::EditorText(Session& s, const std::string& 
   return std::string(content->get_string());
 }
 
-void AcpServer::SyncFromEditor(Session& s, const std::string& sandbox_path,
-                               const std::string& host_path) {
+std::optional<std::string> AcpServer::SyncFromEditor(Session& s, const std::string& sandbox_path,
+                                                     const std::string& host_path) {
   // Only a project file the sandbox got from the project (copied or written
   // back): a file .gitignore kept out (.env, keys) is never fetched into the
   // sandbox, even when the agent made one of that name there.
-  if (!client_.read_text_file || !HasProjectFile(s, host_path)) return;
-  auto info = s.lease->sandbox().Stat(sandbox_path);
-  if (!info) return;
+  if (!client_.read_text_file) return std::nullopt;
+  if (!HasProjectFile(s, host_path)) return std::nullopt;
+  Sandbox& sandbox = s.lease->sandbox();
+  auto current = sandbox.Download(sandbox_path);
+  if (!current) return std::nullopt;  // gone from the sandbox: nothing to bring in
   auto editor = EditorText(s, host_path);
-  if (!editor) return;
-  auto current = s.lease->sandbox().Download(sandbox_path);
-  if (current && *current == *editor) return;
-  (void)s.lease->sandbox().Write(sandbox_path, *editor, info->mode & 07777);  // keeps +x
+  if (!editor || *editor == *current) return std::move(*current);
+  auto info = sandbox.Stat(sandbox_path);  // only for its mode: +x stays
+  if (!info || !sandbox.Write(sandbox_path, *editor, info->mode & 07777)) {
+    return std::move(*current);
+  }
+  return editor;
 }
 
 std::vector<agent::Decision> AcpServer::OnInterrupt(Session& s,
@@ -808,11 +939,14 @@ agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
     change.sandbox_path = SandboxPath(s, arg);
     change.host_path = acp::ProjectPathFor(s.root, s.cwd, change.sandbox_path);
     if (change.host_path) {
-      SyncFromEditor(s, change.sandbox_path, *change.host_path);
+      change.old_text = SyncFromEditor(s, change.sandbox_path, *change.host_path);
       locations.push_back(json::object{{"path", *change.host_path}});
       title = acp::ToolTitle(a.name, change.host_path->substr(s.cwd.size() + 1));
     }
-    if (auto old = sandbox.Download(change.sandbox_path)) change.old_text = std::move(*old);
+    // The text before, for the diff (read once: the sync above may have read it).
+    if (!change.old_text) {
+      if (auto old = sandbox.Download(change.sandbox_path)) change.old_text = std::move(*old);
+    }
     if (change.host_path && client_.read_text_file && !HasProjectFile(s, *change.host_path)) {
       change.editor_text = EditorText(s, *change.host_path);
     }
@@ -967,7 +1101,92 @@ void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
     std::lock_guard<std::mutex> lock(s.mu);
     s.project_files.insert(change.host_path->substr(s.cwd.size() + 1));
   }
+  // The tool call already shows this very diff (announced before it ran):
+  // the final update need not carry the file's text again.
+  if (change.seen && change.new_text == *actual) {
+    Update(s, json::object{{"sessionUpdate", "tool_call_update"},
+                           {"toolCallId", e.tool_call_id},
+                           {"status", "completed"},
+                           {"locations", json::array{json::object{{"path", *change.host_path}}}}});
+    return;
+  }
   done("completed", std::move(diff));
+}
+
+std::shared_ptr<Session::TerminalView> AcpServer::StartTerminal(Session& s,
+                                                                const agent::AgentEvent& e) {
+  auto view = std::make_shared<Session::TerminalView>();
+  {
+    std::lock_guard<std::mutex> lock(spool_mu_);
+    if (!spool_dir_) {
+      auto dir = acp::SpoolDir::Create();
+      if (!dir) {
+        if (!terminal_failed_.exchange(true)) {
+          LogLine("commands are shown in the tool calls, not the editor's terminal: " +
+                  dir.error().message);
+        }
+        return nullptr;
+      }
+      spool_dir_ = std::move(*dir);
+    }
+    auto spool =
+        acp::OutputSpool::Create(spool_dir_->path(), fmt::format("{}.out", ++spool_count_));
+    if (!spool) {
+      LogLine("a spool for the editor's terminal: " + spool.error().message);
+      return nullptr;
+    }
+    view->spool = std::move(*spool);
+  }
+  view->tee.spool = view->spool.get();
+  // The editor runs the viewer, never the command: `deepbox acp-view` only
+  // follows the spool this process writes from the sandbox's output.
+  auto r = peer_.Call("terminal/create",
+                      json::object{{"sessionId", s.id},
+                                   {"command", SelfExecutable()},
+                                   {"args", json::array{"acp-view", view->spool->path()}},
+                                   {"env", json::array{}},
+                                   {"cwd", s.cwd},
+                                   {"outputByteLimit", kTerminalOutputLimit}},
+                      &s.cancel);
+  const json::object* o = r && r->is_object() ? &r->get_object() : nullptr;
+  view->terminal_id = o ? FindString(*o, {"terminalId"}) : "";
+  if (view->terminal_id.empty()) {
+    if (!r && r.error().code == ErrorCode::kCancelled) return nullptr;
+    if (!terminal_failed_.exchange(true)) {
+      LogLine("terminal/create failed (" + (r ? std::string("no terminalId") : r.error().message) +
+              "): commands are shown in their tool calls");
+    }
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.terminals[e.tool_call_id] = view;
+  return view;
+}
+
+void AcpServer::FinishTerminal(Session& s, const agent::AgentEvent& e,
+                               Session::TerminalView& view) {
+  if (!view.tee.exit_status) {
+    // The command never ran (the tool failed first): the terminal says why.
+    (void)view.spool->Append(e.output_preview + "\n");
+  }
+  (void)view.spool->Finish(view.tee.exit_status.value_or(125));
+  // The viewer shows the last of the output and exits with the status.
+  const json::object ids{{"sessionId", s.id}, {"terminalId", view.terminal_id}};
+  if (auto w = peer_.Call("terminal/wait_for_exit", ids, &s.cancel);
+      !w && w.error().code != ErrorCode::kCancelled) {
+    LogLine("terminal/wait_for_exit: " + w.error().message);
+  }
+  Update(s, json::object{{"sessionUpdate", "tool_call_update"},
+                         {"toolCallId", e.tool_call_id},
+                         {"status", e.ok ? "completed" : "failed"},
+                         {"content", json::array{acp::TerminalContent(view.terminal_id)}},
+                         {"rawOutput", json::object{{"output", JsonString(e.output_preview)}}}});
+  // Released even after a cancel: the viewer would otherwise wait on.
+  if (auto rel = peer_.Call("terminal/release", ids); !rel) {
+    LogLine("terminal/release: " + rel.error().message);
+  }
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.terminals.erase(e.tool_call_id);  // the spool's files go with it
 }
 
 void AcpServer::OnEvent(Session& s, const agent::AgentEvent& e) {
@@ -1003,6 +1222,12 @@ void AcpServer::OnEvent(Session& s, const agent::AgentEvent& e) {
           }
         }
       }
+      if (e.tool_name == "execute" && client_.terminal) {
+        if (auto view = StartTerminal(s, e)) {
+          t_exec_tee = &view->tee;  // this thread runs the command next
+          u["content"] = json::array{acp::TerminalContent(view->terminal_id)};
+        }
+      }
       Update(s, std::move(u));
       return;
     }
@@ -1010,6 +1235,7 @@ void AcpServer::OnEvent(Session& s, const agent::AgentEvent& e) {
       std::string shown;
       {
         std::lock_guard<std::mutex> lock(s.mu);
+        if (s.terminals.contains(e.tool_call_id)) return;  // the terminal shows it
         std::string& out = s.outputs[e.tool_call_id];
         out += e.text;
         if (out.size() > kMaxShownOutput) out.erase(0, out.size() - kMaxShownOutput);
@@ -1031,6 +1257,16 @@ void AcpServer::OnEvent(Session& s, const agent::AgentEvent& e) {
       if (e.tool_name == "write_todos") return;
       if ((e.tool_name == "write_file" || e.tool_name == "edit_file") && e.ok) {
         return FinishFileChange(s, e);
+      }
+      if (e.tool_name == "execute") {
+        t_exec_tee = nullptr;  // the command never ran: nothing else takes it
+        std::shared_ptr<Session::TerminalView> view;
+        {
+          std::lock_guard<std::mutex> lock(s.mu);
+          auto it = s.terminals.find(e.tool_call_id);
+          if (it != s.terminals.end()) view = it->second;
+        }
+        if (view) return FinishTerminal(s, e, *view);
       }
       std::string shown;
       {

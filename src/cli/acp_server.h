@@ -23,6 +23,11 @@ struct AcpConfig {
   // CPU) after this long with no prompt running; the next prompt resumes
   // it. 0 = never.
   std::chrono::seconds idle_pause{300};
+  // After this long with no prompt running it is suspended instead (every
+  // process in it ends: memory freed, files kept); the next prompt resumes
+  // it with fresh processes. Not a session with the client's MCP servers
+  // (they run in the sandbox). 0 = never.
+  std::chrono::seconds idle_suspend{1800};
 };
 
 int RunAcpServer(const AcpConfig& config);
