@@ -21,9 +21,14 @@ round trip to the client). Rows: execute `true` and read_file in mode auto
 (the same work on both sides); write_file in mode auto (ACP also reads the
 old text for the diff and writes the change back through the client);
 write_file in approve-all (plus a session/request_permission round trip per
-call, answered at once). Rounds alternate run and acp so both see the same machine noise;
-the medians are reported, ratio = acp / run. The goal (issue 25): <= 1.2x
-for the same work (the first two rows).
+call, answered at once); on request, write_file with a client without
+fs/write_text_file (write-no-back: what the write-back costs) and write_file
+on a project file with a client that offers fs/read_text_file, as editors
+do (write-editor: the editor's text is read before each change). Rounds
+alternate run and acp (and, with --baseline, a second binary) so all see
+the same machine noise; the medians are reported, ratio = the median of the
+rounds' acp / run. The goal (issue 25): <= 1.2x for the same work (the
+first two rows).
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ def replay(path: Path, calls: int, tool: str) -> str:
             call = {"id": f"c{i}", "name": "execute", "input": {"command": "true"}}
         elif tool == "read":
             call = {"id": f"c{i}", "name": "read_file", "input": {"file_path": "/workspace/README.md"}}
+        elif tool == "write-project":  # the same project file each time
+            call = {"id": f"c{i}", "name": "write_file",
+                    "input": {"file_path": "/workspace/README.md", "content": f"line {i}\n"}}
         else:
             call = {"id": f"c{i}", "name": "write_file",
                     "input": {"file_path": f"/workspace/out/f{i}.txt", "content": f"line {i}\n"}}
@@ -78,7 +86,8 @@ def time_run(deepbox: str, model: str, project: Path, env: dict) -> float:
     return end - start
 
 
-def time_acp(deepbox: str, model: str, project: Path, env: dict, mode: str) -> float:
+def time_acp(deepbox: str, model: str, project: Path, env: dict, mode: str,
+             write_back: bool = True, editor_reads: bool = False) -> float:
     p = subprocess.Popen([deepbox, "acp", "--model", model, "--mode", mode, "--network", "none"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          env=env, text=True, bufsize=1)
@@ -94,6 +103,9 @@ def time_acp(deepbox: str, model: str, project: Path, env: dict, mode: str) -> f
             if m.get("method") == "session/request_permission":
                 send({"jsonrpc": "2.0", "id": m["id"],
                       "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}})
+            elif m.get("method") == "fs/read_text_file":
+                text = Path(m["params"]["path"]).read_text()
+                send({"jsonrpc": "2.0", "id": m["id"], "result": {"content": text}})
             elif m.get("method") == "fs/write_text_file":
                 path = Path(m["params"]["path"])
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +119,8 @@ def time_acp(deepbox: str, model: str, project: Path, env: dict, mode: str) -> f
 
     send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
           "params": {"protocolVersion": 1,
-                     "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": True}}}})
+                     "clientCapabilities": {"fs": {"readTextFile": editor_reads,
+                                                   "writeTextFile": write_back}}}})
     until(1)
     send({"jsonrpc": "2.0", "id": 2, "method": "session/new",
           "params": {"cwd": str(project), "mcpServers": []}})
@@ -127,34 +140,56 @@ def time_acp(deepbox: str, model: str, project: Path, env: dict, mode: str) -> f
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deepbox", default="build/dev/bin/deepbox")
+    ap.add_argument("--baseline", metavar="DEEPBOX",
+                    help="another deepbox binary (e.g. before a change) measured in the same "
+                         "rounds: each round runs both, so both see the same machine noise")
     ap.add_argument("--calls", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rows", default="execute,read,write,write-approve",
+                    help="which rows, comma-separated: execute, read, write, write-approve, "
+                         "write-no-back (a client without fs/write_text_file: the write-back's "
+                         "share of the write row), write-editor (write_file on a project file, "
+                         "the client offering fs/read_text_file, as editors do)")
     args = ap.parse_args()
-    deepbox = str(Path(args.deepbox).resolve())
+    binaries = [("", str(Path(args.deepbox).resolve()))]
+    if args.baseline:
+        binaries.insert(0, ("baseline ", str(Path(args.baseline).resolve())))
     work = Path(tempfile.mkdtemp(prefix="dbacpb-", dir="/tmp"))
     env = dict(os.environ, DEEPBOX_STATE_DIR=str(work / "s"))
     try:
-        rows = [("execute `true`", "execute", "auto"), ("read_file", "read", "auto"),
-                ("write_file", "write", "auto"),
-                ("write_file, approve-all", "write", "approve-all")]
+        all_rows = {"execute": ("execute `true`", "execute", "auto", True),
+                    "read": ("read_file", "read", "auto", True),
+                    "write": ("write_file", "write", "auto", True),
+                    "write-approve": ("write_file, approve-all", "write", "approve-all", True),
+                    "write-no-back": ("write_file, no write-back", "write", "auto", False),
+                    "write-editor": ("write_file, editor reads", "write-project",
+                                     "auto", True)}
+        rows = [all_rows[r] for r in args.rows.split(",")]
         print(f"{args.calls} tool calls per prompt, {args.rounds} alternating rounds; "
-              "ms per tool call (median)")
-        print(f"{'row':28} {'run --json':>10} {'acp':>10} {'ratio':>7}")
-        for name, tool, mode in rows:
+              "ms per tool call (median); ratio = median of the rounds' acp/run")
+        print(f"{'row':37} {'run --json':>10} {'acp':>10} {'ratio':>7}")
+        for name, tool, mode, write_back in rows:
             model = replay(work / f"{tool}.jsonl", args.calls, tool)
-            runs, acps = [], []
+            runs = {b: [] for _, b in binaries}
+            acps = {b: [] for _, b in binaries}
+            steps = [(b, side) for _, b in binaries for side in ("run", "acp")]
             for r in range(args.rounds):
-                for side in ("run", "acp") if r % 2 == 0 else ("acp", "run"):
-                    project = work / f"p-{side}-{tool}-{mode}-{r}"
+                # A different order each round: no side is always first.
+                for b, side in steps[r % len(steps):] + steps[:r % len(steps)]:
+                    project = work / f"p-{len(list(work.iterdir()))}"
                     project.mkdir()
                     (project / "README.md").write_text("bench\n")
                     if side == "run":
-                        runs.append(time_run(deepbox, model, project, env) / args.calls)
+                        runs[b].append(time_run(b, model, project, env) / args.calls)
                     else:
-                        acps.append(time_acp(deepbox, model, project, env, mode) / args.calls)
-            run_ms = statistics.median(runs) * 1000
-            acp_ms = statistics.median(acps) * 1000
-            print(f"{name:28} {run_ms:10.2f} {acp_ms:10.2f} {acp_ms / run_ms:6.2f}x")
+                        acps[b].append(time_acp(b, model, project, env, mode, write_back,
+                                                editor_reads=tool == "write-project")
+                                       / args.calls)
+            for label, b in binaries:
+                run_ms = statistics.median(runs[b]) * 1000
+                acp_ms = statistics.median(acps[b]) * 1000
+                ratio = statistics.median(a / r for a, r in zip(acps[b], runs[b]))
+                print(f"{label + name:37} {run_ms:10.2f} {acp_ms:10.2f} {ratio:6.2f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
