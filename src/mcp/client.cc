@@ -17,6 +17,7 @@
 #include "common/subprocess.h"
 #include "common/unique_fd.h"
 #include "common/utf8.h"
+#include "mcp/elicitation.h"
 #include "mcp/protocol.h"
 #include "net/http_client.h"
 #include "net/sse.h"
@@ -332,6 +333,20 @@ class RpcTransport {
     (void)modern;
   }
   virtual bool is_http() const { return false; }
+  // HTTP legacy sessions: opens the GET stream on which a server sends its
+  // own requests (elicitation/create) outside any of ours.
+  virtual void ListenForServerRequests() {}
+
+  // The serialized response to a request the server sent: elicitation/create
+  // when the client has a handler, "method not found" for anything else
+  // (deepbox offers no sampling or roots).
+  std::string AnswerServerRequest(const Message& m) const {
+    if (m.method == "elicitation/create" && on_elicitation) {
+      return SerializeResult(m.id, AnswerElicitation(m.params, on_elicitation));
+    }
+    return SerializeError(m.id, RpcError(kMethodNotFound, "Method not found: " + m.method));
+  }
+  ElicitationHandler on_elicitation;  // set before the first request
 };
 
 namespace {
@@ -452,9 +467,8 @@ class StdioRpc : public RpcTransport {
       return;
     }
     if (m->is_request()) {
-      // We offer no client features (sampling, roots, elicitation).
-      (void)ch_->Send(
-          SerializeError(m->id, RpcError(kMethodNotFound, "Method not found: " + m->method)));
+      // On the reading thread: the server waits for this answer anyway.
+      (void)ch_->Send(AnswerServerRequest(*m));
     }
   }
 
@@ -473,8 +487,15 @@ class StdioRpc : public RpcTransport {
 
 class HttpRpc : public RpcTransport {
  public:
-  HttpRpc(std::unique_ptr<net::HttpClient> http, std::string target, net::Headers headers)
-      : http_(std::move(http)), target_(std::move(target)), headers_(std::move(headers)) {}
+  HttpRpc(std::unique_ptr<net::HttpClient> http, std::string target, net::Headers headers,
+          std::shared_ptr<OAuthSession> oauth, std::chrono::milliseconds default_retry,
+          int max_resumptions)
+      : http_(std::move(http)),
+        target_(std::move(target)),
+        headers_(std::move(headers)),
+        oauth_(std::move(oauth)),
+        default_retry_(default_retry),
+        max_resumptions_(max_resumptions) {}
   ~HttpRpc() override { Close(); }
 
   bool is_http() const override { return true; }
@@ -505,32 +526,16 @@ class HttpRpc : public RpcTransport {
       meta["progressToken"] = id;
       params["_meta"] = std::move(meta);
     }
-    net::ClientRequest req;
-    req.method = "POST";
-    req.target = target_;
-    req.headers = headers_;
-    req.headers.Set("Content-Type", "application/json");
-    req.headers.Set("Accept", "application/json, text/event-stream");
-    if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
-    if (!session.empty() && !modern) req.headers.Set("Mcp-Session-Id", session);
-    if (modern) {
-      req.headers.Set("Mcp-Method", r.method);
-      if (const json::value* n = params.if_contains("name"); n && n->is_string()) {
-        req.headers.Set("Mcp-Name", EncodeHeaderValue(n->get_string()));
-      }
-    }
-    req.body = SerializeRequest(id, r.method, params);
-    req.timeout = r.timeout;
-    req.cancel_fd = r.cancel_fd;
     // A silent stream must end at once on cancellation too: an eventfd the
     // client's waits watch, signalled from the cancel flag.
+    int cancel_fd = r.cancel_fd;
     UniqueFd cancel_event;
     std::atomic<bool> finished{false};
     std::thread cancel_watch;
     if (r.cancel && r.cancel_fd < 0) {
       cancel_event.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
       if (cancel_event.valid()) {
-        req.cancel_fd = cancel_event.get();
+        cancel_fd = cancel_event.get();
         cancel_watch = std::thread([&] {
           while (!finished.load()) {
             if (r.cancel->load()) {
@@ -551,47 +556,195 @@ class HttpRpc : public RpcTransport {
         if (t.joinable()) t.join();
       }
     } joiner{finished, cancel_watch};
+    const auto cancelled = [&] { return r.cancel && r.cancel->load(); };
+    // The answer may also come on the standalone GET stream (Listen): it is
+    // left in mailbox_, and `wake` ends a resumption's wait for it.
+    UniqueFd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!wake.valid()) return MakeSyscallError("eventfd", errno);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      waiters_[id] = wake.get();
+    }
+    struct Unwait {
+      HttpRpc& rpc;
+      int64_t id;
+      ~Unwait() {
+        std::lock_guard<std::mutex> lock(rpc.mu_);
+        rpc.waiters_.erase(id);
+        rpc.mailbox_.erase(id);
+      }
+    } unwait{*this, id};
+
     std::optional<Message> answer;
-    std::string ctype;
-    std::string body;
-    int status = 0;
-    net::SseParser sse([&](const net::SseEvent& e) {
+    // The stream's resumption state (SSE): the last event id and retry: delay.
+    std::string last_event_id;
+    int retry_ms = -1;
+    auto on_event = [&](const net::SseEvent& e) {
+      if (!e.id.empty()) last_event_id = e.id;
+      if (e.retry_ms >= 0) retry_ms = e.retry_ms;
       auto m = ParseMessage(e.data);
-      if (!m) return true;
+      if (!m) return true;  // a priming event (empty data) or one we cannot read
       if (m->is_response()) {
         answer = std::move(*m);
         return false;  // the stream's work is done
       }
-      if (m->is_notification() && r.on_notification) r.on_notification(*m);
+      if (m->is_request()) {
+        PostAnswer(AnswerServerRequest(*m));
+      } else if (m->is_notification() && r.on_notification) {
+        r.on_notification(*m);
+      }
       return true;
-    });
+    };
+
+    int authorizations = 0;
+    std::string ctype;
+    std::string body;
+    int status = 0;
     bool sse_mode = false;
-    auto res = http_->SendStreaming(
-        req,
-        [&](const net::Response& head) {
-          status = head.status;
-          ctype = head.headers.Get("Content-Type").value_or("");
-          sse_mode = ctype.rfind("text/event-stream", 0) == 0;
-          if (auto sid = head.headers.Get("Mcp-Session-Id"); sid && r.method == "initialize") {
-            std::lock_guard<std::mutex> lock(mu_);
-            session_ = *sid;
-          }
-          return true;
-        },
-        [&](std::string_view data) {
-          if (r.cancel && r.cancel->load()) return false;  // closing the stream cancels
-          if (sse_mode) return sse.Feed(data);
-          if (body.size() + data.size() > (64u << 20)) return false;
-          body.append(data);
-          return true;
-        });
-    if (r.cancel && r.cancel->load()) {
-      if (!modern) CancelLegacy(id, session, version);
-      return MakeError(ErrorCode::kCancelled, "cancelled");
+    for (;;) {
+      net::ClientRequest req;
+      req.method = "POST";
+      req.target = target_;
+      req.headers = headers_;
+      req.headers.Set("Content-Type", "application/json");
+      req.headers.Set("Accept", "application/json, text/event-stream");
+      SetAuthorization(req.headers);
+      if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
+      if (!session.empty() && !modern) req.headers.Set("Mcp-Session-Id", session);
+      if (modern) {
+        req.headers.Set("Mcp-Method", r.method);
+        if (const json::value* n = params.if_contains("name"); n && n->is_string()) {
+          req.headers.Set("Mcp-Name", EncodeHeaderValue(n->get_string()));
+        }
+      }
+      req.body = SerializeRequest(id, r.method, params);
+      req.timeout = r.timeout;
+      req.cancel_fd = cancel_fd;
+      ctype.clear();
+      body.clear();
+      status = 0;
+      sse_mode = false;
+      std::string challenge;
+      net::SseParser sse(on_event);
+      auto res = http_->SendStreaming(
+          req,
+          [&](const net::Response& head) {
+            status = head.status;
+            if (oauth_ && (status == 401 || status == 403)) {
+              challenge = head.headers.Get("WWW-Authenticate").value_or("");
+              return false;  // answered below, then sent again
+            }
+            ctype = head.headers.Get("Content-Type").value_or("");
+            sse_mode = ctype.rfind("text/event-stream", 0) == 0;
+            if (auto sid = head.headers.Get("Mcp-Session-Id"); sid && r.method == "initialize") {
+              std::lock_guard<std::mutex> lock(mu_);
+              session_ = *sid;
+            }
+            return true;
+          },
+          [&](std::string_view data) {
+            if (cancelled()) return false;  // closing the stream cancels
+            if (sse_mode) return sse.Feed(data);
+            if (body.size() + data.size() > (64u << 20)) return false;
+            body.append(data);
+            return true;
+          });
+      if (cancelled()) {
+        if (!modern) CancelLegacy(id, session, version);
+        return MakeError(ErrorCode::kCancelled, "cancelled");
+      }
+      if (!res) return tl::unexpected(res.error());
+      if (oauth_ && (status == 401 || status == 403)) {
+        if (auto st = oauth_->HandleChallenge(status, challenge, authorizations); !st) {
+          return tl::unexpected(st.error());
+        }
+        continue;
+      }
+      if (sse_mode && !answer) sse.Finish();
+      break;
     }
-    if (!res) return tl::unexpected(res.error());
     if (sse_mode) {
-      if (!answer) sse.Finish();
+      // A stream that ended before the answer is resumed from its last event
+      // (the server replays what followed it), after the delay it asked for.
+      std::atomic<bool> resumed_done{false};
+      std::thread forward_cancel;
+      if (cancel_fd >= 0) {
+        forward_cancel = std::thread([&] {
+          while (!resumed_done.load()) {
+            struct pollfd p = {cancel_fd, POLLIN, 0};
+            if (::poll(&p, 1, 50) > 0) {
+              uint64_t one = 1;
+              (void)!::write(wake.get(), &one, sizeof one);
+              return;
+            }
+          }
+        });
+      }
+      struct StopForwarding {
+        std::atomic<bool>& done;
+        std::thread& t;
+        ~StopForwarding() {
+          done.store(true);
+          if (t.joinable()) t.join();
+        }
+      } stop_forwarding{resumed_done, forward_cancel};
+      const auto take_delivered = [&] {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = mailbox_.find(id);
+        if (it == mailbox_.end()) return false;
+        answer = std::move(it->second);
+        mailbox_.erase(it);
+        return true;
+      };
+      const auto user_cancelled = [&] {
+        if (cancelled()) return true;
+        struct pollfd p = {cancel_fd, POLLIN, 0};
+        return cancel_fd >= 0 && ::poll(&p, 1, 0) > 0;
+      };
+      int idle_resumptions = 0;
+      while (!answer && !take_delivered() && !last_event_id.empty() &&
+             idle_resumptions < max_resumptions_) {
+        ++idle_resumptions;
+        const std::string before = last_event_id;
+        const auto delay = retry_ms >= 0 ? std::chrono::milliseconds(retry_ms) : default_retry_;
+        struct pollfd p = {wake.get(), POLLIN, 0};
+        (void)::poll(&p, 1, static_cast<int>(delay.count()));
+        if (take_delivered()) break;
+        if (user_cancelled()) {
+          if (!modern) CancelLegacy(id, session, version);
+          return MakeError(ErrorCode::kCancelled, "cancelled");
+        }
+        net::ClientRequest get;
+        get.method = "GET";
+        get.target = target_;
+        get.headers = headers_;
+        get.headers.Set("Accept", "text/event-stream");
+        get.headers.Set("Last-Event-ID", last_event_id);
+        SetAuthorization(get.headers);
+        if (!version.empty()) get.headers.Set("MCP-Protocol-Version", version);
+        if (!session.empty() && !modern) get.headers.Set("Mcp-Session-Id", session);
+        get.timeout = r.timeout;
+        get.cancel_fd = wake.get();
+        bool get_sse = false;
+        net::SseParser resumed(on_event);
+        auto res = http_->SendStreaming(
+            get,
+            [&](const net::Response& head) {
+              get_sse =
+                  head.status == 200 &&
+                  head.headers.Get("Content-Type").value_or("").rfind("text/event-stream", 0) == 0;
+              return get_sse;
+            },
+            [&](std::string_view data) { return !cancelled() && resumed.Feed(data); });
+        if (answer || take_delivered()) break;
+        if (user_cancelled()) {
+          if (!modern) CancelLegacy(id, session, version);
+          return MakeError(ErrorCode::kCancelled, "cancelled");
+        }
+        if (!res || !get_sse) break;  // the server cannot resume this stream
+        resumed.Finish();
+        if (last_event_id != before) idle_resumptions = 0;
+      }
       if (answer) return std::move(*answer);
       return MakeError(
           ErrorCode::kUnavailable,
@@ -626,6 +779,7 @@ class HttpRpc : public RpcTransport {
     req.headers = headers_;
     req.headers.Set("Content-Type", "application/json");
     req.headers.Set("Accept", "application/json, text/event-stream");
+    SetAuthorization(req.headers);
     if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
     if (!session.empty()) req.headers.Set("Mcp-Session-Id", session);
     req.body = SerializeNotification(method, params);
@@ -641,6 +795,17 @@ class HttpRpc : public RpcTransport {
 
   std::optional<Error> failure() const override { return std::nullopt; }
 
+  void ListenForServerRequests() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (closed_ || session_.empty() || listener_.joinable()) return;
+    listen_cancel_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!listen_cancel_.valid()) return;
+    listener_ = std::thread([this] { Listen(); });
+    // Until the server has the stream (or refused it): what it sends there
+    // about requests made after this call then reaches us.
+    listen_cv_.wait_for(lock, std::chrono::seconds(10), [&] { return listen_ready_; });
+  }
+
   void Close() override {
     std::string session, version;
     {
@@ -650,6 +815,11 @@ class HttpRpc : public RpcTransport {
       session = session_;
       version = version_;
     }
+    if (listener_.joinable()) {
+      uint64_t one = 1;
+      (void)!::write(listen_cancel_.get(), &one, sizeof one);
+      listener_.join();
+    }
     if (session.empty()) return;
     // Ends the legacy session (the server then deletes what belongs to it).
     net::ClientRequest req;
@@ -657,12 +827,120 @@ class HttpRpc : public RpcTransport {
     req.target = target_;
     req.headers = headers_;
     req.headers.Set("Mcp-Session-Id", session);
+    SetAuthorization(req.headers);
     if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
     req.timeout = std::chrono::seconds(10);
     (void)http_->Send(req);
   }
 
  private:
+  // A response that came outside its request's stream, for a request that
+  // waits to resume its own.
+  void Deliver(Message m) {
+    auto id = JsonToInt64(m.id);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!id) return;
+    auto it = waiters_.find(*id);
+    if (it == waiters_.end()) return;
+    mailbox_[*id] = std::move(m);
+    uint64_t one = 1;
+    (void)!::write(it->second, &one, sizeof one);
+  }
+
+  // The standalone GET stream: server requests answered by POST, resumed
+  // with Last-Event-ID when it ends; given up when the server offers none
+  // (405, or not SSE) or after a few attempts that brought no event.
+  void Listen() {
+    std::string last_event_id;
+    int retry_ms = -1;
+    int fruitless = 0;
+    auto closed = [&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return closed_;
+    };
+    auto ready = [&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      listen_ready_ = true;
+      listen_cv_.notify_all();
+    };
+    struct Ready {
+      decltype(ready)& f;
+      ~Ready() { f(); }
+    } ready_at_exit{ready};
+    while (!closed() && fruitless < 3) {
+      std::string version, session;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        version = version_;
+        session = session_;
+      }
+      net::ClientRequest get;
+      get.method = "GET";
+      get.target = target_;
+      get.headers = headers_;
+      get.headers.Set("Accept", "text/event-stream");
+      if (!last_event_id.empty()) get.headers.Set("Last-Event-ID", last_event_id);
+      SetAuthorization(get.headers);
+      if (!version.empty()) get.headers.Set("MCP-Protocol-Version", version);
+      get.headers.Set("Mcp-Session-Id", session);
+      get.cancel_fd = listen_cancel_.get();
+      bool sse = false;
+      bool got_event = false;
+      net::SseParser parser([&](const net::SseEvent& e) {
+        got_event = true;
+        if (!e.id.empty()) last_event_id = e.id;
+        if (e.retry_ms >= 0) retry_ms = e.retry_ms;
+        auto m = ParseMessage(e.data);
+        if (m && m->is_request()) PostAnswer(AnswerServerRequest(*m));
+        if (m && m->is_response()) Deliver(std::move(*m));
+        return true;
+      });
+      auto res = http_->SendStreaming(
+          get,
+          [&](const net::Response& head) {
+            sse = head.status == 200 &&
+                  head.headers.Get("Content-Type").value_or("").rfind("text/event-stream", 0) == 0;
+            ready();
+            return sse;
+          },
+          [&](std::string_view data) { return parser.Feed(data); });
+      if (!res || !sse || closed()) return;
+      fruitless = got_event ? 0 : fruitless + 1;
+      struct pollfd p = {listen_cancel_.get(), POLLIN, 0};
+      (void)::poll(&p, 1, static_cast<int>(retry_ms >= 0 ? retry_ms : default_retry_.count()));
+    }
+  }
+
+  // The OAuth token, when there is one (it replaces a configured header).
+  void SetAuthorization(net::Headers& headers) {
+    if (!oauth_) return;
+    if (std::string a = oauth_->AuthorizationHeader(); !a.empty()) {
+      headers.Set("Authorization", a);
+    }
+  }
+
+  // POSTs the client's answer to a server's request (legacy sessions).
+  void PostAnswer(const std::string& message) {
+    std::string version, session;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      version = version_;
+      session = session_;
+    }
+    net::ClientRequest req;
+    req.method = "POST";
+    req.target = target_;
+    req.headers = headers_;
+    req.headers.Set("Content-Type", "application/json");
+    req.headers.Set("Accept", "application/json, text/event-stream");
+    SetAuthorization(req.headers);
+    if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
+    if (!session.empty()) req.headers.Set("Mcp-Session-Id", session);
+    req.body = message;
+    req.timeout = std::chrono::seconds(30);
+    (void)http_->Send(req);
+  }
+
   void CancelLegacy(int64_t id, const std::string& session, const std::string& version) {
     if (session.empty()) return;
     json::object p;
@@ -675,6 +953,15 @@ class HttpRpc : public RpcTransport {
   std::unique_ptr<net::HttpClient> http_;
   std::string target_;
   net::Headers headers_;
+  std::shared_ptr<OAuthSession> oauth_;
+  std::chrono::milliseconds default_retry_;
+  int max_resumptions_;
+  UniqueFd listen_cancel_;
+  std::thread listener_;
+  std::condition_variable listen_cv_;
+  bool listen_ready_ = false;
+  std::map<int64_t, int> waiters_;      // request id -> its wake eventfd
+  std::map<int64_t, Message> mailbox_;  // answers Listen received for them
   std::mutex mu_;
   int64_t next_id_ = 0;
   std::string version_;
@@ -688,7 +975,9 @@ class HttpRpc : public RpcTransport {
 // ---------------------------------------------------------------- client
 
 McpClient::McpClient(std::unique_ptr<RpcTransport> t, ClientOptions o)
-    : transport_(std::move(t)), options_(std::move(o)) {}
+    : transport_(std::move(t)), options_(std::move(o)) {
+  transport_->on_elicitation = options_.on_elicitation;
+}
 
 McpClient::~McpClient() { Close(); }
 
@@ -725,8 +1014,12 @@ Result<std::unique_ptr<McpClient>> McpClient::ConnectHttp(const std::string& url
   if (!http) return tl::unexpected(http.error());
   std::string target = u->path.empty() ? "/" : u->path;
   if (!u->query.empty()) target += "?" + u->query;
-  std::unique_ptr<McpClient> c(new McpClient(
-      std::make_unique<HttpRpc>(std::move(*http), target, headers), std::move(options)));
+  std::shared_ptr<OAuthSession> oauth;
+  if (options.oauth) oauth = options.oauth(url);
+  auto transport =
+      std::make_unique<HttpRpc>(std::move(*http), target, headers, std::move(oauth),
+                                options.default_sse_retry, options.max_stream_resumptions);
+  std::unique_ptr<McpClient> c(new McpClient(std::move(transport), std::move(options)));
   if (auto st = c->Negotiate(); !st) {
     c->Close();
     return tl::unexpected(st.error());
@@ -742,7 +1035,7 @@ json::object McpClient::Params(json::object params, const json::value& progress_
   }
   if (modern_) {
     meta[kMetaProtocolVersion] = version_;
-    meta[kMetaClientCapabilities] = json::object{};
+    meta[kMetaClientCapabilities] = Capabilities();
     json::object info;
     info["name"] = options_.client_name;
     info["version"] = options_.client_version;
@@ -751,6 +1044,12 @@ json::object McpClient::Params(json::object params, const json::value& progress_
   if (!progress_token.is_null()) meta["progressToken"] = progress_token;
   params["_meta"] = std::move(meta);
   return params;
+}
+
+json::object McpClient::Capabilities() const {
+  json::object caps;
+  if (options_.on_elicitation) caps["elicitation"] = json::object{{"form", json::object{}}};
+  return caps;
 }
 
 namespace {
@@ -825,7 +1124,7 @@ Status McpClient::Negotiate() {
   RpcRequest init;
   init.method = "initialize";
   init.params["protocolVersion"] = std::string(kLatestLegacyVersion);
-  init.params["capabilities"] = json::object{};
+  init.params["capabilities"] = Capabilities();
   json::object info;
   info["name"] = options_.client_name;
   info["version"] = options_.client_version;
@@ -835,7 +1134,9 @@ Status McpClient::Negotiate() {
   if (!ir) return tl::unexpected(ir.error());
   if (ir->kind == MessageKind::kError) return tl::unexpected(RpcFailure("initialize", ir->error));
   const json::value* v = ir->result.if_contains("protocolVersion");
-  if (!v || !v->is_string() || !IsLegacyVersion(v->get_string())) {
+  // 2025-03-26 too: its servers differ from 2025-06-18 only in what this
+  // client never sends (JSON-RPC batches).
+  if (!v || !v->is_string() || !IsAcceptedLegacyHeaderVersion(v->get_string())) {
     return MakeError(ErrorCode::kUnavailable,
                      fmt::format("the MCP server offers protocol version {}, which deepbox does "
                                  "not speak",
@@ -849,7 +1150,9 @@ Status McpClient::Negotiate() {
     instructions_ = std::string(i->get_string());
   }
   transport_->SetProtocol(version_, false);
-  return transport_->Notify("notifications/initialized", {});
+  if (auto st = transport_->Notify("notifications/initialized", {}); !st) return st;
+  if (options_.on_elicitation) transport_->ListenForServerRequests();
+  return {};
 }
 
 Result<std::vector<RemoteTool>> McpClient::ListTools() {

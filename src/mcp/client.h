@@ -21,7 +21,9 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/version.h"
+#include "mcp/elicitation.h"
 #include "mcp/jsonrpc.h"
+#include "mcp/oauth.h"
 #include "net/http.h"
 #include "sandbox/sandbox.h"
 
@@ -81,6 +83,18 @@ struct ClientOptions {
   std::string client_version = std::string(kVersion);
   std::chrono::milliseconds request_timeout{60000};  // discover, initialize, tools/list
   std::chrono::milliseconds probe_timeout{10000};    // stdio: silence = a legacy server
+  // HTTP: OAuth for servers that answer 401/403 with a Bearer challenge
+  // (mcp/oauth.h); unset: such an answer is an error.
+  OAuthSessionFactory oauth;
+  // Set: the client declares the elicitation capability and answers
+  // elicitation/create with it; unset: no capability, such requests get
+  // "method not found".
+  ElicitationHandler on_elicitation;
+  // HTTP: a POST's SSE stream that ends before the answer is resumed with GET
+  // and Last-Event-ID (after the stream's retry: delay, else this), at most
+  // max_stream_resumptions times in a row without a new event.
+  std::chrono::milliseconds default_sse_retry{1000};
+  int max_stream_resumptions = 5;
 };
 
 // Internal transport of a client (stdio or HTTP).
@@ -112,6 +126,7 @@ class McpClient {
   McpClient(std::unique_ptr<RpcTransport> t, ClientOptions o);
   Status Negotiate();
   json::object Params(json::object params, const json::value& progress_token = nullptr) const;
+  json::object Capabilities() const;
 
   std::unique_ptr<RpcTransport> transport_;
   ClientOptions options_;

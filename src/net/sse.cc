@@ -50,12 +50,21 @@ bool SseParser::ProcessLine(std::string_view line) {
     has_data_ = true;
   } else if (field == "id") {
     current_.id = std::string(value);
+  } else if (field == "retry") {
+    // ASCII digits only (the SSE spec); anything else is ignored.
+    if (!value.empty() && value.size() <= 9 &&
+        value.find_first_not_of("0123456789") == std::string_view::npos) {
+      current_.retry_ms = std::stoi(std::string(value));
+    }
   }
   return true;
 }
 
 bool SseParser::Dispatch() {
-  if (!has_data_ && current_.event.empty()) return true;
+  if (!has_data_ && current_.event.empty()) {
+    // A retry: or id: alone still belongs to the stream: kept for the next event.
+    return true;
+  }
   SseEvent ev = std::move(current_);
   if (ev.event.empty()) ev.event = "message";
   current_ = SseEvent{};

@@ -12,6 +12,7 @@ struct SseEvent {
   std::string event;  // "message" when the stream gave no event: field
   std::string data;   // data: lines joined with '\n'
   std::string id;
+  int retry_ms = -1;  // the reconnection delay a retry: field of this event set; -1 none
 };
 
 class SseParser {

@@ -29,6 +29,20 @@ TEST(SseTest, ParsesEventsSplitAnywhere) {
   }
 }
 
+TEST(SseTest, ReportsIdAndRetry) {
+  std::vector<SseEvent> got;
+  SseParser p([&](const SseEvent& e) {
+    got.push_back(e);
+    return true;
+  });
+  ASSERT_TRUE(p.Feed("id: event-1\nretry: 500\ndata: \n\nretry: soon\ndata: x\n\n"));
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].id, "event-1");
+  EXPECT_EQ(got[0].retry_ms, 500);
+  EXPECT_EQ(got[0].data, "");
+  EXPECT_EQ(got[1].retry_ms, -1);  // not digits: ignored
+}
+
 TEST(SseTest, CallbackCanStop) {
   int n = 0;
   SseParser p([&](const SseEvent&) { return ++n < 1; });

@@ -1,17 +1,35 @@
 // The client side of the official MCP conformance suite
 // (scripts/mcp-conformance.sh): `conformance client --command` runs this
-// program with the scenario's server URL appended and the scenario's name in
-// MCP_CONFORMANCE_SCENARIO. It drives deepbox's own MCP client (mcp/client.h,
-// the one `deepbox run` uses for .mcp.json servers) as an agent would:
-// connect (the era probe, then initialize), list the tools, and, where the
-// scenario offers one to call, call it. Exit 0 when every step worked.
+// program with the scenario's server URL appended, the scenario's name in
+// MCP_CONFORMANCE_SCENARIO and, for some, a JSON context in
+// MCP_CONFORMANCE_CONTEXT (pre-registered OAuth credentials). It drives
+// deepbox's own MCP client (mcp/client.h, the one `deepbox run` uses for
+// .mcp.json servers) as an agent would: connect (the era probe, then
+// initialize), list the tools, and, where the scenario offers one to call,
+// call it. Exit 0 when every step worked.
+//
+// The parts a person plays in real use are played here: the OAuth
+// authorization (the suite's authorization server grants at once, so its
+// redirect is read instead of a browser's: testing/redirect_user_agent.h) and
+// the answer to an elicitation (accept, leaving every field to the schema's
+// defaults, which the client library fills in).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "common/json.h"
 #include "mcp/client.h"
+#include "mcp/testing/redirect_user_agent.h"
 
 using deepbox::json::object;
+
+namespace {
+
+// The client ID metadata document URL the suite's basic-cimd scenario expects.
+constexpr const char* kConformanceClientMetadataUrl =
+    "https://conformance-test.local/client-metadata.json";
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -22,7 +40,27 @@ int main(int argc, char** argv) {
   const char* env = std::getenv("MCP_CONFORMANCE_SCENARIO");
   const std::string scenario = env != nullptr ? env : "";
   const std::string url = argv[argc - 1];
-  auto client = deepbox::mcp::McpClient::ConnectHttp(url, {});
+
+  deepbox::mcp::ClientOptions options;
+  deepbox::mcp::OAuthOptions oauth;
+  oauth.client_name = "deepbox-conformance";
+  oauth.client_id_metadata_url = kConformanceClientMetadataUrl;
+  oauth.user_agent = std::make_shared<deepbox::mcp::testing::RedirectFollowingUserAgent>();
+  if (const char* ctx = std::getenv("MCP_CONFORMANCE_CONTEXT")) {
+    if (auto o = deepbox::ParseJsonObject(ctx)) {
+      oauth.client_id = deepbox::GetOptString(*o, "client_id").value_or("");
+      oauth.client_secret = deepbox::GetOptString(*o, "client_secret").value_or("");
+    }
+  }
+  options.oauth = deepbox::mcp::MakeOAuthSessionFactory(std::move(oauth));
+  options.on_elicitation = [](const deepbox::mcp::ElicitationRequest& req) {
+    std::printf("elicitation: %s (accepted with the defaults)\n", req.message.c_str());
+    deepbox::mcp::ElicitationAnswer a;
+    a.action = "accept";
+    return a;
+  };
+
+  auto client = deepbox::mcp::McpClient::ConnectHttp(url, {}, options);
   if (!client) {
     std::fprintf(stderr, "%s: connect: %s\n", scenario.c_str(), client.error().ToString().c_str());
     return 1;
