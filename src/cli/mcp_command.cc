@@ -1,12 +1,130 @@
 // `deepbox mcp`: the command line of the MCP server (mcp/server_command.h).
+#include <fcntl.h>
+
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 
+#include "agent/mcp/config.h"
 #include "cli/cli.h"
 #include "cli/mcp/server_command.h"
 #include "cli/provider_flags.h"
+#include "common/io.h"
+#include "common/unique_fd.h"
+#include "mcp/oauth.h"
 
 namespace deepbox::cli {
+namespace {
+
+struct McpLoginArgs {
+  std::string server;  // a URL, or the name of an HTTP server in the MCP configs
+  std::vector<std::string> mcp_configs;
+  std::string client_id;
+  std::string client_secret_file;
+  bool logout = false;
+};
+
+// SERVER as a URL: itself when it is one, else the url of the HTTP server of
+// that name in the user's MCP config, ./.mcp.json and --mcp-config files.
+Result<std::string> ResolveMcpServerUrl(const McpLoginArgs& args) {
+  if (args.server.rfind("http://", 0) == 0 || args.server.rfind("https://", 0) == 0) {
+    return args.server;
+  }
+  std::vector<agent::McpConfigText> project;
+  UniqueFd fd(::open(".mcp.json", O_RDONLY | O_CLOEXEC));
+  if (fd.valid()) {
+    auto text = ReadAll(fd.get(), ".mcp.json", 16u << 20);
+    if (!text) return tl::unexpected(text.error());
+    project.push_back({".mcp.json", *text});
+  }
+  auto set = agent::LoadMcpConfigs(agent::DefaultMcpConfigPaths(), project, args.mcp_configs,
+                                   agent::McpProcessEnv());
+  if (!set) return tl::unexpected(set.error());
+  for (const auto& s : set->servers) {
+    if (s.name != args.server) continue;
+    if (!s.http) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       "MCP server '" + s.name + "' (" + s.source +
+                           ") is a stdio server: OAuth is for HTTP servers");
+    }
+    return s.url;
+  }
+  return MakeError(ErrorCode::kNotFound,
+                   "no MCP server named '" + args.server +
+                       "' in the MCP configs (give its URL, or --mcp-config FILE)");
+}
+
+int RunMcpLogin(const McpLoginArgs& args) {
+  auto url = ResolveMcpServerUrl(args);
+  if (!url) return ReportError(url.error());
+  auto path = mcp::DefaultOAuthStorePath();
+  if (!path) return ReportError(path.error());
+  auto store = std::make_shared<mcp::FileOAuthStore>(*path);
+  if (args.logout) {
+    if (auto st = store->Remove(*url); !st) return ReportError(st.error());
+    std::fprintf(stderr, "deepbox: forgot the OAuth tokens of %s\n", url->c_str());
+    return kExitOk;
+  }
+  mcp::OAuthOptions o;
+  o.store = store;
+  o.client_id = args.client_id;
+  if (!args.client_secret_file.empty()) {
+    UniqueFd fd(::open(args.client_secret_file.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) {
+      return ReportError(SyscallError("open", errno, args.client_secret_file));
+    }
+    auto secret = ReadAll(fd.get(), args.client_secret_file, 64u << 10);
+    if (!secret) return ReportError(secret.error());
+    while (!secret->empty() && (secret->back() == '\n' || secret->back() == '\r')) {
+      secret->pop_back();
+    }
+    o.client_secret = *secret;
+  }
+  auto agent = mcp::MakeLoopbackUserAgent([](const std::string& authorization_url) {
+    std::fprintf(stderr,
+                 "deepbox: open this URL in a browser on this machine to authorize deepbox:\n\n"
+                 "  %s\n\nwaiting for the authorization (5 minutes)...\n",
+                 authorization_url.c_str());
+  });
+  if (!agent) return ReportError(agent.error());
+  o.user_agent = std::move(*agent);
+  mcp::OAuthSession session(*url, std::move(o));
+  if (auto st = session.Login(); !st) return ReportError(st.error());
+  std::fprintf(stderr, "deepbox: authorized; the tokens of %s are in %s (mode 0600)\n",
+               url->c_str(), path->c_str());
+  return kExitOk;
+}
+
+void RegisterMcpLoginCommands(CLI::App& mcp_cmd) {
+  for (bool logout : {false, true}) {
+    auto args = std::make_shared<McpLoginArgs>();
+    args->logout = logout;
+    CLI::App* cmd = mcp_cmd.add_subcommand(
+        logout ? "logout" : "login",
+        logout ? "Forget the OAuth tokens deepbox keeps for an MCP server"
+               : "Authorize deepbox with an MCP server that asks for OAuth (`deepbox run`\n"
+                 "then uses, and refreshes, the tokens without asking). Prints an URL to open\n"
+                 "in a browser; a listener on 127.0.0.1 receives the authorization. The tokens\n"
+                 "stay on this machine in a 0600 file in the user's state directory\n"
+                 "($DEEPBOX_MCP_OAUTH_FILE overrides it); they never enter a sandbox.");
+    cmd->add_option("server", args->server,
+                    "The server: its URL, or its name in the MCP configs (the user's,\n"
+                    "./.mcp.json, --mcp-config)")
+        ->required();
+    cmd->add_option("--mcp-config", args->mcp_configs, "An MCP config file to look names up in");
+    if (!logout) {
+      cmd->add_option("--client-id", args->client_id,
+                      "A client id registered with the authorization server beforehand (else\n"
+                      "deepbox registers itself when the server allows it)");
+      cmd->add_option("--client-secret-file", args->client_secret_file,
+                      "A file holding that client's secret");
+    }
+    cmd->callback([args] { SetExitCode(RunMcpLogin(*args)); });
+  }
+}
+
+}  // namespace
 
 void RegisterMcpCommand(CLI::App& app) {
   auto args = std::make_shared<mcp::McpArgs>();
@@ -37,6 +155,10 @@ void RegisterMcpCommand(CLI::App& app) {
                   "A Host header value allowed besides the listener's own (NAME for any port,\n"
                   "or NAME:PORT), e.g. a reverse proxy's name; others get 421. On a loopback\n"
                   "listener the own ones are localhost, 127.x.y.z and [::1] with its port");
+  // Hidden (no group): for scripts/mcp-conformance.sh only.
+  cmd->add_flag("--conformance-fixture", args->conformance_fixture,
+                "Serve the MCP conformance suite's fixture tools instead of sandboxes")
+      ->group("");
   cmd->add_option("--session-idle", args->session_idle_seconds,
                   "Seconds after which an idle HTTP session (2025 clients) ends and its default\n"
                   "sandbox is deleted")
@@ -90,7 +212,10 @@ void RegisterMcpCommand(CLI::App& app) {
       "Environment: DEEPBOX_MCP_TOKEN (the HTTP bearer token), DEEPBOX_STATE_DIR; the\n"
       "providers' (a flag wins over its variable):\n" +
       ProviderEnvironmentHelp());
-  cmd->callback([args] { SetExitCode(mcp::RunMcp(*args)); });
+  RegisterMcpLoginCommands(*cmd);
+  cmd->callback([cmd, args] {
+    if (cmd->get_subcommands().empty()) SetExitCode(mcp::RunMcp(*args));
+  });
 }
 
 }  // namespace deepbox::cli

@@ -37,6 +37,7 @@
 #include "common/io.h"
 #include "common/strings.h"
 #include "common/unique_fd.h"
+#include "mcp/oauth.h"
 
 namespace deepbox::run {
 
@@ -556,6 +557,14 @@ int Session::Run(RunSummary& summary) {
       agent::McpToolsetOptions mo;
       mo.sandbox = &watched;
       mo.on_problem = [this](const std::string& message) { ui_.Notice(message); };
+      // HTTP servers that ask for OAuth: the tokens `deepbox mcp login` kept on
+      // this host (refreshed when they expire); no interactive authorization
+      // mid-run, the error says to log in.
+      if (auto oauth_file = mcp::DefaultOAuthStorePath()) {
+        mcp::OAuthOptions oauth;
+        oauth.store = std::make_shared<mcp::FileOAuthStore>(*oauth_file);
+        mo.client.oauth = mcp::MakeOAuthSessionFactory(std::move(oauth));
+      }
       mcp_tools = agent::McpToolset::Start(set->servers, std::move(mo));
       for (const auto& line : mcp_tools->Describe()) ui_.Notice("MCP server " + line);
       for (const auto& tool : mcp_tools->tools()) {

@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "mcp/http_transport.h"
 #include "mcp/testing/test_registry.h"
+#include "net/http_server.h"
 
 namespace deepbox::mcp {
 namespace {
@@ -167,6 +170,154 @@ TEST_F(HttpClientTest, CancelOverHttpClosesTheStream) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(testing::CancelledWaits().load(), before + 1);
+}
+
+// A 2025 session server on loopback HTTP whose tools/call answers as the
+// tests need: its stream ends after a priming event (the answer is replayed
+// to GET + Last-Event-ID), or it asks the client for input first
+// (elicitation/create on the POST's stream, the client's answer POSTed back).
+class SessionServer {
+ public:
+  enum class Mode { kEndEarly, kElicit };
+  explicit SessionServer(Mode mode) : mode_(mode) {
+    auto s = net::HttpServer::Create(
+        net::Endpoint::Parse("127.0.0.1:0").value(),
+        [this](net::Request& req, net::ResponseWriter& w) { Handle(req, w); });
+    EXPECT_TRUE(s);
+    server_ = std::move(*s);
+    server_->Start();
+  }
+  ~SessionServer() { server_->Stop(std::chrono::milliseconds(100)); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()) + "/mcp"; }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> last_event_ids;  // of the GETs
+  json::object client_capabilities;
+  std::optional<json::object> elicit_answer;
+
+ private:
+  static net::Headers SseHeaders() {
+    net::Headers h;
+    h.Set("Content-Type", "text/event-stream");
+    h.Set("Mcp-Session-Id", "s1");
+    return h;
+  }
+  void Handle(net::Request& req, net::ResponseWriter& w) {
+    if (req.method == "GET") {
+      std::string last = req.Header("Last-Event-ID").value_or("");
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        last_event_ids.push_back(last);
+      }
+      if (last != "e1") {
+        (void)w.Send(net::Response::Text(405, "no standalone stream\n"));
+        return;
+      }
+      (void)w.BeginStream(200, SseHeaders());
+      (void)w.WriteChunk("id: e2\ndata: " + SerializeResult(call_id_, Text("resumed")) + "\n\n");
+      (void)w.EndStream();
+      return;
+    }
+    if (req.method == "DELETE") {  // the session's end
+      (void)w.Send(net::Response::Text(200, ""));
+      return;
+    }
+    auto m = ParseMessage(req.body);
+    ASSERT_TRUE(m);
+    net::Response r;
+    r.headers.Set("Mcp-Session-Id", "s1");
+    if (m->is_response()) {  // the client's answer to elicitation/create
+      std::lock_guard<std::mutex> lock(mu);
+      elicit_answer = m->result;
+      cv.notify_all();
+      r.status = 202;
+    } else if (m->is_notification()) {
+      r.status = 202;
+    } else if (m->method == "initialize") {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (const json::value* c = m->params.if_contains("capabilities"); c && c->is_object()) {
+          client_capabilities = c->get_object();
+        }
+      }
+      json::object result;
+      result["protocolVersion"] = "2025-06-18";
+      result["capabilities"] = json::object{{"tools", json::object{}}};
+      result["serverInfo"] = json::object{{"name", "session"}, {"version", "1"}};
+      r = net::Response::Json(200, SerializeResult(m->id, result));
+      r.headers.Set("Mcp-Session-Id", "s1");
+    } else if (m->method == "tools/call" && mode_ == Mode::kEndEarly) {
+      call_id_ = m->id;
+      (void)w.BeginStream(200, SseHeaders());
+      (void)w.WriteChunk("id: e1\nretry: 5\ndata: \n\n");
+      (void)w.EndStream();
+      return;
+    } else if (m->method == "tools/call") {
+      (void)w.BeginStream(200, SseHeaders());
+      json::object params;
+      params["message"] = "your name?";
+      params["requestedSchema"] = json::object{
+          {"type", "object"},
+          {"properties",
+           json::object{{"name", json::object{{"type", "string"}, {"default", "Ada"}}}}}};
+      (void)w.WriteChunk("data: " + SerializeRequest("el-1", "elicitation/create", params) +
+                         "\n\n");
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return elicit_answer.has_value(); });
+      std::string text = ToJson(*elicit_answer);
+      lock.unlock();
+      (void)w.WriteChunk("data: " + SerializeResult(m->id, Text(text)) + "\n\n");
+      (void)w.EndStream();
+      return;
+    } else {
+      r = net::Response::Json(200,
+                              SerializeError(m->id, RpcError(kMethodNotFound, "Method not found")));
+      r.headers.Set("Mcp-Session-Id", "s1");
+    }
+    (void)w.Send(r);
+  }
+  static json::object Text(const std::string& text) {
+    return json::object{{"content", json::array{json::object{{"type", "text"}, {"text", text}}}}};
+  }
+
+  Mode mode_;
+  json::value call_id_;
+  std::unique_ptr<net::HttpServer> server_;
+};
+
+TEST(HttpSessionClient, AStreamThatEndsEarlyIsResumedFromItsLastEvent) {
+  SessionServer server(SessionServer::Mode::kEndEarly);
+  auto c = McpClient::ConnectHttp(server.url(), {});
+  ASSERT_TRUE(c) << c.error().message;
+  EXPECT_EQ((*c)->protocol_version(), "2025-06-18");
+  auto r = (*c)->CallTool("t", {});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->text, "resumed");
+  std::lock_guard<std::mutex> lock(server.mu);
+  EXPECT_EQ(server.last_event_ids, std::vector<std::string>{"e1"});
+  // Without an elicitation handler the client declares nothing.
+  EXPECT_TRUE(server.client_capabilities.empty());
+}
+
+TEST(HttpSessionClient, ElicitationIsAnsweredWithTheSchemaDefaults) {
+  SessionServer server(SessionServer::Mode::kElicit);
+  ClientOptions o;
+  std::string asked;
+  o.on_elicitation = [&](const ElicitationRequest& req) {
+    asked = req.message;
+    return ElicitationAnswer{"accept", {}};
+  };
+  auto c = McpClient::ConnectHttp(server.url(), {}, o);
+  ASSERT_TRUE(c) << c.error().message;
+  {
+    std::lock_guard<std::mutex> lock(server.mu);
+    EXPECT_TRUE(server.client_capabilities.contains("elicitation"));
+  }
+  auto r = (*c)->CallTool("t", {});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(asked, "your name?");
+  EXPECT_EQ(r->text, R"({"action":"accept","content":{"name":"Ada"}})");
 }
 
 TEST(ClientResult, ContentBlocksBecomeText) {

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstdlib>
 #include <ctime>
 
 #include "common/base64.h"
@@ -151,7 +152,8 @@ OAuthCredentials CredentialsFromJson(const json::object& o) {
   c.access_token = s("access_token");
   c.refresh_token = s("refresh_token");
   c.scope = s("scope");
-  if (const json::value* v = o.if_contains("expires_at")) c.expires_at = JsonToInt64(*v).value_or(0);
+  if (const json::value* v = o.if_contains("expires_at"))
+    c.expires_at = JsonToInt64(*v).value_or(0);
   return c;
 }
 
@@ -164,8 +166,9 @@ Status ApplyTokenResponse(const Fetched& r, const std::string& what, OAuthCreden
       if (auto d = GetOptString(*o, "error_description")) why += ": " + *d;
     }
     if (why.empty()) why = SanitizeUtf8(r.body.substr(0, 200));
-    return MakeError(ErrorCode::kUnauthenticated,
-                     fmt::format("{}: the token endpoint answered HTTP {}: {}", what, r.status, why));
+    return MakeError(
+        ErrorCode::kUnauthenticated,
+        fmt::format("{}: the token endpoint answered HTTP {}: {}", what, r.status, why));
   }
   auto token = GetOptString(*o, "access_token");
   if (!token || token->empty()) {
@@ -192,9 +195,8 @@ void AddClientAuth(const OAuthCredentials& c, net::Headers& headers,
                    std::vector<std::pair<std::string, std::string>>& form) {
   if (c.token_endpoint_auth_method == "client_secret_basic" && !c.client_secret.empty()) {
     // RFC 6749 2.3.1: each part form-encoded, then base64.
-    headers.Set("Authorization",
-                "Basic " + Base64Encode(net::PercentEncode(c.client_id) + ":" +
-                                        net::PercentEncode(c.client_secret)));
+    headers.Set("Authorization", "Basic " + Base64Encode(net::PercentEncode(c.client_id) + ":" +
+                                                         net::PercentEncode(c.client_secret)));
     return;
   }
   form.emplace_back("client_id", c.client_id);
@@ -293,15 +295,15 @@ bool ResourceMatches(const std::string& resource, const std::string& server_url)
   auto r = net::ParseUrl(resource);
   auto s = net::ParseUrl(server_url);
   if (!r || !s) return false;
-  if (AsciiLower(r->scheme) != AsciiLower(s->scheme) || AsciiLower(r->host) != AsciiLower(s->host) ||
-      r->port != s->port) {
+  if (AsciiLower(r->scheme) != AsciiLower(s->scheme) ||
+      AsciiLower(r->host) != AsciiLower(s->host) || r->port != s->port) {
     return false;
   }
   const std::string rp = TrimmedPath(*r);
   const std::string sp = TrimmedPath(*s);
   if (rp.empty()) return true;
-  return sp == rp || (sp.size() > rp.size() && sp.compare(0, rp.size(), rp) == 0 &&
-                      sp[rp.size()] == '/');
+  return sp == rp ||
+         (sp.size() > rp.size() && sp.compare(0, rp.size(), rp) == 0 && sp[rp.size()] == '/');
 }
 
 std::string PkceChallenge(std::string_view verifier) {
@@ -321,7 +323,15 @@ std::string UnionScopes(std::string_view a, std::string_view b) {
 // ---------------------------------------------------------------- store
 
 Result<std::string> DefaultOAuthStorePath(const EnvGetter& env) {
+  if (std::string f = env("DEEPBOX_MCP_OAUTH_FILE"); !f.empty() && f.front() == '/') return f;
   return UserStateDir(env, "mcp-oauth.json", "DEEPBOX_MCP_OAUTH_FILE");
+}
+
+Result<std::string> DefaultOAuthStorePath() {
+  return DefaultOAuthStorePath([](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::string(v) : std::string();
+  });
 }
 
 Result<json::object> FileOAuthStore::ReadAll() {
@@ -423,9 +433,10 @@ class LoopbackUserAgent : public AuthorizationUserAgent {
     show_url_(authorization_url);
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, wait_, [&] { return callback_.has_value(); })) {
-      return MakeError(ErrorCode::kTimeout,
-                       fmt::format("no authorization arrived within {} s",
-                                   std::chrono::duration_cast<std::chrono::seconds>(wait_).count()));
+      return MakeError(
+          ErrorCode::kTimeout,
+          fmt::format("no authorization arrived within {} s",
+                      std::chrono::duration_cast<std::chrono::seconds>(wait_).count()));
     }
     return *callback_;
   }
@@ -491,12 +502,12 @@ Status OAuthSession::HandleChallenge(int status, std::string_view www_authentica
   BearerChallenge challenge = ParseBearerChallenge(www_authenticate).value_or(BearerChallenge{});
   const bool insufficient_scope = status == 403 && challenge.error == "insufficient_scope";
   if (status == 403 && !insufficient_scope) {
-    return MakeError(ErrorCode::kPermissionDenied,
-                     fmt::format("the MCP server {} refused the request (HTTP 403{}{})",
-                                 server_url_, challenge.error.empty() ? "" : ": ",
-                                 challenge.error_description.empty()
-                                     ? challenge.error
-                                     : challenge.error_description));
+    return MakeError(
+        ErrorCode::kPermissionDenied,
+        fmt::format(
+            "the MCP server {} refused the request (HTTP 403{}{})", server_url_,
+            challenge.error.empty() ? "" : ": ",
+            challenge.error_description.empty() ? challenge.error : challenge.error_description));
   }
   // An expired or revoked token: a refresh costs the user nothing.
   if (!insufficient_scope && credentials_ && !credentials_->refresh_token.empty() &&
@@ -523,8 +534,8 @@ Status OAuthSession::HandleChallenge(int status, std::string_view www_authentica
 Status OAuthSession::Refresh() {
   OAuthCredentials& c = *credentials_;
   if (c.token_endpoint.empty()) return MakeError(ErrorCode::kUnavailable, "no token endpoint");
-  std::vector<std::pair<std::string, std::string>> form = {
-      {"grant_type", "refresh_token"}, {"refresh_token", c.refresh_token}};
+  std::vector<std::pair<std::string, std::string>> form = {{"grant_type", "refresh_token"},
+                                                           {"refresh_token", c.refresh_token}};
   if (!c.resource.empty()) form.emplace_back("resource", c.resource);
   net::Headers h;
   h.Set("Content-Type", "application/x-www-form-urlencoded");
@@ -574,7 +585,8 @@ Status OAuthSession::Authorize(const BearerChallenge& challenge) {
       resource = *r;
     }
     auto servers = StringList(*prm, "authorization_servers");
-    if (servers.empty()) return fail("its protected resource metadata names no authorization_servers");
+    if (servers.empty())
+      return fail("its protected resource metadata names no authorization_servers");
     issuer = servers.front();
     if (scope.empty()) scope = Join(StringList(*prm, "scopes_supported"), " ");
   } else if (!challenge.resource_metadata.empty()) {
@@ -619,8 +631,8 @@ Status OAuthSession::Authorize(const BearerChallenge& challenge) {
     return fail(fmt::format("no authorization server metadata for {}", issuer));
   }
   if (authorization_endpoint.empty() || token_endpoint.empty()) {
-    return fail(fmt::format("the metadata of {} lacks authorization_endpoint or token_endpoint",
-                            issuer));
+    return fail(
+        fmt::format("the metadata of {} lacks authorization_endpoint or token_endpoint", issuer));
   }
   if (!options_.user_agent) {
     return MakeError(ErrorCode::kUnauthenticated,
@@ -670,13 +682,14 @@ Status OAuthSession::Authorize(const BearerChallenge& challenge) {
     c.client_id = GetOptString(*o, "client_id").value_or("");
     if (c.client_id.empty()) return fail("the client registration's answer has no client_id");
     c.client_secret = GetOptString(*o, "client_secret").value_or("");
-    c.token_endpoint_auth_method = GetOptString(*o, "token_endpoint_auth_method")
-                                       .value_or(ChooseAuthMethod(auth_methods,
-                                                                  !c.client_secret.empty()));
+    c.token_endpoint_auth_method =
+        GetOptString(*o, "token_endpoint_auth_method")
+            .value_or(ChooseAuthMethod(auth_methods, !c.client_secret.empty()));
   } else {
-    return fail(fmt::format("the authorization server {} offers no client registration; give "
-                            "deepbox a pre-registered client id",
-                            issuer));
+    return fail(
+        fmt::format("the authorization server {} offers no client registration; give "
+                    "deepbox a pre-registered client id",
+                    issuer));
   }
   c.issuer = issuer;
   c.redirect_uri = *redirect_uri;
@@ -686,14 +699,13 @@ Status OAuthSession::Authorize(const BearerChallenge& challenge) {
   // 4. The authorization request, PKCE S256.
   const std::string verifier = RandomHex(64);
   const std::string state = RandomHex(32);
-  std::vector<std::pair<std::string, std::string>> q = {
-      {"response_type", "code"},
-      {"client_id", c.client_id},
-      {"redirect_uri", c.redirect_uri},
-      {"code_challenge", PkceChallenge(verifier)},
-      {"code_challenge_method", "S256"},
-      {"state", state},
-      {"resource", resource}};
+  std::vector<std::pair<std::string, std::string>> q = {{"response_type", "code"},
+                                                        {"client_id", c.client_id},
+                                                        {"redirect_uri", c.redirect_uri},
+                                                        {"code_challenge", PkceChallenge(verifier)},
+                                                        {"code_challenge_method", "S256"},
+                                                        {"state", state},
+                                                        {"resource", resource}};
   if (!scope.empty()) q.emplace_back("scope", scope);
   const std::string authorization_url =
       authorization_endpoint + (authorization_endpoint.find('?') == std::string::npos ? "?" : "&") +
@@ -737,8 +749,8 @@ Status OAuthSession::Login() {
   net::Headers h;
   h.Set("Content-Type", "application/json");
   h.Set("Accept", "application/json, text/event-stream");
-  auto r = FetchUrl("POST", server_url_, h,
-                    R"({"jsonrpc":"2.0","id":1,"method":"ping"})", options_.http_timeout);
+  auto r = FetchUrl("POST", server_url_, h, R"({"jsonrpc":"2.0","id":1,"method":"ping"})",
+                    options_.http_timeout);
   if (!r) return tl::unexpected(r.error());
   std::string header = r->headers.Get("WWW-Authenticate").value_or("");
   if (r->status != 401 && header.empty()) {

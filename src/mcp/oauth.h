@@ -93,9 +93,11 @@ class FileOAuthStore : public OAuthStore {
   std::mutex mu_;
 };
 
-// UserStateDir(env, "mcp-oauth.json", "DEEPBOX_STATE_DIR"-like override): the
-// default FileOAuthStore path.
+// The default FileOAuthStore path: $DEEPBOX_MCP_OAUTH_FILE when absolute, else
+// mcp-oauth.json in the user's state directory (common/user_state_dir.h).
 Result<std::string> DefaultOAuthStorePath(const EnvGetter& env);
+// The same with the process's environment.
+Result<std::string> DefaultOAuthStorePath();
 
 // Stands in for the user's browser in the authorization code flow.
 class AuthorizationUserAgent {

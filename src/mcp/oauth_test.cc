@@ -48,10 +48,9 @@ TEST(OAuthTest, WellKnownUrlsInOrder) {
                                       "https://as/.well-known/openid-configuration"}));
   // With a path: never the root (another tenant's metadata).
   EXPECT_EQ(AuthorizationServerMetadataUrls("http://as:9/tenant1/"),
-            (std::vector<std::string>{
-                "http://as:9/.well-known/oauth-authorization-server/tenant1",
-                "http://as:9/.well-known/openid-configuration/tenant1",
-                "http://as:9/tenant1/.well-known/openid-configuration"}));
+            (std::vector<std::string>{"http://as:9/.well-known/oauth-authorization-server/tenant1",
+                                      "http://as:9/.well-known/openid-configuration/tenant1",
+                                      "http://as:9/tenant1/.well-known/openid-configuration"}));
 }
 
 TEST(OAuthTest, ResourceMustNameThisServer) {
@@ -93,7 +92,7 @@ TEST(OAuthTest, FileStoreIsPrivateAndKeepsOtherServers) {
   ASSERT_TRUE(got && *got);
   EXPECT_EQ((*got)->access_token, "ta");
   EXPECT_EQ((*got)->expires_at, 42);
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(store.path().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(::stat(dir.Path("state").c_str(), &st), 0);
@@ -220,9 +219,8 @@ class FakeAuthorizedServer {
       authorize_queries.push_back(req.target);
       code_challenge_ = req.Query("code_challenge").value_or("");
       granted_scope_ = req.Query("scope").value_or("");
-      std::string location =
-          req.Query("redirect_uri").value_or("") + "?code=the-code&state=" +
-          net::PercentEncode(req.Query("state").value_or(""));
+      std::string location = req.Query("redirect_uri").value_or("") + "?code=the-code&state=" +
+                             net::PercentEncode(req.Query("state").value_or(""));
       net::Response r;
       r.status = 302;
       r.headers.Set("Location", location);
@@ -346,7 +344,7 @@ TEST(OAuthFlowTest, AuthorizesStepsUpAndKeepsTheTokenOnTheHost) {
   auto stored = h.store->Load(server.url());
   ASSERT_TRUE(stored && *stored);
   EXPECT_EQ((*stored)->access_token, server.issued);
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(h.store->path().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 }

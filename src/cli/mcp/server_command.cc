@@ -17,6 +17,7 @@
 #include "cli/mcp/sandbox_tools.h"
 #include "common/terminal_text.h"
 #include "local/lifecycle/selector.h"
+#include "mcp/conformance_fixture.h"
 #include "mcp/http_transport.h"
 #include "mcp/server.h"
 #include "mcp/stdio.h"
@@ -192,7 +193,11 @@ int RunMcp(const McpArgs& args) {
   auto registry = std::make_shared<ToolRegistry>();
   SandboxToolsOptions to;
   to.stateless_clients = !args.listen.empty();
-  AddSandboxTools(*registry, broker, to);
+  if (args.conformance_fixture) {
+    AddConformanceFixtureTools(*registry);
+  } else {
+    AddSandboxTools(*registry, broker, to);
+  }
   ServerConfig sc;
   sc.instructions = args.listen.empty() ? kInstructions : kHttpInstructions;
   McpServer server(registry, sc);

@@ -19,6 +19,9 @@ struct McpArgs {
   std::vector<std::string> allowed_origins;
   std::vector<std::string> allowed_hosts;  // Host header values besides the listener's own
   int64_t session_idle_seconds = 1800;     // HTTP legacy sessions
+  // The conformance suite's fixture tools instead of the sandbox tools
+  // (mcp/conformance_fixture.h; scripts/mcp-conformance.sh only).
+  bool conformance_fixture = false;
 
   std::string provider = "local";      // a registered provider: where sandboxes are created
   std::vector<std::string> labels;     // K=V on every sandbox created
