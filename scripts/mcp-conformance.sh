@@ -9,7 +9,9 @@
 # and runs the server scenarios (active and pending suites), then
 # the client scenarios against deepbox's MCP client (BUILD_DIR/bin/
 # mcp_conformance_client), against tests/mcp-conformance/baseline.yml
-# (expected failures, one reason each). A scenario failing outside the
+# (expected failures, one reason each), and `deepbox mcp login` on the auth
+# scenarios a login completes (tests/mcp-conformance/login-with-curl.sh, curl
+# as the browser; none may fail). A scenario failing outside the
 # baseline, or a baseline entry that passes, fails the step. Called by
 # scripts/test.sh.
 #   scripts/mcp-conformance.sh [BUILD_DIR]     (default build/dev)
@@ -115,4 +117,22 @@ if ! (cd "$work" && node "$suite" client --command "$client" --suite auth --time
   rc=1
 fi
 sed -n '/SUITE SUMMARY/,$p' "$work/client-auth.log"
+# `deepbox mcp login` itself (the loopback redirect listener, the token file),
+# curl in the browser's place, on the auth scenarios a login alone completes
+# (the step-up and retry-limit ones need tool calls after it; basic-cimd a
+# client metadata URL deepbox has none of).
+login_client="$root/tests/mcp-conformance/login-with-curl.sh $build/bin/deepbox"
+for scenario in metadata-default metadata-var1 metadata-var2 metadata-var3 \
+                scope-from-www-authenticate scope-from-scopes-supported scope-omitted-when-undefined \
+                token-endpoint-auth-basic token-endpoint-auth-post token-endpoint-auth-none \
+                pre-registration; do
+  if (cd "$work" && node "$suite" client --command "$login_client" --scenario "auth/$scenario" \
+        --timeout 20000 >"$work/login-$scenario.log" 2>&1); then
+    echo "mcp conformance: deepbox mcp login, auth/$scenario: passed"
+  else
+    rc=1
+    echo "mcp conformance: deepbox mcp login, auth/$scenario: FAILED"
+    tail -20 "$work/login-$scenario.log"
+  fi
+done
 exit $rc
