@@ -11,8 +11,7 @@ constexpr const char* kPixelPng =
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
 constexpr const char* kEmptyWav = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA=";
 
-json::object TextResource(std::string_view uri, std::string_view mime_type,
-                          std::string_view text) {
+json::object TextResource(std::string_view uri, std::string_view mime_type, std::string_view text) {
   json::object resource;
   resource["uri"] = uri;
   resource["mimeType"] = mime_type;
@@ -40,19 +39,19 @@ void AddConformanceFixtureTools(ToolRegistry& registry) {
                        [](const json::object&, ToolCallContext&) {
                          return ToolOutcome::Text("This is a simple text response for testing.");
                        }));
-  registry.Add(Fixture("test_image_content", "Returns a 1x1 PNG",
-                       [](const json::object&, ToolCallContext&) {
-                         ToolOutcome o;
-                         o.content.push_back(ImageContent(kPixelPng, "image/png"));
-                         return o;
-                       }));
-  registry.Add(Fixture("test_audio_content", "Returns an empty WAV",
-                       [](const json::object&, ToolCallContext&) {
-                         ToolOutcome o;
-                         o.content.push_back(json::object{
-                             {"type", "audio"}, {"data", kEmptyWav}, {"mimeType", "audio/wav"}});
-                         return o;
-                       }));
+  registry.Add(
+      Fixture("test_image_content", "Returns a 1x1 PNG", [](const json::object&, ToolCallContext&) {
+        ToolOutcome o;
+        o.content.push_back(ImageContent(kPixelPng, "image/png"));
+        return o;
+      }));
+  registry.Add(Fixture(
+      "test_audio_content", "Returns an empty WAV", [](const json::object&, ToolCallContext&) {
+        ToolOutcome o;
+        o.content.push_back(
+            json::object{{"type", "audio"}, {"data", kEmptyWav}, {"mimeType", "audio/wav"}});
+        return o;
+      }));
   registry.Add(Fixture("test_embedded_resource", "Returns an embedded text resource",
                        [](const json::object&, ToolCallContext&) {
                          ToolOutcome o;
@@ -70,11 +69,10 @@ void AddConformanceFixtureTools(ToolRegistry& registry) {
                                                           R"({"test":"data","value":123})"));
                          return o;
                        }));
-  registry.Add(Fixture("test_error_handling", "Always fails",
-                       [](const json::object&, ToolCallContext&) {
-                         return ToolOutcome::Error(
-                             "This tool intentionally returns an error for testing");
-                       }));
+  registry.Add(
+      Fixture("test_error_handling", "Always fails", [](const json::object&, ToolCallContext&) {
+        return ToolOutcome::Error("This tool intentionally returns an error for testing");
+      }));
   registry.Add(Fixture("test_tool_with_progress", "Reports progress 0, 50, 100 of 100",
                        [](const json::object&, ToolCallContext& ctx) {
                          for (double p : {0.0, 50.0, 100.0}) {
@@ -85,10 +83,9 @@ void AddConformanceFixtureTools(ToolRegistry& registry) {
                        }));
   // Its schema's 2020-12 keywords ($schema, $defs, $ref) must reach the
   // listing untouched (SEP-1613).
-  ToolDef schema_tool = Fixture("json_schema_2020_12_tool", "Tool with JSON Schema 2020-12 features",
-                                [](const json::object&, ToolCallContext&) {
-                                  return ToolOutcome::Text("ok");
-                                });
+  ToolDef schema_tool =
+      Fixture("json_schema_2020_12_tool", "Tool with JSON Schema 2020-12 features",
+              [](const json::object&, ToolCallContext&) { return ToolOutcome::Text("ok"); });
   auto schema = ParseJsonObject(R"({
       "$schema": "https://json-schema.org/draft/2020-12/schema",
       "type": "object",
@@ -100,8 +97,7 @@ void AddConformanceFixtureTools(ToolRegistry& registry) {
   registry.Add(std::move(schema_tool));
   registry.Add(Fixture("test_tool_with_logging", "Logs three info messages",
                        [](const json::object&, ToolCallContext& ctx) {
-                         const char* messages[] = {"Tool execution started",
-                                                   "Tool processing data",
+                         const char* messages[] = {"Tool execution started", "Tool processing data",
                                                    "Tool execution completed"};
                          for (int i = 0; i < 3; ++i) {
                            if (i > 0) Pause();

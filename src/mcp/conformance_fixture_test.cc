@@ -20,8 +20,8 @@ TEST(ConformanceFixture, ToolsAnswerOverHttpAsTheSuiteExpects) {
   McpServer server(Fixtures(), ServerConfig{});
   auto http = McpHttpServer::Start(server, net::Endpoint::Parse("127.0.0.1:0").value(), {});
   ASSERT_TRUE(http) << http.error().message;
-  auto c = McpClient::ConnectHttp("http://127.0.0.1:" + std::to_string((*http)->port()) + "/mcp",
-                                  {});
+  auto c =
+      McpClient::ConnectHttp("http://127.0.0.1:" + std::to_string((*http)->port()) + "/mcp", {});
   ASSERT_TRUE(c) << c.error().message;
   auto text = (*c)->CallTool("test_simple_text", {});
   ASSERT_TRUE(text) << text.error().message;
