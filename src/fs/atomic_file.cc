@@ -113,33 +113,6 @@ Status AtomicFileWriter::Append(std::string_view bytes) {
   return {};
 }
 
-namespace {
-
-// Replaces the existing entry `name` by `tmp` as rename(2) would, but through
-// RENAME_EXCHANGE and an unlink of the old entry (now at `tmp`). Readers see
-// the same: the old file or the new one. Why: ext4 (auto_da_alloc) starts
-// the write-back of a file renamed over another -- block allocation and I/O
-// submission in the caller, ~150-600 us per 4 KiB write here -- to shrink
-// the window in which a crash leaves the new name empty; an exchange does
-// not. Without fsync a write's bytes reach the disk when the kernel writes
-// them back, as for any write(2); callers that need them there ask for fsync
-// (WriteOptions), which takes the plain rename. false: nothing changed (no
-// such entry any more, a file system without exchange, or a directory took
-// the entry's place meanwhile -- swapped back), the caller renames.
-bool ExchangeAndDropOld(int dir, const char* tmp, const char* name) {
-  if (::renameat2(dir, tmp, dir, name, RENAME_EXCHANGE) != 0) return false;
-  struct stat old;
-  if (::fstatat(dir, tmp, &old, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(old.st_mode)) {
-    // rename(2) refuses to put a file over a directory: swap back and let it say so.
-    (void)::renameat2(dir, tmp, dir, name, RENAME_EXCHANGE);
-    return false;
-  }
-  (void)::unlinkat(dir, tmp, 0);
-  return true;
-}
-
-}  // namespace
-
 Result<WriteResult> AtomicFileWriter::Commit() {
   if (!active_) return MakeError(ErrorCode::kInternal, "AtomicFileWriter is not active");
   auto fail = [this](std::string_view call, int err) {
@@ -156,10 +129,7 @@ Result<WriteResult> AtomicFileWriter::Commit() {
   const char* tmp = tmp_name_.c_str();
   const char* name = name_.c_str();
   if (options_.overwrite) {
-    if (!(existed_ && !options_.fsync && ExchangeAndDropOld(dir_.get(), tmp, name)) &&
-        ::renameat(dir_.get(), tmp, dir_.get(), name) != 0) {
-      return fail("renameat", errno);
-    }
+    if (::renameat(dir_.get(), tmp, dir_.get(), name) != 0) return fail("renameat", errno);
   } else if (::renameat2(dir_.get(), tmp, dir_.get(), name, RENAME_NOREPLACE) != 0) {
     if (errno != EINVAL) return fail("renameat2", errno);
     // Filesystem without RENAME_NOREPLACE: link(2) also refuses to replace.

@@ -40,13 +40,6 @@ struct WriteResult {
 // directory which is renamed over the target on Commit, so readers see the old
 // or the new content, never a mix. Abandoning the writer (Abort or the
 // destructor) unlinks the temporary file. For large uploads.
-//
-// An existing target is replaced by exchanging the two names
-// (RENAME_EXCHANGE) and unlinking the old entry, not by rename(2): on ext4
-// (auto_da_alloc) a rename over a file starts the new file's write-back in
-// the caller, most of a small write's time (issue 23). Readers see the same.
-// Durability is what write(2) gives: the bytes reach the disk when the kernel
-// writes them back, unless `fsync` (which then renames).
 class AtomicFileWriter {
  public:
   static Result<AtomicFileWriter> Create(const Root& root, std::string_view path,

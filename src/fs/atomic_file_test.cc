@@ -113,36 +113,6 @@ TEST_P(AtomicFileTest, SymlinksAreReplacedAtomicallyNeverFollowed) {
   EXPECT_EQ(CountEntries(dir_), 2);
 }
 
-// Replacing an existing entry (an exchange, then the old entry unlinked)
-// looks like rename(2): the name holds the new file, another hard link of the
-// old one keeps the old bytes, nothing is left behind. A directory that took
-// the target's place after Create is refused (IS_DIRECTORY) and left as it is.
-TEST_P(AtomicFileTest, ReplacingLeavesOnlyTheNewFileAndNeverMovesADirectory) {
-  WriteRaw(P("f.txt"), "old");
-  ASSERT_EQ(::link(P("f.txt").c_str(), P("other-link").c_str()), 0);
-  auto w = AtomicFileWriter::Create(*root_, "f.txt");
-  ASSERT_TRUE(w) << w.error().ToString();
-  ASSERT_TRUE(w->Append("new"));
-  auto done = w->Commit();
-  ASSERT_TRUE(done) << done.error().ToString();
-  EXPECT_FALSE(done->created);
-  EXPECT_EQ(ReadRaw(P("f.txt")), "new");
-  EXPECT_EQ(ReadRaw(P("other-link")), "old");
-  EXPECT_EQ(CountEntries(dir_), 2);
-
-  auto raced = AtomicFileWriter::Create(*root_, "f.txt");
-  ASSERT_TRUE(raced) << raced.error().ToString();
-  ASSERT_TRUE(raced->Append("lost"));
-  ASSERT_EQ(::unlink(P("f.txt").c_str()), 0);
-  MakeDirRaw(P("f.txt"));
-  WriteRaw(P("f.txt/inside"), "kept");
-  auto refused = raced->Commit();
-  ASSERT_FALSE(refused);
-  EXPECT_EQ(refused.error().sys_errno, EISDIR) << refused.error().ToString();
-  EXPECT_EQ(ReadRaw(P("f.txt/inside")), "kept");
-  EXPECT_EQ(CountEntries(dir_), 2);  // the directory and the other link: no temporary
-}
-
 INSTANTIATE_TEST_SUITE_P(Modes, AtomicFileTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Fallback" : "Openat2"; });
 
