@@ -50,10 +50,19 @@ inline constexpr const char* kSandboxdPath = "/.deepbox/sandboxd";
 inline constexpr const char* kSandboxdListen = "fd:3";
 
 struct SandboxSpec {
-  std::string id;                                        // [A-Za-z0-9_.-]{1,64}: cgroup name
-  std::filesystem::path runtime_dir;                     // host dir for this sandbox (see above)
-  std::filesystem::path workspace_dir;                   // host dir bound at /workspace
-  std::optional<std::filesystem::path> rootfs;           // nullopt: host system dirs
+  std::string id;                               // [A-Za-z0-9_.-]{1,64}: cgroup name
+  std::filesystem::path runtime_dir;            // host dir for this sandbox (see above)
+  std::filesystem::path workspace_dir;          // host dir bound at /workspace
+  std::optional<std::filesystem::path> rootfs;  // nullopt: host system dirs
+  // An OCI image's root instead (image_root.h; excludes rootfs): its
+  // extracted layer dirs, bottom first, under an overlay upper layer kept in
+  // image_state_dir (upper/, work/: this sandbox's own, it survives a
+  // restart; the caller removes it).
+  std::vector<std::filesystem::path> image_layers;
+  std::filesystem::path image_state_dir;
+  // The daemon with its own libraries (sandboxd_bundle.h), bound read-only at
+  // /deepbox: what runs in an image root (argv: SandboxdBundleArgv).
+  std::optional<std::filesystem::path> sandboxd_bundle;
   std::optional<std::filesystem::path> sandboxd_binary;  // bound at /.deepbox/sandboxd
   std::vector<std::string> argv;  // the init process; argv[0] searched in PATH
   std::vector<std::string> env;   // "KEY=VALUE"; the ONLY environment

@@ -13,7 +13,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <fstream>
+#include <set>
 #include <sstream>
+
+#include "local/image_root.h"
+#include "local/sandboxd_bundle.h"
 
 namespace deepbox::local {
 namespace {
@@ -34,6 +38,7 @@ class PlanBuilder {
     return r.empty() ? "." : std::string(r);
   }
   std::string Host(std::string_view inside) const { return Rel(inside); }
+  void Push(MountOp op) { plan_->ops.push_back(std::move(op)); }
   int Source(const std::string& host_path) {
     for (size_t i = 0; i < plan_->sources.size(); ++i) {
       if (plan_->sources[i] == host_path) return static_cast<int>(i);
@@ -148,14 +153,40 @@ std::string ReadSmallFile(const fs::path& path) {
   return ss.str();
 }
 
+// The sandbox's root tree as the plan sees it on the host: the host's own
+// root, a rootfs dir, or an image's merged layers (image_root.h).
+class TreeView {
+ public:
+  explicit TreeView(const MountSpec& spec) : spec_(spec) {
+    if (!spec.image_layers.empty()) merged_.emplace(spec.image_layers);
+  }
+  // The host path showing `inside` (absolute; the last component not
+  // followed), nullopt when missing.
+  std::optional<fs::path> Locate(std::string_view inside) const {
+    if (merged_) return merged_->Find(inside);
+    fs::path root = spec_.rootfs ? *spec_.rootfs : fs::path("/");
+    fs::path at = root / fs::path(inside).relative_path();
+    struct stat st;
+    if (lstat(at.c_str(), &st) != 0) return std::nullopt;
+    return at;
+  }
+  const MergedLayers* merged() const { return merged_ ? &*merged_ : nullptr; }
+
+ private:
+  const MountSpec& spec_;
+  std::optional<MergedLayers> merged_;
+};
+
 struct EtcFiles {
   std::vector<std::pair<std::string, std::string>> files;  // name, content
 };
 
-EtcFiles GenerateEtc(const MountSpec& spec) {
+EtcFiles GenerateEtc(const MountSpec& spec, const TreeView& tree) {
   std::string shell = access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh";
   if (spec.rootfs) {
     shell = fs::exists(*spec.rootfs / "bin/bash") ? "/bin/bash" : "/bin/sh";
+  } else if (tree.merged()) {
+    shell = tree.Locate("/bin/bash") ? "/bin/bash" : "/bin/sh";
   }
   EtcFiles etc;
   etc.files.emplace_back("passwd",
@@ -222,36 +253,36 @@ void AddDev(PlanBuilder& b, const MountSpec& spec) {
 // Where the sandbox's python3 is, as a path inside it ("" if none): the
 // first of the usual PATH dirs that has one (a symlink counts; it resolves
 // inside the sandbox).
-std::string SandboxPython3(const MountSpec& spec) {
+std::string SandboxPython3(const TreeView& tree) {
   for (const char* dir : {"/usr/local/bin", "/usr/bin", "/bin"}) {
     std::string inside = std::string(dir) + "/python3";
-    fs::path host = spec.rootfs ? *spec.rootfs / inside.substr(1) : fs::path(inside);
+    auto host = tree.Locate(inside);
     struct stat st;
-    if (lstat(host.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) return inside;
+    if (host && lstat(host->c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) return inside;
   }
   return "";
 }
 
-// Whether `rel` (absolute, inside the sandbox) is a regular file under
-// `root` with no symlink on the way: only then may a bind mount target it
+// Whether `rel` (absolute, inside the sandbox) is a regular file of the
+// tree with no symlink on the way: only then may a bind mount target it
 // before pivot_root (a symlink would resolve against the host's root).
-bool PlainFileInTree(const fs::path& root, std::string_view rel) {
-  fs::path at = root;
+bool PlainFileInTree(const TreeView& tree, std::string_view rel) {
+  fs::path prefix = "/";
   fs::path inside(rel);
   for (auto it = inside.begin(); it != inside.end(); ++it) {
     if (*it == "/") continue;
-    at /= *it;
+    prefix /= *it;
+    auto at = tree.Locate(prefix.string());
     struct stat st;
-    if (lstat(at.c_str(), &st) != 0) return false;
+    if (!at || lstat(at->c_str(), &st) != 0) return false;
     bool last = std::next(it) == inside.end();
     if (last ? !S_ISREG(st.st_mode) : !S_ISDIR(st.st_mode)) return false;
   }
   return true;
 }
 
-void AddSandboxCa(PlanBuilder& b, const MountSpec& spec) {
+void AddSandboxCa(PlanBuilder& b, const MountSpec& spec, const TreeView& tree) {
   const char* what = "install the sandbox CA";
-  const fs::path root = spec.rootfs ? *spec.rootfs : fs::path("/");
   b.Mkdir("/.deepbox/ca", what);
   std::string pem = spec.extra_ca_pem;
   if (!pem.empty() && pem.back() != '\n') pem += '\n';
@@ -259,14 +290,15 @@ void AddSandboxCa(PlanBuilder& b, const MountSpec& spec) {
   std::string bundle;
   std::vector<std::string> targets;
   for (const char* path : kSystemCaBundles) {
-    if (!PlainFileInTree(root, path)) continue;
+    if (!PlainFileInTree(tree, path)) continue;
     targets.push_back(path);
     if (!bundle.empty()) continue;
     // The root tmpfs is small: a bundle over 1 MiB is not copied (the
     // environment still points at ours).
+    auto host = tree.Locate(path);
     std::error_code ec;
-    if (fs::file_size(root / fs::path(path).relative_path(), ec) > (1u << 20) || ec) continue;
-    bundle = ReadSmallFile(root / fs::path(path).relative_path());
+    if (!host || fs::file_size(*host, ec) > (1u << 20) || ec) continue;
+    bundle = ReadSmallFile(*host);
     if (!bundle.empty() && bundle.back() != '\n') bundle += '\n';
   }
   b.WriteFile(kSandboxCaBundle, bundle + pem, what);
@@ -274,6 +306,103 @@ void AddSandboxCa(PlanBuilder& b, const MountSpec& spec) {
     b.Mount(b.Host(kSandboxCaBundle), target, "", MS_BIND, "", what);
     b.SetAttr(target, kRoFlags, false, what);
   }
+}
+
+// The overlay's mount point while its top-level entries are bound (then detached).
+constexpr const char* kImageMountPoint = "/.deepbox/image";
+
+// Image mode (see mounts.h and image_root.h).
+Status AddImageRoot(PlanBuilder& b, const MountSpec& spec, const TreeView& tree,
+                    const EtcFiles& etc) {
+  auto top = tree.merged()->TopLevel();
+  if (!top) return tl::unexpected(top.error());
+  const char* what =
+      "mount the image's layers (overlayfs with userxattr in the sandbox's user namespace: "
+      "Linux 5.11+, see `deepbox doctor`)";
+  b.Mkdir("/.deepbox", "create dirs");
+  b.Mkdir(kImageMountPoint, what);
+  {
+    MountOp op;
+    op.kind = Kind::kOverlay;
+    op.dst = PlanBuilder::Rel(kImageMountPoint);
+    op.flags = MS_NOSUID | MS_NODEV;
+    op.src_index = b.Source(spec.image_upper.string());
+    op.work_index = b.Source(spec.image_work.string());
+    for (const auto& layer : tree.merged()->top_first()) {
+      op.lowers.push_back(b.Source(layer.string()));
+    }
+    op.what = what;
+    op.display = kImageMountPoint;
+    b.Push(std::move(op));
+  }
+  // What the sandbox gets from us, not from the image.
+  std::set<std::string> reserved = {"proc", "dev", "tmp", "workspace", ".deepbox", "sys"};
+  if (spec.sandboxd_bundle) reserved.insert(fs::path(kSandboxdBundleMount).filename().string());
+  const char* bind = "bind the image's root";
+  bool has_etc = false;
+  for (const auto& entry : *top) {
+    if (reserved.count(entry.name) != 0) continue;
+    const std::string inside = "/" + entry.name;
+    const std::string from = PlanBuilder::Rel(std::string(kImageMountPoint) + inside);
+    if (entry.type == S_IFLNK) {
+      std::error_code ec;
+      fs::path target = fs::read_symlink(entry.host, ec);
+      if (ec) return MakeSyscallError("readlink", ec.value(), entry.host.string());
+      b.Symlink(target.string(), inside, bind);
+      continue;
+    }
+    if (entry.type == S_IFDIR) {
+      b.Mkdir(inside, bind);
+      has_etc = has_etc || entry.name == "etc";
+    } else if (entry.type == S_IFREG) {
+      b.Touch(inside, bind);
+    } else {
+      continue;  // the layers hold no devices, fifos or sockets (oci/layer_extract.h)
+    }
+    b.Mount(from, inside, "", MS_BIND | MS_REC, "", bind);
+    b.SetAttr(inside, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, /*recursive=*/true, bind);
+  }
+  {
+    MountOp op;
+    op.kind = Kind::kUnmount;
+    op.dst = PlanBuilder::Rel(kImageMountPoint);
+    op.what = what;
+    op.display = kImageMountPoint;
+    b.Push(std::move(op));
+  }
+  if (!has_etc) {
+    b.Mkdir("/etc", "generate /etc");
+    for (const auto& [name, content] : etc.files) {
+      b.WriteFile("/etc/" + name, content, "generate /etc");
+    }
+    return {};
+  }
+  // Generated files bound over the image's; a missing one gets an empty
+  // mount point (in the upper layer). ld.so.preload is emptied: the daemon
+  // runs on its own loader and libraries (sandboxd_bundle.h), and the image
+  // must not put a library into it (nor, through nsswitch.conf, an NSS
+  // module). A symlink there cannot be bound over safely (it would resolve
+  // on the host before pivot_root): the image is refused.
+  std::vector<std::pair<std::string, std::string>> files = etc.files;
+  files.emplace_back("ld.so.preload", "");
+  b.Mkdir("/.deepbox/etc", "generate /etc");
+  for (const auto& [name, content] : files) {
+    const std::string target = "/etc/" + name;
+    auto host = tree.Locate(target);
+    struct stat st;
+    if (!host) {
+      b.Touch(target, "bind generated /etc");
+    } else if (lstat(host->c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("the image's {} is not a regular file: deepbox replaces it "
+                                   "in every sandbox and cannot do so through a symlink",
+                                   target));
+    }
+    b.WriteFile("/.deepbox/etc/" + name, content, "generate /etc");
+    b.Mount(b.Host("/.deepbox/etc/" + name), target, "", MS_BIND, "", "bind generated /etc");
+    b.SetAttr(target, kRoFlags, false, "bind generated /etc");
+  }
+  return {};
 }
 
 }  // namespace
@@ -290,6 +419,12 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
   }
   if (spec.workspace_dir.empty() || !spec.workspace_dir.is_absolute()) {
     return MakeError(ErrorCode::kInvalidArgument, "workspace_dir must be an absolute path");
+  }
+  if (!spec.image_layers.empty() && spec.rootfs) {
+    return MakeError(ErrorCode::kInvalidArgument, "a sandbox has an image or a rootfs, not both");
+  }
+  if (!spec.image_layers.empty() && (spec.image_upper.empty() || spec.image_work.empty())) {
+    return MakeError(ErrorCode::kInvalidArgument, "an image root needs its upper and work dirs");
   }
   MountPlan plan;
   plan.root = spec.staging_dir.lexically_normal().string();
@@ -320,8 +455,11 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
     plan.prologue.push_back(std::move(op));
   }
 
-  EtcFiles etc = GenerateEtc(spec);
-  if (!spec.rootfs) {
+  const TreeView tree(spec);
+  EtcFiles etc = GenerateEtc(spec, tree);
+  if (tree.merged()) {
+    if (auto st = AddImageRoot(b, spec, tree, etc); !st) return tl::unexpected(st.error());
+  } else if (!spec.rootfs) {
     for (const auto& dir : spec.system_dirs) {
       if (auto st = b.BindReadOnly(dir, dir, "bind system dirs", /*skip_missing=*/true); !st) {
         return tl::unexpected(st.error());
@@ -397,15 +535,9 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
   AddProc(b, spec);
   AddDev(b, spec);
 
-  if (spec.sandboxd_binary) {
-    if (spec.rootfs) {
-      // already created above
-    } else {
-      b.Mkdir("/.deepbox", "create dirs");
-    }
-  }
-  bool have_deepbox_dir = spec.rootfs || spec.sandboxd_binary;
-  if (std::string python3 = spec.python_alias ? SandboxPython3(spec) : ""; !python3.empty()) {
+  if (spec.sandboxd_binary && !spec.rootfs && !tree.merged()) b.Mkdir("/.deepbox", "create dirs");
+  bool have_deepbox_dir = spec.rootfs || spec.sandboxd_binary || tree.merged();
+  if (std::string python3 = spec.python_alias ? SandboxPython3(tree) : ""; !python3.empty()) {
     // On the root tmpfs, read-only once the root is remounted below.
     const char* what = "create /.deepbox/bin";
     if (!have_deepbox_dir) b.Mkdir("/.deepbox", what);
@@ -419,9 +551,15 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
     b.BindHost(spec.sandboxd_binary->string(), "/.deepbox/sandboxd", MS_BIND, what);
     b.SetAttr("/.deepbox/sandboxd", kRoFlags, false, what);
   }
+  if (spec.sandboxd_bundle) {
+    const char* what = "bind the sandboxd bundle";
+    b.Mkdir(kSandboxdBundleMount, what);
+    b.BindHost(spec.sandboxd_bundle->string(), kSandboxdBundleMount, MS_BIND | MS_REC, what);
+    b.SetAttr(kSandboxdBundleMount, kRoFlags, /*recursive=*/true, what);
+  }
   if (!spec.extra_ca_pem.empty()) {
     if (!have_deepbox_dir) b.Mkdir("/.deepbox", "install the sandbox CA");
-    AddSandboxCa(b, spec);
+    AddSandboxCa(b, spec, tree);
   }
 
   {
@@ -553,6 +691,40 @@ int RunOp(const MountOp& op, const int* source_fds, ChildCall* call) {
       close(fd);
       return 0;
     }
+    case Kind::kOverlay: {
+      // lowerdir=/proc/self/fd/N:...: the layers' host paths stay unnamed.
+      char data[4096];
+      char fdpath[40];
+      size_t n = 0;
+      bool overflow = false;
+      auto put = [&](const char* text) {
+        for (; *text != '\0'; ++text) {
+          if (n + 1 >= sizeof(data)) {
+            overflow = true;
+            return;
+          }
+          data[n++] = *text;
+        }
+      };
+      put("userxattr,lowerdir=");
+      for (size_t i = 0; i < op.lowers.size(); ++i) {
+        if (i != 0) put(":");
+        put(FdPath(source_fds[op.lowers[i]], fdpath, sizeof(fdpath)));
+      }
+      put(",upperdir=");
+      put(FdPath(source_fds[op.src_index], fdpath, sizeof(fdpath)));
+      put(",workdir=");
+      put(FdPath(source_fds[op.work_index], fdpath, sizeof(fdpath)));
+      data[n] = '\0';
+      *call = ChildCall::kMount;
+      if (overflow) return E2BIG;
+      if (mount("overlay", op.dst.c_str(), "overlay", op.flags, data) != 0) return errno;
+      return 0;
+    }
+    case Kind::kUnmount:
+      *call = ChildCall::kUmount2;
+      if (umount2(op.dst.c_str(), MNT_DETACH) != 0) return errno;
+      return 0;
     case Kind::kPivotRoot:
       *call = ChildCall::kChdir;
       if (chdir(op.dst.c_str()) != 0) return errno;

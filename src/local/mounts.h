@@ -25,6 +25,14 @@
 // Rootfs mode: each top-level entry of the given directory (an unpacked OCI
 // image) is bound read-only instead of the host dirs; generated passwd, group,
 // hosts, hostname and resolv.conf are bound over the image's when it has them.
+// Image mode (image_root.h): the image's layers are mounted as overlayfs
+// (read-only lower layers, the sandbox's writable upper layer) on
+// /.deepbox/image, each of its top-level entries is bound (read-write:
+// writes go to the upper layer, nosuid + nodev) into the root, and the
+// overlay's own mount is detached; the generated /etc files are bound over
+// the image's (over an empty mount point made for a missing one); the
+// daemon is bound read-only at `sandboxd_at` (kImageSandboxdPath, where the
+// k8s template puts it).
 //
 // Every step is a MountOp built before the clone; the child executes the list
 // with raw syscalls and reports the failing index.
@@ -62,6 +70,9 @@ struct MountOp {
     kSymlink,    // symlink(src, dst)
     kWriteFile,  // dst <- content, mode
     kPivotRoot,  // chdir(dst); pivot_root(".", "."); umount2(".", MNT_DETACH); chdir("/")
+    kOverlay,    // overlay on dst: lowerdir = sources `lowers` (top first), upperdir =
+                 // source src_index, workdir = source work_index, userxattr
+    kUnmount,    // umount2(dst, MNT_DETACH)
   };
   Kind kind = Kind::kMkdir;
   std::string src;
@@ -69,7 +80,9 @@ struct MountOp {
   std::string fstype;
   std::string data;
   std::string content;
-  int src_index = -1;  // bind source: index into MountPlan::sources (opened O_PATH)
+  int src_index = -1;       // bind source: index into MountPlan::sources (opened O_PATH)
+  int work_index = -1;      // kOverlay
+  std::vector<int> lowers;  // kOverlay
   unsigned long flags = 0;
   uint64_t attr_set = 0;
   bool recursive = false;
@@ -90,7 +103,15 @@ struct MountSpec {
   // An empty host dir; the child mounts the root tmpfs on it in its own mount ns.
   std::filesystem::path staging_dir;
   std::optional<std::filesystem::path> rootfs;  // unpacked image; nullopt = host dirs
-  std::filesystem::path workspace_dir;          // host dir for /workspace
+  // Image mode (excludes rootfs): the layer dirs, bottom first, and the
+  // sandbox's overlay upper and work dirs (on one file system).
+  std::vector<std::filesystem::path> image_layers;
+  std::filesystem::path image_upper;
+  std::filesystem::path image_work;
+  // The daemon with its libraries (sandboxd_bundle.h), bound read-only at
+  // kSandboxdBundleMount: for an image root, instead of sandboxd_binary.
+  std::optional<std::filesystem::path> sandboxd_bundle;
+  std::filesystem::path workspace_dir;  // host dir for /workspace
   std::optional<std::filesystem::path> sandboxd_binary;
   std::string hostname = "sandbox";
   uint64_t tmp_bytes = 256ULL << 20;

@@ -28,7 +28,7 @@ uint64_t CloneFlags(const NamespaceOptions& o) {
   return flags;
 }
 
-IdMapPlan PlanIdMap(std::optional<uint32_t> host_id) {
+IdMapPlan PlanIdMap(std::optional<uint32_t> host_id, bool map_image_root) {
   IdMapPlan plan;
   if (geteuid() == 0) {
     plan.host_uid = host_id.value_or(kDefaultRootHostId);
@@ -43,6 +43,11 @@ IdMapPlan PlanIdMap(std::optional<uint32_t> host_id) {
   }
   plan.uid_map = fmt::format("{} {} 1\n", plan.sandbox_uid, plan.host_uid);
   plan.gid_map = fmt::format("{} {} 1\n", plan.sandbox_gid, plan.host_gid);
+  if (map_image_root && geteuid() == 0 && plan.host_uid != kImageRootHostId &&
+      plan.host_gid != kImageRootHostId) {
+    plan.uid_map = fmt::format("0 {} 1\n", kImageRootHostId) + plan.uid_map;
+    plan.gid_map = fmt::format("0 {} 1\n", kImageRootHostId) + plan.gid_map;
+  }
   return plan;
 }
 

@@ -8,6 +8,12 @@
 //   escaped the mount namespace owns nothing on the host, and files the sandbox
 //   writes into its workspace belong to an unprivileged host id. Configurable.
 //   Host root (uid 0) is NOT mapped: inside, root-owned files show as nobody.
+//   A sandbox on an image (image_root.h) also maps its root, 0 -> host
+//   kImageRootHostId, the owner of root's extracted image layers
+//   (oci/image_store.h): the image's files then appear owned by root, and
+//   overlayfs can copy them up (it gives a copy the owner of the original,
+//   which must be mapped). No sandbox process ever runs as uid 0: the
+//   sandbox starts as 1000 and drops every capability before exec.
 // * Launcher runs unprivileged: H is the caller's own uid/gid (the only id an
 //   unprivileged process may map); setgroups must then be denied, so the
 //   caller's supplementary groups remain (they are the caller's own anyway).
@@ -26,6 +32,7 @@ namespace deepbox::local {
 
 inline constexpr uint32_t kSandboxId = 1000;
 inline constexpr uint32_t kDefaultRootHostId = 1001000;
+inline constexpr uint32_t kImageRootHostId = 1000000;  // = oci::kRootCacheLayerOwner
 
 struct NamespaceOptions {
   bool user = true;
@@ -49,7 +56,8 @@ struct IdMapPlan {
   std::string gid_map;
 };
 // host_id: the host uid/gid to map to when running as root (nullopt = default).
-IdMapPlan PlanIdMap(std::optional<uint32_t> host_id = std::nullopt);
+// map_image_root: also map 0 -> kImageRootHostId (as root only, see above).
+IdMapPlan PlanIdMap(std::optional<uint32_t> host_id = std::nullopt, bool map_image_root = false);
 
 // Parent side: writes setgroups (if denied), gid_map and uid_map of `pid`.
 Status WriteIdMaps(pid_t pid, const IdMapPlan& plan);

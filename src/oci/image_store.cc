@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <ftw.h>
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -68,7 +69,36 @@ json::object DescriptorJson(const Descriptor& d) {
   return o;
 }
 
+// nftw callback of GiveLayerToRootOwner (no state: nftw takes a plain function).
+int ChownLayerEntry(const char* path, const struct stat*, int, struct FTW*) {
+  return lchown(path, kRootCacheLayerOwner, kRootCacheLayerOwner) == 0 ? 0 : errno;
+}
+
+// An extracted layer of root's cache: every entry owned by
+// kRootCacheLayerOwner (no symlink followed), its top directory 0755.
+Status GiveLayerToRootOwner(const std::string& dir) {
+  if (chmod(dir.c_str(), 0755) != 0) return MakeSyscallError("chmod", errno, dir);
+  if (geteuid() != 0) return {};
+  int err = nftw(dir.c_str(), ChownLayerEntry, 64, FTW_PHYS);
+  if (err != 0) return MakeSyscallError("lchown", err > 0 ? err : errno, dir);
+  return {};
+}
+
+bool ValidPinName(std::string_view name) {
+  if (name.empty() || name.size() > 64 || name.front() == '.') return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
+  });
+}
+
 }  // namespace
+
+bool ImagePin::Live() const {
+  struct stat st {};
+  return !sandbox_dir.empty() && sandbox_dir.front() == '/' &&
+         lstat(sandbox_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
 
 Result<std::string> DefaultImageDir(const EnvFn& env_fn) {
   auto env = [&](const char* name) -> std::string {
@@ -107,7 +137,7 @@ Result<std::unique_ptr<ImageStore>> ImageStore::Open(const std::string& given) {
   UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return MakeSyscallError("open(O_DIRECTORY|O_NOFOLLOW)", errno, dir);
   if (auto s = CheckOwnedByUs(fd.get(), dir, kImageDirTrust); !s) return tl::unexpected(s.error());
-  for (const char* sub : {"blobs/sha256", "layers/sha256", "images", "tmp"}) {
+  for (const char* sub : {"blobs/sha256", "layers/sha256", "images", "tmp", "pins"}) {
     if (auto s = MakeDirs(dir + "/" + sub, 0700); !s) return tl::unexpected(s.error());
   }
   return std::unique_ptr<ImageStore>(new ImageStore(dir));
@@ -298,6 +328,10 @@ Result<bool> ImageStore::EnsureLayerExtracted(const Descriptor& d) const {
     e.message = fmt::format("layer {}: {}", d.digest, e.message);
     return tl::unexpected(e);
   }
+  if (auto s = GiveLayerToRootOwner(work); !s) {
+    (void)RemoveTree(work);
+    return tl::unexpected(s.error());
+  }
   if (rename(work.c_str(), LayerDir(d.digest).c_str()) != 0) {
     int e = errno;
     (void)RemoveTree(work);
@@ -415,6 +449,16 @@ Result<std::vector<ImageRecord>> ImageStore::ListImages() const {
 Result<bool> ImageStore::RemoveImage(std::string_view name) const {
   auto lock = LockExclusive();
   if (!lock) return tl::unexpected(lock.error());
+  auto pins = ListPins();
+  if (!pins) return tl::unexpected(pins.error());
+  for (const auto& pin : *pins) {
+    if (pin.image.name == name && pin.Live()) {
+      return MakeError(ErrorCode::kConflict,
+                       fmt::format("image {} is in use by sandbox {} (delete it first: deepbox "
+                                   "sandbox rm {})",
+                                   name, pin.sandbox, pin.sandbox));
+    }
+  }
   std::string path = RecordPath(name);
   if (unlink(path.c_str()) != 0) {
     if (errno == ENOENT) return false;
@@ -430,11 +474,89 @@ Result<PruneResult> ImageStore::Prune() const {
   return Collect(true);
 }
 
+Status ImageStore::Pin(const ImagePin& pin) const {
+  if (!ValidPinName(pin.sandbox)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     fmt::format("'{}' cannot name an image pin", pin.sandbox));
+  }
+  if (pin.sandbox_dir.empty() || pin.sandbox_dir.front() != '/') {
+    return MakeError(ErrorCode::kInvalidArgument, "an image pin needs the sandbox's absolute dir");
+  }
+  auto doc = ParseJsonObject(ImageRecordToJson(pin.image));
+  if (!doc) return tl::unexpected(doc.error());
+  json::object o;
+  o["sandbox"] = pin.sandbox;
+  o["sandbox_dir"] = pin.sandbox_dir;
+  o["image"] = std::move(*doc);
+  return WriteFileAtomically(fmt::format("{}/pins/{}.json", dir_, pin.sandbox), ToJson(o));
+}
+
+Status ImageStore::Unpin(std::string_view sandbox) const {
+  if (!ValidPinName(sandbox)) return {};
+  std::string path = fmt::format("{}/pins/{}.json", dir_, sandbox);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) return MakeSyscallError("unlink", errno, path);
+  return {};
+}
+
+Result<std::vector<ImagePin>> ImageStore::ListPins() const {
+  const std::string pins = dir_ + "/pins";
+  UniqueFd dir(open(pins.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) {
+    if (errno == ENOENT) return std::vector<ImagePin>();  // a cache made before pins
+    return MakeSyscallError("open", errno, pins);
+  }
+  auto entries = fs::ReadDir(dir.get(), pins);
+  if (!entries) return tl::unexpected(entries.error());
+  std::vector<ImagePin> out;
+  for (const auto& e : *entries) {
+    if (!e.name.ends_with(".json") || e.name.find(".tmp-") != std::string::npos) continue;
+    std::string path = pins + "/" + e.name;
+    UniqueFd fd(openat(dir.get(), e.name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd) continue;  // removed meanwhile
+    auto text = ReadAll(fd.get(), path, kMaxRecordBytes);
+    if (!text) return tl::unexpected(text.error());
+    auto doc = ParseJsonObject(*text);
+    const json::value* image = doc ? doc->if_contains("image") : nullptr;
+    if (image == nullptr || !image->is_object()) {
+      return MakeError(ErrorCode::kInternal, fmt::format("image pin {}: not a pin", path));
+    }
+    auto record = ImageRecordFromJson(ToJson(image->as_object()));
+    if (!record) {
+      return MakeError(ErrorCode::kInternal,
+                       fmt::format("image pin {}: {}", path, record.error().message));
+    }
+    ImagePin pin;
+    pin.sandbox = GetOptString(*doc, "sandbox").value_or("");
+    pin.sandbox_dir = GetOptString(*doc, "sandbox_dir").value_or("");
+    pin.image = std::move(*record);
+    if (pin.sandbox + ".json" != e.name) {
+      return MakeError(ErrorCode::kInternal,
+                       fmt::format("image pin {}: names another sandbox", path));
+    }
+    out.push_back(std::move(pin));
+  }
+  return out;
+}
+
 Result<PruneResult> ImageStore::Collect(bool temporaries) const {
   auto records = ListImages();
   if (!records) return tl::unexpected(records.error());
   std::set<std::string> used;  // hex digests
   for (const auto& r : *records) {
+    for (const std::string* d : {&r.index_digest, &r.manifest_digest, &r.config_digest}) {
+      if (!d->empty()) used.emplace(DigestHex(*d));
+    }
+    for (const auto& l : r.layers) used.emplace(DigestHex(l.digest));
+  }
+  // Live pins keep what their sandboxes use; stale ones go.
+  auto pins = ListPins();
+  if (!pins) return tl::unexpected(pins.error());
+  for (const auto& pin : *pins) {
+    if (!pin.Live()) {
+      if (auto s = Unpin(pin.sandbox); !s) return tl::unexpected(s.error());
+      continue;
+    }
+    const ImageRecord& r = pin.image;
     for (const std::string* d : {&r.index_digest, &r.manifest_digest, &r.config_digest}) {
       if (!d->empty()) used.emplace(DigestHex(*d));
     }

@@ -11,6 +11,8 @@
 //   <dir>/tmp/<hex>.lock             flock per blob: one process downloads and
 //                                    extracts it, the others wait and find it done
 //   <dir>/tmp/layer-<hex>-XXXXXX/    an extraction in progress
+//   <dir>/pins/<sandbox id>.json     a sandbox using an image (ImagePin): rm and
+//                                    prune keep what a live pin names
 //
 // <dir> is $DEEPBOX_IMAGE_DIR, else $DEEPBOX_STATE_DIR/images when a state
 // directory was chosen, else $XDG_STATE_HOME/deepbox/images, else
@@ -46,6 +48,24 @@ struct ImageRecord {
   std::vector<Descriptor> layers;  // bottom first
   uint64_t size = 0;               // compressed layers + config
   std::string pulled_at;           // RFC 3339
+};
+
+// Who owns the files of an extracted layer when the cache is root's: the
+// host id a sandbox's user namespace maps its root (uid/gid 0) to
+// (local/namespaces.h: kImageRootHostId), so that an image's files appear
+// owned by root inside the sandbox and overlayfs can copy them up; no host
+// account uses it. An unprivileged cache keeps its user's own files (the only
+// id such a sandbox can map: they appear owned by the sandbox user).
+inline constexpr uint32_t kRootCacheLayerOwner = 1000000;
+
+// A sandbox that uses an image: pins/<sandbox>.json. It is live while
+// `sandbox_dir` (the sandbox's state directory) exists; a dead sandbox's pin
+// (its directory gone: deleted, reaped) is stale, and rm/prune remove it.
+struct ImagePin {
+  std::string sandbox;      // its id ([A-Za-z0-9_.-], the pin's file name)
+  std::string sandbox_dir;  // absolute
+  ImageRecord image;        // what it uses: name, digests, layers
+  bool Live() const;
 };
 
 // A flock held until destroyed.
@@ -114,8 +134,16 @@ class ImageStore {
   // Removes the record of `name` and the blobs and layers no other record
   // uses (taking the store exclusive). false: there was no such record.
   Result<bool> RemoveImage(std::string_view name) const;
-  // Removes every blob, layer and temporary file no record uses.
+  // Removes every blob, layer and temporary file no record and no live pin
+  // uses. RemoveImage refuses (CONFLICT, naming the sandbox) a name a live
+  // pin uses.
   Result<PruneResult> Prune() const;
+
+  // Pins: written atomically while the caller holds the store shared (so no
+  // rm/prune runs between finding an image and pinning it).
+  Status Pin(const ImagePin& pin) const;
+  Status Unpin(std::string_view sandbox) const;  // a missing pin is no error
+  Result<std::vector<ImagePin>> ListPins() const;
 
  private:
   explicit ImageStore(std::string dir) : dir_(std::move(dir)) {}
