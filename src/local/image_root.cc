@@ -29,12 +29,13 @@ namespace fs = std::filesystem;
 
 constexpr int kMaxLinkHops = 40;
 
-bool IsWhiteout(const struct stat& st) { return S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0); }
+bool IsWhiteout(const struct stat& st) {
+  return S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0);
+}
 
 bool IsOpaqueDir(const fs::path& dir) {
   char value[4] = {};
-  return getxattr(dir.c_str(), "user.overlay.opaque", value, sizeof(value)) == 1 &&
-         value[0] == 'y';
+  return getxattr(dir.c_str(), "user.overlay.opaque", value, sizeof(value)) == 1 && value[0] == 'y';
 }
 
 // Components of a path inside the image, resolved lexically from its root
@@ -167,9 +168,9 @@ ImageRootSupport ProbeImageRoots() {
       return support;
     }
   }
-  const std::string data = fmt::format("userxattr,lowerdir={},upperdir={},workdir={}",
-                                       (base / "lower").string(), (base / "upper").string(),
-                                       (base / "work").string());
+  const std::string data =
+      fmt::format("userxattr,lowerdir={},upperdir={},workdir={}", (base / "lower").string(),
+                  (base / "upper").string(), (base / "work").string());
   const std::string target = (base / "merged").string();
   int sync[2];
   if (pipe2(sync, O_CLOEXEC) != 0) {

@@ -137,7 +137,6 @@ class ImageRootTest : public testing::SandboxFixture {
     OwnLikeTheCache(top_);
     before_ = TreeState(base_) + TreeState(top_);
     spec_.image_layers = {base_, top_};
-    spec_.image_state_dir = tmp_.path() / "image-state";
   }
 
   fs::path base_, top_;
@@ -145,14 +144,14 @@ class ImageRootTest : public testing::SandboxFixture {
 };
 
 TEST_F(ImageRootTest, TheImageIsTheRootAndWritesGoToTheUpperLayer) {
-  auto r = Run(
-      "cat /etc/os-release; test -e /etc/gone && echo GONE-VISIBLE; ls /opq; id -u; "
-      "stat -c 'owner=%u' /etc/os-release; echo more >> /data/shared && echo appended; "
-      "echo new > /data/created && echo created; cat /data/shared; "
-      "(echo x > /etc/os-release) 2>/dev/null && echo WROTE-A-ROOT-FILE; "
-      "(cat /secret) 2>/dev/null && echo READ-THE-SECRET; "
-      "(mkdir /etc/mine) 2>/dev/null && echo MKDIR-IN-ETC; "
-      "ls -A /.deepbox/image; grep -c /layers/ /proc/self/mountinfo; true");
+  auto r =
+      Run("cat /etc/os-release; test -e /etc/gone && echo GONE-VISIBLE; ls /opq; id -u; "
+          "stat -c 'owner=%u' /etc/os-release; echo more >> /data/shared && echo appended; "
+          "echo new > /data/created && echo created; cat /data/shared; "
+          "(echo x > /etc/os-release) 2>/dev/null && echo WROTE-A-ROOT-FILE; "
+          "(cat /secret) 2>/dev/null && echo READ-THE-SECRET; "
+          "(mkdir /etc/mine) 2>/dev/null && echo MKDIR-IN-ETC; "
+          "ls -A /.deepbox/image; grep -c /layers/ /proc/self/mountinfo; true");
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_TRUE(r->status.success()) << r->output;
   EXPECT_THAT(r->output, HasSubstr("ID=deepbox-test"));
@@ -168,28 +167,31 @@ TEST_F(ImageRootTest, TheImageIsTheRootAndWritesGoToTheUpperLayer) {
     EXPECT_THAT(r->output, Not(HasSubstr("MKDIR-IN-ETC")));
   }
   EXPECT_THAT(r->output, HasSubstr("\n0\n"));  // no layer path in the mount table
-  // The writes are in the sandbox's upper layer; the layers are untouched.
-  fs::path upper = tmp_.path() / "image-state/upper";
-  EXPECT_EQ(ReadFile(upper / "data/created"), "new\n");
-  EXPECT_EQ(ReadFile(upper / "data/shared"), "w\nmore\n");
+  // The writes were in the sandbox's own upper layer (a tmpfs): the layers
+  // are untouched, and the next sandbox of the same layers starts clean.
   EXPECT_EQ(TreeState(base_) + TreeState(top_), before_);
-
-  // A relaunch over the same state dir (a daemon restart) keeps them.
-  auto again = Run("cat /data/created");
-  ASSERT_TRUE(again) << again.error().message;
-  EXPECT_EQ(again->output, "new\n");
-  // Another sandbox of the same layers starts clean.
-  spec_.image_state_dir = tmp_.path() / "other-state";
   auto other = Run("test -e /data/created && echo LEAKED; cat /data/shared");
   ASSERT_TRUE(other) << other.error().message;
   EXPECT_EQ(other->output, "w\n");
 }
 
+TEST_F(ImageRootTest, TheWritableLayerIsBoundedLikeTmp) {
+  spec_.limits.tmp_bytes = 1 << 20;
+  auto r =
+      Run("head -c 4000000 /dev/zero > /data/big 2>/dev/null || echo full; "
+          "stat -c %s /data/big");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_THAT(r->output, HasSubstr("full"));
+  EXPECT_EQ(TreeState(base_) + TreeState(top_), before_);
+}
+
 TEST_F(ImageRootTest, TheLowerLayersCannotBeReachedOrWritten) {
-  // The layers are no path inside: no mount of them, no /proc/1/fd to them.
-  auto r = Run(
-      "for f in /proc/1/fd/*; do readlink $f; done | grep -c layers; "
-      "(touch /usr/bin/planted) 2>/dev/null && echo PLANTED; true");
+  // The layers are no path inside: no mount of them, no /proc/1/fd to them,
+  // and the overlay's and its upper tmpfs' mount points are empty.
+  auto r =
+      Run("for f in /proc/1/fd/*; do readlink $f; done | grep -c layers; "
+          "ls -A /.deepbox/image /.deepbox/image-rw; "
+          "(touch /usr/bin/planted) 2>/dev/null && echo PLANTED; true");
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_THAT(r->output, HasSubstr("0\n"));
   EXPECT_FALSE(fs::exists(base_ / "usr/bin/planted"));

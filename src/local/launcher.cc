@@ -18,7 +18,6 @@
 #include <map>
 #include <mutex>
 
-#include "common/remove_tree.h"
 #include "local/address_policy.h"
 #include "local/capabilities.h"
 #include "local/daemon_socket.h"
@@ -181,29 +180,6 @@ Status MakeDir(const fs::path& path, mode_t mode) {
     return MakeError(ErrorCode::kNotDirectory, fmt::format("{} is not a directory", path.string()));
   }
   if (chmod(path.c_str(), mode) != 0) return MakeSyscallError("chmod", errno, path.string());
-  return {};
-}
-
-// An image sandbox's overlay dirs: upper/ kept (a restart finds its files),
-// work/ new for each mount; both the sandbox's host id's, whose credentials
-// overlayfs writes them with (image_root.h).
-Status PrepareImageStateDir(const SandboxSpec& spec, const IdMapPlan& ids) {
-  if (spec.image_layers.empty()) return {};
-  if (spec.rootfs) {
-    return MakeError(ErrorCode::kInvalidArgument, "a sandbox has an image or a rootfs, not both");
-  }
-  if (spec.image_state_dir.empty() || !spec.image_state_dir.is_absolute()) {
-    return MakeError(ErrorCode::kInvalidArgument, "image_state_dir must be an absolute path");
-  }
-  if (auto st = MakeDir(spec.image_state_dir, 0700); !st) return st;
-  const fs::path upper = spec.image_state_dir / "upper", work = spec.image_state_dir / "work";
-  if (auto st = RemoveTree(work); !st) return st;
-  for (const auto& [dir, mode] : {std::pair{upper, 0755}, std::pair{work, 0700}}) {
-    if (auto st = MakeDir(dir, static_cast<mode_t>(mode)); !st) return st;
-    if (geteuid() == 0 && lchown(dir.c_str(), ids.host_uid, ids.host_gid) != 0) {
-      return MakeSyscallError("lchown", errno, dir.string());
-    }
-  }
   return {};
 }
 
@@ -437,7 +413,9 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
 
   SandboxProcess sp;
   IdMapPlan ids = PlanIdMap(spec.host_id, /*map_image_root=*/!spec.image_layers.empty());
-  if (auto st = PrepareImageStateDir(spec, ids); !st) return tl::unexpected(st.error());
+  if (!spec.image_layers.empty() && spec.rootfs) {
+    return MakeError(ErrorCode::kInvalidArgument, "a sandbox has an image or a rootfs, not both");
+  }
 
   // Runtime dirs: <runtime> 0700 (owner only), root/ mount point, run/ for the socket.
   sp.remove_runtime_dir_ = !fs::exists(spec.runtime_dir);
@@ -559,16 +537,13 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   ms.staging_dir = spec.runtime_dir / "root";
   if (secrets_ca) ms.extra_ca_pem = secrets_ca->cert_pem();
   ms.rootfs = spec.rootfs;
-  if (!spec.image_layers.empty()) {
-    ms.image_layers = spec.image_layers;
-    ms.image_upper = spec.image_state_dir / "upper";
-    ms.image_work = spec.image_state_dir / "work";
-  }
   ms.workspace_dir = spec.workspace_dir;
   ms.sandboxd_binary = spec.sandboxd_binary;
   ms.sandboxd_bundle = spec.sandboxd_bundle;
   ms.hostname = spec.hostname;
   if (spec.limits.tmp_bytes) ms.tmp_bytes = *spec.limits.tmp_bytes;
+  ms.image_layers = spec.image_layers;
+  ms.image_upper_bytes = ms.tmp_bytes;
   ms.proc_subset_pid = spec.proc_subset_pid;
   ms.nameservers = nameservers;
   ms.uid = ids.sandbox_uid;

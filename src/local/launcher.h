@@ -55,11 +55,9 @@ struct SandboxSpec {
   std::filesystem::path workspace_dir;          // host dir bound at /workspace
   std::optional<std::filesystem::path> rootfs;  // nullopt: host system dirs
   // An OCI image's root instead (image_root.h; excludes rootfs): its
-  // extracted layer dirs, bottom first, under an overlay upper layer kept in
-  // image_state_dir (upper/, work/: this sandbox's own, it survives a
-  // restart; the caller removes it).
+  // extracted layer dirs, bottom first, under a writable layer on a tmpfs of
+  // limits.tmp_bytes (as /tmp: it goes with the sandbox, or a restart).
   std::vector<std::filesystem::path> image_layers;
-  std::filesystem::path image_state_dir;
   // The daemon with its own libraries (sandboxd_bundle.h), bound read-only at
   // /deepbox: what runs in an image root (argv: SandboxdBundleArgv).
   std::optional<std::filesystem::path> sandboxd_bundle;

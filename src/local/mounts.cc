@@ -308,8 +308,10 @@ void AddSandboxCa(PlanBuilder& b, const MountSpec& spec, const TreeView& tree) {
   }
 }
 
-// The overlay's mount point while its top-level entries are bound (then detached).
+// The overlay's mount point while its top-level entries are bound, and its
+// upper layer's tmpfs (both detached then).
 constexpr const char* kImageMountPoint = "/.deepbox/image";
+constexpr const char* kImageUpperMountPoint = "/.deepbox/image-rw";
 
 // Image mode (see mounts.h and image_root.h).
 Status AddImageRoot(PlanBuilder& b, const MountSpec& spec, const TreeView& tree,
@@ -320,14 +322,24 @@ Status AddImageRoot(PlanBuilder& b, const MountSpec& spec, const TreeView& tree,
       "mount the image's layers (overlayfs with userxattr in the sandbox's user namespace: "
       "Linux 5.11+, see `deepbox doctor`)";
   b.Mkdir("/.deepbox", "create dirs");
+  // The upper layer: a tmpfs of the sandbox's own (its size bounds what the
+  // sandbox can write into the image's files).
+  const char* rw = "mount the image's writable layer";
+  b.Mkdir(kImageUpperMountPoint, rw, 0700);
+  b.Mount(
+      "tmpfs", kImageUpperMountPoint, "tmpfs", MS_NOSUID | MS_NODEV,
+      fmt::format("mode=0700,size={},uid={},gid={}", spec.image_upper_bytes, spec.uid, spec.gid),
+      rw);
+  b.Mkdir(std::string(kImageUpperMountPoint) + "/upper", rw);
+  b.Mkdir(std::string(kImageUpperMountPoint) + "/work", rw, 0700);
   b.Mkdir(kImageMountPoint, what);
   {
     MountOp op;
     op.kind = Kind::kOverlay;
     op.dst = PlanBuilder::Rel(kImageMountPoint);
     op.flags = MS_NOSUID | MS_NODEV;
-    op.src_index = b.Source(spec.image_upper.string());
-    op.work_index = b.Source(spec.image_work.string());
+    op.src = PlanBuilder::Rel(std::string(kImageUpperMountPoint) + "/upper");
+    op.data = PlanBuilder::Rel(std::string(kImageUpperMountPoint) + "/work");
     for (const auto& layer : tree.merged()->top_first()) {
       op.lowers.push_back(b.Source(layer.string()));
     }
@@ -362,12 +374,12 @@ Status AddImageRoot(PlanBuilder& b, const MountSpec& spec, const TreeView& tree,
     b.Mount(from, inside, "", MS_BIND | MS_REC, "", bind);
     b.SetAttr(inside, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, /*recursive=*/true, bind);
   }
-  {
+  for (const char* mount_point : {kImageMountPoint, kImageUpperMountPoint}) {
     MountOp op;
     op.kind = Kind::kUnmount;
-    op.dst = PlanBuilder::Rel(kImageMountPoint);
+    op.dst = PlanBuilder::Rel(mount_point);
     op.what = what;
-    op.display = kImageMountPoint;
+    op.display = mount_point;
     b.Push(std::move(op));
   }
   if (!has_etc) {
@@ -422,9 +434,6 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
   }
   if (!spec.image_layers.empty() && spec.rootfs) {
     return MakeError(ErrorCode::kInvalidArgument, "a sandbox has an image or a rootfs, not both");
-  }
-  if (!spec.image_layers.empty() && (spec.image_upper.empty() || spec.image_work.empty())) {
-    return MakeError(ErrorCode::kInvalidArgument, "an image root needs its upper and work dirs");
   }
   MountPlan plan;
   plan.root = spec.staging_dir.lexically_normal().string();
@@ -712,9 +721,9 @@ int RunOp(const MountOp& op, const int* source_fds, ChildCall* call) {
         put(FdPath(source_fds[op.lowers[i]], fdpath, sizeof(fdpath)));
       }
       put(",upperdir=");
-      put(FdPath(source_fds[op.src_index], fdpath, sizeof(fdpath)));
+      put(op.src.c_str());
       put(",workdir=");
-      put(FdPath(source_fds[op.work_index], fdpath, sizeof(fdpath)));
+      put(op.data.c_str());
       data[n] = '\0';
       *call = ChildCall::kMount;
       if (overflow) return E2BIG;

@@ -26,10 +26,10 @@
 // image) is bound read-only instead of the host dirs; generated passwd, group,
 // hosts, hostname and resolv.conf are bound over the image's when it has them.
 // Image mode (image_root.h): the image's layers are mounted as overlayfs
-// (read-only lower layers, the sandbox's writable upper layer) on
-// /.deepbox/image, each of its top-level entries is bound (read-write:
-// writes go to the upper layer, nosuid + nodev) into the root, and the
-// overlay's own mount is detached; the generated /etc files are bound over
+// (read-only lower layers; the upper layer on a size-limited tmpfs of the
+// sandbox's own) on /.deepbox/image, each of its top-level entries is bound
+// (read-write: writes go to the upper layer, nosuid + nodev) into the root,
+// and the overlay's and the tmpfs' own mounts are detached; the generated /etc files are bound over
 // the image's (over an empty mount point made for a missing one); the
 // daemon is bound read-only at `sandboxd_at` (kImageSandboxdPath, where the
 // k8s template puts it).
@@ -70,8 +70,8 @@ struct MountOp {
     kSymlink,    // symlink(src, dst)
     kWriteFile,  // dst <- content, mode
     kPivotRoot,  // chdir(dst); pivot_root(".", "."); umount2(".", MNT_DETACH); chdir("/")
-    kOverlay,    // overlay on dst: lowerdir = sources `lowers` (top first), upperdir =
-                 // source src_index, workdir = source work_index, userxattr
+    kOverlay,    // overlay on dst, userxattr: lowerdir = sources `lowers` (top first),
+                 // upperdir = src, workdir = data (paths relative to the new root)
     kUnmount,    // umount2(dst, MNT_DETACH)
   };
   Kind kind = Kind::kMkdir;
@@ -103,11 +103,11 @@ struct MountSpec {
   // An empty host dir; the child mounts the root tmpfs on it in its own mount ns.
   std::filesystem::path staging_dir;
   std::optional<std::filesystem::path> rootfs;  // unpacked image; nullopt = host dirs
-  // Image mode (excludes rootfs): the layer dirs, bottom first, and the
-  // sandbox's overlay upper and work dirs (on one file system).
+  // Image mode (excludes rootfs): the layer dirs, bottom first, and the size
+  // of the tmpfs that holds the overlay's upper layer (the sandbox's writes
+  // to the image's files; like /tmp, charged to its memory, gone with it).
   std::vector<std::filesystem::path> image_layers;
-  std::filesystem::path image_upper;
-  std::filesystem::path image_work;
+  uint64_t image_upper_bytes = 256ULL << 20;
   // The daemon with its libraries (sandboxd_bundle.h), bound read-only at
   // kSandboxdBundleMount: for an image root, instead of sandboxd_binary.
   std::optional<std::filesystem::path> sandboxd_bundle;

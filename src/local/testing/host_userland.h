@@ -22,13 +22,13 @@
 namespace deepbox::local::testing {
 
 struct HostUserland {
-  std::vector<std::string> files;                              // absolute host paths
+  std::vector<std::string> files;                             // absolute host paths
   std::vector<std::pair<std::string, std::string>> symlinks;  // "/bin" -> "usr/bin"
 };
 
-inline HostUserland CollectHostUserland(
-    const std::vector<std::string>& programs = {"sh", "cat", "id", "ls", "stat", "touch", "rm",
-                                                "env", "mkdir", "sha256sum", "grep", "readlink"}) {
+inline HostUserland CollectHostUserland(const std::vector<std::string>& programs = {
+                                            "sh", "cat", "id", "ls", "stat", "touch", "rm", "env",
+                                            "mkdir", "sha256sum", "grep", "readlink", "head"}) {
   HostUserland out;
   std::set<std::string> files;
   std::set<std::pair<std::string, std::string>> links;
