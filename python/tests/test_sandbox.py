@@ -291,3 +291,22 @@ def test_async_forms(deepbox_bin: str) -> None:
             await AsyncSandbox.attach(sid)
 
     asyncio.run(main())
+
+
+def test_create_image_is_passed_to_the_cli_and_its_errors_come_back(deepbox_bin: str) -> None:
+    # With --rootfs it is a usage error; an image no registry serves fails
+    # naming it, and leaves no sandbox (the happy path: tests/local/image_test.cc).
+    with pytest.raises(CLIError) as e:
+        Sandbox.create(labels=LABEL, ttl=60, network="none", image="python:3.12-slim-bookworm", rootfs="/")
+    assert e.value.exit_code == 2
+    assert "--rootfs" in e.value.message
+    with pytest.raises(CLIError) as unreachable:
+        Sandbox.create(labels=LABEL, ttl=60, network="none", image="127.0.0.1:1/nothing/here:v1")
+    assert "127.0.0.1:1/nothing/here:v1" in unreachable.value.message
+    listed = subprocess.run(
+        [deepbox_bin, "sandbox", "ls", "-q", "--selector", "deepbox.test/python=sandbox"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert listed.stdout == ""

@@ -660,6 +660,7 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
   claim.labels = labels_;
   claim.ttl = std::chrono::seconds(config_.run.ttl_seconds);
   claim.network = config_.run.network;
+  claim.image = config_.run.image;
   Result<std::unique_ptr<SandboxLease>> lease = MakeError(ErrorCode::kInternal, "not claimed");
   {
     std::lock_guard<std::mutex> lock(claim_mu_);

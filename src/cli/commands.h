@@ -11,6 +11,10 @@
 #include "cli/provider_flags.h"
 #include "common/error.h"
 
+namespace CLI {
+class Option;
+}  // namespace CLI
+
 namespace deepbox::cli {
 
 inline constexpr int64_t kDefaultCreateTtlSeconds = 3600;  // as `deepbox run`
@@ -32,6 +36,7 @@ struct SandboxCreateArgs {
   std::string name;                                // "" = none
   std::string network;                             // "" = host default
   std::string rootfs;
+  std::string image;                 // --image REF (local: pulled on first use)
   std::vector<std::string> secrets;  // --secret NAME=SOURCE@HOST[,HOST...]
   bool json = false;
   bool cold = false;     // never take a warm sandbox
@@ -165,6 +170,7 @@ struct PoolServeArgs {
   int replicas = 1;
   std::string network;
   std::string rootfs;
+  std::string image;
   int parallel = 2;
   ProviderSettingFlags settings;  // the local provider's limits
 };
@@ -194,5 +200,8 @@ struct ImageRmArgs {
 };
 int RunImageRm(const ImageRmArgs& args);
 int RunImagePrune();
+// `--image` given without a value: the default image (oci/default_image.h).
+// Call from the command's callback with the option.
+void DefaultImageIfEmpty(const CLI::Option* option, std::string& image);
 
 }  // namespace deepbox::cli

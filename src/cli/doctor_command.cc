@@ -16,6 +16,7 @@
 #include "common/json.h"
 #include "common/terminal_text.h"
 #include "local/address_policy.h"
+#include "local/image_root.h"
 #include "local/launcher.h"
 #include "local/lifecycle/provider.h"
 #include "local/namespaces.h"
@@ -73,6 +74,19 @@ int RunDoctor(const DoctorArgs& args) {
   line(fmt::format("user namespaces:  {}{}", userns ? "yes" : "NO - sandboxes cannot run here;",
                    userns ? "" : hints));
   if (!userns) can_run = false;
+
+  // Image roots (--image): overlayfs mounted in a sandbox's user namespace.
+  if (userns) {
+    local::ImageRootSupport images = local::ProbeImageRoots();
+    json::object ij;
+    ij["works"] = images.works;
+    if (!images.works) ij["reason"] = JsonString(images.reason);
+    report["image_roots"] = std::move(ij);
+    line(fmt::format("image roots:      {}",
+                     images.works ? "yes (--image: overlayfs with userxattr in the sandbox's "
+                                    "user namespace)"
+                                  : "NO - --image cannot run here: " + images.reason));
+  }
 
   // seccomp
   bool seccomp = prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0;

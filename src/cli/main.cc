@@ -130,6 +130,17 @@ void RegisterSandboxCommands(CLI::App& app) {
   create->add_option("--rootfs", create_args->rootfs,
                      "Root filesystem directory (e.g. an unpacked OCI image) instead of the\n"
                      "host's system directories (a missing one is a usage error, exit 2)");
+  CLI::Option* create_image =
+      create
+          ->add_option("--image", create_args->image,
+                       "Run the sandbox on an OCI image: python:3.12-slim-bookworm,\n"
+                       "REGISTRY:PORT/REPO:TAG or ...@sha256:DIGEST; alone, the default image\n"
+                       "(the k8s template's). Pulled on first use (`deepbox image pull`),\n"
+                       "its layers read-only under a writable layer of the sandbox's own;\n"
+                       "its Env and WorkingDir apply, its User and Entrypoint do not (the\n"
+                       "sandbox runs as uid 1000, its daemon is its service). Not with\n"
+                       "--rootfs. k8s: the SandboxTemplate's image")
+          ->expected(0, 1);
   create
       ->add_option("--idle-suspend", create_args->idle_suspend_seconds,
                    "Suspend the sandbox after SECONDS unused: no request, command or\n"
@@ -158,9 +169,13 @@ void RegisterSandboxCommands(CLI::App& app) {
   create->add_flag("--json", create_args->json, "Print the sandbox's record as JSON");
   create->add_flag("--cold", create_args->cold,
                    "Always create a new sandbox (skip the pool). A warm sandbox is only\n"
-                   "taken when its network, rootfs and limits are exactly the ones asked for");
+                   "taken when its network, rootfs, image and limits are exactly the ones asked\n"
+                   "for");
   AddClusterFlags(create, create_args->cluster, /*creation=*/true);
-  create->callback([create_args] { SetExitCode(RunSandboxCreate(*create_args)); });
+  create->callback([create_args, create_image] {
+    DefaultImageIfEmpty(create_image, create_args->image);
+    SetExitCode(RunSandboxCreate(*create_args));
+  });
 
   auto exec_args = std::make_shared<SandboxExecArgs>();
   CLI::App* exec = sandbox->add_subcommand(
@@ -396,8 +411,9 @@ void RegisterPoolCommands(CLI::App& app) {
       "create`, or any local provider with the same pool). Runs until SIGTERM/Ctrl-C;\n"
       "the warm sandboxes outlive it and a restarted pool adopts them. Drain with\n"
       "`deepbox sandbox rm --selector deepbox.dev/pool=NAME`.\n"
-      "A claim takes a warm sandbox only if it asks for the same network, rootfs and\n"
-      "limits (--memory ...; the defaults are those of `sandbox create` and `run`).");
+      "A claim takes a warm sandbox only if it asks for the same network, rootfs,\n"
+      "image (by digest) and limits (--memory ...; the defaults are those of\n"
+      "`sandbox create` and `run`).");
   serve->add_option("--replicas,-n", args->replicas, "Number of warm sandboxes to keep")
       ->required()
       ->check(CLI::NonNegativeNumber);
@@ -408,6 +424,12 @@ void RegisterPoolCommands(CLI::App& app) {
                    "default)")
       ->check(NetworkValidator());
   serve->add_option("--rootfs", args->rootfs, "Root filesystem directory of the warm sandboxes");
+  CLI::Option* serve_image =
+      serve
+          ->add_option("--image", args->image,
+                       "OCI image of the warm sandboxes (pulled at start; alone: the default\n"
+                       "image); claims with the same --image take them")
+          ->expected(0, 1);
   serve->add_option("--parallel", args->parallel, "Sandboxes created at once")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -415,7 +437,10 @@ void RegisterPoolCommands(CLI::App& app) {
   limits.providers = {"local"};
   limits.only = {"memory", "max-processes", "cpus", "disk"};
   AddProviderSettingFlags(serve, args->settings, limits);
-  serve->callback([args] { SetExitCode(RunPoolServe(*args)); });
+  serve->callback([args, serve_image] {
+    DefaultImageIfEmpty(serve_image, args->image);
+    SetExitCode(RunPoolServe(*args));
+  });
 }
 
 void RegisterDoctorCommand(CLI::App& app) {

@@ -177,6 +177,9 @@ void RegisterMcpCommand(CLI::App& app) {
                   "Suspend a local sandbox it created after SECONDS unused (its processes\n"
                   "end, its files stay; the next call resumes it); 0 = never")
       ->capture_default_str();
+  cmd->add_option("--image", args->image,
+                  "The OCI image of the local sandboxes clients create (pulled on first use);\n"
+                  "a sandbox_create call may name another. Default: the host's own root");
   cmd->add_option("--network", args->network,
                   "Local sandboxes' network, none|public|allow=NAMES: the default and the widest\n"
                   "a client may ask for (none < allow= a subset < public)")

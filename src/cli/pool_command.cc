@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/image_pull_display.h"
 #include "cli/provider_util.h"
 #include "common/terminal_text.h"
 #include "common/unique_fd.h"
@@ -34,6 +35,14 @@ int RunPoolServe(const PoolServeArgs& args) {
   o.replicas = args.replicas;
   o.network = args.network;
   o.rootfs = args.rootfs;
+  o.image = args.image;
+  if (!args.image.empty()) {
+    if (!args.rootfs.empty()) {
+      return ReportError(
+          Error(ErrorCode::kInvalidArgument, "--image and --rootfs cannot be used together"));
+    }
+    if (auto st = PullImageForSandbox(args.image); !st) return ReportError(st.error());
+  }
   o.parallel = args.parallel;
   o.log = [](const std::string& line) {
     // A failed creation's line can quote a daemon's stderr.

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "cli/provider_flags.h"
 #include "cli/run_config.h"
 #include "cli/run_exit_codes.h"
@@ -138,6 +139,15 @@ void RegisterRunCommand(CLI::App& app) {
                   "$NAME inside holds a placeholder that the sandbox's egress proxy replaces\n"
                   "with the value in HTTPS requests to those HOSTs only (see `deepbox sandbox\n"
                   "create --help`). Needs --network public or allow=... naming the HOSTs");
+  auto image_raw = std::make_shared<std::string>();
+  CLI::Option* image_opt =
+      cmd->add_option(
+             "--image", *image_raw,
+             "local: run the sandbox on an OCI image (pulled on first use; alone: the\n"
+             "default image, the k8s template's), e.g. --image=python:3.12-slim-bookworm;\n"
+             "see `deepbox sandbox create --help`. k8s: refused, the SandboxTemplate\n"
+             "sets the image")
+          ->expected(0, 1);
   cmd->add_option("--network", flags->network,
                   "local: none (loopback only), public (internet egress, private and\n"
                   "special-purpose ranges and the host's LAN refused; see\n"
@@ -156,7 +166,13 @@ void RegisterRunCommand(CLI::App& app) {
   AddProviderSettingFlags(cmd, flags->provider_settings);
   cmd->footer(std::string(run::kRunEnvironmentHelp) + "\n" + run::kRunConfigFileHelp + "\n" +
               run::kRunExitCodesHelp);
-  cmd->callback([flags] { SetExitCode(run::RunAgentCommand(*flags)); });
+  cmd->callback([flags, image_raw, image_opt] {
+    if (image_opt->count() > 0) {
+      cli::DefaultImageIfEmpty(image_opt, *image_raw);
+      flags->image = *image_raw;
+    }
+    SetExitCode(run::RunAgentCommand(*flags));
+  });
 
   // `deepbox threads`: the conversations `run` saved (registered with run,
   // whose threads they are).

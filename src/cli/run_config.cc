@@ -17,6 +17,7 @@
 #include "common/strings.h"
 #include "common/user_state_dir.h"
 #include "local/lifecycle/selector.h"
+#include "oci/default_image.h"
 #include "sandbox/network_policy.h"
 #include "sandbox/secrets.h"
 
@@ -217,6 +218,7 @@ Status ApplyConfigFile(std::string_view text, std::string_view name, RunConfig& 
                                                  {"model", &c.model},
                                                  {"approve", &c.approve},
                                                  {"network", &c.network},
+                                                 {"image", &c.image},
                                                  {"record", &c.record_path},
                                                  {"threads_dir", &c.threads_dir},
                                                  {"system_prompt", &c.system_prompt}};
@@ -362,6 +364,7 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
   set(c.model, flags.model);
   set(c.approve, flags.approve);
   set(c.network, flags.network);
+  set(c.image, flags.image);
   c.secrets = flags.secrets;
   c.provider_settings = flags.provider_settings.given;
   set(c.record_path, flags.record_path);
@@ -461,6 +464,16 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
     if (auto p = ParseNetworkPolicy(c.network); !p) {
       return MakeError(ErrorCode::kInvalidArgument, "--network: " + p.error().message);
     }
+  }
+  if (!c.image.empty() && c.sandbox == "k8s") {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "--image: on Kubernetes the image is the SandboxTemplate's (its container's "
+                     "image; deploy/k8s/sandbox-template.yaml runs the default, " +
+                         std::string(oci::kDefaultSandboxImage) + "): set it there");
+  }
+  if (!c.image.empty() && !c.sandbox_id.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "--image: a new sandbox's (--sandbox-id continues in one that has its own)");
   }
   if (c.model.empty()) return MakeError(ErrorCode::kInvalidArgument, "--model: empty model spec");
   // A setting asked for on the command line is never silently ignored: a

@@ -32,6 +32,7 @@ struct RunFlags {
   bool no_color = false;
   std::optional<int> max_steps;
   std::optional<std::string> network;  // local: none | public | allow=...
+  std::optional<std::string> image;    // local: an OCI image (--image alone: the default)
   std::vector<std::string> secrets;    // --secret NAME=SOURCE@HOST[,HOST...]
   // The providers' settings given as flags (pool, memory, namespace,
   // warm-pool, ...).
@@ -81,6 +82,7 @@ struct RunConfig {
   bool color = true;  // allowed (NO_COLOR / --no-color / config); a TTY is still required
   int max_steps = kDefaultMaxSteps;
   std::string network;  // "" = the host's default
+  std::string image;    // local: the sandbox's OCI image ("" = the host's root); k8s: refused
   // --secret flags (sandbox/secrets.h), read when the sandbox is claimed;
   // not with --sandbox-id (an existing sandbox keeps its own).
   std::vector<std::string> secrets;

@@ -25,6 +25,8 @@
 #include "agent/model/replay.h"
 #include "agent/text.h"
 #include "agent/thread_store.h"
+#include "cli/commands.h"
+#include "cli/image_pull_display.h"
 #include "cli/project_trust.h"
 #include "cli/run_agent_files.h"
 #include "cli/run_egress.h"
@@ -365,6 +367,13 @@ int Session::Run(RunSummary& summary) {
   claim.labels[kRunIdLabel] = run_id;
   claim.ttl = std::chrono::seconds(config_.ttl_seconds);
   claim.network = config_.network;
+  claim.image = config_.image;
+  if (!attached && !config_.image.empty()) {
+    // Pulled now, with `image pull`'s progress, rather than silently by the claim.
+    if (auto st = cli::PullImageForSandbox(config_.image); !st) {
+      return Fail(summary, kRunExitUsage, st.error(), "--image: ");
+    }
+  }
   if (!attached && !config_.secrets.empty()) {
     auto secrets = ResolveSecretFlags(config_.secrets);
     if (!secrets) return Fail(summary, kRunExitUsage, secrets.error(), "--secret: ");

@@ -14,6 +14,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/image_pull_display.h"
 #include "cli/provider_util.h"
 #include "common/json.h"
 #include "common/terminal_text.h"
@@ -119,6 +120,15 @@ int RunSandboxCreate(const SandboxCreateArgs& args) {
   claim.name = args.name;
   claim.network = args.network;
   claim.rootfs = args.rootfs;
+  claim.image = args.image;
+  if (!args.image.empty()) {
+    if (!args.rootfs.empty()) {
+      return ReportError(Error(ErrorCode::kInvalidArgument,
+                               "--image and --rootfs cannot be used together: a sandbox's root "
+                               "is an image or a directory"));
+    }
+    if (auto st = PullImageForSandbox(args.image); !st) return ReportError(st.error());
+  }
   // The values are read here, from the caller's environment, files or commands.
   auto secrets = ResolveSecretFlags(args.secrets);
   if (!secrets) return ReportError(secrets.error());

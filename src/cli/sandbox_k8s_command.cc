@@ -29,6 +29,7 @@
 #include "k8s/provider.h"
 #include "k8s/settings.h"
 #include "k8s/util.h"
+#include "oci/default_image.h"
 
 namespace deepbox::cli {
 
@@ -154,6 +155,12 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   // decides the image, limits and network.
   if (!args.rootfs.empty())
     return usage("--rootfs: on Kubernetes the SandboxTemplate sets the image");
+  if (!args.image.empty()) {
+    return usage(
+        "--image: on Kubernetes the image is the SandboxTemplate's (its container's "
+        "image; deploy/k8s/sandbox-template.yaml runs the default, " +
+        std::string(oci::kDefaultSandboxImage) + ")");
+  }
   if (!args.network.empty()) {
     return usage("--network: on Kubernetes the SandboxTemplate's networkPolicy decides");
   }

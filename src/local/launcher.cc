@@ -540,6 +540,7 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   ms.workspace_dir = spec.workspace_dir;
   ms.sandboxd_binary = spec.sandboxd_binary;
   ms.sandboxd_bundle = spec.sandboxd_bundle;
+  ms.sandboxd_bundle_loader = spec.sandboxd_bundle_loader;
   ms.hostname = spec.hostname;
   if (spec.limits.tmp_bytes) ms.tmp_bytes = *spec.limits.tmp_bytes;
   ms.image_layers = spec.image_layers;

@@ -58,9 +58,10 @@ struct SandboxSpec {
   // extracted layer dirs, bottom first, under a writable layer on a tmpfs of
   // limits.tmp_bytes (as /tmp: it goes with the sandbox, or a restart).
   std::vector<std::filesystem::path> image_layers;
-  // The daemon with its own libraries (sandboxd_bundle.h), bound read-only at
-  // /deepbox: what runs in an image root (argv: SandboxdBundleArgv).
-  std::optional<std::filesystem::path> sandboxd_bundle;
+  // The daemon with its own libraries (sandboxd_bundle.h), bound read-only
+  // under /deepbox: what runs in an image root (argv: SandboxdBundleArgv).
+  std::vector<std::pair<std::string, std::string>> sandboxd_bundle;
+  std::string sandboxd_bundle_loader;
   std::optional<std::filesystem::path> sandboxd_binary;  // bound at /.deepbox/sandboxd
   std::vector<std::string> argv;  // the init process; argv[0] searched in PATH
   std::vector<std::string> env;   // "KEY=VALUE"; the ONLY environment

@@ -349,7 +349,9 @@ Status AddImageRoot(PlanBuilder& b, const MountSpec& spec, const TreeView& tree,
   }
   // What the sandbox gets from us, not from the image.
   std::set<std::string> reserved = {"proc", "dev", "tmp", "workspace", ".deepbox", "sys"};
-  if (spec.sandboxd_bundle) reserved.insert(fs::path(kSandboxdBundleMount).filename().string());
+  if (!spec.sandboxd_bundle.empty()) {
+    reserved.insert(fs::path(kSandboxdBundleMount).filename().string());
+  }
   const char* bind = "bind the image's root";
   bool has_etc = false;
   for (const auto& entry : *top) {
@@ -560,11 +562,21 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
     b.BindHost(spec.sandboxd_binary->string(), "/.deepbox/sandboxd", MS_BIND, what);
     b.SetAttr("/.deepbox/sandboxd", kRoFlags, false, what);
   }
-  if (spec.sandboxd_bundle) {
+  if (!spec.sandboxd_bundle.empty()) {
+    // On the root tmpfs (read-only once it is remounted below).
     const char* what = "bind the sandboxd bundle";
-    b.Mkdir(kSandboxdBundleMount, what);
-    b.BindHost(spec.sandboxd_bundle->string(), kSandboxdBundleMount, MS_BIND | MS_REC, what);
-    b.SetAttr(kSandboxdBundleMount, kRoFlags, /*recursive=*/true, what);
+    const std::string mount = kSandboxdBundleMount;
+    b.Mkdir(mount, what);
+    b.Mkdir(mount + "/bin", what);
+    b.Mkdir(mount + "/lib", what);
+    for (const auto& [inside, host] : spec.sandboxd_bundle) {
+      b.Touch(inside, what);
+      b.BindHost(host, inside, MS_BIND, what);
+      b.SetAttr(inside, kRoFlags, false, what);
+    }
+    if (!spec.sandboxd_bundle_loader.empty() && spec.sandboxd_bundle_loader != "ld.so") {
+      b.Symlink(spec.sandboxd_bundle_loader, mount + "/lib/ld.so", what);
+    }
   }
   if (!spec.extra_ca_pem.empty()) {
     if (!have_deepbox_dir) b.Mkdir("/.deepbox", "install the sandbox CA");

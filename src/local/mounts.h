@@ -108,9 +108,11 @@ struct MountSpec {
   // to the image's files; like /tmp, charged to its memory, gone with it).
   std::vector<std::filesystem::path> image_layers;
   uint64_t image_upper_bytes = 256ULL << 20;
-  // The daemon with its libraries (sandboxd_bundle.h), bound read-only at
-  // kSandboxdBundleMount: for an image root, instead of sandboxd_binary.
-  std::optional<std::filesystem::path> sandboxd_bundle;
+  // The daemon with its libraries (sandboxd_bundle.h: inside path -> host
+  // file, each bound read-only under kSandboxdBundleMount, and the loader's
+  // name for lib/ld.so): for an image root, instead of sandboxd_binary.
+  std::vector<std::pair<std::string, std::string>> sandboxd_bundle;
+  std::string sandboxd_bundle_loader;
   std::filesystem::path workspace_dir;  // host dir for /workspace
   std::optional<std::filesystem::path> sandboxd_binary;
   std::string hostname = "sandbox";

@@ -2,28 +2,20 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
 #include <sstream>
 
-#include "common/remove_tree.h"
+#include "common/random.h"
 #include "common/subprocess.h"
 
 namespace deepbox::local {
 namespace {
 
 namespace fs = std::filesystem;
-
-Status CopyFileTo(const fs::path& from, const fs::path& to) {
-  std::error_code ec;
-  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
-  if (ec) return MakeSyscallError("copy", ec.value(), from.string() + " -> " + to.string());
-  if (chmod(to.c_str(), 0755) != 0) return MakeSyscallError("chmod", errno, to.string());
-  return {};
-}
 
 // The libraries `ldd` resolves for `binary` (absolute paths), and its loader.
 Status ListLibraries(const fs::path& binary, std::vector<fs::path>* libs, fs::path* loader) {
@@ -34,9 +26,9 @@ Status ListLibraries(const fs::path& binary, std::vector<fs::path>* libs, fs::pa
   auto out = RunCommand(run, std::chrono::seconds(30));
   if (!out) return tl::unexpected(out.error());
   if (!out->exited_ok()) {
-    return MakeError(ErrorCode::kInternal, fmt::format("ldd {}: {} {}", binary.string(),
-                                                       DescribeWaitStatus(out->wait_status),
-                                                       out->err));
+    return MakeError(ErrorCode::kInternal,
+                     fmt::format("ldd {}: {} {}", binary.string(),
+                                 DescribeWaitStatus(out->wait_status), out->err));
   }
   std::istringstream lines(out->out);
   std::string line;
@@ -61,52 +53,68 @@ Status ListLibraries(const fs::path& binary, std::vector<fs::path>* libs, fs::pa
   return {};
 }
 
+std::string Serialize(const SandboxdBundle& bundle) {
+  std::string out = bundle.loader + "\n";
+  for (const auto& [inside, host] : bundle.files) out += inside + "\t" + host + "\n";
+  return out;
+}
+
+std::optional<SandboxdBundle> Parse(const std::string& text) {
+  std::istringstream in(text);
+  SandboxdBundle bundle;
+  if (!std::getline(in, bundle.loader) || bundle.loader.empty()) return std::nullopt;
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t tab = line.find('\t');
+    if (tab == std::string::npos) return std::nullopt;
+    bundle.files.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+  }
+  if (bundle.files.empty()) return std::nullopt;
+  return bundle;
+}
+
 }  // namespace
 
-Result<fs::path> EnsureSandboxdBundle(const fs::path& binary, const fs::path& bundles_dir) {
+Result<SandboxdBundle> ResolveSandboxdBundle(const fs::path& binary, const fs::path& cache_dir) {
   struct stat st {};
   if (stat(binary.c_str(), &st) != 0) return MakeSyscallError("stat", errno, binary.string());
-  const fs::path bundle =
-      bundles_dir / fmt::format("{:x}-{:x}-{:x}-{:x}", std::hash<std::string>{}(binary.string()),
-                                static_cast<uint64_t>(st.st_size),
-                                static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ULL +
-                                    static_cast<uint64_t>(st.st_mtim.tv_nsec),
-                                static_cast<uint64_t>(st.st_ino));
-  struct stat done {};
-  if (lstat(bundle.c_str(), &done) == 0 && S_ISDIR(done.st_mode)) return bundle;
-  if (mkdir(bundles_dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return MakeSyscallError("mkdir", errno, bundles_dir.string());
+  const fs::path cached =
+      cache_dir / fmt::format("{:x}-{:x}-{:x}-{:x}", std::hash<std::string>{}(binary.string()),
+                              static_cast<uint64_t>(st.st_size),
+                              static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ULL +
+                                  static_cast<uint64_t>(st.st_mtim.tv_nsec),
+                              static_cast<uint64_t>(st.st_ino));
+  {
+    std::ifstream in(cached);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (auto bundle = Parse(text.str())) return *bundle;
   }
   std::vector<fs::path> libs;
   fs::path loader;
   if (auto s = ListLibraries(binary, &libs, &loader); !s) return tl::unexpected(s.error());
-  std::string tmp = (bundles_dir / ".tmp-XXXXXX").string();
-  if (mkdtemp(tmp.data()) == nullptr) return MakeSyscallError("mkdtemp", errno, tmp);
-  auto fail = [&](Error e) -> Result<fs::path> {
-    (void)RemoveTree(tmp);
-    return tl::unexpected(std::move(e));
-  };
-  const fs::path work = tmp;
-  for (const char* sub : {"bin", "lib"}) {
-    if (mkdir((work / sub).c_str(), 0755) != 0) {
-      return fail(SyscallError("mkdir", errno, (work / sub).string()));
-    }
-  }
-  if (auto s = CopyFileTo(binary, work / "bin/deepbox-sandboxd"); !s) return fail(s.error());
+  SandboxdBundle bundle;
+  bundle.loader = loader.filename().string();
+  const std::string mount = kSandboxdBundleMount;
+  bundle.files.emplace_back(kBundledSandboxdPath, binary.string());
   for (const auto& lib : libs) {
-    if (auto s = CopyFileTo(lib, work / "lib" / lib.filename()); !s) return fail(s.error());
+    bundle.files.emplace_back(mount + "/lib/" + lib.filename().string(), lib.string());
   }
-  if (auto s = CopyFileTo(loader, work / "lib" / loader.filename()); !s) return fail(s.error());
-  if (loader.filename() != "ld.so" && symlink(loader.filename().c_str(), (work / "lib/ld.so").c_str()) != 0) {
-    return fail(SyscallError("symlink", errno, (work / "lib/ld.so").string()));
+  bundle.files.emplace_back(mount + "/lib/" + bundle.loader, loader.string());
+  if (mkdir(cache_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return MakeSyscallError("mkdir", errno, cache_dir.string());
   }
-  if (chmod(work.c_str(), 0755) != 0) return fail(SyscallError("chmod", errno, tmp));
-  if (rename(tmp.c_str(), bundle.c_str()) != 0) {
+  // Written beside and renamed over: a reader sees all of it or nothing.
+  const std::string tmp = cached.string() + ".tmp-" + RandomHex(8);
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << Serialize(bundle);
+    if (!out) return MakeError(ErrorCode::kInternal, "cannot write " + tmp);
+  }
+  if (rename(tmp.c_str(), cached.c_str()) != 0) {
     int err = errno;
-    (void)RemoveTree(tmp);
-    // Another sandbox made the same bundle meanwhile: use that one.
-    if ((err == EEXIST || err == ENOTEMPTY) && lstat(bundle.c_str(), &done) == 0) return bundle;
-    return MakeSyscallError("rename", err, bundle.string());
+    unlink(tmp.c_str());
+    return MakeSyscallError("rename", err, cached.string());
   }
   return bundle;
 }

@@ -1,16 +1,17 @@
 // The daemon for a sandbox on an image: deepbox-sandboxd runs inside the
 // image's root, whose libraries are the image's (or none: a distroless or
 // musl image), so it brings its own, as the k8s template's init container
-// does (deploy/k8s/bundle-sandboxd.sh): a directory with bin/ (the binary)
-// and lib/ (every shared library `ldd` resolves for it, and the dynamic
-// loader as lib/ld.so), bound read-only at /deepbox. The daemon is started
-// through that loader with --library-path (SandboxdBundleArgv): nothing is
-// patched, and the commands it runs see no LD_LIBRARY_PATH, only the image's
-// own libraries.
+// does (deploy/k8s/bundle-sandboxd.sh): at /deepbox, bin/deepbox-sandboxd and
+// lib/ with every shared library `ldd` resolves for it and the dynamic loader
+// (lib/ld.so links to it). Nothing is copied: each file is bound read-only
+// from where it is on the host (a bind inherits its source's mount flags, and
+// the state dir may be noexec; the binary's and the system's libraries are
+// not). The daemon is started through that loader with --library-path
+// (SandboxdBundleArgv): nothing is patched, and the commands it runs see no
+// LD_LIBRARY_PATH, only the image's own libraries.
 //
-// Bundles are kept under `bundles_dir`, one per binary version (its path,
-// size, mtime and inode), made once (in a temporary directory renamed into
-// place; a concurrent maker's is kept).
+// What `ldd` says is kept under `cache_dir`, one file per binary version (its
+// path, size, mtime and inode), written once (atomically).
 #pragma once
 
 #include <filesystem>
@@ -28,8 +29,14 @@ namespace deepbox::local {
 inline constexpr const char* kSandboxdBundleMount = "/deepbox";
 inline constexpr const char* kBundledSandboxdPath = "/deepbox/bin/deepbox-sandboxd";
 
-Result<std::filesystem::path> EnsureSandboxdBundle(const std::filesystem::path& binary,
-                                                   const std::filesystem::path& bundles_dir);
+struct SandboxdBundle {
+  // Path inside (under kSandboxdBundleMount) -> the host file bound there.
+  std::vector<std::pair<std::string, std::string>> files;
+  std::string loader;  // the loader's file name in lib/ (lib/ld.so links to it)
+};
+
+Result<SandboxdBundle> ResolveSandboxdBundle(const std::filesystem::path& binary,
+                                             const std::filesystem::path& cache_dir);
 
 // argv that starts the bundled daemon inside the sandbox; `args` follow.
 std::vector<std::string> SandboxdBundleArgv(const std::vector<std::string>& args);

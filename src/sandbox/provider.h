@@ -34,7 +34,10 @@ struct ClaimOptions {
   std::chrono::seconds ttl{0};  // 0 = no expiry
   std::string network;          // "" = provider default; "none" | "public" | "allow=..."
   std::string rootfs;           // local: an unpacked root filesystem directory
-  bool allow_warm = true;       // false: never take a warm sandbox (a cold create)
+  // local: an OCI image reference (pulled on first use; excludes rootfs).
+  // k8s: refused (the SandboxTemplate sets the image).
+  std::string image;
+  bool allow_warm = true;  // false: never take a warm sandbox (a cold create)
   // Suspend the sandbox after this long without use (no request, no command
   // or background process running); the next use resumes it. 0 = never.
   // Local only so far (the k8s provider ignores it: upstream has no idle timer).

@@ -165,6 +165,9 @@ int main(int argc, char** argv) {
                  "confined to it), the default working directory of commands, and\n"
                  "where relative paths of the deepbox API resolve")
       ->capture_default_str();
+  app.add_option("--exec-cwd", config.exec_cwd,
+                 "The working directory of commands that name none (default: --root-dir);\n"
+                 "deepbox passes an image's WorkingDir");
   app.add_option("--files-root", files_root,
                  "Root of the deepbox file API (/deepbox/v1/fs/..., glob, grep,\n"
                  "downloads, uploads, tar, exec cwd). 'auto': '/' when this daemon is\n"

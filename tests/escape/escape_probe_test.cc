@@ -43,10 +43,13 @@
 
 #include "common/testing/temp_dir.h"
 #include "common/unique_fd.h"
+#include "local/image_root.h"
 #include "local/launcher.h"
 #include "local/namespaces.h"
 #include "local/netns.h"
 #include "local/network.h"
+#include "local/sandboxd_bundle.h"
+#include "local/testing/host_userland.h"
 #include "local/testing/netns_holder.h"
 #include "local/testing/test_world.h"
 #include "local/uplink.h"
@@ -465,6 +468,112 @@ TEST_P(SimpleProbe, Holds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Escape, SimpleProbe, ::testing::ValuesIn(kSimple),
+                         [](const ::testing::TestParamInfo<SimpleCase>& info) {
+                           std::string n = info.param.name;
+                           for (char& ch : n) {
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return n;
+                         });
+
+// ------------------------------------------------------- a sandbox on an image
+
+// Issue 24: the same probes in a sandbox whose root is an image's layers (a
+// layer made of this host's shell and coreutils, owned as root's image cache
+// owns them), with the daemon from its bundle; and afterwards the layer is
+// exactly as it was (nothing inside could write into the cache).
+class ImageProbe : public SimpleProbe {
+ protected:
+  void SetUp() override {
+    SimpleProbe::SetUp();
+    if (IsSkipped()) return;
+    if (auto support = local::ProbeImageRoots(); !support.works) {
+      GTEST_SKIP() << "no image roots here: " << support.reason;
+    }
+    layer_ = tmp_ / "layer";
+    local::testing::HostUserland land = local::testing::CollectHostUserland();
+    for (const auto& file : land.files) {
+      fs::path to = layer_ / fs::path(file).relative_path();
+      fs::create_directories(to.parent_path());
+      fs::copy_file(file, to);
+    }
+    for (const auto& [link, target] : land.symlinks) {
+      fs::path at = layer_ / fs::path(link).relative_path();
+      fs::create_directories(at.parent_path());
+      if (!fs::exists(at)) fs::create_symlink(target, at);
+    }
+    fs::create_directories(layer_ / "etc");
+    fs::create_directories(layer_ / "var/tmp");
+    chmod((layer_ / "var/tmp").c_str(), 01777);
+    if (Root()) {
+      for (const auto& e : fs::recursive_directory_iterator(layer_)) {
+        (void)!lchown(e.path().c_str(), local::kImageRootHostId, local::kImageRootHostId);
+      }
+      (void)!lchown(layer_.c_str(), local::kImageRootHostId, local::kImageRootHostId);
+    }
+    before_ = LayerState();
+    auto bundle = local::ResolveSandboxdBundle(sandboxd_, tmp_ / "bundles");
+    ASSERT_TRUE(bundle) << bundle.error().message;
+    spec_.image_layers = {layer_};
+    spec_.sandboxd_binary.reset();
+    spec_.sandboxd_bundle = bundle->files;
+    spec_.sandboxd_bundle_loader = bundle->loader;
+    spec_.argv =
+        local::SandboxdBundleArgv({"--listen", local::kSandboxdListen, "--root-dir", "/workspace"});
+  }
+  void TearDown() override {
+    if (!layer_.empty() && !before_.empty()) {
+      EXPECT_EQ(LayerState(), before_) << "the image's layer changed";
+    }
+    SimpleProbe::TearDown();
+  }
+  std::string LayerState() const {
+    std::string out;
+    for (const auto& e : fs::recursive_directory_iterator(layer_)) {
+      struct stat st {};
+      lstat(e.path().c_str(), &st);
+      out += fmt::format("{} {:o} {} {} {}\n", e.path().string(), st.st_mode, st.st_uid, st.st_size,
+                         st.st_mtim.tv_sec);
+    }
+    return out;
+  }
+
+  fs::path layer_;
+  std::string before_;
+};
+
+TEST_P(ImageProbe, Holds) {
+  const SimpleCase& c = GetParam();
+  RunHeld(c.name, c.args(this));
+}
+
+// Binary probes (the image has a shell and a few coreutils, not the host's tools).
+const SimpleCase kOnImage[] = {
+    {"host_read",
+     [](EscapeTest* t) -> std::vector<std::string> {
+       auto* s = static_cast<SimpleProbe*>(t);
+       return {s->hostdir().string(), s->token()};
+     }},
+    {"chroot_escape",
+     [](EscapeTest* t) -> std::vector<std::string> {
+       auto* s = static_cast<SimpleProbe*>(t);
+       return {s->hostdir().string(), s->token()};
+     }},
+    {"hardlink",
+     [](EscapeTest* t) -> std::vector<std::string> {
+       return {static_cast<SimpleProbe*>(t)->hostdir().string()};
+     }},
+    {"write_usr", NoArgs},
+    {"setuid_root", NoArgs},
+    {"setuid_binaries", NoArgs},
+    {"capabilities", NoArgs},
+    {"mount", NoArgs},
+    {"mknod", NoArgs},
+    {"open_by_handle", NoArgs},
+    {"daemon_fd_steal", NoArgs},
+};
+
+INSTANTIATE_TEST_SUITE_P(EscapeOnImage, ImageProbe, ::testing::ValuesIn(kOnImage),
                          [](const ::testing::TestParamInfo<SimpleCase>& info) {
                            std::string n = info.param.name;
                            for (char& ch : n) {

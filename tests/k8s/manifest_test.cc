@@ -12,6 +12,8 @@
 #include "k8s/schema.h"
 #include "k8s/util.h"
 #include "k8s/yaml_json.h"
+#include "local/sandboxd_bundle.h"
+#include "oci/default_image.h"
 
 namespace deepbox::k8s {
 namespace {
@@ -346,6 +348,37 @@ TEST(ManifestTest, TheSecretsVariantKeepsTheValueInTheSidecar) {
     EXPECT_NE(sandbox_json.find(std::string("\"") + var + "\""), std::string::npos) << var;
   }
   EXPECT_EQ(FindString(sec, {"metadata", "name"}), FindString(tmpl, {"metadata", "name"}));
+}
+
+}  // namespace
+}  // namespace deepbox::k8s
+
+namespace deepbox::k8s {
+namespace {
+
+// Issue 24 item 4: one default image in one place (oci/default_image.h), the
+// template's; and a local sandbox on an image finds its daemon where the
+// template mounts it (local/sandboxd_bundle.h).
+TEST(ManifestTest, TheTemplateRunsTheDefaultImageAndTheDaemonWhereLocalSandboxesDo) {
+  auto tmpl = Load("sandbox-template.yaml");
+  const json::value* containers = Find(tmpl, {"spec", "podTemplate", "spec", "containers"});
+  ASSERT_NE(containers, nullptr);
+  const json::value& sandbox = containers->as_array().at(0);
+  EXPECT_EQ(FindString(sandbox, {"image"}), oci::kDefaultSandboxImage);
+  const json::value* command = Find(sandbox, {"command"});
+  ASSERT_NE(command, nullptr);
+  EXPECT_EQ(command->as_array().at(0).as_string(), local::kBundledSandboxdPath);
+  bool mounted = false;
+  for (const auto& m : Find(sandbox, {"volumeMounts"})->as_array()) {
+    if (FindString(m, {"mountPath"}) == local::kSandboxdBundleMount) mounted = true;
+  }
+  EXPECT_TRUE(mounted);
+  // The docs show the same --image in both worlds.
+  for (const char* doc : {"README.md", "deploy/k8s/README.md"}) {
+    EXPECT_NE(ReadFile(kSource / doc).find(std::string("--image ") + oci::kDefaultSandboxImage),
+              std::string::npos)
+        << doc;
+  }
 }
 
 }  // namespace

@@ -7,8 +7,8 @@ created, ``delete(sandbox_id=...)`` on exit. ``params`` come from
 ``[sandboxes.providers.deepbox.params]`` in ``~/.deepagents/config.toml``
 (with ``class_path = "deepbox.dcode:DeepboxProvider"`` in
 ``[sandboxes.providers.deepbox]``, which dcode requires once the table
-exists): ``ttl``, ``labels``, ``network``, ``pool``, ``artifacts_root``; the
-environment variables ``DEEPBOX_TTL``, ``DEEPBOX_NETWORK`` and
+exists): ``ttl``, ``labels``, ``network``, ``pool``, ``image``, ``artifacts_root``; the
+environment variables ``DEEPBOX_TTL``, ``DEEPBOX_NETWORK``, ``DEEPBOX_IMAGE`` and
 ``DEEPBOX_POOL`` are the defaults.
 
 Besides dcode's interface, the provider keeps the provider contract that
@@ -242,7 +242,8 @@ class DeepboxProvider(SandboxProvider):  # type: ignore[misc,valid-type]
         ttl = int(kwargs.pop("ttl", os.environ.get("DEEPBOX_TTL", 3600)))
         network = kwargs.pop("network", os.environ.get("DEEPBOX_NETWORK")) or None
         pool = kwargs.pop("pool", os.environ.get("DEEPBOX_POOL")) or None
-        sb = Sandbox.create(labels=labels, ttl=ttl, network=network, pool=pool)
+        image = kwargs.pop("image", os.environ.get("DEEPBOX_IMAGE")) or None
+        sb = Sandbox.create(labels=labels, ttl=ttl, network=network, pool=pool, image=image)
         try:
             reaper = _Reaper(sb.id, find_deepbox_bin())
         except BaseException:

@@ -186,6 +186,7 @@ class Sandbox:
         pool: str | None = None,
         cold: bool = False,
         rootfs: str | None = None,
+        image: str | None = None,
         memory: str | None = None,
         cpus: float | None = None,
         max_processes: int | None = None,
@@ -212,6 +213,13 @@ class Sandbox:
             idle_suspend: Suspend it after this many seconds unused (its
                 processes end, its files stay; the next use resumes it).
             from_snapshot: Start with the files of this snapshot (:meth:`snapshot`).
+            rootfs: A root filesystem directory instead of the host's (not with ``image``).
+            image: An OCI image to run the sandbox on (``"python:3.12-slim-bookworm"``,
+                ``"registry:5000/team/tools:1"``, ``"...@sha256:..."``), pulled on
+                first use into the cache ``deepbox image`` manages; its layers are
+                read-only under a writable layer of the sandbox's own, its ``Env``
+                and ``WorkingDir`` apply (its ``User`` does not: uid 1000). A warm
+                sandbox is taken only if its pool serves the same image.
             name: A name unique among your sandboxes, usable wherever the id
                 is (``Sandbox.attach(name)``, ``deepbox sandbox exec NAME``).
             settings: The local provider's settings by name, as its flags
@@ -233,6 +241,8 @@ class Sandbox:
             args.append("--cold")
         if rootfs:
             args += ["--rootfs", rootfs]
+        if image:
+            args.append(f"--image={image}")
         given = {"pool": pool or None, "memory": memory, "cpus": cpus, "max-processes": max_processes, "disk": disk}
         args += _setting_args({**given, **(settings or {})})
         secret_args, secret_env = _secret_args(secrets)

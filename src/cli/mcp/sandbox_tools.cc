@@ -578,6 +578,11 @@ ToolDef CreateTool(std::shared_ptr<Shared> s) {
         net);
   }
   props["network"] = Prop("string", net_text);
+  props["image"] = Prop("string",
+                        "Local sandboxes: the OCI image to run on, e.g. "
+                        "python:3.12-slim-bookworm or registry:5000/team/tools:1 (pulled on "
+                        "first use; default: the server's). Not for k8s sandboxes (their "
+                        "SandboxTemplate sets the image)");
   props["make_default"] =
       Prop("boolean", "Use this sandbox for this client's calls that give no sandbox_id");
   props["from_snapshot"] =
@@ -600,6 +605,10 @@ ToolDef CreateTool(std::shared_ptr<Shared> s) {
     if (auto n = agent::ArgOptString(args, "network")) {
       if (n->empty()) return ToolOutcome::Error("Error: network must not be empty");
       req.network = *n;
+    }
+    if (auto image = agent::ArgOptString(args, "image")) {
+      if (image->empty()) return ToolOutcome::Error("Error: image must not be empty");
+      req.image = *image;
     }
     req.from_snapshot = agent::ArgString(args, "from_snapshot");
     req.fork_of = agent::ArgString(args, "fork_of");

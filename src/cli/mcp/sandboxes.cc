@@ -288,6 +288,18 @@ Result<SandboxInfo> SandboxBroker::CreateFor(const CreateRequest& request, const
                                  p->name()));
   }
 
+  // Image: the client's, else the server's (deepbox mcp --image); local only.
+  o.image = request.image.empty() ? options_.defaults.image : request.image;
+  if (!o.image.empty() && p->name() != "local") {
+    if (!request.image.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument,
+                       fmt::format("image cannot be chosen for {} sandboxes (the "
+                                   "SandboxTemplate's image is theirs); omit it",
+                                   p->name()));
+    }
+    o.image.clear();  // the server's default is for its local sandboxes
+  }
+
   // Caps on live sandboxes, counting creates under way.
   std::string client = ClientId(owner);
   auto over = [&]() -> std::optional<Error> {

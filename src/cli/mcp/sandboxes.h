@@ -75,6 +75,7 @@ struct CreateRequest {
   std::map<std::string, std::string> labels;  // the client's (not deepbox.dev/)
   std::optional<int64_t> ttl_seconds;         // nullopt = the server's
   std::string network;                        // "" = the server's
+  std::string image;  // local: an OCI image reference ("" = the server's default)
   // The new sandbox's files: a snapshot this client took (sandbox_snapshot),
   // or a copy of one of its sandboxes as it is now (fork). "" = empty.
   std::string from_snapshot;

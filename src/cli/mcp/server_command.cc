@@ -123,6 +123,7 @@ int RunMcp(const McpArgs& args) {
     return Fail(kExitUsage, "--network: " + p.error().message);
   }
   bo.defaults.network = network;
+  bo.defaults.image = args.image;
   // Read once, here, from the operator's environment, files or commands.
   auto secrets = ResolveSecretFlags(args.secrets);
   if (!secrets) return Fail(kExitUsage, "--secret: " + secrets.error().message);

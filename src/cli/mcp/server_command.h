@@ -28,6 +28,7 @@ struct McpArgs {
   int64_t ttl_seconds = 3600;          // default and maximum (0 = never expire, any TTL allowed)
   int64_t idle_suspend_seconds = 600;  // local sandboxes it creates: suspended after (0 = never)
   std::string network = "none";        // local sandboxes: default and widest allowed
+  std::string image;                   // local sandboxes' default OCI image ("" = host root)
   bool allow_client_network = false;   // clients may ask for any network
   // --secret: every local sandbox it creates gets these (a placeholder of its
   // own each); clients can neither add nor read secrets.

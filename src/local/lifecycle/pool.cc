@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "common/unique_fd.h"
+#include "local/lifecycle/sandbox_image.h"
 
 namespace deepbox::local::lifecycle {
 namespace {
@@ -48,6 +49,19 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
   auto resolved = ResolveRootfs(options.rootfs);
   if (!resolved) return tl::unexpected(resolved.error());
   const std::string rootfs = *resolved;
+  // Warm sandboxes of an image are made from what the cache has for its name
+  // (pulled now if missing), and matched by its digest.
+  std::string image_digest;
+  if (!options.image.empty()) {
+    if (!options.rootfs.empty()) {
+      return MakeError(ErrorCode::kInvalidArgument, "--image and --rootfs cannot be used together");
+    }
+    oci::StoreLock hold;
+    auto image = PrepareSandboxImage(provider.options().image_dir, options.image, &hold);
+    if (!image) return tl::unexpected(image.error());
+    image_digest = image->digest;
+    log(fmt::format("pool '{}': image {} ({})", options.name, image->name, image->digest));
+  }
   if (auto st = ValidateSandboxLimits(provider.options().limits); !st) return st;
   const Store& store = provider.store();
   fs::path dir = store.pool_dir(options.name);
@@ -101,7 +115,7 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
         continue;
       }
       if (m.network_requested != options.network || m.rootfs != rootfs ||
-          m.limits != provider.options().limits) {
+          m.image.digest != image_digest || m.limits != provider.options().limits) {
         misfits.push_back(m);
       } else {
         if (m.ready) ++ready;
@@ -155,7 +169,8 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
       int failed = 0;
       for (int i = 0; i < batch; ++i) {
         threads.emplace_back([&] {
-          auto m = provider.CreateWarm(options.name, options.network, options.rootfs);
+          auto m =
+              provider.CreateWarm(options.name, options.network, options.rootfs, options.image);
           std::lock_guard<std::mutex> g(mu);
           if (!m) {
             ++failed;

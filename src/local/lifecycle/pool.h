@@ -35,9 +35,10 @@ inline constexpr std::chrono::seconds kAbandonedClaimAfter{10};
 struct PoolOptions {
   std::string name = "default";
   int replicas = 1;
-  std::string network;                          // "" = host default
-  std::string rootfs;                           // "" = host system dirs
-  int parallel = 2;                             // sandboxes created at once
+  std::string network;  // "" = host default
+  std::string rootfs;   // "" = host system dirs
+  std::string image;    // an OCI image reference (pulled at start); "" = none
+  int parallel = 2;     // sandboxes created at once
   std::function<void(const std::string&)> log;  // progress lines
 };
 

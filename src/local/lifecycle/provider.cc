@@ -25,9 +25,12 @@
 #include "common/time.h"
 #include "common/unique_fd.h"
 #include "local/egress_log.h"
+#include "local/lifecycle/sandbox_image.h"
 #include "local/lifecycle/supervisor.h"
 #include "local/network.h"
 #include "net/http_client.h"
+#include "oci/image_store.h"
+#include "oci/reference.h"
 
 namespace deepbox::local::lifecycle {
 namespace {
@@ -337,6 +340,11 @@ Status LocalSandboxProvider::ValidateClaim(const ClaimOptions& options, std::str
     return MakeError(ErrorCode::kInvalidArgument, "the idle-suspend time must be >= 0");
   }
   if (auto st = ValidateSandboxLimits(options_.limits); !st) return st;
+  if (!options.image.empty() && !options.rootfs.empty()) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "--image and --rootfs cannot be used together: a sandbox's root is an image "
+                     "or a directory");
+  }
   auto root = ResolveRootfs(options.rootfs);
   if (!root) return tl::unexpected(root.error());
   *rootfs = *root;
@@ -348,7 +356,17 @@ Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options
                                                      const std::string& workspace_image) {
   std::string rootfs;
   if (auto st = ValidateClaim(options, &rootfs); !st) return tl::unexpected(st.error());
+  // An image: pulled on first use, and held (no `image rm`/`prune` runs)
+  // until the sandbox has pinned it.
+  oci::StoreLock image_hold;
+  SandboxImage image;
+  if (!options.image.empty()) {
+    auto prepared = PrepareSandboxImage(options_.image_dir, options.image, &image_hold);
+    if (!prepared) return tl::unexpected(prepared.error());
+    image = std::move(*prepared);
+  }
   SupervisorRequest req;
+  req.image = image;
   req.requested_at_ns = MonotonicNs();
   req.state_dir = store_.root().string();
   req.id = Store::NewId();
@@ -374,6 +392,12 @@ Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options
     }
     return meta;
   }
+  if (!image.empty()) {
+    if (auto st = PinSandboxImage(image, meta->id, store_.Paths(meta->id).dir); !st) {
+      (void)Delete(meta->id);
+      return tl::unexpected(st.error());
+    }
+  }
   // An explicit `public` that the host cannot provide fails (the launcher fell
   // back to `none`); only the default ("") may fall back, with a note.
   if (options.network == "public" && meta->network != "public") {
@@ -393,11 +417,13 @@ Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options
 
 Result<SandboxMeta> LocalSandboxProvider::CreateWarm(const std::string& pool,
                                                      const std::string& network,
-                                                     const std::string& rootfs) {
+                                                     const std::string& rootfs,
+                                                     const std::string& image) {
   ClaimOptions o;
   o.labels[kPoolLabel] = pool;
   o.network = network;
   o.rootfs = rootfs;
+  o.image = image;
   return CreateCold(o, pool);
 }
 
@@ -408,6 +434,21 @@ Result<std::optional<SandboxMeta>> LocalSandboxProvider::ClaimWarm(const std::st
   auto ids = store_.Ids();
   if (!ids) return tl::unexpected(ids.error());
   if (ids->empty()) return std::optional<SandboxMeta>();
+  // An image claim matches a warm sandbox by digest: what the cache has for
+  // the name now (a pool that started on an older pull of a tag serves
+  // what it pulled; a cold create then uses the same cached image). Not
+  // pulled here: an image never pulled has no warm sandbox.
+  std::string image_digest;
+  if (!options.image.empty()) {
+    auto ref = oci::ParseImageReference(options.image);
+    if (!ref) return tl::unexpected(ref.error());
+    auto store = oci::ImageStore::Open(options_.image_dir);
+    if (!store) return tl::unexpected(store.error());
+    auto found = (*store)->FindImage(ref->ToString());
+    if (!found) return tl::unexpected(found.error());
+    if (!*found) return std::optional<SandboxMeta>();
+    image_digest = (*found)->manifest_digest;
+  }
   // Start at a random place so concurrent claimers rarely contend for the same one.
   uint32_t r = 0;
   (void)getrandom(&r, sizeof(r), 0);
@@ -420,6 +461,7 @@ Result<std::optional<SandboxMeta>> LocalSandboxProvider::ClaimWarm(const std::st
     if (!meta || meta->pool != pool || meta->state != "warm" || !meta->ready) continue;
     if (!options.network.empty() && meta->network != options.network) continue;
     if (meta->rootfs != rootfs) continue;
+    if (meta->image.digest != image_digest) continue;
     if (meta->limits != options_.limits) continue;  // never weaker (nor stricter) limits
     if (!IsSupervisorOf(meta->supervisor, id)) continue;
     // The claim itself: exactly one rename(2) of the marker can succeed.

@@ -6,8 +6,9 @@
 //           to claimed under its lock, unless the pool took back a claim
 //           abandoned between the two, see pool.h), else a cold create.
 //           Labels and TTL are set either way; the lease's Release deletes.
-//           "Matches" means the same rootfs, network and exactly the same
-//           limits (SandboxLimits): a claim never gets weaker limits than it
+//           "Matches" means the same rootfs, image (by manifest digest),
+//           network and exactly the same limits (SandboxLimits): a claim
+//           never gets weaker limits than it
 //           asked for, nor surprising stricter ones. Limits are not applied to
 //           a warm sandbox after the fact because not all of them can be: the
 //           /workspace disk is mounted inside the sandbox's mount namespace at
@@ -55,6 +56,9 @@ struct LocalProviderOptions {
   // What all snapshots together may hold on disk; 0 = $DEEPBOX_SNAPSHOT_QUOTA
   // (bytes, or 20G, 512M), else 20 GiB.
   uint64_t snapshot_quota_bytes = 0;
+  // The image cache for --image (shared with `deepbox image`): "" =
+  // oci::DefaultImageDir() ($DEEPBOX_IMAGE_DIR, else $DEEPBOX_STATE_DIR/images, ...).
+  std::string image_dir;
 };
 
 // The absolute path of a --rootfs directory ("" stays ""); INVALID_ARGUMENT if
@@ -123,8 +127,9 @@ class LocalSandboxProvider : public SandboxProvider {
   Result<SandboxMeta> CreateSandbox(const ClaimOptions& options, bool allow_warm = true);
   // A cold create of a warm sandbox for `pool` (what the pool daemon does).
   Result<SandboxMeta> CreateWarm(const std::string& pool, const std::string& network,
-                                 const std::string& rootfs);
-  // Takes a warm sandbox of `pool` matching network/rootfs/limits, applying labels + TTL.
+                                 const std::string& rootfs, const std::string& image = "");
+  // Takes a warm sandbox of `pool` matching network/rootfs/image digest/limits,
+  // applying labels + TTL.
   Result<std::optional<SandboxMeta>> ClaimWarm(const std::string& pool,
                                                const ClaimOptions& options);
 

@@ -366,6 +366,7 @@ json::object SandboxMeta::ToJson() const {
   }
   if (net_slot) o["net_slot"] = *net_slot;
   o["rootfs"] = rootfs;
+  if (!image.empty()) o["image"] = image.ToJson();
   o["limits"] = limits.ToJson();
   if (!limits_note.empty()) o["limits_note"] = JsonString(limits_note);
   o["ready"] = ready;
@@ -456,6 +457,11 @@ Result<SandboxMeta> SandboxMeta::FromJson(const json::object& o) {
     m.net_slot = static_cast<uint32_t>(slot);
   }
   m.rootfs = GetOptString(o, "rootfs").value_or("");
+  if (auto it = o.find("image"); it != o.end() && it->value().is_object()) {
+    auto image = SandboxImage::FromJson(it->value().as_object());
+    if (!image) return tl::unexpected(image.error());
+    m.image = std::move(*image);
+  }
   if (auto it = o.find("limits"); it != o.end() && it->value().is_object()) {
     m.limits = SandboxLimits::FromJson(it->value().as_object());
   }

@@ -54,6 +54,7 @@
 #include "common/json.h"
 #include "common/remove_tree.h"
 #include "common/time.h"
+#include "local/lifecycle/sandbox_image.h"
 #include "local/lifecycle/sandbox_limits.h"
 #include "local/lifecycle/selector.h"
 
@@ -112,6 +113,7 @@ struct SandboxMeta {
   std::vector<std::pair<std::string, std::vector<std::string>>> secrets;
   std::optional<uint32_t> net_slot;  // public mode
   std::string rootfs;                // "" = host system dirs
+  SandboxImage image;                // --image (sandbox_image.h); empty = none
   SandboxLimits limits;              // as requested (a claim must match them exactly)
   std::string limits_note;           // requested limits this host did not enforce
   bool ready = false;                // the daemon answered its health check

@@ -34,6 +34,7 @@
 #include "local/lifecycle/pool.h"
 #include "local/namespaces.h"
 #include "local/network.h"
+#include "local/sandboxd_bundle.h"
 #include "net/conn.h"
 #include "net/http_client.h"
 
@@ -248,6 +249,7 @@ Status Supervisor::Prepare() {
   meta_.state = req_.pool.empty() ? "claimed" : "warm";
   meta_.network_requested = req_.network;
   meta_.rootfs = req_.rootfs;
+  meta_.image = req_.image;
   meta_.limits = req_.limits;
   meta_.supervisor = *self;
   meta_.socket = paths_.socket.string();
@@ -360,6 +362,7 @@ Status Supervisor::Adopt() {
   // The launch reads these from the request.
   req_.labels = meta_.labels;
   req_.rootfs = meta_.rootfs;
+  req_.image = meta_.image;
   req_.limits = meta_.limits;
   req_.network = meta_.network_requested;
   req_.pool.clear();
@@ -421,6 +424,22 @@ Status Supervisor::LaunchSandbox() {
   // /.deepbox/bin last: its `python` (mounts.h) never shadows the image's own.
   spec.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/.deepbox/bin",
               "HOME=/workspace", "LANG=C.UTF-8", "USER=sandbox", "TERM=xterm-256color"};
+  if (!req_.image.empty()) {
+    // The image's layers under a writable layer of its own (a tmpfs, as /tmp),
+    // the daemon with its own libraries at /deepbox (local/sandboxd_bundle.h).
+    for (const auto& layer : req_.image.layers) spec.image_layers.emplace_back(layer);
+    auto bundle = ResolveSandboxdBundle(req_.sandboxd_binary, store_.root() / "sandboxd-bundles");
+    if (!bundle) return tl::unexpected(bundle.error());
+    spec.sandboxd_binary.reset();
+    spec.sandboxd_bundle = bundle->files;
+    spec.sandboxd_bundle_loader = bundle->loader;
+    std::vector<std::string> args = {"--listen", kSandboxdListen, "--root-dir", "/workspace"};
+    if (std::string cwd = SandboxImageCwd(req_.image); cwd != "/workspace") {
+      args.insert(args.end(), {"--exec-cwd", cwd});
+    }
+    spec.argv = SandboxdBundleArgv(args);
+    spec.env = SandboxImageEnv(req_.image, spec.env);
+  }
   spec.hostname = req_.id;
   spec.network = meta_.network == "public" ? NetworkMode::kPublic : NetworkMode::kNone;
   if (auto policy = ParseNetworkPolicy(meta_.network);
@@ -950,6 +969,7 @@ void Supervisor::Delete(const std::optional<Tombstone>& why) {
   disk_.reset();           // a restarted sandbox's /workspace disk: unmounted, image deleted
   if (meta_.net_slot) store_.ReleaseNetSlot(*meta_.net_slot);
   if (!dir_created_) return;
+  UnpinSandboxImage(req_.image, req_.id);  // its upper layer goes with the dir
   uint64_t r = 0;
   (void)getrandom(&r, sizeof(r), 0);
   fs::path trash = store_.root() / "trash" / fmt::format("{}-{:x}", req_.id, r);
@@ -1060,6 +1080,7 @@ json::object SupervisorRequest::ToJson() const {
   o["idle_suspend_seconds"] = idle_suspend_seconds;
   o["network"] = network;
   o["rootfs"] = JsonString(rootfs);
+  if (!image.empty()) o["image"] = image.ToJson();
   o["pool"] = pool;
   o["sandboxd_binary"] = JsonString(sandboxd_binary);
   o["limits"] = limits.ToJson();
@@ -1089,6 +1110,11 @@ Result<SupervisorRequest> SupervisorRequest::FromJson(const json::object& o) {
       std::max<int64_t>(0, GetOptInt(o, "idle_suspend_seconds").value_or(std::nullopt).value_or(0));
   r.network = GetOptString(o, "network").value_or("");
   r.rootfs = GetOptString(o, "rootfs").value_or("");
+  if (auto it = o.find("image"); it != o.end() && it->value().is_object()) {
+    auto image = SandboxImage::FromJson(it->value().as_object());
+    if (!image) return tl::unexpected(image.error());
+    r.image = std::move(*image);
+  }
   r.pool = GetOptString(o, "pool").value_or("");
   auto sbd = GetString(o, "sandboxd_binary");
   if (!sbd) return tl::unexpected(sbd.error());

@@ -46,6 +46,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "local/lifecycle/sandbox_image.h"
 #include "local/lifecycle/selector.h"
 #include "local/lifecycle/state.h"
 #include "sandbox/secrets.h"
@@ -66,6 +67,7 @@ struct SupervisorRequest {
   int64_t idle_suspend_seconds = 0;  // suspend after this long unused (0 = never)
   std::string network;               // "" (host default) | "none" | "public"
   std::string rootfs;                // "" = host system dirs
+  SandboxImage image;                // --image, pinned by the creator (sandbox_image.h)
   std::string pool;                  // non-empty: a warm sandbox of that pool
   std::string sandboxd_binary;       // absolute path
   SandboxLimits limits;              // nullopt fields: no limit

@@ -36,6 +36,9 @@ struct DaemonConfig {
   // see, relative paths still resolve against root_dir, kernel pseudo
   // filesystems are refused. The upstream APIs always use root_dir.
   std::string files_root;
+  // The working directory of a command that names none ("" = root_dir): a
+  // local sandbox on an image passes its WorkingDir.
+  std::string exec_cwd;
   // Authentication (docs/sandboxd-api.md "Authentication"): every request but
   // the health checks (IsHealthCheck) must carry a token, in X-Sandboxd-Token
   // or as "Authorization: Bearer". `token`: that token. `token_sha256_file`:

@@ -11,7 +11,10 @@ Result<std::string> ResolveCwd(const Daemon& daemon, std::string_view cwd) {
   // The native file API's root: a command may start anywhere the file tools
   // reach (relative paths and the default are the workspace's).
   const auto& root = daemon.files_root();
-  auto rel = root.ToRelative(cwd.empty() ? std::string_view(daemon.root().path()) : cwd);
+  std::string_view fallback = daemon.config().exec_cwd.empty()
+                                  ? std::string_view(daemon.root().path())
+                                  : std::string_view(daemon.config().exec_cwd);
+  auto rel = root.ToRelative(cwd.empty() ? fallback : cwd);
   if (!rel) return tl::unexpected(rel.error());
   // Canonical (symlinks resolved beneath the root), so chdir cannot escape.
   auto canonical = root.Canonicalize(*rel);
