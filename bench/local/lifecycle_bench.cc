@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/testing/temp_dir.h"
+#include "image_bench.h"
 #include "local/lifecycle/provider.h"
 #include "local/tree_copy.h"
 
@@ -519,7 +520,8 @@ int main(int argc, char** argv) {
   const int iterations = Arg(argc, argv, "--iterations", 50);
   const int replicas = Arg(argc, argv, "--warm-replicas", 4);
   const int density = Arg(argc, argv, "--density", 100);
-  const int fork_mib = Arg(argc, argv, "--fork-mib", 1024);  // 0 = skip the fork rows
+  const int fork_mib = Arg(argc, argv, "--fork-mib", 1024);           // 0 = skip the fork rows
+  const int image_density = Arg(argc, argv, "--image-density", 100);  // -1 = no image rows
   const std::vector<int> points =
       IntList(StrArg(argc, argv, "--scaling", fmt::format("1,10,{}", std::max(density, 10))));
   const int samples = std::max(1, Arg(argc, argv, "--scaling-samples", 20));
@@ -546,6 +548,7 @@ int main(int argc, char** argv) {
   o.deepbox_binary = bin_dir + "/deepbox";
   o.sandboxd_binary = bin_dir + "/deepbox-sandboxd";
   o.pool = "";
+  o.image_dir = tmpl + "/images";
   auto provider = LocalSandboxProvider::Create(o);
   if (!provider) {
     std::fprintf(stderr, "%s\n", provider.error().ToString().c_str());
@@ -611,6 +614,21 @@ int main(int argc, char** argv) {
       (void)(*provider)->Delete(m->id);
     }
     rows.push_back(s);
+  }
+
+  // 1a. Issue 24: the same cold create on an image from the cache, and the
+  // disk N sandboxes of one image take.
+  std::string image_report, image_skipped;
+  if (image_density >= 0) {
+    bench::ImageBenchResult image = bench::RunImageBench(**provider, iterations, image_density);
+    if (image.ran) {
+      Stats s{"deepbox cold create on a cached image -> first", image.cold_ms, {}};
+      s.note = fmt::format("(+{:.2f} ms p50 over the host root)", s.Pct(50) - rows[0].Pct(50));
+      rows.push_back(s);
+      image_report = image.density_report;
+    } else {
+      image_skipped = "deepbox cold create on a cached image: " + image.skipped;
+    }
   }
 
   // 1b. The durable-workspace verbs (issue 22), next to the cold create
@@ -794,6 +812,7 @@ int main(int argc, char** argv) {
   // 3. Peers' tools on this machine, doing a similar job (new namespaces, /bin/true).
   std::string bwrap = Which("bwrap"), unshare = Which("unshare");
   std::vector<std::string> skipped;
+  if (!image_skipped.empty()) skipped.push_back(image_skipped);
   if (!bwrap.empty()) {
     auto s = TimeCommand("bwrap --unshare-all ... /bin/true", BwrapTrue(bwrap), iterations);
     if (s) {
@@ -922,6 +941,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& s : skipped) std::printf("%-46s skipped\n", s.c_str());
   std::printf("%s", fork_report.c_str());
+  std::printf("%s", image_report.c_str());
   std::printf("\nPeers' published numbers (not measured here; ratio = peer / deepbox p50):\n");
   struct Peer {
     const char* what;
