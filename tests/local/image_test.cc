@@ -14,13 +14,13 @@
 #include <set>
 #include <sstream>
 
+#include "cli_fixture.h"
 #include "common/json.h"
 #include "local/image_root.h"
 #include "local/testing/host_userland.h"
 #include "oci/manifest.h"
 #include "oci/testing/layer_builder.h"
 #include "oci/testing/test_registry.h"
-#include "cli_fixture.h"
 
 namespace deepbox::local::lifecycle::testing {
 namespace {
@@ -42,13 +42,14 @@ std::string ReadHostFile(const std::string& path) {
 std::string TreeState(const fs::path& dir) {
   std::map<std::string, std::string> entries;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
     struct stat st {};
     lstat(it->path().c_str(), &st);
     std::string v = std::to_string(st.st_mode) + " " + std::to_string(st.st_uid) + " " +
                     std::to_string(st.st_size);
-    if (S_ISREG(st.st_mode)) v += " " + std::to_string(std::hash<std::string>{}(ReadHostFile(it->path())));
+    if (S_ISREG(st.st_mode))
+      v += " " + std::to_string(std::hash<std::string>{}(ReadHostFile(it->path())));
     entries[it->path().string()] = v;
   }
   std::string out;
@@ -89,7 +90,8 @@ class ImageCliTest : public LocalCliTest {
     };
     for (const auto& file : land.files) {
       add_dirs(file);
-      entries.push_back(ot::File(fs::path(file).relative_path().string(), ReadHostFile(file), 0755));
+      entries.push_back(
+          ot::File(fs::path(file).relative_path().string(), ReadHostFile(file), 0755));
     }
     for (const auto& [link, target] : land.symlinks) {
       add_dirs(link);
@@ -106,17 +108,17 @@ class ImageCliTest : public LocalCliTest {
     return entries;
   }
   static std::vector<ot::LayerEntry> TopLayer() {
-    return {ot::File("etc/.wh.gone", ""),   ot::File("opq/.wh..wh..opq", ""),
-            ot::File("opq/new", "top\n"),   ot::Dir("srv"),
-            ot::Dir("srv/app"),             ot::File("srv/app/README", "the working dir\n")};
+    return {ot::File("etc/.wh.gone", ""), ot::File("opq/.wh..wh..opq", ""),
+            ot::File("opq/new", "top\n"), ot::Dir("srv"),
+            ot::Dir("srv/app"),           ot::File("srv/app/README", "the working dir\n")};
   }
 
   void Push(const std::string& repo, const std::string& tag,
             const std::vector<ot::LayerEntry>& base, const std::vector<ot::LayerEntry>& top) {
     std::string config = ot::ConfigJson(
         oci::HostPlatform().architecture,
-        {"PATH=/usr/local/bin:/usr/bin:/bin", "IMAGE_VAR=from-the-image", "HOME=/root"},
-        "/srv/app", "nobody");
+        {"PATH=/usr/local/bin:/usr/bin:/bin", "IMAGE_VAR=from-the-image", "HOME=/root"}, "/srv/app",
+        "nobody");
     ASSERT_TRUE(registry_->PushBlob(repo, config));
     std::vector<ot::BlobRef> refs;
     for (const auto* entries : {&base, &top}) {
@@ -125,8 +127,7 @@ class ImageCliTest : public LocalCliTest {
       ASSERT_TRUE(pushed) << pushed.error().message;
       refs.push_back(ot::RefOf(ot::LayerMediaType(ot::Compression::kGzip), bytes));
     }
-    std::string manifest =
-        ot::ManifestJson(ot::RefOf(std::string(oci::kOciConfig), config), refs);
+    std::string manifest = ot::ManifestJson(ot::RefOf(std::string(oci::kOciConfig), config), refs);
     auto st = registry_->PushManifest(repo, tag, std::string(oci::kOciManifest), manifest);
     ASSERT_TRUE(st) << st.error().message;
   }
@@ -148,7 +149,8 @@ class ImageCliTest : public LocalCliTest {
   size_t CountIn(const fs::path& dir) const {
     size_t n = 0;
     std::error_code ec;
-    for (auto it = fs::directory_iterator(dir, ec); it != fs::directory_iterator(); it.increment(ec)) {
+    for (auto it = fs::directory_iterator(dir, ec); it != fs::directory_iterator();
+         it.increment(ec)) {
       ++n;
     }
     return n;
@@ -180,9 +182,9 @@ TEST_F(ImageCliTest, ASandboxRunsOnThePulledImage) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("ID=deepbox-image-test"));
   EXPECT_THAT(r.out, HasSubstr("var=from-the-image"));  // the config's Env
-  EXPECT_THAT(r.out, HasSubstr("pwd=/srv/app"));         // its WorkingDir
-  EXPECT_THAT(r.out, HasSubstr("home=/workspace"));      // the sandbox's own HOME
-  EXPECT_THAT(r.out, HasSubstr("uid=1000"));             // not its User
+  EXPECT_THAT(r.out, HasSubstr("pwd=/srv/app"));        // its WorkingDir
+  EXPECT_THAT(r.out, HasSubstr("home=/workspace"));     // the sandbox's own HOME
+  EXPECT_THAT(r.out, HasSubstr("uid=1000"));            // not its User
   EXPECT_THAT(r.out, HasSubstr("gone-is-hidden"));
   EXPECT_THAT(r.out, HasSubstr("new\n"));
   EXPECT_THAT(r.out, Not(HasSubstr("old")));
@@ -260,8 +262,8 @@ TEST_F(ImageCliTest, AMissingOrUnreachableImageFailsClearlyAndLeavesNothing) {
                            registry_->host() + "/test/nothing:v1"});
   EXPECT_NE(missing.code, 0);
   EXPECT_THAT(missing.err, HasSubstr("test/nothing:v1"));
-  CliResult unreachable = Cli(
-      {"sandbox", "create", "--json", "--network", "none", "--image", "127.0.0.1:1/test/x:v1"});
+  CliResult unreachable =
+      Cli({"sandbox", "create", "--json", "--network", "none", "--image", "127.0.0.1:1/test/x:v1"});
   EXPECT_NE(unreachable.code, 0);
   EXPECT_THAT(unreachable.err, HasSubstr("127.0.0.1:1/test/x:v1"));
   CliResult bad = Cli({"sandbox", "create", "--json", "--image", "UPPER/Case:v1"});
@@ -277,8 +279,8 @@ TEST_F(ImageCliTest, AMissingOrUnreachableImageFailsClearlyAndLeavesNothing) {
 TEST_F(ImageCliTest, AWarmPoolServesOnlyClaimsForItsImage) {
   StartPool("img", 1, {"--image", image_});
   ASSERT_TRUE(Eventually([&] { return WarmOf("img").size() == 1; }, 120s)) << PoolLog("img");
-  SandboxMeta host_root = Meta(CreatedId(
-      Cli({"sandbox", "create", "--ttl", "900", "--network", "none", "--pool", "img"})));
+  SandboxMeta host_root = Meta(
+      CreatedId(Cli({"sandbox", "create", "--ttl", "900", "--network", "none", "--pool", "img"})));
   EXPECT_EQ(host_root.pool, "") << "a claim without --image took the image's warm sandbox";
   SandboxMeta warm = CreateOn(image_, {"--pool", "img"});
   EXPECT_EQ(warm.pool, "img");

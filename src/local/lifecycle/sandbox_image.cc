@@ -64,8 +64,8 @@ Result<SandboxImage> SandboxImage::FromJson(const json::object& o) {
   return image;
 }
 
-Result<SandboxImage> PrepareSandboxImage(const std::string& image_dir,
-                                         const std::string& reference, oci::StoreLock* hold) {
+Result<SandboxImage> PrepareSandboxImage(const std::string& image_dir, const std::string& reference,
+                                         oci::StoreLock* hold) {
   auto ref = oci::ParseImageReference(reference);
   if (!ref) {
     return MakeError(ErrorCode::kInvalidArgument,

@@ -42,8 +42,8 @@ struct SandboxImage {
 // returns it with the store held shared in `hold` until the sandbox is
 // pinned. INVALID_ARGUMENT for a malformed reference; the pull's error
 // (UNAVAILABLE, NOT_FOUND, ...) names the image.
-Result<SandboxImage> PrepareSandboxImage(const std::string& image_dir,
-                                         const std::string& reference, oci::StoreLock* hold);
+Result<SandboxImage> PrepareSandboxImage(const std::string& image_dir, const std::string& reference,
+                                         oci::StoreLock* hold);
 
 // The pin of sandbox `id` (state dir `sandbox_dir`), and its removal.
 Status PinSandboxImage(const SandboxImage& image, const std::string& id,
