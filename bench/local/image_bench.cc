@@ -37,11 +37,13 @@ uint64_t DiskBytes(const fs::path& dir) {
   std::set<std::pair<dev_t, ino_t>> seen;
   uint64_t bytes = 0;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
+  for (auto it =
+           fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
     struct stat st {};
     if (lstat(it->path().c_str(), &st) != 0) continue;
-    if (seen.emplace(st.st_dev, st.st_ino).second) bytes += static_cast<uint64_t>(st.st_blocks) * 512;
+    if (seen.emplace(st.st_dev, st.st_ino).second)
+      bytes += static_cast<uint64_t>(st.st_blocks) * 512;
   }
   return bytes;
 }
@@ -168,7 +170,8 @@ ImageBenchResult RunImageBench(local::lifecycle::LocalSandboxProvider& provider,
           "\nDisk for {} sandboxes of one image ({} layer, {:.1f} MiB extracted):\n"
           "  image cache: {:.1f} MiB before, {:.1f} MiB with them ({} layer dir: stored once;\n"
           "  what grew is one pin file per sandbox)\n"
-          "  sandboxes' state dirs: {:.2f} MiB in all, {:.1f} KiB per sandbox (its /workspace disk\n"
+          "  sandboxes' state dirs: {:.2f} MiB in all, {:.1f} KiB per sandbox (its /workspace "
+          "disk\n"
           "  image, as for a host-root sandbox; the writable layer is a tmpfs of its own: nothing\n"
           "  of the image is copied per sandbox)\n",
           ids.size(), pulled->record.layers.size(),

@@ -12,9 +12,9 @@ namespace deepbox::bench {
 
 struct ImageBenchResult {
   bool ran = false;
-  std::string skipped;                // why not ("" when it ran)
-  std::vector<double> cold_ms;        // create -> first command, image cached
-  std::string density_report;         // the disk rows, ready to print
+  std::string skipped;          // why not ("" when it ran)
+  std::vector<double> cold_ms;  // create -> first command, image cached
+  std::string density_report;   // the disk rows, ready to print
 };
 
 // Pushes an image made of this host's shell and coreutils to a loopback
