@@ -203,6 +203,24 @@ TEST(RunConfigTest, Errors) {
   EXPECT_TRUE(ApplyConfigFile("", "empty.yaml", rc).has_value());
 }
 
+// Issue 24: --image is the local sandbox's; on Kubernetes the template's
+// image is, and the refusal says so; the config file's `image` key works too.
+TEST(RunConfigTest, ImageIsLocalAndTheTemplatesOnKubernetes) {
+  RunFlags flags;
+  flags.image = "registry.example:5000/team/tools:1";
+  auto c = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_TRUE(c.has_value()) << c.error().message;
+  EXPECT_EQ(c->image, "registry.example:5000/team/tools:1");
+  flags.sandbox = "k8s";
+  auto k8s = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_FALSE(k8s.has_value());
+  EXPECT_EQ(k8s.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_THAT(k8s.error().message, HasSubstr("SandboxTemplate"));
+  RunConfig rc;
+  ASSERT_TRUE(ApplyConfigFile("image: python:3.12-slim-bookworm\n", "f.yaml", rc).has_value());
+  EXPECT_EQ(rc.image, "python:3.12-slim-bookworm");
+}
+
 // Issue 17: `deepbox run` sandboxes had no limits and no way to ask for them.
 TEST(RunConfigTest, LimitsHaveSafeDefaultsFileKeysAndFlags) {
   using local::lifecycle::DefaultSandboxLimits;
