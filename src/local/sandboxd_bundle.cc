@@ -17,8 +17,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The libraries `ldd` resolves for `binary` (absolute paths), and its loader.
-Status ListLibraries(const fs::path& binary, std::vector<fs::path>* libs, fs::path* loader) {
+}  // namespace
+
+Result<LinkedLibraries> ListLinkedLibraries(const fs::path& binary) {
+  LinkedLibraries linked;
+  std::vector<fs::path>* libs = &linked.libs;
+  fs::path* loader = &linked.loader;
   SubprocessOptions run;
   run.argv = {"ldd", binary.string()};
   run.capture_stdout = true;
@@ -50,8 +54,10 @@ Status ListLibraries(const fs::path& binary, std::vector<fs::path>* libs, fs::pa
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("{} is not a dynamically linked program", binary.string()));
   }
-  return {};
+  return linked;
 }
+
+namespace {
 
 std::string Serialize(const SandboxdBundle& bundle) {
   std::string out = bundle.loader + "\n";
@@ -90,9 +96,10 @@ Result<SandboxdBundle> ResolveSandboxdBundle(const fs::path& binary, const fs::p
     text << in.rdbuf();
     if (auto bundle = Parse(text.str())) return *bundle;
   }
-  std::vector<fs::path> libs;
-  fs::path loader;
-  if (auto s = ListLibraries(binary, &libs, &loader); !s) return tl::unexpected(s.error());
+  auto linked = ListLinkedLibraries(binary);
+  if (!linked) return tl::unexpected(linked.error());
+  const std::vector<fs::path>& libs = linked->libs;
+  const fs::path& loader = linked->loader;
   SandboxdBundle bundle;
   bundle.loader = loader.filename().string();
   const std::string mount = kSandboxdBundleMount;

@@ -35,6 +35,15 @@ struct SandboxdBundle {
   std::string loader;  // the loader's file name in lib/ (lib/ld.so links to it)
 };
 
+// The shared libraries `ldd` resolves for `binary` (absolute host paths) and
+// its dynamic loader. NOT_FOUND names a library ldd cannot find;
+// INVALID_ARGUMENT: not a dynamically linked program.
+struct LinkedLibraries {
+  std::vector<std::filesystem::path> libs;
+  std::filesystem::path loader;
+};
+Result<LinkedLibraries> ListLinkedLibraries(const std::filesystem::path& binary);
+
 Result<SandboxdBundle> ResolveSandboxdBundle(const std::filesystem::path& binary,
                                              const std::filesystem::path& cache_dir);
 

@@ -12,12 +12,11 @@
 
 #include <filesystem>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "common/subprocess.h"
+#include "local/sandboxd_bundle.h"
 
 namespace deepbox::local::testing {
 
@@ -60,20 +59,10 @@ inline HostUserland CollectHostUserland(const std::vector<std::string>& programs
     }
     if (path.empty()) continue;
     add_real(path);
-    SubprocessOptions run;
-    run.argv = {"ldd", path};
-    run.capture_stdout = true;
-    auto ldd = RunCommand(run, std::chrono::seconds(30));
-    if (!ldd) continue;
-    std::istringstream lines(ldd->out);
-    std::string line;
-    while (std::getline(lines, line)) {
-      std::istringstream words(line);
-      std::string a, b, c;
-      words >> a >> b >> c;
-      if (b == "=>" && !c.empty() && c[0] == '/') add_real(c);
-      if (!a.empty() && a[0] == '/') add_real(a);
-    }
+    auto linked = ListLinkedLibraries(path);
+    if (!linked) continue;
+    for (const auto& lib : linked->libs) add_real(lib.string());
+    add_real(linked->loader.string());
   }
   out.files.assign(files.begin(), files.end());
   for (const char* top : {"/bin", "/lib", "/lib64", "/sbin", "/lib32"}) {
