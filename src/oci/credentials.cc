@@ -36,15 +36,13 @@ std::string AuthKeyHost(std::string_view key) {
 
 }  // namespace
 
-Result<std::optional<RegistryCredentials>> CredentialsFromAuthFile(std::string_view text,
-                                                                   std::string_view registry,
-                                                                   std::string_view file) {
-  auto doc = ParseJsonObject(text);
-  if (!doc) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("registry auth file {}: {}", file, doc.error().message));
-  }
-  const json::value* auths = doc->if_contains("auths");
+namespace {
+
+// The inline entry (auths.<host>) of a parsed auth file.
+Result<std::optional<RegistryCredentials>> InlineCredentials(const json::object& doc,
+                                                             std::string_view registry,
+                                                             std::string_view file) {
+  const json::value* auths = doc.if_contains("auths");
   if (auths == nullptr || !auths->is_object()) return std::optional<RegistryCredentials>();
   for (const auto& [key, entry] : auths->as_object()) {
     if (AuthKeyHost(key) != registry || !entry.is_object()) continue;
@@ -74,15 +72,31 @@ Result<std::optional<RegistryCredentials>> CredentialsFromAuthFile(std::string_v
   return std::optional<RegistryCredentials>();
 }
 
-Result<std::optional<RegistryCredentials>> ResolveCredentials(std::string_view text,
-                                                              std::string_view registry,
-                                                              std::string_view file,
-                                                              const std::string& helper_path) {
+Result<json::object> ParseAuthFile(std::string_view text, std::string_view file) {
   auto doc = ParseJsonObject(text);
   if (!doc) {
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("registry auth file {}: {}", file, doc.error().message));
   }
+  return std::move(*doc);
+}
+
+}  // namespace
+
+Result<std::optional<RegistryCredentials>> CredentialsFromAuthFile(std::string_view text,
+                                                                   std::string_view registry,
+                                                                   std::string_view file) {
+  auto doc = ParseAuthFile(text, file);
+  if (!doc) return tl::unexpected(doc.error());
+  return InlineCredentials(*doc, registry, file);
+}
+
+Result<std::optional<RegistryCredentials>> ResolveCredentials(std::string_view text,
+                                                              std::string_view registry,
+                                                              std::string_view file,
+                                                              const std::string& helper_path) {
+  auto doc = ParseAuthFile(text, file);
+  if (!doc) return tl::unexpected(doc.error());
   // The helper for this registry: credHelpers first, then credsStore.
   std::string helper;
   if (const json::value* per = doc->if_contains("credHelpers"); per && per->is_object()) {
@@ -102,7 +116,7 @@ Result<std::optional<RegistryCredentials>> ResolveCredentials(std::string_view t
     }
     if (*found) return found;
   }
-  return CredentialsFromAuthFile(text, registry, file);
+  return InlineCredentials(*doc, registry, file);
 }
 
 Result<std::optional<RegistryCredentials>> LookupCredentials(std::string_view registry,
