@@ -478,9 +478,14 @@ TEST_F(ClaimTest, WithoutAccessToEventsTheConditionsStillDecide) {
   ASSERT_TRUE(server_->store().Create(
       {"extensions.agents.x-k8s.io", "sandboxwarmpools", "default"},
       testing::MakeWarmPool("deepagents-warmpool", "deepbox-sandbox-template", 0)));
+  // A controller slow to bind the claim, so that its Events watch surely
+  // starts (and is refused) while the claim waits.
+  controller_->SetAdoptionDelay(std::chrono::milliseconds(500));
   auto ok = claimer_->Claim(Request(60s));
   ASSERT_TRUE(ok) << ok.error().ToString();
   ASSERT_TRUE(claimer_->Release("default", ok->claim_name));
+  controller_->SetAdoptionDelay(std::chrono::milliseconds(0));
+  EXPECT_GT(server_->CountRequests("GET", "/api/v1/namespaces/default/events"), 0);
   // spec.service with a name over 63 characters (v1.0.6): the Service is
   // refused for good. deepbox's own names fit, so only a name a user chose
   // could do that; the claim name itself is refused before any request then.
@@ -512,7 +517,6 @@ TEST_F(ClaimTest, WithoutAccessToEventsTheConditionsStillDecide) {
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message.find("InvalidConfiguration"), std::string::npos)
       << refused.error().message;
-  EXPECT_GT(server_->CountRequests("GET", "/api/v1/namespaces/default/events"), 0);
 }
 
 // agent-sandbox v1.0+ serves v1beta1 only: discovery picks it and claims work.
