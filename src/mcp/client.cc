@@ -602,15 +602,8 @@ class HttpRpc : public RpcTransport {
     int status = 0;
     bool sse_mode = false;
     for (;;) {
-      net::ClientRequest req;
-      req.method = "POST";
-      req.target = target_;
-      req.headers = headers_;
-      req.headers.Set("Content-Type", "application/json");
-      req.headers.Set("Accept", "application/json, text/event-stream");
-      SetAuthorization(req.headers);
-      if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
-      if (!session.empty() && !modern) req.headers.Set("Mcp-Session-Id", session);
+      net::ClientRequest req = EndpointRequest("POST", "application/json, text/event-stream",
+                                               version, modern ? std::string() : session);
       if (modern) {
         req.headers.Set("Mcp-Method", r.method);
         if (const json::value* n = params.if_contains("name"); n && n->is_string()) {
@@ -714,15 +707,9 @@ class HttpRpc : public RpcTransport {
           if (!modern) CancelLegacy(id, session, version);
           return MakeError(ErrorCode::kCancelled, "cancelled");
         }
-        net::ClientRequest get;
-        get.method = "GET";
-        get.target = target_;
-        get.headers = headers_;
-        get.headers.Set("Accept", "text/event-stream");
+        net::ClientRequest get =
+            EndpointRequest("GET", "text/event-stream", version, modern ? std::string() : session);
         get.headers.Set("Last-Event-ID", last_event_id);
-        SetAuthorization(get.headers);
-        if (!version.empty()) get.headers.Set("MCP-Protocol-Version", version);
-        if (!session.empty() && !modern) get.headers.Set("Mcp-Session-Id", session);
         get.timeout = r.timeout;
         get.cancel_fd = wake.get();
         bool get_sse = false;
@@ -773,15 +760,8 @@ class HttpRpc : public RpcTransport {
       version = version_;
       session = session_;
     }
-    net::ClientRequest req;
-    req.method = "POST";
-    req.target = target_;
-    req.headers = headers_;
-    req.headers.Set("Content-Type", "application/json");
-    req.headers.Set("Accept", "application/json, text/event-stream");
-    SetAuthorization(req.headers);
-    if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
-    if (!session.empty()) req.headers.Set("Mcp-Session-Id", session);
+    net::ClientRequest req =
+        EndpointRequest("POST", "application/json, text/event-stream", version, session);
     req.body = SerializeNotification(method, params);
     req.timeout = std::chrono::seconds(30);
     auto res = http_->Send(req);
@@ -874,15 +854,8 @@ class HttpRpc : public RpcTransport {
         version = version_;
         session = session_;
       }
-      net::ClientRequest get;
-      get.method = "GET";
-      get.target = target_;
-      get.headers = headers_;
-      get.headers.Set("Accept", "text/event-stream");
+      net::ClientRequest get = EndpointRequest("GET", "text/event-stream", version, session);
       if (!last_event_id.empty()) get.headers.Set("Last-Event-ID", last_event_id);
-      SetAuthorization(get.headers);
-      if (!version.empty()) get.headers.Set("MCP-Protocol-Version", version);
-      get.headers.Set("Mcp-Session-Id", session);
       get.cancel_fd = listen_cancel_.get();
       bool sse = false;
       bool got_event = false;
@@ -919,6 +892,23 @@ class HttpRpc : public RpcTransport {
     }
   }
 
+  // A request to the server's endpoint with the transport's headers: what
+  // it accepts, the OAuth token, and the protocol version and session when
+  // there are ones. A POST carries JSON.
+  net::ClientRequest EndpointRequest(const char* method, const char* accept,
+                                     const std::string& version, const std::string& session) {
+    net::ClientRequest req;
+    req.method = method;
+    req.target = target_;
+    req.headers = headers_;
+    if (req.method == "POST") req.headers.Set("Content-Type", "application/json");
+    req.headers.Set("Accept", accept);
+    SetAuthorization(req.headers);
+    if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
+    if (!session.empty()) req.headers.Set("Mcp-Session-Id", session);
+    return req;
+  }
+
   // POSTs the client's answer to a server's request (legacy sessions).
   void PostAnswer(const std::string& message) {
     std::string version, session;
@@ -927,15 +917,8 @@ class HttpRpc : public RpcTransport {
       version = version_;
       session = session_;
     }
-    net::ClientRequest req;
-    req.method = "POST";
-    req.target = target_;
-    req.headers = headers_;
-    req.headers.Set("Content-Type", "application/json");
-    req.headers.Set("Accept", "application/json, text/event-stream");
-    SetAuthorization(req.headers);
-    if (!version.empty()) req.headers.Set("MCP-Protocol-Version", version);
-    if (!session.empty()) req.headers.Set("Mcp-Session-Id", session);
+    net::ClientRequest req =
+        EndpointRequest("POST", "application/json, text/event-stream", version, session);
     req.body = message;
     req.timeout = std::chrono::seconds(30);
     (void)http_->Send(req);
