@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "local/testing/host_userland.h"
+#include "local/testing/host_userland_layer.h"
 #include "oci/image_pull.h"
 #include "oci/image_store.h"
 #include "oci/manifest.h"
@@ -24,13 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace ot = oci::testing;
 using BenchClock = std::chrono::steady_clock;
-
-std::string ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Bytes `dir` takes on disk (blocks of each inode counted once).
 uint64_t DiskBytes(const fs::path& dir) {
@@ -63,27 +56,9 @@ ImageBenchResult RunImageBench(local::lifecycle::LocalSandboxProvider& provider,
     return result;
   }
   // One layer: this host's userland (with `true`), as the tests build it.
-  std::vector<ot::LayerEntry> entries;
   std::set<std::string> dirs;
-  auto add_dirs = [&](const fs::path& path) {
-    std::vector<std::string> parents;
-    for (fs::path p = path.parent_path(); p != p.root_path(); p = p.parent_path()) {
-      parents.push_back(p.relative_path().string());
-    }
-    for (auto it = parents.rbegin(); it != parents.rend(); ++it) {
-      if (dirs.insert(*it).second) entries.push_back(ot::Dir(*it));
-    }
-  };
-  local::testing::HostUserland land =
-      local::testing::CollectHostUserland({"sh", "true", "cat", "ls", "id"});
-  for (const auto& file : land.files) {
-    add_dirs(file);
-    entries.push_back(ot::File(fs::path(file).relative_path().string(), ReadWhole(file), 0755));
-  }
-  for (const auto& [link, target] : land.symlinks) {
-    add_dirs(link);
-    entries.push_back(ot::Symlink(fs::path(link).relative_path().string(), target));
-  }
+  std::vector<ot::LayerEntry> entries = local::testing::HostUserlandLayer(
+      local::testing::CollectHostUserland({"sh", "true", "cat", "ls", "id"}), dirs);
   std::string layer = ot::BuildLayer(entries, ot::Compression::kGzip);
   std::string config = ot::ConfigJson(oci::HostPlatform().architecture,
                                       {"PATH=/usr/local/bin:/usr/bin:/bin"}, "", "");

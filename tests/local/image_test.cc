@@ -17,7 +17,7 @@
 #include "cli_fixture.h"
 #include "common/json.h"
 #include "local/image_root.h"
-#include "local/testing/host_userland.h"
+#include "local/testing/host_userland_layer.h"
 #include "oci/manifest.h"
 #include "oci/testing/layer_builder.h"
 #include "oci/testing/test_registry.h"
@@ -76,27 +76,9 @@ class ImageCliTest : public LocalCliTest {
 
   // The host's shell and coreutils, and files the tests look for.
   static std::vector<ot::LayerEntry> BaseLayer() {
-    std::vector<ot::LayerEntry> entries;
-    local::testing::HostUserland land = local::testing::CollectHostUserland();
     std::set<std::string> dirs;
-    auto add_dirs = [&](const fs::path& path) {
-      std::vector<std::string> parents;
-      for (fs::path p = path.parent_path(); p != p.root_path(); p = p.parent_path()) {
-        parents.push_back(p.relative_path().string());
-      }
-      for (auto it = parents.rbegin(); it != parents.rend(); ++it) {
-        if (dirs.insert(*it).second) entries.push_back(ot::Dir(*it));
-      }
-    };
-    for (const auto& file : land.files) {
-      add_dirs(file);
-      entries.push_back(
-          ot::File(fs::path(file).relative_path().string(), ReadHostFile(file), 0755));
-    }
-    for (const auto& [link, target] : land.symlinks) {
-      add_dirs(link);
-      entries.push_back(ot::Symlink(fs::path(link).relative_path().string(), target));
-    }
+    std::vector<ot::LayerEntry> entries =
+        local::testing::HostUserlandLayer(local::testing::CollectHostUserland(), dirs);
     if (dirs.insert("etc").second) entries.push_back(ot::Dir("etc"));
     entries.push_back(ot::File("etc/os-release", "ID=deepbox-image-test\n"));
     entries.push_back(ot::File("etc/gone", "hidden by a whiteout\n"));
