@@ -26,6 +26,17 @@
 namespace deepbox::mcp {
 namespace {
 
+// Sets `stop` and joins `thread` when the scope ends: the watcher threads a
+// request starts end with it, whichever way it returns.
+struct StopAndJoin {
+  std::atomic<bool>& stop;
+  std::thread& thread;
+  ~StopAndJoin() {
+    stop.store(true);
+    if (thread.joinable()) thread.join();
+  }
+};
+
 constexpr size_t kStderrTail = 4096;
 constexpr size_t kMaxLine = 64u << 20;
 
@@ -548,14 +559,7 @@ class HttpRpc : public RpcTransport {
         });
       }
     }
-    struct Joiner {
-      std::atomic<bool>& finished;
-      std::thread& t;
-      ~Joiner() {
-        finished.store(true);
-        if (t.joinable()) t.join();
-      }
-    } joiner{finished, cancel_watch};
+    StopAndJoin joiner{finished, cancel_watch};
     const auto cancelled = [&] { return r.cancel && r.cancel->load(); };
     // The answer may also come on the standalone GET stream (Listen): it is
     // left in mailbox_, and `wake` ends a resumption's wait for it.
@@ -673,14 +677,7 @@ class HttpRpc : public RpcTransport {
           }
         });
       }
-      struct StopForwarding {
-        std::atomic<bool>& done;
-        std::thread& t;
-        ~StopForwarding() {
-          done.store(true);
-          if (t.joinable()) t.join();
-        }
-      } stop_forwarding{resumed_done, forward_cancel};
+      StopAndJoin stop_forwarding{resumed_done, forward_cancel};
       const auto take_delivered = [&] {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = mailbox_.find(id);
