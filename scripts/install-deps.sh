@@ -15,7 +15,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   ripgrep bubblewrap util-linux iproute2 iptables nftables passt slirp4netns tmux procps openssl \
   python3 python3-venv clang-format patchelf \
   clang-14 libclang-rt-14-dev curl mold \
-  docker-registry apache2-utils skopeo zstd
+  docker-registry apache2-utils skopeo zstd libtomlplusplus-dev
 # npm, for the MCP conformance suite (scripts/mcp-conformance.sh installs it
 # and Node 22 with npm): Debian's, when the machine has none of its own.
 if ! command -v npm >/dev/null; then

@@ -39,6 +39,7 @@ json::object EventJson(const oci::PullEvent& e) {
       o["image"] = e.name;
       o["manifest_digest"] = e.manifest_digest;
       if (!e.index_digest.empty()) o["index_digest"] = e.index_digest;
+      if (!e.source.empty()) o["mirror"] = e.source;
       o["layers"] = e.count;
       return o;
     case Kind::kImageDone:
@@ -85,8 +86,9 @@ void PullDisplay::On(const oci::PullEvent& e) {
   }
   switch (e.kind) {
     case Kind::kResolved:
-      Line(Printf("%s: manifest %s, %zu layer%s", e.name.c_str(),
-                  ShortDigest(e.manifest_digest).c_str(), e.count, e.count == 1 ? "" : "s"));
+      Line(Printf("%s: manifest %s, %zu layer%s%s%s", e.name.c_str(),
+                  ShortDigest(e.manifest_digest).c_str(), e.count, e.count == 1 ? "" : "s",
+                  e.source.empty() ? "" : ", from mirror ", e.source.c_str()));
       return;
     case Kind::kLayerStart:
       layers_[e.index] = {e.size, 0, Clock::now()};

@@ -469,6 +469,10 @@ void RegisterImageCommands(CLI::App& app) {
       "registry:port/repo:tag, repo@sha256:... . Credentials come from\n"
       "$REGISTRY_AUTH_FILE, $DOCKER_CONFIG/config.json or ~/.docker/config.json,\n"
       "through its credential helper (credHelpers, credsStore) when it names one.\n"
+      "Mirrors, rewritten locations, insecure and blocked registries come from\n"
+      "registries.conf as Podman reads it ($CONTAINERS_REGISTRIES_CONF, else\n"
+      "~/.config/containers/registries.conf, else /etc/containers/registries.conf,\n"
+      "and their registries.conf.d drop-ins); a mirror that fails is passed over.\n"
       "The cache is $DEEPBOX_IMAGE_DIR, else $DEEPBOX_STATE_DIR/images, else\n"
       "~/.local/state/deepbox/images.");
   pull->add_option("reference", pull_args->reference, "REF: the image")->required();

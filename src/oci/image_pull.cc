@@ -1,6 +1,7 @@
 #include "oci/image_pull.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <atomic>
 #include <mutex>
@@ -40,6 +41,55 @@ Result<LocalImage> LoadLocalImage(const ImageStore& store, ImageRecord record) {
   return image;
 }
 
+// The first of the places registries.conf names for `ref` (its mirrors,
+// then the primary) that serves its manifest: the client stays on it for
+// the blobs. An error names every place tried.
+struct OpenedSource {
+  std::unique_ptr<RegistryClient> client;
+  FetchedManifest manifest;
+  std::string name;  // what was asked for there
+  bool mirror = false;
+};
+
+Result<OpenedSource> OpenSource(const ImageReference& ref, const PullOptions& options) {
+  RegistriesConf loaded;
+  if (!options.registries) {
+    auto conf = LoadRegistriesConf();
+    if (!conf) return tl::unexpected(conf.error());
+    loaded = std::move(*conf);
+  }
+  auto sources = ResolvePullSources(options.registries ? *options.registries : loaded, ref);
+  if (!sources) return tl::unexpected(sources.error());
+  std::vector<std::string> mirror_failures;
+  for (size_t i = 0; i < sources->size(); ++i) {
+    const PullSource& source = (*sources)[i];
+    RegistryOptions registry = options.registry;
+    registry.insecure = registry.insecure || source.insecure;
+    auto client = RegistryClient::Create(source.ref, registry);
+    auto manifest = client ? (*client)->GetManifest(source.ref.ManifestReference())
+                           : Result<FetchedManifest>(tl::unexpected(client.error()));
+    if (manifest) {
+      return OpenedSource{std::move(*client), std::move(*manifest), source.ref.ToString(),
+                          source.mirror};
+    }
+    if (source.mirror && i + 1 < sources->size()) {
+      mirror_failures.push_back(
+          fmt::format("mirror {}: {}", source.ref.ToString(), manifest.error().message));
+      continue;
+    }
+    Error e = manifest.error();
+    if (source.ref.ToString() != ref.ToString()) {
+      e.message = fmt::format("{} (for {})", e.message, ref.ToString());
+    }
+    if (!mirror_failures.empty()) {
+      e.message = fmt::format("{}; the mirrors failed too: {}", e.message,
+                              fmt::join(mirror_failures, "; "));
+    }
+    return tl::unexpected(e);
+  }
+  return MakeError(ErrorCode::kInternal, "no place to pull " + ref.ToString() + " from");
+}
+
 }  // namespace
 
 Result<LocalImage> PullImage(const ImageStore& store, const ImageReference& ref,
@@ -52,14 +102,13 @@ Result<LocalImage> PullImage(const ImageStore& store, const ImageReference& ref,
   };
   auto shared = store.LockShared();
   if (!shared) return tl::unexpected(shared.error());
-  auto client = RegistryClient::Create(ref, options.registry);
-  if (!client) return tl::unexpected(client.error());
+  auto source = OpenSource(ref, options);
+  if (!source) return tl::unexpected(source.error());
+  std::unique_ptr<RegistryClient> client = std::move(source->client);
 
   ImageRecord record;
   record.name = ref.ToString();
-  auto top = (*client)->GetManifest(ref.ManifestReference());
-  if (!top) return tl::unexpected(top.error());
-  FetchedManifest manifest = std::move(*top);
+  FetchedManifest manifest = std::move(source->manifest);
   if (IsIndexMediaType(manifest.media_type)) {
     auto index = ParseImageIndex(manifest.body);
     if (!index) return tl::unexpected(index.error());
@@ -72,7 +121,7 @@ Result<LocalImage> PullImage(const ImageStore& store, const ImageReference& ref,
     if (auto s = store.PutBlob(manifest.digest, manifest.body); !s)
       return tl::unexpected(s.error());
     record.index_digest = manifest.digest;
-    auto platform_manifest = (*client)->GetManifest(chosen->digest);
+    auto platform_manifest = client->GetManifest(chosen->digest);
     if (!platform_manifest) return tl::unexpected(platform_manifest.error());
     if (platform_manifest->body.size() != chosen->size) {
       return MakeError(
@@ -107,11 +156,12 @@ Result<LocalImage> PullImage(const ImageStore& store, const ImageReference& ref,
   resolved.manifest_digest = record.manifest_digest;
   resolved.index_digest = record.index_digest;
   resolved.count = record.layers.size();
+  if (source->mirror) resolved.source = source->name;
   report(resolved);
 
   const std::string config_digest = parsed->config.digest;
   BlobFetch fetch = [&client, &config_digest](uint64_t offset, const BlobSink& sink) {
-    return (*client)->FetchBlob(config_digest, offset, sink);
+    return client->FetchBlob(config_digest, offset, sink);
   };
   if (parsed->config.size > kMaxManifestBytes) {
     return MakeError(ErrorCode::kInvalidArgument,
@@ -159,7 +209,7 @@ Result<LocalImage> PullImage(const ImageStore& store, const ImageReference& ref,
         report(p);
       };
       BlobFetch layer_fetch = [&client, &layer](uint64_t offset, const BlobSink& sink) {
-        return (*client)->FetchBlob(layer.digest, offset, sink);
+        return client->FetchBlob(layer.digest, offset, sink);
       };
       auto blob = store.EnsureBlob(layer, layer_fetch, on_progress);
       Result<bool> extracted =

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "oci/image_store.h"
 #include "oci/manifest.h"
 #include "oci/reference.h"
+#include "oci/registries_conf.h"
 #include "oci/registry_client.h"
 
 namespace deepbox::oci {
@@ -20,6 +22,9 @@ struct PullOptions {
   RegistryOptions registry;
   Platform platform = HostPlatform();  // chosen from an image index
   int parallel_layers = 3;             // layers downloaded at once
+  // Mirrors, rewritten locations, insecure and blocked registries;
+  // nullopt: LoadRegistriesConf() (the files Podman reads).
+  std::optional<RegistriesConf> registries;
 };
 
 // What a pull reports, in order per layer: start, progress..., done.
@@ -35,6 +40,7 @@ struct PullEvent {
   std::string name;             // the canonical reference
   std::string manifest_digest;  // kResolved, kImageDone
   std::string index_digest;     // kResolved: "" unless the name is an index
+  std::string source;           // kResolved: the mirror's name it came from, "" for the primary
   size_t index = 0;             // layer position, bottom first
   size_t count = 0;             // layers in the image
   std::string digest;           // the layer's

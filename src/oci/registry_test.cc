@@ -2,6 +2,7 @@
 // with a CA made here and htpasswd logins, and a plain-HTTP one. The images
 // are made here from files the tests write, pushed with the registry API.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -134,11 +135,13 @@ class RegistryTest : public ::testing::Test {
     o.registry.ca_file = secure_->ca_file();
     o.registry.credentials = RegistryCredentials{kUser, std::move(password)};
     o.registry.lookup_credentials = false;
+    o.registries = RegistriesConf{};  // not this machine's registries.conf
     return o;
   }
   static PullOptions PlainOptions() {
     PullOptions o;
     o.registry.lookup_credentials = false;
+    o.registries = RegistriesConf{};
     return o;
   }
   ImageReference Ref(const TestRegistry& r, const std::string& rest) const {
@@ -441,6 +444,63 @@ TEST_F(RegistryTest, AnUnreachableRegistryIsAClearError) {
   ASSERT_FALSE(pulled);
   EXPECT_EQ(pulled.error().code, ErrorCode::kUnavailable);
   EXPECT_NE(pulled.error().message.find(host), std::string::npos) << pulled.error().message;
+  ExpectCacheConsistent();
+}
+
+// registries.conf: a Docker Hub name pulled from a loopback mirror (the
+// primary, rewritten to a closed loopback port, is never needed), and a dead
+// mirror passed over for the primary. Only loopback is ever contacted.
+TEST_F(RegistryTest, MirrorsFromRegistriesConfServeDockerHubNamesAndADeadOneIsPassedOver) {
+  PushImage(*plain_, "library/python", "3.12-slim-bookworm",
+            {{BuildLayer({File("from", "mirror")}), Compression::kGzip}});
+  PullOptions options = PlainOptions();
+  RegistriesConf conf;
+  ASSERT_TRUE(ParseRegistriesConf(fmt::format("[[registry]]\nprefix = \"docker.io\"\n"
+                                              "location = \"127.0.0.1:1\"\n"
+                                              "[[registry.mirror]]\nlocation = \"{}\"\n",
+                                              plain_->host()),
+                                  "mirror.conf", conf));
+  options.registries = conf;
+  std::vector<PullEvent> events;
+  auto pulled = PullImage(*store_, *ParseImageReference("python:3.12-slim-bookworm"), options,
+                          [&](const PullEvent& e) { events.push_back(e); });
+  ASSERT_TRUE(pulled) << pulled.error().message;
+  EXPECT_EQ(pulled->record.name, "docker.io/library/python:3.12-slim-bookworm");
+  EXPECT_EQ(fs::testing::ReadRaw(pulled->layer_dirs.at(0) + "/from"), "mirror");
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().source, plain_->host() + "/library/python:3.12-slim-bookworm");
+  // Recorded under its own name: found again without any registry.
+  auto again = OpenLocalImage(*store_, *ParseImageReference("python:3.12-slim-bookworm"));
+  ASSERT_TRUE(again) << again.error().message;
+
+  // A mirror that refuses connections, then the primary (a rewritten location).
+  PushImage(*plain_, "team/app", "v1",
+            {{BuildLayer({File("from", "primary")}), Compression::kGzip}});
+  RegistriesConf fallback;
+  ASSERT_TRUE(ParseRegistriesConf(fmt::format("[[registry]]\nprefix = \"example.com/team\"\n"
+                                              "location = \"{}/team\"\n"
+                                              "[[registry.mirror]]\nlocation = \"127.0.0.1:1\"\n",
+                                              plain_->host()),
+                                  "fallback.conf", fallback));
+  options.registries = fallback;
+  events.clear();
+  pulled = PullImage(*store_, *ParseImageReference("example.com/team/app:v1"), options,
+                     [&](const PullEvent& e) { events.push_back(e); });
+  ASSERT_TRUE(pulled) << pulled.error().message;
+  EXPECT_EQ(pulled->record.name, "example.com/team/app:v1");
+  EXPECT_EQ(fs::testing::ReadRaw(pulled->layer_dirs.at(0) + "/from"), "primary");
+  EXPECT_EQ(events.front().source, "");
+
+  // Both gone: one error naming every place tried, the cache consistent.
+  std::string host = plain_->host();
+  plain_->Stop();
+  auto none = PullImage(*store_, *ParseImageReference("example.com/team/other:v2"), options);
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().message.find(host), std::string::npos) << none.error().message;
+  EXPECT_NE(none.error().message.find("mirror 127.0.0.1:1/other:v2"), std::string::npos)
+      << none.error().message;
+  EXPECT_NE(none.error().message.find("for example.com/team/other:v2"), std::string::npos)
+      << none.error().message;
   ExpectCacheConsistent();
 }
 

@@ -258,6 +258,45 @@ TEST_F(ImageCliTest, AMissingOrUnreachableImageFailsClearlyAndLeavesNothing) {
   EXPECT_EQ(CountIn(ImageDir() / "pins"), 0u);
 }
 
+// `--image` alone is the default image (oci/default_image.h), a Docker Hub
+// name: here it comes from a loopback registry named as Docker Hub's mirror
+// in registries.conf, the primary rewritten to a closed loopback port, so
+// nothing but loopback is ever contacted.
+TEST_F(ImageCliTest, TheDefaultImageComesThroughARegistryMirror) {
+  Push("library/python", "3.12-slim-bookworm", BaseLayer(), TopLayer());
+  fs::path conf = state_ / "registries.conf";
+  {
+    std::ofstream out(conf);
+    out << "[[registry]]\nprefix = \"docker.io\"\nlocation = \"127.0.0.1:1\"\n"
+        << "[[registry.mirror]]\nlocation = \"" << registry_->host() << "\"\n";
+  }
+  ASSERT_EQ(setenv("CONTAINERS_REGISTRIES_CONF", conf.c_str(), 1), 0);
+  struct Unset {
+    ~Unset() { unsetenv("CONTAINERS_REGISTRIES_CONF"); }
+  } unset;
+  CliResult pulled = Cli({"image", "pull", "--json", "python:3.12-slim-bookworm"});
+  ASSERT_EQ(pulled.code, 0) << pulled.err;
+  EXPECT_THAT(pulled.out, HasSubstr("\"mirror\":\"" + registry_->host() +
+                                    "/library/python:3.12-slim-bookworm\""));
+  CliResult created = Cli({"sandbox", "create", "--ttl", "900", "--network", "none", "--image"});
+  ASSERT_EQ(created.code, 0) << created.err;
+  std::string id = CreatedId(created);
+  CliResult r = Exec(id, "cat /etc/os-release; pwd");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "ID=deepbox-image-test\n/srv/app\n");
+  EXPECT_THAT(Cli({"image", "ls"}).out, HasSubstr("docker.io/library/python:3.12-slim-bookworm"));
+  ASSERT_EQ(Cli({"sandbox", "rm", id}).code, 0);
+
+  // A blocked Docker Hub: the default image is refused, saying by what.
+  {
+    std::ofstream out(conf);
+    out << "[[registry]]\nprefix = \"docker.io\"\nblocked = true\n";
+  }
+  CliResult blocked = Cli({"image", "pull", "python:3.13"});
+  EXPECT_NE(blocked.code, 0);
+  EXPECT_THAT(blocked.err, HasSubstr("blocked by " + conf.string()));
+}
+
 TEST_F(ImageCliTest, AWarmPoolServesOnlyClaimsForItsImage) {
   StartPool("img", 1, {"--image", image_});
   ASSERT_TRUE(Eventually([&] { return WarmOf("img").size() == 1; }, 120s)) << PoolLog("img");
