@@ -35,6 +35,7 @@ Result<LocalImage> LoadLocalImage(const ImageStore& store, ImageRecord record) {
                        fmt::format("image {}: layer {} is missing from the cache; pull it again",
                                    record.name, layer.digest));
     }
+    if (auto s = store.AdoptOldLayerOwner(layer.digest); !s) return tl::unexpected(s.error());
     image.layer_dirs.push_back(store.LayerDir(layer.digest));
   }
   image.record = std::move(record);

@@ -294,9 +294,26 @@ Result<std::string> ImageStore::ReadBlob(std::string_view digest, size_t limit) 
   return ReadAll(fd.get(), path, limit);
 }
 
+Status ImageStore::AdoptOldLayerOwner(std::string_view digest) const {
+  if (geteuid() != 0) return {};
+  if (auto s = CheckDigest(digest, "layer digest"); !s) return s;
+  const std::string dir = LayerDir(digest);
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) != 0) return MakeSyscallError("lstat", errno, dir);
+  if (st.st_uid == kRootCacheLayerOwner) return {};
+  auto lock = Lock(fmt::format("{}/tmp/{}.lock", dir_, DigestHex(digest)), LOCK_EX);
+  if (!lock) return tl::unexpected(lock.error());
+  if (lstat(dir.c_str(), &st) != 0) return MakeSyscallError("lstat", errno, dir);
+  if (st.st_uid == kRootCacheLayerOwner) return {};  // another process did it
+  return GiveLayerToRootOwner(dir);
+}
+
 Result<bool> ImageStore::EnsureLayerExtracted(const Descriptor& d) const {
   if (auto s = CheckDigest(d.digest, "layer digest"); !s) return tl::unexpected(s.error());
-  if (HasLayer(d.digest)) return false;
+  if (HasLayer(d.digest)) {
+    if (auto s = AdoptOldLayerOwner(d.digest); !s) return tl::unexpected(s.error());
+    return false;
+  }
   const std::string hex(DigestHex(d.digest));
   auto lock = Lock(fmt::format("{}/tmp/{}.lock", dir_, hex), LOCK_EX);
   if (!lock) return tl::unexpected(lock.error());

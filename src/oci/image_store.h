@@ -126,6 +126,11 @@ class ImageStore {
   // Extracts layer blob `d` (in the cache) once, into LayerDir (one process
   // does it; the others wait). false: it already was. Errors name the layer.
   Result<bool> EnsureLayerExtracted(const Descriptor& d) const;
+  // A layer extracted by a deepbox before layers of root's cache were given
+  // to kRootCacheLayerOwner (its files owned by root: a sandbox would see
+  // them as nobody's and could not copy them up) is given to it now, under
+  // the layer's lock. Nothing to do for an unprivileged cache.
+  Status AdoptOldLayerOwner(std::string_view digest) const;
 
   // Image records, written atomically (rename over).
   Status RecordImage(const ImageRecord& record) const;

@@ -174,6 +174,45 @@ TEST(ImageStoreTest, RecordsRemoveAndPrune) {
   EXPECT_FALSE(*again);
 }
 
+// A layer a deepbox before kRootCacheLayerOwner extracted (its files root's)
+// is given to that owner when it is next used, links not followed.
+TEST(ImageStoreTest, AnOldRootOwnedLayerIsAdoptedOnUse) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (root's cache gives layers to another owner)";
+  TempDir dir("oci-store");
+  auto store = ImageStore::Open(dir.Path("images"));
+  ASSERT_TRUE(store) << store.error().message;
+  using namespace oci::testing;  // NOLINT: the layer vocabulary
+  std::string bytes = BuildLayer(
+      {Dir("etc"), File("etc/conf", "x\n"), Symlink("link", "/etc/passwd")}, Compression::kGzip);
+  Served served{bytes};
+  Descriptor d = Describe(bytes);
+  ASSERT_TRUE((*store)->EnsureBlob(d, served.Fetch()));
+  auto extracted = (*store)->EnsureLayerExtracted(d);
+  ASSERT_TRUE(extracted) << extracted.error().message;
+  const std::string layer = (*store)->LayerDir(d.digest);
+  struct stat st {};
+  ASSERT_EQ(lstat((layer + "/etc/conf").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kRootCacheLayerOwner);
+  // What the old version left.
+  for (const char* p : {"", "/etc", "/etc/conf", "/link"}) {
+    ASSERT_EQ(lchown((layer + p).c_str(), 0, 0), 0) << p;
+  }
+  struct stat passwd_before {};
+  ASSERT_EQ(stat("/etc/passwd", &passwd_before), 0);
+  auto again = (*store)->EnsureLayerExtracted(d);
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_FALSE(*again);  // not extracted again
+  for (const char* p : {"", "/etc", "/etc/conf", "/link"}) {
+    ASSERT_EQ(lstat((layer + p).c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, kRootCacheLayerOwner) << p;
+    EXPECT_EQ(st.st_gid, kRootCacheLayerOwner) << p;
+  }
+  struct stat passwd_after {};
+  ASSERT_EQ(stat("/etc/passwd", &passwd_after), 0);
+  EXPECT_EQ(passwd_after.st_uid, passwd_before.st_uid);  // the link was not followed
+  ASSERT_TRUE((*store)->AdoptOldLayerOwner(d.digest));   // nothing left to do
+}
+
 TEST(ImageStoreTest, DefaultDirectory) {
   auto env = [](const char* n) -> const char* {
     return std::string_view(n) == "DEEPBOX_STATE_DIR" ? "/state" : nullptr;
