@@ -312,5 +312,28 @@ TEST_F(ImageCliTest, AWarmPoolServesOnlyClaimsForItsImage) {
   EXPECT_NE(Cli({"image", "rm", image_}).code, 0);
 }
 
+// The tag moves and is pulled again: the pool replaces its warm sandboxes
+// with ones of the digest the name now has, which claims for it ask for.
+TEST_F(ImageCliTest, APoolFollowsItsTagWhenItIsPulledAgain) {
+  StartPool("tag", 1, {"--image", image_});
+  ASSERT_TRUE(Eventually([&] { return WarmOf("tag").size() == 1; }, 120s)) << PoolLog("tag");
+  const std::string old_digest = WarmOf("tag").at(0).image.digest;
+  Push("test/box", "v1", BaseLayer(), {ot::Dir("etc"), ot::File("etc/os-release", "ID=moved\n")});
+  CliResult pulled = Cli({"image", "pull", image_});
+  ASSERT_EQ(pulled.code, 0) << pulled.err;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto warm = WarmOf("tag");
+        return warm.size() == 1 && warm[0].image.digest != old_digest;
+      },
+      120s))
+      << PoolLog("tag");
+  EXPECT_THAT(PoolLog("tag"), HasSubstr("now names"));
+  SandboxMeta warm = CreateOn(image_, {"--pool", "tag"});
+  EXPECT_EQ(warm.pool, "tag");
+  CliResult r = Exec(warm.id, "cat /etc/os-release");
+  EXPECT_EQ(r.out, "ID=moved\n") << r.err;
+}
+
 }  // namespace
 }  // namespace deepbox::local::lifecycle::testing

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -52,6 +53,8 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
   // Warm sandboxes of an image are made from what the cache has for its name
   // (pulled now if missing), and matched by its digest.
   std::string image_digest;
+  std::string image_name;
+  std::unique_ptr<oci::ImageStore> image_store;
   if (!options.image.empty()) {
     if (!options.rootfs.empty()) {
       return MakeError(ErrorCode::kInvalidArgument, "--image and --rootfs cannot be used together");
@@ -60,6 +63,10 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
     auto image = PrepareSandboxImage(provider.options().image_dir, options.image, &hold);
     if (!image) return tl::unexpected(image.error());
     image_digest = image->digest;
+    image_name = image->name;
+    auto opened = oci::ImageStore::Open(image->store_dir);
+    if (!opened) return tl::unexpected(opened.error());
+    image_store = std::move(*opened);
     log(fmt::format("pool '{}': image {} ({})", options.name, image->name, image->digest));
   }
   if (auto st = ValidateSandboxLimits(provider.options().limits); !st) return st;
@@ -99,6 +106,19 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
   // Half-claimed sandboxes (see pool.h) -> when this daemon first saw them so.
   std::map<std::string, std::chrono::steady_clock::time_point> half_claimed;
   for (;;) {
+    // A tag pulled again (`deepbox image pull`) names another digest in the
+    // cache: claims for the name now ask for that one, so the warm
+    // sandboxes of the old one become misfits and are replaced.
+    if (image_store) {
+      auto record = image_store->FindImage(image_name);
+      if (record && *record && (*record)->manifest_digest != image_digest) {
+        log(
+            fmt::format("pool '{}': image {} now names {} (was {}): its warm sandboxes are "
+                        "replaced",
+                        options.name, image_name, (*record)->manifest_digest, image_digest));
+        image_digest = (*record)->manifest_digest;
+      }
+    }
     auto all = provider.ListMeta();
     if (!all) return tl::unexpected(all.error());
     std::vector<SandboxMeta> members, misfits, abandoned;
