@@ -16,6 +16,7 @@
 #include "common/strings.h"
 #include "common/unique_fd.h"
 #include "common/utf8.h"
+#include "mcp/jwt_assertion.h"
 #include "net/http_client.h"
 #include "net/http_server.h"
 #include "net/token_digest.h"
@@ -75,8 +76,18 @@ Result<json::object> FetchJson(const std::string& url, std::chrono::milliseconds
   h.Set("Accept", "application/json");
   auto r = FetchUrl("GET", url, h, "", timeout);
   if (!r) return tl::unexpected(r.error());
+  if (r->status == 404) {
+    return MakeError(ErrorCode::kNotFound, fmt::format("GET {}: HTTP 404", url));
+  }
+  if (r->status >= 300 && r->status <= 399) {
+    // Metadata is read where it is published, never through a redirect (it
+    // could lead to another origin's).
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("GET {}: HTTP {}, a redirect to {} (not followed)", url, r->status,
+                                 r->headers.Get("Location").value_or("nowhere")));
+  }
   if (r->status != 200) {
-    return MakeError(ErrorCode::kNotFound, fmt::format("GET {}: HTTP {}", url, r->status));
+    return MakeError(ErrorCode::kUnavailable, fmt::format("GET {}: HTTP {}", url, r->status));
   }
   auto o = ParseJsonObject(r->body);
   if (!o) {
@@ -129,6 +140,9 @@ json::object CredentialsToJson(const OAuthCredentials& c) {
   o["client_id"] = c.client_id;
   o["client_secret"] = c.client_secret;
   o["token_endpoint_auth_method"] = c.token_endpoint_auth_method;
+  if (!c.grant_type.empty()) o["grant_type"] = c.grant_type;
+  if (!c.private_key_pem.empty()) o["private_key_pem"] = c.private_key_pem;
+  if (!c.signing_alg.empty()) o["signing_alg"] = c.signing_alg;
   o["redirect_uri"] = c.redirect_uri;
   o["token_endpoint"] = c.token_endpoint;
   o["resource"] = c.resource;
@@ -146,6 +160,9 @@ OAuthCredentials CredentialsFromJson(const json::object& o) {
   c.client_id = s("client_id");
   c.client_secret = s("client_secret");
   c.token_endpoint_auth_method = s("token_endpoint_auth_method");
+  c.grant_type = s("grant_type");
+  c.private_key_pem = s("private_key_pem");
+  c.signing_alg = s("signing_alg");
   c.redirect_uri = s("redirect_uri");
   c.token_endpoint = s("token_endpoint");
   c.resource = s("resource");
@@ -191,18 +208,34 @@ Status ApplyTokenResponse(const Fetched& r, const std::string& what, OAuthCreden
 }
 
 // Adds the client's authentication to a token request.
-void AddClientAuth(const OAuthCredentials& c, net::Headers& headers,
-                   std::vector<std::pair<std::string, std::string>>& form) {
+Status AddClientAuth(const OAuthCredentials& c, net::Headers& headers,
+                     std::vector<std::pair<std::string, std::string>>& form) {
   if (c.token_endpoint_auth_method == "client_secret_basic" && !c.client_secret.empty()) {
     // RFC 6749 2.3.1: each part form-encoded, then base64.
     headers.Set("Authorization", "Basic " + Base64Encode(net::PercentEncode(c.client_id) + ":" +
                                                          net::PercentEncode(c.client_secret)));
-    return;
+    return {};
   }
   form.emplace_back("client_id", c.client_id);
   if (c.token_endpoint_auth_method == "client_secret_post" && !c.client_secret.empty()) {
     form.emplace_back("client_secret", c.client_secret);
   }
+  if (c.token_endpoint_auth_method == "private_key_jwt") {
+    // RFC 7523 §2.2; the audience is the authorization server's issuer.
+    JwtAssertionClaims claims;
+    claims.issuer = c.client_id;
+    claims.subject = c.client_id;
+    claims.audience = c.issuer;
+    auto jwt = SignJwtAssertion(c.private_key_pem, c.signing_alg, claims, std::time(nullptr));
+    if (!jwt) {
+      return MakeError(jwt.error().code,
+                       "signing the client's JWT assertion: " + jwt.error().message);
+    }
+    form.emplace_back("client_assertion_type",
+                      "urn:ietf:params:oauth:client-assertion-type:jwt-bearer");
+    form.emplace_back("client_assertion", *jwt);
+  }
+  return {};
 }
 
 // Which method to use with a secret (or none) against the server's list (RFC
@@ -540,7 +573,7 @@ Status OAuthSession::Refresh() {
   net::Headers h;
   h.Set("Content-Type", "application/x-www-form-urlencoded");
   h.Set("Accept", "application/json");
-  AddClientAuth(c, h, form);
+  if (auto st = AddClientAuth(c, h, form); !st) return st;
   auto r = FetchUrl("POST", c.token_endpoint, h, FormEncode(form), options_.http_timeout);
   if (!r) return tl::unexpected(r.error());
   OAuthCredentials next = c;
@@ -601,14 +634,19 @@ Status OAuthSession::Authorize(const BearerChallenge& challenge) {
 
   // 2. Authorization server metadata.
   std::optional<json::object> as;
+  std::string as_errors;
+  bool every_url_404 = true;
   for (const auto& url : AuthorizationServerMetadataUrls(issuer)) {
-    if (auto m = FetchJson(url, timeout)) {
+    auto m = FetchJson(url, timeout);
+    if (m) {
       as = std::move(*m);
       break;
     }
+    every_url_404 = every_url_404 && m.error().code == ErrorCode::kNotFound;
+    as_errors += (as_errors.empty() ? "" : "; ") + m.error().message;
   }
   std::string authorization_endpoint, token_endpoint, registration_endpoint;
-  std::vector<std::string> auth_methods;
+  std::vector<std::string> auth_methods, signing_algs, pkce_methods;
   bool cimd_supported = false;
   if (as) {
     authorization_endpoint = GetOptString(*as, "authorization_endpoint").value_or("");
@@ -618,21 +656,31 @@ Status OAuthSession::Authorize(const BearerChallenge& challenge) {
     if (const json::value* v = as->if_contains("client_id_metadata_document_supported")) {
       cimd_supported = v->is_bool() && v->get_bool();
     }
-    auto pkce = StringList(*as, "code_challenge_methods_supported");
-    if (!Contains(pkce, "S256")) {
-      return fail(fmt::format("the authorization server {} does not offer PKCE S256", issuer));
-    }
+    signing_algs = StringList(*as, "token_endpoint_auth_signing_alg_values_supported");
+    pkce_methods = StringList(*as, "code_challenge_methods_supported");
     if (scope.empty() && !prm) scope = Join(StringList(*as, "scopes_supported"), " ");
-  } else if (!prm) {
+  } else if (!prm && every_url_404) {
+    // 2025-03-26: no metadata at all means the default endpoints.
     authorization_endpoint = issuer + "/authorize";
     token_endpoint = issuer + "/token";
     registration_endpoint = issuer + "/register";
+    pkce_methods = {"S256"};
   } else {
-    return fail(fmt::format("no authorization server metadata for {}", issuer));
+    return fail(fmt::format("no authorization server metadata for {}: {}", issuer, as_errors));
   }
-  if (authorization_endpoint.empty() || token_endpoint.empty()) {
-    return fail(
-        fmt::format("the metadata of {} lacks authorization_endpoint or token_endpoint", issuer));
+  if (token_endpoint.empty()) {
+    return fail(fmt::format("the metadata of {} has no token_endpoint", issuer));
+  }
+  if (options_.client_credentials ||
+      (credentials_ && credentials_->grant_type == "client_credentials")) {
+    return ClientCredentialsGrant(issuer, token_endpoint, auth_methods, signing_algs, resource,
+                                  scope);
+  }
+  if (authorization_endpoint.empty()) {
+    return fail(fmt::format("the metadata of {} has no authorization_endpoint", issuer));
+  }
+  if (!Contains(pkce_methods, "S256")) {
+    return fail(fmt::format("the authorization server {} does not offer PKCE S256", issuer));
   }
   if (!options_.user_agent) {
     return MakeError(ErrorCode::kUnauthenticated,
@@ -731,12 +779,86 @@ Status OAuthSession::Authorize(const BearerChallenge& challenge) {
   net::Headers h;
   h.Set("Content-Type", "application/x-www-form-urlencoded");
   h.Set("Accept", "application/json");
-  AddClientAuth(c, h, form);
+  if (auto st = AddClientAuth(c, h, form); !st) return st;
   auto r = FetchUrl("POST", token_endpoint, h, FormEncode(form), timeout);
   if (!r) return tl::unexpected(r.error());
   c.refresh_token.clear();
   c.scope = scope;
   if (auto st = ApplyTokenResponse(*r, "OAuth for the MCP server " + server_url_, c); !st) {
+    return st;
+  }
+  credentials_ = c;
+  if (options_.store) return options_.store->Save(server_url_, c);
+  return {};
+}
+
+Status OAuthSession::ClientCredentialsGrant(const std::string& issuer,
+                                            const std::string& token_endpoint,
+                                            const std::vector<std::string>& auth_methods,
+                                            const std::vector<std::string>& signing_algs,
+                                            const std::string& resource, const std::string& scope) {
+  auto fail = [&](const std::string& what) {
+    return MakeError(
+        ErrorCode::kUnauthenticated,
+        fmt::format("OAuth client credentials for the MCP server {}: {}", server_url_, what));
+  };
+  // The client: given now (`deepbox mcp login --client-credentials`), else kept.
+  OAuthCredentials c;
+  if (options_.client_credentials) {
+    c.client_id = options_.client_id;
+    c.client_secret = options_.client_secret;
+    c.private_key_pem = options_.private_key_pem;
+    c.signing_alg = options_.signing_alg;
+  } else {
+    c = *credentials_;
+  }
+  if (c.client_id.empty()) return fail("no client id (the grant needs a pre-registered client)");
+  if (!c.private_key_pem.empty()) {
+    if (!auth_methods.empty() && !Contains(auth_methods, "private_key_jwt")) {
+      return fail(
+          fmt::format("the authorization server {} does not take private_key_jwt (it "
+                      "takes {})",
+                      issuer, Join(auth_methods, ", ")));
+    }
+    auto alg = c.signing_alg.empty() ? JwtAlgorithmForKey(c.private_key_pem)
+                                     : Result<std::string>(c.signing_alg);
+    if (!alg) return fail("the private key: " + alg.error().message);
+    if (!signing_algs.empty() && !Contains(signing_algs, *alg)) {
+      return fail(fmt::format("the authorization server {} verifies {} assertions, not {}", issuer,
+                              Join(signing_algs, ", "), *alg));
+    }
+    c.token_endpoint_auth_method = "private_key_jwt";
+  } else if (!c.client_secret.empty()) {
+    c.token_endpoint_auth_method = ChooseAuthMethod(auth_methods, true);
+    if (c.token_endpoint_auth_method == "none") {
+      return fail(
+          fmt::format("the authorization server {} takes neither client_secret_basic nor "
+                      "client_secret_post (it takes {})",
+                      issuer, Join(auth_methods, ", ")));
+    }
+  } else {
+    return fail("no client secret or private key to authenticate the client with");
+  }
+  c.grant_type = "client_credentials";
+  c.issuer = issuer;
+  c.token_endpoint = token_endpoint;
+  c.resource = resource;
+  c.redirect_uri.clear();
+  std::vector<std::pair<std::string, std::string>> form = {{"grant_type", "client_credentials"},
+                                                           {"resource", resource}};
+  if (!scope.empty()) form.emplace_back("scope", scope);
+  net::Headers h;
+  h.Set("Content-Type", "application/x-www-form-urlencoded");
+  h.Set("Accept", "application/json");
+  if (auto st = AddClientAuth(c, h, form); !st) return fail(st.error().message);
+  auto r = FetchUrl("POST", token_endpoint, h, FormEncode(form), options_.http_timeout);
+  if (!r) return tl::unexpected(r.error());
+  c.access_token.clear();
+  c.refresh_token.clear();
+  c.scope = scope;
+  if (auto st =
+          ApplyTokenResponse(*r, "OAuth client credentials for the MCP server " + server_url_, c);
+      !st) {
     return st;
   }
   credentials_ = c;

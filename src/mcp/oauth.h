@@ -18,6 +18,14 @@
 //  5. The token endpoint with client_secret_basic, client_secret_post or none,
 //     whichever the registration or the server's metadata says; refresh
 //     tokens are used before a new authorization.
+//  Machine to machine (the client credentials extension, SEP-1046): steps 1
+//  and 2, then grant_type=client_credentials with a pre-registered client id
+//  and its secret (client_secret_basic or _post) or its private key
+//  (private_key_jwt, a JWT assertion: jwt_assertion.h); no user, no browser,
+//  and a new token whenever the server rejects the old one.
+//  2025-03-26 servers (no protected resource metadata): the server's origin is
+//  the authorization server; its RFC 8414 metadata, else (every metadata URL
+//  answering 404) the default /authorize, /token and /register there.
 //  Scopes: the challenge's `scope`, else the metadata's scopes_supported, else
 //  none; a 403 insufficient_scope asks again with the union (step-up), at
 //  most max_authorizations per request.
@@ -58,8 +66,12 @@ struct OAuthCredentials {
   std::string issuer;  // the authorization server the client is registered with
   std::string client_id;
   std::string client_secret;
-  std::string token_endpoint_auth_method;  // "client_secret_basic", "client_secret_post", "none"
-  std::string redirect_uri;                // the registered one
+  // "client_secret_basic", "client_secret_post", "private_key_jwt", "none"
+  std::string token_endpoint_auth_method;
+  std::string grant_type;       // "" (authorization code) or "client_credentials"
+  std::string private_key_pem;  // private_key_jwt's key
+  std::string signing_alg;      // its JWS algorithm ("" = the key's own)
+  std::string redirect_uri;     // the registered one
   std::string token_endpoint;
   std::string resource;
   std::string access_token;
@@ -124,6 +136,12 @@ struct OAuthOptions {
   // An https URL serving this client's metadata document, used as client_id
   // when the authorization server advertises client_id_metadata_document_supported.
   std::string client_id_metadata_url;
+  // The client credentials grant instead of a user's authorization: client_id
+  // with client_secret, or with private_key_pem (private_key_jwt). The store
+  // keeps them (0600, on the host), so later sessions get tokens without them.
+  bool client_credentials = false;
+  std::string private_key_pem;
+  std::string signing_alg;            // "" = the key's own (jwt_assertion.h)
   std::shared_ptr<OAuthStore> store;  // null: tokens last as long as the session
   // null: no interactive authorization (stored or refreshed tokens only; the
   // error then says to run `deepbox mcp login`).
@@ -150,6 +168,11 @@ class OAuthSession {
 
  private:
   Status Authorize(const BearerChallenge& challenge);
+  // grant_type=client_credentials at token_endpoint (the caller discovered it).
+  Status ClientCredentialsGrant(const std::string& issuer, const std::string& token_endpoint,
+                                const std::vector<std::string>& auth_methods,
+                                const std::vector<std::string>& signing_algs,
+                                const std::string& resource, const std::string& scope);
   Status Refresh();
   Status LoadStored();
 

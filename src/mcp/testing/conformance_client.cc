@@ -2,7 +2,8 @@
 // (scripts/mcp-conformance.sh): `conformance client --command` runs this
 // program with the scenario's server URL appended, the scenario's name in
 // MCP_CONFORMANCE_SCENARIO and, for some, a JSON context in
-// MCP_CONFORMANCE_CONTEXT (pre-registered OAuth credentials). It drives
+// MCP_CONFORMANCE_CONTEXT (pre-registered OAuth credentials: a client id with
+// a secret or a private key). It drives
 // deepbox's own MCP client (mcp/client.h, the one `deepbox run` uses for
 // .mcp.json servers) as an agent would: connect (the era probe, then
 // initialize), list the tools, and, where the scenario offers one to call,
@@ -50,8 +51,13 @@ int main(int argc, char** argv) {
     if (auto o = deepbox::ParseJsonObject(ctx)) {
       oauth.client_id = deepbox::GetOptString(*o, "client_id").value_or("");
       oauth.client_secret = deepbox::GetOptString(*o, "client_secret").value_or("");
+      oauth.private_key_pem = deepbox::GetOptString(*o, "private_key_pem").value_or("");
+      oauth.signing_alg = deepbox::GetOptString(*o, "signing_algorithm").value_or("");
     }
   }
+  // What a user configures for a machine-to-machine client (`deepbox mcp
+  // login --client-credentials`): the client credentials grant, no browser.
+  oauth.client_credentials = scenario.rfind("auth/client-credentials-", 0) == 0;
   options.oauth = deepbox::mcp::MakeOAuthSessionFactory(std::move(oauth));
   options.on_elicitation = [](const deepbox::mcp::ElicitationRequest& req) {
     std::printf("elicitation: %s (accepted with the defaults)\n", req.message.c_str());
