@@ -69,9 +69,9 @@ Result<KeyAlgorithm> AlgorithmOf(EVP_PKEY* key) {
       case 521:
         return KeyAlgorithm{"ES512", EVP_sha512(), 66};
       default:
-        return MakeError(ErrorCode::kInvalidArgument,
-                         fmt::format("an EC key of {} bits: JWS signs with P-256, P-384 or P-521",
-                                     bits));
+        return MakeError(
+            ErrorCode::kInvalidArgument,
+            fmt::format("an EC key of {} bits: JWS signs with P-256, P-384 or P-521", bits));
     }
   }
   if (EVP_PKEY_is_a(key, "RSA")) {

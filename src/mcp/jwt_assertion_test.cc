@@ -13,26 +13,13 @@
 #include "common/base64.h"
 #include "common/json.h"
 #include "common/strings.h"
+#include "mcp/testing/private_key_pem.h"
 
 namespace deepbox::mcp {
 namespace {
 
-// A fresh private key as PEM (PKCS#8), made with OpenSSL: "EC" with a curve
-// name, or "RSA" with a size.
-std::string GeneratePem(const char* type, const char* curve, unsigned rsa_bits = 2048) {
-  EVP_PKEY* key = std::string_view(type) == "EC" ? EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", curve)
-                                                 : EVP_PKEY_Q_keygen(nullptr, nullptr, "RSA",
-                                                                     static_cast<size_t>(rsa_bits));
-  EXPECT_NE(key, nullptr);
-  BIO* bio = BIO_new(BIO_s_mem());
-  EXPECT_EQ(PEM_write_bio_PrivateKey(bio, key, nullptr, nullptr, 0, nullptr, nullptr), 1);
-  char* data = nullptr;
-  long n = BIO_get_mem_data(bio, &data);
-  std::string pem(data, static_cast<size_t>(n));
-  BIO_free(bio);
-  EVP_PKEY_free(key);
-  return pem;
-}
+using testing::EcPrivateKeyPem;
+using testing::RsaPrivateKeyPem;
 
 std::string Base64UrlDecodeForTest(std::string_view s) {
   std::string b(s);
@@ -60,11 +47,11 @@ bool VerifiesWith(const std::string& pem, const std::string& jwt) {
     if (EVP_PKEY_get_bits(key) == 384) md = EVP_sha384();
     if (EVP_PKEY_get_bits(key) == 521) md = EVP_sha512();
     ECDSA_SIG* es = ECDSA_SIG_new();
-    ECDSA_SIG_set0(
-        es, BN_bin2bn(reinterpret_cast<const unsigned char*>(sig.data()), static_cast<int>(half),
-                      nullptr),
-        BN_bin2bn(reinterpret_cast<const unsigned char*>(sig.data() + half),
-                  static_cast<int>(half), nullptr));
+    ECDSA_SIG_set0(es,
+                   BN_bin2bn(reinterpret_cast<const unsigned char*>(sig.data()),
+                             static_cast<int>(half), nullptr),
+                   BN_bin2bn(reinterpret_cast<const unsigned char*>(sig.data() + half),
+                             static_cast<int>(half), nullptr));
     unsigned char* der = nullptr;
     int len = i2d_ECDSA_SIG(es, &der);
     sig.assign(reinterpret_cast<char*>(der), static_cast<size_t>(len));
@@ -73,10 +60,10 @@ bool VerifiesWith(const std::string& pem, const std::string& jwt) {
   }
   const std::string input = std::string(parts[0]) + "." + std::string(parts[1]);
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  bool ok = EVP_DigestVerifyInit(ctx, nullptr, md, nullptr, key) == 1 &&
-            EVP_DigestVerify(ctx, reinterpret_cast<const unsigned char*>(sig.data()), sig.size(),
-                             reinterpret_cast<const unsigned char*>(input.data()),
-                             input.size()) == 1;
+  bool ok =
+      EVP_DigestVerifyInit(ctx, nullptr, md, nullptr, key) == 1 &&
+      EVP_DigestVerify(ctx, reinterpret_cast<const unsigned char*>(sig.data()), sig.size(),
+                       reinterpret_cast<const unsigned char*>(input.data()), input.size()) == 1;
   EVP_MD_CTX_free(ctx);
   EVP_PKEY_free(key);
   return ok;
@@ -94,9 +81,9 @@ JwtAssertionClaims Claims() {
 }
 
 TEST(JwtAssertionTest, EcKeysSignWithTheirCurvesAlgorithm) {
-  for (auto [curve, alg] : {std::pair{"P-256", "ES256"}, std::pair{"P-384", "ES384"},
-                            std::pair{"P-521", "ES512"}}) {
-    const std::string pem = GeneratePem("EC", curve);
+  for (auto [curve, alg] :
+       {std::pair{"P-256", "ES256"}, std::pair{"P-384", "ES384"}, std::pair{"P-521", "ES512"}}) {
+    const std::string pem = EcPrivateKeyPem(curve);
     EXPECT_EQ(JwtAlgorithmForKey(pem).value_or("?"), alg);
     auto jwt = SignJwtAssertion(pem, "", Claims(), 1000);
     ASSERT_TRUE(jwt) << jwt.error().message;
@@ -108,7 +95,7 @@ TEST(JwtAssertionTest, EcKeysSignWithTheirCurvesAlgorithm) {
 }
 
 TEST(JwtAssertionTest, ClaimsNameTheClientTheAudienceAndAShortLife) {
-  const std::string pem = GeneratePem("EC", "P-256");
+  const std::string pem = EcPrivateKeyPem("P-256");
   auto a = SignJwtAssertion(pem, "ES256", Claims(), 1000);
   auto b = SignJwtAssertion(pem, "ES256", Claims(), 1000);
   ASSERT_TRUE(a && b);
@@ -124,7 +111,7 @@ TEST(JwtAssertionTest, ClaimsNameTheClientTheAudienceAndAShortLife) {
 }
 
 TEST(JwtAssertionTest, RsaKeysSignRs256) {
-  const std::string pem = GeneratePem("RSA", nullptr);
+  const std::string pem = RsaPrivateKeyPem(2048);
   auto jwt = SignJwtAssertion(pem, "", Claims(), 1000);
   ASSERT_TRUE(jwt) << jwt.error().message;
   EXPECT_EQ(GetOptString(Part(*jwt, 0), "alg").value_or(""), "RS256");
@@ -136,13 +123,13 @@ TEST(JwtAssertionTest, BadKeysAndMismatchedAlgorithmsAreClearErrors) {
   ASSERT_FALSE(garbage);
   EXPECT_NE(garbage.error().message.find("not a PEM private key"), std::string::npos)
       << garbage.error().message;
-  const std::string ec = GeneratePem("EC", "P-256");
+  const std::string ec = EcPrivateKeyPem("P-256");
   for (const char* wrong : {"RS256", "HS256", "none", "ES384"}) {
     auto r = SignJwtAssertion(ec, wrong, Claims(), 1000);
     ASSERT_FALSE(r) << wrong;
     EXPECT_NE(r.error().message.find("signs ES256, not"), std::string::npos) << r.error().message;
   }
-  auto small = SignJwtAssertion(GeneratePem("RSA", nullptr, 1024), "", Claims(), 1000);
+  auto small = SignJwtAssertion(RsaPrivateKeyPem(1024), "", Claims(), 1000);
   ASSERT_FALSE(small);
   EXPECT_NE(small.error().message.find("1024 bits"), std::string::npos);
   JwtAssertionClaims no_audience = Claims();

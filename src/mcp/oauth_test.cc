@@ -11,6 +11,7 @@
 #include "common/testing/temp_dir.h"
 #include "mcp/client.h"
 #include "mcp/jsonrpc.h"
+#include "mcp/testing/private_key_pem.h"
 #include "mcp/testing/redirect_user_agent.h"
 #include "net/http_server.h"
 #include "net/url.h"
@@ -128,6 +129,16 @@ class FakeAuthorizedServer {
     std::string challenge_scope;                // the 401's scope=
     std::string call_scope;                     // tools/call needs it (403 otherwise)
     bool call_never_enough = false;             // tools/call always 403
+    std::vector<std::string> signing_algs;      // the AS's JWT algorithms; empty = absent
+    // A 2025-03-26 server: no protected resource metadata, the challenge
+    // without resource_metadata; its origin is the authorization server, with
+    // RFC 8414 metadata at the root (legacy_metadata) or none at all (the
+    // default /authorize, /token, /register, served here).
+    bool legacy = false;
+    bool legacy_metadata = true;
+    std::string legacy_metadata_redirect;  // the root metadata answers 302 to it
+    // The token endpoint's answer to client_credentials instead of a token.
+    std::optional<net::Response> client_credentials_answer;
   };
 
   explicit FakeAuthorizedServer(Config config) : config_(std::move(config)) {
@@ -148,8 +159,9 @@ class FakeAuthorizedServer {
   int token_requests = 0;
   std::vector<std::string> authorize_queries;
   std::vector<std::string> token_forms;
-  std::vector<std::string> token_basic_auth;  // decoded "id:secret", "" when none
-  std::string issued;                         // the valid access token
+  std::vector<std::string> token_basic_auth;   // decoded "id:secret", "" when none
+  std::vector<std::string> metadata_requests;  // paths
+  std::string issued;                          // the valid access token
   std::string issued_scope;
   std::string refresh = "refresh-1";
 
@@ -159,8 +171,10 @@ class FakeAuthorizedServer {
   }
   net::Response Challenge(int status, const std::string& error, const std::string& scope) {
     net::Response r = Json(status, {{"error", error}});
-    std::string h = fmt::format("Bearer error=\"{}\", resource_metadata=\"{}\"", error,
-                                base_ + "/.well-known/oauth-protected-resource/mcp");
+    std::string h = config_.legacy
+                        ? fmt::format("Bearer error=\"{}\"", error)
+                        : fmt::format("Bearer error=\"{}\", resource_metadata=\"{}\"", error,
+                                      base_ + "/.well-known/oauth-protected-resource/mcp");
     if (!scope.empty()) h += fmt::format(", scope=\"{}\"", scope);
     r.headers.Set("WWW-Authenticate", h);
     return r;
@@ -182,6 +196,23 @@ class FakeAuthorizedServer {
 
   net::Response Handle(net::Request& req) {
     std::lock_guard<std::mutex> lock(mu);
+    if (req.path.starts_with("/.well-known/")) metadata_requests.push_back(req.path);
+    if (config_.legacy) {
+      if (req.path == "/.well-known/oauth-authorization-server" && config_.legacy_metadata) {
+        if (!config_.legacy_metadata_redirect.empty()) {
+          net::Response r;
+          r.status = 302;
+          r.headers.Set("Location", config_.legacy_metadata_redirect);
+          return r;
+        }
+        req.path = "/.well-known/oauth-authorization-server/as";
+      } else if (req.path.starts_with("/.well-known/")) {
+        return net::Response::Text(404, "not found\n");
+      } else if (!config_.legacy_metadata &&
+                 (req.path == "/authorize" || req.path == "/token" || req.path == "/register")) {
+        req.path = "/as" + req.path;
+      }
+    }
     if (req.method == "GET" && req.path == "/.well-known/oauth-protected-resource/mcp") {
       json::object prm;
       prm["resource"] = config_.prm_resource.empty() ? base_ + "/mcp" : config_.prm_resource;
@@ -203,6 +234,11 @@ class FakeAuthorizedServer {
       json::array methods;
       for (const auto& s : config_.token_auth_methods) methods.emplace_back(s);
       m["token_endpoint_auth_methods_supported"] = std::move(methods);
+      if (!config_.signing_algs.empty()) {
+        json::array algs;
+        for (const auto& a : config_.signing_algs) algs.emplace_back(a);
+        m["token_endpoint_auth_signing_alg_values_supported"] = std::move(algs);
+      }
       return Json(200, m);
     }
     if (req.method == "POST" && req.path == "/as/register") {
@@ -245,6 +281,9 @@ class FakeAuthorizedServer {
           return Json(400, {{"error", "invalid_grant"}});
         }
         refresh = fmt::format("refresh-{}", token_requests);
+      } else if (grant == "client_credentials") {
+        if (config_.client_credentials_answer) return *config_.client_credentials_answer;
+        granted_scope_ = Form(req.body, "scope");
       } else {
         return Json(400, {{"error", "unsupported_grant_type"}});
       }
@@ -301,6 +340,23 @@ struct Harness {
       std::make_shared<FileOAuthStore>(dir.Path("mcp-oauth.json"));
   std::shared_ptr<testing::RedirectFollowingUserAgent> agent =
       std::make_shared<testing::RedirectFollowingUserAgent>();
+
+  // A machine-to-machine client: the client credentials grant, no user.
+  OAuthOptions MachineOptions(std::string client_id, std::string secret, std::string key_pem = "") {
+    OAuthOptions o;
+    o.store = store;
+    o.client_credentials = true;
+    o.client_id = std::move(client_id);
+    o.client_secret = std::move(secret);
+    o.private_key_pem = std::move(key_pem);
+    return o;
+  }
+  ClientOptions Machine(std::string client_id, std::string secret, std::string key_pem = "") {
+    ClientOptions c;
+    c.oauth = MakeOAuthSessionFactory(
+        MachineOptions(std::move(client_id), std::move(secret), std::move(key_pem)));
+    return c;
+  }
 
   ClientOptions Options(bool interactive = true, std::string client_id = "",
                         std::string secret = "") {
@@ -438,6 +494,209 @@ TEST(OAuthFlowTest, RefusesMetadataForAnotherResource) {
   ASSERT_FALSE(client);
   EXPECT_NE(client.error().message.find("evil.example.com"), std::string::npos);
   EXPECT_EQ(h.agent->authorizations, 0);
+}
+
+// ------------------------------------------------------------ client credentials
+
+std::string FormFieldOf(const std::string& body, const std::string& key) {
+  for (const auto& [k, v] : net::ParseQuery(body)) {
+    if (k == key) return v;
+  }
+  return "";
+}
+
+// The claims of a compact JWS (the signature is jwt_assertion_test's).
+json::object JwtClaimsOf(const std::string& jwt) {
+  auto parts = Split(jwt, '.');
+  if (parts.size() != 3) return {};
+  std::string b(parts[1]);
+  for (char& c : b) c = c == '-' ? '+' : (c == '_' ? '/' : c);
+  while (b.size() % 4 != 0) b += '=';
+  return ParseJsonObject(Base64Decode(b).value_or("")).value_or(json::object{});
+}
+
+TEST(OAuthClientCredentialsTest, ASecretGetsATokenWithoutAUserAndAgainWhenRejected) {
+  FakeAuthorizedServer::Config config;
+  config.token_auth_methods = {"client_secret_basic"};
+  config.challenge_scope = "tools";
+  FakeAuthorizedServer server(config);
+  Harness h;
+  {
+    auto client = McpClient::ConnectHttp(server.url(), {}, h.Machine("m2m", "s3cret"));
+    ASSERT_TRUE(client) << client.error().message;
+  }
+  {
+    std::lock_guard<std::mutex> lock(server.mu);
+    ASSERT_EQ(server.token_forms.size(), 1u);
+    EXPECT_EQ(FormFieldOf(server.token_forms[0], "grant_type"), "client_credentials");
+    EXPECT_EQ(FormFieldOf(server.token_forms[0], "resource"), server.url());
+    EXPECT_EQ(FormFieldOf(server.token_forms[0], "scope"), "tools");
+    EXPECT_EQ(server.token_basic_auth[0], "m2m:s3cret");
+    EXPECT_EQ(server.registrations, 0);
+    EXPECT_TRUE(server.authorize_queries.empty());
+    // The token expires and cannot be refreshed.
+    server.issued = "expired";
+    server.refresh = "forgotten";
+  }
+  auto stored = h.store->Load(server.url());
+  ASSERT_TRUE(stored && *stored);
+  EXPECT_EQ((*stored)->grant_type, "client_credentials");
+  EXPECT_EQ((*stored)->client_secret, "s3cret");
+  // A later run (deepbox run: no user agent, no credentials given) gets a
+  // new token with the kept client.
+  auto client = McpClient::ConnectHttp(server.url(), {}, h.Options(false));
+  ASSERT_TRUE(client) << client.error().message;
+  std::lock_guard<std::mutex> lock(server.mu);
+  EXPECT_EQ(FormFieldOf(server.token_forms.back(), "grant_type"), "client_credentials");
+  EXPECT_EQ(server.token_basic_auth.back(), "m2m:s3cret");
+  EXPECT_EQ(h.agent->authorizations, 0);
+}
+
+TEST(OAuthClientCredentialsTest, SecretPostWhenTheServerTakesOnlyThat) {
+  FakeAuthorizedServer::Config config;
+  config.token_auth_methods = {"client_secret_post"};
+  FakeAuthorizedServer server(config);
+  Harness h;
+  auto client = McpClient::ConnectHttp(server.url(), {}, h.Machine("m2m", "s3cret"));
+  ASSERT_TRUE(client) << client.error().message;
+  std::lock_guard<std::mutex> lock(server.mu);
+  EXPECT_EQ(FormFieldOf(server.token_forms[0], "client_id"), "m2m");
+  EXPECT_EQ(FormFieldOf(server.token_forms[0], "client_secret"), "s3cret");
+  EXPECT_EQ(server.token_basic_auth[0], "");
+}
+
+TEST(OAuthClientCredentialsTest, PrivateKeyJwtSendsASignedAssertionForTheIssuer) {
+  FakeAuthorizedServer::Config config;
+  config.token_auth_methods = {"private_key_jwt"};
+  config.signing_algs = {"ES256"};
+  FakeAuthorizedServer server(config);
+  Harness h;
+  const std::string key = testing::EcPrivateKeyPem("P-256");
+  auto client = McpClient::ConnectHttp(server.url(), {}, h.Machine("m2m", "", key));
+  ASSERT_TRUE(client) << client.error().message;
+  std::lock_guard<std::mutex> lock(server.mu);
+  const std::string& form = server.token_forms[0];
+  EXPECT_EQ(FormFieldOf(form, "client_assertion_type"),
+            "urn:ietf:params:oauth:client-assertion-type:jwt-bearer");
+  EXPECT_EQ(FormFieldOf(form, "client_secret"), "");
+  json::object claims = JwtClaimsOf(FormFieldOf(form, "client_assertion"));
+  EXPECT_EQ(GetOptString(claims, "iss").value_or(""), "m2m");
+  EXPECT_EQ(GetOptString(claims, "sub").value_or(""), "m2m");
+  const std::string base = server.url().substr(0, server.url().size() - 4);
+  EXPECT_EQ(GetOptString(claims, "aud").value_or(""), base + "/as");
+  // The key stays on the host, in the private store.
+  EXPECT_EQ((*h.store->Load(server.url()))->private_key_pem, key);
+}
+
+TEST(OAuthClientCredentialsTest, RefusesWhatTheServerDoesNotTake) {
+  struct Case {
+    std::vector<std::string> methods, algs;
+    bool with_key;
+    std::string expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"private_key_jwt"}, {"RS256"}, true, "verifies RS256 assertions, not ES256"},
+           {{"client_secret_basic"}, {}, true, "does not take private_key_jwt"},
+           {{"private_key_jwt"}, {}, false, "neither client_secret_basic nor"},
+       }) {
+    FakeAuthorizedServer::Config config;
+    config.token_auth_methods = c.methods;
+    config.signing_algs = c.algs;
+    FakeAuthorizedServer server(config);
+    Harness h;
+    OAuthSession session(server.url(),
+                         h.MachineOptions("m2m", c.with_key ? "" : "s",
+                                          c.with_key ? testing::EcPrivateKeyPem("P-256") : ""));
+    auto st = session.Login();
+    ASSERT_FALSE(st) << c.expect;
+    EXPECT_NE(st.error().message.find(c.expect), std::string::npos) << st.error().message;
+    std::lock_guard<std::mutex> lock(server.mu);
+    EXPECT_EQ(server.token_requests, 0);
+  }
+}
+
+TEST(OAuthClientCredentialsTest, HostileTokenAnswersAreClearErrors) {
+  auto json_answer = [](int status, const std::string& body) {
+    return net::Response::Json(status, body);
+  };
+  net::Response redirect;
+  redirect.status = 307;
+  redirect.headers.Set("Location", "http://127.0.0.2:9/token");
+  struct Case {
+    net::Response answer;
+    std::string expect;
+  };
+  for (const Case& c : std::vector<Case>{
+           {json_answer(200, "{not json"), "HTTP 200: {not json"},
+           {json_answer(200, R"({"access_token":"t","token_type":"mac"})"),
+            "unsupported token_type 'mac'"},
+           {json_answer(200, R"({"token_type":"Bearer"})"), "no access_token"},
+           {json_answer(401, R"({"error":"invalid_client","error_description":"who?"})"),
+            "HTTP 401: invalid_client: who?"},
+           {redirect, "HTTP 307"},
+       }) {
+    FakeAuthorizedServer::Config config;
+    config.token_auth_methods = {"client_secret_basic"};
+    config.client_credentials_answer = c.answer;
+    FakeAuthorizedServer server(config);
+    Harness h;
+    OAuthSession session(server.url(), h.MachineOptions("m2m", "s"));
+    auto st = session.Login();
+    ASSERT_FALSE(st) << c.expect;
+    EXPECT_EQ(st.error().code, ErrorCode::kUnauthenticated);
+    EXPECT_NE(st.error().message.find(c.expect), std::string::npos) << st.error().message;
+    EXPECT_FALSE(*h.store->Load(server.url()));  // nothing half-kept
+  }
+}
+
+// ------------------------------------------------------------ 2025-03-26 servers
+
+TEST(OAuthLegacyTest, MetadataAtTheServersOriginWithoutResourceMetadata) {
+  FakeAuthorizedServer::Config config;
+  config.legacy = true;
+  FakeAuthorizedServer server(config);
+  Harness h;
+  auto client = McpClient::ConnectHttp(server.url(), {}, h.Options());
+  ASSERT_TRUE(client) << client.error().message;
+  std::lock_guard<std::mutex> lock(server.mu);
+  EXPECT_EQ(server.metadata_requests,
+            (std::vector<std::string>{"/.well-known/oauth-protected-resource/mcp",
+                                      "/.well-known/oauth-protected-resource",
+                                      "/.well-known/oauth-authorization-server"}));
+  ASSERT_EQ(server.authorize_queries.size(), 1u);
+  EXPECT_TRUE(server.authorize_queries[0].starts_with("/as/authorize?"));
+  EXPECT_NE(server.authorize_queries[0].find("resource=" + net::PercentEncode(server.url())),
+            std::string::npos);
+}
+
+TEST(OAuthLegacyTest, DefaultEndpointsWhenThereIsNoMetadataAtAll) {
+  FakeAuthorizedServer::Config config;
+  config.legacy = true;
+  config.legacy_metadata = false;
+  FakeAuthorizedServer server(config);
+  Harness h;
+  auto client = McpClient::ConnectHttp(server.url(), {}, h.Options());
+  ASSERT_TRUE(client) << client.error().message;
+  const std::string base = server.url().substr(0, server.url().size() - 4);
+  EXPECT_TRUE(h.agent->last_authorization_url.starts_with(base + "/authorize?"))
+      << h.agent->last_authorization_url;
+  std::lock_guard<std::mutex> lock(server.mu);
+  EXPECT_EQ(server.registrations, 1);   // at /register
+  EXPECT_EQ(server.token_requests, 1);  // at /token
+}
+
+TEST(OAuthLegacyTest, MetadataIsNotReadThroughARedirect) {
+  FakeAuthorizedServer::Config config;
+  config.legacy = true;
+  config.legacy_metadata_redirect = "http://127.0.0.2:9/.well-known/oauth-authorization-server";
+  FakeAuthorizedServer server(config);
+  Harness h;
+  auto client = McpClient::ConnectHttp(server.url(), {}, h.Options());
+  ASSERT_FALSE(client);
+  EXPECT_NE(client.error().message.find("a redirect to http://127.0.0.2:9/"), std::string::npos)
+      << client.error().message;
+  EXPECT_NE(client.error().message.find("not followed"), std::string::npos);
+  EXPECT_EQ(h.agent->authorizations, 0);  // no default endpoints guessed either
 }
 
 }  // namespace
