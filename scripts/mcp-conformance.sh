@@ -8,7 +8,8 @@
 # scenarios exercise deepbox's protocol code) on a state directory of its own
 # and runs the server scenarios (active and pending suites), then
 # the client scenarios against deepbox's MCP client (BUILD_DIR/bin/
-# mcp_conformance_client), against tests/mcp-conformance/baseline.yml
+# mcp_conformance_client: the core ones, and the auth, backcompat,
+# extensions and draft suites), against tests/mcp-conformance/baseline.yml
 # (expected failures, one reason each), and `deepbox mcp login` on the auth
 # scenarios a login completes (tests/mcp-conformance/login-with-curl.sh, curl
 # as the browser; none may fail). A scenario failing outside the
@@ -117,15 +118,30 @@ if ! (cd "$work" && node "$suite" client --command "$client" --suite auth --time
   rc=1
 fi
 sed -n '/SUITE SUMMARY/,$p' "$work/client-auth.log"
+# The suite's other auth groups: the 2025-03-26 back-compat scenarios (no
+# protected resource metadata), the extensions (client credentials with a
+# secret or a JWT assertion; cross-app access, listed in the baseline) and
+# the draft ones (a resource mismatch refused; offline_access, SEP-2207).
+for group in backcompat extensions draft; do
+  echo "mcp conformance: client scenarios, $group suite (deepbox's MCP client)"
+  if ! (cd "$work" && node "$suite" client --command "$client" --suite "$group" --timeout 10000 \
+          --expected-failures "$baseline" >"$work/client-$group.log" 2>&1); then
+    rc=1
+  fi
+  sed -n '/SUITE SUMMARY/,$p' "$work/client-$group.log"
+done
 # `deepbox mcp login` itself (the loopback redirect listener, the token file),
 # curl in the browser's place, on the auth scenarios a login alone completes
 # (the step-up and retry-limit ones need tool calls after it; basic-cimd a
-# client metadata URL deepbox has none of).
+# client metadata URL deepbox has none of), and `deepbox mcp login
+# --client-credentials` (no browser) on the client credentials ones.
 login_client="$root/tests/mcp-conformance/login-with-curl.sh $build/bin/deepbox"
 for scenario in metadata-default metadata-var1 metadata-var2 metadata-var3 \
                 scope-from-www-authenticate scope-from-scopes-supported scope-omitted-when-undefined \
                 token-endpoint-auth-basic token-endpoint-auth-post token-endpoint-auth-none \
-                pre-registration; do
+                pre-registration 2025-03-26-oauth-metadata-backcompat \
+                2025-03-26-oauth-endpoint-fallback client-credentials-basic \
+                client-credentials-jwt; do
   if (cd "$work" && node "$suite" client --command "$login_client" --scenario "auth/$scenario" \
         --timeout 20000 >"$work/login-$scenario.log" 2>&1); then
     echo "mcp conformance: deepbox mcp login, auth/$scenario: passed"

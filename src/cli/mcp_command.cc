@@ -22,6 +22,9 @@ struct McpLoginArgs {
   std::vector<std::string> mcp_configs;
   std::string client_id;
   std::string client_secret_file;
+  bool client_credentials = false;
+  std::string private_key_file;
+  std::string signing_alg;
   bool logout = false;
 };
 
@@ -55,6 +58,13 @@ Result<std::string> ResolveMcpServerUrl(const McpLoginArgs& args) {
                        "' in the MCP configs (give its URL, or --mcp-config FILE)");
 }
 
+// A secret or a private key from a file on this host (64 KiB at most).
+Result<std::string> ReadSecretFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return tl::unexpected(SyscallError("open", errno, path));
+  return ReadAll(fd.get(), path, 64u << 10);
+}
+
 int RunMcpLogin(const McpLoginArgs& args) {
   auto url = ResolveMcpServerUrl(args);
   if (!url) return ReportError(url.error());
@@ -70,16 +80,34 @@ int RunMcpLogin(const McpLoginArgs& args) {
   o.store = store;
   o.client_id = args.client_id;
   if (!args.client_secret_file.empty()) {
-    UniqueFd fd(::open(args.client_secret_file.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) {
-      return ReportError(SyscallError("open", errno, args.client_secret_file));
-    }
-    auto secret = ReadAll(fd.get(), args.client_secret_file, 64u << 10);
+    auto secret = ReadSecretFile(args.client_secret_file);
     if (!secret) return ReportError(secret.error());
     while (!secret->empty() && (secret->back() == '\n' || secret->back() == '\r')) {
       secret->pop_back();
     }
     o.client_secret = *secret;
+  }
+  if (args.client_credentials) {
+    if (args.client_id.empty() ||
+        args.client_secret_file.empty() == args.private_key_file.empty()) {
+      return ReportError(Error{ErrorCode::kInvalidArgument,
+                               "--client-credentials needs --client-id and either "
+                               "--client-secret-file or --private-key-file"});
+    }
+    if (!args.private_key_file.empty()) {
+      auto key = ReadSecretFile(args.private_key_file);
+      if (!key) return ReportError(key.error());
+      o.private_key_pem = *key;
+    }
+    o.client_credentials = true;
+    o.signing_alg = args.signing_alg;
+    mcp::OAuthSession session(*url, std::move(o));
+    if (auto st = session.Login(); !st) return ReportError(st.error());
+    std::fprintf(stderr,
+                 "deepbox: authorized as client %s; the client's credentials and tokens for %s "
+                 "are in %s (mode 0600)\n",
+                 args.client_id.c_str(), url->c_str(), path->c_str());
+    return kExitOk;
   }
   auto agent = mcp::MakeLoopbackUserAgent([](const std::string& authorization_url) {
     std::fprintf(stderr,
@@ -119,6 +147,18 @@ void RegisterMcpLoginCommands(CLI::App& mcp_cmd) {
                       "deepbox registers itself when the server allows it)");
       cmd->add_option("--client-secret-file", args->client_secret_file,
                       "A file holding that client's secret");
+      cmd->add_flag("--client-credentials", args->client_credentials,
+                    "Machine to machine: the OAuth client credentials grant (no browser,\n"
+                    "no user) with --client-id and --client-secret-file or\n"
+                    "--private-key-file. The client's secret or key is kept with the\n"
+                    "tokens (0600, on this host), so `deepbox run` gets new tokens alone");
+      cmd->add_option("--private-key-file", args->private_key_file,
+                      "With --client-credentials: a PEM private key (EC P-256/384/521 or\n"
+                      "RSA) whose public key the authorization server has; deepbox signs\n"
+                      "a JWT assertion with it (private_key_jwt) instead of sending a secret");
+      cmd->add_option("--signing-alg", args->signing_alg,
+                      "The JWT assertion's algorithm (default: the key's own: ES256, ES384,\n"
+                      "ES512 or RS256)");
     }
     cmd->callback([args] { SetExitCode(RunMcpLogin(*args)); });
   }

@@ -671,8 +671,10 @@ Status OAuthSession::Authorize(const BearerChallenge& challenge) {
   if (token_endpoint.empty()) {
     return fail(fmt::format("the metadata of {} has no token_endpoint", issuer));
   }
+  // A kept machine client is used when nobody is there to authorize (a run);
+  // `deepbox mcp login` without --client-credentials means a user's login.
   if (options_.client_credentials ||
-      (credentials_ && credentials_->grant_type == "client_credentials")) {
+      (credentials_ && credentials_->grant_type == "client_credentials" && !options_.user_agent)) {
     return ClientCredentialsGrant(issuer, token_endpoint, auth_methods, signing_algs, resource,
                                   scope);
   }

@@ -552,6 +552,25 @@ TEST(OAuthClientCredentialsTest, ASecretGetsATokenWithoutAUserAndAgainWhenReject
   EXPECT_EQ(h.agent->authorizations, 0);
 }
 
+TEST(OAuthClientCredentialsTest, AUsersLoginAfterwardsIsAUsersAuthorization) {
+  FakeAuthorizedServer::Config config;
+  config.token_auth_methods = {"none", "client_secret_basic"};
+  FakeAuthorizedServer server(config);
+  Harness h;
+  OAuthSession machine(server.url(), h.MachineOptions("m2m", "s3cret"));
+  ASSERT_TRUE(machine.Login());
+  OAuthOptions user;
+  user.store = h.store;
+  user.user_agent = h.agent;
+  OAuthSession session(server.url(), std::move(user));
+  auto st = session.Login();
+  ASSERT_TRUE(st) << st.error().message;
+  EXPECT_EQ(h.agent->authorizations, 1);
+  EXPECT_EQ((*h.store->Load(server.url()))->grant_type, "");
+  std::lock_guard<std::mutex> lock(server.mu);
+  EXPECT_EQ(FormFieldOf(server.token_forms.back(), "grant_type"), "authorization_code");
+}
+
 TEST(OAuthClientCredentialsTest, SecretPostWhenTheServerTakesOnlyThat) {
   FakeAuthorizedServer::Config config;
   config.token_auth_methods = {"client_secret_post"};
