@@ -12,6 +12,7 @@
 #include "cli/provider_flags.h"
 #include "common/io.h"
 #include "common/unique_fd.h"
+#include "mcp/jwt_assertion.h"
 #include "mcp/oauth.h"
 
 namespace deepbox::cli {
@@ -97,6 +98,11 @@ int RunMcpLogin(const McpLoginArgs& args) {
     if (!args.private_key_file.empty()) {
       auto key = ReadSecretFile(args.private_key_file);
       if (!key) return ReportError(key.error());
+      // A key that cannot sign is reported before any request.
+      if (auto alg = mcp::JwtAlgorithmForKey(*key); !alg) {
+        return ReportError(
+            Error{alg.error().code, args.private_key_file + ": " + alg.error().message});
+      }
       o.private_key_pem = *key;
     }
     o.client_credentials = true;
