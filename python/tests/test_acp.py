@@ -720,6 +720,133 @@ def test_long_idle_session_is_suspended_and_the_next_prompt_resumes_it(
     assert sandboxes(deepbox_bin, env) == []
 
 
+def tool_text(editor: Editor, call_id: str) -> str:
+    return "".join(c.content.text for u in editor.of_kind("tool_call_update") if u.tool_call_id == call_id
+                   for c in (u.content or []) if c.type == "content")
+
+
+def test_a_session_with_the_editors_mcp_server_is_suspended_and_starts_it_again(
+        tmp_path: Path, deepbox_bin: str, env: dict[str, str], project: Path) -> None:
+    (project / "shout_server.py").write_text(MCP_SERVER)
+    model = write_replay(tmp_path / "mcp-suspend.jsonl", [
+        {"tool_calls": [call("t_before", "mcp__shout__shout", text="before")]},
+        {"text": "first done"},
+        {"tool_calls": [call("t_after", "mcp__shout__shout", text="after")]},
+        # The server's program goes: it cannot start after the next suspend.
+        {"tool_calls": [call("t_mv", "execute", command="mv /workspace/shout_server.py /tmp/")]},
+        {"text": "second done"},
+        {"text": "third done"},  # shout is no longer offered: the replay could not call it
+    ])
+    editor = Editor()
+    log = (tmp_path / "acp-stderr.log").open("wb")
+
+    async def run() -> None:
+        from acp.schema import McpServerStdio
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       "--mode", "auto", "--idle-pause", "1", "--idle-suspend", "2",
+                                       env=env, transport_kwargs={"stderr": log.fileno()}) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            server = McpServerStdio(name="shout", command="python3",
+                                    args=["/workspace/shout_server.py"], env=[])
+            session = await conn.new_session(cwd=str(project), mcp_servers=[server])
+            for text in ("one", "two", "three"):
+                resp = await conn.prompt(session_id=session.session_id, prompt=[text_block(text)])
+                assert resp.stop_reason == "end_turn"
+                if text != "three":
+                    await wait_for_mode(deepbox_bin, env, "suspended")
+
+    asyncio.run(run())
+    before, after = tool_text(editor, "t_before"), tool_text(editor, "t_after")
+    assert "BEFORE from /workspace" in before, before
+    # The suspend ended the server's process: started again, it answered.
+    assert "AFTER from /workspace" in after, after
+    log.close()
+    stderr = (tmp_path / "acp-stderr.log").read_text()
+    assert "MCP server (after the resume) shout: 1 tool (stdio in the sandbox" in stderr, stderr
+    # A server that does not start again is said on stderr; the prompt still ran
+    # (its tools are withdrawn: agent_mcp_test checks a call's error naming it).
+    assert ("MCP server 'shout' (the client's mcpServers) did not start again after the sandbox "
+            "was suspended") in stderr, stderr
+    assert sandboxes(deepbox_bin, env) == []
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_editors_http_mcp_server_is_called_from_the_host(
+        tmp_path: Path, deepbox_bin: str, env: dict[str, str], project: Path) -> None:
+    """A real Streamable HTTP MCP server on loopback (`deepbox mcp --listen`,
+    with a bearer token): its tools reach the agent, asked like commands,
+    and the token is sent from the host, never put into the sandbox."""
+    import socket
+    token = "acp-test-token-0123456789"
+    port = free_port()
+    mcp_state = tempfile.mkdtemp(prefix="dbacpm-", dir="/tmp")
+    server_env = dict(env, DEEPBOX_STATE_DIR=mcp_state, DEEPBOX_MCP_TOKEN=token)
+    log = tempfile.TemporaryFile()
+    server = subprocess.Popen([deepbox_bin, "mcp", "--listen", f"127.0.0.1:{port}", "--ttl", "900"],
+                              env=server_env, stdout=log, stderr=log)
+    try:
+        for _ in range(600):
+            assert server.poll() is None, "deepbox mcp exited"
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        model = write_replay(tmp_path / "mcp-http.jsonl", [
+            {"tool_calls": [call("t_list", "mcp__box__sandbox_list")]},
+            {"tool_calls": [call("t_env", "execute",
+                                 command="grep -rsl acp-test-token /proc/*/environ /workspace | wc -l")]},
+            {"text": "done"},
+        ])
+        editor = Editor()
+        acp_log = (tmp_path / "acp-stderr.log").open("wb")
+
+        async def run() -> Any:
+            from acp.schema import HttpHeader, HttpMcpServer
+            async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                           env=env, transport_kwargs={"stderr": acp_log.fileno()}) as (conn, proc):
+                init = await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+                url = f"http://127.0.0.1:{port}/mcp"
+                servers = [
+                    HttpMcpServer(type="http", name="box", url=url,
+                                  headers=[HttpHeader(name="Authorization", value=f"Bearer {token}")]),
+                    # A wrong token: refused by the server, left out, the session still opens.
+                    HttpMcpServer(type="http", name="nope", url=url,
+                                  headers=[HttpHeader(name="Authorization", value="Bearer wrong")]),
+                ]
+                session = await conn.new_session(cwd=str(project), mcp_servers=servers)
+                stderr = (tmp_path / "acp-stderr.log").read_text()
+                assert "MCP server box: " in stderr and "(http, protocol " in stderr, stderr
+                assert "MCP server 'nope' (the client's mcpServers) did not start" in stderr, stderr
+                resp = await conn.prompt(session_id=session.session_id, prompt=[text_block("go")])
+                assert resp.stop_reason == "end_turn"
+                return init
+
+        init = asyncio.run(run())
+    finally:
+        server.send_signal(15)
+        server.wait(60)
+        shutil.rmtree(mcp_state, ignore_errors=True)
+    assert init.agent_capabilities.mcp_capabilities.http is True
+    assert init.agent_capabilities.mcp_capabilities.sse is False
+    # Asked like a command, and said to run from this machine.
+    asked = [p for p in editor.permissions if p.tool_call_id == "t_list"]
+    assert len(asked) == 1
+    shown = "".join(c.content.text for c in asked[0].content if c.type == "content")
+    assert "an HTTP server, called from this machine" in shown, shown
+    done = [u for u in editor.of_kind("tool_call_update") if u.tool_call_id == "t_list" and u.status]
+    assert done[-1].status == "completed", tool_text(editor, "t_list")
+    counted = {line for line in tool_text(editor, "t_env").splitlines() if line.strip("` ")}
+    assert counted == {"0"}, tool_text(editor, "t_env")  # no process nor file holds the token
+    assert sandboxes(deepbox_bin, env) == []
+
+
 def test_a_session_with_a_prompt_running_is_not_paused(
         tmp_path: Path, deepbox_bin: str, env: dict[str, str], project: Path) -> None:
     model = write_replay(tmp_path / "busy.jsonl", [

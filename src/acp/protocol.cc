@@ -74,7 +74,9 @@ json::object InitializeResult(const json::object& params, std::string_view agent
       {"loadSession", true},
       {"promptCapabilities",
        json::object{{"image", true}, {"audio", false}, {"embeddedContext", true}}},
-      {"mcpCapabilities", json::object{{"http", false}, {"sse", false}}},
+      // http: connected from the host by deepbox's MCP client (Streamable
+      // HTTP). Not sse: the old HTTP+SSE transport is not implemented there.
+      {"mcpCapabilities", json::object{{"http", true}, {"sse", false}}},
   };
   // The model key comes from the environment the editor starts deepbox in
   // (its agent_servers / acp.json "env"); a replay model needs none.

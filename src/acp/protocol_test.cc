@@ -10,6 +10,9 @@ TEST(ProtocolTest, InitializeNamesCapabilitiesAndAuth) {
   EXPECT_EQ(r.at("protocolVersion").as_int64(), 1);
   EXPECT_TRUE(r.at("agentCapabilities").at("loadSession").as_bool());
   EXPECT_TRUE(r.at("agentCapabilities").at("promptCapabilities").at("image").as_bool());
+  // HTTP MCP servers are taken (from the host), the old HTTP+SSE transport is not.
+  EXPECT_TRUE(r.at("agentCapabilities").at("mcpCapabilities").at("http").as_bool());
+  EXPECT_FALSE(r.at("agentCapabilities").at("mcpCapabilities").at("sse").as_bool());
   const auto& auth = r.at("authMethods").as_array();
   ASSERT_FALSE(auth.empty());
   EXPECT_EQ(auth[0].at("vars").at(0).at("name").as_string(), "ANTHROPIC_API_KEY");

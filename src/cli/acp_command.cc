@@ -125,8 +125,8 @@ void RegisterAcpCommand(CLI::App& app) {
   cmd->add_option("--idle-suspend", flags->idle_suspend_seconds,
                   "Suspend a session's sandbox after SECONDS with no prompt running: every\n"
                   "process in it ends (memory freed, files kept) and the next prompt resumes\n"
-                  "it with fresh processes. Not a session with the editor's MCP servers (they\n"
-                  "run in the sandbox). 0 = never. Default 1800");
+                  "it with fresh processes (the editor's stdio MCP servers are started again\n"
+                  "in it). 0 = never. Default 1800");
   cmd->add_option("--ttl", flags->run.ttl_seconds,
                   "Delete a session's sandbox SECONDS after it was made even if deepbox dies;\n"
                   "0 = no TTL. Default 86400");

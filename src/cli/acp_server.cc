@@ -208,9 +208,12 @@ class SessionSandbox : public ForwardingSandbox {
   std::set<std::string> running_;
 };
 
-// session/new's and session/load's mcpServers as deepbox MCP servers that
-// run inside the session's sandbox (nothing of a session runs on the host).
-// Only stdio servers: the capabilities say http and sse are not taken.
+// session/new's and session/load's mcpServers as deepbox MCP servers. A
+// stdio server runs inside the session's sandbox (nothing of a session runs
+// on the host); an http one is the editor's remote service, connected to from
+// the host by deepbox's own MCP client, so its headers (tokens) never enter
+// the sandbox. sse (the old HTTP+SSE transport) is not taken: the
+// capabilities say so.
 Result<std::vector<agent::McpServerConfig>> ClientMcpServers(const json::object& params) {
   std::vector<agent::McpServerConfig> out;
   const json::value* list = params.if_contains("mcpServers");
@@ -218,6 +221,18 @@ Result<std::vector<agent::McpServerConfig>> ClientMcpServers(const json::object&
   if (!list->is_array()) {
     return MakeError(ErrorCode::kInvalidArgument, "\"mcpServers\" must be an array");
   }
+  // ACP's env and headers: [{"name": ..., "value": ...}].
+  auto pairs = [](const json::object& o, std::string_view key) {
+    std::map<std::string, std::string> m;
+    if (const json::value* v = o.if_contains(key); v && v->is_array()) {
+      for (const auto& e : v->get_array()) {
+        if (const json::object* eo = e.if_object()) {
+          m[FindString(*eo, {"name"})] = FindString(*eo, {"value"});
+        }
+      }
+    }
+    return m;
+  };
   for (const auto& v : list->get_array()) {
     const json::object* o = v.if_object();
     if (!o) return MakeError(ErrorCode::kInvalidArgument, "an MCP server must be an object");
@@ -226,8 +241,20 @@ Result<std::vector<agent::McpServerConfig>> ClientMcpServers(const json::object&
     std::string type = FindString(*o, {"type"});
     std::string command = FindString(*o, {"command"});
     if (c.name.empty()) return MakeError(ErrorCode::kInvalidArgument, "an MCP server needs a name");
+    c.source = "the client's mcpServers";
+    if (type == "http") {
+      c.url = FindString(*o, {"url"});
+      if (!c.url.starts_with("http://") && !c.url.starts_with("https://")) {
+        LogLine("MCP server '" + c.name + "' skipped: its url must be http:// or https://");
+        continue;
+      }
+      c.http = true;
+      c.headers = pairs(*o, "headers");
+      out.push_back(std::move(c));
+      continue;
+    }
     if ((!type.empty() && type != "stdio") || command.empty()) {
-      LogLine("MCP server '" + c.name + "' skipped: only stdio servers are taken (type " +
+      LogLine("MCP server '" + c.name + "' skipped: only stdio and http servers are taken (type " +
               (type.empty() ? std::string("unknown") : type) + ")");
       continue;
     }
@@ -237,15 +264,8 @@ Result<std::vector<agent::McpServerConfig>> ClientMcpServers(const json::object&
         if (a.is_string()) c.command.emplace_back(a.get_string());
       }
     }
-    if (const json::value* env = o->if_contains("env"); env && env->is_array()) {
-      for (const auto& e : env->get_array()) {
-        if (const json::object* eo = e.if_object()) {
-          c.env[FindString(*eo, {"name"})] = FindString(*eo, {"value"});
-        }
-      }
-    }
+    c.env = pairs(*o, "env");
     c.sandbox = true;
-    c.source = "the client's mcpServers";
     out.push_back(std::move(c));
   }
   return out;
@@ -276,8 +296,10 @@ struct Session {
   std::string root;
   std::unique_ptr<run::LeaseGuard> lease;
   std::unique_ptr<SessionSandbox> agent_sandbox;  // over the lease's
-  std::shared_ptr<agent::McpToolset> mcp_tools;   // the client's servers, in the sandbox
+  // The client's servers: stdio ones in the sandbox, http ones from the host.
+  std::shared_ptr<agent::McpToolset> mcp_tools;
   std::set<std::string> mcp_tool_names;
+  std::set<std::string> mcp_http_tool_names;  // of those, the http servers' tools
   std::unique_ptr<agent::DeepAgent> agent;
   std::atomic<int> mode{0};
   std::atomic<bool> always_edits{false};
@@ -457,8 +479,17 @@ Status AcpServer::BeginSandboxUse(Session& s) {
                                                     "while idle): {}",
                                                     id, s.id, how, st.error().message));
     }
+    const bool suspended = s.rest == SandboxRest::kSuspended;
     s.rest = SandboxRest::kRunning;
     LogLine(fmt::format("session {}: sandbox {} resumed (was {})", s.id, id, how));
+    // A suspend ended every process: the client's stdio servers among them.
+    // Started again before the prompt runs (a server that does not start is
+    // reported, and its tools answer with an error naming it).
+    if (suspended && s.mcp_tools && s.mcp_tools->RestartSandboxed() > 0) {
+      for (const auto& line : s.mcp_tools->Describe()) {
+        LogLine("session " + s.id + ": MCP server (after the resume) " + line);
+      }
+    }
   }
   ++s.sandbox_users;
   return {};
@@ -510,9 +541,9 @@ void AcpServer::RestIfIdle(Session& s, std::chrono::steady_clock::time_point now
   const auto idle = now - s.idle_since;
   const std::string id = s.lease->sandbox().id();
   // Suspended after --idle-suspend (from running or paused): every process
-  // ends, memory is freed. Not a session with the client's MCP servers:
-  // they are processes in the sandbox, and would not come back.
-  if (config_.idle_suspend.count() > 0 && idle >= config_.idle_suspend && !s.mcp_tools &&
+  // ends, memory is freed; the client's stdio MCP servers, processes in the
+  // sandbox, are started again on resume (BeginSandboxUse).
+  if (config_.idle_suspend.count() > 0 && idle >= config_.idle_suspend &&
       !suspend_unsupported_.load() &&
       (s.suspend_tried_since == std::chrono::steady_clock::time_point{} ||
        now - s.suspend_tried_since >= config_.idle_suspend)) {
@@ -705,7 +736,8 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
   for (const char* tool : {"execute", "write_file", "edit_file", "delete"}) {
     ao.interrupt_on[tool] = agent::InterruptConfig{};
   }
-  // The client's MCP servers run inside the sandbox, as everything else does.
+  // The client's stdio MCP servers run inside the sandbox, as everything else
+  // does; its http servers are reached from the host.
   if (!mcp_servers->empty()) {
     agent::McpToolsetOptions mo;
     mo.sandbox = s->agent_sandbox.get();
@@ -720,6 +752,9 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
       ao.tools.push_back(tool);
       ao.interrupt_on[tool->name()] = agent::InterruptConfig{};
       s->mcp_tool_names.insert(tool->name());
+      if (const auto* server = s->mcp_tools->ServerOf(tool->name()); server && server->http) {
+        s->mcp_http_tool_names.insert(tool->name());
+      }
     }
   }
   auto created = agent::DeepAgent::Create(std::move(ao));
@@ -972,7 +1007,10 @@ agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
   } else if (a.name == "execute") {
     content.push_back(acp::TextContent("$ " + arg + "\n(runs in the sandbox)"));
   } else if (execute) {
-    content.push_back(acp::TextContent("MCP tool " + a.name + " (its server runs in the sandbox)"));
+    content.push_back(acp::TextContent("MCP tool " + a.name +
+                                       (s.mcp_http_tool_names.contains(a.name)
+                                            ? " (an HTTP server, called from this machine)"
+                                            : " (its server runs in the sandbox)")));
   }
   json::object call{{"title", title},     {"kind", acp::ToolKind(a.name)}, {"status", "pending"},
                     {"content", content}, {"locations", locations},        {"rawInput", a.args}};

@@ -25,8 +25,8 @@ struct AcpConfig {
   std::chrono::seconds idle_pause{300};
   // After this long with no prompt running it is suspended instead (every
   // process in it ends: memory freed, files kept); the next prompt resumes
-  // it with fresh processes. Not a session with the client's MCP servers
-  // (they run in the sandbox). 0 = never.
+  // it with fresh processes (the client's stdio MCP servers are started
+  // again in it). 0 = never.
   std::chrono::seconds idle_suspend{1800};
 };
 

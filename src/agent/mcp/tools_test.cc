@@ -160,6 +160,94 @@ TEST(McpTools, StdioServerInsideTheSandbox) {
   EXPECT_NE(problems.lines.back().find("there is no sandbox"), std::string::npos);
 }
 
+// After a suspend the sandbox's processes are gone: RestartSandboxed starts
+// its servers again. The server reads its arguments from the sandbox, so
+// each start can list other tools, or refuse to start.
+TEST(McpTools, SandboxedServersStartAgainWithTheToolsTheyStillHave) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  Sandbox& box = sbd->client();
+  const std::string args = box.root() + "/mcp-args";
+  const std::string refuse = box.root() + "/mcp-refuse";
+  ASSERT_TRUE(box.Write(args, ""));
+  McpToolsetOptions o;
+  o.sandbox = &box;
+  Problems problems;
+  o.on_problem = problems.sink();
+  auto c = Stdio(
+      "boxed", {"/bin/sh", "-c",
+                "test -e " + refuse + " && exit 7; exec " + TestServer() + " $(cat " + args + ")"});
+  c.sandbox = true;
+  auto host = Stdio("host", {TestServer()});  // on the host: never started again
+  auto set = McpToolset::Start({c, host}, o);
+  ASSERT_TRUE(problems.lines.empty()) << problems.lines[0];
+  auto echo = Find(*set, "mcp__boxed__echo");
+  auto crash = Find(*set, "mcp__boxed__crash");
+  ASSERT_TRUE(echo && crash);
+  EXPECT_EQ(Invoke(*echo, {{"text", "before"}}).text, "before");
+
+  // Started again without `crash`: withdrawn, and a call says why.
+  ASSERT_TRUE(box.Write(args, "--no-crash"));
+  EXPECT_EQ(set->RestartSandboxed(), 1u);
+  ASSERT_EQ(problems.lines.size(), 1u);
+  EXPECT_EQ(problems.lines[0],
+            "MCP server 'boxed' started again without crash: that tool is "
+            "withdrawn");
+  EXPECT_EQ(Invoke(*echo, {{"text", "after"}}).text, "after");
+  EXPECT_FALSE(crash->Available());
+  auto gone = Invoke(*crash, {});
+  EXPECT_TRUE(gone.is_error);
+  EXPECT_NE(gone.text.find("no longer has the tool 'crash'"), std::string::npos) << gone.text;
+
+  // A server that does not start again: its tools answer naming it.
+  ASSERT_TRUE(box.Write(refuse, ""));
+  set->RestartSandboxed();
+  ASSERT_EQ(problems.lines.size(), 2u);
+  EXPECT_NE(problems.lines[1].find("MCP server 'boxed' (test) did not start again after the "
+                                   "sandbox was suspended"),
+            std::string::npos)
+      << problems.lines[1];
+  EXPECT_FALSE(echo->Available());
+  auto refused = Invoke(*echo, {{"text", "x"}});
+  EXPECT_TRUE(refused.is_error);
+  EXPECT_NE(refused.text.find("the MCP server 'boxed' is not running"), std::string::npos)
+      << refused.text;
+  EXPECT_EQ(Invoke(*Find(*set, "mcp__host__echo"), {{"text", "host"}}).text, "host");
+
+  // The next resume tries again; with `crash` back, it is offered again.
+  ASSERT_TRUE(box.Delete(refuse));
+  ASSERT_TRUE(box.Write(args, ""));
+  set->RestartSandboxed();
+  EXPECT_EQ(problems.lines.size(), 2u);
+  EXPECT_TRUE(echo->Available() && crash->Available());
+  EXPECT_EQ(Invoke(*echo, {{"text", "again"}}).text, "again");
+  auto describe = set->Describe();
+  EXPECT_EQ(describe[0], "boxed: 5 tools (stdio in the sandbox, protocol 2026-07-28)");
+}
+
+// Tools a server gained are not added mid-thread: reported only.
+TEST(McpTools, ToolsAServerGainedOnARestartAreNotOffered) {
+  DEEPBOX_AGENT_SANDBOX(sbd);
+  Sandbox& box = sbd->client();
+  const std::string args = box.root() + "/mcp-args";
+  ASSERT_TRUE(box.Write(args, "--no-crash"));
+  McpToolsetOptions o;
+  o.sandbox = &box;
+  Problems problems;
+  o.on_problem = problems.sink();
+  auto c = Stdio("grows", {"/bin/sh", "-c", "exec " + TestServer() + " $(cat " + args + ")"});
+  c.sandbox = true;
+  auto set = McpToolset::Start({c}, o);
+  EXPECT_EQ(set->tools().size(), 4u);
+  ASSERT_TRUE(box.Write(args, ""));
+  set->RestartSandboxed();
+  EXPECT_EQ(set->tools().size(), 4u);
+  EXPECT_FALSE(Find(*set, "mcp__grows__crash"));
+  ASSERT_EQ(problems.lines.size(), 1u);
+  EXPECT_EQ(problems.lines[0],
+            "MCP server 'grows' started again with new tools, not offered in this session (start "
+            "a new one for them): crash");
+}
+
 TEST(McpTools, HttpServer) {
   mcp::McpServer server(mcp::testing::TestRegistry(), mcp::ServerConfig{});
   mcp::HttpTransportOptions ho;

@@ -1,7 +1,8 @@
 // A stdio MCP server of the test tools (test_registry.h) plus `crash`, which
 // writes "boom" on stderr and exits 3. With --legacy it answers like a server
 // of the 2025 protocol: server/discover and modern requests are unknown
-// methods, one request at a time.
+// methods, one request at a time. With --no-crash it has no `crash` (a server
+// whose tools changed between two starts).
 #include <unistd.h>
 
 #include <cstdio>
@@ -46,19 +47,26 @@ class LegacyCallContext : public ToolCallContext {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool legacy = argc > 1 && std::strcmp(argv[1], "--legacy") == 0;
+  bool legacy = false;
+  bool crash = true;
+  for (int i = 1; i < argc; ++i) {
+    legacy = legacy || std::strcmp(argv[i], "--legacy") == 0;
+    crash = crash && std::strcmp(argv[i], "--no-crash") != 0;
+  }
   auto registry = testing::TestRegistry();
-  registry->Add({"crash",
-                 "",
-                 "Exits the server.",
-                 ParseJsonObject(R"({"type":"object","additionalProperties":false})").value(),
-                 std::nullopt,
-                 {},
-                 [](const json::object&, ToolCallContext&) -> ToolOutcome {
-                   std::fprintf(stderr, "boom\n");
-                   std::fflush(stderr);
-                   _exit(3);
-                 }});
+  if (crash) {
+    registry->Add({"crash",
+                   "",
+                   "Exits the server.",
+                   ParseJsonObject(R"({"type":"object","additionalProperties":false})").value(),
+                   std::nullopt,
+                   {},
+                   [](const json::object&, ToolCallContext&) -> ToolOutcome {
+                     std::fprintf(stderr, "boom\n");
+                     std::fflush(stderr);
+                     _exit(3);
+                   }});
+  }
   McpServer server(registry, ServerConfig{"test server", 1000});
   if (!legacy) {
     StdioOptions o;
