@@ -847,6 +847,63 @@ def test_the_editors_http_mcp_server_is_called_from_the_host(
     assert sandboxes(deepbox_bin, env) == []
 
 
+def test_session_list_and_close(tmp_path: Path, deepbox_bin: str, env: dict[str, str],
+                                project: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "x.txt").write_text("x\n")
+    model = write_replay(tmp_path / "list.jsonl", [
+        {"text": "ok"},
+        {"tool_calls": [call("t_sleep", "execute", command="sleep 30")]},
+        {"text": "never"},
+    ])
+    editor = Editor()
+
+    async def run() -> tuple[Any, Any, Any, float]:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       "--mode", "auto", env=env) as (conn, proc):
+            init = await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            caps = init.agent_capabilities.session_capabilities
+            assert caps.list is not None and caps.close is not None
+            a = await conn.new_session(cwd=str(project), mcp_servers=[])
+            b = await conn.new_session(cwd=str(other) + "/", mcp_servers=[])
+            await conn.prompt(session_id=a.session_id, prompt=[text_block("Fix the bug\nin calc.py")])
+            everything = await conn.list_sessions()
+            mine = await conn.list_sessions(cwd=str(project))
+            # Closing a session with a prompt running: cancelled, sandbox deleted.
+            running = asyncio.ensure_future(
+                conn.prompt(session_id=a.session_id, prompt=[text_block("sleep")]))
+            await editor.running("t_sleep")
+            start = time.monotonic()
+            await conn.close_session(session_id=a.session_id)
+            closed_in = time.monotonic() - start
+            stopped = await running
+            assert len(sandboxes(deepbox_bin, env)) == 1  # b's
+            with pytest.raises(Exception, match="no such session"):
+                await conn.prompt(session_id=a.session_id, prompt=[text_block("again")])
+            with pytest.raises(Exception, match="no such session"):
+                await conn.close_session(session_id=a.session_id)
+            # Its thread is kept: loaded again, in a new sandbox.
+            await conn.load_session(cwd=str(project), session_id=a.session_id, mcp_servers=[])
+            assert len(sandboxes(deepbox_bin, env)) == 2
+            await conn.close_session(session_id=b.session_id)
+            assert len(sandboxes(deepbox_bin, env)) == 1
+            return (a, b, (everything, mine, stopped), closed_in)
+
+    a, b, (everything, mine, stopped), closed_in = asyncio.run(run())
+    ids = [i.session_id for i in everything.sessions]
+    assert a.session_id in ids and b.session_id in ids
+    by_id = {i.session_id: i for i in everything.sessions}
+    assert by_id[b.session_id].cwd == str(other)  # normalized
+    assert by_id[a.session_id].title == "Fix the bug"
+    assert by_id[a.session_id].updated_at
+    assert [i.session_id for i in mine.sessions] == [a.session_id]
+    assert mine.next_cursor is None
+    assert stopped.stop_reason == "cancelled"
+    assert closed_in < 20  # well before the 30 s sleep would have ended
+    assert sandboxes(deepbox_bin, env) == []
+
+
 def test_a_session_with_a_prompt_running_is_not_paused(
         tmp_path: Path, deepbox_bin: str, env: dict[str, str], project: Path) -> None:
     model = write_replay(tmp_path / "busy.jsonl", [

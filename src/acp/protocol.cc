@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/base64.h"
+#include "common/utf8.h"
 
 namespace deepbox::acp {
 
@@ -77,6 +78,9 @@ json::object InitializeResult(const json::object& params, std::string_view agent
       // http: connected from the host by deepbox's MCP client (Streamable
       // HTTP). Not sse: the old HTTP+SSE transport is not implemented there.
       {"mcpCapabilities", json::object{{"http", true}, {"sse", false}}},
+      // session/list (saved deepbox acp threads) and session/close: stable in
+      // the pinned schema (v1.19.0, PyPI agent-client-protocol 0.12.1).
+      {"sessionCapabilities", json::object{{"list", json::object{}}, {"close", json::object{}}}},
   };
   // The model key comes from the environment the editor starts deepbox in
   // (its agent_servers / acp.json "env"); a replay model needs none.
@@ -162,6 +166,22 @@ json::object SessionUpdate(std::string_view session_id, json::object update) {
 json::object MessageChunk(std::string_view kind, std::string_view text) {
   return json::object{{"sessionUpdate", kind},
                       {"content", json::object{{"type", "text"}, {"text", JsonString(text)}}}};
+}
+
+json::object SessionInfoJson(std::string_view session_id, std::string_view cwd,
+                             std::string_view first_prompt, std::string_view updated_at) {
+  json::object info{{"sessionId", session_id}, {"cwd", cwd}};
+  std::string_view title = first_prompt.substr(0, first_prompt.find('\n'));
+  while (!title.empty() && (title.back() == ' ' || title.back() == '\r')) title.remove_suffix(1);
+  constexpr size_t kMaxTitleBytes = 80;
+  if (title.size() > kMaxTitleBytes) {
+    std::string cut(title.substr(0, Utf8CompletePrefix(title.substr(0, kMaxTitleBytes))));
+    info["title"] = cut + "\u2026";
+  } else if (!title.empty()) {
+    info["title"] = title;
+  }
+  if (!updated_at.empty()) info["updatedAt"] = updated_at;
+  return info;
 }
 
 json::object PlanUpdate(const json::array& todos) {

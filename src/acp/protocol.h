@@ -65,6 +65,12 @@ json::object MessageChunk(std::string_view kind,
 // "plan" from write_todos' todos ([{content, status}]).
 json::object PlanUpdate(const json::array& todos);
 
+// session/list's SessionInfo: the title is the first line of the session's
+// first prompt, at most 80 bytes (cut on a UTF-8 boundary, "…" added);
+// omitted when empty, as is an empty updated_at.
+json::object SessionInfoJson(std::string_view session_id, std::string_view cwd,
+                             std::string_view first_prompt, std::string_view updated_at);
+
 // session/prompt's prompt: the text (text, resource_link and embedded
 // resource blocks) and the images (image blocks with base64 data, in a
 // type the model API takes: PNG, JPEG, GIF, WebP, at most 5 MiB each).

@@ -13,11 +13,28 @@ TEST(ProtocolTest, InitializeNamesCapabilitiesAndAuth) {
   // HTTP MCP servers are taken (from the host), the old HTTP+SSE transport is not.
   EXPECT_TRUE(r.at("agentCapabilities").at("mcpCapabilities").at("http").as_bool());
   EXPECT_FALSE(r.at("agentCapabilities").at("mcpCapabilities").at("sse").as_bool());
+  const auto& sessions = r.at("agentCapabilities").at("sessionCapabilities").as_object();
+  EXPECT_TRUE(sessions.contains("list") && sessions.contains("close"));
   const auto& auth = r.at("authMethods").as_array();
   ASSERT_FALSE(auth.empty());
   EXPECT_EQ(auth[0].at("vars").at(0).at("name").as_string(), "ANTHROPIC_API_KEY");
   // A version we do not speak is answered with ours.
   EXPECT_EQ(InitializeResult(json::object{{"protocolVersion", 9}}, "x").at("protocolVersion"), 1);
+}
+
+TEST(ProtocolTest, SessionInfoTitleIsTheFirstPromptsFirstLine) {
+  auto info = SessionInfoJson("th-1", "/p", "Fix the bug  \r\nin calc.py", "2026-12-07T04:00:00Z");
+  EXPECT_EQ(info.at("sessionId"), "th-1");
+  EXPECT_EQ(info.at("cwd"), "/p");
+  EXPECT_EQ(info.at("title"), "Fix the bug");
+  EXPECT_EQ(info.at("updatedAt"), "2026-12-07T04:00:00Z");
+  // Long: cut at 80 bytes, never inside a character.
+  std::string long_prompt = std::string(79, 'a') + "\xc3\xa9tail";
+  EXPECT_EQ(SessionInfoJson("t", "/p", long_prompt, "").at("title").as_string(),
+            std::string(79, 'a') + "\u2026");
+  auto bare = SessionInfoJson("t", "/p", "", "");
+  EXPECT_FALSE(bare.contains("title"));
+  EXPECT_FALSE(bare.contains("updatedAt"));
 }
 
 TEST(ProtocolTest, ClientCapabilities) {

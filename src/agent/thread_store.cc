@@ -156,6 +156,8 @@ Result<LoadedThread> ThreadStore::Load(const std::string& id) const {
     } else if (type == "todos") {
       if (const json::value* v = r.if_contains("todos"); v && v->is_array())
         s.todos = v->get_array();
+    } else if (type == "project") {
+      t.project = GetOptString(r, "path").value_or(t.project);
     }
   }
   if (t.header.empty() && s.messages.empty()) {

@@ -17,6 +17,8 @@
 //   interrupt        {request} / interrupt_cleared {}
 //   decisions        {decisions}        audit of human decisions
 //   todos            {todos}
+//   project          {path, ts}         the client's project a session worked
+//                                       on (deepbox acp's session/list)
 //   run_end          {ts, stop_reason, error?, usage, cost_usd, final_text}
 #pragma once
 
@@ -39,6 +41,7 @@ struct LoadedThread {
   std::string sandbox_id;  // the sandbox of the latest run ("" = unknown)
   std::string created_at;  // from the header
   std::string model;       // from the header
+  std::string project;     // the latest "project" record's path ("" = none)
 };
 
 // Thread ids: letters, digits, '-', '_' and '.', not starting with '.', at

@@ -87,6 +87,18 @@ TEST_F(ThreadTest, RunIsPersistedLineByLineAndReloads) {
   EXPECT_EQ(loaded->last_task, "make a.txt");
 }
 
+// deepbox acp appends the client's project; the latest one counts.
+TEST_F(ThreadTest, TheLatestProjectRecordIsLoaded) {
+  ThreadStore store(dir_);
+  auto w = store.OpenWriter("tp");
+  ASSERT_TRUE(w);
+  ASSERT_TRUE((*w)->Append("thread", json::object{{"id", "tp"}}));
+  EXPECT_EQ(store.Load("tp")->project, "");
+  ASSERT_TRUE((*w)->Append("project", json::object{{"path", "/home/u/one"}}));
+  ASSERT_TRUE((*w)->Append("project", json::object{{"path", "/home/u/two"}}));
+  EXPECT_EQ(store.Load("tp")->project, "/home/u/two");
+}
+
 TEST_F(ThreadTest, TornLastLineIsIgnored) {
   ThreadStore store(dir_);
   auto w = store.OpenWriter("t2");

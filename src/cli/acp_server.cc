@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -24,6 +25,7 @@
 #include "agent/mcp/config.h"
 #include "agent/mcp/tools.h"
 #include "agent/model/factory.h"
+#include "agent/text.h"
 #include "agent/thread_store.h"
 #include "cli/run_sandbox.h"
 #include "cli/run_signals.h"
@@ -408,6 +410,15 @@ class AcpServer {
   void RestIfIdle(Session& s, std::chrono::steady_clock::time_point now);
 
   void OpenSession(const RpcMessage& m, bool load);
+  // session/list: the saved threads of deepbox acp sessions (those with a
+  // "project" record), newest first, by cwd when asked, 100 a page.
+  void ListSessions(const RpcMessage& m);
+  // session/close: the session's prompt cancelled and awaited, its sandbox
+  // deleted; its thread stays saved (session/load opens it again).
+  void CloseSession(const RpcMessage& m);
+  std::string ThreadsDir() const {
+    return config_.run.threads_dir.empty() ? run::DefaultThreadsDir() : config_.run.threads_dir;
+  }
   void Prompt(const RpcMessage& m);
   void ReplayHistory(Session& s);
 
@@ -610,6 +621,16 @@ void AcpServer::Handle(RpcMessage m) {
     Spawn([this, m = std::move(m)] { Prompt(m); });
     return;
   }
+  if (method == "session/list") {
+    if (!request) return;
+    Spawn([this, m = std::move(m)] { ListSessions(m); });
+    return;
+  }
+  if (method == "session/close") {
+    if (!request) return;
+    Spawn([this, m = std::move(m)] { CloseSession(m); });
+    return;
+  }
   if (method == "session/cancel") {
     if (auto s = Find(m.params)) {
       s->cancel.store(true);
@@ -649,8 +670,7 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
   }
   auto mcp_servers = ClientMcpServers(p);
   if (!mcp_servers) return Fail(m.id, acp::kInvalidParams, mcp_servers.error().message);
-  auto thread_store = std::make_shared<agent::ThreadStore>(
-      config_.run.threads_dir.empty() ? run::DefaultThreadsDir() : config_.run.threads_dir);
+  auto thread_store = std::make_shared<agent::ThreadStore>(ThreadsDir());
   std::string thread_id;
   if (load) {
     thread_id = FindString(p, {"sessionId"});
@@ -762,6 +782,11 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
     return Fail(m.id, acp::kInternalError, "cannot start the agent: " + created.error().message);
   }
   s->agent = std::move(*created);
+  // The client's project, for session/list (the thread's file exists now).
+  if (auto w = thread_store->OpenWriter(thread_id);
+      !w || !(*w)->Append("project", json::object{{"path", s->cwd}, {"ts", agent::IsoNowUtc()}})) {
+    LogLine("session " + thread_id + ": its project is not recorded for session/list");
+  }
   s->idle_since = std::chrono::steady_clock::now();  // idle from now, not from the claim
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -775,6 +800,78 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
     result["sessionId"] = thread_id;
   }
   (void)peer_.Respond(m.id, result);
+}
+
+void AcpServer::ListSessions(const RpcMessage& m) {
+  constexpr size_t kPageSize = 100;
+  std::string cwd = FindString(m.params, {"cwd"});
+  if (!cwd.empty()) {
+    if (cwd.front() != '/') return Fail(m.id, acp::kInvalidParams, "\"cwd\" must be absolute");
+    cwd = acp::NormalizeAbsolutePath(cwd);
+  }
+  // The cursor: how many matching sessions earlier pages held.
+  size_t skip = 0;
+  if (std::string cursor = FindString(m.params, {"cursor"}); !cursor.empty()) {
+    auto [end, ec] = std::from_chars(cursor.data(), cursor.data() + cursor.size(), skip);
+    if (ec != std::errc{} || end != cursor.data() + cursor.size()) {
+      return Fail(m.id, acp::kInvalidParams, "\"cursor\" is not one this agent gave");
+    }
+  }
+  agent::ThreadStore store(ThreadsDir());
+  auto threads = store.List();
+  if (!threads) {
+    return Fail(m.id, acp::kInternalError,
+                "listing " + store.dir() + ": " + threads.error().message);
+  }
+  json::array sessions;
+  size_t matched = 0;
+  bool more = false;
+  for (const auto& info : *threads) {
+    auto t = store.Load(info.id);
+    if (!t || t->project.empty() || (!cwd.empty() && t->project != cwd)) continue;
+    if (matched++ < skip) continue;
+    if (sessions.size() == kPageSize) {
+      more = true;
+      break;
+    }
+    std::string first_prompt;
+    for (const auto& msg : t->state.messages) {
+      if (msg.role == agent::Role::kUser) {
+        first_prompt = msg.text;
+        break;
+      }
+    }
+    sessions.push_back(acp::SessionInfoJson(info.id, t->project, first_prompt, info.modified_at));
+  }
+  json::object result{{"sessions", std::move(sessions)}};
+  if (more) result["nextCursor"] = std::to_string(skip + kPageSize);
+  (void)peer_.Respond(m.id, result);
+}
+
+void AcpServer::CloseSession(const RpcMessage& m) {
+  std::shared_ptr<Session> s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sessions_.find(FindString(m.params, {"sessionId"}));
+    if (it == sessions_.end()) return Fail(m.id, acp::kResourceNotFound, "no such session");
+    s = std::move(it->second);
+    sessions_.erase(it);  // no new prompt finds it
+  }
+  // A prompt that started before the erase is cancelled (again, should it
+  // have cleared the flag as it began) until it has ended.
+  while (s->busy.load()) {
+    s->cancel.store(true);
+    FireFd(s->cancel_fd.get());
+    s->agent_sandbox->CancelRunning();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // The prompt's thread and the idle pauser let go of it right after: the
+  // last reference deletes the sandbox, here, before the answer.
+  while (s.use_count() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::string id = s->id;
+  s.reset();
+  LogLine("session " + id + " closed: its sandbox is deleted, its thread kept");
+  (void)peer_.Respond(m.id, json::object{});
 }
 
 void AcpServer::ReplayHistory(Session& s) {
