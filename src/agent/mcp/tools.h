@@ -55,8 +55,9 @@ class McpToolset {
   // Closes every connection (stdio servers get EOF, HTTP sessions DELETE).
   void Close();
 
-  // Starts every server that runs inside the sandbox ("sandbox": true) again,
-  // initializes it and lists its tools: the sandbox was suspended and
+  // Starts every server that runs inside the sandbox ("sandbox": true) and
+  // started when the set was made (one that did not never offered tools)
+  // again, initializes it and lists its tools: the sandbox was suspended and
   // resumed, its processes are gone. The agent keeps the tools it was given
   // (its tool list is fixed for its thread, and a new tool mid-thread would
   // be one the user never saw listed): a tool the server no longer has is
