@@ -166,6 +166,39 @@ Result<LoadedThread> ThreadStore::Load(const std::string& id) const {
   return t;
 }
 
+Result<ThreadSummary> ThreadStore::Summarize(const std::string& id) const {
+  if (!ValidId(id)) {
+    return MakeError(ErrorCode::kInvalidArgument,
+                     "invalid thread id '" + id + "' (use " + kThreadIdRules + ")");
+  }
+  std::string path = PathFor(id);
+  std::ifstream in(path);
+  if (!in) return MakeError(ErrorCode::kNotFound, "no such thread: " + id + " (" + path + ")");
+  // ThreadWriter::Append writes "type" first: only the lines that matter are parsed.
+  constexpr std::string_view kProject = R"({"type":"project",)";
+  constexpr std::string_view kMessage = R"({"type":"message",)";
+  ThreadSummary out;
+  bool prompt_found = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    const bool project = line.starts_with(kProject);
+    if (!project && (prompt_found || !line.starts_with(kMessage))) continue;
+    auto parsed = ParseJsonObject(line);
+    if (!parsed) continue;  // a torn last line after a crash
+    if (project) {
+      out.project = GetOptString(*parsed, "path").value_or(out.project);
+      continue;
+    }
+    const json::value* m = parsed->if_contains("message");
+    if (!m || !m->is_object()) continue;
+    if (auto msg = MessageFromJson(m->get_object()); msg && msg->role == Role::kUser) {
+      out.first_prompt = msg->text;
+      prompt_found = true;
+    }
+  }
+  return out;
+}
+
 Result<std::vector<ThreadInfo>> ThreadStore::List() const {
   std::vector<ThreadInfo> out;
   DIR* d = ::opendir(dir_.c_str());

@@ -50,6 +50,14 @@ bool ValidThreadId(std::string_view id);
 inline constexpr const char* kThreadIdRules =
     "letters, digits, '-', '_' and '.' (not first), at most 200 characters";
 
+// What a listing needs of a thread, read without decoding its whole
+// conversation: the latest "project" record's path ("" = none) and the text
+// of its first user message.
+struct ThreadSummary {
+  std::string project;
+  std::string first_prompt;
+};
+
 struct ThreadInfo {
   std::string id;
   std::string path;
@@ -91,6 +99,7 @@ class ThreadStore {
   Result<std::unique_ptr<ThreadWriter>> OpenWriter(const std::string& id) const;
   // Replays a transcript into a state.
   Result<LoadedThread> Load(const std::string& id) const;
+  Result<ThreadSummary> Summarize(const std::string& id) const;
   // Newest first.
   Result<std::vector<ThreadInfo>> List() const;
 

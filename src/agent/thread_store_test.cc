@@ -95,8 +95,19 @@ TEST_F(ThreadTest, TheLatestProjectRecordIsLoaded) {
   ASSERT_TRUE((*w)->Append("thread", json::object{{"id", "tp"}}));
   EXPECT_EQ(store.Load("tp")->project, "");
   ASSERT_TRUE((*w)->Append("project", json::object{{"path", "/home/u/one"}}));
+  Message first = Message::User("first prompt");
+  first.id = "m1";
+  ASSERT_TRUE((*w)->Message(Message::Assistant("not a prompt")));
+  ASSERT_TRUE((*w)->Message(first));
+  ASSERT_TRUE((*w)->Message(Message::User("second prompt")));
   ASSERT_TRUE((*w)->Append("project", json::object{{"path", "/home/u/two"}}));
   EXPECT_EQ(store.Load("tp")->project, "/home/u/two");
+  // Summarize reads the same without decoding every message.
+  auto summary = store.Summarize("tp");
+  ASSERT_TRUE(summary) << summary.error().message;
+  EXPECT_EQ(summary->project, "/home/u/two");
+  EXPECT_EQ(summary->first_prompt, "first prompt");
+  EXPECT_FALSE(store.Summarize("no-such-thread"));
 }
 
 TEST_F(ThreadTest, TornLastLineIsIgnored) {

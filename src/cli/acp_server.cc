@@ -827,21 +827,15 @@ void AcpServer::ListSessions(const RpcMessage& m) {
   size_t matched = 0;
   bool more = false;
   for (const auto& info : *threads) {
-    auto t = store.Load(info.id);
+    auto t = store.Summarize(info.id);
     if (!t || t->project.empty() || (!cwd.empty() && t->project != cwd)) continue;
     if (matched++ < skip) continue;
     if (sessions.size() == kPageSize) {
       more = true;
       break;
     }
-    std::string first_prompt;
-    for (const auto& msg : t->state.messages) {
-      if (msg.role == agent::Role::kUser) {
-        first_prompt = msg.text;
-        break;
-      }
-    }
-    sessions.push_back(acp::SessionInfoJson(info.id, t->project, first_prompt, info.modified_at));
+    sessions.push_back(
+        acp::SessionInfoJson(info.id, t->project, t->first_prompt, info.modified_at));
   }
   json::object result{{"sessions", std::move(sessions)}};
   if (more) result["nextCursor"] = std::to_string(skip + kPageSize);
