@@ -103,8 +103,9 @@ class McpTool : public Tool {
                       server_->config.name, remote_name_));
     }
     std::shared_ptr<mcp::McpClient> client = server_->Client();
-    if (!client)
+    if (!client) {
       return ToolResult::Err("Error: the MCP server '" + server_->config.name + "' is not running");
+    }
     mcp::CallOptions o;
     o.cancel = ctx.cancel;
     if (ctx.on_output) {
@@ -141,10 +142,6 @@ class McpTool : public Tool {
   std::string remote_name_;
   ToolSpec spec_;
 };
-
-}  // namespace
-
-namespace {
 
 struct ConnectedServer {
   std::shared_ptr<mcp::McpClient> client;
