@@ -1,5 +1,35 @@
 # Every dependency is a Debian 12 package installed by scripts/install-deps.sh.
 find_package(Threads REQUIRED)
+# Every sandbox start execs two binaries: `deepbox` (its supervisor) and
+# deepbox-sandboxd (its daemon). Each shared library costs a process start its
+# mapping, relocations and symbol lookups (OpenSSL's two: ~1.5 ms of the ~4 ms
+# `deepbox __supervise` took to start here; bench/local/README.md), so release
+# builds link these archives in. The price: a fix to one of them (an OpenSSL
+# advisory) needs a rebuild, not only the distribution's update; OFF for a
+# distribution package.
+if(CMAKE_BUILD_TYPE STREQUAL "Release" AND NOT DEEPBOX_SANITIZE AND NOT DEEPBOX_FUZZ)
+  set(deepbox_static_deps_default ON)
+else()
+  set(deepbox_static_deps_default OFF)
+endif()
+option(DEEPBOX_STATIC_DEPS
+       "Link OpenSSL, libseccomp, nghttp2, RE2, yaml-cpp and libedit statically (faster process start)"
+       ${deepbox_static_deps_default})
+if(DEEPBOX_STATIC_DEPS)
+  set(OPENSSL_USE_STATIC_LIBS TRUE)
+endif()
+# FindOpenSSL keeps what an earlier configure found: look again when the kind changed.
+foreach(var OPENSSL_CRYPTO_LIBRARY OPENSSL_SSL_LIBRARY)
+  if(DEFINED CACHE{${var}})
+    set(deepbox_found_archive OFF)
+    if("${${var}}" MATCHES "\\.a$")
+      set(deepbox_found_archive ON)
+    endif()
+    if(NOT deepbox_found_archive STREQUAL DEEPBOX_STATIC_DEPS)
+      unset(${var} CACHE)
+    endif()
+  endif()
+endforeach()
 find_package(Boost 1.81 REQUIRED CONFIG COMPONENTS json url)  # no EXACT: 1.81 vs 1.81.0
 find_package(OpenSSL REQUIRED)
 find_package(yaml-cpp REQUIRED)
@@ -16,6 +46,24 @@ pkg_check_modules(CAP REQUIRED IMPORTED_TARGET libcap)
 pkg_check_modules(NGHTTP2 REQUIRED IMPORTED_TARGET libnghttp2)
 # Line editing for `deepbox run`'s interactive prompt (BSD licence; not readline: GPL).
 pkg_check_modules(LIBEDIT REQUIRED IMPORTED_TARGET libedit)
+if(DEEPBOX_STATIC_DEPS)
+  # The imported targets name the shared objects: point them at the archives,
+  # with what each archive needs (pkg-config --static --libs).
+  function(deepbox_archive var name)
+    find_library(${var} NAMES lib${name}.a REQUIRED)
+  endfunction()
+  foreach(name seccomp nghttp2 re2 edit tinfo bsd md yaml-cpp)
+    deepbox_archive(DEEPBOX_ARCHIVE_${name} ${name})
+  endforeach()
+  set_property(TARGET PkgConfig::SECCOMP PROPERTY INTERFACE_LINK_LIBRARIES ${DEEPBOX_ARCHIVE_seccomp})
+  set_property(TARGET PkgConfig::NGHTTP2 PROPERTY INTERFACE_LINK_LIBRARIES ${DEEPBOX_ARCHIVE_nghttp2})
+  set_property(TARGET PkgConfig::RE2 PROPERTY INTERFACE_LINK_LIBRARIES ${DEEPBOX_ARCHIVE_re2}
+                                                                       Threads::Threads)
+  set_property(TARGET PkgConfig::LIBEDIT PROPERTY INTERFACE_LINK_LIBRARIES ${DEEPBOX_ARCHIVE_edit}
+               ${DEEPBOX_ARCHIVE_tinfo} ${DEEPBOX_ARCHIVE_bsd} ${DEEPBOX_ARCHIVE_md})
+  set_target_properties(yaml-cpp PROPERTIES IMPORTED_LOCATION ${DEEPBOX_ARCHIVE_yaml-cpp}
+                                             IMPORTED_LOCATION_NONE ${DEEPBOX_ARCHIVE_yaml-cpp})
+endif()
 find_package(LibArchive REQUIRED)
 if(DEEPBOX_BUILD_TESTS OR DEEPBOX_BUILD_HARDENING_TEST)
   find_package(GTest REQUIRED)
