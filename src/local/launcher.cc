@@ -17,6 +17,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <system_error>
+#include <thread>
 
 #include "local/address_policy.h"
 #include "local/capabilities.h"
@@ -397,6 +399,46 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     return MakeSyscallError("access", errno, spec.sandboxd_binary->string());
   }
 
+  SandboxProcess sp;
+  IdMapPlan ids = PlanIdMap(spec.host_id, /*map_image_root=*/!spec.image_layers.empty());
+  if (!spec.image_layers.empty() && spec.rootfs) {
+    return MakeError(ErrorCode::kInvalidArgument, "a sandbox has an image or a rootfs, not both");
+  }
+
+  // Runtime dirs: <runtime> 0700 (owner only), root/ mount point, run/ for the socket.
+  sp.remove_runtime_dir_ = !fs::exists(spec.runtime_dir);
+  if (auto st = MakeDir(spec.runtime_dir, 0700); !st) return tl::unexpected(st.error());
+  sp.runtime_dir_ = spec.runtime_dir;
+  // The /workspace disk (a loop device and an ext4 mount: mostly waits for the
+  // loop device's worker) is made first, on a thread of its own, while this one
+  // detects the cgroups, plans the mounts, the seccomp filter and the rest; joined before the
+  // clone, whose new mount namespace must already see it mounted. `disk_made` is declared first:
+  // the thread writes it until it is joined (also when a step below fails and returns).
+  std::optional<Result<WorkspaceDisk>> disk_made;
+  int64_t disk_ns = 0;
+  std::jthread disk_thread;
+  if (spec.limits.workspace_bytes && !spec.workspace_disk_mounted) {
+    if (WorkspaceDiskSupported()) {
+      std::error_code ec;
+      if (!fs::is_empty(spec.workspace_dir, ec)) {
+        return MakeError(ErrorCode::kConflict,
+                         fmt::format("workspace {} must be empty to hold a size-limited disk",
+                                     spec.workspace_dir.string()));
+      }
+      auto make_disk = [&spec, &ids, &disk_made, &disk_ns] {
+        const int64_t start = MonotonicNs();
+        disk_made = WorkspaceDisk::Create(spec.runtime_dir / "workspace.img", spec.workspace_dir,
+                                          *spec.limits.workspace_bytes, ids.host_uid, ids.host_gid,
+                                          spec.workspace_disk_templates);
+        disk_ns = MonotonicNs() - start;
+      };
+      try {
+        disk_thread = std::jthread(make_disk);
+      } catch (const std::system_error&) {
+        make_disk();  // no thread to be had (EAGAIN): in line, as it was
+      }
+    }
+  }
   // The cgroup layout now, so that the wait a v1 attach may need (see
   // CgroupAttachPrimer) overlaps the preparation below.
   std::optional<CgroupHostInfo> cgroup_host;
@@ -411,16 +453,6 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     }
   }
 
-  SandboxProcess sp;
-  IdMapPlan ids = PlanIdMap(spec.host_id, /*map_image_root=*/!spec.image_layers.empty());
-  if (!spec.image_layers.empty() && spec.rootfs) {
-    return MakeError(ErrorCode::kInvalidArgument, "a sandbox has an image or a rootfs, not both");
-  }
-
-  // Runtime dirs: <runtime> 0700 (owner only), root/ mount point, run/ for the socket.
-  sp.remove_runtime_dir_ = !fs::exists(spec.runtime_dir);
-  if (auto st = MakeDir(spec.runtime_dir, 0700); !st) return tl::unexpected(st.error());
-  sp.runtime_dir_ = spec.runtime_dir;
   if (auto st = MakeDir(spec.runtime_dir / "root", 0700); !st) return tl::unexpected(st.error());
   // run/ stays the launcher's (an older layout gave it to the sandbox: take it back).
   sp.socket_dir_ = spec.runtime_dir / "run";
@@ -436,24 +468,20 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     sp.daemon_socket_ = ds->path();
     daemon_socket = std::move(*ds);
   }
-  if (spec.limits.workspace_bytes && !spec.workspace_disk_mounted) {
-    if (WorkspaceDiskSupported()) {
-      std::error_code ec;
-      if (!fs::is_empty(spec.workspace_dir, ec)) {
-        return MakeError(ErrorCode::kConflict,
-                         fmt::format("workspace {} must be empty to hold a size-limited disk",
-                                     spec.workspace_dir.string()));
-      }
-      auto disk = WorkspaceDisk::Create(spec.runtime_dir / "workspace.img", spec.workspace_dir,
-                                        *spec.limits.workspace_bytes, ids.host_uid, ids.host_gid,
-                                        spec.workspace_disk_templates);
-      if (!disk) return tl::unexpected(disk.error());
-      sp.disk_ = std::move(*disk);
+  // The disk in place (or none): the workspace's root belongs to the sandbox user.
+  auto finish_workspace = [&]() -> Status {
+    if (disk_thread.joinable()) disk_thread.join();
+    if (disk_made) {
+      if (!*disk_made) return tl::unexpected(disk_made->error());
+      sp.disk_ = std::move(**disk_made);
+      disk_made.reset();
+      sp.timings_.workspace_disk_ns = disk_ns;
     }
-  }
-  if (geteuid() == 0 && chown(spec.workspace_dir.c_str(), ids.host_uid, ids.host_gid) != 0) {
-    return MakeSyscallError("chown", errno, spec.workspace_dir.string());
-  }
+    if (geteuid() == 0 && chown(spec.workspace_dir.c_str(), ids.host_uid, ids.host_gid) != 0) {
+      return MakeSyscallError("chown", errno, spec.workspace_dir.string());
+    }
+    return {};
+  };
 
   // Network mode: public only if this host can do it; otherwise fail closed to
   // none (with a note). allow never falls back.
@@ -635,6 +663,7 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   ctx.envp = envp.data();
   for (const auto& c : candidates) ctx.exec_candidates.push_back(c.c_str());
   ctx.die_with_parent = spec.die_with_parent;
+  if (auto st = finish_workspace(); !st) return tl::unexpected(st.error());
   mark(SetupStep::kPrepare);
 
   if (cgroup_host) {

@@ -448,6 +448,7 @@ TEST_F(LauncherTest, WorkspaceDiskLimit) {
     close(fds[1]);
     ASSERT_TRUE(sp.has_value()) << sp.error().ToString();
     EXPECT_TRUE(sp->limits().workspace_disk.enforced);
+    EXPECT_GT(sp->timings().workspace_disk_ns, 0);  // made on its own thread, and timed
     for (int i = 0; i < 500 && !std::filesystem::exists(workspace_ / "flag"); ++i) usleep(10000);
     ASSERT_TRUE(std::filesystem::exists(workspace_ / "flag"));
     // No root-only lost+found for glob/grep to trip over.
@@ -470,6 +471,25 @@ TEST_F(LauncherTest, WorkspaceDiskLimit) {
   ss << mi.rdbuf();
   EXPECT_THAT(ss.str(), Not(HasSubstr(workspace_.string())));
   EXPECT_FALSE(std::filesystem::exists(image));
+}
+
+// The disk is made on a thread beside the rest of the preparation: its
+// failure still fails the launch, with its own error, and leaves no mount.
+TEST_F(LauncherTest, WorkspaceDiskFailureFailsTheLaunch) {
+  std::string why;
+  if (!WorkspaceDiskSupported(&why)) GTEST_SKIP() << why;
+  spec_.limits.workspace_bytes = 16ULL << 20;
+  std::filesystem::create_directories(spec_.runtime_dir);
+  std::ofstream(spec_.runtime_dir / "workspace.img") << "in the way";
+  spec_.argv = {"/bin/true"};
+  auto sp = Launch(spec_);
+  ASSERT_FALSE(sp.has_value());
+  EXPECT_THAT(sp.error().message, HasSubstr("workspace.img"));
+  EXPECT_THAT(sp.error().message, HasSubstr("EEXIST"));
+  std::ifstream mi("/proc/self/mountinfo");
+  std::stringstream ss;
+  ss << mi.rdbuf();
+  EXPECT_THAT(ss.str(), Not(HasSubstr(workspace_.string())));
 }
 
 TEST_F(LauncherTest, ReportsLimitEnforcement) {

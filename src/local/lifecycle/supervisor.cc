@@ -504,6 +504,7 @@ Status Supervisor::LaunchSandbox() {
     meta_.timings[SetupStepName(static_cast<SetupStep>(i))] = Us(t.ns[i]);
   }
   meta_.timings["launch"] = Us(t.total_ns);
+  if (t.workspace_disk_ns > 0) meta_.timings["workspace disk"] = Us(t.workspace_disk_ns);
   // Only what the launch decides: a claim may have changed labels and TTL.
   const bool restart = !restart_times_.empty();
   auto updated = store_.Update(req_.id, [&](SandboxMeta& m) {
