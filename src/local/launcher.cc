@@ -405,7 +405,8 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     return MakeError(ErrorCode::kInvalidArgument, "a sandbox has an image or a rootfs, not both");
   }
 
-  // Runtime dirs: <runtime> 0700 (owner only), root/ mount point, run/ for the socket.
+  // Runtime dirs: <runtime> 0700 (owner only) now, for the disk's image; its
+  // root/ mount point and run/ for the socket below.
   sp.remove_runtime_dir_ = !fs::exists(spec.runtime_dir);
   if (auto st = MakeDir(spec.runtime_dir, 0700); !st) return tl::unexpected(st.error());
   sp.runtime_dir_ = spec.runtime_dir;
