@@ -2,20 +2,24 @@
 find_package(Threads REQUIRED)
 # Every sandbox start execs two binaries: `deepbox` (its supervisor) and
 # deepbox-sandboxd (its daemon). Each shared library costs a process start its
-# mapping, relocations and symbol lookups (OpenSSL's two: ~1.5 ms of the ~4 ms
-# `deepbox __supervise` took to start here; bench/local/README.md), so release
-# builds link these archives in. The price: a fix to one of them (an OpenSSL
-# advisory) needs a rebuild, not only the distribution's update; OFF for a
-# distribution package.
+# mapping, relocations and symbol lookups (bench/local/README.md), so release
+# builds link libseccomp, nghttp2, RE2, yaml-cpp and libedit in. The price: a
+# fix to one of them needs a rebuild, not only the distribution's update; OFF
+# for a distribution package. OpenSSL stays shared unless asked for
+# (DEEPBOX_STATIC_OPENSSL): it parses what sandboxes send through the secrets
+# proxy, and its advisories must reach deepbox with `apt upgrade`.
 if(CMAKE_BUILD_TYPE STREQUAL "Release" AND NOT DEEPBOX_SANITIZE AND NOT DEEPBOX_FUZZ)
   set(deepbox_static_deps_default ON)
 else()
   set(deepbox_static_deps_default OFF)
 endif()
 option(DEEPBOX_STATIC_DEPS
-       "Link OpenSSL, libseccomp, nghttp2, RE2, yaml-cpp and libedit statically (faster process start)"
+       "Link libseccomp, nghttp2, RE2, yaml-cpp and libedit statically (faster process start)"
        ${deepbox_static_deps_default})
-if(DEEPBOX_STATIC_DEPS)
+option(DEEPBOX_STATIC_OPENSSL
+       "Link OpenSSL statically too (about 1.5 ms less per process start; its security fixes then need a rebuild)"
+       OFF)
+if(DEEPBOX_STATIC_OPENSSL)
   set(OPENSSL_USE_STATIC_LIBS TRUE)
 endif()
 # FindOpenSSL keeps what an earlier configure found: look again when the kind changed.
@@ -25,7 +29,7 @@ foreach(var OPENSSL_CRYPTO_LIBRARY OPENSSL_SSL_LIBRARY)
     if("${${var}}" MATCHES "\\.a$")
       set(deepbox_found_archive ON)
     endif()
-    if(NOT deepbox_found_archive STREQUAL DEEPBOX_STATIC_DEPS)
+    if(NOT deepbox_found_archive STREQUAL DEEPBOX_STATIC_OPENSSL)
       unset(${var} CACHE)
     endif()
   endif()
