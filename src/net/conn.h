@@ -98,6 +98,7 @@ class Conn {
 
   // An eventfd/pipe whose readability interrupts waits (server shutdown).
   void set_cancel_fd(int fd) { cancel_fd_ = fd; }
+  int cancel_fd() const { return cancel_fd_; }
   // Writes also fail (TIMEOUT) once the peer has accepted no byte for this
   // long, whatever their deadline: a bound on a stalled reader that lets a
   // slow but moving one take as long as it needs. Zero: deadlines only.

@@ -510,6 +510,26 @@ void HttpServer::Impl::ServeConnection(Conn conn) {
   // Room for a typical request in one read (Beast reads at most the free
   // capacity, and a small buffer means one recv per few hundred bytes).
   buffer.reserve(kInitialReadBuffer);
+  if (!options.tls && options.serve_h2_prior_knowledge) {
+    // Read until the bytes can no longer be the HTTP/2 preface (an HTTP/1.1
+    // request differs at its first byte but for "P...", at the fourth at
+    // most); what was read stays in `buffer` for the HTTP/1.1 parser.
+    constexpr std::string_view kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    stream.set_deadline(after(accepted, options.header_timeout));
+    for (;;) {
+      std::string_view got(static_cast<const char*>(buffer.data().data()), buffer.size());
+      const size_t n = std::min(got.size(), kPreface.size());
+      if (got.substr(0, n) != kPreface.substr(0, n)) break;
+      if (n == kPreface.size()) {
+        options.serve_h2_prior_knowledge(conn, got);
+        return;
+      }
+      boost::system::error_code ec;
+      size_t r = stream.read_some(buffer.prepare(kInitialReadBuffer), ec);
+      buffer.commit(r);
+      if (ec || r == 0) return;  // closed, silent too long, or shutting down
+    }
+  }
   for (bool first = true; !stopping; first = false) {
     // The header deadline runs from the request's first byte; a new
     // connection's first request is due from accept (a client that connects

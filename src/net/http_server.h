@@ -98,7 +98,16 @@ struct ServerOptions {
   // (socket buffer / 4) / write_timeout (tens of KiB per write_timeout) counts
   // as stalled: 1 byte/s is.
   std::chrono::milliseconds write_timeout{60000};
-  size_t max_connections = 1024;    // beyond it new connections get 503 and are closed
+  size_t max_connections = 1024;  // beyond it new connections get 503 and are closed
+  // A cleartext connection whose first bytes are the HTTP/2 client preface
+  // ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n": HTTP/2 with prior knowledge, what
+  // gRPC's insecure channels send) is handed to this on its thread, with the
+  // bytes already read, instead of being parsed as HTTP/1.1; the server
+  // closes it when this returns. The connection's cancel fd
+  // (Conn::cancel_fd) turns readable when Stop() begins. Null: such a
+  // connection gets 400 like any malformed request. The preface counts as a
+  // request's head for header_timeout.
+  std::function<void(Conn& conn, std::string_view received)> serve_h2_prior_knowledge;
   std::shared_ptr<TlsContext> tls;  // non-null: HTTPS
   int unix_socket_mode = 0600;
   std::string server_header = "deepbox";

@@ -182,7 +182,9 @@ int main(int argc, char** argv) {
   app.add_option("--rest-port", rest_port, "Upstream-compatible: TCP port to listen on")
       ->capture_default_str();
   app.add_option("--grpc-port", grpc_port,
-                 "Accepted for upstream compatibility; deepbox serves no gRPC (ignored)");
+                 "Also listen on --listen-host:PORT (upstream sandboxd's gRPC port). Every\n"
+                 "listener serves both HTTP/1.1 and gRPC over cleartext HTTP/2 (prior\n"
+                 "knowledge): process.v1.ProcessService/Execute. 0: no extra listener");
   app.add_option("--token-file", token_file,
                  "File holding the token every request but the health checks must\n"
                  "carry, in X-Sandboxd-Token or as Authorization: Bearer (or set\n"
@@ -330,8 +332,25 @@ int main(int argc, char** argv) {
   options.max_connections = max_connections > 0 ? max_connections : *fd_room;
   options.server_header = "deepbox-sandboxd/" + std::string(kVersion);
   options.stream_request_body = &sandboxd::Daemon::StreamsRequestBody;
-  std::vector<std::unique_ptr<net::HttpServer>> servers;
   sandboxd::Daemon* d = daemon->get();
+  // gRPC (process.v1.ProcessService, the upstream SDK's sandboxd runtime) on
+  // every listener: a connection that opens with the HTTP/2 preface.
+  sandboxd::GrpcServerOptions grpc_options;
+  grpc_options.idle_timeout = seconds(idle_timeout_s);
+  const sandboxd::GrpcHandler grpc_handler = [d](const sandboxd::GrpcCall& call) {
+    return d->HandleGrpc(call);
+  };
+  options.serve_h2_prior_knowledge = [&grpc_options, &grpc_handler](net::Conn& conn,
+                                                                    std::string_view received) {
+    sandboxd::ServeGrpcConnection(conn, received, grpc_options, grpc_handler, conn.cancel_fd());
+  };
+  if (grpc_port < 0 || grpc_port > 65535) return Fail("--grpc-port must be from 0 to 65535");
+  if (grpc_port > 0) {
+    listen.push_back(listen_host.find(':') != std::string::npos
+                         ? fmt::format("[{}]:{}", listen_host, grpc_port)
+                         : fmt::format("{}:{}", listen_host, grpc_port));
+  }
+  std::vector<std::unique_ptr<net::HttpServer>> servers;
   for (const auto& spec : listen) {
     auto ep = net::Endpoint::Parse(spec);
     if (!ep) return Fail(fmt::format("--listen '{}': {}", spec, ep.error().message));

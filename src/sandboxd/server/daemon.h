@@ -18,6 +18,7 @@
 #include "fs/path_resolver.h"
 #include "net/http.h"
 #include "net/http_server.h"
+#include "sandboxd/server/grpc_connection.h"
 
 namespace deepbox::sandboxd::proc {
 class ProcessTable;
@@ -69,6 +70,9 @@ class Daemon {
   ~Daemon();
 
   void Handle(net::Request& request, net::ResponseWriter& writer);
+  // A gRPC call (grpc_connection.h): process.v1.ProcessService/Execute, with
+  // the same token check as Handle (the token arrives as call metadata).
+  GrpcReply HandleGrpc(const GrpcCall& call);
   // Routes whose request bodies are read as they arrive (uploads of any size):
   // for net::ServerOptions::stream_request_body.
   static bool StreamsRequestBody(const net::Request& head);
@@ -119,6 +123,9 @@ class Daemon {
   net::Response RawUpload(const net::Request& request);
   void TarDownload(const net::Request& request, net::ResponseWriter& writer);
   net::Response TarUpload(const net::Request& request);
+
+  // process.v1.ProcessService/Execute (process_service.cc).
+  GrpcReply GrpcExecute(const GrpcCall& call);
 
   // Upstream APIs (upstream_api.cc).
   net::Response LegacyExecute(const net::Request& request);
