@@ -13,8 +13,9 @@ the sandbox runtime, with the SDK's own HTTP code, against a real
 - the sandboxd runtime (``SandboxdInClusterConnectionConfig``, pod IP
   127.0.0.1): files over the REST API (``PUT``/``GET``/``HEAD``/``DELETE
   /v1/files/...``), including a streamed upload and download and
-  ``delete``; ``commands.run`` there is gRPC ``ProcessService/Execute``, which
-  deepbox-sandboxd does not serve (python/README.md: an expected failure).
+  ``delete``; ``commands.run`` there is gRPC ``ProcessService/Execute``
+  (cleartext HTTP/2 on the daemon's own port), with ``env``, ``cwd`` and a
+  ``command_timeout`` (the call's deadline).
 
 Only the Kubernetes lookups the handle makes (the Sandbox object's pod IP)
 are answered by a stand-in; no cluster API is needed for the runtime calls.
@@ -345,23 +346,45 @@ def test_sandboxd_async_files(daemon: dict[str, Any]) -> None:
     asyncio.run(run())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deepbox-sandboxd serves no gRPC: the SDK's sandboxd runtime runs commands with "
-    "process.v1.ProcessService/Execute (python/README.md, Known gaps)",
-)
-def test_sandboxd_commands_run_over_grpc(daemon: dict[str, Any]) -> None:
-    sb = Sandbox(
+def _grpc_sandbox(port: int) -> Sandbox:
+    return Sandbox(
         claim_name="sandbox-claim-test",
         sandbox_id="sandbox-test",
-        # gRPC on the daemon's own port, the one listener deepbox-sandboxd has.
+        # gRPC on the daemon's own port: every listener of deepbox-sandboxd
+        # also speaks gRPC over cleartext HTTP/2.
         connection_config=SandboxdInClusterConnectionConfig(
-            mode="in-cluster-pod-ip", rest_port=_free_port(), grpc_port=daemon["port"]
+            mode="in-cluster-pod-ip", rest_port=_free_port(), grpc_port=port
         ),
         k8s_helper=NoCluster(),
     )
+
+
+def test_sandboxd_commands_run_over_grpc(daemon: dict[str, Any]) -> None:
+    sb = _grpc_sandbox(daemon["port"])
     try:
         r = sb.commands.run("echo grpc", timeout=10)
-        assert (r.stdout, r.exit_code) == ("grpc\n", 0)
+        assert (r.stdout, r.stderr, r.exit_code) == ("grpc\n", "", 0)
+        r = sb.commands.run("printf out; printf err >&2; exit 3", timeout=10)
+        assert (r.stdout, r.stderr, r.exit_code) == ("out", "err", 3)
+        (daemon["root"] / "grpcdir").mkdir(exist_ok=True)
+        r = sb.commands.run('pwd; printf "$GREETING"', timeout=10, env={"GREETING": "hi"}, cwd="grpcdir")
+        assert r.stdout == f"{daemon['root'].resolve() / 'grpcdir'}\nhi"
+        assert r.exit_code == 0
+    finally:
+        sb.close_connection()
+
+
+def test_sandboxd_command_timeout_over_grpc(daemon: dict[str, Any]) -> None:
+    """command_timeout is the call's gRPC deadline; the daemon kills the command at it."""
+    sb = _grpc_sandbox(daemon["port"])
+    marker = daemon["root"] / "grpc-timeout-pid"
+    try:
+        r = sb.commands.run(f"echo $$ > {marker}; exec sleep 30", timeout=10, command_timeout=1)
+        assert (r.exit_code, r.timed_out) == (124, True)
+        pid = int(marker.read_text())
+        deadline = time.monotonic() + 30  # a safety net, not a timed assertion
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{pid}").exists(), "the timed-out command still runs"
     finally:
         sb.close_connection()
