@@ -75,14 +75,14 @@ struct GrpcStream {
   std::optional<std::string> encoding;
   net::Headers metadata;
   size_t header_bytes = 0;
-  std::string body;        // the framed request message(s)
+  std::string body;           // the framed request message(s)
   bool request_done = false;  // the client's END_STREAM came
-  bool answered = false;   // a response (or reset) has been submitted
-  bool closed = false;     // nghttp2 has closed the stream
-  UniqueFd cancel;         // eventfd, written when the call must stop
-  std::thread thread;      // joinable while the handler runs or until joined
-  GrpcReply reply;         // set by the thread
-  std::string out;         // the framed response message
+  bool answered = false;      // a response (or reset) has been submitted
+  bool closed = false;        // nghttp2 has closed the stream
+  UniqueFd cancel;            // eventfd, written when the call must stop
+  std::thread thread;         // joinable while the handler runs or until joined
+  GrpcReply reply;            // set by the thread
+  std::string out;            // the framed response message
   size_t out_sent = 0;
 };
 
@@ -151,6 +151,7 @@ class GrpcConnection {
                          size_t len, void* user_data);
   static int OnStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code,
                            void* user_data);
+  static int OnFrameSend(nghttp2_session*, const nghttp2_frame* frame, void* user_data);
   static ssize_t ReadResponse(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
                               size_t length, uint32_t* data_flags, nghttp2_data_source* source,
                               void* user_data);
@@ -238,8 +239,9 @@ int GrpcConnection::OnDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, co
     if (stream->body.size() >= kGrpcPrefixBytes) {
       uint32_t declared = ReadBigEndian32(std::string_view(stream->body).substr(1, 4));
       if (declared <= cap) {
-        self.Answer(*stream, {GrpcStatus::kInvalidArgument,
-                              "a unary call takes exactly one request message", {}});
+        self.Answer(
+            *stream,
+            {GrpcStatus::kInvalidArgument, "a unary call takes exactly one request message", {}});
         return 0;
       }
       too_big(declared);
@@ -288,6 +290,24 @@ void GrpcConnection::ForgetIfDone(int32_t id) {
   }
 }
 
+int GrpcConnection::OnFrameSend(nghttp2_session* session, const nghttp2_frame* frame,
+                                void* user_data) {
+  GrpcConnection& self = Self(user_data);
+  if (frame->hd.type != NGHTTP2_HEADERS || (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) == 0) {
+    return 0;
+  }
+  // An answer sent before the request ended (an early refusal): the client
+  // should stop sending, and the stream is closed at once (RST_STREAM
+  // NO_ERROR, RFC 9113 8.1) instead of staying half open. After the answer,
+  // so that the client has it first.
+  GrpcStream* stream = self.Find(frame->hd.stream_id);
+  if (stream != nullptr && !stream->request_done) {
+    (void)self.h2_.nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, stream->id,
+                                             NGHTTP2_NO_ERROR);
+  }
+  return 0;
+}
+
 ssize_t GrpcConnection::ReadResponse(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
                                      size_t length, uint32_t* data_flags,
                                      nghttp2_data_source* source, void* user_data) {
@@ -325,10 +345,6 @@ void GrpcConnection::Answer(GrpcStream& stream, GrpcReply reply) {
     nghttp2_nv headers[] = {Nv(":status", "200"), Nv("content-type", "application/grpc"),
                             Nv("grpc-status", status), Nv("grpc-message", message)};
     (void)h2_.nghttp2_submit_response(session_, stream.id, headers, 4, nullptr);
-  }
-  // The client may still be sending (an early refusal): it should stop.
-  if (!stream.request_done) {
-    (void)h2_.nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, stream.id, NGHTTP2_NO_ERROR);
   }
   std::string().swap(stream.body);
 }
@@ -387,19 +403,20 @@ void GrpcConnection::StartCall(GrpcStream& stream) {
                            {}});
   }
   if (body.size() - kGrpcPrefixBytes > declared) {
-    return Answer(stream, {GrpcStatus::kInvalidArgument,
-                           "a unary call takes exactly one request message", {}});
+    return Answer(
+        stream,
+        {GrpcStatus::kInvalidArgument, "a unary call takes exactly one request message", {}});
   }
   if (running_ >= options_.max_concurrent_calls) {
     return Answer(stream, {GrpcStatus::kResourceExhausted,
-                           fmt::format("{} calls of this connection are still running",
-                                       running_),
+                           fmt::format("{} calls of this connection are still running", running_),
                            {}});
   }
   UniqueFd cancel(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!cancel) {
-    return Answer(stream, {GrpcStatus::kResourceExhausted,
-                           fmt::format("eventfd: {}", std::strerror(errno)), {}});
+    return Answer(
+        stream,
+        {GrpcStatus::kResourceExhausted, fmt::format("eventfd: {}", std::strerror(errno)), {}});
   }
   GrpcCall call;
   call.method = stream.path;
@@ -419,7 +436,8 @@ void GrpcConnection::StartCall(GrpcStream& stream) {
     });
   } catch (const std::system_error& e) {
     return Answer(stream, {GrpcStatus::kResourceExhausted,
-                           fmt::format("cannot start a thread for this call: {}", e.what()), {}});
+                           fmt::format("cannot start a thread for this call: {}", e.what()),
+                           {}});
   }
   ++running_;
 }
@@ -452,9 +470,9 @@ bool GrpcConnection::Flush() {
     if (n == 0) return true;
     // Bounded by the connection's write stall timeout (a reader that takes
     // nothing), not by a deadline for the whole answer.
-    if (!conn_.WriteAll(std::string_view(reinterpret_cast<const char*>(data),
-                                         static_cast<size_t>(n)),
-                        net::Deadline::max())) {
+    if (!conn_.WriteAll(
+            std::string_view(reinterpret_cast<const char*>(data), static_cast<size_t>(n)),
+            net::Deadline::max())) {
       return false;
     }
   }
@@ -470,6 +488,7 @@ void GrpcConnection::Serve(std::string_view received) {
   h2_.nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, &OnFrameRecv);
   h2_.nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks, &OnDataChunk);
   h2_.nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, &OnStreamClose);
+  h2_.nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, &OnFrameSend);
   int rv = h2_.nghttp2_session_server_new(&session_, callbacks, this);
   h2_.nghttp2_session_callbacks_del(callbacks);
   if (rv != 0) {
@@ -493,8 +512,8 @@ void GrpcConnection::Serve(std::string_view received) {
   std::vector<char> buffer(16 << 10);
   while (alive) {
     if (!Flush()) return;
-    const bool want =
-        h2_.nghttp2_session_want_read(session_) != 0 || h2_.nghttp2_session_want_write(session_) != 0;
+    const bool want = h2_.nghttp2_session_want_read(session_) != 0 ||
+                      h2_.nghttp2_session_want_write(session_) != 0;
     if (!want && running_ == 0) return;
     if (shutting_down && streams_.empty()) return;
     int wait_ms = -1;
@@ -544,7 +563,7 @@ void RefuseWithoutNghttp2(net::Conn& conn, const std::string& reason) {
   frames += static_cast<char>(length >> 16);
   frames += static_cast<char>(length >> 8);
   frames += static_cast<char>(length);
-  frames += std::string("\x07\x00\x00\x00\x00\x00", 6);        // GOAWAY on stream 0
+  frames += std::string("\x07\x00\x00\x00\x00\x00", 6);          // GOAWAY on stream 0
   frames += std::string("\x00\x00\x00\x00\x00\x00\x00\x02", 8);  // last stream 0, INTERNAL_ERROR
   frames += debug;
   (void)conn.WriteAll(frames, net::DeadlineAfter(std::chrono::seconds(5)));

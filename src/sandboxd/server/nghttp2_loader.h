@@ -13,27 +13,28 @@
 
 namespace deepbox::sandboxd {
 
-#define DEEPBOX_NGHTTP2_FUNCS(X)                           \
-  X(nghttp2_session_callbacks_new)                         \
-  X(nghttp2_session_callbacks_del)                         \
-  X(nghttp2_session_callbacks_set_on_begin_headers_callback) \
-  X(nghttp2_session_callbacks_set_on_header_callback)      \
-  X(nghttp2_session_callbacks_set_on_frame_recv_callback)  \
+#define DEEPBOX_NGHTTP2_FUNCS(X)                               \
+  X(nghttp2_session_callbacks_new)                             \
+  X(nghttp2_session_callbacks_del)                             \
+  X(nghttp2_session_callbacks_set_on_begin_headers_callback)   \
+  X(nghttp2_session_callbacks_set_on_header_callback)          \
+  X(nghttp2_session_callbacks_set_on_frame_recv_callback)      \
   X(nghttp2_session_callbacks_set_on_data_chunk_recv_callback) \
-  X(nghttp2_session_callbacks_set_on_stream_close_callback) \
-  X(nghttp2_session_server_new)                            \
-  X(nghttp2_session_del)                                   \
-  X(nghttp2_session_mem_recv)                              \
-  X(nghttp2_session_mem_send)                              \
-  X(nghttp2_session_want_read)                             \
-  X(nghttp2_session_want_write)                            \
-  X(nghttp2_session_get_last_proc_stream_id)               \
-  X(nghttp2_session_terminate_session)                     \
-  X(nghttp2_submit_settings)                               \
-  X(nghttp2_submit_response)                               \
-  X(nghttp2_submit_trailer)                                \
-  X(nghttp2_submit_rst_stream)                             \
-  X(nghttp2_submit_goaway)                                 \
+  X(nghttp2_session_callbacks_set_on_stream_close_callback)    \
+  X(nghttp2_session_callbacks_set_on_frame_send_callback)      \
+  X(nghttp2_session_server_new)                                \
+  X(nghttp2_session_del)                                       \
+  X(nghttp2_session_mem_recv)                                  \
+  X(nghttp2_session_mem_send)                                  \
+  X(nghttp2_session_want_read)                                 \
+  X(nghttp2_session_want_write)                                \
+  X(nghttp2_session_get_last_proc_stream_id)                   \
+  X(nghttp2_session_terminate_session)                         \
+  X(nghttp2_submit_settings)                                   \
+  X(nghttp2_submit_response)                                   \
+  X(nghttp2_submit_trailer)                                    \
+  X(nghttp2_submit_rst_stream)                                 \
+  X(nghttp2_submit_goaway)                                     \
   X(nghttp2_strerror)
 
 struct LibNghttp2 {

@@ -38,9 +38,8 @@ Result<WireReader::Tag> WireReader::ReadTag() {
   if (tag.field == 0) return tl::unexpected(Malformed("field number 0"));
   if (tag.wire_type != kVarint && tag.wire_type != kFixed64 && tag.wire_type != kLengthDelimited &&
       tag.wire_type != kFixed32) {
-    return tl::unexpected(
-        Malformed(fmt::format("field {} has wire type {} (groups are not supported)", tag.field,
-                              tag.wire_type)));
+    return tl::unexpected(Malformed(fmt::format(
+        "field {} has wire type {} (groups are not supported)", tag.field, tag.wire_type)));
   }
   return tag;
 }
@@ -49,8 +48,8 @@ Result<std::string_view> WireReader::ReadBytes() {
   auto length = ReadVarint();
   if (!length) return tl::unexpected(length.error());
   if (*length > data_.size() - pos_) {
-    return tl::unexpected(Malformed(fmt::format(
-        "a field of {} bytes where only {} are left", *length, data_.size() - pos_)));
+    return tl::unexpected(Malformed(
+        fmt::format("a field of {} bytes where only {} are left", *length, data_.size() - pos_)));
   }
   std::string_view bytes = data_.substr(pos_, static_cast<size_t>(*length));
   pos_ += static_cast<size_t>(*length);
@@ -59,7 +58,8 @@ Result<std::string_view> WireReader::ReadBytes() {
 
 Status WireReader::Skip(uint32_t wire_type) {
   auto fixed = [this](size_t n) -> Status {
-    if (data_.size() - pos_ < n) return tl::unexpected(Malformed("a fixed field runs past the end"));
+    if (data_.size() - pos_ < n)
+      return tl::unexpected(Malformed("a fixed field runs past the end"));
     pos_ += n;
     return {};
   };

@@ -36,7 +36,8 @@ TEST(ProcessProto, EncodesTheSameBytesAsProtobuf) {
   EXPECT_EQ(EncodeExecuteResponse({.exit_code = -1, .stdout_data = "out", .stderr_data = ""}),
             "\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12\x03out"s);
   EXPECT_EQ(EncodeExecuteResponse({.exit_code = 300, .stdout_data = "", .stderr_data = "e"}),
-            "\x08\xac\x02\x1a\x01" "e"s);
+            "\x08\xac\x02\x1a\x01"
+            "e"s);
   EXPECT_EQ(EncodeExecuteResponse({}), "");  // proto3 defaults are not written
 }
 
@@ -61,11 +62,11 @@ TEST(ProcessProto, EmptyMessageIsAnEmptyConfig) {
 TEST(ProcessProto, UnknownFieldsOfEveryWireTypeAreSkipped) {
   WireWriter config;
   config.Bytes(1, "ls");
-  config.Varint(9, 12345);                              // unknown varint
-  config.data() += "\x55"s + "abcd";                    // field 10, fixed32
-  config.data() += "\x59"s + "abcdefgh";                // field 11, fixed64
-  config.Bytes(12, "ignored");                          // unknown length-delimited
-  config.Varint(1, 7);                                  // known number, wrong wire type
+  config.Varint(9, 12345);                // unknown varint
+  config.data() += "\x55"s + "abcd";      // field 10, fixed32
+  config.data() += "\x59"s + "abcdefgh";  // field 11, fixed64
+  config.Bytes(12, "ignored");            // unknown length-delimited
+  config.Varint(1, 7);                    // known number, wrong wire type
   WireWriter request;
   request.Bytes(1, config.data());
   request.Bytes(99, "x");
@@ -89,27 +90,27 @@ TEST(ProcessProto, RepeatedConfigsMergeAndLastMapValueWins) {
 
 TEST(ProcessProto, MalformedInputIsRefusedWithoutReadingPastTheEnd) {
   const std::string cases[] = {
-      "\x0a"s,                                 // tag, no length
-      "\x0a\x05" "abc"s,                       // length beyond the end
-      "\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"s,  // absurd length
-      "\x0a\x80"s,                             // varint cut short
+      "\x0a"s,  // tag, no length
+      "\x0a\x05"
+      "abc"s,                                               // length beyond the end
+      "\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"s,      // absurd length
+      "\x0a\x80"s,                                          // varint cut short
       "\x08\x80\x80\x80\x80\x80\x80\x80\x80\x80\x80\x01"s,  // varint of 11 bytes
       "\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02"s,      // varint beyond 64 bits
-      "\x00\x01"s,                             // field number 0
-      "\x0b"s,                                 // wire type 3 (group start)
-      "\x0f"s,                                 // wire type 7
-      "\x0d\x01\x02"s,                         // fixed32 cut short
-      "\x09\x01"s,                             // fixed64 cut short
-      "\x0a\x02\x0a\x05"s,                     // nested: command longer than its config
-      "\x0a\x04\x12\x02\x0a\x05"s,             // nested: env entry key beyond its entry
-      "\x80\x80\x80\x80\x80\x01"s,             // tag beyond 32 bits
+      "\x00\x01"s,                                          // field number 0
+      "\x0b"s,                                              // wire type 3 (group start)
+      "\x0f"s,                                              // wire type 7
+      "\x0d\x01\x02"s,                                      // fixed32 cut short
+      "\x09\x01"s,                                          // fixed64 cut short
+      "\x0a\x02\x0a\x05"s,          // nested: command longer than its config
+      "\x0a\x04\x12\x02\x0a\x05"s,  // nested: env entry key beyond its entry
+      "\x80\x80\x80\x80\x80\x01"s,  // tag beyond 32 bits
   };
   for (const auto& bytes : cases) {
     auto r = DecodeExecuteRequest(bytes);
     ASSERT_FALSE(r) << ::testing::PrintToString(bytes);
     EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
-    EXPECT_NE(r.error().message.find("malformed protobuf"), std::string::npos)
-        << r.error().message;
+    EXPECT_NE(r.error().message.find("malformed protobuf"), std::string::npos) << r.error().message;
   }
 }
 

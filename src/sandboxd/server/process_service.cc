@@ -86,8 +86,8 @@ GrpcReply Daemon::GrpcExecute(const GrpcCall& call) {
   auto canonical = rel ? root_.Canonicalize(*rel) : rel;
   if (!canonical) {
     Error e = canonical.error();
-    return GrpcError(GrpcStatusOf(e.code), fmt::format("working directory '{}': {}", cwd,
-                                                       e.message));
+    return GrpcError(GrpcStatusOf(e.code),
+                     fmt::format("working directory '{}': {}", cwd, e.message));
   }
   spec.cwd = root_.ToAbsolute(*canonical);
   spec.inherit_env = true;
@@ -117,8 +117,8 @@ GrpcReply Daemon::GrpcExecute(const GrpcCall& call) {
   response.stderr_data = std::move(r.stderr_data);
   if (auto* failed = std::get_if<proc::SpawnFailed>(&r.outcome)) {
     // Like a shell: 127 (not found) or 126 (not executable), and why.
-    response.stderr_data = fmt::format("deepbox-sandboxd: cannot run '{}': {}\n", spec.argv[0],
-                                       failed->error.message);
+    response.stderr_data =
+        fmt::format("deepbox-sandboxd: cannot run '{}': {}\n", spec.argv[0], failed->error.message);
   }
   return GrpcReply{GrpcStatus::kOk, {}, proto::EncodeExecuteResponse(response)};
 }
