@@ -526,8 +526,63 @@ def secret_rewrite():
     seed("h2_bad_preface", 0, "", [(False, b"PRI * HTTP/1.1\r\n\r\n")])
 
 
+def _pb_field(number, payload):
+    """A length-delimited protobuf field (payload < 128 bytes)."""
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def _execute_request(command, env=None, cwd=None):
+    config = b"".join(_pb_field(1, a.encode()) for a in command)
+    for k, v in (env or {}).items():
+        config += _pb_field(2, _pb_field(1, k.encode()) + _pb_field(2, v.encode()))
+    if cwd is not None:
+        config += _pb_field(3, cwd.encode())
+    return _pb_field(1, config)
+
+
+def process_proto():
+    put("process_proto", "sdk_request", _execute_request(["/bin/sh", "-c", "echo hi"], {"A": "1"}, "sub"))
+    put("process_proto", "response", b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x12\x03out\x1a\x01e")
+    put("process_proto", "unknown_fields", b"\x0a\x0c\x0a\x02ls\x48\x01\x55abcd\x59abcdefgh")
+
+
+def grpc_h2():
+    """HTTP/2 frames after the client preface (grpc_h2_fuzz.cc)."""
+    def frame(kind, flags, stream, payload=b""):
+        return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+
+    def lit(name, value):  # literal without indexing, new name
+        return b"\x00" + bytes([len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
+
+    def request(path="/process.v1.ProcessService/Execute", extra=b""):
+        return (b"\x83\x86" + lit(":path", path) + lit(":authority", "x") +
+                lit("content-type", "application/grpc") + lit("te", "trailers") + extra)
+
+    def grpc(message, flag=0):
+        return bytes([flag]) + struct.pack(">I", len(message)) + message
+
+    DATA, HEADERS, RST, SETTINGS, PING, WINDOW = 0, 1, 3, 4, 6, 8
+    END_STREAM, END_HEADERS = 1, 4
+    settings = frame(SETTINGS, 0, 0)
+    ok = _execute_request(["echo", "hi"])
+    put("grpc_h2", "execute", settings + frame(HEADERS, END_HEADERS, 1, request(extra=lit("grpc-timeout", "5S"))) +
+        frame(DATA, END_STREAM, 1, grpc(ok)))
+    put("grpc_h2", "two_calls_and_reset", settings + frame(HEADERS, END_HEADERS, 1, request()) +
+        frame(HEADERS, END_HEADERS, 3, request()) + frame(DATA, END_STREAM, 3, grpc(ok)) +
+        frame(RST, 0, 1, struct.pack(">I", 8)) + frame(PING, 0, 0, b"12345678"))
+    put("grpc_h2", "absurd_length", settings + frame(HEADERS, END_HEADERS, 1, request()) +
+        frame(DATA, 0, 1, b"\x00\xff\xff\xff\xff"))
+    put("grpc_h2", "compressed", settings + frame(HEADERS, END_HEADERS, 1, request()) +
+        frame(DATA, END_STREAM, 1, grpc(ok, 1)))
+    put("grpc_h2", "unknown_method", settings + frame(HEADERS, END_HEADERS | END_STREAM, 1,
+                                                      request("/process.v1.ProcessService/Start")))
+    put("grpc_h2", "window_and_split", settings + frame(WINDOW, 0, 0, struct.pack(">I", 1000)) +
+        frame(HEADERS, END_HEADERS, 1, request()) + frame(DATA, 0, 1, grpc(ok)[:3]) +
+        frame(DATA, END_STREAM, 1, grpc(ok)[3:]))
+
+
 if __name__ == "__main__":
     for fn in [http, daemon_api, path_resolver, glob, grep, tar_extract, sse, anthropic, openai,
                replay, kubeconfig, k8s_watch, sandbox_copy, shlex, multipart, mcp_jsonrpc,
-               address_policy, secret_rewrite, oci_layer]:
+               address_policy, secret_rewrite, oci_layer, process_proto, grpc_h2]:
         fn()
