@@ -36,8 +36,9 @@ ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | while read -r lib; do
   cp -L "$lib" "$dest/lib/"
 done
 # Libraries the binary dlopen()s on first use (fs/archive_loader.h: libarchive
-# for tar and image layers), with their own dependencies: ldd does not see them.
-for soname in libarchive.so.13; do
+# for tar and image layers; sandboxd/server/nghttp2_loader.h: libnghttp2 for
+# gRPC), with their own dependencies: ldd does not see them.
+for soname in libarchive.so.13 libnghttp2.so.14; do
   grep -qF "$soname" "$bin" || continue
   lib=$(ldconfig -p | awk -v want="$soname" '$1 == want && $NF ~ /^\// { print $NF; exit }')
   [[ -n "$lib" ]] || { echo "$0: $bin loads $soname, which is not installed" >&2; exit 1; }

@@ -10,7 +10,9 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/testing/temp_dir.h"
 #include "net/http_client.h"
@@ -40,6 +43,71 @@ std::string Capture(const std::string& command) {
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   pclose(p);
+  return out;
+}
+
+// One gRPC Execute of `argv` over cleartext HTTP/2 on a unix socket, framed
+// by hand (HPACK literals without indexing): the bytes of every frame the
+// daemon sends until it ends stream 1, or the connection ends.
+std::string RawGrpcExecute(const std::string& socket_path, const std::vector<std::string>& argv) {
+  auto frame = [](uint8_t type, uint8_t flags, uint32_t stream, const std::string& payload) {
+    std::string f;
+    for (int shift : {16, 8, 0}) f += static_cast<char>((payload.size() >> shift) & 0xff);
+    f += static_cast<char>(type);
+    f += static_cast<char>(flags);
+    for (int shift : {24, 16, 8, 0}) f += static_cast<char>((stream >> shift) & 0xff);
+    return f + payload;
+  };
+  auto literal = [](const std::string& name, const std::string& value) {
+    return std::string(1, '\0') + static_cast<char>(name.size()) + name +
+           static_cast<char>(value.size()) + value;
+  };
+  auto field = [](int number, const std::string& bytes) {  // < 128 bytes
+    return std::string(1, static_cast<char>(number << 3 | 2)) + static_cast<char>(bytes.size()) +
+           bytes;
+  };
+  std::string config;
+  for (const auto& a : argv) config += field(1, a);
+  const std::string message = field(1, config);
+  std::string grpc(1, '\0');
+  for (int shift : {24, 16, 8, 0}) grpc += static_cast<char>((message.size() >> shift) & 0xff);
+  grpc += message;
+  const std::string headers =
+      std::string("\x83\x86") + literal(":path", "/process.v1.ProcessService/Execute") +
+      literal(":authority", "x") + literal("content-type", "application/grpc");
+  const std::string request = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, "") +
+                              frame(1, 4, 1, headers) + frame(0, 1, 1, grpc);
+  std::string out;
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket_path.c_str());
+  timeval tv{30, 0};  // a safety net against a hang
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return out;
+  }
+  for (;;) {
+    // Stop at a frame on stream 1 that ends it (the trailers).
+    for (size_t off = 0; out.size() - off >= 9;) {
+      size_t length = (size_t{static_cast<uint8_t>(out[off])} << 16) |
+                      (size_t{static_cast<uint8_t>(out[off + 1])} << 8) |
+                      static_cast<uint8_t>(out[off + 2]);
+      if (out.size() - off < 9 + length) break;
+      if (out[off + 3] == 1 && (out[off + 4] & 1) != 0 && out[off + 8] == 1) {
+        close(fd);
+        return out;
+      }
+      off += 9 + length;
+    }
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
   return out;
 }
 
@@ -165,6 +233,13 @@ TEST_F(BundleTest, RunsInAnOtherwiseEmptyRootAsUid1000) {
   EXPECT_EQ(ran->kind, ExitKind::kExited);
   EXPECT_EQ(ran->exit_code, 0) << ran->stderr_data;
   EXPECT_NE(ran->stdout_data.find("--root-dir"), std::string::npos) << ran->stdout_data;
+  // gRPC (the upstream SDK's sandboxd runtime): libnghttp2 is dlopen()ed on
+  // the first HTTP/2 connection, so the bundle carries it although ldd does
+  // not list it. The ExecuteResponse's stdout is raw bytes in a DATA frame.
+  EXPECT_TRUE(fs::exists(bundle + "/lib/libnghttp2.so.14"));
+  std::string grpc = RawGrpcExecute(socket, {"/deepbox/bin/deepbox-sandboxd", "--help"});
+  EXPECT_NE(grpc.find("--root-dir"), std::string::npos) << grpc;
+  EXPECT_EQ(grpc.find("libnghttp2"), std::string::npos) << grpc;
   // And a missing program is a typed spawn failure, not a crash.
   req.argv = {"/bin/sh", "-c", "true"};
   ran = sb.Exec(req);
