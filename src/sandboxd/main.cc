@@ -337,6 +337,9 @@ int main(int argc, char** argv) {
   // every listener: a connection that opens with the HTTP/2 preface.
   sandboxd::GrpcServerOptions grpc_options;
   grpc_options.idle_timeout = seconds(idle_timeout_s);
+  grpc_options.authorize = [d](const std::string& method, const net::Headers& metadata) {
+    return d->GrpcUnauthorized(method, metadata);
+  };
   const sandboxd::GrpcHandler grpc_handler = [d](const sandboxd::GrpcCall& call) {
     return d->HandleGrpc(call);
   };

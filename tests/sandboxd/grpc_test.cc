@@ -21,8 +21,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,8 +34,8 @@
 namespace deepbox {
 namespace {
 
-using testing::ScopedSandboxd;
 using testing::SandboxdOptions;
+using testing::ScopedSandboxd;
 namespace proto = sandboxd::proto;
 
 constexpr const char* kExecute = "/process.v1.ProcessService/Execute";
@@ -137,8 +137,8 @@ class H2Client {
     nghttp2_data_provider provider{};
     provider.source.ptr = source.get();
     provider.read_callback = &ReadBody;
-    int32_t id = nghttp2_submit_request(session_, nullptr, nva.data(), nva.size(), &provider,
-                                        nullptr);
+    int32_t id =
+        nghttp2_submit_request(session_, nullptr, nva.data(), nva.size(), &provider, nullptr);
     bodies_[id] = std::move(source);
     responses_[id];
     Flush();
@@ -184,8 +184,8 @@ class H2Client {
     size_t sent;
     bool end;
   };
-  static ssize_t ReadBody(nghttp2_session*, int32_t, uint8_t* buf, size_t length,
-                          uint32_t* flags, nghttp2_data_source* source, void*) {
+  static ssize_t ReadBody(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32_t* flags,
+                          nghttp2_data_source* source, void*) {
     auto* body = static_cast<Body*>(source->ptr);
     size_t n = std::min(length, body->bytes.size() - body->sent);
     std::memcpy(buf, body->bytes.data() + body->sent, n);
@@ -267,8 +267,8 @@ class GrpcTest : public ::testing::Test {
     ASSERT_TRUE(d) << d.error().message;
     daemon_ = std::move(*d);
   }
-  H2Response Call(const std::string& message, std::vector<std::pair<std::string, std::string>>
-                                                  metadata = {}) {
+  H2Response Call(const std::string& message,
+                  std::vector<std::pair<std::string, std::string>> metadata = {}) {
     H2Client client(daemon_->socket_path());
     return client.Wait(client.Start(kExecute, GrpcFrame(message), std::move(metadata)));
   }
@@ -278,8 +278,9 @@ class GrpcTest : public ::testing::Test {
 TEST_F(GrpcTest, ExecuteRunsTheCommandWithItsEnvironmentAndDirectory) {
   StartDaemon();
   std::filesystem::create_directory(daemon_->root() + "/sub");
-  auto r = Call(ExecuteMessage({"/bin/sh", "-c", "pwd; printf \"$GREETING\"; echo oops >&2; exit 3"},
-                               {{"GREETING", "hello"}}, "sub"));
+  auto r =
+      Call(ExecuteMessage({"/bin/sh", "-c", "pwd; printf \"$GREETING\"; echo oops >&2; exit 3"},
+                          {{"GREETING", "hello"}}, "sub"));
   EXPECT_EQ(r.http_status, "200");
   ASSERT_EQ(r.grpc_status, 0) << r.grpc_message;
   auto response = proto::DecodeExecuteResponse(r.Message());
@@ -294,7 +295,8 @@ TEST_F(GrpcTest, ExecuteRunsTheCommandWithItsEnvironmentAndDirectory) {
 
 TEST_F(GrpcTest, OutputIsCappedLikeTheHttpExec) {
   StartDaemon({.extra_args = {"--max-output", "1000"}});
-  auto r = Call(ExecuteMessage({"/bin/sh", "-c", "head -c 5000 /dev/zero; head -c 3000 /dev/zero >&2"}));
+  auto r =
+      Call(ExecuteMessage({"/bin/sh", "-c", "head -c 5000 /dev/zero; head -c 3000 /dev/zero >&2"}));
   ASSERT_EQ(r.grpc_status, 0) << r.grpc_message;
   auto response = proto::DecodeExecuteResponse(r.Message());
   ASSERT_TRUE(response);
@@ -334,11 +336,19 @@ TEST_F(GrpcTest, ATokenIsRequiredAsMetadataWhenTheDaemonHasOne) {
   EXPECT_EQ(Call(message, {{"authorization", "Bearer wrong"}}).grpc_status, 16);
   EXPECT_EQ(Call(message, {{"x-sandboxd-token", "s3cret"}}).grpc_status, 0);
   EXPECT_EQ(Call(message, {{"authorization", "Bearer s3cret"}}).grpc_status, 0);
+  // Checked on the headers: a call without the token is refused before its
+  // message (announced here, never sent, the request left open) is read.
+  H2Client client(daemon_->socket_path());
+  auto early = client.Wait(client.Start(kExecute, std::string("\x00\x00\x00\x10\x00", 5), {},
+                                        /*end=*/false));
+  EXPECT_EQ(early.grpc_status, 16) << early.grpc_message;
 }
 
 TEST_F(GrpcTest, MalformedMessagesAreInvalidArguments) {
   StartDaemon();
-  auto bad = Call("\x0a\x05" "ab");  // config longer than the message
+  auto bad = Call(
+      "\x0a\x05"
+      "ab");  // config longer than the message
   EXPECT_EQ(bad.grpc_status, 3) << bad.grpc_message;
   EXPECT_NE(bad.grpc_message.find("malformed protobuf"), std::string::npos) << bad.grpc_message;
   auto empty = Call(ExecuteMessage({}));
@@ -353,11 +363,11 @@ TEST_F(GrpcTest, MalformedMessagesAreInvalidArguments) {
   auto cut = client.Wait(client.Start(kExecute, GrpcFrame("abcdef").substr(0, 8)));
   EXPECT_EQ(cut.grpc_status, 3);
   EXPECT_NE(cut.grpc_message.find("cut short"), std::string::npos) << cut.grpc_message;
-  auto two = client.Wait(
-      client.Start(kExecute, GrpcFrame(ExecuteMessage({"true"})) + GrpcFrame(ExecuteMessage({"true"}))));
+  auto two = client.Wait(client.Start(
+      kExecute, GrpcFrame(ExecuteMessage({"true"})) + GrpcFrame(ExecuteMessage({"true"}))));
   EXPECT_EQ(two.grpc_status, 3);
-  auto timeout = client.Wait(client.Start(kExecute, GrpcFrame(ExecuteMessage({"true"})),
-                                          {{"grpc-timeout", "forever"}}));
+  auto timeout = client.Wait(
+      client.Start(kExecute, GrpcFrame(ExecuteMessage({"true"})), {{"grpc-timeout", "forever"}}));
   EXPECT_EQ(timeout.grpc_status, 3);
 }
 
@@ -383,8 +393,8 @@ TEST_F(GrpcTest, CompressedMessagesAreRefusedClearly) {
   auto flagged = client.Wait(client.Start(kExecute, GrpcFrame(ExecuteMessage({"true"}), 1)));
   EXPECT_EQ(flagged.grpc_status, 13) << flagged.grpc_message;  // INTERNAL, as gRPC specifies
   EXPECT_NE(flagged.grpc_message.find("grpc-encoding"), std::string::npos);
-  auto gzip = client.Wait(client.Start(kExecute, GrpcFrame(ExecuteMessage({"true"}), 1),
-                                       {{"grpc-encoding", "gzip"}}));
+  auto gzip = client.Wait(
+      client.Start(kExecute, GrpcFrame(ExecuteMessage({"true"}), 1), {{"grpc-encoding", "gzip"}}));
   EXPECT_EQ(gzip.grpc_status, 12) << gzip.grpc_message;  // UNIMPLEMENTED
 }
 
@@ -409,9 +419,10 @@ TEST_F(GrpcTest, CallsOnOneConnectionRunConcurrently) {
   std::vector<int32_t> ids;
   for (int i = 0; i < 4; ++i) {
     ids.push_back(client.Start(
-        kExecute, GrpcFrame(ExecuteMessage(
-                      {"/bin/sh", "-c", "while [ ! -e go ]; do sleep 0.01; done; echo " +
-                                            std::to_string(i)})),
+        kExecute,
+        GrpcFrame(
+            ExecuteMessage({"/bin/sh", "-c",
+                            "while [ ! -e go ]; do sleep 0.01; done; echo " + std::to_string(i)})),
         {{"grpc-timeout", "60S"}}));
   }
   ids.push_back(client.Start(kExecute, GrpcFrame(ExecuteMessage({"touch", "go"}))));
@@ -419,8 +430,7 @@ TEST_F(GrpcTest, CallsOnOneConnectionRunConcurrently) {
     auto r = client.Wait(ids[i]);
     ASSERT_EQ(r.grpc_status, 0) << r.grpc_message;
     if (i < 4) {
-      EXPECT_EQ(proto::DecodeExecuteResponse(r.Message())->stdout_data,
-                std::to_string(i) + "\n");
+      EXPECT_EQ(proto::DecodeExecuteResponse(r.Message())->stdout_data, std::to_string(i) + "\n");
     }
   }
 }
@@ -442,7 +452,9 @@ TEST_F(GrpcTest, AClientThatLeavesMidCommandKillsItAndLeaksNothing) {
   pid_t pid = 0;
   {
     H2Client client(daemon_->socket_path());
-    client.Start(kExecute, GrpcFrame(ExecuteMessage({"/bin/sh", "-c", "echo $$ > pid.tmp; mv pid.tmp pid; exec sleep 600"})));
+    client.Start(kExecute,
+                 GrpcFrame(ExecuteMessage(
+                     {"/bin/sh", "-c", "echo $$ > pid.tmp; mv pid.tmp pid; exec sleep 600"})));
     ASSERT_TRUE(EventuallyTrue([&] {
       client.Pump(10);
       return std::filesystem::exists(pid_file);
@@ -452,13 +464,16 @@ TEST_F(GrpcTest, AClientThatLeavesMidCommandKillsItAndLeaksNothing) {
     EXPECT_EQ(::kill(pid, 0), 0);
     client.Close();
   }
-  EXPECT_TRUE(EventuallyTrue([&] { return ::kill(pid, 0) != 0; })) << "the command outlived its call";
+  EXPECT_TRUE(EventuallyTrue([&] { return ::kill(pid, 0) != 0; }))
+      << "the command outlived its call";
   EXPECT_TRUE(EventuallyTrue([&] { return OpenFds(daemon_->pid()).size() == fds_before.size(); }))
       << Describe(OpenFds(daemon_->pid())) << "\nbefore: " << Describe(fds_before);
   // A stream reset (the client cancels, the connection stays) does the same.
   std::filesystem::remove(pid_file);
   H2Client client(daemon_->socket_path());
-  int32_t id = client.Start(kExecute, GrpcFrame(ExecuteMessage({"/bin/sh", "-c", "echo $$ > pid.tmp; mv pid.tmp pid; exec sleep 600"})));
+  int32_t id = client.Start(
+      kExecute, GrpcFrame(ExecuteMessage(
+                    {"/bin/sh", "-c", "echo $$ > pid.tmp; mv pid.tmp pid; exec sleep 600"})));
   ASSERT_TRUE(EventuallyTrue([&] {
     client.Pump(10);
     return std::filesystem::exists(pid_file);

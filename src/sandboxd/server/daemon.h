@@ -73,6 +73,10 @@ class Daemon {
   // A gRPC call (grpc_connection.h): process.v1.ProcessService/Execute, with
   // the same token check as Handle (the token arrives as call metadata).
   GrpcReply HandleGrpc(const GrpcCall& call);
+  // UNAUTHENTICATED when the call's metadata lacks the token, before its
+  // message is read (GrpcServerOptions::authorize); nullopt to go on.
+  std::optional<GrpcReply> GrpcUnauthorized(const std::string& method,
+                                            const net::Headers& metadata) const;
   // Routes whose request bodies are read as they arrive (uploads of any size):
   // for net::ServerOptions::stream_request_body.
   static bool StreamsRequestBody(const net::Request& head);

@@ -261,6 +261,18 @@ int GrpcConnection::OnDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, co
 
 int GrpcConnection::OnFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
   GrpcConnection& self = Self(user_data);
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST &&
+      self.options_.authorize) {
+    // The request's headers are complete: a refused call costs no buffer.
+    GrpcStream* stream = self.Find(frame->hd.stream_id);
+    if (stream != nullptr && !stream->answered) {
+      if (auto refusal = self.options_.authorize(stream->path, stream->metadata)) {
+        if ((frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) stream->request_done = true;
+        self.Answer(*stream, std::move(*refusal));
+        return 0;
+      }
+    }
+  }
   if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
       (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
     GrpcStream* stream = self.Find(frame->hd.stream_id);

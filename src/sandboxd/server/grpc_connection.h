@@ -60,6 +60,11 @@ struct GrpcReply {
 };
 
 using GrpcHandler = std::function<GrpcReply(const GrpcCall& call)>;
+// Called with a call's method and metadata as soon as its headers are
+// complete, before a byte of its message is read: a reply refuses the call
+// (its message is never buffered). For the token check.
+using GrpcAuthorizer = std::function<std::optional<GrpcReply>(const std::string& method,
+                                                              const net::Headers& metadata)>;
 
 struct GrpcServerOptions {
   // Larger request messages get RESOURCE_EXHAUSTED as soon as their length
@@ -75,6 +80,7 @@ struct GrpcServerOptions {
   // A connection with no call open and no byte received for this long is
   // closed (GOAWAY). Zero: never.
   std::chrono::milliseconds idle_timeout{60000};
+  GrpcAuthorizer authorize;  // null: every call goes on
 };
 
 // The HTTP/2 client preface: "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".

@@ -43,16 +43,23 @@ GrpcStatus GrpcStatusOf(ErrorCode code) {
 
 }  // namespace
 
-GrpcReply Daemon::HandleGrpc(const GrpcCall& call) {
+std::optional<GrpcReply> Daemon::GrpcUnauthorized(const std::string& method,
+                                                  const net::Headers& metadata) const {
   // The HTTP API's check: X-Sandboxd-Token or Authorization: Bearer, here as
   // call metadata (gRPC sends header names in lower case; Headers ignores case).
   net::Request head;
   head.method = "POST";
-  head.path = call.method;
-  head.headers = call.metadata;
+  head.path = method;
+  head.headers = metadata;
   if (auto refused = Unauthorized(head)) {
     return GrpcError(GrpcStatus::kUnauthenticated, refused->message);
   }
+  return std::nullopt;
+}
+
+GrpcReply Daemon::HandleGrpc(const GrpcCall& call) {
+  // Checked again here: the connection's early check is optional.
+  if (auto refused = GrpcUnauthorized(call.method, call.metadata)) return *refused;
   in_flight_.fetch_add(1);
   struct Done {
     Daemon& d;
