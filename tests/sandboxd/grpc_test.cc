@@ -387,6 +387,16 @@ TEST_F(GrpcTest, AnAbsurdLengthPrefixIsRefusedBeforeTheMessage) {
   EXPECT_EQ(ok.grpc_status, 0) << ok.grpc_message;
 }
 
+TEST_F(GrpcTest, ARequestThatNeverEndsCannotHoldTheConnection) {
+  StartDaemon({.extra_args = {"--http-idle-timeout", "0.5"}});
+  H2Client client(daemon_->socket_path());
+  // Half a message, then silence: no call runs, so the connection is idle.
+  auto r = client.Wait(
+      client.Start(kExecute, std::string("\x00\x00\x00\x00\x10", 5) + "ab", {}, /*end=*/false));
+  EXPECT_TRUE(r.connection_lost || r.close_error != 0) << r.http_status;
+  EXPECT_FALSE(r.grpc_status.has_value());
+}
+
 TEST_F(GrpcTest, CompressedMessagesAreRefusedClearly) {
   StartDaemon();
   H2Client client(daemon_->socket_path());

@@ -529,7 +529,10 @@ void GrpcConnection::Serve(std::string_view received) {
     if (!want && running_ == 0) return;
     if (shutting_down && streams_.empty()) return;
     int wait_ms = -1;
-    if (options_.idle_timeout.count() > 0 && streams_.empty()) {
+    // Idle: no call running and nothing received for idle_timeout, whatever
+    // streams are open (a request that never ends, an answer the client
+    // never takes) so that they cannot hold the connection forever.
+    if (options_.idle_timeout.count() > 0 && running_ == 0) {
       auto left = options_.idle_timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
                                               std::chrono::steady_clock::now() - last_activity);
       if (left.count() <= 0) {

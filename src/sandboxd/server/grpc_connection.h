@@ -77,8 +77,9 @@ struct GrpcServerOptions {
   uint32_t max_concurrent_calls = 100;
   // A request's headers (names, values and 32 bytes each, as HTTP/2 counts).
   size_t max_header_bytes = 64u << 10;
-  // A connection with no call open and no byte received for this long is
-  // closed (GOAWAY). Zero: never.
+  // A connection with no call running and no byte received for this long is
+  // closed (GOAWAY), even with streams open (a request that never ends).
+  // Zero: never.
   std::chrono::milliseconds idle_timeout{60000};
   GrpcAuthorizer authorize;  // null: every call goes on
 };
