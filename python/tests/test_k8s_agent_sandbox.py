@@ -388,3 +388,28 @@ def test_sandboxd_command_timeout_over_grpc(daemon: dict[str, Any]) -> None:
         assert not Path(f"/proc/{pid}").exists(), "the timed-out command still runs"
     finally:
         sb.close_connection()
+
+
+def test_sandboxd_async_commands_over_grpc(daemon: dict[str, Any]) -> None:
+    """AsyncSandbox's commands.run: grpc.aio against the same daemon, calls at once."""
+
+    async def run() -> None:
+        sb = AsyncSandbox(
+            claim_name="sandbox-claim-test",
+            sandbox_id="sandbox-test",
+            connection_config=SandboxdInClusterConnectionConfig(
+                mode="in-cluster-pod-ip", rest_port=_free_port(), grpc_port=daemon["port"]
+            ),
+            k8s_helper=AsyncNoCluster(),
+        )
+        try:
+            results = await asyncio.gather(
+                *(sb.commands.run(f"echo async{i}; exit {i}", timeout=10) for i in range(4))
+            )
+            assert [(r.stdout, r.exit_code) for r in results] == [(f"async{i}\n", i) for i in range(4)]
+            r = await sb.commands.run("exec sleep 30", timeout=10, command_timeout=1)
+            assert (r.exit_code, r.timed_out) == (124, True)
+        finally:
+            await sb.close_connection()
+
+    asyncio.run(run())
