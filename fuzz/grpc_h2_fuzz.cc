@@ -29,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.max_message_bytes = 1024;
   const sbd::GrpcHandler handler = [](const sbd::GrpcCall& call) {
     auto request = sbd::proto::DecodeExecuteRequest(call.message);
-    if (!request) return sbd::GrpcReply{sbd::GrpcStatus::kInvalidArgument, request.error().message, {}};
+    if (!request)
+      return sbd::GrpcReply{sbd::GrpcStatus::kInvalidArgument, request.error().message, {}};
     sbd::proto::ExecuteResponse response;
     response.stdout_data = request->config.command.empty() ? "" : request->config.command[0];
     return sbd::GrpcReply{sbd::GrpcStatus::kOk, {}, sbd::proto::EncodeExecuteResponse(response)};

@@ -24,8 +24,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string encoded = proto::EncodeExecuteResponse(*response);
     auto again = proto::DecodeExecuteResponse(encoded);
     FUZZ_CHECK(again.has_value(), "an encoded ExecuteResponse does not decode");
-    FUZZ_CHECK(again->exit_code == response->exit_code && again->stdout_data ==
-                   response->stdout_data && again->stderr_data == response->stderr_data,
+    FUZZ_CHECK(again->exit_code == response->exit_code &&
+                   again->stdout_data == response->stdout_data &&
+                   again->stderr_data == response->stderr_data,
                "ExecuteResponse changed");
   }
   return 0;
