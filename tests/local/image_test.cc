@@ -297,6 +297,27 @@ TEST_F(ImageCliTest, TheDefaultImageComesThroughARegistryMirror) {
   EXPECT_THAT(blocked.err, HasSubstr("blocked by " + conf.string()));
 }
 
+// The daemon dlopen()s libarchive for directory copies (and libnghttp2 for
+// gRPC); on an image, whose libraries are the image's, the bundle brings
+// them: a tree goes in and comes back out.
+TEST_F(ImageCliTest, DirectoriesCopyBothWaysOnAnImage) {
+  SandboxMeta m = CreateOn(image_);
+  fs::path host = state_ / "tree-host";
+  fs::create_directories(host / "tree" / "sub");
+  std::ofstream(host / "tree" / "a.txt") << "A";
+  std::ofstream(host / "tree" / "sub" / "b.txt") << "B";
+  CliResult r = Cli({"sandbox", "cp", (host / "tree").string(), m.id + ":/workspace/"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Exec(m.id, "cat /workspace/tree/a.txt /workspace/tree/sub/b.txt");
+  EXPECT_EQ(r.out, "AB") << r.err;
+  r = Cli({"sandbox", "cp", m.id + ":/workspace/tree", (host / "back").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ReadHostFile((host / "back" / "sub" / "b.txt").string()), "B");
+  r = Exec(m.id, "ls /deepbox/lib");
+  EXPECT_THAT(r.out, HasSubstr("libarchive.so.13"));
+  EXPECT_THAT(r.out, HasSubstr("libnghttp2.so.14"));
+}
+
 TEST_F(ImageCliTest, AWarmPoolServesOnlyClaimsForItsImage) {
   StartPool("img", 1, {"--image", image_});
   ASSERT_TRUE(Eventually([&] { return WarmOf("img").size() == 1; }, 120s)) << PoolLog("img");
