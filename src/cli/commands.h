@@ -73,6 +73,17 @@ struct SandboxLsArgs {
 };
 int RunSandboxLs(const SandboxLsArgs& args);
 
+// `deepbox sandbox inspect [--json] ID` (sandbox_command.cc; k8s:
+// sandbox_k8s_command.cc): one sandbox's record and how a client reaches its
+// daemon. The id's form picks the provider (NAMESPACE/CLAIM: k8s), as does
+// --provider k8s (then a bare NAME is a claim of the namespace).
+struct SandboxInspectArgs {
+  std::string id;
+  bool json = false;
+  ClusterFlags cluster;
+};
+int RunSandboxInspect(const SandboxInspectArgs& args);
+
 struct SandboxRmArgs {
   std::vector<std::string> ids;  // k8s: claim names, or NAMESPACE/NAME as `deepbox run` prints
   std::string selector;
@@ -83,6 +94,7 @@ int RunSandboxRm(const SandboxRmArgs& args);
 // The `--provider k8s` halves (sandbox_k8s_command.cc; only in builds with src/k8s).
 int RunK8sSandboxCreate(const SandboxCreateArgs& args);
 int RunK8sSandboxLs(const SandboxLsArgs& args);
+int RunK8sSandboxInspect(const SandboxInspectArgs& args);
 int RunK8sSandboxRm(const SandboxRmArgs& args);
 
 // `deepbox sandbox pause|suspend|resume ID...` (sandbox_lifecycle_command.cc):

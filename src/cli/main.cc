@@ -225,6 +225,27 @@ void RegisterSandboxCommands(CLI::App& app) {
   AddClusterFlags(ls, ls_args->cluster);
   ls->callback([ls_args] { SetExitCode(RunSandboxLs(*ls_args)); });
 
+  auto inspect_args = std::make_shared<SandboxInspectArgs>();
+  CLI::App* inspect = sandbox->add_subcommand(
+      "inspect",
+      "Show one sandbox: state, image (k8s: its SandboxTemplate's), labels, times,\n"
+      "limits, and how a client reaches its daemon. --json prints one object with\n"
+      "the same fields for every provider: id, provider, state, image, labels,\n"
+      "created_at, expires_at, ttl_remaining_seconds, url, headers, token, owner\n"
+      "(local: also socket, limits, status; k8s: also namespace, claim, sandbox,\n"
+      "warm_pool, template, resources, pod_ips, router). A local sandbox is one of\n"
+      "this user's (its daemon is a Unix socket in the user's state directory, no\n"
+      "token). A claim is shown to whoever may read it, its daemon token\n"
+      "(X-Sandboxd-Token) only to its owner, the user whose claim key made it, and\n"
+      "only with --json; the router token is never printed. Exit 3: no such sandbox");
+  inspect
+      ->add_option("id", inspect_args->id,
+                   "Sandbox id or name (k8s: NAMESPACE/CLAIM, or CLAIM with --provider k8s)")
+      ->required();
+  inspect->add_flag("--json", inspect_args->json, "Print the record as one JSON object");
+  AddClusterFlags(inspect, inspect_args->cluster);
+  inspect->callback([inspect_args] { SetExitCode(RunSandboxInspect(*inspect_args)); });
+
   auto rm_args = std::make_shared<SandboxRmArgs>();
   CLI::App* rm = sandbox->add_subcommand(
       "rm",

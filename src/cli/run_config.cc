@@ -18,6 +18,7 @@
 #include "common/user_state_dir.h"
 #include "local/lifecycle/selector.h"
 #include "oci/default_image.h"
+#include "oci/reference.h"
 #include "sandbox/network_policy.h"
 #include "sandbox/secrets.h"
 
@@ -465,11 +466,13 @@ Result<RunConfig> ResolveRunConfig(const RunFlags& flags, const EnvLookup& env) 
       return MakeError(ErrorCode::kInvalidArgument, "--network: " + p.error().message);
     }
   }
+  // On Kubernetes --image selects the SandboxTemplate that runs it (and a warm
+  // pool of it) when the claim is made (k8s/template_image.h); it must at
+  // least be an image reference.
   if (!c.image.empty() && c.sandbox == "k8s") {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "--image: on Kubernetes the image is the SandboxTemplate's (its container's "
-                     "image; deploy/k8s/sandbox-template.yaml runs the default, " +
-                         std::string(oci::kDefaultSandboxImage) + "): set it there");
+    if (auto ref = oci::ParseImageReference(c.image); !ref) {
+      return MakeError(ErrorCode::kInvalidArgument, "--image: " + ref.error().message);
+    }
   }
   if (!c.image.empty() && !c.sandbox_id.empty()) {
     return MakeError(ErrorCode::kInvalidArgument,

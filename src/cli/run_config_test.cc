@@ -203,9 +203,10 @@ TEST(RunConfigTest, Errors) {
   EXPECT_TRUE(ApplyConfigFile("", "empty.yaml", rc).has_value());
 }
 
-// Issue 24: --image is the local sandbox's; on Kubernetes the template's
-// image is, and the refusal says so; the config file's `image` key works too.
-TEST(RunConfigTest, ImageIsLocalAndTheTemplatesOnKubernetes) {
+// Issue 24: --image is the local sandbox's image; on Kubernetes it selects the
+// SandboxTemplate that runs it (when claiming), and must be a reference; the
+// config file's `image` key works too.
+TEST(RunConfigTest, ImageIsLocalAndSelectsATemplateOnKubernetes) {
   RunFlags flags;
   flags.image = "registry.example:5000/team/tools:1";
   auto c = ResolveRunConfig(flags, FakeEnv({}));
@@ -213,9 +214,13 @@ TEST(RunConfigTest, ImageIsLocalAndTheTemplatesOnKubernetes) {
   EXPECT_EQ(c->image, "registry.example:5000/team/tools:1");
   flags.sandbox = "k8s";
   auto k8s = ResolveRunConfig(flags, FakeEnv({}));
+  ASSERT_TRUE(k8s.has_value()) << k8s.error().message;
+  EXPECT_EQ(k8s->image, "registry.example:5000/team/tools:1");
+  flags.image = "Not/An:Image:Ref";
+  k8s = ResolveRunConfig(flags, FakeEnv({}));
   ASSERT_FALSE(k8s.has_value());
   EXPECT_EQ(k8s.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_THAT(k8s.error().message, HasSubstr("SandboxTemplate"));
+  EXPECT_THAT(k8s.error().message, HasSubstr("--image"));
   RunConfig rc;
   ASSERT_TRUE(ApplyConfigFile("image: python:3.12-slim-bookworm\n", "f.yaml", rc).has_value());
   EXPECT_EQ(rc.image, "python:3.12-slim-bookworm");

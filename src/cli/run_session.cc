@@ -368,7 +368,7 @@ int Session::Run(RunSummary& summary) {
   claim.ttl = std::chrono::seconds(config_.ttl_seconds);
   claim.network = config_.network;
   claim.image = config_.image;
-  if (!attached && !config_.image.empty()) {
+  if (!attached && !config_.image.empty() && provider.name() == "local") {
     // Pulled now, with `image pull`'s progress, rather than silently by the claim.
     if (auto st = cli::PullImageForSandbox(config_.image); !st) {
       return Fail(summary, kRunExitUsage, st.error(), "--image: ");

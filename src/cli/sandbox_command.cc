@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -18,13 +19,30 @@
 #include "cli/provider_util.h"
 #include "common/json.h"
 #include "common/terminal_text.h"
+#include "common/time.h"
 #include "local/lifecycle/provider.h"
+#include "sandbox/registry.h"
 
 namespace deepbox::cli {
 namespace {
 
 using local::lifecycle::SandboxMeta;
 using local::lifecycle::Selector;
+
+// What `ls` shows in its STATE column.
+std::string DisplayState(const SandboxMeta& m, int64_t now) {
+  std::string state = m.ready ? m.state : m.restarts > 0 ? "restarting" : "starting";
+  if (m.requested_mode != m.mode) {  // on its way
+    state = m.requested_mode == "running"  ? "resuming"
+            : m.requested_mode == "paused" ? "pausing"
+                                           : "suspending";
+  } else if (m.mode != "running") {
+    state = m.mode;
+  }
+  if (!m.broken.empty()) state = "broken";
+  if (m.expired(now)) state = "expiring";
+  return state;
+}
 
 std::string LabelsText(const local::lifecycle::Labels& labels) {
   std::string out;
@@ -248,16 +266,7 @@ int RunSandboxLs(const SandboxLsArgs& args) {
                   "IDLE", "EXPIRES", "NETWORK", "DISK", "NAME", "LABELS");
   for (size_t i = 0; i < list->size(); ++i) {
     const auto& m = (*list)[i];
-    std::string state = m.ready ? m.state : m.restarts > 0 ? "restarting" : "starting";
-    if (m.requested_mode != m.mode) {  // on its way
-      state = m.requested_mode == "running"  ? "resuming"
-              : m.requested_mode == "paused" ? "pausing"
-                                             : "suspending";
-    } else if (m.mode != "running") {
-      state = m.mode;
-    }
-    if (!m.broken.empty()) state = "broken";
-    if (m.expired(now)) state = "expiring";
+    std::string state = DisplayState(m, now);
     std::string expires = m.expires_at_ms ? "in " + FormatAge(*m.expires_at_ms - now) : "never";
     // meta.json is not trusted either: one line per sandbox, whatever it holds.
     auto used = WorkspaceDiskUsed((*provider)->store().Paths(m.id).workspace);
@@ -268,6 +277,88 @@ int RunSandboxLs(const SandboxLsArgs& args) {
         SanitizeLineForTerminal(m.network), used ? local::lifecycle::FormatBytes(*used) : "-",
         m.name.empty() ? "-" : m.name, LabelsText(m.labels));
   }
+  std::cout << out << std::flush;
+  return kExitOk;
+}
+
+int RunSandboxInspect(const SandboxInspectArgs& args) {
+  const ProviderRegistration* by_form = ProviderRegistry::Global().ForId(args.id);
+  if (args.cluster.k8s() && by_form != nullptr && by_form->name != "k8s") {
+    return ReportError(
+        Error(ErrorCode::kInvalidArgument,
+              fmt::format("--provider k8s: '{}' is a {} sandbox's id (Kubernetes ids are "
+                          "NAMESPACE/CLAIM): deepbox sandbox inspect {}",
+                          SanitizeLineForTerminal(args.id), by_form->name,
+                          SanitizeLineForTerminal(args.id))));
+  }
+  if (args.cluster.k8s() || (by_form != nullptr && by_form->name == "k8s")) {
+    return RunK8sSandboxInspect(args);
+  }
+  if (auto st = CheckSettingsFor(args.cluster.provider, args.cluster.settings); !st) {
+    return ReportError(st.error());
+  }
+  auto provider = MakeProvider();
+  if (!provider) return ReportError(provider.error());
+  // Only this user's state directory is read: another user's sandboxes are
+  // not there to be found.
+  auto meta = (*provider)->Get(args.id);
+  if (!meta) {
+    Error e = meta.error();
+    if (e.code == ErrorCode::kNotFound && args.id.find('/') == std::string::npos &&
+        !args.id.starts_with("sb-")) {
+      e.message += fmt::format(
+          "; for a Kubernetes claim of that name: deepbox sandbox inspect --provider k8s {}",
+          args.id);
+    }
+    return ReportError(e);
+  }
+  const SandboxMeta& m = *meta;
+  int64_t now = NowMs();
+  std::string socket = (*provider)->store().Paths(m.id).socket;
+  if (args.json) {
+    // `sandbox ls --json`'s record, plus the common fields of every
+    // provider's inspect: a local daemon is its Unix socket, in this user's
+    // own state directory (0700), and takes no token.
+    json::object o = m.ToJson();
+    o["provider"] = "local";
+    o["status"] = DisplayState(m, now);
+    o["socket"] = socket;
+    o["url"] = nullptr;
+    o["token"] = nullptr;
+    o["headers"] = json::object();
+    o["owner"] = true;
+    if (m.expires_at_ms) {
+      o["ttl_remaining_seconds"] = std::max<int64_t>(0, (*m.expires_at_ms - now) / 1000);
+    } else {
+      o["ttl_remaining_seconds"] = nullptr;
+    }
+    if (auto used = WorkspaceDiskUsed((*provider)->store().Paths(m.id).workspace)) {
+      o["disk_used_bytes"] = *used;
+    }
+    std::cout << ToJson(o) << std::endl;
+    return kExitOk;
+  }
+  auto line = [](std::string_view key, std::string_view value) {
+    return fmt::format("{:<10} {}\n", key, value.empty() ? "-" : SanitizeLineForTerminal(value));
+  };
+  std::string out;
+  out += line("ID:", m.id);
+  out += line("Name:", m.name);
+  out += line("Provider:", "local");
+  out += line("State:", DisplayState(m, now));
+  out += line("Image:", m.image.empty() ? (m.rootfs.empty() ? "the host's system directories"
+                                                            : "rootfs " + m.rootfs)
+                                        : m.image.name);
+  out += line("Network:", m.network);
+  out += line("Limits:", m.limits.Describe());
+  out += line("Labels:", LabelsText(m.labels));
+  out += line("Created:",
+              FormatRfc3339Ms(m.created_at_ms) + " (" + FormatAge(now - m.created_at_ms) + " ago)");
+  out += line("Expires:", m.expires_at_ms ? FormatRfc3339Ms(*m.expires_at_ms) + " (in " +
+                                                FormatAge(*m.expires_at_ms - now) + ")"
+                                          : "never");
+  out += line("Pool:", m.pool);
+  out += line("Daemon:", "unix:" + socket);
   std::cout << out << std::flush;
   return kExitOk;
 }

@@ -155,12 +155,6 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   // decides the image, limits and network.
   if (!args.rootfs.empty())
     return usage("--rootfs: on Kubernetes the SandboxTemplate sets the image");
-  if (!args.image.empty()) {
-    return usage(
-        "--image: on Kubernetes the image is the SandboxTemplate's (its container's "
-        "image; deploy/k8s/sandbox-template.yaml runs the default, " +
-        std::string(oci::kDefaultSandboxImage) + ")");
-  }
   if (!args.network.empty()) {
     return usage("--network: on Kubernetes the SandboxTemplate's networkPolicy decides");
   }
@@ -180,6 +174,9 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   if (args.ttl_seconds < 0) return usage("--ttl: must be >= 0 (0 = no TTL)");
   claim.ttl = std::chrono::seconds(args.ttl_seconds);
   claim.name = args.name;  // the claim's name: the id is NAMESPACE/NAME
+  // Selects the SandboxTemplate that runs it, and a warm pool of that
+  // template (k8s/template_image.h); nothing is pulled here.
+  claim.image = args.image;
   auto provider = K8sProviderFor(args.cluster);
   if (!provider) return Report(provider.error());
   // --from-snapshot: the claim is made, then the snapshot's files go into it.
@@ -220,7 +217,7 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   o["namespace"] = c.namespace_name;
   o["claim"] = c.claim_name;
   o["sandbox"] = c.sandbox_name;
-  o["warm_pool"] = (*provider)->warm_pool();
+  o["warm_pool"] = c.warm_pool;
   o["pod_ip"] = c.pod_ip;
   json::array ips;
   for (const auto& ip : c.pod_ips) ips.emplace_back(ip);
@@ -246,6 +243,113 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   router["port"] = 8080;
   o["router"] = std::move(router);
   std::cout << ToJson(o) << std::endl;
+  return kExitOk;
+}
+
+int RunK8sSandboxInspect(const SandboxInspectArgs& args) {
+  auto provider = K8sProviderFor(args.cluster);
+  if (!provider) return Report(provider.error());
+  auto record = (*provider)->Describe(args.id);
+  if (!record) return Report(record.error());
+  const k8s::ClaimRecord& r = *record;
+  auto expires = MsFromNow(r.info.expires_at);
+  if (args.json) {
+    // The shape of `sandbox create --provider k8s --json` (what
+    // python/deepbox's Sandbox.claim reads), plus the claim's state, template
+    // and image, and whether this user owns it. The daemon token (also in
+    // "headers") only for its owner; never the router token.
+    json::object o;
+    o["id"] = r.info.id;
+    o["provider"] = "k8s";
+    o["namespace"] = r.claimed.namespace_name;
+    o["claim"] = r.claimed.claim_name;
+    o["state"] = r.info.state;
+    o["reason"] = r.reason;
+    o["sandbox"] = r.claimed.sandbox_name;
+    o["warm_pool"] = r.warm_pool;
+    o["template"] = r.template_name;
+    o["image"] = r.image;
+    o["resources"] = r.resources;
+    o["pod_ip"] = r.claimed.pod_ip;
+    json::array ips;
+    for (const auto& ip : r.claimed.pod_ips) ips.emplace_back(ip);
+    o["pod_ips"] = std::move(ips);
+    json::object labels;
+    for (const auto& [k, v] : r.info.labels) labels[k] = v;
+    o["labels"] = std::move(labels);
+    o["created_at"] = r.info.created_at;
+    o["requested_at"] = r.claimed.requested_at;
+    o["api_version"] = r.claimed.api_version;
+    if (r.info.expires_at.empty()) {
+      o["expires_at"] = nullptr;
+    } else {
+      o["expires_at"] = r.info.expires_at;
+    }
+    if (expires) {
+      o["ttl_remaining_seconds"] = std::max<int64_t>(0, *expires / 1000);
+    } else {
+      o["ttl_remaining_seconds"] = nullptr;
+    }
+    o["owner"] = r.owner;
+    if (r.owner) {
+      o["token"] = r.daemon_token;
+    } else {
+      o["token"] = nullptr;
+    }
+    if (r.endpoint_lasts && !r.endpoint.base_url.empty()) {
+      o["url"] = r.endpoint.base_url;
+    } else {
+      o["url"] = nullptr;
+    }
+    json::object headers;
+    for (const auto& [k, v] : r.endpoint.headers.entries()) headers[k] = v;
+    o["headers"] = std::move(headers);
+    json::object router;
+    router["service"] = "svc/sandbox-router-svc";
+    router["namespace"] = "agent-sandbox-system";
+    router["port"] = 8080;
+    o["router"] = std::move(router);
+    std::cout << ToJson(o) << std::endl;
+    return kExitOk;
+  }
+  auto dash = [](const std::string& v) { return v.empty() ? std::string("-") : Cell(v); };
+  std::string state = r.info.state;
+  if (!r.reason.empty() && state != "Ready") state += " (" + r.reason + ")";
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"ID:", Cell(r.info.id)});
+  rows.push_back({"Provider:", "k8s"});
+  rows.push_back({"State:", Cell(state)});
+  rows.push_back({"Sandbox:", dash(r.claimed.sandbox_name)});
+  rows.push_back({"Warm pool:", dash(r.warm_pool)});
+  rows.push_back({"Template:", dash(r.template_name)});
+  rows.push_back({"Image:", dash(r.image)});
+  rows.push_back({"Resources:", r.resources.empty() ? "-" : Cell(ToJson(r.resources))});
+  std::string labels;
+  for (const auto& [k, v] : r.info.labels) {
+    labels += (labels.empty() ? "" : ",") + k + "=" + v;
+  }
+  rows.push_back({"Labels:", labels.empty() ? "-" : Cell(labels)});
+  auto age = MsFromNow(r.info.created_at);
+  rows.push_back(
+      {"Created:", r.info.created_at.empty()
+                       ? "-"
+                       : Cell(r.info.created_at) + (age ? " (" + FormatAge(-*age) + " ago)" : "")});
+  rows.push_back({"Expires:", r.info.expires_at.empty() ? "never"
+                              : !expires                ? Cell(r.info.expires_at)
+                              : *expires < 0
+                                  ? Cell(r.info.expires_at) + " (expired)"
+                                  : Cell(r.info.expires_at) + " (in " + FormatAge(*expires) + ")"});
+  rows.push_back({"Pod IPs:", r.claimed.pod_ips.empty()
+                                  ? "-"
+                                  : Cell(fmt::format("{}", fmt::join(r.claimed.pod_ips, ", ")))});
+  rows.push_back({"Daemon:", r.endpoint_lasts && !r.endpoint.base_url.empty()
+                                 ? Cell(r.endpoint.base_url) + " (" + Cell(r.endpoint.router) + ")"
+                             : r.claimed.sandbox_name.empty() ? "- (no sandbox yet)"
+                                                              : Cell(r.endpoint.router)});
+  rows.push_back({"Owner:", r.owner          ? "you (this user's claim key made its daemon token)"
+                            : r.has_verifier ? "another key (its daemon refuses this user)"
+                                             : "none recorded (not claimed by deepbox)"});
+  std::cout << FormatTable(rows) << std::flush;
   return kExitOk;
 }
 

@@ -82,6 +82,7 @@ struct ClaimedSandbox {
   std::string sandbox_name;  // differs from the claim name after warm adoption
   std::vector<std::string> pod_ips;
   std::string pod_ip;                      // IPv4 preferred; "" if unknown
+  std::string warm_pool;                   // the SandboxWarmPool it was claimed from
   std::string api_version;                 // of the claim
   std::string requested_at;                // the annotation's value
   std::chrono::milliseconds wait_time{0};  // create -> Ready

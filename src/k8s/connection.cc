@@ -353,9 +353,9 @@ void PortForward::Stop() {
 
 // ------------------------------------------------------------------ SandboxConnection
 
-Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const ConnectionOptions& options,
-                                                                   const ClaimedSandbox& sandbox) {
-  std::unique_ptr<SandboxConnection> c(new SandboxConnection());
+Result<DaemonEndpoint> PlanEndpoint(const ConnectionOptions& options,
+                                    const ClaimedSandbox& sandbox) {
+  DaemonEndpoint endpoint;
   if (!options.router_token.empty() && !IsHeaderToken(options.router_token)) {
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("the router token must be printable ASCII without spaces, at "
@@ -389,18 +389,13 @@ Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const Connect
   RouterTarget target{sandbox.sandbox_name, sandbox.namespace_name, options.daemon_port,
                       options.send_pod_ip && !scoped ? sandbox.pod_ip : "", token};
   switch (options.mode) {
-    case ConnectionMode::kPortForward: {
-      auto pf = PortForward::Start(options.port_forward);
-      if (!pf) return tl::unexpected(pf.error());
-      c->forward_ = std::move(*pf);
-      c->endpoint_.base_url = c->forward_->base_url();
-      c->endpoint_.headers = RouterHeaders(target);
-      c->endpoint_.router = fmt::format(
-          "the sandbox router ({} in namespace {}, through kubectl port-forward on 127.0.0.1:{})",
-          options.port_forward.service, options.port_forward.namespace_name,
-          c->forward_->local_port());
+    case ConnectionMode::kPortForward:
+      // The URL is the tunnel's, known once it is up (Open).
+      endpoint.headers = RouterHeaders(target);
+      endpoint.router =
+          fmt::format("the sandbox router ({} in namespace {}, through kubectl port-forward)",
+                      options.port_forward.service, options.port_forward.namespace_name);
       break;
-    }
     case ConnectionMode::kDirect: {
       if (options.direct_url.empty()) {
         return MakeError(ErrorCode::kInvalidArgument,
@@ -408,9 +403,9 @@ Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const Connect
       }
       std::string url = options.direct_url;
       while (url.size() > 1 && url.back() == '/') url.pop_back();
-      c->endpoint_.base_url = url;
-      c->endpoint_.headers = RouterHeaders(target);
-      c->endpoint_.router = fmt::format("the sandbox router at {}", url);
+      endpoint.base_url = url;
+      endpoint.headers = RouterHeaders(target);
+      endpoint.router = fmt::format("the sandbox router at {}", url);
       break;
     }
     case ConnectionMode::kInCluster: {
@@ -420,14 +415,33 @@ Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const Connect
       } else if (host.find(':') != std::string::npos) {
         host = "[" + host + "]";
       }
-      c->endpoint_.base_url = fmt::format("http://{}:{}", host, options.daemon_port);
+      endpoint.base_url = fmt::format("http://{}:{}", host, options.daemon_port);
       break;
     }
   }
-  c->endpoint_.daemon_port = options.daemon_port;
+  endpoint.daemon_port = options.daemon_port;
   // The claim's own token (claim_token.h), whichever way the daemon is reached.
   if (!sandbox.daemon_token.empty()) {
-    c->endpoint_.headers.Set(std::string(net::kSandboxdTokenHeader), sandbox.daemon_token);
+    endpoint.headers.Set(std::string(net::kSandboxdTokenHeader), sandbox.daemon_token);
+  }
+  return endpoint;
+}
+
+Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const ConnectionOptions& options,
+                                                                   const ClaimedSandbox& sandbox) {
+  auto planned = PlanEndpoint(options, sandbox);
+  if (!planned) return tl::unexpected(planned.error());
+  std::unique_ptr<SandboxConnection> c(new SandboxConnection());
+  c->endpoint_ = std::move(*planned);
+  if (options.mode == ConnectionMode::kPortForward) {
+    auto pf = PortForward::Start(options.port_forward);
+    if (!pf) return tl::unexpected(pf.error());
+    c->forward_ = std::move(*pf);
+    c->endpoint_.base_url = c->forward_->base_url();
+    c->endpoint_.router = fmt::format(
+        "the sandbox router ({} in namespace {}, through kubectl port-forward on 127.0.0.1:{})",
+        options.port_forward.service, options.port_forward.namespace_name,
+        c->forward_->local_port());
   }
   return c;
 }

@@ -142,6 +142,13 @@ struct ConnectionOptions {
   bool send_pod_ip = true;  // X-Sandbox-Pod-IP (needed for warm sandboxes)
 };
 
+// The endpoint SandboxConnection::Open would give, without opening anything:
+// for a port-forward base_url is "" (the tunnel's port is known only once it
+// is up) and `router` says what is forwarded to. The errors of Open's
+// checks (a bad router token, a scoped token for another sandbox).
+Result<DaemonEndpoint> PlanEndpoint(const ConnectionOptions& options,
+                                    const ClaimedSandbox& sandbox);
+
 // One sandbox's way in: the endpoint, and the port-forward behind it if any.
 class SandboxConnection {
  public:

@@ -8,6 +8,7 @@
 #include "k8s/claim_token.h"
 #include "k8s/operating_mode.h"
 #include "k8s/settings.h"
+#include "k8s/template_image.h"
 #include "net/token_digest.h"
 #include "sandbox/sandboxd_client.h"
 
@@ -335,8 +336,10 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::ClaimWith(const ClaimO
       if (warning && !warning->empty()) options_.on_warning(*warning);
     });
   }
+  auto warm_pool = WarmPoolFor(options.image);
+  if (!warm_pool) return tl::unexpected(warm_pool.error());
   ClaimRequest req;
-  req.warm_pool = options_.warm_pool;
+  req.warm_pool = *warm_pool;
   req.namespace_name = namespace_;
   // A name (ClaimOptions::name) is the claim's own: NAMESPACE/NAME is then
   // the id, and NAME alone finds it in this namespace.
@@ -366,6 +369,7 @@ Result<std::unique_ptr<SandboxLease>> K8sSandboxProvider::ClaimWith(const ClaimO
     return tl::unexpected(claimed.error());
   }
   claimed->daemon_token = *token;
+  claimed->warm_pool = req.warm_pool;
 
   auto fail = [&](Error e) -> Result<std::unique_ptr<SandboxLease>> {
     if (auto s = claimer_->Release(claimed->namespace_name, claimed->claim_name); !s) {
@@ -534,6 +538,110 @@ Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
   out.connection = std::move(*conn);
   out.client = std::move(*client);
   return out;
+}
+
+Result<std::string> K8sSandboxProvider::WarmPoolFor(const std::string& image) {
+  if (image.empty() && options_.template_name.empty()) return options_.warm_pool;
+  // On Kubernetes the image is the template's: find the template that runs
+  // it, and a pool that makes sandboxes from that template.
+  auto templates = api_->ListTemplates(namespace_);
+  if (!templates) {
+    Error e = templates.error();
+    e.message = fmt::format(
+        "listing the SandboxTemplates of namespace {} (to find {}): {}", namespace_,
+        image.empty() ? "template " + options_.template_name : "image " + image, e.message);
+    return tl::unexpected(e);
+  }
+  auto pools = api_->ListWarmPools(namespace_);
+  if (!pools) {
+    Error e = pools.error();
+    e.message =
+        fmt::format("listing the SandboxWarmPools of namespace {}: {}", namespace_, e.message);
+    return tl::unexpected(e);
+  }
+  TemplateSelection selection{image, options_.template_name, options_.warm_pool, namespace_};
+  auto choice = ChooseTemplate(selection, templates->items, pools->items);
+  if (!choice) return tl::unexpected(choice.error());
+  return choice->warm_pool;
+}
+
+Result<ClaimRecord> K8sSandboxProvider::Describe(std::string_view id) {
+  auto split = Resolve(id);
+  if (!split) return tl::unexpected(split.error());
+  const auto& [ns, name] = *split;
+  auto claim = GetClaimNamed(ns, name);
+  if (!claim) return tl::unexpected(claim.error());
+  ClaimRecord r;
+  r.info = InfoOfClaim(ns, *claim);
+  r.info.id = fmt::format("{}/{}", ns, name);  // not the object's word for its own name
+  if (!FindString(*claim, {"metadata", "deletionTimestamp"}).empty()) r.info.state = "Deleting";
+  if (const auto* conds = Find(*claim, {"status", "conditions"});
+      conds != nullptr && conds->is_array()) {
+    for (const auto& c : conds->get_array()) {
+      if (FindString(c, {"type"}) == "Ready" && FindString(c, {"status"}) != "True") {
+        r.reason = FindString(c, {"reason"});
+      }
+    }
+  }
+  r.claimed.namespace_name = ns;
+  r.claimed.claim_name = name;
+  r.claimed.api_version = FindString(*claim, {"apiVersion"});
+  r.claimed.requested_at =
+      FindString(*claim, {"metadata", "annotations", std::string_view(kRequestTimeAnnotation)});
+  std::string sandbox = FindString(*claim, {"status", "sandbox", "name"});
+  if (IsObjectName(sandbox)) r.claimed.sandbox_name = sandbox;
+  if (const auto* ips = Find(*claim, {"status", "sandbox", "podIPs"});
+      ips != nullptr && ips->is_array()) {
+    for (const auto& ip : ips->get_array()) {
+      if (ip.is_string()) r.claimed.pod_ips.emplace_back(ip.get_string());
+    }
+  }
+  r.claimed.pod_ip = SelectPodIp(r.claimed.pod_ips);
+  r.warm_pool = FindString(*claim, {"spec", "warmPoolRef", "name"});
+  if (r.warm_pool.empty()) r.warm_pool = FindString(*claim, {"spec", "warmpool"});
+  r.template_name = FindString(*claim, {"spec", "sandboxTemplateRef", "name"});
+  if (r.template_name.empty() && IsObjectName(r.warm_pool)) {
+    if (auto pool = api_->GetWarmPool(ns, r.warm_pool); pool) {
+      r.template_name = FindString(*pool, {"spec", "sandboxTemplateRef", "name"});
+    }
+  }
+  if (IsObjectName(r.template_name)) {
+    if (auto tmpl = api_->GetTemplate(ns, r.template_name); tmpl) {
+      r.image = TemplateMainImage(*tmpl);
+      const json::value* containers = Find(*tmpl, {"spec", "podTemplate", "spec", "containers"});
+      if (containers != nullptr && containers->is_array() && !containers->get_array().empty()) {
+        if (const auto* res = Find(containers->get_array().front(), {"resources"});
+            res != nullptr && res->is_object()) {
+          r.resources = res->get_object();
+        }
+      }
+    }
+  }
+  // The owner is whoever's key the claim's verifier was made with
+  // (claim_token.h): that user derives the same token again; anyone else
+  // gets a token the daemon refuses, which is not printed.
+  std::string verifier = FindString(
+      *claim, {"spec", "additionalPodMetadata", "annotations", kTokenVerifierAnnotation});
+  r.has_verifier = !verifier.empty();
+  if (r.has_verifier) {
+    auto token = DaemonToken(ns, name);
+    if (!token) return tl::unexpected(token.error());
+    if (net::TokenVerifier(*token) == verifier) {
+      r.owner = true;
+      r.daemon_token = *token;
+    }
+  }
+  if (!r.claimed.sandbox_name.empty()) {
+    ClaimedSandbox target = r.claimed;
+    target.daemon_token = r.daemon_token;
+    auto endpoint = PlanEndpoint(options_.connection, target);
+    if (!endpoint) return tl::unexpected(endpoint.error());
+    r.endpoint = std::move(*endpoint);
+    // Printed: the router token stays with whoever configured it.
+    r.endpoint.headers.Remove("Authorization");
+    r.endpoint_lasts = options_.connection.mode != ConnectionMode::kPortForward;
+  }
+  return r;
 }
 
 Result<std::string> K8sSandboxProvider::DaemonToken(std::string_view ns, std::string_view name) {

@@ -45,6 +45,10 @@ struct K8sProviderOptions {
   ClientOptions client;        // rate limit, retries
   std::string namespace_name;  // "" = the kubeconfig context's namespace
   std::string warm_pool = "deepagents-warmpool";
+  // --template: claims come from a warm pool of this SandboxTemplate (and
+  // ClaimOptions::image, when given, must be its image; template_image.h).
+  // "" = the warm pool's, or the one ClaimOptions::image selects.
+  std::string template_name;
   std::chrono::milliseconds ready_timeout{180000};
   std::map<std::string, std::string> labels;  // on every claim (ClaimOptions.labels added)
   std::map<std::string, std::string> pod_labels;
@@ -90,6 +94,30 @@ struct KeptClaim {
   ClaimedSandbox claimed;
   DaemonEndpoint endpoint;      // router headers without Authorization
   bool endpoint_lasts = false;  // false: a port-forward that ended with the call
+};
+
+// What `deepbox sandbox inspect --provider k8s` shows of a claim (Describe):
+// read from the API server, nothing opened.
+struct ClaimRecord {
+  SandboxInfo info;           // id, labels, created/expires, state
+  ClaimedSandbox claimed;     // names and pod IPs (no token)
+  std::string reason;         // the Ready condition's reason when not Ready
+  std::string warm_pool;      // spec.warmPoolRef (v1alpha1: spec.warmpool)
+  std::string template_name;  // the claim's, else its pool's ("" = unknown)
+  std::string image;          // the template's main image ("" = unknown)
+  json::object resources;     // the main container's resources, as the template says
+  // Whether the claim's token verifier is this user's (the claim was made
+  // with this user's key): only then `endpoint` carries X-Sandboxd-Token and
+  // `daemon_token` is set.
+  bool owner = false;
+  bool has_verifier = false;  // the claim carries a verifier at all
+  std::string daemon_token;
+  // The way to the daemon as a new claim's client would go (router headers
+  // without Authorization); base_url "" through a port-forward (no lasting
+  // URL: `router` says what is forwarded to). Empty headers when the claim
+  // has no sandbox yet.
+  DaemonEndpoint endpoint;
+  bool endpoint_lasts = false;
 };
 
 // An existing claim reached from this process (exec, cp, --sandbox-id).
@@ -180,6 +208,18 @@ class K8sSandboxProvider : public SandboxProvider {
   // NOT_FOUND when there is no such claim, UNAVAILABLE when it is not Ready,
   // INVALID_ARGUMENT for a bad id.
   Result<ConnectedClaim> Connect(std::string_view id);
+
+  // NAMESPACE/CLAIM (or CLAIM in the provider's namespace), as ClaimRecord
+  // says. NOT_FOUND when there is no such claim; INVALID_ARGUMENT for a bad
+  // id. The template and its image are best effort (no right to read them:
+  // left empty).
+  Result<ClaimRecord> Describe(std::string_view id);
+
+  // The warm pool a claim with `image` ("" = any) comes from: the
+  // configured one, or the one template_name / image select
+  // (template_image.h: ChooseTemplate over the namespace's templates and
+  // pools).
+  Result<std::string> WarmPoolFor(const std::string& image);
 
   // Watches the claim `id` (NAMESPACE/CLAIM, or CLAIM in the provider's
   // namespace) while it is in use: on_gone as soon as it is deleted or expires.

@@ -141,4 +141,28 @@ Result<json::object> SandboxApi::GetWarmPool(std::string_view ns, std::string_vi
   return client_.Get(*t, ns, name);
 }
 
+Result<ObjectList> SandboxApi::ListWarmPools(std::string_view ns) {
+  auto t = WarmPoolType();
+  if (!t) return tl::unexpected(t.error());
+  return client_.List(*t, ns);
+}
+
+Result<ResourceType> SandboxApi::TemplateType() {
+  auto v = Version(kExtensionsGroup);
+  if (!v) return tl::unexpected(v.error());
+  return ResourceType{std::string(kExtensionsGroup), *v, "sandboxtemplates", "SandboxTemplate"};
+}
+
+Result<json::object> SandboxApi::GetTemplate(std::string_view ns, std::string_view name) {
+  auto t = TemplateType();
+  if (!t) return tl::unexpected(t.error());
+  return client_.Get(*t, ns, name);
+}
+
+Result<ObjectList> SandboxApi::ListTemplates(std::string_view ns) {
+  auto t = TemplateType();
+  if (!t) return tl::unexpected(t.error());
+  return client_.List(*t, ns);
+}
+
 }  // namespace deepbox::k8s

@@ -52,6 +52,11 @@ class SandboxApi {
   Result<WatchStats> WatchSandboxes(std::string_view ns, const WatchOptions& options,
                                     const std::function<bool(const WatchEvent&)>& on_event);
   Result<json::object> GetWarmPool(std::string_view ns, std::string_view name);
+  Result<ObjectList> ListWarmPools(std::string_view ns);
+  // SandboxTemplates (the extensions group's version).
+  Result<ResourceType> TemplateType();
+  Result<json::object> GetTemplate(std::string_view ns, std::string_view name);
+  Result<ObjectList> ListTemplates(std::string_view ns);
   // core/v1 Events of the namespace (the controller's Events on claims and
   // Sandboxes; events.k8s.io/v1 ones are served here too, `regarding` as
   // `involvedObject`). Field selectors such as involvedObject.name=NAME.

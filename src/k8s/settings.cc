@@ -84,6 +84,12 @@ Result<K8sSettings> K8sSettingsFrom(const ProviderRequest& request) {
     }
     s.warm_pool = v->value;
   }
+  if (auto v = lookup(kTemplateSetting); v && !v->value.empty()) {
+    if (auto st = CheckObjectName(v->value, v->source, "SandboxTemplate"); !st) {
+      return tl::unexpected(st.error());
+    }
+    s.template_name = v->value;
+  }
   if (auto v = lookup(kRouterUrlSetting)) s.router_url = v->value;
   if (auto v = lookup(kRouterTokenSetting)) s.router_token = v->value;
   if (auto v = lookup(kRouterTokenSecretFileSetting)) s.router_token_secret_file = v->value;
@@ -122,6 +128,7 @@ Result<K8sProviderOptions> K8sProviderOptionsFor(const K8sSettings& settings,
   po.rest = *rest;
   po.namespace_name = settings.namespace_name;
   po.warm_pool = settings.warm_pool;
+  po.template_name = settings.template_name;
   po.ready_timeout = settings.ready_timeout;
   po.created_by = context.created_by;
   po.on_warning = context.on_warning;
@@ -190,6 +197,12 @@ ProviderRegistration K8sProviderRegistration() {
       {std::string(kWarmPoolSetting), "AGENT_SANDBOX_WARMPOOL",
        "k8s: the SandboxWarmPool to claim from. Env AGENT_SANDBOX_WARMPOOL;\n"
        "default deepagents-warmpool",
+       0, /*creation_only=*/true},
+      {std::string(kTemplateSetting), "AGENT_SANDBOX_TEMPLATE",
+       "k8s: claim from a warm pool of this SandboxTemplate (the configured pool\n"
+       "if it uses it, else the first by name that does). With --image, the\n"
+       "template's first container must run that image. Env AGENT_SANDBOX_TEMPLATE;\n"
+       "default: the warm pool's template",
        0, /*creation_only=*/true},
       {std::string(kRouterUrlSetting), "AGENT_SANDBOX_ROUTER_URL",
        "k8s: URL of the sandbox router (or a Gateway in front of it). Env\n"

@@ -21,8 +21,9 @@ struct K8sSettings {
   std::string context;         // "" = the kubeconfig's current-context
   std::string kubeconfig;      // "" = $KUBECONFIG, in-cluster, ~/.kube/config
   std::string warm_pool = "deepagents-warmpool";
-  std::string router_url;    // "" = in a pod the pod IP, else a kubectl port-forward
-  std::string router_token;  // the router's bearer token ("" = none)
+  std::string template_name;  // "" = the warm pool's (or the one --image selects)
+  std::string router_url;     // "" = in a pod the pod IP, else a kubectl port-forward
+  std::string router_token;   // the router's bearer token ("" = none)
   // The Go router's --authz-scoped-token-secret-file: deepbox mints each
   // sandbox's own scoped token (router_token.h). "" = none.
   std::string router_token_secret_file;
@@ -34,6 +35,7 @@ inline constexpr std::string_view kNamespaceSetting = "namespace";
 inline constexpr std::string_view kContextSetting = "context";
 inline constexpr std::string_view kKubeconfigSetting = "kubeconfig";
 inline constexpr std::string_view kWarmPoolSetting = "warm-pool";
+inline constexpr std::string_view kTemplateSetting = "template";
 inline constexpr std::string_view kRouterUrlSetting = "router-url";
 inline constexpr std::string_view kRouterTokenSetting = "router-token";
 inline constexpr std::string_view kRouterTokenSecretFileSetting = "router-token-secret-file";

@@ -423,6 +423,229 @@ TEST_F(K8sTest, SandboxCreateExecCpAndRmOnKubernetes) {
   EXPECT_THAT(ClaimNames(server_->store(), "default"), IsEmpty());
 }
 
+// Issue 28: `sandbox inspect` shows any claim of the namespace; --json is the
+// record `sandbox create --json` printed (url, headers), so that another
+// process reattaches; the daemon token only for the claim's owner.
+TEST_F(K8sTest, SandboxInspectShowsAClaimAndHowToReachIt) {
+  auto env = K8sEnv();
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--label", "team=ml", "--ttl",
+                "600", "--json"},
+               env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto created = ParseJsonObject(r.out);
+  ASSERT_TRUE(created) << r.out;
+  std::string id = FindString(*created, {"id"});
+  std::string claim = FindString(*created, {"claim"});
+
+  // The id's form (NAMESPACE/CLAIM) picks the provider: no --provider needed.
+  r = Run({kDeepbox, "sandbox", "inspect", "--json", id}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  EXPECT_EQ(FindString(*rec, {"id"}), id);
+  EXPECT_EQ(FindString(*rec, {"provider"}), "k8s");
+  EXPECT_EQ(FindString(*rec, {"state"}), "Ready");
+  EXPECT_EQ(FindString(*rec, {"namespace"}), "default");
+  EXPECT_EQ(FindString(*rec, {"claim"}), claim);
+  EXPECT_EQ(FindString(*rec, {"sandbox"}), FindString(*created, {"sandbox"}));
+  EXPECT_EQ(FindString(*rec, {"warm_pool"}), "deepagents-warmpool");
+  EXPECT_EQ(FindString(*rec, {"template"}), "deepbox-sandbox-template");
+  EXPECT_EQ(FindString(*rec, {"image"}), "python:3.12-slim");
+  EXPECT_EQ(FindString(*rec, {"labels", "team"}), "ml");
+  EXPECT_FALSE(FindString(*rec, {"created_at"}).empty());
+  EXPECT_FALSE(FindString(*rec, {"expires_at"}).empty());
+  const json::value* ttl = Find(*rec, {"ttl_remaining_seconds"});
+  ASSERT_TRUE(ttl != nullptr && ttl->is_int64()) << r.out;
+  EXPECT_GT(ttl->as_int64(), 500);
+  EXPECT_LE(ttl->as_int64(), 600);
+  // What a client needs: the same url and headers as the claim's record.
+  EXPECT_EQ(FindString(*rec, {"url"}), FindString(*created, {"url"}));
+  for (const char* h : {"X-Sandbox-ID", "X-Sandbox-Namespace", "X-Sandbox-Port", "X-Sandbox-Pod-IP",
+                        "X-Sandboxd-Token"}) {
+    EXPECT_EQ(FindString(*rec, {"headers", h}), FindString(*created, {"headers", h})) << h;
+  }
+  const json::value* owner = Find(*rec, {"owner"});
+  ASSERT_TRUE(owner != nullptr && owner->is_bool());
+  EXPECT_TRUE(owner->as_bool());
+  EXPECT_EQ(FindString(*rec, {"token"}), FindString(*created, {"headers", "X-Sandboxd-Token"}));
+  EXPECT_GE(FindString(*rec, {"token"}).size(), 43u);
+  EXPECT_EQ(r.out.find("router-secret"), std::string::npos) << r.out;
+
+  // Human-readable: the same facts, never a token.
+  r = Run({kDeepbox, "sandbox", "inspect", id}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Template:  deepbox-sandbox-template"));
+  EXPECT_THAT(r.out, HasSubstr("Image:     python:3.12-slim"));
+  EXPECT_THAT(r.out, HasSubstr("team=ml"));
+  EXPECT_THAT(r.out, HasSubstr("Owner:     you"));
+  EXPECT_EQ(r.out.find(FindString(*created, {"headers", "X-Sandboxd-Token"})), std::string::npos);
+  // A bare claim name with --provider k8s: a claim of the namespace.
+  r = Run({kDeepbox, "sandbox", "inspect", "--provider", "k8s", "--json", claim}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(FindString(*ParseJsonObject(r.out), {"id"}), id);
+
+  // Another user (another key) sees the claim, not its token.
+  auto other = env;
+  other["DEEPBOX_K8S_CLAIM_KEY_FILE"] = (dir_ / "other-key").string();
+  r = Run({kDeepbox, "sandbox", "inspect", "--json", id}, other);
+  ASSERT_EQ(r.code, 0) << r.err;
+  rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  EXPECT_FALSE(Find(*rec, {"owner"})->as_bool());
+  EXPECT_TRUE(Find(*rec, {"token"})->is_null());
+  EXPECT_EQ(Find(*rec, {"headers", "X-Sandboxd-Token"}), nullptr) << r.out;
+  EXPECT_EQ(r.out.find(FindString(*created, {"headers", "X-Sandboxd-Token"})), std::string::npos);
+  r = Run({kDeepbox, "sandbox", "inspect", id}, other);
+  EXPECT_THAT(r.out, HasSubstr("Owner:     another key"));
+
+  // Errors: no such claim (3), a local id with --provider k8s (2), a bad id (2).
+  r = Run({kDeepbox, "sandbox", "inspect", "default/no-such-claim"}, env);
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("no SandboxClaim no-such-claim in namespace default"));
+  r = Run({kDeepbox, "sandbox", "inspect", "--json", "--provider", "k8s", "no-such-claim"}, env);
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_EQ(r.out, "");
+  r = Run({kDeepbox, "sandbox", "inspect", "--provider", "k8s", "sb-0123456789ab"}, env);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("local sandbox's id"));
+  r = Run({kDeepbox, "sandbox", "inspect", "--provider", "k8s", "Bad_Name"}, env);
+  EXPECT_EQ(r.code, 2) << r.err;
+  // A claim name without --provider k8s is looked up among local sandboxes,
+  // and the message says how to ask Kubernetes.
+  r = Run({kDeepbox, "sandbox", "inspect", claim}, env);
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("deepbox sandbox inspect --provider k8s " + claim));
+  // Through a port-forward there is no lasting URL: url null, the router named.
+  auto forwarded = env;
+  forwarded.erase("AGENT_SANDBOX_ROUTER_URL");
+  r = Run({kDeepbox, "sandbox", "inspect", "--json", id}, forwarded);
+  ASSERT_EQ(r.code, 0) << r.err;
+  rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  EXPECT_TRUE(Find(*rec, {"url"})->is_null()) << r.out;
+  EXPECT_EQ(FindString(*rec, {"router", "service"}), "svc/sandbox-router-svc");
+  EXPECT_EQ(FindString(*rec, {"headers", "X-Sandbox-ID"}), FindString(*created, {"sandbox"}));
+
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", id}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Run({kDeepbox, "sandbox", "inspect", id}, env);
+  EXPECT_EQ(r.code, 3) << r.err;
+}
+
+// A claim whose object the API server fills oddly (another client's, or a
+// hostile server's): inspect shows what it can and does not crash.
+TEST_F(K8sTest, SandboxInspectOfAnOddClaim) {
+  auto odd = ParseJsonObject(
+      R"({"apiVersion":"extensions.agents.x-k8s.io/v1beta1","kind":"SandboxClaim",
+          "metadata":{"name":"odd","labels":{"a":"b\u001b[31m","n":7}},
+          "spec":{"warmPoolRef":{"name":["x"]},"lifecycle":{"shutdownTime":"not-a-time"},
+                  "additionalPodMetadata":{"annotations":{"deepbox.dev/sandboxd-token-sha256":5}}},
+          "status":{"conditions":"Ready","sandbox":{"name":"../x","podIPs":[1,"10.0.0.9",null]}}})");
+  ASSERT_TRUE(odd);
+  ASSERT_TRUE(
+      server_->store().Create({"extensions.agents.x-k8s.io", "sandboxclaims", "default"}, *odd));
+  auto env = K8sEnv();
+  auto r = Run({kDeepbox, "sandbox", "inspect", "--json", "default/odd"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  EXPECT_EQ(FindString(*rec, {"state"}), "NotReady");
+  EXPECT_EQ(FindString(*rec, {"sandbox"}), "");  // not an object name: not used
+  EXPECT_TRUE(Find(*rec, {"url"})->is_null() ||
+              FindString(*rec, {"headers", "X-Sandbox-ID"}) == "");
+  EXPECT_FALSE(Find(*rec, {"owner"})->as_bool());
+  r = Run({kDeepbox, "sandbox", "inspect", "default/odd"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("no sandbox yet"));
+}
+
+// Issue 24 item 4: --image on Kubernetes selects the SandboxTemplate whose
+// first container runs it, and claims from a warm pool of that template; no
+// template for the image is a failed create that names the templates there.
+TEST_F(K8sTest, ImageSelectsTheTemplateThatRunsIt) {
+  json::object tmpl = k8s::testing::MakeTemplate("node-tmpl");
+  json::object* container = nullptr;
+  {
+    auto& containers = tmpl.at("spec")
+                           .as_object()
+                           .at("podTemplate")
+                           .as_object()
+                           .at("spec")
+                           .as_object()
+                           .at("containers");
+    container = &containers.as_array().at(0).as_object();
+  }
+  (*container)["image"] = "docker.io/library/node:22";
+  ASSERT_TRUE(
+      server_->store().Create({"extensions.agents.x-k8s.io", "sandboxtemplates", "default"}, tmpl));
+  ASSERT_TRUE(server_->store().Create({"extensions.agents.x-k8s.io", "sandboxwarmpools", "default"},
+                                      k8s::testing::MakeWarmPool("node-pool", "node-tmpl", 1)));
+  auto env = K8sEnv();
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--image", "node:22", "--json"},
+               env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  std::string claim = FindString(*rec, {"claim"});
+  EXPECT_EQ(FindString(*rec, {"warm_pool"}), "node-pool");
+  auto stored =
+      server_->store().Get({"extensions.agents.x-k8s.io", "sandboxclaims", "default"}, claim);
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(FindString(*stored, {"spec", "warmPoolRef", "name"}), "node-pool");
+  r = Run({kDeepbox, "sandbox", "inspect", "--json", FindString(*rec, {"id"})}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(FindString(*ParseJsonObject(r.out), {"template"}), "node-tmpl");
+  EXPECT_EQ(FindString(*ParseJsonObject(r.out), {"image"}), "docker.io/library/node:22");
+  // The default template's image, written differently, finds the default pool.
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--image",
+           "docker.io/library/python:3.12-slim", "--json"},
+          env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(FindString(*ParseJsonObject(r.out), {"warm_pool"}), "deepagents-warmpool");
+  // --template picks the pool too.
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--template", "node-tmpl", "--json"},
+          env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(FindString(*ParseJsonObject(r.out), {"warm_pool"}), "node-pool");
+  auto before = SortedClaims("default");
+  ASSERT_EQ(before.size(), 3u);
+
+  // No template runs it: 1, naming the templates and their images; no claim.
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--image", "golang:1.23"}, env);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("no SandboxTemplate in namespace default runs it"));
+  EXPECT_THAT(r.err, HasSubstr("deepbox-sandbox-template (python:3.12-slim)"));
+  EXPECT_THAT(r.err, HasSubstr("node-tmpl (docker.io/library/node:22)"));
+  // A template that does not run the image asked for: a usage error.
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--template",
+           "deepbox-sandbox-template", "--image", "node:22"},
+          env);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("SandboxTemplate deepbox-sandbox-template runs python:3.12-slim"));
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--image", "Not An Image"}, env);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(SortedClaims("default"), before);
+
+  // `deepbox run --sandbox k8s --image` claims from the same pool.
+  ASSERT_TRUE(cluster_->WaitPoolReady());
+  r = Run({kDeepbox, "run", "--sandbox", "k8s", "--image", "node:22", "--keep-sandbox", "--json",
+           "--model", "replay:" + RelativeFibReplay(), kFibTask},
+          env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto events = JsonLines(r.out);
+  ASSERT_FALSE(events.empty());
+  std::string run_id(events.back().at("sandbox_id").as_string());
+  r = Run({kDeepbox, "sandbox", "inspect", "--json", run_id}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(FindString(*ParseJsonObject(r.out), {"warm_pool"}), "node-pool");
+  r = Run({kDeepbox, "run", "--sandbox", "k8s", "--image", "golang:1.23", "--model",
+           "replay:" + RelativeFibReplay(), kFibTask},
+          env);
+  EXPECT_EQ(r.code, run::kRunExitSandbox) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("node-tmpl (docker.io/library/node:22)"));
+}
+
 // Each pod its own daemon (and files), so that a restore or fork that
 // copied nothing, or shares its source's files, shows.
 class K8sSnapshotTest : public K8sTest {

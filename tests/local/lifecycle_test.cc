@@ -250,6 +250,58 @@ TEST_F(LifecycleTest, LabelsAndSelectors) {
   EXPECT_EQ(ids(""), (std::set<std::string>{}));
 }
 
+// Issue 28: `sandbox inspect` shows one sandbox, by id or name; --json is its
+// `ls --json` record plus the fields every provider's inspect has (the
+// daemon's socket; no url, no token for a local daemon).
+TEST_F(LifecycleTest, InspectShowsOneSandboxAndItsDaemon) {
+  auto created = Cli({"sandbox", "create", "-l", "app=x", "--name", "inspected", "--network",
+                      "none", "--ttl", "600"});
+  std::string id = CreatedId(created);
+  for (const std::string& which : {id, std::string("inspected")}) {
+    auto r = Cli({"sandbox", "inspect", "--json", which});
+    ASSERT_EQ(r.code, 0) << r.err;
+    auto rec = ParseJsonObject(r.out);
+    ASSERT_TRUE(rec) << r.out;
+    EXPECT_EQ(FindString(*rec, {"id"}), id);
+    EXPECT_EQ(FindString(*rec, {"provider"}), "local");
+    EXPECT_EQ(FindString(*rec, {"name"}), "inspected");
+    EXPECT_EQ(FindString(*rec, {"state"}), "claimed");
+    EXPECT_EQ(FindString(*rec, {"status"}), "claimed");
+    EXPECT_EQ(FindString(*rec, {"labels", "app"}), "x");
+    EXPECT_EQ(FindString(*rec, {"socket"}), Meta(id).socket);
+    EXPECT_TRUE(fs::exists(FindString(*rec, {"socket"})));
+    EXPECT_TRUE(Find(*rec, {"url"})->is_null());
+    EXPECT_TRUE(Find(*rec, {"token"})->is_null());
+    EXPECT_TRUE(Find(*rec, {"owner"})->as_bool());
+    EXPECT_TRUE(Find(*rec, {"limits"})->is_object());
+    const json::value* ttl = Find(*rec, {"ttl_remaining_seconds"});
+    ASSERT_TRUE(ttl != nullptr && ttl->is_int64()) << r.out;
+    EXPECT_GT(ttl->as_int64(), 500);
+  }
+  auto r = Cli({"sandbox", "inspect", id});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("ID:        " + id));
+  EXPECT_THAT(r.out, HasSubstr("Provider:  local"));
+  EXPECT_THAT(r.out, HasSubstr("Labels:    app=x"));
+  EXPECT_THAT(r.out, HasSubstr("Daemon:    unix:" + Meta(id).socket));
+  // Unknown ids and names: 3, nothing on stdout; a claim id is not local.
+  r = Cli({"sandbox", "inspect", "--json", "sb-0123456789ab"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_EQ(r.out, "");
+  r = Cli({"sandbox", "inspect", "no-such-name"});
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--provider k8s no-such-name"));
+  r = Cli({"sandbox", "inspect", "--provider", "k8s", id});
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("local sandbox's id"));
+  r = Cli({"sandbox", "inspect", "Not/A/Sandbox"});
+  EXPECT_EQ(r.code, 2) << r.err;
+  r = Cli({"sandbox", "rm", id});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = Cli({"sandbox", "inspect", id});
+  EXPECT_EQ(r.code, 3) << r.err;
+}
+
 TEST_F(LifecycleTest, WarmPoolClaimRefillAndTtl) {
   StartPool("p", 2);
   ASSERT_TRUE(Eventually([&] { return WarmOf("p").size() == 2; }));
