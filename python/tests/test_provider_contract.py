@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -33,7 +36,10 @@ pytest.importorskip("deepagents")
 from conftest import require_sandboxes  # noqa: E402
 from test_k8s import cluster  # noqa: E402,F401 (the fake cluster fixture)
 
+from deepbox import Sandbox  # noqa: E402
 from deepbox.dcode import DeepboxProvider, SandboxNotFoundError  # noqa: E402
+from deepbox.errors import DeepboxError  # noqa: E402
+from deepbox.errors import SandboxNotFoundError as CLISandboxNotFoundError  # noqa: E402
 
 try:
     from langchain_tests.integration_tests import SandboxProviderIntegrationTests  # type: ignore[attr-defined]
@@ -133,6 +139,44 @@ class ProviderContract:
         assert again.download_files(["/workspace/marker"])[0].content == b"here"
         assert [i["sandbox_id"] for i in sandbox_provider.list()["items"]] == [backend.id]
 
+    def test_reattach_from_another_provider_object(self, sandbox_provider: DeepboxProvider, other_provider: DeepboxProvider) -> None:
+        """A sandbox made by one provider object is reached by another (``sandbox inspect --json``)."""
+        backend = sandbox_provider.get_or_create()
+        backend.upload_files([("/workspace/marker", b"from the first")])
+        again = other_provider.get_or_create(sandbox_id=backend.id)
+        assert again.id == backend.id
+        assert again.download_files(["/workspace/marker"])[0].content == b"from the first"
+        r = again.execute("echo second > /workspace/second; cat /workspace/marker")
+        assert (r.output, r.exit_code) == ("from the first", 0)
+        assert backend.download_files(["/workspace/second"])[0].content == b"second\n"
+        # Reattaching made nothing new and took nothing over.
+        assert [i["sandbox_id"] for i in sandbox_provider.list()["items"]] == [backend.id]
+
+    def test_reattach_from_another_process(self, sandbox_provider: DeepboxProvider, provider_args: dict[str, Any]) -> None:
+        """Another Python process reattaches by id alone, and gets SandboxNotFoundError for a missing id."""
+        backend = sandbox_provider.get_or_create()
+        backend.upload_files([("/workspace/marker", b"cross-process")])
+        script = (
+            "import json, sys\n"
+            "from deepbox.dcode import DeepboxProvider, SandboxNotFoundError\n"
+            "p = DeepboxProvider(**json.loads(sys.argv[1]))\n"
+            "sb = p.get_or_create(sandbox_id=sys.argv[2])\n"
+            "print(sb.execute('cat /workspace/marker').output)\n"
+            "try:\n"
+            "    p.get_or_create(sandbox_id=sys.argv[3])\n"
+            "except SandboxNotFoundError as e:\n"
+            "    print('missing:', type(e).__name__)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", script, json.dumps(provider_args), backend.id, self.missing_id],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == ["cross-process", "missing: SandboxNotFoundError"]
+        assert [i["sandbox_id"] for i in sandbox_provider.list()["items"]] == [backend.id]
+
     def test_missing_id_raises(self, sandbox_provider: DeepboxProvider) -> None:
         with pytest.raises(SandboxNotFoundError):
             sandbox_provider.get_or_create(sandbox_id=self.missing_id)
@@ -182,6 +226,14 @@ class TestLocalProviderContract(ProviderContract):
     def sandbox_provider(self) -> Iterator[DeepboxProvider]:
         yield from _local_provider()
 
+    @pytest.fixture
+    def other_provider(self) -> DeepboxProvider:
+        return DeepboxProvider(labels={"deepbox.test/python": "other"})
+
+    @pytest.fixture
+    def provider_args(self) -> dict[str, Any]:
+        return {}
+
 
 class TestK8sProviderContract(ProviderContract):
     missing_id = "default/sandbox-claim-00000000"
@@ -190,15 +242,45 @@ class TestK8sProviderContract(ProviderContract):
     def sandbox_provider(self, cluster: dict[str, Any]) -> Iterator[DeepboxProvider]:  # noqa: F811
         yield from _k8s_provider(cluster)
 
-    def test_reattach_to_a_claim_made_elsewhere_is_refused(self, sandbox_provider: DeepboxProvider, cluster: dict[str, Any]) -> None:  # noqa: F811
-        """A claim this provider did not make exists but cannot be reached: a clear error, not a new claim."""
-        from deepbox.errors import DeepboxError
+    @pytest.fixture
+    def other_provider(self, cluster: dict[str, Any]) -> DeepboxProvider:  # noqa: F811
+        return DeepboxProvider(provider="k8s", **self._claim_args(cluster))
 
-        other = next(_k8s_provider(cluster))
-        made = other.get_or_create()
-        try:
-            with pytest.raises(DeepboxError, match="reattaches only to claims it made"):
-                sandbox_provider.get_or_create(sandbox_id=made.id)
-            assert sandbox_provider.list()["items"] == []
-        finally:
-            other.delete(sandbox_id=made.id)
+    @pytest.fixture
+    def provider_args(self, cluster: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
+        return {"provider": "k8s", **self._claim_args(cluster)}
+
+    @staticmethod
+    def _claim_args(cluster: dict[str, Any]) -> dict[str, Any]:  # noqa: F811
+        return {
+            "kubeconfig": cluster["kubeconfig"],
+            "router_url": cluster["router_url"],
+            "router_token": cluster["router_token"],
+        }
+
+    def test_reattach_to_another_users_claim_says_so(
+        self,
+        sandbox_provider: DeepboxProvider,
+        other_provider: DeepboxProvider,
+        tmp_path: Any,
+        monkeypatch: pytest.MonkeyPatch,
+    ) -> None:
+        """A claim made with another user's claim key: found, but its daemon is not ours to drive."""
+        backend = sandbox_provider.get_or_create()
+        with monkeypatch.context() as m:
+            m.setenv("DEEPBOX_K8S_CLAIM_KEY_FILE", str(tmp_path / "another-users-key"))
+            with pytest.raises(DeepboxError, match="another user's claim key"):
+                other_provider.get_or_create(sandbox_id=backend.id)
+        assert other_provider.get_or_create(sandbox_id=backend.id).id == backend.id
+
+    def test_inspect_record_of_a_claim(self, sandbox_provider: DeepboxProvider, cluster: dict[str, Any]) -> None:  # noqa: F811
+        """``Sandbox.inspect``: the CLI's record, with the daemon token for its owner only."""
+        backend = sandbox_provider.get_or_create()
+        rec = Sandbox.inspect(backend.id, kubeconfig=cluster["kubeconfig"], router_url=cluster["router_url"])
+        assert rec["id"] == backend.id and rec["provider"] == "k8s" and rec["state"] == "Ready"
+        assert rec["url"] == cluster["router_url"]
+        assert rec["owner"] is True and rec["token"] == rec["headers"]["X-Sandboxd-Token"]
+        assert rec["labels"]["deepbox.test/python"] == "provider"
+        assert cluster["router_token"] not in json.dumps(rec)
+        with pytest.raises(CLISandboxNotFoundError):
+            Sandbox.inspect(self.missing_id, kubeconfig=cluster["kubeconfig"])

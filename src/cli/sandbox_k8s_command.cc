@@ -291,6 +291,9 @@ int RunK8sSandboxInspect(const SandboxInspectArgs& args) {
       o["ttl_remaining_seconds"] = nullptr;
     }
     o["owner"] = r.owner;
+    // Whether the claim's daemon takes only its owner's token (it carries a
+    // verifier): false for a claim deepbox did not make.
+    o["token_verifier"] = r.has_verifier;
     if (r.owner) {
       o["token"] = r.daemon_token;
     } else {

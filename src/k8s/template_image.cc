@@ -23,8 +23,8 @@ std::string DescribeTemplates(const std::vector<json::object>& templates) {
   std::vector<std::string> parts;
   for (const auto& t : templates) {
     std::string image = TemplateMainImage(t);
-    parts.push_back(fmt::format("{} ({})", Shown(NameOf(t)),
-                                image.empty() ? "no image" : Shown(image)));
+    parts.push_back(
+        fmt::format("{} ({})", Shown(NameOf(t)), image.empty() ? "no image" : Shown(image)));
   }
   std::sort(parts.begin(), parts.end());
   return parts.empty() ? "none" : fmt::format("{}", fmt::join(parts, ", "));
@@ -45,8 +45,7 @@ std::string TemplateMainImage(const json::object& tmpl) {
 Result<bool> ImageMatches(std::string_view wanted, std::string_view candidate) {
   auto want = oci::ParseImageReference(wanted);
   if (!want) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     fmt::format("--image: {}", want.error().message));
+    return MakeError(ErrorCode::kInvalidArgument, fmt::format("--image: {}", want.error().message));
   }
   auto have = oci::ParseImageReference(candidate);
   if (!have) return false;
@@ -83,10 +82,10 @@ Result<TemplateChoice> ChooseTemplate(const TemplateSelection& sel,
       if (NameOf(*t) == sel.template_name) chosen = t;
     }
     if (chosen == nullptr) {
-      return MakeError(ErrorCode::kUnavailable,
-                       fmt::format("--template: no SandboxTemplate '{}' in namespace {} (there: {})",
-                                   Shown(sel.template_name), sel.namespace_name,
-                                   DescribeTemplates(templates)));
+      return MakeError(
+          ErrorCode::kUnavailable,
+          fmt::format("--template: no SandboxTemplate '{}' in namespace {} (there: {})",
+                      Shown(sel.template_name), sel.namespace_name, DescribeTemplates(templates)));
     }
     if (!sel.image.empty()) {
       std::string image = TemplateMainImage(*chosen);

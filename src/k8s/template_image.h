@@ -43,8 +43,8 @@ struct TemplateChoice {
 };
 
 struct TemplateSelection {
-  std::string image;          // --image ("" = any)
-  std::string template_name;  // --template ("" = any)
+  std::string image;           // --image ("" = any)
+  std::string template_name;   // --template ("" = any)
   std::string preferred_pool;  // the configured warm pool: taken when it fits
   std::string namespace_name;  // for messages
 };

@@ -11,8 +11,8 @@ using ::testing::HasSubstr;
 json::object Template(const std::string& name, const std::string& image_json) {
   auto o = ParseJsonObject(
       R"({"kind":"SandboxTemplate","metadata":{"name":")" + name +
-      R"("},"spec":{"podTemplate":{"spec":{"containers":[{"name":"sandbox","image":)" +
-      image_json + R"(},{"name":"sidecar","image":"busybox:1"}]}}}})");
+      R"("},"spec":{"podTemplate":{"spec":{"containers":[{"name":"sandbox","image":)" + image_json +
+      R"(},{"name":"sidecar","image":"busybox:1"}]}}}})");
   return *o;
 }
 
@@ -90,8 +90,7 @@ TEST(ChooseTemplateTest, ImageSelectsTheTemplateAndAPoolOfIt) {
 }
 
 TEST(ChooseTemplateTest, NoMatchNamesTheTemplatesAndTheirImages) {
-  std::vector<json::object> templates = {Template("py", R"("python:3.12")"),
-                                         Template("odd", "7")};
+  std::vector<json::object> templates = {Template("py", R"("python:3.12")"), Template("odd", "7")};
   auto c = ChooseTemplate({"golang:1.23", "", "p", "team"}, templates, {Pool("p", "py")});
   ASSERT_FALSE(c);
   EXPECT_EQ(c.error().code, ErrorCode::kUnavailable);
@@ -125,10 +124,9 @@ TEST(ChooseTemplateTest, TemplateFlagMustAgreeWithImageAndHaveAPool) {
 }
 
 TEST(ChooseTemplateTest, HostileObjectsAreSkippedNotFatal) {
-  std::vector<json::object> templates = {*ParseJsonObject(R"({"metadata":{"name":5}})"),
-                                         *ParseJsonObject(R"({"metadata":[]})"),
-                                         *ParseJsonObject(R"({})"),
-                                         Template("py", R"("python:3.12")")};
+  std::vector<json::object> templates = {
+      *ParseJsonObject(R"({"metadata":{"name":5}})"), *ParseJsonObject(R"({"metadata":[]})"),
+      *ParseJsonObject(R"({})"), Template("py", R"("python:3.12")")};
   std::vector<json::object> pools = {*ParseJsonObject(R"({"spec":{"sandboxTemplateRef":"py"}})"),
                                      *ParseJsonObject(R"({"metadata":{"name":"Bad Name"},
                                        "spec":{"sandboxTemplateRef":{"name":"py"}}})"),

@@ -467,6 +467,7 @@ TEST_F(K8sTest, SandboxInspectShowsAClaimAndHowToReachIt) {
   const json::value* owner = Find(*rec, {"owner"});
   ASSERT_TRUE(owner != nullptr && owner->is_bool());
   EXPECT_TRUE(owner->as_bool());
+  EXPECT_TRUE(Find(*rec, {"token_verifier"})->as_bool());
   EXPECT_EQ(FindString(*rec, {"token"}), FindString(*created, {"headers", "X-Sandboxd-Token"}));
   EXPECT_GE(FindString(*rec, {"token"}).size(), 43u);
   EXPECT_EQ(r.out.find("router-secret"), std::string::npos) << r.out;
@@ -554,6 +555,7 @@ TEST_F(K8sTest, SandboxInspectOfAnOddClaim) {
   EXPECT_TRUE(Find(*rec, {"url"})->is_null() ||
               FindString(*rec, {"headers", "X-Sandbox-ID"}) == "");
   EXPECT_FALSE(Find(*rec, {"owner"})->as_bool());
+  EXPECT_FALSE(Find(*rec, {"token_verifier"})->as_bool());  // 5 is no verifier
   r = Run({kDeepbox, "sandbox", "inspect", "default/odd"}, env);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;

@@ -18,8 +18,9 @@ sandboxes this provider's labels select), an idempotent ``delete``,
 ``SandboxNotFoundError`` for a missing id, and the async twins
 (``aget_or_create``, ``alist``, ``adelete``). ``DeepboxProvider(provider="k8s",
 ...)`` claims Kubernetes sandboxes instead (the arguments of
-``Sandbox.claim``); it can reattach only to claims it made itself, because
-the CLI prints the daemon's address and token only when it claims.
+``Sandbox.claim``). Either reattaches (``get_or_create(sandbox_id=)``) to any
+sandbox of the user, made by this object or another process, through
+``deepbox sandbox inspect --json`` (``Sandbox.attach``).
 
 dcode's own ``delete`` on exit is not enough (its server is stopped with
 SIGTERM and SIGKILL 3 s later, and outlives a SIGKILLed client), so every
@@ -205,6 +206,11 @@ class DeepboxProvider(SandboxProvider):  # type: ignore[misc,valid-type]
         self._reapers: dict[str, _Reaper] = {}
         self._lock = threading.Lock()
 
+    def _attach_args(self) -> dict[str, Any]:
+        """What Sandbox.attach takes of this provider's claim arguments."""
+        keys = ("namespace", "context", "kubeconfig", "router_url", "router_token")
+        return {k: self._claim[k] for k in keys if self._claim.get(k) is not None}
+
     def _cluster_args(self) -> list[str]:
         args = ["--provider", "k8s"]
         for key in ("namespace", "context", "kubeconfig"):
@@ -255,19 +261,19 @@ class DeepboxProvider(SandboxProvider):  # type: ignore[misc,valid-type]
 
     def _k8s_get_or_create(self, sandbox_id: str | None, kwargs: dict[str, Any], artifacts_root: Any) -> DeepboxSandbox:
         if sandbox_id:
-            exists = sandbox_id in self._k8s_ids()
-            if not exists:
+            # Any claim, made here or by another process: `deepbox sandbox
+            # inspect --json` says whether it exists and how to reach it.
+            try:
+                sb = Sandbox.attach(sandbox_id, provider="k8s", **self._attach_args())
+            except CLIError as e:
                 with self._lock:
                     self._claimed.pop(sandbox_id, None)  # deleted elsewhere, or its TTL ran out
-                raise SandboxNotFoundError(f"deepbox sandbox {sandbox_id}: no such claim")
+                if e.exit_code in (2, 3):  # no such claim, or no claim id at all
+                    raise SandboxNotFoundError(f"deepbox sandbox {sandbox_id}: {e.message}") from e
+                raise
             with self._lock:
-                sb = self._claimed.get(sandbox_id)
-            if sb is None:
-                raise DeepboxError(
-                    f"deepbox sandbox {sandbox_id}: this provider reattaches only to claims it made "
-                    "(the CLI prints a claim's daemon address and token only when it claims)"
-                )
-            return _DcodeSandbox(sb, artifacts_root=artifacts_root)
+                mine = self._claimed.get(sb.id)
+            return _DcodeSandbox(mine if mine is not None else sb, artifacts_root=artifacts_root)
         labels = {**self._labels, **{str(k): str(v) for k, v in dict(kwargs.pop("labels", {}) or {}).items()}}
         ttl = int(kwargs.pop("ttl", os.environ.get("DEEPBOX_TTL", 3600)))
         sb = Sandbox.claim(labels=labels, ttl=ttl, **self._claim)

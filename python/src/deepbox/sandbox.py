@@ -58,6 +58,21 @@ def _setting_args(settings: Mapping[str, Any] | None) -> list[str]:
     return args
 
 
+def _cluster_flags(
+    provider: str | None, namespace: str | None, context: str | None, kubeconfig: str | None
+) -> list[str]:
+    """``--provider k8s`` and where the cluster is, when any of it is given."""
+    if provider not in (None, "local", "k8s"):
+        raise ValueError(f"provider must be local or k8s, not {provider!r}")
+    if provider != "k8s" and not (namespace or context or kubeconfig):
+        return []
+    args = ["--provider", "k8s"]
+    for flag, value in (("--namespace", namespace), ("--context", context), ("--kubeconfig", kubeconfig)):
+        if value:
+            args += [flag, value]
+    return args
+
+
 def run_cli(
     args: Sequence[str],
     *,
@@ -327,6 +342,35 @@ class Sandbox:
         }
         return sb
 
+    @staticmethod
+    def inspect(
+        sandbox_id: str,
+        *,
+        provider: str | None = None,
+        namespace: str | None = None,
+        context: str | None = None,
+        kubeconfig: str | None = None,
+        router_url: str | None = None,
+        router_token: str | None = None,
+        deepbox_bin: str | None = None,
+    ) -> dict[str, Any]:
+        """The sandbox's record, as ``deepbox sandbox inspect --json ID`` prints it.
+
+        Any provider's sandbox: the id's form picks the provider
+        (``NAMESPACE/CLAIM`` is a Kubernetes claim; ``provider="k8s"`` makes a
+        bare name a claim of ``namespace``). The record says how to reach the
+        daemon: ``socket`` (local), or ``url`` and ``headers`` (Kubernetes; the
+        claim's daemon token is among them, and in ``token``, only for its
+        owner, the user whose claim key made it). A missing sandbox raises
+        ``SandboxNotFoundError`` (exit 3).
+        """
+        args = ["sandbox", "inspect", "--json", *_cluster_flags(provider, namespace, context, kubeconfig)]
+        if router_url:
+            args += ["--router-url", router_url]
+        env = {"AGENT_SANDBOX_ROUTER_TOKEN": router_token} if router_token is not None else None
+        out = run_cli([*args, sandbox_id], deepbox_bin=deepbox_bin, env=env)
+        return _parse_json_object(out, "deepbox sandbox inspect --json")
+
     @classmethod
     def attach(
         cls,
@@ -336,27 +380,75 @@ class Sandbox:
         url: str | None = None,
         token: str | None = None,
         headers: Mapping[str, str] | None = None,
+        provider: str | None = None,
+        namespace: str | None = None,
+        context: str | None = None,
+        kubeconfig: str | None = None,
+        router_url: str | None = None,
+        router_token: str | None = None,
         deepbox_bin: str | None = None,
     ) -> Sandbox:
         """Uses an existing sandbox (not deleted on exit unless ``owned`` is set).
 
-        A local sandbox is looked up with ``deepbox sandbox ls --json`` unless
-        its daemon ``socket`` is given; ``url`` (plus ``token``/``headers``)
-        reaches any daemon over TCP, e.g. through a sandbox router.
+        Any sandbox ``deepbox sandbox inspect --json`` shows, from any process:
+        a local one (its daemon's socket), or a Kubernetes claim
+        (``NAMESPACE/CLAIM``; ``provider``, ``namespace``, ``context`` and
+        ``kubeconfig`` say where, ``router_url``/``router_token`` how to reach
+        the router, as for :meth:`claim`). A missing sandbox raises
+        ``SandboxNotFoundError``. ``socket`` or ``url`` (plus
+        ``token``/``headers``) skip the lookup and reach that daemon directly,
+        e.g. through a sandbox router.
         """
         if url:
             return cls(sandbox_id, DaemonClient(url, token=token, headers=headers), provider="remote", deepbox_bin=deepbox_bin)
         if socket:
             return cls(sandbox_id, DaemonClient(socket, token=token, headers=headers), deepbox_bin=deepbox_bin)
-        out = run_cli(["sandbox", "ls", "--json"], deepbox_bin=deepbox_bin)
-        try:
-            records = json.loads(out)
-        except ValueError as e:
-            raise DeepboxError(f"deepbox sandbox ls --json printed no JSON: {out[:200]!r}") from e
-        for meta in records if isinstance(records, list) else []:
-            if isinstance(meta, dict) and sandbox_id in (meta.get("id"), meta.get("name")):
-                return cls._from_local_meta(meta, owned=False, deepbox_bin=deepbox_bin)
-        raise SandboxNotFoundError(_EXIT_NOT_FOUND, f"no such sandbox: {sandbox_id}", ["sandbox", "ls", "--json"])
+        meta = cls.inspect(
+            sandbox_id,
+            provider=provider,
+            namespace=namespace,
+            context=context,
+            kubeconfig=kubeconfig,
+            router_url=router_url,
+            router_token=router_token,
+            deepbox_bin=deepbox_bin,
+        )
+        if meta.get("provider") != "k8s":
+            return cls._from_local_meta(meta, owned=False, deepbox_bin=deepbox_bin)
+        daemon_url = meta.get("url") or router_url
+        if not isinstance(daemon_url, str) or not daemon_url:
+            raise DeepboxError(
+                f"sandbox {sandbox_id}: its record has no daemon url (no router: set router_url or AGENT_SANDBOX_ROUTER_URL)"
+            )
+        if meta.get("token_verifier") is True and meta.get("owner") is not True:
+            # Its daemon takes only its owner's token (deploy/k8s/README.md): say so now.
+            raise DeepboxError(
+                f"sandbox {meta.get('id', sandbox_id)} was claimed with another user's claim key: "
+                "only its owner can drive its daemon (deepbox sandbox inspect shows Owner)"
+            )
+        got = meta.get("headers") if isinstance(meta.get("headers"), dict) else {}
+        bearer = router_token if router_token is not None else os.environ.get("AGENT_SANDBOX_ROUTER_TOKEN")
+        client = DaemonClient(daemon_url, token=bearer or None, headers={str(k): str(v) for k, v in got.items()})
+        sb = cls(
+            str(meta.get("id", sandbox_id)),
+            client,
+            meta=meta,
+            provider="k8s",
+            owned=False,
+            deepbox_bin=deepbox_bin,
+            cluster_args=_cluster_flags("k8s", namespace, context, kubeconfig),
+        )
+        sb._claim_options = {
+            "namespace": namespace,
+            "warm_pool": meta.get("warm_pool") or None,
+            "router_url": router_url,
+            "router_token": router_token,
+            "ready_timeout": None,
+            "context": context,
+            "kubeconfig": kubeconfig,
+            "settings": None,
+        }
+        return sb
 
     @classmethod
     def _from_local_meta(cls, meta: dict[str, Any], *, owned: bool, deepbox_bin: str | None) -> Sandbox:

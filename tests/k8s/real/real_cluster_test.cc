@@ -428,6 +428,73 @@ spec:
   EXPECT_THAT(events.out, HasSubstr("Warning"));
 }
 
+// Issue 24 item 4 and issue 28 on the real API server: a second template
+// (deploy/k8s's, renamed, on another image) with a warm pool of its own;
+// `--image` finds it by its first container's image, `sandbox inspect`
+// reads the claim, its pool and template back, the daemon token for the
+// owner only.
+TEST_F(RealClusterTest, ImageSelectsTheTemplateAndInspectShowsTheClaim) {
+  std::string text = Manifests(ns_);
+  auto replace_all = [&](const std::string& from, const std::string& to) {
+    for (size_t at = 0; (at = text.find(from, at)) != std::string::npos; at += to.size()) {
+      text.replace(at, from.size(), to);
+    }
+  };
+  replace_all("name: deepbox-sandbox-template", "name: node-tmpl");
+  replace_all("name: deepagents-warmpool", "name: node-pool");
+  replace_all("image: python:3.12-slim-bookworm", "image: docker.io/library/node:22");
+  auto applied = Kubectl({"apply", "--validate=strict", "-f", "-"}, text);
+  ASSERT_EQ(applied.code, 0) << applied.err;
+  auto env = DeepboxEnv(ns_);
+  auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--image", "node:22", "--ttl",
+                "600", "--json"},
+               env);
+  ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns_);
+  auto rec = ParseJsonObject(r.out);
+  ASSERT_TRUE(rec) << r.out;
+  std::string id = FindString(*rec, {"id"});
+  EXPECT_EQ(FindString(*rec, {"warm_pool"}), "node-pool");
+  auto claim = KubectlJson({"get", "sandboxclaim", FindString(*rec, {"claim"}), "-n", ns_});
+  EXPECT_EQ(FindString(claim, {"spec", "warmPoolRef", "name"}), "node-pool");
+  r = Run({kDeepbox, "sandbox", "exec", id, "--", "echo", "on node"}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "on node\n");
+
+  r = Run({kDeepbox, "sandbox", "inspect", "--json", id}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto seen = ParseJsonObject(r.out);
+  ASSERT_TRUE(seen) << r.out;
+  EXPECT_EQ(FindString(*seen, {"state"}), "Ready");
+  EXPECT_EQ(FindString(*seen, {"warm_pool"}), "node-pool");
+  EXPECT_EQ(FindString(*seen, {"template"}), "node-tmpl");
+  EXPECT_EQ(FindString(*seen, {"image"}), "docker.io/library/node:22");
+  EXPECT_EQ(FindString(*seen, {"url"}), FindString(*rec, {"url"}));
+  EXPECT_EQ(FindString(*seen, {"token"}), FindString(*rec, {"headers", "X-Sandboxd-Token"}));
+  EXPECT_FALSE(FindString(*seen, {"token"}).empty());
+  auto other = env;
+  other["DEEPBOX_K8S_CLAIM_KEY_FILE"] = (dir_ / "other-key").string();
+  r = Run({kDeepbox, "sandbox", "inspect", "--json", id}, other);
+  ASSERT_EQ(r.code, 0) << r.err;
+  seen = ParseJsonObject(r.out);
+  ASSERT_TRUE(seen) << r.out;
+  EXPECT_FALSE(Find(*seen, {"owner"})->as_bool());
+  EXPECT_TRUE(Find(*seen, {"token"})->is_null());
+  r = Run({kDeepbox, "sandbox", "inspect", ns_ + "/sandbox-claim-00000000"}, env);
+  EXPECT_EQ(r.code, 3) << r.err;
+
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--image", "golang:1.23"}, env);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("deepbox-sandbox-template (python:3.12-slim-bookworm)"));
+  EXPECT_THAT(r.err, HasSubstr("node-tmpl (docker.io/library/node:22)"));
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--template",
+           "deepbox-sandbox-template", "--image", "node:22"},
+          env);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(Names("sandboxclaims", ns_).size(), 1u) << ClusterState(ns_);
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", id}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 // Suspend and resume on the real API server: the merge patch of
 // spec.operatingMode goes through the CRD's schema (enum, default) and
 // bumps the generation; the test controller answers as upstream v1.0's
