@@ -139,7 +139,10 @@ void RegisterSandboxCommands(CLI::App& app) {
                        "its layers read-only under a writable layer of the sandbox's own;\n"
                        "its Env and WorkingDir apply, its User and Entrypoint do not (the\n"
                        "sandbox runs as uid 1000, its daemon is its service). Not with\n"
-                       "--rootfs. k8s: the SandboxTemplate's image")
+                       "--rootfs. k8s: the image is the SandboxTemplate's, so this claims from a\n"
+                       "warm pool of the template whose first container runs REF (normalised:\n"
+                       "python:3.12 = docker.io/library/python:3.12; a digest must be equal,\n"
+                       "a tag too); none: exit 1, naming each template's image")
           ->expected(0, 1);
   create
       ->add_option("--idle-suspend", create_args->idle_suspend_seconds,

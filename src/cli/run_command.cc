@@ -145,8 +145,8 @@ void RegisterRunCommand(CLI::App& app) {
              "--image", *image_raw,
              "local: run the sandbox on an OCI image (pulled on first use; alone: the\n"
              "default image, the k8s template's), e.g. --image=python:3.12-slim-bookworm;\n"
-             "see `deepbox sandbox create --help`. k8s: refused, the SandboxTemplate\n"
-             "sets the image")
+             "see `deepbox sandbox create --help`. k8s: the SandboxTemplate sets the\n"
+             "image: a warm pool of the template whose first container runs REF")
           ->expected(0, 1);
   cmd->add_option("--network", flags->network,
                   "local: none (loopback only), public (internet egress, private and\n"

@@ -280,12 +280,14 @@ TEST_F(SettingsTest, Registration) {
       start = end + 1;
     }
   }
-  EXPECT_THAT(names, ElementsAre("namespace", "context", "kubeconfig", "warm-pool", "router-url",
-                                 "router-token", "router-token-secret-file", "ready-timeout"));
+  EXPECT_THAT(names, ElementsAre("namespace", "context", "kubeconfig", "warm-pool", "template",
+                                 "router-url", "router-token", "router-token-secret-file",
+                                 "ready-timeout"));
   EXPECT_THAT(envs,
               ElementsAre("AGENT_SANDBOX_NAMESPACE", "", "", "AGENT_SANDBOX_WARMPOOL",
-                          "AGENT_SANDBOX_ROUTER_URL", "AGENT_SANDBOX_ROUTER_TOKEN",
-                          "AGENT_SANDBOX_ROUTER_TOKEN_SECRET_FILE", "AGENT_SANDBOX_READY_TIMEOUT"));
+                          "AGENT_SANDBOX_TEMPLATE", "AGENT_SANDBOX_ROUTER_URL",
+                          "AGENT_SANDBOX_ROUTER_TOKEN", "AGENT_SANDBOX_ROUTER_TOKEN_SECRET_FILE",
+                          "AGENT_SANDBOX_READY_TIMEOUT"));
   ASSERT_TRUE(r.owns_id);
   ASSERT_TRUE(r.make);
   EXPECT_TRUE(r.owns_id("default/sandbox-claim-1a2b3c4d"));
@@ -305,7 +307,9 @@ TEST_F(SettingsTest, Registration) {
   // make sandboxes are not offered to ls, rm, suspend...
   for (const auto& s : r.settings) {
     EXPECT_EQ(s.short_flag, s.name == "namespace" ? 'n' : 0) << s.name;
-    EXPECT_EQ(s.creation_only, s.name == "warm-pool" || s.name == "ready-timeout") << s.name;
+    EXPECT_EQ(s.creation_only,
+              s.name == "warm-pool" || s.name == "template" || s.name == "ready-timeout")
+        << s.name;
     EXPECT_EQ(s.env_over_file, s.name == "kubeconfig" ? "KUBECONFIG" : "") << s.name;
   }
 }
