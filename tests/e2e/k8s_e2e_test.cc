@@ -583,6 +583,18 @@ TEST_F(K8sTest, ImageSelectsTheTemplateThatRunsIt) {
       server_->store().Create({"extensions.agents.x-k8s.io", "sandboxtemplates", "default"}, tmpl));
   ASSERT_TRUE(server_->store().Create({"extensions.agents.x-k8s.io", "sandboxwarmpools", "default"},
                                       k8s::testing::MakeWarmPool("node-pool", "node-tmpl", 1)));
+  // Templates of odd shapes (another client's, a hostile server's) are listed
+  // as running no image, and do not stop the choice.
+  for (const char* odd :
+       {R"({"apiVersion":"extensions.agents.x-k8s.io/v1beta1","kind":"SandboxTemplate",
+            "metadata":{"name":"odd-a"},"spec":{"podTemplate":{"spec":{"containers":{"image":1}}}}})",
+        R"({"apiVersion":"extensions.agents.x-k8s.io/v1beta1","kind":"SandboxTemplate",
+            "metadata":{"name":"odd-b"},"spec":[null,"\u001b[2J"]})"}) {
+    auto o = ParseJsonObject(odd);
+    ASSERT_TRUE(o) << odd;
+    ASSERT_TRUE(
+        server_->store().Create({"extensions.agents.x-k8s.io", "sandboxtemplates", "default"}, *o));
+  }
   auto env = K8sEnv();
   auto r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--image", "node:22", "--json"},
                env);
@@ -619,6 +631,7 @@ TEST_F(K8sTest, ImageSelectsTheTemplateThatRunsIt) {
   EXPECT_THAT(r.err, HasSubstr("no SandboxTemplate in namespace default runs it"));
   EXPECT_THAT(r.err, HasSubstr("deepbox-sandbox-template (python:3.12-slim)"));
   EXPECT_THAT(r.err, HasSubstr("node-tmpl (docker.io/library/node:22)"));
+  EXPECT_THAT(r.err, HasSubstr("odd-a (no image), odd-b (no image)"));
   // A template that does not run the image asked for: a usage error.
   r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--template",
            "deepbox-sandbox-template", "--image", "node:22"},
