@@ -827,6 +827,28 @@ current-context: x
   })) << r.err;
   EXPECT_THAT(r.out, HasSubstr("0, 1, 1, 2, 3, 5, 8, 13, 21, 34"));
 
+  // `sandbox inspect` with the minimal Role: the claim and its token; the
+  // template and image (unreadable here) left out; --image needs list on
+  // templates, and says so with the server's 403.
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--ttl", "600", "--json"}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto created = ParseJsonObject(r.out);
+  ASSERT_TRUE(created) << r.out;
+  r = Run({kDeepbox, "sandbox", "inspect", "--json", FindString(*created, {"id"})}, env);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto seen = ParseJsonObject(r.out);
+  ASSERT_TRUE(seen) << r.out;
+  EXPECT_EQ(FindString(*seen, {"warm_pool"}), "deepagents-warmpool");
+  EXPECT_EQ(FindString(*seen, {"template"}), "");
+  EXPECT_EQ(FindString(*seen, {"image"}), "");
+  EXPECT_EQ(FindString(*seen, {"token"}), FindString(*created, {"headers", "X-Sandboxd-Token"}));
+  r = Run({kDeepbox, "sandbox", "create", "--provider", "k8s", "--image", "node:22"}, env);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("listing the SandboxTemplates"));
+  EXPECT_THAT(r.err, HasSubstr("403"));
+  r = Run({kDeepbox, "sandbox", "rm", "--provider", "k8s", FindString(*created, {"id"})}, env);
+  EXPECT_EQ(r.code, 0) << r.err;
+
   // The same token through an exec credential plugin.
   std::string plugin = (dir_ / "token-plugin.sh").string();
   WriteFile(plugin,
