@@ -360,17 +360,16 @@ TEST_F(ExecCliTest, UnknownPoolAndSubcommandsAreUsageErrors) {
   r = Cli({"sandbox", "frob"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown command 'frob'"));
-  EXPECT_THAT(
-      r.err,
-      HasSubstr("create, exec, ls, rm, pause, suspend, resume, network, logs, snapshot, fork, cp"));
+  EXPECT_THAT(r.err, HasSubstr("create, exec, ls, inspect, rm, pause, suspend, resume, network, "
+                               "logs, snapshot, fork, cp"));
   r = Cli({"frob"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown command 'frob'"));
   EXPECT_THAT(r.err, HasSubstr("sandbox, pool, doctor"));
   r = Cli({"sandbox"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("a command is required (commands: create, exec, ls, rm, pause, "
-                               "suspend, resume, network, logs, snapshot, fork, cp"));
+  EXPECT_THAT(r.err, HasSubstr("a command is required (commands: create, exec, ls, inspect, rm, "
+                               "pause, suspend, resume, network, logs, snapshot, fork, cp"));
   // Flags and real commands still parse.
   EXPECT_EQ(Cli({"sandbox", "ls", "-q"}).code, 0);
   EXPECT_EQ(Cli({"--version"}).code, 0);
