@@ -15,6 +15,13 @@
 
 namespace deepbox::net {
 
+namespace {
+bool IsIdempotentMethod(std::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "PUT" || method == "DELETE" ||
+         method == "OPTIONS" || method == "TRACE";
+}
+}  // namespace
+
 namespace http = boost::beast::http;
 using internal::BeastStream;
 
@@ -176,7 +183,11 @@ Result<Response> HttpClient::Impl::Attempt(const ClientRequest& req,
   stream.set_deadline(step_deadline());
   http::read_header(stream, pc->buffer, parser, ec);
   if (ec) {
-    retryable = reused && stream.eof();
+    // The request went out: the server may have carried it out before the
+    // connection broke (a sandbox's daemon killed mid-command). Only a
+    // request whose repetition is harmless is sent again (RFC 9110
+    // 9.2.2); an `exec` POST must never run twice.
+    retryable = reused && stream.eof() && IsIdempotentMethod(req.method);
     return fail("waiting for the response");
   }
   Response out;

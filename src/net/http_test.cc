@@ -464,6 +464,59 @@ TEST(HttpClientTest, DroppedConnectionMidBodyIsAnError) {
   EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
 }
 
+// A server that reads a request on a kept-alive connection and dies before
+// answering may have carried it out: a POST is not sent again (a sandbox's
+// `exec` must never run twice), a GET is.
+TEST(HttpClientTest, ARequestSentOnAKeptAliveConnectionIsRetriedOnlyWhenIdempotent) {
+  auto l = Listener::Bind(*Endpoint::Parse("127.0.0.1:0"));
+  ASSERT_TRUE(l);
+  std::atomic<int> received{0};
+  std::thread srv([&] {
+    // Per connection: answer the warm-up, read the next request, vanish;
+    // a new connection's request is answered.
+    for (int conn = 0; conn < 3; ++conn) {
+      auto fd = l->Accept(10000);
+      if (!fd) return;
+      Conn c(std::move(*fd));
+      char buf[4096];
+      auto n = c.ReadSome(buf, sizeof buf, DeadlineAfter(5000ms));
+      if (!n || *n == 0) continue;
+      std::string first(buf, *n);
+      if (first.find("/warm") != std::string::npos) {
+        (void)c.WriteAll("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", DeadlineAfter(5000ms));
+        n = c.ReadSome(buf, sizeof buf, DeadlineAfter(5000ms));
+        if (n && *n > 0) ++received;
+        continue;  // closed without an answer
+      }
+      ++received;
+      (void)c.WriteAll("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                       DeadlineAfter(5000ms));
+    }
+  });
+  auto client = HttpClient::Create("http://127.0.0.1:" + std::to_string(l->port()));
+  ASSERT_TRUE(client);
+  ClientRequest warm;
+  warm.target = "/warm";
+  ASSERT_TRUE((*client)->Send(warm));
+  ClientRequest post;
+  post.method = "POST";
+  post.target = "/exec";
+  post.body = "{}";
+  auto r = (*client)->Send(post);
+  ASSERT_FALSE(r) << "a POST the server may have carried out was sent again";
+  EXPECT_EQ(r.error().code, ErrorCode::kUnavailable);
+  EXPECT_FALSE(NothingSent(r.error()));
+  EXPECT_EQ(received.load(), 1);
+  ASSERT_TRUE((*client)->Send(warm));
+  ClientRequest get;
+  get.target = "/read";
+  auto again = (*client)->Send(get);
+  ASSERT_TRUE(again) << again.error().ToString();
+  EXPECT_EQ(again->body, "ok");
+  EXPECT_EQ(received.load(), 3);  // the GET that vanished, then its retry
+  srv.join();
+}
+
 TEST(HttpTlsTest, MutualTlsRoundTripAndVerificationFailures) {
   auto pki = testing::GenerateTestPki();
   TlsServerConfig scfg{pki.server_cert_pem, pki.server_key_pem, pki.ca_cert_pem, true};
