@@ -95,14 +95,22 @@ Result<std::unique_ptr<ThreadWriter>> ThreadStore::OpenWriter(const std::string&
   return w;
 }
 
-Result<LoadedThread> ThreadStore::Load(const std::string& id) const {
+Result<std::ifstream> ThreadStore::Open(const std::string& id, std::string& path) const {
   if (!ValidId(id)) {
     return MakeError(ErrorCode::kInvalidArgument,
                      "invalid thread id '" + id + "' (use " + kThreadIdRules + ")");
   }
-  std::string path = PathFor(id);
+  path = PathFor(id);
   std::ifstream in(path);
   if (!in) return MakeError(ErrorCode::kNotFound, "no such thread: " + id + " (" + path + ")");
+  return in;
+}
+
+Result<LoadedThread> ThreadStore::Load(const std::string& id) const {
+  std::string path;
+  auto opened = Open(id, path);
+  if (!opened) return tl::unexpected(opened.error());
+  std::ifstream& in = *opened;
   LoadedThread t;
   t.id = id;
   AgentState& s = t.state;
@@ -167,13 +175,10 @@ Result<LoadedThread> ThreadStore::Load(const std::string& id) const {
 }
 
 Result<ThreadSummary> ThreadStore::Summarize(const std::string& id) const {
-  if (!ValidId(id)) {
-    return MakeError(ErrorCode::kInvalidArgument,
-                     "invalid thread id '" + id + "' (use " + kThreadIdRules + ")");
-  }
-  std::string path = PathFor(id);
-  std::ifstream in(path);
-  if (!in) return MakeError(ErrorCode::kNotFound, "no such thread: " + id + " (" + path + ")");
+  std::string path;
+  auto opened = Open(id, path);
+  if (!opened) return tl::unexpected(opened.error());
+  std::ifstream& in = *opened;
   // ThreadWriter::Append writes "type" first: only the lines that matter are parsed.
   constexpr std::string_view kProject = R"({"type":"project",)";
   constexpr std::string_view kMessage = R"({"type":"message",)";

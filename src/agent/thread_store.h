@@ -22,6 +22,7 @@
 //   run_end          {ts, stop_reason, error?, usage, cost_usd, final_text}
 #pragma once
 
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -104,6 +105,9 @@ class ThreadStore {
   Result<std::vector<ThreadInfo>> List() const;
 
  private:
+  // Thread `id`'s file, opened for reading (`path` names it): INVALID_ARGUMENT
+  // for a malformed id, NOT_FOUND when there is none.
+  Result<std::ifstream> Open(const std::string& id, std::string& path) const;
   std::string dir_;
 };
 

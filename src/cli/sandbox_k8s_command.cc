@@ -121,6 +121,25 @@ std::optional<int64_t> MsFromNow(const std::string& rfc3339) {
       .count();
 }
 
+// How a client reaches the daemon, as create --json and inspect --json print
+// it: the URL (null through a port-forward, which ended with the command),
+// the router's headers, and where the router is.
+void AddDaemonReach(json::object& o, const k8s::DaemonEndpoint& endpoint, bool endpoint_lasts) {
+  if (endpoint_lasts && !endpoint.base_url.empty()) {
+    o["url"] = endpoint.base_url;
+  } else {
+    o["url"] = nullptr;
+  }
+  json::object headers;
+  for (const auto& [k, v] : endpoint.headers.entries()) headers[k] = v;
+  o["headers"] = std::move(headers);
+  json::object router;
+  router["service"] = "svc/sandbox-router-svc";
+  router["namespace"] = "agent-sandbox-system";
+  router["port"] = 8080;
+  o["router"] = std::move(router);
+}
+
 }  // namespace
 
 K8sPolicyCheck CheckK8sNetworkPolicy(const ClusterFlags& flags) {
@@ -229,19 +248,7 @@ int RunK8sSandboxCreate(const SandboxCreateArgs& args) {
   o["api_version"] = c.api_version;
   o["requested_at"] = c.requested_at;
   o["ready_ms"] = static_cast<int64_t>(c.wait_time.count());
-  if (kept->endpoint_lasts) {
-    o["url"] = kept->endpoint.base_url;
-  } else {
-    o["url"] = nullptr;
-  }
-  json::object headers;
-  for (const auto& [k, v] : kept->endpoint.headers.entries()) headers[k] = v;
-  o["headers"] = std::move(headers);
-  json::object router;
-  router["service"] = "svc/sandbox-router-svc";
-  router["namespace"] = "agent-sandbox-system";
-  router["port"] = 8080;
-  o["router"] = std::move(router);
+  AddDaemonReach(o, kept->endpoint, kept->endpoint_lasts);
   std::cout << ToJson(o) << std::endl;
   return kExitOk;
 }
@@ -299,19 +306,7 @@ int RunK8sSandboxInspect(const SandboxInspectArgs& args) {
     } else {
       o["token"] = nullptr;
     }
-    if (r.endpoint_lasts && !r.endpoint.base_url.empty()) {
-      o["url"] = r.endpoint.base_url;
-    } else {
-      o["url"] = nullptr;
-    }
-    json::object headers;
-    for (const auto& [k, v] : r.endpoint.headers.entries()) headers[k] = v;
-    o["headers"] = std::move(headers);
-    json::object router;
-    router["service"] = "svc/sandbox-router-svc";
-    router["namespace"] = "agent-sandbox-system";
-    router["port"] = 8080;
-    o["router"] = std::move(router);
+    AddDaemonReach(o, r.endpoint, r.endpoint_lasts);
     std::cout << ToJson(o) << std::endl;
     return kExitOk;
   }
