@@ -331,15 +331,15 @@ class ChurnTest : public testing::LocalCliTest {
         std::this_thread::sleep_for(100ms);
         after = Look();
       }
-      const auto waited =
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                                 start);
-      std::printf("[ leak check ] %zu loop devices were still attached %s; %s after %lld ms; "
-                  "held by:%s\n",
-                  attached, when.c_str(), after.loops.empty() ? "all detached" : "NOT detached",
-                  static_cast<long long>(waited.count()),
-                  holders.empty() ? " nothing this process can see"
-                                  : ("\n    " + Join(holders, "\n    ")).c_str());
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - start);
+      std::printf(
+          "[ leak check ] %zu loop devices were still attached %s; %s after %lld ms; "
+          "held by:%s\n",
+          attached, when.c_str(), after.loops.empty() ? "all detached" : "NOT detached",
+          static_cast<long long>(waited.count()),
+          holders.empty() ? " nothing this process can see"
+                          : ("\n    " + Join(holders, "\n    ")).c_str());
     }
     EXPECT_THAT(after.processes, IsEmpty()) << when << ":\n" << after.Describe();
     EXPECT_THAT(after.mounts, IsEmpty()) << when << ":\n" << after.Describe();
