@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -149,12 +151,68 @@ uint64_t MemAvailableKb() {
   return 0;
 }
 
-int Arg(int argc, char** argv, const char* name, int dflt) {
+constexpr const char* kUsage = R"(Usage: bench_local_lifecycle [OPTIONS]
+Local sandbox lifecycle, side by side with bwrap and unshare in the same run (README.md).
+
+Options (N: a whole number):
+  --iterations N              creates and deletes per row (default 50)
+  --warm-replicas N           warm pool size for the warm-claim rows (default 4)
+  --density N                 idle sandboxes for the density rows (default 100)
+  --scaling LIST              idle-sandbox counts for the scaling rows (default 1,10,DENSITY)
+  --scaling-samples N         samples per scaling point (default 20)
+  --fork-mib N                memory of the fork rows in MiB; 0 skips them (default 1024)
+  --image-density N           idle image sandboxes for the image rows; -1 skips them (default 100)
+  --leaderboard               only start-up the way the ComputeSDK leaderboard measures it
+  --leaderboard-iterations N  its samples (default 100)
+  --concurrent N              only N creates at once against single creates of the same run
+  --concurrent-singles N      the single creates beside them (default 20)
+  -h, --help                  this text
+)";
+
+// Flags that take a value, and the one that does not.
+constexpr std::array<const char*, 10> kValueFlags = {
+    "--iterations",      "--warm-replicas",     "--density",       "--scaling",
+    "--scaling-samples", "--fork-mib",          "--image-density", "--leaderboard-iterations",
+    "--concurrent",      "--concurrent-singles"};
+constexpr const char* kSwitchFlag = "--leaderboard";
+
+// Every argument is a known flag with its value: else a usage error (exit 2)
+// instead of a bench run with defaults the caller did not ask for. --help: 0.
+std::optional<int> CheckCommandLine(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == kSwitchFlag) continue;
+    if (std::find(kValueFlags.begin(), kValueFlags.end(), a) == kValueFlags.end()) {
+      std::fprintf(stderr, "bench_local_lifecycle: unknown argument '%s' (see --help)\n", argv[i]);
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_local_lifecycle: %s needs a value (see --help)\n", argv[i]);
+      return 2;
+    }
+    ++i;
+  }
+  return std::nullopt;
+}
+
+// The integer value of flag `name` (at least `min`), or `dflt` when absent;
+// a value that is not such a number ends the program with a usage error.
+int Arg(int argc, char** argv, const char* name, int dflt, long min = 0) {
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], name) == 0) {
       char* end = nullptr;
+      errno = 0;
       long v = std::strtol(argv[i + 1], &end, 10);
-      return end != nullptr && *end == '\0' && v >= 0 && v < 1000000 ? static_cast<int>(v) : dflt;
+      if (errno != 0 || end == argv[i + 1] || *end != '\0' || v < min || v >= 1000000) {
+        std::fprintf(stderr, "bench_local_lifecycle: %s: '%s' is not a whole number from %ld\n",
+                     name, argv[i + 1], min);
+        std::exit(2);
+      }
+      return static_cast<int>(v);
     }
   }
   return dflt;
@@ -517,11 +575,12 @@ int RunConcurrent(LocalSandboxProvider& provider, int n, int singles) {
 }
 
 int main(int argc, char** argv) {
+  if (auto done = CheckCommandLine(argc, argv)) return *done;
   const int iterations = Arg(argc, argv, "--iterations", 50);
   const int replicas = Arg(argc, argv, "--warm-replicas", 4);
   const int density = Arg(argc, argv, "--density", 100);
-  const int fork_mib = Arg(argc, argv, "--fork-mib", 1024);           // 0 = skip the fork rows
-  const int image_density = Arg(argc, argv, "--image-density", 100);  // -1 = no image rows
+  const int fork_mib = Arg(argc, argv, "--fork-mib", 1024);               // 0 = skip the fork rows
+  const int image_density = Arg(argc, argv, "--image-density", 100, -1);  // -1 = no image rows
   const std::vector<int> points =
       IntList(StrArg(argc, argv, "--scaling", fmt::format("1,10,{}", std::max(density, 10))));
   const int samples = std::max(1, Arg(argc, argv, "--scaling-samples", 20));

@@ -153,8 +153,10 @@ Status PullImageForSandbox(const std::string& reference) {
   auto store = oci::ImageStore::Open("");
   if (!store) return tl::unexpected(store.error());
   PullDisplay display(false, isatty(STDERR_FILENO) == 1);
-  auto pulled = oci::EnsureImage(**store, *ref, oci::PullOptions{},
-                                 [&](const oci::PullEvent& e) { display.On(e); });
+  const oci::PullOptions
+      options;  // a named object: GCC 12 -O3 saw a temporary's optionals as uninitialized
+  auto pulled =
+      oci::EnsureImage(**store, *ref, options, [&](const oci::PullEvent& e) { display.On(e); });
   display.Finish();
   if (!pulled) {
     Error e = pulled.error();

@@ -75,7 +75,9 @@ Result<SandboxImage> PrepareSandboxImage(const std::string& image_dir, const std
   if (!store) return tl::unexpected(store.error());
   auto shared = (*store)->LockShared();
   if (!shared) return tl::unexpected(shared.error());
-  auto local = oci::EnsureImage(**store, *ref, oci::PullOptions{});
+  const oci::PullOptions
+      options;  // a named object: GCC 12 -O3 saw a temporary's optionals as uninitialized
+  auto local = oci::EnsureImage(**store, *ref, options);
   if (!local) {
     Error e = local.error();
     e.message = fmt::format("image {}: {}", ref->ToString(), e.message);
