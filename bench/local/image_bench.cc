@@ -81,7 +81,9 @@ ImageBenchResult RunImageBench(local::lifecycle::LocalSandboxProvider& provider,
     return result;
   }
   auto ref = oci::ParseImageReference(image);
-  auto pulled = oci::EnsureImage(**store, *ref, oci::PullOptions{});
+  const oci::PullOptions
+      options;  // a named object: GCC 12 -O3 saw a temporary's optionals as uninitialized
+  auto pulled = oci::EnsureImage(**store, *ref, options);
   if (!pulled) {
     result.skipped = pulled.error().message;
     return result;
