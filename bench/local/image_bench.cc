@@ -81,8 +81,8 @@ ImageBenchResult RunImageBench(local::lifecycle::LocalSandboxProvider& provider,
     return result;
   }
   auto ref = oci::ParseImageReference(image);
-  const oci::PullOptions
-      options;  // a named object: GCC 12 -O3 saw a temporary's optionals as uninitialized
+  // A named object: GCC 12 at -O3 took a temporary's optionals for uninitialized.
+  const oci::PullOptions options;
   auto pulled = oci::EnsureImage(**store, *ref, options);
   if (!pulled) {
     result.skipped = pulled.error().message;

@@ -153,8 +153,8 @@ Status PullImageForSandbox(const std::string& reference) {
   auto store = oci::ImageStore::Open("");
   if (!store) return tl::unexpected(store.error());
   PullDisplay display(false, isatty(STDERR_FILENO) == 1);
-  const oci::PullOptions
-      options;  // a named object: GCC 12 -O3 saw a temporary's optionals as uninitialized
+  // A named object: GCC 12 at -O3 took a temporary's optionals for uninitialized.
+  const oci::PullOptions options;
   auto pulled =
       oci::EnsureImage(**store, *ref, options, [&](const oci::PullEvent& e) { display.On(e); });
   display.Finish();

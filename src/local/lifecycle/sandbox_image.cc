@@ -75,8 +75,8 @@ Result<SandboxImage> PrepareSandboxImage(const std::string& image_dir, const std
   if (!store) return tl::unexpected(store.error());
   auto shared = (*store)->LockShared();
   if (!shared) return tl::unexpected(shared.error());
-  const oci::PullOptions
-      options;  // a named object: GCC 12 -O3 saw a temporary's optionals as uninitialized
+  // A named object: GCC 12 at -O3 took a temporary's optionals for uninitialized.
+  const oci::PullOptions options;
   auto local = oci::EnsureImage(**store, *ref, options);
   if (!local) {
     Error e = local.error();
