@@ -361,6 +361,8 @@ int RunSandboxExec(const SandboxExecArgs& args) {
     if (term != nullptr && *term != '\0' && !req.env.contains("TERM")) req.env["TERM"] = term;
   }
   req.on_started = [&](ExecInput& input) { session.Started(input); };
+  // The stdin pump and the signal thread use the input: stopped before it goes.
+  req.on_input_closing = [&] { session.Stop(); };
   req.on_exec_id = [&](const std::string& id) { session.Named(id); };
 
   bool output_closed = false;
@@ -404,6 +406,7 @@ int RunSandboxExec(const SandboxExecArgs& args) {
     // command has not started).
     req.stdin_stream = false;
     req.on_started = nullptr;
+    req.on_input_closing = nullptr;
     req.stdin_data = ReadAllStdin();
     result = client->ExecStream(req, on_output);
   }

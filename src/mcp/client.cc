@@ -216,6 +216,14 @@ class SandboxChannel : public LineChannel {
         input_ = &input;
         cv_.notify_all();
       };
+      // Send writes under mu_: taking it waits for a write in progress, and
+      // none starts after (the input dies when ExecStream returns).
+      req.on_input_closing = [this] {
+        std::lock_guard<std::mutex> lock(mu_);
+        input_ = nullptr;
+        input_closed_ = true;
+        cv_.notify_all();
+      };
       auto r = sandbox_.ExecStream(req, [&](OutputStream stream, std::string_view data) {
         if (stop_.load()) return false;
         if (stream == OutputStream::kStderr) {
@@ -251,7 +259,8 @@ class SandboxChannel : public LineChannel {
   Status Send(std::string_view line) override {
     std::unique_lock<std::mutex> lock(mu_);
     // The first message may come before the daemon reported the start.
-    cv_.wait_for(lock, std::chrono::seconds(30), [&] { return input_ != nullptr || ended_; });
+    cv_.wait_for(lock, std::chrono::seconds(30),
+                 [&] { return input_ != nullptr || ended_ || input_closed_; });
     if (!input_) return MakeError(ErrorCode::kUnavailable, name_ + " is not running");
     std::string l(line);
     l.push_back('\n');
@@ -278,6 +287,7 @@ class SandboxChannel : public LineChannel {
   std::mutex mu_;
   std::condition_variable cv_;
   ExecInput* input_ = nullptr;
+  bool input_closed_ = false;  // ExecStream is destroying the input: no more writes
   bool ended_ = false;
   bool closed_ = false;
   std::atomic<bool> stop_{false};

@@ -62,6 +62,13 @@ struct ExecRequest {
   // command has no default timeout: it ends with its caller.
   bool stdin_stream = false;
   std::function<void(ExecInput& input)> on_started;
+  // With on_started: called on the thread that called ExecStream just before
+  // the ExecInput it gave is destroyed (the command ended, or the stream
+  // failed or was cancelled), while it is still valid. When this returns, no
+  // other thread may be inside that ExecInput or call it again: stop and
+  // join the writers here (a write in progress returns once the command has
+  // ended).
+  std::function<void()> on_input_closing;
   // Run the command on a pseudo-terminal of this size (its stdin, stdout and
   // stderr and its controlling terminal): all output arrives as kStdout, with
   // the terminal's line discipline applied ("\n" becomes "\r\n").

@@ -483,6 +483,15 @@ Result<ExecResult> SandboxdClient::ExecStream(const ExecRequest& request,
                                           : std::chrono::steady_clock::time_point::max();
 
   std::optional<SessionInput> input;
+  // Declared after `input`, so destroyed before it: on every return, the
+  // caller's writers stop while the input is still valid.
+  struct InputClosing {
+    std::optional<SessionInput>& input;
+    const std::function<void()>& hook;
+    ~InputClosing() {
+      if (input && hook) hook();
+    }
+  } input_closing{input, request.on_input_closing};
   std::optional<ExecResult> result;
   std::optional<Error> failure;
   uint64_t events = 0;  // events consumed (keepalives, "started" and "gap" not counted)

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <random>
@@ -296,14 +297,55 @@ TEST_F(ExecTest, WriteToACommandThatStopsReadingFails) {
   ExecRequest req{.argv = {"head", "-c", "1"}};
   req.stdin_stream = true;
   req.on_started = [&](ExecInput& in) { slot.Set(in); };
+  // The write may still be waiting for its answer when the stream ends: the
+  // feeder is joined while the input is valid.
+  req.on_input_closing = [&] { feeder.join(); };
   Collector c;
   auto e = sb().ExecStream(req, c.Callback());
-  feeder.join();
+  EXPECT_FALSE(feeder.joinable());
+  if (feeder.joinable()) feeder.join();
   ASSERT_TRUE(e) << e.error().ToString();
   EXPECT_EQ(c.out(), "x");
   ASSERT_FALSE(write_status);
   EXPECT_THAT(write_status.error().code,
               ::testing::AnyOf(ErrorCode::kConflict, ErrorCode::kNotFound));
+}
+
+// The ExecInput stays valid until on_input_closing returns: a writer that
+// keeps writing while the command exits at once is stopped there, once, on
+// every end of the stream (a write after the input was destroyed is what
+// ASan reported from an MCP server's channel in CI).
+TEST_F(ExecTest, OnInputClosingComesBeforeTheInputGoesAndStopsItsWriters) {
+  InputSlot slot;
+  std::atomic<bool> stop{false};
+  std::atomic<int> writes{0};
+  std::thread writer([&] {
+    ExecInput* in = slot.Get();
+    ASSERT_NE(in, nullptr);
+    do {
+      (void)in->Write("x\n");  // fails once the command has ended
+      writes.fetch_add(1);
+    } while (!stop.load());
+  });
+  int closing_calls = 0;
+  ExecRequest req{.argv = {"true"}};
+  req.stdin_stream = true;
+  req.on_started = [&](ExecInput& in) { slot.Set(in); };
+  req.on_input_closing = [&] {
+    ++closing_calls;
+    stop.store(true);
+    writer.join();
+  };
+  Collector c;
+  auto e = sb().ExecStream(req, c.Callback());
+  if (writer.joinable()) {  // only if the hook never came: fail below, not in std::terminate
+    stop.store(true);
+    writer.join();
+  }
+  ASSERT_TRUE(e) << e.error().ToString();
+  EXPECT_EQ(e->exit_code, 0);
+  EXPECT_EQ(closing_calls, 1);
+  EXPECT_GE(writes.load(), 1);
 }
 
 TEST_F(ExecTest, SessionRequestsForUnknownSessionsAreRefused) {
