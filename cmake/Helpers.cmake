@@ -95,6 +95,11 @@ function(deepbox_test name)
   endif()
   add_executable(${name} ${T_SOURCES})
   deepbox_test_code(${name})
+  if(NOT DEEPBOX_BUILD_TESTS)
+    # The hardening test alone (ci-release): built by default, as the one
+    # test of that build (deepbox_test_code left it out of `all`).
+    set_target_properties(${name} PROPERTIES EXCLUDE_FROM_ALL OFF)
+  endif()
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE
     DEEPBOX_BIN_DIR="${CMAKE_BINARY_DIR}/bin"

@@ -205,4 +205,74 @@ Result<ProjectCopyStats> CopyProjectToSandbox(const std::string& project_dir, Sa
   return stats;
 }
 
+Result<std::string> ReadProjectFile(const std::string& project_dir, const std::string& rel,
+                                    uint64_t max_bytes) {
+  UniqueFd fd(::open(project_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return MakeSyscallError("open", errno, project_dir);
+  for (size_t at = 0; at < rel.size();) {
+    size_t slash = rel.find('/', at);
+    const bool last = slash == std::string::npos;
+    if (last) slash = rel.size();
+    const std::string name = rel.substr(at, slash - at);
+    if (name.empty() || name == "." || name == "..") {
+      return MakeError(ErrorCode::kInvalidArgument, "not a path in the project: " + rel);
+    }
+    int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY);
+    fd.reset(::openat(fd.get(), name.c_str(), flags));
+    if (!fd) {
+      if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) {
+        return MakeError(ErrorCode::kNotFound, rel + " is not a file of the project");
+      }
+      return MakeSyscallError("openat", errno, rel);
+    }
+    at = slash + 1;
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return MakeSyscallError("fstat", errno, rel);
+  if (!S_ISREG(st.st_mode)) {
+    return MakeError(ErrorCode::kNotFound, rel + " is not a regular file of the project");
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return MakeError(ErrorCode::kResourceExhausted,
+                     rel + " is larger than " + FormatBytes(max_bytes));
+  }
+  return ReadFd(fd.get(), max_bytes, rel);
+}
+
+void ProjectIgnores::Load(const std::string& rel_dir) {
+  if (!loaded_.insert(rel_dir).second) return;
+  // Down from the project without following a symlink: a directory that
+  // is one (or missing on the host) has no .gitignore of the project's.
+  UniqueFd dir(::open(project_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  for (size_t at = 0; dir && at < rel_dir.size();) {
+    size_t slash = rel_dir.find('/', at);
+    if (slash == std::string::npos) slash = rel_dir.size();
+    const std::string name = rel_dir.substr(at, slash - at);
+    dir.reset(::openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    at = slash + 1;
+  }
+  if (!dir) return;
+  UniqueFd gi(::openat(dir.get(), ".gitignore", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (!gi || ::fstat(gi.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  if (auto text = ReadFd(gi.get(), kMaxGitignoreBytes, JoinRel(rel_dir, ".gitignore"))) {
+    rules_.AddFile(rel_dir, *text);
+  }
+}
+
+bool ProjectIgnores::Ignored(std::string_view rel_view) {
+  const std::string rel(rel_view);
+  Load("");
+  // Each directory on the way: ignored (or .git) means not copied, and its
+  // own .gitignore applies to what is below it.
+  for (size_t slash = rel.find('/'); slash != std::string::npos; slash = rel.find('/', slash + 1)) {
+    const std::string dir = rel.substr(0, slash);
+    const std::string name =
+        dir.substr(dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/') + 1);
+    if (name == ".git" || rules_.Ignored(dir, /*is_dir=*/true)) return true;
+    Load(dir);
+  }
+  return rules_.Ignored(rel, /*is_dir=*/false);
+}
+
 }  // namespace deepbox::acp

@@ -14,9 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "acp/gitignore.h"
 #include "common/error.h"
 #include "sandbox/sandbox.h"
 
@@ -47,5 +50,30 @@ Result<ProjectCopyStats> ScanProject(const std::string& project_dir,
 Result<ProjectCopyStats> CopyProjectToSandbox(const std::string& project_dir, Sandbox& sandbox,
                                               const std::string& sandbox_root,
                                               const ProjectCopyOptions& options);
+
+// The project's file `rel` (relative, '/'-separated) as it is on the host,
+// opened beneath the project without following any symlink. NOT_FOUND when
+// it is not there (or not a regular file); RESOURCE_EXHAUSTED over
+// `max_bytes`.
+Result<std::string> ReadProjectFile(const std::string& project_dir, const std::string& rel,
+                                    uint64_t max_bytes);
+
+// Whether a path made in the sandbox would be kept out of a copy of the
+// project: a ".git" directory on its way, or the project's .gitignore files
+// on the host (those of its existing ancestors, read as the copy reads them:
+// never through a symlink). What a command made in the sandbox is proposed
+// to the editor only when this says no. Loads each .gitignore once.
+class ProjectIgnores {
+ public:
+  explicit ProjectIgnores(std::string project_dir) : project_dir_(std::move(project_dir)) {}
+  // `rel`: a file's path relative to the project, '/'-separated.
+  bool Ignored(std::string_view rel);
+
+ private:
+  void Load(const std::string& rel_dir);
+  std::string project_dir_;
+  std::set<std::string> loaded_;
+  IgnoreRules rules_;
+};
 
 }  // namespace deepbox::acp

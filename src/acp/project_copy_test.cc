@@ -92,3 +92,52 @@ TEST_F(ProjectCopyTest, CopiesIntoARealSandbox) {
 
 }  // namespace
 }  // namespace deepbox::acp
+
+namespace deepbox::acp {
+namespace {
+
+// What a command made in the sandbox is proposed only when a copy of the
+// project would have taken it.
+TEST_F(ProjectCopyTest, ProjectIgnoresAnswersAsTheCopyWould) {
+  ProjectIgnores ignores(project_.string());
+  EXPECT_FALSE(ignores.Ignored("src/main.py"));
+  EXPECT_FALSE(ignores.Ignored("new.py"));
+  EXPECT_FALSE(ignores.Ignored("newdir/deeper/new.py"));  // directories not on the host
+  EXPECT_TRUE(ignores.Ignored("trace.log"));
+  EXPECT_TRUE(ignores.Ignored("src/deep/trace.log"));
+  EXPECT_TRUE(ignores.Ignored(".env"));
+  EXPECT_TRUE(ignores.Ignored("build/new.o"));       // an ignored directory
+  EXPECT_TRUE(ignores.Ignored("src/generated.py"));  // src/.gitignore
+  EXPECT_FALSE(ignores.Ignored("generated.py"));     // ...only below src
+  EXPECT_TRUE(ignores.Ignored(".git/config"));
+  EXPECT_TRUE(ignores.Ignored("sub/.git/HEAD"));
+  // A .gitignore reached through a symlink is not the project's.
+  WriteText(outside_ / ".gitignore", "*.py\n");
+  EXPECT_FALSE(ignores.Ignored("ssh/x.py"));
+}
+
+}  // namespace
+}  // namespace deepbox::acp
+
+namespace deepbox::acp {
+namespace {
+
+TEST_F(ProjectCopyTest, ReadProjectFileNeverFollowsASymlink) {
+  auto r = ReadProjectFile(project_.string(), "src/main.py", 1 << 20);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(*r, "print('hi')\n");
+  EXPECT_EQ(ReadProjectFile(project_.string(), "ssh/id_ed25519", 1 << 20).error().code,
+            ErrorCode::kNotFound);
+  EXPECT_EQ(ReadProjectFile(project_.string(), "main-link.py", 1 << 20).error().code,
+            ErrorCode::kNotFound);
+  EXPECT_EQ(ReadProjectFile(project_.string(), "pipe", 1 << 20).error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(ReadProjectFile(project_.string(), "missing", 1 << 20).error().code,
+            ErrorCode::kNotFound);
+  EXPECT_EQ(ReadProjectFile(project_.string(), "../dot-ssh/id_ed25519", 1 << 20).error().code,
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(ReadProjectFile(project_.string(), "src/main.py", 4).error().code,
+            ErrorCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace deepbox::acp

@@ -50,6 +50,8 @@ using acp::RpcMessage;
 constexpr const char* kAcpLabel = "deepbox.dev/acp";
 // Tool output kept per execute call for the editor (its tail).
 constexpr size_t kMaxShownOutput = 64 * 1024;
+// A file a command changed is proposed to the editor up to this size.
+constexpr uint64_t kMaxProposedBytes = 8 << 20;
 constexpr std::chrono::milliseconds kOutputUpdateInterval{100};
 // What the editor's terminal keeps of a command shown there (terminal/create's
 // outputByteLimit; the client drops the oldest output beyond it).
@@ -319,7 +321,16 @@ struct Session {
   std::chrono::steady_clock::time_point suspend_tried_since{};  // a suspend failed then
   std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
 
+  // The sandbox's copy of the project as last checked (Sandbox::Tree, paths
+  // relative to `root`): what differs after a command is what it changed.
+  // nullopt: not checked (the daemon cannot, or the tree is too large).
+  std::mutex tree_mu;  // one check at a time; taken before `mu`
+  std::optional<std::map<std::string, TreeEntry>> tree;
+
   std::mutex mu;  // the maps below
+  // Paths (relative to `root`) the file tools wrote or deleted since the last
+  // check: FinishFileChange proposes those, a check does not again.
+  std::set<std::string> tool_touched;
   // The project's files the sandbox holds (relative paths): those copied
   // and those written back. Only these are ever read through the editor.
   std::set<std::string> project_files;
@@ -438,6 +449,21 @@ class AcpServer {
   // fs/read_text_file; nullopt when the editor cannot give it (no such file).
   std::optional<std::string> EditorText(Session& s, const std::string& host_path);
   void FinishFileChange(Session& s, const agent::AgentEvent& e);
+  // The sandbox's project tree now (nullopt, said on stderr, when it cannot
+  // be listed whole).
+  std::optional<std::map<std::string, TreeEntry>> ReadTree(Session& s);
+  // A file tool is about to change `sandbox_path` (or the editor's text went
+  // in): the next check leaves it to FinishFileChange.
+  void NoteToolTouched(Session& s, const std::string& sandbox_path);
+  // After a command (execute, an MCP tool whose server runs in the sandbox):
+  // each project file it created or changed is proposed to the editor as an
+  // edit, written back through fs/write_text_file when allowed and put back
+  // in the sandbox when rejected; deletions are said.
+  void ProposeCommandChanges(Session& s, const agent::AgentEvent& e);
+  // One of them; false when it was put back in the sandbox.
+  enum class Proposal { kWritten, kRestored, kLeft, kUnanswered };
+  Proposal ProposeFile(Session& s, const agent::AgentEvent& e, const std::string& rel,
+                       const TreeEntry& entry, bool project_file, int n);
   // terminal/create for an execute call about to run: the editor's terminal
   // runs `deepbox acp-view SPOOL`, which shows the sandbox's output. null when
   // the client offers no terminal or it failed (the output goes into the
@@ -736,6 +762,8 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
   agent::DeepAgentOptions ao;
   ao.model = std::shared_ptr<agent::ChatModel>(std::move(*model));
   s->project_files.insert(copied->copied.begin(), copied->copied.end());
+  // What commands change is found against this (ProposeCommandChanges).
+  s->tree = ReadTree(*s);
   s->agent_sandbox = std::make_unique<SessionSandbox>(sandbox);
   if (client_.read_text_file) {
     Session* raw = s.get();  // the sandbox wrapper dies with the session
@@ -1039,6 +1067,7 @@ std::optional<std::string> AcpServer::SyncFromEditor(Session& s, const std::stri
   auto editor = EditorText(s, host_path);
   if (!editor || *editor == *current) return std::move(*current);
   auto info = sandbox.Stat(sandbox_path);  // only for its mode: +x stays
+  NoteToolTouched(s, sandbox_path);
   if (!info || !sandbox.Write(sandbox_path, *editor, info->mode & 07777)) {
     return std::move(*current);
   }
@@ -1064,6 +1093,7 @@ agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
   std::string title = acp::ToolTitle(a.name, arg);
   if (a.name == "write_file" || a.name == "edit_file") {
     change.sandbox_path = SandboxPath(s, arg);
+    NoteToolTouched(s, change.sandbox_path);
     change.host_path = acp::ProjectPathFor(s.root, s.cwd, change.sandbox_path);
     if (change.host_path) {
       change.old_text = SyncFromEditor(s, change.sandbox_path, *change.host_path);
@@ -1091,6 +1121,7 @@ agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
     }
   } else if (a.name == "delete") {
     const std::string path = SandboxPath(s, arg);
+    NoteToolTouched(s, path);
     content.push_back(acp::TextContent(
         "Deletes " + path +
         " in the sandbox. The project's file stays: ACP offers no way to delete a file "
@@ -1152,6 +1183,7 @@ void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
   if (change.sandbox_path.empty()) {  // a sub-agent's call: not seen by the handler
     change.sandbox_path = SandboxPath(s, ArgStr(e.tool_args, "file_path"));
     change.host_path = acp::ProjectPathFor(s.root, s.cwd, change.sandbox_path);
+    NoteToolTouched(s, change.sandbox_path);
   }
   auto done = [&](const char* status, json::array content) {
     json::object u{{"sessionUpdate", "tool_call_update"},
@@ -1241,6 +1273,217 @@ void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
     return;
   }
   done("completed", std::move(diff));
+}
+
+std::optional<std::map<std::string, TreeEntry>> AcpServer::ReadTree(Session& s) {
+  TreeRequest request;
+  request.path = s.root;
+  request.skip_dirs = {".git"};  // never copied, never proposed
+  auto tree = s.lease->sandbox().Tree(request);
+  if (!tree || tree->truncated) {
+    LogLine(fmt::format(
+        "session {}: what commands change in the project can no longer be "
+        "proposed to the editor: {}",
+        s.id, tree ? "the sandbox's project has too many files to check" : tree.error().message));
+    return std::nullopt;
+  }
+  std::map<std::string, TreeEntry> out;
+  for (auto& e : tree->entries) {
+    std::string rel = e.path;
+    out.emplace(std::move(rel), std::move(e));
+  }
+  return out;
+}
+
+void AcpServer::NoteToolTouched(Session& s, const std::string& sandbox_path) {
+  if (!sandbox_path.starts_with(s.root + "/")) return;
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.tool_touched.insert(sandbox_path.substr(s.root.size() + 1));
+}
+
+void AcpServer::ProposeCommandChanges(Session& s, const agent::AgentEvent& e) {
+  std::lock_guard<std::mutex> check(s.tree_mu);
+  if (!s.tree) return;
+  auto now = ReadTree(s);
+  if (!now) {
+    s.tree.reset();
+    return;
+  }
+  std::set<std::string> touched;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    touched.swap(s.tool_touched);
+  }
+  const std::map<std::string, TreeEntry>& before = *s.tree;
+  std::map<std::string, TreeEntry> next = *now;  // what the next check compares with
+  acp::ProjectIgnores ignores(s.cwd);
+  auto project_file = [&](const std::string& rel) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    return s.project_files.contains(rel);
+  };
+  bool restored = false;
+  int n = 0;
+  for (const auto& [rel, entry] : *now) {
+    auto was = before.find(rel);
+    if ((was != before.end() && was->second == entry) || touched.contains(rel)) continue;
+    // Symlinks stay in the sandbox, as the copy leaves them on the host.
+    if (entry.symlink) continue;
+    const bool known = project_file(rel);
+    if (!known && ignores.Ignored(rel)) continue;  // .gitignore's: stays in the sandbox
+    Proposal p =
+        s.cancel.load() ? Proposal::kUnanswered : ProposeFile(s, e, rel, entry, known, ++n);
+    if (p == Proposal::kRestored) restored = true;
+    if (p == Proposal::kUnanswered) {  // still a change for the next check to propose
+      if (was != before.end()) {
+        next[rel] = was->second;
+      } else {
+        next.erase(rel);
+      }
+    }
+  }
+  std::vector<std::string> deleted;
+  for (const auto& [rel, entry] : before) {
+    if (!now->contains(rel) && !touched.contains(rel) && project_file(rel)) deleted.push_back(rel);
+  }
+  if (!deleted.empty()) {
+    std::string list;
+    json::array locations;
+    for (const auto& rel : deleted) {
+      list += (list.empty() ? "" : ", ") + rel;
+      locations.push_back(json::object{{"path", s.cwd + "/" + rel}});
+    }
+    Update(s, json::object{
+                  {"sessionUpdate", "tool_call"},
+                  {"toolCallId", e.tool_call_id + "/deleted"},
+                  {"title", "Deleted in the sandbox: " + list},
+                  {"kind", "delete"},
+                  {"status", "completed"},
+                  {"locations", std::move(locations)},
+                  {"content", json::array{acp::TextContent(
+                                  "The command deleted " + list +
+                                  " in the sandbox. The project's files stay: ACP offers no way "
+                                  "to delete a file through the editor.")}}});
+  }
+  if (restored) {  // the put-back files have new times: read them as they are now
+    if (auto again = ReadTree(s)) {
+      for (auto& [rel, entry] : next) {
+        if (auto it = again->find(rel); it != again->end()) entry = it->second;
+      }
+      for (auto& [rel, entry] : *again) {
+        if (!now->contains(rel) && before.contains(rel)) next[rel] = entry;
+      }
+    }
+  }
+  s.tree = std::move(next);
+}
+
+AcpServer::Proposal AcpServer::ProposeFile(Session& s, const agent::AgentEvent& e,
+                                           const std::string& rel, const TreeEntry& entry,
+                                           bool project_file, int n) {
+  Sandbox& sandbox = s.lease->sandbox();
+  const std::string host_path = s.cwd + "/" + rel;
+  const std::string sandbox_path = s.root + "/" + rel;
+  const std::string call_id = fmt::format("{}/{}", e.tool_call_id, n);
+  const json::array locations{json::object{{"path", host_path}}};
+  json::object call{{"title", "Write back " + rel + " (changed by the command)"},
+                    {"kind", "edit"},
+                    {"status", "pending"},
+                    {"locations", locations}};
+  auto finish = [&](const char* status, json::array content) {
+    json::object u{
+        {"sessionUpdate", "tool_call_update"}, {"toolCallId", call_id}, {"status", status}};
+    if (!content.empty()) u["content"] = std::move(content);  // else the diff shown stays
+    Update(s, std::move(u));
+  };
+  auto announce = [&](json::array content) {
+    json::object u = call;
+    u["sessionUpdate"] = "tool_call";
+    u["toolCallId"] = call_id;
+    u["content"] = std::move(content);
+    Update(s, std::move(u));
+  };
+  if (entry.size > kMaxProposedBytes) {
+    announce({});
+    finish("failed", json::array{acp::TextContent(fmt::format(
+                         "{} bytes: too large to propose; it stays in the sandbox", entry.size))});
+    return Proposal::kLeft;
+  }
+  auto text = sandbox.Download(sandbox_path);
+  if (!text) {
+    if (text.error().code == ErrorCode::kNotFound) return Proposal::kLeft;  // gone meanwhile
+    announce({});
+    finish("failed",
+           json::array{acp::TextContent("reading it in the sandbox: " + text.error().message)});
+    return Proposal::kLeft;
+  }
+  if (!IsValidUtf8(*text)) {
+    announce({});
+    finish("failed", json::array{acp::TextContent(
+                         "Not text: it stays in the sandbox (the editor writes text files only)")});
+    return Proposal::kLeft;
+  }
+  // The project's text: the editor's (unsaved edits included), else the disk's.
+  std::optional<std::string> old_text;
+  if (client_.read_text_file) old_text = EditorText(s, host_path);
+  if (!old_text) {
+    if (auto disk = acp::ReadProjectFile(s.cwd, rel, kMaxProposedBytes)) {
+      old_text = std::move(*disk);
+    }
+  }
+  if (old_text == *text) return Proposal::kLeft;  // only touched: nothing to propose
+  json::array diff{acp::DiffContent(host_path, old_text, *text)};
+  call["content"] = diff;
+  announce(diff);
+  bool allowed = true;
+  if (NeedsAsking(s, false)) {
+    PermissionAnswer answer = Ask(s, call_id, call);
+    if (answer == PermissionAnswer::kAllowAlways) s.always_edits.store(true);
+    if (answer == PermissionAnswer::kCancelled) {
+      finish("failed", json::array{acp::TextContent(
+                           "Cancelled: the project is unchanged (the sandbox keeps the change)")});
+      return Proposal::kUnanswered;
+    }
+    allowed = answer == PermissionAnswer::kAllowOnce || answer == PermissionAnswer::kAllowAlways;
+  }
+  if (!allowed) {
+    // The sandbox goes back to the project's text, so the two agree.
+    Status put_back = old_text ? sandbox.Write(sandbox_path, *old_text, entry.mode)
+                               : sandbox.Delete(sandbox_path);
+    if (!put_back) {
+      finish("failed",
+             json::array{acp::TextContent("Rejected: the project is unchanged; putting the "
+                                          "sandbox's file back failed: " +
+                                          put_back.error().message)});
+      return Proposal::kLeft;
+    }
+    finish("failed", json::array{acp::TextContent(
+                         old_text ? "Rejected: the project is unchanged (the sandbox's file "
+                                    "has the project's text again)"
+                                  : "Rejected: the project is unchanged (the new file was "
+                                    "removed from the sandbox)")});
+    return Proposal::kRestored;
+  }
+  if (!client_.write_text_file) {
+    diff.push_back(acp::TextContent(
+        "The editor does not offer fs/write_text_file: the change is in the sandbox only"));
+    finish("completed", std::move(diff));
+    return Proposal::kLeft;
+  }
+  auto w = peer_.Call(
+      "fs/write_text_file",
+      json::object{{"sessionId", s.id}, {"path", host_path}, {"content", JsonString(*text)}},
+      &s.cancel);
+  if (!w) {
+    finish("failed", json::array{acp::TextContent("The editor did not write " + host_path + ": " +
+                                                  w.error().message)});
+    return Proposal::kLeft;
+  }
+  if (!project_file) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.project_files.insert(rel);
+  }
+  finish("completed", {});
+  return Proposal::kWritten;
 }
 
 std::shared_ptr<Session::TerminalView> AcpServer::StartTerminal(Session& s,
@@ -1396,7 +1639,10 @@ void AcpServer::OnEvent(Session& s, const agent::AgentEvent& e) {
           auto it = s.terminals.find(e.tool_call_id);
           if (it != s.terminals.end()) view = it->second;
         }
-        if (view) return FinishTerminal(s, e, *view);
+        if (view) {
+          FinishTerminal(s, e, *view);
+          return ProposeCommandChanges(s, e);
+        }
       }
       std::string shown;
       {
@@ -1411,6 +1657,15 @@ void AcpServer::OnEvent(Session& s, const agent::AgentEvent& e) {
                      {"rawOutput", json::object{{"output", JsonString(e.output_preview)}}}};
       if (!text.empty()) u["content"] = json::array{acp::TextContent(text)};
       Update(s, std::move(u));
+      // A command may change any file: execute, and an MCP tool whose server
+      // runs in the sandbox.
+      bool sandboxed_tool;
+      {
+        std::lock_guard<std::mutex> lock(s.mu);
+        sandboxed_tool =
+            s.mcp_tool_names.contains(e.tool_name) && !s.mcp_http_tool_names.contains(e.tool_name);
+      }
+      if (e.tool_name == "execute" || sandboxed_tool) ProposeCommandChanges(s, e);
       return;
     }
     case EventType::kToolCallRejected: {

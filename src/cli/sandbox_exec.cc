@@ -36,7 +36,7 @@ namespace deepbox::cli {
 namespace {
 
 int Say(int code, const std::string& message) {
-  std::fprintf(stderr, "deepbox: %s\n", message.c_str());
+  std::fprintf(stderr, "deepbox: %s\n", SanitizeForTerminal(message).c_str());
   return code;
 }
 

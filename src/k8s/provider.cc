@@ -89,6 +89,9 @@ class GuardedSandbox : public Sandbox {
   Result<GrepResult> Grep(const GrepRequest& r) override {
     return Guard([&] { return inner_->Grep(r); });
   }
+  Result<TreeResult> Tree(const TreeRequest& r) override {
+    return Guard([&] { return inner_->Tree(r); });
+  }
   Result<std::string> Download(const std::string& p) override {
     return Guard([&] { return inner_->Download(p); });
   }
@@ -445,6 +448,20 @@ bool ClaimReady(const json::object& claim) {
   return false;
 }
 
+// "Suspended=True PodTerminated (Pod has been terminated...); Ready=..." for
+// messages (the server's words, cut short).
+std::string DescribeConditions(const json::object& object) {
+  std::string out;
+  for (std::string_view type : {kConditionSuspended, kConditionReady}) {
+    auto c = FindCondition(object, type);
+    if (!c) continue;
+    out += fmt::format("{}{}={} {}", out.empty() ? "" : "; ", type, c->status.substr(0, 16),
+                       c->reason.substr(0, 128));
+    if (!c->message.empty()) out += fmt::format(" ({})", c->message.substr(0, 300));
+  }
+  return out.empty() ? "no conditions yet" : out;
+}
+
 }  // namespace
 
 Result<KeptClaim> K8sSandboxProvider::ClaimAndKeep(const ClaimOptions& options) {
@@ -499,9 +516,9 @@ Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
   out.claimed.claim_name = name;
   out.claimed.sandbox_name = FindString(*claim, {"status", "sandbox", "name"});
   if (!ClaimReady(*claim) || !IsObjectName(out.claimed.sandbox_name)) {
-    return MakeError(
-        ErrorCode::kUnavailable,
-        fmt::format("SandboxClaim {}/{} is not Ready (no sandbox to run in)", ns, name));
+    return MakeError(ErrorCode::kUnavailable,
+                     fmt::format("SandboxClaim {}/{} is not Ready (no sandbox to run in): {}", ns,
+                                 name, DescribeConditions(*claim)));
   }
   if (const auto* ips = Find(*claim, {"status", "sandbox", "podIPs"});
       ips != nullptr && ips->is_array()) {
@@ -874,20 +891,6 @@ Result<std::unique_ptr<SandboxWatch>> K8sSandboxProvider::Watch(
 // ------------------------------------------------------------------ suspend / resume
 
 namespace {
-
-// "Suspended=True PodTerminated (Pod has been terminated...); Ready=..." for
-// messages (the server's words, cut short).
-std::string DescribeConditions(const json::object& object) {
-  std::string out;
-  for (std::string_view type : {kConditionSuspended, kConditionReady}) {
-    auto c = FindCondition(object, type);
-    if (!c) continue;
-    out += fmt::format("{}{}={} {}", out.empty() ? "" : "; ", type, c->status.substr(0, 16),
-                       c->reason.substr(0, 128));
-    if (!c->message.empty()) out += fmt::format(" ({})", c->message.substr(0, 300));
-  }
-  return out.empty() ? "no conditions yet" : out;
-}
 
 std::vector<std::string> Strings(const json::object& o,
                                  std::initializer_list<std::string_view> path) {

@@ -48,6 +48,7 @@ class ForwardingSandbox : public Sandbox {
     return Check(inner_.Glob(pattern, p, max));
   }
   Result<GrepResult> Grep(const GrepRequest& r) override { return Check(inner_.Grep(r)); }
+  Result<TreeResult> Tree(const TreeRequest& r) override { return Check(inner_.Tree(r)); }
   Result<std::string> Download(const std::string& p) override { return Check(inner_.Download(p)); }
   Status Upload(const std::string& p, std::string_view c, uint32_t mode) override {
     return Check(inner_.Upload(p, c, mode));

@@ -50,4 +50,8 @@ std::string_view FileTypeName(FileType type) {
   return "other";
 }
 
+Result<TreeResult> Sandbox::Tree(const TreeRequest&) {
+  return MakeError(ErrorCode::kUnimplemented, "this sandbox cannot list a tree in one call");
+}
+
 }  // namespace deepbox

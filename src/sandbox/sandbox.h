@@ -188,6 +188,28 @@ struct GrepResult {
   bool truncated = false;
 };
 
+// Every file beneath a directory with what shows a change (Sandbox::Tree).
+struct TreeRequest {
+  std::string path;                    // the base directory; empty = the root
+  size_t max_entries = 0;              // 0 = daemon default (100000)
+  std::vector<std::string> skip_dirs;  // directory names not entered (".git")
+};
+
+struct TreeEntry {
+  std::string path;  // relative to the base
+  bool symlink = false;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+  uint32_t mode = 0;  // permission bits
+  bool operator==(const TreeEntry&) const = default;
+};
+
+struct TreeResult {
+  std::vector<TreeEntry> entries;  // sorted by path
+  bool truncated = false;
+  bool unreadable = false;  // a directory could not be read: incomplete
+};
+
 // ------------------------------------------------------------------ the interface
 
 class Sandbox {
@@ -218,6 +240,10 @@ class Sandbox {
   virtual Result<GlobResult> Glob(const std::string& pattern, const std::string& path,
                                   size_t max_results = 0) = 0;
   virtual Result<GrepResult> Grep(const GrepRequest& request) = 0;
+  // One walk listing every regular file and symlink with its size and mtime
+  // (symlinks not followed). UNIMPLEMENTED where a sandbox cannot (a daemon
+  // without the fs_tree feature).
+  virtual Result<TreeResult> Tree(const TreeRequest& request);
 
   // Whole-file transfer of raw bytes.
   virtual Result<std::string> Download(const std::string& path) = 0;

@@ -834,6 +834,67 @@ Result<GlobResult> SandboxdClient::Glob(const std::string& pattern, const std::s
   return out;
 }
 
+Result<TreeResult> SandboxdClient::Tree(const TreeRequest& request) {
+  json::object o;
+  if (!request.path.empty()) o["path"] = JsonString(request.path);
+  if (request.max_entries > 0) o["max_entries"] = request.max_entries;
+  if (!request.skip_dirs.empty()) {
+    json::array skip;
+    for (const auto& d : request.skip_dirs) skip.emplace_back(JsonString(d));
+    o["skip_dirs"] = std::move(skip);
+  }
+  auto body = PostJson("/deepbox/v1/fs/tree", ToJson(o), options_.file_op_timeout);
+  if (!body) {
+    // A daemon from before fs_tree: "no such file operation".
+    if (body.error().code == ErrorCode::kNotFound &&
+        body.error().message.find("no such file operation") != std::string::npos) {
+      return MakeError(ErrorCode::kUnimplemented,
+                       fmt::format("sandbox {}: its daemon cannot list a tree (fs/tree)", id_));
+    }
+    return tl::unexpected(body.error());
+  }
+  json::monotonic_resource arena(body->size() * 2 + 1024);
+  boost::system::error_code ec;
+  json::value v = json::parse(*body, ec, &arena);
+  if (ec || !v.is_object()) {
+    auto r = ParseJsonObject(*body);  // for its error message
+    if (!r) return tl::unexpected(r.error());
+    return MakeError(ErrorCode::kInternal, "sandbox daemon sent an invalid tree");
+  }
+  const json::object& r = v.as_object();
+  TreeResult out;
+  AnswerReader fields(r);
+  out.truncated = fields.Bool("truncated", false);
+  out.unreadable = fields.Bool("unreadable", false);
+  if (auto s = fields.status(); !s) return tl::unexpected(s.error());
+  const json::value* entries = r.if_contains("entries");
+  if (entries == nullptr || !entries->is_array()) {
+    return tl::unexpected(InvalidAnswer("entries", "an array"));
+  }
+  out.entries.reserve(entries->as_array().size());
+  for (const auto& e : entries->as_array()) {
+    // [path, size, mtime_ns, mode, "f" | "l"]; anything else is refused.
+    const json::array* a = e.if_array();
+    if (a == nullptr || a->size() != 5 || !(*a)[0].is_string() || !(*a)[4].is_string()) {
+      return tl::unexpected(InvalidAnswer("entries", "[path, size, mtime_ns, mode, type] arrays"));
+    }
+    auto size = (*a)[1].to_number<uint64_t>(ec);
+    if (ec) return tl::unexpected(InvalidAnswer("entries", "a size that is a whole number"));
+    auto mtime = (*a)[2].to_number<int64_t>(ec);
+    if (ec) return tl::unexpected(InvalidAnswer("entries", "an mtime that is a whole number"));
+    auto mode = (*a)[3].to_number<uint32_t>(ec);
+    if (ec || mode > 07777) return tl::unexpected(InvalidAnswer("entries", "permission bits"));
+    std::string_view type = (*a)[4].as_string();
+    std::string_view path = (*a)[0].as_string();
+    if (type != "f" && type != "l") return tl::unexpected(InvalidAnswer("entries", "type f or l"));
+    if (path.empty() || path.front() == '/' || path.size() > 4096) {
+      return tl::unexpected(InvalidAnswer("entries", "relative paths"));
+    }
+    out.entries.push_back(TreeEntry{std::string(path), type == "l", size, mtime, mode});
+  }
+  return out;
+}
+
 Result<GrepResult> SandboxdClient::Grep(const GrepRequest& request) {
   json::object o;
   o["pattern"] = JsonString(request.pattern);

@@ -80,6 +80,7 @@ class SandboxdClient : public Sandbox {
   Result<GlobResult> Glob(const std::string& pattern, const std::string& path,
                           size_t max_results) override;
   Result<GrepResult> Grep(const GrepRequest& request) override;
+  Result<TreeResult> Tree(const TreeRequest& request) override;
   Result<std::string> Download(const std::string& path) override;
   Status Upload(const std::string& path, std::string_view content, uint32_t mode) override;
 

@@ -98,6 +98,30 @@ TEST_F(SandboxdClientHostileTest, ListRejectsAnyBadEntry) {
   EXPECT_EQ((*ok)[0].size, 5);
 }
 
+TEST_F(SandboxdClientHostileTest, TreeIsParsedAndRefusesAnyBadEntry) {
+  daemon_->Answer("/deepbox/v1/fs/tree",
+                  R"({"entries":[["a.txt",5,1700000000123456789,420,"f"],["l",5,7,511,"l"]],)"
+                  R"("truncated":true})");
+  auto ok = client_->Tree(TreeRequest{.path = "/workspace"});
+  ASSERT_TRUE(ok) << ok.error().ToString();
+  ASSERT_EQ(ok->entries.size(), 2u);
+  EXPECT_EQ(ok->entries[0], (TreeEntry{"a.txt", false, 5, 1700000000123456789, 0644}));
+  EXPECT_TRUE(ok->entries[1].symlink);
+  EXPECT_TRUE(ok->truncated);
+  EXPECT_FALSE(ok->unreadable);
+  for (std::string entry :
+       {R"(["a",-1,0,420,"f"])", R"(["a",1,0,4096,"f"])", R"(["a",1,0,420,"d"])",
+        R"(["/etc/passwd",1,0,420,"f"])", R"(["",1,0,420,"f"])", R"(["a",1,0,420])",
+        R"(["a","1",0,420,"f"])", R"(["a",1,1e400,420,"f"])", R"({"path":"a"})", "7"}) {
+    daemon_->Answer("/deepbox/v1/fs/tree", R"({"entries":[)" + entry + "]}");
+    auto r = client_->Tree(TreeRequest{});
+    ASSERT_FALSE(r) << entry;
+    EXPECT_NE(r.error().message.find("'entries'"), std::string::npos) << r.error().message;
+  }
+  daemon_->Answer("/deepbox/v1/fs/tree", R"({"truncated":false})");
+  EXPECT_FALSE(client_->Tree(TreeRequest{}));
+}
+
 TEST_F(SandboxdClientHostileTest, ExecRejectsBadStatusAndNumbers) {
   ExecRequest req;
   req.shell = "true";

@@ -674,6 +674,38 @@ TEST_F(SandboxdTest, BackgroundProcessLifecycle) {
 
 // ---------------------------------------------------------------- search
 
+// fs/tree through the client: what deepbox acp compares before and after a
+// command to see which files it changed.
+TEST_F(SandboxdTest, TreeShowsWhatACommandChanged) {
+  for (std::string f : {"a.txt", "sub/b.txt", ".git/HEAD", "keep.txt"}) {
+    ASSERT_TRUE(sb().Write(f, "x", 0644));
+  }
+  TreeRequest request;
+  request.skip_dirs = {".git"};
+  auto before = sb().Tree(request);
+  ASSERT_TRUE(before) << before.error().ToString();
+  using V = std::vector<std::string>;
+  auto names = [](const TreeResult& t) {
+    V out;
+    for (const auto& e : t.entries) out.push_back(e.path);
+    return out;
+  };
+  EXPECT_EQ(names(*before), (V{"a.txt", "keep.txt", "sub/b.txt"}));
+  ExecRequest r;
+  r.shell = "sleep 0.01; echo more >> a.txt && rm sub/b.txt && echo new > c.txt && ln -s a.txt l";
+  auto ran = sb().Exec(r);
+  ASSERT_TRUE(ran && ran->exit_code == 0) << (ran ? ran->stderr_data : ran.error().ToString());
+  auto after = sb().Tree(request);
+  ASSERT_TRUE(after) << after.error().ToString();
+  EXPECT_EQ(names(*after), (V{"a.txt", "c.txt", "keep.txt", "l"}));
+  EXPECT_EQ(after->entries[0].size, 6u);  // "x" + "more\n"
+  EXPECT_NE(after->entries[0], before->entries[0]);
+  EXPECT_EQ(after->entries[2], before->entries[1]) << "keep.txt did not change";
+  EXPECT_TRUE(after->entries[3].symlink);
+  request.path = "/nonexistent";
+  EXPECT_FALSE(sb().Tree(request));
+}
+
 TEST_F(SandboxdTest, GlobSemanticsTable) {
   for (std::string f : {"a.py", "sub/b.py", "sub/nested/c.py", "readme.md", ".hidden.py",
                         ".hidden/x.py", ".github/workflows/ci.yml"}) {

@@ -121,6 +121,7 @@ class Daemon {
   net::Response Files(const net::Request& request, std::string_view op);
   net::Response Glob(const json::object& body);
   net::Response Grep(const json::object& body);
+  net::Response Tree(const json::object& body);
   void RawDownload(const net::Request& request, net::ResponseWriter& writer);
   // Streams a file's bytes from its fd (no whole-file buffering).
   void RawDownloadPath(const std::string& path, net::ResponseWriter& writer, bool v1_errors);

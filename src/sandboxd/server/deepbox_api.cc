@@ -125,8 +125,8 @@ net::Response Daemon::Info() const {
   o["limits"] = std::move(limits);
   // What this daemon's exec API supports beyond v1's first version; clients
   // use these only when listed, so they keep working with older daemons.
-  o["features"] =
-      json::array{"exec_output_base64", "exec_stdin_stream", "exec_tty", "exec_attach", "activity"};
+  o["features"] = json::array{"exec_output_base64", "exec_stdin_stream", "exec_tty",
+                              "exec_attach",        "activity",          "fs_tree"};
   return Ok(o);
 }
 
@@ -561,6 +561,7 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
   }
   if (op == "glob") return Glob(body);
   if (op == "grep") return Grep(body);
+  if (op == "tree") return Tree(body);
   return ErrorResponse(Error(ErrorCode::kNotFound, fmt::format("no such file operation: {}", op)));
 }
 

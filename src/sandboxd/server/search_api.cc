@@ -1,9 +1,10 @@
-// glob and grep: /deepbox/v1/fs/glob, /deepbox/v1/fs/grep.
+// glob, grep and tree: /deepbox/v1/fs/glob, /deepbox/v1/fs/grep, /deepbox/v1/fs/tree.
 #include <fmt/format.h>
 
 #include "common/json.h"
 #include "sandboxd/fs/glob.h"
 #include "sandboxd/fs/grep.h"
+#include "sandboxd/fs/tree.h"
 #include "sandboxd/server/daemon.h"
 
 namespace deepbox::sandboxd {
@@ -28,6 +29,48 @@ net::Response Daemon::Glob(const json::object& body) {
   for (const auto& p : r->paths) paths.emplace_back(JsonString(p));
   json::object o;
   o["paths"] = std::move(paths);
+  o["truncated"] = r->truncated;
+  o["unreadable"] = r->unreadable;
+  return JsonResponse(200, ToJson(o));
+}
+
+// {"path"?, "max_entries"?, "skip_dirs"?: [names]} -> {"entries": [[path
+// relative to the base, size, mtime_ns, mode, "f" | "l"], ...] sorted by
+// path, "truncated", "unreadable"}: arrays, since a project has thousands.
+net::Response Daemon::Tree(const json::object& body) {
+  auto path = GetOptStringChecked(body, "path");
+  if (!path) return ErrorResponse(path.error());
+  auto max = GetOptInt(body, "max_entries");
+  if (!max) return ErrorResponse(max.error());
+  fs::TreeOptions options;
+  options.path = path->value_or("");
+  if (*max) {
+    if (**max <= 0)
+      return ErrorResponse(Error(ErrorCode::kInvalidArgument, "max_entries must be positive"));
+    options.max_entries = static_cast<size_t>(std::min<int64_t>(**max, 1000000));
+  }
+  if (const json::value* skip = body.if_contains("skip_dirs"); skip != nullptr) {
+    if (!skip->is_array() || skip->as_array().size() > 1000) {
+      return ErrorResponse(
+          Error(ErrorCode::kInvalidArgument, "skip_dirs must be an array of at most 1000 names"));
+    }
+    for (const auto& name : skip->as_array()) {
+      if (!name.is_string()) {
+        return ErrorResponse(Error(ErrorCode::kInvalidArgument, "skip_dirs must hold strings"));
+      }
+      options.skip_dirs.emplace_back(name.as_string());
+    }
+  }
+  auto r = fs::Tree(files_root(), options);
+  if (!r) return ErrorResponse(r.error());
+  json::array entries;
+  entries.reserve(r->entries.size());
+  for (const auto& e : r->entries) {
+    entries.emplace_back(
+        json::array{JsonString(e.path), e.size, e.mtime_ns, e.mode, e.symlink ? "l" : "f"});
+  }
+  json::object o;
+  o["entries"] = std::move(entries);
   o["truncated"] = r->truncated;
   o["unreadable"] = r->unreadable;
   return JsonResponse(200, ToJson(o));

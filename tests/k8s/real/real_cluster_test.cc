@@ -591,7 +591,8 @@ TEST_F(RealClusterTest, TheVolumeClaimTemplateVariantSuspendsWithoutForce) {
   ASSERT_EQ(r.code, 0) << r.err << ClusterState(ns);
   EXPECT_EQ(claim_uid(), uid);
   r = Run({kDeepbox, "sandbox", "exec", id, "--", "echo", "kept"}, env);
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.code, 0) << r.err << ClusterState(ns)
+                       << Kubectl({"get", "sandboxclaims,sandboxes", "-n", ns, "-o", "json"}).out;
   EXPECT_EQ(r.out, "kept\n");
   (void)Kubectl({"delete", "namespace", ns, "--wait=false"});
 }
