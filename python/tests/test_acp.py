@@ -86,6 +86,7 @@ class Editor:
 
     async def write_text_file(self, session_id: str, path: str, content: str, **kw: Any):
         self.writes.append((path, content))
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # as an editor saves a new file
         with open(path, "w", newline="") as f:
             f.write(content)
         return WriteTextFileResponse()
@@ -611,6 +612,77 @@ def test_a_result_unlike_the_shown_diff_is_asked_again(tmp_path: Path, deepbox_b
     second = next(c for c in asked[1].content if c.type == "diff")
     assert second.old_text == "one\r\ntwo\r\n"
     assert (project / "crlf.txt").read_bytes() == second.new_text.encode()
+
+
+def test_what_a_command_changes_is_proposed_to_the_editor(tmp_path: Path, deepbox_bin: str,
+                                                         env: dict[str, str], project: Path) -> None:
+    """Files a command changed in the sandbox are proposed like the file
+    tools' edits: accepted ones are written through the editor, a rejected
+    one goes back to the project's text in the sandbox, a new file .gitignore
+    keeps out and a binary one stay in the sandbox, a deletion is said."""
+    (project / ".gitignore").write_text("secret.env\n*.log\n")
+    (project / "old.txt").write_text("old\n")
+    model = write_replay(tmp_path / "cmd.jsonl", [
+        {"tool_calls": [call("t_cmd", "execute", command=(
+            "cd /workspace && sed -i 's/a - b/a + b/' calc.py && echo more >> notes.txt"
+            " && echo fresh > new.txt && mkdir -p pkg && echo 'x = 1' > pkg/mod.py"
+            " && echo noise > debug.log && printf '\\000\\001' > blob.bin && rm old.txt"))]},
+        {"tool_calls": [call("t_check", "execute", command=(
+            "cd /workspace && cat notes.txt && ls"))]},
+        {"text": "done"},
+    ])
+    editor = Editor(reject={"notes.txt"})
+
+    async def run() -> None:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            resp = await conn.prompt(session_id=session.session_id, prompt=[text_block("go")])
+            assert resp.stop_reason == "end_turn"
+
+    asyncio.run(run())
+    # Accepted: exactly the command's text, through the editor.
+    assert (project / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    assert (project / "new.txt").read_text() == "fresh\n"
+    assert (project / "pkg/mod.py").read_text() == "x = 1\n"
+    # Rejected, ignored, binary, deleted: the project is as it was.
+    assert (project / "notes.txt").read_text() == "keep me\n"
+    assert not (project / "debug.log").exists()
+    assert not (project / "blob.bin").exists()
+    assert (project / "old.txt").read_text() == "old\n"
+    assert {Path(p).relative_to(project).as_posix() for p, _ in editor.writes} == {
+        "calc.py", "new.txt", "pkg/mod.py"}
+
+    # Each change was shown as a diff of the project's text, then asked.
+    proposals = {p.locations[0].path: p for p in editor.permissions
+                 if p.tool_call_id.startswith("t_cmd/")}
+    assert set(proposals) == {str(project / f) for f in ("calc.py", "notes.txt", "new.txt",
+                                                          "pkg/mod.py")}
+    calc = next(c for c in proposals[str(project / "calc.py")].content if c.type == "diff")
+    assert calc.old_text == "def add(a, b):\n    return a - b\n"
+    assert calc.new_text == "def add(a, b):\n    return a + b\n"
+    new = next(c for c in proposals[str(project / "new.txt")].content if c.type == "diff")
+    assert new.old_text is None and new.new_text == "fresh\n"
+    finals: dict[str, str] = {}
+    for u in editor.of_kind("tool_call_update"):
+        if u.status:
+            finals[u.tool_call_id] = u.status
+    by_path = {p.locations[0].path: p.tool_call_id for p in proposals.values()}
+    assert finals[by_path[str(project / "notes.txt")]] == "failed"
+    assert finals[by_path[str(project / "calc.py")]] == "completed"
+    deleted = [u for u in editor.of_kind("tool_call") if u.tool_call_id == "t_cmd/deleted"]
+    assert len(deleted) == 1 and deleted[0].locations[0].path == str(project / "old.txt")
+    assert "old.txt" in deleted[0].title
+
+    # The sandbox agrees with the project again: the rejected file has the
+    # project's text; the ignored and binary files are still there; the
+    # second command changed nothing, so nothing more was proposed.
+    out = command_output(editor, "t_check")
+    assert "keep me\n" in out and "more" not in out, out
+    assert "debug.log" in out and "blob.bin" in out
+    assert not [p for p in editor.permissions if p.tool_call_id.startswith("t_check/")]
+    assert sandboxes(deepbox_bin, env) == []
 
 
 def sandbox_mode(deepbox_bin: str, env: dict[str, str]) -> str:

@@ -1416,10 +1416,13 @@ AcpServer::Proposal AcpServer::ProposeFile(Session& s, const agent::AgentEvent& 
            json::array{acp::TextContent("reading it in the sandbox: " + text.error().message)});
     return Proposal::kLeft;
   }
-  if (!IsValidUtf8(*text)) {
-    announce({});
-    finish("failed", json::array{acp::TextContent(
-                         "Not text: it stays in the sandbox (the editor writes text files only)")});
+  // Build output, caches (NUL bytes are valid UTF-8 but never in text):
+  // not for the editor, which writes text.
+  if (!IsValidUtf8(*text) || text->find('\0') != std::string::npos) {
+    LogLine(
+        fmt::format("session {}: {} (changed by a command) is not text: it stays in the "
+                    "sandbox",
+                    s.id, rel));
     return Proposal::kLeft;
   }
   // The project's text: the editor's (unsaved edits included), else the disk's.

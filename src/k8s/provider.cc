@@ -490,6 +490,21 @@ Result<json::object> K8sSandboxProvider::GetClaimNamed(const std::string& ns,
   return claim;
 }
 
+bool K8sSandboxProvider::SandboxComingUp(const std::string& ns, const json::object& claim) {
+  if (!FindString(claim, {"metadata", "deletionTimestamp"}).empty()) return false;
+  const std::string sb_name = FindString(claim, {"status", "sandbox", "name"});
+  if (!IsObjectName(sb_name)) return false;
+  auto sb = api_->GetSandbox(ns, sb_name);
+  if (!sb || !FindString(*sb, {"metadata", "deletionTimestamp"}).empty()) return false;
+  if (OperatingMode(*sb) != kOperatingModeRunning) return false;
+  if (RunningAndReady(*sb)) return true;  // the claim has not caught up yet
+  // Its pod on the way (or the condition still from before a resume); not
+  // one that failed, expired or cannot be made.
+  auto ready = FindCondition(*sb, kConditionReady);
+  return ready &&
+         (ready->reason == "DependenciesNotReady" || ready->reason == kReasonSandboxSuspended);
+}
+
 Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
   auto split = Resolve(id);
   if (!split) return tl::unexpected(split.error());
@@ -500,12 +515,17 @@ Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
     return MakeError(ErrorCode::kNotFound,
                      fmt::format("SandboxClaim {}/{} is being deleted", ns, name));
   }
-  if (!ClaimReady(*claim) && ReadySaysSuspended(*claim)) {
-    // The next use of a suspended sandbox resumes it (sandbox/provider.h).
+  const bool suspended = !ClaimReady(*claim) && ReadySaysSuspended(*claim);
+  if (suspended || (!ClaimReady(*claim) && SandboxComingUp(ns, *claim))) {
+    // The next use of a suspended sandbox resumes it (sandbox/provider.h);
+    // one whose pod is starting (a resume by another client), or whose claim
+    // has not yet shown its Sandbox Ready, is waited for as a resume waits.
     if (auto st = SetOperatingMode(ns, name, /*suspend=*/false, /*force=*/false); !st) {
       Error e = st.error();
-      e.message = fmt::format("SandboxClaim {}/{} is suspended, and resuming it failed: {}", ns,
-                              name, e.message);
+      e.message = fmt::format(
+          "SandboxClaim {}/{} is {}: {}", ns, name,
+          suspended ? "suspended, and resuming it failed" : "starting, and waiting for it failed",
+          e.message);
       return tl::unexpected(e);
     }
     claim = api_->GetClaim(ns, name);

@@ -252,6 +252,9 @@ class K8sSandboxProvider : public SandboxProvider {
   // The claim ns/name; NOT_FOUND says "no SandboxClaim NAME in namespace NS".
   Result<json::object> GetClaimNamed(const std::string& ns, const std::string& name);
   static Error NoSuchClaim(std::string_view ns, std::string_view name);
+  // Whether a claim that is not Ready has a Sandbox that is running or on
+  // its way to it (Connect waits for it then).
+  bool SandboxComingUp(const std::string& ns, const json::object& claim);
   // Suspend (true) or Resume (false) of claim ns/name.
   Status SetOperatingMode(const std::string& ns, const std::string& name, bool suspend, bool force);
   // What Create returns for a kept claim made with `options`.

@@ -886,9 +886,25 @@ TEST_F(SuspendTest, RefusesToLoseFilesUnlessForced) {
       << late.error().message;
   EXPECT_NE(late.error().message.find("Ready=False DependenciesNotReady"), std::string::npos)
       << late.error().message;
-  controller_->SetPodsBecomeReady(true);
-  ASSERT_TRUE(p.Resume(info->id));
+  // Its pod still on the way: a use waits for it as a resume does (the
+  // claim says only SandboxNotReady), and says what it saw when it is late.
+  auto attached = hasty->Attach(info->id);
+  ASSERT_FALSE(attached);
+  EXPECT_EQ(attached.error().code, ErrorCode::kTimeout);
+  EXPECT_NE(attached.error().message.find(fmt::format("SandboxClaim {} is starting, and waiting "
+                                                      "for it failed: ",
+                                                      info->id)),
+            std::string::npos)
+      << attached.error().message;
+  EXPECT_NE(attached.error().message.find("Ready=False DependenciesNotReady"), std::string::npos)
+      << attached.error().message;
+  std::thread ready_soon([&] {
+    std::this_thread::sleep_for(300ms);
+    controller_->SetPodsBecomeReady(true);
+  });
   EXPECT_EQ(Run(p, info->id, "late"), "late\n");
+  ready_soon.join();
+  ASSERT_TRUE(p.Resume(info->id));
 }
 
 TEST_F(SuspendTest, MissingClaimsOtherNamespacesAndPause) {

@@ -1,7 +1,7 @@
 #include "sandboxd/fs/tree.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,8 +90,8 @@ TEST_F(TreeTest, ListsSymlinksAsThemselvesAndNeverEntersThem) {
   SymlinkRaw("a.txt", dir_ + "/link");
   auto r = Tree(*root_);
   ASSERT_TRUE(r);
-  EXPECT_EQ(Names(*r), (Paths{".env", ".git/HEAD", "a.txt", "link", "out", "sub/b.txt",
-                              "sub/deep/c.txt"}));
+  EXPECT_EQ(Names(*r),
+            (Paths{".env", ".git/HEAD", "a.txt", "link", "out", "sub/b.txt", "sub/deep/c.txt"}));
   EXPECT_TRUE(r->entries[3].symlink);
   EXPECT_EQ(r->entries[3].size, 5u);  // "a.txt"
   EXPECT_TRUE(r->entries[4].symlink);
