@@ -150,6 +150,10 @@ def main() -> None:
                          "write-no-back (a client without fs/write_text_file: the write-back's "
                          "share of the write row), write-editor (write_file on a project file, "
                          "the client offering fs/read_text_file, as editors do)")
+    ap.add_argument("--project-files", type=int, default=1,
+                    help="files in the project (100 per directory): after each command deepbox "
+                         "acp lists the sandbox's copy to find what the command changed, a cost "
+                         "that grows with the project")
     args = ap.parse_args()
     binaries = [("", str(Path(args.deepbox).resolve()))]
     if args.baseline:
@@ -165,7 +169,8 @@ def main() -> None:
                     "write-editor": ("write_file, editor reads", "write-project",
                                      "auto", True)}
         rows = [all_rows[r] for r in args.rows.split(",")]
-        print(f"{args.calls} tool calls per prompt, {args.rounds} alternating rounds; "
+        print(f"{args.calls} tool calls per prompt, {args.rounds} alternating rounds, "
+              f"{args.project_files} project files; "
               "ms per tool call (median); ratio = median of the rounds' acp/run")
         print(f"{'row':37} {'run --json':>10} {'acp':>10} {'ratio':>7}")
         for name, tool, mode, write_back in rows:
@@ -179,6 +184,10 @@ def main() -> None:
                     project = work / f"p-{len(list(work.iterdir()))}"
                     project.mkdir()
                     (project / "README.md").write_text("bench\n")
+                    for i in range(1, args.project_files):
+                        sub = project / f"d{i // 100}"
+                        sub.mkdir(exist_ok=True)
+                        (sub / f"f{i}.txt").write_text(f"file {i}\n")
                     if side == "run":
                         runs[b].append(time_run(b, model, project, env) / args.calls)
                     else:

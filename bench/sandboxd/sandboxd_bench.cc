@@ -128,6 +128,41 @@ int main(int argc, char** argv) {
                                  dir + "')]))"));
   rows.push_back(ls);
 
+  // What deepbox acp lists after every command to see what it changed
+  // (fs/tree), against the same listing by python3 (os.walk + lstat) and by
+  // GNU find -printf, the fastest a shell command can do it. 10,000 files.
+  for (int d = 0; d < 100; ++d) {
+    for (int f = 0; f < 100; ++f) {
+      (void)sb.Write(fmt::format("tree/d{}/f{}.txt", d, f), "x", 0644);
+    }
+  }
+  const int tree_n = std::max(10, n / 100);
+  Row tree{"tree 10k files"};
+  tree.native = Measure(tree_n, [&] {
+    deepbox::TreeRequest t;
+    t.path = root + "/tree";
+    auto r = sb.Tree(t);
+    return r && r->entries.size() == 10000;
+  });
+  if (have_python) {
+    tree.python = Measure(
+        tree_n, py("import os,json; R='" + root +
+                   "/tree'; print(json.dumps([[os.path.relpath(os.path.join(d,f),R),s.st_size,"
+                   "s.st_mtime_ns,s.st_mode&0o7777] for d,_,fs in os.walk(R) for f in fs for s in "
+                   "[os.lstat(os.path.join(d,f))]]))"));
+  }
+  rows.push_back(tree);
+  if (::access("/usr/bin/find", X_OK) == 0) {
+    Row find{"  find -printf"};
+    find.native = Measure(tree_n, [&] {
+      deepbox::ExecRequest r;
+      r.argv = {"/usr/bin/find", root + "/tree", "-type", "f", "-printf", "%P %s %T@ %m\\n"};
+      auto e = sb.Exec(r);
+      return e && e->exit_code == 0;
+    });
+    rows.push_back(find);
+  }
+
   Row exec{"exec true"};
   exec.native = Measure(n / 2, [&] {
     deepbox::ExecRequest r;

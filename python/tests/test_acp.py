@@ -620,13 +620,14 @@ def test_what_a_command_changes_is_proposed_to_the_editor(tmp_path: Path, deepbo
     tools' edits: accepted ones are written through the editor, a rejected
     one goes back to the project's text in the sandbox, a new file .gitignore
     keeps out and a binary one stay in the sandbox, a deletion is said."""
-    (project / ".gitignore").write_text("secret.env\n*.log\n")
+    (project / ".gitignore").write_text("secret.env\n*.log\nnode_modules/\n")
     (project / "old.txt").write_text("old\n")
     model = write_replay(tmp_path / "cmd.jsonl", [
         {"tool_calls": [call("t_cmd", "execute", command=(
             "cd /workspace && sed -i 's/a - b/a + b/' calc.py && echo more >> notes.txt"
             " && echo fresh > new.txt && mkdir -p pkg && echo 'x = 1' > pkg/mod.py"
-            " && echo noise > debug.log && printf '\\000\\001' > blob.bin && rm old.txt"))]},
+            " && echo noise > debug.log && printf '\\000\\001' > blob.bin && rm old.txt"
+            " && mkdir -p node_modules/dep && echo 'module.exports = 1' > node_modules/dep/i.js"))]},
         {"tool_calls": [call("t_check", "execute", command=(
             "cd /workspace && cat notes.txt && ls"))]},
         {"text": "done"},
@@ -650,6 +651,7 @@ def test_what_a_command_changes_is_proposed_to_the_editor(tmp_path: Path, deepbo
     assert (project / "notes.txt").read_text() == "keep me\n"
     assert not (project / "debug.log").exists()
     assert not (project / "blob.bin").exists()
+    assert not (project / "node_modules").exists()
     assert (project / "old.txt").read_text() == "old\n"
     assert {Path(p).relative_to(project).as_posix() for p, _ in editor.writes} == {
         "calc.py", "new.txt", "pkg/mod.py"}
@@ -680,7 +682,7 @@ def test_what_a_command_changes_is_proposed_to_the_editor(tmp_path: Path, deepbo
     # second command changed nothing, so nothing more was proposed.
     out = command_output(editor, "t_check")
     assert "keep me\n" in out and "more" not in out, out
-    assert "debug.log" in out and "blob.bin" in out
+    assert "debug.log" in out and "blob.bin" in out and "node_modules" in out
     assert not [p for p in editor.permissions if p.tool_call_id.startswith("t_check/")]
     assert sandboxes(deepbox_bin, env) == []
 

@@ -239,6 +239,38 @@ Result<std::string> ReadProjectFile(const std::string& project_dir, const std::s
   return ReadFd(fd.get(), max_bytes, rel);
 }
 
+std::vector<std::string> IgnoredDirectoryNames(const std::string& project_dir) {
+  std::vector<std::string> names{".git"};
+  UniqueFd dir(::open(project_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) return names;
+  UniqueFd gi(::openat(dir.get(), ".gitignore", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (!gi || ::fstat(gi.get(), &st) != 0 || !S_ISREG(st.st_mode)) return names;
+  auto text = ReadFd(gi.get(), kMaxGitignoreBytes, ".gitignore");
+  if (!text) return names;
+  std::vector<std::string> found;
+  size_t at = 0;
+  while (at <= text->size()) {
+    size_t end = text->find('\n', at);
+    if (end == std::string::npos) end = text->size();
+    std::string line = text->substr(at, end - at);
+    at = end + 1;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (line.starts_with("!")) return names;  // a re-include: names alone would skip too much
+    if (line.ends_with("/")) line.pop_back();
+    const bool plain = !line.empty() && line != "." && line != ".." &&
+                       std::all_of(line.begin(), line.end(), [](char c) {
+                         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                                (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+                       });
+    if (plain && std::find(found.begin(), found.end(), line) == found.end()) {
+      found.push_back(std::move(line));
+    }
+  }
+  names.insert(names.end(), found.begin(), found.end());
+  return names;
+}
+
 void ProjectIgnores::Load(const std::string& rel_dir) {
   if (!loaded_.insert(rel_dir).second) return;
   // Down from the project without following a symlink: a directory that

@@ -58,6 +58,13 @@ Result<ProjectCopyStats> CopyProjectToSandbox(const std::string& project_dir, Sa
 Result<std::string> ReadProjectFile(const std::string& project_dir, const std::string& rel,
                                     uint64_t max_bytes);
 
+// The directory names the project's top .gitignore ignores at any depth by
+// plain name ("node_modules/", "build", "__pycache__/"; no wildcard, no
+// slash but a trailing one), plus ".git": what a listing of the sandbox's
+// copy need not enter (Sandbox::Tree's skip_dirs). None but ".git" when the
+// file re-includes anything ("!"), which a name alone cannot honour.
+std::vector<std::string> IgnoredDirectoryNames(const std::string& project_dir);
+
 // Whether a path made in the sandbox would be kept out of a copy of the
 // project: a ".git" directory on its way, or the project's .gitignore files
 // on the host (those of its existing ancestors, read as the copy reads them:

@@ -141,3 +141,23 @@ TEST_F(ProjectCopyTest, ReadProjectFileNeverFollowsASymlink) {
 
 }  // namespace
 }  // namespace deepbox::acp
+
+namespace deepbox::acp {
+namespace {
+
+TEST(IgnoredDirectoryNamesTest, PlainNamesOfTheTopGitignoreOnly) {
+  testing::TempDir tmp{"acp-names"};
+  const fs::path p = tmp.path();
+  EXPECT_EQ(IgnoredDirectoryNames(p.string()), (std::vector<std::string>{".git"}));
+  WriteText(p / ".gitignore",
+            "# deps\nnode_modules/\nbuild\n*.log\n/anchored\nsrc/gen/\n__pycache__/  \r\n"
+            "target/\ntarget\n.venv\n");
+  EXPECT_EQ(IgnoredDirectoryNames(p.string()),
+            (std::vector<std::string>{".git", "node_modules", "build", "__pycache__", "target",
+                                      ".venv"}));
+  WriteText(p / ".gitignore", "build/\n!build/keep\n");
+  EXPECT_EQ(IgnoredDirectoryNames(p.string()), (std::vector<std::string>{".git"}));
+}
+
+}  // namespace
+}  // namespace deepbox::acp

@@ -326,6 +326,9 @@ struct Session {
   // nullopt: not checked (the daemon cannot, or the tree is too large).
   std::mutex tree_mu;  // one check at a time; taken before `mu`
   std::optional<std::map<std::string, TreeEntry>> tree;
+  // Directories the listing does not enter (acp::IgnoredDirectoryNames): a
+  // command's node_modules or build output is not walked after every command.
+  std::vector<std::string> skip_dirs;
 
   std::mutex mu;  // the maps below
   // Paths (relative to `root`) the file tools wrote or deleted since the last
@@ -763,6 +766,7 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
   ao.model = std::shared_ptr<agent::ChatModel>(std::move(*model));
   s->project_files.insert(copied->copied.begin(), copied->copied.end());
   // What commands change is found against this (ProposeCommandChanges).
+  s->skip_dirs = acp::IgnoredDirectoryNames(cwd);
   s->tree = ReadTree(*s);
   s->agent_sandbox = std::make_unique<SessionSandbox>(sandbox);
   if (client_.read_text_file) {
@@ -1278,7 +1282,7 @@ void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
 std::optional<std::map<std::string, TreeEntry>> AcpServer::ReadTree(Session& s) {
   TreeRequest request;
   request.path = s.root;
-  request.skip_dirs = {".git"};  // never copied, never proposed
+  request.skip_dirs = s.skip_dirs;  // never copied, never proposed: not listed
   auto tree = s.lease->sandbox().Tree(request);
   if (!tree || tree->truncated) {
     LogLine(fmt::format(

@@ -137,4 +137,32 @@ std::string ListJson(const fs::ListResult& list) {
   return out;
 }
 
+std::string TreeJson(const fs::TreeResult& tree) {
+  std::string out;
+  size_t estimate = 64;
+  for (const auto& e : tree.entries) estimate += 48 + e.path.size();
+  out.reserve(estimate);
+  out.append("{\"entries\":[");
+  char buf[24];
+  for (size_t i = 0; i < tree.entries.size(); ++i) {
+    const fs::TreeEntry& e = tree.entries[i];
+    out.append(i > 0 ? ",[" : "[");
+    AppendJsonString(out, e.path);
+    out.push_back(',');
+    AppendUint(out, e.size);
+    out.push_back(',');
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, e.mtime_ns);
+    out.append(buf, static_cast<size_t>(end - buf));
+    out.push_back(',');
+    AppendUint(out, e.mode);
+    out.append(e.symlink ? ",\"l\"]" : ",\"f\"]");
+  }
+  out.append("],\"truncated\":");
+  out.append(tree.truncated ? "true" : "false");
+  out.append(",\"unreadable\":");
+  out.append(tree.unreadable ? "true" : "false");
+  out.push_back('}');
+  return out;
+}
+
 }  // namespace deepbox::sandboxd

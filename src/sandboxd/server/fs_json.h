@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/json.h"
+#include "sandboxd/fs/tree.h"
 #include "sandboxd/fs/workspace.h"
 
 namespace deepbox::sandboxd {
@@ -17,6 +18,11 @@ json::object FileInfoJson(const fs::FileInfo& f);
 
 // {"path":...,"entries":[FileInfoJson...],"truncated":...}
 std::string ListJson(const fs::ListResult& list);
+
+// {"entries":[[path,size,mtime_ns,mode,"f"|"l"],...],"truncated":...,
+// "unreadable":...} (POST /deepbox/v1/fs/tree): the same bytes as Boost.JSON
+// would write, without an array allocated per entry.
+std::string TreeJson(const fs::TreeResult& tree);
 
 // Appends `text` as a JSON string literal, invalid UTF-8 replaced as JsonString
 // does, escaped as Boost.JSON's serializer does.

@@ -112,6 +112,32 @@ TEST_F(FsJsonListTest, SameBytesWhenTruncatedOrEmpty) {
   EXPECT_EQ(ListJson(*empty), DomListJson(*empty));
 }
 
+// fs/tree's answer: the bytes Boost.JSON writes for the same arrays, for
+// every kind of name (invalid UTF-8, control characters, quotes).
+TEST_F(FsJsonListTest, TreeSameBytesAsBoostJson) {
+  auto root = deepbox::fs::Root::Open(dir_.path().string());
+  ASSERT_TRUE(root) << root.error().message;
+  auto tree = fs::Tree(*root);
+  ASSERT_TRUE(tree) << tree.error().message;
+  ASSERT_GE(tree->entries.size(), 8u);
+  tree->entries.push_back(fs::TreeEntry{"neg", false, 0, -5, 0});  // before 1970
+  for (bool flag : {false, true}) {
+    tree->truncated = flag;
+    tree->unreadable = !flag;
+    json::array entries;
+    for (const auto& e : tree->entries) {
+      entries.emplace_back(
+          json::array{JsonString(e.path), e.size, e.mtime_ns, e.mode, e.symlink ? "l" : "f"});
+    }
+    json::object o;
+    o["entries"] = std::move(entries);
+    o["truncated"] = tree->truncated;
+    o["unreadable"] = tree->unreadable;
+    EXPECT_EQ(TreeJson(*tree), ToJson(o));
+  }
+  EXPECT_EQ(TreeJson(fs::TreeResult{}), R"({"entries":[],"truncated":false,"unreadable":false})");
+}
+
 TEST(FsJsonTest, EntryPathsUnderASlashRoot) {
   auto root = deepbox::fs::Root::Open("/");
   ASSERT_TRUE(root) << root.error().message;

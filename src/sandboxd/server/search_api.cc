@@ -6,6 +6,7 @@
 #include "sandboxd/fs/grep.h"
 #include "sandboxd/fs/tree.h"
 #include "sandboxd/server/daemon.h"
+#include "sandboxd/server/fs_json.h"
 
 namespace deepbox::sandboxd {
 
@@ -63,17 +64,7 @@ net::Response Daemon::Tree(const json::object& body) {
   }
   auto r = fs::Tree(files_root(), options);
   if (!r) return ErrorResponse(r.error());
-  json::array entries;
-  entries.reserve(r->entries.size());
-  for (const auto& e : r->entries) {
-    entries.emplace_back(
-        json::array{JsonString(e.path), e.size, e.mtime_ns, e.mode, e.symlink ? "l" : "f"});
-  }
-  json::object o;
-  o["entries"] = std::move(entries);
-  o["truncated"] = r->truncated;
-  o["unreadable"] = r->unreadable;
-  return JsonResponse(200, ToJson(o));
+  return JsonResponse(200, TreeJson(*r));
 }
 
 net::Response Daemon::Grep(const json::object& body) {
