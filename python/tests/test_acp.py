@@ -687,6 +687,37 @@ def test_what_a_command_changes_is_proposed_to_the_editor(tmp_path: Path, deepbo
     assert sandboxes(deepbox_bin, env) == []
 
 
+def test_usage_updates_report_the_context_and_the_cost(tmp_path: Path, deepbox_bin: str,
+                                                       env: dict[str, str], project: Path) -> None:
+    """After each model call: usage_update with the tokens in context against
+    the model's window and the session's cost so far; the prompt's response
+    carries the turn's token counts."""
+    model = write_replay(tmp_path / "usage.jsonl", [
+        {"tool_calls": [call("t_ls", "ls", path="/workspace")],
+         "usage": {"input_tokens": 1000, "output_tokens": 50, "cache_read_tokens": 200}},
+        {"text": "done", "usage": {"input_tokens": 1500, "output_tokens": 20}},
+    ])
+    editor = Editor()
+    responses: list[Any] = []
+
+    async def run() -> None:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            session = await conn.new_session(cwd=str(project), mcp_servers=[])
+            responses.append(await conn.prompt(session_id=session.session_id,
+                                               prompt=[text_block("go")]))
+
+    asyncio.run(run())
+    updates = editor.of_kind("usage_update")
+    assert [(u.used, u.size) for u in updates] == [(1250, 200000), (1520, 200000)]
+    assert all(u.cost and u.cost.currency == "USD" for u in updates)
+    assert 0 < updates[0].cost.amount < updates[1].cost.amount < 0.05
+    usage = responses[0].usage
+    assert (usage.input_tokens, usage.output_tokens, usage.cached_read_tokens) == (2700, 70, 200)
+    assert usage.total_tokens == 2770
+
+
 def sandbox_mode(deepbox_bin: str, env: dict[str, str]) -> str:
     """The one session sandbox's lifecycle mode ("running" unless said)."""
     (sb,) = sandboxes(deepbox_bin, env)

@@ -306,6 +306,7 @@ struct Session {
   std::set<std::string> mcp_http_tool_names;  // of those, the http servers' tools
   std::unique_ptr<agent::DeepAgent> agent;
   std::atomic<int> mode{0};
+  agent::ModelProfile profile;  // the context window and prices: usage_update
   std::atomic<bool> always_edits{false};
   std::atomic<bool> always_execute{false};
   std::atomic<bool> cancel{false};
@@ -764,6 +765,7 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
                   copied->symlinks.size(), copied->special.size()));
   agent::DeepAgentOptions ao;
   ao.model = std::shared_ptr<agent::ChatModel>(std::move(*model));
+  s->profile = ao.model->profile();
   s->project_files.insert(copied->copied.begin(), copied->copied.end());
   // What commands change is found against this (ProposeCommandChanges).
   s->skip_dirs = acp::IgnoredDirectoryNames(cwd);
@@ -1580,6 +1582,22 @@ void AcpServer::OnEvent(Session& s, const agent::AgentEvent& e) {
     case EventType::kTodoUpdate:
       if (e.depth == 0) Update(s, acp::PlanUpdate(e.todos));
       return;
+    case EventType::kUsage: {
+      // The context after this model call (what it read and wrote) against
+      // the model's window, and the thread's cost so far. Not sent when the
+      // window is unknown: `size` is required.
+      if (e.depth != 0 || s.profile.max_input_tokens <= 0) return;
+      const agent::Usage& u = e.usage;
+      json::object update{
+          {"sessionUpdate", "usage_update"},
+          {"used", u.input_tokens + u.cache_read_tokens + u.cache_write_tokens + u.output_tokens},
+          {"size", s.profile.max_input_tokens}};
+      if (double cost = s.profile.CostUsd(e.total_usage); cost > 0) {
+        update["cost"] = json::object{{"amount", cost}, {"currency", "USD"}};
+      }
+      Update(s, std::move(update));
+      return;
+    }
     case EventType::kToolCallStart: {
       if (e.tool_name == "write_todos") return;
       bool announced;
