@@ -952,6 +952,67 @@ def test_the_editors_http_mcp_server_is_called_from_the_host(
     assert sandboxes(deepbox_bin, env) == []
 
 
+def test_session_resume_fork_and_delete(tmp_path: Path, deepbox_bin: str, env: dict[str, str],
+                                        project: Path) -> None:
+    """session/fork copies a thread under a new id (its history comes back on
+    session/load); session/resume reopens one without replaying it;
+    session/delete closes a session and removes its saved thread."""
+    model = write_replay(tmp_path / "fork.jsonl", [{"text": "one"}, {"text": "two"}])
+    editor = Editor()
+
+    async def first() -> tuple[str, str, Any]:
+        async with spawn_agent_process(lambda _agent: editor, deepbox_bin, "acp", "--model", model,
+                                       env=env) as (conn, proc):
+            init = await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            caps = init.agent_capabilities.session_capabilities
+            assert caps.resume is not None and caps.fork is not None and caps.delete is not None
+            a = await conn.new_session(cwd=str(project), mcp_servers=[])
+            await conn.prompt(session_id=a.session_id, prompt=[text_block("the first prompt")])
+            forked = await conn.fork_session(session_id=a.session_id, cwd=str(project),
+                                             mcp_servers=[])
+            assert forked.session_id != a.session_id
+            assert len(sandboxes(deepbox_bin, env)) == 2  # each session its own sandbox
+            listed = {s.session_id for s in (await conn.list_sessions()).sessions}
+            return a.session_id, forked.session_id, listed
+
+    a_id, fork_id, listed = asyncio.run(first())
+    assert {a_id, fork_id} <= listed
+    assert sandboxes(deepbox_bin, env) == []
+
+    editor2 = Editor()
+
+    async def second() -> None:
+        async with spawn_agent_process(lambda _agent: editor2, deepbox_bin, "acp", "--model", model,
+                                       env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            await conn.load_session(cwd=str(project), session_id=fork_id, mcp_servers=[])
+            replayed = "".join(u.content.text for u in editor2.of_kind("user_message_chunk"))
+            assert "the first prompt" in replayed  # the fork holds the original's history
+            before = len(editor2.updates)
+            resumed = await conn.resume_session(session_id=a_id, cwd=str(project), mcp_servers=[])
+            assert resumed.modes.current_mode_id == "approve-all"
+            assert len(editor2.updates) == before  # resume replays nothing
+            resp = await conn.prompt(session_id=a_id, prompt=[text_block("go on")])
+            assert resp.stop_reason == "end_turn"
+            answer = "".join(u.content.text for u in editor2.updates[before:]
+                             if getattr(u, "session_update", None) == "agent_message_chunk")
+            assert answer == "one"  # this process's model, from its first turn
+            # Deleting the open session: closed (its sandbox deleted), thread gone.
+            await conn._conn.send_request("session/delete", {"sessionId": a_id})
+            listed = {s.session_id for s in (await conn.list_sessions()).sessions}
+            assert a_id not in listed and fork_id in listed
+            assert len(sandboxes(deepbox_bin, env)) == 1  # the fork's
+            with pytest.raises(Exception) as gone:
+                await conn.resume_session(session_id=a_id, cwd=str(project), mcp_servers=[])
+            assert "no saved deepbox thread" in str(gone.value)
+            with pytest.raises(Exception) as unknown:
+                await conn._conn.send_request("session/delete", {"sessionId": "th-no-such"})
+            assert "no saved deepbox thread" in str(unknown.value)
+
+    asyncio.run(second())
+    assert sandboxes(deepbox_bin, env) == []
+
+
 def test_session_list_and_close(tmp_path: Path, deepbox_bin: str, env: dict[str, str],
                                 project: Path) -> None:
     other = tmp_path / "other"

@@ -78,9 +78,15 @@ json::object InitializeResult(const json::object& params, std::string_view agent
       // http: connected from the host by deepbox's MCP client (Streamable
       // HTTP). Not sse: the old HTTP+SSE transport is not implemented there.
       {"mcpCapabilities", json::object{{"http", true}, {"sse", false}}},
-      // session/list (saved deepbox acp threads) and session/close: stable in
-      // the pinned schema (v1.19.0, PyPI agent-client-protocol 0.12.1).
-      {"sessionCapabilities", json::object{{"list", json::object{}}, {"close", json::object{}}}},
+      // session/list (saved deepbox acp threads), session/close and
+      // session/delete: stable in the pinned schema (v1.19.0, PyPI
+      // agent-client-protocol 0.12.1); session/resume and session/fork:
+      // unstable there.
+      {"sessionCapabilities", json::object{{"list", json::object{}},
+                                           {"close", json::object{}},
+                                           {"delete", json::object{}},
+                                           {"resume", json::object{}},
+                                           {"fork", json::object{}}}},
   };
   // The model key comes from the environment the editor starts deepbox in
   // (its agent_servers / acp.json "env"); a replay model needs none.

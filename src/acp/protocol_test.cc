@@ -14,7 +14,9 @@ TEST(ProtocolTest, InitializeNamesCapabilitiesAndAuth) {
   EXPECT_TRUE(r.at("agentCapabilities").at("mcpCapabilities").at("http").as_bool());
   EXPECT_FALSE(r.at("agentCapabilities").at("mcpCapabilities").at("sse").as_bool());
   const auto& sessions = r.at("agentCapabilities").at("sessionCapabilities").as_object();
-  EXPECT_TRUE(sessions.contains("list") && sessions.contains("close"));
+  for (const char* method : {"list", "close", "delete", "resume", "fork"}) {
+    EXPECT_TRUE(sessions.contains(method)) << method;
+  }
   const auto& auth = r.at("authMethods").as_array();
   ASSERT_FALSE(auth.empty());
   EXPECT_EQ(auth[0].at("vars").at(0).at("name").as_string(), "ANTHROPIC_API_KEY");

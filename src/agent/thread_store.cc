@@ -19,6 +19,7 @@
 #include "common/io.h"
 #include "common/make_dirs.h"
 #include "common/strings.h"
+#include "common/unique_fd.h"
 
 namespace deepbox::agent {
 namespace {
@@ -104,6 +105,44 @@ Result<std::ifstream> ThreadStore::Open(const std::string& id, std::string& path
   std::ifstream in(path);
   if (!in) return MakeError(ErrorCode::kNotFound, "no such thread: " + id + " (" + path + ")");
   return in;
+}
+
+Result<std::string> ThreadStore::Fork(const std::string& id) const {
+  std::string path;
+  auto opened = Open(id, path);
+  if (!opened) return tl::unexpected(opened.error());
+  const std::string fork_id = NewThreadId();
+  std::string out;
+  std::string line;
+  bool whole = true;
+  while (std::getline(*opened, line)) {
+    whole = !opened->eof();  // the last line without its newline: being written
+    if (!whole) break;
+    auto parsed = ParseJsonObject(line);
+    if (parsed && GetOptString(*parsed, "type").value_or("") == "thread") {
+      (*parsed)["id"] = fork_id;
+      (*parsed)["forked_from"] = id;
+      out += ToJson(*parsed);
+    } else {
+      out += line;
+    }
+    out.push_back('\n');
+  }
+  if (opened->bad()) return MakeSyscallError("read", EIO, path);
+  const std::string target = PathFor(fork_id);
+  const std::string tmp = target + ".tmp";
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd) return MakeSyscallError("open", errno, tmp);
+  if (auto st = WriteAll(fd.get(), out, tmp); !st) {
+    ::unlink(tmp.c_str());
+    return tl::unexpected(st.error());
+  }
+  if (::fsync(fd.get()) != 0 || ::rename(tmp.c_str(), target.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return MakeSyscallError("rename", err, target);
+  }
+  return fork_id;
 }
 
 Result<LoadedThread> ThreadStore::Load(const std::string& id) const {

@@ -103,6 +103,10 @@ class ThreadStore {
   Result<ThreadSummary> Summarize(const std::string& id) const;
   // Newest first.
   Result<std::vector<ThreadInfo>> List() const;
+  // A copy of thread `id` under a new id (returned): its records up to the
+  // last whole line, the "thread" header's id the new one (with
+  // "forked_from"). Written to a temporary file and renamed into place.
+  Result<std::string> Fork(const std::string& id) const;
 
  private:
   // Thread `id`'s file, opened for reading (`path` names it): INVALID_ARGUMENT

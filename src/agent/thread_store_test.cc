@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "agent/codec.h"
@@ -108,6 +109,38 @@ TEST_F(ThreadTest, TheLatestProjectRecordIsLoaded) {
   EXPECT_EQ(summary->project, "/home/u/two");
   EXPECT_EQ(summary->first_prompt, "first prompt");
   EXPECT_FALSE(store.Summarize("no-such-thread"));
+}
+
+// session/fork of deepbox acp: the same records under a new id; the
+// original untouched; a line still being written is not copied.
+TEST_F(ThreadTest, ForkCopiesTheWholeLinesUnderANewId) {
+  ThreadStore store(dir_);
+  auto w = store.OpenWriter("orig");
+  ASSERT_TRUE(w);
+  ASSERT_TRUE((*w)->Append("thread", json::object{{"id", "orig"}, {"model", "m"}}));
+  Message m = Message::User("hello");
+  m.id = "m1";
+  ASSERT_TRUE((*w)->Message(m));
+  w->reset();
+  {
+    std::ofstream out(dir_ + "/orig.jsonl", std::ios::app);
+    out << "{\"type\":\"message\",\"message\":{\"role\":\"assis";  // being written
+  }
+  auto forked = store.Fork("orig");
+  ASSERT_TRUE(forked) << forked.error().message;
+  EXPECT_NE(*forked, "orig");
+  EXPECT_TRUE(ValidThreadId(*forked));
+  auto loaded = store.Load(*forked);
+  ASSERT_TRUE(loaded);
+  ASSERT_EQ(loaded->state.messages.size(), 1u);
+  EXPECT_EQ(loaded->state.messages[0].text, "hello");
+  EXPECT_EQ(GetOptString(loaded->header, "id").value_or(""), *forked);
+  EXPECT_EQ(GetOptString(loaded->header, "forked_from").value_or(""), "orig");
+  EXPECT_EQ(GetOptString(loaded->header, "model").value_or(""), "m");
+  EXPECT_EQ(GetOptString(store.Load("orig")->header, "id").value_or(""), "orig");
+  EXPECT_FALSE(std::filesystem::exists(store.PathFor(*forked) + ".tmp"));
+  EXPECT_EQ(store.Fork("missing").error().code, ErrorCode::kNotFound);
+  EXPECT_EQ(store.Fork("../escape").error().code, ErrorCode::kInvalidArgument);
 }
 
 TEST_F(ThreadTest, TornLastLineIsIgnored) {

@@ -424,7 +424,16 @@ class AcpServer {
   // Suspends or pauses `s`'s sandbox if it has been idle long enough.
   void RestIfIdle(Session& s, std::chrono::steady_clock::time_point now);
 
-  void OpenSession(const RpcMessage& m, bool load);
+  // session/new, session/load (the thread's history replayed), session/resume
+  // (not replayed: the editor shows it already) and session/fork (a copy of
+  // the thread under a new id, not replayed).
+  enum class Open { kNew, kLoad, kResume, kFork };
+  void OpenSession(const RpcMessage& m, Open how);
+  // session/close's work: the session out of the map, its prompt cancelled
+  // and awaited, its sandbox deleted. false: no such session open.
+  bool CloseOpenSession(const std::string& id);
+  // session/delete: closed if open, then its saved thread removed.
+  void DeleteSession(const RpcMessage& m);
   // session/list: the saved threads of deepbox acp sessions (those with a
   // "project" record), newest first, by cwd when asked, 100 a page.
   void ListSessions(const RpcMessage& m);
@@ -637,13 +646,23 @@ void AcpServer::Handle(RpcMessage m) {
     if (request) (void)peer_.Respond(m.id, json::object{});
     return;
   }
-  if (method == "session/new" || method == "session/load") {
+  if (method == "session/new" || method == "session/load" || method == "session/resume" ||
+      method == "session/fork") {
     if (!request) return;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (shutting_down_) return;
     }
-    Spawn([this, m = std::move(m)] { OpenSession(m, m.method == "session/load"); });
+    const Open how = method == "session/new"    ? Open::kNew
+                     : method == "session/load" ? Open::kLoad
+                     : method == "session/fork" ? Open::kFork
+                                                : Open::kResume;
+    Spawn([this, how, m = std::move(m)] { OpenSession(m, how); });
+    return;
+  }
+  if (method == "session/delete") {
+    if (!request) return;
+    Spawn([this, m = std::move(m)] { DeleteSession(m); });
     return;
   }
   if (method == "session/prompt") {
@@ -688,7 +707,8 @@ void AcpServer::Handle(RpcMessage m) {
   // Unknown notifications are ignored, as JSON-RPC wants.
 }
 
-void AcpServer::OpenSession(const RpcMessage& m, bool load) {
+void AcpServer::OpenSession(const RpcMessage& m, Open how) {
+  const bool load = how != Open::kNew;  // a saved thread goes on
   const json::object& p = m.params;
   std::string cwd = FindString(p, {"cwd"});
   if (cwd.empty() || cwd.front() != '/') {
@@ -708,9 +728,20 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
       return Fail(m.id, acp::kResourceNotFound,
                   "no saved deepbox thread \"" + thread_id + "\" in " + thread_store->dir());
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (sessions_.contains(thread_id)) {
-      return Fail(m.id, acp::kInvalidParams, "session " + thread_id + " is already open");
+    if (how == Open::kFork) {
+      // The copy goes on under its own id; the original stays as it is (and
+      // may stay open).
+      auto forked = thread_store->Fork(thread_id);
+      if (!forked) {
+        return Fail(m.id, acp::kInternalError,
+                    "forking thread " + thread_id + ": " + forked.error().message);
+      }
+      thread_id = std::move(*forked);
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (sessions_.contains(thread_id)) {
+        return Fail(m.id, acp::kInvalidParams, "session " + thread_id + " is already open");
+      }
     }
   } else {
     thread_id = agent::ThreadStore::NewThreadId();
@@ -828,11 +859,8 @@ void AcpServer::OpenSession(const RpcMessage& m, bool load) {
     sessions_[thread_id] = s;
   }
   json::object result{{"modes", acp::ModesJson(s->Mode())}};
-  if (load) {
-    ReplayHistory(*s);
-  } else {
-    result["sessionId"] = thread_id;
-  }
+  if (how == Open::kLoad) ReplayHistory(*s);
+  if (how == Open::kNew || how == Open::kFork) result["sessionId"] = thread_id;
   (void)peer_.Respond(m.id, result);
 }
 
@@ -877,11 +905,34 @@ void AcpServer::ListSessions(const RpcMessage& m) {
 }
 
 void AcpServer::CloseSession(const RpcMessage& m) {
+  if (!CloseOpenSession(FindString(m.params, {"sessionId"}))) {
+    return Fail(m.id, acp::kResourceNotFound, "no such session");
+  }
+  (void)peer_.Respond(m.id, json::object{});
+}
+
+void AcpServer::DeleteSession(const RpcMessage& m) {
+  const std::string id = FindString(m.params, {"sessionId"});
+  agent::ThreadStore store(ThreadsDir());
+  if (!agent::ValidThreadId(id) || !store.Exists(id)) {
+    return Fail(m.id, acp::kResourceNotFound,
+                "no saved deepbox thread \"" + id + "\" in " + store.dir());
+  }
+  (void)CloseOpenSession(id);
+  if (::unlink(store.PathFor(id).c_str()) != 0 && errno != ENOENT) {
+    return Fail(m.id, acp::kInternalError,
+                SyscallError("unlink", errno, store.PathFor(id)).message);
+  }
+  LogLine("session " + id + " deleted: its saved thread is removed");
+  (void)peer_.Respond(m.id, json::object{});
+}
+
+bool AcpServer::CloseOpenSession(const std::string& session_id) {
   std::shared_ptr<Session> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = sessions_.find(FindString(m.params, {"sessionId"}));
-    if (it == sessions_.end()) return Fail(m.id, acp::kResourceNotFound, "no such session");
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return false;
     s = std::move(it->second);
     sessions_.erase(it);  // no new prompt finds it
   }
@@ -899,7 +950,7 @@ void AcpServer::CloseSession(const RpcMessage& m) {
   const std::string id = s->id;
   s.reset();
   LogLine("session " + id + " closed: its sandbox is deleted, its thread kept");
-  (void)peer_.Respond(m.id, json::object{});
+  return true;
 }
 
 void AcpServer::ReplayHistory(Session& s) {
