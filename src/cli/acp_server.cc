@@ -462,9 +462,9 @@ class AcpServer {
   // fs/read_text_file; nullopt when the editor cannot give it (no such file).
   std::optional<std::string> EditorText(Session& s, const std::string& host_path);
   void FinishFileChange(Session& s, const agent::AgentEvent& e);
-  // The sandbox's project tree now (nullopt, said on stderr, when it cannot
-  // be listed whole).
-  std::optional<std::map<std::string, TreeEntry>> ReadTree(Session& s);
+  // The sandbox's project tree now; RESOURCE_EXHAUSTED when it is too large
+  // to list whole, UNIMPLEMENTED from a daemon without fs/tree.
+  Result<std::map<std::string, TreeEntry>> ReadTree(Session& s);
   // A file tool is about to change `sandbox_path` (or the editor's text went
   // in): the next check leaves it to FinishFileChange.
   void NoteToolTouched(Session& s, const std::string& sandbox_path);
@@ -800,7 +800,14 @@ void AcpServer::OpenSession(const RpcMessage& m, Open how) {
   s->project_files.insert(copied->copied.begin(), copied->copied.end());
   // What commands change is found against this (ProposeCommandChanges).
   s->skip_dirs = acp::IgnoredDirectoryNames(cwd);
-  s->tree = ReadTree(*s);
+  if (auto tree = ReadTree(*s)) {
+    s->tree = std::move(*tree);
+  } else {
+    LogLine(
+        fmt::format("session {}: what commands change in the project is not proposed to "
+                    "the editor: {}",
+                    thread_id, tree.error().message));
+  }
   s->agent_sandbox = std::make_unique<SessionSandbox>(sandbox);
   if (client_.read_text_file) {
     Session* raw = s.get();  // the sandbox wrapper dies with the session
@@ -1332,17 +1339,15 @@ void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
   done("completed", std::move(diff));
 }
 
-std::optional<std::map<std::string, TreeEntry>> AcpServer::ReadTree(Session& s) {
+Result<std::map<std::string, TreeEntry>> AcpServer::ReadTree(Session& s) {
   TreeRequest request;
   request.path = s.root;
   request.skip_dirs = s.skip_dirs;  // never copied, never proposed: not listed
   auto tree = s.lease->sandbox().Tree(request);
-  if (!tree || tree->truncated) {
-    LogLine(fmt::format(
-        "session {}: what commands change in the project can no longer be "
-        "proposed to the editor: {}",
-        s.id, tree ? "the sandbox's project has too many files to check" : tree.error().message));
-    return std::nullopt;
+  if (!tree) return tl::unexpected(tree.error());
+  if (tree->truncated) {
+    return MakeError(ErrorCode::kResourceExhausted,
+                     "the sandbox's copy of the project has too many files to check");
   }
   std::map<std::string, TreeEntry> out;
   for (auto& e : tree->entries) {
@@ -1363,7 +1368,17 @@ void AcpServer::ProposeCommandChanges(Session& s, const agent::AgentEvent& e) {
   if (!s.tree) return;
   auto now = ReadTree(s);
   if (!now) {
-    s.tree.reset();
+    const ErrorCode code = now.error().code;
+    if (code == ErrorCode::kUnimplemented || code == ErrorCode::kResourceExhausted) {
+      LogLine(
+          fmt::format("session {}: from now on, what commands change in the project is not "
+                      "proposed to the editor: {}",
+                      s.id, now.error().message));
+      s.tree.reset();
+    } else {  // the baseline stays: the next command's check proposes these changes too
+      LogLine(fmt::format("session {}: what the command changed could not be checked now: {}", s.id,
+                          now.error().message));
+    }
     return;
   }
   std::set<std::string> touched;
