@@ -54,6 +54,7 @@ constexpr Route kRoutes[] = {
     {"GET", "/list/", ""},
     {"GET", "/exists/hello.txt", ""},
     {"GET", "/download/hello.txt", ""},
+    {"POST", "/deepbox/v1/fs/tree", "application/json"},
 };
 constexpr size_t kRouteCount = sizeof kRoutes / sizeof kRoutes[0];
 

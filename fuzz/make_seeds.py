@@ -89,7 +89,7 @@ def daemon_api():
               "fs/delete", "fs/glob", "fs/grep", "fs/tar/download", "exec", "processes",
               "exec/attach", "exec/cancel", "upload", "raw_get", "raw_put", "tar_upload",
               "processes_get", "signal", "v1_get", "v1_put", "v1_post", "v1_delete",
-              "list", "exists", "download"]
+              "list", "exists", "download", "fs/tree"]
     idx = {r: i for i, r in enumerate(routes)}
     bodies = {
         "fs/stat": '{"path":"link_in"}',
@@ -103,6 +103,7 @@ def daemon_api():
         "fs/delete": '{"path":"src","recursive":true}',
         "fs/glob": '{"pattern":"**/*.py","path":"/"}',
         "fs/grep": '{"pattern":"TODO","regex":false,"output_mode":"content","glob":"*.py"}',
+        "fs/tree": '{"path":"/","max_entries":50,"skip_dirs":[".git","src"]}',
         "fs/tar/download": '{"paths":["src","hello.txt"]}',
         "exec": '{"argv":["ls","-l"],"cwd":"src","env":{"A":"1"},"timeout_ms":1000,'
                 '"output_encoding":"base64","stdin":"x"}',
