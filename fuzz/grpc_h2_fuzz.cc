@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <string>
 #include <thread>
 
@@ -43,6 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     size_t off = 0;
     while (off < size) {
       ssize_t n = ::send(client.get(), data + off, size - off, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;  // libFuzzer's SIGALRM has no SA_RESTART
       if (n <= 0) break;
       off += static_cast<size_t>(n);
     }
@@ -52,6 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   char buf[16384];
   for (;;) {
     ssize_t n = ::recv(client.get(), buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;  // not the server's doing
     if (n <= 0) break;
     out.append(buf, static_cast<size_t>(n));
   }

@@ -979,6 +979,25 @@ def test_session_resume_fork_and_delete(tmp_path: Path, deepbox_bin: str, env: d
     assert {a_id, fork_id} <= listed
     assert sandboxes(deepbox_bin, env) == []
 
+    # A fork whose session cannot open (its project over the cap) leaves no
+    # thread behind.
+    big = tmp_path / "big"
+    big.mkdir()
+    for i in range(3):
+        (big / f"f{i}.txt").write_text("x\n")
+
+    async def refused() -> set[str]:
+        async with spawn_agent_process(lambda _agent: Editor(), deepbox_bin, "acp", "--model",
+                                       model, "--max-project-files", "2", env=env) as (conn, proc):
+            await conn.initialize(protocol_version=1, client_capabilities=CAPS)
+            with pytest.raises(Exception) as over:
+                await conn.fork_session(session_id=a_id, cwd=str(big), mcp_servers=[])
+            assert "more than 2 files" in str(over.value)
+            return {s.session_id for s in (await conn.list_sessions()).sessions}
+
+    assert asyncio.run(refused()) == listed
+    assert sandboxes(deepbox_bin, env) == []
+
     editor2 = Editor()
 
     async def second() -> None:

@@ -76,7 +76,8 @@ json::object InitializeResult(const json::object& params, std::string_view agent
       {"promptCapabilities",
        json::object{{"image", true}, {"audio", false}, {"embeddedContext", true}}},
       // http: connected from the host by deepbox's MCP client (Streamable
-      // HTTP). Not sse: the old HTTP+SSE transport is not implemented there.
+      // HTTP). sse false: deepbox's MCP client speaks Streamable HTTP only, not
+      // the HTTP+SSE transport MCP replaced with it in 2025-03-26.
       {"mcpCapabilities", json::object{{"http", true}, {"sse", false}}},
       // session/list (saved deepbox acp threads), session/close and
       // session/delete: stable in the pinned schema (v1.19.0, PyPI

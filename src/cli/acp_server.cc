@@ -473,7 +473,7 @@ class AcpServer {
   // edit, written back through fs/write_text_file when allowed and put back
   // in the sandbox when rejected; deletions are said.
   void ProposeCommandChanges(Session& s, const agent::AgentEvent& e);
-  // One of them; false when it was put back in the sandbox.
+  // One of them, and what became of it.
   enum class Proposal { kWritten, kRestored, kLeft, kUnanswered };
   Proposal ProposeFile(Session& s, const agent::AgentEvent& e, const std::string& rel,
                        const TreeEntry& entry, bool project_file, int n);
@@ -722,6 +722,14 @@ void AcpServer::OpenSession(const RpcMessage& m, Open how) {
   if (!mcp_servers) return Fail(m.id, acp::kInvalidParams, mcp_servers.error().message);
   auto thread_store = std::make_shared<agent::ThreadStore>(ThreadsDir());
   std::string thread_id;
+  // A fork whose session does not open leaves no thread behind.
+  struct ForkCleanup {
+    std::string path;
+    bool keep = false;
+    ~ForkCleanup() {
+      if (!path.empty() && !keep) ::unlink(path.c_str());
+    }
+  } fork_cleanup;
   if (load) {
     thread_id = FindString(p, {"sessionId"});
     if (!agent::ValidThreadId(thread_id) || !thread_store->Exists(thread_id)) {
@@ -737,6 +745,7 @@ void AcpServer::OpenSession(const RpcMessage& m, Open how) {
                     "forking thread " + thread_id + ": " + forked.error().message);
       }
       thread_id = std::move(*forked);
+      fork_cleanup.path = thread_store->PathFor(thread_id);
     } else {
       std::lock_guard<std::mutex> lock(mu_);
       if (sessions_.contains(thread_id)) {
@@ -868,6 +877,7 @@ void AcpServer::OpenSession(const RpcMessage& m, Open how) {
   json::object result{{"modes", acp::ModesJson(s->Mode())}};
   if (how == Open::kLoad) ReplayHistory(*s);
   if (how == Open::kNew || how == Open::kFork) result["sessionId"] = thread_id;
+  fork_cleanup.keep = true;
   (void)peer_.Respond(m.id, result);
 }
 
@@ -1387,35 +1397,35 @@ void AcpServer::ProposeCommandChanges(Session& s, const agent::AgentEvent& e) {
     touched.swap(s.tool_touched);
   }
   const std::map<std::string, TreeEntry>& before = *s.tree;
-  std::map<std::string, TreeEntry> next = *now;  // what the next check compares with
-  acp::ProjectIgnores ignores(s.cwd);
   auto project_file = [&](const std::string& rel) {
     std::lock_guard<std::mutex> lock(s.mu);
     return s.project_files.contains(rel);
   };
-  bool restored = false;
-  int n = 0;
+  // What the command changed, against the last check: files the file tools
+  // wrote are theirs; symlinks stay in the sandbox (the copy leaves them on
+  // the host), and so do new files .gitignore keeps out.
+  acp::ProjectIgnores ignores(s.cwd);
+  std::vector<std::pair<std::string, bool>> changed;  // path, a project file
   for (const auto& [rel, entry] : *now) {
     auto was = before.find(rel);
     if ((was != before.end() && was->second == entry) || touched.contains(rel)) continue;
-    // Symlinks stay in the sandbox, as the copy leaves them on the host.
     if (entry.symlink) continue;
     const bool known = project_file(rel);
-    if (!known && ignores.Ignored(rel)) continue;  // .gitignore's: stays in the sandbox
-    Proposal p =
-        s.cancel.load() ? Proposal::kUnanswered : ProposeFile(s, e, rel, entry, known, ++n);
-    if (p == Proposal::kRestored) restored = true;
-    if (p == Proposal::kUnanswered) {  // still a change for the next check to propose
-      if (was != before.end()) {
-        next[rel] = was->second;
-      } else {
-        next.erase(rel);
-      }
-    }
+    if (known || !ignores.Ignored(rel)) changed.emplace_back(rel, known);
   }
   std::vector<std::string> deleted;
   for (const auto& [rel, entry] : before) {
     if (!now->contains(rel) && !touched.contains(rel) && project_file(rel)) deleted.push_back(rel);
+  }
+
+  bool restored = false;
+  std::vector<std::string> unanswered;  // still changes for the next check to propose
+  int n = 0;
+  for (const auto& [rel, known] : changed) {
+    Proposal p =
+        s.cancel.load() ? Proposal::kUnanswered : ProposeFile(s, e, rel, now->at(rel), known, ++n);
+    if (p == Proposal::kRestored) restored = true;
+    if (p == Proposal::kUnanswered) unanswered.push_back(rel);
   }
   if (!deleted.empty()) {
     std::string list;
@@ -1436,14 +1446,17 @@ void AcpServer::ProposeCommandChanges(Session& s, const agent::AgentEvent& e) {
                                   " in the sandbox. The project's files stay: ACP offers no way "
                                   "to delete a file through the editor.")}}});
   }
-  if (restored) {  // the put-back files have new times: read them as they are now
-    if (auto again = ReadTree(s)) {
-      for (auto& [rel, entry] : next) {
-        if (auto it = again->find(rel); it != again->end()) entry = it->second;
-      }
-      for (auto& [rel, entry] : *again) {
-        if (!now->contains(rel) && before.contains(rel)) next[rel] = entry;
-      }
+  // What the next check compares with: the tree now, or after the put-back
+  // files (new times, removed new files) when any was put back.
+  std::map<std::string, TreeEntry> next = std::move(*now);
+  if (restored) {
+    if (auto again = ReadTree(s)) next = std::move(*again);
+  }
+  for (const auto& rel : unanswered) {
+    if (auto was = before.find(rel); was != before.end()) {
+      next[rel] = was->second;
+    } else {
+      next.erase(rel);
     }
   }
   s.tree = std::move(next);

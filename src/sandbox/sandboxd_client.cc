@@ -51,6 +51,31 @@ Error ErrorFromResponse(const net::Response& r, std::string_view what) {
 // Every answer of a daemon is hostile input (issue 16): a field of the wrong
 // kind or out of range makes the answer invalid, with an error naming the
 // field, never a crash, a wrapped value or a silent default.
+// A listing or a tree is thousands of small strings and arrays: parsed into
+// one arena (freed at once) instead of a heap allocation each.
+class LargeAnswer {
+ public:
+  static Result<std::unique_ptr<LargeAnswer>> Parse(const std::string& body,
+                                                    std::string_view what) {
+    boost::system::error_code ec;
+    std::unique_ptr<LargeAnswer> a(new LargeAnswer(body, ec));
+    if (ec || !a->value_.is_object()) {
+      auto r = ParseJsonObject(body);  // for its error message
+      if (!r) return tl::unexpected(r.error());
+      return MakeError(ErrorCode::kInternal,
+                       fmt::format("sandbox daemon sent an invalid {}", what));
+    }
+    return a;
+  }
+  const json::object& object() const { return value_.as_object(); }
+
+ private:
+  LargeAnswer(const std::string& body, boost::system::error_code& ec)
+      : arena_(body.size() * 2 + 1024), value_(json::parse(body, ec, &arena_)) {}
+  json::monotonic_resource arena_;
+  json::value value_;  // in arena_
+};
+
 Error InvalidAnswer(std::string_view key, std::string_view expected) {
   return Error(
       ErrorCode::kInternal,
@@ -701,17 +726,9 @@ Result<std::vector<FileInfo>> SandboxdClient::List(const std::string& path) {
   o["path"] = JsonString(path);
   auto body = PostJson("/deepbox/v1/fs/list", ToJson(o), options_.file_op_timeout);
   if (!body) return tl::unexpected(body.error());
-  // A listing is hundreds of small strings and objects: parse it into one
-  // arena (freed at once) instead of a heap allocation each.
-  json::monotonic_resource arena(body->size() * 2 + 1024);
-  boost::system::error_code ec;
-  json::value v = json::parse(*body, ec, &arena);
-  if (ec || !v.is_object()) {
-    auto r = ParseJsonObject(*body);  // for its error message
-    if (!r) return tl::unexpected(r.error());
-    return MakeError(ErrorCode::kInternal, "sandbox daemon sent an invalid listing");
-  }
-  const json::object& r = v.as_object();
+  auto answer = LargeAnswer::Parse(*body, "listing");
+  if (!answer) return tl::unexpected(answer.error());
+  const json::object& r = (*answer)->object();
   std::vector<FileInfo> out;
   if (auto it = r.find("entries"); it != r.end() && it->value().is_array()) {
     const auto& entries = it->value().as_array();
@@ -853,16 +870,11 @@ Result<TreeResult> SandboxdClient::Tree(const TreeRequest& request) {
     }
     return tl::unexpected(body.error());
   }
-  json::monotonic_resource arena(body->size() * 2 + 1024);
-  boost::system::error_code ec;
-  json::value v = json::parse(*body, ec, &arena);
-  if (ec || !v.is_object()) {
-    auto r = ParseJsonObject(*body);  // for its error message
-    if (!r) return tl::unexpected(r.error());
-    return MakeError(ErrorCode::kInternal, "sandbox daemon sent an invalid tree");
-  }
-  const json::object& r = v.as_object();
+  auto answer = LargeAnswer::Parse(*body, "tree");
+  if (!answer) return tl::unexpected(answer.error());
+  const json::object& r = (*answer)->object();
   TreeResult out;
+  boost::system::error_code ec;
   AnswerReader fields(r);
   out.truncated = fields.Bool("truncated", false);
   out.unreadable = fields.Bool("unreadable", false);
