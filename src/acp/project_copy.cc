@@ -12,6 +12,7 @@
 #include "acp/gitignore.h"
 #include "common/byte_size.h"
 #include "common/unique_fd.h"
+#include "fs/path_resolver.h"
 
 namespace deepbox::acp {
 
@@ -207,28 +208,20 @@ Result<ProjectCopyStats> CopyProjectToSandbox(const std::string& project_dir, Sa
 
 Result<std::string> ReadProjectFile(const std::string& project_dir, const std::string& rel,
                                     uint64_t max_bytes) {
-  UniqueFd fd(::open(project_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd) return MakeSyscallError("open", errno, project_dir);
-  for (size_t at = 0; at < rel.size();) {
-    size_t slash = rel.find('/', at);
-    const bool last = slash == std::string::npos;
-    if (last) slash = rel.size();
-    const std::string name = rel.substr(at, slash - at);
-    if (name.empty() || name == "." || name == "..") {
-      return MakeError(ErrorCode::kInvalidArgument, "not a path in the project: " + rel);
+  auto root = deepbox::fs::Root::Open(project_dir);
+  if (!root) return tl::unexpected(root.error());
+  auto normalized = root->ToRelative(rel);  // "..": PERMISSION_DENIED
+  if (!normalized) return tl::unexpected(normalized.error());
+  auto fd = root->OpenNoSymlinks(*normalized, O_RDONLY | O_NONBLOCK);
+  if (!fd) {
+    const int err = fd.error().sys_errno;
+    if (err == ENOENT || err == ENOTDIR || err == ELOOP || err == EXDEV) {
+      return MakeError(ErrorCode::kNotFound, rel + " is not a file of the project");
     }
-    int flags = O_RDONLY | O_NOFOLLOW | O_CLOEXEC | (last ? O_NONBLOCK : O_DIRECTORY);
-    fd.reset(::openat(fd.get(), name.c_str(), flags));
-    if (!fd) {
-      if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) {
-        return MakeError(ErrorCode::kNotFound, rel + " is not a file of the project");
-      }
-      return MakeSyscallError("openat", errno, rel);
-    }
-    at = slash + 1;
+    return tl::unexpected(fd.error());
   }
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return MakeSyscallError("fstat", errno, rel);
+  if (::fstat(fd->get(), &st) != 0) return MakeSyscallError("fstat", errno, rel);
   if (!S_ISREG(st.st_mode)) {
     return MakeError(ErrorCode::kNotFound, rel + " is not a regular file of the project");
   }
@@ -236,17 +229,12 @@ Result<std::string> ReadProjectFile(const std::string& project_dir, const std::s
     return MakeError(ErrorCode::kResourceExhausted,
                      rel + " is larger than " + FormatBytes(max_bytes));
   }
-  return ReadFd(fd.get(), max_bytes, rel);
+  return ReadFd(fd->get(), max_bytes, rel);
 }
 
 std::vector<std::string> IgnoredDirectoryNames(const std::string& project_dir) {
   std::vector<std::string> names{".git"};
-  UniqueFd dir(::open(project_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dir) return names;
-  UniqueFd gi(::openat(dir.get(), ".gitignore", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  struct stat st {};
-  if (!gi || ::fstat(gi.get(), &st) != 0 || !S_ISREG(st.st_mode)) return names;
-  auto text = ReadFd(gi.get(), kMaxGitignoreBytes, ".gitignore");
+  auto text = ReadProjectFile(project_dir, ".gitignore", kMaxGitignoreBytes);
   if (!text) return names;
   std::vector<std::string> found;
   size_t at = 0;
@@ -273,23 +261,10 @@ std::vector<std::string> IgnoredDirectoryNames(const std::string& project_dir) {
 
 void ProjectIgnores::Load(const std::string& rel_dir) {
   if (!loaded_.insert(rel_dir).second) return;
-  // Down from the project without following a symlink: a directory that
-  // is one (or missing on the host) has no .gitignore of the project's.
-  UniqueFd dir(::open(project_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  for (size_t at = 0; dir && at < rel_dir.size();) {
-    size_t slash = rel_dir.find('/', at);
-    if (slash == std::string::npos) slash = rel_dir.size();
-    const std::string name = rel_dir.substr(at, slash - at);
-    dir.reset(::openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    at = slash + 1;
-  }
-  if (!dir) return;
-  UniqueFd gi(::openat(dir.get(), ".gitignore", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-  struct stat st {};
-  if (!gi || ::fstat(gi.get(), &st) != 0 || !S_ISREG(st.st_mode)) return;
-  if (auto text = ReadFd(gi.get(), kMaxGitignoreBytes, JoinRel(rel_dir, ".gitignore"))) {
-    rules_.AddFile(rel_dir, *text);
-  }
+  // Read as the copy reads it: a directory that is a symlink (or missing on
+  // the host) has no .gitignore of the project's.
+  auto text = ReadProjectFile(project_dir_, JoinRel(rel_dir, ".gitignore"), kMaxGitignoreBytes);
+  if (text) rules_.AddFile(rel_dir, *text);
 }
 
 bool ProjectIgnores::Ignored(std::string_view rel_view) {

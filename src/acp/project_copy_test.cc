@@ -134,7 +134,7 @@ TEST_F(ProjectCopyTest, ReadProjectFileNeverFollowsASymlink) {
   EXPECT_EQ(ReadProjectFile(project_.string(), "missing", 1 << 20).error().code,
             ErrorCode::kNotFound);
   EXPECT_EQ(ReadProjectFile(project_.string(), "../dot-ssh/id_ed25519", 1 << 20).error().code,
-            ErrorCode::kInvalidArgument);
+            ErrorCode::kPermissionDenied);
   EXPECT_EQ(ReadProjectFile(project_.string(), "src/main.py", 4).error().code,
             ErrorCode::kResourceExhausted);
 }
