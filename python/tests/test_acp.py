@@ -627,7 +627,12 @@ def test_what_a_command_changes_is_proposed_to_the_editor(tmp_path: Path, deepbo
             "cd /workspace && sed -i 's/a - b/a + b/' calc.py && echo more >> notes.txt"
             " && echo fresh > new.txt && mkdir -p pkg && echo 'x = 1' > pkg/mod.py"
             " && echo noise > debug.log && printf '\\000\\001' > blob.bin && rm old.txt"
-            " && mkdir -p node_modules/dep && echo 'module.exports = 1' > node_modules/dep/i.js"))]},
+            " && mkdir -p node_modules/dep && echo 'module.exports = 1' > node_modules/dep/i.js"
+            " && mkdir ssh && echo attacker > ssh/id_ed25519"))]},
+        # ssh is a link out of the project on the host (to "~/.ssh"): the
+        # editor, which follows links, must never be asked to write there.
+        {"tool_calls": [call("t_key", "write_file", file_path="/workspace/ssh/authorized_keys",
+                             content="attacker\n")]},
         {"tool_calls": [call("t_check", "execute", command=(
             "cd /workspace && cat notes.txt && ls"))]},
         {"text": "done"},
@@ -652,6 +657,10 @@ def test_what_a_command_changes_is_proposed_to_the_editor(tmp_path: Path, deepbo
     assert not (project / "debug.log").exists()
     assert not (project / "blob.bin").exists()
     assert not (project / "node_modules").exists()
+    outside = project.parent / "dot-ssh"
+    assert sorted(os.listdir(outside)) == ["id_ed25519"]
+    assert (outside / "id_ed25519").read_text() == "PRIVATE KEY\n"
+    assert not any("ssh" in Path(p).parts for p in editor.reads + [w for w, _ in editor.writes])
     assert (project / "old.txt").read_text() == "old\n"
     assert {Path(p).relative_to(project).as_posix() for p, _ in editor.writes} == {
         "calc.py", "new.txt", "pkg/mod.py"}
@@ -661,6 +670,9 @@ def test_what_a_command_changes_is_proposed_to_the_editor(tmp_path: Path, deepbo
                  if p.tool_call_id.startswith("t_cmd/")}
     assert set(proposals) == {str(project / f) for f in ("calc.py", "notes.txt", "new.txt",
                                                           "pkg/mod.py")}
+    key = [u for u in editor.of_kind("tool_call_update") if u.tool_call_id == "t_key" and u.status]
+    assert key[-1].status == "completed"
+    assert "not a project file" in tool_text(editor, "t_key")
     calc = next(c for c in proposals[str(project / "calc.py")].content if c.type == "diff")
     assert calc.old_text == "def add(a, b):\n    return a - b\n"
     assert calc.new_text == "def add(a, b):\n    return a + b\n"

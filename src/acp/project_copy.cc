@@ -232,6 +232,28 @@ Result<std::string> ReadProjectFile(const std::string& project_dir, const std::s
   return ReadFd(fd->get(), max_bytes, rel);
 }
 
+bool IsPlainProjectPath(const std::string& project_dir, const std::string& rel) {
+  auto root = deepbox::fs::Root::Open(project_dir);
+  if (!root) return false;
+  auto normalized = root->ToRelative(rel);
+  if (!normalized || normalized->empty()) return false;
+  // The longest part of it that exists must open without following a
+  // symlink (RESOLVE_NO_SYMLINKS refuses one at the end too).
+  std::string part = *normalized;
+  for (;;) {
+    auto fd = root->OpenNoSymlinks(part, O_PATH);
+    if (fd) {
+      struct stat st {};
+      if (::fstat(fd->get(), &st) != 0) return false;
+      return part == *normalized ? S_ISREG(st.st_mode) : S_ISDIR(st.st_mode);
+    }
+    if (fd.error().sys_errno != ENOENT) return false;  // ELOOP, EXDEV, ENOTDIR, EACCES
+    size_t slash = part.rfind('/');
+    if (slash == std::string::npos) return true;  // nothing of it exists yet
+    part.resize(slash);
+  }
+}
+
 std::vector<std::string> IgnoredDirectoryNames(const std::string& project_dir) {
   std::vector<std::string> names{".git"};
   auto text = ReadProjectFile(project_dir, ".gitignore", kMaxGitignoreBytes);

@@ -65,6 +65,12 @@ Result<std::string> ReadProjectFile(const std::string& project_dir, const std::s
 // file re-includes anything ("!"), which a name alone cannot honour.
 std::vector<std::string> IgnoredDirectoryNames(const std::string& project_dir);
 
+// Whether `rel` (relative, '/'-separated) is a place in the project itself
+// on the host: no symlink on the way or at its end (a link to ~/.ssh in the
+// project leads out of it), and a regular file there or nothing yet. Only
+// such paths are read or written through the editor, which follows links.
+bool IsPlainProjectPath(const std::string& project_dir, const std::string& rel);
+
 // Whether a path made in the sandbox would be kept out of a copy of the
 // project: a ".git" directory on its way, or the project's .gitignore files
 // on the host (those of its existing ancestors, read as the copy reads them:

@@ -161,3 +161,27 @@ TEST(IgnoredDirectoryNamesTest, PlainNamesOfTheTopGitignoreOnly) {
 
 }  // namespace
 }  // namespace deepbox::acp
+
+namespace deepbox::acp {
+namespace {
+
+// What the editor may be asked to read or write: never through a symlink
+// (the editor follows it: ssh -> ~/.ssh would have it write there).
+TEST_F(ProjectCopyTest, IsPlainProjectPathRefusesEverySymlinkOnTheWay) {
+  const std::string p = project_.string();
+  EXPECT_TRUE(IsPlainProjectPath(p, "src/main.py"));
+  EXPECT_TRUE(IsPlainProjectPath(p, "src/new.py"));           // not there yet
+  EXPECT_TRUE(IsPlainProjectPath(p, "new/deeper/file.txt"));  // nor its directories
+  EXPECT_FALSE(IsPlainProjectPath(p, "ssh/id_ed25519"));      // through a link out
+  EXPECT_FALSE(IsPlainProjectPath(p, "ssh/new_key"));         // ...even to a new file
+  EXPECT_FALSE(IsPlainProjectPath(p, "ssh/sub/new"));
+  EXPECT_FALSE(IsPlainProjectPath(p, "main-link.py"));   // a link at the end
+  EXPECT_FALSE(IsPlainProjectPath(p, "pipe"));           // not a regular file
+  EXPECT_FALSE(IsPlainProjectPath(p, "src"));            // a directory
+  EXPECT_FALSE(IsPlainProjectPath(p, "src/main.py/x"));  // under a file
+  EXPECT_FALSE(IsPlainProjectPath(p, "../dot-ssh/id_ed25519"));
+  EXPECT_FALSE(IsPlainProjectPath(p, ""));
+}
+
+}  // namespace
+}  // namespace deepbox::acp

@@ -485,6 +485,17 @@ class AcpServer {
   // The command ended: its status into the spool, the viewer awaited, the
   // final update, terminal/release.
   void FinishTerminal(Session& s, const agent::AgentEvent& e, Session::TerminalView& view);
+  // The project file a sandbox path stands for, on the host: nullopt outside
+  // the project's copy, under .git/ or deepbox's own directories, and where
+  // the host's path goes through a symlink (acp::IsPlainProjectPath), since
+  // the editor would follow it out of the project.
+  std::optional<std::string> HostPathFor(const Session& s, const std::string& sandbox_path) const {
+    auto host = acp::ProjectPathFor(s.root, s.cwd, sandbox_path);
+    if (!host || !acp::IsPlainProjectPath(s.cwd, host->substr(s.cwd.size() + 1))) {
+      return std::nullopt;
+    }
+    return host;
+  }
   std::string SandboxPath(const Session& s, const std::string& path) const {
     return acp::NormalizeAbsolutePath(path.starts_with("/") ? path : s.root + "/" + path);
   }
@@ -822,7 +833,7 @@ void AcpServer::OpenSession(const RpcMessage& m, Open how) {
     Session* raw = s.get();  // the sandbox wrapper dies with the session
     s->agent_sandbox->SetBeforeRead([this, raw](const std::string& path) {
       const std::string full = SandboxPath(*raw, path);
-      if (auto host = acp::ProjectPathFor(raw->root, raw->cwd, full)) {
+      if (auto host = HostPathFor(*raw, full)) {
         (void)SyncFromEditor(*raw, full, *host);
       }
     });
@@ -1168,7 +1179,7 @@ agent::Decision AcpServer::Decide(Session& s, const agent::ActionRequest& a) {
   if (a.name == "write_file" || a.name == "edit_file") {
     change.sandbox_path = SandboxPath(s, arg);
     NoteToolTouched(s, change.sandbox_path);
-    change.host_path = acp::ProjectPathFor(s.root, s.cwd, change.sandbox_path);
+    change.host_path = HostPathFor(s, change.sandbox_path);
     if (change.host_path) {
       change.old_text = SyncFromEditor(s, change.sandbox_path, *change.host_path);
       locations.push_back(json::object{{"path", *change.host_path}});
@@ -1256,7 +1267,7 @@ void AcpServer::FinishFileChange(Session& s, const agent::AgentEvent& e) {
   }
   if (change.sandbox_path.empty()) {  // a sub-agent's call: not seen by the handler
     change.sandbox_path = SandboxPath(s, ArgStr(e.tool_args, "file_path"));
-    change.host_path = acp::ProjectPathFor(s.root, s.cwd, change.sandbox_path);
+    change.host_path = HostPathFor(s, change.sandbox_path);
     NoteToolTouched(s, change.sandbox_path);
   }
   auto done = [&](const char* status, json::array content) {
@@ -1410,6 +1421,8 @@ void AcpServer::ProposeCommandChanges(Session& s, const agent::AgentEvent& e) {
     auto was = before.find(rel);
     if ((was != before.end() && was->second == entry) || touched.contains(rel)) continue;
     if (entry.symlink) continue;
+    // Through a symlink on the host (a link to ~/.ssh): not the project's.
+    if (!acp::IsPlainProjectPath(s.cwd, rel)) continue;
     const bool known = project_file(rel);
     if (known || !ignores.Ignored(rel)) changed.emplace_back(rel, known);
   }
@@ -1694,7 +1707,7 @@ void AcpServer::OnEvent(Session& s, const agent::AgentEvent& e) {
         u["rawInput"] = e.tool_args;
         const std::string p = ArgStr(e.tool_args, e.tool_name == "ls" ? "path" : "file_path");
         if (!p.empty()) {
-          if (auto host = acp::ProjectPathFor(s.root, s.cwd, SandboxPath(s, p))) {
+          if (auto host = HostPathFor(s, SandboxPath(s, p))) {
             u["locations"] = json::array{json::object{{"path", *host}}};
           }
         }
