@@ -10,28 +10,25 @@
 #include <string>
 #include <vector>
 
+#include "fs/testing/root_fixture.h"
 #include "fs/testing/test_util.h"
 
 namespace deepbox::sandboxd::fs {
 namespace {
 
-using deepbox::fs::Root;
-using deepbox::fs::testing::MakeDirRaw;
 using deepbox::fs::testing::SymlinkRaw;
-using deepbox::fs::testing::TempDir;
 using deepbox::fs::testing::WriteRaw;
 using Paths = std::vector<std::string>;
 
-class TreeTest : public ::testing::Test {
+// On both resolvers (openat2 and the fallback walk): the walk opens each
+// directory beneath its parent through the root.
+class TreeTest : public deepbox::fs::testing::RootOnBothResolvers {
  protected:
   void SetUp() override {
-    dir_ = tmp_.Path("root");
+    RootOnBothResolvers::SetUp();
     for (const char* f : {"a.txt", "sub/b.txt", "sub/deep/c.txt", ".git/HEAD", ".env"}) {
-      WriteRaw(dir_ + "/" + f, "hello");
+      WriteRaw(P(f), "hello");
     }
-    auto root = Root::Open(dir_);
-    ASSERT_TRUE(root);
-    root_.emplace(std::move(*root));
   }
 
   Paths Names(const TreeResult& r) {
@@ -39,21 +36,17 @@ class TreeTest : public ::testing::Test {
     for (const auto& e : r.entries) out.push_back(e.path);
     return out;
   }
-
-  TempDir tmp_;
-  std::string dir_;
-  std::optional<Root> root_;
 };
 
-TEST_F(TreeTest, ListsEveryFileSortedWithItsSizeTimeAndMode) {
-  ASSERT_EQ(::chmod((dir_ + "/a.txt").c_str(), 0755), 0);
+TEST_P(TreeTest, ListsEveryFileSortedWithItsSizeTimeAndMode) {
+  ASSERT_EQ(::chmod((P("a.txt")).c_str(), 0755), 0);
   auto r = Tree(*root_);
   ASSERT_TRUE(r) << r.error().ToString();
   EXPECT_EQ(Names(*r), (Paths{".env", ".git/HEAD", "a.txt", "sub/b.txt", "sub/deep/c.txt"}));
   EXPECT_FALSE(r->truncated);
   EXPECT_FALSE(r->unreadable);
   struct stat st;
-  ASSERT_EQ(::stat((dir_ + "/a.txt").c_str(), &st), 0);
+  ASSERT_EQ(::stat((P("a.txt")).c_str(), &st), 0);
   const TreeEntry& a = r->entries[2];
   EXPECT_EQ(a.size, 5u);
   EXPECT_EQ(a.mode, 0755u);
@@ -61,12 +54,12 @@ TEST_F(TreeTest, ListsEveryFileSortedWithItsSizeTimeAndMode) {
   EXPECT_EQ(a.mtime_ns, st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec);
 }
 
-TEST_F(TreeTest, AChangeShowsInSizeOrTime) {
+TEST_P(TreeTest, AChangeShowsInSizeOrTime) {
   auto before = Tree(*root_);
   ASSERT_TRUE(before);
   struct timespec times[2] = {{0, UTIME_OMIT}, {1'000'000'000, 7}};
-  WriteRaw(dir_ + "/sub/b.txt", "hellO");  // same size
-  ASSERT_EQ(::utimensat(AT_FDCWD, (dir_ + "/sub/b.txt").c_str(), times, 0), 0);
+  WriteRaw(P("sub/b.txt"), "hellO");  // same size
+  ASSERT_EQ(::utimensat(AT_FDCWD, P("sub/b.txt").c_str(), times, 0), 0);
   auto after = Tree(*root_);
   ASSERT_TRUE(after);
   EXPECT_EQ(after->entries[3].path, "sub/b.txt");
@@ -74,8 +67,8 @@ TEST_F(TreeTest, AChangeShowsInSizeOrTime) {
   EXPECT_NE(after->entries[3].mtime_ns, before->entries[3].mtime_ns);
 }
 
-TEST_F(TreeTest, SkipsNamedDirectoriesAtAnyDepth) {
-  WriteRaw(dir_ + "/sub/node_modules/x.js", "x");
+TEST_P(TreeTest, SkipsNamedDirectoriesAtAnyDepth) {
+  WriteRaw(P("sub/node_modules/x.js"), "x");
   TreeOptions o;
   o.skip_dirs = {".git", "node_modules"};
   auto r = Tree(*root_, o);
@@ -83,11 +76,9 @@ TEST_F(TreeTest, SkipsNamedDirectoriesAtAnyDepth) {
   EXPECT_EQ(Names(*r), (Paths{".env", "a.txt", "sub/b.txt", "sub/deep/c.txt"}));
 }
 
-TEST_F(TreeTest, ListsSymlinksAsThemselvesAndNeverEntersThem) {
-  MakeDirRaw(tmp_.Path("outside"));
-  WriteRaw(tmp_.Path("outside/secret"), "s");
-  SymlinkRaw(tmp_.Path("outside"), dir_ + "/out");
-  SymlinkRaw("a.txt", dir_ + "/link");
+TEST_P(TreeTest, ListsSymlinksAsThemselvesAndNeverEntersThem) {
+  SymlinkRaw(outside_, P("out"));
+  SymlinkRaw("a.txt", P("link"));
   auto r = Tree(*root_);
   ASSERT_TRUE(r);
   EXPECT_EQ(Names(*r),
@@ -97,8 +88,8 @@ TEST_F(TreeTest, ListsSymlinksAsThemselvesAndNeverEntersThem) {
   EXPECT_TRUE(r->entries[4].symlink);
 }
 
-TEST_F(TreeTest, LeavesOutSpecialFiles) {
-  ASSERT_EQ(::mkfifo((dir_ + "/fifo").c_str(), 0644), 0);
+TEST_P(TreeTest, LeavesOutSpecialFiles) {
+  ASSERT_EQ(::mkfifo(P("fifo").c_str(), 0644), 0);
   auto r = Tree(*root_, TreeOptions{.path = "sub"});
   ASSERT_TRUE(r);
   EXPECT_EQ(Names(*r), (Paths{"b.txt", "deep/c.txt"}));
@@ -108,19 +99,24 @@ TEST_F(TreeTest, LeavesOutSpecialFiles) {
   EXPECT_EQ(std::count(all.begin(), all.end(), "fifo"), 0);
 }
 
-TEST_F(TreeTest, StopsAtMaxEntriesAndSaysSo) {
+TEST_P(TreeTest, StopsAtMaxEntriesAndSaysSo) {
   auto r = Tree(*root_, TreeOptions{.max_entries = 2});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->entries.size(), 2u);
   EXPECT_TRUE(r->truncated);
 }
 
-TEST_F(TreeTest, RefusesABaseOutsideTheRootOrNotADirectory) {
+TEST_P(TreeTest, RefusesABaseOutsideTheRootOrNotADirectory) {
   EXPECT_FALSE(Tree(*root_, TreeOptions{.path = "../.."}));
-  SymlinkRaw(tmp_.Path(""), dir_ + "/up");
+  SymlinkRaw(outside_, P("up"));
   EXPECT_FALSE(Tree(*root_, TreeOptions{.path = "up"}));
   EXPECT_FALSE(Tree(*root_, TreeOptions{.path = "a.txt"}));
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, TreeTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Fallback") : std::string("Openat2");
+                         });
 
 }  // namespace
 }  // namespace deepbox::sandboxd::fs
