@@ -5,21 +5,27 @@
 //   * the same file ops done the way Python deepagents' BaseSandbox does them:
 //     one `python3 -c <script>` per operation, through the daemon's exec;
 //   * idle daemon RSS.
-// Usage: sandboxd_bench [iterations]   (release build recommended)
+// Usage: sandboxd_bench [iterations] [row...]   (release build recommended)
+//   rows: stat read write ls tree exec (default: all), e.g. to profile one;
+//   SANDBOXD_BENCH_NO_PYTHON=1 leaves out the python3 -c baselines.
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "common/base64.h"
+#include "sandbox/sandboxd_client.h"
 #include "sandbox/testing/scoped_sandboxd.h"
 
 namespace {
@@ -61,17 +67,50 @@ long SmapsKb(pid_t pid, const std::string& key) {
 
 int main(int argc, char** argv) {
   int n = argc > 1 ? std::atoi(argv[1]) : 2000;
-  auto daemon = deepbox::testing::ScopedSandboxd::Start();
-  if (!daemon) {
-    std::fprintf(stderr, "cannot start deepbox-sandboxd: %s\n", daemon.error().ToString().c_str());
-    return 1;
+  if (n <= 0) {
+    std::fprintf(stderr, "usage: sandboxd_bench [iterations] [stat|read|write|ls|tree|exec...]\n");
+    return 2;
   }
-  auto& sb = (*daemon)->client();
+  const std::vector<std::string> only(argv + std::min(argc, 2), argv + argc);
+  for (const auto& row : only) {
+    if (row != "stat" && row != "read" && row != "write" && row != "ls" && row != "tree" &&
+        row != "exec") {
+      std::fprintf(stderr, "sandboxd_bench: unknown row '%s' (stat read write ls tree exec)\n",
+                   row.c_str());
+      return 2;
+    }
+  }
+  auto wanted = [&](const std::string& row) {
+    return only.empty() || std::find(only.begin(), only.end(), row) != only.end();
+  };
+  // SANDBOXD_BENCH_SOCKET=PATH: the daemon already listening there (e.g. a
+  // local sandbox's, rt/run/sandboxd.sock in its state directory: the file
+  // ops then land in its /workspace and python3 runs inside it), instead of
+  // one started here on the host with its root under /tmp.
+  const char* socket = std::getenv("SANDBOXD_BENCH_SOCKET");
+  std::unique_ptr<deepbox::testing::ScopedSandboxd> daemon;
+  std::unique_ptr<deepbox::SandboxdClient> given;
+  if (socket != nullptr && *socket != '\0') {
+    auto c = deepbox::SandboxdClient::Connect(std::string("unix:") + socket);
+    if (!c) {
+      std::fprintf(stderr, "cannot connect to %s: %s\n", socket, c.error().ToString().c_str());
+      return 1;
+    }
+    given = std::move(*c);
+  } else {
+    auto d = deepbox::testing::ScopedSandboxd::Start();
+    if (!d) {
+      std::fprintf(stderr, "cannot start deepbox-sandboxd: %s\n", d.error().ToString().c_str());
+      return 1;
+    }
+    daemon = std::move(*d);
+  }
+  auto& sb = given ? *given : daemon->client();
   std::string root = sb.root();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  long idle_rss = SmapsKb((*daemon)->pid(), "Rss:");
-  long idle_pss = SmapsKb((*daemon)->pid(), "Pss:");
-  long idle_anon = SmapsKb((*daemon)->pid(), "Pss_Anon:");
+  long idle_rss = daemon ? SmapsKb(daemon->pid(), "Rss:") : -1;
+  long idle_pss = daemon ? SmapsKb(daemon->pid(), "Pss:") : -1;
+  long idle_anon = daemon ? SmapsKb(daemon->pid(), "Pss_Anon:") : -1;
 
   std::string page(4096, 'a');
   (void)sb.Write("bench/file.txt", page, 0644);
@@ -83,7 +122,10 @@ int main(int argc, char** argv) {
     std::optional<Stats> python;
   };
   std::vector<Row> rows;
-  bool have_python = ::access("/usr/bin/python3", X_OK) == 0;
+  // SANDBOXD_BENCH_NO_PYTHON=1: the native rows only (to profile the daemon).
+  const char* no_python = std::getenv("SANDBOXD_BENCH_NO_PYTHON");
+  bool have_python = ::access("/usr/bin/python3", X_OK) == 0 &&
+                     (no_python == nullptr || std::string_view(no_python) != "1");
   int py_n = std::max(20, n / 20);
   auto py = [&](const std::string& script) {
     return [&, script] {
@@ -96,81 +138,94 @@ int main(int argc, char** argv) {
   std::string file = root + "/bench/file.txt";
   std::string dir = root + "/bench/dir";
 
-  Row stat{"stat"};
-  stat.native = Measure(n, [&] { return sb.Stat("bench/file.txt").has_value(); });
-  if (have_python)
-    stat.python = Measure(py_n, py("import os,json; s=os.stat('" + file +
-                                   "'); print(json.dumps({'size': s.st_size}))"));
-  rows.push_back(stat);
-
-  Row read{"read 4 KiB"};
-  read.native = Measure(n, [&] { return sb.Read("bench/file.txt", {}).has_value(); });
-  if (have_python)
-    read.python = Measure(
-        py_n, py("import json; print(json.dumps({'content': open('" + file + "').read()}))"));
-  rows.push_back(read);
-
-  Row write{"write 4 KiB"};
-  write.native = Measure(n, [&] { return sb.Write("bench/out.txt", page, 0644).has_value(); });
-  if (have_python) {
-    write.python = Measure(
-        py_n, py("import base64,os; os.makedirs('" + root + "/bench', exist_ok=True); open('" +
-                 root + "/bench/out2.txt','wb').write(base64.b64decode('" +
-                 deepbox::Base64Encode(page) + "'))"));
+  if (wanted("stat")) {
+    Row stat{"stat"};
+    stat.native = Measure(n, [&] { return sb.Stat("bench/file.txt").has_value(); });
+    if (have_python)
+      stat.python = Measure(py_n, py("import os,json; s=os.stat('" + file +
+                                     "'); print(json.dumps({'size': s.st_size}))"));
+    rows.push_back(stat);
   }
-  rows.push_back(write);
 
-  Row ls{"ls 100 entries"};
-  ls.native = Measure(n, [&] { return sb.List("bench/dir").has_value(); });
-  if (have_python)
-    ls.python = Measure(py_n, py("import os,json; print(json.dumps([{'path': e.path, 'is_dir': "
-                                 "e.is_dir(follow_symlinks=False)} for e in os.scandir('" +
-                                 dir + "')]))"));
-  rows.push_back(ls);
+  if (wanted("read")) {
+    Row read{"read 4 KiB"};
+    read.native = Measure(n, [&] { return sb.Read("bench/file.txt", {}).has_value(); });
+    if (have_python)
+      read.python = Measure(
+          py_n, py("import json; print(json.dumps({'content': open('" + file + "').read()}))"));
+    rows.push_back(read);
+  }
 
-  // What deepbox acp lists after every command to see what it changed
-  // (fs/tree), against the same listing by python3 (os.walk + lstat) and by
-  // GNU find -printf, the fastest a shell command can do it. 10,000 files.
-  for (int d = 0; d < 100; ++d) {
-    for (int f = 0; f < 100; ++f) {
-      (void)sb.Write(fmt::format("tree/d{}/f{}.txt", d, f), "x", 0644);
+  if (wanted("write")) {
+    Row write{"write 4 KiB"};
+    write.native = Measure(n, [&] { return sb.Write("bench/out.txt", page, 0644).has_value(); });
+    if (have_python) {
+      write.python = Measure(
+          py_n, py("import base64,os; os.makedirs('" + root + "/bench', exist_ok=True); open('" +
+                   root + "/bench/out2.txt','wb').write(base64.b64decode('" +
+                   deepbox::Base64Encode(page) + "'))"));
+    }
+    rows.push_back(write);
+  }
+
+  if (wanted("ls")) {
+    Row ls{"ls 100 entries"};
+    ls.native = Measure(n, [&] { return sb.List("bench/dir").has_value(); });
+    if (have_python)
+      ls.python = Measure(py_n, py("import os,json; print(json.dumps([{'path': e.path, 'is_dir': "
+                                   "e.is_dir(follow_symlinks=False)} for e in os.scandir('" +
+                                   dir + "')]))"));
+    rows.push_back(ls);
+  }
+
+  if (wanted("tree")) {
+    // What deepbox acp lists after every command to see what it changed
+    // (fs/tree), against the same listing by python3 (os.walk + lstat) and by
+    // GNU find -printf, the fastest a shell command can do it. 10,000 files.
+    for (int d = 0; d < 100; ++d) {
+      for (int f = 0; f < 100; ++f) {
+        (void)sb.Write(fmt::format("tree/d{}/f{}.txt", d, f), "x", 0644);
+      }
+    }
+    const int tree_n = std::max(10, n / 100);
+    Row tree{"tree 10k files"};
+    tree.native = Measure(tree_n, [&] {
+      deepbox::TreeRequest t;
+      t.path = root + "/tree";
+      auto r = sb.Tree(t);
+      return r && r->entries.size() == 10000;
+    });
+    if (have_python) {
+      tree.python = Measure(
+          tree_n,
+          py("import os,json; R='" + root +
+             "/tree'; print(json.dumps([[os.path.relpath(os.path.join(d,f),R),s.st_size,"
+             "s.st_mtime_ns,s.st_mode&0o7777] for d,_,fs in os.walk(R) for f in fs for s in "
+             "[os.lstat(os.path.join(d,f))]]))"));
+    }
+    rows.push_back(tree);
+    if (::access("/usr/bin/find", X_OK) == 0) {
+      Row find{"  find -printf"};
+      find.native = Measure(tree_n, [&] {
+        deepbox::ExecRequest r;
+        r.argv = {"/usr/bin/find", root + "/tree", "-type", "f", "-printf", "%P %s %T@ %m\\n"};
+        auto e = sb.Exec(r);
+        return e && e->exit_code == 0;
+      });
+      rows.push_back(find);
     }
   }
-  const int tree_n = std::max(10, n / 100);
-  Row tree{"tree 10k files"};
-  tree.native = Measure(tree_n, [&] {
-    deepbox::TreeRequest t;
-    t.path = root + "/tree";
-    auto r = sb.Tree(t);
-    return r && r->entries.size() == 10000;
-  });
-  if (have_python) {
-    tree.python = Measure(
-        tree_n, py("import os,json; R='" + root +
-                   "/tree'; print(json.dumps([[os.path.relpath(os.path.join(d,f),R),s.st_size,"
-                   "s.st_mtime_ns,s.st_mode&0o7777] for d,_,fs in os.walk(R) for f in fs for s in "
-                   "[os.lstat(os.path.join(d,f))]]))"));
-  }
-  rows.push_back(tree);
-  if (::access("/usr/bin/find", X_OK) == 0) {
-    Row find{"  find -printf"};
-    find.native = Measure(tree_n, [&] {
+
+  if (wanted("exec")) {
+    Row exec{"exec true"};
+    exec.native = Measure(n / 2, [&] {
       deepbox::ExecRequest r;
-      r.argv = {"/usr/bin/find", root + "/tree", "-type", "f", "-printf", "%P %s %T@ %m\\n"};
+      r.argv = {"/bin/true"};
       auto e = sb.Exec(r);
       return e && e->exit_code == 0;
     });
-    rows.push_back(find);
+    rows.push_back(exec);
   }
-
-  Row exec{"exec true"};
-  exec.native = Measure(n / 2, [&] {
-    deepbox::ExecRequest r;
-    r.argv = {"/bin/true"};
-    auto e = sb.Exec(r);
-    return e && e->exit_code == 0;
-  });
-  rows.push_back(exec);
 
   std::printf(
       "deepbox-sandboxd round trips over a unix socket (%d iterations; python baseline %d)\n", n,
@@ -189,8 +244,12 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "goals: file-op p50 < 150 us; exec true p50 < 2000 us; >= 50x vs python3 -c per op\n");
-  std::printf(
-      "idle daemon: RSS %ld KiB, PSS %ld KiB, private anonymous %ld KiB (goal < 4096 KiB)\n",
-      idle_rss, idle_pss, idle_anon);
+  if (daemon) {
+    std::printf(
+        "idle daemon: RSS %ld KiB, PSS %ld KiB, private anonymous %ld KiB (goal < 4096 KiB)\n",
+        idle_rss, idle_pss, idle_anon);
+  } else {
+    std::printf("daemon at %s, root %s\n", socket, root.c_str());
+  }
   return 0;
 }
