@@ -166,15 +166,16 @@ Options (N: a whole number):
   --leaderboard-iterations N  its samples (default 100)
   --concurrent N              only N creates at once against single creates of the same run
   --concurrent-singles N      the single creates beside them (default 20)
+  --warm                      only warm claim -> first command (with its phases) and bwrap
   -h, --help                  this text
 )";
 
-// Flags that take a value, and the one that does not.
+// Flags that take a value, and those that do not.
 constexpr std::array<const char*, 10> kValueFlags = {
     "--iterations",      "--warm-replicas",     "--density",       "--scaling",
     "--scaling-samples", "--fork-mib",          "--image-density", "--leaderboard-iterations",
     "--concurrent",      "--concurrent-singles"};
-constexpr const char* kSwitchFlag = "--leaderboard";
+constexpr std::array<const char*, 2> kSwitchFlags = {"--leaderboard", "--warm"};
 
 // Every argument is a known flag with its value: else a usage error (exit 2)
 // instead of a bench run with defaults the caller did not ask for. --help: 0.
@@ -185,7 +186,7 @@ std::optional<int> CheckCommandLine(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-    if (a == kSwitchFlag) continue;
+    if (std::find(kSwitchFlags.begin(), kSwitchFlags.end(), a) != kSwitchFlags.end()) continue;
     if (std::find(kValueFlags.begin(), kValueFlags.end(), a) == kValueFlags.end()) {
       std::fprintf(stderr, "bench_local_lifecycle: unknown argument '%s' (see --help)\n", argv[i]);
       return 2;
@@ -574,6 +575,79 @@ int RunConcurrent(LocalSandboxProvider& provider, int n, int singles) {
   return failed > 0 ? 1 : 0;
 }
 
+// Warm: claims from a running `deepbox pool serve` of `replicas` -> connect
+// -> first command done, `iterations` times (after 2 warm-up claims); the
+// three phases seen by the client go to `phases`.
+Stats RunWarmRow(LocalSandboxProvider& provider, const LocalProviderOptions& o,
+                 const std::string& tmpl, int replicas, int iterations, const ClaimOptions& claim,
+                 const ExecRequest& first_cmd, std::map<std::string, std::vector<double>>& phases) {
+  std::string out = tmpl + "/pool.log";
+  std::vector<std::string> args = {
+      o.deepbox_binary,         "pool",      "serve", "--name", "bench", "--replicas",
+      std::to_string(replicas), "--network", "none"};
+  std::vector<char*> pargv;
+  for (auto& a : args) pargv.push_back(a.data());
+  pargv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  std::string env_state = "DEEPBOX_STATE_DIR=" + tmpl;
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(env_state.data());
+  envp.push_back(nullptr);
+  pid_t pool = -1;
+  posix_spawn(&pool, pargv[0], &fa, nullptr, pargv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  auto warm_count = [&] {
+    int count = 0;
+    auto ids = provider.store().Ids();
+    for (const auto& id : ids ? *ids : std::vector<std::string>{}) {
+      count += access(provider.store().Paths(id).warm.c_str(), F_OK) == 0;
+    }
+    return count;
+  };
+  LocalProviderOptions po = o;
+  po.pool = "bench";
+  auto claimer = LocalSandboxProvider::Create(po);
+  Stats s{"deepbox warm claim -> first command", {}, {}};
+  int cold_fallbacks = 0;
+  for (int i = 0; i < iterations + 2; ++i) {
+    auto deadline = Clock::now() + 60s;
+    while (warm_count() < replicas && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+    auto t0 = Clock::now();
+    auto m = (*claimer)->CreateSandbox(claim, true);
+    if (!m) {
+      std::fprintf(stderr, "claim: %s\n", m.error().ToString().c_str());
+      break;
+    }
+    double t_claim = Since(t0);
+    auto c = (*claimer)->Connect(*m);
+    double t_connect = Since(t0);
+    auto r = c ? (*c)->Exec(first_cmd) : Result<ExecResult>(tl::unexpected(c.error()));
+    double ms = Since(t0);
+    if (i >= 2) {
+      phases["warm: claim"].push_back(t_claim);
+      phases["warm: connect (GET /info)"].push_back(t_connect - t_claim);
+      phases["warm: first command (exec true)"].push_back(ms - t_connect);
+    }
+    if (!r) {
+      std::fprintf(stderr, "warm exec: %s\n", r.error().ToString().c_str());
+      break;
+    }
+    if (m->pool != "bench") ++cold_fallbacks;
+    if (i >= 2) s.ms.push_back(ms);
+    if (c) c->reset();
+    (void)provider.Delete(m->id);
+  }
+  if (cold_fallbacks > 0) s.note = fmt::format("{} cold fallbacks", cold_fallbacks);
+  kill(pool, SIGTERM);
+  waitpid(pool, nullptr, 0);
+  auto sel = Selector::Parse("deepbox.dev/pool=bench");
+  (void)provider.DeleteMatching(*sel);
+  return s;
+}
+
 int main(int argc, char** argv) {
   if (auto done = CheckCommandLine(argc, argv)) return *done;
   const int iterations = Arg(argc, argv, "--iterations", 50);
@@ -636,6 +710,27 @@ int main(int argc, char** argv) {
   std::vector<Stats> rows;
   std::map<std::string, std::vector<double>> steps;
   std::map<std::string, std::vector<double>> phases;
+
+  if (HasFlag(argc, argv, "--warm")) {
+    // Issue 23: warm claim -> first command <= 0.5x bwrap, in one run.
+    Stats warm = RunWarmRow(**provider, o, tmpl, replicas, iterations, claim, first_cmd, phases);
+    std::string bwrap = Which("bwrap");
+    auto b = bwrap.empty()
+                 ? std::nullopt
+                 : TimeCommand("bwrap --unshare-all ... /bin/true", BwrapTrue(bwrap), iterations);
+    std::printf("%-40s %9s %9s %9s  %s\n", "row (ms)", "p50", "p99", "mean", "p50 vs bwrap");
+    for (const Stats* r : {&warm, b ? &*b : nullptr}) {
+      if (r == nullptr || r->ms.empty()) continue;
+      std::printf("%-40s %9.2f %9.2f %9.2f  %.2fx %s\n", r->name.c_str(), r->Pct(50), r->Pct(99),
+                  r->Mean(), b ? r->Pct(50) / b->Pct(50) : 0.0, r->note.c_str());
+    }
+    if (!b) std::printf("bwrap: not installed or does not run here\n");
+    std::printf("phases seen by the client (p50, ms):\n");
+    for (const auto& [k, v] : phases)
+      std::printf("  %-36s %8.3f\n", k.c_str(), Stats{k, v, {}}.Pct(50));
+    std::printf("goal (issue 23): warm claim -> first command <= 0.5x bwrap\n");
+    return warm.ms.empty() ? 1 : 0;
+  }
 
   // 1. Cold: create -> connect -> first command done.
   {
@@ -800,73 +895,7 @@ int main(int argc, char** argv) {
   }
 
   // 2. Warm: claim from a pool -> connect -> first command done.
-  {
-    std::string out = tmpl + "/pool.log";
-    std::vector<std::string> args = {
-        o.deepbox_binary,         "pool",      "serve", "--name", "bench", "--replicas",
-        std::to_string(replicas), "--network", "none"};
-    std::vector<char*> pargv;
-    for (auto& a : args) pargv.push_back(a.data());
-    pargv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    std::string env_state = "DEEPBOX_STATE_DIR=" + tmpl;
-    std::vector<char*> envp;
-    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
-    envp.push_back(env_state.data());
-    envp.push_back(nullptr);
-    pid_t pool = -1;
-    posix_spawn(&pool, pargv[0], &fa, nullptr, pargv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    auto warm_count = [&] {
-      int count = 0;
-      auto ids = (*provider)->store().Ids();
-      for (const auto& id : ids ? *ids : std::vector<std::string>{}) {
-        count += access((*provider)->store().Paths(id).warm.c_str(), F_OK) == 0;
-      }
-      return count;
-    };
-    LocalProviderOptions po = o;
-    po.pool = "bench";
-    auto claimer = LocalSandboxProvider::Create(po);
-    Stats s{"deepbox warm claim -> first command", {}, {}};
-    int cold_fallbacks = 0;
-    for (int i = 0; i < iterations + 2; ++i) {
-      auto deadline = Clock::now() + 60s;
-      while (warm_count() < replicas && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
-      auto t0 = Clock::now();
-      auto m = (*claimer)->CreateSandbox(claim, true);
-      if (!m) {
-        std::fprintf(stderr, "claim: %s\n", m.error().ToString().c_str());
-        break;
-      }
-      double t_claim = Since(t0);
-      auto c = (*claimer)->Connect(*m);
-      double t_connect = Since(t0);
-      auto r = c ? (*c)->Exec(first_cmd) : Result<ExecResult>(tl::unexpected(c.error()));
-      double ms = Since(t0);
-      if (i >= 2) {
-        phases["warm: claim"].push_back(t_claim);
-        phases["warm: connect (GET /info)"].push_back(t_connect - t_claim);
-        phases["warm: first command (exec true)"].push_back(ms - t_connect);
-      }
-      if (!r) {
-        std::fprintf(stderr, "warm exec: %s\n", r.error().ToString().c_str());
-        break;
-      }
-      if (m->pool != "bench") ++cold_fallbacks;
-      if (i >= 2) s.ms.push_back(ms);
-      if (c) c->reset();
-      (void)(*provider)->Delete(m->id);
-    }
-    if (cold_fallbacks > 0) s.note = fmt::format("{} cold fallbacks", cold_fallbacks);
-    kill(pool, SIGTERM);
-    waitpid(pool, nullptr, 0);
-    auto sel = Selector::Parse("deepbox.dev/pool=bench");
-    (void)(*provider)->DeleteMatching(*sel);
-    rows.push_back(s);
-  }
+  rows.push_back(RunWarmRow(**provider, o, tmpl, replicas, iterations, claim, first_cmd, phases));
 
   // 3. Peers' tools on this machine, doing a similar job (new namespaces, /bin/true).
   std::string bwrap = Which("bwrap"), unshare = Which("unshare");

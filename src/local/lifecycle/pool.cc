@@ -213,7 +213,16 @@ Status ServePool(LocalSandboxProvider& provider, const PoolOptions& options, int
     int rc = poll(pfds, 2, timeout_ms);
     if (rc < 0 && errno != EINTR) return MakeSyscallError("poll", errno);
     if (rc > 0 && pfds[0].revents) break;
-    if (rc > 0 && pfds[1].revents) Drain(ino.get());
+    if (rc > 0 && pfds[1].revents) {
+      Drain(ino.get());
+      // Most likely a claim: its claimer's first requests come now. The
+      // replacement (a cold create: tens of ms of CPU) waits a moment so as
+      // not to take the cores from them.
+      struct pollfd stop = {stop_fd, POLLIN, 0};
+      const int waited = poll(&stop, 1, static_cast<int>(kRefillAfterClaim.count()));
+      if (waited > 0) break;
+      Drain(ino.get());
+    }
   }
   log(fmt::format("pool '{}' stopped; its warm sandboxes keep running", options.name));
   return {};

@@ -32,6 +32,12 @@ namespace deepbox::local::lifecycle {
 
 inline constexpr std::chrono::seconds kAbandonedClaimAfter{10};
 
+// After a wake-up (a claim), the pool waits this long before it replaces the
+// claimed sandbox: a replacement is a cold create (tens of ms of CPU), and on
+// a small machine it took the cores from the claimer's first command
+// (bench_local_lifecycle --warm).
+inline constexpr std::chrono::milliseconds kRefillAfterClaim{100};
+
 struct PoolOptions {
   std::string name = "default";
   int replicas = 1;
