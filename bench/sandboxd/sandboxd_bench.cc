@@ -6,7 +6,7 @@
 //     one `python3 -c <script>` per operation, through the daemon's exec;
 //   * idle daemon RSS.
 // Usage: sandboxd_bench [iterations] [row...]   (release build recommended)
-//   rows: stat read write ls tree exec (default: all), e.g. to profile one;
+//   rows: stat read write ls names tree exec (default: all), e.g. to profile one;
 //   SANDBOXD_BENCH_NO_PYTHON=1 leaves out the python3 -c baselines.
 #include <fmt/format.h>
 #include <unistd.h>
@@ -68,14 +68,16 @@ long SmapsKb(pid_t pid, const std::string& key) {
 int main(int argc, char** argv) {
   int n = argc > 1 ? std::atoi(argv[1]) : 2000;
   if (n <= 0) {
-    std::fprintf(stderr, "usage: sandboxd_bench [iterations] [stat|read|write|ls|tree|exec...]\n");
+    std::fprintf(stderr,
+                 "usage: sandboxd_bench [iterations] [stat|read|write|ls|names|tree|exec...]\n");
     return 2;
   }
   const std::vector<std::string> only(argv + std::min(argc, 2), argv + argc);
   for (const auto& row : only) {
-    if (row != "stat" && row != "read" && row != "write" && row != "ls" && row != "tree" &&
-        row != "exec") {
-      std::fprintf(stderr, "sandboxd_bench: unknown row '%s' (stat read write ls tree exec)\n",
+    if (row != "stat" && row != "read" && row != "write" && row != "ls" && row != "names" &&
+        row != "tree" && row != "exec") {
+      std::fprintf(stderr,
+                   "sandboxd_bench: unknown row '%s' (stat read write ls names tree exec)\n",
                    row.c_str());
       return 2;
     }
@@ -176,6 +178,19 @@ int main(int argc, char** argv) {
                                    "e.is_dir(follow_symlinks=False)} for e in os.scandir('" +
                                    dir + "')]))"));
     rows.push_back(ls);
+  }
+
+  // The same listing as the agent's `ls` asks for it (names and types only,
+  // like the python3 baseline's scandir + is_dir): no stat per entry.
+  if (wanted("names")) {
+    Row names{"ls 100 names"};
+    names.native = Measure(n, [&] { return sb.ListNames("bench/dir").has_value(); });
+    if (have_python)
+      names.python =
+          Measure(py_n, py("import os,json; print(json.dumps([{'path': e.path, 'is_dir': "
+                           "e.is_dir(follow_symlinks=False)} for e in os.scandir('" +
+                           dir + "')]))"));
+    rows.push_back(names);
   }
 
   if (wanted("tree")) {

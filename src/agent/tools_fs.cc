@@ -279,7 +279,7 @@ class LsTool : public BaseFsTool {
   ToolResult Invoke(ToolContext& ctx, const json::object& args) override {
     auto path = CheckPath(ctx, ArgString(args, "path"), FsOperation::kRead);
     if (!path) return path.error();
-    auto list = ctx.sandbox->List(*path);
+    auto list = ctx.sandbox->ListNames(*path);  // names only: no stat per entry
     if (!list)
       return ToolResult::Err("Error: Path '" + *path + "': " + Code(CodeSet::kLs, list.error()));
     std::vector<std::string> paths;

@@ -64,6 +64,9 @@ class GuardedSandbox : public Sandbox {
   Result<std::vector<FileInfo>> List(const std::string& p) override {
     return Guard([&] { return inner_->List(p); });
   }
+  Result<std::vector<FileInfo>> ListNames(const std::string& p) override {
+    return Guard([&] { return inner_->ListNames(p); });
+  }
   Result<ReadResult> Read(const std::string& p, const ReadOptions& o) override {
     return Guard([&] { return inner_->Read(p, o); });
   }

@@ -25,6 +25,9 @@ class ForwardingSandbox : public Sandbox {
   Result<std::vector<FileInfo>> List(const std::string& p) override {
     return Check(inner_.List(p));
   }
+  Result<std::vector<FileInfo>> ListNames(const std::string& p) override {
+    return Check(inner_.ListNames(p));
+  }
   Result<ReadResult> Read(const std::string& p, const ReadOptions& o) override {
     return Check(inner_.Read(p, o));
   }

@@ -50,6 +50,8 @@ std::string_view FileTypeName(FileType type) {
   return "other";
 }
 
+Result<std::vector<FileInfo>> Sandbox::ListNames(const std::string& path) { return List(path); }
+
 Result<TreeResult> Sandbox::Tree(const TreeRequest&) {
   return MakeError(ErrorCode::kUnimplemented, "this sandbox cannot list a tree in one call");
 }

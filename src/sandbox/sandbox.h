@@ -229,6 +229,10 @@ class Sandbox {
 
   virtual Result<FileInfo> Stat(const std::string& path) = 0;
   virtual Result<std::vector<FileInfo>> List(const std::string& path) = 0;
+  // The same entries where only the names and types count (an agent's `ls`):
+  // size, mode, modified_at and link_target may be left empty. A sandbox that
+  // cannot list more cheaply answers List's.
+  virtual Result<std::vector<FileInfo>> ListNames(const std::string& path);
   virtual Result<ReadResult> Read(const std::string& path, const ReadOptions& options) = 0;
   // Atomic create-or-overwrite; parent directories are created.
   virtual Status Write(const std::string& path, std::string_view content, uint32_t mode = 0644) = 0;

@@ -722,8 +722,17 @@ Result<FileInfo> SandboxdClient::Stat(const std::string& path) {
 }
 
 Result<std::vector<FileInfo>> SandboxdClient::List(const std::string& path) {
+  return ListEntries(path, true);
+}
+
+Result<std::vector<FileInfo>> SandboxdClient::ListNames(const std::string& path) {
+  return ListEntries(path, false);
+}
+
+Result<std::vector<FileInfo>> SandboxdClient::ListEntries(const std::string& path, bool stat) {
   json::object o;
   o["path"] = JsonString(path);
+  if (!stat) o["stat"] = false;
   auto body = PostJson("/deepbox/v1/fs/list", ToJson(o), options_.file_op_timeout);
   if (!body) return tl::unexpected(body.error());
   auto answer = LargeAnswer::Parse(*body, "listing");

@@ -70,6 +70,9 @@ class SandboxdClient : public Sandbox {
                                 const OutputCallback& on_output) override;
   Result<FileInfo> Stat(const std::string& path) override;
   Result<std::vector<FileInfo>> List(const std::string& path) override;
+  // fs/list with "stat": false (a daemon that does not know it answers
+  // List's entries, which say more).
+  Result<std::vector<FileInfo>> ListNames(const std::string& path) override;
   Result<ReadResult> Read(const std::string& path, const ReadOptions& options) override;
   Status Write(const std::string& path, std::string_view content, uint32_t mode) override;
   Result<EditResult> Edit(const std::string& path, const std::string& old_string,
@@ -127,6 +130,8 @@ class SandboxdClient : public Sandbox {
 
   std::unique_ptr<net::HttpClient> http_;
   SandboxdClientOptions options_;
+  Result<std::vector<FileInfo>> ListEntries(const std::string& path, bool stat);
+
   std::string id_;
   // What /info says; written once under info_mu_, then read freely.
   mutable std::mutex info_mu_;

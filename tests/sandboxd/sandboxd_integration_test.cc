@@ -285,6 +285,37 @@ TEST_F(SandboxdTest, TenMiBBinaryRoundTrip) {
   EXPECT_EQ(r->content, data);
 }
 
+TEST_F(SandboxdTest, ListNamesGivesNamesAndTypesWithoutStat) {
+  ASSERT_TRUE(sb().Write("names/file.txt", "12345", 0644));
+  ASSERT_TRUE(sb().Mkdir("names/dir"));
+  ExecRequest ln;
+  ln.argv = {"ln", "-s", "file.txt", Root() + "/names/link"};
+  auto made = sb().Exec(ln);
+  ASSERT_TRUE(made && made->exit_code == 0);
+  auto names = sb().ListNames("names");
+  auto full = sb().List("names");
+  ASSERT_TRUE(names) << names.error().ToString();
+  ASSERT_TRUE(full) << full.error().ToString();
+  ASSERT_EQ(names->size(), 3u);
+  ASSERT_EQ(full->size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ((*names)[i].name, (*full)[i].name);
+    EXPECT_EQ((*names)[i].path, (*full)[i].path);
+    EXPECT_EQ((*names)[i].type, (*full)[i].type);
+  }
+  EXPECT_EQ((*names)[0].type, FileType::kDirectory);
+  EXPECT_EQ((*names)[1].name, "file.txt");
+  EXPECT_EQ((*names)[1].size, 0u);  // not asked for
+  EXPECT_EQ((*full)[1].size, 5u);
+  EXPECT_EQ((*names)[2].type, FileType::kSymlink);
+  EXPECT_EQ((*names)[2].link_target, "");
+  EXPECT_EQ((*full)[2].link_target, "file.txt");
+  // "stat" must be a boolean.
+  auto bad = Post("/deepbox/v1/fs/list", R"({"path":"names","stat":"no"})");
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_NE(bad.body.find("stat"), std::string::npos) << bad.body;
+}
+
 TEST_F(SandboxdTest, FileOperations) {
   ASSERT_TRUE(sb().Write("/" + Root().substr(1) + "/a/b/c.txt", "l1\nl2\nl3\nl4\n", 0644));
   auto st = sb().Stat("a/b/c.txt");

@@ -40,6 +40,20 @@ FileType TypeOf(mode_t mode) {
   return FileType::kOther;
 }
 
+// A getdents64 d_type (not DT_UNKNOWN), as lstat would classify it.
+FileType TypeOfDirent(unsigned char type) {
+  switch (type) {
+    case DT_REG:
+      return FileType::kFile;
+    case DT_DIR:
+      return FileType::kDirectory;
+    case DT_LNK:
+      return FileType::kSymlink;
+    default:
+      return FileType::kOther;
+  }
+}
+
 FileInfo InfoFromStat(const struct stat& st, std::string path, std::string name) {
   FileInfo info;
   info.path = std::move(path);
@@ -211,10 +225,20 @@ Result<ListResult> List(const Root& root, std::string_view path, const ListOptio
     out.truncated = true;
   }
   out.entries.reserve(entries->size());
+  out.stat = options.stat;
   // out.path + "/" + name is root.ToAbsolute(JoinRelative(*rel, name)).
   std::string prefix = out.path;
   if (prefix != "/") prefix += '/';
   for (const auto& e : *entries) {
+    if (!options.stat && e.type != DT_UNKNOWN) {
+      FileInfo info;
+      info.path.reserve(prefix.size() + e.name.size());
+      info.path.append(prefix).append(e.name);
+      info.name = e.name;
+      info.type = TypeOfDirent(e.type);
+      out.entries.push_back(std::move(info));
+      continue;
+    }
     struct stat st;
     if (::fstatat(dir->get(), e.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;  // removed while listing
@@ -224,6 +248,14 @@ Result<ListResult> List(const Root& root, std::string_view path, const ListOptio
     abs.reserve(prefix.size() + e.name.size());
     abs.append(prefix).append(e.name);
     FileInfo info = InfoFromStat(st, std::move(abs), e.name);
+    if (!options.stat) {  // the type was all that was missing
+      FileInfo bare;
+      bare.path = std::move(info.path);
+      bare.name = std::move(info.name);
+      bare.type = info.type;
+      out.entries.push_back(std::move(bare));
+      continue;
+    }
     if (info.type == FileType::kSymlink) {
       int err = 0;
       if (auto target = ReadLinkAt(dir->get(), e.name.c_str(), &err)) {

@@ -42,11 +42,16 @@ Result<FileInfo> Stat(const deepbox::fs::Root& root, std::string_view path);
 struct ListOptions {
   // Bounds memory on huge directories; the first entries by name are kept.
   size_t max_entries = 100000;
+  // false: names and types only (path, name, type), from the directory's
+  // own entries: no fstatat per entry (only where the file system gives no
+  // type), no symlink target. What an agent's `ls` needs.
+  bool stat = true;
 };
 struct ListResult {
   std::string path;
   std::vector<FileInfo> entries;  // sorted by name
   bool truncated = false;
+  bool stat = true;  // as asked: false = size, mode, mtime and symlink_target not filled
 };
 // Entries of a directory (a symlink to a directory inside the root is
 // followed). NOT_DIRECTORY on anything else.

@@ -131,6 +131,45 @@ TEST_P(WorkspaceTest, ListIsSortedAndTyped) {
   EXPECT_EQ(file.error().code, ErrorCode::kNotDirectory);
 }
 
+TEST_P(WorkspaceTest, ListWithoutStatGivesTheSameNamesAndTypesOnly) {
+  WriteRaw(P("d/b.txt"), "bb");
+  WriteRaw(P("d/a.txt"), "a");
+  MakeDirRaw(P("d/c"));
+  SymlinkRaw("a.txt", P("d/z"));
+  SymlinkRaw("nowhere", P("d/dangling"));
+  ASSERT_EQ(::mkfifo(P("d/fifo").c_str(), 0600), 0);
+  SymlinkRaw("d", P("dl"));
+  auto full = List(*root_, "dl");
+  auto bare = List(*root_, "dl", ListOptions{.stat = false});
+  ASSERT_TRUE(full) << full.error().ToString();
+  ASSERT_TRUE(bare) << bare.error().ToString();
+  EXPECT_TRUE(full->stat);
+  EXPECT_FALSE(bare->stat);
+  EXPECT_EQ(bare->path, full->path);
+  ASSERT_EQ(bare->entries.size(), full->entries.size());
+  for (size_t i = 0; i < bare->entries.size(); ++i) {
+    const auto& b = bare->entries[i];
+    const auto& f = full->entries[i];
+    EXPECT_EQ(b.name, f.name);
+    EXPECT_EQ(b.path, f.path);
+    EXPECT_EQ(b.type, f.type) << b.name;  // lstat's view: a symlink stays one
+    EXPECT_EQ(b.size, 0u) << b.name;
+    EXPECT_EQ(b.mtime, "") << b.name;
+    EXPECT_EQ(b.symlink_target, "") << b.name;
+  }
+  ASSERT_EQ(bare->entries.size(), 6u);
+  EXPECT_EQ(bare->entries[2].type, FileType::kDirectory);  // c
+  EXPECT_EQ(bare->entries[4].type, FileType::kOther);      // fifo
+  EXPECT_EQ(bare->entries[5].type, FileType::kSymlink);    // z
+  auto capped = List(*root_, "d", ListOptions{.max_entries = 2, .stat = false});
+  ASSERT_TRUE(capped);
+  EXPECT_EQ(capped->entries.size(), 2u);
+  EXPECT_TRUE(capped->truncated);
+  auto file = List(*root_, "d/a.txt", ListOptions{.stat = false});
+  ASSERT_FALSE(file);
+  EXPECT_EQ(file.error().code, ErrorCode::kNotDirectory);
+}
+
 TEST_P(WorkspaceTest, ReadWholeAndRange) {
   WriteRaw(P("f.txt"), "0123456789");
   auto whole = Read(*root_, "f.txt");

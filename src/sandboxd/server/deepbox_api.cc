@@ -426,7 +426,11 @@ net::Response Daemon::Files(const net::Request& request, std::string_view op) {
   if (op == "list") {
     auto path = GetString(body, "path");
     if (!path) return ErrorResponse(path.error());
-    auto list = fs::List(files_root(), *path);
+    auto stat = GetOptBool(body, "stat");
+    if (!stat) return ErrorResponse(stat.error());
+    fs::ListOptions lo;
+    lo.stat = stat->value_or(true);
+    auto list = fs::List(files_root(), *path, lo);
     if (!list) return ErrorResponse(list.error());
     return JsonResponse(200, ListJson(*list));
   }

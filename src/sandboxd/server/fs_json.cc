@@ -94,6 +94,17 @@ void AppendFileInfo(std::string& out, const fs::FileInfo& f) {
   out.push_back('}');
 }
 
+// A listing without stat (fs/list "stat": false): what getdents64 tells.
+void AppendFileNameAndType(std::string& out, const fs::FileInfo& f) {
+  out.append("{\"path\":");
+  AppendJsonString(out, f.path);
+  out.append(",\"name\":");
+  AppendJsonString(out, f.name);
+  out.append(",\"type\":\"");
+  out.append(fs::FileTypeName(f.type));
+  out.append("\"}");
+}
+
 }  // namespace
 
 void AppendJsonString(std::string& out, std::string_view text) {
@@ -129,7 +140,11 @@ std::string ListJson(const fs::ListResult& list) {
   out.append(",\"entries\":[");
   for (size_t i = 0; i < list.entries.size(); ++i) {
     if (i > 0) out.push_back(',');
-    AppendFileInfo(out, list.entries[i]);
+    if (list.stat) {
+      AppendFileInfo(out, list.entries[i]);
+    } else {
+      AppendFileNameAndType(out, list.entries[i]);
+    }
   }
   out.append("],\"truncated\":");
   out.append(list.truncated ? "true" : "false");

@@ -112,6 +112,32 @@ TEST_F(FsJsonListTest, SameBytesWhenTruncatedOrEmpty) {
   EXPECT_EQ(ListJson(*empty), DomListJson(*empty));
 }
 
+TEST_F(FsJsonListTest, WithoutStatEveryEntryIsPathNameAndTypeOnly) {
+  auto root = deepbox::fs::Root::Open(dir_.path().string());
+  ASSERT_TRUE(root) << root.error().message;
+  fs::ListOptions opts;
+  opts.stat = false;
+  auto list = fs::List(*root, ".", opts);
+  ASSERT_TRUE(list) << list.error().message;
+  ASSERT_EQ(list->entries.size(), 13u);
+  std::string fast = ListJson(*list);
+  json::array entries;
+  for (const auto& e : list->entries) {
+    json::object o;
+    o["path"] = JsonString(e.path);
+    o["name"] = JsonString(e.name);
+    o["type"] = std::string(fs::FileTypeName(e.type));
+    entries.emplace_back(std::move(o));
+  }
+  json::object want;
+  want["path"] = JsonString(list->path);
+  want["entries"] = std::move(entries);
+  want["truncated"] = false;
+  EXPECT_EQ(fast, ToJson(want));
+  EXPECT_EQ(fast.find("\"size\""), std::string::npos);
+  EXPECT_EQ(fast.find("link_target"), std::string::npos);
+}
+
 // fs/tree's answer: the bytes Boost.JSON writes for the same arrays, for
 // every kind of name (invalid UTF-8, control characters, quotes).
 TEST_F(FsJsonListTest, TreeSameBytesAsBoostJson) {
