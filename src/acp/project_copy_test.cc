@@ -90,12 +90,6 @@ TEST_F(ProjectCopyTest, CopiesIntoARealSandbox) {
   }
 }
 
-}  // namespace
-}  // namespace deepbox::acp
-
-namespace deepbox::acp {
-namespace {
-
 // What a command made in the sandbox is proposed only when a copy of the
 // project would have taken it.
 TEST_F(ProjectCopyTest, ProjectIgnoresAnswersAsTheCopyWould) {
@@ -116,12 +110,6 @@ TEST_F(ProjectCopyTest, ProjectIgnoresAnswersAsTheCopyWould) {
   EXPECT_FALSE(ignores.Ignored("ssh/x.py"));
 }
 
-}  // namespace
-}  // namespace deepbox::acp
-
-namespace deepbox::acp {
-namespace {
-
 TEST_F(ProjectCopyTest, ReadProjectFileNeverFollowsASymlink) {
   auto r = ReadProjectFile(project_.string(), "src/main.py", 1 << 20);
   ASSERT_TRUE(r) << r.error().ToString();
@@ -139,12 +127,6 @@ TEST_F(ProjectCopyTest, ReadProjectFileNeverFollowsASymlink) {
             ErrorCode::kResourceExhausted);
 }
 
-}  // namespace
-}  // namespace deepbox::acp
-
-namespace deepbox::acp {
-namespace {
-
 TEST(IgnoredDirectoryNamesTest, PlainNamesOfTheTopGitignoreOnly) {
   testing::TempDir tmp{"acp-names"};
   const fs::path p = tmp.path();
@@ -158,12 +140,6 @@ TEST(IgnoredDirectoryNamesTest, PlainNamesOfTheTopGitignoreOnly) {
   WriteText(p / ".gitignore", "build/\n!build/keep\n");
   EXPECT_EQ(IgnoredDirectoryNames(p.string()), (std::vector<std::string>{".git"}));
 }
-
-}  // namespace
-}  // namespace deepbox::acp
-
-namespace deepbox::acp {
-namespace {
 
 // What the editor may be asked to read or write: never through a symlink
 // (the editor follows it: ssh -> ~/.ssh would have it write there).

@@ -366,6 +366,11 @@ CgroupAttachPrimer::CgroupAttachPrimer(const CgroupHostInfo& host) {
   });
 }
 
+bool CgroupAttachPrimer::Useful(const CgroupHostInfo& host, const Limits& limits) {
+  if (host.layout == CgroupLayout::kNone || host.v1_mounts.empty()) return false;
+  return limits.memory_bytes || limits.max_processes || limits.cpu_cores || host.v2_mount.empty();
+}
+
 CgroupAttachPrimer::~CgroupAttachPrimer() {
   if (!state_) return;
   {

@@ -96,6 +96,9 @@ class CgroupAttachPrimer {
  public:
   explicit CgroupAttachPrimer(const CgroupHostInfo& host);
   ~CgroupAttachPrimer();  // stops and joins the thread
+  // Whether a sandbox with `limits` will be attached to a v1 cgroup on
+  // `host` (a limit's controller, or the freezer for kill-all without v2).
+  static bool Useful(const CgroupHostInfo& host, const Limits& limits);
   CgroupAttachPrimer(const CgroupAttachPrimer&) = delete;
   CgroupAttachPrimer& operator=(const CgroupAttachPrimer&) = delete;
 

@@ -447,10 +447,9 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   if (spec.use_cgroups) {
     if (auto host = DetectCgroups(); host && host->layout != CgroupLayout::kNone) {
       cgroup_host = std::move(*host);
-      const Limits& l = spec.limits;
-      bool v1_likely = l.memory_bytes || l.max_processes || l.cpu_cores ||
-                       cgroup_host->v2_mount.empty();  // the freezer, for kill-all
-      if (v1_likely && !cgroup_host->v1_mounts.empty()) attach_primer.emplace(*cgroup_host);
+      if (CgroupAttachPrimer::Useful(*cgroup_host, spec.limits)) {
+        attach_primer.emplace(*cgroup_host);
+      }
     }
   }
 

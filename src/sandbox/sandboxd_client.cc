@@ -51,6 +51,12 @@ Error ErrorFromResponse(const net::Response& r, std::string_view what) {
 // Every answer of a daemon is hostile input (issue 16): a field of the wrong
 // kind or out of range makes the answer invalid, with an error naming the
 // field, never a crash, a wrapped value or a silent default.
+Error InvalidAnswer(std::string_view key, std::string_view expected) {
+  return Error(
+      ErrorCode::kInternal,
+      fmt::format("sandbox daemon sent an invalid answer: field '{}' must be {}", key, expected));
+}
+
 // A listing or a tree is thousands of small strings and arrays: parsed into
 // one arena (freed at once) instead of a heap allocation each.
 class LargeAnswer {
@@ -75,12 +81,6 @@ class LargeAnswer {
   json::monotonic_resource arena_;
   json::value value_;  // in arena_
 };
-
-Error InvalidAnswer(std::string_view key, std::string_view expected) {
-  return Error(
-      ErrorCode::kInternal,
-      fmt::format("sandbox daemon sent an invalid answer: field '{}' must be {}", key, expected));
-}
 
 // Reads typed fields of one answer object; a missing or null field takes its
 // default, a bad one is remembered (the first) and reported by error().

@@ -390,11 +390,8 @@ Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options
   // exec instead.
   std::optional<CgroupAttachPrimer> attach_primer;
   if (auto host = DetectCgroups();
-      host && host->layout != CgroupLayout::kNone && !host->v1_mounts.empty()) {
-    const Limits l = options_.limits.ToLaunchLimits();
-    if (l.memory_bytes || l.max_processes || l.cpu_cores || host->v2_mount.empty()) {
-      attach_primer.emplace(*host);
-    }
+      host && CgroupAttachPrimer::Useful(*host, options_.limits.ToLaunchLimits())) {
+    attach_primer.emplace(*host);
   }
   auto meta = StartSupervisor(options_.deepbox_binary, req, options_.create_timeout);
   attach_primer.reset();

@@ -229,14 +229,17 @@ Result<ListResult> List(const Root& root, std::string_view path, const ListOptio
   // out.path + "/" + name is root.ToAbsolute(JoinRelative(*rel, name)).
   std::string prefix = out.path;
   if (prefix != "/") prefix += '/';
+  auto add_bare = [&](const DirEntry& e, FileType type) {
+    FileInfo info;
+    info.path.reserve(prefix.size() + e.name.size());
+    info.path.append(prefix).append(e.name);
+    info.name = e.name;
+    info.type = type;
+    out.entries.push_back(std::move(info));
+  };
   for (const auto& e : *entries) {
     if (!options.stat && e.type != DT_UNKNOWN) {
-      FileInfo info;
-      info.path.reserve(prefix.size() + e.name.size());
-      info.path.append(prefix).append(e.name);
-      info.name = e.name;
-      info.type = TypeOfDirent(e.type);
-      out.entries.push_back(std::move(info));
+      add_bare(e, TypeOfDirent(e.type));
       continue;
     }
     struct stat st;
@@ -244,18 +247,14 @@ Result<ListResult> List(const Root& root, std::string_view path, const ListOptio
       if (errno == ENOENT) continue;  // removed while listing
       return MakeSyscallError("fstatat", errno, JoinRelative(out.path, e.name));
     }
+    if (!options.stat) {  // the file system gave no type: lstat's
+      add_bare(e, TypeOf(st.st_mode));
+      continue;
+    }
     std::string abs;
     abs.reserve(prefix.size() + e.name.size());
     abs.append(prefix).append(e.name);
     FileInfo info = InfoFromStat(st, std::move(abs), e.name);
-    if (!options.stat) {  // the type was all that was missing
-      FileInfo bare;
-      bare.path = std::move(info.path);
-      bare.name = std::move(info.name);
-      bare.type = info.type;
-      out.entries.push_back(std::move(bare));
-      continue;
-    }
     if (info.type == FileType::kSymlink) {
       int err = 0;
       if (auto target = ReadLinkAt(dir->get(), e.name.c_str(), &err)) {

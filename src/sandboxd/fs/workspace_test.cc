@@ -60,7 +60,17 @@ int CountEntries(const std::string& dir) {
   return n;
 }
 
-class WorkspaceTest : public deepbox::fs::testing::RootOnBothResolvers {};
+class WorkspaceTest : public deepbox::fs::testing::RootOnBothResolvers {
+ protected:
+  // d/ with a.txt, b.txt ("bb"), directory c and symlink z -> a.txt; dl -> d.
+  void MakeListingDir() {
+    WriteRaw(P("d/b.txt"), "bb");
+    WriteRaw(P("d/a.txt"), "a");
+    MakeDirRaw(P("d/c"));
+    SymlinkRaw("a.txt", P("d/z"));
+    SymlinkRaw("d", P("dl"));
+  }
+};
 
 TEST_P(WorkspaceTest, StatReportsTypesAndTimes) {
   WriteRaw(P("a.txt"), "hello");
@@ -106,11 +116,7 @@ TEST_P(WorkspaceTest, StatReportsTypesAndTimes) {
 }
 
 TEST_P(WorkspaceTest, ListIsSortedAndTyped) {
-  WriteRaw(P("d/b.txt"), "bb");
-  WriteRaw(P("d/a.txt"), "a");
-  MakeDirRaw(P("d/c"));
-  SymlinkRaw("a.txt", P("d/z"));
-  SymlinkRaw("d", P("dl"));
+  MakeListingDir();
   auto r = List(*root_, "dl");  // a symlinked directory inside is followed
   ASSERT_TRUE(r) << r.error().ToString();
   ASSERT_EQ(r->entries.size(), 4u);
@@ -132,13 +138,9 @@ TEST_P(WorkspaceTest, ListIsSortedAndTyped) {
 }
 
 TEST_P(WorkspaceTest, ListWithoutStatGivesTheSameNamesAndTypesOnly) {
-  WriteRaw(P("d/b.txt"), "bb");
-  WriteRaw(P("d/a.txt"), "a");
-  MakeDirRaw(P("d/c"));
-  SymlinkRaw("a.txt", P("d/z"));
+  MakeListingDir();
   SymlinkRaw("nowhere", P("d/dangling"));
   ASSERT_EQ(::mkfifo(P("d/fifo").c_str(), 0600), 0);
-  SymlinkRaw("d", P("dl"));
   auto full = List(*root_, "dl");
   auto bare = List(*root_, "dl", ListOptions{.stat = false});
   ASSERT_TRUE(full) << full.error().ToString();

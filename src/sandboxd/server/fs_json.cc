@@ -74,14 +74,20 @@ void AppendMode(std::string& out, uint32_t mode) {
   out.append(buf, static_cast<size_t>(end - buf));
 }
 
-void AppendFileInfo(std::string& out, const fs::FileInfo& f) {
+// `{"path":...,"name":...,"type":"..."`, the object left open.
+void AppendNameAndType(std::string& out, const fs::FileInfo& f) {
   out.append("{\"path\":");
   AppendJsonString(out, f.path);
   out.append(",\"name\":");
   AppendJsonString(out, f.name);
   out.append(",\"type\":\"");
   out.append(fs::FileTypeName(f.type));
-  out.append("\",\"size\":");
+  out.push_back('"');
+}
+
+void AppendFileInfo(std::string& out, const fs::FileInfo& f) {
+  AppendNameAndType(out, f);
+  out.append(",\"size\":");
   AppendUint(out, f.size);
   out.append(",\"mode\":\"");
   AppendMode(out, f.mode);
@@ -92,17 +98,6 @@ void AppendFileInfo(std::string& out, const fs::FileInfo& f) {
     AppendJsonString(out, f.symlink_target);
   }
   out.push_back('}');
-}
-
-// A listing without stat (fs/list "stat": false): what getdents64 tells.
-void AppendFileNameAndType(std::string& out, const fs::FileInfo& f) {
-  out.append("{\"path\":");
-  AppendJsonString(out, f.path);
-  out.append(",\"name\":");
-  AppendJsonString(out, f.name);
-  out.append(",\"type\":\"");
-  out.append(fs::FileTypeName(f.type));
-  out.append("\"}");
 }
 
 }  // namespace
@@ -142,8 +137,9 @@ std::string ListJson(const fs::ListResult& list) {
     if (i > 0) out.push_back(',');
     if (list.stat) {
       AppendFileInfo(out, list.entries[i]);
-    } else {
-      AppendFileNameAndType(out, list.entries[i]);
+    } else {  // fs/list "stat": false: what getdents64 tells
+      AppendNameAndType(out, list.entries[i]);
+      out.push_back('}');
     }
   }
   out.append("],\"truncated\":");
