@@ -958,9 +958,12 @@ namespace {
 
 // Whether a daemon call failed because the daemon's socket is dead: refused
 // or gone while its supervisor has not yet recorded why (or is relaunching
-// the daemon: the provider's own word).
+// the daemon: the provider's own word), or reset under the call (a daemon
+// killed between accepting the connection and answering). A live daemon's
+// reset is told apart by WaitUntilGone, which connects again.
 bool DaemonSocketDead(const Error& e) {
   if (e.reason == kReasonDaemonRestarting) return true;
+  if (e.code == ErrorCode::kUnavailable && e.sys_errno == ECONNRESET) return true;
   return e.reason == kReasonConnectFailed && (e.sys_errno == ECONNREFUSED || e.sys_errno == ENOENT);
 }
 
