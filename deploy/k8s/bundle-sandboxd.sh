@@ -40,7 +40,9 @@ done
 # gRPC), with their own dependencies: ldd does not see them.
 for soname in libarchive.so.13 libnghttp2.so.14; do
   grep -qF "$soname" "$bin" || continue
-  lib=$(ldconfig -p | awk -v want="$soname" '$1 == want && $NF ~ /^\// { print $NF; exit }')
+  # awk reads to the end (no early exit): ldconfig killed by SIGPIPE would
+  # fail the pipeline under pipefail (exit 141, seen in CI).
+  lib=$(ldconfig -p | awk -v want="$soname" '!found && $1 == want && $NF ~ /^\// { print $NF; found = 1 }')
   [[ -n "$lib" ]] || { echo "$0: $bin loads $soname, which is not installed" >&2; exit 1; }
   cp -L "$lib" "$dest/lib/"
   ldd "$lib" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | while read -r dep; do

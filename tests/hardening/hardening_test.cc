@@ -100,7 +100,7 @@ TEST_F(HardenedBinaryTest, DaemonBundle) {
   const std::string dir = tmp.path().string();
   CommandOutput bundle =
       Capture(std::string(DEEPBOX_SOURCE_DIR) + "/deploy/k8s/bundle-sandboxd.sh '" +
-              DEEPBOX_SANDBOXD_BINARY + "' '" + dir + "/bundle' /deepbox");
+              DEEPBOX_SANDBOXD_BINARY + "' '" + dir + "/bundle' /deepbox 2>&1");
   EXPECT_EQ(bundle.status, 0) << bundle.out;
   if (bundle.status == 0) ExpectHardened(dir + "/bundle/bin/deepbox-sandboxd");
 }
