@@ -37,8 +37,9 @@ ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | while read -r lib; do
 done
 # Libraries the binary dlopen()s on first use (fs/archive_loader.h: libarchive
 # for tar and image layers; sandboxd/server/nghttp2_loader.h: libnghttp2 for
-# gRPC), with their own dependencies: ldd does not see them.
-for soname in libarchive.so.13 libnghttp2.so.14; do
+# gRPC; net/openssl_loader.h: libssl and its libcrypto for token checks), with
+# their own dependencies: ldd does not see them.
+for soname in libarchive.so.13 libnghttp2.so.14 libssl.so.3; do
   grep -qF "$soname" "$bin" || continue
   # awk reads to the end (no early exit): ldconfig killed by SIGPIPE would
   # fail the pipeline under pipefail (exit 141, seen in CI).

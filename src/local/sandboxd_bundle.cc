@@ -82,10 +82,12 @@ std::optional<SandboxdBundle> Parse(const std::string& text) {
 }
 
 // Libraries the daemon dlopen()s on first use, which ldd does not list:
-// fs/archive_loader.cc (libarchive: tar uploads and downloads) and
-// sandboxd/server/nghttp2_loader.cc (libnghttp2: gRPC), as
+// fs/archive_loader.cc (libarchive: tar uploads and downloads),
+// sandboxd/server/nghttp2_loader.cc (libnghttp2: gRPC) and
+// net/openssl_loader.cc (libssl and its libcrypto: token checks), as
 // deploy/k8s/bundle-sandboxd.sh bundles them for the pod.
-constexpr const char* kDlopenedLibraries[] = {"libarchive.so.13", "libnghttp2.so.14"};
+constexpr const char* kDlopenedLibraries[] = {"libarchive.so.13", "libnghttp2.so.14",
+                                              "libssl.so.3"};
 
 // The ELF class byte (ELFCLASS32/64) of `path`, 0 when it is not ELF.
 int ElfClass(const fs::path& path) {

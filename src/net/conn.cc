@@ -6,10 +6,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/crypto.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,15 +18,17 @@
 #include <charconv>
 #include <cstring>
 
+#include "net/openssl_loader.h"
+
 namespace deepbox::net {
 namespace {
 
-std::string OpenSslErrors() {
+std::string OpenSslErrors(const LibOpenSsl& openssl) {
   std::string out;
   unsigned long e;
-  while ((e = ERR_get_error()) != 0) {
+  while ((e = openssl.ERR_get_error()) != 0) {
     char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
+    openssl.ERR_error_string_n(e, buf, sizeof buf);
     if (!out.empty()) out += "; ";
     out += buf;
   }
@@ -53,16 +51,17 @@ Status SetNonBlocking(int fd) {
 }
 
 // Loads a PEM bundle (one or more certificates) into an X509 store.
-Status AddPemToStore(X509_STORE* store, const std::string& pem, std::string_view what) {
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+Status AddPemToStore(const LibOpenSsl& openssl, X509_STORE* store, const std::string& pem,
+                     std::string_view what) {
+  BIO* bio = openssl.BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
   int added = 0;
-  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-    X509_STORE_add_cert(store, cert);
-    X509_free(cert);
+  while (X509* cert = openssl.PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    openssl.X509_STORE_add_cert(store, cert);
+    openssl.X509_free(cert);
     ++added;
   }
-  BIO_free(bio);
-  ERR_clear_error();
+  openssl.BIO_free(bio);
+  openssl.ERR_clear_error();
   if (added == 0) {
     return MakeError(ErrorCode::kInvalidArgument,
                      fmt::format("{}: no PEM certificate found", what));
@@ -70,31 +69,34 @@ Status AddPemToStore(X509_STORE* store, const std::string& pem, std::string_view
   return {};
 }
 
-Status UseCertAndKey(SSL_CTX* ctx, const std::string& cert_pem, const std::string& key_pem) {
-  BIO* cbio = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
-  X509* cert = PEM_read_bio_X509(cbio, nullptr, nullptr, nullptr);
+Status UseCertAndKey(const LibOpenSsl& openssl, SSL_CTX* ctx, const std::string& cert_pem,
+                     const std::string& key_pem) {
+  BIO* cbio = openssl.BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* cert = openssl.PEM_read_bio_X509(cbio, nullptr, nullptr, nullptr);
   if (cert == nullptr) {
-    BIO_free(cbio);
+    openssl.BIO_free(cbio);
     return MakeError(ErrorCode::kInvalidArgument, "certificate: not a PEM certificate");
   }
-  int ok = SSL_CTX_use_certificate(ctx, cert);
-  X509_free(cert);
+  int ok = openssl.SSL_CTX_use_certificate(ctx, cert);
+  openssl.X509_free(cert);
   // Remaining certificates in the PEM form the chain.
-  while (X509* extra = PEM_read_bio_X509(cbio, nullptr, nullptr, nullptr)) {
-    SSL_CTX_add_extra_chain_cert(ctx, extra);
+  while (X509* extra = openssl.PEM_read_bio_X509(cbio, nullptr, nullptr, nullptr)) {
+    // SSL_CTX_add_extra_chain_cert, a macro over SSL_CTX_ctrl; takes `extra`.
+    openssl.SSL_CTX_ctrl(ctx, SSL_CTRL_EXTRA_CHAIN_CERT, 0, extra);
   }
-  BIO_free(cbio);
-  ERR_clear_error();
-  if (ok != 1) return MakeError(ErrorCode::kInvalidArgument, "certificate: " + OpenSslErrors());
-  BIO* kbio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
-  EVP_PKEY* key = PEM_read_bio_PrivateKey(kbio, nullptr, nullptr, nullptr);
-  BIO_free(kbio);
+  openssl.BIO_free(cbio);
+  openssl.ERR_clear_error();
+  if (ok != 1)
+    return MakeError(ErrorCode::kInvalidArgument, "certificate: " + OpenSslErrors(openssl));
+  BIO* kbio = openssl.BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = openssl.PEM_read_bio_PrivateKey(kbio, nullptr, nullptr, nullptr);
+  openssl.BIO_free(kbio);
   if (key == nullptr) return MakeError(ErrorCode::kInvalidArgument, "private key: not a PEM key");
-  ok = SSL_CTX_use_PrivateKey(ctx, key);
-  EVP_PKEY_free(key);
-  if (ok != 1 || SSL_CTX_check_private_key(ctx) != 1) {
+  ok = openssl.SSL_CTX_use_PrivateKey(ctx, key);
+  openssl.EVP_PKEY_free(key);
+  if (ok != 1 || openssl.SSL_CTX_check_private_key(ctx) != 1) {
     return MakeError(ErrorCode::kInvalidArgument,
-                     "private key does not match certificate: " + OpenSslErrors());
+                     "private key does not match certificate: " + OpenSslErrors(openssl));
   }
   return {};
 }
@@ -208,55 +210,67 @@ std::string Endpoint::ToString() const {
 
 // ---------------------------------------------------------------- TlsContext
 
-TlsContext::~TlsContext() { SSL_CTX_free(ctx_); }
+// A context exists only once OpenSSL was loaded.
+TlsContext::~TlsContext() { LoadedLibOpenSsl()->SSL_CTX_free(ctx_); }
 
 Result<std::shared_ptr<TlsContext>> TlsContext::ForServer(const TlsServerConfig& config) {
-  SSL_CTX* raw = SSL_CTX_new(TLS_server_method());
-  if (raw == nullptr) return MakeError(ErrorCode::kInternal, "SSL_CTX_new: " + OpenSslErrors());
+  auto loaded = LoadLibOpenSsl("a TLS server");
+  if (!loaded) return tl::unexpected(loaded.error());
+  const LibOpenSsl& openssl = **loaded;
+  SSL_CTX* raw = openssl.SSL_CTX_new(openssl.TLS_server_method());
+  if (raw == nullptr)
+    return MakeError(ErrorCode::kInternal, "SSL_CTX_new: " + OpenSslErrors(openssl));
   std::shared_ptr<TlsContext> ctx(new TlsContext(raw));
-  SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
-  if (auto s = UseCertAndKey(raw, config.cert_pem, config.key_pem); !s)
+  openssl.SSL_CTX_ctrl(raw, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, nullptr);
+  if (auto s = UseCertAndKey(openssl, raw, config.cert_pem, config.key_pem); !s)
     return tl::unexpected(s.error());
   if (!config.client_ca_pem.empty()) {
-    if (auto s = AddPemToStore(SSL_CTX_get_cert_store(raw), config.client_ca_pem, "client CA");
+    if (auto s = AddPemToStore(openssl, openssl.SSL_CTX_get_cert_store(raw), config.client_ca_pem,
+                               "client CA");
         !s) {
       return tl::unexpected(s.error());
     }
     int mode = SSL_VERIFY_PEER;
     if (config.require_client_cert) mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
-    SSL_CTX_set_verify(raw, mode, nullptr);
+    openssl.SSL_CTX_set_verify(raw, mode, nullptr);
   }
   return ctx;
 }
 
 Result<std::shared_ptr<TlsContext>> TlsContext::ForClient(const TlsClientConfig& config) {
-  SSL_CTX* raw = SSL_CTX_new(TLS_client_method());
-  if (raw == nullptr) return MakeError(ErrorCode::kInternal, "SSL_CTX_new: " + OpenSslErrors());
+  auto loaded = LoadLibOpenSsl("a TLS client");
+  if (!loaded) return tl::unexpected(loaded.error());
+  const LibOpenSsl& openssl = **loaded;
+  SSL_CTX* raw = openssl.SSL_CTX_new(openssl.TLS_client_method());
+  if (raw == nullptr)
+    return MakeError(ErrorCode::kInternal, "SSL_CTX_new: " + OpenSslErrors(openssl));
   std::shared_ptr<TlsContext> ctx(new TlsContext(raw));
-  SSL_CTX_set_min_proto_version(raw, TLS1_2_VERSION);
+  openssl.SSL_CTX_ctrl(raw, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, nullptr);
   if (config.insecure_skip_verify) {
     ctx->verify_peer_ = false;
-    SSL_CTX_set_verify(raw, SSL_VERIFY_NONE, nullptr);
+    openssl.SSL_CTX_set_verify(raw, SSL_VERIFY_NONE, nullptr);
   } else {
-    SSL_CTX_set_verify(raw, SSL_VERIFY_PEER, nullptr);
+    openssl.SSL_CTX_set_verify(raw, SSL_VERIFY_PEER, nullptr);
     if (!config.ca_pem.empty()) {
-      if (auto s = AddPemToStore(SSL_CTX_get_cert_store(raw), config.ca_pem, "CA certificate");
+      if (auto s = AddPemToStore(openssl, openssl.SSL_CTX_get_cert_store(raw), config.ca_pem,
+                                 "CA certificate");
           !s) {
         return tl::unexpected(s.error());
       }
     } else if (!config.ca_file.empty()) {
-      if (SSL_CTX_load_verify_locations(raw, config.ca_file.c_str(), nullptr) != 1) {
+      if (openssl.SSL_CTX_load_verify_locations(raw, config.ca_file.c_str(), nullptr) != 1) {
         return MakeError(ErrorCode::kInvalidArgument,
-                         fmt::format("CA file '{}': {}", config.ca_file, OpenSslErrors()));
+                         fmt::format("CA file '{}': {}", config.ca_file, OpenSslErrors(openssl)));
       }
     }
     const bool own_cas = !config.ca_pem.empty() || !config.ca_file.empty();
-    if ((!own_cas || config.also_system_cas) && SSL_CTX_set_default_verify_paths(raw) != 1) {
-      return MakeError(ErrorCode::kInternal, "loading system CAs: " + OpenSslErrors());
+    if ((!own_cas || config.also_system_cas) &&
+        openssl.SSL_CTX_set_default_verify_paths(raw) != 1) {
+      return MakeError(ErrorCode::kInternal, "loading system CAs: " + OpenSslErrors(openssl));
     }
   }
   if (!config.client_cert_pem.empty()) {
-    if (auto s = UseCertAndKey(raw, config.client_cert_pem, config.client_key_pem); !s) {
+    if (auto s = UseCertAndKey(openssl, raw, config.client_cert_pem, config.client_key_pem); !s) {
       return tl::unexpected(s.error());
     }
   }
@@ -265,14 +279,17 @@ Result<std::shared_ptr<TlsContext>> TlsContext::ForClient(const TlsClientConfig&
 
 // ---------------------------------------------------------------- Conn
 
-void ReleaseThreadTlsState() { OPENSSL_thread_stop(); }
+void ReleaseThreadTlsState() {
+  // Nothing to free on a thread of a process that never loaded OpenSSL.
+  if (const LibOpenSsl* openssl = LoadedLibOpenSsl()) openssl->OPENSSL_thread_stop();
+}
 
 Conn::Conn(UniqueFd fd) : fd_(std::move(fd)) {}
 Conn::Conn(Conn&& o) noexcept
     : fd_(std::move(o.fd_)), ssl_(std::exchange(o.ssl_, nullptr)), cancel_fd_(o.cancel_fd_) {}
 Conn& Conn::operator=(Conn&& o) noexcept {
   if (this != &o) {
-    if (ssl_ != nullptr) SSL_free(ssl_);
+    if (ssl_ != nullptr) LoadedLibOpenSsl()->SSL_free(ssl_);
     fd_ = std::move(o.fd_);
     ssl_ = std::exchange(o.ssl_, nullptr);
     cancel_fd_ = o.cancel_fd_;
@@ -280,7 +297,7 @@ Conn& Conn::operator=(Conn&& o) noexcept {
   return *this;
 }
 Conn::~Conn() {
-  if (ssl_ != nullptr) SSL_free(ssl_);
+  if (ssl_ != nullptr) LoadedLibOpenSsl()->SSL_free(ssl_);
 }
 
 Status Conn::WaitFor(short events, Deadline deadline) {
@@ -402,34 +419,39 @@ Result<Conn> Conn::Connect(const Endpoint& endpoint, Deadline deadline) {
 
 Status Conn::StartTlsClient(const TlsContext& ctx, const std::string& server_name,
                             Deadline deadline) {
-  ssl_ = SSL_new(ctx.get());
-  if (ssl_ == nullptr) return MakeError(ErrorCode::kInternal, "SSL_new: " + OpenSslErrors());
-  SSL_set_fd(ssl_, fd_.get());
+  const LibOpenSsl& openssl = *LoadedLibOpenSsl();  // ctx exists: OpenSSL is loaded
+  ssl_ = openssl.SSL_new(ctx.get());
+  if (ssl_ == nullptr) return MakeError(ErrorCode::kInternal, "SSL_new: " + OpenSslErrors(openssl));
+  openssl.SSL_set_fd(ssl_, fd_.get());
   in6_addr v6;
   in_addr v4;
   bool is_ip = inet_pton(AF_INET, server_name.c_str(), &v4) == 1 ||
                inet_pton(AF_INET6, server_name.c_str(), &v6) == 1;
-  if (!is_ip && !server_name.empty()) SSL_set_tlsext_host_name(ssl_, server_name.c_str());
+  if (!is_ip && !server_name.empty()) {
+    // SSL_set_tlsext_host_name, a macro over SSL_ctrl.
+    openssl.SSL_ctrl(ssl_, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+                     const_cast<char*>(server_name.c_str()));
+  }
   if (ctx.verify_peer() && !server_name.empty()) {
-    X509_VERIFY_PARAM* param = SSL_get0_param(ssl_);
+    X509_VERIFY_PARAM* param = openssl.SSL_get0_param(ssl_);
     if (is_ip) {
-      X509_VERIFY_PARAM_set1_ip_asc(param, server_name.c_str());
+      openssl.X509_VERIFY_PARAM_set1_ip_asc(param, server_name.c_str());
     } else {
-      X509_VERIFY_PARAM_set1_host(param, server_name.c_str(), 0);
+      openssl.X509_VERIFY_PARAM_set1_host(param, server_name.c_str(), 0);
     }
   }
   SigpipeGuard no_sigpipe;
   for (;;) {
-    int r = SSL_connect(ssl_);
+    int r = openssl.SSL_connect(ssl_);
     if (r == 1) return {};
-    int err = SSL_get_error(ssl_, r);
+    int err = openssl.SSL_get_error(ssl_, r);
     if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
       if (auto w = WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline); !w) return w;
       continue;
     }
-    long verify = SSL_get_verify_result(ssl_);
-    std::string detail =
-        verify != X509_V_OK ? X509_verify_cert_error_string(verify) : OpenSslErrors();
+    long verify = openssl.SSL_get_verify_result(ssl_);
+    std::string detail = verify != X509_V_OK ? openssl.X509_verify_cert_error_string(verify)
+                                             : OpenSslErrors(openssl);
     // A refused certificate (chain or name) will not get better on a retry.
     return MakeError(ErrorCode::kUnavailable,
                      fmt::format("TLS handshake with '{}' failed: {}", server_name, detail),
@@ -438,30 +460,32 @@ Status Conn::StartTlsClient(const TlsContext& ctx, const std::string& server_nam
 }
 
 Status Conn::StartTlsServer(const TlsContext& ctx, Deadline deadline) {
-  ssl_ = SSL_new(ctx.get());
-  if (ssl_ == nullptr) return MakeError(ErrorCode::kInternal, "SSL_new: " + OpenSslErrors());
-  SSL_set_fd(ssl_, fd_.get());
+  const LibOpenSsl& openssl = *LoadedLibOpenSsl();  // ctx exists: OpenSSL is loaded
+  ssl_ = openssl.SSL_new(ctx.get());
+  if (ssl_ == nullptr) return MakeError(ErrorCode::kInternal, "SSL_new: " + OpenSslErrors(openssl));
+  openssl.SSL_set_fd(ssl_, fd_.get());
   SigpipeGuard no_sigpipe;
   for (;;) {
-    int r = SSL_accept(ssl_);
+    int r = openssl.SSL_accept(ssl_);
     if (r == 1) return {};
-    int err = SSL_get_error(ssl_, r);
+    int err = openssl.SSL_get_error(ssl_, r);
     if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
       if (auto w = WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline); !w) return w;
       continue;
     }
-    return MakeError(ErrorCode::kUnauthenticated, "TLS accept failed: " + OpenSslErrors());
+    return MakeError(ErrorCode::kUnauthenticated, "TLS accept failed: " + OpenSslErrors(openssl));
   }
 }
 
 Result<size_t> Conn::ReadSome(char* data, size_t size, Deadline deadline) {
   for (;;) {
     if (ssl_ != nullptr) {
-      ERR_clear_error();
+      const LibOpenSsl& openssl = *LoadedLibOpenSsl();  // ssl_ exists: OpenSSL is loaded
+      openssl.ERR_clear_error();
       SigpipeGuard no_sigpipe;
-      int r = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+      int r = openssl.SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, 1 << 30)));
       if (r > 0) return static_cast<size_t>(r);
-      int err = SSL_get_error(ssl_, r);
+      int err = openssl.SSL_get_error(ssl_, r);
       if (err == SSL_ERROR_ZERO_RETURN) return 0;
       if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
         if (auto w = WaitFor(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline); !w) {
@@ -471,7 +495,7 @@ Result<size_t> Conn::ReadSome(char* data, size_t size, Deadline deadline) {
       }
       if (err == SSL_ERROR_SYSCALL && errno == 0) return 0;  // peer closed without close_notify
       if (err == SSL_ERROR_SYSCALL) return MakeSyscallError("SSL_read", errno);
-      return MakeError(ErrorCode::kUnavailable, "TLS read failed: " + OpenSslErrors());
+      return MakeError(ErrorCode::kUnavailable, "TLS read failed: " + OpenSslErrors(openssl));
     }
     ssize_t n = ::recv(fd_.get(), data, size, 0);
     if (n >= 0) return static_cast<size_t>(n);
@@ -488,16 +512,17 @@ Status Conn::WriteAll(std::string_view data, Deadline deadline) {
   StallClock stall;
   while (!data.empty()) {
     if (ssl_ != nullptr) {
-      ERR_clear_error();
+      const LibOpenSsl& openssl = *LoadedLibOpenSsl();  // ssl_ exists: OpenSSL is loaded
+      openssl.ERR_clear_error();
       SigpipeGuard no_sigpipe;
-      int r =
-          SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
+      int r = openssl.SSL_write(ssl_, data.data(),
+                                static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
       if (r > 0) {
         data.remove_prefix(static_cast<size_t>(r));
         stall.Progress();
         continue;
       }
-      int err = SSL_get_error(ssl_, r);
+      int err = openssl.SSL_get_error(ssl_, r);
       if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
         if (auto w = WaitToWrite(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline,
                                  stall.Blocked());
@@ -507,7 +532,7 @@ Status Conn::WriteAll(std::string_view data, Deadline deadline) {
         continue;
       }
       if (err == SSL_ERROR_SYSCALL) return MakeSyscallError("SSL_write", errno ? errno : EPIPE);
-      return MakeError(ErrorCode::kUnavailable, "TLS write failed: " + OpenSslErrors());
+      return MakeError(ErrorCode::kUnavailable, "TLS write failed: " + OpenSslErrors(openssl));
     }
     ssize_t n = ::send(fd_.get(), data.data(), data.size(), MSG_NOSIGNAL);
     if (n >= 0) {
@@ -593,7 +618,7 @@ bool Conn::PeerClosed() const {
 void Conn::ShutdownWrite() {
   if (ssl_ != nullptr) {
     SigpipeGuard no_sigpipe;
-    SSL_shutdown(ssl_);
+    LoadedLibOpenSsl()->SSL_shutdown(ssl_);
   }
   ::shutdown(fd_.get(), SHUT_WR);
 }

@@ -1,28 +1,33 @@
 #include "net/token_digest.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
 #include "common/base64.h"
+#include "net/openssl_loader.h"
 
 namespace deepbox::net {
 
 std::string Sha256(std::string_view data) {
+  // Without OpenSSL, or when EVP_Digest fails (only on allocation failure),
+  // the digest is empty and matches nothing (TokenMatchesDigest compares 32
+  // bytes). The daemon loads OpenSSL when it starts with a token verifier.
+  auto loaded = LoadLibOpenSsl("SHA-256");
+  if (!loaded) return {};
+  const LibOpenSsl& openssl = **loaded;
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  // EVP_Digest fails only on allocation failure; an empty digest then
-  // matches nothing (TokenMatchesDigest compares 32 bytes).
-  if (EVP_Digest(data.data(), data.size(), out, &len, EVP_sha256(), nullptr) != 1) return {};
+  if (openssl.EVP_Digest(data.data(), data.size(), out, &len, openssl.EVP_sha256(), nullptr) != 1)
+    return {};
   return std::string(reinterpret_cast<const char*>(out), len);
 }
 
 std::string HmacSha256(std::string_view key, std::string_view data) {
+  auto loaded = LoadLibOpenSsl("HMAC-SHA-256");
+  if (!loaded) return {};
+  const LibOpenSsl& openssl = **loaded;
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-           reinterpret_cast<const unsigned char*>(data.data()), data.size(), out,
-           &len) == nullptr) {
+  if (openssl.HMAC(openssl.EVP_sha256(), key.data(), static_cast<int>(key.size()),
+                   reinterpret_cast<const unsigned char*>(data.data()), data.size(), out,
+                   &len) == nullptr) {
     return {};
   }
   return std::string(reinterpret_cast<const char*>(out), len);
@@ -65,7 +70,9 @@ std::optional<std::string> ParseTokenVerifier(std::string_view text) {
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
-  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  auto loaded = LoadLibOpenSsl("comparing secrets");
+  if (!loaded) return false;  // fail closed
+  return (*loaded)->CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 bool TokenMatchesDigest(std::string_view token, std::string_view digest) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "net/http_server.h"
+#include "net/openssl_loader.h"
 #include "sandboxd/proc/reaper.h"
 #include "sandboxd/proc/spawn.h"
 #include "sandboxd/server/daemon.h"
@@ -284,6 +285,13 @@ int main(int argc, char** argv) {
   }
   if (!config.token.empty() && !config.token_sha256_file.empty()) {
     return Fail("--token-sha256-file and --token-file/SANDBOXD_TOKEN exclude each other");
+  }
+  // Tokens are checked with OpenSSL (net/token_digest.h), which this
+  // daemon loads on first use: one that could not check them must not start.
+  if (!config.token.empty() || !config.token_sha256_file.empty()) {
+    if (auto openssl = net::LoadLibOpenSsl("checking the token"); !openssl) {
+      return Fail(openssl.error().message);
+    }
   }
   // The token must not leak into commands' environments.
   ::unsetenv("SANDBOXD_TOKEN");

@@ -136,12 +136,16 @@ class BundleTest : public ::testing::Test {
   }
 
   // The bundled daemon in its own mount namespace, chrooted into root_.
-  void StartDaemon() {
+  void StartDaemon(const std::vector<std::string>& extra_args = {}) {
     std::string proc = root_ + "/proc";
     std::string null_dev = root_ + "/dev/null";
     std::string urandom_dev = root_ + "/dev/urandom";
-    const char* argv[] = {"/deepbox/bin/deepbox-sandboxd", "--root-dir=/workspace", "--listen",
-                          "unix:/tmp/sbd.sock", nullptr};
+    std::vector<std::string> args = {"/deepbox/bin/deepbox-sandboxd", "--root-dir=/workspace",
+                                     "--listen", "unix:/tmp/sbd.sock"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = fork();
     ASSERT_GE(pid_, 0);
     if (pid_ == 0) {
@@ -153,7 +157,7 @@ class BundleTest : public ::testing::Test {
       if (mount("/dev/urandom", urandom_dev.c_str(), nullptr, MS_BIND, nullptr) != 0) _exit(123);
       if (chroot(root_.c_str()) != 0 || chdir("/") != 0) _exit(124);
       if (setgroups(0, nullptr) != 0 || setgid(1000) != 0 || setuid(1000) != 0) _exit(125);
-      execv(argv[0], const_cast<char* const*>(argv));
+      execv(argv[0], argv.data());
       _exit(127);
     }
   }
@@ -245,6 +249,42 @@ TEST_F(BundleTest, RunsInAnOtherwiseEmptyRootAsUid1000) {
   ran = sb.Exec(req);
   ASSERT_TRUE(ran) << ran.error().ToString();
   EXPECT_EQ(ran->kind, ExitKind::kSpawnFailed);
+}
+
+// The pod's daemon checks its claim's token with OpenSSL, which it dlopen()s
+// (net/openssl_loader.h): the bundle carries libssl and libcrypto although
+// ldd does not list them, and the daemon finds them there.
+TEST_F(BundleTest, ChecksTokensWithTheBundledOpenSsl) {
+  std::string bundle = root_ + "/deepbox";
+  std::string out = Capture(std::string(DEEPBOX_SOURCE_DIR) + "/deploy/k8s/bundle-sandboxd.sh " +
+                            DEEPBOX_SANDBOXD_BINARY + " " + bundle + " /deepbox 2>&1; echo rc=$?");
+  ASSERT_NE(out.find("rc=0"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(bundle + "/lib/libssl.so.3"));
+  EXPECT_TRUE(fs::exists(bundle + "/lib/libcrypto.so.3"));
+  std::ofstream(root_ + "/tmp/token") << "bundle-token\n";
+
+  StartDaemon({"--token-file=/tmp/token"});
+  std::string socket = root_ + "/tmp/sbd.sock";
+  SandboxdClientOptions owner;
+  owner.token = "bundle-token";
+  auto client = SandboxdClient::Connect("unix:" + socket, owner);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!client && std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      FAIL() << "the bundled daemon exited: status " << status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    client = SandboxdClient::Connect("unix:" + socket, owner);
+  }
+  ASSERT_TRUE(client) << client.error().ToString();
+  EXPECT_TRUE((*client)->Stat("."));
+  SandboxdClientOptions stranger;
+  stranger.token = "bundle-tokem";
+  auto refused = SandboxdClient::Connect("unix:" + socket, stranger);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kUnauthenticated) << refused.error().ToString();
 }
 
 TEST(BundleScriptTest, RejectsBadArguments) {

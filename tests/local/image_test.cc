@@ -297,8 +297,8 @@ TEST_F(ImageCliTest, TheDefaultImageComesThroughARegistryMirror) {
   EXPECT_THAT(blocked.err, HasSubstr("blocked by " + conf.string()));
 }
 
-// The daemon dlopen()s libarchive for directory copies (and libnghttp2 for
-// gRPC); on an image, whose libraries are the image's, the bundle brings
+// The daemon dlopen()s libarchive for directory copies (libnghttp2 for gRPC,
+// OpenSSL for tokens); on an image, whose libraries are the image's, the bundle brings
 // them: a tree goes in and comes back out.
 TEST_F(ImageCliTest, DirectoriesCopyBothWaysOnAnImage) {
   SandboxMeta m = CreateOn(image_);
@@ -316,6 +316,8 @@ TEST_F(ImageCliTest, DirectoriesCopyBothWaysOnAnImage) {
   r = Exec(m.id, "ls /deepbox/lib");
   EXPECT_THAT(r.out, HasSubstr("libarchive.so.13"));
   EXPECT_THAT(r.out, HasSubstr("libnghttp2.so.14"));
+  EXPECT_THAT(r.out, HasSubstr("libssl.so.3"));  // token checks (net/openssl_loader.h)
+  EXPECT_THAT(r.out, HasSubstr("libcrypto.so.3"));
 }
 
 TEST_F(ImageCliTest, AWarmPoolServesOnlyClaimsForItsImage) {

@@ -623,6 +623,28 @@ TEST(SandboxdAuthTest, TokenVerifierFileAdmitsOnlyItsToken) {
   stdfs::remove_all(dir);
 }
 
+// OpenSSL is dlopen()ed on first use (net/openssl_loader.h): a daemon
+// without a token (every local sandbox's) serves without ever loading it, one
+// with a token loads it as it starts (issue 23: one library fewer per start).
+TEST(SandboxdAuthTest, OpenSslIsLoadedOnlyToCheckTokens) {
+#if DEEPBOX_OPENSSL_LINKED
+  GTEST_SKIP() << "built with -DDEEPBOX_STATIC_OPENSSL=ON: OpenSSL is part of the binary";
+#endif
+  auto plain = ScopedSandboxd::Start({});
+  ASSERT_TRUE(plain) << plain.error().ToString();
+  ASSERT_TRUE((*plain)->client().Write("f.txt", "x", 0644));
+  ASSERT_TRUE((*plain)->client().Exec(ExecRequest{.shell = "true"}));
+  std::string maps = ReadHostFile(fmt::format("/proc/{}/maps", (*plain)->pid()));
+  ASSERT_NE(maps.find("libc.so"), std::string::npos) << maps;  // the file was read
+  EXPECT_EQ(maps.find("libssl.so"), std::string::npos) << maps;
+  EXPECT_EQ(maps.find("libcrypto.so"), std::string::npos) << maps;
+
+  auto guarded = ScopedSandboxd::Start({.token = "s3cret"});
+  ASSERT_TRUE(guarded) << guarded.error().ToString();
+  maps = ReadHostFile(fmt::format("/proc/{}/maps", (*guarded)->pid()));
+  EXPECT_NE(maps.find("libcrypto.so"), std::string::npos) << maps;
+}
+
 TEST(SandboxdAuthTest, TokenAndVerifierFileExcludeEachOther) {
   auto d = ScopedSandboxd::Start({.extra_args = {"--token-sha256-file", "/nonexistent/v"},
                                   .token = "s3cret",
