@@ -16,8 +16,10 @@ endif()
 option(DEEPBOX_STATIC_DEPS
        "Link libseccomp, nghttp2, RE2, yaml-cpp and libedit statically (faster process start)"
        ${deepbox_static_deps_default})
+# Shared, it is dlopen()ed on first use (src/net/openssl_loader.h), so no
+# process start pays for it.
 option(DEEPBOX_STATIC_OPENSSL
-       "Link OpenSSL statically too (about 1.5 ms less per process start; its security fixes then need a rebuild)"
+       "Link OpenSSL statically too (instead of dlopen()ing libssl.so.3 on first use; its security fixes then need a rebuild)"
        OFF)
 if(DEEPBOX_STATIC_OPENSSL)
   set(OPENSSL_USE_STATIC_LIBS TRUE)

@@ -21,10 +21,14 @@
 #include "common/terminal_text.h"
 #include "common/unique_fd.h"
 #include "common/user_state_dir.h"
+#include "net/openssl_loader.h"
 
 namespace deepbox::run {
 
 namespace {
+
+// OpenSSL's functions (net/openssl_loader.h: loaded on first use).
+const net::LibOpenSsl& OpenSsl() { return net::RequireLibOpenSsl(); }
 
 constexpr int kMaxSkillDepth = 16;
 constexpr size_t kMaxSkillEntries = 10000;
@@ -185,8 +189,8 @@ Status WalkSkills(int dirfd, const std::string& shown, const std::string& prefix
 
 void HashPart(EVP_MD_CTX* ctx, std::string_view tag, std::string_view data) {
   std::string head = fmt::format("{}\n{}\n", tag, data.size());
-  EVP_DigestUpdate(ctx, head.data(), head.size());
-  EVP_DigestUpdate(ctx, data.data(), data.size());
+  OpenSsl().EVP_DigestUpdate(ctx, head.data(), head.size());
+  OpenSsl().EVP_DigestUpdate(ctx, data.data(), data.size());
 }
 
 std::string Hex(const unsigned char* p, size_t n) {
@@ -217,13 +221,14 @@ std::string Quote(std::string_view a) {
 std::string Sha256Hex(std::string_view data) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
-  EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
+  OpenSsl().EVP_Digest(data.data(), data.size(), md, &n, OpenSsl().EVP_sha256(), nullptr);
   return Hex(md, n);
 }
 
 std::string ProjectInputs::Hash() const {
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  std::unique_ptr<EVP_MD_CTX, net::OpenSslFree<&net::LibOpenSsl::EVP_MD_CTX_free>> ctx(
+      OpenSsl().EVP_MD_CTX_new());
+  OpenSsl().EVP_DigestInit_ex(ctx.get(), OpenSsl().EVP_sha256(), nullptr);
   HashPart(ctx.get(), "deepbox-project-v1", dir);
   if (mcp_json) HashPart(ctx.get(), ".mcp.json", *mcp_json);
   if (memory && !memory->files.empty()) {
@@ -236,7 +241,7 @@ std::string ProjectInputs::Hash() const {
   }
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &n);
+  OpenSsl().EVP_DigestFinal_ex(ctx.get(), md, &n);
   return Hex(md, n);
 }
 

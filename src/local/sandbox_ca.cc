@@ -13,18 +13,27 @@
 
 #include "common/strings.h"
 #include "common/terminal_text.h"
+#include "net/openssl_loader.h"
 
 namespace deepbox::local {
 
 namespace {
 
-using BnPtr = std::unique_ptr<BIGNUM, OpenSslFree<BN_free>>;
-using X509NamePtr = std::unique_ptr<X509_NAME, OpenSslFree<X509_NAME_free>>;
-using X509ExtPtr = std::unique_ptr<X509_EXTENSION, OpenSslFree<X509_EXTENSION_free>>;
-using GeneralNamePtr = std::unique_ptr<GENERAL_NAME, OpenSslFree<GENERAL_NAME_free>>;
-using GeneralNamesPtr = std::unique_ptr<GENERAL_NAMES, OpenSslFree<GENERAL_NAMES_free>>;
-using NameConstraintsPtr = std::unique_ptr<NAME_CONSTRAINTS, OpenSslFree<NAME_CONSTRAINTS_free>>;
-using GeneralSubtreePtr = std::unique_ptr<GENERAL_SUBTREE, OpenSslFree<GENERAL_SUBTREE_free>>;
+// OpenSSL's functions (net/openssl_loader.h: loaded on first use).
+const net::LibOpenSsl& OpenSsl() { return net::RequireLibOpenSsl(); }
+
+using BnPtr = std::unique_ptr<BIGNUM, OpenSslFree<&net::LibOpenSsl::BN_free>>;
+using X509NamePtr = std::unique_ptr<X509_NAME, OpenSslFree<&net::LibOpenSsl::X509_NAME_free>>;
+using X509ExtPtr =
+    std::unique_ptr<X509_EXTENSION, OpenSslFree<&net::LibOpenSsl::X509_EXTENSION_free>>;
+using GeneralNamePtr =
+    std::unique_ptr<GENERAL_NAME, OpenSslFree<&net::LibOpenSsl::GENERAL_NAME_free>>;
+using GeneralNamesPtr =
+    std::unique_ptr<GENERAL_NAMES, OpenSslFree<&net::LibOpenSsl::GENERAL_NAMES_free>>;
+using NameConstraintsPtr =
+    std::unique_ptr<NAME_CONSTRAINTS, OpenSslFree<&net::LibOpenSsl::NAME_CONSTRAINTS_free>>;
+using GeneralSubtreePtr =
+    std::unique_ptr<GENERAL_SUBTREE, OpenSslFree<&net::LibOpenSsl::GENERAL_SUBTREE_free>>;
 
 constexpr time_t kSecondsPerHour = 3600;
 constexpr time_t kSecondsPerDay = 24 * kSecondsPerHour;
@@ -91,22 +100,23 @@ std::string_view SubtreeOf(std::string_view name) {
 }
 
 Status SetRandomSerial(X509* cert) {
-  BnPtr bn(BN_new());
+  BnPtr bn(OpenSsl().BN_new());
   if (!bn) return OpenSslFailure("BN_new");
   do {
-    if (BN_rand(bn.get(), 128, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) != 1) {
+    if (OpenSsl().BN_rand(bn.get(), 128, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) != 1) {
       return OpenSslFailure("BN_rand");
     }
-  } while (BN_is_zero(bn.get()));
-  if (BN_to_ASN1_INTEGER(bn.get(), X509_get_serialNumber(cert)) == nullptr) {
+  } while (OpenSsl().BN_is_zero(bn.get()));
+  if (OpenSsl().BN_to_ASN1_INTEGER(bn.get(), OpenSsl().X509_get_serialNumber(cert)) == nullptr) {
     return OpenSslFailure("BN_to_ASN1_INTEGER");
   }
   return {};
 }
 
 Status SetValidity(X509* cert, time_t not_before, time_t not_after) {
-  if (X509_time_adj_ex(X509_getm_notBefore(cert), 0, 0, &not_before) == nullptr ||
-      X509_time_adj_ex(X509_getm_notAfter(cert), 0, 0, &not_after) == nullptr) {
+  if (OpenSsl().X509_time_adj_ex(OpenSsl().X509_getm_notBefore(cert), 0, 0, &not_before) ==
+          nullptr ||
+      OpenSsl().X509_time_adj_ex(OpenSsl().X509_getm_notAfter(cert), 0, 0, &not_after) == nullptr) {
     return OpenSslFailure("X509_time_adj_ex");
   }
   return {};
@@ -117,23 +127,24 @@ Status SetValidity(X509* cert, time_t not_before, time_t not_after) {
 Status AddExtension(X509* cert, X509* issuer, int nid, const char* value) {
   X509V3_CTX ctx;
   X509V3_set_ctx_nodb(&ctx);
-  X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
-  X509ExtPtr ext(X509V3_EXT_conf_nid(nullptr, &ctx, nid, value));
+  OpenSsl().X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
+  X509ExtPtr ext(OpenSsl().X509V3_EXT_conf_nid(nullptr, &ctx, nid, value));
   if (!ext)
-    return OpenSslFailure(fmt::format("X509V3_EXT_conf_nid({}={})", OBJ_nid2sn(nid), value));
-  if (X509_add_ext(cert, ext.get(), -1) != 1) return OpenSslFailure("X509_add_ext");
+    return OpenSslFailure(
+        fmt::format("X509V3_EXT_conf_nid({}={})", OpenSsl().OBJ_nid2sn(nid), value));
+  if (OpenSsl().X509_add_ext(cert, ext.get(), -1) != 1) return OpenSslFailure("X509_add_ext");
   return {};
 }
 
 Result<GeneralNamePtr> DnsGeneralName(std::string_view name) {
-  GeneralNamePtr gn(GENERAL_NAME_new());
-  ASN1_IA5STRING* ia5 = ASN1_IA5STRING_new();
+  GeneralNamePtr gn(OpenSsl().GENERAL_NAME_new());
+  ASN1_IA5STRING* ia5 = OpenSsl().ASN1_IA5STRING_new();
   if (!gn || ia5 == nullptr) {
-    ASN1_IA5STRING_free(ia5);
+    OpenSsl().ASN1_IA5STRING_free(ia5);
     return OpenSslFailure("GENERAL_NAME_new");
   }
-  GENERAL_NAME_set0_value(gn.get(), GEN_DNS, ia5);
-  if (ASN1_STRING_set(ia5, name.data(), static_cast<int>(name.size())) != 1) {
+  OpenSsl().GENERAL_NAME_set0_value(gn.get(), GEN_DNS, ia5);
+  if (OpenSsl().ASN1_STRING_set(ia5, name.data(), static_cast<int>(name.size())) != 1) {
     return OpenSslFailure("ASN1_STRING_set");
   }
   return gn;
@@ -142,25 +153,26 @@ Result<GeneralNamePtr> DnsGeneralName(std::string_view name) {
 // An iPAddress GeneralName of `bytes` raw bytes (an address, or an address
 // and its mask in a name constraint).
 Result<GeneralNamePtr> IpGeneralName(const unsigned char* bytes, size_t size) {
-  GeneralNamePtr gn(GENERAL_NAME_new());
-  ASN1_OCTET_STRING* octets = ASN1_OCTET_STRING_new();
+  GeneralNamePtr gn(OpenSsl().GENERAL_NAME_new());
+  ASN1_OCTET_STRING* octets = OpenSsl().ASN1_OCTET_STRING_new();
   if (!gn || octets == nullptr) {
-    ASN1_OCTET_STRING_free(octets);
+    OpenSsl().ASN1_OCTET_STRING_free(octets);
     return OpenSslFailure("GENERAL_NAME_new");
   }
-  GENERAL_NAME_set0_value(gn.get(), GEN_IPADD, octets);
-  if (ASN1_OCTET_STRING_set(octets, bytes, static_cast<int>(size)) != 1) {
+  OpenSsl().GENERAL_NAME_set0_value(gn.get(), GEN_IPADD, octets);
+  if (OpenSsl().ASN1_OCTET_STRING_set(octets, bytes, static_cast<int>(size)) != 1) {
     return OpenSslFailure("ASN1_OCTET_STRING_set");
   }
   return gn;
 }
 
 Status PushSubtree(STACK_OF(GENERAL_SUBTREE) * list, GeneralNamePtr base) {
-  GeneralSubtreePtr subtree(GENERAL_SUBTREE_new());
+  GeneralSubtreePtr subtree(OpenSsl().GENERAL_SUBTREE_new());
   if (!subtree) return OpenSslFailure("GENERAL_SUBTREE_new");
-  GENERAL_NAME_free(subtree->base);
+  OpenSsl().GENERAL_NAME_free(subtree->base);
   subtree->base = base.release();
-  if (sk_GENERAL_SUBTREE_push(list, subtree.get()) == 0)
+  // sk_GENERAL_SUBTREE_push, an inline function over OPENSSL_sk_push.
+  if (OpenSsl().OPENSSL_sk_push(reinterpret_cast<OPENSSL_STACK*>(list), subtree.get()) == 0)
     return OpenSslFailure("sk_GENERAL_SUBTREE_push");
   subtree.release();
   return {};
@@ -168,10 +180,13 @@ Status PushSubtree(STACK_OF(GENERAL_SUBTREE) * list, GeneralNamePtr base) {
 
 // Critical nameConstraints: permitted DNS subtrees, every IP address excluded.
 Status AddNameConstraints(X509* cert, const std::vector<std::string>& names) {
-  NameConstraintsPtr nc(NAME_CONSTRAINTS_new());
+  NameConstraintsPtr nc(OpenSsl().NAME_CONSTRAINTS_new());
   if (!nc) return OpenSslFailure("NAME_CONSTRAINTS_new");
-  nc->permittedSubtrees = sk_GENERAL_SUBTREE_new_null();
-  nc->excludedSubtrees = sk_GENERAL_SUBTREE_new_null();
+  // sk_GENERAL_SUBTREE_new_null, an inline function over OPENSSL_sk_new_null.
+  nc->permittedSubtrees =
+      reinterpret_cast<STACK_OF(GENERAL_SUBTREE)*>(OpenSsl().OPENSSL_sk_new_null());
+  nc->excludedSubtrees =
+      reinterpret_cast<STACK_OF(GENERAL_SUBTREE)*>(OpenSsl().OPENSSL_sk_new_null());
   if (nc->permittedSubtrees == nullptr || nc->excludedSubtrees == nullptr) {
     return OpenSslFailure("sk_GENERAL_SUBTREE_new_null");
   }
@@ -191,23 +206,25 @@ Status AddNameConstraints(X509* cert, const std::vector<std::string>& names) {
     if (!gn) return tl::unexpected(gn.error());
     if (auto s = PushSubtree(nc->excludedSubtrees, std::move(*gn)); !s) return s;
   }
-  if (X509_add1_ext_i2d(cert, NID_name_constraints, nc.get(), 1, X509V3_ADD_DEFAULT) != 1) {
+  if (OpenSsl().X509_add1_ext_i2d(cert, NID_name_constraints, nc.get(), 1, X509V3_ADD_DEFAULT) !=
+      1) {
     return OpenSslFailure("X509_add1_ext_i2d(nameConstraints)");
   }
   return {};
 }
 
 Result<std::string> CertPem(X509* cert) {
-  BioPtr bio(BIO_new(BIO_s_mem()));
+  BioPtr bio(OpenSsl().BIO_new(OpenSsl().BIO_s_mem()));
   if (!bio) return OpenSslFailure("BIO_new");
-  if (PEM_write_bio_X509(bio.get(), cert) != 1) return OpenSslFailure("PEM_write_bio_X509");
+  if (OpenSsl().PEM_write_bio_X509(bio.get(), cert) != 1)
+    return OpenSslFailure("PEM_write_bio_X509");
   BUF_MEM* mem = nullptr;
-  BIO_get_mem_ptr(bio.get(), &mem);
+  OpenSsl().BIO_ctrl(bio.get(), BIO_C_GET_BUF_MEM_PTR, 0, &mem);  // BIO_get_mem_ptr, a macro
   return std::string(mem->data, mem->length);
 }
 
 Result<EvpPkeyPtr> NewP256Key() {
-  EvpPkeyPtr key(EVP_EC_gen("P-256"));
+  EvpPkeyPtr key(OpenSsl().EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256"));  // EVP_EC_gen
   if (!key) return OpenSslFailure("EVP_EC_gen(P-256)");
   return key;
 }
@@ -223,7 +240,9 @@ int DupAlpn(CRYPTO_EX_DATA*, const CRYPTO_EX_DATA*, void** from_d, int, long, vo
   return 1;
 }
 int AlpnIndex() {
-  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, DupAlpn, FreeAlpn);
+  // SSL_get_ex_new_index, a macro over CRYPTO_get_ex_new_index.
+  static const int index = OpenSsl().CRYPTO_get_ex_new_index(CRYPTO_EX_INDEX_SSL, 0, nullptr,
+                                                             nullptr, DupAlpn, FreeAlpn);
   return index;
 }
 
@@ -231,7 +250,7 @@ int SelectAlpn(SSL* ssl, const unsigned char** out, unsigned char* outlen, const
                unsigned int inlen, void*) {
   int index = AlpnIndex();
   if (index < 0) return SSL_TLSEXT_ERR_NOACK;
-  const auto* want = static_cast<const std::string*>(SSL_get_ex_data(ssl, index));
+  const auto* want = static_cast<const std::string*>(OpenSsl().SSL_get_ex_data(ssl, index));
   if (want == nullptr) return SSL_TLSEXT_ERR_NOACK;
   for (unsigned int at = 0; at < inlen;) {
     unsigned int len = in[at];
@@ -250,9 +269,9 @@ int SelectAlpn(SSL* ssl, const unsigned char** out, unsigned char* outlen, const
 
 std::string DrainOpenSslErrors() {
   std::string out;
-  while (unsigned long e = ERR_get_error()) {
+  while (unsigned long e = OpenSsl().ERR_get_error()) {
     char buf[256];
-    ERR_error_string_n(e, buf, sizeof buf);
+    OpenSsl().ERR_error_string_n(e, buf, sizeof buf);
     if (!out.empty()) out += "; ";
     out += buf;
   }
@@ -288,34 +307,37 @@ Result<std::unique_ptr<SandboxCa>> SandboxCa::Create(std::string_view label,
   if (!leaf_key) return tl::unexpected(leaf_key.error());
   ca->leaf_key_ = std::move(*leaf_key);
 
-  X509Ptr cert(X509_new());
+  X509Ptr cert(OpenSsl().X509_new());
   if (!cert) return OpenSslFailure("X509_new");
   X509* x = cert.get();
-  if (X509_set_version(x, X509_VERSION_3) != 1) return OpenSslFailure("X509_set_version");
+  if (OpenSsl().X509_set_version(x, X509_VERSION_3) != 1) return OpenSslFailure("X509_set_version");
   if (auto s = SetRandomSerial(x); !s) return tl::unexpected(s.error());
   const time_t now = ca->Now();
   ca->ca_not_after_ = now + kSandboxCaValidityDays * kSecondsPerDay;
   if (auto s = SetValidity(x, now - kSecondsPerHour, ca->ca_not_after_); !s) {
     return tl::unexpected(s.error());
   }
-  X509NamePtr subject(X509_NAME_new());
+  X509NamePtr subject(OpenSsl().X509_NAME_new());
   const std::string cn = fmt::format("deepbox sandbox {} secrets CA", label);
-  if (!subject || X509_NAME_add_entry_by_NID(subject.get(), NID_commonName, MBSTRING_UTF8,
-                                             reinterpret_cast<const unsigned char*>(cn.c_str()), -1,
-                                             -1, 0) != 1) {
+  if (!subject || OpenSsl().X509_NAME_add_entry_by_NID(
+                      subject.get(), NID_commonName, MBSTRING_UTF8,
+                      reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0) != 1) {
     return OpenSslFailure("X509_NAME_add_entry_by_NID(CN)");
   }
-  if (X509_set_subject_name(x, subject.get()) != 1 || X509_set_issuer_name(x, subject.get()) != 1) {
+  if (OpenSsl().X509_set_subject_name(x, subject.get()) != 1 ||
+      OpenSsl().X509_set_issuer_name(x, subject.get()) != 1) {
     return OpenSslFailure("X509_set_subject_name");
   }
-  if (X509_set_pubkey(x, ca->ca_key_.get()) != 1) return OpenSslFailure("X509_set_pubkey");
+  if (OpenSsl().X509_set_pubkey(x, ca->ca_key_.get()) != 1)
+    return OpenSslFailure("X509_set_pubkey");
   for (auto [nid, value] : {std::pair{NID_basic_constraints, "critical,CA:TRUE,pathlen:0"},
                             std::pair{NID_key_usage, "critical,keyCertSign,cRLSign"},
                             std::pair{NID_subject_key_identifier, "hash"}}) {
     if (auto s = AddExtension(x, x, nid, value); !s) return tl::unexpected(s.error());
   }
   if (auto s = AddNameConstraints(x, ca->names_); !s) return tl::unexpected(s.error());
-  if (X509_sign(x, ca->ca_key_.get(), EVP_sha256()) == 0) return OpenSslFailure("X509_sign(CA)");
+  if (OpenSsl().X509_sign(x, ca->ca_key_.get(), OpenSsl().EVP_sha256()) == 0)
+    return OpenSslFailure("X509_sign(CA)");
   auto pem = CertPem(x);
   if (!pem) return tl::unexpected(pem.error());
   ca->cert_pem_ = std::move(*pem);
@@ -329,26 +351,26 @@ time_t SandboxCa::Now() const { return time(nullptr) + clock_offset_s_.load(); }
 
 Result<X509Ptr> SandboxCa::MintLeaf(const std::string& host, time_t now, time_t not_after) {
   const bool ip = IsIpAddressText(host);
-  X509Ptr cert(X509_new());
+  X509Ptr cert(OpenSsl().X509_new());
   if (!cert) return OpenSslFailure("X509_new");
   X509* x = cert.get();
-  if (X509_set_version(x, X509_VERSION_3) != 1) return OpenSslFailure("X509_set_version");
+  if (OpenSsl().X509_set_version(x, X509_VERSION_3) != 1) return OpenSslFailure("X509_set_version");
   if (auto s = SetRandomSerial(x); !s) return tl::unexpected(s.error());
   if (auto s = SetValidity(x, now - kSecondsPerHour, not_after); !s) {
     return tl::unexpected(s.error());
   }
-  if (X509_set_issuer_name(x, X509_get_subject_name(ca_cert_.get())) != 1) {
+  if (OpenSsl().X509_set_issuer_name(x, OpenSsl().X509_get_subject_name(ca_cert_.get())) != 1) {
     return OpenSslFailure("X509_set_issuer_name");
   }
   // CN=<host> where it fits CN's 64 characters; else (and for an address) an
   // empty subject, which RFC 5280 allows with a critical SAN.
   const bool with_cn = !ip && host.size() <= 64;
-  if (with_cn && X509_NAME_add_entry_by_NID(X509_get_subject_name(x), NID_commonName, MBSTRING_UTF8,
-                                            reinterpret_cast<const unsigned char*>(host.c_str()),
-                                            -1, -1, 0) != 1) {
+  if (with_cn && OpenSsl().X509_NAME_add_entry_by_NID(
+                     OpenSsl().X509_get_subject_name(x), NID_commonName, MBSTRING_UTF8,
+                     reinterpret_cast<const unsigned char*>(host.c_str()), -1, -1, 0) != 1) {
     return OpenSslFailure("X509_NAME_add_entry_by_NID(CN)");
   }
-  if (X509_set_pubkey(x, leaf_key_.get()) != 1) return OpenSslFailure("X509_set_pubkey");
+  if (OpenSsl().X509_set_pubkey(x, leaf_key_.get()) != 1) return OpenSslFailure("X509_set_pubkey");
   for (auto [nid, value] :
        {std::pair{NID_basic_constraints, "critical,CA:FALSE"},
         std::pair{NID_key_usage, "critical,digitalSignature"},
@@ -356,7 +378,7 @@ Result<X509Ptr> SandboxCa::MintLeaf(const std::string& host, time_t now, time_t 
         std::pair{NID_authority_key_identifier, "keyid:always"}}) {
     if (auto s = AddExtension(x, ca_cert_.get(), nid, value); !s) return tl::unexpected(s.error());
   }
-  GeneralNamesPtr san(GENERAL_NAMES_new());
+  GeneralNamesPtr san(OpenSsl().GENERAL_NAMES_new());
   if (!san) return OpenSslFailure("GENERAL_NAMES_new");
   Result<GeneralNamePtr> gn;
   if (ip) {
@@ -368,15 +390,18 @@ Result<X509Ptr> SandboxCa::MintLeaf(const std::string& host, time_t now, time_t 
     gn = DnsGeneralName(host);
   }
   if (!gn) return tl::unexpected(gn.error());
-  if (sk_GENERAL_NAME_push(san.get(), gn->get()) == 0) {
+  // sk_GENERAL_NAME_push, an inline function over OPENSSL_sk_push.
+  if (OpenSsl().OPENSSL_sk_push(reinterpret_cast<OPENSSL_STACK*>(san.get()), gn->get()) == 0) {
     return OpenSslFailure("sk_GENERAL_NAME_push");
   }
   gn->release();
   const int crit = with_cn ? 0 : 1;
-  if (X509_add1_ext_i2d(x, NID_subject_alt_name, san.get(), crit, X509V3_ADD_DEFAULT) != 1) {
+  if (OpenSsl().X509_add1_ext_i2d(x, NID_subject_alt_name, san.get(), crit, X509V3_ADD_DEFAULT) !=
+      1) {
     return OpenSslFailure("X509_add1_ext_i2d(subjectAltName)");
   }
-  if (X509_sign(x, ca_key_.get(), EVP_sha256()) == 0) return OpenSslFailure("X509_sign(leaf)");
+  if (OpenSsl().X509_sign(x, ca_key_.get(), OpenSsl().EVP_sha256()) == 0)
+    return OpenSslFailure("X509_sign(leaf)");
   return cert;
 }
 
@@ -428,28 +453,30 @@ Result<std::shared_ptr<SSL_CTX>> SandboxCa::ServerContext(std::string_view host_
   auto leaf = MintLeaf(host, now, not_after);
   if (!leaf) return tl::unexpected(leaf.error());
 
-  SslCtxPtr ctx(SSL_CTX_new(TLS_server_method()));
+  SslCtxPtr ctx(OpenSsl().SSL_CTX_new(OpenSsl().TLS_server_method()));
   if (!ctx) return OpenSslFailure("SSL_CTX_new");
   SSL_CTX* c = ctx.get();
-  if (SSL_CTX_set_min_proto_version(c, TLS1_2_VERSION) != 1) {
+  // SSL_CTX_set_min_proto_version, a macro over SSL_CTX_ctrl.
+  if (OpenSsl().SSL_CTX_ctrl(c, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, nullptr) != 1) {
     return OpenSslFailure("SSL_CTX_set_min_proto_version");
   }
   // Our preference, except that a client putting ChaCha20 first (no AES
   // instructions) gets it.
-  SSL_CTX_set_options(
+  OpenSsl().SSL_CTX_set_options(
       c, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE | SSL_OP_PRIORITIZE_CHACHA);
-  if (SSL_CTX_set_ciphersuites(c, kInterceptCipherSuites) != 1) {
+  if (OpenSsl().SSL_CTX_set_ciphersuites(c, kInterceptCipherSuites) != 1) {
     return OpenSslFailure("SSL_CTX_set_ciphersuites");
   }
-  if (SSL_CTX_use_certificate(c, leaf->get()) != 1)
+  if (OpenSsl().SSL_CTX_use_certificate(c, leaf->get()) != 1)
     return OpenSslFailure("SSL_CTX_use_certificate");
-  if (SSL_CTX_use_PrivateKey(c, leaf_key_.get()) != 1)
+  if (OpenSsl().SSL_CTX_use_PrivateKey(c, leaf_key_.get()) != 1)
     return OpenSslFailure("SSL_CTX_use_PrivateKey");
-  if (SSL_CTX_check_private_key(c) != 1) return OpenSslFailure("SSL_CTX_check_private_key");
+  if (OpenSsl().SSL_CTX_check_private_key(c) != 1)
+    return OpenSslFailure("SSL_CTX_check_private_key");
   if (AlpnIndex() < 0) return OpenSslFailure("SSL_get_ex_new_index");
-  SSL_CTX_set_alpn_select_cb(c, SelectAlpn, nullptr);
+  OpenSsl().SSL_CTX_set_alpn_select_cb(c, SelectAlpn, nullptr);
 
-  std::shared_ptr<SSL_CTX> shared(ctx.release(), SSL_CTX_free);
+  std::shared_ptr<SSL_CTX> shared(ctx.release(), OpenSslFree<&net::LibOpenSsl::SSL_CTX_free>());
   if (it != cache_.end()) {
     it->second = {shared, not_after, ++minted_};
     return shared;
@@ -472,47 +499,52 @@ Status SetServerAlpn(SSL* ssl, std::string_view proto) {
   int index = AlpnIndex();
   if (index < 0) return OpenSslFailure("SSL_get_ex_new_index");
   auto owned = proto.empty() ? nullptr : std::make_unique<std::string>(proto);
-  auto* old = static_cast<std::string*>(SSL_get_ex_data(ssl, index));
-  if (SSL_set_ex_data(ssl, index, owned.get()) != 1) return OpenSslFailure("SSL_set_ex_data");
+  auto* old = static_cast<std::string*>(OpenSsl().SSL_get_ex_data(ssl, index));
+  if (OpenSsl().SSL_set_ex_data(ssl, index, owned.get()) != 1)
+    return OpenSslFailure("SSL_set_ex_data");
   owned.release();
   delete old;
   return {};
 }
 
 Result<std::shared_ptr<SSL_CTX>> UpstreamTlsContext(const std::string& ca_file) {
-  SslCtxPtr ctx(SSL_CTX_new(TLS_client_method()));
+  SslCtxPtr ctx(OpenSsl().SSL_CTX_new(OpenSsl().TLS_client_method()));
   if (!ctx) return OpenSslFailure("SSL_CTX_new");
-  if (SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION) != 1) {
+  // SSL_CTX_set_min_proto_version, a macro over SSL_CTX_ctrl.
+  if (OpenSsl().SSL_CTX_ctrl(ctx.get(), SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, nullptr) !=
+      1) {
     return OpenSslFailure("SSL_CTX_set_min_proto_version");
   }
-  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
-  if (SSL_CTX_set_ciphersuites(ctx.get(), kInterceptCipherSuites) != 1) {
+  OpenSsl().SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  if (OpenSsl().SSL_CTX_set_ciphersuites(ctx.get(), kInterceptCipherSuites) != 1) {
     return OpenSslFailure("SSL_CTX_set_ciphersuites");
   }
   if (ca_file.empty()) {
-    if (SSL_CTX_set_default_verify_paths(ctx.get()) != 1) {
+    if (OpenSsl().SSL_CTX_set_default_verify_paths(ctx.get()) != 1) {
       return OpenSslFailure("SSL_CTX_set_default_verify_paths");
     }
-  } else if (SSL_CTX_load_verify_locations(ctx.get(), ca_file.c_str(), nullptr) != 1) {
+  } else if (OpenSsl().SSL_CTX_load_verify_locations(ctx.get(), ca_file.c_str(), nullptr) != 1) {
     return OpenSslFailure(fmt::format("SSL_CTX_load_verify_locations({})", ca_file),
                           ErrorCode::kInvalidArgument);
   }
-  return std::shared_ptr<SSL_CTX>(ctx.release(), SSL_CTX_free);
+  return std::shared_ptr<SSL_CTX>(ctx.release(), OpenSslFree<&net::LibOpenSsl::SSL_CTX_free>());
 }
 
 Status PrepareUpstream(SSL* ssl, const std::string& host, const std::vector<std::string>& alpn) {
   if (host.empty()) return MakeError(ErrorCode::kInvalidArgument, "upstream TLS: no host name");
   if (IsIpAddressText(host)) {
     // No SNI for an address (RFC 6066); its certificate must name it.
-    if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str()) != 1) {
+    if (OpenSsl().X509_VERIFY_PARAM_set1_ip_asc(OpenSsl().SSL_get0_param(ssl), host.c_str()) != 1) {
       return OpenSslFailure(fmt::format("X509_VERIFY_PARAM_set1_ip_asc({})", host));
     }
   } else {
-    if (SSL_set_tlsext_host_name(ssl, host.c_str()) != 1) {
+    // SSL_set_tlsext_host_name, a macro over SSL_ctrl.
+    if (OpenSsl().SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+                           const_cast<char*>(host.c_str())) != 1) {
       return OpenSslFailure(fmt::format("SSL_set_tlsext_host_name({})", host));
     }
-    SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-    if (SSL_set1_host(ssl, host.c_str()) != 1) {
+    OpenSsl().SSL_set_hostflags(ssl, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    if (OpenSsl().SSL_set1_host(ssl, host.c_str()) != 1) {
       return OpenSslFailure(fmt::format("SSL_set1_host({})", host));
     }
   }
@@ -527,8 +559,8 @@ Status PrepareUpstream(SSL* ssl, const std::string& host, const std::vector<std:
     wire += proto;
   }
   // 0 is success here.
-  if (SSL_set_alpn_protos(ssl, reinterpret_cast<const unsigned char*>(wire.data()),
-                          static_cast<unsigned int>(wire.size())) != 0) {
+  if (OpenSsl().SSL_set_alpn_protos(ssl, reinterpret_cast<const unsigned char*>(wire.data()),
+                                    static_cast<unsigned int>(wire.size())) != 0) {
     return OpenSslFailure("SSL_set_alpn_protos");
   }
   return {};
@@ -536,17 +568,17 @@ Status PrepareUpstream(SSL* ssl, const std::string& host, const std::vector<std:
 
 Error TlsHandshakeError(SSL* ssl, int ret, std::string_view call) {
   const int saved_errno = errno;
-  const int err = SSL_get_error(ssl, ret);
-  const long verify = SSL_get_verify_result(ssl);
+  const int err = OpenSsl().SSL_get_error(ssl, ret);
+  const long verify = OpenSsl().SSL_get_verify_result(ssl);
   if (verify != X509_V_OK) {
-    ERR_clear_error();  // "certificate verify failed": said better below
+    OpenSsl().ERR_clear_error();  // "certificate verify failed": said better below
     return Error(ErrorCode::kUnavailable,
                  fmt::format("{}: certificate verify failed: {} (X509_V_ERR {})", call,
-                             X509_verify_cert_error_string(verify), verify),
+                             OpenSsl().X509_verify_cert_error_string(verify), verify),
                  std::string(kReasonTlsCertificate));
   }
   std::string detail;
-  if (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+  if (err == SSL_ERROR_SYSCALL && OpenSsl().ERR_peek_error() == 0) {
     detail = saved_errno != 0 ? SyscallError("read/write", saved_errno).message
                               : "the peer closed the connection";
   } else if (err == SSL_ERROR_ZERO_RETURN) {

@@ -106,24 +106,20 @@
 #include <vector>
 
 #include "common/error.h"
+#include "net/openssl_loader.h"
 
 namespace deepbox::local {
 
-// RAII for OpenSSL objects: std::unique_ptr<T, OpenSslFree<T_free>>.
-template <auto Free>
-struct OpenSslFree {
-  template <typename T>
-  void operator()(T* p) const {
-    Free(p);
-  }
-};
-using X509Ptr = std::unique_ptr<X509, OpenSslFree<X509_free>>;
-using EvpPkeyPtr = std::unique_ptr<EVP_PKEY, OpenSslFree<EVP_PKEY_free>>;
-using SslCtxPtr = std::unique_ptr<SSL_CTX, OpenSslFree<SSL_CTX_free>>;
-using SslPtr = std::unique_ptr<SSL, OpenSslFree<SSL_free>>;
-using BioPtr = std::unique_ptr<BIO, OpenSslFree<BIO_free_all>>;
-using X509StorePtr = std::unique_ptr<X509_STORE, OpenSslFree<X509_STORE_free>>;
-using X509StoreCtxPtr = std::unique_ptr<X509_STORE_CTX, OpenSslFree<X509_STORE_CTX_free>>;
+// RAII for OpenSSL objects (net/openssl_loader.h: OpenSSL is loaded on first use).
+using net::OpenSslFree;
+using X509Ptr = std::unique_ptr<X509, OpenSslFree<&net::LibOpenSsl::X509_free>>;
+using EvpPkeyPtr = std::unique_ptr<EVP_PKEY, OpenSslFree<&net::LibOpenSsl::EVP_PKEY_free>>;
+using SslCtxPtr = std::unique_ptr<SSL_CTX, OpenSslFree<&net::LibOpenSsl::SSL_CTX_free>>;
+using SslPtr = std::unique_ptr<SSL, OpenSslFree<&net::LibOpenSsl::SSL_free>>;
+using BioPtr = std::unique_ptr<BIO, OpenSslFree<&net::LibOpenSsl::BIO_free_all>>;
+using X509StorePtr = std::unique_ptr<X509_STORE, OpenSslFree<&net::LibOpenSsl::X509_STORE_free>>;
+using X509StoreCtxPtr =
+    std::unique_ptr<X509_STORE_CTX, OpenSslFree<&net::LibOpenSsl::X509_STORE_CTX_free>>;
 
 inline constexpr size_t kServerContextCacheSize = 256;
 inline constexpr int kSandboxCaValidityDays = 400;

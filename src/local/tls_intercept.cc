@@ -13,10 +13,14 @@
 
 #include "common/strings.h"
 #include "local/egress_proxy.h"
+#include "net/openssl_loader.h"
 
 namespace deepbox::local {
 
 namespace {
+
+// OpenSSL's functions (net/openssl_loader.h: loaded on first use).
+const net::LibOpenSsl& OpenSsl() { return net::RequireLibOpenSsl(); }
 
 constexpr size_t kHighWater = 1u << 20;    // ciphertext queued for one socket
 constexpr size_t kReadAhead = 256u << 10;  // ciphertext read from a socket, not yet decrypted
@@ -67,24 +71,26 @@ struct Leg {
   bool wr_shut = false;     // shutdown(SHUT_WR) done
 
   Status Init(SSL_CTX* ctx, bool server) {
-    ssl.reset(SSL_new(ctx));
+    ssl.reset(OpenSsl().SSL_new(ctx));
     if (!ssl) return MakeError(ErrorCode::kInternal, "SSL_new failed");
-    rbio = BIO_new(BIO_s_mem());
-    wbio = BIO_new(BIO_s_mem());
+    rbio = OpenSsl().BIO_new(OpenSsl().BIO_s_mem());
+    wbio = OpenSsl().BIO_new(OpenSsl().BIO_s_mem());
     if (!rbio || !wbio) {
-      BIO_free(rbio);
-      BIO_free(wbio);
+      OpenSsl().BIO_free(rbio);
+      OpenSsl().BIO_free(wbio);
       return MakeError(ErrorCode::kInternal, "BIO_new failed");
     }
-    BIO_set_mem_eof_return(rbio, -1);  // empty = "retry", until the socket's EOF
-    SSL_set_bio(ssl.get(), rbio, wbio);
+    // BIO_set_mem_eof_return (a macro over BIO_ctrl): empty = "retry", until
+    // the socket's EOF.
+    OpenSsl().BIO_ctrl(rbio, BIO_C_SET_BUF_MEM_EOF_RETURN, -1, nullptr);
+    OpenSsl().SSL_set_bio(ssl.get(), rbio, wbio);
     // A peer closing its socket without close_notify is an end, not an
     // error: most HTTP clients do that.
-    SSL_set_options(ssl.get(), SSL_OP_IGNORE_UNEXPECTED_EOF);
+    OpenSsl().SSL_set_options(ssl.get(), SSL_OP_IGNORE_UNEXPECTED_EOF);
     if (server) {
-      SSL_set_accept_state(ssl.get());
+      OpenSsl().SSL_set_accept_state(ssl.get());
     } else {
-      SSL_set_connect_state(ssl.get());
+      OpenSsl().SSL_set_connect_state(ssl.get());
     }
     return {};
   }
@@ -94,16 +100,17 @@ struct Leg {
   bool ReadSocket() {
     char buf[32768];
     for (;;) {
-      if (!tls_closed && BIO_ctrl_pending(rbio) >= kReadAhead) return true;
+      if (!tls_closed && OpenSsl().BIO_ctrl_pending(rbio) >= kReadAhead) return true;
       ssize_t n = recv(fd, buf, sizeof(buf), 0);
       if (n > 0) {
-        if (!tls_closed) BIO_write(rbio, buf, static_cast<int>(n));  // else never read: dropped
+        if (!tls_closed)
+          OpenSsl().BIO_write(rbio, buf, static_cast<int>(n));  // else never read: dropped
         if (static_cast<size_t>(n) < sizeof(buf)) return true;
         continue;
       }
       if (n == 0) {
         sock_eof = true;
-        BIO_set_mem_eof_return(rbio, 0);
+        OpenSsl().BIO_ctrl(rbio, BIO_C_SET_BUF_MEM_EOF_RETURN, 0, nullptr);
         return true;
       }
       if (errno == EINTR) continue;
@@ -114,10 +121,10 @@ struct Leg {
   // buffer, which is then emptied (one copy, not two).
   void CollectOut() {
     char* data = nullptr;
-    long n = BIO_get_mem_data(wbio, &data);
+    long n = OpenSsl().BIO_ctrl(wbio, BIO_CTRL_INFO, 0, &data);  // BIO_get_mem_data
     if (n <= 0) return;
     out.append(data, static_cast<size_t>(n));
-    (void)BIO_reset(wbio);
+    (void)OpenSsl().BIO_ctrl(wbio, BIO_CTRL_RESET, 0, nullptr);  // BIO_reset
   }
   bool WriteSocket() {
     while (!out.empty()) {
@@ -134,8 +141,8 @@ struct Leg {
   // Queues plaintext for the peer.
   bool Write(std::string_view data) {
     while (!data.empty()) {
-      int n = SSL_write(ssl.get(), data.data(),
-                        static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
+      int n = OpenSsl().SSL_write(ssl.get(), data.data(),
+                                  static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
       if (n <= 0) return false;
       data.remove_prefix(static_cast<size_t>(n));
     }
@@ -145,7 +152,7 @@ struct Leg {
   void QueueClose() {
     if (shut_sent) return;
     shut_sent = true;
-    SSL_shutdown(ssl.get());
+    OpenSsl().SSL_shutdown(ssl.get());
     CollectOut();
   }
 };
@@ -168,9 +175,9 @@ int WaitIo(int fd, short events, int stop_fd, int cancel_fd, int64_t deadline_ms
 
 Status Handshake(Leg& leg, std::string_view call, int stop_fd, int cancel_fd, int64_t deadline) {
   for (;;) {
-    ERR_clear_error();
-    int rc = SSL_do_handshake(leg.ssl.get());
-    int err = rc == 1 ? SSL_ERROR_NONE : SSL_get_error(leg.ssl.get(), rc);
+    OpenSsl().ERR_clear_error();
+    int rc = OpenSsl().SSL_do_handshake(leg.ssl.get());
+    int err = rc == 1 ? SSL_ERROR_NONE : OpenSsl().SSL_get_error(leg.ssl.get(), rc);
     std::optional<Error> failure;
     if (rc != 1 && err != SSL_ERROR_WANT_READ) {
       failure = TlsHandshakeError(leg.ssl.get(), rc, call);
@@ -198,7 +205,7 @@ Status Handshake(Leg& leg, std::string_view call, int stop_fd, int cancel_fd, in
 std::string AlpnOf(SSL* ssl) {
   const unsigned char* p = nullptr;
   unsigned int n = 0;
-  SSL_get0_alpn_selected(ssl, &p, &n);
+  OpenSsl().SSL_get0_alpn_selected(ssl, &p, &n);
   return p ? std::string(reinterpret_cast<const char*>(p), n) : std::string();
 }
 
@@ -377,7 +384,7 @@ InterceptOutcome InterceptTls(const InterceptRequest& r) {
   } else if (client_h1_ok && !r.client_alpn.empty()) {
     (void)SetServerAlpn(client.ssl.get(), "http/1.1");
   }
-  BIO_write(client.rbio, r.client_hello.data(), static_cast<int>(r.client_hello.size()));
+  OpenSsl().BIO_write(client.rbio, r.client_hello.data(), static_cast<int>(r.client_hello.size()));
   if (auto hs = Handshake(client, "TLS from the sandbox", r.stop_fd, r.cancel_fd, hs_deadline);
       !hs) {
     outcome.error = upstream_error.empty() ? hs.error().message : upstream_error;
@@ -413,8 +420,8 @@ InterceptOutcome InterceptTls(const InterceptRequest& r) {
     while (progress && outcome.error.empty()) {
       progress = false;
       if (!client.tls_closed && up.out.size() < kHighWater) {
-        ERR_clear_error();
-        int n = SSL_read(client.ssl.get(), buf, sizeof(buf));
+        OpenSsl().ERR_clear_error();
+        int n = OpenSsl().SSL_read(client.ssl.get(), buf, sizeof(buf));
         if (n > 0) {
           progress = true;
           outcome.bytes_up += static_cast<uint64_t>(n);
@@ -455,7 +462,7 @@ InterceptOutcome InterceptTls(const InterceptRequest& r) {
             break;
           }
         } else {
-          int err = SSL_get_error(client.ssl.get(), n);
+          int err = OpenSsl().SSL_get_error(client.ssl.get(), n);
           if (err == SSL_ERROR_ZERO_RETURN) {
             client.tls_closed = true;
             progress = true;
@@ -466,8 +473,8 @@ InterceptOutcome InterceptTls(const InterceptRequest& r) {
         }
       }
       if (!up.tls_closed && client.out.size() < kHighWater) {
-        ERR_clear_error();
-        int n = SSL_read(up.ssl.get(), buf, sizeof(buf));
+        OpenSsl().ERR_clear_error();
+        int n = OpenSsl().SSL_read(up.ssl.get(), buf, sizeof(buf));
         if (n > 0) {
           progress = true;
           outcome.bytes_down += static_cast<uint64_t>(n);
@@ -483,7 +490,7 @@ InterceptOutcome InterceptTls(const InterceptRequest& r) {
             break;
           }
         } else {
-          int err = SSL_get_error(up.ssl.get(), n);
+          int err = OpenSsl().SSL_get_error(up.ssl.get(), n);
           if (err == SSL_ERROR_ZERO_RETURN) {
             up.tls_closed = true;
             progress = true;

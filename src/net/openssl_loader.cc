@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace deepbox::net {
@@ -44,6 +46,15 @@ Result<const LibOpenSsl*> LoadLibOpenSsl(std::string_view purpose) {
     return MakeError(ErrorCode::kUnavailable, fmt::format("{} needs OpenSSL: {}", purpose, error));
   }
   return &api;
+}
+
+const LibOpenSsl& RequireLibOpenSsl() {
+  auto loaded = LoadLibOpenSsl("deepbox");
+  if (!loaded) {
+    std::fprintf(stderr, "%s\n", loaded.error().message.c_str());
+    std::_Exit(127);  // what the dynamic loader did when it was linked
+  }
+  return **loaded;
 }
 
 const LibOpenSsl* LoadedLibOpenSsl() { return loaded_api.load(std::memory_order_acquire); }

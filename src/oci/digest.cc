@@ -5,9 +5,15 @@
 
 #include <cstdlib>
 
+#include "net/openssl_loader.h"
+
 namespace deepbox::oci {
 
 namespace {
+
+// OpenSSL's functions (net/openssl_loader.h: loaded on first use).
+const net::LibOpenSsl& OpenSsl() { return net::RequireLibOpenSsl(); }
+
 constexpr std::string_view kSha256Prefix = "sha256:";
 }  // namespace
 
@@ -32,13 +38,14 @@ std::string_view DigestHex(std::string_view digest) { return digest.substr(kSha2
 
 struct Sha256Digester::State {
   EVP_MD_CTX* ctx = nullptr;
-  ~State() { EVP_MD_CTX_free(ctx); }
+  ~State() { OpenSsl().EVP_MD_CTX_free(ctx); }
 };
 
 Sha256Digester::Sha256Digester() : state_(std::make_unique<State>()) {
-  state_->ctx = EVP_MD_CTX_new();
+  state_->ctx = OpenSsl().EVP_MD_CTX_new();
   // Allocation failure of a few bytes: nothing sensible to return.
-  if (state_->ctx == nullptr || EVP_DigestInit_ex(state_->ctx, EVP_sha256(), nullptr) != 1) {
+  if (state_->ctx == nullptr ||
+      OpenSsl().EVP_DigestInit_ex(state_->ctx, OpenSsl().EVP_sha256(), nullptr) != 1) {
     std::abort();
   }
 }
@@ -48,13 +55,13 @@ Sha256Digester::Sha256Digester(Sha256Digester&&) noexcept = default;
 Sha256Digester& Sha256Digester::operator=(Sha256Digester&&) noexcept = default;
 
 void Sha256Digester::Update(std::string_view data) {
-  EVP_DigestUpdate(state_->ctx, data.data(), data.size());
+  OpenSsl().EVP_DigestUpdate(state_->ctx, data.data(), data.size());
 }
 
 std::string Sha256Digester::Finish() {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
-  EVP_DigestFinal_ex(state_->ctx, md, &len);
+  OpenSsl().EVP_DigestFinal_ex(state_->ctx, md, &len);
   std::string out(kSha256Prefix);
   static constexpr char kHex[] = "0123456789abcdef";
   for (unsigned int i = 0; i < len; ++i) {

@@ -85,6 +85,37 @@ TEST_F(SecretsCliTest, SandboxHoldsThePlaceholderTheHostKeepsTheValue) {
   EXPECT_THAT(init_env, Not(HasSubstr(value_)));
 }
 
+// OpenSSL is dlopen()ed on first use (net/openssl_loader.h): a sandbox
+// without secrets starts a supervisor and a daemon that never load it (issue
+// 23: a library fewer in each of the two execs of a create); the secrets
+// proxy's supervisor loads it.
+TEST_F(SecretsCliTest, OnlyASupervisorWithSecretsLoadsOpenSsl) {
+#if DEEPBOX_OPENSSL_LINKED
+  GTEST_SKIP() << "built with -DDEEPBOX_STATIC_OPENSSL=ON: OpenSSL is part of the binaries";
+#endif
+  auto plain = Cli({"sandbox", "create", "--cold", "--ttl", "600"});
+  std::string plain_id = CreatedId(plain);
+  ASSERT_FALSE(plain_id.empty()) << plain.err;
+  auto ran = Cli({"sandbox", "exec", plain_id, "--", "sh", "-c", "echo hi > /workspace/f"});
+  ASSERT_EQ(ran.code, 0) << ran.err;
+  SandboxMeta meta = Meta(plain_id);
+  for (pid_t pid : {meta.supervisor.pid, meta.init.pid}) {
+    std::string maps = ReadFile("/proc/" + std::to_string(pid) + "/maps");
+    ASSERT_THAT(maps, HasSubstr("libc.so")) << pid;  // the maps were read
+    EXPECT_THAT(maps, Not(HasSubstr("libssl.so"))) << pid;
+    EXPECT_THAT(maps, Not(HasSubstr("libcrypto.so"))) << pid;
+  }
+
+  auto secret =
+      Cli({"sandbox", "create", "--cold", "--ttl", "600", "--network", "allow=api.example.test",
+           "--secret", "API_TOKEN=env:DEEPBOX_TEST_SECRET_VALUE@api.example.test"});
+  std::string secret_id = CreatedId(secret);
+  ASSERT_FALSE(secret_id.empty()) << secret.err;
+  meta = Meta(secret_id);
+  EXPECT_THAT(ReadFile("/proc/" + std::to_string(meta.supervisor.pid) + "/maps"),
+              HasSubstr("libssl.so"));
+}
+
 TEST_F(SecretsCliTest, BadSecretsAreUsageErrorsAndNeedANetwork) {
   auto bad = Cli({"sandbox", "create", "--cold", "--network", "allow=a.example.test", "--secret",
                   "NOHOST=env:DEEPBOX_TEST_SECRET_VALUE"});
