@@ -446,20 +446,39 @@ Result<std::unique_ptr<SandboxConnection>> SandboxConnection::Open(const Connect
   return c;
 }
 
-Error NameRouterError(Error error, const DaemonEndpoint& endpoint) {
-  static constexpr std::string_view kMarker = "sandbox daemon answered HTTP ";
-  if (endpoint.router.empty()) return error;
-  size_t at = error.message.find(kMarker);
-  if (at == std::string::npos) return error;
-  std::string_view rest = std::string_view(error.message).substr(at + kMarker.size());
+namespace {
+
+constexpr std::string_view kNonDaemonAnswer = "sandbox daemon answered HTTP ";
+
+// The HTTP status of a non-daemon answer the sandbox client reported, and
+// what followed it; status 0 when `error` is not one.
+std::pair<int, std::string_view> NonDaemonAnswer(const Error& error) {
+  size_t at = error.message.find(kNonDaemonAnswer);
+  if (at == std::string::npos) return {0, {}};
+  std::string_view rest = std::string_view(error.message).substr(at + kNonDaemonAnswer.size());
   int status = 0;
   size_t digits = 0;
   while (digits < rest.size() && digits < 3 && rest[digits] >= '0' && rest[digits] <= '9') {
     status = status * 10 + (rest[digits] - '0');
     ++digits;
   }
-  if (digits != 3) return error;
-  std::string_view body = rest.substr(digits);
+  if (digits != 3) return {0, {}};
+  return {status, rest.substr(digits)};
+}
+
+}  // namespace
+
+bool PodDidNotAnswer(const Error& error) {
+  if (error.code == ErrorCode::kUnavailable) return true;
+  int status = NonDaemonAnswer(error).first;
+  return status == 502 || status == 503 || status == 504;
+}
+
+Error NameRouterError(Error error, const DaemonEndpoint& endpoint) {
+  if (endpoint.router.empty()) return error;
+  auto [status, body] = NonDaemonAnswer(error);
+  if (status == 0) return error;
+  size_t at = error.message.find(kNonDaemonAnswer);
   if (body.starts_with(": ")) body.remove_prefix(2);
   // Both upstream routers (Python and Go) answer {"detail": "..."}.
   std::string detail(body);

@@ -49,6 +49,10 @@ struct DaemonEndpoint {
 // the router token; 400: the X-Sandbox-* headers; 502/503/504: the pod and the
 // daemon's port). Any other error is returned as it is.
 Error NameRouterError(Error error, const DaemonEndpoint& endpoint);
+// Whether `error` (from the sandbox client, before NameRouterError) says the
+// pod did not answer: a router's 502/503/504, or (no router) a connection
+// that could not be made or was cut (UNAVAILABLE).
+bool PodDidNotAnswer(const Error& error);
 
 struct RouterTarget {
   std::string sandbox_id;      // the Sandbox (pod) name

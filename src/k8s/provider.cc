@@ -16,6 +16,12 @@ namespace deepbox::k8s {
 
 namespace {
 
+// How long Connect retries a Ready claim's pod that does not answer while
+// the claim still shows that pod (bounded by ready_timeout), and in how many
+// attempts at most.
+constexpr std::chrono::milliseconds kUnreachablePodGrace{10000};
+constexpr int kMaxConnectAttempts = 6;
+
 // f() again while the daemon says its owner's token verifier has not
 // arrived (AwaitingOwner), until `deadline`; then the error says what to check.
 template <typename F>
@@ -512,6 +518,32 @@ Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
   auto split = Resolve(id);
   if (!split) return tl::unexpected(split.error());
   const auto& [ns, name] = *split;
+  // A pod can go between the claim's status and the connection: restarted,
+  // evicted, or replaced right after a resume while the controller's view of
+  // it lagged (seen in a k8s-real run: Ready on a pod that was already gone).
+  // Each attempt reads the claim again, so a claim that now shows its pod
+  // coming up is waited for as a resume waits; one that still shows the same
+  // pod is retried for a few seconds (its status catching up), then the
+  // error is the pod's.
+  const auto give_up =
+      std::chrono::steady_clock::now() +
+      std::min<std::chrono::milliseconds>(kUnreachablePodGrace, options_.ready_timeout);
+  auto pause = std::chrono::milliseconds(100);
+  for (int attempt = 1;; ++attempt) {
+    bool pod_unreachable = false;
+    auto connected = ConnectOnce(ns, name, &pod_unreachable);
+    if (connected || !pod_unreachable || attempt >= kMaxConnectAttempts ||
+        std::chrono::steady_clock::now() + pause > give_up) {
+      return connected;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(2));
+  }
+}
+
+Result<ConnectedClaim> K8sSandboxProvider::ConnectOnce(const std::string& ns,
+                                                       const std::string& name,
+                                                       bool* pod_unreachable) {
   auto claim = GetClaimNamed(ns, name);
   if (!claim) return tl::unexpected(claim.error());
   if (!FindString(*claim, {"metadata", "deletionTimestamp"}).empty()) {
@@ -563,7 +595,10 @@ Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
   if (!token) return tl::unexpected(token.error());
   out.claimed.daemon_token = *token;
   auto conn = SandboxConnection::Open(options_.connection, out.claimed);
-  if (!conn) return tl::unexpected(conn.error());
+  if (!conn) {
+    *pod_unreachable = conn.error().code == ErrorCode::kUnavailable;  // a port-forward's
+    return tl::unexpected(conn.error());
+  }
   SandboxdClientOptions opts;
   opts.id = fmt::format("{}/{}", ns, name);
   opts.default_headers = (*conn)->endpoint().headers;
@@ -571,6 +606,7 @@ Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
       [&] { return SandboxdClient::Connect((*conn)->endpoint().base_url, opts); },
       std::chrono::steady_clock::now() + options_.owner_wait);
   if (!client) {
+    *pod_unreachable = PodDidNotAnswer(client.error()) && !AwaitingOwner(client.error());
     Error e = NameRouterError(client.error(), (*conn)->endpoint());
     (*conn)->Close();
     return tl::unexpected(e);

@@ -206,7 +206,8 @@ class K8sSandboxProvider : public SandboxProvider {
   // NAMESPACE/CLAIM (or CLAIM in the provider's namespace): a Ready claim,
   // reached the way a new claim would be; a suspended one is resumed first.
   // NOT_FOUND when there is no such claim, UNAVAILABLE when it is not Ready,
-  // INVALID_ARGUMENT for a bad id.
+  // INVALID_ARGUMENT for a bad id. A pod that does not answer is looked at
+  // again (it may have gone since the claim showed it Ready): see ConnectOnce.
   Result<ConnectedClaim> Connect(std::string_view id);
 
   // NAMESPACE/CLAIM (or CLAIM in the provider's namespace), as ClaimRecord
@@ -255,6 +256,11 @@ class K8sSandboxProvider : public SandboxProvider {
   // Whether a claim that is not Ready has a Sandbox that is running or on
   // its way to it (Connect waits for it then).
   bool SandboxComingUp(const std::string& ns, const json::object& claim);
+  // One attempt of Connect: reads the claim (waiting, as a resume does, for
+  // one that is suspended or coming up) and connects to its pod.
+  // *pod_unreachable: the claim was Ready but its pod did not answer.
+  Result<ConnectedClaim> ConnectOnce(const std::string& ns, const std::string& name,
+                                     bool* pod_unreachable);
   // Suspend (true) or Resume (false) of claim ns/name.
   Status SetOperatingMode(const std::string& ns, const std::string& name, bool suspend, bool force);
   // What Create returns for a kept claim made with `options`.

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/testing/temp_dir.h"
@@ -1310,6 +1311,96 @@ TEST_F(HostileSnapshotTest, ARestoreTheDaemonRefusesLeavesNoClaim) {
   EXPECT_TRUE(replayed);
   EXPECT_EQ(Kept(), std::vector<std::string>{"snap"});
   EXPECT_TRUE(provider->Delete(made->id));
+}
+
+// A Ready claim whose pod no longer answers (the pod went between the
+// claim's status and the connection: restarted, evicted, or replaced right
+// after a resume while the controller lagged, as a k8s-real run saw).
+// Connect looks at the claim again: a new pod is waited for and used; the
+// same pod still unreachable is an error once the grace has passed.
+class PodRestartTest : public ProviderTest {
+ protected:
+  void SetUp() override {
+    testing::FakeClusterOptions options;
+    options.pod_daemons = 3;  // 10.244.0.10, .11, .12: a daemon each
+    auto cluster = testing::FakeCluster::Start(std::move(options));
+    ASSERT_TRUE(cluster) << cluster.error().ToString();
+    cluster_ = std::move(*cluster);
+    server_ = &cluster_->server();
+    controller_ = &cluster_->controller();
+    router_ = &cluster_->router();
+  }
+  std::unique_ptr<K8sSandboxProvider> Provider(std::chrono::milliseconds ready_timeout) {
+    K8sProviderOptions o = Options();
+    o.ready_timeout = ready_timeout;
+    o.connection.mode = ConnectionMode::kDirect;
+    o.connection.direct_url = router_->url();
+    auto made = K8sSandboxProvider::Create(o);
+    EXPECT_TRUE(made) << made.error().ToString();
+    return made ? std::move(*made) : nullptr;
+  }
+  // A kept claim on the pool's first pod (10.244.0.10), whose daemon is then
+  // killed: the claim stays Ready on a pod that refuses connections.
+  std::string ClaimOnADeadPod(K8sSandboxProvider& p) {
+    EXPECT_TRUE(cluster_->WaitPoolReady());
+    auto info = p.Create(ClaimOptions{});
+    EXPECT_TRUE(info) << info.error().ToString();
+    if (!info) return "";
+    auto claim = server_->store().Get(kClaims, info->id.substr(info->id.find('/') + 1));
+    EXPECT_TRUE(claim);
+    if (claim) {
+      EXPECT_EQ(ToJson(*Find(*claim, {"status", "sandbox", "podIPs"})), R"(["10.244.0.10"])");
+    }
+    cluster_->pod_daemon(0).Kill();
+    return info->id;
+  }
+  const ResourceKey kClaims{"extensions.agents.x-k8s.io", "sandboxclaims", "default"};
+};
+
+TEST_F(PodRestartTest, ANewPodIsWaitedForAndUsed) {
+  auto provider = Provider(30s);
+  ASSERT_TRUE(provider);
+  std::string id = ClaimOnADeadPod(*provider);
+  ASSERT_FALSE(id.empty());
+  auto claim = server_->store().Get(kClaims, id.substr(id.find('/') + 1));
+  ASSERT_TRUE(claim);
+  std::string sandbox = FindString(*claim, {"status", "sandbox", "name"});
+  // The controller replaces the pod a moment after the first attempt failed.
+  std::thread restart([&] {
+    std::this_thread::sleep_for(300ms);
+    controller_->RestartPod("default", sandbox);
+  });
+  auto connected = provider->Connect(id);
+  restart.join();
+  ASSERT_TRUE(connected) << connected.error().ToString();
+  ExecRequest req;
+  req.argv = {"echo", "on the new pod"};
+  auto r = connected->client->Exec(req);
+  ASSERT_TRUE(r) << r.error().ToString();
+  EXPECT_EQ(r->stdout_data, "on the new pod\n");
+  // The first attempt went to the dead pod, the last to the new one (the
+  // pool's refill took .11).
+  auto routed = router_->requests();
+  ASSERT_FALSE(routed.empty());
+  EXPECT_EQ(routed.front().pod_ip, "10.244.0.10");
+  EXPECT_EQ(routed.back().pod_ip, "10.244.0.12");
+}
+
+TEST_F(PodRestartTest, TheSamePodStillUnreachableIsAnErrorAfterTheGrace) {
+  auto provider = Provider(1s);  // the grace: min(10 s, ready_timeout)
+  ASSERT_TRUE(provider);
+  std::string id = ClaimOnADeadPod(*provider);
+  ASSERT_FALSE(id.empty());
+  const size_t before = router_->requests().size();
+  auto connected = provider->Connect(id);
+  ASSERT_FALSE(connected);
+  EXPECT_NE(connected.error().message.find("could not reach the sandbox's pod"), std::string::npos)
+      << connected.error().message;
+  // It tried again (more than one of its requests reached the router), never
+  // another pod.
+  auto routed = router_->requests();
+  ASSERT_GT(routed.size(), before + 1);
+  for (const auto& rr : routed) EXPECT_EQ(rr.pod_ip, "10.244.0.10");
 }
 
 }  // namespace

@@ -384,6 +384,19 @@ void FakeController::SetAdoptionDelay(std::chrono::milliseconds delay) {
   options_.adoption_delay = delay;
 }
 
+void FakeController::RestartPod(const std::string& ns, const std::string& name) {
+  auto sb = store_->Get(Sandboxes(ns), name);
+  if (!sb) return;
+  {
+    std::lock_guard lock(mu_);
+    auto it = fake_pods_.find(Uid(*sb));
+    if (it == fake_pods_.end() || it->second.deleting_since) return;
+    it->second.deleting_since = std::chrono::steady_clock::now();
+    dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
 bool FakeController::HasPod(const std::string& ns, const std::string& name) const {
   if (options_.real_pods) return store_->Get(Pods(ns), name).has_value();
   auto sb = store_->Get(Sandboxes(ns), name);

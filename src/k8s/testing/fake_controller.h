@@ -103,6 +103,10 @@ class FakeController {
   // From now on (benchmarks: the same cluster with and without it).
   void SetAdoptionDelay(std::chrono::milliseconds delay);
 
+  // Sandbox ns/name's pod goes (as an eviction ends it) and the next pass
+  // makes a new one, with a new IP (fake pods only).
+  void RestartPod(const std::string& ns, const std::string& name);
+
   // Whether Sandbox ns/name has a pod (maybe terminating): in the store with
   // real_pods, else the controller's own record of it.
   bool HasPod(const std::string& ns, const std::string& name) const;
