@@ -1,7 +1,7 @@
 // OpenSSL (libssl.so.3 and the libcrypto.so.3 it needs), loaded on first use
 // (dlopen) instead of linked. Every sandbox start execs two of our binaries,
 // `deepbox` (its supervisor) and deepbox-sandboxd (its daemon), and loading
-// OpenSSL was ~0.9 ms of each (issue 23; bench/local): now a sandbox without
+// OpenSSL was ~1.2 ms of each (issue 23; bench/local): now a sandbox without
 // secrets or a token never loads it, and neither does a CLI command that
 // makes no TLS connection. Every OpenSSL call of the product goes through
 // this table (tests may call OpenSSL directly). Built with
