@@ -17,10 +17,9 @@ namespace deepbox::k8s {
 namespace {
 
 // How long Connect retries a Ready claim's pod that does not answer while
-// the claim still shows that pod (bounded by ready_timeout), and in how many
-// attempts at most.
+// the claim still shows that pod (bounded by ready_timeout): a kubelet takes
+// seconds to report a restarting pod not Ready.
 constexpr std::chrono::milliseconds kUnreachablePodGrace{10000};
-constexpr int kMaxConnectAttempts = 6;
 
 // f() again while the daemon says its owner's token verifier has not
 // arrived (AwaitingOwner), until `deadline`; then the error says what to check.
@@ -529,11 +528,10 @@ Result<ConnectedClaim> K8sSandboxProvider::Connect(std::string_view id) {
       std::chrono::steady_clock::now() +
       std::min<std::chrono::milliseconds>(kUnreachablePodGrace, options_.ready_timeout);
   auto pause = std::chrono::milliseconds(100);
-  for (int attempt = 1;; ++attempt) {
+  for (;;) {
     bool pod_unreachable = false;
     auto connected = ConnectOnce(ns, name, &pod_unreachable);
-    if (connected || !pod_unreachable || attempt >= kMaxConnectAttempts ||
-        std::chrono::steady_clock::now() + pause > give_up) {
+    if (connected || !pod_unreachable || std::chrono::steady_clock::now() + pause > give_up) {
       return connected;
     }
     std::this_thread::sleep_for(pause);
