@@ -54,6 +54,7 @@ class ProviderTest : public ::testing::Test {
     // at -O3 reports its std::function member as maybe-uninitialized (a
     // false positive).
     testing::FakeClusterOptions options;
+    Configure(options);
     auto cluster = testing::FakeCluster::Start(std::move(options));
     ASSERT_TRUE(cluster) << cluster.error().ToString();
     cluster_ = std::move(*cluster);
@@ -62,6 +63,8 @@ class ProviderTest : public ::testing::Test {
     daemon_ = &cluster_->daemon();
     router_ = &cluster_->router();
   }
+  // A fixture's own cluster options, before the cluster starts.
+  virtual void Configure(testing::FakeClusterOptions& /*options*/) {}
 
   K8sProviderOptions Options() {
     K8sProviderOptions o;
@@ -76,6 +79,20 @@ class ProviderTest : public ::testing::Test {
     return o;
   }
 
+  // A provider of `pool` that reaches its pods straight through the router.
+  std::unique_ptr<K8sSandboxProvider> Provider(const std::string& pool = "deepagents-warmpool",
+                                               std::chrono::milliseconds timeout = 30s) {
+    K8sProviderOptions o = Options();
+    o.warm_pool = pool;
+    o.ready_timeout = timeout;
+    o.connection.mode = ConnectionMode::kDirect;
+    o.connection.direct_url = router_->url();
+    auto made = K8sSandboxProvider::Create(o);
+    EXPECT_TRUE(made) << made.error().ToString();
+    return made ? std::move(*made) : nullptr;
+  }
+
+  const ResourceKey kClaimsKey{"extensions.agents.x-k8s.io", "sandboxclaims", "default"};
   std::unique_ptr<testing::FakeCluster> cluster_;
   FakeApiServer* server_ = nullptr;
   FakeController* controller_ = nullptr;
@@ -604,7 +621,6 @@ TEST_F(ProviderTest, WarnsWhenNoNetworkPolicySelectsTheSandboxPods) {
 class SuspendTest : public ProviderTest {
  protected:
   const ResourceKey kSandboxes{"agents.x-k8s.io", "sandboxes", "default"};
-  const ResourceKey kClaimsKey{"extensions.agents.x-k8s.io", "sandboxclaims", "default"};
   const ResourceKey kVolumeClaims{"", "persistentvolumeclaims", "default"};
 
   // A template whose container mounts /workspace from an emptyDir or a
@@ -629,17 +645,6 @@ class SuspendTest : public ProviderTest {
                                 testing::MakeWarmPool(pool, pool + "-template", 1)));
     ASSERT_TRUE(WaitUntil(
         [&] { return testing::PoolReadyReplicas(server_->store(), "default", pool) == 1; }));
-  }
-  std::unique_ptr<K8sSandboxProvider> Provider(const std::string& pool = "deepagents-warmpool",
-                                               std::chrono::milliseconds timeout = 30s) {
-    K8sProviderOptions o = Options();
-    o.warm_pool = pool;
-    o.ready_timeout = timeout;
-    o.connection.mode = ConnectionMode::kDirect;
-    o.connection.direct_url = router_->url();
-    auto made = K8sSandboxProvider::Create(o);
-    EXPECT_TRUE(made) << made.error().ToString();
-    return made ? std::move(*made) : nullptr;
   }
   json::object Get(const ResourceKey& key, const std::string& name) {
     auto o = server_->store().Get(key, name);
@@ -1320,24 +1325,8 @@ TEST_F(HostileSnapshotTest, ARestoreTheDaemonRefusesLeavesNoClaim) {
 // same pod still unreachable is an error once the grace has passed.
 class PodRestartTest : public ProviderTest {
  protected:
-  void SetUp() override {
-    testing::FakeClusterOptions options;
+  void Configure(testing::FakeClusterOptions& options) override {
     options.pod_daemons = 3;  // 10.244.0.10, .11, .12: a daemon each
-    auto cluster = testing::FakeCluster::Start(std::move(options));
-    ASSERT_TRUE(cluster) << cluster.error().ToString();
-    cluster_ = std::move(*cluster);
-    server_ = &cluster_->server();
-    controller_ = &cluster_->controller();
-    router_ = &cluster_->router();
-  }
-  std::unique_ptr<K8sSandboxProvider> Provider(std::chrono::milliseconds ready_timeout) {
-    K8sProviderOptions o = Options();
-    o.ready_timeout = ready_timeout;
-    o.connection.mode = ConnectionMode::kDirect;
-    o.connection.direct_url = router_->url();
-    auto made = K8sSandboxProvider::Create(o);
-    EXPECT_TRUE(made) << made.error().ToString();
-    return made ? std::move(*made) : nullptr;
   }
   // A kept claim on the pool's first pod (10.244.0.10), whose daemon is then
   // killed: the claim stays Ready on a pod that refuses connections.
@@ -1346,7 +1335,7 @@ class PodRestartTest : public ProviderTest {
     auto info = p.Create(ClaimOptions{});
     EXPECT_TRUE(info) << info.error().ToString();
     if (!info) return "";
-    auto claim = server_->store().Get(kClaims, info->id.substr(info->id.find('/') + 1));
+    auto claim = server_->store().Get(kClaimsKey, info->id.substr(info->id.find('/') + 1));
     EXPECT_TRUE(claim);
     if (claim) {
       EXPECT_EQ(ToJson(*Find(*claim, {"status", "sandbox", "podIPs"})), R"(["10.244.0.10"])");
@@ -1354,15 +1343,14 @@ class PodRestartTest : public ProviderTest {
     cluster_->pod_daemon(0).Kill();
     return info->id;
   }
-  const ResourceKey kClaims{"extensions.agents.x-k8s.io", "sandboxclaims", "default"};
 };
 
 TEST_F(PodRestartTest, ANewPodIsWaitedForAndUsed) {
-  auto provider = Provider(30s);
+  auto provider = Provider("deepagents-warmpool", 30s);
   ASSERT_TRUE(provider);
   std::string id = ClaimOnADeadPod(*provider);
   ASSERT_FALSE(id.empty());
-  auto claim = server_->store().Get(kClaims, id.substr(id.find('/') + 1));
+  auto claim = server_->store().Get(kClaimsKey, id.substr(id.find('/') + 1));
   ASSERT_TRUE(claim);
   std::string sandbox = FindString(*claim, {"status", "sandbox", "name"});
   // The controller replaces the pod a moment after the first attempt failed.
@@ -1387,7 +1375,7 @@ TEST_F(PodRestartTest, ANewPodIsWaitedForAndUsed) {
 }
 
 TEST_F(PodRestartTest, TheSamePodStillUnreachableIsAnErrorAfterTheGrace) {
-  auto provider = Provider(1s);  // the grace: min(10 s, ready_timeout)
+  auto provider = Provider("deepagents-warmpool", 1s);  // the grace: min(10 s, ready_timeout)
   ASSERT_TRUE(provider);
   std::string id = ClaimOnADeadPod(*provider);
   ASSERT_FALSE(id.empty());

@@ -101,6 +101,22 @@ Status UseCertAndKey(const LibOpenSsl& openssl, SSL_CTX* ctx, const std::string&
   return {};
 }
 
+// A context for a TLS server or client (TLS 1.2 at least), OpenSSL loaded
+// first; the caller owns it (TlsContext).
+Result<SSL_CTX*> NewSslContext(bool server) {
+  auto loaded = LoadLibOpenSsl(server ? "a TLS server" : "a TLS client");
+  if (!loaded) return tl::unexpected(loaded.error());
+  const LibOpenSsl& openssl = **loaded;
+  SSL_CTX* ctx =
+      openssl.SSL_CTX_new(server ? openssl.TLS_server_method() : openssl.TLS_client_method());
+  if (ctx == nullptr) {
+    return MakeError(ErrorCode::kInternal, "SSL_CTX_new: " + OpenSslErrors(openssl));
+  }
+  // SSL_CTX_set_min_proto_version, a macro over SSL_CTX_ctrl.
+  openssl.SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, nullptr);
+  return ctx;
+}
+
 // OpenSSL writes with write(2), which raises SIGPIPE when the peer is gone.
 // While a guard lives, SIGPIPE is blocked on this thread; any SIGPIPE the
 // guarded calls generated is consumed before it is unblocked, so no process
@@ -214,14 +230,11 @@ std::string Endpoint::ToString() const {
 TlsContext::~TlsContext() { LoadedLibOpenSsl()->SSL_CTX_free(ctx_); }
 
 Result<std::shared_ptr<TlsContext>> TlsContext::ForServer(const TlsServerConfig& config) {
-  auto loaded = LoadLibOpenSsl("a TLS server");
-  if (!loaded) return tl::unexpected(loaded.error());
-  const LibOpenSsl& openssl = **loaded;
-  SSL_CTX* raw = openssl.SSL_CTX_new(openssl.TLS_server_method());
-  if (raw == nullptr)
-    return MakeError(ErrorCode::kInternal, "SSL_CTX_new: " + OpenSslErrors(openssl));
+  auto made = NewSslContext(/*server=*/true);
+  if (!made) return tl::unexpected(made.error());
+  SSL_CTX* raw = *made;
   std::shared_ptr<TlsContext> ctx(new TlsContext(raw));
-  openssl.SSL_CTX_ctrl(raw, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, nullptr);
+  const LibOpenSsl& openssl = *LoadedLibOpenSsl();  // NewSslContext loaded it
   if (auto s = UseCertAndKey(openssl, raw, config.cert_pem, config.key_pem); !s)
     return tl::unexpected(s.error());
   if (!config.client_ca_pem.empty()) {
@@ -238,14 +251,11 @@ Result<std::shared_ptr<TlsContext>> TlsContext::ForServer(const TlsServerConfig&
 }
 
 Result<std::shared_ptr<TlsContext>> TlsContext::ForClient(const TlsClientConfig& config) {
-  auto loaded = LoadLibOpenSsl("a TLS client");
-  if (!loaded) return tl::unexpected(loaded.error());
-  const LibOpenSsl& openssl = **loaded;
-  SSL_CTX* raw = openssl.SSL_CTX_new(openssl.TLS_client_method());
-  if (raw == nullptr)
-    return MakeError(ErrorCode::kInternal, "SSL_CTX_new: " + OpenSslErrors(openssl));
+  auto made = NewSslContext(/*server=*/false);
+  if (!made) return tl::unexpected(made.error());
+  SSL_CTX* raw = *made;
   std::shared_ptr<TlsContext> ctx(new TlsContext(raw));
-  openssl.SSL_CTX_ctrl(raw, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, nullptr);
+  const LibOpenSsl& openssl = *LoadedLibOpenSsl();  // NewSslContext loaded it
   if (config.insecure_skip_verify) {
     ctx->verify_peer_ = false;
     openssl.SSL_CTX_set_verify(raw, SSL_VERIFY_NONE, nullptr);

@@ -49,6 +49,9 @@ Result<const LibOpenSsl*> LoadLibOpenSsl(std::string_view purpose) {
 }
 
 const LibOpenSsl& RequireLibOpenSsl() {
+  // Called for every OpenSSL call of the CLI (the secrets proxy's per-record
+  // ones too): once loaded, one atomic load.
+  if (const LibOpenSsl* api = LoadedLibOpenSsl()) return *api;
   auto loaded = LoadLibOpenSsl("deepbox");
   if (!loaded) {
     std::fprintf(stderr, "%s\n", loaded.error().message.c_str());

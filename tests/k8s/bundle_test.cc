@@ -162,6 +162,13 @@ class BundleTest : public ::testing::Test {
     }
   }
 
+  // The bundle script's output in root_/deepbox, as the init container makes
+  // it: "rc=0" and whatever it printed.
+  std::string Bundle() {
+    return Capture(std::string(DEEPBOX_SOURCE_DIR) + "/deploy/k8s/bundle-sandboxd.sh " +
+                   DEEPBOX_SANDBOXD_BINARY + " " + root_ + "/deepbox /deepbox 2>&1; echo rc=$?");
+  }
+
   std::optional<deepbox::testing::TempDir> tmp_;
   std::string dir_, root_;
   pid_t pid_ = -1;
@@ -169,9 +176,7 @@ class BundleTest : public ::testing::Test {
 
 TEST_F(BundleTest, RunsInAnOtherwiseEmptyRootAsUid1000) {
   std::string bundle = root_ + "/deepbox";
-  std::string cmd = std::string(DEEPBOX_SOURCE_DIR) + "/deploy/k8s/bundle-sandboxd.sh " +
-                    DEEPBOX_SANDBOXD_BINARY + " " + bundle + " /deepbox 2>&1; echo rc=$?";
-  std::string out = Capture(cmd);
+  std::string out = Bundle();
   ASSERT_NE(out.find("rc=0"), std::string::npos) << out;
   // The binary's loader is the bundle's own.
   std::string interp = Capture("patchelf --print-interpreter " + bundle + "/bin/deepbox-sandboxd");
@@ -256,8 +261,7 @@ TEST_F(BundleTest, RunsInAnOtherwiseEmptyRootAsUid1000) {
 // ldd does not list them, and the daemon finds them there.
 TEST_F(BundleTest, ChecksTokensWithTheBundledOpenSsl) {
   std::string bundle = root_ + "/deepbox";
-  std::string out = Capture(std::string(DEEPBOX_SOURCE_DIR) + "/deploy/k8s/bundle-sandboxd.sh " +
-                            DEEPBOX_SANDBOXD_BINARY + " " + bundle + " /deepbox 2>&1; echo rc=$?");
+  std::string out = Bundle();
   ASSERT_NE(out.find("rc=0"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(bundle + "/lib/libssl.so.3"));
   EXPECT_TRUE(fs::exists(bundle + "/lib/libcrypto.so.3"));
