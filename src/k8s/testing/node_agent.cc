@@ -289,6 +289,10 @@ void NodeAgent::OnPod(const json::object& pod, bool deleted) {
     }
     return;
   }
+  if (auto it = pods_.find(key);
+      it != pods_.end() && it->second.uid != FindString(pod, {"metadata", "uid"})) {
+    StopPod(key);  // a pod of that name that is gone: this one is new
+  }
   if (auto it = pods_.find(key); it != pods_.end()) {
     // kubelet's part of a metadata change: the downward API files follow.
     if (auto st = ProjectDownwardApi(it->second, pod); !st) {
@@ -335,6 +339,7 @@ Status NodeAgent::Run(const std::string& ns, const std::string& name, const json
   auto meta = ParseJsonObject(r->out);
   if (!meta) return tl::unexpected(meta.error());
   Pod p;
+  p.uid = FindString(pod, {"metadata", "uid"});
   p.sandbox_id = FindString(*meta, {"id"});
   std::string socket = FindString(*meta, {"socket"});
   if (p.sandbox_id.empty() || socket.empty()) {
@@ -376,7 +381,9 @@ Status NodeAgent::Run(const std::string& ns, const std::string& name, const json
   }
   std::string ip = p.ip;
   pods_[key] = std::move(p);
-  return ReportRunning(ns, name, ip);
+  auto reported = ReportRunning(ns, name, ip);
+  if (!reported) StopPod(key);  // e.g. the pod went meanwhile: nothing keeps its name
+  return reported;
 }
 
 Status NodeAgent::ReportRunning(const std::string& ns, const std::string& name,

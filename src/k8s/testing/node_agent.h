@@ -75,6 +75,7 @@ class NodeAgent {
   NodeAgent() = default;
   struct Pod {
     std::string sandbox_id;  // deepbox local sandbox
+    std::string uid;         // the pod object's: a new pod of the same name is another
     std::string ip;
     std::unique_ptr<LoopbackProxy> proxy;
     // The container's daemon (see above): the sandbox's root as the host
