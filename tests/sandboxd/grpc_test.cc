@@ -453,7 +453,9 @@ TEST_F(GrpcTest, CallsOnOneConnectionRunConcurrently) {
 TEST_F(GrpcTest, AClientThatLeavesMidCommandKillsItAndLeaksNothing) {
   StartDaemon();
   // The baseline: after one call (what a first request opens for good is
-  // counted), once its connection is gone (as many sockets as when idle).
+  // counted), once its connection is gone (no more sockets than when idle:
+  // fewer when the startup probe's connection, still held at the first count,
+  // has been closed meanwhile -- stop 40's CI failure waited for equality).
   auto sockets = [&] {
     auto fds = OpenFds(daemon_->pid());
     return std::count_if(fds.begin(), fds.end(),
@@ -461,7 +463,8 @@ TEST_F(GrpcTest, AClientThatLeavesMidCommandKillsItAndLeaksNothing) {
   };
   const auto idle_sockets = sockets();
   EXPECT_EQ(Call(ExecuteMessage({"true"})).grpc_status, 0);
-  ASSERT_TRUE(EventuallyTrue([&] { return sockets() == idle_sockets; }));
+  ASSERT_TRUE(EventuallyTrue([&] { return sockets() <= idle_sockets; }))
+      << "sockets: " << sockets() << ", idle: " << idle_sockets;
   const auto fds_before = OpenFds(daemon_->pid());
   const std::string pid_file = daemon_->root() + "/pid";
   pid_t pid = 0;
