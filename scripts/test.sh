@@ -192,6 +192,8 @@ fi
 if [[ "${SKIP_RELEASE:-0}" != 1 ]]; then
   step "hardening test" ctest --test-dir build/ci-release -R '^hardening_test\.' \
     --no-tests=error --output-on-failure
+  # ...and at work: the example, a cp round trip, the daemon's integration tests.
+  step "release binaries" ./scripts/release-smoke.sh build/ci-release build/dev
 fi
 # Every fuzz target for a fixed time (18 targets, 2 at a time: about 4.5
 # minutes at 30 s); a crash, leak, sanitizer report or violated property fails.
