@@ -393,14 +393,6 @@ Result<Response> HttpClient::SendStreaming(const ClientRequest& request,
   return r;
 }
 
-Status HttpClient::Preconnect() {
-  bool reused = false;
-  auto pc = impl_->Checkout(reused, /*fresh=*/true);
-  if (!pc) return tl::unexpected(pc.error());
-  impl_->Return(std::move(*pc));
-  return {};
-}
-
 void HttpClient::CloseIdle() {
   std::lock_guard lock(impl_->mu);
   impl_->idle.clear();

@@ -71,12 +71,6 @@ class HttpClient {
                                  const std::function<bool(const Response& head)>& on_head,
                                  const std::function<bool(std::string_view data)>& on_data);
 
-  // Opens a connection and keeps it idle for the next request, sending
-  // nothing: a server nobody listens for fails here (its error as a request's
-  // would be: kReasonConnectFailed, connect's errno), and the first request
-  // then costs no connect. Without room in the pool (max_idle_connections 0)
-  // it checks and closes.
-  Status Preconnect();
   // Drops idle pooled connections (e.g. after the server restarted).
   void CloseIdle();
   const std::string& base_url() const;

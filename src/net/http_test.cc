@@ -281,63 +281,6 @@ TEST(HttpClientTest, AMissingUnixSocketIsAConnectFailureWithItsErrno) {
   EXPECT_FALSE(NothingSent(worded));
 }
 
-// Preconnect opens the connection the next request uses and sends nothing on
-// it; a server nobody listens for fails it as a request would.
-TEST(HttpClientTest, PreconnectOpensTheConnectionTheFirstRequestUses) {
-  auto dir =
-      std::filesystem::temp_directory_path() / ("deepbox-net-pre-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  auto path = dir / "s.sock";
-  auto missing = HttpClient::Create("unix:" + path.string());
-  ASSERT_TRUE(missing);
-  auto st = (*missing)->Preconnect();
-  ASSERT_FALSE(st);
-  EXPECT_EQ(st.error().reason, kReasonConnectFailed);
-  EXPECT_EQ(st.error().sys_errno, ENOENT);
-
-  int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(listener, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(listener, 16), 0);
-  auto client = HttpClient::Create("unix:" + path.string());
-  ASSERT_TRUE(client);
-  ASSERT_TRUE((*client)->Preconnect());
-  int conn = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-  ASSERT_GE(conn, 0);
-  pollfd quiet{conn, POLLIN, 0};
-  EXPECT_EQ(::poll(&quiet, 1, 100), 0) << "Preconnect sent something";
-
-  std::thread server([&] {
-    std::string request;
-    char buf[4096];
-    while (request.find("\r\n\r\n") == std::string::npos) {
-      ssize_t n = ::read(conn, buf, sizeof buf);
-      if (n <= 0) return;
-      request.append(buf, static_cast<size_t>(n));
-    }
-    const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-    (void)!::write(conn, answer.data(), answer.size());
-  });
-  auto r = (*client)->Send(ClientRequest{});
-  server.join();
-  ASSERT_TRUE(r) << r.error().ToString();
-  EXPECT_EQ(r->body, "ok");
-  pollfd no_second{listener, POLLIN, 0};
-  EXPECT_EQ(::poll(&no_second, 1, 0), 0) << "the request opened a connection of its own";
-  ::close(conn);
-  ::close(listener);
-  // Refused: a socket file nobody listens on any more.
-  auto refused = HttpClient::Create("unix:" + path.string());
-  ASSERT_TRUE(refused);
-  st = (*refused)->Preconnect();
-  ASSERT_FALSE(st);
-  EXPECT_EQ(st.error().sys_errno, ECONNREFUSED);
-  std::filesystem::remove_all(dir);
-}
-
 TEST(HttpClientTest, SilentServerTimesOut) {
   auto l = Listener::Bind(*Endpoint::Parse("127.0.0.1:0"));
   ASSERT_TRUE(l);

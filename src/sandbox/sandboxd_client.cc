@@ -305,18 +305,7 @@ Result<std::unique_ptr<SandboxdClient>> SandboxdClient::Connect(const std::strin
   client->options_ = std::move(options);
   client->id_ = client->options_.id;
   // Without an id the daemon's hostname is it: /info is needed now.
-  if (!client->options_.read_info_on_connect && !client->id_.empty()) {
-    if (client->options_.open_connection_on_connect) {
-      if (auto st = client->http_->Preconnect(); !st) {
-        Error e = st.error();  // its reason and errno say why (DaemonSocketDead reads them)
-        e.message = fmt::format("sandbox daemon at {} is not reachable: {}",
-                                client->http_->base_url(), e.message);
-        return tl::unexpected(e);
-      }
-      client->answered_.store(true);  // reachable now: Send retries no connection
-    }
-    return client;
-  }
+  if (!client->options_.read_info_on_connect && !client->id_.empty()) return client;
   if (auto s = client->EnsureInfo(); !s) return tl::unexpected(s.error());
   if (client->id_.empty()) client->id_ = client->hostname_;
   return client;

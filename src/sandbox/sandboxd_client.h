@@ -36,13 +36,6 @@ struct SandboxdClientOptions {
   // daemon first answered a connection that cannot be made (nothing sent) is
   // retried with backoff.
   bool read_info_on_connect = true;
-  // With read_info_on_connect = false: Connect() still opens the connection
-  // the first call then uses (nothing sent), so a daemon nobody listens for
-  // fails there, refused or without a socket, as with /info; and no later
-  // connection is retried. For a local daemon, whose listener only its live
-  // init holds, that is the whole check (one round trip less before a first
-  // command).
-  bool open_connection_on_connect = false;
   // Why a request's connection broke after it was sent (the daemon closed or
   // reset it without a full answer), as the provider knows it, e.g. "its
   // daemon (deepbox-sandboxd) restarted"; "" when it does not know. The

@@ -257,37 +257,6 @@ TEST(SandboxdClientLazyInfoTest, TheFirstCallIsTheFirstRequest) {
   EXPECT_TRUE(seen[1].starts_with("GET /deepbox/v1/info")) << seen[1];
 }
 
-// open_connection_on_connect (a local sandbox's daemon): Connect opens the
-// connection and sends nothing; a daemon nobody listens for fails Connect at
-// once, with connect's errno (what the local provider reads as a dead daemon).
-TEST(SandboxdClientLazyInfoTest, OpeningTheConnectionIsTheCheck) {
-  SandboxdClientOptions o;
-  o.id = "sb-000000000000";
-  o.read_info_on_connect = false;
-  o.open_connection_on_connect = true;
-  deepbox::testing::TempDir dir("deepbox-preconnect", "/tmp");  // short: a socket path
-  auto missing = SandboxdClient::Connect("unix:" + dir.Path("sandboxd.sock"), o);
-  ASSERT_FALSE(missing);
-  EXPECT_EQ(missing.error().reason, kReasonConnectFailed);
-  EXPECT_EQ(missing.error().sys_errno, ENOENT);
-  EXPECT_NE(missing.error().message.find("is not reachable"), std::string::npos)
-      << missing.error().message;
-
-  auto d = HostileDaemon::Start();
-  ASSERT_TRUE(d) << d.error().ToString();
-  (*d)->Answer("/deepbox/v1/exec",
-               R"({"status":"exited","exit_code":0,"stdout":"hi\n","stderr":"","output":"hi\n"})");
-  auto c = (*d)->Connect(o);
-  ASSERT_TRUE(c) << c.error().ToString();
-  EXPECT_TRUE((*d)->requests().empty());
-  ExecRequest req;
-  req.argv = {"echo", "hi"};
-  auto r = (*c)->Exec(req);
-  ASSERT_TRUE(r) << r.error().ToString();
-  EXPECT_EQ(r->stdout_data, "hi\n");
-  ASSERT_EQ((*d)->requests().size(), 1u);
-}
-
 // Streams: interactive ones learn the daemon's features before anything is
 // run; a cut stream is re-sent or re-attached only once /info says the daemon
 // keeps exec ids (an older one would run the command twice).

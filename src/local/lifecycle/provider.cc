@@ -781,10 +781,6 @@ Result<std::unique_ptr<SandboxdClient>> LocalSandboxProvider::Connect(const Sand
   SandboxdClientOptions o;
   o.id = meta.id;
   o.connect_timeout = 5000ms;
-  // The socket's listener is held by the daemon (the sandbox's init) alone:
-  // a connection is the liveness check; /info is read when first needed.
-  o.read_info_on_connect = false;
-  o.open_connection_on_connect = true;
   o.lost_connection_reason = [store = store_, id = meta.id,
                               seen = std::make_shared<std::atomic<int>>(meta.restarts)] {
     return WhyConnectionLost(store, id, *seen);
