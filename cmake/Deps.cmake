@@ -4,11 +4,11 @@ find_package(Threads REQUIRED)
 # deepbox-sandboxd (its daemon). Each shared library costs a process start its
 # mapping, relocations and symbol lookups (bench/local/README.md), so release
 # builds link libseccomp, nghttp2, RE2, yaml-cpp, libedit, Boost.JSON, fmt and
-# the C++ runtime in. The price: a
-# fix to one of them needs a rebuild, not only the distribution's update; OFF
-# for a distribution package. OpenSSL stays shared unless asked for
-# (DEEPBOX_STATIC_OPENSSL): it parses what sandboxes send through the secrets
-# proxy, and its advisories must reach deepbox with `apt upgrade`.
+# the C++ runtime in. The price: a fix to one of them needs a rebuild, not only
+# the distribution's update; OFF for a distribution package. OpenSSL stays
+# shared unless asked for (DEEPBOX_STATIC_OPENSSL): it parses what sandboxes
+# send through the secrets proxy, and its advisories must reach deepbox with
+# `apt upgrade`.
 if(CMAKE_BUILD_TYPE STREQUAL "Release" AND NOT DEEPBOX_SANITIZE AND NOT DEEPBOX_FUZZ)
   set(deepbox_static_deps_default ON)
 else()

@@ -24,12 +24,14 @@ work=$(mktemp -d /tmp/deepbox-release-smoke.XXXXXX)
 id=""
 cleanup() {
   if [[ -n $id ]]; then
-    XDG_STATE_HOME=$work/state "$bin/deepbox" sandbox rm "$id" >/dev/null 2>&1 || true
+    "$bin/deepbox" sandbox rm "$id" >/dev/null 2>&1 || true
   fi
   rm -rf "$work"
 }
 trap cleanup EXIT
-export XDG_STATE_HOME=$work/state  # this run's sandboxes only
+# This run's sandboxes, images and snapshots only (root's default would be
+# /run/deepbox, shared with everything else on the machine).
+export DEEPBOX_STATE_DIR=$work/state XDG_STATE_HOME=$work/xdg
 
 echo "release-smoke: the example (replayed conversation)"
 env -u ANTHROPIC_API_KEY -u DEEPBOX_MODEL "$bin/deepbox-fib-example" >"$work/example.log" 2>&1 || {
