@@ -1043,8 +1043,7 @@ int Supervisor::Run() {
   int64_t ready_ns = MonotonicNs();
   auto updated = store_.Update(req_.id, [&](SandboxMeta& m) {
     m.ready = true;
-    RecordLaunch(m);
-    m.timings = meta_.timings;
+    RecordLaunch(m);  // the first launch: its timings too
     m.timings["daemon ready"] = Us(ready_ns - launched_ns_);
     m.timings["supervisor total"] = Us(ready_ns - start_ns_);
     if (req_.requested_at_ns > 0) m.timings["total"] = Us(ready_ns - req_.requested_at_ns);
