@@ -13,9 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -330,57 +328,6 @@ Result<SandboxCgroup> SandboxCgroup::Create(const CgroupHostInfo& host, std::str
   return cg;
 }
 
-struct CgroupAttachPrimer::State {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stop = false;
-  std::thread thread;
-};
-
-CgroupAttachPrimer::CgroupAttachPrimer(const CgroupHostInfo& host) {
-  std::string procs;
-  for (const char* controller : {"memory", "pids", "cpu", "freezer"}) {
-    auto mount = host.v1_mounts.find(controller);
-    if (mount == host.v1_mounts.end()) continue;
-    auto self = host.v1_self.find(controller);
-    procs = JoinPath(JoinPath(mount->second, self == host.v1_self.end() ? "/" : self->second),
-                     "cgroup.procs");
-    break;
-  }
-  if (procs.empty()) return;
-  UniqueFd fd(open(procs.c_str(), O_WRONLY | O_CLOEXEC));
-  if (!fd) return;
-  state_ = std::make_unique<State>();
-  state_->thread = std::thread([state = state_.get(), fd = std::move(fd)] {
-    std::string pid = std::to_string(getpid());
-    // Bounded, should an owner never end it (a Launch takes milliseconds).
-    auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    std::unique_lock lock(state->mu);
-    while (!state->stop && std::chrono::steady_clock::now() < give_up) {
-      lock.unlock();
-      bool ok = pwrite(fd.get(), pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
-      lock.lock();
-      if (!ok) return;  // not allowed here: nothing to gain
-      state->cv.wait_for(lock, std::chrono::milliseconds(2), [&] { return state->stop; });
-    }
-  });
-}
-
-bool CgroupAttachPrimer::Useful(const CgroupHostInfo& host, const Limits& limits) {
-  if (host.layout == CgroupLayout::kNone || host.v1_mounts.empty()) return false;
-  return limits.memory_bytes || limits.max_processes || limits.cpu_cores || host.v2_mount.empty();
-}
-
-CgroupAttachPrimer::~CgroupAttachPrimer() {
-  if (!state_) return;
-  {
-    std::lock_guard lock(state_->mu);
-    state_->stop = true;
-  }
-  state_->cv.notify_all();
-  state_->thread.join();
-}
-
 Status SandboxCgroup::AttachV1(pid_t pid) const {
   std::set<std::string> done;
   for (const auto& [controller, dir] : v1_) {
@@ -388,6 +335,33 @@ Status SandboxCgroup::AttachV1(pid_t pid) const {
     if (auto st = WriteFile(dir + "/cgroup.procs", std::to_string(pid)); !st) return st;
   }
   return {};
+}
+
+Result<std::vector<SandboxCgroup::TasksFile>> SandboxCgroup::OpenV1Tasks() const {
+  std::vector<TasksFile> files;
+  std::set<std::string> done;
+  for (const auto& [controller, dir] : v1_) {
+    if (!done.insert(dir).second) continue;
+    std::string path = dir + "/tasks";
+    UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) return MakeSyscallError("open", errno, path);
+    files.push_back({dir, std::move(fd)});
+  }
+  return files;
+}
+
+int MoveSelfIntoCgroupsRaw(const int* tasks_fds, size_t count, int* failed_index) {
+  for (size_t i = 0; i < count; ++i) {
+    ssize_t n;
+    do {
+      n = write(tasks_fds[i], "0", 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1) {
+      *failed_index = static_cast<int>(i);
+      return n < 0 ? errno : EIO;
+    }
+  }
+  return 0;
 }
 
 Status SandboxCgroup::AttachAll(pid_t pid) const {

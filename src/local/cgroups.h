@@ -57,7 +57,17 @@ class SandboxCgroup {
   // fd of the v2 cgroup dir for CLONE_INTO_CGROUP, or -1.
   int v2_fd() const { return v2_fd_.get(); }
   // Moves `pid` into the v1 cgroups (the v2 one is joined by CLONE_INTO_CGROUP).
+  // Slow: see MoveSelfIntoCgroupsRaw.
   Status AttachV1(pid_t pid) const;
+  // The `tasks` file of each v1 cgroup of the sandbox, open for writing (none
+  // without v1 cgroups): what MoveSelfIntoCgroupsRaw writes to. The kernel
+  // checks the opener's credentials, so these fds move a process only into
+  // this sandbox's cgroups; they are CLOEXEC and never reach the sandbox.
+  struct TasksFile {
+    std::string dir;  // the cgroup (for error messages)
+    UniqueFd fd;
+  };
+  Result<std::vector<TasksFile>> OpenV1Tasks() const;
   // Moves `pid` into every cgroup including v2 (for a process not cloned into it).
   Status AttachAll(pid_t pid) const;
   // Kills every process in the sandbox's cgroups and waits until they are empty.
@@ -80,32 +90,20 @@ class SandboxCgroup {
   LimitSupport support_;
 };
 
-// Takes the wait for an RCU grace period (~10 ms measured here) off a
-// sandbox's critical path. Moving a process into a v1 cgroup write-locks the
-// kernel's cgroup_threadgroup_rwsem, a percpu rwsem whose rcu_sync makes the
-// first writer after a quiet spell wait for a grace period and lets writers
-// that follow within about one more grace period through at once (measured:
-// 10.2 ms for the first attach, 0.03-0.08 ms for the next ones). While it
-// lives, this starts such a write now and repeats it every 2 ms from a thread
-// -- it moves this process into the v1 cgroup it is already in, which changes
-// nothing -- so the launcher's own attach, after the sandbox is prepared,
-// finds the window open. Does nothing where no v1 hierarchy of a limit's
-// controller (memory, pids, cpu) or the freezer is mounted, or where the write
-// fails (not root).
-class CgroupAttachPrimer {
- public:
-  explicit CgroupAttachPrimer(const CgroupHostInfo& host);
-  ~CgroupAttachPrimer();  // stops and joins the thread
-  // Whether a sandbox with `limits` will be attached to a v1 cgroup on
-  // `host` (a limit's controller, or the freezer for kill-all without v2).
-  static bool Useful(const CgroupHostInfo& host, const Limits& limits);
-  CgroupAttachPrimer(const CgroupAttachPrimer&) = delete;
-  CgroupAttachPrimer& operator=(const CgroupAttachPrimer&) = delete;
+// A process moved into a v1 cgroup by pid (AttachV1) makes the kernel
+// write-lock cgroup_threadgroup_rwsem, whose first writer after a quiet spell
+// waits for an RCU grace period while it holds cgroup_mutex (8-22 ms measured
+// on the CI machines' Linux 6.18). A thread that moves itself, by writing "0"
+// to a hierarchy's `tasks` file, takes no such lock (Linux >= 5.11) and is
+// moved in ~0.06 ms. So a sandbox's init moves itself: the launcher opens these
+// files before the clone and the single-threaded child writes to them
+// (MoveSelfIntoCgroupsRaw), right after the launcher releases it.
 
- private:
-  struct State;
-  std::unique_ptr<State> state_;
-};
+// Async-signal-safe (for a child between clone and exec): moves the calling
+// thread, which must be its process's only one, into the cgroup of each of
+// `count` fds from OpenV1Tasks. 0, or the errno of the first failed write
+// with its position in *failed_index.
+int MoveSelfIntoCgroupsRaw(const int* tasks_fds, size_t count, int* failed_index);
 
 // Creates and removes a probe cgroup to find what this host really enforces.
 LimitSupport ProbeCgroupSupport(const CgroupHostInfo& host);

@@ -1,5 +1,6 @@
 #include "local/cgroups.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -287,71 +288,69 @@ TEST(CgroupsTest, RejectsBadIds) {
   EXPECT_FALSE(SandboxCgroup::Create(none, "", {}).has_value());
 }
 
-// This process's threads (/proc/self/status "Threads:").
-int ThreadCount() {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+// A child moves itself into the sandbox's v1 cgroups through the tasks files
+// the parent opened (what a sandbox's init does between clone and exec); the
+// parent stays where it was.
+TEST_F(CgroupLiveTest, AChildMovesItselfThroughTheTasksFilesAndTheParentStays) {
+  Limits limits;
+  limits.memory_bytes = 64ULL << 20;
+  limits.max_processes = 64;
+  auto cg = SandboxCgroup::Create(host_, fmt::format("t-self-{}", getpid()), limits);
+  ASSERT_TRUE(cg) << cg.error().ToString();
+  auto tasks = cg->OpenV1Tasks();
+  ASSERT_TRUE(tasks) << tasks.error().ToString();
+  if (tasks->empty()) GTEST_SKIP() << "no limit of this test is in a v1 hierarchy here";
+  std::vector<int> fds;
+  for (const auto& t : *tasks) {
+    EXPECT_TRUE(t.dir.ends_with(fmt::format("/deepbox/t-self-{}", getpid()))) << t.dir;
+    fds.push_back(t.fd.get());
   }
-  return -1;
-}
-
-// The primer moves this process into the cgroups it is in already: nothing
-// about where it lives changes, its thread runs while it lives and is gone
-// when it is destroyed. (What it saves is a latency: bench/local's cold-start
-// split shows it, not a test.)
-TEST_F(CgroupLiveTest, AttachPrimerLeavesThisProcessWhereItWas) {
-  if (host_.v1_mounts.empty()) GTEST_SKIP() << "no cgroup v1 hierarchy here (nothing to prime)";
   auto before = ProcessCgroupDirs(getpid());
   ASSERT_TRUE(before) << before.error().ToString();
-  const int threads = ThreadCount();
-  ASSERT_GT(threads, 0);
-  {
-    CgroupAttachPrimer primer(host_);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // several rounds
-    EXPECT_EQ(ThreadCount(), threads + 1);  // still priming: its writes succeed here
-    auto during = ProcessCgroupDirs(getpid());
-    ASSERT_TRUE(during) << during.error().ToString();
-    EXPECT_EQ(*during, *before);
-    // A sandbox cgroup made meanwhile gets its process as usual.
-    auto cg = SandboxCgroup::Create(host_, fmt::format("t-prime-{}", getpid()),
-                                    LimitsWith(&Limits::max_processes, 64));
-    ASSERT_TRUE(cg) << cg.error().ToString();
-    pid_t child = fork();
-    if (child == 0) {
-      pause();
-      _exit(0);
-    }
-    ASSERT_GT(child, 0);
-    ASSERT_TRUE(cg->AttachAll(child));
-    auto pids = cg->Pids();
-    ASSERT_TRUE(pids) << pids.error().ToString();
-    EXPECT_THAT(*pids, ::testing::Contains(child));
-    ASSERT_TRUE(cg->KillAll());
-    (void)waitpid(child, nullptr, 0);
-    ASSERT_TRUE(cg->Remove());
+  int result[2];
+  ASSERT_EQ(pipe(result), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    int failed = -1;
+    int err = MoveSelfIntoCgroupsRaw(fds.data(), fds.size(), &failed);
+    (void)!write(result[1], &err, sizeof(err));
+    for (;;) pause();
   }
-  EXPECT_EQ(ThreadCount(), threads);  // joined
+  ASSERT_GT(child, 0);
+  close(result[1]);
+  int err = -1;
+  ASSERT_EQ(read(result[0], &err, sizeof(err)), static_cast<ssize_t>(sizeof(err)));
+  close(result[0]);
+  EXPECT_EQ(err, 0) << strerror(err);
+  auto pids = cg->Pids();
+  ASSERT_TRUE(pids) << pids.error().ToString();
+  auto in = ProcessCgroupDirs(child);
+  ASSERT_TRUE(in) << in.error().ToString();
+  for (const auto& t : *tasks) EXPECT_THAT(*in, ::testing::Contains(t.dir));
   auto after = ProcessCgroupDirs(getpid());
   ASSERT_TRUE(after) << after.error().ToString();
   EXPECT_EQ(*after, *before);
+  ASSERT_TRUE(cg->KillAll());
+  (void)waitpid(child, nullptr, 0);
+  ASSERT_TRUE(cg->Remove());
 }
 
-// Without a v1 hierarchy, or one it cannot write to, it has nothing to do
-// and starts no thread.
-TEST(CgroupsTest, AttachPrimerWithoutV1IsANoOp) {
-  const int threads = ThreadCount();
-  ASSERT_GT(threads, 0);
-  CgroupHostInfo unified = ParseCgroupHostInfo(
-      "39 30 0:35 / /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n", "0::/\n");
-  ASSERT_TRUE(unified.v1_mounts.empty());
-  CgroupAttachPrimer primer(unified);
-  EXPECT_EQ(ThreadCount(), threads);
-  CgroupHostInfo missing;
-  missing.layout = CgroupLayout::kHybrid;
-  missing.v1_mounts["memory"] = "/nonexistent-cgroup-mount";
-  CgroupAttachPrimer not_there(missing);
-  EXPECT_EQ(ThreadCount(), threads);
+// A write that fails names its position and errno; nothing after it is tried.
+TEST(CgroupsTest, MoveSelfReportsTheFirstFailedWrite) {
+  int dev_null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(dev_null, 0);
+  int read_only = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(read_only, 0);
+  int fds[] = {dev_null, read_only, dev_null};
+  int failed = -1;
+  EXPECT_EQ(MoveSelfIntoCgroupsRaw(fds, 3, &failed), EBADF);
+  EXPECT_EQ(failed, 1);
+  failed = -1;
+  EXPECT_EQ(MoveSelfIntoCgroupsRaw(fds, 1, &failed), 0);
+  EXPECT_EQ(failed, -1);
+  EXPECT_EQ(MoveSelfIntoCgroupsRaw(nullptr, 0, &failed), 0);
+  close(dev_null);
+  close(read_only);
 }
 
 }  // namespace

@@ -12,10 +12,10 @@ namespace deepbox::local {
 
 std::string_view SetupStepName(SetupStep step) {
   static constexpr std::array<std::string_view, static_cast<size_t>(SetupStep::kCount)> kNames = {
-      "prepare",      "cgroup",     "clone",       "cgroup attach",
-      "uid/gid maps", "network",    "child start", "hostname + loopback",
-      "mounts",       "pivot_root", "rlimits",     "capabilities + uid",
-      "seccomp",      "exec"};
+      "prepare", "cgroup",        "clone",       "uid/gid maps",
+      "network", "cgroup attach", "child start", "hostname + loopback",
+      "mounts",  "pivot_root",    "rlimits",     "capabilities + uid",
+      "seccomp", "exec"};
   size_t i = static_cast<size_t>(step);
   return i < kNames.size() ? kNames[i] : "unknown step";
 }

@@ -17,10 +17,10 @@ enum class SetupStep : uint16_t {
   kPrepare,       // parent: plans, directories, seccomp export
   kCgroup,        // parent: create the cgroup
   kClone,         // parent: clone3 into the new namespaces
-  kCgroupAttach,  // parent: move the child into a v1 cgroup
   kIdMaps,        // parent: uid_map / gid_map
   kNetwork,       // parent: veth + nftables for public mode
-  kChildStart,    // child: woken up by the parent
+  kCgroupAttach,  // child: woken up, moves itself into its v1 cgroups
+  kChildStart,    // child: root tmpfs, mount sources, sandbox ids
   kUtsNet,        // child: hostname, loopback up, new session
   kMounts,        // child: build the new root
   kPivotRoot,     // child: pivot_root + detach the old root

@@ -55,7 +55,9 @@ struct ChildContext {
   int sync_rd = -1;
   int sync_wr = -1;
   int stdio[3] = {-1, -1, -1};
-  int daemon_listener = -1;  // dup'ed to kDaemonListenFd, inherited by init only
+  int daemon_listener = -1;           // dup'ed to kDaemonListenFd, inherited by init only
+  const int* cgroup_tasks = nullptr;  // SandboxCgroup::OpenV1Tasks, written to and closed
+  size_t cgroup_tasks_count = 0;
   const char* hostname = nullptr;
   const MountPlan* mounts = nullptr;
   int* source_fds = nullptr;  // room for mounts->sources.size() fds
@@ -82,11 +84,18 @@ struct ChildContext {
   } while (n < 0 && errno == EINTR);
   if (n != 1) syscall(SYS_exit_group, 1);  // the parent gave up: leave quietly
   close(c.sync_rd);
+  // Into the sandbox's v1 cgroups before anything else (cgroups.h: a move of
+  // oneself does not wait for an RCU grace period, as one by pid does).
+  int failed = -1;
+  int err = MoveSelfIntoCgroupsRaw(c.cgroup_tasks, c.cgroup_tasks_count, &failed);
+  if (err != 0) rep.Fail(SetupStep::kCgroupAttach, ChildCall::kWrite, err, failed);
+  for (size_t i = 0; i < c.cgroup_tasks_count; ++i) close(c.cgroup_tasks[i]);
+  rep.Done(SetupStep::kCgroupAttach);
   // As host root (see mounts.h): root tmpfs, chdir into it, open the bind sources.
   umask(022);
   ExecuteMountPrologueOrDie(*c.mounts, c.source_fds, rep);
   ChildCall call = ChildCall::kNone;
-  int err = SwitchToSandboxIdsRaw(c.caps, &call);
+  err = SwitchToSandboxIdsRaw(c.caps, &call);
   if (err != 0) rep.Fail(SetupStep::kChildStart, call, err);
   // After the uid change, which clears the parent-death signal.
   if (c.die_with_parent && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) {
@@ -440,16 +449,10 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
       }
     }
   }
-  // The cgroup layout now, so that the wait a v1 attach may need (see
-  // CgroupAttachPrimer) overlaps the preparation below.
   std::optional<CgroupHostInfo> cgroup_host;
-  std::optional<CgroupAttachPrimer> attach_primer;
   if (spec.use_cgroups) {
     if (auto host = DetectCgroups(); host && host->layout != CgroupLayout::kNone) {
       cgroup_host = std::move(*host);
-      if (CgroupAttachPrimer::Useful(*cgroup_host, spec.limits)) {
-        attach_primer.emplace(*cgroup_host);
-      }
     }
   }
 
@@ -666,11 +669,23 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   if (auto st = finish_workspace(); !st) return tl::unexpected(st.error());
   mark(SetupStep::kPrepare);
 
+  std::vector<SandboxCgroup::TasksFile> cgroup_tasks;
+  std::vector<int> cgroup_task_fds;
+  std::vector<std::string> cgroup_task_dirs;
   if (cgroup_host) {
     auto cg = SandboxCgroup::Create(*cgroup_host, spec.id, spec.limits);
     if (!cg) return tl::unexpected(cg.error());
     sp.cgroup_ = std::move(*cg);
+    auto tasks = sp.cgroup_->OpenV1Tasks();
+    if (!tasks) return tl::unexpected(tasks.error());
+    cgroup_tasks = std::move(*tasks);
+    for (const auto& t : cgroup_tasks) {
+      cgroup_task_fds.push_back(t.fd.get());
+      cgroup_task_dirs.push_back(t.dir);
+    }
   }
+  ctx.cgroup_tasks = cgroup_task_fds.data();
+  ctx.cgroup_tasks_count = cgroup_task_fds.size();
   sp.support_ = RlimitSupport(spec.limits, sp.cgroup_ ? sp.cgroup_->support() : LimitSupport{});
   mark(SetupStep::kCgroup);
 
@@ -688,11 +703,7 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   mark(SetupStep::kClone);
   // From here on, returning an error destroys `sp`, which kills and reaps the child.
 
-  if (sp.cgroup_) {
-    if (auto st = sp.cgroup_->AttachV1(sp.pid_); !st) return tl::unexpected(st.error());
-  }
-  attach_primer.reset();
-  mark(SetupStep::kCgroupAttach);
+  cgroup_tasks.clear();  // the child has its copies
   if (auto st = WriteIdMaps(sp.pid_, ids); !st) return tl::unexpected(st.error());
   mark(SetupStep::kIdMaps);
   if (sp.uplink_ == Uplink::kVeth) {
@@ -802,6 +813,10 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
         std::string subject;
         if (step == SetupStep::kExec) subject = spec.argv[0];
         if (step == SetupStep::kRlimits) subject = fmt::format("resource {}", rec.index);
+        if (step == SetupStep::kCgroupAttach && rec.index >= 0 &&
+            static_cast<size_t>(rec.index) < cgroup_task_dirs.size()) {
+          subject = cgroup_task_dirs[static_cast<size_t>(rec.index)] + "/tasks";
+        }
         e = SyscallError(ChildCallName(call), rec.err, subject);
         e.message += fmt::format(" during step '{}'", SetupStepName(step));
       }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "local/capabilities.h"
+#include "local/cgroups.h"
 #include "local/testing/sandbox_fixture.h"
 
 namespace deepbox::local {
@@ -508,6 +509,35 @@ TEST_F(LauncherTest, ReportsLimitEnforcement) {
   EXPECT_TRUE(r.limits.file_size.enforced);
   EXPECT_TRUE(r.limits.processes.enforced);
   std::cerr << r.limits.Describe();
+}
+
+// Init moves itself into its v1 cgroups before anything of the sandbox runs
+// (launcher.cc, cgroups.h): /proc/self/cgroup of the first program shows them.
+// Its cgroup namespace was made at the clone, before the move, so the paths
+// are relative to the launcher's own cgroups.
+TEST_F(LauncherTest, InitIsInItsV1CgroupsWhenItsProgramStarts) {
+  auto host = DetectCgroups();
+  ASSERT_TRUE(host) << host.error().ToString();
+  if (geteuid() != 0) GTEST_SKIP() << "cgroups need root here";
+  spec_.limits.memory_bytes = 256ULL << 20;
+  spec_.limits.max_processes = 64;
+  std::vector<std::string> v1;
+  for (const char* controller : {"memory", "pids"}) {
+    if (host->v1_mounts.count(controller) && !host->v2_controllers.count(controller)) {
+      v1.push_back(controller);
+    }
+  }
+  if (v1.empty()) GTEST_SKIP() << "neither memory nor pids is a v1 hierarchy here";
+  auto r = RUN_OK("cat /proc/self/cgroup");
+  EXPECT_TRUE(r.limits.memory.enforced);
+  for (const auto& controller : v1) {
+    std::string line;
+    std::istringstream lines(r.output);
+    for (std::string l; std::getline(lines, l);) {
+      if (l.find(":" + controller + ":") != std::string::npos) line = l;
+    }
+    EXPECT_TRUE(line.ends_with("/deepbox/" + spec_.id)) << controller << " in:\n" << r.output;
+  }
 }
 
 TEST_F(LauncherTest, ForkBombIsContained) {

@@ -382,19 +382,7 @@ Result<SandboxMeta> LocalSandboxProvider::CreateCold(const ClaimOptions& options
   req.limits = options_.limits;
   req.workspace_image = workspace_image;
   req.secrets = options.secrets;
-  // The first move into a v1 cgroup waits for an RCU grace period while it
-  // holds the kernel's cgroup_mutex (cgroups.h, CgroupAttachPrimer). The
-  // supervisor primes it too, but its preparation is now shorter than the
-  // wait, so the cgroup step behind it waited 2-5 ms (bench_local_lifecycle
-  // split, Linux 6.18). Primed from here, the wait overlaps the supervisor's
-  // exec instead.
-  std::optional<CgroupAttachPrimer> attach_primer;
-  if (auto host = DetectCgroups();
-      host && CgroupAttachPrimer::Useful(*host, options_.limits.ToLaunchLimits())) {
-    attach_primer.emplace(*host);
-  }
   auto meta = StartSupervisor(options_.deepbox_binary, req, options_.create_timeout);
-  attach_primer.reset();
   if (!meta) {
     // A daemon SIGKILLed while starting under a memory limit ran out of memory.
     const std::string& msg = meta.error().message;
