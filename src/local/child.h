@@ -14,21 +14,20 @@ namespace deepbox::local {
 
 // Setup steps in the order they happen; parent steps first.
 enum class SetupStep : uint16_t {
-  kPrepare,        // parent: plans, directories, seccomp export
-  kCgroup,         // parent: create the cgroup
-  kClone,          // parent: clone3 into the new namespaces
-  kIdMaps,         // parent: uid_map / gid_map
-  kNetwork,        // parent: veth + nftables for public mode
-  kWorkspaceDisk,  // parent: waits for the /workspace disk made beside the steps above
-  kCgroupAttach,   // child: woken up, moves itself into its v1 cgroups
-  kChildStart,     // child: root tmpfs, mount sources, sandbox ids
-  kUtsNet,         // child: hostname, loopback up, new session
-  kMounts,         // child: build the new root
-  kPivotRoot,      // child: pivot_root + detach the old root
-  kRlimits,        // child: setrlimit
-  kCapabilities,   // child: securebits, capabilities, uid/gid 1000
-  kSeccomp,        // child: no_new_privs + seccomp filter
-  kExec,           // child: execve until the pipe closes
+  kPrepare,       // parent: plans, directories, seccomp export
+  kCgroup,        // parent: create the cgroup
+  kClone,         // parent: clone3 into the new namespaces
+  kIdMaps,        // parent: uid_map / gid_map
+  kNetwork,       // parent: veth + nftables for public mode
+  kCgroupAttach,  // child: woken up, moves itself into its v1 cgroups
+  kChildStart,    // child: root tmpfs, mount sources, sandbox ids
+  kUtsNet,        // child: hostname, loopback up, new session
+  kMounts,        // child: build the new root
+  kPivotRoot,     // child: pivot_root + detach the old root
+  kRlimits,       // child: setrlimit
+  kCapabilities,  // child: securebits, capabilities, uid/gid 1000
+  kSeccomp,       // child: no_new_privs + seccomp filter
+  kExec,          // child: execve until the pipe closes
   kCount,
 };
 std::string_view SetupStepName(SetupStep step);
@@ -64,8 +63,6 @@ enum class ChildCall : uint16_t {
   kStatfs,
   kChmod,
   kFchown,
-  kMoveMount,
-  kRecvmsg,
   kCount,
 };
 std::string_view ChildCallName(ChildCall call);

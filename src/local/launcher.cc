@@ -3,11 +3,9 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/close_range.h>
-#include <linux/mount.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -73,47 +71,19 @@ struct ChildContext {
   bool die_with_parent = true;
 };
 
-// Whether open_tree(2) can clone a mount here (Linux >= 5.2, CAP_SYS_ADMIN
-// over this mount namespace): probed once, on `dir`.
-bool CanCloneMountTrees(const fs::path& dir) {
-  static const bool can = [&dir] {
-    UniqueFd tree(static_cast<int>(
-        syscall(SYS_open_tree, AT_FDCWD, dir.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
-    return static_cast<bool>(tree);
-  }();
-  return can;
-}
-
 [[noreturn]] void RunChild(const ChildContext& c) {
   ChildReporter rep(c.report_fd);
   // Init starts with no signal blocked or ignored, whatever the launcher's
   // (a supervisor relaunching a sandbox serves its own signals on a signalfd).
   RestoreDefaultSignals();
   close(c.sync_wr);
-  // The go byte, with the /workspace disk's mount tree when the parent made
-  // it beside the clone (see Launch).
   char go = 0;
-  struct iovec iov = {&go, 1};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
   ssize_t n;
   do {
-    n = recvmsg(c.sync_rd, &msg, MSG_CMSG_CLOEXEC);
+    n = read(c.sync_rd, &go, 1);
   } while (n < 0 && errno == EINTR);
   if (n != 1) syscall(SYS_exit_group, 1);  // the parent gave up: leave quietly
   close(c.sync_rd);
-  int workspace_tree = -1;
-  if (struct cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr && cm->cmsg_level == SOL_SOCKET &&
-                                                cm->cmsg_type == SCM_RIGHTS &&
-                                                cm->cmsg_len == CMSG_LEN(sizeof(int))) {
-    __builtin_memcpy(&workspace_tree, CMSG_DATA(cm), sizeof(int));
-  }
-  if ((msg.msg_flags & MSG_CTRUNC) != 0)
-    rep.Fail(SetupStep::kChildStart, ChildCall::kRecvmsg, EMSGSIZE);
   // Into the sandbox's v1 cgroups before anything else (cgroups.h: a move of
   // oneself does not wait for an RCU grace period, as one by pid does).
   int failed = -1;
@@ -124,12 +94,6 @@ bool CanCloneMountTrees(const fs::path& dir) {
   // As host root (see mounts.h): root tmpfs, chdir into it, open the bind sources.
   umask(022);
   ExecuteMountPrologueOrDie(*c.mounts, c.source_fds, rep);
-  int detached_source = -1;
-  if (workspace_tree >= 0 && c.mounts->workspace_source >= 0) {
-    close(c.source_fds[c.mounts->workspace_source]);
-    c.source_fds[c.mounts->workspace_source] = workspace_tree;
-    detached_source = c.mounts->workspace_source;
-  }
   ChildCall call = ChildCall::kNone;
   err = SwitchToSandboxIdsRaw(c.caps, &call);
   if (err != 0) rep.Fail(SetupStep::kChildStart, call, err);
@@ -146,8 +110,7 @@ bool CanCloneMountTrees(const fs::path& dir) {
   if (setsid() < 0) rep.Fail(SetupStep::kUtsNet, ChildCall::kSetsid, errno);
   rep.Done(SetupStep::kUtsNet);
 
-  // Reports kMounts and kPivotRoot.
-  ExecuteMountOpsOrDie(*c.mounts, c.source_fds, detached_source, rep);
+  ExecuteMountOpsOrDie(*c.mounts, c.source_fds, rep);  // reports kMounts and kPivotRoot
 
   int resource = -1;
   err = ApplyRlimitsRaw(*c.rlimits, &resource);
@@ -458,19 +421,11 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   sp.runtime_dir_ = spec.runtime_dir;
   // The /workspace disk (a loop device and an ext4 mount: mostly waits for the
   // loop device's worker) is made first, on a thread of its own, while this one
-  // detects the cgroups, plans the mounts, the seccomp filter, makes the cgroups,
-  // clones and writes the id maps. The child's mount namespace, copied at the
-  // clone, does not see a mount made after it, so the thread also takes a
-  // detached copy of the mounted disk (open_tree(2), OPEN_TREE_CLONE), which the
-  // child gets with its go byte and attaches as /workspace. Where that cannot be
-  // done, the thread is joined before the clone, as it was. `disk_made` and
-  // `workspace_tree` are declared first: the thread writes them until it is
-  // joined (also when a step below fails and returns).
+  // detects the cgroups, plans the mounts, the seccomp filter and the rest; joined before the
+  // clone, whose new mount namespace must already see it mounted. `disk_made` is declared first:
+  // the thread writes it until it is joined (also when a step below fails and returns).
   std::optional<Result<WorkspaceDisk>> disk_made;
-  UniqueFd workspace_tree;
-  int workspace_tree_errno = 0;
   int64_t disk_ns = 0;
-  bool disk_beside_clone = false;
   std::jthread disk_thread;
   if (spec.limits.workspace_bytes && !spec.workspace_disk_mounted) {
     if (WorkspaceDiskSupported()) {
@@ -480,25 +435,11 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
                          fmt::format("workspace {} must be empty to hold a size-limited disk",
                                      spec.workspace_dir.string()));
       }
-      disk_beside_clone = CanCloneMountTrees(spec.runtime_dir);
-      auto make_disk = [&spec, &ids, &disk_made, &disk_ns, &workspace_tree, &workspace_tree_errno,
-                        disk_beside_clone] {
+      auto make_disk = [&spec, &ids, &disk_made, &disk_ns] {
         const int64_t start = MonotonicNs();
         disk_made = WorkspaceDisk::Create(spec.runtime_dir / "workspace.img", spec.workspace_dir,
                                           *spec.limits.workspace_bytes, ids.host_uid, ids.host_gid,
                                           spec.workspace_disk_templates);
-        if (disk_beside_clone && *disk_made) {
-          // The workspace's root belongs to the sandbox user (the same inode in the copy).
-          if (geteuid() == 0 &&
-              chown(spec.workspace_dir.c_str(), ids.host_uid, ids.host_gid) != 0) {
-            workspace_tree_errno = errno;
-          } else {
-            workspace_tree.reset(
-                static_cast<int>(syscall(SYS_open_tree, AT_FDCWD, spec.workspace_dir.c_str(),
-                                         OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)));
-            if (!workspace_tree) workspace_tree_errno = errno;
-          }
-        }
         disk_ns = MonotonicNs() - start;
       };
       try {
@@ -538,9 +479,6 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
       sp.disk_ = std::move(**disk_made);
       disk_made.reset();
       sp.timings_.workspace_disk_ns = disk_ns;
-      if (disk_beside_clone && !workspace_tree) {
-        return MakeSyscallError("open_tree", workspace_tree_errno, spec.workspace_dir.string());
-      }
     }
     if (geteuid() == 0 && chown(spec.workspace_dir.c_str(), ids.host_uid, ids.host_gid) != 0) {
       return MakeSyscallError("chown", errno, spec.workspace_dir.string());
@@ -705,10 +643,7 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   } else {
     return tl::unexpected(high.error());
   }
-  // A socket, not a pipe: the go byte may carry the workspace disk's mount tree.
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sync) != 0) {
-    return MakeSyscallError("socketpair", errno, "sync socket");
-  }
+  if (pipe2(sync, O_CLOEXEC) != 0) return MakeSyscallError("pipe2", errno);
   UniqueFd sync_r(sync[0]), sync_w(sync[1]);
 
   ChildContext ctx;
@@ -731,9 +666,7 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   ctx.envp = envp.data();
   for (const auto& c : candidates) ctx.exec_candidates.push_back(c.c_str());
   ctx.die_with_parent = spec.die_with_parent;
-  if (!disk_beside_clone) {
-    if (auto st = finish_workspace(); !st) return tl::unexpected(st.error());
-  }
+  if (auto st = finish_workspace(); !st) return tl::unexpected(st.error());
   mark(SetupStep::kPrepare);
 
   std::vector<SandboxCgroup::TasksFile> cgroup_tasks;
@@ -846,35 +779,10 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     sp.proxy_ = std::move(*proxy);
   }
   mark(SetupStep::kNetwork);
-  if (disk_beside_clone) {
-    if (auto st = finish_workspace(); !st) return tl::unexpected(st.error());
-  }
-  mark(SetupStep::kWorkspaceDisk);
 
-  // The go byte, with the disk's mount tree if it was made beside the clone.
   char go = 1;
-  struct iovec iov = {&go, 1};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  struct msghdr msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (workspace_tree) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    struct cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    const int tree_fd = workspace_tree.get();
-    std::memcpy(CMSG_DATA(cm), &tree_fd, sizeof(int));
-  }
-  ssize_t sent;
-  do {
-    sent = sendmsg(sync_w.get(), &msg, MSG_NOSIGNAL);
-  } while (sent < 0 && errno == EINTR);
-  if (sent != 1) return MakeSyscallError("sendmsg", errno, "sync socket");
+  if (write(sync_w.get(), &go, 1) != 1) return MakeSyscallError("write", errno, "sync pipe");
   sync_w.reset();
-  workspace_tree.reset();  // the child has its own
 
   // Collect the child's step reports until exec closes the pipe.
   const int64_t deadline = MonotonicNs() + spec.setup_timeout.count() * 1000000LL;

@@ -536,7 +536,6 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec) {
   const char* ws = "mount /workspace";
   b.Mkdir("/workspace", ws);
   b.BindHost(spec.workspace_dir.string(), "/workspace", MS_BIND, ws);
-  plan.workspace_source = plan.ops.back().src_index;
   b.SetAttr("/workspace", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, false, ws);
 
   const char* tmp = "mount /tmp";
@@ -658,7 +657,7 @@ const char* FdPath(int fd, char* buf, size_t size) {
   return buf;
 }
 
-int RunOp(const MountOp& op, const int* source_fds, int detached_source, ChildCall* call) {
+int RunOp(const MountOp& op, const int* source_fds, ChildCall* call) {
   switch (op.kind) {
     case Kind::kMkdir:
       *call = ChildCall::kMkdir;
@@ -679,14 +678,6 @@ int RunOp(const MountOp& op, const int* source_fds, int detached_source, ChildCa
       *call = ChildCall::kMount;
       char fdpath[40];
       const char* src = op.src.empty() ? nullptr : op.src.c_str();
-      if (op.src_index >= 0 && op.src_index == detached_source) {
-        *call = ChildCall::kMoveMount;
-        if (syscall(SYS_move_mount, source_fds[op.src_index], "", AT_FDCWD, op.dst.c_str(),
-                    MOVE_MOUNT_F_EMPTY_PATH) != 0) {
-          return errno;
-        }
-        return 0;
-      }
       if (op.src_index >= 0) src = FdPath(source_fds[op.src_index], fdpath, sizeof(fdpath));
       if (mount(src, op.dst.c_str(), op.fstype.empty() ? nullptr : op.fstype.c_str(), op.flags,
                 op.data.empty() ? nullptr : op.data.c_str()) != 0) {
@@ -775,7 +766,7 @@ void ExecuteMountPrologueOrDie(const MountPlan& plan, int* source_fds,
                                const ChildReporter& reporter) {
   for (size_t i = 0; i < plan.prologue.size(); ++i) {
     ChildCall call = ChildCall::kNone;
-    int err = RunOp(plan.prologue[i], source_fds, -1, &call);
+    int err = RunOp(plan.prologue[i], source_fds, &call);
     if (err != 0) {
       reporter.Fail(SetupStep::kMounts, call, err, kPrologueIndexBase + static_cast<int>(i));
     }
@@ -793,7 +784,7 @@ void ExecuteMountPrologueOrDie(const MountPlan& plan, int* source_fds,
   }
 }
 
-void ExecuteMountOpsOrDie(const MountPlan& plan, const int* source_fds, int detached_source,
+void ExecuteMountOpsOrDie(const MountPlan& plan, const int* source_fds,
                           const ChildReporter& reporter) {
   SetupStep step = SetupStep::kMounts;
   for (size_t i = 0; i < plan.ops.size(); ++i) {
@@ -803,7 +794,7 @@ void ExecuteMountOpsOrDie(const MountPlan& plan, const int* source_fds, int deta
       step = SetupStep::kPivotRoot;
     }
     ChildCall call = ChildCall::kNone;
-    int err = RunOp(op, source_fds, detached_source, &call);
+    int err = RunOp(op, source_fds, &call);
     if (err == ENOENT && op.optional) continue;
     if (err != 0) reporter.Fail(step, call, err, static_cast<int>(i));
   }

@@ -97,7 +97,6 @@ struct MountPlan {
   std::vector<MountOp> prologue;     // as kuid 0, absolute host paths
   std::vector<std::string> sources;  // host paths opened O_PATH at the end of the prologue
   std::vector<MountOp> ops;          // as uid 1000, paths relative to the new root
-  int workspace_source = -1;         // index of workspace_dir in sources
 };
 
 struct MountSpec {
@@ -163,11 +162,8 @@ Result<MountPlan> BuildMountPlan(const MountSpec& spec);
 inline constexpr int kPrologueIndexBase = 100000;
 void ExecuteMountPrologueOrDie(const MountPlan& plan, int* source_fds,
                                const ChildReporter& reporter);
-// Reports kMounts before the pivot and kPivotRoot after it. `detached_source`
-// is the index of a source whose fd is a detached mount tree (open_tree(2)
-// with OPEN_TREE_CLONE): its bind is a move_mount(2) of that tree instead
-// (the old mount API cannot bind a mount of another namespace); -1: none.
-void ExecuteMountOpsOrDie(const MountPlan& plan, const int* source_fds, int detached_source,
+// Reports kMounts before the pivot and kPivotRoot after it.
+void ExecuteMountOpsOrDie(const MountPlan& plan, const int* source_fds,
                           const ChildReporter& reporter);
 
 // Parent: "mount(/usr): Permission denied (EACCES) during step 'bind system dirs'".
