@@ -16,6 +16,7 @@ std::string_view SetupStepName(SetupStep step) {
       "network", "cgroup attach", "child start", "hostname + loopback",
       "mounts",  "pivot_root",    "rlimits",     "capabilities + uid",
       "seccomp", "exec"};
+  static_assert(!kNames.back().empty(), "a setup step without a name");
   size_t i = static_cast<size_t>(step);
   return i < kNames.size() ? kNames[i] : "unknown step";
 }
@@ -27,6 +28,7 @@ std::string_view ChildCallName(ChildCall call) {
       "socket",      "ioctl",         "setsid",    "prctl",   "capset", "setresuid",
       "setresgid",   "setgroups",     "prlimit64", "seccomp", "execve", "dup2",
       "close_range", "mount_setattr", "statfs",    "chmod",   "fchown"};
+  static_assert(!kNames.back().empty(), "a child call without a name");
   size_t i = static_cast<size_t>(call);
   return i < kNames.size() ? kNames[i] : "unknown call";
 }
