@@ -23,7 +23,10 @@ import sys
 import tempfile
 import time
 
-STEPS = ["spawn", "prepare", "workspace disk", "launch", "daemon ready", "total"]
+STEPS = [
+    "spawn", "prepare", "workspace disk", "cgroup", "cgroup attach", "launch", "daemon ready",
+    "total",
+]
 BWRAP = [
     "bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
     "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
