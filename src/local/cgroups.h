@@ -93,11 +93,12 @@ class SandboxCgroup {
 // A process moved into a v1 cgroup by pid (AttachV1) makes the kernel
 // write-lock cgroup_threadgroup_rwsem, whose first writer after a quiet spell
 // waits for an RCU grace period while it holds cgroup_mutex (8-22 ms measured
-// on the CI machines' Linux 6.18). A thread that moves itself, by writing "0"
-// to a hierarchy's `tasks` file, takes no such lock (Linux >= 5.11) and is
-// moved in ~0.06 ms. So a sandbox's init moves itself: the launcher opens these
-// files before the clone and the single-threaded child writes to them
-// (MoveSelfIntoCgroupsRaw), right after the launcher releases it.
+// here, Linux 6.18). A thread that moves itself, by writing "0" to a
+// hierarchy's `tasks` file, takes no such lock and is moved in ~0.06 ms. So a
+// sandbox's init moves itself: the launcher opens these files before the clone
+// and the single-threaded child writes to them (MoveSelfIntoCgroupsRaw), right
+// after the launcher releases it. (A kernel that took the lock anyway would
+// make the child wait as long as the launcher used to.)
 
 // Async-signal-safe (for a child between clone and exec): moves the calling
 // thread, which must be its process's only one, into the cgroup of each of
