@@ -669,9 +669,8 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   if (auto st = finish_workspace(); !st) return tl::unexpected(st.error());
   mark(SetupStep::kPrepare);
 
-  std::vector<SandboxCgroup::TasksFile> cgroup_tasks;
+  std::vector<SandboxCgroup::TasksFile> cgroup_tasks;  // their dirs name a failed move
   std::vector<int> cgroup_task_fds;
-  std::vector<std::string> cgroup_task_dirs;
   if (cgroup_host) {
     auto cg = SandboxCgroup::Create(*cgroup_host, spec.id, spec.limits);
     if (!cg) return tl::unexpected(cg.error());
@@ -679,10 +678,7 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
     auto tasks = sp.cgroup_->OpenV1Tasks();
     if (!tasks) return tl::unexpected(tasks.error());
     cgroup_tasks = std::move(*tasks);
-    for (const auto& t : cgroup_tasks) {
-      cgroup_task_fds.push_back(t.fd.get());
-      cgroup_task_dirs.push_back(t.dir);
-    }
+    for (const auto& t : cgroup_tasks) cgroup_task_fds.push_back(t.fd.get());
   }
   ctx.cgroup_tasks = cgroup_task_fds.data();
   ctx.cgroup_tasks_count = cgroup_task_fds.size();
@@ -703,7 +699,7 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
   mark(SetupStep::kClone);
   // From here on, returning an error destroys `sp`, which kills and reaps the child.
 
-  cgroup_tasks.clear();  // the child has its copies
+  for (auto& t : cgroup_tasks) t.fd.reset();  // the child has its copies
   if (auto st = WriteIdMaps(sp.pid_, ids); !st) return tl::unexpected(st.error());
   mark(SetupStep::kIdMaps);
   if (sp.uplink_ == Uplink::kVeth) {
@@ -814,8 +810,8 @@ Result<SandboxProcess> Launch(const SandboxSpec& spec) {
         if (step == SetupStep::kExec) subject = spec.argv[0];
         if (step == SetupStep::kRlimits) subject = fmt::format("resource {}", rec.index);
         if (step == SetupStep::kCgroupAttach && rec.index >= 0 &&
-            static_cast<size_t>(rec.index) < cgroup_task_dirs.size()) {
-          subject = cgroup_task_dirs[static_cast<size_t>(rec.index)] + "/tasks";
+            static_cast<size_t>(rec.index) < cgroup_tasks.size()) {
+          subject = cgroup_tasks[static_cast<size_t>(rec.index)].dir + "/tasks";
         }
         e = SyscallError(ChildCallName(call), rec.err, subject);
         e.message += fmt::format(" during step '{}'", SetupStepName(step));
